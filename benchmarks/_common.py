@@ -1,0 +1,72 @@
+"""Shared benchmark plumbing: a GPT-2-small-shaped checkpoint, timing, peak memory.
+
+Each mode runs in its own subprocess so that its peak resident memory (CPU) is its
+own; on CUDA the peak of allocated device memory is read directly.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+def checkpoint(cache: Path, *, n_layer: int = 12, n_head: int = 12, d_model: int = 768, n_ctx: int = 1024) -> Path:
+    """Build (once) a randomly initialised GPT-2-shaped checkpoint under ``cache``."""
+    from probes.tiny import TinySpec, build_tiny_checkpoint
+
+    folder = cache / f"gpt2shape-{n_layer}x{n_head}x{d_model}"
+    if not (folder / "config.json").exists():
+        build_tiny_checkpoint(folder, TinySpec(n_layer=n_layer, n_head=n_head, d_model=d_model, n_ctx=n_ctx, seed=0))
+    return folder
+
+
+def rss_mib() -> float:
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def measure(fn: Callable[[], object], *, repeats: int, device: str) -> dict:
+    """Run ``fn`` once to warm up, then ``repeats`` times; median seconds and peak memory."""
+    import torch
+
+    fn()
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+    if device.startswith("cuda"):
+        peak = (torch.cuda.max_memory_allocated() - base) / 2**20
+        kind = "cuda_peak_alloc_MiB"
+    else:
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        kind = "cpu_peak_rss_MiB"
+    return {"median_s": statistics.median(times), "times_s": times, "peak_MiB": peak, "memory": kind}
+
+
+def run_modes(script: str, modes: list[str], extra: list[str]) -> dict[str, dict]:
+    """Run ``script --mode M`` for each mode in a subprocess; each prints one JSON line last."""
+    results = {}
+    for mode in modes:
+        out = subprocess.run([sys.executable, script, "--mode", mode, *extra], check=True, capture_output=True, text=True)
+        results[mode] = json.loads(out.stdout.strip().splitlines()[-1])
+        print(f"  {mode}: median {results[mode]['median_s']:.3f} s, peak {results[mode]['peak_MiB']:.0f} MiB", file=sys.stderr)
+    return results

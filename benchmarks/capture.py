@@ -1,0 +1,88 @@
+"""Benchmark: capture all attention patterns vs a plain forward, same token batches.
+
+    python benchmarks/capture.py [--prompts 16] [--tokens 256] [--batch-size 8] [--repeats 3] [--device auto] [--dtype float32]
+
+GPT-2-small shape (12 layers x 12 heads, d_model 768), random weights, random tokens.
+Modes, each in its own process (so peak memory is its own):
+  forward_logits  plain forward to the logits (what model(tokens) costs)
+  forward_blocks  plain forward through all 12 blocks, no unembedding (the same work capture does)
+  capture_all     headlens capture of hook_pattern for every layer and head (kept on the CPU)
+The target is capture_all / forward_blocks <= 1.2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import _common  # noqa: E402
+
+
+def one_mode(args) -> dict:
+    import torch
+
+    from probes.capture import capture, run_forward
+    from probes.config import CaptureConfig
+    from probes.loading import load_model
+    from probes.prompts import TokenBatch, iter_batches
+
+    torch.manual_seed(0)
+    model = load_model(model=args.checkpoint, device=args.device, dtype=args.dtype)
+    tokens = torch.randint(0, 50256, (args.prompts, args.tokens))
+    batch = TokenBatch(tokens=tokens, lengths=torch.full((args.prompts,), args.tokens), strings=[[]] * args.prompts, prepend_bos=False, pad_id=0)
+    chunks = iter_batches(batch, args.batch_size)
+    dev = str(model.device)
+
+    def forward(stop):
+        with torch.inference_mode():
+            for _, sub in chunks:
+                run_forward(model, sub.tokens, stop_at_layer=stop, return_type="logits" if stop is None else None)
+
+    if args.mode == "forward_logits":
+        fn = lambda: forward(None)  # noqa: E731
+    elif args.mode == "forward_blocks":
+        fn = lambda: forward(model.n_layers)  # noqa: E731
+    else:
+        cfg = CaptureConfig(what=("pattern",), prepend_bos=False, batch_size=args.batch_size)
+        fn = lambda: capture(model, batch, cfg)  # noqa: E731
+    res = _common.measure(fn, repeats=args.repeats, device=dev)
+    res.update(device=dev, dtype=args.dtype, threads=torch.get_num_threads())
+    return res
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--mode", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--checkpoint", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--prompts", type=int, default=16)
+    p.add_argument("--tokens", type=int, default=256)
+    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--device", default="auto")
+    p.add_argument("--dtype", default="float32")
+    p.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "headlens-bench"))
+    args = p.parse_args()
+    if args.mode:
+        print(json.dumps(one_mode(args)))
+        return
+    ckpt = _common.checkpoint(Path(args.cache))
+    extra = ["--checkpoint", str(ckpt), "--prompts", str(args.prompts), "--tokens", str(args.tokens), "--batch-size", str(args.batch_size), "--repeats", str(args.repeats), "--device", args.device, "--dtype", args.dtype]
+    modes = ["forward_logits", "forward_blocks", "capture_all"]
+    r = _common.run_modes(__file__, modes, extra)
+    first = r[modes[0]]
+    print(f"capture benchmark: GPT-2-small shape, random weights, {args.prompts} prompts x {args.tokens} tokens, batch {args.batch_size}, {first['device']}, {args.dtype}, {first['threads']} threads, median of {args.repeats}")
+    print(f"{'mode':<16}{'median s':>10}{'peak MiB':>10}  ({first['memory']})")
+    for m in modes:
+        print(f"{m:<16}{r[m]['median_s']:>10.3f}{r[m]['peak_MiB']:>10.0f}")
+    print(f"ratio capture_all / forward_blocks = {r['capture_all']['median_s'] / r['forward_blocks']['median_s']:.3f}  (target <= 1.2)")
+    print(f"ratio capture_all / forward_logits = {r['capture_all']['median_s'] / r['forward_logits']['median_s']:.3f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,50 @@
+"""Writing a :class:`~probes.capture.Capture` to disk."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from probes.capture import Capture
+from probes.outputs import atomic_write, write_json
+
+__all__ = ["save_capture", "load_activations"]
+
+
+def save_capture(capture: Capture, out_dir: str | Path, manifest: dict[str, Any]) -> dict[str, Path]:
+    """Write ``activations.safetensors``, ``tokens.json`` and ``manifest.json`` atomically."""
+    from safetensors.torch import save_file
+
+    out = Path(out_dir)
+    tensors = {name: t.contiguous() for name, t in capture.tensors.items()}
+    tensors["lengths"] = capture.batch.lengths.contiguous()
+    meta = {"heads": json.dumps({str(k): v for k, v in capture.heads.items()}), "prepend_bos": str(capture.batch.prepend_bos)}
+    paths = {
+        "activations": atomic_write(out / "activations.safetensors", lambda p: save_file(tensors, str(p), metadata=meta)),
+        "tokens": write_json(
+            out / "tokens.json",
+            {
+                "prepend_bos": capture.batch.prepend_bos,
+                "prompts": [
+                    {"tokens": s, "ids": capture.batch.tokens[i, : int(capture.batch.lengths[i])].tolist()}
+                    for i, s in enumerate(capture.batch.strings)
+                ],
+            },
+        ),
+    }
+    manifest = dict(manifest)
+    manifest["capture"] = {
+        "heads": {str(k): v for k, v in capture.heads.items()},
+        "what": list(capture.what),
+        "keys": {name: list(t.shape) for name, t in tensors.items()},
+        "n_prompts": len(capture.batch),
+    }
+    paths["manifest"] = write_json(out / "manifest.json", manifest)
+    return paths
+
+
+def load_activations(path: str | Path) -> dict[str, Any]:
+    from safetensors.torch import load_file
+
+    return load_file(str(path))

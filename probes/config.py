@@ -1,0 +1,63 @@
+"""Keyword-only configuration dataclasses; each serialises into the manifest."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["ModelConfig", "CaptureConfig", "CAPTURABLE", "to_dict"]
+
+#: Short names accepted by ``--what`` and the hook each one reads.
+CAPTURABLE: dict[str, str] = {
+    "q": "hook_q",
+    "k": "hook_k",
+    "v": "hook_v",
+    "pattern": "hook_pattern",
+    "attn_scores": "hook_attn_scores",
+    "z": "hook_z",
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelConfig:
+    """What model to load and where.
+
+    ``model`` is a Hugging Face id (``gpt2``) or a local checkpoint folder.
+    ``device`` is ``auto`` (CUDA, then MPS, then CPU) or an explicit torch device.
+    """
+
+    model: str
+    device: str = "auto"
+    dtype: str = "float32"
+    revision: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class CaptureConfig:
+    """What to capture.
+
+    ``layers=None`` means every layer; ``heads`` (``(layer, head)`` pairs) restricts the
+    heads kept and, when given, implies the layers.  ``prepend_bos`` follows
+    TransformerLens' default (True); Hugging Face and most papers use False.
+    """
+
+    what: tuple[str, ...] = ("q", "k", "v", "pattern")
+    layers: tuple[int, ...] | None = None
+    heads: tuple[tuple[int, int], ...] | None = None
+    prepend_bos: bool = True
+    batch_size: int = 8
+    truncate: bool = False
+
+
+def to_dict(config: Any) -> dict[str, Any]:
+    """A JSON-ready dict of a config dataclass (tuples become lists)."""
+    return json_ready(dataclasses.asdict(config))
+
+
+def json_ready(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): json_ready(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_ready(v) for v in value]
+    return value

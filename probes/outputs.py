@@ -1,0 +1,63 @@
+"""Output folders and files that appear atomically and never clobber by surprise."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from probes.errors import OutputError, OutputExistsError
+
+__all__ = ["check_out_dir", "check_out_file", "atomic_write", "write_json", "write_text"]
+
+
+def check_out_dir(path: str | Path, *, overwrite: bool) -> Path:
+    """Refuse a non-empty folder (or a file in the way) unless ``overwrite``; create nothing yet."""
+    p = Path(path)
+    if p.exists() and not p.is_dir():
+        raise OutputExistsError(f"output {path} exists and is not a folder", path=str(path))
+    if p.is_dir() and any(p.iterdir()) and not overwrite:
+        raise OutputExistsError(f"output folder {path} is not empty; pass --overwrite to replace its files", path=str(path))
+    return p
+
+
+def check_out_file(path: str | Path, *, overwrite: bool) -> Path:
+    p = Path(path)
+    if p.is_dir():
+        raise OutputExistsError(f"output {path} is a folder, expected a file", path=str(path))
+    if p.exists() and not overwrite:
+        raise OutputExistsError(f"output file {path} exists; pass --overwrite to replace it", path=str(path))
+    return p
+
+
+def atomic_write(path: str | Path, write: Callable[[Path], Any]) -> Path:
+    """Call ``write(tmp_path)`` then rename the temporary file onto ``path``.
+
+    A crash leaves either the old file or the new one, never half of one.
+    """
+    p = Path(path)
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
+        os.close(fd)
+    except OSError as exc:
+        raise OutputError(f"cannot write {path}: {exc.strerror or exc}", path=str(path)) from exc
+    tmp_path = Path(tmp)
+    try:
+        write(tmp_path)
+        os.replace(tmp_path, p)
+    except BaseException:
+        tmp_path.unlink(missing_ok=True)
+        raise
+    return p
+
+
+def write_text(path: str | Path, text: str) -> Path:
+    return atomic_write(path, lambda t: t.write_text(text, encoding="utf-8"))
+
+
+def write_json(path: str | Path, obj: Any) -> Path:
+    return write_text(path, json.dumps(obj, indent=2, sort_keys=False) + "\n")

@@ -1,0 +1,150 @@
+"""Reading prompts and turning them into right-padded token batches."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from jaxtyping import Int
+from torch import Tensor
+
+from probes.errors import InputError
+
+__all__ = ["TokenBatch", "read_prompts", "tokenize_prompts", "token_strings", "iter_batches"]
+
+
+@dataclass
+class TokenBatch:
+    """Prompts as token ids, right-padded to the longest.
+
+    ``tokens[i, :lengths[i]]`` are the real tokens of prompt ``i`` (BOS first when
+    ``prepend_bos``); everything after is padding and must never count.
+    """
+
+    tokens: Int[Tensor, "prompt pos"]
+    lengths: Int[Tensor, " prompt"]
+    strings: list[list[str]]
+    prepend_bos: bool
+    pad_id: int
+
+    def __len__(self) -> int:
+        return int(self.tokens.shape[0])
+
+    @property
+    def mask(self) -> Tensor:
+        """Boolean ``[prompt, pos]``: True on real tokens."""
+        pos = torch.arange(self.tokens.shape[1])
+        return pos[None, :] < self.lengths[:, None]
+
+    def select(self, index: Sequence[int] | slice) -> TokenBatch:
+        """A sub-batch, trimmed to its own longest prompt."""
+        idx = list(range(len(self)))[index] if isinstance(index, slice) else list(index)
+        lengths = self.lengths[idx]
+        width = int(lengths.max()) if len(idx) else 0
+        return TokenBatch(
+            tokens=self.tokens[idx, :width],
+            lengths=lengths,
+            strings=[self.strings[i] for i in idx],
+            prepend_bos=self.prepend_bos,
+            pad_id=self.pad_id,
+        )
+
+
+def read_prompts(path: str | Path) -> list[str]:
+    """Prompts from a file: JSONL with a ``text`` field (``.jsonl``), else one prompt per line.
+
+    Blank lines are skipped.  An empty file, a file that cannot be read as UTF-8 text,
+    or a JSONL line without a string ``text`` field is an :class:`InputError` naming the line.
+    """
+    p = Path(path)
+    if not p.exists():
+        raise InputError(f"prompt file {path} does not exist", path=str(path))
+    if p.is_dir():
+        raise InputError(f"prompt file {path} is a folder", path=str(path))
+    try:
+        raw = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read prompt file {path}: {exc.__class__.__name__}: {exc}".splitlines()[0], path=str(path)) from exc
+    prompts: list[str] = []
+    is_jsonl = p.suffix.lower() in (".jsonl", ".ndjson")
+    for lineno, line in enumerate(raw.splitlines(), start=1):
+        if not line.strip():
+            continue
+        if is_jsonl:
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise InputError(f"{path}:{lineno}: not valid JSON ({exc.msg})", path=str(path), line=lineno) from exc
+            if not isinstance(obj, dict) or not isinstance(obj.get("text"), str):
+                raise InputError(f'{path}:{lineno}: each JSONL line needs a string field "text"', path=str(path), line=lineno)
+            if not obj["text"]:
+                raise InputError(f"{path}:{lineno}: empty text", path=str(path), line=lineno)
+            prompts.append(obj["text"])
+        else:
+            prompts.append(line)
+    if not prompts:
+        raise InputError(f"prompt file {path} holds no prompt", path=str(path))
+    return prompts
+
+
+def tokenize_prompts(
+    tokenizer: Any,
+    prompts: Sequence[str],
+    *,
+    prepend_bos: bool,
+    n_ctx: int,
+    truncate: bool = False,
+) -> TokenBatch:
+    """Tokenize without special tokens, prepend BOS when asked, right-pad with ``pad_id``.
+
+    A prompt longer than ``n_ctx`` tokens (BOS included) is an error unless ``truncate``.
+    """
+    if not prompts:
+        raise InputError("no prompt given")
+    bos = tokenizer.bos_token_id
+    if prepend_bos and bos is None:
+        raise InputError("this tokenizer has no BOS token; run with --no-bos")
+    ids: list[list[int]] = []
+    for i, text in enumerate(prompts):
+        if not isinstance(text, str) or not text:
+            raise InputError(f"prompt {i + 1} is empty", prompt=i)
+        row = list(tokenizer(text, add_special_tokens=False)["input_ids"])
+        if prepend_bos:
+            row = [int(bos)] + row
+        if not row:
+            raise InputError(f"prompt {i + 1} has no tokens", prompt=i)
+        if len(row) > n_ctx:
+            if not truncate:
+                raise InputError(
+                    f"prompt {i + 1} is {len(row)} tokens, longer than the model's context of {n_ctx}; shorten it or pass --truncate",
+                    prompt=i,
+                    length=len(row),
+                )
+            row = row[:n_ctx]
+        ids.append(row)
+    pad_id = int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (bos if bos is not None else 0))
+    width = max(len(r) for r in ids)
+    tokens = torch.full((len(ids), width), pad_id, dtype=torch.long)
+    for i, row in enumerate(ids):
+        tokens[i, : len(row)] = torch.tensor(row, dtype=torch.long)
+    lengths = torch.tensor([len(r) for r in ids], dtype=torch.long)
+    strings = [token_strings(tokenizer, r) for r in ids]
+    return TokenBatch(tokens=tokens, lengths=lengths, strings=strings, prepend_bos=prepend_bos, pad_id=pad_id)
+
+
+def token_strings(tokenizer: Any, ids: Sequence[int]) -> list[str]:
+    """Each token decoded on its own (``" raised"``, ``"<|endoftext|>"``), as the model saw it."""
+    return [tokenizer.decode([int(t)]) for t in ids]
+
+
+def iter_batches(batch: TokenBatch, batch_size: int) -> list[tuple[list[int], TokenBatch]]:
+    """Split into sub-batches of similar length (less padding); each comes with its row indices."""
+    if batch_size < 1:
+        raise InputError(f"batch size must be at least 1, got {batch_size}", batch_size=batch_size)
+    order = sorted(range(len(batch)), key=lambda i: (-int(batch.lengths[i]), i))
+    chunks = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+    return [(idx, batch.select(idx)) for idx in chunks]

@@ -1,0 +1,60 @@
+"""Small GPT-2-shaped checkpoints built locally (random weights, real GPT-2 tokenizer).
+
+They exist so that tests and the offline quickstart run the exact code path that real
+GPT-2 takes: a Hugging Face ``save_pretrained`` folder booted by TransformerBridge.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from probes.tokenizer_files import load_offline_gpt2_tokenizer
+
+__all__ = ["TinySpec", "build_tiny_checkpoint", "gpt2_small_spec"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class TinySpec:
+    n_layer: int = 2
+    n_head: int = 4
+    d_model: int = 64
+    n_ctx: int = 128
+    seed: int = 0
+
+
+def gpt2_small_spec(seed: int = 0) -> TinySpec:
+    """GPT-2 small's shape (12 layers, 12 heads, d_model 768, context 1024)."""
+    return TinySpec(n_layer=12, n_head=12, d_model=768, n_ctx=1024, seed=seed)
+
+
+def build_tiny_checkpoint(folder: str | Path, spec: TinySpec | None = None) -> Path:
+    """Write a randomly initialised GPT-2 checkpoint plus the GPT-2 tokenizer to ``folder``."""
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    spec = spec or TinySpec()
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(spec.seed)
+    config = GPT2Config(
+        n_layer=spec.n_layer,
+        n_head=spec.n_head,
+        n_embd=spec.d_model,
+        n_positions=spec.n_ctx,
+        vocab_size=50257,
+        bos_token_id=50256,
+        eos_token_id=50256,
+    )
+    model = GPT2LMHeadModel(config)
+    with contextlib.redirect_stderr(io.StringIO()):  # transformers' progress bar
+        model.save_pretrained(folder)
+    with tempfile.TemporaryDirectory() as tmp:
+        tokenizer = load_offline_gpt2_tokenizer(tmp)
+        tokenizer.save_pretrained(folder)
+    (folder / "headlens_tiny.json").write_text(json.dumps(asdict(spec)) + "\n")
+    return folder

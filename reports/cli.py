@@ -1,0 +1,44 @@
+"""The ``headlens`` command line: a thin click layer over the library.
+
+Exit codes: 0 success; 1 a check failed; 2 bad input or usage; 3 model could not be
+loaded; 4 output exists or cannot be written; 5 device or dtype not available;
+130 interrupted.
+"""
+
+from __future__ import annotations
+
+import click
+
+from probes.manifest import headlens_version
+from reports.cli_common import CONTEXT_SETTINGS, HeadlensGroup
+
+__all__ = ["cli", "main"]
+
+
+@click.group(cls=HeadlensGroup, context_settings=CONTEXT_SETTINGS)
+@click.version_option(headlens_version(), "--version", "-V", prog_name="headlens")
+def cli() -> None:
+    """headlens: what each attention head does, which heads matter, and where attention piles up.
+
+    Exit codes: 0 ok, 1 check failed, 2 bad input, 3 model not loadable,
+    4 output exists or unwritable, 5 device/dtype unavailable, 130 interrupted.
+    """
+
+
+def _register() -> None:
+    from reports import cmd_capture
+
+    for module in (cmd_capture,):
+        for command in module.COMMANDS:
+            cli.add_command(command)
+
+
+_register()
+
+
+def main() -> None:
+    cli.main(prog_name="headlens")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,117 @@
+"""Shared pieces of the click CLI: the group, option sets, parsers, progress, errors."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from probes.errors import HeadlensError
+
+__all__ = [
+    "HeadlensGroup",
+    "model_options",
+    "parse_layers",
+    "parse_heads",
+    "parse_csv",
+    "Progress",
+    "fail",
+]
+
+CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+def fail(message: str, code: int = 2) -> None:
+    click.echo(f"headlens: error: {message}", err=True)
+    sys.exit(code)
+
+
+class HeadlensGroup(click.Group):
+    """A click group whose errors are one line on stderr with a documented exit code.
+
+    * click usage errors (bad option, bad value): exit 2;
+    * :class:`probes.errors.HeadlensError`: its ``exit_code`` (see ``probes.errors``);
+    * Ctrl-C: exit 130.
+    """
+
+    def main(self, args: Any = None, prog_name: Any = None, complete_var: Any = None, standalone_mode: bool = True, **extra: Any) -> Any:  # noqa: ARG002
+        try:
+            return super().main(args=args, prog_name=prog_name, complete_var=complete_var, standalone_mode=False, **extra)
+        except click.exceptions.Exit as exc:
+            sys.exit(exc.exit_code)
+        except click.exceptions.Abort:
+            fail("interrupted", 130)
+        except click.ClickException as exc:
+            ctx = getattr(exc, "ctx", None)
+            hint = f" (see '{ctx.command_path} -h')" if ctx is not None else ""
+            fail(exc.format_message().replace("\n", " ") + hint, exc.exit_code)
+        except HeadlensError as exc:
+            fail(str(exc).replace("\n", " "), exc.exit_code)
+        except KeyboardInterrupt:
+            fail("interrupted", 130)
+
+
+def model_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``--model`` (required), ``--device``, ``--dtype``, ``--revision``."""
+    fn = click.option("--revision", default=None, help="Hub revision (branch, tag or commit) of the model.")(fn)
+    fn = click.option(
+        "--dtype",
+        type=click.Choice(["float32", "bfloat16", "float16"]),
+        default="float32",
+        show_default=True,
+        help="Weights and activations dtype; bfloat16/float16 need a GPU.",
+    )(fn)
+    fn = click.option("--device", default="auto", show_default=True, help="auto (CUDA, then MPS, then CPU), cpu, cuda, cuda:N or mps.")(fn)
+    fn = click.option("--model", "-m", "model", required=True, help="Hugging Face id (gpt2, EleutherAI/pythia-70m) or a local checkpoint folder.")(fn)
+    return fn
+
+
+def parse_csv(value: str | None) -> list[str] | None:
+    if value is None:
+        return None
+    items = [v.strip() for v in value.split(",")]
+    if not all(items):
+        raise click.BadParameter(f"empty item in {value!r}")
+    return items
+
+
+def parse_layers(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[int, ...] | None:  # noqa: ARG001
+    items = parse_csv(value)
+    if items is None:
+        return None
+    try:
+        return tuple(int(v) for v in items)
+    except ValueError:
+        raise click.BadParameter(f"{value!r}: expected comma-separated layer numbers such as 0,3") from None
+
+
+def parse_heads(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[tuple[int, int], ...] | None:  # noqa: ARG001
+    items = parse_csv(value)
+    if items is None:
+        return None
+    heads = []
+    for item in items:
+        layer, dot, head = item.partition(".")
+        if not dot or not layer.isdigit() or not head.isdigit():
+            raise click.BadParameter(f"{item!r}: expected heads as LAYER.HEAD, e.g. 5.1,5.5")
+        heads.append((int(layer), int(head)))
+    return tuple(heads)
+
+
+class Progress:
+    """Progress lines on stderr: ``label: 3/10``. Silent when ``quiet``."""
+
+    def __init__(self, label: str, *, quiet: bool = False) -> None:
+        self.label = label
+        self.quiet = quiet
+        self.tty = sys.stderr.isatty()
+
+    def __call__(self, done: int, total: int) -> None:
+        if self.quiet or total <= 1:
+            return
+        end = "\n" if (not self.tty or done == total) else ""
+        click.echo(f"\r{self.label}: {done}/{total}", err=True, nl=False)
+        if end:
+            click.echo("", err=True)

@@ -1,0 +1,135 @@
+"""``headlens capture``, ``headlens verify`` and ``headlens tiny-model``."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from reports.cli_common import Progress, model_options, parse_csv, parse_heads, parse_layers
+
+DEFAULT_VERIFY_TEXT = (
+    "Apple raised its price target. Down by the river bank, the water was calm, "
+    "and by the time you reach the bank the river has settled what you meant."
+)
+
+
+def _load(model: str, device: str, dtype: str, revision: str | None):
+    from probes.config import ModelConfig
+    from probes.loading import load_model
+
+    return load_model(ModelConfig(model=model, device=device, dtype=dtype, revision=revision))
+
+
+def _prompts(text: str | None, prompts_file: str | None, *, default: str | None = None) -> list[str]:
+    from probes.errors import InputError
+    from probes.prompts import read_prompts
+
+    if text is not None and prompts_file is not None:
+        raise click.UsageError("give either --text or --prompts, not both")
+    if prompts_file is not None:
+        return read_prompts(prompts_file)
+    if text is not None:
+        if not text.strip():
+            raise InputError("--text is empty")
+        return [text]
+    if default is not None:
+        return [default]
+    raise click.UsageError("give --text TEXT or --prompts FILE")
+
+
+@click.command("capture")
+@model_options
+@click.option("--text", "-t", default=None, help="One prompt.")
+@click.option("--prompts", "prompts_file", default=None, help="Prompt file: one prompt a line, or JSONL with a 'text' field (.jsonl).")
+@click.option("--layers", callback=parse_layers, default=None, help="Comma-separated layers, e.g. 0,3 (default: all).")
+@click.option("--heads", callback=parse_heads, default=None, help="Comma-separated heads as LAYER.HEAD, e.g. 5.1,5.5 (default: all).")
+@click.option("--what", default="q,k,v,pattern", show_default=True, help="Any of q,k,v,pattern,attn_scores,z.")
+@click.option("--no-bos", is_flag=True, help="Do not prepend BOS (TransformerLens prepends it; Hugging Face and most papers do not).")
+@click.option("--batch-size", default=8, show_default=True, type=click.IntRange(min=1))
+@click.option("--truncate", is_flag=True, help="Cut prompts longer than the context instead of failing.")
+@click.option("--seed", default=0, show_default=True, type=int, help="Torch seed (recorded in the manifest).")
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Output folder.")
+@click.option("--overwrite", is_flag=True, help="Replace files in a non-empty output folder.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress lines.")
+def capture_cmd(model, device, dtype, revision, text, prompts_file, layers, heads, what, no_bos, batch_size, truncate, seed, out_dir, overwrite, quiet):
+    """Capture per-head Q, K, V and attention patterns into OUT/activations.safetensors.
+
+    Writes OUT/activations.safetensors (keys are TransformerLens hook names, plus
+    'lengths'), OUT/tokens.json and OUT/manifest.json.
+    """
+    import torch
+
+    from probes.capture import capture
+    from probes.capture_io import save_capture
+    from probes.config import CaptureConfig
+    from probes.manifest import build_manifest
+    from probes.outputs import check_out_dir
+
+    check_out_dir(out_dir, overwrite=overwrite)
+    texts = _prompts(text, prompts_file)
+    config = CaptureConfig(
+        what=tuple(parse_csv(what) or ()),
+        layers=layers,
+        heads=heads,
+        prepend_bos=not no_bos,
+        batch_size=batch_size,
+        truncate=truncate,
+    )
+    torch.manual_seed(seed)
+    loaded = _load(model, device, dtype, revision)
+    cap = capture(loaded, texts, config, progress=Progress("capture", quiet=quiet))
+    manifest = build_manifest(model=loaded, command=["headlens", *sys.argv[1:]], seed=seed, prepend_bos=config.prepend_bos, configs={"capture": config})
+    paths = save_capture(cap, out_dir, manifest)
+    n_tensors = len(cap.tensors)
+    click.echo(f"captured {n_tensors} tensors for {len(cap.batch)} prompt(s) -> {paths['activations']}")
+
+
+@click.command("verify")
+@model_options
+@click.option("--text", "-t", default=None, help="Text to check on (default: a built-in sentence pair).")
+@click.option("--prompts", "prompts_file", default=None, help="Prompt file, as for capture.")
+@click.option("--no-bos", is_flag=True, help="Do not prepend BOS.")
+@click.option("--tolerance", type=click.FloatRange(min=0, min_open=True), default=None, help="Largest absolute error accepted (default 1e-4 in float32, 3e-2 bfloat16, 5e-3 float16).")
+def verify_cmd(model, device, dtype, revision, text, prompts_file, no_bos, tolerance):
+    """Check captured patterns against softmax(QK^T/sqrt(d_head) + mask) and z against pattern @ V.
+
+    Exits 1 when any layer is above tolerance, when attention falls above the
+    diagonal, or when a pattern row does not sum to 1.
+    """
+    from analyses.verify import verify_attention
+    from probes.errors import CheckFailed
+
+    texts = _prompts(text, prompts_file, default=DEFAULT_VERIFY_TEXT)
+    loaded = _load(model, device, dtype, revision)
+    table = verify_attention(loaded, texts, prepend_bos=not no_bos, tolerance=tolerance)
+    click.echo(f"model {model} on {loaded.device} in {str(loaded.dtype).removeprefix('torch.')}, BOS {'off' if no_bos else 'on'}")
+    click.echo(table.to_string(index=False, float_format=lambda x: f"{x:.2e}"))
+    bad = table[~table["ok"]]
+    if len(bad):
+        raise CheckFailed(f"verify failed on layer(s) {', '.join(str(v) for v in bad['layer'])}: error above tolerance {table['tolerance'].iloc[0]:.1e}")
+    click.echo(f"verify: ok ({len(table)} layers, worst error {table[['max_err_pattern', 'max_err_z', 'max_row_sum_err']].to_numpy().max():.2e})")
+
+
+@click.command("tiny-model")
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Folder for the checkpoint.")
+@click.option("--layers", "n_layer", default=2, show_default=True, type=click.IntRange(1, 48))
+@click.option("--heads", "n_head", default=4, show_default=True, type=click.IntRange(1, 64))
+@click.option("--d-model", default=64, show_default=True, type=click.IntRange(1, 8192))
+@click.option("--n-ctx", default=128, show_default=True, type=click.IntRange(2, 8192))
+@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--overwrite", is_flag=True, help="Replace files in a non-empty folder.")
+def tiny_model_cmd(out_dir, n_layer, n_head, d_model, n_ctx, seed, overwrite):
+    """Build a small GPT-2-shaped checkpoint (random weights, real GPT-2 tokenizer) offline."""
+    from probes.outputs import check_out_dir
+    from probes.tiny import TinySpec, build_tiny_checkpoint
+
+    if d_model % n_head:
+        raise click.BadParameter(f"--d-model {d_model} must be a multiple of --heads {n_head}", param_hint="--d-model")
+    check_out_dir(out_dir, overwrite=overwrite)
+    path = build_tiny_checkpoint(out_dir, TinySpec(n_layer=n_layer, n_head=n_head, d_model=d_model, n_ctx=n_ctx, seed=seed))
+    click.echo(f"wrote a {n_layer}-layer, {n_head}-head GPT-2-shaped checkpoint to {Path(path)}")
+
+
+COMMANDS = [capture_cmd, verify_cmd, tiny_model_cmd]

@@ -1,0 +1,36 @@
+"""Shared fixtures: tiny checkpoints built from config once per test session, seeded.
+
+No test downloads anything: the Hub is switched off before transformers is imported.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory):
+    """2 layers, 4 heads, d_model 64, context 128, real GPT-2 tokenizer, seed 0."""
+    from probes.tiny import TinySpec, build_tiny_checkpoint
+
+    return build_tiny_checkpoint(tmp_path_factory.mktemp("tiny"), TinySpec(n_layer=2, n_head=4, d_model=64, n_ctx=128, seed=0))
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tiny_checkpoint):
+    from probes.loading import load_model
+
+    return load_model(model=str(tiny_checkpoint), device="cpu")
+
+
+@pytest.fixture(scope="session")
+def gpt2_tokenizer(tmp_path_factory):
+    from probes.tokenizer_files import load_offline_gpt2_tokenizer
+
+    return load_offline_gpt2_tokenizer(tmp_path_factory.mktemp("tok"))
