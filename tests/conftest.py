@@ -34,3 +34,18 @@ def gpt2_tokenizer(tmp_path_factory):
     from probes.tokenizer_files import load_offline_gpt2_tokenizer
 
     return load_offline_gpt2_tokenizer(tmp_path_factory.mktemp("tok"))
+
+
+@pytest.fixture(scope="session")
+def planted_checkpoint(tmp_path_factory):
+    """GPT-2-shaped checkpoint whose heads were set by hand (see analyses.planted.PLANTED_ROLES)."""
+    from analyses.planted import build_planted_checkpoint
+
+    return build_planted_checkpoint(tmp_path_factory.mktemp("planted"))
+
+
+@pytest.fixture(scope="session")
+def planted_model(planted_checkpoint):
+    from probes.loading import load_model
+
+    return load_model(model=str(planted_checkpoint), device="cpu")

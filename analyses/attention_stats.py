@@ -1,0 +1,41 @@
+"""Small reductions of attention patterns shared by several analyses.
+
+All functions take TransformerLens-ordered patterns ``[batch, head, q, k]`` that are
+right-padded, plus the real ``lengths``; padded positions never count.
+"""
+
+from __future__ import annotations
+
+import torch
+from jaxtyping import Float, Int
+from torch import Tensor
+
+__all__ = ["sink_alpha", "uniform_sink_alpha", "query_mask"]
+
+
+def query_mask(lengths: Int[Tensor, " batch"], width: int, *, start: int = 0) -> Tensor:
+    """Boolean ``[batch, q]``: real query positions ``start <= i < length``."""
+    pos = torch.arange(width, device=lengths.device)
+    return (pos[None, :] >= start) & (pos[None, :] < lengths[:, None])
+
+
+def sink_alpha(
+    pattern: Float[Tensor, "batch head q k"],
+    lengths: Int[Tensor, " batch"],
+    key: int = 0,
+) -> Float[Tensor, "batch head"]:
+    """Gu et al. (2024): ``alpha(k) = mean over real queries i >= k of A[i, k]``, per prompt and head."""
+    lengths = lengths.to(pattern.device)
+    mask = query_mask(lengths, pattern.shape[2], start=key).to(pattern.dtype)  # [batch, q]
+    col = pattern[:, :, :, key]  # [batch, head, q]
+    count = mask.sum(-1).clamp(min=1)  # [batch]
+    return (col * mask[:, None, :]).sum(-1) / count[:, None]
+
+
+def uniform_sink_alpha(lengths: Int[Tensor, " batch"], key: int = 0) -> Float[Tensor, " batch"]:
+    """``sink_alpha`` of a head that attends uniformly: mean over i >= k of ``1/(i+1)``."""
+    out = torch.empty(len(lengths), dtype=torch.float64)
+    for b, n in enumerate(lengths.tolist()):
+        i = torch.arange(key, n, dtype=torch.float64)
+        out[b] = (1.0 / (i + 1)).mean() if len(i) else float("nan")
+    return out
