@@ -25,11 +25,18 @@ def cli() -> None:
     """
 
 
-def _register() -> None:
-    from reports import cmd_capture
+#: Modules whose ``COMMANDS`` list is added to the group (one line each).
+_COMMAND_MODULES = (
+    "reports.cmd_capture",
+    "reports.cmd_detect",
+)
 
-    for module in (cmd_capture,):
-        for command in module.COMMANDS:
+
+def _register() -> None:
+    import importlib
+
+    for name in _COMMAND_MODULES:
+        for command in importlib.import_module(name).COMMANDS:
             cli.add_command(command)
 
 

@@ -28,10 +28,17 @@ def random_repeated_tokens(
     seed: int,
     vocab_size: int,
     exclude: Iterable[int] = (),
+    *,
+    distinct: bool = False,
 ) -> torch.Tensor:
     """Return a ``LongTensor [n, 2*T]``: ``n`` sequences of ``T`` token ids drawn
     uniformly (with replacement) from ``range(vocab_size)`` minus ``exclude``
     (e.g. GPT-2's BOS/EOS id 50256), each followed by an exact copy of itself.
+
+    With ``distinct=True`` the ``T`` tokens of each sequence are all different (drawn
+    without replacement), so every second-copy position has exactly one earlier
+    occurrence of its token: the setting in which duplicate-token and induction scores
+    are unambiguous.
 
     Deterministic for a given ``seed`` (a private ``torch.Generator``; the
     global RNG is untouched).  No BOS is prepended: callers add it if wanted.
@@ -52,6 +59,11 @@ def random_repeated_tokens(
     if allowed.numel() == 0:
         raise StimulusError(f"every id in range({vocab_size}) is excluded; nothing left to draw")
     generator = torch.Generator().manual_seed(seed)
-    picks = torch.randint(0, allowed.numel(), (n, T), generator=generator)
+    if distinct:
+        if T > allowed.numel():
+            raise StimulusError(f"cannot draw {T} distinct tokens from {allowed.numel()} allowed ids")
+        picks = torch.stack([torch.randperm(allowed.numel(), generator=generator)[:T] for _ in range(n)])
+    else:
+        picks = torch.randint(0, allowed.numel(), (n, T), generator=generator)
     first = allowed[picks]
     return torch.cat([first, first], dim=1)

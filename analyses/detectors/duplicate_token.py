@@ -1,0 +1,25 @@
+"""Duplicate-token heads: on ``x1..xT x1..xT`` (T distinct random tokens), mean attention from
+each second-copy position i to the earlier occurrence of its token, ``i - T``.
+
+Uniform baseline: mean over the same i of ``1/(i+1)``.
+"""
+
+from __future__ import annotations
+
+from analyses.detectors.base import BatchContext, Detector, DetectorOutput, mean_attention_at
+from analyses.detectors.repeated import second_copy_queries
+
+
+def compute(pattern, ctx: BatchContext) -> DetectorOutput:
+    q, valid = second_copy_queries(pattern, ctx)
+    score, baseline = mean_attention_at(pattern, q, q - ctx.seq_len, valid)
+    return DetectorOutput(score, baseline)
+
+
+DETECTOR = Detector(
+    name="duplicate_token",
+    stimulus="repeated",
+    threshold=0.3,
+    summary="mean A[i, i-T] over second-copy positions of repeated random tokens",
+    compute=compute,
+)

@@ -1,0 +1,29 @@
+"""Previous-token heads: mean over query positions i >= 1 of ``A[i, i-1]``.
+
+Stimulus: windows of natural text.  With BOS, position 1 (the first text token)
+attending to BOS counts as attending to its previous token, as in TransformerLens.
+Uniform baseline: mean over the same i of ``1/(i+1)``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from analyses.detectors.base import BatchContext, Detector, DetectorOutput, mean_attention_at
+
+
+def compute(pattern, ctx: BatchContext) -> DetectorOutput:
+    width = pattern.shape[-1]
+    q = torch.arange(1, width, device=pattern.device)[None, :].expand(pattern.shape[0], -1)
+    valid = q < ctx.lengths.to(pattern.device)[:, None]
+    score, baseline = mean_attention_at(pattern, q, q - 1, valid)
+    return DetectorOutput(score, baseline)
+
+
+DETECTOR = Detector(
+    name="previous_token",
+    stimulus="natural",
+    threshold=0.5,
+    summary="mean A[i, i-1] over query positions i >= 1 of natural-text windows",
+    compute=compute,
+)

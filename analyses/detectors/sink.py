@@ -1,0 +1,25 @@
+"""Attention-sink heads (Gu et al. 2024): ``alpha(0) = mean over queries i >= 0 of A[i, 0]``.
+
+Stimulus: windows of natural text (Gu et al. use 64 tokens, no BOS).  A head is a sink
+head when alpha > eps (0.3).  Uniform baseline: mean over i of ``1/(i+1)``.
+"""
+
+from __future__ import annotations
+
+from analyses.attention_stats import sink_alpha, uniform_sink_alpha
+from analyses.detectors.base import BatchContext, Detector, DetectorOutput
+
+
+def compute(pattern, ctx: BatchContext) -> DetectorOutput:
+    score = sink_alpha(pattern.float(), ctx.lengths, key=0)
+    baseline = uniform_sink_alpha(ctx.lengths.cpu(), key=0).float().to(pattern.device)
+    return DetectorOutput(score, baseline)
+
+
+DETECTOR = Detector(
+    name="sink",
+    stimulus="natural",
+    threshold=0.3,
+    summary="Gu et al. alpha: mean A[i, 0] over all query positions of natural-text windows",
+    compute=compute,
+)

@@ -1,0 +1,114 @@
+"""Benchmark: the full five-detector census vs plain forward passes vs TransformerLens detect_head.
+
+    python benchmarks/census.py [--n-prompts 20] [--repeats 3] [--device auto] [--dtype float32]
+
+GPT-2-small shape (12 x 12, d_model 768), random weights.  Same stimuli for every mode:
+--n-prompts sequences of 50 distinct random tokens repeated twice, --n-prompts 64-token
+natural-text windows and --n-prompts referent sentences, BOS prepended, batch 16.
+Modes, each in its own process:
+  forward_logits   plain forward to the logits over the same token batches
+  forward_blocks   plain forward through all blocks (no unembedding), same batches
+  census           headlens census, all five detectors, every head, one pass per stimulus set
+  census_x4        the census on 4x as many prompts (memory must not grow with prompts)
+  tl_detect_head   transformer_lens.head_detector.detect_head looped over the same prompts
+                   for its three head types (previous-token on the windows; duplicate and
+                   induction on the repeated sequences); one prompt per call, as its API takes
+Targets: census / forward_blocks <= 1.3.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import _common  # noqa: E402
+
+
+class _FixedTokens:
+    def __init__(self, bridge, tokens):
+        self.bridge, self.tokens, self.cfg = bridge, tokens, bridge.cfg
+
+    def to_tokens(self, seq):
+        return self.tokens
+
+    def run_with_cache(self, *args, **kwargs):
+        return self.bridge.run_with_cache(*args, **kwargs)
+
+
+def one_mode(args) -> dict:
+    import torch
+
+    from analyses.census import CensusConfig, build_stimuli, run_census
+    from probes.capture import run_forward
+    from probes.loading import load_model
+    from probes.prompts import iter_batches
+
+    model = load_model(model=args.checkpoint, device=args.device, dtype=args.dtype)
+    n = args.n_prompts * (4 if args.mode == "census_x4" else 1)
+    config = CensusConfig(n_prompts=n, batch_size=16, n_bootstrap=1000)
+    stimuli = build_stimuli(model, config, {"repeated", "natural", "referent"})
+
+    def forward(stop):
+        with torch.inference_mode():
+            for stim in stimuli.values():
+                for _, sub in iter_batches(stim.batch, 16):
+                    run_forward(model, sub.tokens, stop_at_layer=stop, return_type="logits" if stop is None else None)
+
+    if args.mode == "forward_logits":
+        fn = lambda: forward(None)  # noqa: E731
+    elif args.mode == "forward_blocks":
+        fn = lambda: forward(model.n_layers)  # noqa: E731
+    elif args.mode in ("census", "census_x4"):
+        fn = lambda: run_census(model, config)  # noqa: E731
+    else:
+        from transformer_lens.head_detector import detect_head
+
+        def fn():
+            jobs = [("natural", "previous_token_head"), ("repeated", "duplicate_token_head"), ("repeated", "induction_head")]
+            for kind, name in jobs:
+                stim = stimuli[kind]
+                for i in range(len(stim.batch)):
+                    tokens = stim.batch.tokens[i : i + 1, : int(stim.batch.lengths[i])].to(model.device)
+                    detect_head(_FixedTokens(model.bridge, tokens), "unused", name)
+
+    res = _common.measure(fn, repeats=args.repeats, device=str(model.device))
+    res.update(device=str(model.device), threads=torch.get_num_threads(), n_prompts=n)
+    return res
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--mode", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--checkpoint", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--n-prompts", type=int, default=20)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--device", default="auto")
+    p.add_argument("--dtype", default="float32")
+    p.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "headlens-bench"))
+    args = p.parse_args()
+    if args.mode:
+        print(json.dumps(one_mode(args)))
+        return
+    ckpt = _common.checkpoint(Path(args.cache))
+    extra = ["--checkpoint", str(ckpt), "--n-prompts", str(args.n_prompts), "--repeats", str(args.repeats), "--device", args.device, "--dtype", args.dtype]
+    modes = ["forward_logits", "forward_blocks", "census", "census_x4", "tl_detect_head"]
+    r = _common.run_modes(__file__, modes, extra)
+    first = r["census"]
+    print(f"census benchmark: GPT-2-small shape, random weights, {args.n_prompts} prompts per stimulus set, {first['device']}, {args.dtype}, {first['threads']} threads, median of {args.repeats}")
+    print(f"{'mode':<16}{'prompts':>8}{'median s':>10}{'peak MiB':>10}  ({first['memory']})")
+    for m in modes:
+        print(f"{m:<16}{r[m]['n_prompts']:>8}{r[m]['median_s']:>10.3f}{r[m]['peak_MiB']:>10.0f}")
+    print(f"ratio census / forward_blocks = {r['census']['median_s'] / r['forward_blocks']['median_s']:.3f}  (target <= 1.3)")
+    print(f"ratio census / forward_logits = {r['census']['median_s'] / r['forward_logits']['median_s']:.3f}")
+    print(f"speed-up over looping detect_head (3 of the 5 detectors) = {r['tl_detect_head']['median_s'] / r['census']['median_s']:.1f}x")
+    print(f"peak memory census_x4 - census = {r['census_x4']['peak_MiB'] - r['census']['peak_MiB']:+.0f} MiB for 4x the prompts")
+
+
+if __name__ == "__main__":
+    main()

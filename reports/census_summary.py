@@ -1,0 +1,73 @@
+"""The Markdown summary of a head census."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import pandas as pd
+
+from analyses.detectors import registry
+
+__all__ = ["census_summary"]
+
+
+def _fmt(x: float) -> str:
+    return "n/a" if pd.isna(x) else f"{x:.3f}"
+
+
+def census_summary(
+    scores: pd.DataFrame,
+    roles: pd.DataFrame,
+    *,
+    model: str,
+    prepend_bos: bool,
+    thresholds: Mapping[str, float],
+    baseline_factor: float,
+    stimuli: Mapping[str, Mapping[str, Any]],
+    top: int = 5,
+) -> str:
+    reg = registry()
+    lines = [
+        f"# Head census: {model}",
+        "",
+        f"BOS prepended: **{'yes' if prepend_bos else 'no'}**. Scores are means over prompts with 95% bootstrap intervals; "
+        "the baseline is what a head attending uniformly would score on exactly the same positions.",
+        "",
+        "## Stimuli",
+        "",
+    ]
+    for kind, info in stimuli.items():
+        lines.append(f"- {kind}: {info['source']}")
+    lines += ["", "## Roles", ""]
+    named = roles[roles["roles"].fillna("") != ""]
+    if len(named):
+        lines += ["| head | roles | strongest score |", "|---|---|---|"]
+        for r in named.itertuples():
+            lines.append(f"| {r.name} | {r.roles.replace(';', ', ')} | {r.strongest_score:.3f} ({r.strongest_detector}) |")
+    else:
+        lines.append("No head cleared a threshold.")
+    counts = {det: int(sum(det in str(x).split(";") for x in roles["roles"].fillna(""))) for det in scores["detector"].unique()}
+    lines += ["", f"{len(named)} of {len(roles)} heads have at least one role; " + ", ".join(f"{k}: {v}" for k, v in counts.items()) + ".", ""]
+    lines += ["## Strongest heads per detector", ""]
+    for det, g in scores.groupby("detector", sort=False):
+        d = reg.get(str(det))
+        lines += [f"### {det}", "", f"{d.summary if d else ''}. Threshold {thresholds.get(str(det), float('nan')):.2f}.", ""]
+        has_acc = g["accuracy"].notna().any()
+        head = "| head | score | 95% CI | baseline | n |" + (" accuracy |" if has_acc else "")
+        lines += [head, "|---|---|---|---|---|" + ("---|" if has_acc else "")]
+        for r in g.sort_values("score", ascending=False).head(top).itertuples():
+            row = f"| {r.layer}.{r.head} | {_fmt(r.score)} | [{_fmt(r.ci_low)}, {_fmt(r.ci_high)}] | {_fmt(r.baseline)} | {r.n} |"
+            if has_acc:
+                row += f" {_fmt(r.accuracy)} |"
+            lines.append(row)
+        lines += ["", f"![{det}](heatmap_{det}.png)", ""]
+    lines += [
+        "## Rule",
+        "",
+        f"A head gets a role when its score is at least the threshold and the lower end of its interval is at least "
+        f"{baseline_factor:g} x the uniform baseline (referent heads also need accuracy >= 0.6). "
+        "Thresholds: " + ", ".join(f"{k}={v:g}" for k, v in thresholds.items()) + ".",
+        "",
+    ]
+    return "\n".join(lines)

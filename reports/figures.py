@@ -1,0 +1,90 @@
+"""Layer x head heatmaps (seaborn), saved as PNG and SVG. Plotting imports are lazy."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from probes.outputs import atomic_write
+
+__all__ = ["save_heatmap", "save_figure", "detector_heatmaps"]
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def save_figure(fig, stem: str | Path, formats: Sequence[str] = ("png", "svg")) -> list[Path]:
+    """Save ``fig`` as ``stem.png``, ``stem.svg`` (atomically) and close it."""
+    plt = _pyplot()
+    paths = []
+    try:
+        for fmt in formats:
+            path = Path(f"{stem}.{fmt}")
+            paths.append(atomic_write(path, lambda t, fmt=fmt: fig.savefig(t, format=fmt, dpi=150, bbox_inches="tight")))
+    finally:
+        plt.close(fig)
+    return paths
+
+
+def save_heatmap(
+    values: np.ndarray,
+    title: str,
+    stem: str | Path,
+    *,
+    vmin: float | None = 0.0,
+    vmax: float | None = 1.0,
+    cmap: str = "viridis",
+    center: float | None = None,
+    cbar_label: str = "score",
+    marked: np.ndarray | None = None,
+    formats: Sequence[str] = ("png", "svg"),
+) -> list[Path]:
+    """Heatmap of ``values[layer, head]`` (layers as rows, as in the field's L.H naming).
+
+    ``marked`` (bool, same shape) outlines cells, e.g. heads that got the role.
+    """
+    import seaborn as sns
+
+    plt = _pyplot()
+    n_layers, n_heads = values.shape
+    fig, ax = plt.subplots(figsize=(max(4.0, 0.45 * n_heads + 2), max(3.0, 0.38 * n_layers + 1.5)))
+    annot = n_layers * n_heads <= 64
+    sns.heatmap(
+        pd.DataFrame(values, index=range(n_layers), columns=range(n_heads)),
+        ax=ax, vmin=vmin, vmax=vmax, cmap=cmap, center=center, annot=annot, fmt=".2f",
+        annot_kws={"size": 7}, cbar_kws={"label": cbar_label}, square=False,
+    )
+    if marked is not None:
+        for layer, head in zip(*np.nonzero(marked)):
+            ax.add_patch(plt.Rectangle((head, layer), 1, 1, fill=False, edgecolor="red", lw=1.5))
+    ax.set_xlabel("head")
+    ax.set_ylabel("layer")
+    ax.set_title(title)
+    return save_figure(fig, stem, formats)
+
+
+def detector_heatmaps(scores: pd.DataFrame, roles: pd.DataFrame | None, out_dir: str | Path) -> dict[str, list[Path]]:
+    """One heatmap per detector in the scores table, heads with that role outlined."""
+    out: dict[str, list[Path]] = {}
+    n_layers = int(scores["layer"].max()) + 1
+    n_heads = int(scores["head"].max()) + 1
+    for det, g in scores.groupby("detector", sort=False):
+        grid = np.full((n_layers, n_heads), np.nan)
+        grid[g["layer"].to_numpy(), g["head"].to_numpy()] = g["score"].to_numpy()
+        marked = None
+        if roles is not None:
+            marked = np.zeros((n_layers, n_heads), dtype=bool)
+            for r in roles.itertuples():
+                marked[r.layer, r.head] = det in str(r.roles).split(";")
+        base = float(g["baseline"].iloc[0])
+        out[str(det)] = save_heatmap(grid, f"{det} score (uniform baseline {base:.3f})", Path(out_dir) / f"heatmap_{det}", marked=marked)
+    return out

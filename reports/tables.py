@@ -1,0 +1,47 @@
+"""Writing DataFrames by file extension, atomically."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from probes.errors import InputError
+from probes.outputs import atomic_write
+
+__all__ = ["TABLE_FORMATS", "check_table_path", "write_table", "read_table"]
+
+TABLE_FORMATS = (".csv", ".parquet", ".json")
+
+
+def check_table_path(path: str | Path) -> Path:
+    p = Path(path)
+    if p.suffix.lower() not in TABLE_FORMATS:
+        raise InputError(f"cannot tell the table format of {path}: use a .csv, .parquet or .json file name")
+    if p.suffix.lower() == ".parquet":
+        try:
+            import pyarrow  # noqa: F401
+        except ImportError:
+            raise InputError("writing .parquet needs pyarrow: pip install 'headlens[parquet]', or use .csv/.json") from None
+    return p
+
+
+def write_table(df: pd.DataFrame, path: str | Path) -> Path:
+    """CSV, Parquet or JSON (records, one object per row) by ``path``'s extension."""
+    p = check_table_path(path)
+    suffix = p.suffix.lower()
+    if suffix == ".csv":
+        return atomic_write(p, lambda t: df.to_csv(t, index=False))
+    if suffix == ".parquet":
+        return atomic_write(p, lambda t: df.to_parquet(t, index=False))
+    return atomic_write(p, lambda t: df.to_json(t, orient="records", indent=2))
+
+
+def read_table(path: str | Path) -> pd.DataFrame:
+    p = check_table_path(path)
+    suffix = p.suffix.lower()
+    if suffix == ".csv":
+        return pd.read_csv(p)
+    if suffix == ".parquet":
+        return pd.read_parquet(p)
+    return pd.read_json(p, orient="records")
