@@ -1,0 +1,37 @@
+"""analyses: detectors, the head census, classification, ablation, pruning, sinks.
+
+Functions here return DataFrames; nothing prints or plots.  Public names are imported
+lazily on first use.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "CensusConfig": "analyses.census",
+    "CensusResult": "analyses.census",
+    "run_census": "analyses.census",
+    "classify_heads": "analyses.classify",
+    "parse_thresholds": "analyses.classify",
+    "default_thresholds": "analyses.classify",
+    "registry": "analyses.detectors",
+    "get_detectors": "analyses.detectors",
+    "verify_attention": "analyses.verify",
+    "run_selftest": "analyses.selftest",
+    "build_planted_checkpoint": "analyses.planted",
+    "PLANTED_ROLES": "analyses.planted",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'analyses' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return __all__

@@ -119,12 +119,20 @@ def verify_cmd(model, device, dtype, revision, text, prompts_file, no_bos, toler
 @click.option("--d-model", default=64, show_default=True, type=click.IntRange(1, 8192))
 @click.option("--n-ctx", default=128, show_default=True, type=click.IntRange(2, 8192))
 @click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--planted", is_flag=True, help="Build the planted-head checkpoint instead (2 layers x 4 heads whose roles are set by hand; see 'headlens selftest').")
 @click.option("--overwrite", is_flag=True, help="Replace files in a non-empty folder.")
-def tiny_model_cmd(out_dir, n_layer, n_head, d_model, n_ctx, seed, overwrite):
+def tiny_model_cmd(out_dir, n_layer, n_head, d_model, n_ctx, seed, planted, overwrite):
     """Build a small GPT-2-shaped checkpoint (random weights, real GPT-2 tokenizer) offline."""
     from probes.outputs import check_out_dir
     from probes.tiny import TinySpec, build_tiny_checkpoint
 
+    if planted:
+        from analyses.planted import PLANTED_ROLES, build_planted_checkpoint
+
+        check_out_dir(out_dir, overwrite=overwrite)
+        path = build_planted_checkpoint(out_dir)
+        click.echo(f"wrote the planted-head checkpoint to {Path(path)}: " + ", ".join(f"{k} {v}" for k, v in PLANTED_ROLES.items()))
+        return
     if d_model % n_head:
         raise click.BadParameter(f"--d-model {d_model} must be a multiple of --heads {n_head}", param_hint="--d-model")
     check_out_dir(out_dir, overwrite=overwrite)
