@@ -50,6 +50,7 @@ class LoadedModel:
             "source": self.source,
             "path": self.path,
             "revision": self.config.revision,
+            "commit": getattr(getattr(self.bridge.original_model, "config", None), "_commit_hash", None),
             "architecture": type(self.bridge.original_model).__name__,
             "n_layers": self.n_layers,
             "n_heads": self.n_heads,
