@@ -180,7 +180,7 @@ def _stream(
             pos = {k: v[rows] for k, v in stim.positions.items()}
             state["rows"] = rows
             state["ctx"] = BatchContext(lengths=sub.lengths.to(model.device), offset=offset, seq_len=stim.seq_len, **pos)
-            run_forward(model, sub.tokens, stop_at_layer=L)
+            run_forward(model, sub.tokens, stop_after=f"blocks.{L - 1}.attn.hook_pattern")
             if progress is not None:
                 progress(done, len(chunks))
     return scores, baselines, extras

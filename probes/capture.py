@@ -60,12 +60,45 @@ def tokenize_for(model: LoadedModel, prompts: Sequence[str], *, prepend_bos: boo
     return tokenize_prompts(model.tokenizer, prompts, prepend_bos=prepend_bos, n_ctx=model.n_ctx, truncate=truncate)
 
 
-def run_forward(model: LoadedModel, tokens: Tensor, *, stop_at_layer: int | None = None, return_type: str | None = None) -> Any:
-    """One forward pass of the bridge on ``tokens`` (already on any device)."""
+class _StopForward(Exception):
+    """Raised by a hook to end a forward pass once everything needed has been seen."""
+
+
+def _stop(act: Tensor, hook: Any = None) -> None:
+    raise _StopForward
+
+
+def run_forward(
+    model: LoadedModel,
+    tokens: Tensor,
+    *,
+    stop_at_layer: int | None = None,
+    return_type: str | None = None,
+    stop_after: str | None = None,
+) -> Any:
+    """One forward pass of the bridge on ``tokens``.
+
+    With ``return_type=None`` the pass ends right after hook point ``stop_after`` (default:
+    the residual stream after block ``stop_at_layer - 1``, itself defaulting to the last
+    block): the bridge computes the unembedding even when no logits are asked for and even
+    with ``stop_at_layer == n_layers``, so a hook attached after the caller's hooks ends the
+    pass once everything needed has been seen.  The unembedding is the largest single cost
+    for a 50k vocabulary.
+    """
+    tokens = tokens.to(model.device)
+    if return_type is None:
+        last = model.n_layers if stop_at_layer is None else min(stop_at_layer, model.n_layers)
+        point = stop_after or f"blocks.{last - 1}.hook_resid_post"
+        try:
+            with attached(model.bridge, [(point, _stop)]):
+                model.bridge(tokens, return_type=None)
+        except _StopForward:
+            pass
+        return None
     kwargs: dict[str, Any] = {"return_type": return_type}
     if stop_at_layer is not None and stop_at_layer < model.n_layers:
         kwargs["stop_at_layer"] = stop_at_layer
-    return model.bridge(tokens.to(model.device), **kwargs)
+    return model.bridge(tokens, **kwargs)
 
 
 class _Writer:

@@ -29,6 +29,7 @@ def cli() -> None:
 _COMMAND_MODULES = (
     "reports.cmd_capture",
     "reports.cmd_detect",
+    "reports.cmd_sinks",
 )
 
 

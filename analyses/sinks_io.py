@@ -1,0 +1,121 @@
+"""Writing a :class:`~analyses.sinks.SinkReport`: CSV tables and a short Markdown summary."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from probes.outputs import atomic_write
+
+__all__ = ["write_tables", "summary_markdown", "seed_text_lines"]
+
+
+def write_tables(tables: dict[str, pd.DataFrame], out_dir: str | Path) -> list[Path]:
+    """Each table as ``OUT/<name>.csv`` (written atomically)."""
+    out = Path(out_dir)
+    return [atomic_write(out / f"{name}.csv", lambda p, df=df: df.to_csv(p, index=False, float_format="%.6g")) for name, df in tables.items()]
+
+
+def _bos(bos: Any) -> str:
+    return "BOS" if bool(bos) else "no BOS"
+
+
+def _md(df: pd.DataFrame, floatfmt: str = ".3f") -> str:
+    """A GitHub Markdown table (no tabulate dependency)."""
+    cols = list(df.columns)
+
+    def cell(v: Any) -> str:
+        if isinstance(v, float):
+            return format(v, floatfmt)
+        return str(v).replace("|", "\\|").replace("\n", "\\n")
+
+    lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in df.itertuples(index=False)]
+    return "\n".join(lines)
+
+
+def seed_text_lines(table: pd.DataFrame, top: int | None) -> list[str]:
+    """Console lines for the seed measurement: per BOS setting, the strongest heads first."""
+    lines = []
+    for bos, sub in table.groupby("bos", sort=False):
+        first = sub.iloc[0]
+        n = int(first["n_tokens"])
+        lines.append(f"{_bos(bos)}: {n} tokens, first {first['first_token']!r}, last {first['last_token']!r}; uniform attention gives 1/{n} = {1 / n:.1%}")
+        lines.append(f"{'head':>6} {'last->first':>12} {'1/n':>7} {'ratio':>7}")
+        shown = sub if top is None else sub.head(top)
+        for r in shown.itertuples():
+            lines.append(f"{r.layer:>3}.{r.head:<2} {r.attn_last_to_first:>12.1%} {r.uniform:>7.1%} {r.ratio:>6.2f}x")
+        if top is not None and len(sub) > top:
+            lines.append(f"... {len(sub) - top} more heads (--top to show them)")
+    return lines
+
+
+def summary_markdown(report: Any, *, model_name: str, figures: Sequence[Path] = ()) -> str:
+    """A short Markdown summary of a :class:`~analyses.sinks.SinkReport`."""
+    cfg = report.config
+    t = report.tables
+    out = [f"# Attention sinks: {model_name}", ""]
+    out.append(
+        f"Gu et al. (2024) sink metric: alpha = mean over queries of the attention to position 0, per sequence and head; "
+        f"a (sequence, head) sinks when alpha > eps = {cfg.eps:g}. Stimuli: {report.info.get('stimuli', '')}, "
+        f"{cfg.window} tokens per sequence (BOS included when prepended), "
+        + ", ".join(f"{n} sequences {k}" for k, n in report.info.get("n_sequences", {}).items())
+        + "."
+    )
+    out += ["", "## Sink rate, beside uniform attention", ""]
+    rates = t["sink_rates"].copy()
+    rates["bos"] = rates["bos"].map(_bos)
+    out.append(_md(rates[["bos", "n_sequences", "sink_rate", "uniform_sink_rate", "mean_alpha", "uniform_alpha", "n_sink_heads", "n_heads"]]))
+    for r in t["sink_rates"].itertuples():
+        if r.uniform_alpha > cfg.eps:
+            out += ["", f"**Note ({_bos(r.bos)}):** uniform attention itself is above eps here (alpha {r.uniform_alpha:.3f} > {cfg.eps:g}): the sequences are too short for the metric; Gu et al. use 64 tokens."]
+    census = t["census"]
+    for bos in cfg.bos:
+        sinks = census[(census["bos"] == bos) & census["is_sink"]].sort_values("alpha_mean", ascending=False)
+        names = ", ".join(f"{r.layer}.{r.head} ({r.alpha_mean:.2f}, {r.alpha_over_uniform:.1f}x uniform)" for r in sinks.head(20).itertuples())
+        more = f" and {len(sinks) - 20} more" if len(sinks) > 20 else ""
+        out += ["", f"Sink heads ({_bos(bos)}, mean alpha > {cfg.eps:g}): {names or 'none'}{more}."]
+    if "content_verdicts" in t:
+        out += ["", "## Position or content (first token varied)", ""]
+        c = t["content"]
+        per_variant = c.groupby("variant", observed=True).agg(sink_rate=("sink_rate", "mean"), mean_alpha=("alpha_first", "mean"), heads_sinking=("alpha_first", lambda s: int((s > cfg.eps).sum()))).reset_index()
+        out.append(_md(per_variant))
+        v = t["content_verdicts"]
+        v = v[v["verdict"] != "none"]
+        if len(v):
+            out += ["", "Heads that sink in at least one variant:", "", _md(v[["layer", "head", "verdict", "variants_sinking", "variants", "sinks_in"]])]
+    if "secondary_tokens_overall" in t and len(t["secondary_tokens_overall"]):
+        out += ["", "## Secondary sinks (tokens receiving attention beyond uniform, positions >= 1)", ""]
+        for bos, sub in t["secondary_tokens_overall"].groupby("bos", sort=False):
+            top = sub.head(8)
+            out.append(f"- {_bos(bos)}: " + ", ".join(f"{r.token!r} ({r.mean_excess:+.3f} mean over heads, top-{cfg.top_k} in {r.heads_in_top_k} heads)" for r in top.itertuples()))
+    if "value_norm" in t:
+        out += ["", "## Does the sink carry anything? (value norms, Kobayashi et al. 2020)", ""]
+        vn = t["value_norm"].merge(census[["bos", "layer", "head", "is_sink"]], on=["bos", "layer", "head"])
+        vn = vn[vn["is_sink"]].sort_values(["bos", "attn_share"], ascending=[True, False])
+        if len(vn):
+            vn = vn.assign(bos=vn["bos"].map(_bos))
+            out.append(_md(vn[["bos", "layer", "head", "attn_share", "value_norm_share", "norm_ratio"]].head(40)))
+            out += ["", "attn_share: mean A[i,0] over queries i >= 1; value_norm_share: mean of ||A[i,0] v0 W_O|| / sum_j ||A[i,j] vj W_O||; a large attention share with a small norm share is a no-op sink."]
+        else:
+            out.append("No sink heads.")
+    if "removal" in t:
+        out += ["", "## Sink removal (attention to position 0 masked, rows renormalised)", ""]
+        r = t["removal"].copy()
+        r["bos"] = r["bos"].map(_bos)
+        out.append(_md(r[["bos", "removed", "n_heads", "loss", "delta_loss"]], floatfmt=".4f"))
+    if "windowed" in t:
+        out += ["", "## Windowed attention (StreamingLLM-style, every head)", ""]
+        w = t["windowed"]
+        for bos, sub in w.groupby("bos", sort=False):
+            full = sub[sub["full_attention"]]
+            piv = sub[~sub["full_attention"]].pivot(index="window", columns="keep_first", values="loss")
+            piv.columns = [f"keep {k}" for k in piv.columns]
+            out += [f"{_bos(bos)}, {int(sub['seq_tokens'].iloc[0])}-token sequences, full attention loss {float(full['loss'].iloc[0]):.4f}:", "", _md(piv.reset_index(), floatfmt=".4f"), ""]
+    if figures:
+        out += ["", "## Figures", ""] + [f"- [{p.name}]({p.name})" for p in figures if p.suffix == ".png"]
+    out += ["", "Tables: " + ", ".join(f"{name}.csv" for name in t) + ". Definitions: `analyses/sinks.py`.", ""]
+    return "\n".join(out)

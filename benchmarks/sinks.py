@@ -1,0 +1,123 @@
+"""Benchmark: the sink census vs plain forward passes over the same tokens.
+
+    python benchmarks/sinks.py [--prompts 48] [--tokens 64] [--batch-size 8] [--repeats 3] [--device auto] [--dtype float32]
+
+GPT-2-small shape (12 layers x 12 heads, d_model 768), random weights, the census stimuli
+(windows of the evaluation text, Gu et al.'s 64 tokens, no BOS; the text holds 90).
+Modes (peak memory: each mode alone in its own process, one timed run after a warm-up):
+  forward_logits  plain forward to the logits (what model(tokens) costs; the bridge computes
+                  the logits even with return_type=None or stop_at_layer=n_layers)
+  forward_stop    a plain forward that stops where the census stops (after the last layer's
+                  attention pattern): the same work as the census without its hooks
+  census_alpha    the sink census alone: Gu et al. alpha per (sequence, layer, head)
+  census_full     what `headlens sinks` streams in one pass: alpha + secondary sinks
+                  (excess attention per position and token) + value-norm shares
+Both census modes stop the pass right after the last layer's attention pattern.
+Timing: one more process runs the three modes in turn, ``--repeats`` rounds after a warm-up
+round, so that CPU contention from other work hits every mode alike; the ratios are medians of
+the per-round ratios.  The target is census_full / forward_logits <= 1.3.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import _common  # noqa: E402
+
+
+def one_mode(args) -> dict:
+    import torch
+
+    from analyses.sinks_stream import run_to_last_pattern, stream_sink_stats
+    from analyses.stimuli import eval_text, text_windows
+    from probes.loading import load_model
+    from probes.prompts import TokenBatch, iter_batches
+
+    torch.manual_seed(0)
+    model = load_model(model=args.checkpoint, device=args.device, dtype=args.dtype)
+    tokens = text_windows(model.tokenizer, eval_text(), args.tokens, args.prompts, prepend_bos=False)
+    batch = TokenBatch(tokens=tokens, lengths=torch.full((args.prompts,), args.tokens), strings=[[]] * args.prompts, prepend_bos=False, pad_id=0)
+    chunks = iter_batches(batch, args.batch_size)
+    dev = str(model.device)
+
+    def forward():
+        with torch.inference_mode():
+            for _, sub in chunks:
+                model.bridge(sub.tokens.to(model.device), return_type="logits")
+
+    def forward_same_stop():
+        with torch.inference_mode():
+            for _, sub in chunks:
+                run_to_last_pattern(model, sub.tokens, [])
+
+    fns = {
+        "forward_logits": forward,
+        "forward_stop": forward_same_stop,
+        "census_alpha": lambda: stream_sink_stats(model, batch, eps=0.3, batch_size=args.batch_size),
+        "census_full": lambda: stream_sink_stats(model, batch, eps=0.3, secondary=True, value_norm=True, batch_size=args.batch_size),
+    }
+    if args.mode != "paired":
+        res = _common.measure(fns[args.mode], repeats=1, device=dev)
+        res.update(device=dev, dtype=args.dtype, threads=torch.get_num_threads())
+        return res
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for rnd in range(args.repeats + 1):
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            if dev.startswith("cuda"):
+                torch.cuda.synchronize()
+            if rnd:  # round 0 warms up
+                times[name].append(time.perf_counter() - t0)
+    return {
+        "median_s": statistics.median(times["census_full"]),
+        "medians_s": {name: statistics.median(t) for name, t in times.items()},
+        "times_s": times,
+        "ratio": {name: statistics.median(a / b for a, b in zip(times[name], times["forward_logits"])) for name in fns},
+        "peak_MiB": float("nan"),
+        "device": dev,
+        "threads": torch.get_num_threads(),
+    }
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--mode", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--checkpoint", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--prompts", type=int, default=48)
+    p.add_argument("--tokens", type=int, default=64)
+    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--device", default="auto")
+    p.add_argument("--dtype", default="float32")
+    p.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "headlens-bench"))
+    args = p.parse_args()
+    if args.mode:
+        print(json.dumps(one_mode(args)))
+        return
+    ckpt = _common.checkpoint(Path(args.cache))
+    extra = ["--checkpoint", str(ckpt), "--prompts", str(args.prompts), "--tokens", str(args.tokens), "--batch-size", str(args.batch_size), "--repeats", str(args.repeats), "--device", args.device, "--dtype", args.dtype]
+    modes = ["forward_logits", "forward_stop", "census_alpha", "census_full"]
+    mem = _common.run_modes(__file__, modes, extra)
+    paired = _common.run_modes(__file__, ["paired"], extra)["paired"]
+    first = mem[modes[0]]
+    print(f"sinks benchmark: GPT-2-small shape, random weights, {args.prompts} sequences x {args.tokens} tokens (evaluation text, no BOS), batch {args.batch_size}, {first['device']}, {args.dtype}, {first['threads']} threads, {args.repeats} interleaved rounds")
+    print(f"{'mode':<16}{'median s':>10}{'vs forward':>12}{'peak MiB':>10}  ({first['memory']}, each mode alone)")
+    for m in modes:
+        print(f"{m:<16}{paired['medians_s'][m]:>10.3f}{paired['ratio'][m]:>12.3f}{mem[m]['peak_MiB']:>10.0f}")
+    print(f"ratio census_full / forward_logits = {paired['ratio']['census_full']:.3f}  (target <= 1.3; median of per-round ratios)")
+    stop = statistics.median(a / b for a, b in zip(paired["times_s"]["census_full"], paired["times_s"]["forward_stop"]))
+    print(f"ratio census_full / forward_stop = {stop:.3f}  (the hooks' own cost: same layers run, no statistics)")
+
+
+if __name__ == "__main__":
+    main()
