@@ -30,6 +30,7 @@ _COMMAND_MODULES = (
     "reports.cmd_capture",
     "reports.cmd_detect",
     "reports.cmd_sinks",
+    "reports.cmd_ablate",
 )
 
 

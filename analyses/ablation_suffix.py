@@ -1,0 +1,95 @@
+"""Run only the blocks from layer ``L`` on, from a stored residual stream.
+
+TransformerBridge's ``start_at_layer`` still executes blocks ``0..L-1`` (it discards their
+output), so it saves nothing.  :func:`from_layer` instead runs the Hugging Face forward
+with the model's block list cut to ``blocks[L:]`` and a ``blocks.L.hook_resid_pre`` hook
+that swaps the stored residual in for the embeddings, so blocks before ``L`` never run;
+the final norm, unembedding and anything else the model does after its blocks run as
+usual.  The cut list is restored on exit, also after an exception.
+
+:func:`check_from_layer` compares one such run against a full forward; callers fall back to
+full forwards when it does not reproduce the logits (an architecture whose forward indexes
+its layers by position, say).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+from jaxtyping import Float, Int
+from torch import Tensor
+
+from probes.hooks import HookFn, attached
+from probes.loading import LoadedModel
+
+__all__ = ["from_layer", "run_from_layer", "check_from_layer", "resid_hook_name"]
+
+
+def resid_hook_name(layer: int) -> str:
+    return f"blocks.{layer}.hook_resid_pre"
+
+
+def _block_list(model: LoadedModel) -> torch.nn.ModuleList:
+    blocks = getattr(model.bridge, "blocks", None)
+    if not isinstance(blocks, torch.nn.ModuleList) or len(blocks) != model.n_layers:
+        raise NotImplementedError("this model has no standard 'blocks' list")
+    return blocks
+
+
+@contextmanager
+def from_layer(model: LoadedModel, layer: int) -> Iterator[None]:
+    """Inside the block, the model's forward runs blocks ``layer..n_layers-1`` only."""
+    blocks = _block_list(model)
+    if layer == 0:
+        yield
+        return
+    saved = blocks._modules
+    kept = list(saved.values())[layer:]
+    blocks._modules = OrderedDict((str(i), m) for i, m in enumerate(kept))
+    try:
+        yield
+    finally:
+        blocks._modules = saved
+
+
+def run_from_layer(
+    model: LoadedModel,
+    tokens: Int[Tensor, "batch pos"],
+    resid: Float[Tensor, "batch pos d_model"],
+    layer: int,
+    hooks: Sequence[tuple[str, HookFn]] = (),
+    **kwargs: Any,
+) -> Float[Tensor, "batch pos vocab"]:
+    """Logits of the model continued from ``resid`` (the stream entering block ``layer``).
+
+    ``tokens`` only set the shape (their embeddings are replaced); ``hooks`` are attached
+    for the run (hooks on layers before ``layer`` never fire); ``kwargs`` go to the bridge.
+    """
+
+    def inject(act: Tensor, hook: Any = None) -> Tensor:  # noqa: ARG001
+        return resid.to(act.dtype)
+
+    with from_layer(model, layer), attached(model.bridge, [(resid_hook_name(layer), inject), *hooks]):
+        return model.bridge(tokens.to(model.device), return_type="logits", **kwargs)
+
+
+def check_from_layer(model: LoadedModel, tokens: Int[Tensor, "batch pos"], layer: int, *, atol: float = 1e-5) -> bool:
+    """True when continuing from block ``layer`` reproduces a full forward's logits."""
+    store: dict[str, Tensor] = {}
+
+    def keep(act: Tensor, hook: Any = None) -> None:  # noqa: ARG001
+        store["resid"] = act.detach().clone()
+
+    try:
+        with torch.inference_mode():
+            with attached(model.bridge, [(resid_hook_name(layer), keep)]):
+                full = model.bridge(tokens.to(model.device), return_type="logits")
+            part = run_from_layer(model, tokens, store["resid"], layer)
+    except (NotImplementedError, RuntimeError, ValueError, KeyError):
+        return False
+    scale = max(1.0, float(full.abs().max()))
+    return bool(part.shape == full.shape and float((part - full).abs().max()) <= atol * scale)
