@@ -68,5 +68,33 @@ def run_modes(script: str, modes: list[str], extra: list[str]) -> dict[str, dict
     for mode in modes:
         out = subprocess.run([sys.executable, script, "--mode", mode, *extra], check=True, capture_output=True, text=True)
         results[mode] = json.loads(out.stdout.strip().splitlines()[-1])
-        print(f"  {mode}: median {results[mode]['median_s']:.3f} s, peak {results[mode]['peak_MiB']:.0f} MiB", file=sys.stderr)
+        r = results[mode]
+        if "median_s" in r:
+            print(f"  {mode}: {r['median_s']:.3f} s, peak {r['peak_MiB']:.0f} MiB", file=sys.stderr)
     return results
+
+
+def interleaved(fns: dict[str, Callable[[], object]], *, repeats: int, device: str) -> dict:
+    """Time ``fns`` in turn, ``repeats`` rounds after a warm-up round, in this process.
+
+    Contention from other work then hits every mode alike; ratios should be taken per round
+    (see :func:`round_ratio`).  Returns per-mode lists of seconds and their medians.
+    """
+    import torch
+
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for rnd in range(repeats + 1):
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            if device.startswith("cuda"):
+                torch.cuda.synchronize()
+            if rnd:  # round 0 warms up
+                times[name].append(time.perf_counter() - t0)
+    return {"times_s": times, "medians_s": {name: statistics.median(t) for name, t in times.items()}}
+
+
+def round_ratio(timing: dict, num: str, den: str) -> float:
+    """Median over rounds of ``time[num] / time[den]`` measured in the same round."""
+    t = timing["times_s"]
+    return statistics.median(a / b for a, b in zip(t[num], t[den]))

@@ -3,7 +3,9 @@
     python benchmarks/capture.py [--prompts 16] [--tokens 256] [--batch-size 8] [--repeats 3] [--device auto] [--dtype float32]
 
 GPT-2-small shape (12 layers x 12 heads, d_model 768), random weights, random tokens.
-Modes, each in its own process (so peak memory is its own):
+Peak memory: each mode alone in its own process.  Timing: one more process runs the modes in
+turn, --repeats rounds after a warm-up round, so contention hits them alike; ratios are
+medians of per-round ratios.  Modes:
   forward_logits  plain forward to the logits (what model(tokens) costs)
   forward_blocks  plain forward through all 12 blocks, no unembedding (the same work capture does)
   capture_all     headlens capture of hook_pattern for every layer and head (kept on the CPU)
@@ -44,16 +46,19 @@ def one_mode(args) -> dict:
             for _, sub in chunks:
                 run_forward(model, sub.tokens, stop_at_layer=stop, return_type="logits" if stop is None else None)
 
-    if args.mode == "forward_logits":
-        fn = lambda: forward(None)  # noqa: E731
-    elif args.mode == "forward_blocks":
-        fn = lambda: forward(model.n_layers)  # noqa: E731
-    else:
-        cfg = CaptureConfig(what=("pattern",), prepend_bos=False, batch_size=args.batch_size)
-        fn = lambda: capture(model, batch, cfg)  # noqa: E731
-    res = _common.measure(fn, repeats=args.repeats, device=dev)
-    res.update(device=dev, dtype=args.dtype, threads=torch.get_num_threads())
-    return res
+    fns = {
+        "forward_logits": lambda: forward(None),
+        "forward_blocks": lambda: forward(model.n_layers),
+        "capture_all": lambda: capture(model, batch, CaptureConfig(what=("pattern",), prepend_bos=False, batch_size=args.batch_size)),
+    }
+    if args.mode != "paired":
+        res = _common.measure(fns[args.mode], repeats=1, device=dev)
+        res.update(device=dev, dtype=args.dtype, threads=torch.get_num_threads())
+        return res
+    timing = _common.interleaved(fns, repeats=args.repeats, device=dev)
+    timing["ratio_blocks"] = _common.round_ratio(timing, "capture_all", "forward_blocks")
+    timing["ratio_logits"] = _common.round_ratio(timing, "capture_all", "forward_logits")
+    return timing
 
 
 def main() -> None:
@@ -74,14 +79,15 @@ def main() -> None:
     ckpt = _common.checkpoint(Path(args.cache))
     extra = ["--checkpoint", str(ckpt), "--prompts", str(args.prompts), "--tokens", str(args.tokens), "--batch-size", str(args.batch_size), "--repeats", str(args.repeats), "--device", args.device, "--dtype", args.dtype]
     modes = ["forward_logits", "forward_blocks", "capture_all"]
-    r = _common.run_modes(__file__, modes, extra)
-    first = r[modes[0]]
-    print(f"capture benchmark: GPT-2-small shape, random weights, {args.prompts} prompts x {args.tokens} tokens, batch {args.batch_size}, {first['device']}, {args.dtype}, {first['threads']} threads, median of {args.repeats}")
-    print(f"{'mode':<16}{'median s':>10}{'peak MiB':>10}  ({first['memory']})")
+    mem = _common.run_modes(__file__, modes, extra)
+    paired = _common.run_modes(__file__, ["paired"], extra)["paired"]
+    first = mem[modes[0]]
+    print(f"capture benchmark: GPT-2-small shape, random weights, {args.prompts} prompts x {args.tokens} tokens, batch {args.batch_size}, {first['device']}, {args.dtype}, {first['threads']} threads, {args.repeats} interleaved rounds")
+    print(f"{'mode':<16}{'median s':>10}{'peak MiB':>10}  ({first['memory']}, each mode alone)")
     for m in modes:
-        print(f"{m:<16}{r[m]['median_s']:>10.3f}{r[m]['peak_MiB']:>10.0f}")
-    print(f"ratio capture_all / forward_blocks = {r['capture_all']['median_s'] / r['forward_blocks']['median_s']:.3f}  (target <= 1.2)")
-    print(f"ratio capture_all / forward_logits = {r['capture_all']['median_s'] / r['forward_logits']['median_s']:.3f}")
+        print(f"{m:<16}{paired['medians_s'][m]:>10.3f}{mem[m]['peak_MiB']:>10.0f}")
+    print(f"ratio capture_all / forward_blocks = {paired['ratio_blocks']:.3f}  (target <= 1.2; median of per-round ratios)")
+    print(f"ratio capture_all / forward_logits = {paired['ratio_logits']:.3f}")
 
 
 if __name__ == "__main__":

@@ -5,7 +5,9 @@
 GPT-2-small shape (12 x 12, d_model 768), random weights.  Same stimuli for every mode:
 --n-prompts sequences of 50 distinct random tokens repeated twice, --n-prompts 64-token
 natural-text windows and --n-prompts referent sentences, BOS prepended, batch 16.
-Modes, each in its own process:
+Peak memory: each mode alone in its own process (one run after a warm-up).  Timing: one
+more process runs the modes in turn, --repeats rounds after a warm-up round; ratios are
+medians of per-round ratios.  Modes:
   forward_logits   plain forward to the logits over the same token batches
   forward_blocks   plain forward through all blocks (no unembedding), same batches
   census           headlens census, all five detectors, every head, one pass per stimulus set
@@ -60,26 +62,30 @@ def one_mode(args) -> dict:
                 for _, sub in iter_batches(stim.batch, 16):
                     run_forward(model, sub.tokens, stop_at_layer=stop, return_type="logits" if stop is None else None)
 
-    if args.mode == "forward_logits":
-        fn = lambda: forward(None)  # noqa: E731
-    elif args.mode == "forward_blocks":
-        fn = lambda: forward(model.n_layers)  # noqa: E731
-    elif args.mode in ("census", "census_x4"):
-        fn = lambda: run_census(model, config)  # noqa: E731
-    else:
-        from transformer_lens.head_detector import detect_head
+    from transformer_lens.head_detector import detect_head
 
-        def fn():
-            jobs = [("natural", "previous_token_head"), ("repeated", "duplicate_token_head"), ("repeated", "induction_head")]
-            for kind, name in jobs:
-                stim = stimuli[kind]
-                for i in range(len(stim.batch)):
-                    tokens = stim.batch.tokens[i : i + 1, : int(stim.batch.lengths[i])].to(model.device)
-                    detect_head(_FixedTokens(model.bridge, tokens), "unused", name)
+    def tl_loop():
+        jobs = [("natural", "previous_token_head"), ("repeated", "duplicate_token_head"), ("repeated", "induction_head")]
+        for kind, name in jobs:
+            stim = stimuli[kind]
+            for i in range(len(stim.batch)):
+                tokens = stim.batch.tokens[i : i + 1, : int(stim.batch.lengths[i])].to(model.device)
+                detect_head(_FixedTokens(model.bridge, tokens), "unused", name)
 
-    res = _common.measure(fn, repeats=args.repeats, device=str(model.device))
-    res.update(device=str(model.device), threads=torch.get_num_threads(), n_prompts=n)
-    return res
+    fns = {
+        "forward_logits": lambda: forward(None),
+        "forward_blocks": lambda: forward(model.n_layers),
+        "census": lambda: run_census(model, config),
+        "tl_detect_head": tl_loop,
+    }
+    if args.mode != "paired":
+        res = _common.measure(fns["census" if args.mode == "census_x4" else args.mode], repeats=1, device=str(model.device))
+        res.update(device=str(model.device), threads=torch.get_num_threads(), n_prompts=n)
+        return res
+    timing = _common.interleaved(fns, repeats=args.repeats, device=str(model.device))
+    for other in ("forward_blocks", "forward_logits", "tl_detect_head"):
+        timing[f"census_vs_{other}"] = _common.round_ratio(timing, "census", other)
+    return timing
 
 
 def main() -> None:
@@ -98,16 +104,18 @@ def main() -> None:
     ckpt = _common.checkpoint(Path(args.cache))
     extra = ["--checkpoint", str(ckpt), "--n-prompts", str(args.n_prompts), "--repeats", str(args.repeats), "--device", args.device, "--dtype", args.dtype]
     modes = ["forward_logits", "forward_blocks", "census", "census_x4", "tl_detect_head"]
-    r = _common.run_modes(__file__, modes, extra)
-    first = r["census"]
-    print(f"census benchmark: GPT-2-small shape, random weights, {args.n_prompts} prompts per stimulus set, {first['device']}, {args.dtype}, {first['threads']} threads, median of {args.repeats}")
-    print(f"{'mode':<16}{'prompts':>8}{'median s':>10}{'peak MiB':>10}  ({first['memory']})")
+    mem = _common.run_modes(__file__, modes, extra)
+    paired = _common.run_modes(__file__, ["paired"], extra)["paired"]
+    first = mem["census"]
+    print(f"census benchmark: GPT-2-small shape, random weights, {args.n_prompts} prompts per stimulus set, {first['device']}, {args.dtype}, {first['threads']} threads, {args.repeats} interleaved rounds")
+    print(f"{'mode':<16}{'prompts':>8}{'median s':>10}{'peak MiB':>10}  ({first['memory']}, each mode alone)")
     for m in modes:
-        print(f"{m:<16}{r[m]['n_prompts']:>8}{r[m]['median_s']:>10.3f}{r[m]['peak_MiB']:>10.0f}")
-    print(f"ratio census / forward_blocks = {r['census']['median_s'] / r['forward_blocks']['median_s']:.3f}  (target <= 1.3)")
-    print(f"ratio census / forward_logits = {r['census']['median_s'] / r['forward_logits']['median_s']:.3f}")
-    print(f"speed-up over looping detect_head (3 of the 5 detectors) = {r['tl_detect_head']['median_s'] / r['census']['median_s']:.1f}x")
-    print(f"peak memory census_x4 - census = {r['census_x4']['peak_MiB'] - r['census']['peak_MiB']:+.0f} MiB for 4x the prompts")
+        t = paired["medians_s"].get(m)
+        print(f"{m:<16}{mem[m]['n_prompts']:>8}{(f'{t:.3f}' if t is not None else '-'):>10}{mem[m]['peak_MiB']:>10.0f}")
+    print(f"ratio census / forward_blocks = {paired['census_vs_forward_blocks']:.3f}  (target <= 1.3; median of per-round ratios)")
+    print(f"ratio census / forward_logits = {paired['census_vs_forward_logits']:.3f}")
+    print(f"speed-up over looping detect_head (3 of the 5 detectors) = {1 / paired['census_vs_tl_detect_head']:.1f}x")
+    print(f"peak memory census_x4 - census = {mem['census_x4']['peak_MiB'] - mem['census']['peak_MiB']:+.0f} MiB for 4x the prompts")
 
 
 if __name__ == "__main__":

@@ -22,10 +22,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -69,20 +67,12 @@ def one_mode(args) -> dict:
         res = _common.measure(fns[args.mode], repeats=1, device=dev)
         res.update(device=dev, dtype=args.dtype, threads=torch.get_num_threads())
         return res
-    times: dict[str, list[float]] = {name: [] for name in fns}
-    for rnd in range(args.repeats + 1):
-        for name, fn in fns.items():
-            t0 = time.perf_counter()
-            fn()
-            if dev.startswith("cuda"):
-                torch.cuda.synchronize()
-            if rnd:  # round 0 warms up
-                times[name].append(time.perf_counter() - t0)
+    timing = _common.interleaved(fns, repeats=args.repeats, device=dev)
     return {
-        "median_s": statistics.median(times["census_full"]),
-        "medians_s": {name: statistics.median(t) for name, t in times.items()},
-        "times_s": times,
-        "ratio": {name: statistics.median(a / b for a, b in zip(times[name], times["forward_logits"])) for name in fns},
+        "median_s": timing["medians_s"]["census_full"],
+        "medians_s": timing["medians_s"],
+        "times_s": timing["times_s"],
+        "ratio": {name: _common.round_ratio(timing, name, "forward_logits") for name in fns},
         "peak_MiB": float("nan"),
         "device": dev,
         "threads": torch.get_num_threads(),
@@ -115,7 +105,7 @@ def main() -> None:
     for m in modes:
         print(f"{m:<16}{paired['medians_s'][m]:>10.3f}{paired['ratio'][m]:>12.3f}{mem[m]['peak_MiB']:>10.0f}")
     print(f"ratio census_full / forward_logits = {paired['ratio']['census_full']:.3f}  (target <= 1.3; median of per-round ratios)")
-    stop = statistics.median(a / b for a, b in zip(paired["times_s"]["census_full"], paired["times_s"]["forward_stop"]))
+    stop = _common.round_ratio(paired, "census_full", "forward_stop")
     print(f"ratio census_full / forward_stop = {stop:.3f}  (the hooks' own cost: same layers run, no statistics)")
 
 
