@@ -14,6 +14,7 @@ __all__ = [
     "HeadlensGroup",
     "model_options",
     "parse_layers",
+    "parse_ints",
     "parse_heads",
     "parse_csv",
     "Progress",
@@ -77,14 +78,19 @@ def parse_csv(value: str | None) -> list[str] | None:
     return items
 
 
-def parse_layers(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[int, ...] | None:  # noqa: ARG001
+def parse_ints(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[int, ...] | None:  # noqa: ARG001
+    """Click callback: ``"0,3"`` -> ``(0, 3)``."""
     items = parse_csv(value)
     if items is None:
         return None
     try:
         return tuple(int(v) for v in items)
     except ValueError:
-        raise click.BadParameter(f"{value!r}: expected comma-separated layer numbers such as 0,3") from None
+        raise click.BadParameter(f"{value!r}: expected comma-separated whole numbers such as 0,3") from None
+
+
+#: ``--layers 0,3``
+parse_layers = parse_ints
 
 
 def parse_heads(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[tuple[int, int], ...] | None:  # noqa: ARG001

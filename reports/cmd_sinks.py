@@ -7,17 +7,9 @@ from pathlib import Path
 
 import click
 
-from reports.cli_common import Progress, model_options, parse_csv, parse_heads
+from reports.cli_common import Progress, model_options, parse_csv, parse_heads, parse_ints
 
 
-def _parse_ints(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[int, ...] | None:  # noqa: ARG001
-    items = parse_csv(value)
-    if items is None:
-        return None
-    try:
-        return tuple(int(v) for v in items)
-    except ValueError:
-        raise click.BadParameter(f"{value!r}: expected comma-separated whole numbers such as 0,1,4") from None
 
 
 def _stage_progress(quiet: bool):
@@ -42,8 +34,8 @@ def _stage_progress(quiet: bool):
 @click.option("--prompts", "prompts_file", default=None, help="Your own texts instead of the evaluation text: one a line, or JSONL with 'text' (each cut to --window tokens).")
 @click.option("--heads", callback=parse_heads, default=None, help="Heads whose sink is removed, together and one by one, as LAYER.HEAD,... (default: the sink heads the census finds).")
 @click.option("--max-single", default=8, show_default=True, type=int, help="At most this many heads are also removed one by one (strongest sinks first).")
-@click.option("--keep-first", callback=_parse_ints, default="1,4", show_default=True, help="First tokens kept by windowed attention, comma-separated (0, none kept, always runs).")
-@click.option("--attn-windows", callback=_parse_ints, default=None, help="Window sizes for windowed attention, comma-separated (default: 8, 32, 128, 512, up to half of --long-tokens).")
+@click.option("--keep-first", callback=parse_ints, default="1,4", show_default=True, help="First tokens kept by windowed attention, comma-separated (0, none kept, always runs).")
+@click.option("--attn-windows", callback=parse_ints, default=None, help="Window sizes for windowed attention, comma-separated (default: 8, 32, 128, 512, up to half of --long-tokens).")
 @click.option("--long-tokens", default=None, type=int, help="Length of the long sequences for windowed attention (default: the context, at most 1024).")
 @click.option("--n-long", default=2, show_default=True, type=int, help="Number of long sequences.")
 @click.option("--skip", default=None, help="Parts not to run, comma-separated: content, secondary, value_norm, removal, windowed.")
