@@ -31,6 +31,7 @@ _COMMAND_MODULES = (
     "reports.cmd_detect",
     "reports.cmd_sinks",
     "reports.cmd_ablate",
+    "reports.cmd_report",
 )
 
 

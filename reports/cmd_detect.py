@@ -102,7 +102,18 @@ def detect_cmd(model, device, dtype, revision, detectors, n_prompts, seed, seq_l
     click.echo(f"{len(result.scores)} scores ({result.scores['detector'].nunique()} detectors x {loaded.n_layers * loaded.n_heads} heads) -> {out}")
 
 
-def classify_to_dir(loaded: Any, config: Any, out_dir: Path, *, thresholds: dict[str, float], baseline_factor: float, quiet: bool, command: list[str], extra: dict | None = None):
+def classify_to_dir(
+    loaded: Any,
+    config: Any,
+    out_dir: Path,
+    *,
+    thresholds: dict[str, float],
+    baseline_factor: float,
+    quiet: bool,
+    command: list[str],
+    extra: dict | None = None,
+    formats: tuple[str, ...] = ("png", "svg"),
+):
     """Run the census and write scores.csv, roles.csv, heatmaps, summary.md, manifest.json."""
     from analyses.census import run_census
     from analyses.classify import classify_heads, default_thresholds
@@ -117,7 +128,7 @@ def classify_to_dir(loaded: Any, config: Any, out_dir: Path, *, thresholds: dict
     out_dir.mkdir(parents=True, exist_ok=True)
     write_table(result.scores, out_dir / "scores.csv")
     write_table(roles, out_dir / "roles.csv")
-    detector_heatmaps(result.scores, roles, out_dir)
+    detector_heatmaps(result.scores, roles, out_dir, formats=formats)
     used = {k: v for k, v in {**default_thresholds(), **thresholds}.items() if k in set(result.scores["detector"])}
     write_text(
         out_dir / "summary.md",

@@ -19,17 +19,23 @@ def _pyplot():
     matplotlib.use("Agg", force=False)
     import matplotlib.pyplot as plt
 
+    plt.rcParams["svg.hashsalt"] = "headlens"  # stable SVG ids
     return plt
 
 
+#: savefig metadata that keeps files byte-identical from run to run
+_STABLE_METADATA = {"svg": {"Date": None}, "pdf": {"CreationDate": None, "ModDate": None}, "png": {"Software": None}}
+
+
 def save_figure(fig, stem: str | Path, formats: Sequence[str] = ("png", "svg")) -> list[Path]:
-    """Save ``fig`` as ``stem.png``, ``stem.svg`` (atomically) and close it."""
+    """Save ``fig`` as ``stem.<fmt>`` for each format (atomically, no dates inside) and close it."""
     plt = _pyplot()
     paths = []
     try:
         for fmt in formats:
             path = Path(f"{stem}.{fmt}")
-            paths.append(atomic_write(path, lambda t, fmt=fmt: fig.savefig(t, format=fmt, dpi=150, bbox_inches="tight")))
+            meta = _STABLE_METADATA.get(fmt)
+            paths.append(atomic_write(path, lambda t, fmt=fmt, meta=meta: fig.savefig(t, format=fmt, dpi=150, bbox_inches="tight", metadata=meta)))
     finally:
         plt.close(fig)
     return paths
@@ -72,7 +78,7 @@ def save_heatmap(
     return save_figure(fig, stem, formats)
 
 
-def detector_heatmaps(scores: pd.DataFrame, roles: pd.DataFrame | None, out_dir: str | Path) -> dict[str, list[Path]]:
+def detector_heatmaps(scores: pd.DataFrame, roles: pd.DataFrame | None, out_dir: str | Path, formats: Sequence[str] = ("png", "svg")) -> dict[str, list[Path]]:
     """One heatmap per detector in the scores table, heads with that role outlined."""
     out: dict[str, list[Path]] = {}
     n_layers = int(scores["layer"].max()) + 1
@@ -86,5 +92,5 @@ def detector_heatmaps(scores: pd.DataFrame, roles: pd.DataFrame | None, out_dir:
             for r in roles.itertuples():
                 marked[r.layer, r.head] = det in str(r.roles).split(";")
         base = float(g["baseline"].iloc[0])
-        out[str(det)] = save_heatmap(grid, f"{det} score (uniform baseline {base:.3f})", Path(out_dir) / f"heatmap_{det}", marked=marked)
+        out[str(det)] = save_heatmap(grid, f"{det} score (uniform baseline {base:.3f})", Path(out_dir) / f"heatmap_{det}", marked=marked, formats=formats)
     return out

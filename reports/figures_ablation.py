@@ -1,4 +1,4 @@
-"""Figures of ablation and pruning studies, each written as PNG and SVG.
+"""Figures of ablation and pruning studies, written as PNG and SVG (or the ``formats`` asked for).
 
 seaborn and matplotlib are imported inside the functions (Agg backend), so importing this
 module costs nothing.  SVGs are deterministic (fixed hash salt, no date).
@@ -6,39 +6,26 @@ module costs nothing.  SVGs are deterministic (fixed hash salt, no date).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from probes.outputs import atomic_write
+from reports.figures import save_figure
 
 __all__ = ["ablation_heatmap", "pruning_curve"]
 
 
 def _plt() -> Any:
-    import matplotlib
+    from reports.figures import _pyplot
 
-    matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
-
-    plt.rcParams["svg.hashsalt"] = "headlens"
-    return plt
+    return _pyplot()
 
 
-def _save(fig: Any, stem: Path) -> list[Path]:
-    """Write ``stem.png`` and ``stem.svg`` atomically."""
-    plt = _plt()
-    paths = []
-    for ext in ("png", "svg"):
-        meta = {"Date": None} if ext == "svg" else {"Software": None}
-        target = stem.with_name(f"{stem.name}.{ext}")
-        paths.append(atomic_write(target, lambda p, ext=ext, meta=meta: fig.savefig(p, format=ext, dpi=120, bbox_inches="tight", metadata=meta)))
-    plt.close(fig)
-    return paths
-
-
-def ablation_heatmap(table: pd.DataFrame, stem: str | Path, *, n_layers: int, n_heads: int, baseline: float, title: str | None = None) -> list[Path]:
+def ablation_heatmap(
+    table: pd.DataFrame, stem: str | Path, *, n_layers: int, n_heads: int, baseline: float, title: str | None = None, formats: Sequence[str] = ("png", "svg")
+) -> list[Path]:
     """Layer x head heatmap of ``delta`` (diverging, centred on 0; heads not in the table blank).
 
     Writes ``stem.png`` and ``stem.svg``; returns their paths.
@@ -72,10 +59,12 @@ def ablation_heatmap(table: pd.DataFrame, stem: str | Path, *, n_layers: int, n_
     ax.set_title(title or f"{method} ablation of each head: change in {metric} (baseline {baseline:.4g})")
     ax.set_xlabel("head")
     ax.set_ylabel("layer")
-    return _save(fig, Path(stem))
+    return save_figure(fig, stem, formats)
 
 
-def pruning_curve(curve: pd.DataFrame, stem: str | Path, *, metric: str, baseline: float, max_increase: float, removable: float, title: str | None = None) -> list[Path]:
+def pruning_curve(
+    curve: pd.DataFrame, stem: str | Path, *, metric: str, baseline: float, max_increase: float, removable: float, title: str | None = None, formats: Sequence[str] = ("png", "svg")
+) -> list[Path]:
     """Metric vs fraction of heads removed: importance order (Michel et al.) against random
     orders (mean, +/- 1 std band, min-max band), with the ``max_increase`` threshold and the
     removable fraction marked.  Writes ``stem.png`` and ``stem.svg``."""
@@ -98,4 +87,4 @@ def pruning_curve(curve: pd.DataFrame, stem: str | Path, *, metric: str, baselin
     ax.set_title(title or f"Head pruning: {metric} vs heads removed (KV cache saved at removable point: {kv / 1024:.0f} KiB per 1k tokens)", fontsize=9)
     ax.legend(fontsize=7, loc="best")
     ax.grid(alpha=0.3)
-    return _save(fig, Path(stem))
+    return save_figure(fig, stem, formats)

@@ -11,29 +11,19 @@ from typing import Any
 
 import pandas as pd
 
-from probes.outputs import atomic_write
+from reports.figures import save_figure
 
 __all__ = ["sink_figures", "alpha_heatmap", "layer_rate_plot", "value_norm_heatmap", "content_heatmap", "windowed_plot"]
 
 
 def _plt() -> Any:
-    import matplotlib
+    from reports.figures import _pyplot
 
-    matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
-
-    plt.rcParams["svg.hashsalt"] = "headlens"
-    return plt
+    return _pyplot()
 
 
 def _save(fig: Any, out_dir: Path, stem: str) -> list[Path]:
-    plt = _plt()
-    paths = []
-    for ext in ("png", "svg"):
-        meta = {"Date": None} if ext == "svg" else {"Software": None}
-        paths.append(atomic_write(out_dir / f"{stem}.{ext}", lambda p, ext=ext, meta=meta: fig.savefig(p, format=ext, dpi=120, bbox_inches="tight", metadata=meta)))
-    plt.close(fig)
-    return paths
+    return save_figure(fig, out_dir / stem, ("png", "svg"))
 
 
 def _bos_label(bos: bool) -> str:
