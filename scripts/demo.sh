@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The main job, offline: set up, build local checkpoints, capture + verify, and a head census.
+# The main job, offline: set up, build local checkpoints, capture + verify, a head census and a report.
 # Everything lands in demo-out/ (replaced on each run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,4 +12,5 @@ $H capture --model $OUT/tiny --text "Apple raised its price target" --out $OUT/c
 $H verify --model $OUT/tiny
 $H tiny-model --planted --out $OUT/planted --overwrite
 $H classify --model $OUT/planted --n-prompts 40 --out $OUT/census --overwrite
-echo "demo: done; see $OUT/census/summary.md"
+$H report --model $OUT/planted --quick --out $OUT/report --overwrite
+echo "demo: done; see $OUT/census/summary.md and $OUT/report/report.html"
