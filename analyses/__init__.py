@@ -6,8 +6,7 @@ lazily on first use.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from probes._lazy import lazy_exports
 
 _EXPORTS = {
     "CensusConfig": "analyses.census",
@@ -25,13 +24,4 @@ _EXPORTS = {
 }
 
 __all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module 'analyses' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return __all__
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -5,8 +5,7 @@ The public names below are imported lazily on first use, so ``import probes`` is
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from probes._lazy import lazy_exports
 
 _EXPORTS = {
     "ModelConfig": "probes.config",
@@ -28,13 +27,4 @@ _EXPORTS = {
 }
 
 __all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module 'probes' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return __all__
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
