@@ -159,8 +159,10 @@ def read_mask(path: str | Path, *, n_layers: int | None = None, n_heads: int | N
     where = f"mask file {path}"
     if not isinstance(obj, dict) or obj.get("format") != MASK_FORMAT:
         raise InputError(f'{where} is not a headlens head mask (needs "format": "{MASK_FORMAT}"; write one with headlens prune)', path=str(path))
-    if obj.get("version") != MASK_VERSION:
-        raise InputError(f"{where} has version {obj.get('version')!r}; this headlens reads version {MASK_VERSION}", path=str(path))
+    if "version" not in obj:
+        raise InputError(f'{where} has no "version" field; this headlens reads version {MASK_VERSION}', path=str(path))
+    if obj["version"] != MASK_VERSION:
+        raise InputError(f"{where} has version {obj['version']!r}; this headlens reads version {MASK_VERSION}", path=str(path))
     shape = []
     for key in ("n_layers", "n_heads"):
         value = obj.get(key)
