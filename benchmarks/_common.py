@@ -98,3 +98,28 @@ def round_ratio(timing: dict, num: str, den: str) -> float:
     """Median over rounds of ``time[num] / time[den]`` measured in the same round."""
     t = timing["times_s"]
     return statistics.median(a / b for a, b in zip(t[num], t[den]))
+
+
+def parser(doc: str, *, repeats: bool = True):
+    """The options every benchmark shares: --repeats, --device, --dtype, --cache (and the
+    hidden --mode/--checkpoint its subprocesses are called with)."""
+    import argparse
+    import tempfile
+
+    p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--mode", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--checkpoint", default=None, help=argparse.SUPPRESS)
+    if repeats:
+        p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--device", default="auto")
+    p.add_argument("--dtype", default="float32")
+    p.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "headlens-bench"))
+    return p
+
+
+def forwarded(args, names: list[str]) -> list[str]:
+    """Command-line options for a mode subprocess: the checkpoint plus ``names`` (argparse dests)."""
+    extra = ["--checkpoint", str(checkpoint(Path(args.cache)))]
+    for name in names + [n for n in ("repeats", "device", "dtype") if hasattr(args, n)]:
+        extra += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
+    return extra

@@ -20,10 +20,8 @@ the per-round ratios.  The target is census_full / forward_logits <= 1.3.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -80,22 +78,15 @@ def one_mode(args) -> dict:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--mode", default=None, help=argparse.SUPPRESS)
-    p.add_argument("--checkpoint", default=None, help=argparse.SUPPRESS)
+    p = _common.parser(__doc__)
     p.add_argument("--prompts", type=int, default=48)
     p.add_argument("--tokens", type=int, default=64)
     p.add_argument("--batch-size", type=int, default=8)
-    p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--device", default="auto")
-    p.add_argument("--dtype", default="float32")
-    p.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "headlens-bench"))
     args = p.parse_args()
     if args.mode:
         print(json.dumps(one_mode(args)))
         return
-    ckpt = _common.checkpoint(Path(args.cache))
-    extra = ["--checkpoint", str(ckpt), "--prompts", str(args.prompts), "--tokens", str(args.tokens), "--batch-size", str(args.batch_size), "--repeats", str(args.repeats), "--device", args.device, "--dtype", args.dtype]
+    extra = _common.forwarded(args, ['prompts', 'tokens', 'batch_size'])
     modes = ["forward_logits", "forward_stop", "census_alpha", "census_full"]
     mem = _common.run_modes(__file__, modes, extra)
     paired = _common.run_modes(__file__, ["paired"], extra)["paired"]
