@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
 import logging
 from dataclasses import dataclass, field
@@ -51,6 +52,7 @@ class LoadedModel:
             "path": self.path,
             "revision": self.config.revision,
             "commit": getattr(getattr(self.bridge.original_model, "config", None), "_commit_hash", None),
+            "weights_sha256": _weights_digest(self.path) if self.source == "local" else None,
             "architecture": type(self.bridge.original_model).__name__,
             "n_layers": self.n_layers,
             "n_heads": self.n_heads,
@@ -71,14 +73,41 @@ class LoadedModel:
         return set(self.bridge.hook_dict.keys())
 
 
+def _weights_digest(folder: str | None) -> str | None:
+    """sha256 over a local checkpoint's weight files (sorted by name): which weights a manifest's numbers came from."""
+    if folder is None:
+        return None
+    files = sorted(p for p in Path(folder).iterdir() if p.suffix in {".safetensors", ".bin"} and p.is_file())
+    if not files:
+        return None
+    h = hashlib.sha256()
+    for f in files:
+        h.update(f.name.encode() + b"\0")
+        with open(f, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                h.update(chunk)
+    return h.hexdigest()
+
+
 def _hub_like(spec: str) -> bool:
     parts = spec.split("/")
     return len(parts) <= 2 and all(parts) and not spec.startswith((".", "/", "~"))
 
 
 def resolve_source(spec: str) -> tuple[str, str]:
-    """Return ``("local", folder)`` or ``("hub", id)``, raising on missing folders."""
+    """Return ``("local", folder)`` or ``("hub", id)``, raising on missing folders.
+
+    ``demo`` names the demo model shipped in ``probes/demo/model`` (unless a folder
+    called ``demo`` exists here): a local checkpoint like any other.
+    """
     path = Path(spec).expanduser()
+    if not path.exists():
+        from probes.demo import DEMO_SPEC, MODEL_DIR
+
+        if spec == DEMO_SPEC:
+            if not (MODEL_DIR / "config.json").is_file():
+                raise ModelLoadError(f"--model demo: the shipped demo model is missing from {MODEL_DIR} (a broken install?)", model=spec)
+            path = MODEL_DIR
     if path.exists():
         if not path.is_dir():
             raise ModelLoadError(f"--model {spec}: is a file; pass a checkpoint folder (Hugging Face save_pretrained layout) or a Hub id", model=spec)

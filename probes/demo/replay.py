@@ -1,0 +1,76 @@
+"""Replay the first steps of a logged demo-model run and compare its losses with the log."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = ["ReplayUnavailable", "ReplayReport", "read_log", "replay"]
+
+
+class ReplayUnavailable(RuntimeError):
+    """The log cannot be replayed here (missing files, or other training text)."""
+
+
+@dataclass
+class ReplayReport:
+    steps: int
+    logged: list[float]
+    rerun: list[float]
+    wall_s: float
+    mismatches: list[tuple[int, float, float]] = field(default_factory=list)  # (step, logged, rerun)
+
+    @property
+    def max_abs_diff(self) -> float:
+        return max((abs(a - b) for a, b in zip(self.logged, self.rerun)), default=0.0)
+
+    def summary(self) -> str:
+        head = f"replayed {self.steps} steps in {self.wall_s:.0f} s: "
+        if not self.mismatches:
+            return head + f"every training loss matches the log to 3 decimals (largest difference {self.max_abs_diff:.2e})"
+        step, want, got = self.mismatches[0]
+        return head + f"{len(self.mismatches)} losses differ at 3 decimals; first at step {step}: logged {want:.6f}, rerun {got:.6f}"
+
+
+def read_log(folder: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """``(training_summary, log rows)`` of a folder written by ``python -m probes.demo train``."""
+    folder = Path(folder)
+    try:
+        summary = json.loads((folder / "training_summary.json").read_text(encoding="utf-8"))
+        rows = [json.loads(line) for line in (folder / "training_log.jsonl").read_text(encoding="utf-8").splitlines() if line.strip()]
+    except FileNotFoundError as exc:
+        raise ReplayUnavailable(f"{folder}: no training log ({Path(exc.filename).name} is missing)") from None
+    return summary, rows
+
+
+def replay(folder: str | Path, steps: int, on_step: Callable[[int], None] | None = None) -> ReplayReport:
+    """Rerun the first ``steps`` steps of the run logged in ``folder`` with its recorded recipe."""
+    import time
+
+    import torch
+
+    from probes.demo.data import build_corpus, fingerprint
+    from probes.demo.train import config_from_summary, train
+
+    summary, rows = read_log(folder)
+    logged = {r["step"]: r["train_loss"] for r in rows if r.get("train_loss") is not None}
+    if steps > len(logged):
+        raise ReplayUnavailable(f"the log has {len(logged)} steps; cannot replay {steps}")
+    if fingerprint(build_corpus()) != summary["data"]["fingerprint"]:
+        raise ReplayUnavailable(
+            f"this Python ships other training text than the Python {summary['versions']['python']} that made the log "
+            f"(fingerprint {fingerprint(build_corpus())} vs {summary['data']['fingerprint']})"
+        )
+    threads = torch.get_num_threads()
+    t0 = time.perf_counter()
+    try:
+        result = train(config_from_summary(summary), steps=steps, eval_every=0, on_log=(lambda r: on_step(r["step"])) if on_step else None)
+    finally:
+        torch.set_num_threads(threads)
+    rerun = [r["train_loss"] for r in result.log if r["step"] >= 1]
+    want = [logged[s] for s in range(1, steps + 1)]
+    bad = [(s, w, g) for s, (w, g) in enumerate(zip(want, rerun), start=1) if round(w, 3) != round(g, 3)]
+    return ReplayReport(steps=steps, logged=want, rerun=rerun, wall_s=time.perf_counter() - t0, mismatches=bad)

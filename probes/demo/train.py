@@ -1,0 +1,493 @@
+"""The demo model's training recipe: a small GPT-2 trained on CPU until its heads are learned.
+
+``python -m probes.demo train --out DIR`` runs :func:`train` with :data:`RECIPE` and
+writes a Hugging Face checkpoint folder (``config.json``, ``model.safetensors``, the
+GPT-2 tokenizer), ``training_log.jsonl``, ``training_summary.json`` and, unless told not
+to, ``MODEL_CARD.md`` with the head census of the result.
+
+Everything that decides the numbers is fixed: the seed (model initialisation, data
+order and the sampled softmax's negatives each use their own seeded generator), two
+CPU threads, no dropout, and a learning-rate schedule defined by
+``RecipeConfig.schedule_steps`` -- not by ``--steps``, which only stops the run early.
+A short run therefore repeats the first steps of the full run exactly, and its losses
+can be checked against the shipped ``training_log.jsonl``.
+
+Speed. With GPT-2's 50,257-token vocabulary the output layer dominates a small model's
+cost on CPU, so training uses a *sampled softmax* (Jean et al. 2015): each step scores
+the positions' targets against every token that is a target somewhere in the batch plus
+``neg_samples`` tokens drawn uniformly without replacement, whose logits get
+``log(V / neg_samples)`` added (the Horvitz-Thompson estimate of the rest of the
+partition function). The logged ``train_loss`` is that estimate; every held-out loss
+is computed with the full softmax.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import logging
+import math
+import platform
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from probes.demo.data import BOS_ID, VOCAB_SIZE, BatchSampler, Corpus, build_corpus, eval_windows
+
+__all__ = [
+    "RecipeConfig",
+    "RECIPE",
+    "TrainResult",
+    "build_model",
+    "sampled_softmax_loss",
+    "full_loss",
+    "unigram_loss",
+    "head_monitor",
+    "train",
+    "lr_at",
+]
+
+log = logging.getLogger("probes.demo")
+
+
+@dataclass(frozen=True, kw_only=True)
+class RecipeConfig:
+    """Every setting of the recipe; all of them are written to ``training_summary.json``."""
+
+    # architecture (GPT-2, tied embeddings, no dropout)
+    n_layer: int = 2
+    n_head: int = 4
+    d_model: int = 128
+    n_ctx: int = 256
+    pos_init: str = "normal"  # "normal" or "sinusoidal" (Vaswani et al., scaled to wpe_std)
+    init_std: float = 0.02  # GPT2Config.initializer_range: initial std of the other weights (GPT-2: 0.02)
+    wte_std: float = 0.02  # initial std of the token embedding (GPT-2: 0.02)
+    wpe_std: float = 0.02  # initial std of the position embedding (GPT-2: 0.02)
+    # data: one batch = one row of each kind listed, each ``seq_len`` tokens
+    seq_len: int = 256
+    random_span: tuple[int, int] = (10, 100)  # period T of the random repeated sequences, log-uniform
+    vocab_schedule: tuple[int, int] | None = (1000, 3000)  # (ids in the random pool at step 0, step from which all ids are used)
+    random_len: int = 256  # length of the random rows (BOS-padded to seq_len, padding not scored)
+    # after the warm-up, score the first copy of the random rows too: it cannot be predicted, so
+    # heads learn to stay quiet (attend to BOS, the sink) where nothing earlier matches
+    score_first_copy: bool = True
+    # the first ``warm_steps`` steps use ``warm_kinds`` (random repeated tokens only: copying
+    # and induction form much faster without text, whose frequent tokens crowd out the rare ones)
+    warm_steps: int = 600
+    warm_kinds: tuple[str, ...] = ("random",) * 16
+    kinds: tuple[str, ...] = ("random",) * 8 + ("natural",) * 6 + ("span",) * 2
+    # optimisation
+    schedule_steps: int = 4000
+    lr: float = 1e-3
+    min_lr_frac: float = 0.1
+    warmup_steps: int = 100
+    weight_decay: float = 0.01
+    embed_lr_scale: float = 1.0  # learning rate of wte and wpe, as a fraction of ``lr``
+    betas: tuple[float, float] = (0.9, 0.98)
+    grad_clip: float = 1.0
+    neg_samples: int = 2048
+    # synthetic rows (random) are scored against the synthetic rows' own targets only: a
+    # softmax over the tokens they contain, so that copying is not fought by the text's unigram prior
+    # evaluation
+    eval_every: int = 250
+    eval_windows: int = 32
+    # reproducibility
+    seed: int = 0
+    threads: int = 1
+
+    @property
+    def batch_size(self) -> int:
+        return len(self.kinds)
+
+
+#: The recipe that produced the shipped checkpoint (``probes/demo/model``).
+RECIPE = RecipeConfig()
+
+
+@dataclass
+class TrainResult:
+    model: Any
+    log: list[dict[str, Any]]
+    summary: dict[str, Any]
+    corpus: Corpus = field(repr=False)
+
+
+def build_model(config: RecipeConfig) -> Any:
+    """A freshly initialised GPT-2 with the recipe's shape, seeded."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(config.seed)
+    cfg = GPT2Config(
+        vocab_size=VOCAB_SIZE,
+        n_positions=config.n_ctx,
+        n_embd=config.d_model,
+        n_layer=config.n_layer,
+        n_head=config.n_head,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+        bos_token_id=BOS_ID,
+        eos_token_id=BOS_ID,
+        tie_word_embeddings=True,
+        initializer_range=config.init_std,
+    )
+    model = GPT2LMHeadModel(cfg)
+    with torch.no_grad():
+        model.transformer.wte.weight.normal_(0.0, config.wte_std)
+        if config.pos_init == "sinusoidal":
+            model.transformer.wpe.weight.copy_(_sinusoids(config.n_ctx, config.d_model) * (config.wpe_std / math.sqrt(0.5)))
+        elif config.pos_init == "normal":
+            model.transformer.wpe.weight.normal_(0.0, config.wpe_std)
+        else:
+            raise ValueError(f"unknown pos_init {config.pos_init!r}")
+    model.set_attn_implementation("eager")  # the monitor reads attention patterns; at this size eager costs nothing
+    return model
+
+
+def _sinusoids(n: int, d: int) -> torch.Tensor:
+    pos = torch.arange(n, dtype=torch.float64)[:, None]
+    freq = torch.exp(-math.log(10000.0) * torch.arange(0, d, 2, dtype=torch.float64) / d)
+    out = torch.zeros(n, d, dtype=torch.float64)
+    out[:, 0::2] = torch.sin(pos * freq)
+    out[:, 1::2] = torch.cos(pos * freq)
+    return out.float()
+
+
+def lr_at(step: int, config: RecipeConfig) -> float:
+    """Linear warm-up to ``lr``, then cosine decay to ``min_lr_frac * lr`` at ``schedule_steps`` (step counts from 1)."""
+    if step <= config.warmup_steps:
+        return config.lr * step / config.warmup_steps
+    span = max(1, config.schedule_steps - config.warmup_steps)
+    progress = min(1.0, (step - config.warmup_steps) / span)
+    floor = config.min_lr_frac
+    return config.lr * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+def sampled_softmax_loss(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    targets: torch.Tensor,
+    n_neg: int,
+    generator: torch.Generator | None,
+    reduction: str = "mean",
+) -> torch.Tensor:
+    """Cross-entropy of ``targets`` over the distinct targets plus ``n_neg`` uniform negatives.
+
+    ``hidden [N, d]``, ``weight [V, d]`` (the tied unembedding), ``targets [N]``. The
+    negatives' logits get ``log(V / n_neg)`` added (the estimate of the rest of the
+    partition function). ``n_neg = 0`` scores against the distinct targets only.
+    """
+    V = weight.shape[0]
+    positives = torch.unique(targets)  # sorted
+    cand = positives
+    shift = None
+    if n_neg:
+        drawn = torch.randperm(V, generator=generator)[:n_neg]
+        negatives = drawn[~torch.isin(drawn, positives)]
+        cand = torch.cat([positives, negatives])
+        shift = torch.zeros(cand.numel(), dtype=hidden.dtype)
+        shift[positives.numel() :] = math.log(V / n_neg)
+    logits = hidden @ weight[cand].T
+    if shift is not None:
+        logits = logits + shift
+    return F.cross_entropy(logits, torch.searchsorted(positives, targets), reduction=reduction)
+
+
+@torch.no_grad()
+def full_loss(model: Any, windows: torch.Tensor, batch_size: int = 8) -> float:
+    """Mean next-token cross-entropy (nats, full softmax) over every target of ``windows``.
+
+    The first token of each window is context only; targets are tokens 1..end.
+    """
+    total, count = 0.0, 0
+    weight = model.lm_head.weight
+    for start in range(0, windows.shape[0], batch_size):
+        x = windows[start : start + batch_size]
+        hidden = model.transformer(input_ids=x).last_hidden_state[:, :-1]
+        y = x[:, 1:]
+        for row in range(x.shape[0]):  # one row at a time keeps the logits small
+            logits = hidden[row] @ weight.T
+            total += float(F.cross_entropy(logits, y[row], reduction="sum"))
+            count += y.shape[1]
+    return total / count
+
+
+def unigram_loss(train_stream: torch.Tensor, windows: torch.Tensor) -> float:
+    """Cross-entropy of an add-one smoothed unigram model of ``train_stream`` on the targets of ``windows``."""
+    counts = torch.bincount(train_stream, minlength=VOCAB_SIZE).double() + 1.0
+    logp = torch.log(counts / counts.sum())
+    return float(-logp[windows[:, 1:]].mean())
+
+
+@dataclass
+class _MonitorStimuli:
+    repeated: torch.Tensor  # [n, 1 + 2T]
+    seq_len: int
+    natural: torch.Tensor  # [n, 64]
+
+
+def _monitor_stimuli(tokenizer: Any) -> _MonitorStimuli:
+    from analyses.stimuli import eval_text, random_repeated_tokens, text_windows
+
+    T = 50
+    rep = random_repeated_tokens(20, T, 12345, VOCAB_SIZE, exclude={BOS_ID}, distinct=True)
+    rep = torch.cat([torch.full((rep.shape[0], 1), BOS_ID), rep], dim=1)
+    nat = text_windows(tokenizer, eval_text(), 64, 20, True, BOS_ID)
+    return _MonitorStimuli(rep, T, nat)
+
+
+@torch.no_grad()
+def head_monitor(model: Any, stim: _MonitorStimuli) -> dict[str, Any]:
+    """Quick census-style scores (BOS prepended) for the log: the best head per detector.
+
+    induction: mean ``A[i, i-T+1]`` over second-copy queries of 50 repeated random tokens;
+    previous_token: mean ``A[i, i-1]`` over i >= 1 of 64-token windows of the evaluation
+    text; sink: mean ``A[i, 0]`` over all i of the same windows. 20 prompts each.
+    """
+    T = stim.seq_len
+    att = model.transformer(input_ids=stim.repeated, output_attentions=True).attentions
+    q = torch.arange(1 + T, 1 + 2 * T)
+    induction = torch.stack([a[:, :, q, q - T + 1].mean((0, 2)) for a in att])  # [layer, head]
+    att = model.transformer(input_ids=stim.natural, output_attentions=True).attentions
+    i = torch.arange(1, stim.natural.shape[1])
+    prev = torch.stack([a[:, :, i, i - 1].mean((0, 2)) for a in att])
+    sink = torch.stack([a[:, :, :, 0].mean((0, 2)) for a in att])
+    out: dict[str, Any] = {}
+    for name, s in (("induction", induction), ("previous_token", prev), ("sink", sink)):
+        flat = int(s.argmax())
+        layer, head = divmod(flat, s.shape[1])
+        out[name] = round(float(s.max()), 4)
+        out[f"{name}_head"] = f"{layer}.{head}"
+    return out
+
+
+def _param_groups(model: Any, weight_decay: float, embed_lr_scale: float = 1.0) -> list[dict[str, Any]]:
+    """Matrices (decayed), embeddings (the tied unembedding included; not decayed, own
+    learning-rate scale), biases and layer norms (not decayed)."""
+    decay, embed, rest = [], [], []
+    for name, p in model.named_parameters():
+        if "wte" in name or "wpe" in name:
+            embed.append(p)
+        elif p.ndim == 2:
+            decay.append(p)
+        else:
+            rest.append(p)
+    return [
+        {"params": decay, "weight_decay": weight_decay, "lr_scale": 1.0},
+        {"params": embed, "weight_decay": 0.0, "lr_scale": embed_lr_scale},
+        {"params": rest, "weight_decay": 0.0, "lr_scale": 1.0},
+    ]
+
+
+def _versions() -> dict[str, str]:
+    import transformers
+
+    return {"python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__}
+
+
+def train(
+    config: RecipeConfig = RECIPE,
+    *,
+    steps: int | None = None,
+    eval_every: int | None = None,
+    on_log: Callable[[dict[str, Any]], None] | None = None,
+    state_file: str | Path | None = None,
+    save_every: int = 250,
+) -> TrainResult:
+    """Train the demo model; returns the model (eval mode), the log rows and a summary.
+
+    ``steps`` stops after that many steps (default ``config.schedule_steps``) without
+    changing the schedule. ``eval_every=0`` skips every evaluation (the final one too).
+    ``on_log`` is called with each log row as it is made.
+
+    ``state_file``: every ``save_every`` steps the whole training state (weights,
+    optimizer, both generators, the log so far) is written there atomically, and a run
+    given an existing ``state_file`` of the same recipe goes on from it; the resumed run
+    computes exactly what an uninterrupted one would.
+    """
+    steps = config.schedule_steps if steps is None else steps
+    if steps < 0:
+        raise ValueError(f"steps must be >= 0, got {steps}")
+    eval_every = config.eval_every if eval_every is None else eval_every
+    torch.set_num_threads(config.threads)
+    t0 = time.perf_counter()
+    corpus = build_corpus()
+    data_s = time.perf_counter() - t0
+    tokenizer = _tokenizer()
+    model = build_model(config)
+    model.train()
+    sampler = BatchSampler(corpus.train, config.kinds, config.seq_len, seed=config.seed, random_span=config.random_span, random_len=config.random_len, vocab_schedule=config.vocab_schedule)
+    neg_gen = torch.Generator().manual_seed(config.seed + 1)
+    opt = torch.optim.AdamW(_param_groups(model, config.weight_decay, config.embed_lr_scale), lr=config.lr, betas=config.betas, eps=1e-8, fused=True)
+    held = eval_windows(corpus.heldout, config.seq_len, config.eval_windows)
+    train_probe = eval_windows(corpus.train, config.seq_len, config.eval_windows)
+    stim = _monitor_stimuli(tokenizer)
+    rows: list[dict[str, Any]] = []
+    tokens = 0
+    t_start = time.perf_counter()
+
+    def evaluate(step: int, row: dict[str, Any]) -> None:
+        model.eval()
+        row["heldout_loss"] = round(full_loss(model, held), 6)
+        row["train_eval_loss"] = round(full_loss(model, train_probe), 6)
+        row.update(head_monitor(model, stim))
+        model.train()
+
+    def emit(row: dict[str, Any]) -> None:
+        row["elapsed_s"] = round(time.perf_counter() - t_start, 2)
+        rows.append(row)
+        if on_log is not None:
+            on_log(row)
+
+    first = 1
+    state_path = Path(state_file) if state_file is not None else None
+    if state_path is not None and state_path.is_file():
+        state = torch.load(state_path, weights_only=False)
+        if state["recipe"] != _config_dict(config):
+            raise ValueError(f"{state_path} was written by another recipe; delete it to start afresh")
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["optimizer"])
+        sampler.gen.set_state(state["sampler_gen"])
+        sampler.step = state["sampler_step"]
+        neg_gen.set_state(state["neg_gen"])
+        rows.extend(state["log"])
+        tokens, first = state["tokens"], state["step"] + 1
+        t_start -= state["elapsed_s"]
+    else:
+        row0: dict[str, Any] = {"step": 0, "tokens": 0, "train_loss": None, "lr": 0.0}
+        if eval_every:
+            evaluate(0, row0)
+        emit(row0)
+
+    def save_state(step: int) -> None:
+        state = {
+            "recipe": _config_dict(config), "step": step, "tokens": tokens, "elapsed_s": time.perf_counter() - t_start,
+            "model": model.state_dict(), "optimizer": opt.state_dict(), "sampler_gen": sampler.gen.get_state(),
+            "sampler_step": sampler.step, "neg_gen": neg_gen.get_state(), "log": rows,
+        }
+        tmp = state_path.with_name(state_path.name + ".tmp")
+        torch.save(state, tmp)
+        tmp.replace(state_path)
+
+    wte = model.transformer.wte.weight
+    for step in range(first, steps + 1):
+        lr = lr_at(step, config)
+        for group in opt.param_groups:
+            group["lr"] = lr * group["lr_scale"]
+        warm = step <= config.warm_steps
+        batch = sampler.next(config.warm_kinds if warm else config.kinds, score_first_copy=config.score_first_copy and not warm)
+        target_row = torch.arange(batch.tokens.shape[0])[:, None].expand_as(batch.loss_mask)[batch.loss_mask]
+        kind_rows = {k: torch.isin(target_row, torch.tensor([i for i, kk in enumerate(batch.kinds) if kk == k])) for k in sorted(set(batch.kinds))}
+        hidden = model.transformer(input_ids=batch.tokens).last_hidden_state[:, :-1]
+        synthetic = torch.tensor([k == "random" for k in batch.kinds])[target_row]
+        h, y = hidden[batch.loss_mask], batch.tokens[:, 1:][batch.loss_mask]
+        per_target = torch.empty(y.shape[0], dtype=h.dtype)
+        if bool((~synthetic).any()):
+            per_target[~synthetic] = sampled_softmax_loss(h[~synthetic], wte, y[~synthetic], config.neg_samples, neg_gen, reduction="none")
+        if bool(synthetic.any()):
+            per_target[synthetic] = sampled_softmax_loss(h[synthetic], wte, y[synthetic], 0, None, reduction="none")
+        loss = per_target.mean()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
+        opt.step()
+        tokens += batch.tokens.numel()
+        row = {"step": step, "tokens": tokens, "train_loss": round(loss.item(), 6)}
+        per_kind = per_target.detach()
+        for kind, rows_of_kind in kind_rows.items():
+            row[f"train_loss_{kind}"] = round(float(per_kind[rows_of_kind].mean()), 6)
+        row.update({"lr": round(lr, 8), "grad_norm": round(float(grad_norm), 4)})
+        if eval_every and (step % eval_every == 0 or step == steps):
+            evaluate(step, row)
+        emit(row)
+        if state_path is not None and step % save_every == 0 and step < steps:
+            save_state(step)
+    train_s = time.perf_counter() - t_start
+    model.eval()
+    final = _final_losses(model, corpus, tokenizer, config) if eval_every else {}
+    summary = {
+        "recipe": _config_dict(config),
+        "steps": steps,
+        "tokens": tokens,
+        "n_params": sum(p.numel() for p in model.parameters()),
+        "train_wall_s": round(train_s, 1),
+        "data_build_s": round(data_s, 1),
+        "data": corpus.describe(),
+        "final": final,
+        "versions": _versions(),
+        "platform": platform.platform(),
+    }
+    return TrainResult(model=model, log=rows, summary=summary, corpus=corpus)
+
+
+def _final_losses(model: Any, corpus: Corpus, tokenizer: Any, config: RecipeConfig) -> dict[str, Any]:
+    """Full-softmax losses on the whole held-out split and on the evaluation text, with the unigram model's."""
+    from analyses.stimuli import eval_text
+
+    held = eval_windows(corpus.heldout, config.seq_len)
+    text_ids = torch.tensor(tokenizer(eval_text(), add_special_tokens=False, verbose=False)["input_ids"], dtype=torch.long)
+    text = eval_windows(text_ids, config.seq_len)
+    return {
+        "heldout_windows": int(held.shape[0]),
+        "heldout_targets": int(held[:, 1:].numel()),
+        "heldout_loss": round(full_loss(model, held), 4),
+        "heldout_unigram_loss": round(unigram_loss(corpus.train, held), 4),
+        "eval_text_windows": int(text.shape[0]),
+        "eval_text_targets": int(text[:, 1:].numel()),
+        "eval_text_loss": round(full_loss(model, text), 4),
+        "eval_text_unigram_loss": round(unigram_loss(corpus.train, text), 4),
+    }
+
+
+def _config_dict(config: RecipeConfig) -> dict[str, Any]:
+    d = asdict(config)
+    d["kinds"] = list(config.kinds)
+    d["warm_kinds"] = list(config.warm_kinds)
+    d["betas"] = list(config.betas)
+    d["random_span"] = list(config.random_span)
+    d["vocab_schedule"] = None if config.vocab_schedule is None else list(config.vocab_schedule)
+    d["batch_size"] = config.batch_size
+    return d
+
+
+def _tokenizer() -> Any:
+    import tempfile
+
+    from probes.tokenizer_files import load_offline_gpt2_tokenizer
+
+    with tempfile.TemporaryDirectory() as tmp:
+        return load_offline_gpt2_tokenizer(tmp)
+
+
+def save_checkpoint(result: TrainResult, out: str | Path) -> Path:
+    """Write the checkpoint folder: weights, config, tokenizer, log and summary."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    model = result.model
+    with contextlib.redirect_stderr(io.StringIO()):  # transformers' progress chatter
+        model.save_pretrained(out, safe_serialization=True)
+    _tokenizer().save_pretrained(out)
+    with open(out / "training_log.jsonl", "w", encoding="utf-8") as fh:
+        for row in result.log:
+            fh.write(json.dumps(row) + "\n")
+    (out / "training_summary.json").write_text(json.dumps(result.summary, indent=2) + "\n", encoding="utf-8")
+    return out
+
+
+def config_from_summary(summary: dict[str, Any]) -> RecipeConfig:
+    """The :class:`RecipeConfig` recorded in a ``training_summary.json``."""
+    rec = dict(summary["recipe"])
+    rec.pop("batch_size", None)
+    rec["kinds"] = tuple(rec["kinds"])
+    rec["warm_kinds"] = tuple(rec["warm_kinds"])
+    rec["betas"] = tuple(rec["betas"])
+    rec["random_span"] = tuple(rec["random_span"])
+    if rec.get("vocab_schedule") is not None:
+        rec["vocab_schedule"] = tuple(rec["vocab_schedule"])
+    return replace(RecipeConfig(), **rec)
