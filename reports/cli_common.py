@@ -65,7 +65,7 @@ def model_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         help="Weights and activations dtype; bfloat16/float16 need a GPU.",
     )(fn)
     fn = click.option("--device", default="auto", show_default=True, help="auto (CUDA, then MPS, then CPU), cpu, cuda, cuda:N or mps.")(fn)
-    fn = click.option("--model", "-m", "model", required=True, help="Hugging Face id (gpt2, EleutherAI/pythia-70m) or a local checkpoint folder.")(fn)
+    fn = click.option("--model", "-m", "model", required=True, help="Hugging Face id (gpt2, EleutherAI/pythia-70m), a local checkpoint folder, or demo (the small GPT-2 shipped with headlens).")(fn)
     return fn
 
 

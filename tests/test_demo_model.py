@@ -1,0 +1,133 @@
+"""The shipped demo model (``--model demo``): it loads like any local checkpoint, its heads
+were learned, it beats a unigram model, and its recipe reproduces its own training log."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import pandas as pd
+import pytest
+import torch
+from click.testing import CliRunner
+
+from probes.demo import MODEL_DIR
+from probes.errors import ModelLoadError
+from probes.loading import load_model, resolve_source
+
+pytestmark = pytest.mark.skipif(not (MODEL_DIR / "model.safetensors").is_file(), reason="the demo checkpoint is not shipped in this tree")
+
+
+@pytest.fixture(scope="module")
+def demo():
+    return load_model(model="demo", device="cpu")
+
+
+@pytest.fixture(scope="module")
+def summary():
+    return json.loads((MODEL_DIR / "training_summary.json").read_text(encoding="utf-8"))
+
+
+@pytest.fixture(scope="module")
+def census(demo):
+    from analyses.census import CensusConfig, run_census
+    from analyses.classify import classify_heads
+
+    scores = run_census(demo, CensusConfig(n_prompts=100, n_bootstrap=200)).scores
+    return scores, classify_heads(scores)
+
+
+def test_demo_resolves_to_the_shipped_folder(tmp_path, monkeypatch):
+    assert resolve_source("demo") == ("local", str(MODEL_DIR))
+    # a folder called "demo" where the user stands wins, like any local path
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "demo").mkdir()
+    with pytest.raises(ModelLoadError, match="no config.json"):
+        resolve_source("demo")
+
+
+def test_shipped_folder_is_a_small_float32_gpt2(demo):
+    files = {p.name for p in MODEL_DIR.iterdir()}
+    assert {"config.json", "model.safetensors", "tokenizer.json", "training_log.jsonl", "training_summary.json", "MODEL_CARD.md"} <= files
+    assert (MODEL_DIR / "model.safetensors").stat().st_size <= 30_000_000
+    assert demo.source == "local" and demo.path == str(MODEL_DIR)
+    assert demo.describe()["architecture"] == "GPT2LMHeadModel"
+    assert 2 <= demo.n_layers <= 4 and demo.n_ctx >= 256 and demo.bos_id == 50256
+    assert demo.dtype is torch.float32
+    assert demo.tokenizer.encode("Apple raised its price target", add_special_tokens=False) == [16108, 4376, 663, 2756, 2496]
+
+
+def _best(scores: pd.DataFrame, detector: str) -> pd.Series:
+    sub = scores[scores.detector == detector]
+    return sub.loc[sub.score.idxmax()]
+
+
+def test_learned_heads(census):
+    scores, roles = census
+    ind = _best(scores, "induction")
+    assert ind.score >= 0.3 and ind.baseline < 0.05 and ind.ci_low >= 2 * ind.baseline, ind.to_dict()
+    prev = _best(scores, "previous_token")
+    assert prev.score >= 0.5, prev.to_dict()
+    sink = scores[(scores.detector == "sink") & (scores.score > 0.3)]
+    assert len(sink) >= 1, "no head sinks on the first position (Gu alpha > 0.3)"
+    found = {r for rs in roles.roles for r in rs.split(";") if r}
+    assert {"induction", "previous_token", "sink"} <= found, roles
+
+
+def test_heldout_loss_clearly_below_unigram(demo, summary):
+    """Recomputed on 24 held-out windows, with the unigram model of the training split."""
+    from probes.demo.data import build_corpus, eval_windows
+    from probes.demo.train import full_loss, unigram_loss
+
+    corpus = build_corpus()
+    windows = eval_windows(corpus.heldout, 256, 24)
+    model = demo.bridge.original_model
+    loss, unigram = full_loss(model, windows), unigram_loss(corpus.train, windows)
+    assert loss < unigram - 1.0, (loss, unigram)
+    final = summary["final"]
+    assert final["heldout_loss"] < final["heldout_unigram_loss"] - 1.0
+    assert abs(final["heldout_loss"] - full_loss(model, eval_windows(corpus.heldout, 256))) < 1e-3
+
+
+def test_shipped_checkpoint_is_the_recipe_s(summary):
+    """The recipe in the code is the one that made the shipped weights (a changed recipe needs a new checkpoint)."""
+    from probes.demo.train import RECIPE, config_from_summary
+
+    assert config_from_summary(summary) == RECIPE
+    assert summary["steps"] == RECIPE.schedule_steps
+
+
+def test_training_log_has_the_curves():
+    rows = [json.loads(line) for line in (MODEL_DIR / "training_log.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert {"step", "tokens", "train_loss", "heldout_loss", "elapsed_s"} <= set(rows[-1])
+    evals = [r for r in rows if r.get("heldout_loss") is not None]
+    assert len(evals) >= 3 and evals[-1]["heldout_loss"] < evals[0]["heldout_loss"] - 3
+
+
+def test_recipe_reproduces_the_logged_losses():
+    """A short rerun of the recipe (same seed, data order, 2 threads) repeats the log to 3 decimals.
+
+    ``python -m probes.demo replay --steps 700`` does the same past the random-only warm-up.
+    """
+    from probes.demo.replay import ReplayUnavailable, replay
+
+    try:
+        report = replay(MODEL_DIR, 20)
+    except ReplayUnavailable as exc:
+        pytest.skip(str(exc))
+    assert len(report.rerun) == len(report.logged) == 20
+    assert report.mismatches == [], report.summary()
+
+
+def test_classify_demo_from_the_cli(tmp_path):
+    from reports.cli import cli
+
+    out = tmp_path / "census"
+    res = CliRunner().invoke(cli, ["classify", "--model", "demo", "--n-prompts", "20", "-q", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    roles = pd.read_csv(out / "roles.csv", keep_default_na=False, dtype={"name": str})
+    found = {r for rs in roles.roles for r in rs.split(";") if r}
+    assert {"induction", "previous_token"} <= found, roles
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["model"]["source"] == "local" and manifest["model"]["path"] == str(MODEL_DIR)
+    assert manifest["model"]["weights_sha256"] == hashlib.sha256(b"model.safetensors\0" + (MODEL_DIR / "model.safetensors").read_bytes()).hexdigest()
