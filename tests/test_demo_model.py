@@ -74,6 +74,7 @@ def test_learned_heads(census):
     assert {"induction", "previous_token", "sink"} <= found, roles
 
 
+@pytest.mark.slow
 def test_heldout_loss_clearly_below_unigram(demo, summary):
     """Recomputed on 24 held-out windows, with the unigram model of the training split."""
     from probes.demo.data import build_corpus, eval_windows

@@ -143,3 +143,28 @@ def test_random_rows_can_score_the_first_copy_too():
     scored = BatchSampler(_stream(), ("random",) * 3, 128, seed=5, score_first_copy=True, **kw).next()
     assert torch.equal(masked.tokens, scored.tokens)
     assert bool(scored.loss_mask.all()) and not bool(masked.loss_mask.all())
+
+
+def test_train_command_writes_a_loadable_checkpoint(tmp_path):
+    import json
+
+    from click.testing import CliRunner
+
+    from probes.demo.cli import cli
+    from probes.loading import load_model
+
+    out = tmp_path / "demo-model"
+    threads = torch.get_num_threads()
+    try:
+        res = CliRunner().invoke(cli, ["train", "--out", str(out), "--steps", "2", "--eval-every", "0", "--no-card"])
+    finally:
+        torch.set_num_threads(threads)
+    assert res.exit_code == 0, res.output
+    assert {"config.json", "model.safetensors", "tokenizer.json", "training_log.jsonl", "training_summary.json"} <= {p.name for p in out.iterdir()}
+    assert not (tmp_path / "demo-model.state.pt").exists()
+    rows = [json.loads(line) for line in (out / "training_log.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [0, 1, 2] and rows[2]["train_loss"] > 0
+    model = load_model(model=str(out), device="cpu")
+    assert model.n_layers == RECIPE.n_layer and model.n_ctx == RECIPE.n_ctx
+    again = CliRunner().invoke(cli, ["train", "--out", str(out), "--steps", "2"])
+    assert again.exit_code == 2 and "--overwrite" in again.output
