@@ -32,7 +32,7 @@ def cli() -> None:
 @click.option("--no-card", is_flag=True, help="Do not run the census and write MODEL_CARD.md.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing output folder.")
 def train_cmd(out_dir: str, steps: int | None, seed: int | None, eval_every: int | None, no_card: bool, overwrite: bool) -> None:
-    """Train the demo model on CPU (2 threads) and save it as a checkpoint folder.
+    """Train the demo model on CPU (the recipe fixes the thread count) and save it as a checkpoint folder.
 
     Every 250 steps the training state is saved to OUT.state.pt; running the same command
     again after an interruption goes on from there (and computes exactly what an
