@@ -32,6 +32,7 @@ _COMMAND_MODULES = (
     "reports.cmd_sinks",
     "reports.cmd_ablate",
     "reports.cmd_report",
+    "reports.cmd_demo",
 )
 
 

@@ -77,8 +77,8 @@ def test_learned_heads(census):
 @pytest.mark.slow
 def test_heldout_loss_clearly_below_unigram(demo, summary):
     """Recomputed on 24 held-out windows, with the unigram model of the training split."""
-    from probes.demo.data import build_corpus, eval_windows
-    from probes.demo.train import full_loss, unigram_loss
+    from analyses.demo.data import build_corpus, eval_windows
+    from analyses.demo.train import full_loss, unigram_loss
 
     corpus = build_corpus()
     windows = eval_windows(corpus.heldout, 256, 24)
@@ -92,7 +92,7 @@ def test_heldout_loss_clearly_below_unigram(demo, summary):
 
 def test_shipped_checkpoint_is_the_recipe_s(summary):
     """The recipe in the code is the one that made the shipped weights (a changed recipe needs a new checkpoint)."""
-    from probes.demo.train import RECIPE, config_from_summary
+    from analyses.demo.train import RECIPE, config_from_summary
 
     assert config_from_summary(summary) == RECIPE
     assert summary["steps"] == RECIPE.schedule_steps
@@ -108,9 +108,9 @@ def test_training_log_has_the_curves():
 def test_recipe_reproduces_the_logged_losses():
     """A short rerun of the recipe (same seed, data order, 2 threads) repeats the log to 3 decimals.
 
-    ``python -m probes.demo replay --steps 700`` does the same past the random-only warm-up.
+    ``headlens demo replay --steps 700`` does the same past the random-only warm-up.
     """
-    from probes.demo.replay import ReplayUnavailable, replay
+    from analyses.demo.replay import ReplayUnavailable, replay
 
     try:
         report = replay(MODEL_DIR, 20)

@@ -10,8 +10,8 @@ import torch
 import torch.nn.functional as F
 
 from tests.helpers import assert_close
-from probes.demo.data import BOS_ID, BatchSampler, Document, eval_windows, is_heldout
-from probes.demo.train import RECIPE, config_from_summary, lr_at, sampled_softmax_loss, _config_dict
+from analyses.demo.data import BOS_ID, BatchSampler, Document, eval_windows, is_heldout
+from analyses.demo.train import RECIPE, config_from_summary, lr_at, sampled_softmax_loss, _config_dict
 
 
 def _stream(n: int = 5000) -> torch.Tensor:
@@ -113,7 +113,7 @@ class _Interrupt(Exception):
 
 def test_an_interrupted_run_resumes_to_the_same_losses(tmp_path):
     """Save every 2 steps, die at step 5, rerun: the log equals an uninterrupted run's."""
-    from probes.demo.train import train
+    from analyses.demo.train import train
 
     config = replace(RECIPE, warm_steps=2, schedule_steps=20, kinds=("random", "natural", "span"), warm_kinds=("random",) * 2)
     threads = torch.get_num_threads()
@@ -150,13 +150,13 @@ def test_train_command_writes_a_loadable_checkpoint(tmp_path):
 
     from click.testing import CliRunner
 
-    from probes.demo.cli import cli
+    from reports.cli import cli
     from probes.loading import load_model
 
     out = tmp_path / "demo-model"
     threads = torch.get_num_threads()
     try:
-        res = CliRunner().invoke(cli, ["train", "--out", str(out), "--steps", "2", "--eval-every", "0", "--no-card"])
+        res = CliRunner().invoke(cli, ["demo", "train", "--out", str(out), "--steps", "2", "--eval-every", "0", "--no-card"])
     finally:
         torch.set_num_threads(threads)
     assert res.exit_code == 0, res.output
@@ -166,5 +166,29 @@ def test_train_command_writes_a_loadable_checkpoint(tmp_path):
     assert [r["step"] for r in rows] == [0, 1, 2] and rows[2]["train_loss"] > 0
     model = load_model(model=str(out), device="cpu")
     assert model.n_layers == RECIPE.n_layer and model.n_ctx == RECIPE.n_ctx
-    again = CliRunner().invoke(cli, ["train", "--out", str(out), "--steps", "2"])
+    again = CliRunner().invoke(cli, ["demo", "train", "--out", str(out), "--steps", "2"])
     assert again.exit_code == 2 and "--overwrite" in again.output
+
+
+@pytest.mark.parametrize("summary, log, message", [
+    (None, None, "training_summary.json is missing"),
+    ("{not json", "", "unreadable training log"),
+    ("{}", "", "lacks recipe"),
+])
+def test_demo_replay_and_card_reject_a_broken_log_in_one_line(tmp_path, summary, log, message):
+    from click.testing import CliRunner
+
+    from reports.cli import cli
+
+    folder = tmp_path / "run"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    if summary is not None:
+        (folder / "training_summary.json").write_text(summary)
+        (folder / "training_log.jsonl").write_text(log)
+    (folder / "MODEL_CARD.md").write_text("kept")
+    for args in (["demo", "replay", "--model", str(folder), "--steps", "2"], ["demo", "card", "--model", str(folder)]):
+        res = CliRunner().invoke(cli, args)
+        assert res.exit_code == 2, res.output
+        assert message in res.output and "Traceback" not in res.output and len(res.output.strip().splitlines()) == 1, res.output
+    assert (folder / "MODEL_CARD.md").read_text() == "kept"

@@ -1,4 +1,4 @@
-"""``python -m probes.demo train|card``: the recipe's own command line (progress goes to stderr)."""
+"""``headlens demo train|card|replay``: train the demo model, write its card, replay its log (progress goes to stderr)."""
 
 from __future__ import annotations
 
@@ -12,19 +12,19 @@ from typing import Any
 
 import click
 
-__all__ = ["cli", "main"]
+__all__ = ["demo_group", "COMMANDS"]
 
 
 def _say(msg: str) -> None:
     click.echo(msg, err=True)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
-def cli() -> None:
-    """Train the headlens demo model, or write its model card."""
+@click.group("demo", context_settings={"help_option_names": ["-h", "--help"]})
+def demo_group() -> None:
+    """The demo model (--model demo): train it, write its model card, replay its training log."""
 
 
-@cli.command("train")
+@demo_group.command("train")
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Checkpoint folder to write.")
 @click.option("--steps", type=click.IntRange(min=0), default=None, help="Stop after N steps (the schedule stays the full recipe's). Default: the full recipe.")
 @click.option("--seed", type=int, default=None, help="Seed for initialisation, data order and negatives. Default: the recipe's (0).")
@@ -39,7 +39,7 @@ def train_cmd(out_dir: str, steps: int | None, seed: int | None, eval_every: int
     uninterrupted run would). The file is removed when the folder is written.
     """
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from probes.demo.train import RECIPE, save_checkpoint, train
+    from analyses.demo.train import RECIPE, save_checkpoint, train
 
     out = Path(out_dir)
     if out.exists() and any(out.iterdir()) and not overwrite:
@@ -72,7 +72,7 @@ def train_cmd(out_dir: str, steps: int | None, seed: int | None, eval_every: int
         save_checkpoint(result, tmp)
         if not no_card:
             _say("running the head census for MODEL_CARD.md ...")
-            from probes.demo.card import write_model_card
+            from reports.demo_card import write_model_card
 
             write_model_card(tmp)
         if out.exists():
@@ -85,18 +85,18 @@ def train_cmd(out_dir: str, steps: int | None, seed: int | None, eval_every: int
     _say(f"wrote {out}")
 
 
-@cli.command("card")
+@demo_group.command("card")
 @click.option("--model", "folder", required=True, type=click.Path(exists=True, file_okay=False), help="A folder written by `train`.")
 def card_cmd(folder: str) -> None:
     """(Re)write MODEL_CARD.md for a checkpoint folder written by `train`."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from probes.demo.card import write_model_card
+    from reports.demo_card import write_model_card
 
     path = write_model_card(folder)
     _say(f"wrote {path}")
 
 
-@cli.command("replay")
+@demo_group.command("replay")
 @click.option("--model", "folder", default=None, type=click.Path(exists=True, file_okay=False), help="A folder written by `train`. Default: the shipped demo model.")
 @click.option("--steps", type=click.IntRange(min=1), default=300, show_default=True, help="How many of the logged steps to rerun.")
 def replay_cmd(folder: str | None, steps: int) -> None:
@@ -107,22 +107,13 @@ def replay_cmd(folder: str | None, steps: int) -> None:
     """
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from probes.demo import MODEL_DIR
-    from probes.demo.replay import ReplayUnavailable, replay
+    from analyses.demo.replay import replay
 
     target = Path(folder) if folder else MODEL_DIR
-    try:
-        report = replay(target, steps, on_step=lambda done: _say(f"  replayed {done}/{steps} steps") if done and done % 50 == 0 else None)
-    except ReplayUnavailable as exc:
-        raise click.UsageError(str(exc)) from None
+    report = replay(target, steps, on_step=lambda done: _say(f"  replayed {done}/{steps} steps") if done and done % 50 == 0 else None)
     _say(report.summary())
     if report.mismatches:
         sys.exit(1)
 
 
-def main() -> None:
-    cli.main(args=sys.argv[1:], prog_name="python -m probes.demo")
-
-
-if __name__ == "__main__":  # pragma: no cover
-    main()
-
+COMMANDS = [demo_group]

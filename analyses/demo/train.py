@@ -1,6 +1,6 @@
 """The demo model's training recipe: a small GPT-2 trained on CPU until its heads are learned.
 
-``python -m probes.demo train --out DIR`` runs :func:`train` with :data:`RECIPE` and
+``headlens demo train --out DIR`` runs :func:`train` with :data:`RECIPE` and
 writes a Hugging Face checkpoint folder (``config.json``, ``model.safetensors``, the
 GPT-2 tokenizer), ``training_log.jsonl``, ``training_summary.json`` and, unless told not
 to, ``MODEL_CARD.md`` with the head census of the result.
@@ -11,7 +11,7 @@ thread count (``RecipeConfig.threads``), no dropout, and a learning-rate schedul
 defined by ``RecipeConfig.schedule_steps`` -- not by ``--steps``, which only stops the
 run early. A short run therefore repeats the first steps of the full run exactly, and
 its losses can be checked against the shipped ``training_log.jsonl``
-(:mod:`probes.demo.replay`).
+(:mod:`analyses.demo.replay`).
 
 Speed. With GPT-2's 50,257-token vocabulary the output layer dominates a small model's
 cost on CPU (about 1,100 tokens/s with the full softmax), so text rows use a *sampled
@@ -44,7 +44,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from probes.demo.data import BOS_ID, VOCAB_SIZE, BatchSampler, Corpus, build_corpus, eval_windows, gpt2_tokenizer
+from analyses.demo.data import BOS_ID, VOCAB_SIZE, BatchSampler, Corpus, build_corpus, eval_windows, gpt2_tokenizer
 
 __all__ = [
     "RecipeConfig",

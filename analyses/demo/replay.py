@@ -8,11 +8,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from probes.errors import InputError
+
 __all__ = ["ReplayUnavailable", "ReplayReport", "read_log", "replay"]
 
+_SUMMARY_KEYS = ("recipe", "steps", "data", "versions")
 
-class ReplayUnavailable(RuntimeError):
-    """The log cannot be replayed here (missing files, or other training text)."""
+
+class ReplayUnavailable(InputError):
+    """The training log cannot be read or replayed here (missing or broken files, or other training text)."""
 
 
 @dataclass
@@ -36,13 +40,19 @@ class ReplayReport:
 
 
 def read_log(folder: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """``(training_summary, log rows)`` of a folder written by ``python -m probes.demo train``."""
+    """``(training_summary, log rows)`` of a folder written by ``headlens demo train``."""
     folder = Path(folder)
     try:
         summary = json.loads((folder / "training_summary.json").read_text(encoding="utf-8"))
         rows = [json.loads(line) for line in (folder / "training_log.jsonl").read_text(encoding="utf-8").splitlines() if line.strip()]
     except FileNotFoundError as exc:
-        raise ReplayUnavailable(f"{folder}: no training log ({Path(exc.filename).name} is missing)") from None
+        raise ReplayUnavailable(f"{folder}: no training log ({Path(exc.filename).name} is missing)", folder=str(folder)) from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ReplayUnavailable(f"{folder}: unreadable training log ({exc})", folder=str(folder)) from None
+    missing = [k for k in _SUMMARY_KEYS if not isinstance(summary, dict) or k not in summary]
+    if missing or not all(isinstance(r, dict) and "step" in r for r in rows):
+        what = f"training_summary.json lacks {', '.join(missing)}" if missing else "training_log.jsonl has rows without a step"
+        raise ReplayUnavailable(f"{folder}: not a log written by `headlens demo train` ({what})", folder=str(folder))
     return summary, rows
 
 
@@ -52,8 +62,8 @@ def replay(folder: str | Path, steps: int, on_step: Callable[[int], None] | None
 
     import torch
 
-    from probes.demo.data import build_corpus, fingerprint
-    from probes.demo.train import config_from_summary, train
+    from analyses.demo.data import build_corpus, fingerprint
+    from analyses.demo.train import config_from_summary, train
 
     summary, rows = read_log(folder)
     logged = {r["step"]: r["train_loss"] for r in rows if r.get("train_loss") is not None}

@@ -7,11 +7,12 @@ and without BOS, on the checkpoint as saved: loaded back through
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
+
+from analyses.demo.replay import read_log
 
 __all__ = ["census_of", "write_model_card", "render_model_card"]
 
@@ -95,8 +96,7 @@ def _sink_counts(census: dict[str, tuple[pd.DataFrame, pd.DataFrame]]) -> str:
 def render_model_card(folder: str | Path, census: dict[str, tuple[pd.DataFrame, pd.DataFrame]]) -> str:
     """The card's text from ``training_summary.json``, ``training_log.jsonl`` and a census per BOS setting."""
     folder = Path(folder)
-    summary = json.loads((folder / "training_summary.json").read_text(encoding="utf-8"))
-    rows = [json.loads(line) for line in (folder / "training_log.jsonl").read_text(encoding="utf-8").splitlines() if line.strip()]
+    summary, rows = read_log(folder)
     rec, data, final, ver = summary["recipe"], summary["data"], summary["final"], summary["versions"]
     weights = folder / "model.safetensors"
     size_mb = weights.stat().st_size / 1e6 if weights.exists() else float("nan")
@@ -126,7 +126,7 @@ def render_model_card(folder: str | Path, census: dict[str, tuple[pd.DataFrame, 
         "",
         "## Training data",
         "",
-        "Built on the spot by `probes/demo/data.py` from text that ships with Python itself; none of it",
+        "Built on the spot by `analyses/demo/data.py` from text that ships with Python itself; none of it",
         "is committed to this repository.",
         "",
         "- **Docstrings of the Python standard library** (module, class and function docstrings of at",
@@ -162,7 +162,7 @@ def render_model_card(folder: str | Path, census: dict[str, tuple[pd.DataFrame, 
         "",
         "## Training",
         "",
-        f"- `python -m probes.demo train --out DIR --seed {rec['seed']}` ({summary['steps']} steps, "
+        f"- `headlens demo train --out DIR --seed {rec['seed']}` ({summary['steps']} steps, "
         f"{summary['tokens']:,} tokens).",
         f"- AdamW (betas {rec['betas'][0]}, {rec['betas'][1]}; weight decay {rec['weight_decay']} on matrices, none on"
         f" embeddings, biases, norms), learning rate {rec['lr']:g} after {rec['warmup_steps']} warm-up steps, cosine"
@@ -176,7 +176,7 @@ def render_model_card(folder: str | Path, census: dict[str, tuple[pd.DataFrame, 
         f"  on {rec['threads']} CPU thread{'s' if rec['threads'] != 1 else ''} ({summary['platform']}), torch {ver['torch']}, transformers {ver['transformers']}.",
         "  The recipe's own wall clock; other jobs may have shared the machine (see the notes of the run).",
         f"- Determinism: fixed seeds for initialisation, data order and negatives; {rec['threads']} thread(s); the schedule is",
-        "  set by `schedule_steps`, so `--steps N` repeats the first N steps exactly. `python -m probes.demo replay",
+        "  set by `schedule_steps`, so `--steps N` repeats the first N steps exactly. `headlens demo replay",
         "  --steps 700` reruns the first 700 steps and compares their losses with `training_log.jsonl` to 3 decimals",
         "  (`tests/test_demo_model.py` does the same for 20 steps). Evaluations do not touch the training's generators.",
         "",
@@ -227,9 +227,9 @@ def render_model_card(folder: str | Path, census: dict[str, tuple[pd.DataFrame, 
         "## Reproduce",
         "",
         "```bash",
-        "HF_HUB_OFFLINE=1 python -m probes.demo train --out demo-model/   # the full recipe, on CPU",
-        "python -m probes.demo replay --model demo-model/ --steps 700     # rerun the first 700 steps against the log",
-        "python -m probes.demo card --model demo-model/                  # this card, for that folder",
+        "HF_HUB_OFFLINE=1 headlens demo train --out demo-model/   # the full recipe, on CPU",
+        "headlens demo replay --model demo-model/ --steps 700     # rerun the first 700 steps against the log",
+        "headlens demo card --model demo-model/                  # this card, for that folder",
         "headlens classify --model demo-model/ --out census/",
         "```",
         "",
@@ -248,6 +248,7 @@ def render_model_card(folder: str | Path, census: dict[str, tuple[pd.DataFrame, 
 def write_model_card(folder: str | Path) -> Path:
     """Run the census (with and without BOS) on the checkpoint in ``folder`` and write ``MODEL_CARD.md`` there."""
     folder = Path(folder)
+    read_log(folder)  # a missing or broken log fails here, before the census runs
     census = {"bos": census_of(folder, prepend_bos=True), "no_bos": census_of(folder, prepend_bos=False)}
     path = folder / "MODEL_CARD.md"
     tmp = path.with_suffix(".md.tmp")
