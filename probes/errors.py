@@ -8,7 +8,8 @@ code  meaning
 ====  =============================================================
 0     success
 1     a check ran and failed (``verify``, ``selftest``)
-2     bad input: arguments, prompt or data files, layers or heads
+2     bad input: arguments, prompt or data files, layers or heads; a model family or
+      feature a command cannot handle (named in the message)
 3     the model or its tokenizer could not be loaded
 4     the output already exists (pass ``--overwrite``) or cannot be written
 5     the device or dtype asked for is not available
@@ -26,6 +27,8 @@ __all__ = [
     "DeviceError",
     "CheckFailed",
     "StimulusError",
+    "UnsupportedModelError",
+    "InterventionError",
 ]
 
 
@@ -84,5 +87,17 @@ class CheckFailed(HeadlensError):
 class StimulusError(InputError, ValueError):
     """Bad stimulus input: a malformed file, a span that does not fit its text, a word
     that is not a single token, or a text too short for what was asked."""
+
+    exit_code = 2
+
+
+class UnsupportedModelError(InputError):
+    """A command cannot handle this model family or one of its features (``family`` names it)."""
+
+    exit_code = 2
+
+
+class InterventionError(UnsupportedModelError):
+    """An edit of scores or patterns would not change this model's output, so it is refused."""
 
     exit_code = 2

@@ -49,3 +49,33 @@ def planted_model(planted_checkpoint):
     from probes.loading import load_model
 
     return load_model(model=str(planted_checkpoint), device="cpu")
+
+
+@pytest.fixture(scope="session")
+def family_checkpoint(tmp_path_factory):
+    """``family_checkpoint(name)``: a tiny checkpoint of one family of ``probes.families.FAMILIES``, built once."""
+    from probes.families import build_family_checkpoint
+
+    built: dict[str, object] = {}
+
+    def get(family: str):
+        if family not in built:
+            built[family] = build_family_checkpoint(tmp_path_factory.mktemp(f"family_{family}"), family)
+        return built[family]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def family_model(family_checkpoint):
+    """``family_model(name)``: the tiny checkpoint of ``name`` loaded on the CPU, once per session."""
+    from probes.loading import load_model
+
+    loaded: dict[str, object] = {}
+
+    def get(family: str):
+        if family not in loaded:
+            loaded[family] = load_model(model=str(family_checkpoint(family)), device="cpu")
+        return loaded[family]
+
+    return get

@@ -1,0 +1,326 @@
+"""How each layer of a loaded model computes attention, and that computation redone from q and k.
+
+:func:`attention_spec` reads, from the Hugging Face attention modules the bridge wraps, what
+turns ``q`` and ``k`` into a pattern in each layer: the number of KV heads (grouped-query
+attention), the score scale (``1/sqrt(d_head)``, Gemma2's ``query_pre_attn_scalar``, none
+for GPT-Neo), a sliding window, a logit softcap, the kind of rotary embedding, and whether
+the bridge computes attention itself (so edits of ``hook_attn_scores``/``hook_pattern``
+take effect) or hands it to Hugging Face and fires those hooks afterwards.
+
+:func:`rotate` turns the bridge's pre-rotary ``hook_q``/``hook_k`` into what enters the dot
+product (GPT-NeoX and GPT-J rotate part of each head and have no ``hook_rot_*``), and
+:func:`scores_from_qk` / :func:`pattern_from_qk` redo the attention equation with the
+layer's own scale, mask, window and softcap.  ``verify`` compares that with the captured
+pattern; the streaming statistics use the same code.
+
+Only families whose attention has been checked against Hugging Face are reconstructed;
+any other raises :class:`~probes.errors.UnsupportedModelError` naming the family.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+from jaxtyping import Bool, Float
+from torch import Tensor
+
+from probes.errors import UnsupportedModelError
+
+__all__ = [
+    "LayerAttention",
+    "AttentionSpec",
+    "attention_spec",
+    "RECONSTRUCTED_FAMILIES",
+    "rotate",
+    "allowed_keys",
+    "scores_from_qk",
+    "pattern_from_qk",
+    "repeat_kv",
+]
+
+log = logging.getLogger(__name__)
+
+#: Families (Hugging Face ``model_type``) whose attention :func:`scores_from_qk` redoes exactly.
+RECONSTRUCTED_FAMILIES: frozenset[str] = frozenset(
+    {"gpt2", "llama", "qwen2", "mistral", "mixtral", "gemma", "gemma2", "gpt_neox", "gpt_neo", "opt", "gptj"}
+)
+
+_NO_ROTARY = {"gpt2", "gpt_neo", "opt"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class LayerAttention:
+    """What one layer does between q, k and the pattern.
+
+    ``scale`` multiplies ``q . k``; ``window`` (keys) limits query ``i`` to keys
+    ``j > i - window``; ``softcap`` replaces scores ``s`` by ``softcap * tanh(s / softcap)``;
+    ``rotary`` is ``none``, ``hooks`` (the bridge has ``hook_rot_q``/``hook_rot_k``),
+    ``neox`` (rotate-half on the first ``rotary_dim`` dims, cos/sin from ``hook_cos``/
+    ``hook_sin``) or ``gptj`` (rotate-every-two on the first ``rotary_dim`` dims);
+    ``native`` is True when the bridge computes the attention itself, so that edits of
+    ``hook_attn_scores`` and ``hook_pattern`` change the output.
+    """
+
+    layer: int
+    n_heads: int
+    n_kv_heads: int
+    d_head: int
+    scale: float
+    window: int | None
+    softcap: float | None
+    rotary: str
+    rotary_dim: int | None
+    native: bool
+    causal: bool = True
+
+    @property
+    def group(self) -> int:
+        """Query heads per KV head."""
+        return self.n_heads // self.n_kv_heads
+
+    def kv_head(self, head: int) -> int:
+        """The KV head that query head ``head`` reads (Hugging Face's ``repeat_kv`` order)."""
+        return head // self.group
+
+
+@dataclass(frozen=True, kw_only=True)
+class AttentionSpec:
+    """Per-layer attention facts of a loaded model (see :class:`LayerAttention`)."""
+
+    family: str
+    architecture: str
+    layers: tuple[LayerAttention, ...]
+    reconstructable: bool
+
+    @property
+    def n_kv_heads(self) -> int:
+        return self.layers[0].n_kv_heads
+
+    @property
+    def native(self) -> bool:
+        """True when every layer's scores and pattern hooks sit inside the computation."""
+        return all(layer.native for layer in self.layers)
+
+    def kv_map(self) -> dict[int, int]:
+        """Query head -> KV head (the same in every layer)."""
+        first = self.layers[0]
+        return {h: first.kv_head(h) for h in range(first.n_heads)}
+
+    def require_reconstruction(self, what: str) -> None:
+        """Raise a one-line error when this family's attention cannot be redone from q and k."""
+        if not self.reconstructable:
+            raise UnsupportedModelError(
+                f"{what}: headlens cannot redo the attention of {self.family} ({self.architecture}) from q and k;"
+                f" supported families: {', '.join(sorted(RECONSTRUCTED_FAMILIES))}",
+                family=self.family,
+            )
+
+    def describe(self) -> dict[str, Any]:
+        """Manifest entry: the facts per layer plus the query -> KV head map."""
+        return {
+            "family": self.family,
+            "architecture": self.architecture,
+            "n_kv_heads": self.n_kv_heads,
+            "kv_map": {str(h): kv for h, kv in self.kv_map().items()},
+            "reconstructable": self.reconstructable,
+            "layers": [asdict(layer) for layer in self.layers],
+        }
+
+
+def _hf_attention(bridge: Any, layer: int) -> Any:
+    return bridge.blocks[layer].attn.original_component
+
+
+def _is_native(bridge: Any, layer: int) -> bool:
+    """True when the bridge's attention component computes the pattern itself."""
+    from transformer_lens.model_bridge.generalized_components.attention import AttentionBridge
+
+    comp = bridge.blocks[layer].attn
+    if getattr(comp.original_component, "accepts_pattern_fn", False):
+        return True
+    return type(comp).forward is not AttentionBridge.forward
+
+
+def _window(family: str, hf_config: Any, module: Any, layer: int) -> int | None:
+    if family == "gpt_neo":
+        return int(hf_config.window_size) if getattr(module, "attention_type", "global") == "local" else None
+    if hasattr(module, "sliding_window"):
+        value = module.sliding_window
+        return int(value) if value else None
+    layer_types = getattr(hf_config, "layer_types", None)
+    sliding = getattr(hf_config, "sliding_window", None)
+    if layer_types is not None:
+        return int(sliding) if layer_types[layer] == "sliding_attention" and sliding else None
+    if family in ("mistral", "mixtral") and sliding:
+        return int(sliding)
+    return None
+
+
+def _scale(family: str, module: Any, d_head: int) -> float:
+    if family == "gpt_neo":
+        return 1.0  # GPT-Neo does not scale its scores
+    scaling = getattr(module, "scaling", None)
+    if scaling is not None:
+        return float(scaling)
+    return 1.0 / math.sqrt(d_head)
+
+
+def _rotary(family: str, bridge: Any, layer: int, module: Any) -> tuple[str, int | None]:
+    if family in _NO_ROTARY:
+        return "none", None
+    if family == "gpt_neox":
+        return "neox", int(module.rotary_ndims)
+    if family == "gptj":
+        return "gptj", int(module.rotary_dim or module.head_dim)
+    if f"blocks.{layer}.attn.hook_rot_q" in bridge.hook_dict:
+        return "hooks", None
+    return "unknown", None
+
+
+def attention_spec(model: Any) -> AttentionSpec:
+    """The :class:`AttentionSpec` of a :class:`~probes.loading.LoadedModel` (computed once, then cached)."""
+    cached = model.extra.get("attention_spec")
+    if cached is not None:
+        return cached
+    bridge = model.bridge
+    hf_config = bridge.original_model.config
+    family = str(getattr(hf_config, "model_type", "unknown"))
+    n_heads = int(bridge.cfg.n_heads)
+    n_kv = int(getattr(bridge.cfg, "n_key_value_heads", None) or n_heads)
+    layers = []
+    for layer in range(int(bridge.cfg.n_layers)):
+        module = _hf_attention(bridge, layer)
+        d_head = int(getattr(module, "head_dim", None) or bridge.cfg.d_head)
+        cap = getattr(module, "attn_logit_softcapping", None) or getattr(hf_config, "attn_logit_softcapping", None)
+        rotary, rotary_dim = _rotary(family, bridge, layer, module)
+        layers.append(
+            LayerAttention(
+                layer=layer,
+                n_heads=n_heads,
+                n_kv_heads=n_kv,
+                d_head=d_head,
+                scale=_scale(family, module, d_head),
+                window=_window(family, hf_config, module, layer),
+                softcap=float(cap) if cap else None,
+                rotary=rotary,
+                rotary_dim=rotary_dim,
+                native=_is_native(bridge, layer),
+                causal=bool(getattr(module, "is_causal", True)),
+            )
+        )
+    ok = family in RECONSTRUCTED_FAMILIES and all(layer.rotary != "unknown" for layer in layers)
+    spec = AttentionSpec(family=family, architecture=type(bridge.original_model).__name__, layers=tuple(layers), reconstructable=ok)
+    if not ok:
+        log.warning("%s: attention is not reconstructed from q and k for this family; verify and streaming statistics are refused", family)
+    model.extra["attention_spec"] = spec
+    return spec
+
+
+def _rotate_half(x: Tensor) -> Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def _rotate_every_two(x: Tensor) -> Tensor:
+    return torch.stack((-x[..., 1::2], x[..., 0::2]), dim=-1).flatten(-2)
+
+
+def _gptj_sin_cos(n: int, dim: int, device: torch.device) -> tuple[Tensor, Tensor]:
+    """GPT-J's sinusoids for positions ``0..n-1``: ``[pos, dim]`` each, every frequency repeated twice."""
+    inv_freq = 1.0 / (10000 ** (torch.arange(0, dim, 2, dtype=torch.int64, device=device).float() / dim))
+    angles = torch.arange(n, device=device).float()[:, None] * inv_freq
+    return angles.sin().repeat_interleave(2, dim=-1), angles.cos().repeat_interleave(2, dim=-1)
+
+
+def rotate(
+    layer: LayerAttention,
+    x: Float[Tensor, "batch pos head d_head"],
+    *,
+    cos: Float[Tensor, "batch pos rot"] | None = None,
+    sin: Float[Tensor, "batch pos rot"] | None = None,
+) -> Float[Tensor, "batch pos head d_head"]:
+    """Apply the layer's rotary embedding to pre-rotary ``hook_q``/``hook_k`` output (positions 0, 1, ...).
+
+    ``neox`` needs the bridge's ``hook_cos``/``hook_sin``; ``gptj`` computes its own
+    sinusoids; ``none`` returns ``x``; ``hooks`` is refused (read ``hook_rot_q``/``hook_rot_k``).
+    """
+    if layer.rotary == "none":
+        return x
+    if layer.rotary == "neox":
+        if cos is None or sin is None:
+            raise ValueError("GPT-NeoX rotation needs hook_cos and hook_sin")
+        r = layer.rotary_dim or x.shape[-1]
+        c, s = cos[:, :, None, :].to(x.dtype), sin[:, :, None, :].to(x.dtype)
+        head = x[..., :r]
+        return torch.cat((head * c + _rotate_half(head) * s, x[..., r:]), dim=-1)
+    if layer.rotary == "gptj":
+        r = layer.rotary_dim or x.shape[-1]
+        s, c = _gptj_sin_cos(x.shape[1], r, x.device)
+        s, c = s[None, :, None, :].to(x.dtype), c[None, :, None, :].to(x.dtype)
+        head = x[..., :r]
+        return torch.cat((head * c + _rotate_every_two(head) * s, x[..., r:]), dim=-1)
+    raise ValueError(f"rotary kind {layer.rotary!r}: read the bridge's hook_rot_q/hook_rot_k instead")
+
+
+def repeat_kv(x: Float[Tensor, "... pos kv_head d_head"], group: int) -> Float[Tensor, "... pos head d_head"]:
+    """KV heads repeated to one per query head, in Hugging Face's ``repeat_kv`` order."""
+    return x if group == 1 else x.repeat_interleave(group, dim=-2)
+
+
+def allowed_keys(
+    layer: LayerAttention,
+    n_q: int,
+    n_k: int | None = None,
+    *,
+    q_offset: int = 0,
+    device: torch.device | str = "cpu",
+) -> Bool[Tensor, "q k"]:
+    """Which keys each query may see: causal (``j <= i``) and inside the window (``j > i - window``).
+
+    Queries are positions ``q_offset .. q_offset + n_q - 1`` against keys ``0 .. n_k - 1``.
+    """
+    n_k = n_q + q_offset if n_k is None else n_k
+    i = torch.arange(q_offset, q_offset + n_q, device=device)[:, None]
+    j = torch.arange(n_k, device=device)[None, :]
+    ok = j <= i if layer.causal else torch.ones(n_q, n_k, dtype=torch.bool, device=device)
+    if layer.window is not None:
+        ok = ok & (j > i - layer.window)
+    return ok
+
+
+def scores_from_qk(
+    layer: LayerAttention,
+    q: Float[Tensor, "q head d_head"],
+    k: Float[Tensor, "k kv_head d_head"],
+    *,
+    q_offset: int = 0,
+    key_mask: Bool[Tensor, " k"] | None = None,
+) -> Float[Tensor, "head q k"]:
+    """Masked pre-softmax scores of one prompt in float32 (``-inf`` where a key is not allowed).
+
+    ``q`` and ``k`` are what enters the dot product (rotated where the family rotates);
+    ``k`` has the layer's KV heads and is repeated per query head here.  ``key_mask``
+    marks real (unpadded) keys.
+    """
+    k_full = repeat_kv(k.float(), q.shape[1] // k.shape[1])
+    scores = torch.einsum("qhd,khd->hqk", q.float(), k_full) * layer.scale
+    if layer.softcap is not None:
+        scores = layer.softcap * torch.tanh(scores / layer.softcap)
+    ok = allowed_keys(layer, q.shape[0], k.shape[0], q_offset=q_offset, device=q.device)
+    if key_mask is not None:
+        ok = ok & key_mask.to(q.device)[None, :]
+    return scores.masked_fill(~ok[None], float("-inf"))
+
+
+def pattern_from_qk(
+    layer: LayerAttention,
+    q: Float[Tensor, "q head d_head"],
+    k: Float[Tensor, "k kv_head d_head"],
+    **kwargs: Any,
+) -> Float[Tensor, "head q k"]:
+    """``softmax`` of :func:`scores_from_qk` over keys (float32)."""
+    return scores_from_qk(layer, q, k, **kwargs).softmax(dim=-1)

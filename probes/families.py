@@ -1,0 +1,117 @@
+"""Tiny random checkpoints of every decoder family headlens supports, built from config.
+
+Each is a Hugging Face ``save_pretrained`` folder with the real GPT-2 tokenizer, booted by
+TransformerBridge exactly as a downloaded model would be.  Shapes are chosen so every
+feature of a family shows: grouped-query attention (2 KV heads for 4 query heads; 1 for
+Gemma, i.e. multi-query), rotary embeddings (partial in GPT-NeoX and GPT-J), sliding
+windows of 16 keys (Mistral, Gemma2's even layers, GPT-Neo's local layer), Gemma2's
+logit softcap and query_pre_attn_scalar.  The family matrix of the tests runs on these.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from probes.tokenizer_files import load_offline_gpt2_tokenizer
+
+__all__ = ["FAMILIES", "WINDOW", "build_family_checkpoint", "family_config"]
+
+#: Sliding-window width (keys) of the windowed families' tiny checkpoints.
+WINDOW = 16
+
+#: Family name -> (transformers config class, model class) names.
+_CLASSES: dict[str, tuple[str, str]] = {
+    "gpt2": ("GPT2Config", "GPT2LMHeadModel"),
+    "llama": ("LlamaConfig", "LlamaForCausalLM"),
+    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM"),
+    "mistral": ("MistralConfig", "MistralForCausalLM"),
+    "gemma": ("GemmaConfig", "GemmaForCausalLM"),
+    "gemma2": ("Gemma2Config", "Gemma2ForCausalLM"),
+    "gpt_neox": ("GPTNeoXConfig", "GPTNeoXForCausalLM"),
+    "gpt_neo": ("GPTNeoConfig", "GPTNeoForCausalLM"),
+    "opt": ("OPTConfig", "OPTForCausalLM"),
+    "gptj": ("GPTJConfig", "GPTJForCausalLM"),
+}
+
+#: The families of the test matrix, in a stable order.
+FAMILIES: tuple[str, ...] = tuple(_CLASSES)
+
+
+def family_config(family: str, *, n_layers: int = 2, n_heads: int = 4, n_kv_heads: int | None = None, d_model: int = 64, n_ctx: int = 128) -> Any:
+    """The transformers config of a tiny ``family`` checkpoint (GPT-2 vocabulary and special tokens)."""
+    import transformers
+
+    if family not in _CLASSES:
+        raise ValueError(f"unknown family {family!r}: choose from {', '.join(FAMILIES)}")
+    d_head = d_model // n_heads
+    gqa = n_kv_heads if n_kv_heads is not None else {"gemma": 1}.get(family, max(1, n_heads // 2))
+    common = {"vocab_size": 50257, "bos_token_id": 50256, "eos_token_id": 50256}
+    decoder = {
+        "hidden_size": d_model,
+        "intermediate_size": 2 * d_model,
+        "num_hidden_layers": n_layers,
+        "num_attention_heads": n_heads,
+        "max_position_embeddings": n_ctx,
+    }
+    kw: dict[str, Any]
+    if family == "gpt2":
+        kw = {"n_layer": n_layers, "n_head": n_heads, "n_embd": d_model, "n_positions": n_ctx}
+    elif family in ("llama", "qwen2"):
+        kw = {**decoder, "num_key_value_heads": gqa}
+    elif family == "mistral":
+        kw = {**decoder, "num_key_value_heads": gqa, "sliding_window": WINDOW}
+    elif family == "gemma":
+        kw = {**decoder, "num_key_value_heads": gqa, "head_dim": d_head}
+    elif family == "gemma2":
+        # query_pre_attn_scalar != d_head so a verify that assumed 1/sqrt(d_head) would fail.
+        kw = {
+            **decoder,
+            "num_key_value_heads": gqa,
+            "head_dim": d_head,
+            "sliding_window": WINDOW,
+            "attn_logit_softcapping": 50.0,
+            "final_logit_softcapping": 30.0,
+            "query_pre_attn_scalar": 2 * d_head,
+            "layer_types": ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(n_layers)],
+        }
+    elif family == "gpt_neox":
+        kw = {**decoder, "rotary_pct": 0.25}
+    elif family == "gpt_neo":
+        layers = ["global", "local"] * (n_layers // 2) + ["global"] * (n_layers % 2)
+        kw = {"hidden_size": d_model, "num_layers": n_layers, "num_heads": n_heads, "max_position_embeddings": n_ctx, "attention_types": [[layers, 1]], "window_size": WINDOW}
+    elif family == "opt":
+        kw = {"hidden_size": d_model, "ffn_dim": 2 * d_model, "num_hidden_layers": n_layers, "num_attention_heads": n_heads, "max_position_embeddings": n_ctx, "word_embed_proj_dim": d_model}
+    else:  # gptj
+        kw = {"n_embd": d_model, "n_layer": n_layers, "n_head": n_heads, "n_positions": n_ctx, "rotary_dim": d_head // 2}
+    return getattr(transformers, _CLASSES[family][0])(**kw, **common)
+
+
+def build_family_checkpoint(folder: str | Path, family: str, *, seed: int = 0, **shape: Any) -> Path:
+    """Write a randomly initialised tiny ``family`` checkpoint plus the GPT-2 tokenizer to ``folder``.
+
+    ``shape`` goes to :func:`family_config` (``n_layers``, ``n_heads``, ``n_kv_heads``,
+    ``d_model``, ``n_ctx``).
+    """
+    import torch
+    import transformers
+
+    config = family_config(family, **shape)
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    gen_state = torch.random.get_rng_state()
+    try:
+        torch.manual_seed(seed)
+        model = getattr(transformers, _CLASSES[family][1])(config)
+    finally:
+        torch.random.set_rng_state(gen_state)
+    with contextlib.redirect_stderr(io.StringIO()):  # transformers' progress bar
+        model.save_pretrained(folder)
+    with tempfile.TemporaryDirectory() as tmp:
+        load_offline_gpt2_tokenizer(tmp).save_pretrained(folder)
+    (folder / "headlens_family.json").write_text(json.dumps({"family": family, "seed": seed, **shape}) + "\n")
+    return folder
