@@ -1,15 +1,22 @@
 """The attention equation as a check on what the hooks captured.
 
-From captured Q and K, recompute ``softmax(Q K^T / sqrt(d_head) + causal mask)`` and
-compare it with the captured pattern; from the captured pattern and V, recompute
-``pattern @ V`` and compare it with ``hook_z``.  Also check that no attention falls
-above the diagonal and that every real pattern row sums to 1.  Only real (unpadded)
-positions count.
+From the captured q and k as they enter the dot product (``rot_q``/``rot_k``: after the
+rotary embedding where the family has one), redo each layer's attention with the layer's
+own rules (:mod:`probes.attention`): KV heads repeated under grouped-query attention, the
+family's score scale (``1/sqrt(d_head)``, Gemma2's ``query_pre_attn_scalar``, none for
+GPT-Neo), the logit softcap (Gemma2), the causal mask and a sliding window (Mistral,
+Gemma2's sliding layers, GPT-Neo's local layers); compare with the captured pattern.  From
+the captured pattern and V, recompute ``pattern @ V`` and compare it with ``hook_z``.  Also
+check that no attention falls on a key the mask forbids and that every real pattern row
+sums to 1.  Only real (unpadded) positions count.
+
+A family whose attention headlens does not know how to redo is refused with a one-line
+error (:class:`~probes.errors.UnsupportedModelError`), never reported as a failed check.
 """
 
 from __future__ import annotations
 
-import math
+import logging
 from collections.abc import Sequence
 
 import pandas as pd
@@ -17,68 +24,86 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from probes.attention import LayerAttention, allowed_keys, attention_spec, pattern_from_qk, repeat_kv
 from probes.capture import Capture, capture
 from probes.config import CaptureConfig
 from probes.loading import LoadedModel
 
-__all__ = ["verify_attention", "verify_capture", "DEFAULT_TOLERANCE", "recompute_pattern"]
+__all__ = ["verify_attention", "verify_capture", "DEFAULT_TOLERANCE", "recompute_pattern", "applied_rules"]
+
+log = logging.getLogger(__name__)
 
 #: Largest absolute error accepted, by dtype.
 DEFAULT_TOLERANCE: dict[str, float] = {"float32": 1e-4, "float16": 5e-3, "bfloat16": 3e-2}
 
+#: What verify captures.
+VERIFY_WHAT = ("rot_q", "rot_k", "v", "pattern", "z")
+
 
 def recompute_pattern(
+    layer: LayerAttention,
     q: Float[Tensor, "pos head d_head"],
-    k: Float[Tensor, "pos head d_head"],
-    scale: float,
+    k: Float[Tensor, "pos kv_head d_head"],
 ) -> Float[Tensor, "head q k"]:
-    """``softmax(q k^T / scale + causal mask)`` for one prompt, in float32."""
-    scores = torch.einsum("qhd,khd->hqk", q.float(), k.float()) / scale
-    n = q.shape[0]
-    causal = torch.ones(n, n, dtype=torch.bool, device=q.device).tril()
-    scores = scores.masked_fill(~causal, float("-inf"))
-    return scores.softmax(dim=-1)
+    """The layer's attention pattern for one prompt from its rotated q and k, in float32."""
+    return pattern_from_qk(layer, q, k)
 
 
-def _attn_scale(model: LoadedModel, layer: int) -> float:
-    cfg = model.bridge.cfg
-    scale = float(getattr(cfg, "attn_scale", -1.0) or -1.0)
-    if scale <= 0:
-        scale = math.sqrt(model.d_head)
-    if getattr(cfg, "scale_attn_by_inverse_layer_idx", False):
-        scale *= layer + 1
-    return scale
+def applied_rules(layer: LayerAttention) -> str:
+    """A short description of what the recomputation applied in ``layer``."""
+    parts = [
+        {"hooks": "rotary (hook_rot_q/k)", "neox": f"partial rotary ({layer.rotary_dim}/{layer.d_head} dims)", "gptj": f"GPT-J rotary ({layer.rotary_dim}/{layer.d_head} dims)"}.get(
+            layer.rotary, "no rotary"
+        ),
+        f"scale {layer.scale:.4g}" + (" (none)" if layer.scale == 1.0 else ""),
+    ]
+    if layer.group > 1:
+        parts.append(f"GQA {layer.n_heads}q/{layer.n_kv_heads}kv")
+    parts.append("causal" if layer.causal else "bidirectional")
+    if layer.window is not None:
+        parts.append(f"window {layer.window}")
+    if layer.softcap is not None:
+        parts.append(f"softcap {layer.softcap:g}")
+    return ", ".join(parts)
 
 
 def verify_capture(model: LoadedModel, cap: Capture, *, tolerance: float | None = None) -> pd.DataFrame:
-    """One row per layer: largest errors of the recomputation, and whether all are in tolerance."""
+    """One row per layer: largest errors of the recomputation, what it applied, and whether all are in tolerance."""
+    spec = attention_spec(model)
+    spec.require_reconstruction("verify")
+    missing = [w for w in VERIFY_WHAT if w not in cap.what]
+    if missing:
+        raise ValueError(f"verify needs a capture of {', '.join(VERIFY_WHAT)}; missing {', '.join(missing)}")
     dtype_name = str(model.dtype).removeprefix("torch.")
     tol = DEFAULT_TOLERANCE.get(dtype_name, 1e-4) if tolerance is None else tolerance
     rows = []
     lengths = cap.batch.lengths.tolist()
     for layer in cap.heads:
-        q, k, v = (cap.get(layer, w) for w in ("q", "k", "v"))
+        la = spec.layers[layer]
+        if cap.heads[layer] != list(range(la.n_heads)) or cap.kv_heads[layer] != list(range(la.n_kv_heads)):
+            raise ValueError("verify needs every head of each layer it checks")
+        q, k, v = (cap.get(layer, w) for w in ("rot_q", "rot_k", "v"))
         pattern, z = cap.get(layer, "pattern"), cap.get(layer, "z")
-        scale = _attn_scale(model, layer)
-        err_p = err_z = above = row_sum = 0.0
+        err_p = err_z = outside = row_sum = 0.0
         for i, n in enumerate(lengths):
             p_cap = pattern[i, :, :n, :n].float()
-            p_ref = recompute_pattern(q[i, :n], k[i, :n], scale)
+            p_ref = recompute_pattern(la, q[i, :n], k[i, :n])
             err_p = max(err_p, (p_cap - p_ref).abs().max().item())
-            z_ref = torch.einsum("hqk,khd->qhd", p_cap, v[i, :n].float())
+            z_ref = torch.einsum("hqk,khd->qhd", p_cap, repeat_kv(v[i, :n].float(), la.group))
             err_z = max(err_z, (z[i, :n].float() - z_ref).abs().max().item())
-            upper = torch.ones(n, n, dtype=torch.bool).triu(diagonal=1)
-            above = max(above, p_cap[:, upper].abs().max().item() if n > 1 else 0.0)
+            forbidden = ~allowed_keys(la, n)
+            outside = max(outside, p_cap[:, forbidden].abs().max().item() if bool(forbidden.any()) else 0.0)
             row_sum = max(row_sum, (p_cap.sum(-1) - 1).abs().max().item())
         rows.append(
             {
                 "layer": layer,
                 "max_err_pattern": err_p,
                 "max_err_z": err_z,
-                "max_above_diagonal": above,
+                "max_outside_mask": outside,
                 "max_row_sum_err": row_sum,
                 "tolerance": tol,
-                "ok": max(err_p, err_z, above, row_sum) <= tol,
+                "ok": max(err_p, err_z, outside, row_sum) <= tol,
+                "applied": applied_rules(la),
             }
         )
     return pd.DataFrame(rows)
@@ -92,10 +117,7 @@ def verify_attention(
     tolerance: float | None = None,
     batch_size: int = 8,
 ) -> pd.DataFrame:
-    """Capture q, k, v, pattern and z for every layer on ``prompts`` and check the equation."""
-    cap = capture(
-        model,
-        prompts,
-        CaptureConfig(what=("q", "k", "v", "pattern", "z"), prepend_bos=prepend_bos, batch_size=batch_size),
-    )
+    """Capture rotated q and k, v, pattern and z for every layer on ``prompts`` and check the equation."""
+    attention_spec(model).require_reconstruction("verify")
+    cap = capture(model, prompts, CaptureConfig(what=VERIFY_WHAT, prepend_bos=prepend_bos, batch_size=batch_size))
     return verify_capture(model, cap, tolerance=tolerance)

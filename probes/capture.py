@@ -14,19 +14,24 @@ import torch
 from torch import Tensor
 
 from probes.config import CAPTURABLE, CaptureConfig
-from probes.errors import InputError
+from probes.errors import InputError, UnsupportedModelError
 from probes.hooks import attached
 from probes.loading import LoadedModel, check_layers_heads
 from probes.prompts import TokenBatch, iter_batches, tokenize_prompts
 
 __all__ = ["Capture", "capture", "hook_name", "tokenize_for", "run_forward"]
 
-_PER_POSITION = {"q", "k", "v", "z"}  # [batch, pos, head, d_head]
+_PER_POSITION = {"q", "k", "v", "z", "rot_q", "rot_k"}  # [batch, pos, head, d_head]
 _PER_PAIR = {"pattern", "attn_scores"}  # [batch, head, q, k]
+_KV = {"k", "v", "rot_k"}  # KV heads under grouped-query attention
 
 
 def hook_name(layer: int, what: str) -> str:
-    """TransformerLens hook name for ``what`` (``q``, ``pattern``...) in ``layer``."""
+    """TransformerLens hook name for ``what`` (``q``, ``pattern``...) in ``layer``.
+
+    ``rot_q``/``rot_k`` are named ``hook_rot_q``/``hook_rot_k`` even in families where
+    headlens computes them (see :class:`~probes.config.CaptureConfig`).
+    """
     if what not in CAPTURABLE:
         raise InputError(f"cannot capture {what!r}: choose from {', '.join(CAPTURABLE)}", what=what)
     return f"blocks.{layer}.attn.{CAPTURABLE[what]}"
@@ -36,10 +41,12 @@ def hook_name(layer: int, what: str) -> str:
 class Capture:
     """Captured tensors keyed by hook name, in TransformerLens dimension order.
 
-    q, k, v, z: ``[prompt, pos, head, d_head]``; pattern, attn_scores:
-    ``[prompt, head, query_pos, key_pos]``.  ``head`` indexes ``heads[layer]`` (all
-    heads by default).  Prompts are right-padded with zeros to the longest; real
-    lengths are ``batch.lengths``.
+    q, rot_q, z: ``[prompt, pos, head, d_head]`` with ``head`` indexing ``heads[layer]``;
+    k, v, rot_k: ``[prompt, pos, kv_head, d_head]`` with ``kv_head`` indexing
+    ``kv_heads[layer]`` (equal to ``heads`` without grouped-query attention, or with
+    ``kv_per_query_head``); pattern, attn_scores: ``[prompt, head, query_pos, key_pos]``.
+    Prompts are right-padded with zeros to the longest; real lengths are ``batch.lengths``.
+    ``info`` holds what the manifest needs: KV-head counts and maps, where rot_q/rot_k came from.
     """
 
     tensors: dict[str, Tensor]
@@ -47,6 +54,7 @@ class Capture:
     heads: dict[int, list[int]]
     what: tuple[str, ...]
     info: dict[str, Any] = field(default_factory=dict)
+    kv_heads: dict[int, list[int]] = field(default_factory=dict)
 
     def get(self, layer: int, what: str) -> Tensor:
         return self.tensors[hook_name(layer, what)]
@@ -102,30 +110,110 @@ def run_forward(
 
 
 class _Writer:
-    """Hook that copies selected heads of one activation into rows of an output tensor."""
+    """Hook that copies selected heads of one activation into rows of an output tensor.
 
-    def __init__(self, out: Tensor, what: str, heads: list[int], all_heads: bool) -> None:
+    ``transform`` (optional) maps the hooked activation first (the rotation of q or k in
+    families whose bridge has no ``hook_rot_*``); ``deferred`` writers wait for the
+    layer's ``hook_cos``/``hook_sin`` (GPT-NeoX), which fire after ``hook_q``/``hook_k``.
+    """
+
+    def __init__(self, out: Tensor, what: str, index: list[int], all_heads: bool, transform: Any = None, deferred: bool = False) -> None:
         self.out = out
         self.what = what
-        self.heads = heads
+        self.index = index
         self.all_heads = all_heads
+        self.transform = transform
+        self.deferred = deferred
+        self.pending: Tensor | None = None
         self.rows: list[int] = []
         self.mask: Tensor | None = None  # [batch, pos] on the model's device
 
     def __call__(self, act: Tensor, hook: Any = None) -> None:
         act = act.detach()
+        if self.deferred:
+            self.pending = act
+            return
+        self.write(act)
+
+    def flush(self) -> None:
+        if self.pending is not None:
+            act, self.pending = self.pending, None
+            self.write(act)
+
+    def write(self, act: Tensor) -> None:
         mask = self.mask
-        assert mask is not None  # set before every forward by capture()
+        if mask is None:
+            raise RuntimeError("capture writer used outside capture()")
+        if self.transform is not None:
+            act = self.transform(act)
         width = act.shape[1] if self.what in _PER_POSITION else act.shape[2]
         if self.what in _PER_POSITION:
-            sel = act if self.all_heads else act[:, :, self.heads]
+            sel = act if self.all_heads else act[:, :, self.index]
             sel = sel * mask[:, :, None, None].to(sel.dtype)
             self.out[self.rows, :width] = sel.to(self.out.device)
         else:
-            sel = act if self.all_heads else act[:, self.heads]
+            sel = act if self.all_heads else act[:, self.index]
             pair = mask[:, :, None] & mask[:, None, :]  # [batch, q, k]
             sel = torch.where(pair[:, None], sel, torch.zeros((), dtype=sel.dtype, device=sel.device))
             self.out[self.rows, :, :width, :width] = sel.to(self.out.device)
+
+
+class _Recorder:
+    """Hook that keeps the latest activation (GPT-NeoX's per-layer cos/sin)."""
+
+    def __init__(self) -> None:
+        self.value: Tensor | None = None
+
+    def __call__(self, act: Tensor, hook: Any = None) -> None:
+        self.value = act.detach()
+
+
+def _plan(model: LoadedModel, layer: int, what: str, hs: list[int], kv_hs: list[int], config: CaptureConfig) -> tuple[str, list[int], bool, Any, dict[int, _Recorder], str]:
+    """Where ``what`` of ``layer`` is read from: (hook, head index, all heads?, transform, recorders, source note)."""
+    from probes.attention import attention_spec, rotate
+
+    spec = attention_spec(model)
+    la = spec.layers[layer]
+    kv_map = [la.kv_head(h) for h in hs]
+    if what in _KV:
+        index = kv_map if config.kv_per_query_head else kv_hs
+        all_heads = (not config.kv_per_query_head or la.group == 1) and index == list(range(la.n_kv_heads))
+    else:
+        index = hs
+        all_heads = hs == list(range(la.n_heads))
+    if what == "attn_scores" and not la.native:
+        raise UnsupportedModelError(
+            f"cannot capture attn_scores on {spec.family}: its attention runs inside Hugging Face and the bridge's"
+            " hook_attn_scores fires afterwards with the softmax output, not the scores; capture rot_q,rot_k (see verify) instead",
+            family=spec.family,
+        )
+    if what not in ("rot_q", "rot_k"):
+        return hook_name(layer, what), index, all_heads, None, {}, CAPTURABLE[what]
+    base = "q" if what == "rot_q" else "k"
+    if la.rotary == "hooks":
+        return hook_name(layer, what), index, all_heads, None, {}, CAPTURABLE[what]
+    if la.rotary == "none":
+        return hook_name(layer, base), index, all_heads, None, {}, f"hook_{base} ({spec.family} has no rotary embedding)"
+    if la.rotary == "gptj":
+        return (
+            hook_name(layer, base),
+            index,
+            all_heads,
+            lambda x: rotate(la, x),
+            {},
+            f"hook_{base} rotated by headlens (GPT-J rotate-every-two on the first {la.rotary_dim} of {la.d_head} dims)",
+        )
+    if la.rotary == "neox":
+        rec = {0: _Recorder(), 1: _Recorder()}
+        return (
+            hook_name(layer, base),
+            index,
+            all_heads,
+            lambda x: rotate(la, x, cos=rec[0].value, sin=rec[1].value),
+            rec,
+            f"hook_{base} rotated by headlens (rotate-half on the first {la.rotary_dim} of {la.d_head} dims, cos/sin from hook_cos/hook_sin)",
+        )
+    raise UnsupportedModelError(f"cannot capture {what} on {spec.family}: unknown rotary embedding", family=spec.family)
 
 
 def capture(
@@ -140,11 +228,15 @@ def capture(
 
     ``progress``, when given, is called as ``progress(done, total)`` after each batch.
     """
+    from probes.attention import attention_spec
+
     config = config or CaptureConfig()
     unknown = [w for w in config.what if w not in CAPTURABLE]
     if unknown or not config.what:
         raise InputError(f"cannot capture {', '.join(unknown) or 'nothing'}: choose from {', '.join(CAPTURABLE)}", what=config.what)
     heads = check_layers_heads(model, config.layers, config.heads)
+    spec = attention_spec(model)
+    kv_heads = {layer: sorted({spec.layers[layer].kv_head(h) for h in hs}) for layer, hs in heads.items()}
     if isinstance(prompts, TokenBatch):
         batch = prompts
     else:
@@ -152,24 +244,43 @@ def capture(
     n, width = batch.tokens.shape
     dtype = model.dtype
     tensors: dict[str, Tensor] = {}
-    writers: list[tuple[str, _Writer]] = []
+    writers: list[_Writer] = []
+    hooks: list[tuple[str, Any]] = []
+    sources: dict[str, str] = {}
     for layer, hs in heads.items():
         for what in config.what:
+            point, index, all_heads, transform, recorders, source = _plan(model, layer, what, hs, kv_heads[layer], config)
+            sources.setdefault(what, source.replace(f"blocks.{layer}.", ""))
             if what in _PER_POSITION:
-                shape: tuple[int, ...] = (n, width, len(hs), model.d_head)
+                shape: tuple[int, ...] = (n, width, len(index), spec.layers[layer].d_head)
             else:
-                shape = (n, len(hs), width, width)
+                shape = (n, len(index), width, width)
             name = hook_name(layer, what)
             tensors[name] = torch.zeros(shape, dtype=dtype, device=out_device)
-            writers.append((name, _Writer(tensors[name], what, hs, len(hs) == model.n_heads)))
+            writer = _Writer(tensors[name], what, index, all_heads, transform, deferred=bool(recorders))
+            writers.append(writer)
+            hooks.append((point, writer))
+            for i, rec in recorders.items():
+                hooks.append((f"blocks.{layer}.attn.{('hook_cos', 'hook_sin')[i]}", rec))
     last_layer = max(heads) + 1
     chunks = iter_batches(batch, config.batch_size)
-    with torch.inference_mode(), attached(model.bridge, writers):
+    with torch.inference_mode(), attached(model.bridge, hooks):
         for done, (rows, sub) in enumerate(chunks, start=1):
             mask = sub.mask.to(model.device)
-            for _, w in writers:
+            for w in writers:
                 w.rows, w.mask = rows, mask
             run_forward(model, sub.tokens, stop_at_layer=last_layer)
+            for w in writers:
+                w.flush()
             if progress is not None:
                 progress(done, len(chunks))
-    return Capture(tensors=tensors, batch=batch, heads=heads, what=tuple(config.what))
+    info = {
+        "family": spec.family,
+        "n_heads": spec.layers[0].n_heads,
+        "n_kv_heads": spec.n_kv_heads,
+        "kv_map": {str(h): kv for h, kv in spec.kv_map().items()},
+        "kv_per_query_head": config.kv_per_query_head,
+        "sources": sources,
+    }
+    kv_cols = {layer: ([spec.layers[layer].kv_head(h) for h in hs] if config.kv_per_query_head else kv_heads[layer]) for layer, hs in heads.items()}
+    return Capture(tensors=tensors, batch=batch, heads=heads, what=tuple(config.what), info=info, kv_heads=kv_cols)

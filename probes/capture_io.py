@@ -19,7 +19,11 @@ def save_capture(capture: Capture, out_dir: str | Path, manifest: dict[str, Any]
     out = Path(out_dir)
     tensors = {name: t.contiguous() for name, t in capture.tensors.items()}
     tensors["lengths"] = capture.batch.lengths.contiguous()
-    meta = {"heads": json.dumps({str(k): v for k, v in capture.heads.items()}), "prepend_bos": str(capture.batch.prepend_bos)}
+    meta = {
+        "heads": json.dumps({str(k): v for k, v in capture.heads.items()}),
+        "kv_heads": json.dumps({str(k): v for k, v in capture.kv_heads.items()}),
+        "prepend_bos": str(capture.batch.prepend_bos),
+    }
     paths = {
         "activations": atomic_write(out / "activations.safetensors", lambda p: save_file(tensors, str(p), metadata=meta)),
         "tokens": write_json(
@@ -36,6 +40,9 @@ def save_capture(capture: Capture, out_dir: str | Path, manifest: dict[str, Any]
     manifest = dict(manifest)
     manifest["capture"] = {
         "heads": {str(k): v for k, v in capture.heads.items()},
+        # k, v and rot_k columns: the KV heads read by the chosen query heads (or one per query head).
+        "kv_heads": {str(k): v for k, v in capture.kv_heads.items()},
+        **capture.info,
         "what": list(capture.what),
         "keys": {name: list(t.shape) for name, t in tensors.items()},
         "n_prompts": len(capture.batch),

@@ -13,6 +13,9 @@ CAPTURABLE: dict[str, str] = {
     "q": "hook_q",
     "k": "hook_k",
     "v": "hook_v",
+    # q and k as they enter the dot product (after the rotary embedding where the family has one).
+    "rot_q": "hook_rot_q",
+    "rot_k": "hook_rot_k",
     "pattern": "hook_pattern",
     "attn_scores": "hook_attn_scores",
     "z": "hook_z",
@@ -40,6 +43,14 @@ class CaptureConfig:
     ``layers=None`` means every layer; ``heads`` (``(layer, head)`` pairs) restricts the
     heads kept and, when given, implies the layers.  ``prepend_bos`` follows
     TransformerLens' default (True); Hugging Face and most papers use False.
+
+    Under grouped-query attention ``k``, ``v`` and ``rot_k`` have the model's KV heads,
+    and ``heads`` selects the KV heads that the chosen query heads read;
+    ``kv_per_query_head=True`` instead stores one K/V column per chosen query head (the
+    KV head it reads, repeated), explicitly.  ``rot_q``/``rot_k`` are q and k as they
+    enter ``q . k``: after the rotary embedding (the bridge's ``hook_rot_*``, or the
+    rotation applied to ``hook_q``/``hook_k`` where the bridge has no such hook), equal
+    to ``q``/``k`` in families without one.
     """
 
     what: tuple[str, ...] = ("q", "k", "v", "pattern")
@@ -48,6 +59,7 @@ class CaptureConfig:
     prepend_bos: bool = True
     batch_size: int = 8
     truncate: bool = False
+    kv_per_query_head: bool = False
 
 
 def to_dict(config: Any) -> dict[str, Any]:

@@ -45,7 +45,17 @@ def _prompts(text: str | None, prompts_file: str | None, *, default: str | None 
 @click.option("--prompts", "prompts_file", default=None, help="Prompt file: one prompt a line, or JSONL with a 'text' field (.jsonl).")
 @click.option("--layers", callback=parse_layers, default=None, help="Comma-separated layers, e.g. 0,3 (default: all).")
 @click.option("--heads", callback=parse_heads, default=None, help="Comma-separated heads as LAYER.HEAD, e.g. 5.1,5.5 (default: all).")
-@click.option("--what", default="q,k,v,pattern", show_default=True, help="Any of q,k,v,pattern,attn_scores,z.")
+@click.option(
+    "--what",
+    default="q,k,v,pattern",
+    show_default=True,
+    help="Any of q,k,v,rot_q,rot_k,pattern,attn_scores,z. q,k are before the rotary embedding; rot_q,rot_k are what enters q.k.",
+)
+@click.option(
+    "--kv-per-query-head",
+    is_flag=True,
+    help="Under grouped-query attention, store k/v/rot_k once per chosen query head (its KV head repeated) instead of once per KV head.",
+)
 @click.option("--no-bos", is_flag=True, help="Do not prepend BOS (TransformerLens prepends it; Hugging Face and most papers do not).")
 @click.option("--batch-size", default=8, show_default=True, type=click.IntRange(min=1))
 @click.option("--truncate", is_flag=True, help="Cut prompts longer than the context instead of failing.")
@@ -53,7 +63,7 @@ def _prompts(text: str | None, prompts_file: str | None, *, default: str | None 
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Output folder.")
 @click.option("--overwrite", is_flag=True, help="Replace files in a non-empty output folder.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress lines.")
-def capture_cmd(model, device, dtype, revision, text, prompts_file, layers, heads, what, no_bos, batch_size, truncate, seed, out_dir, overwrite, quiet):
+def capture_cmd(model, device, dtype, revision, text, prompts_file, layers, heads, what, kv_per_query_head, no_bos, batch_size, truncate, seed, out_dir, overwrite, quiet):
     """Capture per-head Q, K, V and attention patterns into OUT/activations.safetensors.
 
     Writes OUT/activations.safetensors (keys are TransformerLens hook names, plus
@@ -76,6 +86,7 @@ def capture_cmd(model, device, dtype, revision, text, prompts_file, layers, head
         prepend_bos=not no_bos,
         batch_size=batch_size,
         truncate=truncate,
+        kv_per_query_head=kv_per_query_head,
     )
     torch.manual_seed(seed)
     loaded = _load(model, device, dtype, revision)
@@ -84,6 +95,23 @@ def capture_cmd(model, device, dtype, revision, text, prompts_file, layers, head
     paths = save_capture(cap, out_dir, manifest)
     n_tensors = len(cap.tensors)
     click.echo(f"captured {n_tensors} tensors for {len(cap.batch)} prompt(s) -> {paths['activations']}")
+    for line in describe_kv(cap):
+        click.echo(line)
+
+
+def describe_kv(cap) -> list[str]:
+    """Lines that say which KV heads the k/v columns hold, when that is not simply the query heads."""
+    info = cap.info
+    kv_whats = [w for w in cap.what if w in ("k", "v", "rot_k")]
+    if not kv_whats or info.get("n_kv_heads") == info.get("n_heads"):
+        return []
+    lines = [f"{info['family']}: {info['n_heads']} query heads share {info['n_kv_heads']} KV heads (query head h reads KV head h // {info['n_heads'] // info['n_kv_heads']})"]
+    for layer, hs in cap.heads.items():
+        reads = ", ".join(f"{layer}.{h}->kv{int(info['kv_map'][str(h)])}" for h in hs)
+        cols = cap.kv_heads[layer]
+        kind = "one column per query head" if info.get("kv_per_query_head") else "KV heads"
+        lines.append(f"  layer {layer}: {','.join(kv_whats)} hold {kind} {cols} ({reads})")
+    return lines
 
 
 @click.command("verify")
@@ -93,10 +121,13 @@ def capture_cmd(model, device, dtype, revision, text, prompts_file, layers, head
 @click.option("--no-bos", is_flag=True, help="Do not prepend BOS.")
 @click.option("--tolerance", type=click.FloatRange(min=0, min_open=True), default=None, help="Largest absolute error accepted (default 1e-4 in float32, 3e-2 bfloat16, 5e-3 float16).")
 def verify_cmd(model, device, dtype, revision, text, prompts_file, no_bos, tolerance):
-    """Check captured patterns against softmax(QK^T/sqrt(d_head) + mask) and z against pattern @ V.
+    """Check captured patterns against the family's own attention redone from rotated q and k, and z against pattern @ V.
 
-    Exits 1 when any layer is above tolerance, when attention falls above the
-    diagonal, or when a pattern row does not sum to 1.
+    The recomputation applies what each layer does (rotary embedding, KV heads shared
+    under grouped-query attention, the family's score scale, sliding window, logit
+    softcap); the 'applied' column says which.  Exits 1 when any layer is above
+    tolerance, when attention falls on a masked key, or when a pattern row does not
+    sum to 1; exits 2 for a family whose attention headlens cannot redo.
     """
     from analyses.verify import verify_attention
     from probes.errors import CheckFailed

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from analyses.verify import verify_attention, verify_capture
+from analyses.verify import VERIFY_WHAT, verify_attention, verify_capture
 from probes.capture import capture
 from probes.config import CaptureConfig
 
@@ -17,7 +17,7 @@ def test_verify_passes_on_tiny_model(tiny_model):
 
 
 def test_verify_catches_wrong_pattern_and_mass_above_diagonal(tiny_model):
-    cap = capture(tiny_model, ["one two three four"], CaptureConfig(what=("q", "k", "v", "pattern", "z")))
+    cap = capture(tiny_model, ["one two three four"], CaptureConfig(what=VERIFY_WHAT))
     tensors = dict(cap.tensors)
     bad = tensors["blocks.1.attn.hook_pattern"].clone()
     bad[0, 2, 1, 3] = 0.25  # attention above the diagonal
@@ -25,11 +25,11 @@ def test_verify_catches_wrong_pattern_and_mass_above_diagonal(tiny_model):
     table = verify_capture(tiny_model, dataclasses.replace(cap, tensors=tensors))
     assert bool(table.loc[table.layer == 0, "ok"].item())
     row = table.loc[table.layer == 1].iloc[0]
-    assert not row.ok and row.max_above_diagonal == 0.25 and row.max_row_sum_err > 0.2
+    assert not row.ok and row.max_outside_mask == 0.25 and row.max_row_sum_err > 0.2
 
 
 def test_verify_catches_wrong_z(tiny_model):
-    cap = capture(tiny_model, ["one two three"], CaptureConfig(what=("q", "k", "v", "pattern", "z")))
+    cap = capture(tiny_model, ["one two three"], CaptureConfig(what=VERIFY_WHAT))
     tensors = dict(cap.tensors)
     tensors["blocks.0.attn.hook_z"] = tensors["blocks.0.attn.hook_z"] * 1.01
     table = verify_capture(tiny_model, dataclasses.replace(cap, tensors=tensors))

@@ -1,0 +1,208 @@
+"""The family matrix: capture and verify on every decoder family, checked against plain Hugging Face.
+
+Tiny random checkpoints (probes.families) of GPT-2, Llama, Qwen2, Mistral, Gemma, Gemma2,
+GPT-NeoX, GPT-Neo, OPT and GPT-J.  The independent reference is a plain
+``AutoModelForCausalLM`` forward with eager attention on the same token ids.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+from analyses.verify import VERIFY_WHAT, verify_attention, verify_capture
+from probes.attention import attention_spec
+from probes.capture import capture
+from probes.config import CaptureConfig
+from probes.errors import UnsupportedModelError
+from probes.families import FAMILIES, WINDOW
+from reports.cli import cli
+from tests.helpers import assert_close
+
+TEXT = (
+    "Apple raised its price target. Down by the river bank, the water was calm, and by the time "
+    "you reach the bank the river has settled what you meant."
+)
+TEXTS = [TEXT, "A short one."]
+GQA = ("llama", "qwen2", "mistral", "gemma", "gemma2")
+
+
+@pytest.fixture(scope="module")
+def hf_model():
+    """``hf_model(folder)``: a plain transformers model with eager attention."""
+    from transformers import AutoModelForCausalLM
+
+    cache: dict[str, object] = {}
+
+    def get(folder):
+        key = str(folder)
+        if key not in cache:
+            cache[key] = AutoModelForCausalLM.from_pretrained(key, attn_implementation="eager").eval()
+        return cache[key]
+
+    return get
+
+
+def _hf_attentions(hf, ids: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    with torch.no_grad():
+        return hf(ids[None], output_attentions=True).attentions
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_captured_patterns_equal_hugging_face_eager(family, family_model, family_checkpoint, hf_model):
+    model = family_model(family)
+    cap = capture(model, TEXTS, CaptureConfig(what=("pattern",)))
+    hf = hf_model(family_checkpoint(family))
+    assert cap.batch.lengths[0] > 2 * WINDOW  # long enough for the windows to matter
+    for i, n in enumerate(cap.batch.lengths.tolist()):
+        ref = _hf_attentions(hf, cap.batch.tokens[i, :n])
+        for layer in range(model.n_layers):
+            assert_close(cap.get(layer, "pattern")[i, :, :n, :n], ref[layer][0], "float32", f"{family} layer {layer} prompt {i}")
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_verify_passes_on_every_family(family, family_model):
+    table = verify_attention(family_model(family), TEXTS)
+    assert table["ok"].all(), table.to_string()
+    assert (table[["max_err_pattern", "max_err_z", "max_outside_mask", "max_row_sum_err"]].to_numpy() < 1e-5).all()
+    spec = attention_spec(family_model(family))
+    for row, la in zip(table.itertuples(), spec.layers):
+        if la.window is not None:
+            assert f"window {la.window}" in row.applied
+        if la.softcap is not None:
+            assert "softcap" in row.applied
+
+
+def _rule_breakers(family: str, spec) -> dict[str, object]:
+    """Spec variants that each drop one rule the family uses; verify must fail on each."""
+    layers = spec.layers
+    out: dict[str, object] = {"scale": [dataclasses.replace(la, scale=la.scale * 0.5) for la in layers]}
+    if any(la.window for la in layers):
+        out["window"] = [dataclasses.replace(la, window=None) for la in layers]
+    if any(la.softcap for la in layers):
+        out["softcap"] = [dataclasses.replace(la, softcap=None) for la in layers]
+    return {k: dataclasses.replace(spec, layers=tuple(v)) for k, v in out.items()}
+
+
+@pytest.mark.parametrize("family", ["gpt_neo", "mistral", "gemma2"])
+def test_verify_fails_when_a_rule_is_left_out(family, family_model):
+    """The check can fail: dropping the scale, the window or the softcap is caught."""
+    model = family_model(family)
+    cap = capture(model, TEXTS, CaptureConfig(what=VERIFY_WHAT))
+    spec = attention_spec(model)
+    try:
+        for rule, broken in _rule_breakers(family, spec).items():
+            model.extra["attention_spec"] = broken
+            table = verify_capture(model, cap)
+            assert not table["ok"].all(), f"{family}: verify passed without the {rule}"
+            assert table["max_err_pattern"].max() > 1e-3
+    finally:
+        model.extra["attention_spec"] = spec
+
+
+@pytest.mark.parametrize("family", ["gpt_neox", "gptj", "llama"])
+def test_rotated_q_k_are_what_enters_the_dot_product(family, family_model):
+    """Recomputing from pre-rotary q/k fails; from rot_q/rot_k it is exact."""
+    model = family_model(family)
+    spec = attention_spec(model)
+    cap = capture(model, TEXTS, CaptureConfig(what=("q", "k", "rot_q", "rot_k", "v", "pattern", "z")))
+    assert verify_capture(model, cap)["ok"].all()
+    tensors = dict(cap.tensors)
+    for layer in range(model.n_layers):
+        tensors[f"blocks.{layer}.attn.hook_rot_q"] = cap.get(layer, "q")
+        tensors[f"blocks.{layer}.attn.hook_rot_k"] = cap.get(layer, "k")
+        assert not torch.equal(cap.get(layer, "q"), cap.get(layer, "rot_q"))
+    unrotated = verify_capture(model, dataclasses.replace(cap, tensors=tensors))
+    assert not unrotated["ok"].any()
+    source = cap.info["sources"]["rot_q"]
+    if spec.layers[0].rotary == "hooks":
+        assert source == "hook_rot_q"
+    else:
+        assert source.startswith("hook_q rotated by headlens")
+
+
+@pytest.mark.parametrize("family", GQA)
+def test_gqa_capture_keeps_kv_heads(family, family_model, family_checkpoint, hf_model):
+    model = family_model(family)
+    spec = attention_spec(model)
+    n_kv = spec.n_kv_heads
+    assert n_kv < model.n_heads
+    cap = capture(model, TEXTS, CaptureConfig(what=("q", "k", "v", "rot_k")))
+    assert cap.get(0, "q").shape[2] == model.n_heads
+    for what in ("k", "v", "rot_k"):
+        assert cap.get(0, what).shape[2] == n_kv
+    assert cap.info["n_kv_heads"] == n_kv and cap.info["kv_map"] == {str(h): h // (model.n_heads // n_kv) for h in range(model.n_heads)}
+    # independent: HF's k_proj / v_proj output of layer 0, split into KV heads
+    hf = hf_model(family_checkpoint(family))
+    got: dict[str, torch.Tensor] = {}
+    attn = hf.model.layers[0].self_attn
+    handles = [attn.k_proj.register_forward_hook(lambda m, i, o: got.__setitem__("k", o)), attn.v_proj.register_forward_hook(lambda m, i, o: got.__setitem__("v", o))]
+    try:
+        n = int(cap.batch.lengths[0])
+        with torch.no_grad():
+            hf(cap.batch.tokens[0, :n][None])
+    finally:
+        for h in handles:
+            h.remove()
+    for what in ("k", "v"):
+        ref = got[what][0].reshape(n, n_kv, -1)
+        assert_close(cap.get(0, what)[0, :n], ref, "float32", f"{family} {what}")
+
+
+@pytest.mark.parametrize("family", ["llama", "gemma"])
+def test_gqa_head_selection_reads_the_right_kv_head(family, family_model):
+    model = family_model(family)
+    group = model.n_heads // attention_spec(model).n_kv_heads
+    full = capture(model, TEXTS, CaptureConfig(what=("k", "v")))
+    last = model.n_heads - 1
+    cases = [(((0, 1),), [1 // group]), (((0, last),), [last // group]), (((0, 0), (0, last)), sorted({0, last // group}))]
+    for heads, expected in cases:
+        cap = capture(model, TEXTS, CaptureConfig(what=("k", "v"), heads=heads))
+        assert cap.kv_heads[0] == expected
+        assert torch.equal(cap.get(0, "k"), full.get(0, "k")[:, :, expected])
+    per_q = capture(model, TEXTS, CaptureConfig(what=("k",), heads=((0, 0), (0, last)), kv_per_query_head=True))
+    assert per_q.get(0, "k").shape[2] == 2
+    assert torch.equal(per_q.get(0, "k")[:, :, 1], full.get(0, "k")[:, :, last // group])
+
+
+def test_capture_cli_says_which_kv_heads(family_checkpoint, tmp_path):
+    out = tmp_path / "cap"
+    res = CliRunner().invoke(cli, ["capture", "-m", str(family_checkpoint("llama")), "--text", TEXT, "--heads", "0.1,0.3", "--what", "k,rot_q", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "4 query heads share 2 KV heads" in res.output and "0.1->kv0" in res.output and "0.3->kv1" in res.output
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["capture"]["n_kv_heads"] == 2 and manifest["capture"]["kv_heads"] == {"0": [0, 1]}
+    assert manifest["capture"]["kv_map"] == {"0": 0, "1": 0, "2": 1, "3": 1}
+    from safetensors.torch import load_file
+
+    tensors = load_file(str(out / "activations.safetensors"))
+    assert tensors["blocks.0.attn.hook_k"].shape[2] == 2 and tensors["blocks.0.attn.hook_rot_q"].shape[2] == 2
+
+
+@pytest.mark.parametrize("family", ["gpt_neo", "opt", "gptj"])
+def test_attn_scores_refused_where_the_hook_holds_the_softmax(family, family_checkpoint, tmp_path):
+    res = CliRunner().invoke(cli, ["capture", "-m", str(family_checkpoint(family)), "--text", TEXT, "--what", "attn_scores", "--out", str(tmp_path / "x")])
+    assert res.exit_code == 2, res.output
+    assert res.output.count("\n") == 1 and family in res.output and "Traceback" not in res.output
+
+
+def test_verify_refuses_a_family_it_cannot_redo(family_model, family_checkpoint):
+    model = family_model("opt")
+    spec = attention_spec(model)
+    try:
+        model.extra["attention_spec"] = dataclasses.replace(spec, family="mystery", reconstructable=False)
+        with pytest.raises(UnsupportedModelError, match="mystery"):
+            verify_attention(model, TEXTS)
+    finally:
+        model.extra["attention_spec"] = spec
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_verify_cli_on_every_family(family, family_checkpoint):
+    res = CliRunner().invoke(cli, ["verify", "-m", str(family_checkpoint(family))])
+    assert res.exit_code == 0, res.output
+    assert "verify: ok" in res.output
