@@ -1,0 +1,143 @@
+"""The family matrix, continued: ablation against plain Hugging Face, KV-cache arithmetic, every command.
+
+Each family's zero and mean ablation (on ``hook_z``) is checked against an independent edit:
+a forward pre-hook on the Hugging Face output projection's input.  Then every CLI command
+runs on every family's tiny checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+import torch.nn.functional as F
+from click.testing import CliRunner
+
+from analyses.ablation import AblationConfig, ablation_study
+from analyses.ablation_data import text_eval_set
+from analyses.pruning import kv_bytes_saved
+from analyses.stimuli.natural import eval_text
+from probes.attention import attention_spec
+from probes.families import FAMILIES
+from reports.cli import cli
+
+#: The Hugging Face output projection (input = concatenated heads, i.e. hook_z) of layer L.
+OUT_PROJ = {
+    "gpt2": lambda m, L: m.transformer.h[L].attn.c_proj,
+    "llama": lambda m, L: m.model.layers[L].self_attn.o_proj,
+    "qwen2": lambda m, L: m.model.layers[L].self_attn.o_proj,
+    "mistral": lambda m, L: m.model.layers[L].self_attn.o_proj,
+    "gemma": lambda m, L: m.model.layers[L].self_attn.o_proj,
+    "gemma2": lambda m, L: m.model.layers[L].self_attn.o_proj,
+    "gpt_neox": lambda m, L: m.gpt_neox.layers[L].attention.dense,
+    "gpt_neo": lambda m, L: m.transformer.h[L].attn.attention.out_proj,
+    "opt": lambda m, L: m.model.decoder.layers[L].self_attn.out_proj,
+    "gptj": lambda m, L: m.transformer.h[L].attn.out_proj,
+}
+
+
+@pytest.fixture(scope="module")
+def hf_models():
+    from transformers import AutoModelForCausalLM
+
+    cache: dict[str, object] = {}
+
+    def get(folder):
+        if str(folder) not in cache:
+            cache[str(folder)] = AutoModelForCausalLM.from_pretrained(str(folder), attn_implementation="eager").eval()
+        return cache[str(folder)]
+
+    return get
+
+
+def _losses(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    return F.cross_entropy(logits[:, :-1].double().transpose(1, 2), tokens[:, 1:], reduction="none").mean(1)
+
+
+def _hf_losses(hf, family: str, tokens: torch.Tensor, layer: int, head: int, d_head: int, replacement: torch.Tensor | None) -> torch.Tensor:
+    """Per-window loss with head ``head`` of ``layer`` replaced (zeros, or ``replacement[pos, d_head]``) at the output projection's input."""
+
+    def pre(module, args):
+        x = args[0].clone()
+        sl = slice(head * d_head, (head + 1) * d_head)
+        x[..., sl] = 0 if replacement is None else replacement.to(x.dtype)
+        return (x,)
+
+    handle = OUT_PROJ[family](hf, layer).register_forward_pre_hook(pre)
+    try:
+        with torch.no_grad():
+            return _losses(hf(tokens).logits, tokens)
+    finally:
+        handle.remove()
+
+
+def _hf_z_mean(hf, family: str, tokens: torch.Tensor, layer: int) -> torch.Tensor:
+    """Mean over windows of the output projection's input, per position: ``[pos, n_heads * d_head]``."""
+    got: list[torch.Tensor] = []
+    handle = OUT_PROJ[family](hf, layer).register_forward_pre_hook(lambda m, a: got.append(a[0].detach()))
+    try:
+        with torch.no_grad():
+            hf(tokens)
+    finally:
+        handle.remove()
+    return got[0].mean(0)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_zero_and_mean_ablation_equal_a_hugging_face_pre_hook(family, family_model, family_checkpoint, hf_models):
+    model = family_model(family)
+    hf = hf_models(family_checkpoint(family))
+    data = text_eval_set(model.tokenizer, eval_text(), n_windows=3, window=24, prepend_bos=True, n_ctx=model.n_ctx, bos_id=model.bos_id)
+    tokens = data.tokens
+    d_head = attention_spec(model).layers[0].d_head
+    with torch.no_grad():
+        clean = _losses(hf(tokens).logits, tokens)
+    heads = ((0, 1), (1, model.n_heads - 1))
+    for method in ("zero", "mean"):
+        result = ablation_study(model, data, AblationConfig(method=method, heads=heads, attribution=False, n_bootstrap=0))
+        assert abs(result.baseline_value - clean.mean().item()) <= 1e-5
+        for layer, head in heads:
+            repl = None
+            if method == "mean":
+                repl = _hf_z_mean(hf, family, tokens, layer)[:, head * d_head : (head + 1) * d_head]
+            ref = _hf_losses(hf, family, tokens, layer, head, d_head, repl)
+            row = result.table[(result.table["layer"] == layer) & (result.table["head"] == head)].iloc[0]
+            assert abs(row["value"] - ref.mean().item()) <= 1e-5, (family, method, layer, head)
+            assert abs(row["delta"] - (ref - clean).mean().item()) <= 1e-5
+            assert abs(row["delta"]) > 1e-5  # the ablation did something
+
+
+def test_kv_bytes_saved_by_pruning_counted_by_hand_under_gqa(family_model):
+    model = family_model("llama")  # 4 query heads share 2 KV heads: groups {0, 1} and {2, 3}
+    d_head = attention_spec(model).layers[0].d_head
+    one_kv = 2 * d_head * 1000 * 4  # K and V, 1,000 tokens, float32
+    assert kv_bytes_saved(model, {(0, 0)}) == (0, 0)  # KV head 0 is still read by query head 1
+    assert kv_bytes_saved(model, {(0, 0), (0, 1)}) == (1, one_kv)
+    assert kv_bytes_saved(model, {(0, 0), (0, 1), (1, 2), (1, 3), (1, 0)}) == (2, 2 * one_kv)
+    gemma = family_model("gemma")  # multi-query: one KV head for all four
+    assert kv_bytes_saved(gemma, {(0, 0), (0, 1), (0, 2)}) == (0, 0)
+    assert kv_bytes_saved(gemma, {(0, h) for h in range(4)}) == (1, one_kv)
+
+
+CENSUS = ["--n-prompts", "4", "--seq-len", "10", "--window", "24", "-q"]
+EVAL = ["--n-windows", "2", "--window", "24"]
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_every_command_runs_on_every_family(family, family_checkpoint, tmp_path):
+    m = ["-m", str(family_checkpoint(family))]
+    runner = CliRunner()
+    commands = {
+        "detect": ["detect", *m, *CENSUS, "--out", str(tmp_path / "scores.csv")],
+        "classify": ["classify", *m, *CENSUS, "--out", str(tmp_path / "census")],
+        "ablate": ["ablate", *m, *EVAL, "--method", "mean", "--out", str(tmp_path / "abl.csv")],
+        "prune": ["prune", *m, *EVAL, "--step", "0.5", "--max-fraction", "0.5", "--random-seeds", "1", "--out", str(tmp_path / "prune")],
+        "sinks": ["sinks", *m, "--n-prompts", "2", "--batch-size", "8", "--long-tokens", "32", "--attn-windows", "4,16", "--keep-first", "1", "-q", "--out", str(tmp_path / "sinks")],
+    }
+    for name, args in commands.items():
+        res = runner.invoke(cli, args)
+        assert res.exit_code == 0, f"{family} {name}: {res.output}"
+        assert "Traceback" not in res.output
+    manifest = json.loads((tmp_path / "census" / "manifest.json").read_text())
+    assert manifest["model"]["architecture"].lower().startswith(family.replace("_", "")[:4])
