@@ -49,8 +49,21 @@ _CLASSES: dict[str, tuple[str, str]] = {
 FAMILIES: tuple[str, ...] = tuple(_CLASSES)
 
 
-def family_config(family: str, *, n_layers: int = 2, n_heads: int = 4, n_kv_heads: int | None = None, d_model: int = 64, n_ctx: int = 128) -> Any:
-    """The transformers config of a tiny ``family`` checkpoint (GPT-2 vocabulary and special tokens)."""
+def family_config(
+    family: str,
+    *,
+    n_layers: int = 2,
+    n_heads: int = 4,
+    n_kv_heads: int | None = None,
+    d_model: int = 64,
+    d_mlp: int | None = None,
+    n_ctx: int = 128,
+    init_std: float | None = None,
+) -> Any:
+    """The transformers config of a tiny ``family`` checkpoint (GPT-2 vocabulary and special tokens).
+
+    ``d_mlp`` defaults to ``2 * d_model``; ``init_std`` to :data:`INIT_STD`.
+    """
     import transformers
 
     if family not in _CLASSES:
@@ -60,7 +73,7 @@ def family_config(family: str, *, n_layers: int = 2, n_heads: int = 4, n_kv_head
     common = {"vocab_size": 50257, "bos_token_id": 50256, "eos_token_id": 50256}
     decoder = {
         "hidden_size": d_model,
-        "intermediate_size": 2 * d_model,
+        "intermediate_size": d_mlp or 2 * d_model,
         "num_hidden_layers": n_layers,
         "num_attention_heads": n_heads,
         "max_position_embeddings": n_ctx,
@@ -92,13 +105,13 @@ def family_config(family: str, *, n_layers: int = 2, n_heads: int = 4, n_kv_head
         layers = ["global", "local"] * (n_layers // 2) + ["global"] * (n_layers % 2)
         kw = {"hidden_size": d_model, "num_layers": n_layers, "num_heads": n_heads, "max_position_embeddings": n_ctx, "attention_types": [[layers, 1]], "window_size": WINDOW}
     elif family == "opt":
-        kw = {"hidden_size": d_model, "ffn_dim": 2 * d_model, "num_hidden_layers": n_layers, "num_attention_heads": n_heads, "max_position_embeddings": n_ctx, "word_embed_proj_dim": d_model}
+        kw = {"hidden_size": d_model, "ffn_dim": d_mlp or 2 * d_model, "num_hidden_layers": n_layers, "num_attention_heads": n_heads, "max_position_embeddings": n_ctx, "word_embed_proj_dim": d_model}
     else:  # gptj
         kw = {"n_embd": d_model, "n_layer": n_layers, "n_head": n_heads, "n_positions": n_ctx, "rotary_dim": d_head // 2}
     # Weights drawn wider than the families' defaults (0.02) so attention scores are O(1-10):
     # with near-uniform patterns a wrong scale, softcap or window would hide in rounding.
     init = {"opt": "init_std"}.get(family, "initializer_range")
-    return getattr(transformers, _CLASSES[family][0])(**kw, **common, **{init: INIT_STD})
+    return getattr(transformers, _CLASSES[family][0])(**kw, **common, **{init: INIT_STD if init_std is None else init_std})
 
 
 def build_family_checkpoint(folder: str | Path, family: str, *, seed: int = 0, **shape: Any) -> Path:
