@@ -4,12 +4,22 @@ For each stimulus set (repeated random tokens, natural-text windows, referent se
 the model runs once over batches; a hook on each layer's ``hook_pattern`` hands the
 pattern to every detector that reads that stimulus, which reduces it to per-prompt,
 per-head scores on the spot.  Only those ``[prompt, layer, head]`` numbers are kept.
+
+Sliding windows: each layer's window (from :func:`probes.attention.attention_spec`) goes to
+the detectors in ``BatchContext.window`` (unless it is at least as long as the longest prompt,
+when it changes nothing).  On a window layer baselines are uniform over the
+keys the window allows, and positions whose target lies outside it are not measurable: a
+prompt with none left scores NaN, table means skip NaN prompts (``n`` counts the measured
+ones), a cell with no measured prompt is NaN (never a role), and ``CensusResult.notes`` says
+per window layer and detector what was and was not measured (also in the stimuli info as
+``window_notes``, which the summary and the manifest carry).
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -19,15 +29,18 @@ from torch import Tensor
 
 from analyses.bootstrap import bootstrap_mean_ci
 from analyses.detectors import BatchContext, Detector, get_detectors
+from probes.attention import attention_spec
 from probes.capture import run_forward
 from probes.errors import InputError
 from probes.hooks import attached
 from probes.loading import LoadedModel, check_layers_heads
 from probes.prompts import TokenBatch, iter_batches, token_strings
 
-__all__ = ["CensusConfig", "CensusResult", "StimulusSet", "build_stimuli", "run_census", "SCORE_COLUMNS"]
+__all__ = ["CensusConfig", "CensusResult", "StimulusSet", "build_stimuli", "run_census", "layer_windows", "SCORE_COLUMNS", "NOTE_COLUMNS"]
 
 SCORE_COLUMNS = ["layer", "head", "detector", "score", "baseline", "ci_low", "ci_high", "n", "accuracy"]
+#: One row per (sliding-window layer, detector): ``n_measured`` of ``n`` prompts had a target inside the window.
+NOTE_COLUMNS = ["layer", "detector", "window", "n_measured", "n", "note"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -67,6 +80,16 @@ class CensusResult:
     per_prompt: dict[str, np.ndarray]  # detector -> [prompt, layer, head]
     stimuli: dict[str, dict[str, Any]]
     config: CensusConfig
+    notes: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=NOTE_COLUMNS))
+
+
+def layer_windows(model: LoadedModel, max_len: int | None = None) -> list[int | None]:
+    """Each layer's sliding window in keys (None: full causal attention).  With ``max_len``, a
+    window of at least ``max_len`` keys is None too: on prompts that short it changes nothing."""
+    windows = [layer.window for layer in attention_spec(model).layers]
+    if max_len is None:
+        return windows
+    return [w if w is not None and w < max_len else None for w in windows]
 
 
 def _batch_from_rows(rows: list[list[int]], tokenizer: Any, prepend_bos: bool) -> TokenBatch:
@@ -151,21 +174,24 @@ def _stream(
     detectors: list[Detector],
     config: CensusConfig,
     progress: Callable[[int, int], None] | None,
+    windows: list[int | None],
 ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, dict[str, np.ndarray]]]:
+    """Per detector: scores ``[prompt, layer, head]``, baselines ``[prompt, layer]``, extras."""
     n, L, H = len(stim.batch), model.n_layers, model.n_heads
     scores = {d.name: np.full((n, L, H), np.nan, dtype=np.float64) for d in detectors}
-    baselines = {d.name: np.full(n, np.nan, dtype=np.float64) for d in detectors}
+    baselines = {d.name: np.full((n, L), np.nan, dtype=np.float64) for d in detectors}
     extras: dict[str, dict[str, np.ndarray]] = {d.name: {} for d in detectors}
     state: dict[str, Any] = {}
 
     def make_hook(layer: int) -> Callable[..., None]:
         def hook(pattern: Tensor, hook: Any = None) -> None:
             rows, ctx = state["rows"], state["ctx"]
+            if windows[layer] is not None:
+                ctx = replace(ctx, window=windows[layer])
             for det in detectors:
                 result = det.compute(pattern, ctx)
                 scores[det.name][rows, layer] = result.score.double().cpu().numpy()
-                if layer == 0:
-                    baselines[det.name][rows] = result.baseline.double().cpu().numpy()
+                baselines[det.name][rows, layer] = result.baseline.double().cpu().numpy()
                 for key, value in result.extra.items():
                     arr = extras[det.name].setdefault(key, np.full((n, L, H), np.nan))
                     arr[rows, layer] = value.double().cpu().numpy()
@@ -184,6 +210,44 @@ def _stream(
             if progress is not None:
                 progress(done, len(chunks))
     return scores, baselines, extras
+
+
+def _mean0(values: np.ndarray) -> np.ndarray:
+    """Mean over prompts (axis 0); cells with NaN prompts (not measurable there) use the others,
+    and a cell with none is NaN.  Cells without NaN are exactly ``values.mean(0)``."""
+    if values.ndim == 1:
+        if not np.isnan(values).any():
+            return values.mean()
+        return np.nanmean(values) if (~np.isnan(values)).any() else np.float64("nan")
+    out = values.mean(0)
+    bad = np.isnan(out)
+    if bad.any():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN cells stay NaN
+            out[bad] = np.nanmean(values[:, bad], axis=0)
+    return out
+
+
+def _window_notes(windows: list[int | None], stim: StimulusSet, det: Detector, baselines: np.ndarray) -> list[dict[str, Any]]:
+    """One note per sliding-window layer: what ``det`` could measure there."""
+    rows = []
+    for layer, w in enumerate(windows):
+        if w is None:
+            continue
+        n = int(baselines.shape[0])
+        measured = int(np.isfinite(baselines[:, layer]).sum())
+        of = f" of T={stim.seq_len} repeats" if stim.seq_len is not None else ""
+        if measured == 0:
+            status = f"{det.name} targets{of} lie outside it: not measurable"
+        elif measured < n:
+            status = f"{n - measured} of {n} prompts have no {det.name} target inside it and are left out; baseline uniform over the keys it allows, 1/min(i+1, {w})"
+        else:
+            status = f"baseline uniform over the keys it allows, 1/min(i+1, {w})"
+        parts = [f"layer {layer}: sliding window of {w} keys", status]
+        if det.window_rule:
+            parts.append(det.window_rule.format(window=w, T=stim.seq_len))
+        rows.append({"layer": layer, "detector": det.name, "window": w, "n_measured": measured, "n": n, "note": "; ".join(parts)})
+    return rows
 
 
 def run_census(
@@ -208,20 +272,27 @@ def run_census(
     stimuli = build_stimuli(model, config, kinds)
     per_prompt: dict[str, np.ndarray] = {}
     rows: list[dict[str, Any]] = []
+    note_rows: list[dict[str, Any]] = []
     L, H = model.n_layers, model.n_heads
     for kind, stim in stimuli.items():
+        windows = layer_windows(model, int(stim.batch.lengths.max()))
         dets = [d for d in detectors if d.stimulus == kind]
         cb = (lambda done, total, kind=kind: progress(kind, done, total)) if progress else None
-        scores, baselines, extras = _stream(model, stim, dets, config, cb)
+        scores, baselines, extras = _stream(model, stim, dets, config, cb, windows)
         for det in dets:
             s = scores[det.name]
             per_prompt[det.name] = s
-            low, high = bootstrap_mean_ci(s, n_resamples=config.n_bootstrap, seed=config.seed)
-            mean = s.mean(0)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN cell's interval is NaN
+                low, high = bootstrap_mean_ci(s, n_resamples=config.n_bootstrap, seed=config.seed)
+            mean = _mean0(s)
+            measured = np.isfinite(s).sum(0)
             acc = extras[det.name].get("accuracy")
-            acc_mean = acc.mean(0) if acc is not None else None
-            base = float(baselines[det.name].mean())
+            acc_mean = _mean0(acc) if acc is not None else None
+            b = baselines[det.name]
+            note_rows += _window_notes(windows, stim, det, b)
             for layer in range(L):
+                base = float(_mean0(np.ascontiguousarray(b[:, layer])))
                 for head in range(H):
                     rows.append(
                         {
@@ -232,7 +303,7 @@ def run_census(
                             "baseline": base,
                             "ci_low": float(low[layer, head]),
                             "ci_high": float(high[layer, head]),
-                            "n": int(s.shape[0]),
+                            "n": int(measured[layer, head]),
                             "accuracy": float(acc_mean[layer, head]) if acc_mean is not None else float("nan"),
                         }
                     )
@@ -240,4 +311,10 @@ def run_census(
     order = {d.name: i for i, d in enumerate(detectors)}
     table = table.sort_values(["detector", "layer", "head"], key=lambda c: c.map(order) if c.name == "detector" else c, kind="stable").reset_index(drop=True)
     info = {k: {"source": v.source, "n": len(v.batch), "max_len": int(v.batch.lengths.max()), "seq_len": v.seq_len} for k, v in stimuli.items()}
-    return CensusResult(scores=table, per_prompt=per_prompt, stimuli=info, config=config)
+    notes = pd.DataFrame(note_rows, columns=NOTE_COLUMNS)
+    stimulus_of = {d.name: d.stimulus for d in detectors}
+    for kind in info:
+        kind_notes = [r["note"] for r in note_rows if stimulus_of[r["detector"]] == kind]
+        if kind_notes:
+            info[kind]["window_notes"] = kind_notes
+    return CensusResult(scores=table, per_prompt=per_prompt, stimuli=info, config=config, notes=notes)

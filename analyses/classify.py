@@ -8,6 +8,9 @@ A head gets a detector's role when, for that detector,
    attending head would score on the same positions, and
 3. any extra statistic the detector gates on clears its minimum (referent:
    ``accuracy >= 0.6``, the antecedent beats the distractor in 60% of sentences).
+
+A NaN score, interval or baseline (a target outside a layer's sliding window: not
+measurable) never gives a role, and such a head's strongest detector is among its measured ones.
 """
 
 from __future__ import annotations
@@ -65,7 +68,8 @@ def classify_heads(
     th.update(thresholds or {})
     df = scores.copy()
     df["threshold"] = df["detector"].map(th)
-    passes = (df["score"] >= df["threshold"]) & (df["ci_low"] >= baseline_factor * df["baseline"])
+    measured = df["score"].notna() & df["ci_low"].notna() & df["baseline"].notna()
+    passes = measured & (df["score"] >= df["threshold"]) & (df["ci_low"] >= baseline_factor * df["baseline"])
     for name, det in reg.items():
         for stat, minimum in det.extra_thresholds.items():
             rows = df["detector"] == name
@@ -79,7 +83,7 @@ def classify_heads(
         if len(roles):
             best = roles.iloc[0]
         else:
-            best = g.sort_values("ratio", ascending=False).iloc[0]
+            best = g.sort_values("ratio", ascending=False, na_position="last").iloc[0]
         out.append(
             {
                 "layer": int(layer),

@@ -255,10 +255,10 @@ def _check_against_model(model: LoadedModel, config: SinkConfig) -> None:
 
 def _census_rows(stats: StreamStats, bos: bool, eps: float) -> list[dict[str, Any]]:
     mean, std, rate = stats.alpha_mean(0), stats.alpha_std(0), stats.alpha_rate(0)
-    uniform = stats.uniform_mean(0)
     rows = []
     n_l, n_h = mean.shape
     for layer in range(n_l):
+        uniform = stats.uniform_mean(0, layer)
         for head in range(n_h):
             a = float(mean[layer, head])
             rows.append(
@@ -302,8 +302,8 @@ def _layer_rows(stats: StreamStats, bos: bool) -> list[dict[str, Any]]:
             "sink_rate": float(rate[layer].mean()),
             "mean_alpha": float(mean[layer].mean()),
             "max_alpha": float(mean[layer].max()),
-            "uniform_sink_rate": stats.uniform_rate(0),
-            "uniform_alpha": stats.uniform_mean(0),
+            "uniform_sink_rate": stats.uniform_rate(0, layer),
+            "uniform_alpha": stats.uniform_mean(0, layer),
         }
         for layer in range(mean.shape[0])
     ]
@@ -312,8 +312,8 @@ def _layer_rows(stats: StreamStats, bos: bool) -> list[dict[str, Any]]:
 def _secondary_tables(stats: StreamStats, bos: bool, tokenizer: Any, top_k: int, min_count: int) -> tuple[list[dict], list[dict], list[dict]]:
     pos_rows, tok_rows, overall_rows = [], [], []
     n_l, n_h, width = stats.pos_excess.shape
-    pos_q = stats.pos_queries
     for layer in range(n_l):
+        pos_q = stats.pos_queries_layer[layer]
         for head in range(n_h):
             for j in range(width):
                 if pos_q[j] > 0:
@@ -322,7 +322,7 @@ def _secondary_tables(stats: StreamStats, bos: bool, tokenizer: Any, top_k: int,
     if not bool(ok.any()):
         return pos_rows, tok_rows, overall_rows
     idx = ok.nonzero().flatten()
-    per = stats.tok_excess[:, :, idx] / stats.tok_queries[idx]  # [L, H, U']
+    per = stats.tok_excess[:, :, idx] / stats.tok_queries_layer[:, idx][:, None, :]  # [L, H, U']
     ids = stats.token_ids[idx]
     strings = {int(t): tokenizer.decode([int(t)]) for t in ids}
     in_top = torch.zeros(len(idx), dtype=torch.long)
@@ -344,9 +344,9 @@ def _secondary_tables(stats: StreamStats, bos: bool, tokenizer: Any, top_k: int,
 def _value_norm_rows(stats: StreamStats, bos: bool) -> list[dict[str, Any]]:
     rows = []
     n_l, n_h = stats.vn_share_sum.shape
-    q = max(stats.vn_queries, 1.0)
     s = max(stats.vn_other_count, 1.0)
     for layer in range(n_l):
+        q = max(float(stats.vn_queries_layer[layer]), 1.0)
         for head in range(n_h):
             attn = float(stats.vn_attn_sum[layer, head]) / q
             share = float(stats.vn_share_sum[layer, head]) / q
@@ -413,6 +413,8 @@ def run_sinks(
             pos_rows, tok_rows, overall_rows = pos_rows + p, tok_rows + t, overall_rows + o
         if config.runs("value_norm"):
             vn_rows += _value_norm_rows(stats, bos)
+        if stats.window_notes():
+            report.info["window_notes"] = stats.window_notes()
     report.tables["census"] = pd.DataFrame(census)
     report.tables["sink_rates"] = pd.DataFrame(rates)
     report.tables["sink_rate_by_layer"] = pd.DataFrame(by_layer)
@@ -478,8 +480,8 @@ def _run_content(model: LoadedModel, config: SinkConfig, report: SinkReport, pro
                         "alpha_first": float(a0[layer, head]),
                         "alpha_second": float(a1[layer, head]),
                         "sink_rate": float(rate[layer, head]),
-                        "uniform_alpha": stats.uniform_mean(0),
-                        "uniform_alpha_second": stats.uniform_mean(1),
+                        "uniform_alpha": stats.uniform_mean(0, layer),
+                        "uniform_alpha_second": stats.uniform_mean(1, layer),
                     }
                 )
     table = pd.DataFrame(rows)

@@ -215,7 +215,7 @@ def attention_spec(model: Any) -> AttentionSpec:
     ok = family in RECONSTRUCTED_FAMILIES and all(layer.rotary != "unknown" for layer in layers)
     spec = AttentionSpec(family=family, architecture=type(bridge.original_model).__name__, layers=tuple(layers), reconstructable=ok)
     if not ok:
-        log.warning("%s: attention is not reconstructed from q and k for this family; verify and streaming statistics are refused", family)
+        log.info("%s: attention is not redone from q and k for this family (verify refuses it)", family)
     model.extra["attention_spec"] = spec
     return spec
 

@@ -28,12 +28,16 @@ class ModelConfig:
 
     ``model`` is a Hugging Face id (``gpt2``) or a local checkpoint folder.
     ``device`` is ``auto`` (CUDA, then MPS, then CPU) or an explicit torch device.
+    ``allow_new_weights`` loads a checkpoint that lacks weights of the network body
+    (they are randomly initialised and listed in the manifest) instead of refusing it;
+    a missing output head alone is always allowed, with a warning.
     """
 
     model: str
     device: str = "auto"
     dtype: str = "float32"
     revision: str | None = None
+    allow_new_weights: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,11 +1,33 @@
-"""Load a model (Hugging Face id or local checkpoint folder) as a TransformerBridge."""
+"""Load a model (Hugging Face id or local checkpoint folder) as a TransformerBridge.
+
+Every load says which weights did not come from the checkpoint.  Transformers fills a
+tensor the checkpoint lacks with a fresh random initialisation and carries on; headlens
+reads transformers' own loading report (the ``LoadStateDictInfo`` it builds while
+loading: missing, unexpected and mismatched tensor names, after tied weights, renamed
+legacy keys and the base-model prefix are accounted for) and then
+
+* refuses the load (:class:`ModelLoadError`, exit 3) when a weight of the network body
+  (embeddings, attention, MLP, norms: everything under the base model) is new, unless
+  ``ModelConfig(allow_new_weights=True)`` / ``--allow-new-weights``;
+* allows, with a warning, an output head that is new (an LM or MLM head missing from a
+  checkpoint saved from the base model, e.g. all-MiniLM-L6-v2 booted as
+  ``BertForMaskedLM``): its logits are random, the attention heads are not;
+* records both on :class:`LoadedModel` and in :meth:`LoadedModel.describe` (the manifest).
+
+Weight files are checked before the boot (safetensors headers, shard indexes, zip
+directories of ``pytorch_model.bin``), so a truncated or corrupt file is a one-line
+:class:`ModelLoadError` naming it.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
-import io
+import json
 import logging
+import re
+import threading
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,7 +40,12 @@ from probes.errors import InputError, ModelLoadError
 
 __all__ = ["LoadedModel", "load_model", "resolve_source", "check_layers_heads"]
 
+log = logging.getLogger(__name__)
+
 _TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "tokenizer.model", "vocab.txt")
+
+#: Names listed in a one-line message before "...".
+_SHOW = 4
 
 
 @dataclass
@@ -38,6 +65,15 @@ class LoadedModel:
     n_ctx: int
     bos_id: int | None
     extra: dict[str, Any] = field(default_factory=dict)
+    #: Parameters and buffers (Hugging Face names) that are not in the checkpoint and were
+    #: randomly initialised; tied weights whose source was loaded are not in it.
+    new_weights: list[str] = field(default_factory=list)
+    #: Checkpoint tensors the model did not use (e.g. BERT's pooler under BertForMaskedLM).
+    unexpected_weights: list[str] = field(default_factory=list)
+    #: Some weight of the output head (LM/MLM head, outside the base model) is new.
+    head_is_new: bool = False
+    #: False when transformers' loading report could not be read (then nothing above is known).
+    weights_checked: bool = True
 
     @property
     def name(self) -> str:
@@ -60,6 +96,11 @@ class LoadedModel:
             "n_ctx": self.n_ctx,
             "dtype": str(self.dtype).removeprefix("torch."),
             "device": str(self.device),
+            "weights_checked": self.weights_checked,
+            "new_weights": list(self.new_weights),
+            "head_is_new": self.head_is_new,
+            "unexpected_weights": list(self.unexpected_weights),
+            "allow_new_weights": self.config.allow_new_weights,
             "tokenizer": {
                 "class": type(tok).__name__,
                 "name_or_path": getattr(tok, "name_or_path", None),
@@ -124,18 +165,316 @@ def resolve_source(spec: str) -> tuple[str, str]:
     return "hub", spec
 
 
-def _boot(name: str, device: torch.device, dtype: torch.dtype, revision: str | None) -> Any:
-    from transformer_lens.model_bridge import TransformerBridge
+# ---------------------------------------------------------------------------
+# Weight files: checked before the boot, so a corrupt file is one line naming it.
 
-    # TransformerLens and transformers log loading chatter; keep library output quiet.
-    for logger in ("transformers", "transformer_lens", "huggingface_hub"):
-        logging.getLogger(logger).setLevel(logging.ERROR)
-    sink = io.StringIO()
-    with contextlib.redirect_stderr(sink):
+
+def _check_weight_files(folder: Path, spec: str, *, complete: bool) -> None:
+    """Raise :class:`ModelLoadError` naming the first weights file that cannot be read.
+
+    Reads only headers: each ``*.safetensors`` header (safetensors itself refuses a file
+    its header does not cover exactly, so a truncated file fails here), the shard index
+    (``model.safetensors.index.json``, ``pytorch_model.bin.index.json``) and the zip
+    directory at the end of a ``pytorch_model.bin``.  ``complete=False`` (a Hub cache)
+    skips files that are not there: transformers would download them.
+    """
+    for stem in ("model.safetensors", "pytorch_model.bin"):
+        files: list[Path] = []
+        single = folder / stem
+        if single.is_file():
+            files.append(single)
+        index = folder / f"{stem}.index.json"
+        if not files and index.is_file():  # transformers takes the single file when both are there
+            try:
+                shards = sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
+                if not all(isinstance(name, str) for name in shards):
+                    raise ValueError("weight_map values must be file names")
+            except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError) as exc:
+                raise ModelLoadError(f"--model {spec}: shard index {index} is corrupt ({_first_line(exc)})", model=spec, path=str(index)) from exc
+            for shard in shards:
+                path = folder / shard
+                if path.is_file():
+                    files.append(path)
+                elif complete:
+                    raise ModelLoadError(f"--model {spec}: weights file {path} is missing (listed in {index.name})", model=spec, path=str(path))
+        if not files:
+            continue
+        for path in files:
+            _check_one_file(path, spec)
+        return  # transformers reads safetensors when there are any, else pytorch_model.bin
+
+
+def _check_one_file(path: Path, spec: str) -> None:
+    why: str | None = None
+    if path.suffix == ".safetensors":
+        from safetensors import safe_open
+
+        try:
+            with safe_open(str(path), framework="pt") as fh:
+                fh.keys()
+        except Exception as exc:  # noqa: BLE001 - SafetensorError derives from Exception only
+            why = _first_line(exc)
+    else:
+        try:
+            with open(path, "rb") as fh:
+                magic = fh.read(1)
+            if magic != b"\x80":  # b"\x80" starts a legacy (pre-zip) torch pickle: nothing cheap to check
+                with zipfile.ZipFile(path) as zf:
+                    zf.namelist()
+        except (zipfile.BadZipFile, OSError, EOFError) as exc:
+            why = _first_line(exc)
+    if why is not None:
+        raise ModelLoadError(f"--model {spec}: weights file {path} is corrupt or truncated ({why}); save or download it again", model=spec, path=str(path))
+
+
+def _hub_snapshot(name: str, revision: str | None) -> Path | None:
+    """The local snapshot folder of a Hub model already in the cache, else None."""
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        found = try_to_load_from_cache(name, "config.json", revision=revision)
+    except Exception:  # noqa: BLE001 - a cache we cannot read is left to transformers
+        return None
+    return Path(found).parent if isinstance(found, str) else None
+
+
+# ---------------------------------------------------------------------------
+# Library output during the boot.
+
+#: Library loggers whose records go through ``probes.loading.<logger name>`` while a model boots.
+_LIBRARY_LOGGERS = ("transformers", "transformer_lens", "huggingface_hub")
+
+#: Library messages that headlens says better itself, or that are harmless: demoted to
+#: DEBUG (``headlens -vv`` shows them), never dropped.
+_DEMOTED = (
+    # transformers' multi-line LOAD REPORT table: the same facts headlens turns into the
+    # one-line error or warning below (and the manifest).
+    "LOAD REPORT",
+    # transformers, when both ends of a tied pair are absent (all-MiniLM-L6-v2's MLM bias):
+    # "This checkpoint seem corrupted ..."; the new-weights report names those tensors.
+    "The tied weights mapping for this model specifies to tie",
+    # TransformerBridge sets output_attentions=True on the config, which the generation
+    # config then calls an invalid generation flag: harmless for everything headlens does.
+    "generation flags are not valid",
+)
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+class _Forward(logging.Handler):
+    """Re-log a library record under ``probes.loading.<its logger>``, on one line."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            text = _ANSI.sub("", record.getMessage()).strip()
+        except Exception:  # noqa: BLE001 - a malformed library record must not break a load
+            self.handleError(record)
+            return
+        # Library INFO is detail for headlens (config dumps, file names): DEBUG.
+        level = logging.DEBUG if record.levelno < logging.WARNING or any(p in text for p in _DEMOTED) else record.levelno
+        target = logging.getLogger(f"{__name__}.{record.name}")
+        if target.isEnabledFor(level):
+            target.log(level, "%s", " ".join(text.split()) if level > logging.DEBUG else text)
+
+
+class _LoadReports:
+    """transformers' ``LoadStateDictInfo`` of each ``from_pretrained`` during the boot.
+
+    transformers 5 builds it for every load and hands it, with the model, to
+    ``transformers.modeling_utils.log_state_dict_report``; while a model boots that name
+    is wrapped to keep a reference (and the original still runs).
+    """
+
+    def __init__(self) -> None:
+        #: ``(model, loading info, base-model prefix or None)``; the prefix is None when the
+        #: model is a bare base model (no head), read before the bridge rewires the model.
+        self.reports: list[tuple[Any, Any, str | None]] = []
+        self.hooked = False
+
+    def keep(self, model: Any, info: Any) -> None:
+        prefix = getattr(model, "base_model_prefix", "") or ""
+        base = getattr(model, prefix, None) if prefix else None
+        self.reports.append((model, info, prefix if base is not None and base is not model else None))
+
+    def for_model(self, model: Any) -> tuple[Any, str | None] | None:
+        for m, info, prefix in self.reports:
+            if m is model:
+                return info, prefix
+        return self.reports[-1][1:] if self.reports else None
+
+
+_BOOT_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def _booting():
+    """While a model boots: library log records go through headlens loggers, the
+    weights-loading progress bar is off, and transformers' loading report is kept.
+    Everything is put back afterwards, library logger levels included (importing
+    transformer_lens sets the ``transformers`` logger to ERROR for good; that is undone).
+
+    Dropped: transformers' "Loading weights" progress bar (harmless chatter).  Kept:
+    huggingface_hub's download progress bars (a download can take minutes).
+    """
+    # Importing transformers configures its own logger (handler, level); do it before the snapshot.
+    import transformers.modeling_utils as modeling_utils
+    import transformers.utils.logging as tf_logging
+
+    with _BOOT_LOCK:
+        reports = _LoadReports()
+        forward = _Forward()
+        saved = [(lg, lg.level, list(lg.handlers), lg.propagate) for lg in map(logging.getLogger, _LIBRARY_LOGGERS)]
+        import transformer_lens.model_bridge  # noqa: F401 - its first import sets transformers' level, restored below
+
+        # Warnings always; everything when headlens' own debug output is on (headlens -vv);
+        # more if the caller had set a library logger lower than that.
+        wanted = logging.DEBUG if log.isEnabledFor(logging.DEBUG) else logging.WARNING
+        for logger, level, handlers, _ in saved:
+            for h in handlers:
+                logger.removeHandler(h)
+            logger.addHandler(forward)
+            logger.propagate = False
+            logger.setLevel(min(level or logging.WARNING, wanted))
+        tqdm_was = getattr(tf_logging, "_tqdm_active", None)
+        original = getattr(modeling_utils, "log_state_dict_report", None)
+
+        def keep_report(*args: Any, **kwargs: Any) -> Any:
+            model = kwargs.get("model", args[0] if args else None)
+            info = kwargs.get("loading_info", args[3] if len(args) > 3 else None)
+            if info is not None:
+                reports.keep(model, info)
+            return original(*args, **kwargs)  # type: ignore[misc]
+
+        try:
+            if tqdm_was is not None:
+                tf_logging._tqdm_active = False
+            if callable(original):
+                modeling_utils.log_state_dict_report = keep_report
+                reports.hooked = True
+            yield reports
+        finally:
+            if callable(original):
+                modeling_utils.log_state_dict_report = original
+            if tqdm_was is not None:
+                tf_logging._tqdm_active = tqdm_was
+            for logger, level, handlers, propagate in saved:
+                logger.removeHandler(forward)
+                for h in handlers:
+                    logger.addHandler(h)
+                logger.propagate = propagate
+                logger.setLevel(level)
+
+
+def _boot(name: str, device: torch.device, dtype: torch.dtype, revision: str | None) -> tuple[Any, _LoadReports]:
+    with _booting() as reports:
+        from transformer_lens.model_bridge import TransformerBridge  # imported by _booting
+
         kwargs: dict[str, Any] = {"device": str(device), "dtype": dtype}
         if revision is not None:
             kwargs["revision"] = revision
-        return TransformerBridge.boot_transformers(name, **kwargs)
+        try:
+            return TransformerBridge.boot_transformers(name, **kwargs), reports
+        except Exception as exc:
+            with contextlib.suppress(AttributeError, TypeError):
+                exc.headlens_load_reports = reports  # type: ignore[attr-defined]
+            raise
+
+
+# ---------------------------------------------------------------------------
+# What came from the checkpoint.
+
+
+@dataclass(frozen=True)
+class _WeightCheck:
+    checked: bool
+    new: list[str]
+    unexpected: list[str]
+    body_new: list[str]
+    head_new: list[str]
+
+
+def _weight_check(found: tuple[Any, str | None] | None) -> _WeightCheck:
+    """Sort transformers' loading report into body and head; ``found`` is ``(info, prefix)``."""
+    if found is None:
+        return _WeightCheck(False, [], [], [], [])
+    info, prefix = found
+    new = sorted(set(info.missing_keys) | {k[0] for k in getattr(info, "mismatched_keys", ())})
+    unexpected = sorted(info.unexpected_keys)
+    if prefix is None:  # a bare base model: it is all body
+        body, head = new, []
+    else:  # the body is the base model (model.<base_model_prefix>), the head everything else
+        body = [k for k in new if k.startswith(prefix + ".")]
+        head = [k for k in new if not k.startswith(prefix + ".")]
+    return _WeightCheck(True, new, unexpected, body, head)
+
+
+def _names(keys: list[str]) -> str:
+    shown = ", ".join(keys[:_SHOW])
+    return shown + (f", ... ({len(keys) - _SHOW} more)" if len(keys) > _SHOW else "")
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}{'' if n == 1 else 's'}"
+
+
+def _are(n: int) -> str:
+    return "is" if n == 1 else "are"
+
+
+def _were(n: int) -> str:
+    return "was" if n == 1 else "were"
+
+
+def _report_weights(check: _WeightCheck, config: ModelConfig, architecture: str) -> None:
+    """Raise or log what :func:`_weight_check` found."""
+    spec = config.model
+    if not check.checked:
+        log.warning(
+            "%s: could not check which weights came from the checkpoint (this transformers version no longer exposes its loading report); "
+            "weights missing from the checkpoint would be randomly initialised without notice",
+            spec,
+        )
+        return
+    if check.body_new:
+        what = f"{_count(len(check.body_new), 'weight')} of the network body {_are(len(check.body_new))} not in the checkpoint"
+        if not config.allow_new_weights:
+            raise ModelLoadError(
+                f"--model {spec}: {what} and would be randomly initialised ({_names(check.body_new)}); a partial save, or weights"
+                f" of another architecture than config.json names ({architecture})? Pass --allow-new-weights"
+                " (ModelConfig(allow_new_weights=True)) to load it anyway",
+                model=spec,
+                new_weights=check.body_new,
+            )
+        log.warning(
+            "%s: %s and %s randomly initialised, as --allow-new-weights allows (%s); every result depends on them",
+            spec,
+            what,
+            _were(len(check.body_new)),
+            _names(check.body_new),
+        )
+    if check.head_new:
+        log.warning(
+            "%s: %s of the output head %s not in the checkpoint and %s randomly initialised (%s): its logits, and any loss or logit difference, are meaningless; attention is not affected",
+            spec,
+            _count(len(check.head_new), "tensor"),
+            _are(len(check.head_new)),
+            _were(len(check.head_new)),
+            _names(check.head_new),
+        )
+    if check.unexpected:
+        log.info("%s: %s in the checkpoint %s not used by %s (%s)", spec, _count(len(check.unexpected), "tensor"), _are(len(check.unexpected)), architecture, _names(check.unexpected))
+
+
+def _mismatch_message(spec: str, info: Any) -> str | None:
+    mismatched = sorted(getattr(info, "mismatched_keys", ()) or ())
+    if not mismatched:
+        return None
+    shown = ", ".join(f"{k} ({tuple(a)} in the checkpoint, {tuple(b)} in the model)" for k, a, b in mismatched[:_SHOW])
+    more = f", ... ({len(mismatched) - _SHOW} more)" if len(mismatched) > _SHOW else ""
+    has = "has" if len(mismatched) == 1 else "have"
+    return f"--model {spec}: {_count(len(mismatched), 'tensor')} in the checkpoint {has} another shape than config.json implies: {shown}{more}"
+
+
+_CORRUPT_ERRORS = ("SafetensorError", "UnpicklingError", "BadZipFile", "EOFError")
 
 
 def load_model(config: ModelConfig | None = None, /, **kwargs: Any) -> LoadedModel:
@@ -143,6 +482,10 @@ def load_model(config: ModelConfig | None = None, /, **kwargs: Any) -> LoadedMod
 
     Either pass a :class:`ModelConfig` or its fields as keywords:
     ``load_model(model="gpt2", device="auto", dtype="float32")``.
+
+    Raises :class:`ModelLoadError` when the weights cannot be read, or when weights of the
+    network body are not in the checkpoint (unless ``allow_new_weights``); a new output
+    head is allowed with a warning.  See the module docstring.
     """
     if config is None:
         config = ModelConfig(**kwargs)
@@ -151,8 +494,14 @@ def load_model(config: ModelConfig | None = None, /, **kwargs: Any) -> LoadedMod
     device = resolve_device(config.device)
     dtype = resolve_dtype(config.dtype, device)
     source, path = resolve_source(config.model)
+    if source == "local":
+        _check_weight_files(Path(path), config.model, complete=True)
+    else:
+        snapshot = _hub_snapshot(path, config.revision)
+        if snapshot is not None:
+            _check_weight_files(snapshot, config.model, complete=False)
     try:
-        bridge = _boot(path, device, dtype, config.revision)
+        bridge, reports = _boot(path, device, dtype, config.revision)
     except OSError as exc:
         if source == "hub":
             raise ModelLoadError(
@@ -162,7 +511,17 @@ def load_model(config: ModelConfig | None = None, /, **kwargs: Any) -> LoadedMod
             ) from exc
         raise ModelLoadError(f"could not load {config.model!r}: {_first_line(exc)}", model=config.model) from exc
     except (ValueError, KeyError, RuntimeError, NotImplementedError) as exc:
-        raise ModelLoadError(f"could not load {config.model!r}: {_first_line(exc)}", model=config.model) from exc
+        seen = getattr(exc, "headlens_load_reports", None)
+        info = seen.reports[-1][1] if seen is not None and seen.reports else None  # mismatched shapes raise after the report
+        message = _mismatch_message(config.model, info) if info is not None else None
+        raise ModelLoadError(message or f"could not load {config.model!r}: {_first_line(exc)}", model=config.model) from exc
+    except Exception as exc:
+        if type(exc).__name__ not in _CORRUPT_ERRORS:
+            raise
+        raise ModelLoadError(f"could not load {config.model!r}: a weights file is corrupt or truncated ({_first_line(exc)})", model=config.model) from exc
+    hf_model = bridge.original_model
+    check = _weight_check(reports.for_model(hf_model) if reports.hooked else None)
+    _report_weights(check, config, type(hf_model).__name__)
     bridge.eval()
     cfg = bridge.cfg
     tokenizer = bridge.tokenizer
@@ -182,6 +541,10 @@ def load_model(config: ModelConfig | None = None, /, **kwargs: Any) -> LoadedMod
         d_head=int(cfg.d_head),
         n_ctx=int(cfg.n_ctx),
         bos_id=None if bos_id is None else int(bos_id),
+        new_weights=check.new,
+        unexpected_weights=check.unexpected,
+        head_is_new=bool(check.head_new),
+        weights_checked=check.checked,
     )
 
 

@@ -26,7 +26,10 @@ def census_summary(
     baseline_factor: float,
     stimuli: Mapping[str, Mapping[str, Any]],
     top: int = 5,
+    notes: pd.DataFrame | None = None,
 ) -> str:
+    """The summary; ``notes`` (``CensusResult.notes``) are the sliding-window notes, read from
+    the stimuli info's ``window_notes`` when not given."""
     reg = registry()
     lines = [
         f"# Head census: {model}",
@@ -39,6 +42,21 @@ def census_summary(
     ]
     for kind, info in stimuli.items():
         lines.append(f"- {kind}: {info['source']}")
+    if notes is not None:
+        window_notes = [str(x) for x in notes["note"]]
+    else:
+        window_notes = [str(x) for info in stimuli.values() for x in info.get("window_notes", ())]
+    if window_notes:
+        lines += [
+            "",
+            "## Sliding windows",
+            "",
+            "Some layers attend within a sliding window. There the baseline is uniform over the keys the window allows, "
+            "and positions whose target key lies outside the window are not measurable: they are left out of the means "
+            "(`n` counts the prompts measured), a head with no measurable prompt shows n/a, and n/a never gives a role.",
+            "",
+        ]
+        lines += [f"- {note}" for note in window_notes]
     lines += ["", "## Roles", ""]
     named = roles[roles["roles"].fillna("") != ""]
     if len(named):

@@ -10,19 +10,26 @@ from __future__ import annotations
 import click
 
 from probes.manifest import headlens_version
-from reports.cli_common import CONTEXT_SETTINGS, HeadlensGroup
+from reports.cli_common import CONTEXT_SETTINGS, HeadlensGroup, setup_logging
 
 __all__ = ["cli", "main"]
 
 
 @click.group(cls=HeadlensGroup, context_settings=CONTEXT_SETTINGS)
 @click.version_option(headlens_version(), "--version", "-V", prog_name="headlens")
-def cli() -> None:
+@click.option("--verbose", "-v", count=True, help="More messages on stderr: -v info lines, -vv debug lines (library loading chatter included). Before the command: headlens -v capture ...")
+@click.option("--quiet", "-q", count=True, help="Errors only on stderr: no warnings (a command's own -q silences its progress lines).")
+@click.pass_context
+def cli(ctx: click.Context, verbose: int, quiet: int) -> None:
     """headlens: what each attention head does, which heads matter, and where attention piles up.
+
+    Warnings (e.g. weights missing from a checkpoint) go to stderr as one line each,
+    'headlens: warning: ...'.
 
     Exit codes: 0 ok, 1 check failed, 2 bad input, 3 model not loadable,
     4 output exists or unwritable, 5 device/dtype unavailable, 130 interrupted.
     """
+    ctx.call_on_close(setup_logging(verbose - quiet))
 
 
 #: Modules whose ``COMMANDS`` list is added to the group (one line each).

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -13,6 +14,7 @@ from probes.errors import HeadlensError
 __all__ = [
     "HeadlensGroup",
     "model_options",
+    "setup_logging",
     "parse_layers",
     "parse_ints",
     "parse_heads",
@@ -55,7 +57,14 @@ class HeadlensGroup(click.Group):
 
 
 def model_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """``--model`` (required), ``--device``, ``--dtype``, ``--revision``."""
+    """``--model`` (required), ``--device``, ``--dtype``, ``--revision``, ``--allow-new-weights``."""
+    fn = click.option(
+        "--allow-new-weights",
+        is_flag=True,
+        help="Load the model even when weights of the network body are missing from the checkpoint (they are randomly "
+        "initialised and listed in the manifest); without it that fails with exit 3. A missing output head is always "
+        "allowed, with a warning.",
+    )(fn)
     fn = click.option("--revision", default=None, help="Hub revision (branch, tag or commit) of the model.")(fn)
     fn = click.option(
         "--dtype",
@@ -67,6 +76,67 @@ def model_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     fn = click.option("--device", default="auto", show_default=True, help="auto (CUDA, then MPS, then CPU), cpu, cuda, cuda:N or mps.")(fn)
     fn = click.option("--model", "-m", "model", required=True, help="Hugging Face id (gpt2, EleutherAI/pythia-70m), a local checkpoint folder, or demo (the small GPT-2 shipped with headlens).")(fn)
     return fn
+
+
+#: Loggers of headlens' own packages (each module logs to ``logging.getLogger(__name__)``).
+_OWN_LOGGERS = ("probes", "analyses", "reports")
+
+#: ``headlens -q`` / default / ``-v`` / ``-vv``: the level of headlens' own loggers.
+_LEVELS = {-1: logging.ERROR, 0: logging.WARNING, 1: logging.INFO, 2: logging.DEBUG}
+
+
+class _OneLineHandler(logging.Handler):
+    """Log records on stderr, one line each: ``headlens: warning: ...``, ``headlens: error: ...``,
+    ``headlens: ...`` (info) and ``headlens: debug: LOGGER: ...``."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            text = record.getMessage()
+            if record.name == "py.warnings":  # "file:line: Category: message" plus the source line
+                text = (text.strip().splitlines() or [""])[0]
+            text = " ".join(text.split())
+            if record.levelno >= logging.ERROR:
+                prefix = "headlens: error: "
+            elif record.levelno >= logging.WARNING:
+                prefix = "headlens: warning: "
+            elif record.levelno >= logging.INFO:
+                prefix = "headlens: "
+            else:
+                prefix = f"headlens: debug: {record.name}: "
+            click.echo(prefix + text, err=True)
+        except Exception:  # noqa: BLE001 - logging must never break a command
+            self.handleError(record)
+
+
+def setup_logging(verbosity: int) -> Callable[[], None]:
+    """Configure logging for one CLI run and return the function that undoes it.
+
+    ``verbosity`` is ``-v`` count minus ``-q`` count: below 0 errors only, 0 warnings (the
+    default), 1 also headlens' info lines, 2 or more also debug lines (library chatter
+    from model loading included).  Records of any logger that reach the root logger,
+    Python warnings included, are printed as one line on stderr.
+    """
+    level = _LEVELS[max(-1, min(2, verbosity))]
+    root = logging.getLogger()
+    own = [logging.getLogger(name) for name in _OWN_LOGGERS]
+    saved_root, saved_own = root.level, [(lg, lg.level) for lg in own]
+    was_capturing = getattr(logging, "_warnings_showwarning", None) is not None
+    handler = _OneLineHandler()
+    root.addHandler(handler)
+    root.setLevel(max(level, logging.WARNING))  # other libraries: warnings and errors, or errors with -q
+    for lg in own:
+        lg.setLevel(level)
+    logging.captureWarnings(True)
+
+    def restore() -> None:
+        root.removeHandler(handler)
+        root.setLevel(saved_root)
+        for lg, lvl in saved_own:
+            lg.setLevel(lvl)
+        if not was_capturing:
+            logging.captureWarnings(False)
+
+    return restore
 
 
 def parse_csv(value: str | None) -> list[str] | None:

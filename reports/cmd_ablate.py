@@ -14,11 +14,11 @@ from reports.cli_common import Progress, model_options, parse_heads, parse_layer
 TABLE_FORMATS = (".csv", ".parquet", ".json")
 
 
-def _load(model: str, device: str, dtype: str, revision: str | None):
+def _load(model: str, device: str, dtype: str, revision: str | None, allow_new_weights: bool = False):
     from probes.config import ModelConfig
     from probes.loading import load_model
 
-    return load_model(ModelConfig(model=model, device=device, dtype=dtype, revision=revision))
+    return load_model(ModelConfig(model=model, device=device, dtype=dtype, revision=revision, allow_new_weights=allow_new_weights))
 
 
 def data_options(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -134,7 +134,7 @@ def _sidecars(out: Path) -> dict[str, Path]:
 @click.option("--resume", is_flag=True, help="Finish an interrupted run from its journal (OUT.journal.jsonl).")
 @click.option("--overwrite", is_flag=True, help="Replace existing output files (and an unfinished run's journal, unless --resume).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress lines.")
-def ablate_cmd(model, device, dtype, revision, method, metric, text_file, task_file, n_windows, window, no_bos, batch_size, heads, layers, mask_file, bootstrap, no_attribution, heads_per_forward, seed, out_file, resume, overwrite, quiet):
+def ablate_cmd(model, device, dtype, revision, allow_new_weights, method, metric, text_file, task_file, n_windows, window, no_bos, batch_size, heads, layers, mask_file, bootstrap, no_attribution, heads_per_forward, seed, out_file, resume, overwrite, quiet):
     """Ablate each head alone and measure the change in loss (or a task's logit difference).
 
     Writes OUT (one row per head: layer, head, method, metric, value, delta, ci_low, ci_high,
@@ -163,7 +163,7 @@ def ablate_cmd(model, device, dtype, revision, method, metric, text_file, task_f
         read_mask(mask_file)  # syntax first, before the model loads
     config = AblationConfig(method=method, heads=heads, layers=layers, batch_size=batch_size, heads_per_forward=heads_per_forward, n_bootstrap=bootstrap, seed=seed, attribution=not no_attribution)
     torch.manual_seed(seed)
-    loaded = _load(model, device, dtype, revision)
+    loaded = _load(model, device, dtype, revision, allow_new_weights)
     data = _eval_set(loaded, metric, source, label, n_windows=n_windows, window=window, prepend_bos=not no_bos)
     mask = read_mask(mask_file, n_layers=loaded.n_layers, n_heads=loaded.n_heads) if mask_file is not None else None
     from probes.loading import check_layers_heads
@@ -222,7 +222,7 @@ def ablate_cmd(model, device, dtype, revision, method, metric, text_file, task_f
 @click.option("--resume", is_flag=True, help="Finish an interrupted run from its journal (OUT/prune.journal.jsonl).")
 @click.option("--overwrite", is_flag=True, help="Replace files in a non-empty output folder.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress lines.")
-def prune_cmd(model, device, dtype, revision, metric, text_file, task_file, n_windows, window, no_bos, batch_size, step, max_increase, random_seeds, max_fraction, seed, out_dir, resume, overwrite, quiet):
+def prune_cmd(model, device, dtype, revision, allow_new_weights, metric, text_file, task_file, n_windows, window, no_bos, batch_size, step, max_increase, random_seeds, max_fraction, seed, out_dir, resume, overwrite, quiet):
     """Prune heads iteratively by gradient importance (Michel et al. 2019) against random orders.
 
     Writes OUT/curve.csv (metric, KV-cache bytes saved per 1,000 tokens and the random-order
@@ -247,7 +247,7 @@ def prune_cmd(model, device, dtype, revision, metric, text_file, task_file, n_wi
     source, label = _read_inputs(metric, text_file, task_file)
     config = PruneConfig(step=step, max_increase=max_increase, random_seeds=random_seeds, seed=seed, max_fraction=max_fraction, batch_size=batch_size)
     torch.manual_seed(seed)
-    loaded = _load(model, device, dtype, revision)
+    loaded = _load(model, device, dtype, revision, allow_new_weights)
     data = _eval_set(loaded, metric, source, label, n_windows=n_windows, window=window, prepend_bos=not no_bos)
     key = {"model": _model_key(loaded), "data": data.describe(), "config": vars(config)}
     journal = Journal(journal_file, "prune", key, resume=resume, overwrite=overwrite)

@@ -15,11 +15,11 @@ DEFAULT_VERIFY_TEXT = (
 )
 
 
-def _load(model: str, device: str, dtype: str, revision: str | None):
+def _load(model: str, device: str, dtype: str, revision: str | None, allow_new_weights: bool = False):
     from probes.config import ModelConfig
     from probes.loading import load_model
 
-    return load_model(ModelConfig(model=model, device=device, dtype=dtype, revision=revision))
+    return load_model(ModelConfig(model=model, device=device, dtype=dtype, revision=revision, allow_new_weights=allow_new_weights))
 
 
 def _prompts(text: str | None, prompts_file: str | None, *, default: str | None = None) -> list[str]:
@@ -63,7 +63,7 @@ def _prompts(text: str | None, prompts_file: str | None, *, default: str | None 
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Output folder.")
 @click.option("--overwrite", is_flag=True, help="Replace files in a non-empty output folder.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress lines.")
-def capture_cmd(model, device, dtype, revision, text, prompts_file, layers, heads, what, kv_per_query_head, no_bos, batch_size, truncate, seed, out_dir, overwrite, quiet):
+def capture_cmd(model, device, dtype, revision, allow_new_weights, text, prompts_file, layers, heads, what, kv_per_query_head, no_bos, batch_size, truncate, seed, out_dir, overwrite, quiet):
     """Capture per-head Q, K, V and attention patterns into OUT/activations.safetensors.
 
     Writes OUT/activations.safetensors (keys are TransformerLens hook names, plus
@@ -89,7 +89,7 @@ def capture_cmd(model, device, dtype, revision, text, prompts_file, layers, head
         kv_per_query_head=kv_per_query_head,
     )
     torch.manual_seed(seed)
-    loaded = _load(model, device, dtype, revision)
+    loaded = _load(model, device, dtype, revision, allow_new_weights)
     cap = capture(loaded, texts, config, progress=Progress("capture", quiet=quiet))
     manifest = build_manifest(model=loaded, command=["headlens", *sys.argv[1:]], seed=seed, prepend_bos=config.prepend_bos, configs={"capture": config})
     paths = save_capture(cap, out_dir, manifest)
@@ -120,7 +120,7 @@ def describe_kv(cap) -> list[str]:
 @click.option("--prompts", "prompts_file", default=None, help="Prompt file, as for capture.")
 @click.option("--no-bos", is_flag=True, help="Do not prepend BOS.")
 @click.option("--tolerance", type=click.FloatRange(min=0, min_open=True), default=None, help="Largest absolute error accepted (default 1e-4 in float32, 3e-2 bfloat16, 5e-3 float16).")
-def verify_cmd(model, device, dtype, revision, text, prompts_file, no_bos, tolerance):
+def verify_cmd(model, device, dtype, revision, allow_new_weights, text, prompts_file, no_bos, tolerance):
     """Check captured patterns against the family's own attention redone from rotated q and k, and z against pattern @ V.
 
     The recomputation applies what each layer does (rotary embedding, KV heads shared
@@ -133,7 +133,7 @@ def verify_cmd(model, device, dtype, revision, text, prompts_file, no_bos, toler
     from probes.errors import CheckFailed
 
     texts = _prompts(text, prompts_file, default=DEFAULT_VERIFY_TEXT)
-    loaded = _load(model, device, dtype, revision)
+    loaded = _load(model, device, dtype, revision, allow_new_weights)
     table = verify_attention(loaded, texts, prepend_bos=not no_bos, tolerance=tolerance)
     click.echo(f"model {model} on {loaded.device} in {str(loaded.dtype).removeprefix('torch.')}, BOS {'off' if no_bos else 'on'}")
     click.echo(table.to_string(index=False, float_format=lambda x: f"{x:.2e}"))

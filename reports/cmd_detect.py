@@ -52,11 +52,11 @@ def _progress(quiet: bool):
     return cb
 
 
-def _load(model, device, dtype, revision):
+def _load(model, device, dtype, revision, allow_new_weights=False):
     from probes.config import ModelConfig
     from probes.loading import load_model
 
-    return load_model(ModelConfig(model=model, device=device, dtype=dtype, revision=revision))
+    return load_model(ModelConfig(model=model, device=device, dtype=dtype, revision=revision, allow_new_weights=allow_new_weights))
 
 
 def _precheck(config) -> None:
@@ -79,7 +79,7 @@ def _precheck(config) -> None:
 @click.option("--out", "out_file", required=True, help="Scores table: .csv, .parquet or .json (a manifest is written beside it).")
 @click.option("--overwrite", is_flag=True, help="Replace an existing output file.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress lines.")
-def detect_cmd(model, device, dtype, revision, detectors, n_prompts, seed, seq_len, window, no_bos, batch_size, referent_file, out_file, overwrite, quiet):
+def detect_cmd(model, device, dtype, revision, allow_new_weights, detectors, n_prompts, seed, seq_len, window, no_bos, batch_size, referent_file, out_file, overwrite, quiet):
     """Score every head with the chosen detectors; write the long-form scores table.
 
     Columns: layer, head, detector, score, baseline, ci_low, ci_high, n, accuracy
@@ -95,7 +95,7 @@ def detect_cmd(model, device, dtype, revision, detectors, n_prompts, seed, seq_l
     manifest_path = out.with_name(out.stem + ".manifest.json")
     config = _census_config(detectors, n_prompts, seed, seq_len, window, no_bos, batch_size, referent_file)
     _precheck(config)
-    loaded = _load(model, device, dtype, revision)
+    loaded = _load(model, device, dtype, revision, allow_new_weights)
     result = run_census(loaded, config, progress=_progress(quiet))
     write_table(result.scores, out)
     write_json(manifest_path, build_manifest(model=loaded, command=["headlens", *sys.argv[1:]], seed=seed, prepend_bos=config.prepend_bos, configs={"census": config}, extra={"stimuli": result.stimuli}))
@@ -151,7 +151,7 @@ def classify_to_dir(
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Output folder.")
 @click.option("--overwrite", is_flag=True, help="Replace files in a non-empty output folder.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress lines.")
-def classify_cmd(model, device, dtype, revision, detectors, n_prompts, seed, seq_len, window, no_bos, batch_size, referent_file, thresholds, baseline_factor, mask_file, out_dir, overwrite, quiet):
+def classify_cmd(model, device, dtype, revision, allow_new_weights, detectors, n_prompts, seed, seq_len, window, no_bos, batch_size, referent_file, thresholds, baseline_factor, mask_file, out_dir, overwrite, quiet):
     """Give every head its roles: scores.csv, roles.csv, heatmaps, summary.md, manifest.json."""
     from analyses.classify import parse_thresholds
     from probes.outputs import check_out_dir
@@ -165,7 +165,7 @@ def classify_cmd(model, device, dtype, revision, detectors, n_prompts, seed, seq
         ablate = list(read_mask(mask_file).heads)
     config = _census_config(detectors, n_prompts, seed, seq_len, window, no_bos, batch_size, referent_file, ablate)
     _precheck(config)
-    loaded = _load(model, device, dtype, revision)
+    loaded = _load(model, device, dtype, revision, allow_new_weights)
     if mask_file:
         from analyses.masks import read_mask
 

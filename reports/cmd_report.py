@@ -42,7 +42,7 @@ class _CliProgress:
 @click.option("--seed", default=0, show_default=True, type=int)
 @click.option("--overwrite", is_flag=True, help="Write into a folder that holds another model's report (or other files); its stage folders are replaced.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress lines.")
-def report_cmd(model, device, dtype, revision, out_dir, quick, example_prompts, no_bos, skip, redo, batch_size, seed, overwrite, quiet):
+def report_cmd(model, device, dtype, revision, allow_new_weights, out_dir, quick, example_prompts, no_bos, skip, redo, batch_size, seed, overwrite, quiet):
     """Run the head census, attention sinks, zero and mean ablation, pruning and example
     attention patterns; write OUT/report.html (one self-contained page), OUT/report.md and
     figures (PNG, SVG, PDF).
@@ -69,6 +69,7 @@ def report_cmd(model, device, dtype, revision, out_dir, quick, example_prompts, 
         device=device,
         dtype=dtype,
         revision=revision,
+        allow_new_weights=allow_new_weights,
         progress=_CliProgress(quiet),
         command=["headlens", *sys.argv[1:]],
     )

@@ -45,7 +45,7 @@ def _stage_progress(quiet: bool):
 @click.option("--seed", default=0, show_default=True, type=int, help="Seed of the random first tokens (recorded in the manifest).")
 @click.option("--overwrite", is_flag=True, help="Replace files in a non-empty output folder.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress lines.")
-def sinks_cmd(model, device, dtype, revision, out_dir, eps, window, n_prompts, bos, no_bos, prompts_file, heads, max_single, keep_first, attn_windows, long_tokens, n_long, skip, text, top, batch_size, seed, overwrite, quiet):
+def sinks_cmd(model, device, dtype, revision, allow_new_weights, out_dir, eps, window, n_prompts, bos, no_bos, prompts_file, heads, max_single, keep_first, attn_windows, long_tokens, n_long, skip, text, top, batch_size, seed, overwrite, quiet):
     """Attention sinks: which heads sink, onto what, position or content, does the sink carry
     anything, and what breaks without it.
 
@@ -93,7 +93,7 @@ def sinks_cmd(model, device, dtype, revision, out_dir, eps, window, n_prompts, b
         skip=tuple(parse_csv(skip) or ()),
     )
     torch.manual_seed(seed)
-    loaded = _load(model, device, dtype, revision)
+    loaded = _load(model, device, dtype, revision, allow_new_weights)
     command = ["headlens", *sys.argv[1:]]
     if text is not None:
         table = seed_tables(loaded, text, settings)
@@ -140,11 +140,11 @@ def _config_dict(config) -> dict:
     return dataclasses.asdict(config)
 
 
-def _load(model: str, device: str, dtype: str, revision: str | None):
+def _load(model: str, device: str, dtype: str, revision: str | None, allow_new_weights: bool = False):
     from probes.config import ModelConfig
     from probes.loading import load_model
 
-    return load_model(ModelConfig(model=model, device=device, dtype=dtype, revision=revision))
+    return load_model(ModelConfig(model=model, device=device, dtype=dtype, revision=revision, allow_new_weights=allow_new_weights))
 
 
 COMMANDS = [sinks_cmd]

@@ -737,6 +737,7 @@ def build_report(
     device: str = "auto",
     dtype: str = "float32",
     revision: str | None = None,
+    allow_new_weights: bool = False,
     progress: ReportProgress | bool | None = None,
     command: list[str] | None = None,
 ) -> Report:
@@ -788,7 +789,7 @@ def build_report(
             from probes.loading import load_model
 
             t0 = time.perf_counter()
-            state["loaded"] = load_model(ModelConfig(model=model_name, device=device, dtype=dtype, revision=revision))
+            state["loaded"] = load_model(ModelConfig(model=model_name, device=device, dtype=dtype, revision=revision, allow_new_weights=allow_new_weights))
             if reporter is not None:  # after loading: a model that fails to load leaves one error line
                 reporter.message(f"loaded {model_name} in {time.perf_counter() - t0:.1f} s ({state['loaded'].device}, {dtype})")
         return state["loaded"]

@@ -19,6 +19,9 @@ def test_local_folder_loads_in_eval_mode(tiny_model):
     assert not tiny_model.bridge.training
     desc = tiny_model.describe()
     assert desc["dtype"] == "float32" and desc["device"] == "cpu" and desc["tokenizer"]["vocab_size"] == 50257
+    # every weight came from the checkpoint (lm_head is tied to the embeddings)
+    assert desc["weights_checked"] is True and desc["new_weights"] == [] and desc["unexpected_weights"] == []
+    assert desc["head_is_new"] is False and desc["allow_new_weights"] is False
 
 
 def test_missing_folder(tmp_path):

@@ -2,7 +2,8 @@
 
 Stimulus: windows of natural text.  With BOS, position 1 (the first text token)
 attending to BOS counts as attending to its previous token, as in TransformerLens.
-Uniform baseline: mean over the same i of ``1/(i+1)``.
+Uniform baseline: mean over the same i of ``1/(i+1)`` (``1/min(i+1, window)`` in a
+sliding-window layer; the previous token is inside any window of 2 or more keys).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ def compute(pattern, ctx: BatchContext) -> DetectorOutput:
     width = pattern.shape[-1]
     q = torch.arange(1, width, device=pattern.device)[None, :].expand(pattern.shape[0], -1)
     valid = q < ctx.lengths.to(pattern.device)[:, None]
-    score, baseline = mean_attention_at(pattern, q, q - 1, valid)
+    score, baseline = mean_attention_at(pattern, q, q - 1, valid, window=ctx.window)
     return DetectorOutput(score, baseline)
 
 

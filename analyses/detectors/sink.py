@@ -2,6 +2,9 @@
 
 Stimulus: windows of natural text (Gu et al. use 64 tokens, no BOS).  A head is a sink
 head when alpha > eps (0.3).  Uniform baseline: mean over i of ``1/(i+1)``.
+
+In a sliding-window layer only the queries that can see key 0 (``i < window``) count, for the
+score and for the baseline (there ``1/min(i+1, window)``, which is ``1/(i+1)`` for those i).
 """
 
 from __future__ import annotations
@@ -11,8 +14,8 @@ from analyses.detectors.base import BatchContext, Detector, DetectorOutput
 
 
 def compute(pattern, ctx: BatchContext) -> DetectorOutput:
-    score = sink_alpha(pattern.float(), ctx.lengths, key=0)
-    baseline = uniform_sink_alpha(ctx.lengths.cpu(), key=0).float().to(pattern.device)
+    score = sink_alpha(pattern.float(), ctx.lengths, key=0, window=ctx.window)
+    baseline = uniform_sink_alpha(ctx.lengths.cpu(), key=0, window=ctx.window).float().to(pattern.device)
     return DetectorOutput(score, baseline)
 
 
@@ -22,4 +25,5 @@ DETECTOR = Detector(
     threshold=0.3,
     summary="Gu et al. alpha: mean A[i, 0] over all query positions of natural-text windows",
     compute=compute,
+    window_rule="alpha is averaged over the queries that can see key 0 (i < {window}), not over all queries",
 )
