@@ -65,6 +65,9 @@ def summary_markdown(report: Any, *, model_name: str, figures: Sequence[Path] = 
         + ", ".join(f"{n} sequences {k}" for k, n in report.info.get("n_sequences", {}).items())
         + "."
     )
+    notes = report.info.get("window_notes") or []
+    if notes:
+        out += ["", "## Sliding windows", ""] + [f"- {n}" for n in notes]
     out += ["", "## Sink rate, beside uniform attention", ""]
     rates = t["sink_rates"].copy()
     rates["bos"] = rates["bos"].map(_bos)

@@ -79,6 +79,36 @@ class LoadedModel:
     def name(self) -> str:
         return self.config.model
 
+    @property
+    def is_encoder(self) -> bool:
+        """True for bidirectional encoders (BERT family): every query sees every real key."""
+        return is_encoder_config(getattr(self.bridge.original_model, "config", None))
+
+    def frame(self, prepend_bos: bool) -> tuple[list[int], list[int]]:
+        """Special token ids that wrap every prompt: ``(prefix, suffix)``.
+
+        Decoders: ``[BOS]`` before the text when ``prepend_bos`` (TransformerLens' default),
+        nothing after.  Encoders: the tokenizer's own ``[CLS] ... [SEP]`` when ``prepend_bos``
+        (the CLI's ``--no-bos`` turns them off too).  Raises when the tokenizer lacks them.
+        """
+        if not prepend_bos:
+            return [], []
+        tok = self.tokenizer
+        if self.is_encoder:
+            cls_id, sep_id = getattr(tok, "cls_token_id", None), getattr(tok, "sep_token_id", None)
+            if cls_id is None or sep_id is None:
+                raise InputError("this encoder's tokenizer has no [CLS]/[SEP] tokens; run with --no-bos")
+            return [int(cls_id)], [int(sep_id)]
+        if self.bos_id is None:
+            raise InputError("this tokenizer has no BOS token; run with --no-bos")
+        return [int(self.bos_id)], []
+
+    def framing(self, prepend_bos: bool) -> dict[str, Any]:
+        """Manifest entry: the special tokens that wrap each prompt, by string and id."""
+        prefix, suffix = self.frame(prepend_bos)
+        conv = self.tokenizer.convert_ids_to_tokens
+        return {"prefix": [conv(i) for i in prefix], "suffix": [conv(i) for i in suffix], "prefix_ids": prefix, "suffix_ids": suffix}
+
     def describe(self) -> dict[str, Any]:
         """Model facts for the manifest."""
         tok = self.tokenizer
@@ -112,6 +142,17 @@ class LoadedModel:
 
     def hook_names(self) -> set[str]:
         return set(self.bridge.hook_dict.keys())
+
+
+#: Hugging Face ``model_type``s of bidirectional encoders headlens knows.
+ENCODER_TYPES = frozenset({"bert", "roberta", "distilbert", "electra", "albert", "xlm-roberta", "camembert", "mpnet"})
+
+
+def is_encoder_config(hf_config: Any) -> bool:
+    """True when a Hugging Face config describes a bidirectional encoder (not a decoder)."""
+    if hf_config is None or getattr(hf_config, "is_decoder", False):
+        return False
+    return str(getattr(hf_config, "model_type", "")) in ENCODER_TYPES
 
 
 def _weights_digest(folder: str | None) -> str | None:

@@ -91,6 +91,7 @@ def detector_heatmaps(scores: pd.DataFrame, roles: pd.DataFrame | None, out_dir:
             marked = np.zeros((n_layers, n_heads), dtype=bool)
             for r in roles.itertuples():
                 marked[r.layer, r.head] = det in str(r.roles).split(";")
-        base = float(g["baseline"].iloc[0])
-        out[str(det)] = save_heatmap(grid, f"{det} score (uniform baseline {base:.3f})", Path(out_dir) / f"heatmap_{det}", marked=marked, formats=formats)
+        from reports.tables import baseline_label
+
+        out[str(det)] = save_heatmap(grid, f"{det} score (uniform baseline {baseline_label(g['baseline'])})", Path(out_dir) / f"heatmap_{det}", marked=marked, formats=formats)
     return out

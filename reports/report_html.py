@@ -28,6 +28,8 @@ from urllib.parse import quote
 import numpy as np
 import pandas as pd
 
+from reports.tables import baseline_label
+
 __all__ = ["render_html", "json_for_script", "SCRIPT"]
 
 #: Column labels of the role table (full names in the header's tooltip).
@@ -230,7 +232,7 @@ def _heatmaps(report: Any) -> str:
             outlined = np.array([[det in str(roles.get((a, b), "")).split(";") for b in range(H)] for a in range(L)])
             th = report.thresholds.get(str(det))
             note = DETECTOR_NOTES.get(str(det), "")
-            note += f"; uniform baseline {_num(g['baseline'].iloc[0])}" + (f"; role threshold {th:g}" if th is not None else "") + "; outlined: heads with the role"
+            note += f"; uniform baseline {baseline_label(g['baseline'])}" + (f"; role threshold {th:g}" if th is not None else "") + "; outlined: heads with the role"
             maps.append(_heatmap(f"{det} score", note, grid, cmap="viridis", vmin=0.0, vmax=1.0, fmt=".2f", outlined=outlined, map_id=f"hm-{det}"))
     if report.sinks is not None and L and H:
         bos = bool(report.settings.get("prepend_bos", True))

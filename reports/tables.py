@@ -9,7 +9,7 @@ import pandas as pd
 from probes.errors import InputError
 from probes.outputs import atomic_write
 
-__all__ = ["TABLE_FORMATS", "check_table_path", "write_table", "read_table"]
+__all__ = ["TABLE_FORMATS", "check_table_path", "write_table", "read_table", "baseline_label"]
 
 TABLE_FORMATS = (".csv", ".parquet", ".json")
 
@@ -45,3 +45,14 @@ def read_table(path: str | Path) -> pd.DataFrame:
     if suffix == ".parquet":
         return pd.read_parquet(p)
     return pd.read_json(p, orient="records")
+
+
+def baseline_label(baselines: pd.Series, nd: int = 3) -> str:
+    """One uniform baseline as text, or its range when layers differ (sliding-window layers)."""
+    values = pd.to_numeric(baselines, errors="coerce").dropna()
+    if values.empty:
+        return "n/a"
+    lo, hi = float(values.min()), float(values.max())
+    if round(lo, nd) == round(hi, nd):
+        return f"{lo:.{nd}f}"
+    return f"{lo:.{nd}f} to {hi:.{nd}f} by layer"
