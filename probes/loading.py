@@ -36,7 +36,7 @@ import torch
 
 from probes.config import ModelConfig
 from probes.devices import resolve_device, resolve_dtype
-from probes.errors import InputError, ModelLoadError
+from probes.errors import InputError, ModelLoadError, UnsupportedModelError
 
 __all__ = ["LoadedModel", "load_model", "resolve_source", "check_layers_heads"]
 
@@ -574,6 +574,7 @@ def load_model(config: ModelConfig | None = None, /, **kwargs: Any) -> LoadedMod
     hf_model = bridge.original_model
     check = _weight_check(reports.for_model(hf_model) if reports.hooked else None)
     _report_weights(check, config, type(hf_model).__name__)
+    _check_analysable(bridge, config.model)
     bridge.eval()
     cfg = bridge.cfg
     tokenizer = bridge.tokenizer
@@ -598,6 +599,32 @@ def load_model(config: ModelConfig | None = None, /, **kwargs: Any) -> LoadedMod
         head_is_new=bool(check.head_new),
         weights_checked=check.checked,
     )
+
+
+def _check_analysable(bridge: Any, spec: str) -> None:
+    """Refuse, in one line, a model whose attention heads headlens cannot reach.
+
+    Encoder-decoder models (T5, BART: two stacks and cross-attention) and models whose
+    blocks have no attention component (state-space models such as Mamba) are named.
+    """
+    hf_model = bridge.original_model
+    arch = type(hf_model).__name__
+    hf_config = getattr(hf_model, "config", None)
+    if getattr(hf_config, "is_encoder_decoder", False):
+        raise UnsupportedModelError(
+            f"--model {spec}: {arch} is an encoder-decoder model; headlens analyses decoder-only and encoder-only models", model=spec, architecture=arch
+        )
+    blocks = getattr(bridge, "_modules", {}).get("blocks")
+    if not isinstance(blocks, torch.nn.ModuleList) or len(blocks) == 0:
+        raise UnsupportedModelError(f"--model {spec}: {arch} has no stack of transformer blocks that headlens can hook", model=spec, architecture=arch)
+    for i, block in enumerate(blocks):
+        attn = getattr(block, "_modules", {}).get("attn")
+        if attn is None or getattr(attn, "original_component", None) is None:
+            raise UnsupportedModelError(
+                f"--model {spec}: block {i} of {arch} has no attention component (not a transformer attention layer); headlens cannot analyse it",
+                model=spec,
+                architecture=arch,
+            )
 
 
 def _first_line(exc: BaseException) -> str:

@@ -206,3 +206,27 @@ def test_verify_cli_on_every_family(family, family_checkpoint):
     res = CliRunner().invoke(cli, ["verify", "-m", str(family_checkpoint(family))])
     assert res.exit_code == 0, res.output
     assert "verify: ok" in res.output
+
+
+def _checkpoint_with_gpt2_tokenizer(folder, model) -> str:
+    from probes.tokenizer_files import load_offline_gpt2_tokenizer
+
+    model.save_pretrained(folder)
+    load_offline_gpt2_tokenizer(folder / "tok").save_pretrained(folder)
+    return str(folder)
+
+
+def test_models_without_reachable_heads_are_refused_in_one_line(tmp_path):
+    """An encoder-decoder (T5) and a state-space model (Mamba): one line naming the class, exit 2, nothing written."""
+    import transformers as T
+
+    t5 = T.T5ForConditionalGeneration(T.T5Config(vocab_size=50257, d_model=32, d_kv=8, d_ff=64, num_layers=1, num_heads=4, decoder_start_token_id=0, pad_token_id=0, eos_token_id=1))
+    mamba = T.MambaForCausalLM(T.MambaConfig(vocab_size=50257, hidden_size=32, num_hidden_layers=1))
+    for name, model, cls in (("t5", t5, "T5ForConditionalGeneration"), ("mamba", mamba, "MambaForCausalLM")):
+        folder = _checkpoint_with_gpt2_tokenizer(tmp_path / name, model)
+        out = tmp_path / f"out_{name}"
+        res = CliRunner().invoke(cli, ["classify", "-m", folder, "--n-prompts", "2", "--out", str(out)])
+        assert res.exit_code == 2, res.output
+        assert cls in res.output and "Traceback" not in res.output
+        assert len([line for line in res.output.splitlines() if line.startswith("headlens: error")]) == 1
+        assert not out.exists()
