@@ -38,7 +38,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from analyses.ablation_data import EvalSet, model_values
+from analyses.ablation_data import EvalSet, check_metric, model_values
 from analyses.ablation_suffix import check_from_layer, resid_hook_name, run_from_layer
 from analyses.masks import HeadMask
 from analyses.resume import Journal
@@ -49,6 +49,7 @@ from probes.loading import LoadedModel, check_layers_heads
 __all__ = [
     "METHODS",
     "TABLE_COLUMNS",
+    "NO_EMBEDDING_ATTRIBUTION",
     "AblationConfig",
     "Reference",
     "Baseline",
@@ -70,6 +71,12 @@ TABLE_COLUMNS = ["layer", "head", "method", "metric", "value", "delta", "ci_low"
 #: Copies of a batch stacked into one forward (several heads at once) stay under this many tokens.
 AUTO_TOKENS_PER_FORWARD = 2048
 
+#: Why the embedding metric has no attribution column (recorded in ``AblationResult.info``).
+NO_EMBEDDING_ATTRIBUTION = (
+    "off: the embedding change 1 - cos is at its minimum (0) in the unablated model, so its gradient "
+    "with respect to a head's gate is zero and a first-order estimate says nothing"
+)
+
 
 def z_hook_name(layer: int) -> str:
     return f"blocks.{layer}.attn.hook_z"
@@ -85,7 +92,8 @@ class AblationConfig:
     under ``AUTO_TOKENS_PER_FORWARD`` tokens).  ``prefix_reuse`` runs each ablation from its
     layer on (checked against a full forward once; off = one full forward per head).
     ``n_bootstrap`` resamples of the items give the ``ci`` interval of each delta (``seed``).
-    ``seed`` also draws the resample sources.
+    ``seed`` also draws the resample sources.  ``attribution`` is skipped, with a note in
+    ``AblationResult.info["attribution"]``, for the embedding metric (its gradient is zero).
     """
 
     method: str = "zero"
@@ -450,6 +458,7 @@ def ablation_study(
     supplies those of an interrupted run.  ``progress(stage, done, total)`` reports progress.
     """
     config = config or AblationConfig()
+    check_metric(model, data.metric)
     if mask is not None:
         mask.check_model(model.n_layers, model.n_heads)
     chosen = check_layers_heads(model, config.layers, config.heads)
@@ -465,8 +474,8 @@ def ablation_study(
     prefix = config.prefix_reuse and any(layer > 0 for layer in heads)
     if prefix:
         probe_layer = max(layer for layer in heads)
-        tokens, _, _ = data.batch(data.rows(config.batch_size)[0])
-        prefix = check_from_layer(model, tokens[:1], probe_layer)
+        tokens, _, _ = data.batch([0])  # the first item alone: no padding
+        prefix = check_from_layer(model, tokens, probe_layer)
     base = baseline_pass(model, data, method=config.method, mask=mask, resid_layers=sorted(heads) if prefix else (), batch_size=config.batch_size, seed=config.seed)
     t_base = time.perf_counter() - t0
 
@@ -481,7 +490,10 @@ def ablation_study(
     # First-order estimate (cheap; journaled so a resumed table is identical).
     attribution = {}
     t_attr = 0.0
-    if config.attribution:
+    attribution_note = None
+    if config.attribution and data.metric == "embedding":
+        attribution_note = NO_EMBEDDING_ATTRIBUTION
+    elif config.attribution:
         if prev := _head_records(journal, "attribution"):
             attribution = {(r["layer"], r["head"]): r["estimate"] for r in prev[-1]["heads"]}
         else:
@@ -532,7 +544,7 @@ def ablation_study(
         columns=TABLE_COLUMNS,
     )
     rho = None
-    if config.attribution and len(table) >= 2:
+    if config.attribution and attribution_note is None and len(table) >= 2:
         from analyses.ablation_grad import spearman
 
         rho = spearman(table["attribution"].to_numpy(), table["delta"].to_numpy())
@@ -543,4 +555,6 @@ def ablation_study(
         "jobs_resumed": n_done_jobs,
         "seconds": {"baseline": round(t_base, 3), "attribution": round(t_attr, 3), "sweep": round(t_sweep, 3)},
     }
+    if attribution_note is not None:
+        info["attribution"] = attribution_note
     return AblationResult(table=table, baseline_value=float(base_v.mean()), unablated_value=unablated, spearman=rho, info=info)

@@ -1,6 +1,6 @@
 """What an ablation is measured on: an evaluation set and a per-item metric.
 
-Two kinds of evaluation set:
+Three kinds of evaluation set:
 
 * **text** (metric ``loss``): ``n_windows`` non-overlapping windows of ``window`` tokens cut
   from a text (by default the evaluation text that ships with headlens, see
@@ -12,14 +12,34 @@ Two kinds of evaluation set:
   "correct": " Mary", "incorrect": " John"}``.  ``correct`` and ``incorrect`` must each be
   exactly one token (write the leading space the model sees).  An item's value is
   ``logit[correct] - logit[incorrect]`` at the prompt's last token.
+* **sentences** (metric ``embedding``, :func:`embedding_eval_set`): one sentence per item,
+  framed with the model's special tokens (``[CLS] ... [SEP]`` for BERT, see
+  :meth:`probes.loading.LoadedModel.frame`).  An item's value is the **embedding change**
+  ``1 - cos(e, e0)``: ``e`` is the sentence embedding of the run being measured, ``e0`` that of
+  the unablated model (computed once, one sentence at a time, when the set is built).  The
+  sentence embedding is the mean of the last hidden state over every real token, the framing
+  tokens included, as sentence-transformers pools all-MiniLM-L6-v2 (its
+  ``1_Pooling/config.json``: ``pooling_mode_mean_tokens``; the final normalisation does not
+  change a cosine).  The last hidden state is the output of the last block for an encoder
+  (BERT's final LayerNorm is inside its last block; equal to ``transformers.AutoModel``'s
+  ``last_hidden_state``), the final norm's output for a decoder.  No output head is read, so
+  the metric means something when the head is new (``LoadedModel.head_is_new``).  Its
+  gradient is zero in the unablated model (``1 - cos`` is at its minimum, 0), so no gradient
+  estimate (attribution, Michel importance) can be made from it.
 
-Prompts are right-padded; padded positions never count in any value.
+Prompts are right-padded; padded positions never count in any value.  Encoders get the
+attention mask in every forward (a bidirectional model would otherwise attend to the padding),
+so a batch gives each item what it gets alone.
+
+Loss and logit difference read the output head: :func:`check_metric` refuses them when the head
+was newly initialised (random), and next-token loss on a bidirectional encoder.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,17 +49,29 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from probes.errors import InputError, StimulusError
+from probes.errors import InputError, StimulusError, UnsupportedModelError
+from probes.hooks import attached
 from probes.prompts import tokenize_prompts
 
 __all__ = [
     "METRICS",
+    "HEAD_METRICS",
+    "METRIC_LABELS",
+    "EMBEDDING_DEFINITION",
     "EvalSet",
     "TaskItem",
     "text_eval_set",
     "repeated_tokens_eval_set",
     "read_task",
     "task_eval_set",
+    "split_sentences",
+    "embedding_eval_set",
+    "hidden_state_hook",
+    "sentence_embeddings",
+    "default_metric",
+    "check_metric",
+    "attention_mask",
+    "mean_pool",
     "item_values",
     "metric_positions",
     "model_values",
@@ -47,7 +79,15 @@ __all__ = [
 ]
 
 #: Metric name -> +1 when a higher value is worse (loss), -1 when a lower value is worse.
-METRICS: dict[str, int] = {"loss": +1, "logit-diff": -1}
+METRICS: dict[str, int] = {"loss": +1, "logit-diff": -1, "embedding": +1}
+#: Metrics computed from the output head's logits (meaningless when the head is new).
+HEAD_METRICS: tuple[str, ...] = ("loss", "logit-diff")
+#: How each metric is named in printed lines and pages.
+METRIC_LABELS: dict[str, str] = {"loss": "loss", "logit-diff": "logit-diff", "embedding": "embedding change (1 - cosine)"}
+EMBEDDING_DEFINITION = (
+    "1 - cos(e, e0), e = mean over the real tokens (framing tokens included) of the last hidden state, "
+    "e0 = the same for the unablated model; averaged over sentences"
+)
 
 
 @dataclass
@@ -62,12 +102,16 @@ class EvalSet:
     incorrect: Int[Tensor, " item"] | None = None
     source: dict[str, Any] = field(default_factory=dict)
     loss_start: int = 0  # loss counts the predictions made at positions >= loss_start
+    #: embedding metric: the unablated model's sentence embeddings ``[item, d_model]`` (float64).
+    reference: Float[Tensor, "item d_model"] | None = None
 
     def __post_init__(self) -> None:
         if self.metric not in METRICS:
             raise InputError(f"unknown metric {self.metric!r}: choose from {', '.join(METRICS)}", metric=self.metric)
         if self.metric == "logit-diff" and (self.correct is None or self.incorrect is None):
             raise InputError("the logit-diff metric needs a correct and an incorrect token per prompt (--task FILE)")
+        if self.metric == "embedding" and (self.reference is None or self.reference.shape[0] != self.tokens.shape[0]):
+            raise InputError("the embedding metric needs the unablated sentence embeddings of every item (build the set with embedding_eval_set)")
 
     def __len__(self) -> int:
         return int(self.tokens.shape[0])
@@ -248,6 +292,201 @@ def task_eval_set(tokenizer: Any, items: Sequence[TaskItem], *, prepend_bos: boo
     )
 
 
+# --------------------------------------------------------------------------- sentences and embeddings
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|(?<=[.!?][\"')\]])\s+")
+
+
+def split_sentences(text: str, *, complete_only: bool = False) -> list[str]:
+    """Sentences of ``text``: every line is cut after ``.``, ``!`` or ``?`` (a closing quote or
+    bracket may follow) and the whitespace after it; blank pieces are dropped.
+
+    ``complete_only`` keeps only pieces that end with sentence punctuation and have at least
+    three words (the built-in evaluation text's headings are not sentences)."""
+    out = []
+    for line in text.splitlines():
+        for piece in _SENTENCE_END.split(line.strip()):
+            piece = " ".join(piece.split())
+            if not piece:
+                continue
+            if complete_only and (len(piece.split()) < 3 or not re.search(r"[.!?][\"')\]]?$", piece)):
+                continue
+            out.append(piece)
+    return out
+
+
+def attention_mask(model: Any, lengths: Int[Tensor, " batch"], width: int, copies: int = 1) -> Tensor | None:
+    """``[copies * batch, width]`` 0/1 mask of real tokens for an encoder; ``None`` for a decoder,
+    whose causal mask already keeps right padding away from every real token (and whose
+    results stay exactly what they were without one)."""
+    if not getattr(model, "is_encoder", False):
+        return None
+    mask = (torch.arange(width)[None, :] < lengths.cpu()[:, None]).long()
+    return mask.repeat(copies, 1).to(model.device)
+
+
+def hidden_state_hook(model: Any) -> str:
+    """The hook point holding the last hidden state (what sentence embeddings pool).
+
+    Encoder: the last block's ``hook_resid_post`` (BERT's final LayerNorm is the last block's
+    own output norm; the bridge's ``ln_final`` is the MLM head's transform).  Decoder: the
+    final norm's output (``ln_final.hook_out``) when the bridge has one, else the last block's
+    ``hook_resid_post``.  Both equal ``transformers.AutoModel``'s ``last_hidden_state``.
+    """
+    last = f"blocks.{model.n_layers - 1}.hook_resid_post"
+    if getattr(model, "is_encoder", False):
+        return last
+    return "ln_final.hook_out" if "ln_final.hook_out" in model.bridge.hook_dict else last
+
+
+class _StopForward(Exception):
+    """Raised by the hook that has seen the last hidden state: the output head never runs."""
+
+
+def _last_hidden(model: Any, toks: Tensor, mask: Tensor | None, run: Any) -> Float[Tensor, "batch pos d_model"]:
+    store: dict[str, Tensor] = {}
+
+    def grab(x: Tensor, hook: Any = None) -> None:  # noqa: ARG001
+        store["h"] = x
+        raise _StopForward
+
+    kwargs = {} if mask is None else {"attention_mask": mask}
+    try:
+        with attached(model.bridge, [(hidden_state_hook(model), grab)]):
+            run(toks, **kwargs)
+    except _StopForward:
+        pass
+    if "h" not in store:
+        raise RuntimeError(f"the forward pass never reached {hidden_state_hook(model)}")
+    return store["h"]
+
+
+def mean_pool(hidden: Float[Tensor, "batch pos d_model"], lengths: Int[Tensor, " batch"]) -> Float[Tensor, "batch d_model"]:
+    """Mean over positions ``< length`` of each row (float64)."""
+    real = (torch.arange(hidden.shape[1], device=hidden.device)[None, :] < lengths.to(hidden.device)[:, None]).to(torch.float64)
+    return (hidden.double() * real[:, :, None]).sum(1) / real.sum(1, keepdim=True).clamp(min=1)
+
+
+def sentence_embeddings(model: Any, tokens: Int[Tensor, "batch pos"], lengths: Int[Tensor, " batch"], *, run: Any = None) -> Float[Tensor, "batch d_model"]:
+    """Mean-pooled last hidden state of each row (float64), with whatever hooks are attached;
+    the pass stops at the last hidden state (the output head never runs)."""
+    run = run or (lambda t, **kw: model.bridge(t, return_type=None, **kw))
+    width = int(tokens.shape[1])
+    hidden = _last_hidden(model, tokens.to(model.device), attention_mask(model, lengths, width), run)
+    return mean_pool(hidden, lengths)
+
+
+def embedding_eval_set(
+    model: Any,
+    sentences: str | Sequence[str],
+    *,
+    n_sentences: int | None = 64,
+    max_tokens: int = 128,
+    prepend_bos: bool = True,
+    source: str = "sentences",
+) -> EvalSet:
+    """Sentences for the ``embedding`` metric, framed by ``model.frame(prepend_bos)``
+    (``[CLS] ... [SEP]`` for BERT) and right-padded, with the unablated model's embedding of
+    each (computed here, one sentence at a time, no hook attached).
+
+    ``sentences``: a list (one item each) or a text, cut by :func:`split_sentences`.  With more
+    than ``n_sentences`` of them, ``n_sentences`` evenly spaced through the list are used
+    (``None``: all).  A sentence longer than ``max_tokens`` (framing included) is cut to it, the
+    closing token kept, as a tokenizer's truncation does.  Items are ordered by length (shortest
+    first, ties in text order), so a batch holds sentences of similar length.
+    """
+    if isinstance(sentences, str):
+        sentences = split_sentences(sentences)
+    sentences = [" ".join(str(s).split()) for s in sentences]
+    sentences = [s for s in sentences if s]
+    if not sentences:
+        raise InputError(f"{source} holds no sentence", source=source)
+    if n_sentences is not None and (isinstance(n_sentences, bool) or not isinstance(n_sentences, int) or n_sentences < 1):
+        raise InputError(f"--n-sentences must be a positive integer, got {n_sentences!r}")
+    prefix, suffix = model.frame(prepend_bos)
+    n_ctx = int(model.n_ctx)
+    if max_tokens > n_ctx:
+        raise InputError(f"--window {max_tokens} (tokens per sentence) is longer than the model's context of {n_ctx} tokens", window=max_tokens)
+    if max_tokens < len(prefix) + len(suffix) + 1:
+        raise InputError(f"--window {max_tokens} leaves no room for a sentence between the framing tokens", window=max_tokens)
+    total = len(sentences)
+    if n_sentences is not None and total > n_sentences:
+        picks = [0] if n_sentences == 1 else [round(i * (total - 1) / (n_sentences - 1)) for i in range(n_sentences)]
+        sentences = [sentences[i] for i in picks]
+    tok = model.tokenizer
+    rows, cut = [], 0
+    room = max_tokens - len(prefix) - len(suffix)
+    for s in sentences:
+        ids = [int(i) for i in tok(s, add_special_tokens=False)["input_ids"]]
+        if not ids:
+            continue
+        if len(ids) > room:
+            ids, cut = ids[:room], cut + 1
+        rows.append(prefix + ids + suffix)
+    if not rows:
+        raise InputError(f"{source}: no sentence has a token", source=source)
+    rows.sort(key=len)  # stable: similar lengths share a batch (less padding); the mean over items is unchanged
+    pad = getattr(tok, "pad_token_id", None)
+    pad = int(pad if pad is not None else 0)
+    width = max(len(r) for r in rows)
+    tokens = torch.full((len(rows), width), pad, dtype=torch.long)
+    for i, r in enumerate(rows):
+        tokens[i, : len(r)] = torch.tensor(r, dtype=torch.long)
+    lengths = torch.tensor([len(r) for r in rows], dtype=torch.long)
+    with torch.inference_mode():
+        reference = torch.cat([sentence_embeddings(model, tokens[i : i + 1, : int(lengths[i])], lengths[i : i + 1]).cpu() for i in range(len(rows))])
+    conv = tok.convert_ids_to_tokens
+    info = {
+        "kind": "sentences",
+        "text": source,
+        "sentences_available": total,
+        "n_sentences": len(rows),
+        "max_tokens": max_tokens,
+        "truncated": cut,
+        "framing": {"prefix": [conv(i) for i in prefix], "suffix": [conv(i) for i in suffix]},
+        "embedding": {"definition": EMBEDDING_DEFINITION, "hook": hidden_state_hook(model), "pooling": "mean over real tokens (framing tokens included), attention mask in every forward"},
+    }
+    return EvalSet(tokens=tokens, lengths=lengths, metric="embedding", prepend_bos=prepend_bos, source=info, reference=reference)
+
+
+# --------------------------------------------------------------------------- which metric
+
+
+def default_metric(model: Any) -> tuple[str, str | None]:
+    """``(metric, why)``: ``embedding`` when the output head is new or the model is an encoder
+    (``why`` says which), else ``loss`` (``why`` None)."""
+    name = getattr(getattr(model, "config", None), "model", None) or "the model"
+    if getattr(model, "head_is_new", False):
+        return "embedding", f"the output head of {name} was newly initialised (it is not in the checkpoint), so a loss would come from random weights"
+    if getattr(model, "is_encoder", False):
+        return "embedding", f"{name} is a bidirectional encoder, which next-token loss does not apply to"
+    return "loss", None
+
+
+def check_metric(model: Any, metric: str) -> None:
+    """Refuse a metric that means nothing on ``model`` (:class:`UnsupportedModelError`, exit 2):
+    loss or logit difference when the output head was newly initialised, next-token loss or a
+    last-position logit difference on a bidirectional encoder."""
+    if metric not in METRICS:
+        raise InputError(f"unknown metric {metric!r}: choose from {', '.join(METRICS)}", metric=metric)
+    name = getattr(getattr(model, "config", None), "model", None) or "this model"
+    if metric in HEAD_METRICS and getattr(model, "head_is_new", False):
+        raise UnsupportedModelError(
+            f"--metric {metric} reads the output head of {name}, which was newly initialised (it is not in the checkpoint), so every value would come from random weights; use --metric embedding (change in the mean-pooled sentence embedding)",
+            metric=metric,
+        )
+    if metric == "logit-diff" and getattr(model, "is_encoder", False):
+        raise UnsupportedModelError(
+            f"--metric logit-diff reads the next-token logits at a prompt's last position, which {name}, a bidirectional encoder, does not predict; use --metric embedding",
+            metric=metric,
+        )
+    if metric == "loss" and getattr(model, "is_encoder", False):
+        raise UnsupportedModelError(
+            f"--metric loss is next-token cross-entropy, which {name}, a bidirectional encoder, does not model (its output at a position sees the next token); use --metric embedding (change in the mean-pooled sentence embedding)",
+            metric=metric,
+        )
+
+
 def metric_positions(data: EvalSet, lengths: Int[Tensor, " batch"]) -> list[int] | None:
     """Positions whose logits the metric reads: all of them for loss (``None``), the distinct
     last positions for logit-diff."""
@@ -316,10 +555,25 @@ def model_values(
 
     ``run(tokens, **kwargs)`` performs the forward (default: the bridge); for logit-diff it is
     asked for the logits of the needed positions only (``logits_to_keep``, when the model
-    supports it: the unembedding of every other position is skipped).
+    supports it: the unembedding of every other position is skipped).  For ``embedding`` the
+    pass is stopped at the last hidden state (the output head never runs).  Encoders get the
+    attention mask (``attention_mask=`` passed to ``run``).  A metric that means nothing on
+    ``model`` is refused (:func:`check_metric`).
     """
-    run = run or (lambda t, **kw: model.bridge(t, return_type="logits", **kw))
+    check_metric(model, data.metric)
     toks = tokens.repeat(copies, 1).to(model.device)
+    mask = attention_mask(model, lengths, int(tokens.shape[1]), copies)
+    if data.metric == "embedding":
+        assert data.reference is not None
+        run = run or (lambda t, **kw: model.bridge(t, return_type=None, **kw))
+        emb = mean_pool(_last_hidden(model, toks, mask, run), lengths.repeat(copies))
+        ref = data.reference[list(rows)].to(device=emb.device, dtype=torch.float64).repeat(copies, 1)
+        cos = (emb * ref).sum(-1) / (emb.norm(dim=-1) * ref.norm(dim=-1)).clamp(min=1e-300)
+        return 1.0 - cos
+    if mask is not None:
+        run_plain = run or (lambda t, **kw: model.bridge(t, return_type="logits", **kw))
+        run = lambda t, **kw: run_plain(t, attention_mask=mask, **kw)  # noqa: E731
+    run = run or (lambda t, **kw: model.bridge(t, return_type="logits", **kw))
     positions = metric_positions(data, lengths)
     if positions is not None and model.extra.get("logits_to_keep", True):
         try:
@@ -335,7 +589,11 @@ def model_values(
 
 
 def worse_by(metric: str, value: float, baseline: float) -> float:
-    """Relative degradation: ``(value - baseline) / |baseline|`` for loss, the opposite sign for logit-diff."""
+    """Degradation: relative, ``(value - baseline) / |baseline|``, for loss (the opposite sign for
+    logit-diff); absolute, ``value - baseline``, for the embedding change, whose unablated value
+    is 0 (0.05 = the cosine to the unablated embedding fell by 0.05)."""
+    if metric == "embedding":
+        return value - baseline
     if baseline == 0:
         return float("inf") if METRICS[metric] * (value - baseline) > 0 else 0.0
     return METRICS[metric] * (value - baseline) / abs(baseline)

@@ -30,6 +30,7 @@ from torch import Tensor
 from analyses.ablation import Reference, z_hook_name
 from analyses.ablation_data import EvalSet, model_values
 from analyses.masks import HeadMask
+from probes.errors import InputError
 from probes.hooks import HookFn, attached
 from probes.loading import LoadedModel
 
@@ -62,7 +63,14 @@ def gate_gradients(
     """``d m_i / d g[i, l, h]`` at ``g = 1`` for every item, layer and head (float32, CPU).
 
     ``reference=None`` (or a zero reference) gives plain multiplicative gates ``g * z``.
+    Refused for the embedding metric, whose gradient is zero at ``g = 1``.
     """
+    if data.metric == "embedding":
+        raise InputError(
+            "no gradient estimate from the embedding metric: 1 - cos is at its minimum (0) in the unablated model, so its gradient is zero; "
+            "measure heads exactly (ablation_study) instead",
+            metric=data.metric,
+        )
     if reference is not None and reference.method == "zero":
         reference = None
     n_l, n_h = model.n_layers, model.n_heads

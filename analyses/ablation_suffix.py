@@ -77,8 +77,9 @@ def run_from_layer(
         return model.bridge(tokens.to(model.device), return_type="logits", **kwargs)
 
 
-def check_from_layer(model: LoadedModel, tokens: Int[Tensor, "batch pos"], layer: int, *, atol: float = 1e-5) -> bool:
-    """True when continuing from block ``layer`` reproduces a full forward's logits."""
+def check_from_layer(model: LoadedModel, tokens: Int[Tensor, "batch pos"], layer: int, *, atol: float = 1e-5, **kwargs: Any) -> bool:
+    """True when continuing from block ``layer`` reproduces a full forward's logits
+    (``kwargs``, e.g. ``attention_mask``, go to both forwards)."""
     store: dict[str, Tensor] = {}
 
     def keep(act: Tensor, hook: Any = None) -> None:  # noqa: ARG001
@@ -87,8 +88,8 @@ def check_from_layer(model: LoadedModel, tokens: Int[Tensor, "batch pos"], layer
     try:
         with torch.inference_mode():
             with attached(model.bridge, [(resid_hook_name(layer), keep)]):
-                full = model.bridge(tokens.to(model.device), return_type="logits")
-            part = run_from_layer(model, tokens, store["resid"], layer)
+                full = model.bridge(tokens.to(model.device), return_type="logits", **kwargs)
+            part = run_from_layer(model, tokens, store["resid"], layer, **kwargs)
     except (NotImplementedError, RuntimeError, ValueError, KeyError):
         return False
     scale = max(1.0, float(full.abs().max()))

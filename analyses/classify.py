@@ -6,11 +6,17 @@ A head gets a detector's role when, for that detector,
 2. ``ci_low >= baseline_factor * baseline``: the lower end of its 95% bootstrap
    interval is at least ``baseline_factor`` (default 2) times what a uniformly
    attending head would score on the same positions, and
-3. any extra statistic the detector gates on clears its minimum (referent:
-   ``accuracy >= 0.6``, the antecedent beats the distractor in 60% of sentences).
+3. any extra statistic the detector gates on clears its minimum.
 
-A NaN score, interval or baseline (a target outside a layer's sliding window: not
-measurable) never gives a role, and such a head's strongest detector is among its measured ones.
+Referent heads follow their own rule instead of 1. (:func:`analyses.detectors.referent.referent_passes`):
+the one-sided sign test over minimal pairs (the head prefers the agreeing candidate more
+often than chance), Holm-corrected over all heads, has ``p_value <= threshold`` (the
+referent threshold is this family-wise level, default 0.05), the head prefers the
+antecedent in both items of more than half the pairs, the 95% interval of
+``A[pronoun, antecedent] - A[pronoun, distractor]`` lies above 0, and 2. holds.
+
+A NaN score, interval or baseline (a target outside a layer's sliding window, or next-token
+on causal attention: not measurable) never gives a role, and such a head's strongest detector is among its measured ones.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from analyses.detectors import registry
+from analyses.detectors.referent import referent_passes, referent_ratio
 from probes.errors import InputError
 
 __all__ = ["default_thresholds", "parse_thresholds", "classify_heads", "ROLE_COLUMNS", "DEFAULT_BASELINE_FACTOR"]
@@ -75,8 +82,13 @@ def classify_heads(
             rows = df["detector"] == name
             if stat in df:
                 passes &= ~rows | (df[stat].fillna(-np.inf) >= minimum)
+    ref = df["detector"] == "referent"
+    if ref.any():  # a significance rule, not a score threshold
+        passes = (passes & ~ref) | (ref & referent_passes(df, df["threshold"], baseline_factor))
     df["role"] = passes
     df["ratio"] = df["score"] / df["threshold"]
+    if ref.any():  # referent: its weakest criterion's fraction of passing (1 where it just passes)
+        df.loc[ref, "ratio"] = referent_ratio(df[ref], df.loc[ref, "threshold"], baseline_factor)
     out = []
     for (layer, head), g in df.groupby(["layer", "head"], sort=True):
         roles = g[g["role"]].sort_values("score", ascending=False)

@@ -22,7 +22,7 @@ With ``F = 8`` position frequencies and ``k = d_model / 4 - 2F`` (48 at ``d_mode
 * ``name_gender``, ``pronoun_gender`` (1 each): +/- for male/female names and pronouns (half of
   those tokens' embedding norm; their ``tok`` part shrinks so the norm stays 1).
 * ``noun_number``, ``pronoun_number`` (1 each): likewise +/- for singular/plural nouns and the
-  pronouns ``it`` / ``they``, ``them`` (number agreement).
+  pronouns ``it``, ``its`` / ``they``, ``them``, ``their`` (number agreement).
 * ``pos`` (2F): a rotation-style position code ``(cos w_f i, sin w_f i)``, geometric periods from
   2.5 to 2.75 ``n_ctx``.  Rotating every pair by ``-w_f`` maps the code of ``i`` onto ``i - 1``,
   and ``mean_f cos(w_f d)`` is a kernel peaked at ``d = 0``.
@@ -167,8 +167,8 @@ class PlantedSpec:
     female_pronouns: tuple[str, ...] = (" she", " her")
     singular_nouns: tuple[str, ...] = _DEFAULT_SINGULAR_NOUNS
     plural_nouns: tuple[str, ...] = _DEFAULT_PLURAL_NOUNS
-    singular_pronouns: tuple[str, ...] = (" it",)
-    plural_pronouns: tuple[str, ...] = (" they", " them")
+    singular_pronouns: tuple[str, ...] = (" it", " its")
+    plural_pronouns: tuple[str, ...] = (" they", " them", " their")
 
     def __post_init__(self) -> None:
         for name in ("n_ctx", "d_model", "seed"):

@@ -4,7 +4,10 @@ Procedure (:func:`prune_study`):
 
 1. ``step 0``: nothing removed; the metric of the full model is the baseline ``v0``.
 2. Each step computes Michel importance (:func:`analyses.ablation_grad.head_importance`,
-   per-layer L2 normalised) on the model as pruned so far, removes the
+   per-layer L2 normalised) on the model as pruned so far (with the ``embedding`` metric, whose
+   gradient is zero in the unablated model, the exact importance instead: the change in the
+   metric when the head alone is zero-ablated from the model as pruned so far,
+   :func:`exact_importance`, not normalised), removes the
    ``max(1, round(step x remaining))`` least important remaining heads (ties: lower layer, then
    lower head first), and measures the metric.  Removing a head is zero ablation of its ``z``.
 3. Until ``max_fraction`` of the heads are gone (default: all of them).
@@ -15,8 +18,9 @@ reports the mean, standard deviation, minimum and maximum over seeds.
 
 **Removable fraction**: the largest fraction removed at a step such that this step and every
 earlier one degrade the metric by at most ``max_increase`` relative to ``v0``
-(``(v - v0) / |v0|`` for loss; ``(v0 - v) / |v0|`` for logit-diff, where lower is worse).  The
-heads removed at that step are the pruned set (a :class:`analyses.masks.HeadMask`).
+(``(v - v0) / |v0|`` for loss; ``(v0 - v) / |v0|`` for logit-diff, where lower is worse;
+``v - v0``, absolute, for the embedding change, whose unablated value is 0).  The heads removed at
+that step are the pruned set (a :class:`analyses.masks.HeadMask`).
 
 **KV cache saved** per 1,000 tokens: ``2 x kv_heads_removed x d_head x 1000 x bytes_per_value``
 at the model's dtype.  With grouped-query attention a KV head is removed only when every query
@@ -34,14 +38,21 @@ import pandas as pd
 import torch
 
 from analyses.ablation import ablated_values
-from analyses.ablation_data import EvalSet, worse_by
+from analyses.ablation_data import EvalSet, check_metric, worse_by
 from analyses.ablation_grad import head_importance
 from analyses.masks import HeadMask, head_name
 from analyses.resume import Journal
 from probes.errors import InputError
 from probes.loading import LoadedModel
 
-__all__ = ["PruneConfig", "PruneResult", "prune_study", "kv_heads", "kv_bytes_saved", "CURVE_COLUMNS"]
+__all__ = ["PruneConfig", "PruneResult", "prune_study", "exact_importance", "importance_kind", "kv_heads", "kv_bytes_saved", "CURVE_COLUMNS"]
+
+#: How heads are ranked, by metric kind (``PruneResult.info["importance"]``).
+GRADIENT_IMPORTANCE = "Michel et al. 2019: mean over items of |d metric / d gate| on z, L2-normalised per layer"
+EXACT_IMPORTANCE = (
+    "exact: the change in the metric when the head alone is zero-ablated from the model as pruned so far "
+    "(the embedding change has zero gradient in the unablated model, so gradient importance is undefined)"
+)
 
 CURVE_COLUMNS = [
     "step",
@@ -117,6 +128,26 @@ class PruneResult:
     info: dict[str, Any] = field(default_factory=dict)
 
 
+def importance_kind(metric: str) -> str:
+    """What ranks the heads for ``metric``: :data:`EXACT_IMPORTANCE` for the embedding change,
+    :data:`GRADIENT_IMPORTANCE` otherwise."""
+    return EXACT_IMPORTANCE if metric == "embedding" else GRADIENT_IMPORTANCE
+
+
+def exact_importance(model: LoadedModel, data: EvalSet, *, mask: HeadMask | None = None, batch_size: int = 8) -> torch.Tensor:
+    """``[layer, head]`` (float64): the change in the metric when each head alone is zero-ablated
+    from the model with ``mask`` heads removed (the exact single-head table,
+    :func:`analyses.ablation.ablation_study`); removed heads are NaN."""
+    from analyses.ablation import AblationConfig, ablation_study
+
+    config = AblationConfig(method="zero", batch_size=batch_size, n_bootstrap=0, attribution=False)
+    table = ablation_study(model, data, config, mask=mask).table
+    out = torch.full((model.n_layers, model.n_heads), float("nan"), dtype=torch.float64)
+    for layer, head, delta in zip(table["layer"], table["head"], table["delta"]):
+        out[int(layer), int(head)] = float(delta)
+    return out
+
+
 def _pick(importance: torch.Tensor, removed: set[tuple[int, int]], n: int) -> list[tuple[int, int]]:
     cands = [(float(importance[layer, h]), layer, h) for layer in range(importance.shape[0]) for h in range(importance.shape[1]) if (layer, h) not in removed]
     cands.sort()
@@ -137,6 +168,8 @@ def prune_study(
 ) -> PruneResult:
     """Run the iterative pruning and its random control (see module doc); resumable via ``journal``."""
     config = config or PruneConfig()
+    check_metric(model, data.metric)
+    exact = data.metric == "embedding"
     total = model.n_layers * model.n_heads
     limit = int(np.floor(config.max_fraction * total + 1e-9))
     if limit < 1:
@@ -151,12 +184,23 @@ def prune_study(
         if journal is not None:
             journal.append([rec])
 
+    def importance(removed: set[tuple[int, int]]) -> torch.Tensor:
+        mask = _mask(model, removed) if removed else None
+        if exact:
+            return exact_importance(model, data, mask=mask, batch_size=config.batch_size)
+        return head_importance(model, data, mask=mask, batch_size=config.batch_size)
+
     steps = {r["step"]: r for r in records if r.get("kind") == "step"}
     if 0 not in steps:
-        raw = head_importance(model, data, batch_size=config.batch_size, normalise=False)
-        from analyses.ablation_grad import normalise_per_layer
+        if exact:
+            raw = exact_importance(model, data, batch_size=config.batch_size)
+            normalised = raw
+        else:
+            from analyses.ablation_grad import normalise_per_layer
 
-        steps[0] = {"kind": "step", "step": 0, "removed": [], "added": [], "value": value_of(set()), "importance_raw": raw.tolist(), "importance": normalise_per_layer(raw).tolist()}
+            raw = head_importance(model, data, batch_size=config.batch_size, normalise=False)
+            normalised = normalise_per_layer(raw)
+        steps[0] = {"kind": "step", "step": 0, "removed": [], "added": [], "value": value_of(set()), "importance_raw": raw.tolist(), "importance": normalised.tolist()}
         save(steps[0])
     v0 = steps[0]["value"]
     removed: set[tuple[int, int]] = set()
@@ -164,7 +208,7 @@ def prune_study(
     while len(removed) < limit:
         step += 1
         if step not in steps:
-            imp = torch.tensor(steps[step - 1]["importance"]) if step - 1 == 0 else head_importance(model, data, mask=_mask(model, removed), batch_size=config.batch_size)
+            imp = torch.tensor(steps[step - 1]["importance"], dtype=torch.float64) if step - 1 == 0 else importance(removed)
             n = min(max(1, int(round(config.step * (total - len(removed))))), limit - len(removed))
             added = _pick(imp, removed, n)
             new = removed | set(added)
@@ -224,9 +268,9 @@ def prune_study(
         [{"seed": s, "step": st, "n_removed": grid[st], "value": rand[(s, st)]} for s in range(config.random_seeds) for st in range(n_steps + 1)],
         columns=["seed", "step", "n_removed", "value"],
     )
-    raw0 = torch.tensor(steps[0]["importance_raw"])
-    imp0 = torch.tensor(steps[0]["importance"])
-    importance = pd.DataFrame(
+    raw0 = torch.tensor(steps[0]["importance_raw"], dtype=torch.float64)
+    imp0 = torch.tensor(steps[0]["importance"], dtype=torch.float64)
+    importance_df = pd.DataFrame(
         [{"layer": layer, "head": h, "importance": float(imp0[layer, h]), "importance_raw": float(raw0[layer, h])} for layer, h in heads_all],
         columns=["layer", "head", "importance", "importance_raw"],
     )
@@ -248,4 +292,12 @@ def prune_study(
             "kv_bytes_saved_per_1k_tokens": kv_bytes_saved(model, set(best_removed))[1],
         },
     )
-    return PruneResult(curve=curve, random=random_df, importance=importance, pruned=pruned, baseline_value=v0, removable_fraction=fraction, info={"steps": n_steps, "kv_heads_per_layer": kv_heads(model)})
+    return PruneResult(
+        curve=curve,
+        random=random_df,
+        importance=importance_df,
+        pruned=pruned,
+        baseline_value=v0,
+        removable_fraction=fraction,
+        info={"steps": n_steps, "kv_heads_per_layer": kv_heads(model), "importance": importance_kind(data.metric)},
+    )

@@ -16,6 +16,9 @@ table                       one row per
 ``secondary_positions``     BOS setting x head x key position: excess attention received
 ``secondary_tokens``        BOS setting x head x token (the ``top_k`` per head)
 ``secondary_tokens_overall`` BOS setting x token: excess averaged over every head
+``sink_targets``            BOS setting x head: attention share of position 0, of the suffix
+                            (``[SEP]``) and of punctuation, each beside its uniform baseline
+``sink_targets_by_layer``   BOS setting x layer: the same, over heads; where the layer sinks
 ``value_norm``              BOS setting x head: attention share vs value-norm share of the sink
 ``removal``                 BOS setting x intervention: loss without the sink
 ``windowed``                BOS setting x window x keep_first: loss under windowed attention
@@ -31,7 +34,14 @@ Definitions:
 * **Uniform baseline**: the same numbers for a head that gives ``1/(i+1)`` to every key
   (alpha = ``H_T / T``, 0.074 at T = 64).
 * A head **is a sink head** when its alpha averaged over sequences exceeds ``eps``.
-* Secondary sinks and value-norm shares: :mod:`analyses.sinks_stream`.
+* Secondary sinks, value-norm shares and sink targets: :mod:`analyses.sinks_stream`.
+* **Encoders** (BERT): every sequence is ``[CLS] text [SEP]`` (``window`` tokens in all;
+  ``bos=True`` means the model's framing, :meth:`LoadedModel.frame`), every statistic is
+  bidirectional (uniform baseline ``1/n``, alpha over every query), and the sink is reported on
+  ``[CLS]`` (position 0), ``[SEP]`` and punctuation separately (``sink_targets``, as Clark et
+  al. 2019 did for BERT).  Sink removal and windowed attention measure next-token loss, which an
+  encoder does not predict: they are skipped there, with the reason in ``info["skipped"]``.
+  First-token variants the tokenizer cannot express are skipped too (``info["skipped_variants"]``).
 * Sink removal and windowed attention: :mod:`analyses.sinks_intervene`.
 * **Seed measurement** (:func:`seed_measurement`): for one text, per head, the last token's
   attention to the first token against ``1/n`` (what a uniform head would give), strongest first.
@@ -39,6 +49,8 @@ Definitions:
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -49,7 +61,7 @@ import torch
 
 from analyses.sinks_content import VARIANTS, content_verdicts, variant_batches
 from analyses.sinks_intervene import mean_loss, removal_hooks, window_hooks
-from analyses.sinks_stream import StreamStats, run_to_last_pattern, stream_sink_stats
+from analyses.sinks_stream import TARGET_GROUPS, StreamStats, batch_attention_mask, layer_causal, run_to_last_pattern, stream_sink_stats
 from analyses.stimuli import eval_text, text_windows
 from probes.errors import InputError
 from probes.loading import LoadedModel, check_layers_heads
@@ -186,14 +198,34 @@ def _vocab_size(model: LoadedModel) -> int:
     return min(len(model.tokenizer), int(getattr(model.bridge.cfg, "d_vocab", len(model.tokenizer))))
 
 
-def _tokens_batch(tokens: torch.Tensor, prepend_bos: bool) -> TokenBatch:
+def _frame(model: LoadedModel, prepend_bos: bool) -> tuple[list[int], list[int]]:
+    from analyses.census import model_frame
+
+    return model_frame(model, prepend_bos)
+
+
+def _tokens_batch(tokens: torch.Tensor, prepend_bos: bool, frame: tuple[list[int], list[int]] | None = None) -> TokenBatch:
     n, width = tokens.shape
-    return TokenBatch(tokens=tokens, lengths=torch.full((n,), width, dtype=torch.long), strings=[[] for _ in range(n)], prepend_bos=prepend_bos, pad_id=0)
+    kwargs: dict[str, Any] = {"tokens": tokens, "lengths": torch.full((n,), width, dtype=torch.long), "strings": [[] for _ in range(n)], "prepend_bos": prepend_bos, "pad_id": 0}
+    if frame is not None and "n_prefix" in {f.name for f in dataclasses.fields(TokenBatch)}:
+        kwargs.update(n_prefix=len(frame[0]), n_suffix=len(frame[1]))
+    return TokenBatch(**kwargs)
+
+
+def _tokenize(model: LoadedModel, prompts: Sequence[str], prepend_bos: bool, n_ctx: int, truncate: bool) -> TokenBatch:
+    """Prompts wrapped in the model's framing (``[BOS] text``, ``[CLS] text [SEP]``), at most ``n_ctx`` tokens each."""
+    frame = _frame(model, prepend_bos)
+    if "frame" in inspect.signature(tokenize_prompts).parameters:
+        return tokenize_prompts(model.tokenizer, list(prompts), prepend_bos=prepend_bos, n_ctx=n_ctx, truncate=truncate, frame=frame)
+    if frame[1]:
+        raise InputError("this version of probes.prompts cannot wrap prompts in [CLS] ... [SEP]; run with --no-bos")
+    return tokenize_prompts(model.tokenizer, list(prompts), prepend_bos=prepend_bos, n_ctx=n_ctx, truncate=truncate)
 
 
 def _available_windows(model: LoadedModel, window: int, prepend_bos: bool) -> int:
     n_text = len(model.tokenizer(eval_text(), add_special_tokens=False, verbose=False)["input_ids"])
-    return n_text // (window - 1 if prepend_bos else window)
+    prefix, suffix = _frame(model, prepend_bos)
+    return n_text // max(window - len(prefix) - len(suffix), 1)
 
 
 def census_batch(model: LoadedModel, config: SinkConfig, prepend_bos: bool) -> TokenBatch:
@@ -203,11 +235,12 @@ def census_batch(model: LoadedModel, config: SinkConfig, prepend_bos: bool) -> T
     BOS setting (the same count for each), at most ``n_prompts``.
     """
     if config.prompts is not None:
-        batch = tokenize_prompts(model.tokenizer, list(config.prompts), prepend_bos=prepend_bos, n_ctx=config.window, truncate=True)
+        batch = _tokenize(model, config.prompts, prepend_bos, config.window, True)
         return batch if config.n_prompts is None else batch.select(slice(0, config.n_prompts))
     n = _n_windows(model, config)
-    tokens = text_windows(model.tokenizer, eval_text(), config.window, n, prepend_bos=prepend_bos, bos_id=model.bos_id)
-    return _tokens_batch(tokens, prepend_bos)
+    frame = _frame(model, prepend_bos)
+    tokens = text_windows(model.tokenizer, eval_text(), config.window, n, frame=frame)
+    return _tokens_batch(tokens, prepend_bos, frame)
 
 
 def _n_windows(model: LoadedModel, config: SinkConfig) -> int:
@@ -227,16 +260,19 @@ def long_batch(model: LoadedModel, config: SinkConfig, prepend_bos: bool) -> Tok
     """Long evaluation sequences for windowed attention: ``n_long`` windows of ``long_tokens``."""
     length = config.long_tokens or min(model.n_ctx, 1024)
     n = min(config.n_long, max(1, _available_windows(model, length, prepend_bos)))
-    tokens = text_windows(model.tokenizer, eval_text(), length, n, prepend_bos=prepend_bos, bos_id=model.bos_id)
-    return _tokens_batch(tokens, prepend_bos)
+    frame = _frame(model, prepend_bos)
+    tokens = text_windows(model.tokenizer, eval_text(), length, n, frame=frame)
+    return _tokens_batch(tokens, prepend_bos, frame)
 
 
 def _check_against_model(model: LoadedModel, config: SinkConfig) -> None:
     if config.window > model.n_ctx:
         raise InputError(f"--window {config.window} is larger than the model's context of {model.n_ctx} tokens", window=config.window)
-    if True in config.bos and model.bos_id is None:
-        raise InputError("this tokenizer has no BOS token; run with --no-bos", bos=config.bos)
-    if config.runs("windowed"):
+    if True in config.bos:
+        prefix, suffix = _frame(model, True)  # an InputError when the tokenizer lacks them
+        if config.window < len(prefix) + len(suffix) + 1:
+            raise InputError(f"--window {config.window} leaves no text token beside {len(prefix) + len(suffix)} special tokens", window=config.window)
+    if config.runs("windowed") and not _is_encoder(model):
         length = config.long_tokens or min(model.n_ctx, 1024)
         if length > model.n_ctx:
             raise InputError(f"--long-tokens {length} is larger than the model's context of {model.n_ctx} tokens", long_tokens=length)
@@ -341,6 +377,59 @@ def _secondary_tables(stats: StreamStats, bos: bool, tokenizer: Any, top_k: int,
     return pos_rows, tok_rows, overall_rows
 
 
+def _target_rows(stats: StreamStats, bos: bool) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """``sink_targets`` (per head) and ``sink_targets_by_layer`` rows for one BOS setting.
+
+    ``sink_on``: the group whose share exceeds its uniform baseline the most (``none`` when no
+    group's does); groups that are absent (no suffix on a decoder) are NaN and never chosen."""
+    share = {g: stats.target_mean(g) for g in TARGET_GROUPS}  # [layer, head]
+    uniform = {g: stats.target_uniform(g) for g in TARGET_GROUPS}  # [layer]
+
+    def where(excess: dict[str, float]) -> str:
+        measured = {g: e for g, e in excess.items() if e == e}
+        if not measured:
+            return "none"
+        best = max(measured, key=lambda g: measured[g])
+        return best if measured[best] > 0 else "none"
+
+    head_rows, layer_rows = [], []
+    n_l, n_h = share["first"].shape
+    for layer in range(n_l):
+        for head in range(n_h):
+            row: dict[str, Any] = {"bos": bos, "layer": layer, "head": head}
+            for g in TARGET_GROUPS:
+                row[g] = float(share[g][layer, head])
+                row[f"{g}_uniform"] = float(uniform[g][layer])
+            row["sink_on"] = where({g: row[g] - row[f"{g}_uniform"] for g in TARGET_GROUPS})
+            head_rows.append(row)
+        lrow: dict[str, Any] = {"bos": bos, "layer": layer}
+        for g in TARGET_GROUPS:
+            col = share[g][layer]
+            measured = bool(torch.isfinite(col).all())
+            lrow[f"{g}_mean"] = float(col.mean()) if measured else float("nan")
+            lrow[f"{g}_max"] = float(col.max()) if measured else float("nan")
+            lrow[f"{g}_max_head"] = int(col.argmax()) if measured else -1
+            lrow[f"{g}_uniform"] = float(uniform[g][layer])
+        lrow["sink_on"] = where({g: lrow[f"{g}_mean"] - lrow[f"{g}_uniform"] for g in TARGET_GROUPS})
+        layer_rows.append(lrow)
+    return head_rows, layer_rows
+
+
+def _target_info(model: LoadedModel, stats: StreamStats, bos: bool) -> dict[str, Any]:
+    """What the three groups were for one BOS setting: token strings, keys per sequence."""
+    prefix, suffix = _frame(model, bos)
+    conv = model.tokenizer.convert_ids_to_tokens
+    n = max(stats.n_samples, 1)
+    keys = stats.target_keys.tolist() if stats.target_keys is not None else [0.0] * len(TARGET_GROUPS)
+    punct = stats.punctuation.tolist() if stats.punctuation is not None else []
+    return {
+        "first": conv(prefix[0]) if prefix else "the first text token",
+        "suffix": [conv(t) for t in suffix],
+        "punctuation": [model.tokenizer.decode([t]).strip() for t in punct],
+        "keys_per_sequence": {g: keys[i] / n for i, g in enumerate(TARGET_GROUPS)},
+    }
+
+
 def _value_norm_rows(stats: StreamStats, bos: bool) -> list[dict[str, Any]]:
     rows = []
     n_l, n_h = stats.vn_share_sum.shape
@@ -392,7 +481,9 @@ def run_sinks(
         return lambda done, total: progress(stage, done, total)
 
     census, rates, by_layer, pos_rows, tok_rows, overall_rows, vn_rows = [], [], [], [], [], [], []
+    target_rows, target_layer_rows = [], []
     batches: dict[bool, TokenBatch] = {}
+    report.info["framing"] = {_bos_label(b): _framing(model, b) for b in config.bos}
     for bos in config.bos:
         batch = census_batch(model, config, bos)
         batches[bos] = batch
@@ -402,10 +493,16 @@ def run_sinks(
             eps=config.eps,
             secondary=config.runs("secondary"),
             value_norm=config.runs("value_norm"),
+            targets=True,
             batch_size=config.batch_size,
             progress=prog(f"census, {_bos_label(bos)}"),
         )
         census += _census_rows(stats, bos, config.eps)
+        t_rows, t_layer = _target_rows(stats, bos)
+        target_rows, target_layer_rows = target_rows + t_rows, target_layer_rows + t_layer
+        report.info.setdefault("sink_targets", {})[_bos_label(bos)] = _target_info(model, stats, bos)
+        if stats.attention_notes():
+            report.info["attention_notes"] = stats.attention_notes()
         rates.append(_rate_row(stats, bos, config.eps, float(batch.lengths.float().mean())))
         by_layer += _layer_rows(stats, bos)
         if config.runs("secondary"):
@@ -418,6 +515,8 @@ def run_sinks(
     report.tables["census"] = pd.DataFrame(census)
     report.tables["sink_rates"] = pd.DataFrame(rates)
     report.tables["sink_rate_by_layer"] = pd.DataFrame(by_layer)
+    report.tables["sink_targets"] = pd.DataFrame(target_rows)
+    report.tables["sink_targets_by_layer"] = pd.DataFrame(target_layer_rows)
     report.info["n_sequences"] = {_bos_label(b): len(batches[b]) for b in config.bos}
     report.info["stimuli"] = "prompts" if config.prompts is not None else "evaluation text windows"
     if config.runs("secondary"):
@@ -428,11 +527,28 @@ def run_sinks(
         report.tables["value_norm"] = pd.DataFrame(vn_rows)
     if config.runs("content"):
         _run_content(model, config, report, prog)
-    if config.runs("removal"):
+    encoder = _is_encoder(model)
+    for name in ("removal", "windowed"):
+        if config.runs(name) and encoder:
+            report.info.setdefault("skipped", {})[name] = (
+                "not run on an encoder: it measures next-token loss, which a bidirectional encoder does not predict"
+                " (each position sees the token it would predict)"
+            )
+    if config.runs("removal") and not encoder:
         _run_removal(model, config, report, batches, prog)
-    if config.runs("windowed"):
+    if config.runs("windowed") and not encoder:
         _run_windowed(model, config, report, prog)
     return report
+
+
+def _is_encoder(model: LoadedModel) -> bool:
+    return bool(getattr(model, "is_encoder", False)) or not all(layer_causal(model))
+
+
+def _framing(model: LoadedModel, prepend_bos: bool) -> dict[str, Any]:
+    from analyses.census import model_framing
+
+    return model_framing(model, prepend_bos)
 
 
 class _Steps:
@@ -452,8 +568,9 @@ class _Steps:
 
 
 def _run_content(model: LoadedModel, config: SinkConfig, report: SinkReport, prog: Callable[[str], Any]) -> None:
+    prefix, suffix = _frame(model, True) if _is_encoder(model) else ([model.bos_id] if model.bos_id is not None else [], [])
     if config.prompts is not None:
-        body_batch = tokenize_prompts(model.tokenizer, list(config.prompts), prepend_bos=False, n_ctx=config.window - 1, truncate=True)
+        body_batch = tokenize_prompts(model.tokenizer, list(config.prompts), prepend_bos=False, n_ctx=config.window - 1 - len(suffix), truncate=True)
         if bool((body_batch.lengths != body_batch.lengths[0]).any()):
             shortest = int(body_batch.lengths.min())
             body = body_batch.tokens[:, :shortest]
@@ -463,9 +580,13 @@ def _run_content(model: LoadedModel, config: SinkConfig, report: SinkReport, pro
             body = body[: config.n_prompts]
     else:
         n = _n_windows(model, config)
-        body = text_windows(model.tokenizer, eval_text(), config.window - 1, n, prepend_bos=False)
+        body = text_windows(model.tokenizer, eval_text(), config.window - 1 - len(suffix), n, prepend_bos=False)
     rows = []
-    variants = variant_batches(body, model.tokenizer, model.bos_id, vocab_size=_vocab_size(model), seed=config.seed)
+    skipped: dict[str, str] = {}
+    first = prefix[0] if prefix else None
+    variants = variant_batches(body, model.tokenizer, first, vocab_size=_vocab_size(model), seed=config.seed, suffix=suffix, skipped=skipped, avoid_special=_is_encoder(model))
+    if skipped:
+        report.info["skipped_variants"] = skipped
     step = _Steps(prog("first-token variants"), len(variants))
     for name, batch in variants.items():
         stats = stream_sink_stats(model, batch, eps=config.eps, keys=(0, 1), batch_size=config.batch_size, progress=step.next_pass())
@@ -552,20 +673,22 @@ def seed_measurement(model: LoadedModel, text: str, *, prepend_bos: bool = True)
     token's attention on the first token where a uniform head would give about 16%": 1/6, with
     a BOS before the five words).
     """
-    batch = tokenize_prompts(model.tokenizer, [text], prepend_bos=prepend_bos, n_ctx=model.n_ctx)
+    batch = _tokenize(model, [text], prepend_bos, model.n_ctx, False)
     n = int(batch.lengths[0])
-    if n < 2:
+    # the last token: the last text token on an encoder (its [SEP] comes after)
+    last = n - 1 - len(_frame(model, prepend_bos)[1])
+    if n < 2 or last < 1:
         raise InputError(f"--text {text!r} is {n} token(s); the measurement needs at least 2 (a first and a last token)", text=text)
     last_to_first = torch.zeros(model.n_layers, model.n_heads)
 
     def hook(layer: int) -> Callable[..., None]:
         def fn(pattern: torch.Tensor, hook: Any = None) -> None:
-            last_to_first[layer] = pattern[0, :, n - 1, 0].detach().float().cpu()
+            last_to_first[layer] = pattern[0, :, last, 0].detach().float().cpu()
 
         return fn
 
     with torch.inference_mode():
-        run_to_last_pattern(model, batch.tokens, [(f"blocks.{layer}.attn.hook_pattern", hook(layer)) for layer in range(model.n_layers)])
+        run_to_last_pattern(model, batch.tokens, [(f"blocks.{layer}.attn.hook_pattern", hook(layer)) for layer in range(model.n_layers)], attention_mask=batch_attention_mask(batch))
     rows = [
         {
             "bos": prepend_bos,
@@ -573,7 +696,7 @@ def seed_measurement(model: LoadedModel, text: str, *, prepend_bos: bool = True)
             "head": head,
             "n_tokens": n,
             "first_token": batch.strings[0][0],
-            "last_token": batch.strings[0][n - 1],
+            "last_token": batch.strings[0][last],
             "attn_last_to_first": float(last_to_first[layer, head]),
             "uniform": 1.0 / n,
             "ratio": float(last_to_first[layer, head]) * n,

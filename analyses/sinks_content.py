@@ -1,12 +1,13 @@
 """Position or content: the sink score when the first token is varied.
 
 Every variant is built from the same text bodies (``window - 1`` tokens of the evaluation text,
-no BOS), so only the first token differs:
+no BOS; on an encoder ``window - 2``, each followed by its ``[SEP]``), so only the first token
+differs:
 
 ==============  ===========================================================================
 variant         sequence
 ==============  ===========================================================================
-``bos``         BOS, body                      (TransformerLens' default)
+``bos``         BOS, body                      (TransformerLens' default; ``[CLS]`` on an encoder)
 ``frequent``    " the", body                   (GPT-2's most frequent token; another
                                                tokenizer's encoding of " the" otherwise)
 ``punctuation`` ".", body
@@ -15,6 +16,11 @@ variant         sequence
 ``text``        body only (its own first text token at position 0; one token shorter)
 ``bos_second``  body[0], BOS, body[1:]         (BOS moved to position 1)
 ==============  ===========================================================================
+
+A variant the tokenizer cannot express is skipped, not fatal: ``" the"``, ``"."`` or ``"\n"``
+encoding to no token or to more than one (BERT's WordPiece has no token for a newline), or a
+BOS variant without a BOS.  :func:`variant_batches` reports each skipped variant and why
+(``headlens sinks`` puts them in the summary and the manifest).
 
 For each variant and head: ``alpha_first`` (Gu et al. alpha of key 0) and ``alpha_second``
 (key 1).  A head **sinks** in a variant when ``alpha_first > eps``.  Per head, ``verdict``:
@@ -28,6 +34,8 @@ For each variant and head: ``alpha_first`` (Gu et al. alpha of key 0) and ``alph
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Sequence
 from typing import Any
 
 import pandas as pd
@@ -44,42 +52,84 @@ VARIANTS: tuple[str, ...] = ("bos", "frequent", "punctuation", "newline", "rando
 _WORDS = {"frequent": " the", "punctuation": ".", "newline": "\n"}
 
 
-def _single_token(tokenizer: Any, text: str) -> int:
+def _one_token_or_why(tokenizer: Any, text: str) -> tuple[int | None, str]:
+    """``(id, "")`` when ``text`` is one token, else ``(None, reason)``."""
     ids = list(tokenizer(text, add_special_tokens=False)["input_ids"])
-    if len(ids) != 1:
-        raise InputError(f"the tokenizer encodes {text!r} as {len(ids)} tokens; the first-token variants need one", text=text)
-    return int(ids[0])
+    if len(ids) == 1:
+        return int(ids[0]), ""
+    what = "no token" if not ids else f"{len(ids)} tokens"
+    return None, f"the tokenizer encodes {text!r} as {what}; the variant needs exactly one"
 
 
-def _batch(tokens: Tensor) -> TokenBatch:
+def _batch(tokens: Tensor, n_suffix: int = 0) -> TokenBatch:
     n, width = tokens.shape
-    return TokenBatch(tokens=tokens, lengths=torch.full((n,), width, dtype=torch.long), strings=[[] for _ in range(n)], prepend_bos=False, pad_id=0)
+    kwargs: dict[str, Any] = {"tokens": tokens, "lengths": torch.full((n,), width, dtype=torch.long), "strings": [[] for _ in range(n)], "prepend_bos": False, "pad_id": 0}
+    names = {f.name for f in dataclasses.fields(TokenBatch)}
+    if "n_prefix" in names:
+        kwargs.update(n_prefix=0, n_suffix=n_suffix)  # position 0 is what each variant varies
+    return TokenBatch(**kwargs)
 
 
-def variant_batches(body: Tensor, tokenizer: Any, bos_id: int | None, *, vocab_size: int, seed: int) -> dict[str, TokenBatch]:
-    """The variants of the module docstring, built on ``body`` ``[n, window - 1]`` (no BOS).
+def variant_batches(
+    body: Tensor,
+    tokenizer: Any,
+    bos_id: int | None,
+    *,
+    vocab_size: int,
+    seed: int,
+    suffix: Sequence[int] = (),
+    skipped: dict[str, str] | None = None,
+    avoid_special: bool = False,
+) -> dict[str, TokenBatch]:
+    """The variants of the module docstring, built on ``body`` ``[n, window - 1 - len(suffix)]`` (no BOS).
 
-    Variants that need BOS are left out when the tokenizer has none.
+    ``bos_id``: the token of the ``bos`` variants (an encoder's ``[CLS]``); variants that need it
+    are left out when it is None.  ``suffix`` (an encoder's ``[SEP]``) ends every variant.  A
+    variant the tokenizer cannot express is left out; with ``skipped`` given, its name and the
+    reason are added there, otherwise it is an :class:`InputError` (the earlier behaviour).
+    The random first token is never ``bos_id``; with ``avoid_special`` (encoders) never any
+    special token of the tokenizer (decoders keep the draws of earlier versions).
     """
     n = body.shape[0]
     out: dict[str, TokenBatch] = {}
+    tail = torch.tensor([int(t) for t in suffix], dtype=torch.long).expand(n, -1)
+
+    def batch(tokens: Tensor) -> TokenBatch:
+        return _batch(torch.cat([tokens, tail], dim=1) if len(suffix) else tokens, len(suffix))
 
     def first(token: int | Tensor) -> Tensor:
         col = token if isinstance(token, Tensor) else torch.full((n,), token, dtype=torch.long)
         return torch.cat([col[:, None], body], dim=1)
 
+    def skip(name: str, reason: str) -> None:
+        if skipped is None:
+            raise InputError(f"first-token variant {name!r}: {reason}", variant=name)
+        skipped[name] = reason
+
     if bos_id is not None:
-        out["bos"] = _batch(first(bos_id))
+        out["bos"] = batch(first(bos_id))
+    elif skipped is not None:
+        skipped["bos"] = "the tokenizer has no BOS token"
     for name, word in _WORDS.items():
-        out[name] = _batch(first(_single_token(tokenizer, word)))
+        token, why = _one_token_or_why(tokenizer, word)
+        if token is None:
+            skip(name, why)
+        else:
+            out[name] = batch(first(token))
     gen = torch.Generator().manual_seed(seed)
     rand = torch.randint(0, vocab_size - 1, (n,), generator=gen)
     if bos_id is not None:
         rand = rand + (rand >= bos_id).long()  # skip BOS
-    out["random"] = _batch(first(rand))
-    out["text"] = _batch(body.clone())
+    special = {int(t) for t in getattr(tokenizer, "all_special_ids", []) or [] if 0 <= int(t) < vocab_size} - ({bos_id} if bos_id is not None else set())
+    if special and avoid_special:  # an encoder's [SEP], [PAD], [MASK]...: draw among the rest
+        allowed = torch.tensor([t for t in range(vocab_size) if t not in special and t != bos_id], dtype=torch.long)
+        rand = allowed[torch.randint(0, len(allowed), (n,), generator=torch.Generator().manual_seed(seed))]
+    out["random"] = batch(first(rand))
+    out["text"] = batch(body.clone())
     if bos_id is not None and body.shape[1] >= 2:
-        out["bos_second"] = _batch(torch.cat([body[:, :1], torch.full((n, 1), bos_id, dtype=torch.long), body[:, 1:]], dim=1))
+        out["bos_second"] = batch(torch.cat([body[:, :1], torch.full((n, 1), bos_id, dtype=torch.long), body[:, 1:]], dim=1))
+    elif skipped is not None:
+        skipped["bos_second"] = "the tokenizer has no BOS token" if bos_id is None else "the text body is shorter than 2 tokens"
     return out
 
 

@@ -19,7 +19,9 @@ are refused with :class:`~probes.errors.InterventionError`: never a silent delta
   position embeddings: there is no re-indexing of a rolling cache.
 
 Loss is the mean next-token cross-entropy over every real position that has a next real token
-(padding never counts), from one forward pass with ``return_type="loss", loss_per_token=True``.
+(padding never counts, nor is attended to: the batch's attention mask goes to every forward),
+from one forward pass with ``return_type="loss", loss_per_token=True``.  A bidirectional encoder
+(BERT) has no next-token loss: refused with :class:`~probes.errors.UnsupportedModelError`.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ import torch
 from torch import Tensor
 
 from probes.attention import attention_spec
-from probes.errors import InterventionError
+from probes.errors import InterventionError, UnsupportedModelError
 from probes.hooks import attached
 from probes.interventions import Edit, mask_keys, score_edits
 from probes.loading import LoadedModel
@@ -130,6 +132,12 @@ def mean_loss(
     them after the fact.  Returns ``(mean loss, number of predicted tokens)``; the sum is
     kept in float64.
     """
+    if getattr(model, "is_encoder", False):
+        family = attention_spec(model).family
+        raise UnsupportedModelError(
+            f"next-token loss on {family}: a bidirectional encoder sees every token it would predict, so sink removal and windowed attention have no loss to measure",
+            family=family,
+        )
     if edits is not None and not isinstance(edits, Mapping):
         hooks, edits = [*edits, *hooks], None
     hooks = list(hooks)
@@ -139,7 +147,9 @@ def mean_loss(
     chunks = iter_batches(batch, batch_size)
     with score_edits(model, edits or {}), torch.inference_mode(), attached(model.bridge, hooks):
         for done, (_, sub) in enumerate(chunks, start=1):
-            loss = model.bridge(sub.tokens.to(model.device), return_type="loss", loss_per_token=True)  # [b, pos-1]
+            loss = model.bridge(
+                sub.tokens.to(model.device), return_type="loss", loss_per_token=True, attention_mask=sub.attention_mask.to(model.device)
+            )  # [b, pos-1]
             width = loss.shape[1]
             pos = torch.arange(width, device=loss.device)
             # position i predicts token i+1, which must be real

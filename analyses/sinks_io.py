@@ -53,21 +53,63 @@ def seed_text_lines(table: pd.DataFrame, top: int | None) -> list[str]:
     return lines
 
 
+def _frame_text(framing: dict[str, Any]) -> str:
+    for f in framing.values():
+        if f.get("prefix") or f.get("suffix"):
+            return " ".join([*f.get("prefix", []), "text", *f.get("suffix", [])])
+    return "text"
+
+
+def _target_lines(report: Any) -> list[str]:
+    """The sink-targets section: per BOS setting, a per-layer table of attention shares."""
+    t = report.tables["sink_targets_by_layer"]
+    info = report.info.get("sink_targets") or {}
+    out = [
+        "",
+        "## Where the sink sits: first position, suffix, punctuation",
+        "",
+        "Attention share of each key group (sum over its keys of A[i, j]), averaged over the queries that can see the group,"
+        " per sequence, then over sequences; the mean and the strongest head of each layer, beside a uniform head's share."
+        " `sink_on`: the group whose mean share exceeds its uniform share the most. Clark et al. (2019) report BERT's"
+        " attention to [CLS], [SEP] and punctuation this way.",
+    ]
+    for bos, sub in t.groupby("bos", sort=False):
+        about = info.get(_bos(bos), {})
+        suffix = ", ".join(about.get("suffix") or []) or "none"
+        punct = " ".join(about.get("punctuation") or []) or "none"
+        out += ["", f"{_bos(bos)}: first position = {about.get('first', 'position 0')}; suffix = {suffix}; punctuation tokens: {punct}.", ""]
+        cols = ["layer"]
+        for g in ("first", "suffix", "punctuation"):
+            if sub[f"{g}_mean"].notna().any():
+                cols += [f"{g}_mean", f"{g}_max", f"{g}_uniform"]
+        cols.append("sink_on")
+        out.append(_md(sub[cols]))
+    return out
+
+
 def summary_markdown(report: Any, *, model_name: str, figures: Sequence[Path] = ()) -> str:
     """A short Markdown summary of a :class:`~analyses.sinks.SinkReport`."""
     cfg = report.config
     t = report.tables
     out = [f"# Attention sinks: {model_name}", ""]
+    framing = report.info.get("framing") or {}
+    framed = next((f for f in framing.values() if f.get("suffix")), None)  # an encoder's [CLS] ... [SEP]
+    included = f"{' and '.join([*framed.get('prefix', []), *framed['suffix']])} included when framed" if framed else "BOS included when prepended"
     out.append(
         f"Gu et al. (2024) sink metric: alpha = mean over queries of the attention to position 0, per sequence and head; "
         f"a (sequence, head) sinks when alpha > eps = {cfg.eps:g}. Stimuli: {report.info.get('stimuli', '')}, "
-        f"{cfg.window} tokens per sequence (BOS included when prepended), "
+        f"{cfg.window} tokens per sequence ({included}), "
         + ", ".join(f"{n} sequences {k}" for k, n in report.info.get("n_sequences", {}).items())
         + "."
     )
+    if framed:
+        out += ["", "With BOS here means with the model's framing: each sequence is " + _frame_text(framing) + "."]
     notes = report.info.get("window_notes") or []
     if notes:
         out += ["", "## Sliding windows", ""] + [f"- {n}" for n in notes]
+    notes = report.info.get("attention_notes") or []
+    if notes:
+        out += ["", "## Bidirectional attention", ""] + [f"- {n}" for n in notes]
     out += ["", "## Sink rate, beside uniform attention", ""]
     rates = t["sink_rates"].copy()
     rates["bos"] = rates["bos"].map(_bos)
@@ -81,11 +123,16 @@ def summary_markdown(report: Any, *, model_name: str, figures: Sequence[Path] = 
         names = ", ".join(f"{r.layer}.{r.head} ({r.alpha_mean:.2f}, {r.alpha_over_uniform:.1f}x uniform)" for r in sinks.head(20).itertuples())
         more = f" and {len(sinks) - 20} more" if len(sinks) > 20 else ""
         out += ["", f"Sink heads ({_bos(bos)}, mean alpha > {cfg.eps:g}): {names or 'none'}{more}."]
+    if "sink_targets_by_layer" in t and len(t["sink_targets_by_layer"]):
+        out += _target_lines(report)
     if "content_verdicts" in t:
         out += ["", "## Position or content (first token varied)", ""]
         c = t["content"]
         per_variant = c.groupby("variant", observed=True).agg(sink_rate=("sink_rate", "mean"), mean_alpha=("alpha_first", "mean"), heads_sinking=("alpha_first", lambda s: int((s > cfg.eps).sum()))).reset_index()
         out.append(_md(per_variant))
+        skipped_variants = report.info.get("skipped_variants") or {}
+        if skipped_variants:
+            out += ["", "Variants not run: " + "; ".join(f"`{k}` ({why})" for k, why in skipped_variants.items()) + "."]
         v = t["content_verdicts"]
         v = v[v["verdict"] != "none"]
         if len(v):
@@ -102,7 +149,7 @@ def summary_markdown(report: Any, *, model_name: str, figures: Sequence[Path] = 
         if len(vn):
             vn = vn.assign(bos=vn["bos"].map(_bos))
             out.append(_md(vn[["bos", "layer", "head", "attn_share", "value_norm_share", "norm_ratio"]].head(40)))
-            out += ["", "attn_share: mean A[i,0] over queries i >= 1; value_norm_share: mean of ||A[i,0] v0 W_O|| / sum_j ||A[i,j] vj W_O||; a large attention share with a small norm share is a no-op sink."]
+            out += ["", "attn_share: mean A[i,0] over queries i >= 1" + (" (every query on bidirectional layers)" if report.info.get("attention_notes") else "") + "; value_norm_share: mean of ||A[i,0] v0 W_O|| / sum_j ||A[i,j] vj W_O||; a large attention share with a small norm share is a no-op sink."]
         else:
             out.append("No sink heads.")
     if "removal" in t:
@@ -118,6 +165,9 @@ def summary_markdown(report: Any, *, model_name: str, figures: Sequence[Path] = 
             piv = sub[~sub["full_attention"]].pivot(index="window", columns="keep_first", values="loss")
             piv.columns = [f"keep {k}" for k in piv.columns]
             out += [f"{_bos(bos)}, {int(sub['seq_tokens'].iloc[0])}-token sequences, full attention loss {float(full['loss'].iloc[0]):.4f}:", "", _md(piv.reset_index(), floatfmt=".4f"), ""]
+    skipped = report.info.get("skipped") or {}
+    if skipped:
+        out += ["", "## Not run", ""] + [f"- {name}: {why}" for name, why in skipped.items()]
     if figures:
         out += ["", "## Figures", ""] + [f"- [{p.name}]({p.name})" for p in figures if p.suffix == ".png"]
     out += ["", "Tables: " + ", ".join(f"{name}.csv" for name in t) + ". Definitions: `analyses/sinks.py`.", ""]

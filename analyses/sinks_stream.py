@@ -33,6 +33,24 @@ received by ``j`` is ``A[i,j] - 1/min(i+1, w)`` over ``j <= i < j + w`` (per-lay
 ``pos_queries_layer``/``tok_queries_layer``); value-norm and attention shares over ``1 <= i < w``
 (``vn_queries_layer``).  Full-causal layers are computed exactly as before; the un-suffixed
 counts and ``uniform_mean()`` without a layer are those of full-causal attention.
+
+Bidirectional layers (encoders such as BERT, ``[CLS] text [SEP]``): every real query sees every
+real key, so a uniform head gives ``1/n`` to each key of a prompt of ``n`` real tokens, and every
+statistic averages over *all* real queries: alpha(k) over ``0 <= i < n`` (baseline ``1/n``),
+excess attention received ``A[i,j] - 1/n`` over all ``n`` queries, value-norm and attention
+shares over ``0 <= i < n`` (query 0 sees every key there).
+
+**Sink targets** (``targets=True``; Clark et al. 2019 report BERT's attention to ``[CLS]``,
+``[SEP]`` and punctuation): per head, the attention share ``sum over j in G of A[i, j]`` that a
+query gives to a group ``G`` of keys, for three groups: ``first`` (position 0: BOS, ``[CLS]``,
+or the first text token), ``suffix`` (the special tokens after the text: ``[SEP]``; decoders
+have none: NaN) and ``punctuation`` (text tokens whose string is punctuation, e.g. "." and
+",", by :func:`punctuation_ids`; never position 0 or the suffix).  Averaged over the real
+queries that can see at least one key of ``G`` (for ``first`` that is exactly alpha(0)), per
+sequence, then over the sequences that have such a query.  Uniform baseline: the share a
+uniform head gives ``G``, ``#(keys of G it sees) / #(keys it sees)``, averaged the same way.
+
+Every forward passes the batch's attention mask (padding is never attended to).
 """
 
 from __future__ import annotations
@@ -40,6 +58,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+import inspect
+import unicodedata
 
 import torch
 from torch import Tensor
@@ -52,10 +73,54 @@ from probes.hooks import attached
 from probes.loading import LoadedModel
 from probes.prompts import TokenBatch, iter_batches
 
-__all__ = ["StreamStats", "stream_sink_stats", "head_output_weights", "value_norm_share", "excess_received", "run_to_last_pattern"]
+__all__ = [
+    "StreamStats",
+    "stream_sink_stats",
+    "head_output_weights",
+    "value_norm_share",
+    "excess_received",
+    "run_to_last_pattern",
+    "layer_causal",
+    "batch_attention_mask",
+    "punctuation_ids",
+    "TARGET_GROUPS",
+]
+
+#: The key groups of the sink-target statistic (module docstring), in table order.
+TARGET_GROUPS: tuple[str, ...] = ("first", "suffix", "punctuation")
 
 
-def run_to_last_pattern(model: LoadedModel, tokens: Tensor, hooks: list[tuple[str, Callable[..., Any]]]) -> None:
+def layer_causal(model: LoadedModel) -> tuple[bool, ...]:
+    """Per layer: True for causal attention, False for bidirectional (every query sees every
+    real key): a layer the attention spec marks non-causal, or any layer of an encoder."""
+    encoder = bool(getattr(model, "is_encoder", False))
+    return tuple(bool(getattr(layer, "causal", True)) and not encoder for layer in attention_spec(model).layers)
+
+
+def batch_attention_mask(batch: TokenBatch) -> Tensor:
+    """0/1 ``[prompt, pos]``: 1 on real tokens (``TokenBatch.attention_mask`` where it exists)."""
+    mask = getattr(batch, "attention_mask", None)
+    if isinstance(mask, Tensor):
+        return mask
+    return batch.mask.long()
+
+
+class _Stop(Exception):
+    pass
+
+
+def _stop(act: Tensor, hook: Any = None) -> None:
+    raise _Stop
+
+
+def _forward_takes_mask() -> bool:
+    try:
+        return "attention_mask" in inspect.signature(run_forward).parameters
+    except (TypeError, ValueError):  # pragma: no cover
+        return False
+
+
+def run_to_last_pattern(model: LoadedModel, tokens: Tensor, hooks: list[tuple[str, Callable[..., Any]]], attention_mask: Tensor | None = None) -> None:
     """One forward pass with ``hooks`` attached that stops right after the last layer's attention pattern.
 
     The bridge's ``stop_at_layer`` can only stop *before* a block, and ``stop_at_layer=n_layers``
@@ -63,11 +128,38 @@ def run_to_last_pattern(model: LoadedModel, tokens: Tensor, hooks: list[tuple[st
     ``return_type``); a statistic of attention patterns needs neither the last layer's
     ``z``/output projection/MLP nor the unembedding, so :func:`probes.capture.run_forward`
     ends the pass after the last ``hook_pattern`` (its stop hook is attached after ``hooks``,
-    so it runs after them).
+    so it runs after them).  ``attention_mask`` (0/1 ``[batch, pos]``) keeps padding out of
+    every query's attention (an encoder would attend to it otherwise).
     """
-
+    stop = f"blocks.{model.n_layers - 1}.attn.hook_pattern"
     with attached(model.bridge, hooks):
-        run_forward(model, tokens, stop_after=f"blocks.{model.n_layers - 1}.attn.hook_pattern")
+        if attention_mask is None:
+            run_forward(model, tokens, stop_after=stop)
+        elif _forward_takes_mask():
+            run_forward(model, tokens, stop_after=stop, attention_mask=attention_mask)
+        else:  # a run_forward without masks: the same stopped pass, with the mask, here
+            try:
+                with attached(model.bridge, [(stop, _stop)]):
+                    model.bridge(tokens.to(model.device), return_type=None, attention_mask=attention_mask.to(model.device, torch.long))
+            except _Stop:
+                pass
+
+
+def punctuation_ids(tokenizer: Any, ids: Tensor) -> Tensor:
+    """The ids among ``ids`` whose token string is punctuation: decoded alone, stripped of
+    spaces (and of WordPiece's ``##``), non-empty and made only of Unicode punctuation (P*);
+    special tokens never are.  Returns a sorted LongTensor."""
+    special = set(getattr(tokenizer, "all_special_ids", []) or [])
+    out = []
+    for t in torch.unique(ids).tolist():
+        if t in special:
+            continue
+        text = tokenizer.decode([int(t)]).strip()
+        if text.startswith("##"):
+            text = text[2:]
+        if text and all(unicodedata.category(c).startswith("P") for c in text):
+            out.append(int(t))
+    return torch.tensor(out, dtype=torch.long)
 
 
 def head_output_weights(model: LoadedModel, layer: int) -> Tensor:
@@ -107,18 +199,20 @@ def value_norm_share(
     lengths: Tensor,
     *,
     window: int | None = None,
+    causal: bool = True,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Per prompt and head: sums over real queries ``i >= 1`` of the sink's norm share and attention share.
 
     ``pattern`` ``[batch, head, q, k]``, ``value_norm`` ``[batch, head, k]`` = ``||v_j W_O^h||``.
     Returns ``(norm_share_sum, attn_share_sum, n_queries)``, shapes ``[batch, head]``,
     ``[batch, head]``, ``[batch]``; divide to get means (see the module docstring).  With a
-    sliding ``window`` only the queries that can see key 0 count (``1 <= i < window``).
+    sliding ``window`` only the queries that can see key 0 count (``1 <= i < window``); on a
+    bidirectional layer (``causal=False``) every real query counts (``0 <= i < n``).
     """
     width = pattern.shape[2]
     pos = torch.arange(width, device=pattern.device)
-    qbool = (pos[None, :] >= 1) & (pos[None, :] < lengths[:, None].to(pattern.device))
-    if window is not None:
+    qbool = (pos[None, :] >= (1 if causal else 0)) & (pos[None, :] < lengths[:, None].to(pattern.device))
+    if window is not None and causal:
         qbool = qbool & (pos[None, :] < window)
     qmask = qbool.to(pattern.dtype)  # [b, q]
     weighted = torch.einsum("bhqk,bhk->bhq", pattern, value_norm)  # sum_j A[i,j] ||f_j||
@@ -128,17 +222,24 @@ def value_norm_share(
     return (share * qmask[:, None]).sum(-1), (pattern[..., 0] * qmask[:, None]).sum(-1), qmask.sum(-1)
 
 
-def excess_received(pattern: Tensor, lengths: Tensor, *, window: int | None = None) -> tuple[Tensor, Tensor]:
+def excess_received(pattern: Tensor, lengths: Tensor, *, window: int | None = None, causal: bool = True) -> tuple[Tensor, Tensor]:
     """Per prompt, head and key ``j``: ``sum over real queries i >= j of (A[i,j] - 1/(i+1))`` and the query count.
 
     Returns ``(excess_sum [batch, head, k], n_queries [batch, k])``; padded keys give 0 and 0.
     With a sliding ``window``: over the real queries that see ``j`` (``j <= i < j + window``),
-    of ``A[i,j] - 1/min(i+1, window)``.
+    of ``A[i,j] - 1/min(i+1, window)``.  Bidirectional (``causal=False``): over all ``n`` real
+    queries, of ``A[i,j] - 1/n``.
     """
     b, _, width, _ = pattern.shape
     lengths = lengths.to(pattern.device)
     pos = torch.arange(width, device=pattern.device)
     real = pos[None, :] < lengths[:, None]  # [b, pos]
+    if not causal:
+        realf = real.to(pattern.dtype)
+        received_b = torch.einsum("bhqk,bq->bhk", pattern, realf)
+        # a uniform head gives each real key 1/n from each of the n real queries: 1 in all
+        excess_b = (received_b - 1.0) * realf[:, None, :]
+        return excess_b, realf * lengths[:, None].to(pattern.dtype)
     if window is not None:
         i, j = pos[:, None], pos[None, :]
         sees = real[:, :, None] & ((j <= i) & (j > i - window))[None]  # [b, q, k]: real query i sees key j
@@ -167,11 +268,18 @@ class StreamStats:
     ``tok_count`` ``[token]``; ``vn_*`` ``[layer, head]`` with ``vn_queries`` (a number).
 
     Query counts and uniform baselines depend on a layer's sliding window (``windows``, one per
-    layer, None for full causal attention or a window at least as long as the longest prompt): ``uniform_layer_sum``/``uniform_layer_above``
-    ``[key, layer]``, ``pos_queries_layer`` ``[layer, position]``, ``tok_queries_layer``
-    ``[layer, token]``, ``vn_queries_layer`` ``[layer]``.  The un-suffixed ``uniform_sum``,
-    ``pos_queries``, ``tok_queries``, ``vn_queries`` are those of full-causal attention (all
-    layers' when the model has no window).
+    layer, None for full causal attention or a window at least as long as the longest prompt)
+    and on whether it is causal (``causal``, one per layer; False: bidirectional):
+    ``uniform_layer_sum``/``uniform_layer_above`` ``[key, layer]``, ``pos_queries_layer``
+    ``[layer, position]``, ``tok_queries_layer`` ``[layer, token]``, ``vn_queries_layer``
+    ``[layer]``.  The un-suffixed ``uniform_sum``, ``pos_queries``, ``tok_queries``,
+    ``vn_queries`` are those of full-causal attention (all layers' when the model has neither
+    windows nor bidirectional layers).
+
+    Sink targets (``targets=True``): ``target_sum`` ``[group, layer, head]`` (sum over the
+    measured sequences of the per-sequence mean share), ``target_uniform_sum`` and
+    ``target_n`` ``[group, layer]`` (sequences measured), ``target_keys`` ``[group]`` (keys of
+    each group over all sequences), groups in :data:`TARGET_GROUPS` order.
     """
 
     keys: tuple[int, ...]
@@ -197,11 +305,17 @@ class StreamStats:
     vn_other_norm_sum: Tensor | None = None
     vn_other_count: float = 0.0
     windows: tuple[int | None, ...] = ()
+    causal: tuple[bool, ...] = ()
     uniform_layer_sum: Tensor | None = None
     uniform_layer_above: Tensor | None = None
     pos_queries_layer: Tensor | None = None
     tok_queries_layer: Tensor | None = None
     vn_queries_layer: Tensor | None = None
+    target_sum: Tensor | None = None
+    target_uniform_sum: Tensor | None = None
+    target_n: Tensor | None = None
+    target_keys: Tensor | None = None
+    punctuation: Tensor | None = None
     info: dict[str, Any] = field(default_factory=dict)
 
     def _n(self, key: int) -> float:
@@ -225,13 +339,18 @@ class StreamStats:
         """True when some layer attends within a sliding window."""
         return any(w is not None for w in self.windows)
 
+    @property
+    def bidirectional(self) -> bool:
+        """True when some layer is bidirectional (an encoder's)."""
+        return not all(self.causal)
+
     def uniform_mean(self, key: int = 0, layer: int | None = None) -> float:
-        """Alpha of a uniform head in ``layer`` (its window's baseline); without a layer, the
-        mean over layers (the full-causal value when no layer has a window)."""
+        """Alpha of a uniform head in ``layer`` (its window's or bidirectional baseline); without
+        a layer, the mean over layers (the full-causal value when every layer is full causal)."""
         k = self.keys.index(key)
         if layer is not None:
             return float(self.uniform_layer_sum[k, layer]) / self._n(key)
-        if not self.windowed:
+        if not self.windowed and not self.bidirectional:
             return float(self.uniform_sum[k]) / self._n(key)
         return float(self.uniform_layer_sum[k].mean()) / self._n(key)
 
@@ -240,9 +359,22 @@ class StreamStats:
         k = self.keys.index(key)
         if layer is not None:
             return float(self.uniform_layer_above[k, layer]) / self._n(key)
-        if not self.windowed:
+        if not self.windowed and not self.bidirectional:
             return float(self.uniform_above[k]) / self._n(key)
         return float(self.uniform_layer_above[k].mean()) / self._n(key)
+
+    def target_mean(self, group: str) -> Tensor:
+        """``[layer, head]``: the attention share of a key group (module docstring); NaN where no
+        sequence has a query that sees a key of the group (e.g. ``suffix`` on a decoder)."""
+        g = TARGET_GROUPS.index(group)
+        n = self.target_n[g][:, None]
+        return torch.where(n > 0, self.target_sum[g] / n.clamp_min(1), torch.full_like(self.target_sum[g], float("nan")))
+
+    def target_uniform(self, group: str) -> Tensor:
+        """``[layer]``: the same share for a uniform head; NaN where unmeasured."""
+        g = TARGET_GROUPS.index(group)
+        n = self.target_n[g]
+        return torch.where(n > 0, self.target_uniform_sum[g] / n.clamp_min(1), torch.full_like(n, float("nan")))
 
     def window_notes(self) -> list[str]:
         """One line per sliding-window layer: what its statistics average over."""
@@ -257,25 +389,57 @@ class StreamStats:
             )
         return notes
 
+    def attention_notes(self) -> list[str]:
+        """One line for the bidirectional layers (none on a causal model)."""
+        bi = [layer for layer, c in enumerate(self.causal) if not c]
+        if not bi:
+            return []
+        which = "every layer" if len(bi) == len(self.causal) else "layers " + ", ".join(map(str, bi))
+        return [
+            f"{which}: bidirectional attention (every query sees every real key); sink alpha of key k is averaged over all"
+            " real queries, baseline uniform over all keys (1/n for n real tokens); excess attention A[i,j] - 1/n over all"
+            " queries; value-norm shares over all queries"
+        ]
+
+
+_BI = "bidirectional"
+
 
 class _Reducer:
     """Holds the running sums on the model's device and the hooks that fill them."""
 
-    def __init__(self, model: LoadedModel, *, keys: tuple[int, ...], eps: float, width: int, token_ids: Tensor | None, value_norm: bool) -> None:
+    def __init__(
+        self,
+        model: LoadedModel,
+        *,
+        keys: tuple[int, ...],
+        eps: float,
+        width: int,
+        token_ids: Tensor | None,
+        value_norm: bool,
+        punct: Tensor | None = None,
+        frame: tuple[int, int] = (0, 0),
+    ) -> None:
         dev = model.device
         n_l, n_h = model.n_layers, model.n_heads
         f32 = torch.float32
         self.model = model
         self.keys = keys
         self.eps = eps
-        # a window at least as long as the prompts changes nothing: those layers are full causal here
+        self.causal = layer_causal(model)
+        # a window at least as long as the prompts changes nothing: those layers are full causal
+        # here; headlens knows no bidirectional family with a window
         self.windows: tuple[int | None, ...] = tuple(
-            layer.window if layer.window is not None and layer.window < width else None for layer in attention_spec(model).layers
+            layer.window if layer.window is not None and layer.window < width and c else None
+            for layer, c in zip(attention_spec(model).layers, self.causal)
         )
+        #: per layer: None (full causal), a window size, or "bidirectional"
+        self.kinds: tuple[int | str | None, ...] = tuple(w if c else _BI for w, c in zip(self.windows, self.causal))
         self.alpha_sum = torch.zeros(len(keys), n_l, n_h, dtype=torch.float64, device=dev)
         self.alpha_sq_sum = torch.zeros_like(self.alpha_sum)
         self.alpha_above = torch.zeros_like(self.alpha_sum)
         self.secondary = token_ids is not None
+        other_kinds = [k for k in dict.fromkeys(self.kinds) if k is not None]
         if self.secondary:
             assert token_ids is not None
             self.pos_excess = torch.zeros(n_l, n_h, width, dtype=torch.float64, device=dev)
@@ -285,9 +449,9 @@ class _Reducer:
             self.tok_excess = torch.zeros(n_l, n_h, u, dtype=torch.float64, device=dev)
             self.tok_queries = torch.zeros(u, dtype=torch.float64, device=dev)
             self.tok_count = torch.zeros(u, dtype=torch.float64, device=dev)
-            # per sliding window: query counts of the queries that see each key
-            self.pos_queries_w = {w: torch.zeros(width, dtype=torch.float64, device=dev) for w in set(self.windows) if w is not None}
-            self.tok_queries_w = {w: torch.zeros(u, dtype=torch.float64, device=dev) for w in set(self.windows) if w is not None}
+            # per sliding window (and bidirectional): query counts of the queries that see each key
+            self.pos_queries_w = {k: torch.zeros(width, dtype=torch.float64, device=dev) for k in other_kinds}
+            self.tok_queries_w = {k: torch.zeros(u, dtype=torch.float64, device=dev) for k in other_kinds}
         self.value_norm = value_norm
         if value_norm:
             self.gram = []
@@ -302,29 +466,69 @@ class _Reducer:
             self.vn_queries_layer = torch.zeros(n_l, dtype=torch.float64)
             self.vn_other_count = 0.0
             self._vnorm: dict[int, Tensor] = {}
+        self.targets = punct is not None
+        self.frame = frame
+        if self.targets:
+            assert punct is not None
+            self.punct = punct.to(dev)
+            g = len(TARGET_GROUPS)
+            self.target_sum = torch.zeros(g, n_l, n_h, dtype=torch.float64, device=dev)
+            self.target_uniform_sum = torch.zeros(g, n_l, dtype=torch.float64, device=dev)
+            self.target_n = torch.zeros(g, n_l, dtype=torch.float64, device=dev)
+            self.target_keys = torch.zeros(g, dtype=torch.float64, device=dev)
         # Per-batch state, set by ``start_batch``.
         self.lengths: Tensor | None = None
         self.compact: Tensor | None = None  # [b, pos] index into token_ids (-1 on padding)
+        self.groups: Tensor | None = None  # [group, b, pos] 0/1 key groups of the sink targets
+        self._visible: dict[Any, Tensor] = {}
 
     def start_batch(self, sub: TokenBatch) -> None:
         dev = self.model.device
         self.lengths = sub.lengths.to(dev)
+        self._visible = {}
+        width = int(sub.tokens.shape[1])
+        pos = torch.arange(width, device=dev)
         if self.secondary:
             tokens = sub.tokens.to(dev)
             compact = torch.searchsorted(self.token_ids, tokens)
             self.compact = torch.where(sub.mask.to(dev), compact, torch.full_like(compact, -1))
-            width = tokens.shape[1]
-            pos = torch.arange(width, device=dev)
             n_queries = (self.lengths[:, None] - pos[None, :]).clamp_min(0).to(torch.float64)
             self.pos_queries[:width] += n_queries.sum(0)
             keep = (self.compact >= 0) & (pos[None, :] >= 1)
             self.tok_queries.index_add_(0, self.compact[keep], n_queries[keep])
             self.tok_count.index_add_(0, self.compact[keep], torch.ones_like(n_queries[keep]))
-            for w in self.pos_queries_w:
-                # queries j <= i < min(length, j + w) see key j
-                n_w = (torch.minimum(self.lengths[:, None], pos[None, :] + w) - pos[None, :]).clamp_min(0).to(torch.float64)
-                self.pos_queries_w[w][:width] += n_w.sum(0)
-                self.tok_queries_w[w].index_add_(0, self.compact[keep], n_w[keep])
+            for k in self.pos_queries_w:
+                if k == _BI:  # all n real queries see each real key
+                    n_w = torch.where(pos[None, :] < self.lengths[:, None], self.lengths[:, None], 0).to(torch.float64)
+                else:  # queries j <= i < min(length, j + w) see key j
+                    n_w = (torch.minimum(self.lengths[:, None], pos[None, :] + k) - pos[None, :]).clamp_min(0).to(torch.float64)
+                self.pos_queries_w[k][:width] += n_w.sum(0)
+                self.tok_queries_w[k].index_add_(0, self.compact[keep], n_w[keep])
+        if self.targets:
+            n_prefix, n_suffix = self.frame
+            real = pos[None, :] < self.lengths[:, None]
+            first = real & (pos[None, :] == 0)
+            suffix = real & (pos[None, :] >= self.lengths[:, None] - n_suffix) if n_suffix > 0 else torch.zeros_like(real)
+            text = real & (pos[None, :] >= max(n_prefix, 1)) & (pos[None, :] < self.lengths[:, None] - n_suffix)
+            punct = text & torch.isin(sub.tokens.to(dev), self.punct)
+            self.groups = torch.stack([first, suffix, punct]).float()  # [group, b, pos]
+            self.target_keys += self.groups.sum(dim=(1, 2)).double()
+
+    def visible(self, kind: int | str | None, width: int) -> Tensor:
+        """0/1 ``[b, q, k]``: real query i sees real key j in a layer of this kind."""
+        if kind not in self._visible:
+            assert self.lengths is not None
+            pos = torch.arange(width, device=self.lengths.device)
+            real = pos[None, :] < self.lengths[:, None]
+            ok = real[:, :, None] & real[:, None, :]
+            i, j = pos[:, None], pos[None, :]
+            if kind != _BI:
+                rule = j <= i
+                if kind is not None:
+                    rule = rule & (j > i - int(kind))
+                ok = ok & rule[None]
+            self._visible[kind] = ok.float()
+        return self._visible[kind]
 
     def v_hook(self, layer: int) -> Callable[..., None]:
         gram = self.gram[layer]
@@ -338,21 +542,38 @@ class _Reducer:
 
         return hook
 
+    def _targets(self, layer: int, p: Tensor) -> None:
+        groups = self.groups
+        assert groups is not None
+        vis = self.visible(self.kinds[layer], p.shape[-1])  # [b, q, k]
+        share = torch.einsum("bhqk,gbk->gbhq", p, groups)  # attention to the group
+        seen = torch.einsum("bqk,gbk->gbq", vis, groups)  # group keys each query sees
+        total = vis.sum(-1).clamp_min(1)  # keys each query sees
+        qmask = (seen > 0).float()  # queries that see a key of the group
+        nq = qmask.sum(-1)  # [g, b]
+        measured = (nq > 0).double()
+        mean_share = (share * qmask[:, :, None, :]).sum(-1) / nq.clamp_min(1)[:, :, None]  # [g, b, h]
+        mean_uniform = (seen / total[None] * qmask).sum(-1) / nq.clamp_min(1)  # [g, b]
+        self.target_sum[:, layer] += (mean_share.double() * measured[:, :, None]).sum(1)
+        self.target_uniform_sum[:, layer] += (mean_uniform.double() * measured).sum(1)
+        self.target_n[:, layer] += measured.sum(1)
+
     def pattern_hook(self, layer: int) -> Callable[..., None]:
         window = self.windows[layer]
+        causal = self.causal[layer]
 
         def hook(pattern: Tensor, hook: Any = None) -> None:
             p = pattern.detach().float()
             lengths = self.lengths
             assert lengths is not None
             for ki, key in enumerate(self.keys):
-                alpha = sink_alpha(p, lengths, key=key, window=window).double()  # [b, head]
+                alpha = sink_alpha(p, lengths, key=key, window=window, causal=causal).double()  # [b, head]
                 valid = (lengths > key).to(alpha.dtype)[:, None]
                 self.alpha_sum[ki, layer] += (alpha * valid).sum(0)
                 self.alpha_sq_sum[ki, layer] += (alpha**2 * valid).sum(0)
                 self.alpha_above[ki, layer] += ((alpha > self.eps).to(alpha.dtype) * valid).sum(0)
             if self.secondary:
-                excess, _ = excess_received(p, lengths, window=window)  # [b, head, k]
+                excess, _ = excess_received(p, lengths, window=window, causal=causal)  # [b, head, k]
                 width = p.shape[-1]
                 self.pos_excess[layer, :, :width] += excess.sum(0).double()
                 compact = self.compact
@@ -363,7 +584,7 @@ class _Reducer:
                 self.tok_excess[layer].index_add_(1, compact[keep], per_key.T.double())
             if self.value_norm:
                 vnorm = self._vnorm.pop(layer)
-                share, attn, n_q = value_norm_share(p, vnorm, lengths, window=window)
+                share, attn, n_q = value_norm_share(p, vnorm, lengths, window=window, causal=causal)
                 self.vn_share_sum[layer] += share.sum(0).double()
                 self.vn_attn_sum[layer] += attn.sum(0).double()
                 pos = torch.arange(vnorm.shape[-1], device=vnorm.device)
@@ -373,6 +594,8 @@ class _Reducer:
                 self.vn_queries_layer[layer] += float(n_q.sum())
                 if layer == 0:
                     self.vn_other_count += float(len(lengths))
+            if self.targets:
+                self._targets(layer, p)
 
         return hook
 
@@ -393,6 +616,7 @@ def stream_sink_stats(
     keys: tuple[int, ...] = (0,),
     secondary: bool = False,
     value_norm: bool = False,
+    targets: bool = False,
     batch_size: int = 8,
     progress: Callable[[int, int], None] | None = None,
 ) -> StreamStats:
@@ -400,43 +624,50 @@ def stream_sink_stats(
 
     Always: Gu et al. alpha for each key in ``keys`` (sum, sum of squares, count above ``eps``)
     and its uniform baseline.  ``secondary``: excess attention received per key position and per
-    token id.  ``value_norm``: sink value-norm and attention shares (module docstring).  Sliding-
-    window layers: see the module docstring.
+    token id.  ``value_norm``: sink value-norm and attention shares (module docstring).
+    ``targets``: attention shares of the first position, the suffix (``[SEP]``) and punctuation
+    (the batch's ``n_prefix``/``n_suffix`` say which positions are framing).  Sliding-window
+    and bidirectional layers: see the module docstring.
     """
     width = int(batch.tokens.shape[1])
     token_ids = torch.unique(batch.tokens[batch.mask]) if secondary else None
-    red = _Reducer(model, keys=keys, eps=eps, width=width, token_ids=token_ids, value_norm=value_norm)
-    stats = StreamStats(keys=keys, eps=eps, windows=red.windows)
-    distinct = list(dict.fromkeys(red.windows))
+    frame = (int(getattr(batch, "n_prefix", None) or (1 if batch.prepend_bos else 0)), int(getattr(batch, "n_suffix", 0) or 0))
+    punct = punctuation_ids(model.tokenizer, batch.tokens[batch.mask]) if targets else None
+    red = _Reducer(model, keys=keys, eps=eps, width=width, token_ids=token_ids, value_norm=value_norm, punct=punct, frame=frame)
+    stats = StreamStats(keys=keys, eps=eps, windows=red.windows, causal=red.causal)
+    distinct = list(dict.fromkeys(red.kinds))
     alpha_n = torch.zeros(len(keys), dtype=torch.float64)
     uniform_sum = torch.zeros(len(keys), dtype=torch.float64)
     uniform_above = torch.zeros(len(keys), dtype=torch.float64)
-    w_sum = {w: torch.zeros(len(keys), dtype=torch.float64) for w in distinct if w is not None}
-    w_above = {w: torch.zeros(len(keys), dtype=torch.float64) for w in distinct if w is not None}
+    w_sum = {k: torch.zeros(len(keys), dtype=torch.float64) for k in distinct if k is not None}
+    w_above = {k: torch.zeros(len(keys), dtype=torch.float64) for k in distinct if k is not None}
     vn_queries = 0.0
     chunks = iter_batches(batch, batch_size)
     hooks = red.hooks()
     with torch.inference_mode():
         for done, (_, sub) in enumerate(chunks, start=1):
             red.start_batch(sub)
-            run_to_last_pattern(model, sub.tokens, hooks)
+            run_to_last_pattern(model, sub.tokens, hooks, attention_mask=batch_attention_mask(sub))
             for ki, key in enumerate(keys):
                 valid = sub.lengths > key
                 ua = uniform_sink_alpha(sub.lengths[valid], key=key)
                 alpha_n[ki] += int(valid.sum())
                 uniform_sum[ki] += ua.sum()
                 uniform_above[ki] += (ua > eps).sum()
-                for w in w_sum:
-                    ua_w = uniform_sink_alpha(sub.lengths[valid], key=key, window=w)
-                    w_sum[w][ki] += ua_w.sum()
-                    w_above[w][ki] += (ua_w > eps).sum()
+                for k in w_sum:
+                    if k == _BI:
+                        ua_w = uniform_sink_alpha(sub.lengths[valid], key=key, causal=False)
+                    else:
+                        ua_w = uniform_sink_alpha(sub.lengths[valid], key=key, window=k)
+                    w_sum[k][ki] += ua_w.sum()
+                    w_above[k][ki] += (ua_w > eps).sum()
             vn_queries += float((sub.lengths - 1).clamp_min(0).sum())  # real queries i >= 1
             if progress is not None:
                 progress(done, len(chunks))
 
-    def by_layer(full: Tensor, per_window: dict[int, Tensor]) -> Tensor:
-        """``[..., layer]``: the full-causal value or the layer's window's."""
-        return torch.stack([full if w is None else per_window[w] for w in red.windows], dim=-1)
+    def by_layer(full: Tensor, per_kind: dict[Any, Tensor]) -> Tensor:
+        """``[..., layer]``: the full-causal value or the layer's window's (or bidirectional)."""
+        return torch.stack([full if k is None else per_kind[k] for k in red.kinds], dim=-1)
 
     stats.n_samples = len(batch)
     stats.n_tokens = int(batch.lengths.sum())
@@ -455,8 +686,8 @@ def stream_sink_stats(
         stats.tok_excess = red.tok_excess.cpu()
         stats.tok_queries = red.tok_queries.cpu()
         stats.tok_count = red.tok_count.cpu()
-        stats.pos_queries_layer = by_layer(stats.pos_queries, {w: t.cpu() for w, t in red.pos_queries_w.items()}).T.contiguous()
-        stats.tok_queries_layer = by_layer(stats.tok_queries, {w: t.cpu() for w, t in red.tok_queries_w.items()}).T.contiguous()
+        stats.pos_queries_layer = by_layer(stats.pos_queries, {k: t.cpu() for k, t in red.pos_queries_w.items()}).T.contiguous()
+        stats.tok_queries_layer = by_layer(stats.tok_queries, {k: t.cpu() for k, t in red.tok_queries_w.items()}).T.contiguous()
     if value_norm:
         stats.vn_share_sum = red.vn_share_sum.cpu()
         stats.vn_attn_sum = red.vn_attn_sum.cpu()
@@ -465,4 +696,10 @@ def stream_sink_stats(
         stats.vn_sink_norm_sum = red.vn_sink_norm_sum.cpu()
         stats.vn_other_norm_sum = red.vn_other_norm_sum.cpu()
         stats.vn_other_count = red.vn_other_count
+    if targets:
+        stats.target_sum = red.target_sum.cpu()
+        stats.target_uniform_sum = red.target_uniform_sum.cpu()
+        stats.target_n = red.target_n.cpu()
+        stats.target_keys = red.target_keys.cpu()
+        stats.punctuation = red.punct.cpu()
     return stats

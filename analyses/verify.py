@@ -4,11 +4,13 @@ From the captured q and k as they enter the dot product (``rot_q``/``rot_k``: af
 rotary embedding where the family has one), redo each layer's attention with the layer's
 own rules (:mod:`probes.attention`): KV heads repeated under grouped-query attention, the
 family's score scale (``1/sqrt(d_head)``, Gemma2's ``query_pre_attn_scalar``, none for
-GPT-Neo), the logit softcap (Gemma2), the causal mask and a sliding window (Mistral,
-Gemma2's sliding layers, GPT-Neo's local layers); compare with the captured pattern.  From
-the captured pattern and V, recompute ``pattern @ V`` and compare it with ``hook_z``.  Also
-check that no attention falls on a key the mask forbids and that every real pattern row
-sums to 1.  Only real (unpadded) positions count.
+GPT-Neo), the logit softcap (Gemma2), the causal mask (none in bidirectional encoders such
+as BERT), a sliding window (Mistral, Gemma2's sliding layers, GPT-Neo's local layers) and
+the padding mask of the batch; compare with the captured pattern.  From the captured
+pattern and V, recompute ``pattern @ V`` and compare it with ``hook_z``.  Also check that
+no attention falls on a key the masks forbid (padded keys included) and that every real
+pattern row sums to 1.  Every real (unpadded) query counts, against every key of the
+padded batch.
 
 A family whose attention headlens does not know how to redo is refused with a one-line
 error (:class:`~probes.errors.UnsupportedModelError`), never reported as a failed check.
@@ -21,7 +23,7 @@ from collections.abc import Sequence
 
 import pandas as pd
 import torch
-from jaxtyping import Float
+from jaxtyping import Bool, Float
 from torch import Tensor
 
 from probes.attention import LayerAttention, allowed_keys, attention_spec, pattern_from_qk, repeat_kv
@@ -42,11 +44,15 @@ VERIFY_WHAT = ("rot_q", "rot_k", "v", "pattern", "z")
 
 def recompute_pattern(
     layer: LayerAttention,
-    q: Float[Tensor, "pos head d_head"],
-    k: Float[Tensor, "pos kv_head d_head"],
+    q: Float[Tensor, "q head d_head"],
+    k: Float[Tensor, "k kv_head d_head"],
+    key_mask: Bool[Tensor, " k"] | None = None,
 ) -> Float[Tensor, "head q k"]:
-    """The layer's attention pattern for one prompt from its rotated q and k, in float32."""
-    return pattern_from_qk(layer, q, k)
+    """The layer's attention pattern for one prompt from its rotated q and k, in float32.
+
+    ``key_mask`` (True on real keys) masks the batch's padding out, as the forward did.
+    """
+    return pattern_from_qk(layer, q, k, key_mask=key_mask)
 
 
 def applied_rules(layer: LayerAttention) -> str:
@@ -78,6 +84,7 @@ def verify_capture(model: LoadedModel, cap: Capture, *, tolerance: float | None 
     tol = DEFAULT_TOLERANCE.get(dtype_name, 1e-4) if tolerance is None else tolerance
     rows = []
     lengths = cap.batch.lengths.tolist()
+    real = cap.batch.mask
     for layer in cap.heads:
         la = spec.layers[layer]
         if cap.heads[layer] != list(range(la.n_heads)) or cap.kv_heads[layer] != list(range(la.n_kv_heads)):
@@ -85,13 +92,15 @@ def verify_capture(model: LoadedModel, cap: Capture, *, tolerance: float | None 
         q, k, v = (cap.get(layer, w) for w in ("rot_q", "rot_k", "v"))
         pattern, z = cap.get(layer, "pattern"), cap.get(layer, "z")
         err_p = err_z = outside = row_sum = 0.0
+        width = pattern.shape[-1]
         for i, n in enumerate(lengths):
-            p_cap = pattern[i, :, :n, :n].float()
-            p_ref = recompute_pattern(la, q[i, :n], k[i, :n])
+            key_mask = real[i, :width].to(pattern.device)
+            p_cap = pattern[i, :, :n, :].float()  # real queries against every key, padded ones included
+            p_ref = recompute_pattern(la, q[i, :n], k[i, :width], key_mask)
             err_p = max(err_p, (p_cap - p_ref).abs().max().item())
-            z_ref = torch.einsum("hqk,khd->qhd", p_cap, repeat_kv(v[i, :n].float(), la.group))
+            z_ref = torch.einsum("hqk,khd->qhd", p_cap, repeat_kv(v[i, :width].float(), la.group))
             err_z = max(err_z, (z[i, :n].float() - z_ref).abs().max().item())
-            forbidden = ~allowed_keys(la, n)
+            forbidden = ~allowed_keys(la, n, width, device=pattern.device, key_mask=key_mask)
             outside = max(outside, p_cap[:, forbidden].abs().max().item() if bool(forbidden.any()) else 0.0)
             row_sum = max(row_sum, (p_cap.sum(-1) - 1).abs().max().item())
         rows.append(

@@ -1,4 +1,4 @@
-"""Benchmark: the full five-detector census vs plain forward passes vs TransformerLens detect_head.
+"""Benchmark: the full census (every registered detector) vs plain forward passes vs TransformerLens detect_head.
 
     python benchmarks/census.py [--n-prompts 20] [--repeats 3] [--device auto] [--dtype float32]
 
@@ -10,7 +10,7 @@ more process runs the modes in turn, --repeats rounds after a warm-up round; rat
 medians of per-round ratios.  Modes:
   forward_logits   plain forward to the logits over the same token batches
   forward_blocks   plain forward through all blocks (no unembedding), same batches
-  census           headlens census, all five detectors, every head, one pass per stimulus set
+  census           headlens census, every registered detector, every head, one pass per stimulus set
   census_x4        the census on 4x as many prompts (memory must not grow with prompts)
   tl_detect_head   transformer_lens.head_detector.detect_head looped over the same prompts
                    for its three head types (previous-token on the windows; duplicate and

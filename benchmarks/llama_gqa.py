@@ -15,7 +15,7 @@ median of per-round ratios.  Modes:
   bridge_forward  TransformerBridge forward through the blocks, no hooks (beside it)
   capture         headlens capture of q, k, v and pattern, every layer and head, kept on the CPU
   capture_pattern headlens capture of the patterns only
-  census          headlens census, all five detectors, every head
+  census          headlens census, every registered detector (six), every head
 Targets (issue 11): capture and census <= 1.2x hf_eager.
 """
 

@@ -13,6 +13,10 @@ product (GPT-NeoX and GPT-J rotate part of each head and have no ``hook_rot_*``)
 layer's own scale, mask, window and softcap.  ``verify`` compares that with the captured
 pattern; the streaming statistics use the same code.
 
+Bidirectional encoders (BERT, RoBERTa: ``causal=False``) have no causal mask; what keeps a
+query off padding there is the batch's attention mask, which :func:`allowed_keys` and
+:func:`scores_from_qk` take as ``key_mask``.
+
 Only families whose attention has been checked against Hugging Face are reconstructed;
 any other raises :class:`~probes.errors.UnsupportedModelError` naming the family.
 """
@@ -34,6 +38,7 @@ __all__ = [
     "LayerAttention",
     "AttentionSpec",
     "attention_spec",
+    "attention_core",
     "RECONSTRUCTED_FAMILIES",
     "rotate",
     "allowed_keys",
@@ -46,10 +51,10 @@ log = logging.getLogger(__name__)
 
 #: Families (Hugging Face ``model_type``) whose attention :func:`scores_from_qk` redoes exactly.
 RECONSTRUCTED_FAMILIES: frozenset[str] = frozenset(
-    {"gpt2", "llama", "qwen2", "mistral", "mixtral", "gemma", "gemma2", "gpt_neox", "gpt_neo", "opt", "gptj"}
+    {"gpt2", "llama", "qwen2", "mistral", "mixtral", "gemma", "gemma2", "gpt_neox", "gpt_neo", "opt", "gptj", "bert", "roberta"}
 )
 
-_NO_ROTARY = {"gpt2", "gpt_neo", "opt"}
+_NO_ROTARY = {"gpt2", "gpt_neo", "opt", "bert", "roberta"}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -62,7 +67,8 @@ class LayerAttention:
     ``neox`` (rotate-half on the first ``rotary_dim`` dims, cos/sin from ``hook_cos``/
     ``hook_sin``) or ``gptj`` (rotate-every-two on the first ``rotary_dim`` dims);
     ``native`` is True when the bridge computes the attention itself, so that edits of
-    ``hook_attn_scores`` and ``hook_pattern`` change the output.
+    ``hook_attn_scores`` and ``hook_pattern`` change the output; ``causal`` is False in
+    bidirectional encoders (BERT), where every query sees every real key.
     """
 
     layer: int
@@ -131,8 +137,26 @@ class AttentionSpec:
         }
 
 
+def attention_core(module: Any) -> Any:
+    """The Hugging Face module that computes attention inside the one the bridge wraps.
+
+    BERT-style layers wrap ``BertAttention``, whose ``self`` (``BertSelfAttention``) holds
+    the scale and calls the attention function; elsewhere it is the wrapped module itself.
+    """
+    inner = getattr(module, "self", None)
+    return inner if isinstance(inner, torch.nn.Module) else module
+
+
 def _hf_attention(bridge: Any, layer: int) -> Any:
-    return bridge.blocks[layer].attn.original_component
+    return attention_core(bridge.blocks[layer].attn.original_component)
+
+
+def _causal(hf_config: Any, module: Any) -> bool:
+    from probes.loading import is_encoder_config
+
+    if is_encoder_config(hf_config):
+        return False
+    return bool(getattr(module, "is_causal", True))
 
 
 def _is_native(bridge: Any, layer: int) -> bool:
@@ -209,7 +233,7 @@ def attention_spec(model: Any) -> AttentionSpec:
                 rotary=rotary,
                 rotary_dim=rotary_dim,
                 native=_is_native(bridge, layer),
-                causal=bool(getattr(module, "is_causal", True)),
+                causal=_causal(hf_config, module),
             )
         )
     ok = family in RECONSTRUCTED_FAMILIES and all(layer.rotary != "unknown" for layer in layers)
@@ -278,10 +302,14 @@ def allowed_keys(
     *,
     q_offset: int = 0,
     device: torch.device | str = "cpu",
-) -> Bool[Tensor, "q k"]:
-    """Which keys each query may see: causal (``j <= i``) and inside the window (``j > i - window``).
+    key_mask: Bool[Tensor, "*batch k"] | None = None,
+) -> Bool[Tensor, "*batch q k"]:
+    """Which keys each query may see: causal (``j <= i``, not in bidirectional layers), inside
+    the window (``j > i - window``) and, with ``key_mask``, real (not padding).
 
     Queries are positions ``q_offset .. q_offset + n_q - 1`` against keys ``0 .. n_k - 1``.
+    ``key_mask`` (True on real keys) is ``[k]`` for one prompt (result ``[q, k]``) or
+    ``[batch, k]`` (result ``[batch, q, k]``), e.g. :attr:`probes.prompts.TokenBatch.mask`.
     """
     n_k = n_q + q_offset if n_k is None else n_k
     i = torch.arange(q_offset, q_offset + n_q, device=device)[:, None]
@@ -289,6 +317,11 @@ def allowed_keys(
     ok = j <= i if layer.causal else torch.ones(n_q, n_k, dtype=torch.bool, device=device)
     if layer.window is not None:
         ok = ok & (j > i - layer.window)
+    if key_mask is not None:
+        km = key_mask.to(device=ok.device, dtype=torch.bool)
+        if km.shape[-1] != n_k:
+            raise ValueError(f"key_mask has {km.shape[-1]} keys, expected {n_k}")
+        ok = ok & km[..., None, :]
     return ok
 
 
@@ -304,15 +337,15 @@ def scores_from_qk(
 
     ``q`` and ``k`` are what enters the dot product (rotated where the family rotates);
     ``k`` has the layer's KV heads and is repeated per query head here.  ``key_mask``
-    marks real (unpadded) keys.
+    (``[k]``, True on real keys) masks padding out, as the attention mask of a batched
+    forward does: needed wherever keys past a query's prompt could be seen (bidirectional
+    layers, or queries of a padded prompt against the whole padded width).
     """
     k_full = repeat_kv(k.float(), q.shape[1] // k.shape[1])
     scores = torch.einsum("qhd,khd->hqk", q.float(), k_full) * layer.scale
     if layer.softcap is not None:
         scores = layer.softcap * torch.tanh(scores / layer.softcap)
-    ok = allowed_keys(layer, q.shape[0], k.shape[0], q_offset=q_offset, device=q.device)
-    if key_mask is not None:
-        ok = ok & key_mask.to(q.device)[None, :]
+    ok = allowed_keys(layer, q.shape[0], k.shape[0], q_offset=q_offset, device=q.device, key_mask=key_mask)
     return scores.masked_fill(~ok[None], float("-inf"))
 
 

@@ -46,6 +46,9 @@ class Capture:
     ``kv_heads[layer]`` (equal to ``heads`` without grouped-query attention, or with
     ``kv_per_query_head``); pattern, attn_scores: ``[prompt, head, query_pos, key_pos]``.
     Prompts are right-padded with zeros to the longest; real lengths are ``batch.lengths``.
+    Padded positions are zero, except that a pattern row of a real query keeps its padded
+    keys (zero, since every forward passes the padding mask).  ``batch`` also says which
+    real positions are the framing's special tokens (``n_prefix``/``n_suffix``).
     ``info`` holds what the manifest needs: KV-head counts and maps, where rot_q/rot_k came from.
     """
 
@@ -64,8 +67,22 @@ class Capture:
         return self.batch.lengths
 
 
-def tokenize_for(model: LoadedModel, prompts: Sequence[str], *, prepend_bos: bool, truncate: bool = False) -> TokenBatch:
-    return tokenize_prompts(model.tokenizer, prompts, prepend_bos=prepend_bos, n_ctx=model.n_ctx, truncate=truncate)
+def tokenize_for(model: LoadedModel, prompts: Sequence[str], *, prepend_bos: bool, truncate: bool = False, n_ctx: int | None = None) -> TokenBatch:
+    """``prompts`` as the model expects them: each wrapped in :meth:`LoadedModel.frame`, right-padded.
+
+    Decoders: ``[BOS] text`` (``text`` alone with ``prepend_bos=False``); encoders (BERT):
+    ``[CLS] text [SEP]`` (``text`` alone with ``prepend_bos=False``, the CLI's ``--no-bos``).
+    ``n_ctx`` (default: the model's context) caps the length, framing included; ``truncate``
+    cuts the text, never the framing.
+    """
+    return tokenize_prompts(
+        model.tokenizer,
+        prompts,
+        prepend_bos=prepend_bos,
+        n_ctx=model.n_ctx if n_ctx is None else n_ctx,
+        truncate=truncate,
+        frame=model.frame(prepend_bos),
+    )
 
 
 class _StopForward(Exception):
@@ -78,13 +95,22 @@ def _stop(act: Tensor, hook: Any = None) -> None:
 
 def run_forward(
     model: LoadedModel,
-    tokens: Tensor,
+    tokens: Tensor | TokenBatch,
     *,
+    attention_mask: Tensor | None = None,
     stop_at_layer: int | None = None,
     return_type: str | None = None,
     stop_after: str | None = None,
+    **kwargs: Any,
 ) -> Any:
-    """One forward pass of the bridge on ``tokens``.
+    """One forward pass of the bridge on ``tokens``, with padding masked out.
+
+    ``tokens`` is a ``[batch, pos]`` tensor or a :class:`~probes.prompts.TokenBatch`
+    (whose :attr:`~probes.prompts.TokenBatch.attention_mask` is then used unless one is
+    given).  ``attention_mask`` (0/1 ``[batch, pos]``, 1 on real tokens) reaches Hugging
+    Face's attention in every family: no real token attends to a padded key (a
+    bidirectional encoder would otherwise), and on right-padded causal models the real
+    positions are unchanged.  Other ``kwargs`` go to the bridge.
 
     With ``return_type=None`` the pass ends right after hook point ``stop_after`` (default:
     the residual stream after block ``stop_at_layer - 1``, itself defaulting to the last
@@ -93,17 +119,25 @@ def run_forward(
     pass once everything needed has been seen.  The unembedding is the largest single cost
     for a 50k vocabulary.
     """
+    if isinstance(tokens, TokenBatch):
+        if attention_mask is None:
+            attention_mask = tokens.attention_mask
+        tokens = tokens.tokens
     tokens = tokens.to(model.device)
+    if attention_mask is not None:
+        if tuple(attention_mask.shape) != tuple(tokens.shape):
+            raise ValueError(f"attention_mask {tuple(attention_mask.shape)} does not match tokens {tuple(tokens.shape)}")
+        kwargs["attention_mask"] = attention_mask.to(device=model.device, dtype=torch.long)
     if return_type is None:
         last = model.n_layers if stop_at_layer is None else min(stop_at_layer, model.n_layers)
         point = stop_after or f"blocks.{last - 1}.hook_resid_post"
         try:
             with attached(model.bridge, [(point, _stop)]):
-                model.bridge(tokens, return_type=None)
+                model.bridge(tokens, return_type=None, **kwargs)
         except _StopForward:
             pass
         return None
-    kwargs: dict[str, Any] = {"return_type": return_type}
+    kwargs["return_type"] = return_type
     if stop_at_layer is not None and stop_at_layer < model.n_layers:
         kwargs["stop_at_layer"] = stop_at_layer
     return model.bridge(tokens, **kwargs)
@@ -153,8 +187,11 @@ class _Writer:
             self.out[self.rows, :width] = sel.to(self.out.device)
         else:
             sel = act if self.all_heads else act[:, self.index]
-            pair = mask[:, :, None] & mask[:, None, :]  # [batch, q, k]
-            sel = torch.where(pair[:, None], sel, torch.zeros((), dtype=sel.dtype, device=sel.device))
+            # Padded queries are zeroed.  A pattern keeps every key of a real query, padded
+            # keys included (0 when the mask reached the attention; verify checks that);
+            # scores at padded keys are the mask's fill value and are zeroed too.
+            keep = mask[:, :, None] & (mask[:, None, :] if self.what == "attn_scores" else torch.ones_like(mask[:, None, :]))  # [batch, q, k]
+            sel = torch.where(keep[:, None], sel, torch.zeros((), dtype=sel.dtype, device=sel.device))
             self.out[self.rows, :, :width, :width] = sel.to(self.out.device)
 
 
@@ -269,7 +306,7 @@ def capture(
             mask = sub.mask.to(model.device)
             for w in writers:
                 w.rows, w.mask = rows, mask
-            run_forward(model, sub.tokens, stop_at_layer=last_layer)
+            run_forward(model, sub.tokens, attention_mask=sub.attention_mask, stop_at_layer=last_layer)
             for w in writers:
                 w.flush()
             if progress is not None:

@@ -12,7 +12,8 @@ How the edit gets into the computation depends on the layer (:func:`probes.atten
 * **native** layers (the bridge computes attention itself: GPT-2, Llama, Qwen2, Mistral,
   Gemma, Gemma2, GPT-NeoX): a hook on ``blocks.{L}.attn.hook_attn_scores``.
 * **interface** layers (the bridge hands attention to a Hugging Face module that picks its
-  attention function through ``ALL_ATTENTION_FUNCTIONS``: OPT, GPT-J): headlens registers
+  attention function through ``ALL_ATTENTION_FUNCTIONS``: OPT, GPT-J, BERT's
+  ``BertSelfAttention``): headlens registers
   its own attention function with ``transformers.AttentionInterface`` (with the eager mask
   builder in ``AttentionMaskInterface``), once, on first use, and switches
   ``config._attn_implementation`` to it for the duration of the ``with`` block.  The function
@@ -56,7 +57,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from probes.attention import attention_spec
+from probes.attention import attention_core, attention_spec
 from probes.errors import InputError, InterventionError
 from probes.hooks import attached
 
@@ -111,7 +112,8 @@ def _family(model: Any) -> str:
 
 
 def _module(model: Any, layer: int) -> Any:
-    return model.bridge.blocks[layer].attn.original_component
+    """The Hugging Face module that computes the layer's attention (BERT: ``BertSelfAttention`` inside ``BertAttention``)."""
+    return attention_core(model.bridge.blocks[layer].attn.original_component)
 
 
 _interface_classes: dict[type, bool] = {}

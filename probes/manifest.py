@@ -32,6 +32,19 @@ def package_versions() -> dict[str, str | None]:
     return versions
 
 
+def _framing(model: Any, prepend_bos: bool) -> dict[str, Any] | None:
+    """``model.framing(prepend_bos)``, or None where the model cannot say (no such tokens)."""
+    from probes.errors import InputError
+
+    framing = getattr(model, "framing", None)
+    if not callable(framing):
+        return None
+    try:
+        return json_ready(framing(bool(prepend_bos)))
+    except InputError:
+        return None
+
+
 def build_manifest(
     *,
     model: Any | None = None,
@@ -45,7 +58,10 @@ def build_manifest(
 
     ``model`` is a :class:`probes.loading.LoadedModel` (its ``describe()`` goes in),
     ``command`` the command line (defaults to ``sys.argv``), ``configs`` any config
-    dataclasses or dicts worth recording, ``extra`` analysis-specific facts.
+    dataclasses or dicts worth recording, ``extra`` analysis-specific facts.  With both
+    ``model`` and ``prepend_bos``, ``framing`` records the special tokens that wrapped each
+    prompt (:meth:`~probes.loading.LoadedModel.framing`: ``[BOS]`` on decoders,
+    ``[CLS]``/``[SEP]`` on encoders, none with ``prepend_bos=False``).
     """
     import torch
 
@@ -66,6 +82,8 @@ def build_manifest(
     if model is not None:
         manifest["dtype"] = manifest["model"]["dtype"]
         manifest["device"] = manifest["model"]["device"]
+        if prepend_bos is not None:
+            manifest["framing"] = _framing(model, prepend_bos)
     for key, value in (configs or {}).items():
         if hasattr(value, "__dataclass_fields__"):
             import dataclasses

@@ -21,8 +21,15 @@ __all__ = ["TokenBatch", "read_prompts", "tokenize_prompts", "token_strings", "i
 class TokenBatch:
     """Prompts as token ids, right-padded to the longest.
 
-    ``tokens[i, :lengths[i]]`` are the real tokens of prompt ``i`` (BOS first when
-    ``prepend_bos``); everything after is padding and must never count.
+    ``tokens[i, :lengths[i]]`` are the real tokens of prompt ``i``: the model's framing
+    around the text (:meth:`probes.loading.LoadedModel.frame`: ``[BOS]`` first on decoders,
+    ``[CLS] ... [SEP]`` on encoders, nothing with ``prepend_bos=False``); everything after
+    is padding and must never count, nor be attended to (pass :attr:`attention_mask` to
+    every forward).  The first ``n_prefix`` and the last ``n_suffix`` real tokens of every
+    prompt are the special tokens of the framing; :attr:`text_mask` marks the rest.
+
+    ``n_prefix=None`` (a batch built by hand) means the decoder convention: 1 when
+    ``prepend_bos``, else 0.
     """
 
     tokens: Int[Tensor, "prompt pos"]
@@ -30,15 +37,43 @@ class TokenBatch:
     strings: list[list[str]]
     prepend_bos: bool
     pad_id: int
+    #: Special tokens before the text of every prompt (``[BOS]`` or ``[CLS]``: 1; none: 0).
+    n_prefix: int | None = None
+    #: Special tokens after the text of every prompt (``[SEP]`` on encoders: 1; decoders: 0).
+    n_suffix: int = 0
+
+    def __post_init__(self) -> None:
+        if self.n_prefix is None:
+            self.n_prefix = 1 if self.prepend_bos else 0
 
     def __len__(self) -> int:
         return int(self.tokens.shape[0])
 
     @property
     def mask(self) -> Tensor:
-        """Boolean ``[prompt, pos]``: True on real tokens."""
-        pos = torch.arange(self.tokens.shape[1])
+        """Boolean ``[prompt, pos]``: True on real tokens (special tokens of the framing included)."""
+        pos = torch.arange(self.tokens.shape[1], device=self.lengths.device)
         return pos[None, :] < self.lengths[:, None]
+
+    @property
+    def attention_mask(self) -> Tensor:
+        """0/1 ``[prompt, pos]`` (``torch.long``): 1 on real tokens, 0 on padding.
+
+        What every batched forward must pass (``model.bridge(tokens, attention_mask=...)``,
+        or :func:`probes.capture.run_forward`), so that no real token attends to padding.
+        """
+        return self.mask.long()
+
+    @property
+    def text_mask(self) -> Tensor:
+        """Boolean ``[prompt, pos]``: True on the prompt's own text tokens (neither framing nor padding)."""
+        pos = torch.arange(self.tokens.shape[1], device=self.lengths.device)
+        return (pos[None, :] >= int(self.n_prefix or 0)) & (pos[None, :] < self.lengths[:, None] - self.n_suffix)
+
+    @property
+    def framing(self) -> dict[str, int]:
+        """``{"n_prefix": ..., "n_suffix": ...}``: how many special tokens wrap each prompt."""
+        return {"n_prefix": int(self.n_prefix or 0), "n_suffix": int(self.n_suffix)}
 
     def select(self, index: Sequence[int] | slice) -> TokenBatch:
         """A sub-batch, trimmed to its own longest prompt."""
@@ -51,6 +86,8 @@ class TokenBatch:
             strings=[self.strings[i] for i in idx],
             prepend_bos=self.prepend_bos,
             pad_id=self.pad_id,
+            n_prefix=self.n_prefix,
+            n_suffix=self.n_suffix,
         )
 
 
@@ -98,42 +135,62 @@ def tokenize_prompts(
     prepend_bos: bool,
     n_ctx: int,
     truncate: bool = False,
+    frame: tuple[Sequence[int], Sequence[int]] | None = None,
 ) -> TokenBatch:
-    """Tokenize without special tokens, prepend BOS when asked, right-pad with ``pad_id``.
+    """Tokenize without special tokens, wrap each prompt in ``frame``, right-pad with ``pad_id``.
 
-    A prompt longer than ``n_ctx`` tokens (BOS included) is an error unless ``truncate``.
+    ``frame`` is ``(prefix ids, suffix ids)``, :meth:`probes.loading.LoadedModel.frame`
+    (``([CLS], [SEP])`` on BERT, ``([BOS], [])`` on decoders); :func:`probes.capture.tokenize_for`
+    passes the model's.  Without it the decoder convention holds: ``[BOS]`` first when
+    ``prepend_bos``, nothing after.  A prompt longer than ``n_ctx`` tokens (framing included)
+    is an error unless ``truncate``, which cuts the text and keeps the whole framing.
     """
     if not prompts:
         raise InputError("no prompt given")
     bos = tokenizer.bos_token_id
-    if prepend_bos and bos is None:
-        raise InputError("this tokenizer has no BOS token; run with --no-bos")
+    if frame is None:
+        if prepend_bos and bos is None:
+            raise InputError("this tokenizer has no BOS token; run with --no-bos")
+        prefix, suffix = ([int(bos)] if prepend_bos else []), []
+    else:
+        prefix, suffix = [int(t) for t in frame[0]], [int(t) for t in frame[1]]
+    room = n_ctx - len(prefix) - len(suffix)
     ids: list[list[int]] = []
     for i, text in enumerate(prompts):
         if not isinstance(text, str) or not text:
             raise InputError(f"prompt {i + 1} is empty", prompt=i)
-        row = list(tokenizer(text, add_special_tokens=False)["input_ids"])
-        if prepend_bos:
-            row = [int(bos)] + row
-        if not row:
+        body = list(tokenizer(text, add_special_tokens=False)["input_ids"])
+        if not body and not (prefix or suffix):
             raise InputError(f"prompt {i + 1} has no tokens", prompt=i)
-        if len(row) > n_ctx:
+        if len(body) > room:
+            total = len(prefix) + len(body) + len(suffix)
             if not truncate:
                 raise InputError(
-                    f"prompt {i + 1} is {len(row)} tokens, longer than the model's context of {n_ctx}; shorten it or pass --truncate",
+                    f"prompt {i + 1} is {total} tokens, longer than the model's context of {n_ctx}; shorten it or pass --truncate",
                     prompt=i,
-                    length=len(row),
+                    length=total,
                 )
-            row = row[:n_ctx]
-        ids.append(row)
-    pad_id = int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (bos if bos is not None else 0))
+            if room < 1:
+                raise InputError(f"a context of {n_ctx} tokens leaves no room for text beside {len(prefix) + len(suffix)} special tokens", n_ctx=n_ctx)
+            body = body[:room]
+        ids.append(prefix + body + suffix)
+    pad = tokenizer.pad_token_id
+    pad_id = int(pad if pad is not None else (bos if bos is not None else 0))
     width = max(len(r) for r in ids)
     tokens = torch.full((len(ids), width), pad_id, dtype=torch.long)
     for i, row in enumerate(ids):
         tokens[i, : len(row)] = torch.tensor(row, dtype=torch.long)
     lengths = torch.tensor([len(r) for r in ids], dtype=torch.long)
     strings = [token_strings(tokenizer, r) for r in ids]
-    return TokenBatch(tokens=tokens, lengths=lengths, strings=strings, prepend_bos=prepend_bos, pad_id=pad_id)
+    return TokenBatch(
+        tokens=tokens,
+        lengths=lengths,
+        strings=strings,
+        prepend_bos=prepend_bos,
+        pad_id=pad_id,
+        n_prefix=len(prefix),
+        n_suffix=len(suffix),
+    )
 
 
 def token_strings(tokenizer: Any, ids: Sequence[int]) -> list[str]:

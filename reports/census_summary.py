@@ -29,12 +29,19 @@ def census_summary(
     notes: pd.DataFrame | None = None,
 ) -> str:
     """The summary; ``notes`` (``CensusResult.notes``) are the sliding-window notes, read from
-    the stimuli info's ``window_notes`` when not given."""
+    the stimuli info's ``window_notes`` when not given.  The stimuli info's ``notes`` (bidirectional
+    attention, detectors not measurable on causal attention) get a section of their own."""
     reg = registry()
+    framing = next((info.get("framing") for info in stimuli.values() if info.get("framing")), None) or {}
+    if framing.get("suffix"):  # an encoder's [CLS] ... [SEP]
+        wrapped = " ".join([*framing.get("prefix", []), "text", *framing["suffix"]])
+        opening = f"Each prompt is framed as **{wrapped}**."
+    else:
+        opening = f"BOS prepended: **{'yes' if prepend_bos else 'no'}**."
     lines = [
         f"# Head census: {model}",
         "",
-        f"BOS prepended: **{'yes' if prepend_bos else 'no'}**. Scores are means over prompts with 95% bootstrap intervals; "
+        f"{opening} Scores are means over prompts with 95% bootstrap intervals; "
         "the baseline is what a head attending uniformly would score on exactly the same positions.",
         "",
         "## Stimuli",
@@ -57,6 +64,10 @@ def census_summary(
             "",
         ]
         lines += [f"- {note}" for note in window_notes]
+    other_notes = list(dict.fromkeys(str(x) for info in stimuli.values() for x in info.get("notes", ())))
+    if other_notes:
+        lines += ["", "## Notes", "", "A score that is not measurable shows n/a and never gives a role.", ""]
+        lines += [f"- {note}" for note in other_notes]
     lines += ["", "## Roles", ""]
     named = roles[roles["roles"].fillna("") != ""]
     if len(named):
@@ -71,6 +82,9 @@ def census_summary(
     for det, g in scores.groupby("detector", sort=False):
         d = reg.get(str(det))
         lines += [f"### {det}", "", f"{d.summary if d else ''}. Threshold {thresholds.get(str(det), float('nan')):.2f}.", ""]
+        if g["score"].isna().all():
+            lines += ["Not measurable on this model (see Notes): every score is n/a.", ""]
+            continue
         has_acc = g["accuracy"].notna().any()
         head = "| head | score | 95% CI | baseline | n |" + (" accuracy |" if has_acc else "")
         lines += [head, "|---|---|---|---|---|" + ("---|" if has_acc else "")]
@@ -84,7 +98,9 @@ def census_summary(
         "## Rule",
         "",
         f"A head gets a role when its score is at least the threshold and the lower end of its interval is at least "
-        f"{baseline_factor:g} x the uniform baseline (referent heads also need accuracy >= 0.6). "
+        f"{baseline_factor:g} x the uniform baseline. Referent heads instead need a one-sided sign test over sentence pairs with "
+        "Holm-corrected p at most the referent threshold, more than half the pairs won, and an antecedent - distractor interval above 0 "
+        "(README, 'The referent rule'). "
         "Thresholds: " + ", ".join(f"{k}={v:g}" for k, v in thresholds.items()) + ".",
         "",
     ]

@@ -14,6 +14,9 @@ DEFAULT_VERIFY_TEXT = (
     "and by the time you reach the bank the river has settled what you meant."
 )
 
+#: verify's default prompts: two lengths, so the padding mask of a batch is checked too.
+DEFAULT_VERIFY_PROMPTS = (DEFAULT_VERIFY_TEXT, "Apple raised its price target.")
+
 
 def _load(model: str, device: str, dtype: str, revision: str | None, allow_new_weights: bool = False):
     from probes.config import ModelConfig
@@ -22,7 +25,7 @@ def _load(model: str, device: str, dtype: str, revision: str | None, allow_new_w
     return load_model(ModelConfig(model=model, device=device, dtype=dtype, revision=revision, allow_new_weights=allow_new_weights))
 
 
-def _prompts(text: str | None, prompts_file: str | None, *, default: str | None = None) -> list[str]:
+def _prompts(text: str | None, prompts_file: str | None, *, default: str | tuple[str, ...] | None = None) -> list[str]:
     from probes.errors import InputError
     from probes.prompts import read_prompts
 
@@ -35,7 +38,7 @@ def _prompts(text: str | None, prompts_file: str | None, *, default: str | None 
             raise InputError("--text is empty")
         return [text]
     if default is not None:
-        return [default]
+        return [default] if isinstance(default, str) else list(default)
     raise click.UsageError("give --text TEXT or --prompts FILE")
 
 
@@ -56,7 +59,11 @@ def _prompts(text: str | None, prompts_file: str | None, *, default: str | None 
     is_flag=True,
     help="Under grouped-query attention, store k/v/rot_k once per chosen query head (its KV head repeated) instead of once per KV head.",
 )
-@click.option("--no-bos", is_flag=True, help="Do not prepend BOS (TransformerLens prepends it; Hugging Face and most papers do not).")
+@click.option(
+    "--no-bos",
+    is_flag=True,
+    help="Do not prepend BOS (TransformerLens prepends it; Hugging Face and most papers do not). On encoders (BERT): no [CLS]/[SEP] around the text.",
+)
 @click.option("--batch-size", default=8, show_default=True, type=click.IntRange(min=1))
 @click.option("--truncate", is_flag=True, help="Cut prompts longer than the context instead of failing.")
 @click.option("--seed", default=0, show_default=True, type=int, help="Torch seed (recorded in the manifest).")
@@ -95,8 +102,20 @@ def capture_cmd(model, device, dtype, revision, allow_new_weights, text, prompts
     paths = save_capture(cap, out_dir, manifest)
     n_tensors = len(cap.tensors)
     click.echo(f"captured {n_tensors} tensors for {len(cap.batch)} prompt(s) -> {paths['activations']}")
+    if loaded.is_encoder:
+        click.echo(f"{framing_note(loaded, config.prepend_bos)}; attention is bidirectional (padding masked)")
     for line in describe_kv(cap):
         click.echo(line)
+
+
+def framing_note(loaded, prepend_bos: bool) -> str:
+    """``BOS on``/``BOS off`` on decoders; the special tokens around each prompt on encoders (``[CLS] ... [SEP]``)."""
+    if not loaded.is_encoder:
+        return f"BOS {'on' if prepend_bos else 'off'}"
+    if not prepend_bos:
+        return "no special tokens (--no-bos)"
+    framing = loaded.framing(prepend_bos)
+    return "each prompt as " + " ".join([*framing["prefix"], "...", *framing["suffix"]])
 
 
 def describe_kv(cap) -> list[str]:
@@ -116,26 +135,28 @@ def describe_kv(cap) -> list[str]:
 
 @click.command("verify")
 @model_options
-@click.option("--text", "-t", default=None, help="Text to check on (default: a built-in sentence pair).")
+@click.option("--text", "-t", default=None, help="Text to check on (default: two built-in prompts of different lengths, so padding is checked too).")
 @click.option("--prompts", "prompts_file", default=None, help="Prompt file, as for capture.")
-@click.option("--no-bos", is_flag=True, help="Do not prepend BOS.")
+@click.option("--no-bos", is_flag=True, help="Do not prepend BOS (encoders: no [CLS]/[SEP]).")
 @click.option("--tolerance", type=click.FloatRange(min=0, min_open=True), default=None, help="Largest absolute error accepted (default 1e-4 in float32, 3e-2 bfloat16, 5e-3 float16).")
 def verify_cmd(model, device, dtype, revision, allow_new_weights, text, prompts_file, no_bos, tolerance):
     """Check captured patterns against the family's own attention redone from rotated q and k, and z against pattern @ V.
 
     The recomputation applies what each layer does (rotary embedding, KV heads shared
     under grouped-query attention, the family's score scale, sliding window, logit
-    softcap); the 'applied' column says which.  Exits 1 when any layer is above
-    tolerance, when attention falls on a masked key, or when a pattern row does not
-    sum to 1; exits 2 for a family whose attention headlens cannot redo.
+    softcap; causal or bidirectional, with the batch's padding mask); the 'applied'
+    column says which.  Exits 1 when any layer is above tolerance, when attention falls
+    on a masked key (padding included), or when a pattern row does not sum to 1; exits 2
+    for a family whose attention headlens cannot redo.
     """
     from analyses.verify import verify_attention
     from probes.errors import CheckFailed
 
-    texts = _prompts(text, prompts_file, default=DEFAULT_VERIFY_TEXT)
+    texts = _prompts(text, prompts_file, default=DEFAULT_VERIFY_PROMPTS)
     loaded = _load(model, device, dtype, revision, allow_new_weights)
     table = verify_attention(loaded, texts, prepend_bos=not no_bos, tolerance=tolerance)
-    click.echo(f"model {model} on {loaded.device} in {str(loaded.dtype).removeprefix('torch.')}, BOS {'off' if no_bos else 'on'}")
+    attention = ", bidirectional attention" if loaded.is_encoder else ""
+    click.echo(f"model {model} on {loaded.device} in {str(loaded.dtype).removeprefix('torch.')}, {framing_note(loaded, not no_bos)}{attention}")
     click.echo(table.to_string(index=False, float_format=lambda x: f"{x:.2e}"))
     bad = table[~table["ok"]]
     if len(bad):

@@ -15,7 +15,7 @@ def census_options(fn):
     opts = [
         click.option("--referent-file", default=None, type=click.Path(dir_okay=False), help="JSONL: text plus character spans of pronoun, antecedent and distractor."),
         click.option("--batch-size", default=16, show_default=True, type=click.IntRange(min=1)),
-        click.option("--no-bos", is_flag=True, help="Do not prepend BOS (Hugging Face / paper convention)."),
+        click.option("--no-bos", is_flag=True, help="Do not prepend BOS (Hugging Face / paper convention); on encoders, no [CLS] ... [SEP] around the text."),
         click.option("--window", default=64, show_default=True, type=int, help="Tokens per natural-text window (previous-token, sink)."),
         click.option("--seq-len", default=50, show_default=True, type=int, help="T: random tokens per sequence, repeated twice (duplicate, induction)."),
         click.option("--seed", default=0, show_default=True, type=int),
@@ -99,7 +99,14 @@ def detect_cmd(model, device, dtype, revision, allow_new_weights, detectors, n_p
     result = run_census(loaded, config, progress=_progress(quiet))
     write_table(result.scores, out)
     write_json(manifest_path, build_manifest(model=loaded, command=["headlens", *sys.argv[1:]], seed=seed, prepend_bos=config.prepend_bos, configs={"census": config}, extra={"stimuli": result.stimuli}))
+    _echo_notes(result)
     click.echo(f"{len(result.scores)} scores ({result.scores['detector'].nunique()} detectors x {loaded.n_layers * loaded.n_heads} heads) -> {out}")
+
+
+def _echo_notes(result) -> None:
+    """Detectors that cannot measure this model (next_token on causal attention), on stderr."""
+    for note in getattr(result, "detector_notes", {}).values():
+        click.echo(f"note: {note}", err=True)
 
 
 def classify_to_dir(
@@ -170,7 +177,8 @@ def classify_cmd(model, device, dtype, revision, allow_new_weights, detectors, n
         from analyses.masks import read_mask
 
         read_mask(mask_file).check(loaded.n_layers, loaded.n_heads)
-    _, roles = classify_to_dir(loaded, config, out, thresholds=parsed, baseline_factor=baseline_factor, quiet=quiet, command=["headlens", *sys.argv[1:]], extra={"mask": mask_file})
+    result, roles = classify_to_dir(loaded, config, out, thresholds=parsed, baseline_factor=baseline_factor, quiet=quiet, command=["headlens", *sys.argv[1:]], extra={"mask": mask_file})
+    _echo_notes(result)
     named = roles[roles["roles"] != ""]
     click.echo(f"{len(named)} of {len(roles)} heads have a role -> {out}/roles.csv")
     for r in named.itertuples():

@@ -27,9 +27,9 @@ def _stage_progress(quiet: bool):
 @model_options
 @click.option("--out", "out_dir", default=None, type=click.Path(file_okay=False), help="Output folder (required unless --text).")
 @click.option("--eps", default=0.3, show_default=True, type=float, help="Sink threshold on alpha (Gu et al. 2024), strictly between 0 and 1.")
-@click.option("--window", default=64, show_default=True, type=int, help="Tokens per census sequence, BOS included (Gu et al.: 64).")
+@click.option("--window", default=64, show_default=True, type=int, help="Tokens per census sequence, BOS (an encoder's [CLS] and [SEP]) included (Gu et al.: 64).")
 @click.option("--n-prompts", default=None, type=int, help="Number of sequences (default: every window of the evaluation text, at most 100).")
-@click.option("--bos", "bos", type=click.Choice(["both", "on", "off"]), default="both", show_default=True, help="Prepend BOS: run both settings, only with, or only without.")
+@click.option("--bos", "bos", type=click.Choice(["both", "on", "off"]), default="both", show_default=True, help="Prepend BOS (encoders: wrap in [CLS] ... [SEP]): run both settings, only with, or only without.")
 @click.option("--no-bos", is_flag=True, help="Same as --bos off (Hugging Face and most papers do not prepend BOS).")
 @click.option("--prompts", "prompts_file", default=None, help="Your own texts instead of the evaluation text: one a line, or JSONL with 'text' (each cut to --window tokens).")
 @click.option("--heads", callback=parse_heads, default=None, help="Heads whose sink is removed, together and one by one, as LAYER.HEAD,... (default: the sink heads the census finds).")
@@ -49,8 +49,9 @@ def sinks_cmd(model, device, dtype, revision, allow_new_weights, out_dir, eps, w
     """Attention sinks: which heads sink, onto what, position or content, does the sink carry
     anything, and what breaks without it.
 
-    Writes CSV tables (census, sink_rates, sink_rate_by_layer, content, content_verdicts,
-    secondary_*, value_norm, removal, windowed), heatmaps and plots (PNG and SVG),
+    Writes CSV tables (census, sink_rates, sink_rate_by_layer, sink_targets,
+    sink_targets_by_layer, content, content_verdicts, secondary_*, value_norm, removal,
+    windowed; removal and windowed are not run on encoders), heatmaps and plots (PNG and SVG),
     summary.md and manifest.json to OUT.  With --text, only prints the seed measurement
     (and writes seed_text.csv and manifest.json when --out is given).
     """
@@ -131,6 +132,10 @@ def sinks_cmd(model, device, dtype, revision, allow_new_weights, out_dir, eps, w
         )
         if r.uniform_alpha > config.eps:
             click.echo(f"note: uniform attention is itself above eps ({r.uniform_alpha:.3f} > {config.eps:g}) at these lengths; use longer sequences (Gu et al.: 64 tokens)", err=True)
+    for name, why in (report.info.get("skipped_variants") or {}).items():
+        click.echo(f"note: first-token variant {name} not run: {why}", err=True)
+    for name, why in (report.info.get("skipped") or {}).items():
+        click.echo(f"note: {name} {why}", err=True)
     click.echo(f"wrote {len(tables)} tables, {len(figures)} figures, summary.md and manifest.json to {out}")
 
 

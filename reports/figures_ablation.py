@@ -17,6 +17,12 @@ from reports.figures import save_figure
 __all__ = ["ablation_heatmap", "pruning_curve"]
 
 
+def _label(metric: str) -> str:
+    from analyses.ablation_data import METRIC_LABELS
+
+    return METRIC_LABELS.get(str(metric), str(metric))
+
+
 def _plt() -> Any:
     from reports.figures import _pyplot
 
@@ -41,7 +47,7 @@ def ablation_heatmap(
     bound = float(np.abs(finite).max()) if finite.size else 1.0
     bound = bound or 1.0
     method = table["method"].iloc[0] if len(table) else "?"
-    metric = table["metric"].iloc[0] if len(table) else "?"
+    metric = _label(table["metric"].iloc[0]) if len(table) else "?"
     fig, ax = plt.subplots(figsize=(max(5.0, 2.5 + 0.55 * n_heads), max(2.8, 1.6 + 0.42 * n_layers)))
     annot = n_layers * n_heads <= 16 * 16
     sns.heatmap(
@@ -76,15 +82,20 @@ def pruning_curve(
         ax.fill_between(x, curve["random_min"], curve["random_max"], color="tab:gray", alpha=0.15, linewidth=0, label="random order: min-max")
         ax.fill_between(x, curve["random_mean"] - curve["random_std"], curve["random_mean"] + curve["random_std"], color="tab:gray", alpha=0.3, linewidth=0, label="random order: mean +/- 1 sd")
         ax.plot(x, curve["random_mean"], color="tab:gray", marker=".", label="random order: mean")
-    ax.plot(x, curve["value"], color="tab:blue", marker="o", label="importance order (Michel et al.)")
-    sign = 1 if metric == "loss" else -1
-    threshold = baseline + sign * max_increase * abs(baseline)
-    ax.axhline(threshold, color="tab:red", linestyle="--", linewidth=1, label=f"baseline {'+' if sign > 0 else '-'}{max_increase:.0%}")
+    exact = metric == "embedding"
+    ax.plot(x, curve["value"], color="tab:blue", marker="o", label="exact importance order" if exact else "importance order (Michel et al.)")
+    sign = -1 if metric == "logit-diff" else 1
+    if exact:  # the unablated embedding change is 0: the threshold is absolute
+        threshold = baseline + max_increase
+        ax.axhline(threshold, color="tab:red", linestyle="--", linewidth=1, label=f"baseline + {max_increase:g}")
+    else:
+        threshold = baseline + sign * max_increase * abs(baseline)
+        ax.axhline(threshold, color="tab:red", linestyle="--", linewidth=1, label=f"baseline {'+' if sign > 0 else '-'}{max_increase:.0%}")
     ax.axvline(removable * 100, color="tab:green", linestyle=":", linewidth=1.2, label=f"removable: {removable:.0%} of heads")
     kv = curve.loc[(curve["fraction_removed"] - removable).abs().idxmin(), "kv_bytes_saved_per_1k_tokens"]
     ax.set_xlabel("heads removed (%)")
-    ax.set_ylabel(metric)
-    ax.set_title(title or f"Head pruning: {metric} vs heads removed (KV cache saved at removable point: {kv / 1024:.0f} KiB per 1k tokens)", fontsize=9)
+    ax.set_ylabel(_label(metric))
+    ax.set_title(title or f"Head pruning: {_label(metric)} vs heads removed (KV cache saved at removable point: {kv / 1024:.0f} KiB per 1k tokens)", fontsize=9)
     ax.legend(fontsize=7, loc="best")
     ax.grid(alpha=0.3)
     return save_figure(fig, stem, formats)

@@ -17,6 +17,15 @@ stage           what it runs (``--quick`` in brackets)
 ``examples``    attention patterns of every head on 2-3 example prompts (or yours)
 ==============  ===========================================================================
 
+**Models without a trained output head.**  When the model's output head was newly initialised
+(``LoadedModel.head_is_new``, e.g. all-MiniLM-L6-v2 booted as ``BertForMaskedLM``) or the model
+is an encoder, the ablation and pruning stages measure the **embedding change** instead of the
+loss (:func:`analyses.ablation_data.default_metric`): ``1 - cos`` between the mean-pooled last
+hidden state and the unablated one, over 64 sentences of the evaluation text [4 sentences of
+at most 32 tokens]; pruning then ranks heads by their exact single-head change (the embedding
+change has no gradient), and the sinks stage leaves out sink removal and windowed attention
+(they measure loss).  The page says so.  A loss-based stage never runs on a new head.
+
 **Resuming.**  A stage writes its files, then (last, atomically) ``OUT/<stage>/stage.json``, a
 marker holding the stage's *key*: the model (source, path, revision, a fingerprint of its files,
 dtype), the stage's configuration and the report format version.  On a rerun a stage whose
@@ -170,6 +179,11 @@ class ReportSettings:
         """Where ablation and pruning measure the loss: windows of the shipped evaluation text."""
         window = 32 if self.quick else 128
         return {"n_windows": 2 if self.quick else 16, "window": min(window, n_ctx), "prepend_bos": self.prepend_bos}
+
+    def sentence_data(self, n_ctx: int) -> dict[str, Any]:
+        """Where ablation and pruning measure the embedding change (models without a trained
+        output head, encoders): sentences of the shipped evaluation text."""
+        return {"n_sentences": 4 if self.quick else 64, "max_tokens": min(32 if self.quick else 128, n_ctx), "prepend_bos": self.prepend_bos}
 
     def ablation(self, method: str) -> Any:
         from analyses.ablation import AblationConfig
@@ -340,6 +354,7 @@ class _Ctx:
     step: Callable[[str, int, int], None]
     command: list[str]
     quiet: bool
+    say: Callable[[str], None] = lambda text: None  # noqa: E731 - a stage line ("stage 3/6 ablation_zero: ...")
 
 
 def _csv(df: pd.DataFrame, path: Path) -> Path:
@@ -352,12 +367,25 @@ def _names(paths: Sequence[Path], base: Path) -> list[str]:
     return sorted(str(Path(p).relative_to(base)) for p in paths)
 
 
-def _eval_set(ctx: _Ctx, loaded: Any) -> Any:
-    from analyses.ablation_data import text_eval_set
+#: How the ablation and pruning stages choose their metric (part of their resume key).
+METRIC_RULE = "embedding change when the output head is newly initialised or the model is an encoder, else loss"
+
+
+def _eval_set(ctx: _Ctx, loaded: Any) -> tuple[Any, dict[str, Any]]:
+    """The stage's evaluation set and what the page says about its metric."""
+    from analyses.ablation_data import EMBEDDING_DEFINITION, check_metric, default_metric, embedding_eval_set, split_sentences, text_eval_set
     from analyses.stimuli import eval_text
 
+    metric, why = default_metric(loaded)
+    check_metric(loaded, metric)
+    if metric == "embedding":
+        ctx.say(f"measured by the embedding change, not loss: {why}")
+        d = ctx.settings.sentence_data(loaded.n_ctx)
+        data = embedding_eval_set(loaded, split_sentences(eval_text(), complete_only=True), n_sentences=d["n_sentences"], max_tokens=d["max_tokens"], prepend_bos=d["prepend_bos"], source="built-in evaluation text")
+        return data, {"metric": metric, "metric_why": why, "metric_definition": EMBEDDING_DEFINITION}
     d = ctx.settings.eval_data(loaded.n_ctx)
-    return text_eval_set(loaded.tokenizer, eval_text(), n_windows=d["n_windows"], window=d["window"], prepend_bos=d["prepend_bos"], n_ctx=loaded.n_ctx, bos_id=loaded.bos_id)
+    data = text_eval_set(loaded.tokenizer, eval_text(), n_windows=d["n_windows"], window=d["window"], prepend_bos=d["prepend_bos"], n_ctx=loaded.n_ctx, bos_id=loaded.bos_id)
+    return data, {"metric": metric}
 
 
 def _run_census(ctx: _Ctx) -> dict[str, Any]:
@@ -388,6 +416,10 @@ def _run_sinks(ctx: _Ctx) -> dict[str, Any]:
 
     loaded = ctx.model()
     config = ctx.settings.sinks()
+    left_out = _loss_analyses(loaded, config)
+    if left_out:
+        config = dataclasses.replace(config, skip=tuple(dict.fromkeys((*config.skip, *left_out))))
+        ctx.say(f"left out {' and '.join(left_out)}: they measure loss, which {_why_no_loss(loaded)}")
     report = run_sinks(loaded, config, progress=ctx.step)
     files = write_tables(report.tables, ctx.dir)
     if not ctx.settings.quick:
@@ -397,7 +429,28 @@ def _run_sinks(ctx: _Ctx) -> dict[str, Any]:
     census = report.tables["census"]
     files += sink_alpha_heatmap(census[census["bos"] == ctx.settings.prepend_bos], ctx.dir / "sink_alpha", eps=config.eps, bos=ctx.settings.prepend_bos)
     files.append(write_text(ctx.dir / "summary.md", summary_markdown(report, model_name=loaded.name, figures=[p for p in files if p.suffix == ".png"])))
-    return {"sinks": report.info, "eps": config.eps, "bos": list(config.bos)}
+    info = {"sinks": report.info, "eps": config.eps, "bos": list(config.bos)}
+    if left_out:
+        info["left_out"] = {"analyses": list(left_out), "why": f"they measure loss, which {_why_no_loss(loaded)}"}
+    return info
+
+
+#: Parts of the sinks stage that measure next-token loss.
+_SINK_LOSS_ANALYSES = ("removal", "windowed")
+
+
+def _loss_analyses(loaded: Any, config: Any) -> tuple[str, ...]:
+    """The loss-based sink analyses ``config`` would run that mean nothing on ``loaded`` (a new
+    output head, or an encoder): they are left out."""
+    if not (getattr(loaded, "head_is_new", False) or getattr(loaded, "is_encoder", False)):
+        return ()
+    return tuple(a for a in _SINK_LOSS_ANALYSES if a not in config.skip)
+
+
+def _why_no_loss(loaded: Any) -> str:
+    if getattr(loaded, "head_is_new", False):
+        return "would be read from the newly initialised (random) output head"
+    return "a bidirectional encoder does not model (next-token prediction)"
 
 
 def _load_sinks(d: Path, marker: dict[str, Any]) -> dict[str, Any]:
@@ -413,7 +466,7 @@ def _run_ablation(ctx: _Ctx, method: str) -> dict[str, Any]:
     from reports.report_figures import ablation_heatmap
 
     loaded = ctx.model()
-    data = _eval_set(ctx, loaded)
+    data, about = _eval_set(ctx, loaded)
     config = ctx.settings.ablation(method)
     journal = _journal(ctx.dir / JOURNAL, f"report-{ctx.name}", {**ctx.key, "data": data.fingerprint()})
     with journal:
@@ -421,7 +474,10 @@ def _run_ablation(ctx: _Ctx, method: str) -> dict[str, Any]:
     files = [_csv(result.table, ctx.dir / "ablation.csv")]
     files += ablation_heatmap(result.table, ctx.dir / "delta_heatmap", n_layers=loaded.n_layers, n_heads=loaded.n_heads, baseline=result.baseline_value)
     journal.finish()
-    return {"method": method, "metric": data.metric, "unablated_value": result.unablated_value, "spearman_attribution_vs_exact": result.spearman, "data": data.describe(), "resumed": journal.resumed}
+    info = {"method": method, **about, "unablated_value": result.unablated_value, "spearman_attribution_vs_exact": result.spearman, "data": data.describe(), "resumed": journal.resumed}
+    if "attribution" in result.info:
+        info["attribution"] = result.info["attribution"]
+    return info
 
 
 def _load_ablation(d: Path, marker: dict[str, Any]) -> dict[str, Any]:
@@ -434,7 +490,7 @@ def _run_pruning(ctx: _Ctx) -> dict[str, Any]:
     from reports.report_figures import pruning_curve
 
     loaded = ctx.model()
-    data = _eval_set(ctx, loaded)
+    data, about = _eval_set(ctx, loaded)
     config = ctx.settings.pruning()
     journal = _journal(ctx.dir / JOURNAL, "report-pruning", {**ctx.key, "data": data.fingerprint()})
     with journal:
@@ -445,7 +501,8 @@ def _run_pruning(ctx: _Ctx) -> dict[str, Any]:
     pruning_curve(result.curve, ctx.dir / "pruning_curve", metric=data.metric, baseline=result.baseline_value, max_increase=config.max_increase, removable=result.removable_fraction)
     journal.finish()
     return {
-        "metric": data.metric,
+        **about,
+        "importance": result.info["importance"],
         "unablated_value": result.baseline_value,
         "removable_fraction": result.removable_fraction,
         "max_increase": config.max_increase,
@@ -514,9 +571,9 @@ class _Stage:
 _STAGE_DEFS: dict[str, _Stage] = {
     "census": _Stage("census", _run_census, _load_census, lambda s: s.census()),
     "sinks": _Stage("sinks", _run_sinks, _load_sinks, lambda s: {k: v for k, v in dataclasses.asdict(s.sinks()).items()}),
-    "ablation_zero": _Stage("ablation_zero", lambda c: _run_ablation(c, "zero"), _load_ablation, lambda s: {"ablation": s.ablation("zero"), "data": s.eval_data(10**9)}),
-    "ablation_mean": _Stage("ablation_mean", lambda c: _run_ablation(c, "mean"), _load_ablation, lambda s: {"ablation": s.ablation("mean"), "data": s.eval_data(10**9)}),
-    "pruning": _Stage("pruning", _run_pruning, _load_pruning, lambda s: {"pruning": s.pruning(), "data": s.eval_data(10**9)}),
+    "ablation_zero": _Stage("ablation_zero", lambda c: _run_ablation(c, "zero"), _load_ablation, lambda s: {"ablation": s.ablation("zero"), "data": s.eval_data(10**9), "metric": METRIC_RULE, "sentences": s.sentence_data(10**9)}),
+    "ablation_mean": _Stage("ablation_mean", lambda c: _run_ablation(c, "mean"), _load_ablation, lambda s: {"ablation": s.ablation("mean"), "data": s.eval_data(10**9), "metric": METRIC_RULE, "sentences": s.sentence_data(10**9)}),
+    "pruning": _Stage("pruning", _run_pruning, _load_pruning, lambda s: {"pruning": s.pruning(), "data": s.eval_data(10**9), "metric": METRIC_RULE, "sentences": s.sentence_data(10**9)}),
     "examples": _Stage("examples", _run_examples, _load_examples, lambda s: {"prompts": list(s.example_prompts), "prepend_bos": s.prepend_bos, "max_tokens": MAX_EXAMPLE_TOKENS}),
 }
 
@@ -575,6 +632,35 @@ class Report:
     def stage(self, name: str) -> StageStatus:
         return next(s for s in self.stages if s.name == name)
 
+    @property
+    def metric_note(self) -> str | None:
+        """Plain text for the page: what the embedding metric is and why it replaced the loss
+        (``None`` when the stages measured loss)."""
+        for name in ("ablation_zero", "ablation_mean", "pruning"):
+            s = self.stage(name)
+            if s.ok and s.info.get("metric") == "embedding":
+                data = s.info.get("data") or {}
+                why = str(s.info.get("metric_why") or "").rstrip(".")
+                framing = data.get("framing") or {}
+                framed = " and ".join(str(t) for t in (*framing.get("prefix", []), *framing.get("suffix", []))) or "no special tokens"
+                return (
+                    "Ablation and pruning measure the embedding change, not the loss: 1 - cosine between the sentence embedding "
+                    f"(the last hidden state averaged over each sentence's tokens, {framed} included) and the unablated model's, "
+                    f"averaged over {data.get('n_sentences', '?')} sentences of the evaluation text; the output head is not read"
+                    + (f", because {why}." if why else ".")
+                    + " Pruning ranks heads by this exact change (it has no gradient in the unablated model), and its threshold is an absolute change."
+                )
+        return None
+
+    @property
+    def sinks_note(self) -> str | None:
+        """Plain text: sink analyses the sinks stage left out, and why (``None`` when none)."""
+        s = self.stage("sinks")
+        left = s.info.get("left_out") if s.ok else None
+        if not left:
+            return None
+        return f"Left out: {' and '.join(map(str, left.get('analyses', [])))} ({left.get('why', '')})."
+
     def html(self) -> str:
         """The self-contained page (what ``report.html`` holds)."""
         from reports.report_html import render_html
@@ -616,7 +702,8 @@ def _head_table(r: Report) -> pd.DataFrame:
     if r.scores is not None:
         wide = r.scores.pivot_table(index=["layer", "head"], columns="detector", values="score", sort=False)
         for det in dict.fromkeys(r.scores["detector"]):
-            rows[det] = [wide[det].get((a, b), np.nan) for a, b in zip(rows["layer"], rows["head"])]
+            col = wide[det] if det in wide.columns else pd.Series(dtype=float)  # a detector that scored no head (all NaN) has no pivot column
+            rows[det] = [col.get((a, b), np.nan) for a, b in zip(rows["layer"], rows["head"])]
 
     def join(df: pd.DataFrame | None, col: str, name: str) -> None:
         if df is None:
@@ -839,7 +926,7 @@ def build_report(
                 reporter.step(label, sub, done, total)
 
         quiet = reporter is None or bool(getattr(reporter, "quiet", False))
-        ctx = _Ctx(name=name, dir=d, settings=settings, key=keys[name], model=get_model, step=step, command=cmd, quiet=quiet)
+        ctx = _Ctx(name=name, dir=d, settings=settings, key=keys[name], model=get_model, step=step, command=cmd, quiet=quiet, say=say)
         try:
             info = _STAGE_DEFS[name].run(ctx)
             seconds = round(time.perf_counter() - t0, 3)

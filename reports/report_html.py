@@ -33,7 +33,7 @@ from reports.tables import baseline_label
 __all__ = ["render_html", "json_for_script", "SCRIPT"]
 
 #: Column labels of the role table (full names in the header's tooltip).
-SHORT = {"previous_token": "prev. token", "duplicate_token": "dup. token", "induction": "induction", "sink": "sink", "referent": "referent"}
+SHORT = {"previous_token": "prev. token", "next_token": "next token", "duplicate_token": "dup. token", "induction": "induction", "sink": "sink", "referent": "referent"}
 COLUMN_TITLES = {
     "sink_alpha": "sink score: Gu et al. alpha from the sinks stage",
     "zero_delta": "change in the metric when the head alone is zero-ablated",
@@ -42,13 +42,34 @@ COLUMN_TITLES = {
     "pruned_at": "fraction of heads removed when pruning took this head out",
 }
 
+EXACT_IMPORTANCE_TITLE = "pruning importance: the exact change in the metric when the head alone is zero-ablated from the unpruned model"
+
+
+def _exact_importance(report: Any) -> bool:
+    """True when pruning ranked heads by their exact ablation change (the embedding metric)."""
+    s = report.stage("pruning")
+    return s.ok and s.info.get("metric") == "embedding"
+
+
+def _metric_label(metric: str) -> str:
+    from analyses.ablation_data import METRIC_LABELS
+
+    return METRIC_LABELS.get(str(metric), str(metric))
+
+
+def _metric_note(report: Any) -> str:
+    note = report.metric_note
+    return f'<p class="metric-note"><strong>Metric.</strong> {escape(note)}</p>' if note else ""
+
+
 #: Short definitions shown under each detector's heatmap (README "Head scores").
 DETECTOR_NOTES = {
     "previous_token": "mean attention from each token to the one before it",
+    "next_token": "mean attention from each token to the one after it (encoders; not measurable on causal attention)",
     "duplicate_token": "repeated random tokens: attention from the second copy to the same token's first occurrence",
     "induction": "repeated random tokens: attention from the second copy to the token after the first occurrence",
     "sink": "mean attention to the first position (Gu et al. alpha)",
-    "referent": "attention from a pronoun to its antecedent (role also needs accuracy >= 0.6)",
+    "referent": "attention from a pronoun to its antecedent (the role needs a Holm-corrected sign test over sentence pairs, more than half the pairs won, and antecedent above distractor)",
 }
 
 
@@ -158,7 +179,8 @@ def _role_table(report: Any) -> str:
     cols = _head_columns(report)
     head_cells = ['<th data-col="0" data-type="num" aria-sort="ascending" title="layer.head; click to sort">head</th>', '<th data-col="1" data-type="text" title="roles the census gave this head">roles</th>']
     for k, (col, label, _) in enumerate(cols, start=2):
-        head_cells.append(f'<th data-col="{k}" data-type="num" class="num" title="{escape(COLUMN_TITLES.get(col, col + " score"))}; click to sort">{escape(label)}</th>')
+        title = EXACT_IMPORTANCE_TITLE if col == "importance" and _exact_importance(report) else COLUMN_TITLES.get(col, col + " score")
+        head_cells.append(f'<th data-col="{k}" data-type="num" class="num" title="{escape(title)}; click to sort">{escape(label)}</th>')
     body = []
     for r in heads.itertuples(index=False):
         d = r._asdict()
@@ -249,12 +271,16 @@ def _heatmaps(report: Any) -> str:
             bound = float(np.abs(finite).max()) if finite.size else 1.0
             bound = bound or 1.0
             info = report.stage(name).info
-            metric = str(table["metric"].iloc[0])
+            metric = _metric_label(str(table["metric"].iloc[0]))
             maps.append(_heatmap(f"{label} ablation: \u0394 {metric}", f"change in {metric} when the head alone is {label}-ablated; unablated {_num(info.get('unablated_value'), 4)}", grid, cmap="RdBu_r", vmin=-bound, vmax=bound, fmt="+.3f", map_id=f"hm-{label}-ablation"))
     if report.importance is not None and L and H:
         grid = _grid(report.importance, "importance", L, H)
         top = float(np.nanmax(grid)) if np.isfinite(grid).any() else 1.0
-        maps.append(_heatmap("pruning importance", "Michel et al. gradient importance, L2-normalised per layer", grid, cmap="viridis", vmin=0.0, vmax=top or 1.0, fmt=".2f", map_id="hm-importance"))
+        if _exact_importance(report):
+            low = min(0.0, float(np.nanmin(grid))) if np.isfinite(grid).any() else 0.0
+            maps.append(_heatmap("pruning importance", "exact: embedding change when the head alone is zero-ablated (unpruned model)", grid, cmap="viridis", vmin=low, vmax=top or 1.0, fmt=".3f", map_id="hm-importance"))
+        else:
+            maps.append(_heatmap("pruning importance", "Michel et al. gradient importance, L2-normalised per layer", grid, cmap="viridis", vmin=0.0, vmax=top or 1.0, fmt=".2f", map_id="hm-importance"))
     if not maps:
         out.append('<p class="none">No heatmap: the stages they come from did not finish.</p>')
     out.append('<div class="heatmaps">' + "".join(maps) + "</div>")
@@ -288,8 +314,12 @@ def _pruning_svg(report: Any) -> str:
     xs = [100 * float(x) for x in curve["fraction_removed"]]
     series = [curve["value"], curve["random_mean"], curve["random_min"], curve["random_max"], curve["random_mean"] - curve["random_std"], curve["random_mean"] + curve["random_std"]]
     ys = [float(v) for s in series for v in s if _f(v) is not None]
-    sign = 1 if metric == "loss" else -1
-    threshold = None if v0 is None else v0 + sign * max_inc * abs(v0)
+    embedding = metric == "embedding"
+    sign = -1 if metric == "logit-diff" else 1
+    if embedding:  # the unablated embedding change is 0: the threshold is absolute
+        threshold = None if v0 is None else v0 + max_inc
+    else:
+        threshold = None if v0 is None else v0 + sign * max_inc * abs(v0)
     if threshold is not None:
         ys.append(threshold)
     lo, hi = (min(ys), max(ys)) if ys else (0.0, 1.0)
@@ -337,10 +367,10 @@ def _pruning_svg(report: Any) -> str:
     parts.append(f'<line class="removable" x1="{X(100 * removable)}" x2="{X(100 * removable)}" y1="{mt}" y2="{Ht - mb}"/>')
     parts.append("</svg>")
     legend = (
-        '<div class="svg-legend"><span><i class="sw importance"></i>importance order (Michel et al. 2019)</span>'
+        f'<div class="svg-legend"><span><i class="sw importance"></i>{"exact importance order" if embedding else "importance order (Michel et al. 2019)"}</span>'
         f'<span><i class="sw random"></i>random order: mean of {int(info.get("random_seeds") or 0)}, band = \u00b11 sd and min-max</span>'
-        f'<span><i class="sw threshold"></i>unablated {escape(metric)} {"+" if sign > 0 else "-"}{max_inc:.0%}</span>'
-        f'<span><i class="sw removable"></i>removable: {removable:.0%} of heads</span></div>'
+        + (f'<span><i class="sw threshold"></i>unablated {escape(metric)} + {max_inc:g}</span>' if embedding else f'<span><i class="sw threshold"></i>unablated {escape(metric)} {"+" if sign > 0 else "-"}{max_inc:.0%}</span>')
+        + f'<span><i class="sw removable"></i>removable: {removable:.0%} of heads</span></div>'
     )
     return "".join(parts) + legend
 
@@ -351,13 +381,22 @@ def _pruning(report: Any) -> str:
     if curve is None:
         return "".join(out)
     info = report.stage("pruning").info
-    metric = escape(str(info.get("metric", "loss")))
-    out.append(
-        f'<p>Heads are removed (zero-ablated) in order of least gradient importance, recomputed after each step, and the {metric} on the '
-        f"evaluation text is measured; the grey curve removes the same numbers of heads in random orders. Unablated {metric}: "
-        f"{_num(info.get('unablated_value'), 4)}; removable within +{100 * float(info.get('max_increase') or 0):.0f}%: "
-        f"<strong>{100 * float(info.get('removable_fraction') or 0):.0f}%</strong> of heads.</p>"
-    )
+    embedding = info.get("metric") == "embedding"
+    metric = escape(_metric_label(str(info.get("metric", "loss"))))
+    if embedding:
+        out.append(
+            "<p>Heads are removed (zero-ablated) in order of least exact importance (the embedding change when the head alone is removed from the model as pruned "
+            f"so far), recomputed after each step, and the {metric} over sentences of the evaluation text is measured; the grey curve removes the same numbers of heads "
+            f"in random orders. Unablated {metric}: {_num(info.get('unablated_value'), 4)}; removable within an embedding change of at most "
+            f"{float(info.get('max_increase') or 0):g}: <strong>{100 * float(info.get('removable_fraction') or 0):.0f}%</strong> of heads.</p>"
+        )
+    else:
+        out.append(
+            f'<p>Heads are removed (zero-ablated) in order of least gradient importance, recomputed after each step, and the {metric} on the '
+            f"evaluation text is measured; the grey curve removes the same numbers of heads in random orders. Unablated {metric}: "
+            f"{_num(info.get('unablated_value'), 4)}; removable within +{100 * float(info.get('max_increase') or 0):.0f}%: "
+            f"<strong>{100 * float(info.get('removable_fraction') or 0):.0f}%</strong> of heads.</p>"
+        )
     out.append('<div class="curve">' + _pruning_svg(report) + "</div>")
     rows = []
     for c in curve.itertuples(index=False):
@@ -367,7 +406,7 @@ def _pruning(report: Any) -> str:
         rnd = "n/a" if _f(d["random_mean"]) is None else f"{_num(d['random_mean'], 4)} \u00b1 {_num(d['random_std'], 4)}"
         rows.append(
             f"<tr><td>{int(d['step'])}</td><td class=\"num\">{int(d['n_removed'])}</td><td class=\"num\">{100 * float(d['fraction_removed']):.0f}%</td>"
-            f"<td class=\"num\">{_num(d['value'], 4)}</td><td class=\"num\">{_signed(100 * float(d['relative_change']), 1)}%</td><td class=\"num\">{rnd}</td>"
+            f"<td class=\"num\">{_num(d['value'], 4)}</td><td class=\"num\">{_signed(d['relative_change'], 4) if embedding else _signed(100 * float(d['relative_change']), 1) + '%'}</td><td class=\"num\">{rnd}</td>"
             f"<td class=\"num\">{int(d['kv_bytes_saved_per_1k_tokens']):,}</td><td>{escape(removed)}</td></tr>"
         )
     out.append(
@@ -379,6 +418,8 @@ def _pruning(report: Any) -> str:
 
 def _sinks_summary(report: Any) -> str:
     out = [_banner(report, "sinks")]
+    if report.sinks_note:
+        out.append(f'<p class="metric-note">{escape(report.sinks_note)}</p>')
     rates = report.sink_rates
     if rates is None:
         return "".join(out)
@@ -471,7 +512,7 @@ def _data(report: Any) -> dict[str, Any]:
     for attr in ("ablation_zero", "ablation_mean"):
         t = getattr(report, attr)
         if t is not None and len(t):
-            metric = str(t["metric"].iloc[0])
+            metric = _metric_label(str(t["metric"].iloc[0]))
     examples = [{"prompt": e.prompt, "tokens": list(e.tokens), "att": _quantised(e.pattern), "truncated": bool(e.truncated)} for e in report.examples if e.pattern.shape[:2] == (report.n_layers, report.n_heads)]
     return {
         "L": report.n_layers,
@@ -514,6 +555,7 @@ th,td{padding:3px 8px;border-bottom:1px solid var(--line);text-align:left;vertic
 td.num,th.num{text-align:right;font-variant-numeric:tabular-nums}
 .stages .failed,.failed-banner strong{color:var(--bad);font-weight:700}
 .failed-banner{border-left:4px solid var(--bad);background:#fdecea;padding:6px 10px}
+.metric-note{border-left:4px solid #888;background:#f4f4f4;padding:6px 10px}
 .skipped-banner{border-left:4px solid #999;background:#f3f3f3;padding:6px 10px}
 .status.done,.status.loaded{color:#1e7b34}
 .error{font-family:ui-monospace,monospace;font-size:12.5px}
@@ -776,7 +818,8 @@ def render_html(report: Any) -> str:
 <section id="heads"><h2>Heads and their roles</h2>
 {_banner(report, "census")}
 <p>One row per head. Click a column header to sort, choose a role or type to filter, and click a head to see its scores with intervals and its attention on the example prompts.
-A head gets a role when its score clears the threshold and the lower end of its 95% interval is at least twice the uniform baseline. \u0394 columns: change in {escape(str(_data_metric(report)))} when the head alone is ablated.</p>
+A head gets a role when its score clears the threshold and the lower end of its 95% interval is at least twice the uniform baseline. \u0394 columns: change in {escape(_metric_label(_data_metric(report)))} when the head alone is ablated.</p>
+{_metric_note(report)}
 {_role_filter(report)}
 <div class="heads-layout">
 <div class="table-wrap">{_role_table(report)}</div>

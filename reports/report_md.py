@@ -126,7 +126,7 @@ def render_markdown(report: Any) -> str:
         lines += ["<details><summary>all scores</summary>", ""] + _table(["head", "detector", "score", "95% CI", "uniform", "n", "accuracy"], rows) + ["", "</details>", ""]
         lines += ["### Heatmaps", ""] + _figures(report, "census")
 
-    lines += ["## Attention sinks", ""] + _status(report, "sinks")
+    lines += ["## Attention sinks", ""] + _status(report, "sinks") + ([md_text(report.sinks_note), ""] if report.sinks_note else [])
     if report.sink_rates is not None:
         rows = [
             ["with BOS" if bool(r["bos"]) else "no BOS", str(int(r["n_sequences"])), _num(r["sink_rate"]), _num(r["uniform_sink_rate"]), _num(r["mean_alpha"]), _num(r["uniform_alpha"]), f"{int(r['n_sink_heads'])} of {int(r['n_heads'])}"]
@@ -135,7 +135,8 @@ def render_markdown(report: Any) -> str:
         lines += _table(["setting", "sequences", "sink rate", "uniform", "mean alpha", "uniform alpha", "sink heads"], rows) + [""]
         lines += _figures(report, "sinks")
 
-    lines += ["## Ablation of single heads", ""]
+    note = report.metric_note
+    lines += ["## Ablation of single heads", ""] + ([md_text(note), ""] if note else [])
     for name, label in (("ablation_zero", "Zero"), ("ablation_mean", "Mean")):
         lines += [f"### {label} ablation", ""] + _status(report, name)
         table = getattr(report, name)
@@ -144,7 +145,10 @@ def render_markdown(report: Any) -> str:
         info = report.stage(name).info
         metric = str(table["metric"].iloc[0]) if len(table) else "metric"
         data = info.get("data") or {}
-        lines += [f"Change in {md_text(metric)} on {md_text(data.get('n_windows', '?'))} windows of {md_text(data.get('window', '?'))} tokens of the evaluation text; unablated {_num(info.get('unablated_value'), 4)}. Largest |change| first:", ""]
+        if metric == "embedding":
+            lines += [f"Change in the sentence embedding (1 - cosine) over {md_text(data.get('n_sentences', '?'))} sentences of the evaluation text; unablated {_num(info.get('unablated_value'), 4)}. Largest |change| first:", ""]
+        else:
+            lines += [f"Change in {md_text(metric)} on {md_text(data.get('n_windows', '?'))} windows of {md_text(data.get('window', '?'))} tokens of the evaluation text; unablated {_num(info.get('unablated_value'), 4)}. Largest |change| first:", ""]
         top = table.reindex(table["delta"].abs().sort_values(ascending=False, kind="stable").index)
         rows = [[f"{int(r['layer'])}.{int(r['head'])}", _num(r["delta"], 4, signed=True), f"[{_num(r['ci_low'], 4, True)}, {_num(r['ci_high'], 4, True)}]", _num(r["value"], 4)] for r in top.to_dict("records")]
         lines += _table(["head", "change", "95% CI", "ablated value"], rows) + [""] + _figures(report, name)
@@ -152,9 +156,13 @@ def render_markdown(report: Any) -> str:
     lines += ["## Pruning curve", ""] + _status(report, "pruning")
     if report.pruning_curve is not None:
         info = report.stage("pruning").info
+        embedding = info.get("metric") == "embedding"
+        how = "exact single-head ablation importance" if embedding else "gradient importance (Michel et al. 2019)"
+        within = f"an embedding change of at most {float(info.get('max_increase') or 0):g}" if embedding else f"+{100 * float(info.get('max_increase') or 0):.0f}%"
+        metric_name = "embedding change" if embedding else md_text(info.get("metric", "loss"))
         lines += [
-            f"Iterative pruning by gradient importance (Michel et al. 2019) against {md_text(info.get('random_seeds', '?'))} random orders; "
-            f"unablated {md_text(info.get('metric', 'loss'))} {_num(info.get('unablated_value'), 4)}; removable within +{100 * float(info.get('max_increase') or 0):.0f}%: "
+            f"Iterative pruning by {how} against {md_text(info.get('random_seeds', '?'))} random orders; "
+            f"unablated {metric_name} {_num(info.get('unablated_value'), 4)}; removable within {within}: "
             f"**{100 * float(info.get('removable_fraction') or 0):.0f}%** of heads.",
             "",
         ]
@@ -162,7 +170,8 @@ def render_markdown(report: Any) -> str:
         for r in report.pruning_curve.to_dict("records"):
             removed = r.get("removed_this_step")
             rnd = "n/a" if _f(r["random_mean"]) is None else f"{_num(r['random_mean'], 4)} +/- {_num(r['random_std'], 4)}"
-            rows.append([str(int(r["step"])), str(int(r["n_removed"])), f"{100 * float(r['fraction_removed']):.0f}%", _num(r["value"], 4), f"{100 * float(r['relative_change']):+.1f}%", rnd, f"{int(r['kv_bytes_saved_per_1k_tokens']):,}", md_text(removed if isinstance(removed, str) else "")])
+            change = _num(r["relative_change"], 4, signed=True) if embedding else f"{100 * float(r['relative_change']):+.1f}%"
+            rows.append([str(int(r["step"])), str(int(r["n_removed"])), f"{100 * float(r['fraction_removed']):.0f}%", _num(r["value"], 4), change, rnd, f"{int(r['kv_bytes_saved_per_1k_tokens']):,}", md_text(removed if isinstance(removed, str) else "")])
         lines += _table(["step", "removed", "fraction", "value", "change", "random order", "KV bytes saved / 1k tokens", "heads removed at this step"], rows) + [""] + _figures(report, "pruning")
 
     lines += ["## Example prompts", ""] + _status(report, "examples")

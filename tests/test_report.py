@@ -93,7 +93,7 @@ def test_report_object_tables(quick_report):
     for col in ("roles", "previous_token", "induction", "duplicate_token", "sink", "referent", "sink_alpha", "zero_delta", "mean_delta", "importance", "pruned_at"):
         assert col in r.heads.columns, col
     assert r.heads[["previous_token", "sink_alpha", "zero_delta", "mean_delta", "importance"]].notna().all().all()
-    assert len(r.scores) == 8 * 5 and len(r.ablation_zero) == 8 and len(r.ablation_mean) == 8
+    assert len(r.scores) == 8 * 6 and len(r.ablation_zero) == 8 and len(r.ablation_mean) == 8
     assert set(r.ablation_zero["method"]) == {"zero"} and set(r.ablation_mean["method"]) == {"mean"}
     assert r.pruning_curve["fraction_removed"].iloc[-1] == 1.0 and r.pruning_curve["random_mean"].notna().all()
     assert [e.prompt for e in r.examples] == list(PROMPTS)

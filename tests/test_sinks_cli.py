@@ -24,7 +24,7 @@ def test_sinks_end_to_end(runner, planted_checkpoint, tmp_path):
     assert res.exit_code == 0, res.output
     assert "no BOS: sink rate 0.125 (uniform attention 0.000)" in res.output
     assert "sink heads: 0.1" in res.output
-    tables = ["census", "sink_rates", "sink_rate_by_layer", "secondary_positions", "secondary_tokens", "secondary_tokens_overall", "value_norm", "content", "content_verdicts", "removal", "windowed"]
+    tables = ["census", "sink_rates", "sink_rate_by_layer", "sink_targets", "sink_targets_by_layer", "secondary_positions", "secondary_tokens", "secondary_tokens_overall", "value_norm", "content", "content_verdicts", "removal", "windowed"]
     figures = ["sink_alpha_heatmap", "sink_rate_by_layer", "value_norm_heatmap", "content_heatmap", "windowed_loss"]
     expected = {f"{t}.csv" for t in tables} | {f"{f}.{ext}" for f in figures for ext in ("png", "svg")} | {"summary.md", "manifest.json"}
     assert {p.name for p in out.iterdir()} == expected

@@ -11,12 +11,14 @@ import torch
 
 from analyses.stimuli import (
     FEMALE_NAMES,
+    FRAMES,
     MALE_NAMES,
     NOUNS,
     LocatedReferent,
     ReferentItem,
     StimulusError,
     eval_text,
+    fit_referent_items,
     load_referent_file,
     locate_tokens,
     random_repeated_tokens,
@@ -33,7 +35,7 @@ NUMBER_OF = {
     **{pl: "plural" for pairs in NOUNS.values() for _, pl in pairs},
 }
 PRONOUN_GENDERS = {" he": {"male"}, " him": {"male"}, " his": {"male"}, " she": {"female"}, " her": {"female"}}
-PRONOUN_NUMBERS = {" it": {"singular"}, " they": {"plural"}, " them": {"plural"}}
+PRONOUN_NUMBERS = {" it": {"singular"}, " its": {"singular"}, " they": {"plural"}, " them": {"plural"}, " their": {"plural"}}
 
 
 @pytest.fixture(scope="module")
@@ -44,6 +46,17 @@ def tok(tmp_path_factory):
 @pytest.fixture(scope="module")
 def items():
     return referent_items()
+
+
+def _replace_word(item: ReferentItem, field: str, word: str) -> ReferentItem:
+    """``item`` with the word at ``field`` replaced by ``word`` (later spans shifted)."""
+    start, end = getattr(item, field)
+    shift = len(word) - (end - start)
+    spans = {}
+    for name in ("pronoun", "antecedent", "distractor"):
+        s, e = getattr(item, name)
+        spans[name] = (start, start + len(word)) if name == field else ((s + shift, e + shift) if s >= end else (s, e))
+    return ReferentItem(item.text[:start] + word + item.text[end:], kind=item.kind, frame=item.frame, pair=item.pair, **spans)
 
 
 def _span_text(item: ReferentItem, field: str) -> str:
@@ -127,6 +140,75 @@ def test_both_orders_occur_for_each_kind(items):
     assert len(classes) == 4  # male, female, singular and plural antecedents all occur
 
 
+def test_items_come_in_minimal_pairs(tok, items):
+    """The two items of a pair differ only in the pronoun; antecedent and distractor swap."""
+    by_pair: dict[str, list[ReferentItem]] = {}
+    for item in items:
+        assert item.pair and item.frame and item.pair.startswith(item.frame + ".")
+        by_pair.setdefault(item.pair, []).append(item)
+    assert len(by_pair) == len(items) // 2
+    located = {item.text: loc for item, loc in zip(items, locate_tokens(items, tok, prepend_bos=True))}
+    for pair, (one, two) in by_pair.items():
+        assert one.frame == two.frame and one.kind == two.kind
+        assert one.antecedent == two.distractor and one.distractor == two.antecedent
+        assert one.pronoun[0] == two.pronoun[0] and one.pronoun_text != two.pronoun_text
+        assert one.text[: one.pronoun[0]] == two.text[: two.pronoun[0]]
+        assert one.text[one.pronoun[1] :] == two.text[two.pronoun[1] :]
+        a, b = located[one.text], located[two.text]
+        assert (a.antecedent, a.distractor, a.pronoun) == (b.distractor, b.antecedent, b.pronoun)
+        differ = [i for i, (x, y) in enumerate(zip(a.token_ids, b.token_ids)) if x != y]
+        assert len(a.token_ids) == len(b.token_ids) and differ == [a.pronoun], pair
+    # within a shuffled list the two items of a pair are neighbours
+    for first, second in zip(items[0::2], items[1::2]):
+        assert first.pair == second.pair
+
+
+def test_frames_cover_pronoun_roles_kinds_and_orders(items):
+    assert len(FRAMES) == len({f.id for f in FRAMES}) >= 50
+    assert len({f.template for f in FRAMES}) == len(FRAMES)
+    roles = Counter((f.kind, f.role) for f in FRAMES)
+    for kind in ("gender", "number"):
+        for role in ("subj", "obj", "poss"):
+            assert roles[kind, role] >= 5, (kind, role)
+    per_frame = Counter(item.frame for item in items)
+    assert set(per_frame) == {f.id for f in FRAMES} and set(per_frame.values()) == {12}
+    for frame in FRAMES:
+        mine = [item for item in items if item.frame == frame.id]
+        first_class = Counter(
+            GENDER_OF.get(_span_text(i, "antecedent" if i.antecedent_first else "distractor"))
+            or NUMBER_OF[_span_text(i, "antecedent" if i.antecedent_first else "distractor")]
+            for i in mine
+        )
+        assert len(first_class) == 2 and len(set(first_class.values())) == 1, frame.id  # both candidate orders, equally
+
+
+def test_fit_referent_items_drops_whole_pairs_and_counts_words(tok, items):
+    fitted = fit_referent_items(items, tok, wrap=([GPT2_BOS], []))
+    assert fitted.dropped == 0 and fitted.items == list(items)
+    assert [loc.token_ids for loc in fitted.located] == [loc.token_ids for loc in locate_tokens(items, tok, True)]
+    # a pair with a name GPT-2 splits is dropped whole; the word is counted once per item that has it
+    one, two = items[0], items[1]
+    assert one.pair == two.pair
+    word = " Bartholomew"
+    bad = [_replace_word(one, "distractor", word)]
+    assert bad[0].distractor_text == word and bad[0].pair == one.pair
+    pool = bad + [two] + list(items[2:40])
+    fitted = fit_referent_items(pool, tok, n=10)
+    assert fitted.dropped == 2 and fitted.offered == 40
+    assert fitted.dropped_words == {word: 1} and fitted.dropped_tokens[word] == len(tok.encode(word)) > 1
+    assert fitted.items == list(items[2:12]) and len(fitted.located) == 10
+    assert fitted.info()["dropped"] == 2 and fitted.info()["pairs"] == 5
+    # n that would split a pair takes both items
+    assert len(fit_referent_items(items[:20], tok, n=3).items) == 4
+    # too few left: one line naming the counts and the word
+    with pytest.raises(StimulusError, match=r"only 0 of 2 referent items .*' Bartholomew' \(\d tokens\)") as err:
+        fit_referent_items(bad + [two], tok)
+    assert "\n" not in str(err.value) and "single tokens" in str(err.value)
+    # with more asked for than the minimum, fewer than MIN_ITEMS (20) left is an error too
+    with pytest.raises(StimulusError, match=r"only 18 of 20 .*need at least 20"):
+        fit_referent_items(bad + [two] + list(items[2:20]), tok)
+
+
 def test_referent_items_seeding_and_n():
     first = referent_items(seed=0)
     assert referent_items(seed=0) == first
@@ -149,6 +231,15 @@ def test_locate_tokens_with_bos_shifts_positions(tok, items):
         assert isinstance(b, LocatedReferent)
         assert b.token_ids[0] == GPT2_BOS and b.token_ids[1:] == a.token_ids
         assert (b.pronoun, b.antecedent, b.distractor) == (a.pronoun + 1, a.antecedent + 1, a.distractor + 1)
+
+
+def test_locate_tokens_wrap_puts_prefix_and_suffix_around(tok, items):
+    plain = locate_tokens(items[:6], tok, prepend_bos=False)
+    wrapped = locate_tokens(items[:6], tok, wrap=([101, 102], [103]))
+    for a, b in zip(plain, wrapped):
+        assert b.token_ids == (101, 102, *a.token_ids, 103)
+        assert (b.pronoun, b.antecedent, b.distractor) == (a.pronoun + 2, a.antecedent + 2, a.distractor + 2)
+        assert (b.frame, b.pair) == (a.frame, a.pair) != ("", "")
 
 
 def test_locate_tokens_accepts_spans_without_the_leading_space(tok):

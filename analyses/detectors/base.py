@@ -10,6 +10,15 @@ them, and a target key outside the window cannot be attended at all: such positi
 measurable* and are left out of the average; a prompt with no measurable position scores NaN
 (never 0).  :func:`visible` and :func:`uniform_weight` are the window rule;
 :func:`mean_attention_at` applies it.
+
+Bidirectional layers (encoders such as BERT; ``BatchContext.causal`` False): every query sees
+every real key of its prompt, so a uniform head gives ``1/n`` to each key (``n`` = the prompt's
+real length, special tokens included) and a target after the query (``A[i, i+1]``) is
+measurable.  On causal attention such a target is masked: not measurable, NaN (never 0).
+Encoders wrap each prompt in special tokens (``[CLS] ... [SEP]``): with
+``BatchContext.exclude_frame`` those positions (the first ``offset`` and the last ``suffix``)
+are neither queries nor targets of the positional detectors (previous/next token, duplicate,
+induction); the sink still averages over every query.
 """
 
 from __future__ import annotations
@@ -32,13 +41,28 @@ class BatchContext:
     """What a detector needs to know about the prompts in a batch (positions as the model saw them)."""
 
     lengths: Int[Tensor, " batch"]
-    offset: int  # 1 when a BOS token was prepended, else 0
+    offset: int  # tokens before the text: 1 with a BOS (decoders) or [CLS] (encoders), else 0
     seq_len: int | None = None  # T, for repeated random sequences (x1..xT x1..xT)
     pronoun: Int[Tensor, " batch"] | None = None
     antecedent: Int[Tensor, " batch"] | None = None
     distractor: Int[Tensor, " batch"] | None = None
     #: the layer's sliding window in keys (query i sees keys i - window < j <= i); None: full causal
     window: int | None = None
+    #: False for bidirectional attention (encoders): query i sees every real key j < length
+    causal: bool = True
+    #: special tokens after the text at the end of each real prompt (1 for an encoder's [SEP])
+    suffix: int = 0
+    #: the frame's special tokens (first ``offset``, last ``suffix``) are neither queries nor
+    #: targets of positional detectors (encoders); False keeps a decoder's BOS as the first
+    #: text token's previous token, as in TransformerLens
+    exclude_frame: bool = False
+
+    def text_bounds(self) -> tuple[int, Int[Tensor, " batch"]]:
+        """``(start, stop)``: the positions positional detectors use, ``start <= i < stop[b]``
+        (all real positions unless ``exclude_frame``)."""
+        if not self.exclude_frame:
+            return 0, self.lengths
+        return self.offset, self.lengths - self.suffix
 
 
 @dataclass
@@ -65,19 +89,32 @@ class Detector:
     #: what the detector measures in a sliding-window layer, for the census notes
     #: (``{window}`` and ``{T}`` are filled in); empty when its targets are always visible
     window_rule: str = ""
+    #: non-empty when the detector's targets are masked on causal attention (it measures
+    #: bidirectional layers only): the census note for causal layers
+    causal_rule: str = ""
 
 
-def visible(q_idx: Tensor, k_idx: Tensor, window: int | None) -> Tensor:
-    """Whether key ``k_idx`` lies inside query ``q_idx``'s sliding window (``k > q - window``,
-    ``k <= q``); all True when ``window`` is None (full causal attention)."""
-    if window is None:
-        return torch.ones(torch.broadcast_shapes(q_idx.shape, k_idx.shape), dtype=torch.bool, device=q_idx.device)
-    return (k_idx <= q_idx) & (k_idx > q_idx - window)
+def visible(q_idx: Tensor, k_idx: Tensor, window: int | None, *, causal: bool = True) -> Tensor:
+    """Whether query ``q_idx`` can see key ``k_idx`` (both real positions): causal ``k <= q``,
+    and inside the sliding window (``k > q - window``) when there is one; all True on a
+    bidirectional layer (``causal=False``; headlens knows no bidirectional family with a window)."""
+    shape = torch.broadcast_shapes(q_idx.shape, k_idx.shape)
+    if not causal:
+        return torch.ones(shape, dtype=torch.bool, device=q_idx.device)
+    ok = k_idx <= q_idx
+    if window is not None:
+        ok = ok & (k_idx > q_idx - window)
+    return ok.expand(shape)
 
 
-def uniform_weight(q_idx: Tensor, window: int | None) -> Tensor:
+def uniform_weight(q_idx: Tensor, window: int | None, *, causal: bool = True, n_keys: Tensor | None = None) -> Tensor:
     """What a uniform head gives each key it sees at query ``q_idx``: ``1/(q+1)``, or
-    ``1/min(q+1, window)`` in a sliding-window layer (float32)."""
+    ``1/min(q+1, window)`` in a sliding-window layer, or ``1/n_keys`` on a bidirectional layer
+    (``n_keys``: the real length of the query's prompt, broadcast against ``q_idx``) (float32)."""
+    if not causal:
+        if n_keys is None:
+            raise ValueError("a bidirectional layer's uniform weight needs n_keys (the prompt's real length)")
+        return (1.0 / n_keys.float()).expand(q_idx.shape)
     if window is None:
         return 1.0 / (q_idx.float() + 1)
     return 1.0 / (q_idx.float() + 1).clamp(max=float(window))
@@ -90,19 +127,22 @@ def mean_attention_at(
     valid: Bool[Tensor, "batch m"],
     *,
     window: int | None = None,
+    causal: bool = True,
+    lengths: Int[Tensor, " batch"] | None = None,
 ) -> tuple[Float[Tensor, "batch head"], Float[Tensor, " batch"]]:
     """Mean over valid ``m`` of ``pattern[b, :, q_idx[b, m], k_idx[b, m]]``, and the same mean
     for a uniform head (:func:`uniform_weight`), in float32.
 
-    With a sliding ``window``, positions whose key is outside the query's window are not
-    measurable and do not count; a prompt with no counted position gets NaN (score and baseline).
+    Positions whose key the query cannot see (after it on causal attention, outside a sliding
+    ``window``) are not measurable and do not count; a prompt with no counted position gets
+    NaN (score and baseline).  ``causal=False`` (bidirectional) needs ``lengths``: the uniform
+    weight is ``1/length``.
     """
     b, h = pattern.shape[:2]
     width = pattern.shape[-1]
     dev = pattern.device
     q_idx, k_idx, valid = q_idx.to(dev), k_idx.to(dev), valid.to(dev)
-    if window is not None:
-        valid = valid & visible(q_idx, k_idx, window)
+    valid = valid & visible(q_idx, k_idx, window, causal=causal)
     flat = pattern.float().reshape(b, h, width * width)
     lin = (q_idx.clamp(0, width - 1) * width + k_idx.clamp(0, width - 1))[:, None, :].expand(b, h, -1)
     picked = flat.gather(2, lin)  # [b, h, m]
@@ -110,7 +150,8 @@ def mean_attention_at(
     total = w.sum(-1)
     count = total.clamp(min=1)
     score = (picked * w[:, None, :]).sum(-1) / count[:, None]
-    baseline = (uniform_weight(q_idx, window) * w).sum(-1) / count
+    n_keys = lengths.to(dev)[:, None] if lengths is not None else None
+    baseline = (uniform_weight(q_idx, window, causal=causal, n_keys=n_keys) * w).sum(-1) / count
     none = total == 0
     if bool(none.any()):
         score = score.masked_fill(none[:, None], float("nan"))

@@ -2,7 +2,8 @@
 each second-copy position i to the earlier occurrence of its token, ``i - T``.
 
 Uniform baseline: mean over the same i of ``1/(i+1)`` (``1/min(i+1, window)`` in a
-sliding-window layer, where positions whose target is outside the window do not count).
+sliding-window layer, where positions whose target is outside the window do not count);
+``1/n`` on a bidirectional layer (encoders: ``[CLS] x1..xT x1..xT [SEP]``, ``n`` real tokens).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from analyses.detectors.repeated import second_copy_queries
 
 def compute(pattern, ctx: BatchContext) -> DetectorOutput:
     q, valid = second_copy_queries(pattern, ctx)
-    score, baseline = mean_attention_at(pattern, q, q - ctx.seq_len, valid, window=ctx.window)
+    score, baseline = mean_attention_at(pattern, q, q - ctx.seq_len, valid, window=ctx.window, causal=ctx.causal, lengths=ctx.lengths)
     return DetectorOutput(score, baseline)
 
 

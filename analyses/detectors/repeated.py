@@ -12,10 +12,12 @@ __all__ = ["second_copy_queries"]
 
 
 def second_copy_queries(pattern: Tensor, ctx: BatchContext) -> tuple[Int[Tensor, "batch T"], Bool[Tensor, "batch T"]]:
-    """Query positions of the second copy (``offset+T .. offset+2T-1``), and which are real."""
+    """Query positions of the second copy (``offset+T .. offset+2T-1``), and which are real
+    (before any suffix such as an encoder's ``[SEP]`` when ``ctx.exclude_frame``)."""
     if ctx.seq_len is None:
         raise ValueError("repeated-sequence detectors need BatchContext.seq_len")
     T, o = ctx.seq_len, ctx.offset
+    _, stop = ctx.text_bounds()
     q = torch.arange(o + T, o + 2 * T, device=pattern.device)[None, :].expand(pattern.shape[0], -1)
-    valid = q < ctx.lengths.to(pattern.device)[:, None]
+    valid = q < stop.to(pattern.device)[:, None]
     return q, valid

@@ -5,6 +5,8 @@ head when alpha > eps (0.3).  Uniform baseline: mean over i of ``1/(i+1)``.
 
 In a sliding-window layer only the queries that can see key 0 (``i < window``) count, for the
 score and for the baseline (there ``1/min(i+1, window)``, which is ``1/(i+1)`` for those i).
+On a bidirectional layer (encoders) every real query counts, ``[CLS]`` and ``[SEP]`` included,
+and the baseline is ``1/n`` for a prompt of ``n`` real tokens.
 """
 
 from __future__ import annotations
@@ -14,8 +16,8 @@ from analyses.detectors.base import BatchContext, Detector, DetectorOutput
 
 
 def compute(pattern, ctx: BatchContext) -> DetectorOutput:
-    score = sink_alpha(pattern.float(), ctx.lengths, key=0, window=ctx.window)
-    baseline = uniform_sink_alpha(ctx.lengths.cpu(), key=0, window=ctx.window).float().to(pattern.device)
+    score = sink_alpha(pattern.float(), ctx.lengths, key=0, window=ctx.window, causal=ctx.causal)
+    baseline = uniform_sink_alpha(ctx.lengths.cpu(), key=0, window=ctx.window, causal=ctx.causal).float().to(pattern.device)
     return DetectorOutput(score, baseline)
 
 

@@ -9,6 +9,7 @@ natural-text windows for previous-token and attention-sink studies.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import lru_cache
 from importlib import resources
 from typing import Any
@@ -52,6 +53,8 @@ def text_windows(
     n: int | None = None,
     prepend_bos: bool = True,
     bos_id: int | None = None,
+    *,
+    frame: tuple[Sequence[int], Sequence[int]] | None = None,
 ) -> torch.Tensor:
     """Cut ``text`` into non-overlapping windows of exactly ``window`` tokens.
 
@@ -62,18 +65,28 @@ def text_windows(
     tokenizer's ``bos_token_id``.  ``n=None`` returns every full window,
     otherwise the first ``n``.  Returns a ``LongTensor [n, window]``.
 
+    ``frame`` = ``(prefix ids, suffix ids)`` (:meth:`probes.loading.LoadedModel.frame`:
+    ``([BOS], [])`` on decoders, ``([CLS], [SEP])`` on encoders) replaces ``prepend_bos`` and
+    ``bos_id``: each window is the prefix, ``window - len(prefix) - len(suffix)`` text tokens
+    and the suffix (``window`` tokens in all).  ``frame=([bos], [])`` gives exactly the
+    windows of ``prepend_bos=True, bos_id=bos``.
+
     Raises :class:`StimulusError` when the text is too short for one window,
     or for ``n`` windows.
     """
     if isinstance(window, bool) or not isinstance(window, int) or window < 1:
         raise StimulusError(f"window must be a positive integer, got {window!r}")
-    if prepend_bos and window < 2:
+    if frame is not None:
+        prefix, suffix = [int(t) for t in frame[0]], [int(t) for t in frame[1]]
+        if window < len(prefix) + len(suffix) + 1:
+            raise StimulusError(f"window must be at least {len(prefix) + len(suffix) + 1} to hold {len(prefix) + len(suffix)} special tokens and some text")
+    elif prepend_bos and window < 2:
         raise StimulusError("window must be at least 2 when a BOS token is prepended")
     if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
         raise StimulusError(f"n must be a positive integer or None, got {n!r}")
     if not isinstance(text, str):
         raise StimulusError(f"text must be a string, got {type(text).__name__}")
-    if prepend_bos:
+    if frame is None and prepend_bos:
         if bos_id is None:
             bos_id = getattr(tokenizer, "bos_token_id", None)
         if bos_id is None:
@@ -81,9 +94,11 @@ def text_windows(
         if isinstance(bos_id, bool) or not isinstance(bos_id, int) or bos_id < 0:
             raise StimulusError(f"bos_id must be a non-negative integer, got {bos_id!r}")
 
+    if frame is None:
+        prefix, suffix = ([int(bos_id)] if prepend_bos else []), []
     ids = _encode(tokenizer, text)
-    per_window = window - 1 if prepend_bos else window
-    bos_note = " (BOS plus text tokens)" if prepend_bos else ""
+    per_window = window - len(prefix) - len(suffix)
+    bos_note = " (BOS plus text tokens)" if (frame is None and prepend_bos) else (" (special tokens plus text tokens)" if prefix or suffix else "")
     available = len(ids) // per_window
     if available == 0:
         raise StimulusError(
@@ -98,7 +113,5 @@ def text_windows(
             f"{window}{bos_note}; {n} were requested (need {n * per_window} tokens)"
         )
     body = torch.tensor(ids[: n * per_window], dtype=torch.long).view(n, per_window)
-    if prepend_bos:
-        bos_column = torch.full((n, 1), bos_id, dtype=torch.long)
-        body = torch.cat([bos_column, body], dim=1)
-    return body
+    parts = [torch.tensor(prefix, dtype=torch.long).expand(n, -1), body, torch.tensor(suffix, dtype=torch.long).expand(n, -1)]
+    return torch.cat(parts, dim=1) if (prefix or suffix) else body
