@@ -6,21 +6,21 @@ lazily on first use.
 
 from __future__ import annotations
 
-from probes._lazy import lazy_exports
+from headlens.probes._lazy import lazy_exports
 
 _EXPORTS = {
-    "CensusConfig": "analyses.census",
-    "CensusResult": "analyses.census",
-    "run_census": "analyses.census",
-    "classify_heads": "analyses.classify",
-    "parse_thresholds": "analyses.classify",
-    "default_thresholds": "analyses.classify",
-    "registry": "analyses.detectors",
-    "get_detectors": "analyses.detectors",
-    "verify_attention": "analyses.verify",
-    "run_selftest": "analyses.selftest",
-    "build_planted_checkpoint": "analyses.planted",
-    "PLANTED_ROLES": "analyses.planted",
+    "CensusConfig": "headlens.analyses.census",
+    "CensusResult": "headlens.analyses.census",
+    "run_census": "headlens.analyses.census",
+    "classify_heads": "headlens.analyses.classify",
+    "parse_thresholds": "headlens.analyses.classify",
+    "default_thresholds": "headlens.analyses.classify",
+    "registry": "headlens.analyses.detectors",
+    "get_detectors": "headlens.analyses.detectors",
+    "verify_attention": "headlens.analyses.verify",
+    "run_selftest": "headlens.analyses.selftest",
+    "build_planted_checkpoint": "headlens.analyses.planted",
+    "PLANTED_ROLES": "headlens.analyses.planted",
 }
 
 __all__ = sorted(_EXPORTS)

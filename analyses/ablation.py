@@ -18,10 +18,10 @@ Replacement values always come from the baseline model (the unablated model, or 
 The single-head table (:func:`ablation_study`) is exact: every head is ablated alone and the
 model is run to the metric.  It is fast because (1) the residual stream entering each layer is
 stored by the baseline pass and each ablation of a head in layer ``L`` runs only blocks
-``L..n-1`` (:mod:`analyses.ablation_suffix`), and (2) several heads of one layer are ablated in
+``L..n-1`` (:mod:`headlens.analyses.ablation_suffix`), and (2) several heads of one layer are ablated in
 one forward, one head per copy of the batch.  The first-order estimate (attribution, see
-:mod:`analyses.ablation_grad`) comes with it.  The sweep is resumable through
-:class:`analyses.resume.Journal`.
+:mod:`headlens.analyses.ablation_grad`) comes with it.  The sweep is resumable through
+:class:`headlens.analyses.resume.Journal`.
 """
 
 from __future__ import annotations
@@ -38,13 +38,13 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from analyses.ablation_data import EvalSet, check_metric, model_values
-from analyses.ablation_suffix import check_from_layer, resid_hook_name, run_from_layer
-from analyses.masks import HeadMask
-from analyses.resume import Journal
-from probes.errors import InputError
-from probes.hooks import HookFn, attached
-from probes.loading import LoadedModel, check_layers_heads
+from headlens.analyses.ablation_data import EvalSet, check_metric, model_values
+from headlens.analyses.ablation_suffix import check_from_layer, resid_hook_name, run_from_layer
+from headlens.analyses.masks import HeadMask
+from headlens.analyses.resume import Journal
+from headlens.probes.errors import InputError
+from headlens.probes.hooks import HookFn, attached
+from headlens.probes.loading import LoadedModel, check_layers_heads
 
 __all__ = [
     "METHODS",
@@ -497,7 +497,7 @@ def ablation_study(
         if prev := _head_records(journal, "attribution"):
             attribution = {(r["layer"], r["head"]): r["estimate"] for r in prev[-1]["heads"]}
         else:
-            from analyses.ablation_grad import attribution_estimates
+            from headlens.analyses.ablation_grad import attribution_estimates
 
             ta = time.perf_counter()
             est = attribution_estimates(model, data, reference=base.reference, mask=mask, batch_size=config.batch_size)
@@ -545,7 +545,7 @@ def ablation_study(
     )
     rho = None
     if config.attribution and attribution_note is None and len(table) >= 2:
-        from analyses.ablation_grad import spearman
+        from headlens.analyses.ablation_grad import spearman
 
         rho = spearman(table["attribution"].to_numpy(), table["delta"].to_numpy())
     info = {

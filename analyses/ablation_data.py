@@ -14,7 +14,7 @@ Three kinds of evaluation set:
   ``logit[correct] - logit[incorrect]`` at the prompt's last token.
 * **sentences** (metric ``embedding``, :func:`embedding_eval_set`): one sentence per item,
   framed with the model's special tokens (``[CLS] ... [SEP]`` for BERT, see
-  :meth:`probes.loading.LoadedModel.frame`).  An item's value is the **embedding change**
+  :meth:`headlens.probes.loading.LoadedModel.frame`).  An item's value is the **embedding change**
   ``1 - cos(e, e0)``: ``e`` is the sentence embedding of the run being measured, ``e0`` that of
   the unablated model (computed once, one sentence at a time, when the set is built).  The
   sentence embedding is the mean of the last hidden state over every real token, the framing
@@ -49,9 +49,9 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from probes.errors import InputError, StimulusError, UnsupportedModelError
-from probes.hooks import attached
-from probes.prompts import tokenize_prompts
+from headlens.probes.errors import InputError, StimulusError, UnsupportedModelError
+from headlens.probes.hooks import attached
+from headlens.probes.prompts import tokenize_prompts
 
 __all__ = [
     "METRICS",
@@ -177,7 +177,7 @@ def text_eval_set(
         raise InputError(f"--window {window} is longer than the model's context of {n_ctx} tokens", window=window)
     if window < 2 + int(prepend_bos):
         raise InputError(f"--window {window} is too short: need at least {2 + int(prepend_bos)} tokens for one next-token prediction", window=window)
-    from analyses.stimuli import text_windows
+    from headlens.analyses.stimuli import text_windows
 
     try:
         tokens = text_windows(tokenizer, text, window, n_windows, prepend_bos=prepend_bos, bos_id=bos_id)
@@ -197,12 +197,12 @@ def repeated_tokens_eval_set(
     prepend_bos: bool = True,
     second_half_only: bool = True,
 ) -> EvalSet:
-    """Loss on ``n`` random token sequences repeated twice (``analyses.stimuli.random_repeated_tokens``).
+    """Loss on ``n`` random token sequences repeated twice (``headlens.analyses.stimuli.random_repeated_tokens``).
 
     With ``second_half_only`` the loss counts only predictions inside the second copy, where
     a model can predict by copying (induction): predictions made at positions from the
     second copy's first token on (``T + 1`` with BOS, ``T`` without)."""
-    from analyses.stimuli import random_repeated_tokens
+    from headlens.analyses.stimuli import random_repeated_tokens
 
     exclude = () if bos_id is None else (bos_id,)
     body = random_repeated_tokens(n, T, seed, vocab_size, exclude=exclude)

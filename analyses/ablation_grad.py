@@ -27,12 +27,12 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from analyses.ablation import Reference, z_hook_name
-from analyses.ablation_data import EvalSet, model_values
-from analyses.masks import HeadMask
-from probes.errors import InputError
-from probes.hooks import HookFn, attached
-from probes.loading import LoadedModel
+from headlens.analyses.ablation import Reference, z_hook_name
+from headlens.analyses.ablation_data import EvalSet, model_values
+from headlens.analyses.masks import HeadMask
+from headlens.probes.errors import InputError
+from headlens.probes.hooks import HookFn, attached
+from headlens.probes.loading import LoadedModel
 
 __all__ = ["gate_gradients", "attribution_estimates", "head_importance", "normalise_per_layer", "spearman"]
 

@@ -23,8 +23,8 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from probes.hooks import HookFn, attached
-from probes.loading import LoadedModel
+from headlens.probes.hooks import HookFn, attached
+from headlens.probes.loading import LoadedModel
 
 __all__ = ["from_layer", "run_from_layer", "check_from_layer", "resid_hook_name"]
 

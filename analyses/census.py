@@ -5,7 +5,7 @@ the model runs once over batches; a hook on each layer's ``hook_pattern`` hands 
 pattern to every detector that reads that stimulus, which reduces it to per-prompt,
 per-head scores on the spot.  Only those ``[prompt, layer, head]`` numbers are kept.
 
-Sliding windows: each layer's window (from :func:`probes.attention.attention_spec`) goes to
+Sliding windows: each layer's window (from :func:`headlens.probes.attention.attention_spec`) goes to
 the detectors in ``BatchContext.window`` (unless it is at least as long as the longest prompt,
 when it changes nothing).  On a window layer baselines are uniform over the
 keys the window allows, and positions whose target lies outside it are not measurable: a
@@ -40,14 +40,14 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from analyses.bootstrap import bootstrap_mean_ci
-from analyses.detectors import BatchContext, Detector, get_detectors
-from analyses.detectors.referent import REFERENT_COLUMNS, SPLIT_SEED, min_referent_prompts, referent_statistics
-from analyses.sinks_stream import batch_attention_mask, layer_causal, run_to_last_pattern
-from probes.attention import attention_spec
-from probes.errors import InputError
-from probes.loading import LoadedModel, check_layers_heads
-from probes.prompts import TokenBatch, iter_batches, token_strings
+from headlens.analyses.bootstrap import bootstrap_mean_ci
+from headlens.analyses.detectors import BatchContext, Detector, get_detectors
+from headlens.analyses.detectors.referent import REFERENT_COLUMNS, SPLIT_SEED, min_referent_prompts, referent_statistics
+from headlens.analyses.sinks_stream import batch_attention_mask, layer_causal, run_to_last_pattern
+from headlens.probes.attention import attention_spec
+from headlens.probes.errors import InputError
+from headlens.probes.loading import LoadedModel, check_layers_heads
+from headlens.probes.prompts import TokenBatch, iter_batches, token_strings
 
 __all__ = [
     "CensusConfig",
@@ -75,7 +75,7 @@ class CensusConfig:
     ``n_prompts`` is per stimulus set; natural-text windows and the referent sentences
     are capped at what the text and the sentence set hold (the table's ``n`` says how
     many were used), and the referent sentences are at least as many as a head needs to be
-    able to pass the referent sign test (:func:`~analyses.detectors.referent.min_referent_prompts`:
+    able to pass the referent sign test (:func:`~headlens.analyses.detectors.referent.min_referent_prompts`:
     16 on 8 heads, 24 on GPT-2's 144).  ``ablate`` lists heads zeroed on ``hook_z`` during the census (to
     census a pruned model).
     """
@@ -118,7 +118,7 @@ class CensusResult:
     #: detector -> what it cannot measure (or measures differently) on this model, e.g.
     #: next_token on causal attention; also in ``stimuli[kind]["notes"]``
     detector_notes: dict[str, str] = field(default_factory=dict)
-    #: per-head referent statistics (``analyses.detectors.referent.REFERENT_TABLE_COLUMNS``:
+    #: per-head referent statistics (``headlens.analyses.detectors.referent.REFERENT_TABLE_COLUMNS``:
     #: sign test over minimal pairs, intervals over pairs, held-out accuracy); None without it
     referent: pd.DataFrame | None = None
 
@@ -180,7 +180,7 @@ def _batch_from_rows(rows: list[list[int]], tokenizer: Any, prepend_bos: bool, n
 
 def build_stimuli(model: LoadedModel, config: CensusConfig, kinds: set[str]) -> dict[str, StimulusSet]:
     """Build the stimulus sets the chosen detectors need, checking they fit the model."""
-    from analyses.stimuli import eval_text, fit_referent_items, load_referent_file, random_repeated_tokens, referent_items, text_windows
+    from headlens.analyses.stimuli import eval_text, fit_referent_items, load_referent_file, random_repeated_tokens, referent_items, text_windows
 
     tok = model.tokenizer
     prefix, suffix = model_frame(model, config.prepend_bos)

@@ -8,7 +8,7 @@ A head gets a detector's role when, for that detector,
    attending head would score on the same positions, and
 3. any extra statistic the detector gates on clears its minimum.
 
-Referent heads follow their own rule instead of 1. (:func:`analyses.detectors.referent.referent_passes`):
+Referent heads follow their own rule instead of 1. (:func:`headlens.analyses.detectors.referent.referent_passes`):
 the one-sided sign test over minimal pairs (the head prefers the agreeing candidate more
 often than chance), Holm-corrected over all heads, has ``p_value <= threshold`` (the
 referent threshold is this family-wise level, default 0.05), the head prefers the
@@ -26,9 +26,9 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
-from analyses.detectors import registry
-from analyses.detectors.referent import referent_passes, referent_ratio
-from probes.errors import InputError
+from headlens.analyses.detectors import registry
+from headlens.analyses.detectors.referent import referent_passes, referent_ratio
+from headlens.probes.errors import InputError
 
 __all__ = ["default_thresholds", "parse_thresholds", "classify_heads", "ROLE_COLUMNS", "DEFAULT_BASELINE_FACTOR"]
 

@@ -34,8 +34,8 @@ import torch
 from jaxtyping import Bool
 from torch import Tensor
 
-from probes.errors import InputError
-from probes.outputs import write_json
+from headlens.probes.errors import InputError
+from headlens.probes.outputs import write_json
 
 __all__ = ["MASK_FORMAT", "MASK_VERSION", "HeadMask", "read_mask", "write_mask", "parse_head", "head_name"]
 

@@ -46,7 +46,7 @@ Heads (logit sizes, after GPT-2's ``1/sqrt(d_head)``, are in ``_Scales``):
 * 1.1 referent: Q = ``pronoun_gender``, K = ``name_gender`` (and Q = ``pronoun_number``, K =
   ``noun_number`` in a second head dimension): a pronoun puts +12 on earlier names (nouns) that
   agree with it and -12 on those that do not; any other query has a zero query (uniform attention).
-  The default word lists are those of :mod:`analyses.stimuli.referent`, so every sentence of the
+  The default word lists are those of :mod:`headlens.analyses.stimuli.referent`, so every sentence of the
   referent stimulus set is resolvable.
 * 0.3, 1.2, 1.3: zero QK; OV writes to ``junk``.
 """
@@ -64,7 +64,7 @@ from typing import Any
 
 import torch
 
-from analyses.stimuli.referent import FEMALE_NAMES, MALE_NAMES, NOUNS
+from headlens.analyses.stimuli.referent import FEMALE_NAMES, MALE_NAMES, NOUNS
 
 __all__ = [
     "BOS_ID",
@@ -470,7 +470,7 @@ def build_planted_checkpoint(folder: str | Path, spec: PlantedSpec | None = None
     """
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    from probes.tokenizer_files import load_offline_gpt2_tokenizer
+    from headlens.probes.tokenizer_files import load_offline_gpt2_tokenizer
 
     spec = PlantedSpec() if spec is None else spec
     if not isinstance(spec, PlantedSpec):

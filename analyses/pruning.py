@@ -3,7 +3,7 @@
 Procedure (:func:`prune_study`):
 
 1. ``step 0``: nothing removed; the metric of the full model is the baseline ``v0``.
-2. Each step computes Michel importance (:func:`analyses.ablation_grad.head_importance`,
+2. Each step computes Michel importance (:func:`headlens.analyses.ablation_grad.head_importance`,
    per-layer L2 normalised) on the model as pruned so far (with the ``embedding`` metric, whose
    gradient is zero in the unablated model, the exact importance instead: the change in the
    metric when the head alone is zero-ablated from the model as pruned so far,
@@ -20,7 +20,7 @@ reports the mean, standard deviation, minimum and maximum over seeds.
 earlier one degrade the metric by at most ``max_increase`` relative to ``v0``
 (``(v - v0) / |v0|`` for loss; ``(v0 - v) / |v0|`` for logit-diff, where lower is worse;
 ``v - v0``, absolute, for the embedding change, whose unablated value is 0).  The heads removed at
-that step are the pruned set (a :class:`analyses.masks.HeadMask`).
+that step are the pruned set (a :class:`headlens.analyses.masks.HeadMask`).
 
 **KV cache saved** per 1,000 tokens: ``2 x kv_heads_removed x d_head x 1000 x bytes_per_value``
 at the model's dtype.  With grouped-query attention a KV head is removed only when every query
@@ -37,13 +37,13 @@ import numpy as np
 import pandas as pd
 import torch
 
-from analyses.ablation import ablated_values
-from analyses.ablation_data import EvalSet, check_metric, worse_by
-from analyses.ablation_grad import head_importance
-from analyses.masks import HeadMask, head_name
-from analyses.resume import Journal
-from probes.errors import InputError
-from probes.loading import LoadedModel
+from headlens.analyses.ablation import ablated_values
+from headlens.analyses.ablation_data import EvalSet, check_metric, worse_by
+from headlens.analyses.ablation_grad import head_importance
+from headlens.analyses.masks import HeadMask, head_name
+from headlens.analyses.resume import Journal
+from headlens.probes.errors import InputError
+from headlens.probes.loading import LoadedModel
 
 __all__ = ["PruneConfig", "PruneResult", "prune_study", "exact_importance", "importance_kind", "kv_heads", "kv_bytes_saved", "CURVE_COLUMNS"]
 
@@ -137,8 +137,8 @@ def importance_kind(metric: str) -> str:
 def exact_importance(model: LoadedModel, data: EvalSet, *, mask: HeadMask | None = None, batch_size: int = 8) -> torch.Tensor:
     """``[layer, head]`` (float64): the change in the metric when each head alone is zero-ablated
     from the model with ``mask`` heads removed (the exact single-head table,
-    :func:`analyses.ablation.ablation_study`); removed heads are NaN."""
-    from analyses.ablation import AblationConfig, ablation_study
+    :func:`headlens.analyses.ablation.ablation_study`); removed heads are NaN."""
+    from headlens.analyses.ablation import AblationConfig, ablation_study
 
     config = AblationConfig(method="zero", batch_size=batch_size, n_bootstrap=0, attribution=False)
     table = ablation_study(model, data, config, mask=mask).table
@@ -196,7 +196,7 @@ def prune_study(
             raw = exact_importance(model, data, batch_size=config.batch_size)
             normalised = raw
         else:
-            from analyses.ablation_grad import normalise_per_layer
+            from headlens.analyses.ablation_grad import normalise_per_layer
 
             raw = head_importance(model, data, batch_size=config.batch_size, normalise=False)
             normalised = normalise_per_layer(raw)

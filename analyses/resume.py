@@ -20,8 +20,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from probes.config import json_ready
-from probes.errors import InputError, OutputError, OutputExistsError
+from headlens.probes.config import json_ready
+from headlens.probes.errors import InputError, OutputError, OutputExistsError
 
 __all__ = ["Journal", "journal_path"]
 

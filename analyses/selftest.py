@@ -1,6 +1,6 @@
 """``headlens selftest``: plant known heads in a model, census it, check every role is found.
 
-The planted checkpoint (:mod:`analyses.planted`) has a previous-token, a sink, a
+The planted checkpoint (:mod:`headlens.analyses.planted`) has a previous-token, a sink, a
 duplicate-token, an induction (via K-composition) and a referent head, and heads with
 no role.  The check passes when each planted role is given to its head and no head
 gets a role it was not planted with.
@@ -63,10 +63,10 @@ def run_selftest(
     folder: str | Path | None = None,
     progress: Callable[[str, int, int], None] | None = None,
 ) -> SelftestReport:
-    from analyses.census import CensusConfig, run_census
-    from analyses.classify import classify_heads
-    from analyses.planted import PLANTED_ROLES, build_planted_checkpoint
-    from probes.loading import load_model
+    from headlens.analyses.census import CensusConfig, run_census
+    from headlens.analyses.classify import classify_heads
+    from headlens.analyses.planted import PLANTED_ROLES, build_planted_checkpoint
+    from headlens.probes.loading import load_model
 
     with tempfile.TemporaryDirectory() as tmp:
         where = Path(folder) if folder is not None else Path(tmp)

@@ -11,7 +11,7 @@ table                       one row per
                             baseline, ``is_sink`` (mean alpha > eps)
 ``sink_rates``              BOS setting: the model's sink rate beside the uniform baseline
 ``sink_rate_by_layer``      BOS setting x layer
-``content``                 first-token variant x head (:mod:`analyses.sinks_content`)
+``content``                 first-token variant x head (:mod:`headlens.analyses.sinks_content`)
 ``content_verdicts``        head: position / BOS / first token / none
 ``secondary_positions``     BOS setting x head x key position: excess attention received
 ``secondary_tokens``        BOS setting x head x token (the ``top_k`` per head)
@@ -34,7 +34,7 @@ Definitions:
 * **Uniform baseline**: the same numbers for a head that gives ``1/(i+1)`` to every key
   (alpha = ``H_T / T``, 0.074 at T = 64).
 * A head **is a sink head** when its alpha averaged over sequences exceeds ``eps``.
-* Secondary sinks, value-norm shares and sink targets: :mod:`analyses.sinks_stream`.
+* Secondary sinks, value-norm shares and sink targets: :mod:`headlens.analyses.sinks_stream`.
 * **Encoders** (BERT): every sequence is ``[CLS] text [SEP]`` (``window`` tokens in all;
   ``bos=True`` means the model's framing, :meth:`LoadedModel.frame`), every statistic is
   bidirectional (uniform baseline ``1/n``, alpha over every query), and the sink is reported on
@@ -42,7 +42,7 @@ Definitions:
   al. 2019 did for BERT).  Sink removal and windowed attention measure next-token loss, which an
   encoder does not predict: they are skipped there, with the reason in ``info["skipped"]``.
   First-token variants the tokenizer cannot express are skipped too (``info["skipped_variants"]``).
-* Sink removal and windowed attention: :mod:`analyses.sinks_intervene`.
+* Sink removal and windowed attention: :mod:`headlens.analyses.sinks_intervene`.
 * **Seed measurement** (:func:`seed_measurement`): for one text, per head, the last token's
   attention to the first token against ``1/n`` (what a uniform head would give), strongest first.
 """
@@ -59,13 +59,13 @@ from typing import Any
 import pandas as pd
 import torch
 
-from analyses.sinks_content import VARIANTS, content_verdicts, variant_batches
-from analyses.sinks_intervene import mean_loss, removal_hooks, window_hooks
-from analyses.sinks_stream import TARGET_GROUPS, StreamStats, batch_attention_mask, layer_causal, run_to_last_pattern, stream_sink_stats
-from analyses.stimuli import eval_text, text_windows
-from probes.errors import InputError
-from probes.loading import LoadedModel, check_layers_heads
-from probes.prompts import TokenBatch, tokenize_prompts
+from headlens.analyses.sinks_content import VARIANTS, content_verdicts, variant_batches
+from headlens.analyses.sinks_intervene import mean_loss, removal_hooks, window_hooks
+from headlens.analyses.sinks_stream import TARGET_GROUPS, StreamStats, batch_attention_mask, layer_causal, run_to_last_pattern, stream_sink_stats
+from headlens.analyses.stimuli import eval_text, text_windows
+from headlens.probes.errors import InputError
+from headlens.probes.loading import LoadedModel, check_layers_heads
+from headlens.probes.prompts import TokenBatch, tokenize_prompts
 
 __all__ = [
     "ANALYSES",
@@ -199,7 +199,7 @@ def _vocab_size(model: LoadedModel) -> int:
 
 
 def _frame(model: LoadedModel, prepend_bos: bool) -> tuple[list[int], list[int]]:
-    from analyses.census import model_frame
+    from headlens.analyses.census import model_frame
 
     return model_frame(model, prepend_bos)
 
@@ -546,7 +546,7 @@ def _is_encoder(model: LoadedModel) -> bool:
 
 
 def _framing(model: LoadedModel, prepend_bos: bool) -> dict[str, Any]:
-    from analyses.census import model_framing
+    from headlens.analyses.census import model_framing
 
     return model_framing(model, prepend_bos)
 

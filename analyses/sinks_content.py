@@ -42,8 +42,8 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from probes.errors import InputError
-from probes.prompts import TokenBatch
+from headlens.probes.errors import InputError
+from headlens.probes.prompts import TokenBatch
 
 __all__ = ["VARIANTS", "variant_batches", "content_verdicts"]
 

@@ -5,10 +5,10 @@ scores of the keys a query may no longer see to ``-inf``.  The softmax then reno
 the keys that remain, exactly (no division of small numbers, no underflow when a sink held
 nearly all the attention).  Every row keeps at least its own position.
 
-The edits go through :func:`probes.interventions.score_edits`, so they take effect on every
+The edits go through :func:`headlens.probes.interventions.score_edits`, so they take effect on every
 supported family (on GPT-Neo, OPT and GPT-J, where the bridge fires ``hook_attn_scores`` only
 after Hugging Face has computed the attention, they run inside Hugging Face's attention), or
-are refused with :class:`~probes.errors.InterventionError`: never a silent delta of 0.
+are refused with :class:`~headlens.probes.errors.InterventionError`: never a silent delta of 0.
 
 * **Sink removal** in heads ``S``: for each query ``i >= 1`` of a head in ``S``, key 0 is
   masked out, so ``A'[i, j] = A[i, j] / (1 - A[i, 0])`` for ``j >= 1``.  Query 0 can only see
@@ -21,7 +21,7 @@ are refused with :class:`~probes.errors.InterventionError`: never a silent delta
 Loss is the mean next-token cross-entropy over every real position that has a next real token
 (padding never counts, nor is attended to: the batch's attention mask goes to every forward),
 from one forward pass with ``return_type="loss", loss_per_token=True``.  A bidirectional encoder
-(BERT) has no next-token loss: refused with :class:`~probes.errors.UnsupportedModelError`.
+(BERT) has no next-token loss: refused with :class:`~headlens.probes.errors.UnsupportedModelError`.
 """
 
 from __future__ import annotations
@@ -33,12 +33,12 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from probes.attention import attention_spec
-from probes.errors import InterventionError, UnsupportedModelError
-from probes.hooks import attached
-from probes.interventions import Edit, mask_keys, score_edits
-from probes.loading import LoadedModel
-from probes.prompts import TokenBatch, iter_batches
+from headlens.probes.attention import attention_spec
+from headlens.probes.errors import InterventionError, UnsupportedModelError
+from headlens.probes.hooks import attached
+from headlens.probes.interventions import Edit, mask_keys, score_edits
+from headlens.probes.loading import LoadedModel
+from headlens.probes.prompts import TokenBatch, iter_batches
 
 __all__ = ["mean_loss", "removal_edits", "window_edits", "removal_hooks", "window_hooks", "window_allowed"]
 
@@ -125,7 +125,7 @@ def mean_loss(
 ) -> tuple[float, int]:
     """Mean next-token loss over every real predicted position, with score ``edits`` (``{layer: edit}``) and ``hooks`` in place.
 
-    ``edits`` go through :func:`probes.interventions.score_edits` (refused with
+    ``edits`` go through :func:`headlens.probes.interventions.score_edits` (refused with
     :class:`InterventionError` when they would not take effect).  A list of
     ``(hook name, fn)`` in its place is taken as ``hooks`` (the older calling convention);
     plain hooks on ``hook_attn_scores``/``hook_pattern`` are refused where the bridge fires

@@ -1,4 +1,4 @@
-"""Writing a :class:`~analyses.sinks.SinkReport`: CSV tables and a short Markdown summary."""
+"""Writing a :class:`~headlens.analyses.sinks.SinkReport`: CSV tables and a short Markdown summary."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 import pandas as pd
 
-from probes.outputs import atomic_write
+from headlens.probes.outputs import atomic_write
 
 __all__ = ["write_tables", "summary_markdown", "seed_text_lines"]
 
@@ -88,7 +88,7 @@ def _target_lines(report: Any) -> list[str]:
 
 
 def summary_markdown(report: Any, *, model_name: str, figures: Sequence[Path] = ()) -> str:
-    """A short Markdown summary of a :class:`~analyses.sinks.SinkReport`."""
+    """A short Markdown summary of a :class:`~headlens.analyses.sinks.SinkReport`."""
     cfg = report.config
     t = report.tables
     out = [f"# Attention sinks: {model_name}", ""]

@@ -7,7 +7,7 @@ the model's dtype, and padded positions never count.
 
 Definitions (``A = A[l,h]``, a prompt of ``n`` real tokens, queries ``i``, keys ``j <= i``):
 
-* **Sink alpha** (Gu et al. 2024), :func:`analyses.attention_stats.sink_alpha`:
+* **Sink alpha** (Gu et al. 2024), :func:`headlens.analyses.attention_stats.sink_alpha`:
   ``alpha(k) = mean over queries i >= k of A[i, k]``.  Kept for keys 0 and 1 (key 1 answers
   "does attention follow BOS when it is moved to position 1").
 * **Uniform baseline**: the same statistic for a head that gives ``1/(i+1)`` to every key.
@@ -25,7 +25,7 @@ Definitions (``A = A[l,h]``, a prompt of ``n`` real tokens, queries ``i``, keys 
   ``||f_j||`` is computed as ``sqrt(v_j G_h v_j)`` with ``G_h = W_O^h W_O^h^T`` (``d_head x
   d_head``), so the ``d_model``-wide vectors are never built.
 
-Sliding windows (each layer's, from :func:`probes.attention.attention_spec`): in a layer with a
+Sliding windows (each layer's, from :func:`headlens.probes.attention.attention_spec`): in a layer with a
 window of ``w`` keys query ``i`` sees only keys ``i - w < j <= i``.  There a uniform head gives
 ``1/min(i+1, w)`` to each key it sees, and every statistic counts only the queries that can
 see the key it is about: alpha(k) and its baseline over ``k <= i < k + w``; excess attention
@@ -65,13 +65,13 @@ import unicodedata
 import torch
 from torch import Tensor
 
-from analyses.attention_stats import sink_alpha, uniform_sink_alpha
-from probes.attention import attention_spec
-from probes.errors import InputError
-from probes.capture import run_forward
-from probes.hooks import attached
-from probes.loading import LoadedModel
-from probes.prompts import TokenBatch, iter_batches
+from headlens.analyses.attention_stats import sink_alpha, uniform_sink_alpha
+from headlens.probes.attention import attention_spec
+from headlens.probes.errors import InputError
+from headlens.probes.capture import run_forward
+from headlens.probes.hooks import attached
+from headlens.probes.loading import LoadedModel
+from headlens.probes.prompts import TokenBatch, iter_batches
 
 __all__ = [
     "StreamStats",
@@ -126,7 +126,7 @@ def run_to_last_pattern(model: LoadedModel, tokens: Tensor, hooks: list[tuple[st
     The bridge's ``stop_at_layer`` can only stop *before* a block, and ``stop_at_layer=n_layers``
     still runs the whole model and its unembedding (the logits are computed whatever the
     ``return_type``); a statistic of attention patterns needs neither the last layer's
-    ``z``/output projection/MLP nor the unembedding, so :func:`probes.capture.run_forward`
+    ``z``/output projection/MLP nor the unembedding, so :func:`headlens.probes.capture.run_forward`
     ends the pass after the last ``hook_pattern`` (its stop hook is attached after ``hooks``,
     so it runs after them).  ``attention_mask`` (0/1 ``[batch, pos]``) keeps padding out of
     every query's attention (an encoder would attend to it otherwise).

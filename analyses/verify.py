@@ -2,7 +2,7 @@
 
 From the captured q and k as they enter the dot product (``rot_q``/``rot_k``: after the
 rotary embedding where the family has one), redo each layer's attention with the layer's
-own rules (:mod:`probes.attention`): KV heads repeated under grouped-query attention, the
+own rules (:mod:`headlens.probes.attention`): KV heads repeated under grouped-query attention, the
 family's score scale (``1/sqrt(d_head)``, Gemma2's ``query_pre_attn_scalar``, none for
 GPT-Neo), the logit softcap (Gemma2), the causal mask (none in bidirectional encoders such
 as BERT), a sliding window (Mistral, Gemma2's sliding layers, GPT-Neo's local layers) and
@@ -13,7 +13,7 @@ pattern row sums to 1.  Every real (unpadded) query counts, against every key of
 padded batch.
 
 A family whose attention headlens does not know how to redo is refused with a one-line
-error (:class:`~probes.errors.UnsupportedModelError`), never reported as a failed check.
+error (:class:`~headlens.probes.errors.UnsupportedModelError`), never reported as a failed check.
 """
 
 from __future__ import annotations
@@ -26,10 +26,10 @@ import torch
 from jaxtyping import Bool, Float
 from torch import Tensor
 
-from probes.attention import LayerAttention, allowed_keys, attention_spec, pattern_from_qk, repeat_kv
-from probes.capture import Capture, capture
-from probes.config import CaptureConfig
-from probes.loading import LoadedModel
+from headlens.probes.attention import LayerAttention, allowed_keys, attention_spec, pattern_from_qk, repeat_kv
+from headlens.probes.capture import Capture, capture
+from headlens.probes.config import CaptureConfig
+from headlens.probes.loading import LoadedModel
 
 __all__ = ["verify_attention", "verify_capture", "DEFAULT_TOLERANCE", "recompute_pattern", "applied_rules"]
 

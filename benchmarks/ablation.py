@@ -34,7 +34,6 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import _common  # noqa: E402
 
@@ -62,8 +61,8 @@ def _timed(fn, *, device: str, warmup=None) -> dict:
 
 
 def _ioi_task(model, n: int):
-    from analyses.ablation_data import TaskItem, task_eval_set
-    from analyses.stimuli import FEMALE_NAMES, MALE_NAMES
+    from headlens.analyses.ablation_data import TaskItem, task_eval_set
+    from headlens.analyses.stimuli import FEMALE_NAMES, MALE_NAMES
 
     items = []
     for i in range(n):
@@ -75,11 +74,11 @@ def _ioi_task(model, n: int):
 def one_mode(args) -> dict:
     import torch
 
-    from analyses.ablation import AblationConfig, ablation_study, ablated_values, baseline_pass, naive_single_head_values
-    from analyses.ablation_data import text_eval_set
-    from analyses.ablation_grad import attribution_estimates
-    from analyses.stimuli import eval_text
-    from probes.loading import load_model
+    from headlens.analyses.ablation import AblationConfig, ablation_study, ablated_values, baseline_pass, naive_single_head_values
+    from headlens.analyses.ablation_data import text_eval_set
+    from headlens.analyses.ablation_grad import attribution_estimates
+    from headlens.analyses.stimuli import eval_text
+    from headlens.probes.loading import load_model
 
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -19,7 +19,6 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import _common  # noqa: E402
 
@@ -27,10 +26,10 @@ import _common  # noqa: E402
 def one_mode(args) -> dict:
     import torch
 
-    from probes.capture import capture, run_forward
-    from probes.config import CaptureConfig
-    from probes.loading import load_model
-    from probes.prompts import TokenBatch, iter_batches
+    from headlens.probes.capture import capture, run_forward
+    from headlens.probes.config import CaptureConfig
+    from headlens.probes.loading import load_model
+    from headlens.probes.prompts import TokenBatch, iter_batches
 
     torch.manual_seed(0)
     model = load_model(model=args.checkpoint, device=args.device, dtype=args.dtype)

@@ -25,7 +25,6 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import _common  # noqa: E402
 
@@ -44,10 +43,10 @@ class _FixedTokens:
 def one_mode(args) -> dict:
     import torch
 
-    from analyses.census import CensusConfig, build_stimuli, run_census
-    from probes.capture import run_forward
-    from probes.loading import load_model
-    from probes.prompts import iter_batches
+    from headlens.analyses.census import CensusConfig, build_stimuli, run_census
+    from headlens.probes.capture import run_forward
+    from headlens.probes.loading import load_model
+    from headlens.probes.prompts import iter_batches
 
     model = load_model(model=args.checkpoint, device=args.device, dtype=args.dtype)
     n = args.n_prompts * (4 if args.mode == "census_x4" else 1)

@@ -26,7 +26,6 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import _common  # noqa: E402
 
@@ -34,7 +33,7 @@ SHAPE = {"n_layers": 12, "n_heads": 12, "n_kv_heads": 4, "d_model": 768, "d_mlp"
 
 
 def build(cache: Path) -> Path:
-    from probes.families import build_family_checkpoint
+    from headlens.probes.families import build_family_checkpoint
 
     folder = cache / "llama-gqa-12x12kv4x768"
     if not (folder / "config.json").exists():
@@ -46,11 +45,11 @@ def run(args) -> dict:
     import torch
     from transformers import AutoModel, AutoModelForCausalLM
 
-    from analyses.census import CensusConfig, build_stimuli, run_census
-    from probes.capture import capture, run_forward
-    from probes.config import CaptureConfig
-    from probes.loading import load_model
-    from probes.prompts import iter_batches
+    from headlens.analyses.census import CensusConfig, build_stimuli, run_census
+    from headlens.probes.capture import capture, run_forward
+    from headlens.probes.config import CaptureConfig
+    from headlens.probes.loading import load_model
+    from headlens.probes.prompts import iter_batches
 
     folder = build(Path(args.cache))
     model = load_model(model=str(folder), device=args.device, dtype=args.dtype)

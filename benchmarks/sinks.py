@@ -25,7 +25,6 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import _common  # noqa: E402
 
@@ -33,10 +32,10 @@ import _common  # noqa: E402
 def one_mode(args) -> dict:
     import torch
 
-    from analyses.sinks_stream import run_to_last_pattern, stream_sink_stats
-    from analyses.stimuli import eval_text, text_windows
-    from probes.loading import load_model
-    from probes.prompts import TokenBatch, iter_batches
+    from headlens.analyses.sinks_stream import run_to_last_pattern, stream_sink_stats
+    from headlens.analyses.stimuli import eval_text, text_windows
+    from headlens.probes.loading import load_model
+    from headlens.probes.prompts import TokenBatch, iter_batches
 
     torch.manual_seed(0)
     model = load_model(model=args.checkpoint, device=args.device, dtype=args.dtype)

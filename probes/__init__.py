@@ -5,25 +5,25 @@ The public names below are imported lazily on first use, so ``import probes`` is
 
 from __future__ import annotations
 
-from probes._lazy import lazy_exports
+from headlens.probes._lazy import lazy_exports
 
 _EXPORTS = {
-    "ModelConfig": "probes.config",
-    "CaptureConfig": "probes.config",
-    "LoadedModel": "probes.loading",
-    "load_model": "probes.loading",
-    "Capture": "probes.capture",
-    "capture": "probes.capture",
-    "hook_name": "probes.capture",
-    "attached": "probes.hooks",
-    "TokenBatch": "probes.prompts",
-    "read_prompts": "probes.prompts",
-    "tokenize_prompts": "probes.prompts",
-    "save_capture": "probes.capture_io",
-    "build_manifest": "probes.manifest",
-    "build_tiny_checkpoint": "probes.tiny",
-    "TinySpec": "probes.tiny",
-    "HeadlensError": "probes.errors",
+    "ModelConfig": "headlens.probes.config",
+    "CaptureConfig": "headlens.probes.config",
+    "LoadedModel": "headlens.probes.loading",
+    "load_model": "headlens.probes.loading",
+    "Capture": "headlens.probes.capture",
+    "capture": "headlens.probes.capture",
+    "hook_name": "headlens.probes.capture",
+    "attached": "headlens.probes.hooks",
+    "TokenBatch": "headlens.probes.prompts",
+    "read_prompts": "headlens.probes.prompts",
+    "tokenize_prompts": "headlens.probes.prompts",
+    "save_capture": "headlens.probes.capture_io",
+    "build_manifest": "headlens.probes.manifest",
+    "build_tiny_checkpoint": "headlens.probes.tiny",
+    "TinySpec": "headlens.probes.tiny",
+    "HeadlensError": "headlens.probes.errors",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -18,7 +18,7 @@ query off padding there is the batch's attention mask, which :func:`allowed_keys
 :func:`scores_from_qk` take as ``key_mask``.
 
 Only families whose attention has been checked against Hugging Face are reconstructed;
-any other raises :class:`~probes.errors.UnsupportedModelError` naming the family.
+any other raises :class:`~headlens.probes.errors.UnsupportedModelError` naming the family.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import torch
 from jaxtyping import Bool, Float
 from torch import Tensor
 
-from probes.errors import UnsupportedModelError
+from headlens.probes.errors import UnsupportedModelError
 
 __all__ = [
     "LayerAttention",
@@ -152,7 +152,7 @@ def _hf_attention(bridge: Any, layer: int) -> Any:
 
 
 def _causal(hf_config: Any, module: Any) -> bool:
-    from probes.loading import is_encoder_config
+    from headlens.probes.loading import is_encoder_config
 
     if is_encoder_config(hf_config):
         return False
@@ -206,7 +206,7 @@ def _rotary(family: str, bridge: Any, layer: int, module: Any) -> tuple[str, int
 
 
 def attention_spec(model: Any) -> AttentionSpec:
-    """The :class:`AttentionSpec` of a :class:`~probes.loading.LoadedModel` (computed once, then cached)."""
+    """The :class:`AttentionSpec` of a :class:`~headlens.probes.loading.LoadedModel` (computed once, then cached)."""
     cached = model.extra.get("attention_spec")
     if cached is not None:
         return cached
@@ -309,7 +309,7 @@ def allowed_keys(
 
     Queries are positions ``q_offset .. q_offset + n_q - 1`` against keys ``0 .. n_k - 1``.
     ``key_mask`` (True on real keys) is ``[k]`` for one prompt (result ``[q, k]``) or
-    ``[batch, k]`` (result ``[batch, q, k]``), e.g. :attr:`probes.prompts.TokenBatch.mask`.
+    ``[batch, k]`` (result ``[batch, q, k]``), e.g. :attr:`headlens.probes.prompts.TokenBatch.mask`.
     """
     n_k = n_q + q_offset if n_k is None else n_k
     i = torch.arange(q_offset, q_offset + n_q, device=device)[:, None]

@@ -13,11 +13,11 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from probes.config import CAPTURABLE, CaptureConfig
-from probes.errors import InputError, UnsupportedModelError
-from probes.hooks import attached
-from probes.loading import LoadedModel, check_layers_heads
-from probes.prompts import TokenBatch, iter_batches, tokenize_prompts
+from headlens.probes.config import CAPTURABLE, CaptureConfig
+from headlens.probes.errors import InputError, UnsupportedModelError
+from headlens.probes.hooks import attached
+from headlens.probes.loading import LoadedModel, check_layers_heads
+from headlens.probes.prompts import TokenBatch, iter_batches, tokenize_prompts
 
 __all__ = ["Capture", "capture", "hook_name", "tokenize_for", "run_forward"]
 
@@ -30,7 +30,7 @@ def hook_name(layer: int, what: str) -> str:
     """TransformerLens hook name for ``what`` (``q``, ``pattern``...) in ``layer``.
 
     ``rot_q``/``rot_k`` are named ``hook_rot_q``/``hook_rot_k`` even in families where
-    headlens computes them (see :class:`~probes.config.CaptureConfig`).
+    headlens computes them (see :class:`~headlens.probes.config.CaptureConfig`).
     """
     if what not in CAPTURABLE:
         raise InputError(f"cannot capture {what!r}: choose from {', '.join(CAPTURABLE)}", what=what)
@@ -105,8 +105,8 @@ def run_forward(
 ) -> Any:
     """One forward pass of the bridge on ``tokens``, with padding masked out.
 
-    ``tokens`` is a ``[batch, pos]`` tensor or a :class:`~probes.prompts.TokenBatch`
-    (whose :attr:`~probes.prompts.TokenBatch.attention_mask` is then used unless one is
+    ``tokens`` is a ``[batch, pos]`` tensor or a :class:`~headlens.probes.prompts.TokenBatch`
+    (whose :attr:`~headlens.probes.prompts.TokenBatch.attention_mask` is then used unless one is
     given).  ``attention_mask`` (0/1 ``[batch, pos]``, 1 on real tokens) reaches Hugging
     Face's attention in every family: no real token attends to a padded key (a
     bidirectional encoder would otherwise), and on right-padded causal models the real
@@ -207,7 +207,7 @@ class _Recorder:
 
 def _plan(model: LoadedModel, layer: int, what: str, hs: list[int], kv_hs: list[int], config: CaptureConfig) -> tuple[str, list[int], bool, Any, dict[int, _Recorder], str]:
     """Where ``what`` of ``layer`` is read from: (hook, head index, all heads?, transform, recorders, source note)."""
-    from probes.attention import attention_spec, rotate
+    from headlens.probes.attention import attention_spec, rotate
 
     spec = attention_spec(model)
     la = spec.layers[layer]
@@ -265,7 +265,7 @@ def capture(
 
     ``progress``, when given, is called as ``progress(done, total)`` after each batch.
     """
-    from probes.attention import attention_spec
+    from headlens.probes.attention import attention_spec
 
     config = config or CaptureConfig()
     unknown = [w for w in config.what if w not in CAPTURABLE]

@@ -1,4 +1,4 @@
-"""Writing a :class:`~probes.capture.Capture` to disk."""
+"""Writing a :class:`~headlens.probes.capture.Capture` to disk."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from probes.capture import Capture
-from probes.outputs import atomic_write, write_json
+from headlens.probes.capture import Capture
+from headlens.probes.outputs import atomic_write, write_json
 
 __all__ = ["save_capture", "load_activations"]
 

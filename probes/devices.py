@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from probes.errors import DeviceError, InputError
+from headlens.probes.errors import DeviceError, InputError
 
 __all__ = ["resolve_device", "resolve_dtype", "DTYPES"]
 

@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from probes.tokenizer_files import load_offline_gpt2_tokenizer
+from headlens.probes.tokenizer_files import load_offline_gpt2_tokenizer
 
 __all__ = ["FAMILIES", "ENCODER_FAMILIES", "minilm_dir", "WINDOW", "INIT_STD", "SOFTCAP", "build_family_checkpoint", "family_config"]
 

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from probes.errors import InputError
+from headlens.probes.errors import InputError
 
 __all__ = ["HookFn", "attached", "hook_point"]
 

@@ -7,7 +7,7 @@ typically sets entries to ``-inf`` (the key disappears and the softmax renormali
 others); it must leave every query at least one finite key.  The pattern that follows
 (``hook_pattern``) is the edited one on every backend.
 
-How the edit gets into the computation depends on the layer (:func:`probes.attention.attention_spec`):
+How the edit gets into the computation depends on the layer (:func:`headlens.probes.attention.attention_spec`):
 
 * **native** layers (the bridge computes attention itself: GPT-2, Llama, Qwen2, Mistral,
   Gemma, Gemma2, GPT-NeoX): a hook on ``blocks.{L}.attn.hook_attn_scores``.
@@ -25,7 +25,7 @@ How the edit gets into the computation depends on the layer (:func:`probes.atten
 * **method** layers (GPT-Neo, whose ``GPTNeoSelfAttention._attn`` computes attention): a
   per-instance replacement of ``_attn`` that does what Hugging Face's does plus the edit.
 
-Anything else raises :class:`~probes.errors.InterventionError` naming the family and layer.
+Anything else raises :class:`~headlens.probes.errors.InterventionError` naming the family and layer.
 
 **The guard.**  Before a kind of layer (backend, attention class, window) is first edited,
 :func:`check_score_edits` runs a short probe input three times: unedited; through the backend
@@ -57,9 +57,9 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from probes.attention import attention_core, attention_spec
-from probes.errors import InputError, InterventionError
-from probes.hooks import attached
+from headlens.probes.attention import attention_core, attention_spec
+from headlens.probes.errors import InputError, InterventionError
+from headlens.probes.hooks import attached
 
 __all__ = [
     "Edit",

@@ -34,9 +34,9 @@ from typing import Any
 
 import torch
 
-from probes.config import ModelConfig
-from probes.devices import resolve_device, resolve_dtype
-from probes.errors import InputError, ModelLoadError, UnsupportedModelError
+from headlens.probes.config import ModelConfig
+from headlens.probes.devices import resolve_device, resolve_dtype
+from headlens.probes.errors import InputError, ModelLoadError, UnsupportedModelError
 
 __all__ = ["LoadedModel", "load_model", "resolve_source", "check_layers_heads"]
 
@@ -188,14 +188,14 @@ def resolve_source(spec: str) -> tuple[str, str]:
     """
     path = Path(spec).expanduser()
     if not path.exists():
-        from probes.demo import DEMO_SPEC, MODEL_DIR
+        from headlens.probes.demo import DEMO_SPEC, MODEL_DIR
 
         if spec == DEMO_SPEC:
             if not (MODEL_DIR / "config.json").is_file():
                 raise ModelLoadError(f"--model demo: the shipped demo model is missing from {MODEL_DIR} (a broken install?)", model=spec)
             path = MODEL_DIR
         elif spec == MINILM_SPEC:
-            from probes.families import minilm_dir
+            from headlens.probes.families import minilm_dir
 
             try:
                 path = minilm_dir()
@@ -293,7 +293,7 @@ def _hub_snapshot(name: str, revision: str | None) -> Path | None:
 # ---------------------------------------------------------------------------
 # Library output during the boot.
 
-#: Library loggers whose records go through ``probes.loading.<logger name>`` while a model boots.
+#: Library loggers whose records go through ``headlens.probes.loading.<logger name>`` while a model boots.
 _LIBRARY_LOGGERS = ("transformers", "transformer_lens", "huggingface_hub")
 
 #: Library messages that headlens says better itself, or that are harmless: demoted to
@@ -313,7 +313,7 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 class _Forward(logging.Handler):
-    """Re-log a library record under ``probes.loading.<its logger>``, on one line."""
+    """Re-log a library record under ``headlens.probes.loading.<its logger>``, on one line."""
 
     def emit(self, record: logging.LogRecord) -> None:
         try:

@@ -8,7 +8,7 @@ import sys
 from importlib import metadata
 from typing import Any
 
-from probes.config import json_ready
+from headlens.probes.config import json_ready
 
 __all__ = ["package_versions", "build_manifest", "headlens_version"]
 
@@ -34,7 +34,7 @@ def package_versions() -> dict[str, str | None]:
 
 def _framing(model: Any, prepend_bos: bool) -> dict[str, Any] | None:
     """``model.framing(prepend_bos)``, or None where the model cannot say (no such tokens)."""
-    from probes.errors import InputError
+    from headlens.probes.errors import InputError
 
     framing = getattr(model, "framing", None)
     if not callable(framing):
@@ -56,11 +56,11 @@ def build_manifest(
 ) -> dict[str, Any]:
     """A JSON-ready manifest.
 
-    ``model`` is a :class:`probes.loading.LoadedModel` (its ``describe()`` goes in),
+    ``model`` is a :class:`headlens.probes.loading.LoadedModel` (its ``describe()`` goes in),
     ``command`` the command line (defaults to ``sys.argv``), ``configs`` any config
     dataclasses or dicts worth recording, ``extra`` analysis-specific facts.  With both
     ``model`` and ``prepend_bos``, ``framing`` records the special tokens that wrapped each
-    prompt (:meth:`~probes.loading.LoadedModel.framing`: ``[BOS]`` on decoders,
+    prompt (:meth:`~headlens.probes.loading.LoadedModel.framing`: ``[BOS]`` on decoders,
     ``[CLS]``/``[SEP]`` on encoders, none with ``prepend_bos=False``).
     """
     import torch

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from probes.errors import OutputError, OutputExistsError
+from headlens.probes.errors import OutputError, OutputExistsError
 
 __all__ = ["check_out_dir", "check_out_file", "atomic_write", "write_json", "write_text"]
 

@@ -12,7 +12,7 @@ import torch
 from jaxtyping import Int
 from torch import Tensor
 
-from probes.errors import InputError
+from headlens.probes.errors import InputError
 
 __all__ = ["TokenBatch", "read_prompts", "tokenize_prompts", "token_strings", "iter_batches"]
 
@@ -22,7 +22,7 @@ class TokenBatch:
     """Prompts as token ids, right-padded to the longest.
 
     ``tokens[i, :lengths[i]]`` are the real tokens of prompt ``i``: the model's framing
-    around the text (:meth:`probes.loading.LoadedModel.frame`: ``[BOS]`` first on decoders,
+    around the text (:meth:`headlens.probes.loading.LoadedModel.frame`: ``[BOS]`` first on decoders,
     ``[CLS] ... [SEP]`` on encoders, nothing with ``prepend_bos=False``); everything after
     is padding and must never count, nor be attended to (pass :attr:`attention_mask` to
     every forward).  The first ``n_prefix`` and the last ``n_suffix`` real tokens of every
@@ -60,7 +60,7 @@ class TokenBatch:
         """0/1 ``[prompt, pos]`` (``torch.long``): 1 on real tokens, 0 on padding.
 
         What every batched forward must pass (``model.bridge(tokens, attention_mask=...)``,
-        or :func:`probes.capture.run_forward`), so that no real token attends to padding.
+        or :func:`headlens.probes.capture.run_forward`), so that no real token attends to padding.
         """
         return self.mask.long()
 
@@ -139,8 +139,8 @@ def tokenize_prompts(
 ) -> TokenBatch:
     """Tokenize without special tokens, wrap each prompt in ``frame``, right-pad with ``pad_id``.
 
-    ``frame`` is ``(prefix ids, suffix ids)``, :meth:`probes.loading.LoadedModel.frame`
-    (``([CLS], [SEP])`` on BERT, ``([BOS], [])`` on decoders); :func:`probes.capture.tokenize_for`
+    ``frame`` is ``(prefix ids, suffix ids)``, :meth:`headlens.probes.loading.LoadedModel.frame`
+    (``([CLS], [SEP])`` on BERT, ``([BOS], [])`` on decoders); :func:`headlens.probes.capture.tokenize_for`
     passes the model's.  Without it the decoder convention holds: ``[BOS]`` first when
     ``prepend_bos``, nothing after.  A prompt longer than ``n_ctx`` tokens (framing included)
     is an error unless ``truncate``, which cuts the text and keeps the whole framing.

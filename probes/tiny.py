@@ -13,7 +13,7 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from probes.tokenizer_files import load_offline_gpt2_tokenizer
+from headlens.probes.tokenizer_files import load_offline_gpt2_tokenizer
 
 __all__ = ["TinySpec", "build_tiny_checkpoint", "gpt2_small_spec"]
 

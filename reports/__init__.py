@@ -5,16 +5,16 @@ The public names below are imported lazily on first use, so ``import reports`` i
 
 from __future__ import annotations
 
-from probes._lazy import lazy_exports
+from headlens.probes._lazy import lazy_exports
 
 _EXPORTS = {
-    "build_report": "reports.report",
-    "load_report": "reports.report",
-    "Report": "reports.report",
-    "ReportSettings": "reports.report",
-    "ReportProgress": "reports.report",
-    "render_html": "reports.report_html",
-    "render_markdown": "reports.report_md",
+    "build_report": "headlens.reports.report",
+    "load_report": "headlens.reports.report",
+    "Report": "headlens.reports.report",
+    "ReportSettings": "headlens.reports.report",
+    "ReportProgress": "headlens.reports.report",
+    "render_html": "headlens.reports.report_html",
+    "render_markdown": "headlens.reports.report_md",
 }
 
 __all__ = sorted(_EXPORTS)

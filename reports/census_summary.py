@@ -7,7 +7,7 @@ from typing import Any
 
 import pandas as pd
 
-from analyses.detectors import registry
+from headlens.analyses.detectors import registry
 
 __all__ = ["census_summary"]
 

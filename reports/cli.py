@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import click
 
-from probes.manifest import headlens_version
-from reports.cli_common import CONTEXT_SETTINGS, HeadlensGroup, setup_logging
+from headlens.probes.manifest import headlens_version
+from headlens.reports.cli_common import CONTEXT_SETTINGS, HeadlensGroup, setup_logging
 
 __all__ = ["cli", "main"]
 
@@ -34,12 +34,12 @@ def cli(ctx: click.Context, verbose: int, quiet: int) -> None:
 
 #: Modules whose ``COMMANDS`` list is added to the group (one line each).
 _COMMAND_MODULES = (
-    "reports.cmd_capture",
-    "reports.cmd_detect",
-    "reports.cmd_sinks",
-    "reports.cmd_ablate",
-    "reports.cmd_report",
-    "reports.cmd_demo",
+    "headlens.reports.cmd_capture",
+    "headlens.reports.cmd_detect",
+    "headlens.reports.cmd_sinks",
+    "headlens.reports.cmd_ablate",
+    "headlens.reports.cmd_report",
+    "headlens.reports.cmd_demo",
 )
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from probes.errors import HeadlensError
+from headlens.probes.errors import HeadlensError
 
 __all__ = [
     "HeadlensGroup",
@@ -35,7 +35,7 @@ class HeadlensGroup(click.Group):
     """A click group whose errors are one line on stderr with a documented exit code.
 
     * click usage errors (bad option, bad value): exit 2;
-    * :class:`probes.errors.HeadlensError`: its ``exit_code`` (see ``probes.errors``);
+    * :class:`headlens.probes.errors.HeadlensError`: its ``exit_code`` (see ``headlens.probes.errors``);
     * Ctrl-C: exit 130.
     """
 
@@ -79,7 +79,7 @@ def model_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 #: Loggers of headlens' own packages (each module logs to ``logging.getLogger(__name__)``).
-_OWN_LOGGERS = ("probes", "analyses", "reports")
+_OWN_LOGGERS = ("headlens",)
 
 #: ``headlens -q`` / default / ``-v`` / ``-vv``: the level of headlens' own loggers.
 _LEVELS = {-1: logging.ERROR, 0: logging.WARNING, 1: logging.INFO, 2: logging.DEBUG}

@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from reports.cli_common import Progress, model_options, parse_heads, parse_layers
+from headlens.reports.cli_common import Progress, model_options, parse_heads, parse_layers
 
 TABLE_FORMATS = (".csv", ".parquet", ".json")
 
@@ -18,8 +18,8 @@ log = logging.getLogger(__name__)
 
 
 def _load(model: str, device: str, dtype: str, revision: str | None, allow_new_weights: bool = False):
-    from probes.config import ModelConfig
-    from probes.loading import load_model
+    from headlens.probes.config import ModelConfig
+    from headlens.probes.loading import load_model
 
     return load_model(ModelConfig(model=model, device=device, dtype=dtype, revision=revision, allow_new_weights=allow_new_weights))
 
@@ -60,7 +60,7 @@ def _metric(metric: str | None, text_file: str | None, task_file: str | None) ->
 def _resolve_metric(loaded: Any, metric: str | None) -> tuple[str, str]:
     """``(metric, how it was chosen)``: the default for the loaded model when none was asked for
     (said in a log line when it is not loss), then refused if it means nothing on this model."""
-    from analyses.ablation_data import check_metric, default_metric
+    from headlens.analyses.ablation_data import check_metric, default_metric
 
     chosen = f"asked for (--metric {metric})"
     if metric is None:
@@ -73,14 +73,14 @@ def _resolve_metric(loaded: Any, metric: str | None) -> tuple[str, str]:
 
 
 def _metric_label(metric: str) -> str:
-    from analyses.ablation_data import METRIC_LABELS
+    from headlens.analyses.ablation_data import METRIC_LABELS
 
     return METRIC_LABELS.get(metric, metric)
 
 
 def _metric_manifest(metric: str, chosen: str) -> dict[str, Any]:
     """Manifest fields that say what the metric is and why it was chosen."""
-    from analyses.ablation_data import EMBEDDING_DEFINITION
+    from headlens.analyses.ablation_data import EMBEDDING_DEFINITION
 
     out: dict[str, Any] = {"metric_chosen": chosen}
     if metric == "embedding":
@@ -98,9 +98,9 @@ def _what(data: Any, metric: str, window: int, label: str) -> str:
 
 def _read_inputs(metric: str | None, text_file: str | None, task_file: str | None) -> tuple[Any, str]:
     """Read the text or task file (syntax only; token checks need the model's tokenizer)."""
-    from analyses.ablation_data import read_task
-    from analyses.stimuli import eval_text
-    from probes.errors import InputError
+    from headlens.analyses.ablation_data import read_task
+    from headlens.analyses.stimuli import eval_text
+    from headlens.probes.errors import InputError
 
     if metric == "logit-diff":
         assert task_file is not None
@@ -120,7 +120,7 @@ def _read_inputs(metric: str | None, text_file: str | None, task_file: str | Non
 
 
 def _eval_set(loaded: Any, metric: str, source: Any, label: str, *, n_windows: int, window: int, prepend_bos: bool, n_sentences: int = 64):
-    from analyses.ablation_data import embedding_eval_set, split_sentences, task_eval_set, text_eval_set
+    from headlens.analyses.ablation_data import embedding_eval_set, split_sentences, task_eval_set, text_eval_set
 
     if metric == "logit-diff":
         return task_eval_set(loaded.tokenizer, source, prepend_bos=prepend_bos, n_ctx=loaded.n_ctx, source=label)
@@ -148,7 +148,7 @@ def _model_key(loaded: Any) -> dict[str, Any]:
 
 
 def _write_table(table: Any, path: Path) -> None:
-    from probes.outputs import atomic_write
+    from headlens.probes.outputs import atomic_write
 
     ext = path.suffix.lower()
     if ext == ".csv":
@@ -198,12 +198,12 @@ def ablate_cmd(model, device, dtype, revision, allow_new_weights, method, metric
     """
     import torch
 
-    from analyses.ablation import AblationConfig, ablation_study
-    from analyses.masks import read_mask
-    from analyses.resume import Journal, journal_path
-    from probes.manifest import build_manifest
-    from probes.outputs import check_out_file, write_json
-    from reports.figures_ablation import ablation_heatmap
+    from headlens.analyses.ablation import AblationConfig, ablation_study
+    from headlens.analyses.masks import read_mask
+    from headlens.analyses.resume import Journal, journal_path
+    from headlens.probes.manifest import build_manifest
+    from headlens.probes.outputs import check_out_file, write_json
+    from headlens.reports.figures_ablation import ablation_heatmap
 
     out = Path(out_file)
     if out.suffix.lower() not in TABLE_FORMATS:
@@ -221,7 +221,7 @@ def ablate_cmd(model, device, dtype, revision, allow_new_weights, method, metric
     metric, metric_chosen = _resolve_metric(loaded, metric)
     data = _eval_set(loaded, metric, source, label, n_windows=n_windows, window=window, prepend_bos=not no_bos, n_sentences=n_sentences)
     mask = read_mask(mask_file, n_layers=loaded.n_layers, n_heads=loaded.n_heads) if mask_file is not None else None
-    from probes.loading import check_layers_heads
+    from headlens.probes.loading import check_layers_heads
 
     check_layers_heads(loaded, layers, heads)
     key = {"model": _model_key(loaded), "data": data.describe(), "config": vars(config), "mask": mask.to_json()["removed"] if mask else None}
@@ -295,12 +295,12 @@ def prune_cmd(model, device, dtype, revision, allow_new_weights, metric, text_fi
     """
     import torch
 
-    from analyses.pruning import PruneConfig, prune_study
-    from analyses.resume import Journal
-    from probes.manifest import build_manifest
-    from analyses.masks import write_mask
-    from probes.outputs import atomic_write, check_out_dir, write_json
-    from reports.figures_ablation import pruning_curve
+    from headlens.analyses.pruning import PruneConfig, prune_study
+    from headlens.analyses.resume import Journal
+    from headlens.probes.manifest import build_manifest
+    from headlens.analyses.masks import write_mask
+    from headlens.probes.outputs import atomic_write, check_out_dir, write_json
+    from headlens.reports.figures_ablation import pruning_curve
 
     out = Path(out_dir)
     journal_file = out / "prune.journal.jsonl"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from reports.cli_common import Progress, model_options, parse_csv, parse_heads, parse_layers
+from headlens.reports.cli_common import Progress, model_options, parse_csv, parse_heads, parse_layers
 
 DEFAULT_VERIFY_TEXT = (
     "Apple raised its price target. Down by the river bank, the water was calm, "
@@ -19,15 +19,15 @@ DEFAULT_VERIFY_PROMPTS = (DEFAULT_VERIFY_TEXT, "Apple raised its price target.")
 
 
 def _load(model: str, device: str, dtype: str, revision: str | None, allow_new_weights: bool = False):
-    from probes.config import ModelConfig
-    from probes.loading import load_model
+    from headlens.probes.config import ModelConfig
+    from headlens.probes.loading import load_model
 
     return load_model(ModelConfig(model=model, device=device, dtype=dtype, revision=revision, allow_new_weights=allow_new_weights))
 
 
 def _prompts(text: str | None, prompts_file: str | None, *, default: str | tuple[str, ...] | None = None) -> list[str]:
-    from probes.errors import InputError
-    from probes.prompts import read_prompts
+    from headlens.probes.errors import InputError
+    from headlens.probes.prompts import read_prompts
 
     if text is not None and prompts_file is not None:
         raise click.UsageError("give either --text or --prompts, not both")
@@ -78,11 +78,11 @@ def capture_cmd(model, device, dtype, revision, allow_new_weights, text, prompts
     """
     import torch
 
-    from probes.capture import capture
-    from probes.capture_io import save_capture
-    from probes.config import CaptureConfig
-    from probes.manifest import build_manifest
-    from probes.outputs import check_out_dir
+    from headlens.probes.capture import capture
+    from headlens.probes.capture_io import save_capture
+    from headlens.probes.config import CaptureConfig
+    from headlens.probes.manifest import build_manifest
+    from headlens.probes.outputs import check_out_dir
 
     check_out_dir(out_dir, overwrite=overwrite)
     texts = _prompts(text, prompts_file)
@@ -149,8 +149,8 @@ def verify_cmd(model, device, dtype, revision, allow_new_weights, text, prompts_
     on a masked key (padding included), or when a pattern row does not sum to 1; exits 2
     for a family whose attention headlens cannot redo.
     """
-    from analyses.verify import verify_attention
-    from probes.errors import CheckFailed
+    from headlens.analyses.verify import verify_attention
+    from headlens.probes.errors import CheckFailed
 
     texts = _prompts(text, prompts_file, default=DEFAULT_VERIFY_PROMPTS)
     loaded = _load(model, device, dtype, revision, allow_new_weights)
@@ -175,11 +175,11 @@ def verify_cmd(model, device, dtype, revision, allow_new_weights, text, prompts_
 @click.option("--overwrite", is_flag=True, help="Replace files in a non-empty folder.")
 def tiny_model_cmd(out_dir, n_layer, n_head, d_model, n_ctx, seed, planted, overwrite):
     """Build a small GPT-2-shaped checkpoint (random weights, real GPT-2 tokenizer) offline."""
-    from probes.outputs import check_out_dir
-    from probes.tiny import TinySpec, build_tiny_checkpoint
+    from headlens.probes.outputs import check_out_dir
+    from headlens.probes.tiny import TinySpec, build_tiny_checkpoint
 
     if planted:
-        from analyses.planted import PLANTED_ROLES, build_planted_checkpoint
+        from headlens.analyses.planted import PLANTED_ROLES, build_planted_checkpoint
 
         check_out_dir(out_dir, overwrite=overwrite)
         path = build_planted_checkpoint(out_dir)

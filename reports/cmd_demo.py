@@ -39,7 +39,7 @@ def train_cmd(out_dir: str, steps: int | None, seed: int | None, eval_every: int
     uninterrupted run would). The file is removed when the folder is written.
     """
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from analyses.demo.train import RECIPE, save_checkpoint, train
+    from headlens.analyses.demo.train import RECIPE, save_checkpoint, train
 
     out = Path(out_dir)
     if out.exists() and any(out.iterdir()) and not overwrite:
@@ -72,7 +72,7 @@ def train_cmd(out_dir: str, steps: int | None, seed: int | None, eval_every: int
         save_checkpoint(result, tmp)
         if not no_card:
             _say("running the head census for MODEL_CARD.md ...")
-            from reports.demo_card import write_model_card
+            from headlens.reports.demo_card import write_model_card
 
             write_model_card(tmp)
         if out.exists():
@@ -90,7 +90,7 @@ def train_cmd(out_dir: str, steps: int | None, seed: int | None, eval_every: int
 def card_cmd(folder: str) -> None:
     """(Re)write MODEL_CARD.md for a checkpoint folder written by `train`."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from reports.demo_card import write_model_card
+    from headlens.reports.demo_card import write_model_card
 
     path = write_model_card(folder)
     _say(f"wrote {path}")
@@ -106,8 +106,8 @@ def replay_cmd(folder: str | None, steps: int) -> None:
     log cannot be replayed here (another Python ships other training text).
     """
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from probes.demo import MODEL_DIR
-    from analyses.demo.replay import replay
+    from headlens.probes.demo import MODEL_DIR
+    from headlens.analyses.demo.replay import replay
 
     target = Path(folder) if folder else MODEL_DIR
     report = replay(target, steps, on_step=lambda done: _say(f"  replayed {done}/{steps} steps") if done and done % 50 == 0 else None)

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from reports.cli_common import Progress, model_options, parse_csv
+from headlens.reports.cli_common import Progress, model_options, parse_csv
 
 
 def census_options(fn):
@@ -28,7 +28,7 @@ def census_options(fn):
 
 
 def _census_config(detectors, n_prompts, seed, seq_len, window, no_bos, batch_size, referent_file, ablate=()):
-    from analyses.census import CensusConfig
+    from headlens.analyses.census import CensusConfig
 
     return CensusConfig(
         detectors=tuple(parse_csv(detectors)) if detectors else None,
@@ -53,22 +53,22 @@ def _progress(quiet: bool):
 
 
 def _load(model, device, dtype, revision, allow_new_weights=False):
-    from probes.config import ModelConfig
-    from probes.loading import load_model
+    from headlens.probes.config import ModelConfig
+    from headlens.probes.loading import load_model
 
     return load_model(ModelConfig(model=model, device=device, dtype=dtype, revision=revision, allow_new_weights=allow_new_weights))
 
 
 def _precheck(config) -> None:
     """Cheap input checks before the model loads (the census repeats them)."""
-    from analyses.detectors import get_detectors
-    from probes.errors import InputError
+    from headlens.analyses.detectors import get_detectors
+    from headlens.probes.errors import InputError
 
     get_detectors(list(config.detectors) if config.detectors is not None else None)
     if config.n_prompts < 1:
         raise InputError(f"--n-prompts must be at least 1, got {config.n_prompts}")
     if config.referent_file:
-        from analyses.stimuli import load_referent_file
+        from headlens.analyses.stimuli import load_referent_file
 
         load_referent_file(config.referent_file)
 
@@ -85,10 +85,10 @@ def detect_cmd(model, device, dtype, revision, allow_new_weights, detectors, n_p
     Columns: layer, head, detector, score, baseline, ci_low, ci_high, n, accuracy
     (accuracy for referent only).
     """
-    from analyses.census import run_census
-    from probes.manifest import build_manifest
-    from probes.outputs import check_out_file, write_json
-    from reports.tables import check_table_path, write_table
+    from headlens.analyses.census import run_census
+    from headlens.probes.manifest import build_manifest
+    from headlens.probes.outputs import check_out_file, write_json
+    from headlens.reports.tables import check_table_path, write_table
 
     out = check_table_path(out_file)
     check_out_file(out, overwrite=overwrite)
@@ -122,13 +122,13 @@ def classify_to_dir(
     formats: tuple[str, ...] = ("png", "svg"),
 ):
     """Run the census and write scores.csv, roles.csv, heatmaps, summary.md, manifest.json."""
-    from analyses.census import run_census
-    from analyses.classify import classify_heads, default_thresholds
-    from probes.manifest import build_manifest
-    from probes.outputs import write_json, write_text
-    from reports.census_summary import census_summary
-    from reports.figures import detector_heatmaps
-    from reports.tables import write_table
+    from headlens.analyses.census import run_census
+    from headlens.analyses.classify import classify_heads, default_thresholds
+    from headlens.probes.manifest import build_manifest
+    from headlens.probes.outputs import write_json, write_text
+    from headlens.reports.census_summary import census_summary
+    from headlens.reports.figures import detector_heatmaps
+    from headlens.reports.tables import write_table
 
     result = run_census(loaded, config, progress=_progress(quiet))
     roles = classify_heads(result.scores, thresholds, baseline_factor=baseline_factor)
@@ -160,21 +160,21 @@ def classify_to_dir(
 @click.option("--quiet", "-q", is_flag=True, help="No progress lines.")
 def classify_cmd(model, device, dtype, revision, allow_new_weights, detectors, n_prompts, seed, seq_len, window, no_bos, batch_size, referent_file, thresholds, baseline_factor, mask_file, out_dir, overwrite, quiet):
     """Give every head its roles: scores.csv, roles.csv, heatmaps, summary.md, manifest.json."""
-    from analyses.classify import parse_thresholds
-    from probes.outputs import check_out_dir
+    from headlens.analyses.classify import parse_thresholds
+    from headlens.probes.outputs import check_out_dir
 
     out = check_out_dir(out_dir, overwrite=overwrite)
     parsed = parse_thresholds(list(thresholds))
     ablate: list[tuple[int, int]] = []
     if mask_file:
-        from analyses.masks import read_mask
+        from headlens.analyses.masks import read_mask
 
         ablate = list(read_mask(mask_file).heads)
     config = _census_config(detectors, n_prompts, seed, seq_len, window, no_bos, batch_size, referent_file, ablate)
     _precheck(config)
     loaded = _load(model, device, dtype, revision, allow_new_weights)
     if mask_file:
-        from analyses.masks import read_mask
+        from headlens.analyses.masks import read_mask
 
         read_mask(mask_file).check(loaded.n_layers, loaded.n_heads)
     result, roles = classify_to_dir(loaded, config, out, thresholds=parsed, baseline_factor=baseline_factor, quiet=quiet, command=["headlens", *sys.argv[1:]], extra={"mask": mask_file})
@@ -197,8 +197,8 @@ def selftest_cmd(device, dtype, n_prompts, keep, quiet):
     Exit 0 when every planted role is recovered on its head and no other head gets a
     role; 1 otherwise.
     """
-    from analyses.selftest import run_selftest
-    from probes.errors import CheckFailed
+    from headlens.analyses.selftest import run_selftest
+    from headlens.probes.errors import CheckFailed
 
     report = run_selftest(device=device, dtype=dtype, n_prompts=n_prompts, folder=keep, progress=None if quiet else _progress(False))
     for line in report.lines():

@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from reports.cli_common import Progress, model_options, parse_csv
+from headlens.reports.cli_common import Progress, model_options, parse_csv
 
 
 class _CliProgress:
@@ -52,8 +52,8 @@ def report_cmd(model, device, dtype, revision, allow_new_weights, out_dir, quick
     fails is shown in the page as FAILED with its error, the others still run, and the exit
     code is 1.
     """
-    from probes.errors import CheckFailed
-    from reports.report import build_report
+    from headlens.probes.errors import CheckFailed
+    from headlens.reports.report import build_report
 
     report = build_report(
         model,

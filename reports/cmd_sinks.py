@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from reports.cli_common import Progress, model_options, parse_csv, parse_heads, parse_ints
+from headlens.reports.cli_common import Progress, model_options, parse_csv, parse_heads, parse_ints
 
 
 
@@ -57,12 +57,12 @@ def sinks_cmd(model, device, dtype, revision, allow_new_weights, out_dir, eps, w
     """
     import torch
 
-    from analyses.sinks import SinkConfig, run_sinks, seed_tables
-    from analyses.sinks_io import seed_text_lines, summary_markdown, write_tables
-    from probes.errors import InputError
-    from probes.manifest import build_manifest
-    from probes.outputs import check_out_dir, write_json, write_text
-    from probes.prompts import read_prompts
+    from headlens.analyses.sinks import SinkConfig, run_sinks, seed_tables
+    from headlens.analyses.sinks_io import seed_text_lines, summary_markdown, write_tables
+    from headlens.probes.errors import InputError
+    from headlens.probes.manifest import build_manifest
+    from headlens.probes.outputs import check_out_dir, write_json, write_text
+    from headlens.probes.prompts import read_prompts
 
     if out_dir is None and text is None:
         raise click.UsageError("give --out DIR (or --text TEXT for the seed measurement alone)")
@@ -109,7 +109,7 @@ def sinks_cmd(model, device, dtype, revision, allow_new_weights, out_dir, eps, w
     report = run_sinks(loaded, config, progress=_stage_progress(quiet))
     out = Path(out_dir)
     tables = write_tables(report.tables, out)
-    from reports.figures_sinks import sink_figures
+    from headlens.reports.figures_sinks import sink_figures
 
     figures = sink_figures(report.tables, out, config.eps)
     write_text(out / "summary.md", summary_markdown(report, model_name=model, figures=figures))
@@ -146,8 +146,8 @@ def _config_dict(config) -> dict:
 
 
 def _load(model: str, device: str, dtype: str, revision: str | None, allow_new_weights: bool = False):
-    from probes.config import ModelConfig
-    from probes.loading import load_model
+    from headlens.probes.config import ModelConfig
+    from headlens.probes.loading import load_model
 
     return load_model(ModelConfig(model=model, device=device, dtype=dtype, revision=revision, allow_new_weights=allow_new_weights))
 

@@ -2,7 +2,7 @@
 
 The census is the one ``headlens classify --model demo`` runs (default settings), with
 and without BOS, on the checkpoint as saved: loaded back through
-:func:`probes.loading.load_model` like any local folder.
+:func:`headlens.probes.loading.load_model` like any local folder.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 
 import pandas as pd
 
-from analyses.demo.replay import read_log
+from headlens.analyses.demo.replay import read_log
 
 __all__ = ["census_of", "write_model_card", "render_model_card"]
 
@@ -21,9 +21,9 @@ _DETECTORS = ("previous_token", "duplicate_token", "induction", "sink", "referen
 
 def census_of(folder: str | Path, *, prepend_bos: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
     """``(scores, roles)`` of the checkpoint in ``folder``: default census, on CPU."""
-    from analyses.census import CensusConfig, run_census
-    from analyses.classify import classify_heads
-    from probes.loading import load_model
+    from headlens.analyses.census import CensusConfig, run_census
+    from headlens.analyses.classify import classify_heads
+    from headlens.probes.loading import load_model
 
     model = load_model(model=str(folder), device="cpu")
     scores = run_census(model, CensusConfig(prepend_bos=prepend_bos)).scores

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from probes.outputs import atomic_write
+from headlens.probes.outputs import atomic_write
 
 __all__ = ["save_heatmap", "save_figure", "detector_heatmaps"]
 
@@ -91,7 +91,7 @@ def detector_heatmaps(scores: pd.DataFrame, roles: pd.DataFrame | None, out_dir:
             marked = np.zeros((n_layers, n_heads), dtype=bool)
             for r in roles.itertuples():
                 marked[r.layer, r.head] = det in str(r.roles).split(";")
-        from reports.tables import baseline_label
+        from headlens.reports.tables import baseline_label
 
         out[str(det)] = save_heatmap(grid, f"{det} score (uniform baseline {baseline_label(g['baseline'])})", Path(out_dir) / f"heatmap_{det}", marked=marked, formats=formats)
     return out

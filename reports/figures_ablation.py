@@ -12,19 +12,19 @@ from typing import Any
 
 import pandas as pd
 
-from reports.figures import save_figure
+from headlens.reports.figures import save_figure
 
 __all__ = ["ablation_heatmap", "pruning_curve"]
 
 
 def _label(metric: str) -> str:
-    from analyses.ablation_data import METRIC_LABELS
+    from headlens.analyses.ablation_data import METRIC_LABELS
 
     return METRIC_LABELS.get(str(metric), str(metric))
 
 
 def _plt() -> Any:
-    from reports.figures import _pyplot
+    from headlens.reports.figures import _pyplot
 
     return _pyplot()
 

@@ -11,13 +11,13 @@ from typing import Any
 
 import pandas as pd
 
-from reports.figures import save_figure
+from headlens.reports.figures import save_figure
 
 __all__ = ["sink_figures", "alpha_heatmap", "layer_rate_plot", "value_norm_heatmap", "content_heatmap", "windowed_plot"]
 
 
 def _plt() -> Any:
-    from reports.figures import _pyplot
+    from headlens.reports.figures import _pyplot
 
     return _pyplot()
 

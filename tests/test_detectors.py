@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 import torch
 
-from analyses.bootstrap import bootstrap_mean_ci
-from analyses.census import CensusConfig, build_stimuli, run_census
-from analyses.detectors import BatchContext, get_detectors, registry
-from probes.capture import capture
-from probes.config import CaptureConfig
-from probes.errors import InputError
+from headlens.analyses.bootstrap import bootstrap_mean_ci
+from headlens.analyses.census import CensusConfig, build_stimuli, run_census
+from headlens.analyses.detectors import BatchContext, get_detectors, registry
+from headlens.probes.capture import capture
+from headlens.probes.config import CaptureConfig
+from headlens.probes.errors import InputError
 from tests.helpers import assert_close
 
 

@@ -15,9 +15,9 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-import reports.cmd_ablate as cmd_ablate
-from analyses.ablation import AblationConfig, ablation_study
-from analyses.ablation_data import (
+import headlens.reports.cmd_ablate as cmd_ablate
+from headlens.analyses.ablation import AblationConfig, ablation_study
+from headlens.analyses.ablation_data import (
     check_metric,
     default_metric,
     embedding_eval_set,
@@ -27,10 +27,10 @@ from analyses.ablation_data import (
     text_eval_set,
     worse_by,
 )
-from analyses.ablation_grad import gate_gradients
-from analyses.stimuli import eval_text
-from probes.errors import InputError, UnsupportedModelError
-from reports.cli import cli
+from headlens.analyses.ablation_grad import gate_gradients
+from headlens.analyses.stimuli import eval_text
+from headlens.probes.errors import InputError, UnsupportedModelError
+from headlens.reports.cli import cli
 
 #: Different lengths, so every batch of two is padded.
 SENTENCES = [
@@ -103,7 +103,7 @@ def test_last_hidden_state_and_pooling_equal_plain_transformers(minilm_model, hf
         batched = sentence_embeddings(minilm_model, data.tokens, data.lengths)
     assert torch.allclose(batched, ref[order], atol=1e-5)
     # the raw last hidden state, padded positions excluded
-    from probes.hooks import attached
+    from headlens.probes.hooks import attached
 
     seen = {}
     enc = minilm_model.tokenizer(SENTENCES, padding=True, return_tensors="pt")

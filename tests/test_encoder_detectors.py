@@ -32,13 +32,13 @@ import pandas as pd
 import pytest
 import torch
 
-from analyses.census import CensusConfig, build_stimuli, run_census
-from analyses.classify import classify_heads
-from analyses.detectors import BatchContext, registry
-from analyses.detectors.base import mean_attention_at
-from analyses.sinks import SinkConfig, census_batch, run_sinks, seed_measurement
-from analyses.sinks_content import variant_batches
-from probes.errors import InputError
+from headlens.analyses.census import CensusConfig, build_stimuli, run_census
+from headlens.analyses.classify import classify_heads
+from headlens.analyses.detectors import BatchContext, registry
+from headlens.analyses.detectors.base import mean_attention_at
+from headlens.analyses.sinks import SinkConfig, census_batch, run_sinks, seed_measurement
+from headlens.analyses.sinks_content import variant_batches
+from headlens.probes.errors import InputError
 
 TOL = {"atol": 2e-5, "rtol": 1e-4}
 POSITIONAL = ("previous_token", "next_token", "duplicate_token", "induction")
@@ -258,8 +258,8 @@ def test_uniform_bidirectional_head_scores_its_baseline_and_frame_is_excluded():
 
 
 def test_bidirectional_sink_statistics_match_loops():
-    from analyses.attention_stats import sink_alpha, uniform_sink_alpha
-    from analyses.sinks_stream import excess_received, value_norm_share
+    from headlens.analyses.attention_stats import sink_alpha, uniform_sink_alpha
+    from headlens.analyses.sinks_stream import excess_received, value_norm_share
 
     torch.manual_seed(0)
     lengths = [7, 5]
@@ -311,7 +311,7 @@ def test_next_token_is_not_measurable_on_causal_models(which, tiny_model, family
         b = alone.scores[alone.scores.detector == det].reset_index(drop=True)
         pd.testing.assert_frame_equal(a, b)
     # decoder stimuli are the tokens of earlier versions: BOS + text windows, BOS + repeats
-    from analyses.stimuli import eval_text, random_repeated_tokens, text_windows
+    from headlens.analyses.stimuli import eval_text, random_repeated_tokens, text_windows
 
     stim = build_stimuli(model, config, {"natural", "repeated"})
     old = text_windows(model.tokenizer, eval_text(), 24, 4, True, model.bos_id)
@@ -340,7 +340,7 @@ def test_sink_targets_on_a_decoder(tiny_model):
 def test_cli_classify_and_sinks_on_minilm(minilm_dir, tmp_path):
     from click.testing import CliRunner
 
-    from reports.cli import cli
+    from headlens.reports.cli import cli
 
     runner = CliRunner()
     out = tmp_path / "classify"

@@ -16,12 +16,12 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from analyses.verify import VERIFY_WHAT, verify_attention, verify_capture
-from probes.attention import attention_spec
-from probes.capture import capture, tokenize_for
-from probes.config import CaptureConfig
-from probes.interventions import check_score_edits
-from reports.cli import cli
+from headlens.analyses.verify import VERIFY_WHAT, verify_attention, verify_capture
+from headlens.probes.attention import attention_spec
+from headlens.probes.capture import capture, tokenize_for
+from headlens.probes.config import CaptureConfig
+from headlens.probes.interventions import check_score_edits
+from headlens.reports.cli import cli
 
 SENTENCES = [
     "The bank raised its rates.",
@@ -110,7 +110,7 @@ def test_verify_catches_attention_on_padding_and_a_causal_mask(minilm_model, mon
     """Both ways verify can fail on an encoder: padding that leaks in, and a wrong (causal) mask."""
     import dataclasses
 
-    import probes.capture as capture_module
+    import headlens.probes.capture as capture_module
 
     model = minilm_model
     real_forward = capture_module.run_forward
@@ -153,7 +153,7 @@ def test_verify_cli_on_minilm(minilm_dir, tmp_path):
 @pytest.fixture()
 def cached_minilm(monkeypatch, minilm_model):
     """The CLI's model loader answering with the session's MiniLM (saves a 4 s boot per command)."""
-    import reports.cmd_capture as cmd
+    import headlens.reports.cmd_capture as cmd
 
     monkeypatch.setattr(cmd, "_load", lambda *args, **kwargs: minilm_model)
     return minilm_model
@@ -189,8 +189,8 @@ def roberta_checkpoint(tmp_path_factory):
     """
     import transformers
 
-    from probes.families import INIT_STD
-    from probes.tokenizer_files import load_offline_gpt2_tokenizer
+    from headlens.probes.families import INIT_STD
+    from headlens.probes.tokenizer_files import load_offline_gpt2_tokenizer
 
     tmp = tmp_path_factory.mktemp("gpt2tok")
     load_offline_gpt2_tokenizer(tmp).save_pretrained(tmp)
@@ -227,7 +227,7 @@ def roberta_checkpoint(tmp_path_factory):
 def test_roberta_capture_and_verify(roberta_checkpoint):
     import transformers
 
-    from probes.loading import load_model
+    from headlens.probes.loading import load_model
 
     model = load_model(model=str(roberta_checkpoint), device="cpu")
     assert model.is_encoder and type(model.bridge.original_model).__name__ == "RobertaForMaskedLM"

@@ -14,13 +14,13 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from analyses.verify import VERIFY_WHAT, verify_attention, verify_capture
-from probes.attention import attention_spec
-from probes.capture import capture
-from probes.config import CaptureConfig
-from probes.errors import UnsupportedModelError
-from probes.families import FAMILIES, WINDOW
-from reports.cli import cli
+from headlens.analyses.verify import VERIFY_WHAT, verify_attention, verify_capture
+from headlens.probes.attention import attention_spec
+from headlens.probes.capture import capture
+from headlens.probes.config import CaptureConfig
+from headlens.probes.errors import UnsupportedModelError
+from headlens.probes.families import FAMILIES, WINDOW
+from headlens.reports.cli import cli
 from tests.helpers import assert_close
 
 TEXT = (
@@ -209,7 +209,7 @@ def test_verify_cli_on_every_family(family, family_checkpoint):
 
 
 def _checkpoint_with_gpt2_tokenizer(folder, model) -> str:
-    from probes.tokenizer_files import load_offline_gpt2_tokenizer
+    from headlens.probes.tokenizer_files import load_offline_gpt2_tokenizer
 
     model.save_pretrained(folder)
     load_offline_gpt2_tokenizer(folder / "tok").save_pretrained(folder)

@@ -16,12 +16,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import probes.interventions as interventions
-from analyses.sinks_intervene import mean_loss, removal_edits, removal_hooks, window_edits, window_hooks
-from probes.errors import InterventionError
-from probes.families import FAMILIES
-from probes.interventions import score_edits
-from probes.prompts import TokenBatch
+import headlens.probes.interventions as interventions
+from headlens.analyses.sinks_intervene import mean_loss, removal_edits, removal_hooks, window_edits, window_hooks
+from headlens.probes.errors import InterventionError
+from headlens.probes.families import FAMILIES
+from headlens.probes.interventions import score_edits
+from headlens.probes.prompts import TokenBatch
 
 PASS_THROUGH = ("gpt_neo", "opt", "gptj")
 N_SEQ, WIDTH = 2, 40
@@ -132,7 +132,7 @@ def test_the_pattern_hook_shows_the_edited_pattern(family, family_model, tokens)
     def grab(pattern, hook=None):
         seen[hook.name] = pattern.detach().clone()
 
-    from probes.hooks import attached
+    from headlens.probes.hooks import attached
 
     names = [f"blocks.{layer}.attn.hook_pattern" for layer in range(model.n_layers)]
     with torch.inference_mode(), score_edits(model, removal_edits({0: [1, 2]})), attached(model.bridge, [(n, grab) for n in names]):
@@ -233,7 +233,7 @@ def test_nested_edits_compose(family, family_model, tokens):
 
 
 def test_old_names_and_bad_input(family_model):
-    from probes.errors import InputError
+    from headlens.probes.errors import InputError
 
     model = family_model("opt")
     assert removal_hooks is removal_edits and window_hooks is window_edits

@@ -7,9 +7,9 @@ import shutil
 import pytest
 import torch
 
-from probes.devices import resolve_device, resolve_dtype
-from probes.errors import DeviceError, InputError, ModelLoadError
-from probes.loading import load_model, resolve_source
+from headlens.probes.devices import resolve_device, resolve_dtype
+from headlens.probes.errors import DeviceError, InputError, ModelLoadError
+from headlens.probes.loading import load_model, resolve_source
 
 
 def test_local_folder_loads_in_eval_mode(tiny_model):
@@ -65,7 +65,7 @@ def test_devices_and_dtypes():
 
 
 def test_prompt_files(tmp_path):
-    from probes.prompts import read_prompts
+    from headlens.probes.prompts import read_prompts
 
     (tmp_path / "p.txt").write_text("first prompt\n\nsecond prompt\n")
     assert read_prompts(tmp_path / "p.txt") == ["first prompt", "second prompt"]

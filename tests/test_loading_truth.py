@@ -18,10 +18,10 @@ import pytest
 from click.testing import CliRunner
 from safetensors.torch import load_file, save_file
 
-from probes.errors import ModelLoadError
-from probes.families import FAMILIES
-from probes.loading import load_model
-from reports.cli import cli
+from headlens.probes.errors import ModelLoadError
+from headlens.probes.families import FAMILIES
+from headlens.probes.loading import load_model
+from headlens.reports.cli import cli
 
 ATTN = "transformer.h.0.attn.c_attn.weight"
 LIBRARY_LOGGERS = ("transformers", "transformer_lens", "huggingface_hub")
@@ -119,12 +119,12 @@ def test_base_model_checkpoint_with_tied_head_is_clean(base_saved):
 
 
 def test_untied_missing_head_is_allowed_with_a_warning(untied_head, caplog):
-    with caplog.at_level(logging.WARNING, logger="probes"):
+    with caplog.at_level(logging.WARNING, logger="headlens"):
         loaded = load_model(model=str(untied_head), device="cpu")
     assert loaded.new_weights == ["lm_head.weight"] and loaded.head_is_new
     desc = loaded.describe()
     assert desc["new_weights"] == ["lm_head.weight"] and desc["head_is_new"] is True and desc["allow_new_weights"] is False
-    head = [r for r in caplog.records if r.name == "probes.loading" and r.levelno == logging.WARNING]
+    head = [r for r in caplog.records if r.name == "headlens.probes.loading" and r.levelno == logging.WARNING]
     assert len(head) == 1 and "output head" in head[0].getMessage() and "lm_head.weight" in head[0].getMessage()
     assert not [r for r in caplog.records if "LOAD REPORT" in r.getMessage() and r.levelno >= logging.WARNING]
 
@@ -139,12 +139,12 @@ def test_bert_base_checkpoint_gets_a_new_mlm_head(gpt2_tokenizer, tmp_path, capl
     config = BertConfig(vocab_size=50257, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128, max_position_embeddings=128)
     BertModel(config).save_pretrained(folder)
     gpt2_tokenizer.save_pretrained(folder)
-    with caplog.at_level(logging.WARNING, logger="probes"):
+    with caplog.at_level(logging.WARNING, logger="headlens"):
         loaded = load_model(model=str(folder), device="cpu")
     assert type(loaded.bridge.original_model).__name__ == "BertForMaskedLM"
     assert loaded.head_is_new and loaded.new_weights and all(k.startswith("cls.predictions.") for k in loaded.new_weights)
     assert loaded.unexpected_weights == ["pooler.dense.bias", "pooler.dense.weight"]
-    assert [r for r in caplog.records if r.name == "probes.loading" and "output head" in r.getMessage()]
+    assert [r for r in caplog.records if r.name == "headlens.probes.loading" and "output head" in r.getMessage()]
     # transformers' own "This checkpoint seem corrupted ..." about the tied MLM bias is demoted to DEBUG
     assert not [r for r in caplog.records if "seem corrupted" in r.getMessage()]
 
@@ -294,15 +294,15 @@ def test_library_warnings_during_boot_reach_headlens_loggers(tiny_checkpoint, mo
         return boot(*args, **kwargs)
 
     monkeypatch.setattr(TransformerBridge, "boot_transformers", noisy)
-    with caplog.at_level(logging.WARNING, logger="probes"):
+    with caplog.at_level(logging.WARNING, logger="headlens"):
         load_model(model=str(tiny_checkpoint), device="cpu")
-    got = [r for r in caplog.records if r.name == "probes.loading.transformers.some_module"]
+    got = [r for r in caplog.records if r.name == "headlens.probes.loading.transformers.some_module"]
     assert [(r.levelno, r.getMessage()) for r in got] == [(logging.WARNING, "something that matters second line")]
 
 
 def test_cli_verbosity(runner, untied_head, tmp_path):
     root = logging.getLogger()
-    before = (root.level, list(root.handlers), logging.getLogger("probes").level)
+    before = (root.level, list(root.handlers), logging.getLogger("headlens").level)
     base = ["capture", "-m", str(untied_head), "--device", "cpu", "--text", "Hi", "-q", "--overwrite", "--out"]
 
     res = runner.invoke(cli, [*base, str(tmp_path / "a")])
@@ -315,11 +315,11 @@ def test_cli_verbosity(runner, untied_head, tmp_path):
 
     res = runner.invoke(cli, ["-vv", *base, str(tmp_path / "c")])
     assert res.exit_code == 0, res.output
-    debug = [line for line in _stderr_lines(res) if line.startswith("headlens: debug: probes.loading.transformers")]
+    debug = [line for line in _stderr_lines(res) if line.startswith("headlens: debug: headlens.probes.loading.transformers")]
     assert any("LOAD REPORT" in line for line in debug), res.stderr  # transformers' table, one line
     assert any(line.startswith("headlens: warning: ") for line in _stderr_lines(res))
 
-    assert (root.level, list(root.handlers), logging.getLogger("probes").level) == before
+    assert (root.level, list(root.handlers), logging.getLogger("headlens").level) == before
 
 
 def test_allow_new_weights_in_every_model_command(runner):

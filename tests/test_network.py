@@ -19,9 +19,9 @@ def _gpt2_available() -> bool:
 def test_gpt2_small_4_11_is_a_top_previous_token_head():
     import torch
 
-    from probes.capture import capture
-    from probes.config import CaptureConfig
-    from probes.loading import load_model
+    from headlens.probes.capture import capture
+    from headlens.probes.config import CaptureConfig
+    from headlens.probes.loading import load_model
 
     model = load_model(model="gpt2", device="auto")
     text = [

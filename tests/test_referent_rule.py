@@ -12,11 +12,11 @@ import pandas as pd
 import pytest
 import torch
 
-from analyses.bootstrap import bootstrap_mean_ci
-from analyses.census import CensusConfig, build_stimuli, run_census
-from analyses.classify import classify_heads
-from analyses.detectors import BatchContext
-from analyses.detectors.referent import (
+from headlens.analyses.bootstrap import bootstrap_mean_ci
+from headlens.analyses.census import CensusConfig, build_stimuli, run_census
+from headlens.analyses.classify import classify_heads
+from headlens.analyses.detectors import BatchContext
+from headlens.analyses.detectors.referent import (
     DETECTOR,
     MIN_PAIR_ACCURACY,
     REFERENT_COLUMNS,
@@ -27,7 +27,7 @@ from analyses.detectors.referent import (
     referent_statistics,
     split_frames,
 )
-from analyses.stimuli import fit_referent_items, locate_tokens, referent_items
+from headlens.analyses.stimuli import fit_referent_items, locate_tokens, referent_items
 
 ALPHA = DETECTOR.threshold
 
@@ -330,7 +330,7 @@ def test_referent_passes_needs_every_criterion():
 
 
 def test_min_referent_prompts_is_the_fewest_pairs_a_perfect_head_passes_with():
-    from analyses.detectors.referent import min_referent_prompts
+    from headlens.analyses.detectors.referent import min_referent_prompts
 
     for n_heads in (1, 8, 72, 144, 1024):
         k = min_referent_prompts(n_heads) // 2
@@ -341,7 +341,7 @@ def test_items_without_pairs_are_units_of_their_own(planted_model, tmp_path):
     """A user's file without ``pair``/``frame``: every sentence is a unit and a frame of its own."""
     from dataclasses import replace
 
-    from analyses.stimuli import save_referent_file
+    from headlens.analyses.stimuli import save_referent_file
 
     items = [replace(i, pair="", frame="") for i in referent_items(30, seed=5)]
     path = save_referent_file(items, tmp_path / "mine.jsonl")

@@ -1,4 +1,4 @@
-"""``headlens report`` and ``reports.build_report``: one quick report of the tiny checkpoint,
+"""``headlens report`` and ``headlens.reports.build_report``: one quick report of the tiny checkpoint,
 built once per session and shared; tests that change a report work on a copy of it."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from reports.cli import cli
+from headlens.reports.cli import cli
 
 XSS = "<script>alert(1)</script> & \"quotes\" 'too' | pipes"
 PROMPTS = ("When Mary and John went to the store, John gave a drink to", XSS)
@@ -85,7 +85,7 @@ def test_quick_report_writes_pages_stage_folders_and_figures(quick_report):
 
 
 def test_report_object_tables(quick_report):
-    from reports import load_report
+    from headlens.reports import load_report
 
     r = load_report(quick_report[0])
     assert r.ok and (r.n_layers, r.n_heads) == (2, 4)
@@ -129,7 +129,7 @@ def test_html_content(quick_report):
 
 
 def test_untrusted_strings_are_escaped(quick_report):
-    from reports.report_html import json_for_script
+    from headlens.reports.report_html import json_for_script
 
     out = quick_report[0]
     page = (out / "report.html").read_text()
@@ -145,7 +145,7 @@ def test_untrusted_strings_are_escaped(quick_report):
 
 
 def test_model_names_and_errors_are_escaped(quick_report):
-    from reports import load_report
+    from headlens.reports import load_report
 
     r = load_report(quick_report[0])
     evil = "<img src=x onerror=alert(1)>"
@@ -158,7 +158,7 @@ def test_model_names_and_errors_are_escaped(quick_report):
 
 
 def test_html_is_deterministic(quick_report):
-    from reports import load_report
+    from headlens.reports import load_report
 
     out = quick_report[0]
     a, b = load_report(out).html(), load_report(out).html()
@@ -179,7 +179,7 @@ def test_markdown_tables_and_links(quick_report):
 
 
 def test_notebook_repr_is_a_sandboxed_iframe(quick_report):
-    from reports import load_report
+    from headlens.reports import load_report
 
     snippet = load_report(quick_report[0])._repr_html_()
     assert snippet.startswith('<iframe srcdoc="&lt;!DOCTYPE html&gt;') and 'sandbox="allow-scripts"' in snippet
@@ -202,8 +202,7 @@ def test_rerun_loads_every_stage(report_copy, tiny_checkpoint):
 
 
 def test_python_api_resumes_and_returns_dataframes(report_copy, tiny_checkpoint):
-    import reports
-
+    from headlens import reports
     seen = []
 
     class Collect(reports.ReportProgress):
@@ -220,8 +219,7 @@ def test_python_api_resumes_and_returns_dataframes(report_copy, tiny_checkpoint)
 
 
 def test_python_api_accepts_a_loaded_model(report_copy, tiny_model):
-    import reports
-
+    from headlens import reports
     r = reports.build_report(tiny_model, report_copy, quick=True, example_prompts=PROMPTS)
     assert r.ok and [s.status for s in r.stages] == ["loaded"] * 6
 
@@ -254,7 +252,7 @@ def test_changed_settings_rerun_only_the_stages_they_change(report_copy, tiny_ch
 
 
 def test_failed_stage_is_shown_and_retried(report_copy, tiny_checkpoint, monkeypatch):
-    from reports import report as report_mod
+    from headlens.reports import report as report_mod
 
     def boom(ctx):
         raise RuntimeError("sink probe exploded <b>bold</b>\nsecond line")
@@ -347,7 +345,7 @@ def test_unknown_model_one_line_error(tmp_path):
 
 
 def test_default_example_prompts_fit(gpt2_tokenizer):
-    from reports.report import DEFAULT_EXAMPLE_PROMPTS, MAX_EXAMPLE_TOKENS
+    from headlens.reports.report import DEFAULT_EXAMPLE_PROMPTS, MAX_EXAMPLE_TOKENS
 
     assert 2 <= len(DEFAULT_EXAMPLE_PROMPTS) <= 3
     for p in DEFAULT_EXAMPLE_PROMPTS:

@@ -1,6 +1,6 @@
 """Attention-sink investigations: the reductions on synthetic patterns, and the planted model.
 
-The planted checkpoint (``analyses.planted``) has exactly one sink head, 0.1, which puts >= 0.9 of
+The planted checkpoint (``headlens.analyses.planted``) has exactly one sink head, 0.1, which puts >= 0.9 of
 every query's attention on position 0 by position alone; its other heads have known, non-sink
 roles.  These tests check that the census reports that head and only that head, that a zeroed
 sink value vector gives a zero value-norm share, and that sink removal changes the loss exactly
@@ -15,11 +15,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from analyses.sinks import SinkConfig, census_batch, run_sinks, seed_measurement
-from analyses.sinks_intervene import mean_loss, removal_hooks, window_allowed
-from analyses.sinks_io import summary_markdown
-from analyses.sinks_stream import excess_received, head_output_weights, stream_sink_stats, value_norm_share
-from probes.errors import InputError
+from headlens.analyses.sinks import SinkConfig, census_batch, run_sinks, seed_measurement
+from headlens.analyses.sinks_intervene import mean_loss, removal_hooks, window_allowed
+from headlens.analyses.sinks_io import summary_markdown
+from headlens.analyses.sinks_stream import excess_received, head_output_weights, stream_sink_stats, value_norm_share
+from headlens.probes.errors import InputError
 from tests.helpers import assert_close
 
 SINK = (0, 1)
@@ -228,7 +228,7 @@ def _zero_sink_value_checkpoint(planted_checkpoint, folder):
 
 def test_value_norm_share_is_zero_when_the_sink_value_vector_is_zero(planted_model):
     """v_0 of head 0.1 set to zero (a hook on hook_v, attached before the census's own): share exactly 0."""
-    from probes.hooks import attached
+    from headlens.probes.hooks import attached
 
     batch = census_batch(planted_model, SinkConfig(n_prompts=4, bos=(True,)), True)
 
@@ -256,7 +256,7 @@ def test_value_norm_share_with_the_sink_value_projected_out_of_the_weights(plant
     In exact arithmetic v_0 = 0; in float32 it is ~1e-7 of the other values' norm.  The share
     stays small but not zero, because the planted sink leaves only ~e^-12 attention per other key.
     """
-    from probes.loading import load_model
+    from headlens.probes.loading import load_model
 
     folder = _zero_sink_value_checkpoint(planted_checkpoint, tmp_path / "zero_v")
     model = load_model(model=str(folder), device="cpu")

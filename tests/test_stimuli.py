@@ -9,7 +9,7 @@ from collections import Counter
 import pytest
 import torch
 
-from analyses.stimuli import (
+from headlens.analyses.stimuli import (
     FEMALE_NAMES,
     FRAMES,
     MALE_NAMES,
@@ -26,7 +26,7 @@ from analyses.stimuli import (
     save_referent_file,
     text_windows,
 )
-from probes.tokenizer_files import load_offline_gpt2_tokenizer
+from headlens.probes.tokenizer_files import load_offline_gpt2_tokenizer
 
 GPT2_BOS = 50256
 GENDER_OF = {**{w: "male" for w in MALE_NAMES}, **{w: "female" for w in FEMALE_NAMES}}

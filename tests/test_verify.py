@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from analyses.verify import VERIFY_WHAT, verify_attention, verify_capture
-from probes.capture import capture
-from probes.config import CaptureConfig
+from headlens.analyses.verify import VERIFY_WHAT, verify_attention, verify_capture
+from headlens.probes.capture import capture
+from headlens.probes.config import CaptureConfig
 
 
 def test_verify_passes_on_tiny_model(tiny_model):

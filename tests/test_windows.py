@@ -18,14 +18,14 @@ import pandas as pd
 import pytest
 import torch
 
-from analyses.bootstrap import bootstrap_mean_ci
-from analyses.census import CensusConfig, build_stimuli, run_census
-from analyses.classify import classify_heads
-from analyses.detectors import BatchContext, registry
-from analyses.detectors.base import mean_attention_at
-from analyses.sinks_stream import excess_received, stream_sink_stats, value_norm_share
-from probes.attention import attention_spec
-from reports.census_summary import census_summary
+from headlens.analyses.bootstrap import bootstrap_mean_ci
+from headlens.analyses.census import CensusConfig, build_stimuli, run_census
+from headlens.analyses.classify import classify_heads
+from headlens.analyses.detectors import BatchContext, registry
+from headlens.analyses.detectors.base import mean_attention_at
+from headlens.analyses.sinks_stream import excess_received, stream_sink_stats, value_norm_share
+from headlens.probes.attention import attention_spec
+from headlens.reports.census_summary import census_summary
 
 WINDOW_FAMILIES = ("mistral", "gemma2", "gpt_neo")
 TOL = {"atol": 2e-5, "rtol": 1e-4}
@@ -243,7 +243,7 @@ def test_a_window_as_long_as_the_prompts_changes_nothing_and_is_not_noted(family
 
 @pytest.mark.parametrize("family", WINDOW_FAMILIES)
 def test_sink_stream_on_window_layers_equals_hugging_face_reference(family, family_model, hf_model):
-    from analyses.sinks import SinkConfig, census_batch
+    from headlens.analyses.sinks import SinkConfig, census_batch
 
     model, hf = family_model(family), hf_model(family)
     windows = hf_windows(hf.config)

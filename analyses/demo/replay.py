@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from probes.errors import InputError
+from headlens.probes.errors import InputError
 
 __all__ = ["ReplayUnavailable", "ReplayReport", "read_log", "replay"]
 
@@ -62,8 +62,8 @@ def replay(folder: str | Path, steps: int, on_step: Callable[[int], None] | None
 
     import torch
 
-    from analyses.demo.data import build_corpus, fingerprint
-    from analyses.demo.train import config_from_summary, train
+    from headlens.analyses.demo.data import build_corpus, fingerprint
+    from headlens.analyses.demo.train import config_from_summary, train
 
     summary, rows = read_log(folder)
     logged = {r["step"]: r["train_loss"] for r in rows if r.get("train_loss") is not None}

@@ -11,7 +11,7 @@ thread count (``RecipeConfig.threads``), no dropout, and a learning-rate schedul
 defined by ``RecipeConfig.schedule_steps`` -- not by ``--steps``, which only stops the
 run early. A short run therefore repeats the first steps of the full run exactly, and
 its losses can be checked against the shipped ``training_log.jsonl``
-(:mod:`analyses.demo.replay`).
+(:mod:`headlens.analyses.demo.replay`).
 
 Speed. With GPT-2's 50,257-token vocabulary the output layer dominates a small model's
 cost on CPU (about 1,100 tokens/s with the full softmax), so text rows use a *sampled
@@ -44,7 +44,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from analyses.demo.data import BOS_ID, VOCAB_SIZE, BatchSampler, Corpus, build_corpus, eval_windows, gpt2_tokenizer
+from headlens.analyses.demo.data import BOS_ID, VOCAB_SIZE, BatchSampler, Corpus, build_corpus, eval_windows, gpt2_tokenizer
 
 __all__ = [
     "RecipeConfig",
@@ -238,7 +238,7 @@ class _MonitorStimuli:
 
 
 def _monitor_stimuli(tokenizer: Any) -> _MonitorStimuli:
-    from analyses.stimuli import eval_text, random_repeated_tokens, text_windows
+    from headlens.analyses.stimuli import eval_text, random_repeated_tokens, text_windows
 
     T = 50
     rep = random_repeated_tokens(20, T, 12345, VOCAB_SIZE, exclude={BOS_ID}, distinct=True)
@@ -433,7 +433,7 @@ def train(
 
 def _final_losses(model: Any, corpus: Corpus, tokenizer: Any, config: RecipeConfig) -> dict[str, Any]:
     """Full-softmax losses on the whole held-out split and on the evaluation text, with the unigram model's."""
-    from analyses.stimuli import eval_text
+    from headlens.analyses.stimuli import eval_text
 
     held = eval_windows(corpus.heldout, config.seq_len)
     text_ids = torch.tensor(tokenizer(eval_text(), add_special_tokens=False, verbose=False)["input_ids"], dtype=torch.long)

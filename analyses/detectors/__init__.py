@@ -1,7 +1,7 @@
 """The detector registry.
 
 Every module in this package that defines a module-level ``DETECTOR`` (a
-:class:`~analyses.detectors.base.Detector`) is registered under ``DETECTOR.name``:
+:class:`~headlens.analyses.detectors.base.Detector`) is registered under ``DETECTOR.name``:
 a new detector is one new module.  Discovery happens on first use, not at import.
 """
 
@@ -11,8 +11,8 @@ import importlib
 import pkgutil
 from functools import cache
 
-from analyses.detectors.base import STIMULI, BatchContext, Detector, DetectorOutput
-from probes.errors import InputError
+from headlens.analyses.detectors.base import STIMULI, BatchContext, Detector, DetectorOutput
+from headlens.probes.errors import InputError
 
 __all__ = ["Detector", "DetectorOutput", "BatchContext", "registry", "get_detectors", "detector_names", "STIMULI"]
 

@@ -4,7 +4,7 @@ A detector never sees more than one batch of one layer's pattern ``[batch, head,
 (inside a hook), so a census over any number of prompts keeps only per-prompt scores.
 
 Sliding windows: the census hands each layer's window (``BatchContext.window``, from
-:func:`probes.attention.attention_spec`) to the detectors.  In such a layer query ``i`` sees
+:func:`headlens.probes.attention.attention_spec`) to the detectors.  In such a layer query ``i`` sees
 only keys ``i - window < j <= i``, so a uniform head gives ``1/min(i+1, window)`` to each of
 them, and a target key outside the window cannot be attended at all: such positions are *not
 measurable* and are left out of the average; a prompt with no measurable position scores NaN

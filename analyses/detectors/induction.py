@@ -8,8 +8,8 @@ sliding-window layer, where positions whose target is outside the window do not 
 
 from __future__ import annotations
 
-from analyses.detectors.base import BatchContext, Detector, DetectorOutput, mean_attention_at
-from analyses.detectors.repeated import second_copy_queries
+from headlens.analyses.detectors.base import BatchContext, Detector, DetectorOutput, mean_attention_at
+from headlens.analyses.detectors.repeated import second_copy_queries
 
 
 def compute(pattern, ctx: BatchContext) -> DetectorOutput:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from analyses.detectors.base import BatchContext, Detector, DetectorOutput, mean_attention_at
+from headlens.analyses.detectors.base import BatchContext, Detector, DetectorOutput, mean_attention_at
 
 
 def compute(pattern, ctx: BatchContext) -> DetectorOutput:

@@ -1,6 +1,6 @@
 """Referent heads (pronoun -> antecedent): attention from the pronoun to its antecedent.
 
-Stimulus: minimal pairs of sentences (:mod:`analyses.stimuli.referent`) with a pronoun, its
+Stimulus: minimal pairs of sentences (:mod:`headlens.analyses.stimuli.referent`) with a pronoun, its
 antecedent and a distractor that agreement (gender or number) rules out; the two items of a
 pair differ only in the pronoun, so the antecedent of one is the distractor of the other at
 the same position.  Per sentence and head: score = ``A[pronoun, antecedent]``, ``distractor``
@@ -9,7 +9,7 @@ the distractor (Clark et al. 2019 scored BERT heads this way).  Uniform baseline
 ``1/(pronoun + 1)``, or ``1/n`` on a bidirectional layer (an encoder's prompt of ``n`` real
 tokens); for accuracy, a uniform head ties, which does not count as a win.
 
-**Role rule** (:func:`referent_passes`, applied by :func:`analyses.classify.classify_heads`).
+**Role rule** (:func:`referent_passes`, applied by :func:`headlens.analyses.classify.classify_heads`).
 A head is a referent head when all of these hold:
 
 1. *It picks the agreeing candidate more often than chance*: an exact one-sided sign test
@@ -66,8 +66,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from analyses.bootstrap import bootstrap_mean_ci
-from analyses.detectors.base import BatchContext, Detector, DetectorOutput, uniform_weight, visible
+from headlens.analyses.bootstrap import bootstrap_mean_ci
+from headlens.analyses.detectors.base import BatchContext, Detector, DetectorOutput, uniform_weight, visible
 
 __all__ = [
     "DETECTOR",

@@ -6,7 +6,7 @@ import torch
 from jaxtyping import Bool, Int
 from torch import Tensor
 
-from analyses.detectors.base import BatchContext
+from headlens.analyses.detectors.base import BatchContext
 
 __all__ = ["second_copy_queries"]
 

@@ -11,8 +11,8 @@ and the baseline is ``1/n`` for a prompt of ``n`` real tokens.
 
 from __future__ import annotations
 
-from analyses.attention_stats import sink_alpha, uniform_sink_alpha
-from analyses.detectors.base import BatchContext, Detector, DetectorOutput
+from headlens.analyses.attention_stats import sink_alpha, uniform_sink_alpha
+from headlens.analyses.detectors.base import BatchContext, Detector, DetectorOutput
 
 
 def compute(pattern, ctx: BatchContext) -> DetectorOutput:

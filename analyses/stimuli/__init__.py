@@ -1,12 +1,12 @@
 """Stimuli for attention-head studies.
 
-* :mod:`analyses.stimuli.referent` -- pronoun -> antecedent sentences written for
+* :mod:`headlens.analyses.stimuli.referent` -- pronoun -> antecedent sentences written for
   this project (gender and number agreement, in minimal pairs), a JSONL loader for
   user files, token location of the pronoun / antecedent / distractor, and the fit
   to a tokenizer (items whose words are not single tokens are dropped).
-* :mod:`analyses.stimuli.natural` -- the project's original evaluation text and
+* :mod:`headlens.analyses.stimuli.natural` -- the project's original evaluation text and
   fixed-size token windows cut from it.
-* :mod:`analyses.stimuli.random_tokens` -- seeded random token sequences repeated
+* :mod:`headlens.analyses.stimuli.random_tokens` -- seeded random token sequences repeated
   twice (induction / previous-token probes).
 """
 
@@ -32,7 +32,7 @@ __all__ = [
 ]
 
 
-from probes.errors import StimulusError  # noqa: E402  (re-exported; submodules import it from here)
+from headlens.probes.errors import StimulusError  # noqa: E402  (re-exported; submodules import it from here)
 
 from .natural import eval_text, text_windows  # noqa: E402
 from .random_tokens import random_repeated_tokens  # noqa: E402

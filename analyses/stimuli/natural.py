@@ -26,7 +26,7 @@ EVAL_TEXT_RESOURCE = "data/eval_text.txt"  # relative to the ``analyses`` packag
 @lru_cache(maxsize=1)
 def eval_text() -> str:
     """The project's evaluation text, read as package data (UTF-8)."""
-    resource = resources.files("analyses").joinpath(EVAL_TEXT_RESOURCE)
+    resource = resources.files("headlens.analyses").joinpath(EVAL_TEXT_RESOURCE)
     try:
         return resource.read_text(encoding="utf-8")
     except OSError as exc:  # pragma: no cover - broken install
@@ -65,7 +65,7 @@ def text_windows(
     tokenizer's ``bos_token_id``.  ``n=None`` returns every full window,
     otherwise the first ``n``.  Returns a ``LongTensor [n, window]``.
 
-    ``frame`` = ``(prefix ids, suffix ids)`` (:meth:`probes.loading.LoadedModel.frame`:
+    ``frame`` = ``(prefix ids, suffix ids)`` (:meth:`headlens.probes.loading.LoadedModel.frame`:
     ``([BOS], [])`` on decoders, ``([CLS], [SEP])`` on encoders) replaces ``prepend_bos`` and
     ``bos_id``: each window is the prefix, ``window - len(prefix) - len(suffix)`` text tokens
     and the suffix (``window`` tokens in all).  ``frame=([bos], [])`` gives exactly the

@@ -5,7 +5,7 @@
 the main commands run offline on real *learned* heads. The folder also holds the
 training log and ``MODEL_CARD.md`` (data, licence, losses, head census).
 
-The recipe lives in :mod:`analyses.demo` and runs as ``headlens demo train --out DIR``.
+The recipe lives in :mod:`headlens.analyses.demo` and runs as ``headlens demo train --out DIR``.
 """
 
 from __future__ import annotations

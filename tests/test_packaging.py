@@ -1,0 +1,57 @@
+"""The wheel installs one import name, ``headlens``: built here, installed into a fresh venv."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("wheel")
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out), str(ROOT)], check=True)
+    (found,) = out.glob("headlens-*.whl")
+    return found
+
+
+@pytest.mark.slow
+def test_wheel_holds_only_the_headlens_package(wheel):
+    names = zipfile.ZipFile(wheel).namelist()
+    top = {n.split("/")[0] for n in names if not n.split("/")[0].endswith((".dist-info", ".data"))}
+    assert top == {"headlens"}
+    for must in (
+        "headlens/__init__.py",
+        "headlens/__main__.py",
+        "headlens/probes/loading.py",
+        "headlens/analyses/census.py",
+        "headlens/analyses/data/eval_text.txt",
+        "headlens/reports/cli.py",
+        "headlens/probes/demo/model/model.safetensors",
+    ):
+        assert must in names, must
+    entry = next(n for n in names if n.endswith("entry_points.txt"))
+    assert "headlens = headlens.reports.cli:main" in zipfile.ZipFile(wheel).read(entry).decode()
+
+
+@pytest.mark.slow
+def test_wheel_imports_in_a_fresh_venv(wheel, tmp_path):
+    """No dependencies installed: importing the package and its layers must not need torch."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    py = venv / "bin" / "python"
+    subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)], check=True)
+    code = (
+        "import importlib.util, headlens, headlens.probes, headlens.analyses, headlens.reports\n"
+        "print(headlens.__file__)\n"
+        "print(all(importlib.util.find_spec(n) is None for n in ('probes', 'analyses', 'reports')))\n"
+    )
+    res = subprocess.run([str(py), "-c", code], check=True, capture_output=True, text=True, cwd=tmp_path)
+    where, no_top_level = res.stdout.split()
+    assert str(venv) in where
+    assert no_top_level == "True"
