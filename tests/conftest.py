@@ -98,3 +98,20 @@ def minilm_model(minilm_dir):
     from headlens.probes.loading import load_model
 
     return load_model(model=str(minilm_dir), device="cpu")
+
+
+@pytest.fixture(scope="session")
+def hf_eager():
+    """``hf_eager(folder)``: the checkpoint as a plain transformers causal LM with eager attention,
+    loaded once per session: the independent reference of the family tests."""
+    from transformers import AutoModelForCausalLM
+
+    loaded: dict[str, object] = {}
+
+    def get(folder):
+        key = str(folder)
+        if key not in loaded:
+            loaded[key] = AutoModelForCausalLM.from_pretrained(key, attn_implementation="eager").eval()
+        return loaded[key]
+
+    return get

@@ -31,32 +31,16 @@ TEXTS = [TEXT, "A short one."]
 GQA = ("llama", "qwen2", "mistral", "gemma", "gemma2")
 
 
-@pytest.fixture(scope="module")
-def hf_model():
-    """``hf_model(folder)``: a plain transformers model with eager attention."""
-    from transformers import AutoModelForCausalLM
-
-    cache: dict[str, object] = {}
-
-    def get(folder):
-        key = str(folder)
-        if key not in cache:
-            cache[key] = AutoModelForCausalLM.from_pretrained(key, attn_implementation="eager").eval()
-        return cache[key]
-
-    return get
-
-
 def _hf_attentions(hf, ids: torch.Tensor) -> tuple[torch.Tensor, ...]:
     with torch.no_grad():
         return hf(ids[None], output_attentions=True).attentions
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-def test_captured_patterns_equal_hugging_face_eager(family, family_model, family_checkpoint, hf_model):
+def test_captured_patterns_equal_hugging_face_eager(family, family_model, family_checkpoint, hf_eager):
     model = family_model(family)
     cap = capture(model, TEXTS, CaptureConfig(what=("pattern",)))
-    hf = hf_model(family_checkpoint(family))
+    hf = hf_eager(family_checkpoint(family))
     assert cap.batch.lengths[0] > 2 * WINDOW  # long enough for the windows to matter
     for i, n in enumerate(cap.batch.lengths.tolist()):
         ref = _hf_attentions(hf, cap.batch.tokens[i, :n])
@@ -126,7 +110,7 @@ def test_rotated_q_k_are_what_enters_the_dot_product(family, family_model):
 
 
 @pytest.mark.parametrize("family", GQA)
-def test_gqa_capture_keeps_kv_heads(family, family_model, family_checkpoint, hf_model):
+def test_gqa_capture_keeps_kv_heads(family, family_model, family_checkpoint, hf_eager):
     model = family_model(family)
     spec = attention_spec(model)
     n_kv = spec.n_kv_heads
@@ -137,7 +121,7 @@ def test_gqa_capture_keeps_kv_heads(family, family_model, family_checkpoint, hf_
         assert cap.get(0, what).shape[2] == n_kv
     assert cap.info["n_kv_heads"] == n_kv and cap.info["kv_map"] == {str(h): h // (model.n_heads // n_kv) for h in range(model.n_heads)}
     # independent: HF's k_proj / v_proj output of layer 0, split into KV heads
-    hf = hf_model(family_checkpoint(family))
+    hf = hf_eager(family_checkpoint(family))
     got: dict[str, torch.Tensor] = {}
     attn = hf.model.layers[0].self_attn
     handles = [attn.k_proj.register_forward_hook(lambda m, i, o: got.__setitem__("k", o)), attn.v_proj.register_forward_hook(lambda m, i, o: got.__setitem__("v", o))]

@@ -37,20 +37,6 @@ OUT_PROJ = {
 }
 
 
-@pytest.fixture(scope="module")
-def hf_models():
-    from transformers import AutoModelForCausalLM
-
-    cache: dict[str, object] = {}
-
-    def get(folder):
-        if str(folder) not in cache:
-            cache[str(folder)] = AutoModelForCausalLM.from_pretrained(str(folder), attn_implementation="eager").eval()
-        return cache[str(folder)]
-
-    return get
-
-
 def _losses(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits[:, :-1].double().transpose(1, 2), tokens[:, 1:], reduction="none").mean(1)
 
@@ -85,9 +71,9 @@ def _hf_z_mean(hf, family: str, tokens: torch.Tensor, layer: int) -> torch.Tenso
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-def test_zero_and_mean_ablation_equal_a_hugging_face_pre_hook(family, family_model, family_checkpoint, hf_models):
+def test_zero_and_mean_ablation_equal_a_hugging_face_pre_hook(family, family_model, family_checkpoint, hf_eager):
     model = family_model(family)
-    hf = hf_models(family_checkpoint(family))
+    hf = hf_eager(family_checkpoint(family))
     data = text_eval_set(model.tokenizer, eval_text(), n_windows=3, window=24, prepend_bos=True, n_ctx=model.n_ctx, bos_id=model.bos_id)
     tokens = data.tokens
     d_head = attention_spec(model).layers[0].d_head

@@ -80,17 +80,9 @@ def reference(A: torch.Tensor, n: int, w: int | None, kind: str, offset: int, T:
 
 
 @pytest.fixture(scope="module")
-def hf_model(family_checkpoint):
-    from transformers import AutoModelForCausalLM
-
-    loaded = {}
-
-    def get(family):
-        if family not in loaded:
-            loaded[family] = AutoModelForCausalLM.from_pretrained(str(family_checkpoint(family)), attn_implementation="eager").eval()
-        return loaded[family]
-
-    return get
+def hf_model(family_checkpoint, hf_eager):
+    """``hf_model(family)``: the session's plain transformers model of that family."""
+    return lambda family: hf_eager(family_checkpoint(family))
 
 
 def hf_patterns(hf, tokens: torch.Tensor) -> list[torch.Tensor]:
