@@ -42,6 +42,7 @@ from headlens.analyses.ablation_data import EvalSet, check_metric, model_values
 from headlens.analyses.ablation_suffix import check_from_layer, resid_hook_name, run_from_layer
 from headlens.analyses.masks import HeadMask
 from headlens.analyses.resume import Journal
+from headlens.analyses.stats import bootstrap_mean_ci, spearman
 from headlens.probes.errors import InputError
 from headlens.probes.hooks import HookFn, attached
 from headlens.probes.loading import LoadedModel, check_layers_heads
@@ -60,7 +61,6 @@ __all__ = [
     "ablated_logits",
     "single_head_values",
     "naive_single_head_values",
-    "bootstrap_ci",
     "ablation_study",
     "study_jobs",
 ]
@@ -387,27 +387,6 @@ def naive_single_head_values(model: LoadedModel, data: EvalSet, heads: Sequence[
     return torch.stack([ablated_values(model, data, [h], reference=reference, mask=mask, batch_size=batch_size) for h in heads])
 
 
-# --------------------------------------------------------------------------- statistics
-
-
-def bootstrap_ci(diffs: np.ndarray, *, n_bootstrap: int, ci: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Percentile bootstrap interval of the mean of each row of ``diffs`` ``[row, item]``.
-
-    The same ``n_bootstrap`` resamples of the items (seeded) serve every row, so a row's
-    interval does not depend on which other rows were computed, or when.
-    """
-    diffs = np.asarray(diffs, dtype=np.float64)
-    n = diffs.shape[1]
-    if n_bootstrap == 0 or n < 2:
-        mean = diffs.mean(1)
-        return mean.copy(), mean.copy()
-    rng = np.random.default_rng(seed)
-    counts = rng.multinomial(n, np.full(n, 1.0 / n), size=n_bootstrap).astype(np.float64)  # [boot, item]
-    means = np.stack([counts @ row / n for row in diffs])  # [row, boot]; row by row, so bit-identical whatever the other rows
-    lo, hi = np.quantile(means, [(1 - ci) / 2, 1 - (1 - ci) / 2], axis=1)
-    return lo, hi
-
-
 # --------------------------------------------------------------------------- the study
 
 
@@ -527,7 +506,7 @@ def ablation_study(
     ablated = np.array([done[h] for h in order], dtype=np.float64)  # [head, item]
     base_v = base.values.double().numpy()
     diffs = ablated - base_v[None, :]
-    lo, hi = bootstrap_ci(diffs, n_bootstrap=config.n_bootstrap, ci=config.ci, seed=config.seed)
+    lo, hi = bootstrap_mean_ci(diffs.T, n_resamples=config.n_bootstrap, level=config.ci, seed=config.seed)  # NaN with < 2 items or 0 resamples
     table = pd.DataFrame(
         {
             "layer": [layer for layer, _ in order],
@@ -545,8 +524,6 @@ def ablation_study(
     )
     rho = None
     if config.attribution and attribution_note is None and len(table) >= 2:
-        from headlens.analyses.ablation_grad import spearman
-
         rho = spearman(table["attribution"].to_numpy(), table["delta"].to_numpy())
     info = {
         "prefix_reuse": prefix,

@@ -38,7 +38,7 @@ was newly initialised (random), and next-token loss on a bidirectional encoder.
 from __future__ import annotations
 
 import hashlib
-import json
+import logging
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -51,7 +51,10 @@ from torch import Tensor
 
 from headlens.probes.errors import InputError, StimulusError, UnsupportedModelError
 from headlens.probes.hooks import attached
+from headlens.probes.jsonl import read_jsonl
 from headlens.probes.prompts import tokenize_prompts
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "METRICS",
@@ -233,21 +236,8 @@ class TaskItem:
 
 def read_task(path: str | Path) -> list[TaskItem]:
     """Read a JSONL task file (``prompt``, ``correct``, ``incorrect`` string fields per line)."""
-    p = Path(path)
-    if not p.is_file():
-        raise InputError(f"task file {path} {'is a folder' if p.is_dir() else 'does not exist'}", path=str(path))
-    try:
-        raw = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read task file {path}: {exc}".splitlines()[0], path=str(path)) from exc
     items: list[TaskItem] = []
-    for lineno, line in enumerate(raw.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise InputError(f"{path}:{lineno}: not valid JSON ({exc.msg})", path=str(path), line=lineno) from exc
+    for lineno, obj in read_jsonl(path, what="task file"):
         if not isinstance(obj, dict):
             raise InputError(f'{path}:{lineno}: each line must be a JSON object with "prompt", "correct" and "incorrect"', path=str(path), line=lineno)
         for key in ("prompt", "correct", "incorrect"):
@@ -578,11 +568,15 @@ def model_values(
     if positions is not None and model.extra.get("logits_to_keep", True):
         try:
             logits = run(toks, logits_to_keep=torch.tensor(positions, device=model.device))
-        except TypeError:
+        except TypeError as exc:
+            if "logits_to_keep" not in str(exc):
+                raise  # a TypeError from inside the forward is a bug, not a missing keyword
+            log.debug("the model's forward takes no logits_to_keep (%s): computing the logits at every position", exc)
             model.extra["logits_to_keep"] = False
         else:
             if logits.shape[1] == len(positions):
                 return item_values(logits, tokens, lengths, data, rows, positions=positions)
+            log.debug("the model ignored logits_to_keep (%d positions asked, %d came back): computing the logits at every position", len(positions), logits.shape[1])
             model.extra["logits_to_keep"] = False  # ignored by this model
     logits = run(toks)
     return item_values(logits, tokens, lengths, data, rows)

@@ -22,7 +22,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
 import torch
 from jaxtyping import Float
 from torch import Tensor
@@ -30,6 +29,7 @@ from torch import Tensor
 from headlens.analyses.ablation import Reference, z_hook_name
 from headlens.analyses.ablation_data import EvalSet, model_values
 from headlens.analyses.masks import HeadMask
+from headlens.analyses.stats import spearman  # re-exported: scipy.stats.spearmanr, NaN pairs dropped
 from headlens.probes.errors import InputError
 from headlens.probes.hooks import HookFn, attached
 from headlens.probes.loading import LoadedModel
@@ -122,16 +122,3 @@ def head_importance(
     grads = gate_gradients(model, data, mask=mask, batch_size=batch_size, progress=progress)
     raw = grads.abs().double().mean(0).float()
     return normalise_per_layer(raw) if normalise else raw
-
-
-def spearman(a: Any, b: Any) -> float:
-    """Spearman rank correlation (average ranks for ties) of two equal-length vectors; NaN pairs dropped."""
-    import pandas as pd
-
-    x = pd.Series(np.asarray(a, dtype=np.float64))
-    y = pd.Series(np.asarray(b, dtype=np.float64))
-    ok = x.notna() & y.notna()
-    x, y = x[ok].rank(), y[ok].rank()
-    if len(x) < 2 or x.std() == 0 or y.std() == 0:
-        return float("nan")
-    return float(np.corrcoef(x.to_numpy(), y.to_numpy())[0, 1])

@@ -14,6 +14,7 @@ its layers by position, say).
 
 from __future__ import annotations
 
+import logging
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -27,6 +28,8 @@ from headlens.probes.hooks import HookFn, attached
 from headlens.probes.loading import LoadedModel
 
 __all__ = ["from_layer", "run_from_layer", "check_from_layer", "resid_hook_name"]
+
+log = logging.getLogger(__name__)
 
 
 def resid_hook_name(layer: int) -> str:
@@ -90,7 +93,11 @@ def check_from_layer(model: LoadedModel, tokens: Int[Tensor, "batch pos"], layer
             with attached(model.bridge, [(resid_hook_name(layer), keep)]):
                 full = model.bridge(tokens.to(model.device), return_type="logits", **kwargs)
             part = run_from_layer(model, tokens, store["resid"], layer, **kwargs)
-    except (NotImplementedError, RuntimeError, ValueError, KeyError):
+    except (NotImplementedError, RuntimeError, ValueError, KeyError) as exc:
+        log.debug("cannot continue a forward from block %d (%s: %s): every ablation runs the whole model", layer, type(exc).__name__, exc)
         return False
     scale = max(1.0, float(full.abs().max()))
-    return bool(part.shape == full.shape and float((part - full).abs().max()) <= atol * scale)
+    same = bool(part.shape == full.shape and float((part - full).abs().max()) <= atol * scale)
+    if not same:
+        log.debug("a forward continued from block %d does not reproduce the full forward: every ablation runs the whole model", layer)
+    return same

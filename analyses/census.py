@@ -40,7 +40,7 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from headlens.analyses.bootstrap import bootstrap_mean_ci
+from headlens.analyses.stats import bootstrap_mean_ci
 from headlens.analyses.detectors import BatchContext, Detector, get_detectors
 from headlens.analyses.detectors.referent import REFERENT_COLUMNS, SPLIT_SEED, min_referent_prompts, referent_statistics
 from headlens.analyses.sinks_stream import batch_attention_mask, layer_causal, run_to_last_pattern

@@ -15,6 +15,7 @@ journal is deleted.
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections.abc import Iterable
 from pathlib import Path
@@ -24,6 +25,8 @@ from headlens.probes.config import json_ready
 from headlens.probes.errors import InputError, OutputError, OutputExistsError
 
 __all__ = ["Journal", "journal_path"]
+
+log = logging.getLogger(__name__)
 
 _MAGIC = "headlens"
 
@@ -77,6 +80,8 @@ class Journal:
                     f"{self.path} holds an unfinished run: pass --resume to finish it, or --overwrite to start over",
                     path=str(self.path),
                 )
+            else:
+                log.info("--overwrite: the unfinished run in %s is discarded", self.path)
 
     def _load(self) -> None:
         raw = self.path.read_bytes()
@@ -86,20 +91,28 @@ class Journal:
         for i, line in enumerate(lines):
             complete = i < len(lines) - 1  # the last piece has no newline after it
             if not complete:
+                if line:
+                    log.info("%s: dropping a torn last line (%d bytes; the run was interrupted mid-write)", self.path, len(line))
                 break  # torn write: drop it
             try:
                 obj = json.loads(line.decode("utf-8"))
-            except (UnicodeDecodeError, json.JSONDecodeError):
+            except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+                log.warning("%s: line %d is unreadable (%s); it and everything after it are dropped", self.path, i + 1, exc)
                 break
             parsed.append(obj)
             good += len(line) + 1
         if not parsed:
+            log.info("%s holds no complete header; starting the run afresh", self.path)
             return  # empty or torn header: start over
         head = parsed[0]
         if not isinstance(head, dict) or head.get("journal") != _MAGIC:
             raise InputError(f"{self.path} is not a headlens journal; remove it or pass --overwrite", path=str(self.path))
         if head.get("kind") != self.header["kind"] or head.get("key") != self.header["key"]:
             changed = _diff(head.get("key"), self.header["key"]) or ["kind"]
+            if any(c.split(".")[-1] == "weights" for c in changed):
+                log.warning("%s was written with other model weights (the checkpoint's fingerprint changed): it is not resumed", self.path)
+            else:
+                log.warning("%s was written by a different run (differs in %s): it is not resumed", self.path, ", ".join(changed[:6]))
             raise InputError(
                 f"cannot resume: {self.path} was written by a different run (differs in {', '.join(changed[:6])}); run with the same options, or pass --overwrite to start over",
                 path=str(self.path),

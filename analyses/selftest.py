@@ -39,13 +39,15 @@ class SelftestReport:
 
 def check_planted_roles(scores: pd.DataFrame, roles: pd.DataFrame, planted: dict[str, str]) -> list[tuple[str, bool, str]]:
     """One check per planted role (found on its head?) plus one for every other head (no role?)."""
+    from headlens.analyses.masks import parse_head
+
     by_name = {r.name: set(filter(None, str(r.roles).split(";"))) for r in roles.fillna({"roles": ""}).itertuples()}
     detectors = set(scores["detector"])
     checks = []
     for head, role in planted.items():
         if role not in detectors:
             continue
-        layer, h = (int(x) for x in head.split("."))
+        layer, h = parse_head(head, where="planted heads")
         row = scores[(scores["detector"] == role) & (scores["layer"] == layer) & (scores["head"] == h)].iloc[0]
         got = by_name.get(head, set())
         ok = got == {role}

@@ -8,6 +8,7 @@ from typing import Any
 
 import pandas as pd
 
+from headlens.probes.markdown import markdown_table
 from headlens.probes.outputs import atomic_write
 
 __all__ = ["write_tables", "summary_markdown", "seed_text_lines"]
@@ -24,17 +25,8 @@ def _bos(bos: Any) -> str:
 
 
 def _md(df: pd.DataFrame, floatfmt: str = ".3f") -> str:
-    """A GitHub Markdown table (no tabulate dependency)."""
-    cols = list(df.columns)
-
-    def cell(v: Any) -> str:
-        if isinstance(v, float):
-            return format(v, floatfmt)
-        return str(v).replace("|", "\\|").replace("\n", "\\n")
-
-    lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
-    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in df.itertuples(index=False)]
-    return "\n".join(lines)
+    """A GitHub Markdown table: :func:`headlens.probes.markdown.markdown_table` (cells escaped)."""
+    return markdown_table(df, floatfmt=floatfmt)
 
 
 def seed_text_lines(table: pd.DataFrame, top: int | None) -> list[str]:

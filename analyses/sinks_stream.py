@@ -60,6 +60,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import inspect
+import logging
 import unicodedata
 
 import torch
@@ -85,6 +86,8 @@ __all__ = [
     "punctuation_ids",
     "TARGET_GROUPS",
 ]
+
+log = logging.getLogger(__name__)
 
 #: The key groups of the sink-target statistic (module docstring), in table order.
 TARGET_GROUPS: tuple[str, ...] = ("first", "suffix", "punctuation")
@@ -176,8 +179,8 @@ def head_output_weights(model: LoadedModel, layer: int) -> Tensor:
         w = attn.W_O
         if tuple(w.shape[:2]) == (n_h, d_h):
             return w.detach()
-    except (AttributeError, RuntimeError, NotImplementedError):
-        pass
+    except (AttributeError, RuntimeError, NotImplementedError) as exc:
+        log.debug("layer %d: no usable attn.W_O on the bridge (%s: %s); reading the output projection module", layer, type(exc).__name__, exc)
     module = getattr(getattr(attn, "o", None), "original_component", None)
     weight = getattr(module, "weight", None)
     if weight is not None:

@@ -135,18 +135,15 @@ def build_family_checkpoint(folder: str | Path, family: str, *, seed: int = 0, *
     ``shape`` goes to :func:`family_config` (``n_layers``, ``n_heads``, ``n_kv_heads``,
     ``d_model``, ``n_ctx``).
     """
-    import torch
     import transformers
 
     config = family_config(family, **shape)
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    gen_state = torch.random.get_rng_state()
-    try:
-        torch.manual_seed(seed)
+    from headlens.probes.scoped import torch_seed
+
+    with torch_seed(seed):  # CPU generator only, restored after (torch.manual_seed would seed CUDA too)
         model = getattr(transformers, {**_CLASSES, **_CLASSES_ENC}[family][1])(config)
-    finally:
-        torch.random.set_rng_state(gen_state)
     with contextlib.redirect_stderr(io.StringIO()):  # transformers' progress bar
         model.save_pretrained(folder)
     if family in ENCODER_FAMILIES:

@@ -125,7 +125,8 @@ def _uses_interface(module: Any) -> bool:
     if cls not in _interface_classes:
         try:
             source = inspect.getsource(cls.forward)
-        except (OSError, TypeError):
+        except (OSError, TypeError) as exc:
+            log.debug("no source for %s.forward (%s): assuming it does not use the attention interface", cls.__qualname__, exc)
             source = ""
         _interface_classes[cls] = "ALL_ATTENTION_FUNCTIONS" in source and "_attn_implementation" in source and hasattr(module, "config")
     return _interface_classes[cls]

@@ -38,7 +38,7 @@ from headlens.probes.config import ModelConfig
 from headlens.probes.devices import resolve_device, resolve_dtype
 from headlens.probes.errors import InputError, ModelLoadError, UnsupportedModelError
 
-__all__ = ["LoadedModel", "load_model", "resolve_source", "check_layers_heads"]
+__all__ = ["LoadedModel", "load_model", "resolve_source", "check_layers_heads", "weights_fingerprint", "checkpoint_fingerprint"]
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +77,8 @@ class LoadedModel:
     head_is_new: bool = False
     #: False when transformers' loading report could not be read (then nothing above is known).
     weights_checked: bool = True
+    #: :func:`weights_fingerprint`, computed once per load.
+    _fingerprint: str | None = field(default=None, repr=False, compare=False)
 
     @property
     def name(self) -> str:
@@ -121,7 +123,7 @@ class LoadedModel:
             "path": self.path,
             "revision": self.config.revision,
             "commit": getattr(getattr(self.bridge.original_model, "config", None), "_commit_hash", None),
-            "weights_sha256": _weights_digest(self.path) if self.source == "local" else None,
+            "weights_sha256": _local_sha(self),
             "architecture": type(self.bridge.original_model).__name__,
             "n_layers": self.n_layers,
             "n_heads": self.n_heads,
@@ -158,20 +160,78 @@ def is_encoder_config(hf_config: Any) -> bool:
     return str(getattr(hf_config, "model_type", "")) in ENCODER_TYPES
 
 
-def _weights_digest(folder: str | None) -> str | None:
-    """sha256 over a local checkpoint's weight files (sorted by name): which weights a manifest's numbers came from."""
-    if folder is None:
-        return None
-    files = sorted(p for p in Path(folder).iterdir() if p.suffix in {".safetensors", ".bin"} and p.is_file())
+#: Files whose bytes are the weights of a local checkpoint.
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
+_DIGESTS: dict[tuple[Any, ...], str] = {}  # (path, name, size, mtime) of every file -> digest: one hash per process
+_DIGESTS_LOCK = threading.Lock()
+
+
+def _local_digest(folder: Path) -> str | None:
+    """sha256 over every byte of a local checkpoint's weight files, in name order (``name NUL bytes`` each)."""
+    files = sorted(p for p in folder.iterdir() if p.suffix in WEIGHT_SUFFIXES and p.is_file())
     if not files:
         return None
+    stamp = tuple((str(f.resolve()), f.stat().st_size, f.stat().st_mtime_ns) for f in files)
+    with _DIGESTS_LOCK:
+        if stamp in _DIGESTS:
+            return _DIGESTS[stamp]
     h = hashlib.sha256()
     for f in files:
         h.update(f.name.encode() + b"\0")
         with open(f, "rb") as fh:
-            for chunk in iter(lambda: fh.read(1 << 20), b""):
+            for chunk in iter(lambda fh=fh: fh.read(1 << 20), b""):
                 h.update(chunk)
-    return h.hexdigest()
+    digest = h.hexdigest()
+    with _DIGESTS_LOCK:
+        _DIGESTS[stamp] = digest
+    return digest
+
+
+def _hub_fingerprint(repo: str, revision: str | None, commit: str | None) -> str:
+    """``hub:<commit>:<digest of the snapshot's file names and sizes>`` from the local Hub cache."""
+    files: list[tuple[str, int]] = []
+    try:
+        from huggingface_hub import snapshot_download
+
+        snap = Path(snapshot_download(repo, revision=revision, local_files_only=True))
+        commit = commit or snap.name
+        files = sorted((str(p.relative_to(snap)), p.stat().st_size) for p in snap.rglob("*") if p.is_file())
+    except Exception as exc:  # noqa: BLE001 - not cached (or no huggingface_hub): the commit alone names the weights
+        log.info("%s: no cached snapshot to fingerprint (%s); using the commit only", repo, exc)
+    listing = hashlib.sha256(json.dumps(files).encode()).hexdigest()[:16]
+    return f"hub:{repo}@{commit or revision or 'main'}:{listing}"
+
+
+def checkpoint_fingerprint(source: str, path: str, *, revision: str | None = None, commit: str | None = None) -> str:
+    """What names a checkpoint's weights, without loading it.
+
+    Local folders: the full-file sha256 of the weight files (``.safetensors``, ``.bin``,
+    ``.pt``, ``.pth``, name order), so any changed byte, a middle tensor of a fine-tune
+    included, changes it; a folder with no weight file gives ``"none"``.  Hub models: the
+    commit hash plus a digest of the cached snapshot's file names and sizes.  Computed once
+    per process per file set (size and mtime unchanged).
+    """
+    if source == "local":
+        return _local_digest(Path(path)) or "none"
+    return _hub_fingerprint(path, revision, commit)
+
+
+def _local_sha(model: LoadedModel) -> str | None:
+    """The manifest's ``weights_sha256``: the fingerprint of a local checkpoint with weight files, else None."""
+    fp = weights_fingerprint(model) if model.source == "local" else None
+    return None if fp == "none" else fp
+
+
+def weights_fingerprint(model: LoadedModel) -> str:
+    """:func:`checkpoint_fingerprint` of a loaded model, cached on it (computed once per load).
+
+    The one fingerprint the manifests, the report's stage markers and the ablation and
+    pruning journals use.
+    """
+    if model._fingerprint is None:
+        commit = getattr(getattr(model.bridge.original_model, "config", None), "_commit_hash", None)
+        model._fingerprint = checkpoint_fingerprint(model.source, model.path, revision=model.config.revision, commit=commit)
+    return model._fingerprint
 
 
 def _hub_like(spec: str) -> bool:
@@ -285,7 +345,8 @@ def _hub_snapshot(name: str, revision: str | None) -> Path | None:
         from huggingface_hub import try_to_load_from_cache
 
         found = try_to_load_from_cache(name, "config.json", revision=revision)
-    except Exception:  # noqa: BLE001 - a cache we cannot read is left to transformers
+    except Exception as exc:  # noqa: BLE001 - a cache we cannot read is left to transformers
+        log.debug("cannot look up %s in the Hugging Face cache (%s); leaving it to transformers", name, exc)
         return None
     return Path(found).parent if isinstance(found, str) else None
 

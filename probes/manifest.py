@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as _dt
+import logging
 import platform
 import sys
 from importlib import metadata
@@ -11,6 +12,8 @@ from typing import Any
 from headlens.probes.config import json_ready
 
 __all__ = ["package_versions", "build_manifest", "headlens_version"]
+
+log = logging.getLogger(__name__)
 
 _PACKAGES = ("headlens", "torch", "transformers", "transformer-lens", "pandas", "numpy", "seaborn", "safetensors", "click")
 
@@ -41,7 +44,8 @@ def _framing(model: Any, prepend_bos: bool) -> dict[str, Any] | None:
         return None
     try:
         return json_ready(framing(bool(prepend_bos)))
-    except InputError:
+    except InputError as exc:
+        log.debug("no framing in the manifest: %s", exc)
         return None
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,6 +12,7 @@ from jaxtyping import Int
 from torch import Tensor
 
 from headlens.probes.errors import InputError
+from headlens.probes.jsonl import read_jsonl, read_text
 
 __all__ = ["TokenBatch", "read_prompts", "tokenize_prompts", "token_strings", "iter_batches"]
 
@@ -97,32 +97,17 @@ def read_prompts(path: str | Path) -> list[str]:
     Blank lines are skipped.  An empty file, a file that cannot be read as UTF-8 text,
     or a JSONL line without a string ``text`` field is an :class:`InputError` naming the line.
     """
-    p = Path(path)
-    if not p.exists():
-        raise InputError(f"prompt file {path} does not exist", path=str(path))
-    if p.is_dir():
-        raise InputError(f"prompt file {path} is a folder", path=str(path))
-    try:
-        raw = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read prompt file {path}: {exc.__class__.__name__}: {exc}".splitlines()[0], path=str(path)) from exc
+    raw = read_text(path, what="prompt file")
     prompts: list[str] = []
-    is_jsonl = p.suffix.lower() in (".jsonl", ".ndjson")
-    for lineno, line in enumerate(raw.splitlines(), start=1):
-        if not line.strip():
-            continue
-        if is_jsonl:
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise InputError(f"{path}:{lineno}: not valid JSON ({exc.msg})", path=str(path), line=lineno) from exc
+    if Path(path).suffix.lower() in (".jsonl", ".ndjson"):
+        for lineno, obj in read_jsonl(path, what="prompt file", text=raw):
             if not isinstance(obj, dict) or not isinstance(obj.get("text"), str):
                 raise InputError(f'{path}:{lineno}: each JSONL line needs a string field "text"', path=str(path), line=lineno)
             if not obj["text"]:
                 raise InputError(f"{path}:{lineno}: empty text", path=str(path), line=lineno)
             prompts.append(obj["text"])
-        else:
-            prompts.append(line)
+    else:
+        prompts = [line for line in raw.splitlines() if line.strip()]
     if not prompts:
         raise InputError(f"prompt file {path} holds no prompt", path=str(path))
     return prompts

@@ -34,13 +34,12 @@ def gpt2_small_spec(seed: int = 0) -> TinySpec:
 
 def build_tiny_checkpoint(folder: str | Path, spec: TinySpec | None = None) -> Path:
     """Write a randomly initialised GPT-2 checkpoint plus the GPT-2 tokenizer to ``folder``."""
-    import torch
+    from headlens.probes.scoped import torch_seed
     from transformers import GPT2Config, GPT2LMHeadModel
 
     spec = spec or TinySpec()
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    torch.manual_seed(spec.seed)
     config = GPT2Config(
         n_layer=spec.n_layer,
         n_head=spec.n_head,
@@ -50,7 +49,8 @@ def build_tiny_checkpoint(folder: str | Path, spec: TinySpec | None = None) -> P
         bos_token_id=50256,
         eos_token_id=50256,
     )
-    model = GPT2LMHeadModel(config)
+    with torch_seed(spec.seed):  # the caller's random stream is left as it was
+        model = GPT2LMHeadModel(config)
     with contextlib.redirect_stderr(io.StringIO()):  # transformers' progress bar
         model.save_pretrained(folder)
     with tempfile.TemporaryDirectory() as tmp:

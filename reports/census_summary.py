@@ -8,6 +8,7 @@ from typing import Any
 import pandas as pd
 
 from headlens.analyses.detectors import registry
+from headlens.probes.markdown import markdown_table
 
 __all__ = ["census_summary"]
 
@@ -71,9 +72,8 @@ def census_summary(
     lines += ["", "## Roles", ""]
     named = roles[roles["roles"].fillna("") != ""]
     if len(named):
-        lines += ["| head | roles | strongest score |", "|---|---|---|"]
-        for r in named.itertuples():
-            lines.append(f"| {r.name} | {r.roles.replace(';', ', ')} | {r.strongest_score:.3f} ({r.strongest_detector}) |")
+        rows = [(r.name, r.roles.replace(";", ", "), f"{r.strongest_score:.3f} ({r.strongest_detector})") for r in named.itertuples()]
+        lines += markdown_table(rows, ["head", "roles", "strongest score"]).split("\n")
     else:
         lines.append("No head cleared a threshold.")
     counts = {det: int(sum(det in str(x).split(";") for x in roles["roles"].fillna(""))) for det in scores["detector"].unique()}
@@ -86,13 +86,12 @@ def census_summary(
             lines += ["Not measurable on this model (see Notes): every score is n/a.", ""]
             continue
         has_acc = g["accuracy"].notna().any()
-        head = "| head | score | 95% CI | baseline | n |" + (" accuracy |" if has_acc else "")
-        lines += [head, "|---|---|---|---|---|" + ("---|" if has_acc else "")]
-        for r in g.sort_values("score", ascending=False).head(top).itertuples():
-            row = f"| {r.layer}.{r.head} | {_fmt(r.score)} | [{_fmt(r.ci_low)}, {_fmt(r.ci_high)}] | {_fmt(r.baseline)} | {r.n} |"
-            if has_acc:
-                row += f" {_fmt(r.accuracy)} |"
-            lines.append(row)
+        header = ["head", "score", "95% CI", "baseline", "n"] + (["accuracy"] if has_acc else [])
+        rows = [
+            [f"{r.layer}.{r.head}", _fmt(r.score), f"[{_fmt(r.ci_low)}, {_fmt(r.ci_high)}]", _fmt(r.baseline), str(r.n)] + ([_fmt(r.accuracy)] if has_acc else [])
+            for r in g.sort_values("score", ascending=False).head(top).itertuples()
+        ]
+        lines += markdown_table(rows, header).split("\n")
         lines += ["", f"![{det}](heatmap_{det}.png)", ""]
     lines += [
         "## Rule",

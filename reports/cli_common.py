@@ -1,4 +1,4 @@
-"""Shared pieces of the click CLI: the group, option sets, parsers, progress, errors."""
+"""Shared pieces of the click CLI: the group, option sets, parsers, errors (progress: :mod:`headlens.reports.progress`)."""
 
 from __future__ import annotations
 
@@ -17,9 +17,9 @@ __all__ = [
     "setup_logging",
     "parse_layers",
     "parse_ints",
-    "parse_heads",
+    "HeadsType",
+    "HEADS",
     "parse_csv",
-    "Progress",
     "fail",
 ]
 
@@ -163,31 +163,25 @@ def parse_ints(ctx: click.Context, param: click.Parameter, value: str | None) ->
 parse_layers = parse_ints
 
 
-def parse_heads(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[tuple[int, int], ...] | None:  # noqa: ARG001
-    items = parse_csv(value)
-    if items is None:
-        return None
-    heads = []
-    for item in items:
-        layer, dot, head = item.partition(".")
-        if not dot or not layer.isdigit() or not head.isdigit():
-            raise click.BadParameter(f"{item!r}: expected heads as LAYER.HEAD, e.g. 5.1,5.5")
-        heads.append((int(layer), int(head)))
-    return tuple(heads)
+class HeadsType(click.ParamType):
+    """``--heads 5.1,5.5`` -> ``((5, 1), (5, 5))``; a bad head is a one-line usage error (exit 2).
+
+    Each head goes through :func:`headlens.analyses.masks.parse_head`, the parser that mask
+    files and the report use too.
+    """
+
+    name = "LAYER.HEAD,..."
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> tuple[tuple[int, int], ...]:
+        if isinstance(value, tuple):
+            return value
+        from headlens.analyses.masks import parse_heads
+
+        try:
+            return parse_heads(value)
+        except HeadlensError as exc:
+            self.fail(str(exc), param, ctx)
 
 
-class Progress:
-    """Progress lines on stderr: ``label: 3/10``. Silent when ``quiet``."""
-
-    def __init__(self, label: str, *, quiet: bool = False) -> None:
-        self.label = label
-        self.quiet = quiet
-        self.tty = sys.stderr.isatty()
-
-    def __call__(self, done: int, total: int) -> None:
-        if self.quiet or total <= 1:
-            return
-        end = "\n" if (not self.tty or done == total) else ""
-        click.echo(f"\r{self.label}: {done}/{total}", err=True, nl=False)
-        if end:
-            click.echo("", err=True)
+#: ``--heads 5.1,5.5`` (``type=HEADS``)
+HEADS = HeadsType()

@@ -10,7 +10,8 @@ from typing import Any
 
 import click
 
-from headlens.reports.cli_common import Progress, model_options, parse_heads, parse_layers
+from headlens.reports.cli_common import HEADS, model_options, parse_layers
+from headlens.reports.progress import progress_bars
 
 TABLE_FORMATS = (".csv", ".parquet", ".json")
 
@@ -100,13 +101,22 @@ def _read_inputs(metric: str | None, text_file: str | None, task_file: str | Non
     """Read the text or task file (syntax only; token checks need the model's tokenizer)."""
     from headlens.analyses.ablation_data import read_task
     from headlens.analyses.stimuli import eval_text
-    from headlens.probes.errors import InputError
 
     if metric == "logit-diff":
         assert task_file is not None
         return read_task(task_file), task_file
     if text_file is None:
         return eval_text(), "built-in evaluation text"
+    return read_text_file(text_file), f"--text-file {text_file}"
+
+
+def read_text_file(text_file: str) -> str:
+    """The text of ``--text-file`` (UTF-8); a missing, unreadable or empty file is a one-line :class:`InputError`.
+
+    Shared by ``ablate``, ``prune`` and ``report``.
+    """
+    from headlens.probes.errors import InputError
+
     p = Path(text_file)
     if not p.is_file():
         raise InputError(f"--text-file {text_file} does not exist", path=text_file)
@@ -116,7 +126,7 @@ def _read_inputs(metric: str | None, text_file: str | None, task_file: str | Non
         raise InputError(f"cannot read --text-file {text_file}: {exc}".splitlines()[0], path=text_file) from exc
     if not text.strip():
         raise InputError(f"--text-file {text_file} is empty", path=text_file)
-    return text, f"--text-file {text_file}"
+    return text
 
 
 def _eval_set(loaded: Any, metric: str, source: Any, label: str, *, n_windows: int, window: int, prepend_bos: bool, n_sentences: int = 64):
@@ -130,21 +140,12 @@ def _eval_set(loaded: Any, metric: str, source: Any, label: str, *, n_windows: i
     return text_eval_set(loaded.tokenizer, source, n_windows=n_windows, window=window, prepend_bos=prepend_bos, n_ctx=loaded.n_ctx, bos_id=loaded.bos_id, source=label)
 
 
-class _Stages:
-    """``progress(stage, done, total)`` -> one stderr progress line per stage."""
-
-    def __init__(self, quiet: bool) -> None:
-        self.quiet = quiet
-        self.bars: dict[str, Progress] = {}
-
-    def __call__(self, stage: str, done: int, total: int) -> None:
-        bar = self.bars.setdefault(stage, Progress(stage, quiet=self.quiet))
-        bar(done, total)
-
-
 def _model_key(loaded: Any) -> dict[str, Any]:
+    from headlens.probes.loading import weights_fingerprint
+
     d = loaded.describe()
-    return {k: d.get(k) for k in ("model", "path", "revision", "commit", "architecture", "n_layers", "n_heads", "d_head", "dtype", "device")}
+    key = {k: d.get(k) for k in ("model", "path", "revision", "commit", "architecture", "n_layers", "n_heads", "d_head", "dtype", "device")}
+    return {**key, "weights": weights_fingerprint(loaded)}  # a journal from other weights is not resumed
 
 
 def _write_table(table: Any, path: Path) -> None:
@@ -172,7 +173,7 @@ def _sidecars(out: Path) -> dict[str, Path]:
 @model_options
 @click.option("--method", type=click.Choice(["zero", "mean", "resample"]), default="zero", show_default=True, help="How an ablated head's z is replaced: zeros, its mean over the evaluation set, or z from another item (seeded).")
 @data_options
-@click.option("--heads", callback=parse_heads, default=None, help="Heads to ablate, one at a time, as LAYER.HEAD, e.g. 5.1,5.5 (default: all).")
+@click.option("--heads", type=HEADS, default=None, help="Heads to ablate, one at a time, as LAYER.HEAD, e.g. 5.1,5.5 (default: all).")
 @click.option("--layers", callback=parse_layers, default=None, help="Only heads in these layers, e.g. 0,3.")
 @click.option("--mask", "mask_file", default=None, type=click.Path(dir_okay=False), help="Head-mask JSON (from headlens prune): these heads stay removed throughout; the table is measured on that pruned model.")
 @click.option("--bootstrap", default=1000, show_default=True, type=click.IntRange(min=0), help="Bootstrap resamples of the items for the 95% interval of each delta.")
@@ -226,8 +227,7 @@ def ablate_cmd(model, device, dtype, revision, allow_new_weights, method, metric
     check_layers_heads(loaded, layers, heads)
     key = {"model": _model_key(loaded), "data": data.describe(), "config": vars(config), "mask": mask.to_json()["removed"] if mask else None}
     journal = Journal(journal_path(out), "ablate", key, resume=resume, overwrite=overwrite)
-    stages = _Stages(quiet)
-    with journal:
+    with journal, progress_bars(quiet=quiet) as stages:
         if journal.resumed and not quiet:
             click.echo(f"resuming from {journal.path} ({sum(r.get('kind') == 'head' for r in journal.records)} head(s) already done)", err=True)
         result = ablation_study(loaded, data, config, mask=mask, journal=journal, progress=stages)
@@ -315,10 +315,10 @@ def prune_cmd(model, device, dtype, revision, allow_new_weights, metric, text_fi
     data = _eval_set(loaded, metric, source, label, n_windows=n_windows, window=window, prepend_bos=not no_bos, n_sentences=n_sentences)
     key = {"model": _model_key(loaded), "data": data.describe(), "config": vars(config)}
     journal = Journal(journal_file, "prune", key, resume=resume, overwrite=overwrite)
-    with journal:
+    with journal, progress_bars(quiet=quiet) as stages:
         if journal.resumed and not quiet:
             click.echo(f"resuming from {journal.path} ({sum(r.get('kind') == 'step' for r in journal.records)} step(s) already done)", err=True)
-        result = prune_study(loaded, data, config, journal=journal, progress=_Stages(quiet))
+        result = prune_study(loaded, data, config, journal=journal, progress=stages)
     curve = result.curve
     best = curve.loc[curve["fraction_removed"] == result.removable_fraction].iloc[-1]
     files = {name: str(out / name) for name in ("curve.csv", "random_orders.csv", "importance.csv", "pruned_heads.json", "manifest.json", "pruning_curve.png", "pruning_curve.svg")}

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import click
 
-from headlens.reports.cli_common import Progress, model_options, parse_csv, parse_heads, parse_layers
+from headlens.reports.cli_common import HEADS, model_options, parse_csv, parse_layers
+from headlens.reports.progress import progress_bars
 
 DEFAULT_VERIFY_TEXT = (
     "Apple raised its price target. Down by the river bank, the water was calm, "
@@ -47,7 +48,7 @@ def _prompts(text: str | None, prompts_file: str | None, *, default: str | tuple
 @click.option("--text", "-t", default=None, help="One prompt.")
 @click.option("--prompts", "prompts_file", default=None, help="Prompt file: one prompt a line, or JSONL with a 'text' field (.jsonl).")
 @click.option("--layers", callback=parse_layers, default=None, help="Comma-separated layers, e.g. 0,3 (default: all).")
-@click.option("--heads", callback=parse_heads, default=None, help="Comma-separated heads as LAYER.HEAD, e.g. 5.1,5.5 (default: all).")
+@click.option("--heads", type=HEADS, default=None, help="Comma-separated heads as LAYER.HEAD, e.g. 5.1,5.5 (default: all).")
 @click.option(
     "--what",
     default="q,k,v,pattern",
@@ -97,7 +98,8 @@ def capture_cmd(model, device, dtype, revision, allow_new_weights, text, prompts
     )
     torch.manual_seed(seed)
     loaded = _load(model, device, dtype, revision, allow_new_weights)
-    cap = capture(loaded, texts, config, progress=Progress("capture", quiet=quiet))
+    with progress_bars("capture", quiet=quiet) as progress:
+        cap = capture(loaded, texts, config, progress=progress)
     manifest = build_manifest(model=loaded, command=["headlens", *sys.argv[1:]], seed=seed, prepend_bos=config.prepend_bos, configs={"capture": config})
     paths = save_capture(cap, out_dir, manifest)
     n_tensors = len(cap.tensors)

@@ -1,4 +1,4 @@
-"""``headlens demo train|card|replay``: train the demo model, write its card, replay its log (progress goes to stderr)."""
+"""``headlens demo train|card|heldout|replay``: train the demo model, write its card, write its held-out text, replay its log (progress goes to stderr)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ def _say(msg: str) -> None:
 
 @click.group("demo", context_settings={"help_option_names": ["-h", "--help"]})
 def demo_group() -> None:
-    """The demo model (--model demo): train it, write its model card, replay its training log."""
+    """The demo model (--model demo): train it, write its model card or its held-out text, replay its training log."""
 
 
 @demo_group.command("train")
@@ -94,6 +94,32 @@ def card_cmd(folder: str) -> None:
 
     path = write_model_card(folder)
     _say(f"wrote {path}")
+
+
+@demo_group.command("heldout")
+@click.option("--out", "out_file", required=True, type=click.Path(dir_okay=False), help="Text file to write (UTF-8).")
+@click.option("--overwrite", is_flag=True, help="Replace an existing file.")
+def heldout_cmd(out_file: str, overwrite: bool) -> None:
+    """Write the demo model's held-out text: the documents it never trained on, joined by <|endoftext|>.
+
+    Built from the Python that runs it, as the training recipe builds its held-out split
+    (the same Python version gives the same file). Pass it to `headlens report --text-file`
+    (or `ablate`/`prune --text-file`) to measure the demo model on text from its own domain;
+    the report's manifest records the file's SHA-256, which this command prints.
+    """
+    import hashlib
+    import platform
+
+    from headlens.analyses.demo.data import heldout_documents
+    from headlens.probes.outputs import check_out_file, write_text
+
+    out = Path(out_file)
+    check_out_file(out, overwrite=overwrite)
+    docs = heldout_documents()
+    text = "<|endoftext|>".join(d.text for d in docs)
+    write_text(out, text)
+    sha = hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+    _say(f"wrote {out}: {len(docs)} held-out documents, {len(text):,} characters, sha256 {sha} (Python {platform.python_version()})")
 
 
 @demo_group.command("replay")

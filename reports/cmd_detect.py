@@ -8,7 +8,8 @@ from typing import Any
 
 import click
 
-from headlens.reports.cli_common import Progress, model_options, parse_csv
+from headlens.reports.cli_common import model_options, parse_csv
+from headlens.reports.progress import progress_bars
 
 
 def census_options(fn):
@@ -41,15 +42,6 @@ def _census_config(detectors, n_prompts, seed, seq_len, window, no_bos, batch_si
         referent_file=referent_file,
         ablate=tuple(ablate),
     )
-
-
-def _progress(quiet: bool):
-    bars: dict[str, Progress] = {}
-
-    def cb(stage: str, done: int, total: int) -> None:
-        bars.setdefault(stage, Progress(f"census {stage}", quiet=quiet))(done, total)
-
-    return cb
 
 
 def _load(model, device, dtype, revision, allow_new_weights=False):
@@ -96,7 +88,8 @@ def detect_cmd(model, device, dtype, revision, allow_new_weights, detectors, n_p
     config = _census_config(detectors, n_prompts, seed, seq_len, window, no_bos, batch_size, referent_file)
     _precheck(config)
     loaded = _load(model, device, dtype, revision, allow_new_weights)
-    result = run_census(loaded, config, progress=_progress(quiet))
+    with progress_bars("census", quiet=quiet) as progress:
+        result = run_census(loaded, config, progress=progress)
     write_table(result.scores, out)
     write_json(manifest_path, build_manifest(model=loaded, command=["headlens", *sys.argv[1:]], seed=seed, prepend_bos=config.prepend_bos, configs={"census": config}, extra={"stimuli": result.stimuli}))
     _echo_notes(result)
@@ -130,7 +123,8 @@ def classify_to_dir(
     from headlens.reports.figures import detector_heatmaps
     from headlens.reports.tables import write_table
 
-    result = run_census(loaded, config, progress=_progress(quiet))
+    with progress_bars("census", quiet=quiet) as progress:
+        result = run_census(loaded, config, progress=progress)
     roles = classify_heads(result.scores, thresholds, baseline_factor=baseline_factor)
     out_dir.mkdir(parents=True, exist_ok=True)
     write_table(result.scores, out_dir / "scores.csv")
@@ -200,7 +194,8 @@ def selftest_cmd(device, dtype, n_prompts, keep, quiet):
     from headlens.analyses.selftest import run_selftest
     from headlens.probes.errors import CheckFailed
 
-    report = run_selftest(device=device, dtype=dtype, n_prompts=n_prompts, folder=keep, progress=None if quiet else _progress(False))
+    with progress_bars("census", quiet=quiet) as progress:
+        report = run_selftest(device=device, dtype=dtype, n_prompts=n_prompts, folder=keep, progress=None if quiet else progress)
     for line in report.lines():
         click.echo(line)
     if not report.ok:

@@ -6,34 +6,15 @@ import sys
 
 import click
 
-from headlens.reports.cli_common import Progress, model_options, parse_csv
-
-
-class _CliProgress:
-    """Stage lines (``stage 2/6 sinks: done in 0.8 s``) and per-pass progress, on stderr."""
-
-    def __init__(self, quiet: bool) -> None:
-        self.quiet = quiet
-        self.bars: dict[tuple[str, str], Progress] = {}
-
-    def message(self, text: str) -> None:
-        if not self.quiet:
-            click.echo(text, err=True)
-
-    def step(self, label: str, sub: str, done: int, total: int) -> None:
-        key = (label, sub)
-        if key not in self.bars:
-            self.bars[key] = Progress(f"{label}: {sub}", quiet=self.quiet)
-        bar = self.bars[key]
-        # Into a log (not a terminal), one line per tenth of the pass is enough.
-        if bar.tty or done == total or (10 * done) // total != (10 * (done - 1)) // total:
-            bar(done, total)
+from headlens.reports.cli_common import model_options, parse_csv
+from headlens.reports.progress import ReportBars
 
 
 @click.command("report")
 @model_options
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Report folder: report.html, report.md, manifest.json and one folder per stage.")
-@click.option("--quick", is_flag=True, help="Smoke-test settings (few prompts and windows, the sink census only): seconds on a small model.")
+@click.option("--quick", is_flag=True, help="Smoke-test settings (few windows and prompts, the sink census only; the head census keeps classify's defaults, so the roles are classify's): seconds on a small model.")
+@click.option("--text-file", default=None, type=click.Path(dir_okay=False), help="Evaluation text of ablation and pruning (default: the text that ships with headlens, analyses/data/eval_text.txt), as for `headlens ablate`; e.g. the demo model's held-out text from `headlens demo heldout`.")
 @click.option("--example-prompt", "example_prompts", multiple=True, help="A prompt whose attention the page shows head by head (repeatable; default: three built-in prompts).")
 @click.option("--no-bos", is_flag=True, help="Do not prepend BOS (Hugging Face / paper convention).")
 @click.option("--skip", default=None, help="Stages not to run, comma-separated: census, sinks, ablation_zero, ablation_mean, pruning, examples.")
@@ -42,7 +23,7 @@ class _CliProgress:
 @click.option("--seed", default=0, show_default=True, type=int)
 @click.option("--overwrite", is_flag=True, help="Write into a folder that holds another model's report (or other files); its stage folders are replaced.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress lines.")
-def report_cmd(model, device, dtype, revision, allow_new_weights, out_dir, quick, example_prompts, no_bos, skip, redo, batch_size, seed, overwrite, quiet):
+def report_cmd(model, device, dtype, revision, allow_new_weights, out_dir, quick, text_file, example_prompts, no_bos, skip, redo, batch_size, seed, overwrite, quiet):
     """Run the head census, attention sinks, zero and mean ablation, pruning and example
     attention patterns; write OUT/report.html (one self-contained page), OUT/report.md and
     figures (PNG, SVG, PDF).
@@ -55,24 +36,26 @@ def report_cmd(model, device, dtype, revision, allow_new_weights, out_dir, quick
     from headlens.probes.errors import CheckFailed
     from headlens.reports.report import build_report
 
-    report = build_report(
-        model,
-        out_dir,
-        quick=quick,
-        example_prompts=example_prompts or None,
-        prepend_bos=not no_bos,
-        seed=seed,
-        batch_size=batch_size,
-        skip=tuple(parse_csv(skip) or ()),
-        redo=tuple(parse_csv(redo) or ()),
-        overwrite=overwrite,
-        device=device,
-        dtype=dtype,
-        revision=revision,
-        allow_new_weights=allow_new_weights,
-        progress=_CliProgress(quiet),
-        command=["headlens", *sys.argv[1:]],
-    )
+    with ReportBars(quiet=quiet) as bars:
+        report = build_report(
+            model,
+            out_dir,
+            quick=quick,
+            text_file=text_file,
+            example_prompts=example_prompts or None,
+            prepend_bos=not no_bos,
+            seed=seed,
+            batch_size=batch_size,
+            skip=tuple(parse_csv(skip) or ()),
+            redo=tuple(parse_csv(redo) or ()),
+            overwrite=overwrite,
+            device=device,
+            dtype=dtype,
+            revision=revision,
+            allow_new_weights=allow_new_weights,
+            progress=bars,
+            command=["headlens", *sys.argv[1:]],
+        )
     counts: dict[str, int] = {}
     for s in report.stages:
         counts[s.status] = counts.get(s.status, 0) + 1

@@ -7,20 +7,8 @@ from pathlib import Path
 
 import click
 
-from headlens.reports.cli_common import Progress, model_options, parse_csv, parse_heads, parse_ints
-
-
-
-
-def _stage_progress(quiet: bool):
-    bars: dict[str, Progress] = {}
-
-    def progress(stage: str, done: int, total: int) -> None:
-        if stage not in bars:
-            bars[stage] = Progress(f"sinks: {stage}", quiet=quiet)
-        bars[stage](done, total)
-
-    return progress
+from headlens.reports.cli_common import HEADS, model_options, parse_csv, parse_ints
+from headlens.reports.progress import progress_bars
 
 
 @click.command("sinks")
@@ -32,7 +20,7 @@ def _stage_progress(quiet: bool):
 @click.option("--bos", "bos", type=click.Choice(["both", "on", "off"]), default="both", show_default=True, help="Prepend BOS (encoders: wrap in [CLS] ... [SEP]): run both settings, only with, or only without.")
 @click.option("--no-bos", is_flag=True, help="Same as --bos off (Hugging Face and most papers do not prepend BOS).")
 @click.option("--prompts", "prompts_file", default=None, help="Your own texts instead of the evaluation text: one a line, or JSONL with 'text' (each cut to --window tokens).")
-@click.option("--heads", callback=parse_heads, default=None, help="Heads whose sink is removed, together and one by one, as LAYER.HEAD,... (default: the sink heads the census finds).")
+@click.option("--heads", type=HEADS, default=None, help="Heads whose sink is removed, together and one by one, as LAYER.HEAD,... (default: the sink heads the census finds).")
 @click.option("--max-single", default=8, show_default=True, type=int, help="At most this many heads are also removed one by one (strongest sinks first).")
 @click.option("--keep-first", callback=parse_ints, default="1,4", show_default=True, help="First tokens kept by windowed attention, comma-separated (0, none kept, always runs).")
 @click.option("--attn-windows", callback=parse_ints, default=None, help="Window sizes for windowed attention, comma-separated (default: 8, 32, 128, 512, up to half of --long-tokens).")
@@ -106,7 +94,8 @@ def sinks_cmd(model, device, dtype, revision, allow_new_weights, out_dir, eps, w
             manifest = build_manifest(model=loaded, command=command, seed=seed, prepend_bos=settings[0] if len(settings) == 1 else None, extra={"sinks": {"text": text, "bos": list(settings)}})
             write_json(out / "manifest.json", manifest)
         return
-    report = run_sinks(loaded, config, progress=_stage_progress(quiet))
+    with progress_bars("sinks", quiet=quiet) as progress:
+        report = run_sinks(loaded, config, progress=progress)
     out = Path(out_dir)
     tables = write_tables(report.tables, out)
     from headlens.reports.figures_sinks import sink_figures

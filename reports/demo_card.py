@@ -13,6 +13,7 @@ from typing import Any
 import pandas as pd
 
 from headlens.analyses.demo.replay import read_log
+from headlens.probes.markdown import markdown_table
 
 __all__ = ["census_of", "write_model_card", "render_model_card"]
 
@@ -38,8 +39,7 @@ def _census_section(title: str, scores: pd.DataFrame, roles: pd.DataFrame) -> li
     out = [f"### {title}", ""]
     base = scores.groupby("detector")["baseline"].first()
     wide = scores.pivot_table(index=["layer", "head"], columns="detector", values="score")
-    out.append("| head | roles | " + " | ".join(_DETECTORS) + " |")
-    out.append("|---|---|" + "---|" * len(_DETECTORS))
+    table: list[list[str]] = []
     by_head = roles.set_index(["layer", "head"])["roles"]
     for (layer, head), row in wide.iterrows():
         cells = []
@@ -49,8 +49,9 @@ def _census_section(title: str, scores: pd.DataFrame, roles: pd.DataFrame) -> li
             if det in str(by_head.get((layer, head), "")).split(";"):
                 cell = f"**{cell}**"
             cells.append(cell)
-        out.append(f"| {layer}.{head} | {by_head.get((layer, head), '') or '-'} | " + " | ".join(cells) + " |")
-    out.append("| *uniform baseline* | | " + " | ".join(_fmt(base.get(d)) for d in _DETECTORS) + " |")
+        table.append([f"{layer}.{head}", by_head.get((layer, head), "") or "-", *cells])
+    table.append(["*uniform baseline*", "", *(_fmt(base.get(d)) for d in _DETECTORS)])
+    out += markdown_table(table, ["head", "roles", *_DETECTORS], escape=False).split("\n")  # cells hold Markdown (bold)
     out.append("")
     out.append("Strongest head per detector (score, 95% bootstrap interval over prompts, uniform baseline):")
     out.append("")
@@ -114,15 +115,18 @@ def render_model_card(folder: str | Path, census: dict[str, tuple[pd.DataFrame, 
         "",
         "## Architecture",
         "",
-        "| | |",
-        "|---|---|",
-        "| class | Hugging Face `GPT2LMHeadModel` (GPT-2 architecture, tied input/output embeddings) |",
-        f"| layers x heads | {rec['n_layer']} x {rec['n_head']} (d_head {rec['d_model'] // rec['n_head']}) |",
-        f"| d_model / MLP | {rec['d_model']} / {4 * rec['d_model']} |",
-        f"| context | {rec['n_ctx']} positions |",
-        "| vocabulary | 50,257: the real GPT-2 tokenizer (`<\\|endoftext\\|>` = 50256 is BOS/EOS) |",
-        f"| parameters | {n_params:,} |" if n_params else "| parameters | |",
-        f"| weights | `model.safetensors`, float32, {size_mb:.1f} MB |",
+        *markdown_table(
+            [
+                ["class", "Hugging Face `GPT2LMHeadModel` (GPT-2 architecture, tied input/output embeddings)"],
+                ["layers x heads", f"{rec['n_layer']} x {rec['n_head']} (d_head {rec['d_model'] // rec['n_head']})"],
+                ["d_model / MLP", f"{rec['d_model']} / {4 * rec['d_model']}"],
+                ["context", f"{rec['n_ctx']} positions"],
+                ["vocabulary", "50,257: the real GPT-2 tokenizer (`<|endoftext|>` = 50256 is BOS/EOS)"],
+                ["parameters", f"{n_params:,}" if n_params else ""],
+                ["weights", f"`model.safetensors`, float32, {size_mb:.1f} MB"],
+            ],
+            ["", ""],
+        ).split("\n"),
         "",
         "## Training data",
         "",
@@ -182,12 +186,13 @@ def render_model_card(folder: str | Path, census: dict[str, tuple[pd.DataFrame, 
         "",
         "## Losses (nats per token, full softmax)",
         "",
-        "| text | tokens scored | demo model | unigram (add-one, training split) |",
-        "|---|---|---|---|",
-        f"| held-out split ({final['heldout_windows']} windows of {rec['seq_len']}) | {final['heldout_targets']:,} | "
-        f"{final['heldout_loss']:.3f} | {final['heldout_unigram_loss']:.3f} |",
-        f"| headlens evaluation text (`analyses/data/eval_text.txt`) | {final['eval_text_targets']:,} | "
-        f"{final['eval_text_loss']:.3f} | {final['eval_text_unigram_loss']:.3f} |",
+        *markdown_table(
+            [
+                [f"held-out split ({final['heldout_windows']} windows of {rec['seq_len']})", f"{final['heldout_targets']:,}", final["heldout_loss"], final["heldout_unigram_loss"]],
+                ["headlens evaluation text (`analyses/data/eval_text.txt`)", f"{final['eval_text_targets']:,}", final["eval_text_loss"], final["eval_text_unigram_loss"]],
+            ],
+            ["text", "tokens scored", "demo model", "unigram (add-one, training split)"],
+        ).split("\n"),
         "",
         "The evaluation text is everyday English prose, unlike the training text"
         + ("; the model does better than the unigram model there too, but by less."
@@ -197,20 +202,19 @@ def render_model_card(folder: str | Path, census: dict[str, tuple[pd.DataFrame, 
         f"Learning curve (`training_log.jsonl`; held-out loss on the first {rec['eval_windows']} held-out windows; the",
         "last three columns are the best head's census-style score on 20 prompts, BOS prepended):",
         "",
-        "| step | tokens | train loss (mean of last 50 steps) | held-out loss | induction | previous-token | sink |",
-        "|---|---|---|---|---|---|---|",
     ]
+    curve = []
     train_losses = {r["step"]: r["train_loss"] for r in rows if r.get("train_loss") is not None}
     for r in rows:
         if r.get("heldout_loss") is None:
             continue
         recent = [train_losses[s] for s in range(max(1, r["step"] - 49), r["step"] + 1) if s in train_losses]
         tl = f"{sum(recent) / len(recent):.3f}" if recent else ""
-        lines.append(
-            f"| {r['step']} | {r['tokens']:,} | {tl} | {r['heldout_loss']:.3f} | "
-            f"{r['induction']:.3f} ({r['induction_head']}) | {r['previous_token']:.3f} ({r['previous_token_head']}) | "
-            f"{r['sink']:.3f} ({r['sink_head']}) |"
-        )
+        curve.append([
+            r["step"], f"{r['tokens']:,}", tl, r["heldout_loss"],
+            f"{r['induction']:.3f} ({r['induction_head']})", f"{r['previous_token']:.3f} ({r['previous_token_head']})", f"{r['sink']:.3f} ({r['sink_head']})",
+        ])
+    lines += markdown_table(curve, ["step", "tokens", "train loss (mean of last 50 steps)", "held-out loss", "induction", "previous-token", "sink"]).split("\n")
     lines += [
         "",
         "## Head census of this checkpoint",

@@ -13,14 +13,39 @@ from headlens.probes.outputs import atomic_write
 __all__ = ["save_heatmap", "save_figure", "detector_heatmaps"]
 
 
-def _pyplot():
-    import matplotlib
+class _Figures:
+    """The few ``pyplot`` calls the figure code makes, on object-oriented figures.
 
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
+    ``subplots`` builds a :class:`matplotlib.figure.Figure` on its own Agg canvas: no pyplot
+    figure manager, no ``matplotlib.use`` and no ``rcParams`` change, so drawing a report
+    leaves the caller's backend, style and open figures as they were.
+    """
 
-    plt.rcParams["svg.hashsalt"] = "headlens"  # stable SVG ids
-    return plt
+    def __init__(self) -> None:
+        from matplotlib.patches import Rectangle
+
+        self.Rectangle = Rectangle
+
+    @staticmethod
+    def subplots(nrows: int = 1, ncols: int = 1, *, figsize=None, squeeze: bool = True, **kwargs):
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+
+        fig = Figure(figsize=figsize)
+        FigureCanvasAgg(fig)
+        return fig, fig.subplots(nrows, ncols, squeeze=squeeze, **kwargs)
+
+    @staticmethod
+    def close(fig) -> None:
+        fig.clear()
+
+
+def _pyplot() -> _Figures:
+    return _Figures()
+
+
+#: rcParams in force while a figure is saved (scoped with ``matplotlib.rc_context``)
+_SAVE_RC = {"svg.hashsalt": "headlens"}  # stable SVG ids
 
 
 #: savefig metadata that keeps files byte-identical from run to run
@@ -29,13 +54,16 @@ _STABLE_METADATA = {"svg": {"Date": None}, "pdf": {"CreationDate": None, "ModDat
 
 def save_figure(fig, stem: str | Path, formats: Sequence[str] = ("png", "svg")) -> list[Path]:
     """Save ``fig`` as ``stem.<fmt>`` for each format (atomically, no dates inside) and close it."""
+    import matplotlib
+
     plt = _pyplot()
     paths = []
     try:
-        for fmt in formats:
-            path = Path(f"{stem}.{fmt}")
-            meta = _STABLE_METADATA.get(fmt)
-            paths.append(atomic_write(path, lambda t, fmt=fmt, meta=meta: fig.savefig(t, format=fmt, dpi=150, bbox_inches="tight", metadata=meta)))
+        with matplotlib.rc_context(_SAVE_RC):
+            for fmt in formats:
+                path = Path(f"{stem}.{fmt}")
+                meta = _STABLE_METADATA.get(fmt)
+                paths.append(atomic_write(path, lambda t, fmt=fmt, meta=meta: fig.savefig(t, format=fmt, dpi=150, bbox_inches="tight", metadata=meta)))
     finally:
         plt.close(fig)
     return paths

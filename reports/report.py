@@ -6,11 +6,12 @@
 stage           what it runs (``--quick`` in brackets)
 ==============  ===========================================================================
 ``census``      head census and roles (:func:`headlens.reports.cmd_detect.classify_to_dir`); 100 prompts
-                per stimulus set, 1000 bootstrap resamples [8 prompts, 200 resamples]
+                per stimulus set, 1000 bootstrap resamples [the same: roles equal ``headlens classify``'s]
 ``sinks``       attention sinks (:func:`headlens.analyses.sinks.run_sinks`), both BOS settings, every
                 part [the sink census only, the report's BOS setting]
-``ablation_zero``  zero ablation of each head alone: change in loss on the evaluation text,
-                16 windows of 128 tokens, with attribution [2 windows of 32, no attribution]
+``ablation_zero``  zero ablation of each head alone: change in loss on the evaluation text (the
+                built-in English text, or ``text_file``), 16 windows of 128 tokens, with
+                attribution [2 windows of 32, no attribution]
 ``ablation_mean``  the same with mean ablation
 ``pruning``     iterative pruning by gradient importance against random orders, step 0.1,
                 3 random orders [step 0.5, 2 orders]
@@ -27,7 +28,7 @@ change has no gradient), and the sinks stage leaves out sink removal and windowe
 (they measure loss).  The page says so.  A loss-based stage never runs on a new head.
 
 **Resuming.**  A stage writes its files, then (last, atomically) ``OUT/<stage>/stage.json``, a
-marker holding the stage's *key*: the model (source, path, revision, a fingerprint of its files,
+marker holding the stage's *key*: the model (source, path, revision, the full-file sha256 of its weights,
 dtype), the stage's configuration and the report format version.  On a rerun a stage whose
 marker says ``done`` with the same key is loaded from its files, not recomputed; any other
 stage is cleared and run again (the ablation and pruning sweeps also keep a journal, so an
@@ -51,8 +52,10 @@ import datetime as _dt
 import hashlib
 import html
 import json
+import logging
 import shutil
 import sys
+import zipfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -63,6 +66,8 @@ import numpy as np
 import pandas as pd
 
 from headlens.probes.errors import HeadlensError, InputError, OutputExistsError
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "STAGES",
@@ -122,13 +127,10 @@ class ReportProgress:
         pass
 
 
-class _StderrProgress(ReportProgress):
-    def message(self, text: str) -> None:
-        sys.stderr.write(text + "\n")
+def _StderrProgress() -> ReportProgress:  # noqa: N802 - ``progress=True``: the commands' adapter
+    from headlens.reports.progress import ReportBars
 
-    def step(self, label: str, sub: str, done: int, total: int) -> None:
-        if total > 1 and done == total:
-            sys.stderr.write(f"{label}: {sub} {done}/{total}\n")
+    return ReportBars()  # type: ignore[return-value]
 
 
 # --------------------------------------------------------------------------- settings
@@ -144,6 +146,8 @@ class ReportSettings:
     batch_size: int = 8
     example_prompts: tuple[str, ...] = DEFAULT_EXAMPLE_PROMPTS
     skip: tuple[str, ...] = ()
+    #: Evaluation text of ablation and pruning (``--text-file``); default the built-in English text.
+    text_file: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "example_prompts", tuple(self.example_prompts))
@@ -160,9 +164,12 @@ class ReportSettings:
     def census(self) -> Any:
         from headlens.analyses.census import CensusConfig
 
+        # --quick keeps the census at `headlens classify`'s defaults (100 prompts, 1000 resamples):
+        # fewer prompts move borderline scores across a threshold, and the report's roles must be
+        # classify's (the census is the cheapest stage on a small model)
         return CensusConfig(
-            n_prompts=8 if self.quick else 100,
-            n_bootstrap=200 if self.quick else 1000,
+            n_prompts=100,
+            n_bootstrap=1000,
             prepend_bos=self.prepend_bos,
             seed=self.seed,
             batch_size=max(self.batch_size, 16),
@@ -176,14 +183,32 @@ class ReportSettings:
         return SinkConfig(bos=(False, True), seed=self.seed, batch_size=self.batch_size)
 
     def eval_data(self, n_ctx: int) -> dict[str, Any]:
-        """Where ablation and pruning measure the loss: windows of the shipped evaluation text."""
+        """Where ablation and pruning measure the loss: windows of the evaluation text."""
         window = 32 if self.quick else 128
-        return {"n_windows": 2 if self.quick else 16, "window": min(window, n_ctx), "prepend_bos": self.prepend_bos}
+        return {"n_windows": 2 if self.quick else 16, "window": min(window, n_ctx), "prepend_bos": self.prepend_bos, **self.eval_text_id()}
 
     def sentence_data(self, n_ctx: int) -> dict[str, Any]:
         """Where ablation and pruning measure the embedding change (models without a trained
         output head, encoders): sentences of the shipped evaluation text."""
-        return {"n_sentences": 4 if self.quick else 64, "max_tokens": min(32 if self.quick else 128, n_ctx), "prepend_bos": self.prepend_bos}
+        return {"n_sentences": 4 if self.quick else 64, "max_tokens": min(32 if self.quick else 128, n_ctx), "prepend_bos": self.prepend_bos, **self.eval_text_id()}
+
+    def eval_source(self) -> tuple[str, str]:
+        """``(text, label)``: the evaluation text of ablation and pruning and how the page names it."""
+        if self.text_file is None:
+            from headlens.analyses.stimuli import eval_text
+
+            return eval_text(), "built-in evaluation text"
+        from headlens.reports.cmd_ablate import read_text_file
+
+        return read_text_file(self.text_file), f"--text-file {self.text_file}"
+
+    def eval_text_id(self) -> dict[str, Any]:
+        """``--text-file`` and its text's SHA-256 (first 16 hex digits), for resume keys and the
+        manifest; empty for the built-in text."""
+        if self.text_file is None:
+            return {}
+        text, _ = self.eval_source()
+        return {"text_file": self.text_file, "text_sha256": hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]}
 
     def ablation(self, method: str) -> Any:
         from headlens.analyses.ablation import AblationConfig
@@ -213,34 +238,17 @@ def check_example_prompts(prompts: Sequence[str]) -> None:
 # --------------------------------------------------------------------------- model identity
 
 
-def _file_fingerprint(path: Path) -> str:
-    """SHA-256 of a file's size and its first and last MiB (fast on multi-GB weights)."""
-    h = hashlib.sha256()
-    size = path.stat().st_size
-    h.update(str(size).encode())
-    with open(path, "rb") as f:
-        h.update(f.read(1 << 20))
-        if size > 2 << 20:
-            f.seek(size - (1 << 20))
-            h.update(f.read())
-    return h.hexdigest()[:16]
-
-
 def model_identity(source: str, path: str, revision: str | None) -> dict[str, Any]:
     """What names the model: a report folder belongs to exactly one."""
     return {"source": source, "path": path, "revision": revision}
 
 
-def model_fingerprint(source: str, path: str) -> dict[str, str]:
-    """Local checkpoints: the config and weight files, so retrained weights invalidate stages."""
-    if source != "local":
-        return {}
-    folder = Path(path)
-    out = {}
-    for p in sorted(folder.iterdir()):
-        if p.is_file() and (p.name == "config.json" or p.suffix in (".safetensors", ".bin", ".pt", ".pth")):
-            out[p.name] = _file_fingerprint(p)
-    return out
+def model_fingerprint(source: str, path: str, revision: str | None = None, loaded: Any = None) -> str:
+    """The weights' one fingerprint (:func:`headlens.probes.loading.weights_fingerprint`): full-file
+    sha256 for local checkpoints, so retrained weights, even middle tensors only, invalidate stages."""
+    from headlens.probes.loading import checkpoint_fingerprint, weights_fingerprint
+
+    return weights_fingerprint(loaded) if loaded is not None else checkpoint_fingerprint(source, path, revision=revision)
 
 
 # --------------------------------------------------------------------------- stage records
@@ -334,7 +342,8 @@ def _journal(path: Path, kind: str, key: dict[str, Any]) -> Any:
 
     try:
         return Journal(path, kind, key, resume=True, overwrite=True)
-    except HeadlensError:
+    except HeadlensError as exc:
+        log.warning("discarding journal %s, the stage starts over: %s", path, exc)
         path.unlink(missing_ok=True)
         return Journal(path, kind, key, resume=False, overwrite=True)
 
@@ -374,17 +383,17 @@ METRIC_RULE = "embedding change when the output head is newly initialised or the
 def _eval_set(ctx: _Ctx, loaded: Any) -> tuple[Any, dict[str, Any]]:
     """The stage's evaluation set and what the page says about its metric."""
     from headlens.analyses.ablation_data import EMBEDDING_DEFINITION, check_metric, default_metric, embedding_eval_set, split_sentences, text_eval_set
-    from headlens.analyses.stimuli import eval_text
 
+    text, label = ctx.settings.eval_source()
     metric, why = default_metric(loaded)
     check_metric(loaded, metric)
     if metric == "embedding":
         ctx.say(f"measured by the embedding change, not loss: {why}")
         d = ctx.settings.sentence_data(loaded.n_ctx)
-        data = embedding_eval_set(loaded, split_sentences(eval_text(), complete_only=True), n_sentences=d["n_sentences"], max_tokens=d["max_tokens"], prepend_bos=d["prepend_bos"], source="built-in evaluation text")
+        data = embedding_eval_set(loaded, split_sentences(text, complete_only=True), n_sentences=d["n_sentences"], max_tokens=d["max_tokens"], prepend_bos=d["prepend_bos"], source=label)
         return data, {"metric": metric, "metric_why": why, "metric_definition": EMBEDDING_DEFINITION}
     d = ctx.settings.eval_data(loaded.n_ctx)
-    data = text_eval_set(loaded.tokenizer, eval_text(), n_windows=d["n_windows"], window=d["window"], prepend_bos=d["prepend_bos"], n_ctx=loaded.n_ctx, bos_id=loaded.bos_id)
+    data = text_eval_set(loaded.tokenizer, text, n_windows=d["n_windows"], window=d["window"], prepend_bos=d["prepend_bos"], n_ctx=loaded.n_ctx, bos_id=loaded.bos_id, source=label)
     return data, {"metric": metric}
 
 
@@ -719,11 +728,12 @@ def _head_table(r: Report) -> pd.DataFrame:
     join(r.ablation_mean, "delta", "mean_delta")
     join(r.importance, "importance", "importance")
     if r.pruning_curve is not None:
+        from headlens.analyses.masks import parse_head
+
         when: dict[tuple[int, int], float] = {}
         for c in r.pruning_curve.itertuples():
             for name in str(c.removed_this_step if isinstance(c.removed_this_step, str) else "").split():
-                layer, _, head = name.partition(".")
-                when[(int(layer), int(head))] = float(c.fraction_removed)
+                when[parse_head(name, where="pruning curve")] = float(c.fraction_removed)
         rows["pruned_at"] = [when.get((a, b), np.nan) for a, b in zip(rows["layer"], rows["head"])]
     return rows
 
@@ -827,6 +837,7 @@ def build_report(
     allow_new_weights: bool = False,
     progress: ReportProgress | bool | None = None,
     command: list[str] | None = None,
+    text_file: str | Path | None = None,
 ) -> Report:
     """Run (or resume) every stage for ``model`` into ``out_dir``; write ``report.html``,
     ``report.md`` and ``manifest.json``; return the :class:`Report`.
@@ -835,8 +846,11 @@ def build_report(
     ``out_dir``: default a new temporary folder.  ``skip``: stages not to run; ``redo``: stages
     to recompute even when finished (``"all"`` for every one).  ``progress=True`` writes
     stage lines to stderr.  Failed stages do not raise: check :attr:`Report.ok`.
+    ``text_file``: the evaluation text of ablation and pruning (default the built-in English
+    text), as ``headlens ablate --text-file``; its SHA-256 goes into the manifest.
     """
     settings = ReportSettings(
+        text_file=str(text_file) if text_file is not None else None,
         quick=quick,
         prepend_bos=prepend_bos,
         seed=seed,
@@ -844,6 +858,7 @@ def build_report(
         example_prompts=tuple(example_prompts) if example_prompts is not None else DEFAULT_EXAMPLE_PROMPTS,
         skip=tuple(skip),
     )
+    settings.eval_text_id()  # a missing or empty --text-file fails here, before anything loads or is written
     redo_set = set(STAGES) if "all" in redo else set(redo)
     bad = redo_set - set(STAGES)
     if bad:
@@ -856,7 +871,7 @@ def build_report(
     out = Path(out_dir)
     previous = check_report_dir(out, identity, overwrite=overwrite)
     reporter: ReportProgress | None = _StderrProgress() if progress is True else (progress or None)
-    model_key = {**identity, "dtype": dtype_name, "files": model_fingerprint(identity["source"], identity["path"])}
+    model_key = {**identity, "dtype": dtype_name, "weights": model_fingerprint(identity["source"], identity["path"], identity["revision"], loaded_model)}
     keys = {name: _stage_key(name, settings, model_key) for name in STAGES}
 
     def finished(name: str) -> dict[str, Any] | None:
@@ -914,8 +929,8 @@ def build_report(
                 statuses.append(StageStatus(name, "loaded", seconds=marker.get("seconds"), files=marker.get("files", []), info=marker.get("info", {})))
                 say(f"finished earlier, loaded from {d}")
                 continue
-            except Exception:  # noqa: BLE001 - unreadable outputs: recompute
-                pass
+            except (OSError, ValueError, KeyError, zipfile.BadZipFile) as exc:  # unreadable outputs: recompute
+                log.warning("stage %s: cannot read its earlier outputs in %s (%s: %s); running it again", name, d, type(exc).__name__, exc)
         say("running")
         d.mkdir(parents=True, exist_ok=True)
         _clear_stage_dir(d)
@@ -964,6 +979,7 @@ def _write_report_manifest(out: Path, loaded: Any, identity: dict[str, Any], set
         "version": REPORT_VERSION,
         "identity": identity,
         "quick": settings.quick,
+        "eval_text": {"source": "built-in evaluation text"} if settings.text_file is None else {"source": "--text-file", **settings.eval_text_id()},
         "stages": {
             name: {"status": s.status, "seconds": s.seconds, "error": s.error, "files": [f"{name}/{f}" for f in s.files]}
             for name, s in stages.items()

@@ -13,6 +13,8 @@ import math
 from typing import Any
 from urllib.parse import quote
 
+from headlens.probes.markdown import markdown_table
+
 __all__ = ["render_markdown", "md_text"]
 
 
@@ -40,9 +42,8 @@ def _num(x: Any, digits: int = 3, signed: bool = False) -> str:
 
 
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
-    out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    out += ["| " + " | ".join(r) + " |" for r in rows]
-    return out
+    """Cells are Markdown already (escaped by :func:`md_text`): :func:`markdown_table` without escaping."""
+    return markdown_table(rows, header, escape=False).split("\n")
 
 
 def _link(path: str, label: str) -> str:
@@ -148,7 +149,7 @@ def render_markdown(report: Any) -> str:
         if metric == "embedding":
             lines += [f"Change in the sentence embedding (1 - cosine) over {md_text(data.get('n_sentences', '?'))} sentences of the evaluation text; unablated {_num(info.get('unablated_value'), 4)}. Largest |change| first:", ""]
         else:
-            lines += [f"Change in {md_text(metric)} on {md_text(data.get('n_windows', '?'))} windows of {md_text(data.get('window', '?'))} tokens of the evaluation text; unablated {_num(info.get('unablated_value'), 4)}. Largest |change| first:", ""]
+            lines += [f"Change in {md_text(metric)} on {md_text(data.get('n_windows', '?'))} windows of {md_text(data.get('window', '?'))} tokens of the evaluation text ({md_text(data.get('text', 'built-in evaluation text'))}); unablated {_num(info.get('unablated_value'), 4)}. Largest |change| first:", ""]
         top = table.reindex(table["delta"].abs().sort_values(ascending=False, kind="stable").index)
         rows = [[f"{int(r['layer'])}.{int(r['head'])}", _num(r["delta"], 4, signed=True), f"[{_num(r['ci_low'], 4, True)}, {_num(r['ci_high'], 4, True)}]", _num(r["value"], 4)] for r in top.to_dict("records")]
         lines += _table(["head", "change", "95% CI", "ablated value"], rows) + [""] + _figures(report, name)

@@ -17,12 +17,12 @@ from headlens.analyses.ablation import (
     ablated_values,
     ablation_study,
     baseline_pass,
-    bootstrap_ci,
     naive_single_head_values,
     single_head_values,
 )
 from headlens.analyses.ablation_data import TaskItem, repeated_tokens_eval_set, task_eval_set, text_eval_set
 from headlens.analyses.ablation_grad import attribution_estimates, head_importance, normalise_per_layer, spearman
+from headlens.analyses.stats import bootstrap_mean_ci
 from headlens.analyses.ablation_suffix import check_from_layer
 from headlens.analyses.masks import HeadMask, read_mask, write_mask
 from headlens.analyses.stimuli import eval_text
@@ -188,12 +188,16 @@ def test_table_columns_ci_and_determinism(tiny_model, windows):
 def test_bootstrap_ci_properties():
     rng = np.random.default_rng(0)
     diffs = rng.normal(1.0, 0.5, size=(3, 50))
-    lo, hi = bootstrap_ci(diffs, n_bootstrap=2000, ci=0.95, seed=0)
+    lo, hi = bootstrap_mean_ci(diffs.T, n_resamples=2000, level=0.95, seed=0)
     assert (lo < diffs.mean(1)).all() and (diffs.mean(1) < hi).all()
-    lo2, hi2 = bootstrap_ci(diffs[1:2], n_bootstrap=2000, ci=0.95, seed=0)
+    lo2, hi2 = bootstrap_mean_ci(diffs[1:2].T, n_resamples=2000, level=0.95, seed=0)
     assert lo2[0] == lo[1] and hi2[0] == hi[1]  # a row's interval does not depend on the other rows
     # standard error of the mean ~ 0.5 / sqrt(50) = 0.07: the 95% interval is about 4 of them wide
     assert 0.15 < (hi - lo).mean() < 0.4
+    # one semantics: no interval from fewer than two items, or from no resamples
+    assert np.isnan(bootstrap_mean_ci(diffs[:, :1].T, seed=0)[0]).all()
+    assert np.isnan(bootstrap_mean_ci(diffs.T, n_resamples=0)[1]).all()
+    assert np.isnan(spearman([1, 2, np.nan], [3, np.nan, 4])) and np.isnan(spearman([1, 1, 1], [1, 2, 3]))
 
 
 def test_attribution_and_importance_definitions(tiny_model, windows):

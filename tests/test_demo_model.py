@@ -132,3 +132,52 @@ def test_classify_demo_from_the_cli(tmp_path):
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["model"]["source"] == "local" and manifest["model"]["path"] == str(MODEL_DIR)
     assert manifest["model"]["weights_sha256"] == hashlib.sha256(b"model.safetensors\0" + (MODEL_DIR / "model.safetensors").read_bytes()).hexdigest()
+
+
+def _roles(folder):
+    roles = pd.read_csv(folder / "roles.csv", keep_default_na=False, dtype={"name": str, "roles": str})
+    return dict(zip(roles["name"], roles["roles"]))
+
+
+def test_quick_report_roles_are_classify_s(tmp_path):
+    """The quick report's census is classify's default census: the same roles, head by head
+    (with 8 prompts instead of 100, head 1.3's sink score fell just under its threshold)."""
+    from headlens.reports.cli import cli
+
+    res = CliRunner().invoke(cli, ["classify", "--model", "demo", "-q", "--out", str(tmp_path / "census")])
+    assert res.exit_code == 0, res.output
+    skip = "sinks,ablation_zero,ablation_mean,pruning,examples"
+    res = CliRunner().invoke(cli, ["report", "--model", "demo", "--quick", "--skip", skip, "-q", "--out", str(tmp_path / "report")])
+    assert res.exit_code == 0, res.output
+    census = _roles(tmp_path / "census")
+    assert _roles(tmp_path / "report" / "census") == census
+    assert "sink" in census["1.3"].split(";"), census  # the borderline head the two used to disagree on
+
+
+def test_heldout_text_feeds_the_report(tmp_path):
+    """``demo heldout`` writes the held-out stream as text (token for token); the report measures
+    ablation on it when given --text-file, says so, and records the file's fingerprint."""
+    from headlens.analyses.demo.data import build_corpus, gpt2_tokenizer
+    from headlens.reports.cli import cli
+
+    text_file = tmp_path / "heldout.txt"
+    res = CliRunner().invoke(cli, ["demo", "heldout", "--out", str(text_file)])
+    assert res.exit_code == 0, res.output
+    text = text_file.read_text(encoding="utf-8")
+    sha = hashlib.sha256(text.encode()).hexdigest()[:16]
+    assert f"sha256 {sha}" in res.output
+    ids = gpt2_tokenizer()(text, add_special_tokens=False, verbose=False)["input_ids"]
+    assert ids == build_corpus().heldout[1:].tolist()
+
+    out = tmp_path / "report"
+    skip = "census,sinks,ablation_mean,pruning,examples"
+    res = CliRunner().invoke(cli, ["report", "--model", "demo", "--quick", "--text-file", str(text_file), "--skip", skip, "-q", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["report"]["eval_text"] == {"source": "--text-file", "text_file": str(text_file), "text_sha256": sha}
+    info = json.loads((out / "ablation_zero" / "stage.json").read_text())["info"]
+    assert info["data"]["text"] == f"--text-file {text_file}"
+    assert info["unablated_value"] < 6.0  # in its own domain (the built-in English text: about 10.6 nats)
+    from headlens.reports.report_md import md_text
+
+    assert f"tokens of the evaluation text ({md_text(f'--text-file {text_file}')})" in (out / "report.md").read_text()

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from headlens.analyses.bootstrap import bootstrap_mean_ci
+from headlens.analyses.stats import bootstrap_mean_ci
 from headlens.analyses.census import CensusConfig, build_stimuli, run_census
 from headlens.analyses.detectors import BatchContext, get_detectors, registry
 from headlens.probes.capture import capture

@@ -282,7 +282,7 @@ GOOD = {"text": "Today Mary met John and he smiled.", "pronoun": [23, 26], "ante
 @pytest.mark.parametrize(
     "bad_line, message",
     [
-        ("{not json", "invalid JSON"),
+        ("{not json", "not valid JSON"),
         ("[1, 2]", "expected a JSON object"),
         (json.dumps({k: v for k, v in GOOD.items() if k != "distractor"}), "missing field.*distractor"),
         (json.dumps({**GOOD, "pronoun": [23, 99]}), "out of range"),
@@ -305,7 +305,7 @@ def test_referent_file_empty_or_missing(tmp_path):
     empty.write_text("\n\n", encoding="utf-8")
     with pytest.raises(StimulusError, match="no items"):
         load_referent_file(empty)
-    with pytest.raises(StimulusError, match="cannot read"):
+    with pytest.raises(StimulusError, match="does not exist"):
         load_referent_file(tmp_path / "absent.jsonl")
 
 

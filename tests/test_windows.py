@@ -18,7 +18,7 @@ import pandas as pd
 import pytest
 import torch
 
-from headlens.analyses.bootstrap import bootstrap_mean_ci
+from headlens.analyses.stats import bootstrap_mean_ci
 from headlens.analyses.census import CensusConfig, build_stimuli, run_census
 from headlens.analyses.classify import classify_heads
 from headlens.analyses.detectors import BatchContext, registry

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import logging
 import math
 import sysconfig
 from dataclasses import dataclass
@@ -64,7 +65,11 @@ __all__ = [
     "BatchSampler",
     "eval_windows",
     "fingerprint",
+    "heldout_documents",
+    "heldout_text",
 ]
+
+log = logging.getLogger(__name__)
 
 BOS_ID = 50256  # GPT-2's <|endoftext|>
 VOCAB_SIZE = 50257
@@ -89,7 +94,8 @@ def stdlib_docstring_documents(stdlib: str | Path | None = None, min_chars: int 
     for path in files:
         try:
             tree = ast.parse(path.read_bytes())
-        except (SyntaxError, ValueError, OSError):
+        except (SyntaxError, ValueError, OSError) as exc:
+            log.debug("skipping %s: cannot parse it (%s)", path, exc)
             continue
         parts = []
         for node in ast.walk(tree):
@@ -322,3 +328,17 @@ def eval_windows(stream: torch.Tensor, seq_len: int, n: int | None = None) -> to
     n = avail if n is None else min(n, avail)
     body = stream[: n * per].view(n, per)
     return torch.cat([torch.full((n, 1), BOS_ID, dtype=torch.long), body], dim=1)
+
+
+def heldout_documents() -> list[Document]:
+    """The held-out split's documents, in the order of :func:`build_corpus`'s held-out stream."""
+    return [d for d in stdlib_docstring_documents() + pydoc_topic_documents() if is_heldout(d)]
+
+
+def heldout_text(separator: str = "<|endoftext|>") -> str:
+    """The held-out split as one text: its documents joined by ``separator`` (default GPT-2's
+    ``<|endoftext|>``, which the tokenizer reads as the BOS token, so the text tokenizes to the
+    held-out stream the recipe evaluates on, without its leading BOS).
+
+    A function of the Python installation alone (same Python version, same text)."""
+    return separator.join(d.text for d in heldout_documents())

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from headlens.probes.errors import InputError
+from headlens.probes.jsonl import read_jsonl
 
 __all__ = ["ReplayUnavailable", "ReplayReport", "read_log", "replay"]
 
@@ -44,10 +45,13 @@ def read_log(folder: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     folder = Path(folder)
     try:
         summary = json.loads((folder / "training_summary.json").read_text(encoding="utf-8"))
-        rows = [json.loads(line) for line in (folder / "training_log.jsonl").read_text(encoding="utf-8").splitlines() if line.strip()]
+        log_file = folder / "training_log.jsonl"
+        if not log_file.is_file():
+            raise FileNotFoundError(2, "missing", str(log_file))
+        rows = [row for _, row in read_jsonl(log_file, what="training log")]
     except FileNotFoundError as exc:
         raise ReplayUnavailable(f"{folder}: no training log ({Path(exc.filename).name} is missing)", folder=str(folder)) from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, InputError) as exc:
         raise ReplayUnavailable(f"{folder}: unreadable training log ({exc})", folder=str(folder)) from None
     missing = [k for k in _SUMMARY_KEYS if not isinstance(summary, dict) or k not in summary]
     if missing or not all(isinstance(r, dict) and "step" in r for r in rows):

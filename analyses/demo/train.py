@@ -44,6 +44,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from headlens.probes.scoped import keeps_torch_rng, keeps_torch_threads
 from headlens.analyses.demo.data import BOS_ID, VOCAB_SIZE, BatchSampler, Corpus, build_corpus, eval_windows, gpt2_tokenizer
 
 __all__ = [
@@ -123,11 +124,12 @@ class TrainResult:
     corpus: Corpus = field(repr=False)
 
 
+@keeps_torch_rng
 def build_model(config: RecipeConfig) -> Any:
     """A freshly initialised GPT-2 with the recipe's shape, seeded."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    torch.manual_seed(config.seed)
+    torch.random.default_generator.manual_seed(config.seed)  # the caller's generator state comes back (keeps_torch_rng)
     cfg = GPT2Config(
         vocab_size=VOCAB_SIZE,
         n_positions=config.n_ctx,
@@ -296,6 +298,7 @@ def _versions() -> dict[str, str]:
     return {"python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__}
 
 
+@keeps_torch_threads
 def train(
     config: RecipeConfig = RECIPE,
     *,
@@ -320,7 +323,7 @@ def train(
     if steps < 0:
         raise ValueError(f"steps must be >= 0, got {steps}")
     eval_every = config.eval_every if eval_every is None else eval_every
-    torch.set_num_threads(config.threads)
+    torch.set_num_threads(config.threads)  # the recipe's count; the caller's comes back (keeps_torch_threads)
     t0 = time.perf_counter()
     corpus = build_corpus()
     data_s = time.perf_counter() - t0

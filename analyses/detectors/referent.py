@@ -66,7 +66,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from headlens.analyses.bootstrap import bootstrap_mean_ci
+from headlens.analyses.stats import bootstrap_mean_ci
 from headlens.analyses.detectors.base import BatchContext, Detector, DetectorOutput, uniform_weight, visible
 
 __all__ = [

@@ -9,6 +9,7 @@ natural-text windows for previous-token and attention-sink studies.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from functools import lru_cache
 from importlib import resources
@@ -19,6 +20,8 @@ import torch
 from . import StimulusError
 
 __all__ = ["EVAL_TEXT_RESOURCE", "eval_text", "text_windows"]
+
+log = logging.getLogger(__name__)
 
 EVAL_TEXT_RESOURCE = "data/eval_text.txt"  # relative to the ``analyses`` package
 
@@ -41,7 +44,10 @@ def _encode(tokenizer: Any, text: str) -> list[int]:
     # the text is cut into windows afterwards.
     try:
         encoding = tokenizer(text, add_special_tokens=False, verbose=False)
-    except TypeError:
+    except TypeError as exc:
+        if "verbose" not in str(exc):
+            raise
+        log.debug("tokenizer %s takes no verbose= (%s): encoding without it", type(tokenizer).__name__, exc)
         encoding = tokenizer(text, add_special_tokens=False)
     return [int(i) for i in encoding["input_ids"]]
 

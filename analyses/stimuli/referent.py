@@ -37,6 +37,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from headlens.probes.jsonl import read_jsonl
+
 from . import StimulusError
 
 __all__ = [
@@ -459,21 +461,9 @@ def load_referent_file(path: str | Path) -> list[ReferentItem]:
     same ``pair`` form a minimal pair).  Blank lines are skipped.  Any problem
     raises :class:`StimulusError` naming the file and line number."""
     path = Path(path)
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise StimulusError(f"cannot read referent file {path}: {exc}") from exc
-    except UnicodeDecodeError as exc:
-        raise StimulusError(f"referent file {path} is not UTF-8 text: {exc}") from exc
     items: list[ReferentItem] = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
+    for number, record in read_jsonl(path, what="referent file", error=StimulusError, where=lambda p, n: f"{p}, line {n}"):
         where = f"{path}, line {number}"
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise StimulusError(f"{where}: invalid JSON ({exc.msg})") from exc
         if not isinstance(record, dict):
             raise StimulusError(f"{where}: expected a JSON object, got {type(record).__name__}")
         missing = [name for name in _REQUIRED_FIELDS if name not in record]
