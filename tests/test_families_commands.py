@@ -120,10 +120,12 @@ def test_every_command_runs_on_every_family(family, family_checkpoint, tmp_path)
         "ablate": ["ablate", *m, *EVAL, "--method", "mean", "--out", str(tmp_path / "abl.csv")],
         "prune": ["prune", *m, *EVAL, "--step", "0.5", "--max-fraction", "0.5", "--random-seeds", "1", "--out", str(tmp_path / "prune")],
         "sinks": ["sinks", *m, "--n-prompts", "2", "--batch-size", "8", "--long-tokens", "32", "--attn-windows", "4,16", "--keep-first", "1", "-q", "--out", str(tmp_path / "sinks")],
+        "report": ["report", *m, "--quick", "-q", "--out", str(tmp_path / "report")],
     }
     for name, args in commands.items():
         res = runner.invoke(cli, args)
         assert res.exit_code == 0, f"{family} {name}: {res.output}"
         assert "Traceback" not in res.output
+    assert (tmp_path / "report" / "report.html").is_file()
     manifest = json.loads((tmp_path / "census" / "manifest.json").read_text())
     assert manifest["model"]["architecture"].lower().startswith(family.replace("_", "")[:4])
