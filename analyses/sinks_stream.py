@@ -347,24 +347,26 @@ class StreamStats:
         """True when some layer is bidirectional (an encoder's)."""
         return not all(self.causal)
 
+    def _uniform(self, total: Tensor, per_layer: Tensor, key: int, layer: int | None) -> float:
+        """A uniform head's statistic for ``key`` in ``layer``; without a layer, the mean over
+        layers (the full-causal total when every layer is full causal)."""
+        k = self.keys.index(key)
+        if layer is not None:
+            value = per_layer[k, layer]
+        elif not self.windowed and not self.bidirectional:
+            value = total[k]
+        else:
+            value = per_layer[k].mean()
+        return float(value) / self._n(key)
+
     def uniform_mean(self, key: int = 0, layer: int | None = None) -> float:
         """Alpha of a uniform head in ``layer`` (its window's or bidirectional baseline); without
         a layer, the mean over layers (the full-causal value when every layer is full causal)."""
-        k = self.keys.index(key)
-        if layer is not None:
-            return float(self.uniform_layer_sum[k, layer]) / self._n(key)
-        if not self.windowed and not self.bidirectional:
-            return float(self.uniform_sum[k]) / self._n(key)
-        return float(self.uniform_layer_sum[k].mean()) / self._n(key)
+        return self._uniform(self.uniform_sum, self.uniform_layer_sum, key, layer)
 
     def uniform_rate(self, key: int = 0, layer: int | None = None) -> float:
         """Fraction of prompts where a uniform head in ``layer`` has alpha > eps (as :meth:`uniform_mean`)."""
-        k = self.keys.index(key)
-        if layer is not None:
-            return float(self.uniform_layer_above[k, layer]) / self._n(key)
-        if not self.windowed and not self.bidirectional:
-            return float(self.uniform_above[k]) / self._n(key)
-        return float(self.uniform_layer_above[k].mean()) / self._n(key)
+        return self._uniform(self.uniform_above, self.uniform_layer_above, key, layer)
 
     def target_mean(self, group: str) -> Tensor:
         """``[layer, head]``: the attention share of a key group (module docstring); NaN where no

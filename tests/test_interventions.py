@@ -40,21 +40,8 @@ def _batch(tokens):
     return TokenBatch(tokens=tokens, lengths=torch.full((len(tokens),), tokens.shape[1]), strings=[[] for _ in tokens], prepend_bos=True, pad_id=0)
 
 
-_HF: dict[str, object] = {}
-
-
-def _hf(folder):
-    from transformers import AutoModelForCausalLM
-
-    key = str(folder)
-    if key not in _HF:
-        _HF[key] = AutoModelForCausalLM.from_pretrained(key, attn_implementation="eager").eval()
-    return _HF[key]
-
-
-def _hf_mean_loss(folder, family, tokens, allowed):
+def _hf_mean_loss(hf, family, tokens, allowed):
     """Mean next-token loss of plain Hugging Face with keys outside ``allowed[q, k]`` masked in every head and layer."""
-    hf = _hf(folder)
     b, n = tokens.shape
     i = torch.arange(n)[:, None]
     j = torch.arange(n)[None, :]
@@ -103,7 +90,7 @@ def _state(model):
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-def test_sink_removal_and_windowed_attention_match_plain_hugging_face(family, family_model, family_checkpoint, tokens):
+def test_sink_removal_and_windowed_attention_match_plain_hugging_face(family, family_model, family_checkpoint, hf_eager, tokens):
     model, folder = family_model(family), family_checkpoint(family)
     batch = _batch(tokens)
     before = _state(model)
@@ -113,9 +100,9 @@ def test_sink_removal_and_windowed_attention_match_plain_hugging_face(family, fa
     assert n_tok == N_SEQ * (WIDTH - 1)
     assert _state(model) == before
 
-    hf_base = _hf_mean_loss(folder, family, tokens, _full(WIDTH))
-    hf_removed = _hf_mean_loss(folder, family, tokens, _no_sink(WIDTH))
-    hf_windowed = _hf_mean_loss(folder, family, tokens, _windowed(WIDTH, WINDOW, KEEP_FIRST))
+    hf_base = _hf_mean_loss(hf_eager(folder), family, tokens, _full(WIDTH))
+    hf_removed = _hf_mean_loss(hf_eager(folder), family, tokens, _no_sink(WIDTH))
+    hf_windowed = _hf_mean_loss(hf_eager(folder), family, tokens, _windowed(WIDTH, WINDOW, KEEP_FIRST))
     tol = 1e-5 * max(1.0, abs(hf_base))
     for name, ours, theirs in (("base", base, hf_base), ("sink removal", removed, hf_removed), ("windowed", windowed, hf_windowed)):
         assert abs(ours - theirs) <= tol, f"{family} {name}: headlens {ours:.7f} vs Hugging Face {theirs:.7f}"
