@@ -115,3 +115,11 @@ def hf_eager():
         return loaded[key]
 
     return get
+
+
+@pytest.fixture()
+def runner():
+    """click's CliRunner for the ``headlens`` command (stderr kept apart from stdout)."""
+    from click.testing import CliRunner
+
+    return CliRunner()

@@ -6,17 +6,11 @@ import json
 
 import pandas as pd
 import pytest
-from click.testing import CliRunner
 
 from headlens.analyses.masks import HeadMask, write_mask
 from headlens.reports.cli import cli
 
 SMALL = ["--n-windows", "3", "--window", "24"]
-
-
-@pytest.fixture()
-def runner():
-    return CliRunner()
 
 
 def test_ablate_writes_table_manifest_heatmap(runner, tiny_checkpoint, tmp_path):

@@ -5,15 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from click.testing import CliRunner
 from safetensors.torch import load_file
 
 from headlens.reports.cli import cli
-
-
-@pytest.fixture()
-def runner():
-    return CliRunner()
 
 
 def test_help_and_version(runner):

@@ -6,16 +6,10 @@ import json
 
 import pandas as pd
 import pytest
-from click.testing import CliRunner
 
 from headlens.reports.cli import cli
 
 SMALL = ["--n-prompts", "4", "--seq-len", "10", "--window", "24", "-q"]
-
-
-@pytest.fixture()
-def runner():
-    return CliRunner()
 
 
 @pytest.mark.parametrize("ext", ["csv", "json", "parquet"])

@@ -15,7 +15,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 from safetensors.torch import load_file, save_file
 
 from headlens.probes.errors import ModelLoadError
@@ -66,11 +65,6 @@ def base_saved(tiny_checkpoint, tmp_path_factory):
 def untied_head(tiny_checkpoint, tmp_path_factory):
     """A base-model checkpoint whose config unties the LM head: the head is new on every load."""
     return _copy(tiny_checkpoint, tmp_path_factory.mktemp("untied") / "untied", strip_prefix="transformer.", config={"tie_word_embeddings": False})
-
-
-@pytest.fixture()
-def runner():
-    return CliRunner()
 
 
 # --- the network body: refused unless allowed ---------------------------------------

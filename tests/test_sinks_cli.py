@@ -6,16 +6,10 @@ import json
 
 import pandas as pd
 import pytest
-from click.testing import CliRunner
 
 from headlens.reports.cli import cli
 
 SMALL = ["--n-prompts", "2", "--batch-size", "8", "--long-tokens", "32", "--attn-windows", "4,16", "--keep-first", "1", "-q"]
-
-
-@pytest.fixture()
-def runner():
-    return CliRunner()
 
 
 def test_sinks_end_to_end(runner, planted_checkpoint, tmp_path):
