@@ -205,19 +205,17 @@ class _Recorder:
         self.value = act.detach()
 
 
-def _plan(model: LoadedModel, layer: int, what: str, hs: list[int], kv_hs: list[int], config: CaptureConfig) -> tuple[str, list[int], bool, Any, dict[int, _Recorder], str]:
-    """Where ``what`` of ``layer`` is read from: (hook, head index, all heads?, transform, recorders, source note)."""
+def _plan(model: LoadedModel, layer: int, what: str, hs: list[int], kv_index: list[int]) -> tuple[str, list[int], bool, Any, dict[int, _Recorder], str]:
+    """Where ``what`` of ``layer`` is read from: (hook, head index, all heads?, transform, recorders, source note).
+
+    ``hs`` are the chosen query heads, ``kv_index`` the KV-head columns kept for k, v, rot_k.
+    """
     from headlens.probes.attention import attention_spec, rotate
 
     spec = attention_spec(model)
     la = spec.layers[layer]
-    kv_map = [la.kv_head(h) for h in hs]
-    if what in _KV:
-        index = kv_map if config.kv_per_query_head else kv_hs
-        all_heads = (not config.kv_per_query_head or la.group == 1) and index == list(range(la.n_kv_heads))
-    else:
-        index = hs
-        all_heads = hs == list(range(la.n_heads))
+    index = kv_index if what in _KV else hs
+    all_heads = index == list(range(la.n_kv_heads if what in _KV else la.n_heads))
     if what == "attn_scores" and not la.native:
         raise UnsupportedModelError(
             f"cannot capture attn_scores on {spec.family}: its attention runs inside Hugging Face and the bridge's"
@@ -273,7 +271,11 @@ def capture(
         raise InputError(f"cannot capture {', '.join(unknown) or 'nothing'}: choose from {', '.join(CAPTURABLE)}", what=config.what)
     heads = check_layers_heads(model, config.layers, config.heads)
     spec = attention_spec(model)
-    kv_heads = {layer: sorted({spec.layers[layer].kv_head(h) for h in hs}) for layer, hs in heads.items()}
+    # k, v, rot_k columns: the KV heads the chosen query heads read, or one per query head.
+    kv_cols = {
+        layer: [spec.layers[layer].kv_head(h) for h in hs] if config.kv_per_query_head else sorted({spec.layers[layer].kv_head(h) for h in hs})
+        for layer, hs in heads.items()
+    }
     if isinstance(prompts, TokenBatch):
         batch = prompts
     else:
@@ -286,7 +288,7 @@ def capture(
     sources: dict[str, str] = {}
     for layer, hs in heads.items():
         for what in config.what:
-            point, index, all_heads, transform, recorders, source = _plan(model, layer, what, hs, kv_heads[layer], config)
+            point, index, all_heads, transform, recorders, source = _plan(model, layer, what, hs, kv_cols[layer])
             sources.setdefault(what, source.replace(f"blocks.{layer}.", ""))
             if what in _PER_POSITION:
                 shape: tuple[int, ...] = (n, width, len(index), spec.layers[layer].d_head)
@@ -319,5 +321,4 @@ def capture(
         "kv_per_query_head": config.kv_per_query_head,
         "sources": sources,
     }
-    kv_cols = {layer: ([spec.layers[layer].kv_head(h) for h in hs] if config.kv_per_query_head else kv_heads[layer]) for layer, hs in heads.items()}
     return Capture(tensors=tensors, batch=batch, heads=heads, what=tuple(config.what), info=info, kv_heads=kv_cols)
