@@ -9,18 +9,18 @@ from __future__ import annotations
 from headlens.probes._lazy import lazy_exports
 
 _EXPORTS = {
-    "CensusConfig": "headlens.analyses.census",
-    "CensusResult": "headlens.analyses.census",
-    "run_census": "headlens.analyses.census",
-    "classify_heads": "headlens.analyses.classify",
-    "parse_thresholds": "headlens.analyses.classify",
-    "default_thresholds": "headlens.analyses.classify",
-    "registry": "headlens.analyses.detectors",
-    "get_detectors": "headlens.analyses.detectors",
-    "verify_attention": "headlens.analyses.verify",
-    "run_selftest": "headlens.analyses.selftest",
-    "build_planted_checkpoint": "headlens.analyses.planted",
-    "PLANTED_ROLES": "headlens.analyses.planted",
+    "CensusConfig": "headlens.analyses.heads.census",
+    "CensusResult": "headlens.analyses.heads.census",
+    "run_census": "headlens.analyses.heads.census",
+    "classify_heads": "headlens.analyses.heads.classify",
+    "parse_thresholds": "headlens.analyses.heads.classify",
+    "default_thresholds": "headlens.analyses.heads.classify",
+    "registry": "headlens.analyses.heads.detectors",
+    "get_detectors": "headlens.analyses.heads.detectors",
+    "verify_attention": "headlens.analyses.heads.verify",
+    "run_selftest": "headlens.analyses.synthetic.selftest",
+    "build_planted_checkpoint": "headlens.analyses.synthetic.planted",
+    "PLANTED_ROLES": "headlens.analyses.synthetic.planted",
 }
 
 __all__ = sorted(_EXPORTS)

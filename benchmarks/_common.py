@@ -21,7 +21,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 def checkpoint(cache: Path, *, n_layer: int = 12, n_head: int = 12, d_model: int = 768, n_ctx: int = 1024) -> Path:
     """Build (once) a randomly initialised GPT-2-shaped checkpoint under ``cache``."""
-    from headlens.probes.tiny import TinySpec, build_tiny_checkpoint
+    from headlens.analyses.synthetic.tiny import TinySpec, build_tiny_checkpoint
 
     folder = cache / f"gpt2shape-{n_layer}x{n_head}x{d_model}"
     if not (folder / "config.json").exists():

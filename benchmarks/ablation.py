@@ -61,7 +61,7 @@ def _timed(fn, *, device: str, warmup=None) -> dict:
 
 
 def _ioi_task(model, n: int):
-    from headlens.analyses.ablation_data import TaskItem, task_eval_set
+    from headlens.analyses.ablation.data import TaskItem, task_eval_set
     from headlens.analyses.stimuli import FEMALE_NAMES, MALE_NAMES
 
     items = []
@@ -74,9 +74,9 @@ def _ioi_task(model, n: int):
 def one_mode(args) -> dict:
     import torch
 
-    from headlens.analyses.ablation import AblationConfig, ablation_study, ablated_values, baseline_pass, naive_single_head_values
-    from headlens.analyses.ablation_data import text_eval_set
-    from headlens.analyses.ablation_grad import attribution_estimates
+    from headlens.analyses.ablation.study import AblationConfig, ablation_study, ablated_values, baseline_pass, naive_single_head_values
+    from headlens.analyses.ablation.data import text_eval_set
+    from headlens.analyses.ablation.gradients import attribution_estimates
     from headlens.analyses.stimuli import eval_text
     from headlens.probes.loading import load_model
 

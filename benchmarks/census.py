@@ -43,7 +43,7 @@ class _FixedTokens:
 def one_mode(args) -> dict:
     import torch
 
-    from headlens.analyses.census import CensusConfig, build_stimuli, run_census
+    from headlens.analyses.heads.census import CensusConfig, build_stimuli, run_census
     from headlens.probes.capture import run_forward
     from headlens.probes.loading import load_model
     from headlens.probes.prompts import iter_batches

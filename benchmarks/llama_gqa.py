@@ -33,7 +33,7 @@ SHAPE = {"n_layers": 12, "n_heads": 12, "n_kv_heads": 4, "d_model": 768, "d_mlp"
 
 
 def build(cache: Path) -> Path:
-    from headlens.probes.families import build_family_checkpoint
+    from headlens.analyses.synthetic.families import build_family_checkpoint
 
     folder = cache / "llama-gqa-12x12kv4x768"
     if not (folder / "config.json").exists():
@@ -45,7 +45,7 @@ def run(args) -> dict:
     import torch
     from transformers import AutoModel, AutoModelForCausalLM
 
-    from headlens.analyses.census import CensusConfig, build_stimuli, run_census
+    from headlens.analyses.heads.census import CensusConfig, build_stimuli, run_census
     from headlens.probes.capture import capture, run_forward
     from headlens.probes.config import CaptureConfig
     from headlens.probes.loading import load_model

@@ -32,7 +32,7 @@ import _common  # noqa: E402
 def one_mode(args) -> dict:
     import torch
 
-    from headlens.analyses.sinks_stream import run_to_last_pattern, stream_sink_stats
+    from headlens.analyses.sinks.stream import run_to_last_pattern, stream_sink_stats
     from headlens.analyses.stimuli import eval_text, text_windows
     from headlens.probes.loading import load_model
     from headlens.probes.prompts import TokenBatch, iter_batches

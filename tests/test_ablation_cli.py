@@ -7,8 +7,8 @@ import json
 import pandas as pd
 import pytest
 
-from headlens.analyses.masks import HeadMask, write_mask
-from headlens.reports.cli import cli
+from headlens.analyses.ablation.masks import HeadMask, write_mask
+from headlens.reports.cli.main import cli
 
 SMALL = ["--n-windows", "3", "--window", "24"]
 

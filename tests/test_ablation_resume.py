@@ -15,13 +15,13 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-import headlens.analyses.ablation as ablation_mod
-from headlens.analyses.ablation import AblationConfig, ablation_study
-from headlens.analyses.ablation_data import text_eval_set
-from headlens.analyses.resume import Journal, journal_path
+import headlens.analyses.ablation.study as ablation_mod
+from headlens.analyses.ablation.study import AblationConfig, ablation_study
+from headlens.analyses.ablation.data import text_eval_set
+from headlens.analyses.ablation.journal import Journal, journal_path
 from headlens.analyses.stimuli import eval_text
 from headlens.probes.errors import InputError, OutputExistsError
-from headlens.reports.cli import cli
+from headlens.reports.cli.main import cli
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -98,7 +98,7 @@ _DRIVER = textwrap.dedent(
         time.sleep(0.4)
 
     resume.Journal.append = slow_append
-    from headlens.reports.cli import cli
+    from headlens.reports.cli.main import cli
 
     cli.main(args=sys.argv[1:], prog_name="headlens")
     """

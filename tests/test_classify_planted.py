@@ -6,15 +6,15 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from headlens.analyses.census import CensusConfig, run_census
-from headlens.analyses.classify import classify_heads
-from headlens.analyses.selftest import check_planted_roles
-from headlens.reports.cli import cli
+from headlens.analyses.heads.census import CensusConfig, run_census
+from headlens.analyses.heads.classify import classify_heads
+from headlens.analyses.synthetic.selftest import check_planted_roles
+from headlens.reports.cli.main import cli
 
 
 @pytest.mark.parametrize("prepend_bos", [True, False])
 def test_planted_roles_recovered_and_nothing_else(planted_model, prepend_bos):
-    from headlens.analyses.planted import PLANTED_ROLES
+    from headlens.analyses.synthetic.planted import PLANTED_ROLES
 
     result = run_census(planted_model, CensusConfig(n_prompts=30, prepend_bos=prepend_bos, n_bootstrap=200))
     roles = classify_heads(result.scores)

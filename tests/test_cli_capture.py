@@ -7,7 +7,7 @@ import json
 import pytest
 from safetensors.torch import load_file
 
-from headlens.reports.cli import cli
+from headlens.reports.cli.main import cli
 
 
 def test_help_and_version(runner):

@@ -7,7 +7,7 @@ import json
 import pandas as pd
 import pytest
 
-from headlens.reports.cli import cli
+from headlens.reports.cli.main import cli
 
 SMALL = ["--n-prompts", "4", "--seq-len", "10", "--window", "24", "-q"]
 

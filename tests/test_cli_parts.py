@@ -8,8 +8,8 @@ import click
 import pandas as pd
 import pytest
 
-from headlens.probes.markdown import markdown_table
-from headlens.reports.cli_common import HEADS
+from headlens.reports.markdown import markdown_table
+from headlens.reports.cli.common import HEADS
 from headlens.reports.progress import ProgressBars, ReportBars
 
 

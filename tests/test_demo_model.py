@@ -11,7 +11,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from headlens.probes.demo import MODEL_DIR
+from headlens.analyses.demo import MODEL_DIR
 from headlens.probes.errors import ModelLoadError
 from headlens.probes.loading import load_model, resolve_source
 
@@ -30,8 +30,8 @@ def summary():
 
 @pytest.fixture(scope="module")
 def census(demo):
-    from headlens.analyses.census import CensusConfig, run_census
-    from headlens.analyses.classify import classify_heads
+    from headlens.analyses.heads.census import CensusConfig, run_census
+    from headlens.analyses.heads.classify import classify_heads
 
     scores = run_census(demo, CensusConfig(n_prompts=100, n_bootstrap=200)).scores
     return scores, classify_heads(scores)
@@ -121,7 +121,7 @@ def test_recipe_reproduces_the_logged_losses():
 
 
 def test_classify_demo_from_the_cli(tmp_path):
-    from headlens.reports.cli import cli
+    from headlens.reports.cli.main import cli
 
     out = tmp_path / "census"
     res = CliRunner().invoke(cli, ["classify", "--model", "demo", "--n-prompts", "20", "-q", "--out", str(out)])
@@ -142,7 +142,7 @@ def _roles(folder):
 def test_quick_report_roles_are_classify_s(tmp_path):
     """The quick report's census is classify's default census: the same roles, head by head
     (with 8 prompts instead of 100, head 1.3's sink score fell just under its threshold)."""
-    from headlens.reports.cli import cli
+    from headlens.reports.cli.main import cli
 
     res = CliRunner().invoke(cli, ["classify", "--model", "demo", "-q", "--out", str(tmp_path / "census")])
     assert res.exit_code == 0, res.output
@@ -158,7 +158,7 @@ def test_heldout_text_feeds_the_report(tmp_path):
     """``demo heldout`` writes the held-out stream as text (token for token); the report measures
     ablation on it when given --text-file, says so, and records the file's fingerprint."""
     from headlens.analyses.demo.data import build_corpus, gpt2_tokenizer
-    from headlens.reports.cli import cli
+    from headlens.reports.cli.main import cli
 
     text_file = tmp_path / "heldout.txt"
     res = CliRunner().invoke(cli, ["demo", "heldout", "--out", str(text_file)])
@@ -178,6 +178,6 @@ def test_heldout_text_feeds_the_report(tmp_path):
     info = json.loads((out / "ablation_zero" / "stage.json").read_text())["info"]
     assert info["data"]["text"] == f"--text-file {text_file}"
     assert info["unablated_value"] < 6.0  # in its own domain (the built-in English text: about 10.6 nats)
-    from headlens.reports.report_md import md_text
+    from headlens.reports.page.markdown import md_text
 
     assert f"tokens of the evaluation text ({md_text(f'--text-file {text_file}')})" in (out / "report.md").read_text()

@@ -150,7 +150,7 @@ def test_train_command_writes_a_loadable_checkpoint(tmp_path):
 
     from click.testing import CliRunner
 
-    from headlens.reports.cli import cli
+    from headlens.reports.cli.main import cli
     from headlens.probes.loading import load_model
 
     out = tmp_path / "demo-model"
@@ -178,7 +178,7 @@ def test_train_command_writes_a_loadable_checkpoint(tmp_path):
 def test_demo_replay_and_card_reject_a_broken_log_in_one_line(tmp_path, summary, log, message):
     from click.testing import CliRunner
 
-    from headlens.reports.cli import cli
+    from headlens.reports.cli.main import cli
 
     folder = tmp_path / "run"
     folder.mkdir()

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from headlens.analyses.stats import bootstrap_mean_ci
-from headlens.analyses.census import CensusConfig, build_stimuli, run_census
-from headlens.analyses.detectors import BatchContext, get_detectors, registry
+from headlens.analyses.heads.census import CensusConfig, build_stimuli, run_census
+from headlens.analyses.heads.detectors import BatchContext, get_detectors, registry
 from headlens.probes.capture import capture
 from headlens.probes.config import CaptureConfig
 from headlens.probes.errors import InputError

@@ -15,9 +15,9 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-import headlens.reports.cmd_ablate as cmd_ablate
-from headlens.analyses.ablation import AblationConfig, ablation_study
-from headlens.analyses.ablation_data import (
+import headlens.reports.cli.ablate as cmd_ablate
+from headlens.analyses.ablation.study import AblationConfig, ablation_study
+from headlens.analyses.ablation.data import (
     check_metric,
     default_metric,
     embedding_eval_set,
@@ -27,10 +27,10 @@ from headlens.analyses.ablation_data import (
     text_eval_set,
     worse_by,
 )
-from headlens.analyses.ablation_grad import gate_gradients
+from headlens.analyses.ablation.gradients import gate_gradients
 from headlens.analyses.stimuli import eval_text
 from headlens.probes.errors import InputError, UnsupportedModelError
-from headlens.reports.cli import cli
+from headlens.reports.cli.main import cli
 
 #: Different lengths, so every batch of two is padded.
 SENTENCES = [

@@ -32,12 +32,12 @@ import pandas as pd
 import pytest
 import torch
 
-from headlens.analyses.census import CensusConfig, build_stimuli, run_census
-from headlens.analyses.classify import classify_heads
-from headlens.analyses.detectors import BatchContext, registry
-from headlens.analyses.detectors.base import mean_attention_at
-from headlens.analyses.sinks import SinkConfig, census_batch, run_sinks, seed_measurement
-from headlens.analyses.sinks_content import variant_batches
+from headlens.analyses.heads.census import CensusConfig, build_stimuli, run_census
+from headlens.analyses.heads.classify import classify_heads
+from headlens.analyses.heads.detectors import BatchContext, registry
+from headlens.analyses.heads.detectors.base import mean_attention_at
+from headlens.analyses.sinks.study import SinkConfig, census_batch, run_sinks, seed_measurement
+from headlens.analyses.sinks.content import variant_batches
 from headlens.probes.errors import InputError
 
 TOL = {"atol": 2e-5, "rtol": 1e-4}
@@ -259,7 +259,7 @@ def test_uniform_bidirectional_head_scores_its_baseline_and_frame_is_excluded():
 
 def test_bidirectional_sink_statistics_match_loops():
     from headlens.analyses.attention_stats import sink_alpha, uniform_sink_alpha
-    from headlens.analyses.sinks_stream import excess_received, value_norm_share
+    from headlens.analyses.sinks.stream import excess_received, value_norm_share
 
     torch.manual_seed(0)
     lengths = [7, 5]
@@ -340,7 +340,7 @@ def test_sink_targets_on_a_decoder(tiny_model):
 def test_cli_classify_and_sinks_on_minilm(minilm_dir, tmp_path):
     from click.testing import CliRunner
 
-    from headlens.reports.cli import cli
+    from headlens.reports.cli.main import cli
 
     runner = CliRunner()
     out = tmp_path / "classify"

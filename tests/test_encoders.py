@@ -16,12 +16,12 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from headlens.analyses.verify import VERIFY_WHAT, verify_attention, verify_capture
+from headlens.analyses.heads.verify import VERIFY_WHAT, verify_attention, verify_capture
 from headlens.probes.attention import attention_spec
 from headlens.probes.capture import capture, tokenize_for
 from headlens.probes.config import CaptureConfig
 from headlens.probes.interventions import check_score_edits
-from headlens.reports.cli import cli
+from headlens.reports.cli.main import cli
 
 SENTENCES = [
     "The bank raised its rates.",
@@ -153,7 +153,7 @@ def test_verify_cli_on_minilm(minilm_dir, tmp_path):
 @pytest.fixture()
 def cached_minilm(monkeypatch, minilm_model):
     """The CLI's model loader answering with the session's MiniLM (saves a 4 s boot per command)."""
-    import headlens.reports.cmd_capture as cmd
+    import headlens.reports.cli.capture as cmd
 
     monkeypatch.setattr(cmd, "_load", lambda *args, **kwargs: minilm_model)
     return minilm_model
@@ -189,7 +189,7 @@ def roberta_checkpoint(tmp_path_factory):
     """
     import transformers
 
-    from headlens.probes.families import INIT_STD
+    from headlens.analyses.synthetic.families import INIT_STD
     from headlens.probes.tokenizer_files import load_offline_gpt2_tokenizer
 
     tmp = tmp_path_factory.mktemp("gpt2tok")

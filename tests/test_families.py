@@ -14,13 +14,13 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from headlens.analyses.verify import VERIFY_WHAT, verify_attention, verify_capture
+from headlens.analyses.heads.verify import VERIFY_WHAT, verify_attention, verify_capture
 from headlens.probes.attention import attention_spec
 from headlens.probes.capture import capture
 from headlens.probes.config import CaptureConfig
 from headlens.probes.errors import UnsupportedModelError
-from headlens.probes.families import FAMILIES, WINDOW
-from headlens.reports.cli import cli
+from headlens.analyses.synthetic.families import FAMILIES, WINDOW
+from headlens.reports.cli.main import cli
 from tests.helpers import assert_close
 
 TEXT = (

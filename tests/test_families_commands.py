@@ -14,13 +14,13 @@ import torch
 import torch.nn.functional as F
 from click.testing import CliRunner
 
-from headlens.analyses.ablation import AblationConfig, ablation_study
-from headlens.analyses.ablation_data import text_eval_set
-from headlens.analyses.pruning import kv_bytes_saved
+from headlens.analyses.ablation.study import AblationConfig, ablation_study
+from headlens.analyses.ablation.data import text_eval_set
+from headlens.analyses.ablation.pruning import kv_bytes_saved
 from headlens.analyses.stimuli.natural import eval_text
 from headlens.probes.attention import attention_spec
-from headlens.probes.families import FAMILIES
-from headlens.reports.cli import cli
+from headlens.analyses.synthetic.families import FAMILIES
+from headlens.reports.cli.main import cli
 
 #: The Hugging Face output projection (input = concatenated heads, i.e. hook_z) of layer L.
 OUT_PROJ = {

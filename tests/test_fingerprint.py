@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-import headlens.analyses.ablation as ablation_mod
+import headlens.analyses.ablation.study as ablation_mod
 from headlens.probes.loading import checkpoint_fingerprint, load_model, weights_fingerprint
-from headlens.probes.tiny import TinySpec, build_tiny_checkpoint
-from headlens.reports.cli import cli
+from headlens.analyses.synthetic.tiny import TinySpec, build_tiny_checkpoint
+from headlens.reports.cli.main import cli
 
 
 def _flip_middle_byte(folder: Path) -> None:

@@ -17,9 +17,9 @@ import torch
 import torch.nn.functional as F
 
 import headlens.probes.interventions as interventions
-from headlens.analyses.sinks_intervene import mean_loss, removal_edits, removal_hooks, window_edits, window_hooks
+from headlens.analyses.sinks.intervene import mean_loss, removal_edits, removal_hooks, window_edits, window_hooks
 from headlens.probes.errors import InterventionError
-from headlens.probes.families import FAMILIES
+from headlens.analyses.synthetic.families import FAMILIES
 from headlens.probes.interventions import score_edits
 from headlens.probes.prompts import TokenBatch
 

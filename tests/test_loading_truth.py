@@ -18,9 +18,9 @@ import pytest
 from safetensors.torch import load_file, save_file
 
 from headlens.probes.errors import ModelLoadError
-from headlens.probes.families import FAMILIES
+from headlens.analyses.synthetic.families import FAMILIES
 from headlens.probes.loading import load_model
-from headlens.reports.cli import cli
+from headlens.reports.cli.main import cli
 
 ATTN = "transformer.h.0.attn.c_attn.weight"
 LIBRARY_LOGGERS = ("transformers", "transformer_lens", "huggingface_hub")

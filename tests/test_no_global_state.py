@@ -64,9 +64,9 @@ def odd_globals():
 
 def test_census_report_and_ablation_leave_global_state_alone(odd_globals, tiny_model, tmp_path):
     from headlens import reports
-    from headlens.analyses.ablation import AblationConfig, ablation_study
-    from headlens.analyses.ablation_data import text_eval_set
-    from headlens.analyses.census import CensusConfig, run_census
+    from headlens.analyses.ablation.study import AblationConfig, ablation_study
+    from headlens.analyses.ablation.data import text_eval_set
+    from headlens.analyses.heads.census import CensusConfig, run_census
     from headlens.analyses.stimuli import eval_text
 
     before = _snapshot()
@@ -84,7 +84,7 @@ def test_census_report_and_ablation_leave_global_state_alone(odd_globals, tiny_m
 
 
 def test_tiny_checkpoint_build_keeps_the_callers_random_stream(tmp_path):
-    from headlens.probes.tiny import TinySpec, build_tiny_checkpoint
+    from headlens.analyses.synthetic.tiny import TinySpec, build_tiny_checkpoint
 
     torch.manual_seed(7)
     expected = torch.rand(3)
@@ -125,7 +125,7 @@ def test_scoped_threads_and_seed_restore():
 
 
 def test_logits_to_keep_fallback_is_logged_and_other_type_errors_raise(tiny_model, caplog):
-    from headlens.analyses.ablation_data import TaskItem, model_values, task_eval_set
+    from headlens.analyses.ablation.data import TaskItem, model_values, task_eval_set
 
     items = [TaskItem(prompt="When Mary and John went to the store, John gave a drink to", correct=" Mary", incorrect=" John")]
     data = task_eval_set(tiny_model.tokenizer, items, prepend_bos=True, n_ctx=tiny_model.n_ctx)
@@ -142,7 +142,7 @@ def test_logits_to_keep_fallback_is_logged_and_other_type_errors_raise(tiny_mode
 
     try:
         tiny_model.extra["logits_to_keep"] = True
-        with caplog.at_level(logging.DEBUG, logger="headlens.analyses.ablation_data"):
+        with caplog.at_level(logging.DEBUG, logger="headlens.analyses.ablation.data"):
             model_values(tiny_model, tokens, lengths, data, [0], run=no_keep)
         assert tiny_model.extra["logits_to_keep"] is False
         assert any("logits_to_keep" in rec.getMessage() for rec in caplog.records)
@@ -155,11 +155,11 @@ def test_logits_to_keep_fallback_is_logged_and_other_type_errors_raise(tiny_mode
 
 
 def test_discarded_report_journal_is_logged(tmp_path, caplog):
-    from headlens.reports.report import _journal
+    from headlens.reports.report.build import _journal
 
     path = tmp_path / "journal.jsonl"
     path.write_text('{"journal": "headlens", "kind": "ablate", "key": {"model": "other"}}\n')
-    with caplog.at_level(logging.WARNING, logger="headlens.reports.report"):
+    with caplog.at_level(logging.WARNING, logger="headlens.reports.report.build"):
         j = _journal(path, "ablate", {"model": "this"})
     assert not j.resumed
     assert any("discarding journal" in rec.getMessage() for rec in caplog.records)

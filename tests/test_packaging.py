@@ -36,7 +36,7 @@ def test_wheel_holds_only_the_headlens_package(wheel):
     ):
         assert must in names, must
     entry = next(n for n in names if n.endswith("entry_points.txt"))
-    assert "headlens = headlens.reports.cli:main" in zipfile.ZipFile(wheel).read(entry).decode()
+    assert "headlens = headlens.reports.cli.main:main" in zipfile.ZipFile(wheel).read(entry).decode()
 
 
 @pytest.mark.slow

@@ -16,7 +16,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from headlens.analyses.planted import (  # noqa: E402
+from headlens.analyses.synthetic.planted import (  # noqa: E402
     BOS_ID,
     N_HEAD,
     N_LAYER,

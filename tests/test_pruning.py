@@ -10,14 +10,14 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-import headlens.analyses.pruning as pruning_mod
-from headlens.analyses.ablation_data import repeated_tokens_eval_set, text_eval_set
-from headlens.analyses.masks import read_mask
-from headlens.analyses.pruning import CURVE_COLUMNS, PruneConfig, kv_bytes_saved, prune_study
-from headlens.analyses.resume import Journal
+import headlens.analyses.ablation.pruning as pruning_mod
+from headlens.analyses.ablation.data import repeated_tokens_eval_set, text_eval_set
+from headlens.analyses.ablation.masks import read_mask
+from headlens.analyses.ablation.pruning import CURVE_COLUMNS, PruneConfig, kv_bytes_saved, prune_study
+from headlens.analyses.ablation.journal import Journal
 from headlens.analyses.stimuli import eval_text
 from headlens.probes.errors import InputError
-from headlens.reports.cli import cli
+from headlens.reports.cli.main import cli
 
 SMALL = ["--n-windows", "3", "--window", "24"]
 
@@ -116,7 +116,7 @@ def test_prune_cli_outputs_and_mask_round_trip_into_ablate(tiny_checkpoint, tmp_
 
 
 def test_figures_are_deterministic(tmp_path):
-    from headlens.reports.figures_ablation import ablation_heatmap, pruning_curve
+    from headlens.reports.figures.ablation import ablation_heatmap, pruning_curve
 
     table = pd.DataFrame({"layer": [0, 0, 1], "head": [0, 1, 1], "method": "zero", "metric": "loss", "delta": [0.1, -0.2, 0.05]})
     a = ablation_heatmap(table, tmp_path / "a", n_layers=2, n_heads=2, baseline=3.0)

@@ -13,10 +13,10 @@ import pytest
 import torch
 
 from headlens.analyses.stats import bootstrap_mean_ci
-from headlens.analyses.census import CensusConfig, build_stimuli, run_census
-from headlens.analyses.classify import classify_heads
-from headlens.analyses.detectors import BatchContext
-from headlens.analyses.detectors.referent import (
+from headlens.analyses.heads.census import CensusConfig, build_stimuli, run_census
+from headlens.analyses.heads.classify import classify_heads
+from headlens.analyses.heads.detectors import BatchContext
+from headlens.analyses.heads.detectors.referent import (
     DETECTOR,
     MIN_PAIR_ACCURACY,
     REFERENT_COLUMNS,
@@ -330,7 +330,7 @@ def test_referent_passes_needs_every_criterion():
 
 
 def test_min_referent_prompts_is_the_fewest_pairs_a_perfect_head_passes_with():
-    from headlens.analyses.detectors.referent import min_referent_prompts
+    from headlens.analyses.heads.detectors.referent import min_referent_prompts
 
     for n_heads in (1, 8, 72, 144, 1024):
         k = min_referent_prompts(n_heads) // 2

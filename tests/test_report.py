@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from headlens.reports.cli import cli
+from headlens.reports.cli.main import cli
 
 XSS = "<script>alert(1)</script> & \"quotes\" 'too' | pipes"
 PROMPTS = ("When Mary and John went to the store, John gave a drink to", XSS)
@@ -129,7 +129,7 @@ def test_html_content(quick_report):
 
 
 def test_untrusted_strings_are_escaped(quick_report):
-    from headlens.reports.report_html import json_for_script
+    from headlens.reports.page.html import json_for_script
 
     out = quick_report[0]
     page = (out / "report.html").read_text()
@@ -345,7 +345,7 @@ def test_unknown_model_one_line_error(tmp_path):
 
 
 def test_default_example_prompts_fit(gpt2_tokenizer):
-    from headlens.reports.report import DEFAULT_EXAMPLE_PROMPTS, MAX_EXAMPLE_TOKENS
+    from headlens.reports.report.build import DEFAULT_EXAMPLE_PROMPTS, MAX_EXAMPLE_TOKENS
 
     assert 2 <= len(DEFAULT_EXAMPLE_PROMPTS) <= 3
     for p in DEFAULT_EXAMPLE_PROMPTS:

@@ -1,6 +1,6 @@
 """Attention-sink investigations: the reductions on synthetic patterns, and the planted model.
 
-The planted checkpoint (``headlens.analyses.planted``) has exactly one sink head, 0.1, which puts >= 0.9 of
+The planted checkpoint (``headlens.analyses.synthetic.planted``) has exactly one sink head, 0.1, which puts >= 0.9 of
 every query's attention on position 0 by position alone; its other heads have known, non-sink
 roles.  These tests check that the census reports that head and only that head, that a zeroed
 sink value vector gives a zero value-norm share, and that sink removal changes the loss exactly
@@ -15,10 +15,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from headlens.analyses.sinks import SinkConfig, census_batch, run_sinks, seed_measurement
-from headlens.analyses.sinks_intervene import mean_loss, removal_hooks, window_allowed
-from headlens.analyses.sinks_io import summary_markdown
-from headlens.analyses.sinks_stream import excess_received, head_output_weights, stream_sink_stats, value_norm_share
+from headlens.analyses.sinks.study import SinkConfig, census_batch, run_sinks, seed_measurement
+from headlens.analyses.sinks.intervene import mean_loss, removal_hooks, window_allowed
+from headlens.reports.sinks_tables import summary_markdown
+from headlens.analyses.sinks.stream import excess_received, head_output_weights, stream_sink_stats, value_norm_share
 from headlens.probes.errors import InputError
 from tests.helpers import assert_close
 

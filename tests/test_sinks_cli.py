@@ -7,7 +7,7 @@ import json
 import pandas as pd
 import pytest
 
-from headlens.reports.cli import cli
+from headlens.reports.cli.main import cli
 
 SMALL = ["--n-prompts", "2", "--batch-size", "8", "--long-tokens", "32", "--attn-windows", "4,16", "--keep-first", "1", "-q"]
 

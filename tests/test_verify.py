@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from headlens.analyses.verify import VERIFY_WHAT, verify_attention, verify_capture
+from headlens.analyses.heads.verify import VERIFY_WHAT, verify_attention, verify_capture
 from headlens.probes.capture import capture
 from headlens.probes.config import CaptureConfig
 

@@ -1,7 +1,23 @@
-"""The demo model's training recipe (:mod:`headlens.analyses.demo.train`), its data
-(:mod:`headlens.analyses.demo.data`) and the replay of a training log (:mod:`headlens.analyses.demo.replay`).
+"""The demo model, in one place: a small GPT-2 that headlens trains itself.
 
-It lives in ``analyses`` because it watches the heads it trains with the census's
-stimuli; the shipped checkpoint itself is ``probes/demo/model`` (:mod:`headlens.probes.demo`).
-The command line is ``headlens demo train|card|replay``. Importing this package is cheap.
+* ``model/``: the shipped checkpoint (weights, tokenizer, training log, ``MODEL_CARD.md``);
+  ``headlens --model demo`` loads it through the same code path as any local folder.
+* :mod:`headlens.analyses.demo.data`: the training and held-out text;
+* :mod:`headlens.analyses.demo.train`: the recipe (``headlens demo train --out DIR``);
+* :mod:`headlens.analyses.demo.replay`: replay of a training log;
+* :mod:`headlens.analyses.demo.card`: the model card's facts.
+
+Importing this package is cheap (no torch).
 """
+
+from __future__ import annotations
+
+from pathlib import Path
+
+__all__ = ["DEMO_SPEC", "MODEL_DIR"]
+
+#: The ``--model`` value that names the shipped demo model.
+DEMO_SPEC = "demo"
+
+#: The shipped checkpoint folder.
+MODEL_DIR = Path(__file__).resolve().parent / "model"

@@ -112,7 +112,7 @@ class RecipeConfig:
         return len(self.kinds)
 
 
-#: The recipe that produced the shipped checkpoint (``probes/demo/model``).
+#: The recipe that produced the shipped checkpoint (``analyses/demo/model``).
 RECIPE = RecipeConfig()
 
 

@@ -1,0 +1,303 @@
+"""Iterative head pruning (Michel et al. 2019) with a random-order control and KV-cache savings.
+
+Procedure (:func:`prune_study`):
+
+1. ``step 0``: nothing removed; the metric of the full model is the baseline ``v0``.
+2. Each step computes Michel importance (:func:`headlens.analyses.ablation.gradients.head_importance`,
+   per-layer L2 normalised) on the model as pruned so far (with the ``embedding`` metric, whose
+   gradient is zero in the unablated model, the exact importance instead: the change in the
+   metric when the head alone is zero-ablated from the model as pruned so far,
+   :func:`exact_importance`, not normalised), removes the
+   ``max(1, round(step x remaining))`` least important remaining heads (ties: lower layer, then
+   lower head first), and measures the metric.  Removing a head is zero ablation of its ``z``.
+3. Until ``max_fraction`` of the heads are gone (default: all of them).
+
+Control: for each of ``random_seeds`` seeds, one random order of all heads; the metric with the
+first ``n`` heads of that order removed, for the same ``n`` as every importance step.  The curve
+reports the mean, standard deviation, minimum and maximum over seeds.
+
+**Removable fraction**: the largest fraction removed at a step such that this step and every
+earlier one degrade the metric by at most ``max_increase`` relative to ``v0``
+(``(v - v0) / |v0|`` for loss; ``(v0 - v) / |v0|`` for logit-diff, where lower is worse;
+``v - v0``, absolute, for the embedding change, whose unablated value is 0).  The heads removed at
+that step are the pruned set (a :class:`headlens.analyses.ablation.masks.HeadMask`).
+
+**KV cache saved** per 1,000 tokens: ``2 x kv_heads_removed x d_head x 1000 x bytes_per_value``
+at the model's dtype.  With grouped-query attention a KV head is removed only when every query
+head sharing it is removed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+
+from headlens.analyses.ablation.study import ablated_values
+from headlens.analyses.ablation.data import EvalSet, check_metric, worse_by
+from headlens.analyses.ablation.gradients import head_importance
+from headlens.analyses.ablation.masks import HeadMask, head_name
+from headlens.analyses.ablation.journal import Journal
+from headlens.probes.errors import InputError
+from headlens.probes.loading import LoadedModel
+
+__all__ = ["PruneConfig", "PruneResult", "prune_study", "exact_importance", "importance_kind", "kv_heads", "kv_bytes_saved", "CURVE_COLUMNS"]
+
+#: How heads are ranked, by metric kind (``PruneResult.info["importance"]``).
+GRADIENT_IMPORTANCE = "Michel et al. 2019: mean over items of |d metric / d gate| on z, L2-normalised per layer"
+EXACT_IMPORTANCE = (
+    "exact: the change in the metric when the head alone is zero-ablated from the model as pruned so far "
+    "(the embedding change has zero gradient in the unablated model, so gradient importance is undefined)"
+)
+
+CURVE_COLUMNS = [
+    "step",
+    "n_removed",
+    "fraction_removed",
+    "value",
+    "relative_change",
+    "within_max_increase",
+    "kv_heads_removed",
+    "kv_bytes_saved_per_1k_tokens",
+    "random_mean",
+    "random_std",
+    "random_min",
+    "random_max",
+    "removed_this_step",
+]
+
+
+@dataclass(frozen=True, kw_only=True)
+class PruneConfig:
+    """``step``: fraction of the remaining heads removed per step; ``max_increase``: largest
+    relative degradation accepted for the removable fraction; ``random_seeds``: random orders
+    in the control (seeded from ``seed``); ``max_fraction``: stop once this fraction is removed."""
+
+    step: float = 0.1
+    max_increase: float = 0.05
+    random_seeds: int = 3
+    seed: int = 0
+    max_fraction: float = 1.0
+    batch_size: int = 8
+
+    def __post_init__(self) -> None:
+        if not 0 < self.step <= 1:
+            raise InputError(f"--step must be in (0, 1], got {self.step}")
+        if self.max_increase < 0:
+            raise InputError(f"--max-increase must be >= 0, got {self.max_increase}")
+        if self.random_seeds < 0:
+            raise InputError(f"--random-seeds must be >= 0, got {self.random_seeds}")
+        if not 0 < self.max_fraction <= 1:
+            raise InputError(f"--max-fraction must be in (0, 1], got {self.max_fraction}")
+        if self.batch_size < 1:
+            raise InputError(f"batch size must be at least 1, got {self.batch_size}")
+
+
+def kv_heads(model: LoadedModel) -> int:
+    """Key/value heads per layer (fewer than query heads under grouped-query attention)."""
+    cfg = model.bridge.cfg
+    n_kv = getattr(cfg, "n_key_value_heads", None)
+    return int(n_kv) if n_kv else model.n_heads
+
+
+def kv_bytes_saved(model: LoadedModel, removed: set[tuple[int, int]]) -> tuple[int, int]:
+    """``(kv_heads_removed, bytes per 1,000 tokens)`` for the removed query heads."""
+    n_kv = kv_heads(model)
+    group = model.n_heads // n_kv
+    gone = 0
+    for layer in range(model.n_layers):
+        for g in range(n_kv):
+            if all((layer, g * group + j) in removed for j in range(group)):
+                gone += 1
+    per_value = torch.empty((), dtype=model.dtype).element_size()
+    return gone, 2 * gone * model.d_head * 1000 * per_value
+
+
+@dataclass
+class PruneResult:
+    curve: pd.DataFrame  # CURVE_COLUMNS, one row per step (step 0 = nothing removed)
+    random: pd.DataFrame  # seed, step, n_removed, value
+    importance: pd.DataFrame  # layer, head, importance (normalised), importance_raw at step 0
+    pruned: HeadMask  # the largest set within max_increase
+    baseline_value: float
+    removable_fraction: float
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+def importance_kind(metric: str) -> str:
+    """What ranks the heads for ``metric``: :data:`EXACT_IMPORTANCE` for the embedding change,
+    :data:`GRADIENT_IMPORTANCE` otherwise."""
+    return EXACT_IMPORTANCE if metric == "embedding" else GRADIENT_IMPORTANCE
+
+
+def exact_importance(model: LoadedModel, data: EvalSet, *, mask: HeadMask | None = None, batch_size: int = 8) -> torch.Tensor:
+    """``[layer, head]`` (float64): the change in the metric when each head alone is zero-ablated
+    from the model with ``mask`` heads removed (the exact single-head table,
+    :func:`headlens.analyses.ablation.study.ablation_study`); removed heads are NaN."""
+    from headlens.analyses.ablation.study import AblationConfig, ablation_study
+
+    config = AblationConfig(method="zero", batch_size=batch_size, n_bootstrap=0, attribution=False)
+    table = ablation_study(model, data, config, mask=mask).table
+    out = torch.full((model.n_layers, model.n_heads), float("nan"), dtype=torch.float64)
+    for layer, head, delta in zip(table["layer"], table["head"], table["delta"]):
+        out[int(layer), int(head)] = float(delta)
+    return out
+
+
+def _pick(importance: torch.Tensor, removed: set[tuple[int, int]], n: int) -> list[tuple[int, int]]:
+    cands = [(float(importance[layer, h]), layer, h) for layer in range(importance.shape[0]) for h in range(importance.shape[1]) if (layer, h) not in removed]
+    cands.sort()
+    return [(layer, h) for _, layer, h in cands[:n]]
+
+
+def _mask(model: LoadedModel, heads: set[tuple[int, int]] | list[tuple[int, int]]) -> HeadMask:
+    return HeadMask.from_heads(heads, n_layers=model.n_layers, n_heads=model.n_heads, model=model.name)
+
+
+def prune_study(
+    model: LoadedModel,
+    data: EvalSet,
+    config: PruneConfig | None = None,
+    *,
+    journal: Journal | None = None,
+    progress: Callable[[str, int, int], None] | None = None,
+) -> PruneResult:
+    """Run the iterative pruning and its random control (see module doc); resumable via ``journal``."""
+    config = config or PruneConfig()
+    check_metric(model, data.metric)
+    exact = data.metric == "embedding"
+    total = model.n_layers * model.n_heads
+    limit = int(np.floor(config.max_fraction * total + 1e-9))
+    if limit < 1:
+        raise InputError(f"--max-fraction {config.max_fraction} removes no head of {total}")
+    records = journal.records if journal is not None else []
+
+    def value_of(heads: set[tuple[int, int]]) -> float:
+        mask = _mask(model, heads) if heads else None
+        return float(ablated_values(model, data, [], mask=mask, batch_size=config.batch_size).double().mean())
+
+    def save(rec: dict[str, Any]) -> None:
+        if journal is not None:
+            journal.append([rec])
+
+    def importance(removed: set[tuple[int, int]]) -> torch.Tensor:
+        mask = _mask(model, removed) if removed else None
+        if exact:
+            return exact_importance(model, data, mask=mask, batch_size=config.batch_size)
+        return head_importance(model, data, mask=mask, batch_size=config.batch_size)
+
+    steps = {r["step"]: r for r in records if r.get("kind") == "step"}
+    if 0 not in steps:
+        if exact:
+            raw = exact_importance(model, data, batch_size=config.batch_size)
+            normalised = raw
+        else:
+            from headlens.analyses.ablation.gradients import normalise_per_layer
+
+            raw = head_importance(model, data, batch_size=config.batch_size, normalise=False)
+            normalised = normalise_per_layer(raw)
+        steps[0] = {"kind": "step", "step": 0, "removed": [], "added": [], "value": value_of(set()), "importance_raw": raw.tolist(), "importance": normalised.tolist()}
+        save(steps[0])
+    v0 = steps[0]["value"]
+    removed: set[tuple[int, int]] = set()
+    step = 0
+    while len(removed) < limit:
+        step += 1
+        if step not in steps:
+            imp = torch.tensor(steps[step - 1]["importance"], dtype=torch.float64) if step - 1 == 0 else importance(removed)
+            n = min(max(1, int(round(config.step * (total - len(removed))))), limit - len(removed))
+            added = _pick(imp, removed, n)
+            new = removed | set(added)
+            steps[step] = {"kind": "step", "step": step, "removed": sorted(map(list, new)), "added": [list(h) for h in added], "value": value_of(new)}
+            save(steps[step])
+        removed = {tuple(h) for h in steps[step]["removed"]}
+        if progress is not None:
+            progress("prune", len(removed), limit)
+    n_steps = step
+
+    # Random-order control at the same numbers of removed heads.
+    grid = [len(steps[s]["removed"]) for s in range(n_steps + 1)]
+    rand = {(r["seed"], r["step"]): r["value"] for r in records if r.get("kind") == "random"}
+    heads_all = [(layer, h) for layer in range(model.n_layers) for h in range(model.n_heads)]
+    for s in range(config.random_seeds):
+        gen = torch.Generator().manual_seed(config.seed * 1000 + s)
+        order = [heads_all[i] for i in torch.randperm(total, generator=gen).tolist()]
+        for st, n in enumerate(grid):
+            if (s, st) in rand:
+                continue
+            rand[(s, st)] = v0 if n == 0 else value_of(set(order[:n]))
+            save({"kind": "random", "seed": s, "step": st, "n_removed": n, "value": rand[(s, st)]})
+            if progress is not None:
+                progress("random orders", s * len(grid) + st + 1, config.random_seeds * len(grid))
+
+    rows = []
+    ok_so_far = True
+    best = 0
+    for st in range(n_steps + 1):
+        rec = steps[st]
+        rem = {tuple(h) for h in rec["removed"]}
+        rel = worse_by(data.metric, rec["value"], v0)
+        ok_so_far = ok_so_far and rel <= config.max_increase
+        if ok_so_far:
+            best = st
+        kv, kv_bytes = kv_bytes_saved(model, rem)
+        rv = np.array([rand[(s, st)] for s in range(config.random_seeds)], dtype=np.float64)
+        rows.append(
+            {
+                "step": st,
+                "n_removed": len(rem),
+                "fraction_removed": len(rem) / total,
+                "value": rec["value"],
+                "relative_change": rel,
+                "within_max_increase": bool(rel <= config.max_increase),
+                "kv_heads_removed": kv,
+                "kv_bytes_saved_per_1k_tokens": kv_bytes,
+                "random_mean": rv.mean() if len(rv) else np.nan,
+                "random_std": rv.std(ddof=1) if len(rv) > 1 else (0.0 if len(rv) else np.nan),
+                "random_min": rv.min() if len(rv) else np.nan,
+                "random_max": rv.max() if len(rv) else np.nan,
+                "removed_this_step": " ".join(head_name(*h) for h in rec["added"]),
+            }
+        )
+    curve = pd.DataFrame(rows, columns=CURVE_COLUMNS)
+    random_df = pd.DataFrame(
+        [{"seed": s, "step": st, "n_removed": grid[st], "value": rand[(s, st)]} for s in range(config.random_seeds) for st in range(n_steps + 1)],
+        columns=["seed", "step", "n_removed", "value"],
+    )
+    raw0 = torch.tensor(steps[0]["importance_raw"], dtype=torch.float64)
+    imp0 = torch.tensor(steps[0]["importance"], dtype=torch.float64)
+    importance_df = pd.DataFrame(
+        [{"layer": layer, "head": h, "importance": float(imp0[layer, h]), "importance_raw": float(raw0[layer, h])} for layer, h in heads_all],
+        columns=["layer", "head", "importance", "importance_raw"],
+    )
+    best_removed = sorted({tuple(h) for h in steps[best]["removed"]})
+    fraction = len(best_removed) / total
+    pruned = HeadMask.from_heads(
+        best_removed,
+        n_layers=model.n_layers,
+        n_heads=model.n_heads,
+        model=model.name,
+        info={
+            "source": "headlens prune",
+            "step": best,
+            "fraction_removed": fraction,
+            "metric": data.metric,
+            "value": steps[best]["value"],
+            "baseline_value": v0,
+            "max_increase": config.max_increase,
+            "kv_bytes_saved_per_1k_tokens": kv_bytes_saved(model, set(best_removed))[1],
+        },
+    )
+    return PruneResult(
+        curve=curve,
+        random=random_df,
+        importance=importance_df,
+        pruned=pruned,
+        baseline_value=v0,
+        removable_fraction=fraction,
+        info={"steps": n_steps, "kv_heads_per_layer": kv_heads(model), "importance": importance_kind(data.metric)},
+    )

@@ -1,0 +1,480 @@
+"""The head census: every registered detector, every head, one streaming pass per stimulus set.
+
+For each stimulus set (repeated random tokens, natural-text windows, referent sentences)
+the model runs once over batches; a hook on each layer's ``hook_pattern`` hands the
+pattern to every detector that reads that stimulus, which reduces it to per-prompt,
+per-head scores on the spot.  Only those ``[prompt, layer, head]`` numbers are kept.
+
+Sliding windows: each layer's window (from :func:`headlens.probes.attention.attention_spec`) goes to
+the detectors in ``BatchContext.window`` (unless it is at least as long as the longest prompt,
+when it changes nothing).  On a window layer baselines are uniform over the
+keys the window allows, and positions whose target lies outside it are not measurable: a
+prompt with none left scores NaN, table means skip NaN prompts (``n`` counts the measured
+ones), a cell with no measured prompt is NaN (never a role), and ``CensusResult.notes`` says
+per window layer and detector what was and was not measured (also in the stimuli info as
+``window_notes``, which the summary and the manifest carry).
+
+Framing: every prompt is wrapped in the model's special tokens (:meth:`LoadedModel.frame`):
+``[BOS] text`` on decoders (exactly the tokens of earlier versions), ``[CLS] text [SEP]`` on
+encoders, nothing with ``prepend_bos=False``; natural-text windows hold ``window`` tokens with
+the framing.  Every forward passes the batch's attention mask.
+
+Bidirectional attention (encoders; :func:`layer_causal`): the detectors get
+``BatchContext.causal=False`` there, so baselines are ``1/n`` for ``n`` real keys and the sink
+alpha averages over every query; on encoders the framing tokens are neither queries nor
+targets of the positional detectors (``exclude_frame``).  A detector that only measures
+bidirectional attention (``Detector.causal_rule``: next-token) is NaN on causal layers, with
+a note in ``CensusResult.detector_notes`` and the stimuli info's ``notes`` (summary, manifest).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+from torch import Tensor
+
+from headlens.analyses.stats import bootstrap_mean_ci
+from headlens.analyses.heads.detectors import BatchContext, Detector, get_detectors
+from headlens.analyses.heads.detectors.referent import REFERENT_COLUMNS, SPLIT_SEED, min_referent_prompts, referent_statistics
+from headlens.analyses.sinks.stream import batch_attention_mask, layer_causal, run_to_last_pattern
+from headlens.probes.attention import attention_spec
+from headlens.probes.errors import InputError
+from headlens.probes.loading import LoadedModel, check_layers_heads
+from headlens.probes.prompts import TokenBatch, iter_batches, token_strings
+
+__all__ = [
+    "CensusConfig",
+    "CensusResult",
+    "StimulusSet",
+    "build_stimuli",
+    "run_census",
+    "layer_windows",
+    "layer_causal",
+    "model_frame",
+    "model_framing",
+    "SCORE_COLUMNS",
+    "NOTE_COLUMNS",
+]
+
+SCORE_COLUMNS = ["layer", "head", "detector", "score", "baseline", "ci_low", "ci_high", "n", "accuracy"]
+#: One row per (sliding-window layer, detector): ``n_measured`` of ``n`` prompts had a target inside the window.
+NOTE_COLUMNS = ["layer", "detector", "window", "n_measured", "n", "note"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class CensusConfig:
+    """Settings of a census run; all of them go into the manifest.
+
+    ``n_prompts`` is per stimulus set; natural-text windows and the referent sentences
+    are capped at what the text and the sentence set hold (the table's ``n`` says how
+    many were used), and the referent sentences are at least as many as a head needs to be
+    able to pass the referent sign test (:func:`~headlens.analyses.heads.detectors.referent.min_referent_prompts`:
+    16 on 8 heads, 24 on GPT-2's 144).  ``ablate`` lists heads zeroed on ``hook_z`` during the census (to
+    census a pruned model).
+    """
+
+    detectors: tuple[str, ...] | None = None
+    n_prompts: int = 100
+    seq_len: int = 50
+    window: int = 64
+    prepend_bos: bool = True
+    seed: int = 0
+    batch_size: int = 16
+    n_bootstrap: int = 1000
+    referent_file: str | None = None
+    ablate: tuple[tuple[int, int], ...] = ()
+
+
+@dataclass
+class StimulusSet:
+    kind: str
+    batch: TokenBatch
+    seq_len: int | None = None
+    positions: dict[str, Tensor] = field(default_factory=dict)
+    source: str = ""
+    #: special tokens before the text (BOS, [CLS]) and after it ([SEP]) in every prompt
+    n_prefix: int = 0
+    n_suffix: int = 0
+    #: per-prompt labels (referent: ``pair``, ``frame``, ``kind`` of each sentence)
+    meta: dict[str, list[Any]] = field(default_factory=dict)
+    #: what else the stimuli info (summary, manifest) should say about this set
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class CensusResult:
+    scores: pd.DataFrame
+    per_prompt: dict[str, np.ndarray]  # detector -> [prompt, layer, head]
+    stimuli: dict[str, dict[str, Any]]
+    config: CensusConfig
+    notes: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=NOTE_COLUMNS))
+    #: detector -> what it cannot measure (or measures differently) on this model, e.g.
+    #: next_token on causal attention; also in ``stimuli[kind]["notes"]``
+    detector_notes: dict[str, str] = field(default_factory=dict)
+    #: per-head referent statistics (``headlens.analyses.heads.detectors.referent.REFERENT_TABLE_COLUMNS``:
+    #: sign test over minimal pairs, intervals over pairs, held-out accuracy); None without it
+    referent: pd.DataFrame | None = None
+
+
+def layer_windows(model: LoadedModel, max_len: int | None = None) -> list[int | None]:
+    """Each layer's sliding window in keys (None: full causal attention).  With ``max_len``, a
+    window of at least ``max_len`` keys is None too: on prompts that short it changes nothing."""
+    windows = [layer.window for layer in attention_spec(model).layers]
+    if max_len is None:
+        return windows
+    return [w if w is not None and w < max_len else None for w in windows]
+
+
+def model_frame(model: LoadedModel, prepend_bos: bool) -> tuple[list[int], list[int]]:
+    """``(prefix ids, suffix ids)`` that wrap every prompt (:meth:`LoadedModel.frame`; an
+    :class:`InputError` when the tokenizer lacks them)."""
+    frame = getattr(model, "frame", None)
+    if frame is not None:
+        prefix, suffix = frame(prepend_bos)
+        return [int(t) for t in prefix], [int(t) for t in suffix]
+    if not prepend_bos:
+        return [], []
+    if model.bos_id is None:
+        raise InputError("this model's tokenizer has no BOS token; run with --no-bos")
+    return [int(model.bos_id)], []
+
+
+def model_framing(model: LoadedModel, prepend_bos: bool) -> dict[str, Any]:
+    """Manifest entry: the special tokens around every prompt (:meth:`LoadedModel.framing`)."""
+    framing = getattr(model, "framing", None)
+    if framing is not None:
+        return framing(prepend_bos)
+    prefix, suffix = model_frame(model, prepend_bos)
+    return {"prefix_ids": prefix, "suffix_ids": suffix}
+
+
+def _token_batch(**kwargs: Any) -> TokenBatch:
+    """A TokenBatch; ``n_prefix``/``n_suffix`` are dropped where TokenBatch does not have them."""
+    names = {f.name for f in dataclasses.fields(TokenBatch)}
+    return TokenBatch(**{k: v for k, v in kwargs.items() if k in names})
+
+
+def _batch_from_rows(rows: list[list[int]], tokenizer: Any, prepend_bos: bool, n_prefix: int | None = None, n_suffix: int = 0) -> TokenBatch:
+    width = max(len(r) for r in rows)
+    pad = int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (tokenizer.bos_token_id or 0))
+    tokens = torch.full((len(rows), width), pad, dtype=torch.long)
+    for i, r in enumerate(rows):
+        tokens[i, : len(r)] = torch.tensor(r, dtype=torch.long)
+    return _token_batch(
+        tokens=tokens,
+        lengths=torch.tensor([len(r) for r in rows]),
+        strings=[token_strings(tokenizer, r) for r in rows],
+        prepend_bos=prepend_bos,
+        pad_id=pad,
+        n_prefix=(1 if prepend_bos else 0) if n_prefix is None else n_prefix,
+        n_suffix=n_suffix,
+    )
+
+
+def build_stimuli(model: LoadedModel, config: CensusConfig, kinds: set[str]) -> dict[str, StimulusSet]:
+    """Build the stimulus sets the chosen detectors need, checking they fit the model."""
+    from headlens.analyses.stimuli import eval_text, fit_referent_items, load_referent_file, random_repeated_tokens, referent_items, text_windows
+
+    tok = model.tokenizer
+    prefix, suffix = model_frame(model, config.prepend_bos)
+    framed = {"n_prefix": len(prefix), "n_suffix": len(suffix)}
+    wrap = _wrap_note(model, prefix, suffix)
+    out: dict[str, StimulusSet] = {}
+    if "repeated" in kinds:
+        need = 2 * config.seq_len + len(prefix) + len(suffix)
+        if need > model.n_ctx:
+            raise InputError(f"--seq-len {config.seq_len} needs {need} positions; the model's context is {model.n_ctx}")
+        vocab = min(len(tok), int(getattr(model.bridge.cfg, "d_vocab", len(tok))))
+        seqs = random_repeated_tokens(config.n_prompts, config.seq_len, config.seed, vocab, exclude=set(tok.all_special_ids), distinct=True)
+        rows = [prefix + s.tolist() + suffix for s in seqs]
+        out["repeated"] = StimulusSet(
+            "repeated", _batch_from_rows(rows, tok, config.prepend_bos, **framed), seq_len=config.seq_len,
+            source=f"{config.n_prompts} sequences of {config.seq_len} distinct random tokens, repeated twice (seed {config.seed}){wrap}",
+            **framed,
+        )
+    if "natural" in kinds:
+        if config.window > model.n_ctx:
+            raise InputError(f"--window {config.window} is larger than the model's context of {model.n_ctx}")
+        if config.window < len(prefix) + len(suffix) + 1:
+            raise InputError(f"--window {config.window} leaves no text token beside {len(prefix) + len(suffix)} special tokens")
+        windows = text_windows(tok, eval_text(), config.window, None, frame=(prefix, suffix))[: config.n_prompts]
+        rows = [w.tolist() for w in windows]
+        out["natural"] = StimulusSet(
+            "natural", _batch_from_rows(rows, tok, config.prepend_bos, **framed),
+            source=f"{len(rows)} consecutive {config.window}-token windows of headlens' evaluation text{wrap}",
+            **framed,
+        )
+    if "referent" in kinds:
+        # Items whose pronoun/antecedent/distractor is not one token for this tokenizer are
+        # dropped (whole pairs), then the first n_prompts are kept, at least as many as a
+        # head needs to be able to pass the sign test (whole pairs: an odd count takes one
+        # more); each sentence is wrapped like every prompt (BOS, or [CLS] ... [SEP]).
+        pool = load_referent_file(config.referent_file) if config.referent_file else referent_items(seed=config.seed)
+        fitted = fit_referent_items(pool, tok, wrap=(prefix, suffix), n=max(config.n_prompts, min_referent_prompts(model.n_layers * model.n_heads)))
+        located = fitted.located
+        rows = [list(x.token_ids) for x in located]
+        too_long = [i for i, r in enumerate(rows) if len(r) > model.n_ctx]
+        if too_long:
+            raise InputError(f"referent item {too_long[0]} is longer than the model's context of {model.n_ctx}")
+        fit = fitted.info()
+        source = config.referent_file or f"{len(rows)} headlens referent sentences in {fit['pairs']} minimal pairs from {fit['frames']} frames (seed {config.seed})"
+        if fitted.dropped:
+            source += f"; {fitted.dropped} of {fitted.offered} items left out, a word not one token for this tokenizer: {fitted.describe_dropped()}"
+        out["referent"] = StimulusSet(
+            "referent", _batch_from_rows(rows, tok, config.prepend_bos, **framed),
+            positions={k: torch.tensor([getattr(x, k) for x in located]) for k in ("pronoun", "antecedent", "distractor")},
+            source=source + wrap,
+            meta={k: [getattr(x, k) for x in located] for k in ("pair", "frame", "kind")},
+            info={"referent_items": fit},
+            **framed,
+        )
+    return out
+
+
+def _wrap_note(model: LoadedModel, prefix: list[int], suffix: list[int]) -> str:
+    """``", each [CLS] ... [SEP]"`` for a framing with a suffix (an encoder's); empty for decoders."""
+    if not suffix:
+        return ""
+    conv = model.tokenizer.convert_ids_to_tokens
+    return ", each " + " ".join([*(conv(t) for t in prefix), "...", *(conv(t) for t in suffix)])
+
+
+def _ablation_hooks(model: LoadedModel, heads: tuple[tuple[int, int], ...]) -> list[tuple[str, Callable[..., Any]]]:
+    by_layer = check_layers_heads(model, None, heads) if heads else {}
+    hooks = []
+    for layer, hs in by_layer.items():
+        idx = torch.tensor(hs)
+
+        def zero(z: Tensor, hook: Any, idx: Tensor = idx) -> Tensor:
+            z = z.clone()
+            z[:, :, idx.to(z.device)] = 0
+            return z
+
+        hooks.append((f"blocks.{layer}.attn.hook_z", zero))
+    return hooks
+
+
+def _stream(
+    model: LoadedModel,
+    stim: StimulusSet,
+    detectors: list[Detector],
+    config: CensusConfig,
+    progress: Callable[[int, int], None] | None,
+    windows: list[int | None],
+    causal: tuple[bool, ...] | None = None,
+    exclude_frame: bool = False,
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, dict[str, np.ndarray]]]:
+    """Per detector: scores ``[prompt, layer, head]``, baselines ``[prompt, layer]``, extras."""
+    n, L, H = len(stim.batch), model.n_layers, model.n_heads
+    scores = {d.name: np.full((n, L, H), np.nan, dtype=np.float64) for d in detectors}
+    baselines = {d.name: np.full((n, L), np.nan, dtype=np.float64) for d in detectors}
+    extras: dict[str, dict[str, np.ndarray]] = {d.name: {} for d in detectors}
+    state: dict[str, Any] = {}
+
+    def make_hook(layer: int) -> Callable[..., None]:
+        def hook(pattern: Tensor, hook: Any = None) -> None:
+            rows, ctx = state["rows"], state["ctx"]
+            if causal is not None and not causal[layer]:
+                ctx = replace(ctx, causal=False)
+            elif windows[layer] is not None:
+                ctx = replace(ctx, window=windows[layer])
+            for det in detectors:
+                result = det.compute(pattern, ctx)
+                scores[det.name][rows, layer] = result.score.double().cpu().numpy()
+                baselines[det.name][rows, layer] = result.baseline.double().cpu().numpy()
+                for key, value in result.extra.items():
+                    arr = extras[det.name].setdefault(key, np.full((n, L, H), np.nan))
+                    arr[rows, layer] = value.double().cpu().numpy()
+
+        return hook
+
+    hooks = _ablation_hooks(model, config.ablate) + [(f"blocks.{layer}.attn.hook_pattern", make_hook(layer)) for layer in range(L)]
+    chunks = iter_batches(stim.batch, config.batch_size)
+    frame = {"suffix": stim.n_suffix, "exclude_frame": exclude_frame}
+    with torch.inference_mode():
+        for done, (rows, sub) in enumerate(chunks, start=1):
+            pos = {k: v[rows] for k, v in stim.positions.items()}
+            state["rows"] = rows
+            state["ctx"] = BatchContext(lengths=sub.lengths.to(model.device), offset=stim.n_prefix, seq_len=stim.seq_len, **frame, **pos)
+            run_to_last_pattern(model, sub.tokens, hooks, attention_mask=batch_attention_mask(sub))
+            if progress is not None:
+                progress(done, len(chunks))
+    return scores, baselines, extras
+
+
+def _mean0(values: np.ndarray) -> np.ndarray:
+    """Mean over prompts (axis 0); cells with NaN prompts (not measurable there) use the others,
+    and a cell with none is NaN.  Cells without NaN are exactly ``values.mean(0)``."""
+    if values.ndim == 1:
+        if not np.isnan(values).any():
+            return values.mean()
+        return np.nanmean(values) if (~np.isnan(values)).any() else np.float64("nan")
+    out = values.mean(0)
+    bad = np.isnan(out)
+    if bad.any():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN cells stay NaN
+            out[bad] = np.nanmean(values[:, bad], axis=0)
+    return out
+
+
+def _window_notes(windows: list[int | None], stim: StimulusSet, det: Detector, baselines: np.ndarray) -> list[dict[str, Any]]:
+    """One note per sliding-window layer: what ``det`` could measure there."""
+    rows = []
+    for layer, w in enumerate(windows):
+        if w is None:
+            continue
+        n = int(baselines.shape[0])
+        measured = int(np.isfinite(baselines[:, layer]).sum())
+        of = f" of T={stim.seq_len} repeats" if stim.seq_len is not None else ""
+        if measured == 0:
+            status = f"{det.name} targets{of} lie outside it: not measurable"
+        elif measured < n:
+            status = f"{n - measured} of {n} prompts have no {det.name} target inside it and are left out; baseline uniform over the keys it allows, 1/min(i+1, {w})"
+        else:
+            status = f"baseline uniform over the keys it allows, 1/min(i+1, {w})"
+        parts = [f"layer {layer}: sliding window of {w} keys", status]
+        if det.window_rule:
+            parts.append(det.window_rule.format(window=w, T=stim.seq_len))
+        rows.append({"layer": layer, "detector": det.name, "window": w, "n_measured": measured, "n": n, "note": "; ".join(parts)})
+    return rows
+
+
+#: Detectors that read positions relative to each query; on encoders the framing tokens are
+#: neither their queries nor their targets.
+POSITIONAL = ("previous_token", "next_token", "duplicate_token", "induction")
+
+
+def _causal_note(det: Detector, causal: tuple[bool, ...]) -> str:
+    """``det.causal_rule`` for the causal layers (all of them on a decoder)."""
+    layers = [layer for layer, c in enumerate(causal) if c]
+    where = "" if len(layers) == len(causal) else f" on layers {', '.join(map(str, layers))} (causal attention)"
+    return f"{det.name}{where}: {det.causal_rule}"
+
+
+def _bidirectional_notes(model: LoadedModel, dets: list[Detector], causal: tuple[bool, ...], prefix: list[int], suffix: list[int]) -> list[str]:
+    """What the detectors of one stimulus set measure on bidirectional layers (one line each)."""
+    bi = [layer for layer, c in enumerate(causal) if not c]
+    which = "every layer" if len(bi) == len(causal) else "layers " + ", ".join(map(str, bi))
+    notes = [f"bidirectional attention ({which}): every query sees every real key, so the uniform baseline gives 1/n to each of the n real keys of a prompt"]
+    names = [d.name for d in dets]
+    framing = " and ".join(model.tokenizer.convert_ids_to_tokens(t) for t in [*prefix, *suffix])
+    positional = [n for n in POSITIONAL if n in names]
+    if positional and framing:
+        notes.append(f"the framing tokens ({framing}) are neither queries nor targets of {', '.join(positional)}")
+    if "sink" in names:
+        notes.append("sink: alpha averages A[i, 0] over every real query" + (f", {framing} included" if framing else ""))
+    return notes
+
+
+def _referent_stats(
+    stim: StimulusSet, to_ante: np.ndarray, extras: dict[str, np.ndarray], baselines: np.ndarray, config: CensusConfig
+) -> tuple[pd.DataFrame, dict[str, np.ndarray]]:
+    """The referent table and the referent columns of the scores table (``[layer, head]`` each);
+    records the selection / held-out split of the frames in the set's info."""
+    table, split = referent_statistics(
+        to_ante, extras["distractor"], extras["accuracy"], baselines, stim.meta["pair"], stim.meta["frame"], stim.meta["kind"],
+        n_bootstrap=config.n_bootstrap, seed=config.seed,
+    )
+    stim.info["referent_split"] = {"seed": SPLIT_SEED, **split}
+    L, H = to_ante.shape[1:]
+    return table, {col: table[col].to_numpy(dtype=np.float64).reshape(L, H) for col in REFERENT_COLUMNS}
+
+
+def run_census(
+    model: LoadedModel,
+    config: CensusConfig | None = None,
+    *,
+    progress: Callable[[str, int, int], None] | None = None,
+) -> CensusResult:
+    """Score every head with every chosen detector; returns the long-form table.
+
+    ``progress(stage, done, total)`` is called after each batch.
+    """
+    config = config or CensusConfig()
+    if config.n_prompts < 1:
+        raise InputError(f"--n-prompts must be at least 1, got {config.n_prompts}")
+    if config.seq_len < 2:
+        raise InputError(f"--seq-len must be at least 2, got {config.seq_len}")
+    if config.window < 2:
+        raise InputError(f"--window must be at least 2, got {config.window}")
+    detectors = get_detectors(list(config.detectors) if config.detectors is not None else None)
+    kinds = {d.stimulus for d in detectors}
+    stimuli = build_stimuli(model, config, kinds)
+    per_prompt: dict[str, np.ndarray] = {}
+    referent: pd.DataFrame | None = None
+    rows: list[dict[str, Any]] = []
+    note_rows: list[dict[str, Any]] = []
+    L, H = model.n_layers, model.n_heads
+    causal = layer_causal(model)
+    encoder = bool(getattr(model, "is_encoder", False))
+    detector_notes: dict[str, str] = {}
+    stim_notes: dict[str, list[str]] = {}
+    for kind, stim in stimuli.items():
+        windows = layer_windows(model, int(stim.batch.lengths.max()))
+        windows = [w if c else None for w, c in zip(windows, causal)]
+        dets = [d for d in detectors if d.stimulus == kind]
+        cb = (lambda done, total, kind=kind: progress(kind, done, total)) if progress else None
+        scores, baselines, extras = _stream(model, stim, dets, config, cb, windows, causal, encoder)
+        if not all(causal):
+            prefix, suffix = model_frame(model, config.prepend_bos)
+            stim_notes.setdefault(kind, []).extend(_bidirectional_notes(model, dets, causal, prefix, suffix))
+        for det in dets:
+            if det.causal_rule and any(causal):
+                detector_notes[det.name] = _causal_note(det, causal)
+                stim_notes.setdefault(kind, []).append(detector_notes[det.name])
+            s = scores[det.name]
+            per_prompt[det.name] = s
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN cell's interval is NaN
+                low, high = bootstrap_mean_ci(s, n_resamples=config.n_bootstrap, seed=config.seed)
+            mean = _mean0(s)
+            measured = np.isfinite(s).sum(0)
+            acc = extras[det.name].get("accuracy")
+            acc_mean = _mean0(acc) if acc is not None else None
+            b = baselines[det.name]
+            note_rows += _window_notes(windows, stim, det, b)
+            more: dict[str, np.ndarray] = {}  # detector-specific columns of the scores table
+            if det.name == "referent":
+                referent, more = _referent_stats(stim, s, extras[det.name], b, config)
+            for layer in range(L):
+                base = float(_mean0(np.ascontiguousarray(b[:, layer])))
+                for head in range(H):
+                    rows.append(
+                        {
+                            "layer": layer,
+                            "head": head,
+                            "detector": det.name,
+                            "score": float(mean[layer, head]),
+                            "baseline": base,
+                            "ci_low": float(low[layer, head]),
+                            "ci_high": float(high[layer, head]),
+                            "n": int(measured[layer, head]),
+                            "accuracy": float(acc_mean[layer, head]) if acc_mean is not None else float("nan"),
+                            **{k: float(v[layer, head]) for k, v in more.items()},
+                        }
+                    )
+    table = pd.DataFrame(rows, columns=SCORE_COLUMNS + (REFERENT_COLUMNS if referent is not None else []))
+    order = {d.name: i for i, d in enumerate(detectors)}
+    table = table.sort_values(["detector", "layer", "head"], key=lambda c: c.map(order) if c.name == "detector" else c, kind="stable").reset_index(drop=True)
+    info = {k: {"source": v.source, "n": len(v.batch), "max_len": int(v.batch.lengths.max()), "seq_len": v.seq_len, **v.info} for k, v in stimuli.items()}
+    if stimuli:
+        framing = model_framing(model, config.prepend_bos)
+        for k in info:
+            info[k]["framing"] = framing
+            if stim_notes.get(k):
+                info[k]["notes"] = stim_notes[k]
+    notes = pd.DataFrame(note_rows, columns=NOTE_COLUMNS)
+    stimulus_of = {d.name: d.stimulus for d in detectors}
+    for kind in info:
+        kind_notes = [r["note"] for r in note_rows if stimulus_of[r["detector"]] == kind]
+        if kind_notes:
+            info[kind]["window_notes"] = kind_notes
+    return CensusResult(scores=table, per_prompt=per_prompt, stimuli=info, config=config, notes=notes, detector_notes=detector_notes, referent=referent)

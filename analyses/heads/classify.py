@@ -1,0 +1,109 @@
+"""Head roles from census scores.
+
+A head gets a detector's role when, for that detector,
+
+1. ``score >= threshold`` (defaults below, changeable per detector), and
+2. ``ci_low >= baseline_factor * baseline``: the lower end of its 95% bootstrap
+   interval is at least ``baseline_factor`` (default 2) times what a uniformly
+   attending head would score on the same positions, and
+3. any extra statistic the detector gates on clears its minimum.
+
+Referent heads follow their own rule instead of 1. (:func:`headlens.analyses.heads.detectors.referent.referent_passes`):
+the one-sided sign test over minimal pairs (the head prefers the agreeing candidate more
+often than chance), Holm-corrected over all heads, has ``p_value <= threshold`` (the
+referent threshold is this family-wise level, default 0.05), the head prefers the
+antecedent in both items of more than half the pairs, the 95% interval of
+``A[pronoun, antecedent] - A[pronoun, distractor]`` lies above 0, and 2. holds.
+
+A NaN score, interval or baseline (a target outside a layer's sliding window, or next-token
+on causal attention: not measurable) never gives a role, and such a head's strongest detector is among its measured ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+import pandas as pd
+
+from headlens.analyses.heads.detectors import registry
+from headlens.analyses.heads.detectors.referent import referent_passes, referent_ratio
+from headlens.probes.errors import InputError
+
+__all__ = ["default_thresholds", "parse_thresholds", "classify_heads", "ROLE_COLUMNS", "DEFAULT_BASELINE_FACTOR"]
+
+DEFAULT_BASELINE_FACTOR = 2.0
+ROLE_COLUMNS = ["layer", "head", "name", "roles", "strongest_detector", "strongest_score"]
+
+
+def default_thresholds() -> dict[str, float]:
+    return {name: det.threshold for name, det in registry().items()}
+
+
+def parse_thresholds(items: list[str] | tuple[str, ...]) -> dict[str, float]:
+    """``["induction=0.4", ...]`` -> ``{"induction": 0.4}``, validated (0 < t <= 1, known detector)."""
+    known = registry()
+    out: dict[str, float] = {}
+    for item in items:
+        name, eq, value = item.partition("=")
+        name = name.strip()
+        if not eq or not name or not value.strip():
+            raise InputError(f"malformed threshold {item!r}: expected DETECTOR=VALUE, e.g. induction=0.4")
+        if name not in known:
+            raise InputError(f"threshold for unknown detector {name!r}: choose from {', '.join(known)}")
+        try:
+            t = float(value)
+        except ValueError:
+            raise InputError(f"malformed threshold {item!r}: {value.strip()!r} is not a number") from None
+        if not (0.0 < t <= 1.0) or np.isnan(t):
+            raise InputError(f"threshold {item!r} must be in (0, 1]")
+        out[name] = t
+    return out
+
+
+def classify_heads(
+    scores: pd.DataFrame,
+    thresholds: Mapping[str, float] | None = None,
+    *,
+    baseline_factor: float = DEFAULT_BASELINE_FACTOR,
+) -> pd.DataFrame:
+    """One row per head: ``layer, head, name ("L.H"), roles (";"-joined, "" when none),
+    strongest_detector, strongest_score`` (the role with the highest score, or when the
+    head has no role, the detector whose score is the largest fraction of its threshold)."""
+    reg = registry()
+    th = default_thresholds()
+    th.update(thresholds or {})
+    df = scores.copy()
+    df["threshold"] = df["detector"].map(th)
+    measured = df["score"].notna() & df["ci_low"].notna() & df["baseline"].notna()
+    passes = measured & (df["score"] >= df["threshold"]) & (df["ci_low"] >= baseline_factor * df["baseline"])
+    for name, det in reg.items():
+        for stat, minimum in det.extra_thresholds.items():
+            rows = df["detector"] == name
+            if stat in df:
+                passes &= ~rows | (df[stat].fillna(-np.inf) >= minimum)
+    ref = df["detector"] == "referent"
+    if ref.any():  # a significance rule, not a score threshold
+        passes = (passes & ~ref) | (ref & referent_passes(df, df["threshold"], baseline_factor))
+    df["role"] = passes
+    df["ratio"] = df["score"] / df["threshold"]
+    if ref.any():  # referent: its weakest criterion's fraction of passing (1 where it just passes)
+        df.loc[ref, "ratio"] = referent_ratio(df[ref], df.loc[ref, "threshold"], baseline_factor)
+    out = []
+    for (layer, head), g in df.groupby(["layer", "head"], sort=True):
+        roles = g[g["role"]].sort_values("score", ascending=False)
+        if len(roles):
+            best = roles.iloc[0]
+        else:
+            best = g.sort_values("ratio", ascending=False, na_position="last").iloc[0]
+        out.append(
+            {
+                "layer": int(layer),
+                "head": int(head),
+                "name": f"{layer}.{head}",
+                "roles": ";".join(sorted(roles["detector"])),
+                "strongest_detector": best["detector"],
+                "strongest_score": float(best["score"]),
+            }
+        )
+    return pd.DataFrame(out, columns=ROLE_COLUMNS)

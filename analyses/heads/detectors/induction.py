@@ -1,0 +1,28 @@
+"""Induction heads: on ``x1..xT x1..xT`` (T distinct random tokens), mean attention from each
+second-copy position i to the token after the earlier occurrence of its token, ``i - T + 1``.
+
+Uniform baseline: mean over the same i of ``1/(i+1)`` (``1/min(i+1, window)`` in a
+sliding-window layer, where positions whose target is outside the window do not count);
+``1/n`` on a bidirectional layer (encoders: ``[CLS] x1..xT x1..xT [SEP]``, ``n`` real tokens).
+"""
+
+from __future__ import annotations
+
+from headlens.analyses.heads.detectors.base import BatchContext, Detector, DetectorOutput, mean_attention_at
+from headlens.analyses.heads.detectors.repeated import second_copy_queries
+
+
+def compute(pattern, ctx: BatchContext) -> DetectorOutput:
+    q, valid = second_copy_queries(pattern, ctx)
+    score, baseline = mean_attention_at(pattern, q, q - ctx.seq_len + 1, valid, window=ctx.window, causal=ctx.causal, lengths=ctx.lengths)
+    return DetectorOutput(score, baseline)
+
+
+DETECTOR = Detector(
+    name="induction",
+    stimulus="repeated",
+    threshold=0.3,
+    summary="mean A[i, i-T+1] over second-copy positions of repeated random tokens",
+    compute=compute,
+    window_rule="the target i-T+1 is T-1 keys back: inside the window only when T <= {window}",
+)

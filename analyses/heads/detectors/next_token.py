@@ -1,0 +1,33 @@
+"""Next-token heads: mean over query positions i that have a real next token of ``A[i, i+1]``.
+
+Stimulus: windows of natural text (the previous-token stimulus).  Only bidirectional
+attention (encoders such as BERT) can look ahead: on a causal layer every target ``i+1`` is
+masked, so the score is *not measurable*: NaN (never 0, never a role), with a note in the
+census.  Encoders: queries and targets are text tokens only (not ``[CLS]`` or ``[SEP]``);
+uniform baseline ``1/n`` for a prompt of ``n`` real tokens.  Threshold 0.5, as previous-token.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from headlens.analyses.heads.detectors.base import BatchContext, Detector, DetectorOutput, mean_attention_at
+
+
+def compute(pattern, ctx: BatchContext) -> DetectorOutput:
+    width = pattern.shape[-1]
+    start, stop = ctx.text_bounds()
+    q = torch.arange(start, max(width - 1, start), device=pattern.device)[None, :].expand(pattern.shape[0], -1)
+    valid = q + 1 < stop.to(pattern.device)[:, None]
+    score, baseline = mean_attention_at(pattern, q, q + 1, valid, window=ctx.window, causal=ctx.causal, lengths=ctx.lengths)
+    return DetectorOutput(score, baseline)
+
+
+DETECTOR = Detector(
+    name="next_token",
+    stimulus="natural",
+    threshold=0.5,
+    summary="mean A[i, i+1] over query positions with a real next token, natural-text windows (bidirectional attention only)",
+    compute=compute,
+    causal_rule="not measurable on causal attention: every target A[i, i+1] is masked (NaN, never a role)",
+)

@@ -1,0 +1,35 @@
+"""Previous-token heads: mean over query positions i >= 1 of ``A[i, i-1]``.
+
+Stimulus: windows of natural text.  With BOS, position 1 (the first text token)
+attending to BOS counts as attending to its previous token, as in TransformerLens.
+Uniform baseline: mean over the same i of ``1/(i+1)`` (``1/min(i+1, window)`` in a
+sliding-window layer; the previous token is inside any window of 2 or more keys).
+
+Encoders (bidirectional, ``[CLS] text [SEP]``): queries and targets are text tokens only
+(``[CLS]`` and ``[SEP]`` are neither), and the baseline is ``1/n`` for a prompt of ``n`` real
+tokens (a uniform head sees every key).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from headlens.analyses.heads.detectors.base import BatchContext, Detector, DetectorOutput, mean_attention_at
+
+
+def compute(pattern, ctx: BatchContext) -> DetectorOutput:
+    width = pattern.shape[-1]
+    start, stop = ctx.text_bounds()
+    q = torch.arange(start + 1, width, device=pattern.device)[None, :].expand(pattern.shape[0], -1)
+    valid = q < stop.to(pattern.device)[:, None]
+    score, baseline = mean_attention_at(pattern, q, q - 1, valid, window=ctx.window, causal=ctx.causal, lengths=ctx.lengths)
+    return DetectorOutput(score, baseline)
+
+
+DETECTOR = Detector(
+    name="previous_token",
+    stimulus="natural",
+    threshold=0.5,
+    summary="mean A[i, i-1] over query positions i >= 1 of natural-text windows",
+    compute=compute,
+)

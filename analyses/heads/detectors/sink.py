@@ -1,0 +1,31 @@
+"""Attention-sink heads (Gu et al. 2024): ``alpha(0) = mean over queries i >= 0 of A[i, 0]``.
+
+Stimulus: windows of natural text (Gu et al. use 64 tokens, no BOS).  A head is a sink
+head when alpha > eps (0.3).  Uniform baseline: mean over i of ``1/(i+1)``.
+
+In a sliding-window layer only the queries that can see key 0 (``i < window``) count, for the
+score and for the baseline (there ``1/min(i+1, window)``, which is ``1/(i+1)`` for those i).
+On a bidirectional layer (encoders) every real query counts, ``[CLS]`` and ``[SEP]`` included,
+and the baseline is ``1/n`` for a prompt of ``n`` real tokens.
+"""
+
+from __future__ import annotations
+
+from headlens.analyses.attention_stats import sink_alpha, uniform_sink_alpha
+from headlens.analyses.heads.detectors.base import BatchContext, Detector, DetectorOutput
+
+
+def compute(pattern, ctx: BatchContext) -> DetectorOutput:
+    score = sink_alpha(pattern.float(), ctx.lengths, key=0, window=ctx.window, causal=ctx.causal)
+    baseline = uniform_sink_alpha(ctx.lengths.cpu(), key=0, window=ctx.window, causal=ctx.causal).float().to(pattern.device)
+    return DetectorOutput(score, baseline)
+
+
+DETECTOR = Detector(
+    name="sink",
+    stimulus="natural",
+    threshold=0.3,
+    summary="Gu et al. alpha: mean A[i, 0] over all query positions of natural-text windows",
+    compute=compute,
+    window_rule="alpha is averaged over the queries that can see key 0 (i < {window}), not over all queries",
+)

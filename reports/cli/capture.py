@@ -1,0 +1,197 @@
+"""``headlens capture``, ``headlens verify`` and ``headlens tiny-model``."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from headlens.reports.cli.common import HEADS, model_options, parse_csv, parse_layers
+from headlens.reports.progress import progress_bars
+
+DEFAULT_VERIFY_TEXT = (
+    "Apple raised its price target. Down by the river bank, the water was calm, "
+    "and by the time you reach the bank the river has settled what you meant."
+)
+
+#: verify's default prompts: two lengths, so the padding mask of a batch is checked too.
+DEFAULT_VERIFY_PROMPTS = (DEFAULT_VERIFY_TEXT, "Apple raised its price target.")
+
+
+def _load(model: str, device: str, dtype: str, revision: str | None, allow_new_weights: bool = False):
+    from headlens.probes.config import ModelConfig
+    from headlens.probes.loading import load_model
+
+    return load_model(ModelConfig(model=model, device=device, dtype=dtype, revision=revision, allow_new_weights=allow_new_weights))
+
+
+def _prompts(text: str | None, prompts_file: str | None, *, default: str | tuple[str, ...] | None = None) -> list[str]:
+    from headlens.probes.errors import InputError
+    from headlens.probes.prompts import read_prompts
+
+    if text is not None and prompts_file is not None:
+        raise click.UsageError("give either --text or --prompts, not both")
+    if prompts_file is not None:
+        return read_prompts(prompts_file)
+    if text is not None:
+        if not text.strip():
+            raise InputError("--text is empty")
+        return [text]
+    if default is not None:
+        return [default] if isinstance(default, str) else list(default)
+    raise click.UsageError("give --text TEXT or --prompts FILE")
+
+
+@click.command("capture")
+@model_options
+@click.option("--text", "-t", default=None, help="One prompt.")
+@click.option("--prompts", "prompts_file", default=None, help="Prompt file: one prompt a line, or JSONL with a 'text' field (.jsonl).")
+@click.option("--layers", callback=parse_layers, default=None, help="Comma-separated layers, e.g. 0,3 (default: all).")
+@click.option("--heads", type=HEADS, default=None, help="Comma-separated heads as LAYER.HEAD, e.g. 5.1,5.5 (default: all).")
+@click.option(
+    "--what",
+    default="q,k,v,pattern",
+    show_default=True,
+    help="Any of q,k,v,rot_q,rot_k,pattern,attn_scores,z. q,k are before the rotary embedding; rot_q,rot_k are what enters q.k.",
+)
+@click.option(
+    "--kv-per-query-head",
+    is_flag=True,
+    help="Under grouped-query attention, store k/v/rot_k once per chosen query head (its KV head repeated) instead of once per KV head.",
+)
+@click.option(
+    "--no-bos",
+    is_flag=True,
+    help="Do not prepend BOS (TransformerLens prepends it; Hugging Face and most papers do not). On encoders (BERT): no [CLS]/[SEP] around the text.",
+)
+@click.option("--batch-size", default=8, show_default=True, type=click.IntRange(min=1))
+@click.option("--truncate", is_flag=True, help="Cut prompts longer than the context instead of failing.")
+@click.option("--seed", default=0, show_default=True, type=int, help="Torch seed (recorded in the manifest).")
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Output folder.")
+@click.option("--overwrite", is_flag=True, help="Replace files in a non-empty output folder.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress lines.")
+def capture_cmd(model, device, dtype, revision, allow_new_weights, text, prompts_file, layers, heads, what, kv_per_query_head, no_bos, batch_size, truncate, seed, out_dir, overwrite, quiet):
+    """Capture per-head Q, K, V and attention patterns into OUT/activations.safetensors.
+
+    Writes OUT/activations.safetensors (keys are TransformerLens hook names, plus
+    'lengths'), OUT/tokens.json and OUT/manifest.json.
+    """
+    import torch
+
+    from headlens.probes.capture import capture
+    from headlens.probes.capture_io import save_capture
+    from headlens.probes.config import CaptureConfig
+    from headlens.probes.manifest import build_manifest
+    from headlens.probes.outputs import check_out_dir
+
+    check_out_dir(out_dir, overwrite=overwrite)
+    texts = _prompts(text, prompts_file)
+    config = CaptureConfig(
+        what=tuple(parse_csv(what) or ()),
+        layers=layers,
+        heads=heads,
+        prepend_bos=not no_bos,
+        batch_size=batch_size,
+        truncate=truncate,
+        kv_per_query_head=kv_per_query_head,
+    )
+    torch.manual_seed(seed)
+    loaded = _load(model, device, dtype, revision, allow_new_weights)
+    with progress_bars("capture", quiet=quiet) as progress:
+        cap = capture(loaded, texts, config, progress=progress)
+    manifest = build_manifest(model=loaded, command=["headlens", *sys.argv[1:]], seed=seed, prepend_bos=config.prepend_bos, configs={"capture": config})
+    paths = save_capture(cap, out_dir, manifest)
+    n_tensors = len(cap.tensors)
+    click.echo(f"captured {n_tensors} tensors for {len(cap.batch)} prompt(s) -> {paths['activations']}")
+    if loaded.is_encoder:
+        click.echo(f"{framing_note(loaded, config.prepend_bos)}; attention is bidirectional (padding masked)")
+    for line in describe_kv(cap):
+        click.echo(line)
+
+
+def framing_note(loaded, prepend_bos: bool) -> str:
+    """``BOS on``/``BOS off`` on decoders; the special tokens around each prompt on encoders (``[CLS] ... [SEP]``)."""
+    if not loaded.is_encoder:
+        return f"BOS {'on' if prepend_bos else 'off'}"
+    if not prepend_bos:
+        return "no special tokens (--no-bos)"
+    framing = loaded.framing(prepend_bos)
+    return "each prompt as " + " ".join([*framing["prefix"], "...", *framing["suffix"]])
+
+
+def describe_kv(cap) -> list[str]:
+    """Lines that say which KV heads the k/v columns hold, when that is not simply the query heads."""
+    info = cap.info
+    kv_whats = [w for w in cap.what if w in ("k", "v", "rot_k")]
+    if not kv_whats or info.get("n_kv_heads") == info.get("n_heads"):
+        return []
+    lines = [f"{info['family']}: {info['n_heads']} query heads share {info['n_kv_heads']} KV heads (query head h reads KV head h // {info['n_heads'] // info['n_kv_heads']})"]
+    for layer, hs in cap.heads.items():
+        reads = ", ".join(f"{layer}.{h}->kv{int(info['kv_map'][str(h)])}" for h in hs)
+        cols = cap.kv_heads[layer]
+        kind = "one column per query head" if info.get("kv_per_query_head") else "KV heads"
+        lines.append(f"  layer {layer}: {','.join(kv_whats)} hold {kind} {cols} ({reads})")
+    return lines
+
+
+@click.command("verify")
+@model_options
+@click.option("--text", "-t", default=None, help="Text to check on (default: two built-in prompts of different lengths, so padding is checked too).")
+@click.option("--prompts", "prompts_file", default=None, help="Prompt file, as for capture.")
+@click.option("--no-bos", is_flag=True, help="Do not prepend BOS (encoders: no [CLS]/[SEP]).")
+@click.option("--tolerance", type=click.FloatRange(min=0, min_open=True), default=None, help="Largest absolute error accepted (default 1e-4 in float32, 3e-2 bfloat16, 5e-3 float16).")
+def verify_cmd(model, device, dtype, revision, allow_new_weights, text, prompts_file, no_bos, tolerance):
+    """Check captured patterns against the family's own attention redone from rotated q and k, and z against pattern @ V.
+
+    The recomputation applies what each layer does (rotary embedding, KV heads shared
+    under grouped-query attention, the family's score scale, sliding window, logit
+    softcap; causal or bidirectional, with the batch's padding mask); the 'applied'
+    column says which.  Exits 1 when any layer is above tolerance, when attention falls
+    on a masked key (padding included), or when a pattern row does not sum to 1; exits 2
+    for a family whose attention headlens cannot redo.
+    """
+    from headlens.analyses.heads.verify import verify_attention
+    from headlens.probes.errors import CheckFailed
+
+    texts = _prompts(text, prompts_file, default=DEFAULT_VERIFY_PROMPTS)
+    loaded = _load(model, device, dtype, revision, allow_new_weights)
+    table = verify_attention(loaded, texts, prepend_bos=not no_bos, tolerance=tolerance)
+    attention = ", bidirectional attention" if loaded.is_encoder else ""
+    click.echo(f"model {model} on {loaded.device} in {str(loaded.dtype).removeprefix('torch.')}, {framing_note(loaded, not no_bos)}{attention}")
+    click.echo(table.to_string(index=False, float_format=lambda x: f"{x:.2e}"))
+    bad = table[~table["ok"]]
+    if len(bad):
+        raise CheckFailed(f"verify failed on layer(s) {', '.join(str(v) for v in bad['layer'])}: error above tolerance {table['tolerance'].iloc[0]:.1e}")
+    click.echo(f"verify: ok ({len(table)} layers, worst error {table[['max_err_pattern', 'max_err_z', 'max_row_sum_err']].to_numpy().max():.2e})")
+
+
+@click.command("tiny-model")
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Folder for the checkpoint.")
+@click.option("--layers", "n_layer", default=2, show_default=True, type=click.IntRange(1, 48))
+@click.option("--heads", "n_head", default=4, show_default=True, type=click.IntRange(1, 64))
+@click.option("--d-model", default=64, show_default=True, type=click.IntRange(1, 8192))
+@click.option("--n-ctx", default=128, show_default=True, type=click.IntRange(2, 8192))
+@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--planted", is_flag=True, help="Build the planted-head checkpoint instead (2 layers x 4 heads whose roles are set by hand; see 'headlens selftest').")
+@click.option("--overwrite", is_flag=True, help="Replace files in a non-empty folder.")
+def tiny_model_cmd(out_dir, n_layer, n_head, d_model, n_ctx, seed, planted, overwrite):
+    """Build a small GPT-2-shaped checkpoint (random weights, real GPT-2 tokenizer) offline."""
+    from headlens.probes.outputs import check_out_dir
+    from headlens.analyses.synthetic.tiny import TinySpec, build_tiny_checkpoint
+
+    if planted:
+        from headlens.analyses.synthetic.planted import PLANTED_ROLES, build_planted_checkpoint
+
+        check_out_dir(out_dir, overwrite=overwrite)
+        path = build_planted_checkpoint(out_dir)
+        click.echo(f"wrote the planted-head checkpoint to {Path(path)}: " + ", ".join(f"{k} {v}" for k, v in PLANTED_ROLES.items()))
+        return
+    if d_model % n_head:
+        raise click.BadParameter(f"--d-model {d_model} must be a multiple of --heads {n_head}", param_hint="--d-model")
+    check_out_dir(out_dir, overwrite=overwrite)
+    path = build_tiny_checkpoint(out_dir, TinySpec(n_layer=n_layer, n_head=n_head, d_model=d_model, n_ctx=n_ctx, seed=seed))
+    click.echo(f"wrote a {n_layer}-layer, {n_head}-head GPT-2-shaped checkpoint to {Path(path)}")
+
+
+COMMANDS = [capture_cmd, verify_cmd, tiny_model_cmd]

@@ -1,0 +1,187 @@
+"""Shared pieces of the click CLI: the group, option sets, parsers, errors (progress: :mod:`headlens.reports.progress`)."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from headlens.probes.errors import HeadlensError
+
+__all__ = [
+    "HeadlensGroup",
+    "model_options",
+    "setup_logging",
+    "parse_layers",
+    "parse_ints",
+    "HeadsType",
+    "HEADS",
+    "parse_csv",
+    "fail",
+]
+
+CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+def fail(message: str, code: int = 2) -> None:
+    click.echo(f"headlens: error: {message}", err=True)
+    sys.exit(code)
+
+
+class HeadlensGroup(click.Group):
+    """A click group whose errors are one line on stderr with a documented exit code.
+
+    * click usage errors (bad option, bad value): exit 2;
+    * :class:`headlens.probes.errors.HeadlensError`: its ``exit_code`` (see ``headlens.probes.errors``);
+    * Ctrl-C: exit 130.
+    """
+
+    def main(self, args: Any = None, prog_name: Any = None, complete_var: Any = None, standalone_mode: bool = True, **extra: Any) -> Any:  # noqa: ARG002
+        try:
+            return super().main(args=args, prog_name=prog_name, complete_var=complete_var, standalone_mode=False, **extra)
+        except click.exceptions.Exit as exc:
+            sys.exit(exc.exit_code)
+        except click.exceptions.Abort:
+            fail("interrupted", 130)
+        except click.ClickException as exc:
+            ctx = getattr(exc, "ctx", None)
+            hint = f" (see '{ctx.command_path} -h')" if ctx is not None else ""
+            fail(exc.format_message().replace("\n", " ") + hint, exc.exit_code)
+        except HeadlensError as exc:
+            fail(str(exc).replace("\n", " "), exc.exit_code)
+        except KeyboardInterrupt:
+            fail("interrupted", 130)
+
+
+def model_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``--model`` (required), ``--device``, ``--dtype``, ``--revision``, ``--allow-new-weights``."""
+    fn = click.option(
+        "--allow-new-weights",
+        is_flag=True,
+        help="Load the model even when weights of the network body are missing from the checkpoint (they are randomly "
+        "initialised and listed in the manifest); without it that fails with exit 3. A missing output head is always "
+        "allowed, with a warning.",
+    )(fn)
+    fn = click.option("--revision", default=None, help="Hub revision (branch, tag or commit) of the model.")(fn)
+    fn = click.option(
+        "--dtype",
+        type=click.Choice(["float32", "bfloat16", "float16"]),
+        default="float32",
+        show_default=True,
+        help="Weights and activations dtype; bfloat16/float16 need a GPU.",
+    )(fn)
+    fn = click.option("--device", default="auto", show_default=True, help="auto (CUDA, then MPS, then CPU), cpu, cuda, cuda:N or mps.")(fn)
+    fn = click.option("--model", "-m", "model", required=True, help="Hugging Face id (gpt2, EleutherAI/pythia-70m), a local checkpoint folder, or demo (the small GPT-2 shipped with headlens).")(fn)
+    return fn
+
+
+#: Loggers of headlens' own packages (each module logs to ``logging.getLogger(__name__)``).
+_OWN_LOGGERS = ("headlens",)
+
+#: ``headlens -q`` / default / ``-v`` / ``-vv``: the level of headlens' own loggers.
+_LEVELS = {-1: logging.ERROR, 0: logging.WARNING, 1: logging.INFO, 2: logging.DEBUG}
+
+
+class _OneLineHandler(logging.Handler):
+    """Log records on stderr, one line each: ``headlens: warning: ...``, ``headlens: error: ...``,
+    ``headlens: ...`` (info) and ``headlens: debug: LOGGER: ...``."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            text = record.getMessage()
+            if record.name == "py.warnings":  # "file:line: Category: message" plus the source line
+                text = (text.strip().splitlines() or [""])[0]
+            text = " ".join(text.split())
+            if record.levelno >= logging.ERROR:
+                prefix = "headlens: error: "
+            elif record.levelno >= logging.WARNING:
+                prefix = "headlens: warning: "
+            elif record.levelno >= logging.INFO:
+                prefix = "headlens: "
+            else:
+                prefix = f"headlens: debug: {record.name}: "
+            click.echo(prefix + text, err=True)
+        except Exception:  # noqa: BLE001 - logging must never break a command
+            self.handleError(record)
+
+
+def setup_logging(verbosity: int) -> Callable[[], None]:
+    """Configure logging for one CLI run and return the function that undoes it.
+
+    ``verbosity`` is ``-v`` count minus ``-q`` count: below 0 errors only, 0 warnings (the
+    default), 1 also headlens' info lines, 2 or more also debug lines (library chatter
+    from model loading included).  Records of any logger that reach the root logger,
+    Python warnings included, are printed as one line on stderr.
+    """
+    level = _LEVELS[max(-1, min(2, verbosity))]
+    root = logging.getLogger()
+    own = [logging.getLogger(name) for name in _OWN_LOGGERS]
+    saved_root, saved_own = root.level, [(lg, lg.level) for lg in own]
+    was_capturing = getattr(logging, "_warnings_showwarning", None) is not None
+    handler = _OneLineHandler()
+    root.addHandler(handler)
+    root.setLevel(max(level, logging.WARNING))  # other libraries: warnings and errors, or errors with -q
+    for lg in own:
+        lg.setLevel(level)
+    logging.captureWarnings(True)
+
+    def restore() -> None:
+        root.removeHandler(handler)
+        root.setLevel(saved_root)
+        for lg, lvl in saved_own:
+            lg.setLevel(lvl)
+        if not was_capturing:
+            logging.captureWarnings(False)
+
+    return restore
+
+
+def parse_csv(value: str | None) -> list[str] | None:
+    if value is None:
+        return None
+    items = [v.strip() for v in value.split(",")]
+    if not all(items):
+        raise click.BadParameter(f"empty item in {value!r}")
+    return items
+
+
+def parse_ints(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[int, ...] | None:  # noqa: ARG001
+    """Click callback: ``"0,3"`` -> ``(0, 3)``."""
+    items = parse_csv(value)
+    if items is None:
+        return None
+    try:
+        return tuple(int(v) for v in items)
+    except ValueError:
+        raise click.BadParameter(f"{value!r}: expected comma-separated whole numbers such as 0,3") from None
+
+
+#: ``--layers 0,3``
+parse_layers = parse_ints
+
+
+class HeadsType(click.ParamType):
+    """``--heads 5.1,5.5`` -> ``((5, 1), (5, 5))``; a bad head is a one-line usage error (exit 2).
+
+    Each head goes through :func:`headlens.analyses.ablation.masks.parse_head`, the parser that mask
+    files and the report use too.
+    """
+
+    name = "LAYER.HEAD,..."
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> tuple[tuple[int, int], ...]:
+        if isinstance(value, tuple):
+            return value
+        from headlens.analyses.ablation.masks import parse_heads
+
+        try:
+            return parse_heads(value)
+        except HeadlensError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+#: ``--heads 5.1,5.5`` (``type=HEADS``)
+HEADS = HeadsType()

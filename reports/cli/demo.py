@@ -1,0 +1,145 @@
+"""``headlens demo train|card|heldout|replay``: train the demo model, write its card, write its held-out text, replay its log (progress goes to stderr)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import click
+
+__all__ = ["demo_group", "COMMANDS"]
+
+
+def _say(msg: str) -> None:
+    click.echo(msg, err=True)
+
+
+@click.group("demo", context_settings={"help_option_names": ["-h", "--help"]})
+def demo_group() -> None:
+    """The demo model (--model demo): train it, write its model card or its held-out text, replay its training log."""
+
+
+@demo_group.command("train")
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Checkpoint folder to write.")
+@click.option("--steps", type=click.IntRange(min=0), default=None, help="Stop after N steps (the schedule stays the full recipe's). Default: the full recipe.")
+@click.option("--seed", type=int, default=None, help="Seed for initialisation, data order and negatives. Default: the recipe's (0).")
+@click.option("--eval-every", type=click.IntRange(min=0), default=None, help="Held-out evaluation interval in steps (0: none). Default: the recipe's.")
+@click.option("--no-card", is_flag=True, help="Do not run the census and write MODEL_CARD.md.")
+@click.option("--overwrite", is_flag=True, help="Replace an existing output folder.")
+def train_cmd(out_dir: str, steps: int | None, seed: int | None, eval_every: int | None, no_card: bool, overwrite: bool) -> None:
+    """Train the demo model on CPU (the recipe fixes the thread count) and save it as a checkpoint folder.
+
+    Every 250 steps the training state is saved to OUT.state.pt; running the same command
+    again after an interruption goes on from there (and computes exactly what an
+    uninterrupted run would). The file is removed when the folder is written.
+    """
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from headlens.analyses.demo.train import RECIPE, save_checkpoint, train
+
+    out = Path(out_dir)
+    if out.exists() and any(out.iterdir()) and not overwrite:
+        raise click.UsageError(f"{out} exists and is not empty; pass --overwrite")
+    config = RECIPE if seed is None else replace(RECIPE, seed=seed)
+    _say(f"demo recipe: {config.n_layer} layers x {config.n_head} heads, d_model {config.d_model}, {steps if steps is not None else config.schedule_steps} steps, seed {config.seed}")
+
+    def on_log(row: dict[str, Any]) -> None:
+        if row.get("heldout_loss") is not None:
+            _say(
+                f"step {row['step']:>5}  tokens {row['tokens']:>9,}  train {row['train_loss'] if row['train_loss'] is not None else '-'}"
+                f"  held-out {row['heldout_loss']:.3f}  induction {row['induction']:.2f} ({row['induction_head']})"
+                f"  prev {row['previous_token']:.2f}  sink {row['sink']:.2f}  [{row['elapsed_s']:.0f} s]"
+            )
+
+    state_file = out.with_name(out.name + ".state.pt")
+    if state_file.is_file():
+        _say(f"resuming from {state_file}")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        result = train(config, steps=steps, eval_every=eval_every, on_log=on_log, state_file=state_file)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    final = result.summary["final"]
+    if final:
+        _say(f"held-out loss {final['heldout_loss']:.3f} (unigram {final['heldout_unigram_loss']:.3f}); evaluation text {final['eval_text_loss']:.3f} (unigram {final['eval_text_unigram_loss']:.3f})")
+    # write into a temporary sibling, then swap in: a crashed run never leaves half a folder
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        save_checkpoint(result, tmp)
+        if not no_card:
+            _say("running the head census for MODEL_CARD.md ...")
+            from headlens.analyses.demo.card import write_model_card
+
+            write_model_card(tmp)
+        if out.exists():
+            shutil.rmtree(out)
+        tmp.replace(out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    state_file.unlink(missing_ok=True)
+    _say(f"wrote {out}")
+
+
+@demo_group.command("card")
+@click.option("--model", "folder", required=True, type=click.Path(exists=True, file_okay=False), help="A folder written by `train`.")
+def card_cmd(folder: str) -> None:
+    """(Re)write MODEL_CARD.md for a checkpoint folder written by `train`."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from headlens.analyses.demo.card import write_model_card
+
+    path = write_model_card(folder)
+    _say(f"wrote {path}")
+
+
+@demo_group.command("heldout")
+@click.option("--out", "out_file", required=True, type=click.Path(dir_okay=False), help="Text file to write (UTF-8).")
+@click.option("--overwrite", is_flag=True, help="Replace an existing file.")
+def heldout_cmd(out_file: str, overwrite: bool) -> None:
+    """Write the demo model's held-out text: the documents it never trained on, joined by <|endoftext|>.
+
+    Built from the Python that runs it, as the training recipe builds its held-out split
+    (the same Python version gives the same file). Pass it to `headlens report --text-file`
+    (or `ablate`/`prune --text-file`) to measure the demo model on text from its own domain;
+    the report's manifest records the file's SHA-256, which this command prints.
+    """
+    import hashlib
+    import platform
+
+    from headlens.analyses.demo.data import heldout_documents
+    from headlens.probes.outputs import check_out_file, write_text
+
+    out = Path(out_file)
+    check_out_file(out, overwrite=overwrite)
+    docs = heldout_documents()
+    text = "<|endoftext|>".join(d.text for d in docs)
+    write_text(out, text)
+    sha = hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+    _say(f"wrote {out}: {len(docs)} held-out documents, {len(text):,} characters, sha256 {sha} (Python {platform.python_version()})")
+
+
+@demo_group.command("replay")
+@click.option("--model", "folder", default=None, type=click.Path(exists=True, file_okay=False), help="A folder written by `train`. Default: the shipped demo model.")
+@click.option("--steps", type=click.IntRange(min=1), default=300, show_default=True, help="How many of the logged steps to rerun.")
+def replay_cmd(folder: str | None, steps: int) -> None:
+    """Rerun the first STEPS steps of a logged run and compare its training losses to 3 decimals.
+
+    Exit 0 when every rerun loss rounds to the logged one, 1 when one does not, 2 when the
+    log cannot be replayed here (another Python ships other training text).
+    """
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from headlens.analyses.demo import MODEL_DIR
+    from headlens.analyses.demo.replay import replay
+
+    target = Path(folder) if folder else MODEL_DIR
+    report = replay(target, steps, on_step=lambda done: _say(f"  replayed {done}/{steps} steps") if done and done % 50 == 0 else None)
+    _say(report.summary())
+    if report.mismatches:
+        sys.exit(1)
+
+
+COMMANDS = [demo_group]

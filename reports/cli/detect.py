@@ -1,0 +1,206 @@
+"""``headlens detect``, ``headlens classify`` and ``headlens selftest``."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from headlens.reports.cli.common import model_options, parse_csv
+from headlens.reports.progress import progress_bars
+
+
+def census_options(fn):
+    opts = [
+        click.option("--referent-file", default=None, type=click.Path(dir_okay=False), help="JSONL: text plus character spans of pronoun, antecedent and distractor."),
+        click.option("--batch-size", default=16, show_default=True, type=click.IntRange(min=1)),
+        click.option("--no-bos", is_flag=True, help="Do not prepend BOS (Hugging Face / paper convention); on encoders, no [CLS] ... [SEP] around the text."),
+        click.option("--window", default=64, show_default=True, type=int, help="Tokens per natural-text window (previous-token, sink)."),
+        click.option("--seq-len", default=50, show_default=True, type=int, help="T: random tokens per sequence, repeated twice (duplicate, induction)."),
+        click.option("--seed", default=0, show_default=True, type=int),
+        click.option("--n-prompts", default=100, show_default=True, type=int, help="Prompts per stimulus set."),
+        click.option("--detectors", default=None, help="Comma-separated detector names (default: all)."),
+    ]
+    for opt in opts:
+        fn = opt(fn)
+    return fn
+
+
+def _census_config(detectors, n_prompts, seed, seq_len, window, no_bos, batch_size, referent_file, ablate=()):
+    from headlens.analyses.heads.census import CensusConfig
+
+    return CensusConfig(
+        detectors=tuple(parse_csv(detectors)) if detectors else None,
+        n_prompts=n_prompts,
+        seq_len=seq_len,
+        window=window,
+        prepend_bos=not no_bos,
+        seed=seed,
+        batch_size=batch_size,
+        referent_file=referent_file,
+        ablate=tuple(ablate),
+    )
+
+
+def _load(model, device, dtype, revision, allow_new_weights=False):
+    from headlens.probes.config import ModelConfig
+    from headlens.probes.loading import load_model
+
+    return load_model(ModelConfig(model=model, device=device, dtype=dtype, revision=revision, allow_new_weights=allow_new_weights))
+
+
+def _precheck(config) -> None:
+    """Cheap input checks before the model loads (the census repeats them)."""
+    from headlens.analyses.heads.detectors import get_detectors
+    from headlens.probes.errors import InputError
+
+    get_detectors(list(config.detectors) if config.detectors is not None else None)
+    if config.n_prompts < 1:
+        raise InputError(f"--n-prompts must be at least 1, got {config.n_prompts}")
+    if config.referent_file:
+        from headlens.analyses.stimuli import load_referent_file
+
+        load_referent_file(config.referent_file)
+
+
+@click.command("detect")
+@model_options
+@census_options
+@click.option("--out", "out_file", required=True, help="Scores table: .csv, .parquet or .json (a manifest is written beside it).")
+@click.option("--overwrite", is_flag=True, help="Replace an existing output file.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress lines.")
+def detect_cmd(model, device, dtype, revision, allow_new_weights, detectors, n_prompts, seed, seq_len, window, no_bos, batch_size, referent_file, out_file, overwrite, quiet):
+    """Score every head with the chosen detectors; write the long-form scores table.
+
+    Columns: layer, head, detector, score, baseline, ci_low, ci_high, n, accuracy
+    (accuracy for referent only).
+    """
+    from headlens.analyses.heads.census import run_census
+    from headlens.probes.manifest import build_manifest
+    from headlens.probes.outputs import check_out_file, write_json
+    from headlens.reports.tables import check_table_path, write_table
+
+    out = check_table_path(out_file)
+    check_out_file(out, overwrite=overwrite)
+    manifest_path = out.with_name(out.stem + ".manifest.json")
+    config = _census_config(detectors, n_prompts, seed, seq_len, window, no_bos, batch_size, referent_file)
+    _precheck(config)
+    loaded = _load(model, device, dtype, revision, allow_new_weights)
+    with progress_bars("census", quiet=quiet) as progress:
+        result = run_census(loaded, config, progress=progress)
+    write_table(result.scores, out)
+    write_json(manifest_path, build_manifest(model=loaded, command=["headlens", *sys.argv[1:]], seed=seed, prepend_bos=config.prepend_bos, configs={"census": config}, extra={"stimuli": result.stimuli}))
+    _echo_notes(result)
+    click.echo(f"{len(result.scores)} scores ({result.scores['detector'].nunique()} detectors x {loaded.n_layers * loaded.n_heads} heads) -> {out}")
+
+
+def _echo_notes(result) -> None:
+    """Detectors that cannot measure this model (next_token on causal attention), on stderr."""
+    for note in getattr(result, "detector_notes", {}).values():
+        click.echo(f"note: {note}", err=True)
+
+
+def classify_to_dir(
+    loaded: Any,
+    config: Any,
+    out_dir: Path,
+    *,
+    thresholds: dict[str, float],
+    baseline_factor: float,
+    quiet: bool,
+    command: list[str],
+    extra: dict | None = None,
+    formats: tuple[str, ...] = ("png", "svg"),
+):
+    """Run the census and write scores.csv, roles.csv, heatmaps, summary.md, manifest.json."""
+    from headlens.analyses.heads.census import run_census
+    from headlens.analyses.heads.classify import classify_heads, default_thresholds
+    from headlens.probes.manifest import build_manifest
+    from headlens.probes.outputs import write_json, write_text
+    from headlens.reports.census_summary import census_summary
+    from headlens.reports.figures.common import detector_heatmaps
+    from headlens.reports.tables import write_table
+
+    with progress_bars("census", quiet=quiet) as progress:
+        result = run_census(loaded, config, progress=progress)
+    roles = classify_heads(result.scores, thresholds, baseline_factor=baseline_factor)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    write_table(result.scores, out_dir / "scores.csv")
+    write_table(roles, out_dir / "roles.csv")
+    detector_heatmaps(result.scores, roles, out_dir, formats=formats)
+    used = {k: v for k, v in {**default_thresholds(), **thresholds}.items() if k in set(result.scores["detector"])}
+    write_text(
+        out_dir / "summary.md",
+        census_summary(result.scores, roles, model=loaded.name, prepend_bos=config.prepend_bos, thresholds=used, baseline_factor=baseline_factor, stimuli=result.stimuli),
+    )
+    manifest = build_manifest(
+        model=loaded, command=command, seed=config.seed, prepend_bos=config.prepend_bos, configs={"census": config},
+        extra={"stimuli": result.stimuli, "thresholds": used, "baseline_factor": baseline_factor, **(extra or {})},
+    )
+    write_json(out_dir / "manifest.json", manifest)
+    return result, roles
+
+
+@click.command("classify")
+@model_options
+@census_options
+@click.option("--threshold", "thresholds", multiple=True, help="DETECTOR=VALUE, repeatable, e.g. --threshold induction=0.4.")
+@click.option("--baseline-factor", default=2.0, show_default=True, type=click.FloatRange(min=1.0), help="A role needs ci_low >= this x the uniform baseline.")
+@click.option("--mask", "mask_file", default=None, type=click.Path(dir_okay=False), help="Pruned-head set (JSON from 'headlens prune'): census the model with those heads zero-ablated.")
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Output folder.")
+@click.option("--overwrite", is_flag=True, help="Replace files in a non-empty output folder.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress lines.")
+def classify_cmd(model, device, dtype, revision, allow_new_weights, detectors, n_prompts, seed, seq_len, window, no_bos, batch_size, referent_file, thresholds, baseline_factor, mask_file, out_dir, overwrite, quiet):
+    """Give every head its roles: scores.csv, roles.csv, heatmaps, summary.md, manifest.json."""
+    from headlens.analyses.heads.classify import parse_thresholds
+    from headlens.probes.outputs import check_out_dir
+
+    out = check_out_dir(out_dir, overwrite=overwrite)
+    parsed = parse_thresholds(list(thresholds))
+    ablate: list[tuple[int, int]] = []
+    if mask_file:
+        from headlens.analyses.ablation.masks import read_mask
+
+        ablate = list(read_mask(mask_file).heads)
+    config = _census_config(detectors, n_prompts, seed, seq_len, window, no_bos, batch_size, referent_file, ablate)
+    _precheck(config)
+    loaded = _load(model, device, dtype, revision, allow_new_weights)
+    if mask_file:
+        from headlens.analyses.ablation.masks import read_mask
+
+        read_mask(mask_file).check(loaded.n_layers, loaded.n_heads)
+    result, roles = classify_to_dir(loaded, config, out, thresholds=parsed, baseline_factor=baseline_factor, quiet=quiet, command=["headlens", *sys.argv[1:]], extra={"mask": mask_file})
+    _echo_notes(result)
+    named = roles[roles["roles"] != ""]
+    click.echo(f"{len(named)} of {len(roles)} heads have a role -> {out}/roles.csv")
+    for r in named.itertuples():
+        click.echo(f"  {r.name:>6}  {r.roles}")
+
+
+@click.command("selftest")
+@click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda, cuda:N or mps.")
+@click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float16"]), default="float32", show_default=True)
+@click.option("--n-prompts", default=40, show_default=True, type=click.IntRange(min=1))
+@click.option("--keep", default=None, type=click.Path(file_okay=False), help="Keep the planted checkpoint and census in this folder.")
+@click.option("--quiet", "-q", is_flag=True)
+def selftest_cmd(device, dtype, n_prompts, keep, quiet):
+    """Build a model with planted heads and check that the census finds each one, and nothing else.
+
+    Exit 0 when every planted role is recovered on its head and no other head gets a
+    role; 1 otherwise.
+    """
+    from headlens.analyses.synthetic.selftest import run_selftest
+    from headlens.probes.errors import CheckFailed
+
+    with progress_bars("census", quiet=quiet) as progress:
+        report = run_selftest(device=device, dtype=dtype, n_prompts=n_prompts, folder=keep, progress=None if quiet else progress)
+    for line in report.lines():
+        click.echo(line)
+    if not report.ok:
+        raise CheckFailed(f"selftest failed: {report.n_failed} check(s) failed")
+    click.echo(f"selftest: pass ({len(report.checks)} checks on {report.device}, {report.dtype})")
+
+
+COMMANDS = [detect_cmd, classify_cmd, selftest_cmd]

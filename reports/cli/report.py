@@ -1,0 +1,72 @@
+"""``headlens report``: every analysis of a model, as one HTML page, Markdown and figure files."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from headlens.reports.cli.common import model_options, parse_csv
+from headlens.reports.progress import ReportBars
+
+
+@click.command("report")
+@model_options
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Report folder: report.html, report.md, manifest.json and one folder per stage.")
+@click.option("--quick", is_flag=True, help="Smoke-test settings (few windows and prompts, the sink census only; the head census keeps classify's defaults, so the roles are classify's): seconds on a small model.")
+@click.option("--text-file", default=None, type=click.Path(dir_okay=False), help="Evaluation text of ablation and pruning (default: the text that ships with headlens, analyses/data/eval_text.txt), as for `headlens ablate`; e.g. the demo model's held-out text from `headlens demo heldout`.")
+@click.option("--example-prompt", "example_prompts", multiple=True, help="A prompt whose attention the page shows head by head (repeatable; default: three built-in prompts).")
+@click.option("--no-bos", is_flag=True, help="Do not prepend BOS (Hugging Face / paper convention).")
+@click.option("--skip", default=None, help="Stages not to run, comma-separated: census, sinks, ablation_zero, ablation_mean, pruning, examples.")
+@click.option("--redo", default=None, help="Stages to recompute even if finished, comma-separated, or 'all'.")
+@click.option("--batch-size", default=8, show_default=True, type=click.IntRange(min=1), help="Sequences per forward pass.")
+@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--overwrite", is_flag=True, help="Write into a folder that holds another model's report (or other files); its stage folders are replaced.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress lines.")
+def report_cmd(model, device, dtype, revision, allow_new_weights, out_dir, quick, text_file, example_prompts, no_bos, skip, redo, batch_size, seed, overwrite, quiet):
+    """Run the head census, attention sinks, zero and mean ablation, pruning and example
+    attention patterns; write OUT/report.html (one self-contained page), OUT/report.md and
+    figures (PNG, SVG, PDF).
+
+    Each stage writes OUT/<stage>/ and then a marker; rerunning the same command loads
+    finished stages instead of recomputing them (an interrupted run resumes).  A stage that
+    fails is shown in the page as FAILED with its error, the others still run, and the exit
+    code is 1.
+    """
+    from headlens.probes.errors import CheckFailed
+    from headlens.reports.report.build import build_report
+
+    with ReportBars(quiet=quiet) as bars:
+        report = build_report(
+            model,
+            out_dir,
+            quick=quick,
+            text_file=text_file,
+            example_prompts=example_prompts or None,
+            prepend_bos=not no_bos,
+            seed=seed,
+            batch_size=batch_size,
+            skip=tuple(parse_csv(skip) or ()),
+            redo=tuple(parse_csv(redo) or ()),
+            overwrite=overwrite,
+            device=device,
+            dtype=dtype,
+            revision=revision,
+            allow_new_weights=allow_new_weights,
+            progress=bars,
+            command=["headlens", *sys.argv[1:]],
+        )
+    counts: dict[str, int] = {}
+    for s in report.stages:
+        counts[s.status] = counts.get(s.status, 0) + 1
+    summary = ", ".join(f"{n} {k}" for k, n in counts.items())
+    named = report.heads[report.heads["roles"] != ""] if len(report.heads) else report.heads
+    if report.roles is not None:
+        click.echo(f"{len(named)} of {len(report.heads)} heads have a role" + (": " + ", ".join(f"{r.name} ({r.roles.replace(';', ', ')})" for r in named.head(12).itertuples()) if len(named) else ""))
+    click.echo(f"wrote {report.out_dir}/report.html, report.md, manifest.json ({len(report.stages)} stages: {summary})")
+    if report.failed:
+        first = report.failed[0]
+        raise CheckFailed(f"{len(report.failed)} stage(s) failed ({first.name}: {first.error}); the report marks them FAILED: {report.out_dir}/report.html")
+
+
+COMMANDS = [report_cmd]

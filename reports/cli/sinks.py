@@ -1,0 +1,144 @@
+"""``headlens sinks``: the attention-sink investigation, and the seed measurement with ``--text``."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from headlens.reports.cli.common import HEADS, model_options, parse_csv, parse_ints
+from headlens.reports.progress import progress_bars
+
+
+@click.command("sinks")
+@model_options
+@click.option("--out", "out_dir", default=None, type=click.Path(file_okay=False), help="Output folder (required unless --text).")
+@click.option("--eps", default=0.3, show_default=True, type=float, help="Sink threshold on alpha (Gu et al. 2024), strictly between 0 and 1.")
+@click.option("--window", default=64, show_default=True, type=int, help="Tokens per census sequence, BOS (an encoder's [CLS] and [SEP]) included (Gu et al.: 64).")
+@click.option("--n-prompts", default=None, type=int, help="Number of sequences (default: every window of the evaluation text, at most 100).")
+@click.option("--bos", "bos", type=click.Choice(["both", "on", "off"]), default="both", show_default=True, help="Prepend BOS (encoders: wrap in [CLS] ... [SEP]): run both settings, only with, or only without.")
+@click.option("--no-bos", is_flag=True, help="Same as --bos off (Hugging Face and most papers do not prepend BOS).")
+@click.option("--prompts", "prompts_file", default=None, help="Your own texts instead of the evaluation text: one a line, or JSONL with 'text' (each cut to --window tokens).")
+@click.option("--heads", type=HEADS, default=None, help="Heads whose sink is removed, together and one by one, as LAYER.HEAD,... (default: the sink heads the census finds).")
+@click.option("--max-single", default=8, show_default=True, type=int, help="At most this many heads are also removed one by one (strongest sinks first).")
+@click.option("--keep-first", callback=parse_ints, default="1,4", show_default=True, help="First tokens kept by windowed attention, comma-separated (0, none kept, always runs).")
+@click.option("--attn-windows", callback=parse_ints, default=None, help="Window sizes for windowed attention, comma-separated (default: 8, 32, 128, 512, up to half of --long-tokens).")
+@click.option("--long-tokens", default=None, type=int, help="Length of the long sequences for windowed attention (default: the context, at most 1024).")
+@click.option("--n-long", default=2, show_default=True, type=int, help="Number of long sequences.")
+@click.option("--skip", default=None, help="Parts not to run, comma-separated: content, secondary, value_norm, removal, windowed.")
+@click.option("--text", "-t", default=None, help="Only the seed measurement on this text: per head, the last token's attention to the first vs 1/n.")
+@click.option("--top", default=20, show_default=True, type=click.IntRange(min=1), help="Heads printed per BOS setting with --text.")
+@click.option("--batch-size", default=8, show_default=True, type=int)
+@click.option("--seed", default=0, show_default=True, type=int, help="Seed of the random first tokens (recorded in the manifest).")
+@click.option("--overwrite", is_flag=True, help="Replace files in a non-empty output folder.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress lines.")
+def sinks_cmd(model, device, dtype, revision, allow_new_weights, out_dir, eps, window, n_prompts, bos, no_bos, prompts_file, heads, max_single, keep_first, attn_windows, long_tokens, n_long, skip, text, top, batch_size, seed, overwrite, quiet):
+    """Attention sinks: which heads sink, onto what, position or content, does the sink carry
+    anything, and what breaks without it.
+
+    Writes CSV tables (census, sink_rates, sink_rate_by_layer, sink_targets,
+    sink_targets_by_layer, content, content_verdicts, secondary_*, value_norm, removal,
+    windowed; removal and windowed are not run on encoders), heatmaps and plots (PNG and SVG),
+    summary.md and manifest.json to OUT.  With --text, only prints the seed measurement
+    (and writes seed_text.csv and manifest.json when --out is given).
+    """
+    import torch
+
+    from headlens.analyses.sinks.study import SinkConfig, run_sinks, seed_tables
+    from headlens.reports.sinks_tables import seed_text_lines, summary_markdown, write_tables
+    from headlens.probes.errors import InputError
+    from headlens.probes.manifest import build_manifest
+    from headlens.probes.outputs import check_out_dir, write_json, write_text
+    from headlens.probes.prompts import read_prompts
+
+    if out_dir is None and text is None:
+        raise click.UsageError("give --out DIR (or --text TEXT for the seed measurement alone)")
+    if text is not None and prompts_file is not None:
+        raise click.UsageError("give either --text or --prompts, not both")
+    if out_dir is not None:
+        check_out_dir(out_dir, overwrite=overwrite)
+    if no_bos:
+        if bos == "on":
+            raise click.UsageError("--no-bos contradicts --bos on")
+        bos = "off"
+    settings = {"both": (False, True), "on": (True,), "off": (False,)}[bos]
+    if text is not None and not text.strip():
+        raise InputError("--text is empty")
+    config = SinkConfig(
+        eps=eps,
+        window=window,
+        n_prompts=n_prompts,
+        bos=settings,
+        prompts=tuple(read_prompts(prompts_file)) if prompts_file is not None else None,
+        heads=heads,
+        max_single=max_single,
+        keep_first=keep_first if keep_first is not None else (),
+        attn_windows=attn_windows,
+        long_tokens=long_tokens,
+        n_long=n_long,
+        batch_size=batch_size,
+        seed=seed,
+        skip=tuple(parse_csv(skip) or ()),
+    )
+    torch.manual_seed(seed)
+    loaded = _load(model, device, dtype, revision, allow_new_weights)
+    command = ["headlens", *sys.argv[1:]]
+    if text is not None:
+        table = seed_tables(loaded, text, settings)
+        for line in seed_text_lines(table, top):
+            click.echo(line)
+        if out_dir is not None:
+            out = Path(out_dir)
+            write_tables({"seed_text": table}, out)
+            manifest = build_manifest(model=loaded, command=command, seed=seed, prepend_bos=settings[0] if len(settings) == 1 else None, extra={"sinks": {"text": text, "bos": list(settings)}})
+            write_json(out / "manifest.json", manifest)
+        return
+    with progress_bars("sinks", quiet=quiet) as progress:
+        report = run_sinks(loaded, config, progress=progress)
+    out = Path(out_dir)
+    tables = write_tables(report.tables, out)
+    from headlens.reports.figures.sinks import sink_figures
+
+    figures = sink_figures(report.tables, out, config.eps)
+    write_text(out / "summary.md", summary_markdown(report, model_name=model, figures=figures))
+    manifest = build_manifest(
+        model=loaded,
+        command=command,
+        seed=seed,
+        prepend_bos=settings[0] if len(settings) == 1 else None,
+        configs={"sinks": {k: v for k, v in _config_dict(config).items() if k != "prompts"}},
+        extra={"sinks": {**report.info, "bos_settings": list(settings), "files": sorted(p.name for p in [*tables, *figures]) + ["summary.md"], "prompts_file": prompts_file}},
+    )
+    write_json(out / "manifest.json", manifest)
+    rates = report.tables["sink_rates"]
+    for r in rates.itertuples():
+        heads_found = report.sink_heads(bool(r.bos))
+        names = ", ".join(f"{layer}.{head}" for layer, head in heads_found[:10]) + (" ..." if len(heads_found) > 10 else "")
+        click.echo(
+            f"{'BOS' if r.bos else 'no BOS'}: sink rate {r.sink_rate:.3f} (uniform attention {r.uniform_sink_rate:.3f}), "
+            f"mean alpha {r.mean_alpha:.3f} (uniform {r.uniform_alpha:.3f}), sink heads: {names or 'none'}"
+        )
+        if r.uniform_alpha > config.eps:
+            click.echo(f"note: uniform attention is itself above eps ({r.uniform_alpha:.3f} > {config.eps:g}) at these lengths; use longer sequences (Gu et al.: 64 tokens)", err=True)
+    for name, why in (report.info.get("skipped_variants") or {}).items():
+        click.echo(f"note: first-token variant {name} not run: {why}", err=True)
+    for name, why in (report.info.get("skipped") or {}).items():
+        click.echo(f"note: {name} {why}", err=True)
+    click.echo(f"wrote {len(tables)} tables, {len(figures)} figures, summary.md and manifest.json to {out}")
+
+
+def _config_dict(config) -> dict:
+    import dataclasses
+
+    return dataclasses.asdict(config)
+
+
+def _load(model: str, device: str, dtype: str, revision: str | None, allow_new_weights: bool = False):
+    from headlens.probes.config import ModelConfig
+    from headlens.probes.loading import load_model
+
+    return load_model(ModelConfig(model=model, device=device, dtype=dtype, revision=revision, allow_new_weights=allow_new_weights))
+
+
+COMMANDS = [sinks_cmd]

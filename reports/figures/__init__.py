@@ -1,0 +1,1 @@
+"""Figures (matplotlib ``Figure`` objects, seaborn styles; plotting imports are lazy)."""

@@ -1,0 +1,101 @@
+"""Figures of ablation and pruning studies, written as PNG and SVG (or the ``formats`` asked for).
+
+seaborn and matplotlib are imported inside the functions (Agg backend), so importing this
+module costs nothing.  SVGs are deterministic (fixed hash salt, no date).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from headlens.reports.figures.common import save_figure
+
+__all__ = ["ablation_heatmap", "pruning_curve"]
+
+
+def _label(metric: str) -> str:
+    from headlens.analyses.ablation.data import METRIC_LABELS
+
+    return METRIC_LABELS.get(str(metric), str(metric))
+
+
+def _plt() -> Any:
+    from headlens.reports.figures.common import _pyplot
+
+    return _pyplot()
+
+
+def ablation_heatmap(
+    table: pd.DataFrame, stem: str | Path, *, n_layers: int, n_heads: int, baseline: float, title: str | None = None, formats: Sequence[str] = ("png", "svg")
+) -> list[Path]:
+    """Layer x head heatmap of ``delta`` (diverging, centred on 0; heads not in the table blank).
+
+    Writes ``stem.png`` and ``stem.svg``; returns their paths.
+    """
+    plt = _plt()
+    import numpy as np
+    import seaborn as sns
+
+    grid = pd.DataFrame(np.nan, index=pd.RangeIndex(n_layers, name="layer"), columns=pd.RangeIndex(n_heads, name="head"))
+    for row in table.itertuples(index=False):
+        grid.loc[row.layer, row.head] = row.delta
+    finite = grid.to_numpy()[np.isfinite(grid.to_numpy())]
+    bound = float(np.abs(finite).max()) if finite.size else 1.0
+    bound = bound or 1.0
+    method = table["method"].iloc[0] if len(table) else "?"
+    metric = _label(table["metric"].iloc[0]) if len(table) else "?"
+    fig, ax = plt.subplots(figsize=(max(5.0, 2.5 + 0.55 * n_heads), max(2.8, 1.6 + 0.42 * n_layers)))
+    annot = n_layers * n_heads <= 16 * 16
+    sns.heatmap(
+        grid,
+        ax=ax,
+        cmap="RdBu_r",
+        vmin=-bound,
+        vmax=bound,
+        annot=annot,
+        fmt=".3f",
+        annot_kws={"size": 6 if n_layers * n_heads > 64 else 8},
+        cbar_kws={"label": f"change in {metric}"},
+        mask=grid.isna(),
+    )
+    ax.set_title(title or f"{method} ablation of each head: change in {metric} (baseline {baseline:.4g})")
+    ax.set_xlabel("head")
+    ax.set_ylabel("layer")
+    return save_figure(fig, stem, formats)
+
+
+def pruning_curve(
+    curve: pd.DataFrame, stem: str | Path, *, metric: str, baseline: float, max_increase: float, removable: float, title: str | None = None, formats: Sequence[str] = ("png", "svg")
+) -> list[Path]:
+    """Metric vs fraction of heads removed: importance order (Michel et al.) against random
+    orders (mean, +/- 1 std band, min-max band), with the ``max_increase`` threshold and the
+    removable fraction marked.  Writes ``stem.png`` and ``stem.svg``."""
+    plt = _plt()
+
+    x = curve["fraction_removed"] * 100
+    fig, ax = plt.subplots(figsize=(7.0, 4.2))
+    if curve["random_mean"].notna().any():
+        ax.fill_between(x, curve["random_min"], curve["random_max"], color="tab:gray", alpha=0.15, linewidth=0, label="random order: min-max")
+        ax.fill_between(x, curve["random_mean"] - curve["random_std"], curve["random_mean"] + curve["random_std"], color="tab:gray", alpha=0.3, linewidth=0, label="random order: mean +/- 1 sd")
+        ax.plot(x, curve["random_mean"], color="tab:gray", marker=".", label="random order: mean")
+    exact = metric == "embedding"
+    ax.plot(x, curve["value"], color="tab:blue", marker="o", label="exact importance order" if exact else "importance order (Michel et al.)")
+    sign = -1 if metric == "logit-diff" else 1
+    if exact:  # the unablated embedding change is 0: the threshold is absolute
+        threshold = baseline + max_increase
+        ax.axhline(threshold, color="tab:red", linestyle="--", linewidth=1, label=f"baseline + {max_increase:g}")
+    else:
+        threshold = baseline + sign * max_increase * abs(baseline)
+        ax.axhline(threshold, color="tab:red", linestyle="--", linewidth=1, label=f"baseline {'+' if sign > 0 else '-'}{max_increase:.0%}")
+    ax.axvline(removable * 100, color="tab:green", linestyle=":", linewidth=1.2, label=f"removable: {removable:.0%} of heads")
+    kv = curve.loc[(curve["fraction_removed"] - removable).abs().idxmin(), "kv_bytes_saved_per_1k_tokens"]
+    ax.set_xlabel("heads removed (%)")
+    ax.set_ylabel(_label(metric))
+    ax.set_title(title or f"Head pruning: {_label(metric)} vs heads removed (KV cache saved at removable point: {kv / 1024:.0f} KiB per 1k tokens)", fontsize=9)
+    ax.legend(fontsize=7, loc="best")
+    ax.grid(alpha=0.3)
+    return save_figure(fig, stem, formats)

@@ -1,0 +1,1 @@
+"""The report page: HTML and Markdown renderings of a built report."""

@@ -1,0 +1,1 @@
+"""The full report: settings, stages and the build that joins them."""
