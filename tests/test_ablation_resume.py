@@ -89,7 +89,7 @@ _DRIVER = textwrap.dedent(
     """
     import os, sys, time
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from headlens.analyses import resume
+    from headlens.analyses.ablation import journal as resume
 
     _append = resume.Journal.append
 

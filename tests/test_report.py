@@ -252,7 +252,7 @@ def test_changed_settings_rerun_only_the_stages_they_change(report_copy, tiny_ch
 
 
 def test_failed_stage_is_shown_and_retried(report_copy, tiny_checkpoint, monkeypatch):
-    from headlens.reports import report as report_mod
+    from headlens.reports.report import build as report_mod
 
     def boom(ctx):
         raise RuntimeError("sink probe exploded <b>bold</b>\nsecond line")

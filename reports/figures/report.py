@@ -35,13 +35,13 @@ def sink_alpha_heatmap(census: pd.DataFrame, stem: Path, *, eps: float, bos: boo
 
 def ablation_heatmap(table: pd.DataFrame, stem: Path, *, n_layers: int, n_heads: int, baseline: float) -> list[Path]:
     """Change in the metric when each head is ablated alone (diverging, centred on 0)."""
-    from headlens.reports import figures_ablation
+    from headlens.reports.figures import ablation as figures_ablation
 
     return figures_ablation.ablation_heatmap(table, stem, n_layers=n_layers, n_heads=n_heads, baseline=baseline, formats=FIGURE_FORMATS)
 
 
 def pruning_curve(curve: pd.DataFrame, stem: Path, *, metric: str, baseline: float, max_increase: float, removable: float) -> list[Path]:
     """Metric vs heads removed: importance order against random orders (mean, +/- 1 sd, min-max)."""
-    from headlens.reports import figures_ablation
+    from headlens.reports.figures import ablation as figures_ablation
 
     return figures_ablation.pruning_curve(curve, stem, metric=metric, baseline=baseline, max_increase=max_increase, removable=removable, formats=FIGURE_FORMATS)
