@@ -50,15 +50,14 @@ import numbers
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
 from typing import Any
 
 import torch
-from jaxtyping import Float
 from torch import Tensor
 
 from headlens.probes.attention import attention_core, attention_spec
 from headlens.probes.errors import InputError, InterventionError
+from headlens.probes.edit_functions import ACTIVE, ATTENTION_IMPLEMENTATION, Edit, LayerState, edited, neo_attn, register
 from headlens.probes.hooks import attached
 
 __all__ = [
@@ -72,36 +71,13 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-#: ``edit(scores[batch, head, q, k]) -> scores`` (masked, pre-softmax).
-Edit = Callable[[Float[Tensor, "batch head q k"]], Float[Tensor, "batch head q k"]]
-
-#: The name headlens' attention function is registered under in ``transformers.AttentionInterface``.
-ATTENTION_IMPLEMENTATION = "headlens_score_edits"
-
 #: ``model.extra`` key of the guard's verdicts: ``{kind: None (edits take effect) or the reason they do not}``.
 _PROBE_KEY = "score_edit_probe"
 
-#: Hugging Face attention classes whose eager function computes ``q . k`` in float32 whatever the dtype.
-_UPCAST_QK = frozenset({"GPTJAttention"})
+_MISSING = object()
 
 #: Attention classes whose ``_attn`` method headlens replaces (the class must not override ``forward``).
 _METHOD_CLASSES = frozenset({"GPTNeoSelfAttention"})
-
-
-@dataclass
-class _LayerState:
-    """What headlens' attention function does for one Hugging Face attention module while a ``with`` block holds."""
-
-    family: str
-    layer: int
-    edit: Edit | None
-    calls: int = 0
-
-
-#: ``id(module) -> state`` of the modules inside a ``score_edits`` block; empty outside.
-_ACTIVE: dict[int, _LayerState] = {}
-_registered = False
-_MISSING = object()
 
 
 # ----------------------------------------------------------------------------- backends
@@ -172,108 +148,6 @@ def _check_edits(model: Any, edits: Mapping[int, Edit]) -> dict[int, Edit]:
     return out
 
 
-def _edited(edit: Edit, scores: Tensor, family: str, layer: int) -> Tensor:
-    result = edit(scores)
-    if not isinstance(result, Tensor) or result.shape != scores.shape:
-        got = tuple(result.shape) if isinstance(result, Tensor) else type(result).__name__
-        raise InterventionError(
-            f"score edit on {family} layer {layer}: returned {got}, expected a tensor of shape {tuple(scores.shape)}",
-            family=family,
-            layer=layer,
-        )
-    return result
-
-
-# ----------------------------------------------------------------------------- headlens' attention functions
-
-
-def _repeat_kv(x: Tensor, groups: int) -> Tensor:
-    """``[batch, kv_head, pos, d]`` -> ``[batch, kv_head * groups, pos, d]`` in Hugging Face's ``repeat_kv`` order."""
-    return x if groups == 1 else x.repeat_interleave(groups, dim=1)
-
-
-def _additive(mask: Tensor, dtype: torch.dtype) -> Tensor:
-    if mask.dtype == torch.bool:
-        return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(~mask, torch.finfo(dtype).min)
-    return mask
-
-
-def _interface_attention(
-    module: Any,
-    query: Tensor,
-    key: Tensor,
-    value: Tensor,
-    attention_mask: Tensor | None,
-    scaling: float | None = None,
-    dropout: float = 0.0,
-    softcap: float | None = None,
-    **kwargs: Any,
-) -> tuple[Tensor, Tensor]:
-    """The eager attention of the Hugging Face families, plus the edit of this module's layer (if any)."""
-    state = _ACTIVE.get(id(module))
-    if kwargs.get("s_aux") is not None:
-        family = state.family if state else type(module).__name__
-        raise InterventionError(f"score edits on {family}: attention sinks (s_aux) are not reproduced by headlens", family=family)
-    groups = int(getattr(module, "num_key_value_groups", 1) or 1)
-    key, value = _repeat_kv(key, groups), _repeat_kv(value, groups)
-    if scaling is None:
-        scaling = query.shape[-1] ** -0.5
-    if type(module).__name__ in _UPCAST_QK:
-        scores = torch.matmul(query.float(), key.float().transpose(2, 3)) * scaling
-    else:
-        scores = torch.matmul(query, key.transpose(2, 3)) * scaling
-    if softcap is not None:
-        scores = torch.tanh(scores / softcap) * softcap
-    if attention_mask is not None:
-        scores = scores + _additive(attention_mask, scores.dtype)[..., : key.shape[-2]]
-    if state is not None:
-        state.calls += 1
-        if state.edit is not None:
-            scores = _edited(state.edit, scores, state.family, state.layer)
-    weights = torch.nn.functional.softmax(scores, dim=-1, dtype=torch.float32).to(value.dtype)
-    weights = torch.nn.functional.dropout(weights, p=dropout, training=module.training)
-    out = torch.matmul(weights, value).transpose(1, 2).contiguous()
-    return out, weights
-
-
-def _register() -> None:
-    """Register :func:`_interface_attention` and the eager mask builder under :data:`ATTENTION_IMPLEMENTATION`, once."""
-    global _registered
-    if _registered:
-        return
-    from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface, eager_mask
-
-    AttentionInterface.register(ATTENTION_IMPLEMENTATION, _interface_attention)
-    AttentionMaskInterface.register(ATTENTION_IMPLEMENTATION, eager_mask)
-    _registered = True
-
-
-def _neo_attn(module: Any) -> Callable[..., tuple[Tensor, Tensor]]:
-    """``GPTNeoSelfAttention._attn`` (transformers 5) with the edit of the module's layer after the masks."""
-
-    def _attn(query: Tensor, key: Tensor, value: Tensor, attention_mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
-        state = _ACTIVE.get(id(module))
-        query, key = query.to(torch.float32), key.to(torch.float32)
-        scores = torch.matmul(query, key.transpose(-1, -2))
-        q_len, k_len = query.size(-2), key.size(-2)
-        causal = module.bias[:, :, k_len - q_len : k_len, :k_len]
-        mask_value = torch.tensor(torch.finfo(scores.dtype).min, dtype=scores.dtype, device=scores.device)
-        scores = torch.where(causal, scores, mask_value)
-        if attention_mask is not None:
-            scores = scores + _additive(attention_mask, scores.dtype)
-        if state is not None:
-            state.calls += 1
-            if state.edit is not None:
-                scores = _edited(state.edit, scores, state.family, state.layer)
-        weights = torch.nn.functional.softmax(scores, dim=-1).to(value.dtype)
-        weights = module.attn_dropout(weights)
-        return torch.matmul(weights, value), weights
-
-    _attn.headlens = True  # type: ignore[attr-defined]
-    return _attn
-
-
 # ----------------------------------------------------------------------------- the context manager
 
 
@@ -299,9 +173,9 @@ def _switched_implementation(configs: list[Any]) -> Iterator[None]:
 
 
 @contextmanager
-def _active_states(states: dict[int, _LayerState]) -> Iterator[None]:
-    """Entries of :data:`_ACTIVE` for the duration; a nested block's entries shadow the outer ones, which come back."""
-    saved = {key: _ACTIVE.get(key) for key in states}
+def _active_states(states: dict[int, LayerState]) -> Iterator[None]:
+    """Entries of :data:`ACTIVE` for the duration; a nested block's entries shadow the outer ones, which come back."""
+    saved = {key: ACTIVE.get(key) for key in states}
     try:
         for key, state in states.items():
             outer = saved[key]
@@ -310,14 +184,14 @@ def _active_states(states: dict[int, _LayerState]) -> Iterator[None]:
                 state.edit = lambda s, a=first, b=second: b(a(s))  # nested blocks compose: outer edit first
             elif outer is not None and state.edit is None:
                 state.edit = outer.edit
-            _ACTIVE[key] = state
+            ACTIVE[key] = state
         yield
     finally:
         for key, outer in saved.items():
             if outer is None:
-                _ACTIVE.pop(key, None)
+                ACTIVE.pop(key, None)
             else:
-                _ACTIVE[key] = outer
+                ACTIVE[key] = outer
 
 
 @contextmanager
@@ -327,7 +201,7 @@ def _method_replaced(module: Any) -> Iterator[None]:
     if getattr(current, "headlens", False):
         yield
         return
-    module._attn = _neo_attn(module)
+    module._attn = neo_attn(module)
     try:
         yield
     finally:
@@ -339,13 +213,13 @@ def _method_replaced(module: Any) -> Iterator[None]:
 
 def _hook(edit: Edit, family: str, layer: int) -> Callable[..., Tensor]:
     def hook(scores: Tensor, hook: Any = None) -> Tensor:
-        return _edited(edit, scores, family, layer)
+        return edited(edit, scores, family, layer)
 
     return hook
 
 
 @contextmanager
-def _applied(model: Any, edits: Mapping[int, Edit | None], states: dict[int, _LayerState] | None = None) -> Iterator[None]:
+def _applied(model: Any, edits: Mapping[int, Edit | None], states: dict[int, LayerState] | None = None) -> Iterator[None]:
     """The edits in place, without the guard.  ``None`` runs a layer through its backend unedited.
 
     ``states`` (layer -> state), when given, receives the per-layer state of the interface
@@ -360,13 +234,13 @@ def _applied(model: Any, edits: Mapping[int, Edit | None], states: dict[int, _La
     ]
     with ExitStack() as stack:
         stack.enter_context(attached(model.bridge, hooks))
-        active: dict[int, _LayerState] = {}
+        active: dict[int, LayerState] = {}
         configs: dict[int, Any] = {}
         for layer, backend in backends.items():
             if backend == "native":
                 continue
             module = _module(model, layer)
-            state = _LayerState(family=family, layer=layer, edit=edits[layer])
+            state = LayerState(family=family, layer=layer, edit=edits[layer])
             active[id(module)] = state
             if states is not None:
                 states[layer] = state
@@ -376,7 +250,7 @@ def _applied(model: Any, edits: Mapping[int, Edit | None], states: dict[int, _La
                 configs.setdefault(id(module.config), module.config)
         stack.enter_context(_active_states(active))
         if configs:
-            _register()
+            register()
             stack.enter_context(_switched_implementation(list(configs.values())))
         for layer, backend in backends.items():
             if backend == "method":
@@ -410,7 +284,7 @@ def _probe(model: Any, layer: int, backend: str) -> str | None:
     """None when an edit of ``layer`` through ``backend`` takes effect and an empty edit changes nothing; else why not."""
     tokens = _probe_tokens(model)
 
-    states: dict[int, _LayerState] = {}
+    states: dict[int, LayerState] = {}
 
     def logits(edit: Edit) -> Tensor:
         with _applied(model, {layer: edit}, states):

@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 
 import headlens.probes.interventions as interventions
+import headlens.probes.edit_functions as edit_functions
 from headlens.analyses.sinks.intervene import mean_loss, removal_edits, removal_hooks, window_edits, window_hooks
 from headlens.probes.errors import InterventionError
 from headlens.analyses.synthetic.families import FAMILIES
@@ -86,7 +87,7 @@ def _state(model):
     configs = [bridge.original_model.config] + [bridge.blocks[layer].attn.original_component.config for layer in range(model.n_layers)]
     impl = [c.__dict__.get("_attn_implementation_internal") for c in configs]
     own_attn = ["_attn" in bridge.blocks[layer].attn.original_component.__dict__ for layer in range(model.n_layers)]
-    return hooks, impl, own_attn, dict(interventions._ACTIVE)
+    return hooks, impl, own_attn, dict(edit_functions.ACTIVE)
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -137,7 +138,11 @@ def test_the_guard_refuses_an_edit_that_is_discarded(family, family_model, monke
     shared = family_model(family)
     model = dataclasses.replace(shared, extra={})  # same bridge, fresh probe verdicts
     before = _state(model)
-    monkeypatch.setattr(interventions, "_edited", lambda edit, scores, family, layer: scores)
+    def drop(edit, scores, family, layer):
+        return scores
+
+    monkeypatch.setattr(interventions, "edited", drop)  # the hook backend
+    monkeypatch.setattr(edit_functions, "edited", drop)  # headlens' attention functions
     with pytest.raises(InterventionError, match=rf"on {family}: refused for layer 0: .*unchanged"):
         with score_edits(model, removal_edits({0: [0]})):
             pytest.fail("the block must not run")
