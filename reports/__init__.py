@@ -10,8 +10,8 @@ from headlens.probes._lazy import lazy_exports
 _EXPORTS = {
     "build_report": "headlens.reports.report.build",
     "load_report": "headlens.reports.report.build",
-    "Report": "headlens.reports.report.build",
-    "ReportSettings": "headlens.reports.report.build",
+    "Report": "headlens.reports.report.result",
+    "ReportSettings": "headlens.reports.report.settings",
     "ReportProgress": "headlens.reports.report.build",
     "render_html": "headlens.reports.page.html",
     "render_markdown": "headlens.reports.page.markdown",

@@ -9,6 +9,7 @@ import pandas as pd
 
 from headlens.analyses.heads.detectors import registry
 from headlens.reports.markdown import markdown_table
+from headlens.reports.tables import roles_joined
 
 __all__ = ["census_summary"]
 
@@ -19,7 +20,7 @@ def _fmt(x: float) -> str:
 
 def census_summary(
     scores: pd.DataFrame,
-    roles: pd.DataFrame,
+    classified: Any,
     *,
     model: str,
     prepend_bos: bool,
@@ -29,7 +30,8 @@ def census_summary(
     top: int = 5,
     notes: pd.DataFrame | None = None,
 ) -> str:
-    """The summary; ``notes`` (``CensusResult.notes``) are the sliding-window notes, read from
+    """The summary of ``scores`` and their roles ``classified``
+    (:class:`headlens.analyses.heads.classify.HeadRoles`); ``notes`` (``CensusResult.notes``) are the sliding-window notes, read from
     the stimuli info's ``window_notes`` when not given.  The stimuli info's ``notes`` (bidirectional
     attention, detectors not measurable on causal attention) get a section of their own."""
     reg = registry()
@@ -70,14 +72,15 @@ def census_summary(
         lines += ["", "## Notes", "", "A score that is not measurable shows n/a and never gives a role.", ""]
         lines += [f"- {note}" for note in other_notes]
     lines += ["", "## Roles", ""]
-    named = roles[roles["roles"].fillna("") != ""]
-    if len(named):
-        rows = [(r.name, r.roles.replace(";", ", "), f"{r.strongest_score:.3f} ({r.strongest_detector})") for r in named.itertuples()]
-        lines += markdown_table(rows, ["head", "roles", "strongest score"]).split("\n")
+    heads, long = classified.heads, classified.roles
+    joined = roles_joined(long, heads, sep=", ")
+    named = [(r.name, text, f"{r.strongest_score:.3f} ({r.strongest_detector})") for r, text in zip(heads.itertuples(), joined) if text]
+    if named:
+        lines += markdown_table(named, ["head", "roles", "strongest score"]).split("\n")
     else:
         lines.append("No head cleared a threshold.")
-    counts = {det: int(sum(det in str(x).split(";") for x in roles["roles"].fillna(""))) for det in scores["detector"].unique()}
-    lines += ["", f"{len(named)} of {len(roles)} heads have at least one role; " + ", ".join(f"{k}: {v}" for k, v in counts.items()) + ".", ""]
+    counts = {det: int((long["role"] == det).sum()) for det in scores["detector"].unique()}
+    lines += ["", f"{len(named)} of {len(heads)} heads have at least one role; " + ", ".join(f"{k}: {v}" for k, v in counts.items()) + ".", ""]
     lines += ["## Strongest heads per detector", ""]
     for det, g in scores.groupby("detector", sort=False):
         d = reg.get(str(det))

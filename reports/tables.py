@@ -9,7 +9,7 @@ import pandas as pd
 from headlens.probes.errors import InputError
 from headlens.probes.outputs import atomic_write
 
-__all__ = ["TABLE_FORMATS", "check_table_path", "write_table", "read_table", "baseline_label"]
+__all__ = ["TABLE_FORMATS", "check_table_path", "write_table", "read_table", "baseline_label", "roles_joined", "head_roles_table"]
 
 TABLE_FORMATS = (".csv", ".parquet", ".json")
 
@@ -56,3 +56,25 @@ def baseline_label(baselines: pd.Series, nd: int = 3) -> str:
     if round(lo, nd) == round(hi, nd):
         return f"{lo:.{nd}f}"
     return f"{lo:.{nd}f} to {hi:.{nd}f} by layer"
+
+
+def roles_joined(roles: pd.DataFrame, heads: pd.DataFrame, sep: str = ";") -> list[str]:
+    """The human-readable roles column: for each row of ``heads`` (columns ``layer, head``), its
+    roles from the long table ``roles`` (``layer, head, role``), sorted and joined by ``sep``;
+    ``""`` for a head without a role.
+
+    The only place a joined roles string is made: code that needs a head's roles asks the long
+    table (:func:`headlens.analyses.heads.classify.roles_of`), never splits this.
+    """
+    from headlens.analyses.heads.classify import roles_of
+
+    by_head = roles_of(roles)
+    return [sep.join(sorted(by_head.get((int(a), int(b)), ()))) for a, b in zip(heads["layer"], heads["head"])]
+
+
+def head_roles_table(classified) -> pd.DataFrame:
+    """``heads.csv``: one row per head, ``layer, head, name, roles`` (the rendering above, ``;``)
+    ``, strongest_detector, strongest_score``, from a :class:`~headlens.analyses.heads.classify.HeadRoles`."""
+    heads = classified.heads.copy()
+    heads.insert(3, "roles", roles_joined(classified.roles, heads))
+    return heads

@@ -31,13 +31,16 @@ def test_classify_writes_everything(runner, tiny_checkpoint, tmp_path):
     res = runner.invoke(cli, ["classify", "-m", str(tiny_checkpoint), *SMALL, "--threshold", "induction=0.4", "--out", str(out)])
     assert res.exit_code == 0, res.output
     names = {p.name for p in out.iterdir()}
-    assert {"scores.csv", "roles.csv", "summary.md", "manifest.json"} <= names
+    assert {"scores.csv", "roles.csv", "heads.csv", "summary.md", "manifest.json"} <= names
     for det in ["previous_token", "duplicate_token", "induction", "sink", "referent"]:
         assert f"heatmap_{det}.png" in names and f"heatmap_{det}.svg" in names
-    roles = pd.read_csv(out / "roles.csv", keep_default_na=False, dtype={"name": str})  # "1.10" must not become 1.1
-    assert list(roles.columns) == ["layer", "head", "name", "roles", "strongest_detector", "strongest_score"]
-    assert len(roles) == 8 and list(roles.name) == [f"{l}.{h}" for l in range(2) for h in range(4)]
-    assert (roles.roles == "").all(), "a random tiny model has no head with a role"
+    roles = pd.read_csv(out / "roles.csv", keep_default_na=False, dtype={"name": str})  # the long table
+    assert list(roles.columns) == ["layer", "head", "name", "role"]
+    assert len(roles) == 0, "a random tiny model has no head with a role"
+    heads = pd.read_csv(out / "heads.csv", keep_default_na=False, dtype={"name": str})  # "1.10" must not become 1.1
+    assert list(heads.columns) == ["layer", "head", "name", "roles", "strongest_detector", "strongest_score"]
+    assert len(heads) == 8 and list(heads.name) == [f"{l}.{h}" for l in range(2) for h in range(4)]
+    assert (heads.roles == "").all()
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["thresholds"]["induction"] == 0.4
 

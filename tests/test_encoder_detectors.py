@@ -33,7 +33,7 @@ import pytest
 import torch
 
 from headlens.analyses.heads.census import CensusConfig, build_stimuli, run_census
-from headlens.analyses.heads.classify import classify_heads
+from headlens.analyses.heads.classify import classify_heads, heads_with_role
 from headlens.analyses.heads.detectors import BatchContext, registry
 from headlens.analyses.heads.detectors.base import mean_attention_at
 from headlens.analyses.sinks.study import SinkConfig, census_batch, run_sinks, seed_measurement
@@ -153,7 +153,7 @@ def test_minilm_census_equals_hugging_face_reference(minilm_model, hf_minilm):
         # a head this far above threshold and baseline gets the role
         roles = classify_heads(table)
         name = f"{layer}.{head}"
-        has_role = det in roles.set_index("name").loc[name, "roles"].split(";")
+        has_role = name in heads_with_role(roles.roles, det)
         assert has_role == bool(best["score"] >= registry()[det].threshold and best["ci_low"] >= 2 * best["baseline"])
     assert ref["previous_token"][0].mean(0).max() > 0.9 and ref["next_token"][0].mean(0).max() > 0.5  # both roles exist
     notes = " ".join(result.stimuli["natural"]["notes"])
@@ -302,8 +302,8 @@ def test_next_token_is_not_measurable_on_causal_models(which, tiny_model, family
     assert "not measurable on causal attention" in result.detector_notes["next_token"]
     assert any("not measurable on causal attention" in n for n in result.stimuli["natural"]["notes"])
     roles = classify_heads(table, {"next_token": 1e-9}, baseline_factor=1.0)
-    assert not any("next_token" in r.split(";") for r in roles["roles"])
-    assert (roles["strongest_detector"] != "next_token").all()
+    assert heads_with_role(roles.roles, "next_token") == set()
+    assert (roles.heads["strongest_detector"] != "next_token").all()
     # the other detectors are what they were without next_token
     alone = run_census(model, CensusConfig(**{**config.__dict__, "detectors": ("previous_token", "sink", "induction", "duplicate_token")}))
     for det in ("previous_token", "sink", "induction", "duplicate_token"):
@@ -337,12 +337,10 @@ def test_sink_targets_on_a_decoder(tiny_model):
 
 
 @pytest.mark.slow
-def test_cli_classify_and_sinks_on_minilm(minilm_dir, tmp_path):
-    from click.testing import CliRunner
+def test_cli_classify_and_sinks_on_minilm(minilm_dir, tmp_path, runner):
 
     from headlens.reports.cli.main import cli
 
-    runner = CliRunner()
     out = tmp_path / "classify"
     res = runner.invoke(cli, ["classify", "-m", str(minilm_dir), "--n-prompts", "3", "--window", "24", "--seq-len", "8", "-q", "--out", str(out)])
     assert res.exit_code == 0, res.output

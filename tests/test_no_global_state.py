@@ -142,7 +142,7 @@ def test_logits_to_keep_fallback_is_logged_and_other_type_errors_raise(tiny_mode
 
     try:
         tiny_model.extra["logits_to_keep"] = True
-        with caplog.at_level(logging.DEBUG, logger="headlens.analyses.ablation.data"):
+        with caplog.at_level(logging.DEBUG, logger="headlens.analyses.ablation.metrics"):
             model_values(tiny_model, tokens, lengths, data, [0], run=no_keep)
         assert tiny_model.extra["logits_to_keep"] is False
         assert any("logits_to_keep" in rec.getMessage() for rec in caplog.records)
@@ -155,11 +155,11 @@ def test_logits_to_keep_fallback_is_logged_and_other_type_errors_raise(tiny_mode
 
 
 def test_discarded_report_journal_is_logged(tmp_path, caplog):
-    from headlens.reports.report.build import _journal
+    from headlens.reports.report.markers import open_journal as _journal
 
     path = tmp_path / "journal.jsonl"
     path.write_text('{"journal": "headlens", "kind": "ablate", "key": {"model": "other"}}\n')
-    with caplog.at_level(logging.WARNING, logger="headlens.reports.report.build"):
+    with caplog.at_level(logging.WARNING, logger="headlens.reports.report.markers"):
         j = _journal(path, "ablate", {"model": "this"})
     assert not j.resumed
     assert any("discarding journal" in rec.getMessage() for rec in caplog.records)

@@ -40,6 +40,17 @@ def test_wheel_holds_only_the_headlens_package(wheel):
 
 
 @pytest.mark.slow
+def test_wheel_holds_the_report_page_templates_and_static_files(wheel):
+    """report.html is rendered from template files and inlines CSS/JS files: they must ship."""
+    names = set(zipfile.ZipFile(wheel).namelist())
+    page = ROOT / "reports" / "page"
+    shipped = sorted(str(p.relative_to(page)) for d in ("templates", "static") for p in (page / d).rglob("*") if p.is_file())
+    assert {"templates/report.html.j2", "templates/macros.html.j2", "static/report.css", "static/report.js"} <= set(shipped)
+    for rel in shipped:
+        assert f"headlens/reports/page/{rel}" in names, rel
+
+
+@pytest.mark.slow
 def test_wheel_imports_in_a_fresh_venv(wheel, tmp_path):
     """No dependencies installed: importing the package and its layers must not need torch."""
     venv = tmp_path / "venv"

@@ -14,7 +14,7 @@ import torch
 
 from headlens.analyses.stats import bootstrap_mean_ci
 from headlens.analyses.heads.census import CensusConfig, build_stimuli, run_census
-from headlens.analyses.heads.classify import classify_heads
+from headlens.analyses.heads.classify import classify_heads, heads_with_role
 from headlens.analyses.heads.detectors import BatchContext
 from headlens.analyses.heads.detectors.referent import (
     DETECTOR,
@@ -32,8 +32,8 @@ from headlens.analyses.stimuli import fit_referent_items, locate_tokens, referen
 ALPHA = DETECTOR.threshold
 
 
-def _roles(roles: pd.DataFrame, role: str = "referent") -> set[str]:
-    return {r.name for r in roles.itertuples() if role in str(r.roles).split(";")}
+def _roles(classified, role: str = "referent") -> set[str]:
+    return heads_with_role(classified.roles, role)
 
 
 def _scores_rows(table: pd.DataFrame) -> pd.DataFrame:
@@ -341,10 +341,11 @@ def test_items_without_pairs_are_units_of_their_own(planted_model, tmp_path):
     """A user's file without ``pair``/``frame``: every sentence is a unit and a frame of its own."""
     from dataclasses import replace
 
-    from headlens.analyses.stimuli import save_referent_file
+    from headlens.analyses.stimuli import referent_jsonl
+    from headlens.probes.outputs import write_text
 
     items = [replace(i, pair="", frame="") for i in referent_items(30, seed=5)]
-    path = save_referent_file(items, tmp_path / "mine.jsonl")
+    path = write_text(tmp_path / "mine.jsonl", referent_jsonl(items))
     result = run_census(planted_model, CensusConfig(detectors=("referent",), n_prompts=30, n_bootstrap=100, referent_file=str(path)))
     table = result.referent.set_index(["layer", "head"])
     assert (table["n_units"] == 30).all() and table.loc[(1, 1), "wins"] == 30

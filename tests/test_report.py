@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from click.testing import CliRunner
 
 from headlens.reports.cli.main import cli
 
@@ -29,7 +28,7 @@ def report_args(model: Path, out: Path, *extra: str) -> list[str]:
 
 
 @pytest.fixture(scope="session")
-def quick_report(tiny_checkpoint, tmp_path_factory):
+def quick_report(tiny_checkpoint, tmp_path_factory, runner):
     """``(folder, CliRunner result)`` of ``headlens report --quick`` on the tiny checkpoint.
 
     Cached at module level, so the browser tests that import this fixture share the one build.
@@ -37,7 +36,7 @@ def quick_report(tiny_checkpoint, tmp_path_factory):
     key = str(tiny_checkpoint)
     if key not in _BUILT:
         out = tmp_path_factory.mktemp("report") / "r"
-        res = CliRunner().invoke(cli, report_args(tiny_checkpoint, out))
+        res = runner.invoke(cli, report_args(tiny_checkpoint, out))
         assert res.exit_code == 0, res.output
         _BUILT[key] = (out, res)
     return _BUILT[key]
@@ -90,6 +89,7 @@ def test_report_object_tables(quick_report):
     r = load_report(quick_report[0])
     assert r.ok and (r.n_layers, r.n_heads) == (2, 4)
     assert list(r.heads["name"]) == ["0.0", "0.1", "0.2", "0.3", "1.0", "1.1", "1.2", "1.3"]
+    assert list(r.roles.columns) == ["layer", "head", "name", "role"]  # the long table: one row per (head, role)
     for col in ("roles", "previous_token", "induction", "duplicate_token", "sink", "referent", "sink_alpha", "zero_delta", "mean_delta", "importance", "pruned_at"):
         assert col in r.heads.columns, col
     assert r.heads[["previous_token", "sink_alpha", "zero_delta", "mean_delta", "importance"]].notna().all().all()
@@ -111,8 +111,8 @@ def test_html_is_self_contained(quick_report):
     assert "src=" not in page.replace('id="hl-data"', "")  # no external script, image or frame
     for url in re.findall(r'href="([^"]*)"', page):
         assert url.startswith(("#", "data:")) or not re.match(r"[a-z]+:", url), url
-    assert re.findall(r"https?://", page) == ["http://"]  # only the inline SVG's xmlns
-    assert "http://www.w3.org/2000/svg" in page and "@import" not in page
+    assert re.findall(r"https?://\S*", page) == ['http://www.w3.org/2000/svg"']  # only the inline SVG's xmlns
+    assert "@import" not in page
     assert len(re.findall(r"<script\b", page)) == 2  # the data block and the one script
     assert page.count('<script type="application/json" id="hl-data">') == 1
 
@@ -123,7 +123,10 @@ def test_html_content(quick_report):
     assert rows == ["0.0", "0.1", "0.2", "0.3", "1.0", "1.1", "1.2", "1.3"]
     for map_id in ("hm-previous_token", "hm-induction", "hm-duplicate_token", "hm-sink", "hm-referent", "hm-sink-alpha", "hm-zero-ablation", "hm-mean-ablation", "hm-importance"):
         assert f'id="{map_id}"' in page, map_id
-    assert '<svg id="pruning-svg"' in page and 'class="importance"' in page and 'class="band-minmax"' in page
+    # one pruning chart: the stage's matplotlib figure, inlined (no second, hand-drawn one)
+    svg = page.split('<div class="curve">', 1)[1].split("</div>", 1)[0]
+    assert svg.startswith("<svg ") and 'id="pruning-svg"' in svg and svg.count("<svg") == 1 and "<path" in svg
+    assert "<script" not in svg and "xlink:" not in svg and "<metadata" not in svg
     assert 'id="role-filter"' in page and 'id="head-search"' in page and 'id="manifest-json"' in page
     assert "FAILED" not in page.split("<script", 1)[0]
 
@@ -134,7 +137,7 @@ def test_untrusted_strings_are_escaped(quick_report):
     out = quick_report[0]
     page = (out / "report.html").read_text()
     assert "<script>alert" not in page and "alert(1)</script>" not in page
-    assert "&lt;script&gt;alert(1)&lt;/script&gt; &amp; &quot;quotes&quot; &#x27;too&#x27; | pipes" in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt; &amp; &#34;quotes&#34; &#39;too&#39; | pipes" in page  # Jinja2 autoescape
     data = page.split('<script type="application/json" id="hl-data">', 1)[1].split("</script>", 1)[0]
     assert "<" not in data and ">" not in data and "&" not in data
     payload = json.loads(data)
@@ -189,9 +192,9 @@ def test_notebook_repr_is_a_sandboxed_iframe(quick_report):
 # --------------------------------------------------------------------------- resuming
 
 
-def test_rerun_loads_every_stage(report_copy, tiny_checkpoint):
+def test_rerun_loads_every_stage(report_copy, tiny_checkpoint, runner):
     before = (report_copy / "report.html").read_text()
-    res = CliRunner().invoke(cli, report_args(tiny_checkpoint, report_copy))
+    res = runner.invoke(cli, report_args(tiny_checkpoint, report_copy))
     assert res.exit_code == 0, res.output
     assert "running" not in res.stderr
     for i, stage in enumerate(STAGES, start=1):
@@ -224,10 +227,10 @@ def test_python_api_accepts_a_loaded_model(report_copy, tiny_model):
     assert r.ok and [s.status for s in r.stages] == ["loaded"] * 6
 
 
-def test_interrupted_stage_is_recomputed_alone(report_copy, tiny_checkpoint, quick_report):
+def test_interrupted_stage_is_recomputed_alone(report_copy, tiny_checkpoint, quick_report, runner):
     (report_copy / "ablation_mean" / "stage.json").unlink()  # killed before its marker was written
     (report_copy / "report.html").unlink()
-    res = CliRunner().invoke(cli, report_args(tiny_checkpoint, report_copy))
+    res = runner.invoke(cli, report_args(tiny_checkpoint, report_copy))
     assert res.exit_code == 0, res.output
     assert "stage 4/6 ablation_mean: running" in res.stderr and res.stderr.count("running") == 1
     old = pd.read_csv(quick_report[0] / "ablation_mean" / "ablation.csv")
@@ -236,29 +239,29 @@ def test_interrupted_stage_is_recomputed_alone(report_copy, tiny_checkpoint, qui
     assert (report_copy / "report.html").is_file()
 
 
-def test_changed_settings_rerun_only_the_stages_they_change(report_copy, tiny_checkpoint):
+def test_changed_settings_rerun_only_the_stages_they_change(report_copy, tiny_checkpoint, runner):
     args = ["report", "--model", str(tiny_checkpoint), "--out", str(report_copy), "--quick", "--example-prompt", "A short new prompt.", "-q"]
-    res = CliRunner().invoke(cli, args)
+    res = runner.invoke(cli, args)
     assert res.exit_code == 0, res.output
     meta = json.loads((report_copy / "examples" / "examples.json").read_text())
     assert [e["prompt"] for e in meta["examples"]] == ["A short new prompt."]
     marker = json.loads((report_copy / "census" / "stage.json").read_text())
     assert marker["status"] == "done"
-    res = CliRunner().invoke(cli, [*args[:-1], "--skip", "pruning,sinks"])
+    res = runner.invoke(cli, [*args[:-1], "--skip", "pruning,sinks"])
     assert res.exit_code == 0, res.output
     assert "stage 5/6 pruning: skipped" in res.stderr
     page = (report_copy / "report.html").read_text()
     assert "Stage <code>pruning</code>" in page and "was skipped" in page
 
 
-def test_failed_stage_is_shown_and_retried(report_copy, tiny_checkpoint, monkeypatch):
-    from headlens.reports.report import build as report_mod
+def test_failed_stage_is_shown_and_retried(report_copy, tiny_checkpoint, monkeypatch, runner):
+    from headlens.reports.report.stages import STAGE_DEFS
 
     def boom(ctx):
         raise RuntimeError("sink probe exploded <b>bold</b>\nsecond line")
 
-    monkeypatch.setitem(report_mod._STAGE_DEFS, "sinks", dataclasses.replace(report_mod._STAGE_DEFS["sinks"], run=boom))
-    res = CliRunner().invoke(cli, report_args(tiny_checkpoint, report_copy, "--redo", "sinks"))
+    monkeypatch.setitem(STAGE_DEFS, "sinks", dataclasses.replace(STAGE_DEFS["sinks"], run=boom))
+    res = runner.invoke(cli, report_args(tiny_checkpoint, report_copy, "--redo", "sinks"))
     assert res.exit_code == 1, res.output
     assert "stage 2/6 sinks: FAILED: RuntimeError: sink probe exploded <b>bold</b>" in res.stderr
     assert res.stderr.count("running") == 1  # the others were loaded
@@ -272,7 +275,7 @@ def test_failed_stage_is_shown_and_retried(report_copy, tiny_checkpoint, monkeyp
     assert "**FAILED**" in (report_copy / "report.md").read_text()
 
     monkeypatch.undo()
-    res = CliRunner().invoke(cli, report_args(tiny_checkpoint, report_copy))
+    res = runner.invoke(cli, report_args(tiny_checkpoint, report_copy))
     assert res.exit_code == 0, res.output
     assert "stage 2/6 sinks: running" in res.stderr and res.stderr.count("running") == 1
     assert "FAILED" not in (report_copy / "report.html").read_text().split("<script", 1)[0]
@@ -292,27 +295,27 @@ def _snapshot(folder: Path) -> dict[str, tuple[int, int]]:
     return {str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(folder.rglob("*"))}
 
 
-def test_other_models_folder_is_refused(report_copy, tmp_path):
+def test_other_models_folder_is_refused(report_copy, tmp_path, runner):
     out = report_copy
     other = _fake_checkpoint(tmp_path / "other-model")
     before = _snapshot(out)
-    res = CliRunner().invoke(cli, ["report", "--model", str(other), "--out", str(out), "--quick"])
+    res = runner.invoke(cli, ["report", "--model", str(other), "--out", str(out), "--quick"])
     assert res.exit_code == 4, res.output
     line = _one_error_line(res)
     assert "holds the report of another model" in line and "--overwrite" in line
     assert _snapshot(out) == before
     # --overwrite lifts the refusal; this fake model then fails to load, still before any write.
-    res = CliRunner().invoke(cli, ["report", "--model", str(other), "--out", str(out), "--quick", "--overwrite"])
+    res = runner.invoke(cli, ["report", "--model", str(other), "--out", str(out), "--quick", "--overwrite"])
     assert res.exit_code == 3, res.output
     _one_error_line(res)
     assert _snapshot(out) == before
 
 
-def test_non_report_folder_is_refused(tiny_checkpoint, tmp_path):
+def test_non_report_folder_is_refused(tiny_checkpoint, tmp_path, runner):
     folder = tmp_path / "notes"
     folder.mkdir()
     (folder / "keep.txt").write_text("precious")
-    res = CliRunner().invoke(cli, ["report", "--model", str(tiny_checkpoint), "--out", str(folder), "--quick"])
+    res = runner.invoke(cli, ["report", "--model", str(tiny_checkpoint), "--out", str(folder), "--quick"])
     assert res.exit_code == 4 and "holds no headlens report" in _one_error_line(res)
     assert [p.name for p in folder.iterdir()] == ["keep.txt"]
 
@@ -327,19 +330,19 @@ def test_non_report_folder_is_refused(tiny_checkpoint, tmp_path):
         (["--batch-size", "0"], 2, "--batch-size"),
     ],
 )
-def test_bad_input_one_line_error_nothing_written(tiny_checkpoint, tmp_path, extra, code, needle):
+def test_bad_input_one_line_error_nothing_written(tiny_checkpoint, tmp_path, extra, code, needle, runner):
     out = tmp_path / "fresh"
-    res = CliRunner().invoke(cli, ["report", "--model", str(tiny_checkpoint), "--out", str(out), "--quick", *extra])
+    res = runner.invoke(cli, ["report", "--model", str(tiny_checkpoint), "--out", str(out), "--quick", *extra])
     assert res.exit_code == code, res.output
     assert needle in _one_error_line(res)
     assert not out.exists()
 
 
-def test_unknown_model_one_line_error(tmp_path):
+def test_unknown_model_one_line_error(tmp_path, runner):
     out = tmp_path / "fresh"
-    res = CliRunner().invoke(cli, ["report", "--model", str(tmp_path / "no-such-model"), "--out", str(out)])
+    res = runner.invoke(cli, ["report", "--model", str(tmp_path / "no-such-model"), "--out", str(out)])
     assert res.exit_code == 3 and "no such folder" in _one_error_line(res)
-    res = CliRunner().invoke(cli, ["report", "--model", "not a model id!", "--out", str(out)])
+    res = runner.invoke(cli, ["report", "--model", "not a model id!", "--out", str(out)])
     assert res.exit_code == 3 and "could not load 'not a model id!'" in _one_error_line(res)
     assert not out.exists()
 

@@ -20,7 +20,7 @@ import torch
 
 from headlens.analyses.stats import bootstrap_mean_ci
 from headlens.analyses.heads.census import CensusConfig, build_stimuli, run_census
-from headlens.analyses.heads.classify import classify_heads
+from headlens.analyses.heads.classify import classify_heads, roles_of
 from headlens.analyses.heads.detectors import BatchContext, registry
 from headlens.analyses.heads.detectors.base import mean_attention_at
 from headlens.analyses.sinks.stream import excess_received, stream_sink_stats, value_norm_share
@@ -187,9 +187,9 @@ def test_census_on_window_layers_equals_hugging_face_reference(family, family_mo
     assert set(result.notes.layer) == {layer for layer, w in enumerate(windows) if w is not None}
     # NaN never becomes a role, even with thresholds no score can miss
     roles = classify_heads(table, {"induction": 1e-9, "duplicate_token": 1e-9}, baseline_factor=1.0)
-    for r in roles.itertuples():
-        if windows[r.layer] is not None:
-            assert "induction" not in r.roles.split(";") and "duplicate_token" not in r.roles.split(";")
+    for (layer, _), has in roles_of(roles.roles).items():
+        if windows[layer] is not None:
+            assert "induction" not in has and "duplicate_token" not in has
     # the summary carries the notes
     text = census_summary(table, roles, model=family, prepend_bos=True, thresholds={}, baseline_factor=2.0, stimuli=result.stimuli)
     assert "## Sliding windows" in text and "not measurable" in text
@@ -348,4 +348,4 @@ def test_all_nan_cells_stay_nan_and_get_no_role():
         ]
     )
     roles = classify_heads(scores, {"induction": 1e-9})
-    assert roles.loc[0, "roles"] == "" and roles.loc[0, "strongest_detector"] == "previous_token"
+    assert len(roles.roles) == 0 and roles.heads.loc[0, "strongest_detector"] == "previous_token"

@@ -17,11 +17,19 @@ antecedent in both items of more than half the pairs, the 95% interval of
 
 A NaN score, interval or baseline (a target outside a layer's sliding window, or next-token
 on causal attention: not measurable) never gives a role, and such a head's strongest detector is among its measured ones.
+
+**Roles are a long table** (:attr:`HeadRoles.roles`): one row per (head, role), columns
+``layer, head, name, role``; a head without a role has no row.  It is the one source of
+truth; code asks it with :func:`roles_of` / :func:`heads_with_role`, and the human-readable
+joined column (``"induction;sink"``) exists only as a rendering
+(:func:`headlens.reports.tables.roles_joined`).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -30,10 +38,39 @@ from headlens.analyses.heads.detectors import registry
 from headlens.analyses.heads.detectors.referent import referent_passes, referent_ratio
 from headlens.probes.errors import InputError
 
-__all__ = ["default_thresholds", "parse_thresholds", "classify_heads", "ROLE_COLUMNS", "DEFAULT_BASELINE_FACTOR"]
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "default_thresholds",
+    "parse_thresholds",
+    "classify_heads",
+    "HeadRoles",
+    "roles_of",
+    "heads_with_role",
+    "roles_from_wide",
+    "ROLE_COLUMNS",
+    "HEAD_COLUMNS",
+    "DEFAULT_BASELINE_FACTOR",
+]
 
 DEFAULT_BASELINE_FACTOR = 2.0
-ROLE_COLUMNS = ["layer", "head", "name", "roles", "strongest_detector", "strongest_score"]
+#: The long role table: one row per (head, role).
+ROLE_COLUMNS = ["layer", "head", "name", "role"]
+#: One row per head: its strongest detector (see :func:`classify_heads`).
+HEAD_COLUMNS = ["layer", "head", "name", "strongest_detector", "strongest_score"]
+
+
+@dataclass(frozen=True)
+class HeadRoles:
+    """What :func:`classify_heads` returns.
+
+    ``roles``: the long table (``layer, head, name, role``; one row per (head, role), sorted by
+    layer, head, role; heads without a role have no row).  ``heads``: one row per head
+    (``layer, head, name, strongest_detector, strongest_score``).
+    """
+
+    roles: pd.DataFrame
+    heads: pd.DataFrame
 
 
 def default_thresholds() -> dict[str, float]:
@@ -66,10 +103,10 @@ def classify_heads(
     thresholds: Mapping[str, float] | None = None,
     *,
     baseline_factor: float = DEFAULT_BASELINE_FACTOR,
-) -> pd.DataFrame:
-    """One row per head: ``layer, head, name ("L.H"), roles (";"-joined, "" when none),
-    strongest_detector, strongest_score`` (the role with the highest score, or when the
-    head has no role, the detector whose score is the largest fraction of its threshold)."""
+) -> HeadRoles:
+    """The roles of every head (:class:`HeadRoles`): the long table, and per head its
+    ``strongest_detector, strongest_score`` (the role with the highest score, or when the head
+    has no role, the detector whose score is the largest fraction of its threshold)."""
     reg = registry()
     th = default_thresholds()
     th.update(thresholds or {})
@@ -89,21 +126,36 @@ def classify_heads(
     df["ratio"] = df["score"] / df["threshold"]
     if ref.any():  # referent: its weakest criterion's fraction of passing (1 where it just passes)
         df.loc[ref, "ratio"] = referent_ratio(df[ref], df.loc[ref, "threshold"], baseline_factor)
-    out = []
+    heads, long = [], []
     for (layer, head), g in df.groupby(["layer", "head"], sort=True):
+        name = f"{int(layer)}.{int(head)}"
         roles = g[g["role"]].sort_values("score", ascending=False)
-        if len(roles):
-            best = roles.iloc[0]
-        else:
-            best = g.sort_values("ratio", ascending=False, na_position="last").iloc[0]
-        out.append(
-            {
-                "layer": int(layer),
-                "head": int(head),
-                "name": f"{layer}.{head}",
-                "roles": ";".join(sorted(roles["detector"])),
-                "strongest_detector": best["detector"],
-                "strongest_score": float(best["score"]),
-            }
-        )
-    return pd.DataFrame(out, columns=ROLE_COLUMNS)
+        best = roles.iloc[0] if len(roles) else g.sort_values("ratio", ascending=False, na_position="last").iloc[0]
+        heads.append({"layer": int(layer), "head": int(head), "name": name, "strongest_detector": best["detector"], "strongest_score": float(best["score"])})
+        long += [{"layer": int(layer), "head": int(head), "name": name, "role": str(det)} for det in sorted(roles["detector"])]
+    return HeadRoles(roles=pd.DataFrame(long, columns=ROLE_COLUMNS), heads=pd.DataFrame(heads, columns=HEAD_COLUMNS))
+
+
+def roles_of(roles: pd.DataFrame) -> dict[tuple[int, int], frozenset[str]]:
+    """``{(layer, head): {role, ...}}`` from the long table; heads without a role are absent
+    (``roles_of(t).get((l, h), frozenset())``)."""
+    out: dict[tuple[int, int], set[str]] = {}
+    for layer, head, role in zip(roles["layer"], roles["head"], roles["role"]):
+        out.setdefault((int(layer), int(head)), set()).add(str(role))
+    return {k: frozenset(v) for k, v in out.items()}
+
+
+def heads_with_role(roles: pd.DataFrame, role: str) -> set[str]:
+    """Names (``"L.H"``) of the heads the long table gives ``role``."""
+    return {f"{int(a)}.{int(b)}" for a, b in zip(roles.loc[roles["role"] == role, "layer"], roles.loc[roles["role"] == role, "head"])}
+
+
+def roles_from_wide(wide: pd.DataFrame) -> pd.DataFrame:
+    """The long table from the one-row-per-head ``roles.csv`` that headlens wrote before the long
+    table existed (a ``roles`` column of ``;``-joined detector names): the one reader of that
+    old format, so old census and report folders still load."""
+    log.info("reading a role table in the old one-row-per-head format (;-joined roles)")
+    long = []
+    for layer, head, joined in zip(wide["layer"], wide["head"], wide["roles"].fillna("").astype(str)):
+        long += [{"layer": int(layer), "head": int(head), "name": f"{int(layer)}.{int(head)}", "role": r} for r in sorted(filter(None, joined.split(";")))]
+    return pd.DataFrame(long, columns=ROLE_COLUMNS)

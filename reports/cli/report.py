@@ -8,6 +8,7 @@ import click
 
 from headlens.reports.cli.common import model_options, parse_csv
 from headlens.reports.progress import ReportBars
+from headlens.reports.tables import roles_joined
 
 
 @click.command("report")
@@ -60,9 +61,10 @@ def report_cmd(model, device, dtype, revision, allow_new_weights, out_dir, quick
     for s in report.stages:
         counts[s.status] = counts.get(s.status, 0) + 1
     summary = ", ".join(f"{n} {k}" for k, n in counts.items())
-    named = report.heads[report.heads["roles"] != ""] if len(report.heads) else report.heads
     if report.roles is not None:
-        click.echo(f"{len(named)} of {len(report.heads)} heads have a role" + (": " + ", ".join(f"{r.name} ({r.roles.replace(';', ', ')})" for r in named.head(12).itertuples()) if len(named) else ""))
+        shown = roles_joined(report.roles, report.heads, sep=", ") if len(report.heads) else []
+        named = [(name, text) for name, text in zip(report.heads["name"], shown) if text]
+        click.echo(f"{len(named)} of {len(report.heads)} heads have a role" + (": " + ", ".join(f"{name} ({text})" for name, text in named[:12]) if named else ""))
     click.echo(f"wrote {report.out_dir}/report.html, report.md, manifest.json ({len(report.stages)} stages: {summary})")
     if report.failed:
         first = report.failed[0]

@@ -107,7 +107,8 @@ def save_heatmap(
 
 
 def detector_heatmaps(scores: pd.DataFrame, roles: pd.DataFrame | None, out_dir: str | Path, formats: Sequence[str] = ("png", "svg")) -> dict[str, list[Path]]:
-    """One heatmap per detector in the scores table, heads with that role outlined."""
+    """One heatmap per detector in the scores table, heads with that role outlined (``roles``: the
+    long role table, :func:`headlens.analyses.heads.classify.classify_heads`)."""
     out: dict[str, list[Path]] = {}
     n_layers = int(scores["layer"].max()) + 1
     n_heads = int(scores["head"].max()) + 1
@@ -117,8 +118,8 @@ def detector_heatmaps(scores: pd.DataFrame, roles: pd.DataFrame | None, out_dir:
         marked = None
         if roles is not None:
             marked = np.zeros((n_layers, n_heads), dtype=bool)
-            for r in roles.itertuples():
-                marked[r.layer, r.head] = det in str(r.roles).split(";")
+            has = roles[roles["role"] == det]
+            marked[has["layer"].to_numpy(int), has["head"].to_numpy(int)] = True
         from headlens.reports.tables import baseline_label
 
         out[str(det)] = save_heatmap(grid, f"{det} score (uniform baseline {baseline_label(g['baseline'])})", Path(out_dir) / f"heatmap_{det}", marked=marked, formats=formats)

@@ -14,6 +14,7 @@ from typing import Any
 from urllib.parse import quote
 
 from headlens.reports.markdown import markdown_table
+from headlens.reports.tables import roles_joined
 
 __all__ = ["render_markdown", "md_text"]
 
@@ -99,9 +100,10 @@ def render_markdown(report: Any) -> str:
     dets = [] if report.scores is None else list(dict.fromkeys(report.scores["detector"]))
     extra = [c for c in ("sink_alpha", "zero_delta", "mean_delta", "importance", "pruned_at") if c in heads.columns]
     header = ["head", "roles"] + [f"`{d}`" for d in dets] + [f"`{c}`" for c in extra]
+    shown = roles_joined(report.roles, heads, sep=", ") if report.roles is not None else [""] * len(heads)
     rows = []
-    for r in heads.to_dict("records"):
-        row = [str(r["name"]), md_text(", ".join(x for x in str(r["roles"] or "").split(";") if x)) or "-"]
+    for r, roles in zip(heads.to_dict("records"), shown):
+        row = [str(r["name"]), md_text(roles) or "-"]
         row += [_num(r.get(d)) for d in dets]
         for c in extra:
             if c == "pruned_at":

@@ -1,0 +1,124 @@
+"""The page's layer x head heatmaps as data for ``templates/sections/heatmaps.html.j2``: one
+cell per head with its colour, text and tooltip (the template writes the markup)."""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from headlens.reports.page.values import finite, metric_label, num
+from headlens.reports.tables import baseline_label
+
+log = logging.getLogger(__name__)
+
+__all__ = ["heatmaps", "DETECTOR_NOTES"]
+
+#: Short definitions shown under each detector's heatmap (README "Head scores").
+DETECTOR_NOTES = {
+    "previous_token": "mean attention from each token to the one before it",
+    "next_token": "mean attention from each token to the one after it (encoders; not measurable on causal attention)",
+    "duplicate_token": "repeated random tokens: attention from the second copy to the same token's first occurrence",
+    "induction": "repeated random tokens: attention from the second copy to the token after the first occurrence",
+    "sink": "mean attention to the first position (Gu et al. alpha)",
+    "referent": "attention from a pronoun to its antecedent (the role needs a Holm-corrected sign test over sentence pairs, more than half the pairs won, and antecedent above distractor)",
+}
+
+
+def _hex(rgba: Any) -> str:
+    r, g, b = (int(round(255 * c)) for c in rgba[:3])
+    return f"#{r:02x}{g:02x}{b:02x}"
+
+
+def _luminance(rgba: Any) -> float:
+    r, g, b = rgba[:3]
+    return 0.299 * r + 0.587 * g + 0.114 * b
+
+
+def _grid(df: pd.DataFrame, column: str, n_layers: int, n_heads: int) -> np.ndarray:
+    g = np.full((n_layers, n_heads), np.nan)
+    for layer, head, value in zip(df["layer"], df["head"], df[column]):
+        layer, head = int(layer), int(head)
+        if 0 <= layer < n_layers and 0 <= head < n_heads:
+            v = finite(value)
+            g[layer, head] = np.nan if v is None else v
+    return g
+
+
+def _heatmap(title: str, note: str, values: np.ndarray, *, cmap: str, vmin: float, vmax: float, fmt: str, map_id: str, outlined: np.ndarray | None = None) -> dict[str, Any]:
+    import matplotlib
+
+    cm = matplotlib.colormaps[cmap]
+    n_layers, n_heads = values.shape
+    show = n_heads <= 16
+    rows = []
+    for layer in range(n_layers):
+        cells = []
+        for h in range(n_heads):
+            v = values[layer, h]
+            name = f"{layer}.{h}"
+            if not math.isfinite(v):
+                cells.append({"head": name, "cls": "cell nan", "style": None, "tip": f"{name}: n/a", "text": ""})
+                continue
+            t = 0.5 if vmax == vmin else min(1.0, max(0.0, (v - vmin) / (vmax - vmin)))
+            rgba = cm(t)
+            text = format(v, fmt)
+            cells.append({
+                "head": name,
+                "cls": "cell role" if outlined is not None and outlined[layer, h] else "cell",
+                "style": f"background:{_hex(rgba)};color:{'#fff' if _luminance(rgba) < 0.55 else '#111'}",
+                "tip": f"{name}: {text}",
+                "text": text if show else "",
+            })
+        rows.append({"layer": layer, "cells": cells})
+    stops = ", ".join(_hex(cm(t)) for t in np.linspace(0, 1, 7))
+    return {"id": map_id, "title": title, "note": note, "heads": list(range(n_heads)), "rows": rows, "lo": format(vmin, fmt), "hi": format(vmax, fmt), "gradient": f"background:linear-gradient(to right, {stops})"}
+
+
+def heatmaps(report: Any, exact_importance: bool) -> list[dict[str, Any]]:
+    """Every heatmap the finished stages allow: detector scores (heads with the role outlined),
+    sink alpha, zero and mean ablation, pruning importance."""
+    from headlens.analyses.heads.classify import roles_of
+
+    L, H = report.n_layers, report.n_heads
+    maps: list[dict[str, Any]] = []
+    if not (L and H):
+        return maps
+    if report.scores is not None:
+        has = roles_of(report.roles) if report.roles is not None else {}
+        for det, g in report.scores.groupby("detector", sort=False):
+            outlined = np.array([[det in has.get((a, b), ()) for b in range(H)] for a in range(L)])
+            th = report.thresholds.get(str(det))
+            note = DETECTOR_NOTES.get(str(det), "")
+            note += f"; uniform baseline {baseline_label(g['baseline'])}" + (f"; role threshold {th:g}" if th is not None else "") + "; outlined: heads with the role"
+            maps.append(_heatmap(f"{det} score", note, _grid(g, "score", L, H), cmap="viridis", vmin=0.0, vmax=1.0, fmt=".2f", outlined=outlined, map_id=f"hm-{det}"))
+    if report.sinks is not None:
+        bos = bool(report.settings.get("prepend_bos", True))
+        sub = report.sinks[report.sinks["bos"].astype(bool) == bos]
+        if len(sub):
+            grid = _grid(sub, "alpha_mean", L, H)
+            eps = report.stage("sinks").info.get("eps", 0.3)
+            note = f"Gu et al. alpha, {'with' if bos else 'no'} BOS; sink head when > {eps:g}; uniform {num(sub['uniform_alpha'].iloc[0])}"
+            maps.append(_heatmap("sink score (alpha)", note, grid, cmap="viridis", vmin=0.0, vmax=1.0, fmt=".2f", outlined=grid > eps, map_id="hm-sink-alpha"))
+    for name, label in (("ablation_zero", "zero"), ("ablation_mean", "mean")):
+        table = getattr(report, name)
+        if table is not None and len(table):
+            grid = _grid(table, "delta", L, H)
+            finite_cells = grid[np.isfinite(grid)]
+            bound = (float(np.abs(finite_cells).max()) if finite_cells.size else 1.0) or 1.0
+            info = report.stage(name).info
+            metric = metric_label(str(table["metric"].iloc[0]))
+            note = f"change in {metric} when the head alone is {label}-ablated; unablated {num(info.get('unablated_value'), 4)}"
+            maps.append(_heatmap(f"{label} ablation: \u0394 {metric}", note, grid, cmap="RdBu_r", vmin=-bound, vmax=bound, fmt="+.3f", map_id=f"hm-{label}-ablation"))
+    if report.importance is not None:
+        grid = _grid(report.importance, "importance", L, H)
+        top = float(np.nanmax(grid)) if np.isfinite(grid).any() else 1.0
+        if exact_importance:
+            low = min(0.0, float(np.nanmin(grid))) if np.isfinite(grid).any() else 0.0
+            maps.append(_heatmap("pruning importance", "exact: embedding change when the head alone is zero-ablated (unpruned model)", grid, cmap="viridis", vmin=low, vmax=top or 1.0, fmt=".3f", map_id="hm-importance"))
+        else:
+            maps.append(_heatmap("pruning importance", "Michel et al. gradient importance, L2-normalised per layer", grid, cmap="viridis", vmin=0.0, vmax=top or 1.0, fmt=".2f", map_id="hm-importance"))
+    return maps

@@ -1,0 +1,51 @@
+"""The ``census`` stage: head census and roles, the files ``headlens classify`` writes
+(:func:`headlens.reports.census_files.classify_to_dir`); the report's roles equal classify's."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from headlens.reports.census_files import HEADS_FILE, ROLES_FILE, read_roles
+from headlens.reports.report.context import Stage, StageContext, relative_names
+
+log = logging.getLogger(__name__)
+
+__all__ = ["STAGE"]
+
+STRONGEST_COLUMNS = ("layer", "head", "name", "strongest_detector", "strongest_score")
+
+
+def _run_census(ctx: StageContext) -> dict[str, Any]:
+    from headlens.reports.census_files import classify_to_dir
+    from headlens.reports.figures.report import FIGURE_FORMATS
+
+    loaded = ctx.model()
+    result, heads = classify_to_dir(
+        loaded, ctx.settings.census(), ctx.dir, thresholds={}, baseline_factor=2.0, quiet=ctx.quiet, command=ctx.command,
+        extra={"report_stage": "census"}, formats=FIGURE_FORMATS,
+    )
+    pdfs = sorted(ctx.dir.glob("heatmap_*.pdf"))
+    return {"stimuli": result.stimuli, "n_roles": int((heads["roles"] != "").sum()), "extra_files": relative_names(pdfs, ctx.dir)}
+
+
+def _load_census(d: Path, marker: dict[str, Any]) -> dict[str, Any]:
+    scores = pd.read_csv(d / "scores.csv")
+    roles = read_roles(d)  # the long table; converted when the folder predates it
+    thresholds = json.loads((d / "manifest.json").read_text(encoding="utf-8")).get("thresholds") or {}
+    # per head: the strongest detector (heads.csv; in older folders roles.csv had these columns)
+    per_head = pd.read_csv(d / HEADS_FILE if (d / HEADS_FILE).is_file() else d / ROLES_FILE, dtype={"name": str}, keep_default_na=False)
+    strongest = per_head[list(STRONGEST_COLUMNS)] if set(STRONGEST_COLUMNS) <= set(per_head.columns) else None
+    return {"scores": scores, "roles": roles, "strongest": strongest, "thresholds": {str(k): float(v) for k, v in thresholds.items()}}
+
+
+def _apply(report: Any, loaded: dict[str, Any]) -> None:
+    report.scores, report.roles, report.thresholds = loaded["scores"], loaded["roles"], loaded["thresholds"]
+    report.strongest = loaded.get("strongest")
+
+
+STAGE = Stage("census", "head census and roles", _run_census, _load_census, lambda s: s.census(), _apply)

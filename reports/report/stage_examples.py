@@ -1,0 +1,83 @@
+"""The ``examples`` stage: every head's attention pattern on a few example prompts (the page
+shows them token by token)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from headlens.reports.report.settings import MAX_EXAMPLE_TOKENS
+from headlens.reports.report.context import Stage, StageContext
+
+log = logging.getLogger(__name__)
+
+__all__ = ["STAGE", "Example"]
+
+
+@dataclass
+class Example:
+    """An example prompt's tokens and every head's attention pattern ``[layer, head, q, k]``."""
+
+    prompt: str
+    tokens: list[str]
+    pattern: np.ndarray
+    truncated: bool = False
+
+
+def _run_examples(ctx: StageContext) -> dict[str, Any]:
+    from headlens.probes.capture import capture
+    from headlens.probes.config import CaptureConfig
+    from headlens.probes.outputs import atomic_write, write_json
+    from headlens.probes.prompts import tokenize_prompts
+
+    loaded = ctx.model()
+    prompts = list(ctx.settings.example_prompts)
+    limit = min(MAX_EXAMPLE_TOKENS, loaded.n_ctx)
+    bos = ctx.settings.prepend_bos
+    full_len = [len(loaded.tokenizer(p, add_special_tokens=False)["input_ids"]) + int(bos) for p in prompts]
+    batch = tokenize_prompts(loaded.tokenizer, prompts, prepend_bos=bos, n_ctx=limit, truncate=True)
+    cap = capture(loaded, batch, CaptureConfig(what=("pattern",), prepend_bos=bos, batch_size=ctx.settings.batch_size))
+    arrays = {}
+    for i in range(len(prompts)):
+        n = int(batch.lengths[i])
+        arrays[f"p{i}"] = np.stack([cap.get(layer, "pattern")[i, :, :n, :n].float().numpy() for layer in range(loaded.n_layers)]).astype(np.float32)
+    meta = {
+        "prepend_bos": bos,
+        "max_tokens": limit,
+        "examples": [{"prompt": p, "tokens": batch.strings[i], "truncated": full_len[i] > limit} for i, p in enumerate(prompts)],
+    }
+    write_json(ctx.dir / "examples.json", meta)
+
+    def save(path: Path) -> None:
+        with open(path, "wb") as f:
+            np.savez_compressed(f, **arrays)
+
+    atomic_write(ctx.dir / "patterns.npz", save)
+    return {"n_examples": len(prompts), "max_tokens": limit}
+
+
+def _load_examples(d: Path, marker: dict[str, Any]) -> dict[str, Any]:
+    meta = json.loads((d / "examples.json").read_text(encoding="utf-8"))
+    with np.load(d / "patterns.npz") as z:
+        arrays = {k: z[k] for k in z.files}
+    examples = [Example(prompt=e["prompt"], tokens=list(e["tokens"]), pattern=arrays[f"p{i}"], truncated=bool(e["truncated"])) for i, e in enumerate(meta["examples"])]
+    return {"examples": examples}
+
+
+def _apply(report: Any, loaded: dict[str, Any]) -> None:
+    report.examples = loaded["examples"]
+
+
+STAGE = Stage(
+    "examples",
+    "attention on example prompts",
+    _run_examples,
+    _load_examples,
+    lambda s: {"prompts": list(s.example_prompts), "prepend_bos": s.prepend_bos, "max_tokens": MAX_EXAMPLE_TOKENS},
+    _apply,
+)
