@@ -21,8 +21,6 @@ _EXPORTS = {
     "tokenize_prompts": "headlens.probes.prompts",
     "save_capture": "headlens.probes.capture_io",
     "build_manifest": "headlens.probes.manifest",
-    "build_tiny_checkpoint": "headlens.analyses.synthetic.tiny",
-    "TinySpec": "headlens.analyses.synthetic.tiny",
     "HeadlensError": "headlens.probes.errors",
 }
 

@@ -117,9 +117,10 @@ def hf_eager():
     return get
 
 
-@pytest.fixture()
+@pytest.fixture(scope="session")
 def runner():
-    """click's CliRunner for the ``headlens`` command (stderr kept apart from stdout)."""
+    """click's CliRunner for the ``headlens`` command (stateless between invocations, so one per session;
+    session-scoped fixtures such as test_report's ``quick_report`` use it too)."""
     from click.testing import CliRunner
 
     return CliRunner()

@@ -24,9 +24,10 @@ from headlens.analyses.ablation.data import TaskItem, repeated_tokens_eval_set, 
 from headlens.analyses.ablation.gradients import attribution_estimates, head_importance, normalise_per_layer, spearman
 from headlens.analyses.stats import bootstrap_mean_ci
 from headlens.analyses.ablation.suffix import check_from_layer
-from headlens.analyses.ablation.masks import HeadMask, read_mask, write_mask
+from headlens.analyses.ablation.masks import HeadMask, read_mask
 from headlens.analyses.stimuli import eval_text
 from headlens.probes.errors import InputError, StimulusError
+from headlens.probes.outputs import write_json
 from tests.helpers import assert_close
 
 NO_ROLE = ("0.3", "1.2", "1.3")
@@ -255,7 +256,7 @@ def test_eval_set_errors(tiny_model, gpt2_tokenizer):
 def test_mask_round_trip_and_validation(tmp_path):
     mask = HeadMask.from_heads([(1, 2), (0, 3), (1, 2)], n_layers=2, n_heads=4, model="m", info={"fraction_removed": 0.25})
     assert mask.removed == ((0, 3), (1, 2)) and mask.fraction == 0.25
-    path = write_mask(tmp_path / "m.json", mask)
+    path = write_json(tmp_path / "m.json", mask.to_json())
     back = read_mask(path, n_layers=2, n_heads=4)
     assert back == mask and back.to_tensor().sum() == 2
     assert back.heads == back.removed and back.by_layer() == {0: [3], 1: [2]}
@@ -276,7 +277,7 @@ def test_mask_round_trip_and_validation(tmp_path):
         with pytest.raises(InputError, match=needle):
             read_mask(p, n_layers=2, n_heads=4)
     other = tmp_path / "other.json"
-    write_mask(other, HeadMask.from_heads([(0, 0)], n_layers=3, n_heads=4))
+    write_json(other, HeadMask.from_heads([(0, 0)], n_layers=3, n_heads=4).to_json())
     with pytest.raises(InputError, match="3 layers x 4 heads"):
         read_mask(other, n_layers=2, n_heads=4)
     with pytest.raises(InputError, match="does not exist"):

@@ -7,7 +7,8 @@ import json
 import pandas as pd
 import pytest
 
-from headlens.analyses.ablation.masks import HeadMask, write_mask
+from headlens.analyses.ablation.masks import HeadMask
+from headlens.probes.outputs import write_json
 from headlens.reports.cli.main import cli
 
 SMALL = ["--n-windows", "3", "--window", "24"]
@@ -46,7 +47,7 @@ def test_ablate_formats_task_metric_and_mask(runner, tiny_checkpoint, tmp_path):
         + "\n"
     )
     mask = tmp_path / "mask.json"
-    write_mask(mask, HeadMask.from_heads([(0, 0), (1, 3)], n_layers=2, n_heads=4))
+    write_json(mask, HeadMask.from_heads([(0, 0), (1, 3)], n_layers=2, n_heads=4).to_json())
     out = tmp_path / "t.json"
     res = runner.invoke(cli, ["ablate", "-m", str(tiny_checkpoint), "--task", str(task), "--mask", str(mask), "--method", "resample", "--no-attribution", "--out", str(out)])
     assert res.exit_code == 0, res.output

@@ -13,15 +13,15 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from click.testing import CliRunner
 
 import headlens.analyses.ablation.study as ablation_mod
 from headlens.analyses.ablation.study import AblationConfig, ablation_study
 from headlens.analyses.ablation.data import text_eval_set
-from headlens.analyses.ablation.journal import Journal, journal_path
+from headlens.analyses.ablation.records import MemoryJournal, RecordJournal
 from headlens.analyses.stimuli import eval_text
 from headlens.probes.errors import InputError, OutputExistsError
 from headlens.reports.cli.main import cli
+from headlens.reports.journal import Journal, journal_path
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -85,11 +85,25 @@ def test_resume_after_an_exception_gives_the_identical_table(tiny_model, windows
     pd.testing.assert_frame_equal(resumed.table, reference, check_exact=True)
 
 
+def test_the_sweep_takes_any_record_journal(tiny_model, windows, tmp_path):
+    """The analyses see only a RecordJournal (records + append) and write no file: an in-memory
+    journal resumes exactly like the file journal of reports/journal.py."""
+    cfg = AblationConfig(heads=((0, 0), (1, 1)), heads_per_forward=1, n_bootstrap=0)
+    mem = MemoryJournal()
+    first = ablation_study(tiny_model, windows, cfg, journal=mem)
+    assert [r["kind"] for r in mem.records] == ["baseline", "attribution", "head", "head"]
+    assert list(tmp_path.iterdir()) == []
+    resumed = ablation_study(tiny_model, windows, cfg, journal=MemoryJournal(mem.records))
+    assert resumed.info["jobs_resumed"] == 2
+    pd.testing.assert_frame_equal(resumed.table, first.table, check_exact=True)
+    assert isinstance(Journal(tmp_path / "j.jsonl", "ablate", {}, resume=False, overwrite=False), RecordJournal)
+
+
 _DRIVER = textwrap.dedent(
     """
     import os, sys, time
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from headlens.analyses.ablation import journal as resume
+    from headlens.reports import journal as resume
 
     _append = resume.Journal.append
 
@@ -106,9 +120,8 @@ _DRIVER = textwrap.dedent(
 
 
 @pytest.mark.slow
-def test_kill_9_mid_run_then_resume_gives_the_identical_table(tiny_checkpoint, tmp_path):
+def test_kill_9_mid_run_then_resume_gives_the_identical_table(tiny_checkpoint, tmp_path, runner):
     args = ["ablate", "-m", str(tiny_checkpoint), "--n-windows", "3", "--window", "24", "--heads-per-forward", "1", "--method", "mean", "-q"]
-    runner = CliRunner()
     ref = tmp_path / "ref.csv"
     res = runner.invoke(cli, [*args, "--out", str(ref)])
     assert res.exit_code == 0, res.output

@@ -13,7 +13,6 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 import torch
-from click.testing import CliRunner
 
 import headlens.reports.cli.ablate as cmd_ablate
 from headlens.analyses.ablation.study import AblationConfig, ablation_study
@@ -167,12 +166,12 @@ def test_sentences_of_the_builtin_text():
 # --------------------------------------------------------------------------- the CLI
 
 
-def test_ablate_metric_embedding_equals_plain_transformers(shared_load, hf_minilm, tmp_path):
+def test_ablate_metric_embedding_equals_plain_transformers(shared_load, hf_minilm, tmp_path, runner):
     text = tmp_path / "sentences.txt"
     text.write_text("\n".join(SENTENCES) + "\n")
     out = tmp_path / "abl.csv"
     heads = ",".join(f"{l}.{h}" for l, h in HEADS)
-    res = CliRunner().invoke(cli, ["ablate", "-m", "minilm", "--metric", "embedding", "--text-file", str(text), "--heads", heads, "--batch-size", "2", "--out", str(out), "-q"])
+    res = runner.invoke(cli, ["ablate", "-m", "minilm", "--metric", "embedding", "--text-file", str(text), "--heads", heads, "--batch-size", "2", "--out", str(out), "-q"])
     assert res.exit_code == 0, res.output
     table = pd.read_csv(out).set_index(["layer", "head"])
     assert set(table["metric"]) == {"embedding"} and set(table["n"]) == {len(SENTENCES)}
@@ -185,9 +184,9 @@ def test_ablate_metric_embedding_equals_plain_transformers(shared_load, hf_minil
     assert "attribution off" in res.output
 
 
-def test_ablate_default_metric_on_minilm_is_embedding(minilm_dir, tmp_path):
+def test_ablate_default_metric_on_minilm_is_embedding(minilm_dir, tmp_path, runner):
     out = tmp_path / "abl.json"
-    res = CliRunner().invoke(cli, ["ablate", "-m", str(minilm_dir), "--n-sentences", "3", "--heads", "5.11", "--out", str(out), "-q"])
+    res = runner.invoke(cli, ["ablate", "-m", str(minilm_dir), "--n-sentences", "3", "--heads", "5.11", "--out", str(out), "-q"])
     assert res.exit_code == 0, res.output
     assert "headlens: warning: metric: embedding change" in res.output and "newly initialised" in res.output
     rows = json.loads(out.read_text())
@@ -198,8 +197,7 @@ def test_ablate_default_metric_on_minilm_is_embedding(minilm_dir, tmp_path):
     assert "unablated embedding change" in res.output
 
 
-def test_loss_on_minilm_exits_2_with_one_line(minilm_dir, minilm_model, monkeypatch, tmp_path):
-    runner = CliRunner()
+def test_loss_on_minilm_exits_2_with_one_line(minilm_dir, minilm_model, monkeypatch, tmp_path, runner):
     # a real load (-q: no warnings), then the refusal, before anything is written
     res = runner.invoke(cli, ["-q", "ablate", "-m", str(minilm_dir), "--metric", "loss", "--out", str(tmp_path / "a.csv")])
     lines = [ln for ln in res.output.splitlines() if ln.strip()]
@@ -216,9 +214,9 @@ def test_loss_on_minilm_exits_2_with_one_line(minilm_dir, minilm_model, monkeypa
     assert not (tmp_path / "t.csv").exists() and not (tmp_path / "p").exists()
 
 
-def test_prune_on_minilm_ranks_heads_by_exact_change(shared_load, tmp_path):
+def test_prune_on_minilm_ranks_heads_by_exact_change(shared_load, tmp_path, runner):
     out = tmp_path / "p"
-    res = CliRunner().invoke(cli, ["prune", "-m", "minilm", "--n-sentences", "3", "--step", "0.5", "--max-fraction", "0.1", "--random-seeds", "1", "--out", str(out), "-q"])
+    res = runner.invoke(cli, ["prune", "-m", "minilm", "--n-sentences", "3", "--step", "0.5", "--max-fraction", "0.1", "--random-seeds", "1", "--out", str(out), "-q"])
     assert res.exit_code == 0, res.output
     manifest = json.loads((out / "manifest.json").read_text())["pruning"]
     assert manifest["metric"] == "embedding" and manifest["importance"].startswith("exact") and manifest["max_increase_is"].startswith("absolute")
@@ -255,9 +253,9 @@ def test_embedding_metric_on_a_decoder_uses_the_final_norm(tiny_model, tiny_chec
 
 
 @pytest.mark.slow
-def test_quick_report_on_minilm_uses_the_embedding_metric(minilm_dir, tmp_path):
+def test_quick_report_on_minilm_uses_the_embedding_metric(minilm_dir, tmp_path, runner):
     out = tmp_path / "r"
-    res = CliRunner().invoke(cli, ["report", "--quick", "--model", str(minilm_dir), "--out", str(out)])
+    res = runner.invoke(cli, ["report", "--quick", "--model", str(minilm_dir), "--out", str(out)])
     assert res.exit_code == 0, res.output
     assert "measured by the embedding change, not loss" in res.output
     for stage in ("ablation_zero", "ablation_mean", "pruning"):

@@ -14,7 +14,6 @@ import math
 
 import pytest
 import torch
-from click.testing import CliRunner
 
 from headlens.analyses.heads.verify import VERIFY_WHAT, verify_attention, verify_capture
 from headlens.probes.attention import attention_spec
@@ -141,10 +140,10 @@ def test_score_edits_pass_the_guard_on_bert(minilm_model):
 # ----------------------------------------------------------------------------- CLI
 
 
-def test_verify_cli_on_minilm(minilm_dir, tmp_path):
+def test_verify_cli_on_minilm(minilm_dir, tmp_path, runner):
     prompts = tmp_path / "p.txt"
     prompts.write_text("\n".join(SENTENCES) + "\n")
-    res = CliRunner().invoke(cli, ["verify", "--model", str(minilm_dir), "--prompts", str(prompts)])
+    res = runner.invoke(cli, ["verify", "--model", str(minilm_dir), "--prompts", str(prompts)])
     assert res.exit_code == 0, res.output
     assert "verify: ok (6 layers" in res.output
     assert "bidirectional" in res.output and "[CLS] ... [SEP]" in res.output
@@ -160,10 +159,10 @@ def cached_minilm(monkeypatch, minilm_model):
 
 
 @pytest.mark.parametrize("no_bos", [False, True])
-def test_capture_cli_records_the_framing(cached_minilm, tmp_path, no_bos):
+def test_capture_cli_records_the_framing(cached_minilm, tmp_path, no_bos, runner):
     out = tmp_path / "cap"
     args = ["capture", "--model", "minilm", "--text", SENTENCES[0], "--layers", "0", "--what", "pattern", "--out", str(out)]
-    res = CliRunner().invoke(cli, args + (["--no-bos"] if no_bos else []))
+    res = runner.invoke(cli, args + (["--no-bos"] if no_bos else []))
     assert res.exit_code == 0, res.output
     manifest = json.loads((out / "manifest.json").read_text())
     tokens = json.loads((out / "tokens.json").read_text())["prompts"][0]["tokens"]

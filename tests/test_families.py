@@ -12,7 +12,6 @@ import json
 
 import pytest
 import torch
-from click.testing import CliRunner
 
 from headlens.analyses.heads.verify import VERIFY_WHAT, verify_attention, verify_capture
 from headlens.probes.attention import attention_spec
@@ -153,9 +152,9 @@ def test_gqa_head_selection_reads_the_right_kv_head(family, family_model):
     assert torch.equal(per_q.get(0, "k")[:, :, 1], full.get(0, "k")[:, :, last // group])
 
 
-def test_capture_cli_says_which_kv_heads(family_checkpoint, tmp_path):
+def test_capture_cli_says_which_kv_heads(family_checkpoint, tmp_path, runner):
     out = tmp_path / "cap"
-    res = CliRunner().invoke(cli, ["capture", "-m", str(family_checkpoint("llama")), "--text", TEXT, "--heads", "0.1,0.3", "--what", "k,rot_q", "--out", str(out)])
+    res = runner.invoke(cli, ["capture", "-m", str(family_checkpoint("llama")), "--text", TEXT, "--heads", "0.1,0.3", "--what", "k,rot_q", "--out", str(out)])
     assert res.exit_code == 0, res.output
     assert "4 query heads share 2 KV heads" in res.output and "0.1->kv0" in res.output and "0.3->kv1" in res.output
     manifest = json.loads((out / "manifest.json").read_text())
@@ -168,8 +167,8 @@ def test_capture_cli_says_which_kv_heads(family_checkpoint, tmp_path):
 
 
 @pytest.mark.parametrize("family", ["gpt_neo", "opt", "gptj"])
-def test_attn_scores_refused_where_the_hook_holds_the_softmax(family, family_checkpoint, tmp_path):
-    res = CliRunner().invoke(cli, ["capture", "-m", str(family_checkpoint(family)), "--text", TEXT, "--what", "attn_scores", "--out", str(tmp_path / "x")])
+def test_attn_scores_refused_where_the_hook_holds_the_softmax(family, family_checkpoint, tmp_path, runner):
+    res = runner.invoke(cli, ["capture", "-m", str(family_checkpoint(family)), "--text", TEXT, "--what", "attn_scores", "--out", str(tmp_path / "x")])
     assert res.exit_code == 2, res.output
     assert res.output.count("\n") == 1 and family in res.output and "Traceback" not in res.output
 
@@ -186,8 +185,8 @@ def test_verify_refuses_a_family_it_cannot_redo(family_model, family_checkpoint)
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-def test_verify_cli_on_every_family(family, family_checkpoint):
-    res = CliRunner().invoke(cli, ["verify", "-m", str(family_checkpoint(family))])
+def test_verify_cli_on_every_family(family, family_checkpoint, runner):
+    res = runner.invoke(cli, ["verify", "-m", str(family_checkpoint(family))])
     assert res.exit_code == 0, res.output
     assert "verify: ok" in res.output
 
@@ -200,7 +199,7 @@ def _checkpoint_with_gpt2_tokenizer(folder, model) -> str:
     return str(folder)
 
 
-def test_models_without_reachable_heads_are_refused_in_one_line(tmp_path):
+def test_models_without_reachable_heads_are_refused_in_one_line(tmp_path, runner):
     """An encoder-decoder (T5) and a state-space model (Mamba): one line naming the class, exit 2, nothing written."""
     import transformers as T
 
@@ -209,7 +208,7 @@ def test_models_without_reachable_heads_are_refused_in_one_line(tmp_path):
     for name, model, cls in (("t5", t5, "T5ForConditionalGeneration"), ("mamba", mamba, "MambaForCausalLM")):
         folder = _checkpoint_with_gpt2_tokenizer(tmp_path / name, model)
         out = tmp_path / f"out_{name}"
-        res = CliRunner().invoke(cli, ["classify", "-m", folder, "--n-prompts", "2", "--out", str(out)])
+        res = runner.invoke(cli, ["classify", "-m", folder, "--n-prompts", "2", "--out", str(out)])
         assert res.exit_code == 2, res.output
         assert cls in res.output and "Traceback" not in res.output
         assert len([line for line in res.output.splitlines() if line.startswith("headlens: error")]) == 1

@@ -12,7 +12,6 @@ import json
 import pytest
 import torch
 import torch.nn.functional as F
-from click.testing import CliRunner
 
 from headlens.analyses.ablation.study import AblationConfig, ablation_study
 from headlens.analyses.ablation.data import text_eval_set
@@ -111,9 +110,8 @@ EVAL = ["--n-windows", "2", "--window", "24"]
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-def test_every_command_runs_on_every_family(family, family_checkpoint, tmp_path):
+def test_every_command_runs_on_every_family(family, family_checkpoint, tmp_path, runner):
     m = ["-m", str(family_checkpoint(family))]
-    runner = CliRunner()
     commands = {
         "detect": ["detect", *m, *CENSUS, "--out", str(tmp_path / "scores.csv")],
         "classify": ["classify", *m, *CENSUS, "--out", str(tmp_path / "census")],

@@ -8,7 +8,6 @@ import struct
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 import headlens.analyses.ablation.study as ablation_mod
 from headlens.probes.loading import checkpoint_fingerprint, load_model, weights_fingerprint
@@ -45,20 +44,20 @@ def test_a_middle_byte_changes_the_fingerprint(own_checkpoint, tiny_model, tiny_
     assert tiny_model.describe()["weights_sha256"] == fp
 
 
-def test_report_rerun_recomputes_stages_after_the_weights_change(own_checkpoint, tmp_path):
+def test_report_rerun_recomputes_stages_after_the_weights_change(own_checkpoint, tmp_path, runner):
     out = tmp_path / "r"
     args = ["report", "--model", str(own_checkpoint), "--out", str(out), "--quick", "--skip", "sinks,ablation_zero,ablation_mean,pruning,examples"]
-    res = CliRunner().invoke(cli, args)
+    res = runner.invoke(cli, args)
     assert res.exit_code == 0, res.output
-    res = CliRunner().invoke(cli, args)
+    res = runner.invoke(cli, args)
     assert res.exit_code == 0 and "census: finished earlier" in res.stderr, res.output
     _flip_middle_byte(own_checkpoint)
-    res = CliRunner().invoke(cli, args)
+    res = runner.invoke(cli, args)
     assert res.exit_code == 0, res.output
     assert "census: running" in res.stderr and "census: finished earlier" not in res.stderr
 
 
-def test_ablation_resume_refuses_a_journal_from_other_weights(own_checkpoint, tmp_path, monkeypatch, caplog):
+def test_ablation_resume_refuses_a_journal_from_other_weights(own_checkpoint, tmp_path, monkeypatch, caplog, runner):
     out = tmp_path / "t.csv"
     args = ["ablate", "-m", str(own_checkpoint), "--n-windows", "2", "--window", "16", "--heads-per-forward", "1", "--bootstrap", "10", "--no-attribution", "-q", "--out", str(out)]
     real = ablation_mod.single_head_values
@@ -71,7 +70,7 @@ def test_ablation_resume_refuses_a_journal_from_other_weights(own_checkpoint, tm
         return real(*a, **k)
 
     monkeypatch.setattr(ablation_mod, "single_head_values", flaky)
-    res = CliRunner().invoke(cli, args)
+    res = runner.invoke(cli, args)
     assert res.exit_code != 0
     journal = out.with_name(out.name + ".journal.jsonl")
     header = json.loads(journal.read_text().splitlines()[0])
@@ -79,7 +78,7 @@ def test_ablation_resume_refuses_a_journal_from_other_weights(own_checkpoint, tm
     monkeypatch.setattr(ablation_mod, "single_head_values", real)
     _flip_middle_byte(own_checkpoint)
     with caplog.at_level(logging.WARNING, logger="headlens"):
-        res = CliRunner().invoke(cli, [*args, "--resume"])
+        res = runner.invoke(cli, [*args, "--resume"])
     assert res.exit_code != 0 and "cannot resume" in res.output and "model.weights" in res.output, res.output
     assert any("other model weights" in r.getMessage() for r in caplog.records), caplog.text
     assert journal.exists()  # refused, not deleted

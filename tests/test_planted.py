@@ -22,9 +22,9 @@ from headlens.analyses.synthetic.planted import (  # noqa: E402
     N_LAYER,
     PLANTED_ROLES,
     PlantedSpec,
-    _planted_weights,
     build_planted_checkpoint,
 )
+from headlens.analyses.synthetic.planted_weights import planted_weights  # noqa: E402
 
 T = 100  # length of the random block that is repeated
 BATCH = 4
@@ -39,8 +39,9 @@ Runner = Callable[[torch.Tensor], Patterns]
 
 
 @pytest.fixture(scope="module")
-def folder(tmp_path_factory):
-    return build_planted_checkpoint(tmp_path_factory.mktemp("planted"))
+def folder(planted_checkpoint):
+    """The session's planted checkpoint (built once, conftest.py)."""
+    return planted_checkpoint
 
 
 @pytest.fixture(scope="module")
@@ -181,11 +182,11 @@ def test_names_and_pronouns_are_single_tokens(tokenizer, folder):
 
 def test_weights_are_deterministic_in_the_seed(folder, hf_model):
     ids = json.loads((folder / "planted.json").read_text())["design"]["token_ids"]
-    again = _planted_weights(PlantedSpec(), ids)
+    again = planted_weights(PlantedSpec(), ids)
     for name, param in hf_model.named_parameters():
         if name in again:
             assert torch.equal(param.detach(), again[name].float()), name
-    other_seed = _planted_weights(PlantedSpec(seed=1), ids)
+    other_seed = planted_weights(PlantedSpec(seed=1), ids)
     assert not torch.equal(other_seed["transformer.wte.weight"].float(), hf_model.transformer.wte.weight.detach())
 
 

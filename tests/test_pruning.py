@@ -8,14 +8,13 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 import torch
-from click.testing import CliRunner
 
 import headlens.analyses.ablation.pruning as pruning_mod
 from headlens.analyses.ablation.data import repeated_tokens_eval_set, text_eval_set
 from headlens.analyses.ablation.masks import read_mask
 from headlens.analyses.ablation.pruning import CURVE_COLUMNS, PruneConfig, kv_bytes_saved, prune_study
-from headlens.analyses.ablation.journal import Journal
 from headlens.analyses.stimuli import eval_text
+from headlens.reports.journal import Journal
 from headlens.probes.errors import InputError
 from headlens.reports.cli.main import cli
 
@@ -84,8 +83,7 @@ def test_prune_resume_after_an_exception_is_identical(tiny_model, tmp_path, monk
         PruneConfig(step=0)
 
 
-def test_prune_cli_outputs_and_mask_round_trip_into_ablate(tiny_checkpoint, tmp_path):
-    runner = CliRunner()
+def test_prune_cli_outputs_and_mask_round_trip_into_ablate(tiny_checkpoint, tmp_path, runner):
     out = tmp_path / "prune"
     res = runner.invoke(cli, ["prune", "-m", str(tiny_checkpoint), *SMALL, "--step", "0.5", "--max-fraction", "0.75", "--random-seeds", "2", "--out", str(out)])
     assert res.exit_code == 0, res.output

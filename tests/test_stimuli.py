@@ -23,9 +23,10 @@ from headlens.analyses.stimuli import (
     locate_tokens,
     random_repeated_tokens,
     referent_items,
-    save_referent_file,
+    referent_jsonl,
     text_windows,
 )
+from headlens.probes.outputs import write_text
 from headlens.probes.tokenizer_files import load_offline_gpt2_tokenizer
 
 GPT2_BOS = 50256
@@ -267,7 +268,7 @@ def test_locate_tokens_rejects_multi_token_words(tok, items):
 
 
 def test_referent_file_round_trip(tmp_path, items):
-    path = save_referent_file(items[:25], tmp_path / "items.jsonl")
+    path = write_text(tmp_path / "items.jsonl", referent_jsonl(items[:25]))
     assert load_referent_file(path) == items[:25]
     # minimal records: no kind, blank lines ignored
     record = {"text": "Today Mary met John and he smiled.", "pronoun": [23, 26], "antecedent": [14, 19], "distractor": [5, 10]}

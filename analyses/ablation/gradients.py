@@ -26,9 +26,10 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from headlens.analyses.ablation.study import Reference, z_hook_name
-from headlens.analyses.ablation.data import EvalSet, model_values
+from headlens.analyses.ablation.evalset import EvalSet
+from headlens.analyses.ablation.hooks import Reference, z_hook_name
 from headlens.analyses.ablation.masks import HeadMask
+from headlens.analyses.ablation.metrics import model_values
 from headlens.analyses.stats import spearman  # re-exported: scipy.stats.spearmanr, NaN pairs dropped
 from headlens.probes.errors import InputError
 from headlens.probes.hooks import HookFn, attached

@@ -1,6 +1,7 @@
 """The head-mask file: a set of removed (pruned) attention heads, as JSON.
 
-``headlens prune`` writes one; ``headlens ablate --mask`` (and ``classify --mask``) read it
+``headlens prune`` writes one (``write_json(path, mask.to_json())``: the commands write files,
+the library only defines and reads the format); ``headlens ablate --mask`` (and ``classify --mask``) read it
 back and run the model with those heads removed.  A removed head's ``z`` (the input of
 ``W_O``) is zero, which is exactly the model with that head's slice of ``W_O`` deleted
 (``b_O`` is shared by the heads of a layer and stays).
@@ -35,9 +36,8 @@ from jaxtyping import Bool
 from torch import Tensor
 
 from headlens.probes.errors import InputError
-from headlens.probes.outputs import write_json
 
-__all__ = ["MASK_FORMAT", "MASK_VERSION", "HeadMask", "read_mask", "write_mask", "parse_head", "parse_heads", "head_name"]
+__all__ = ["MASK_FORMAT", "MASK_VERSION", "HeadMask", "read_mask", "parse_head", "parse_heads", "head_name"]
 
 MASK_FORMAT = "headlens.head_mask"
 MASK_VERSION = 1
@@ -149,11 +149,6 @@ class HeadMask:
             "model": self.model,
             "info": self.info,
         }
-
-
-def write_mask(path: str | Path, mask: HeadMask) -> Path:
-    """Write ``mask`` to ``path`` atomically."""
-    return write_json(path, mask.to_json())
 
 
 def read_mask(path: str | Path, *, n_layers: int | None = None, n_heads: int | None = None) -> HeadMask:

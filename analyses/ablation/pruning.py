@@ -37,11 +37,13 @@ import numpy as np
 import pandas as pd
 import torch
 
-from headlens.analyses.ablation.study import ablated_values
-from headlens.analyses.ablation.data import EvalSet, check_metric, worse_by
-from headlens.analyses.ablation.gradients import head_importance
+from headlens.analyses.ablation.evalset import EvalSet
+from headlens.analyses.ablation.gradients import head_importance, normalise_per_layer
 from headlens.analyses.ablation.masks import HeadMask, head_name
-from headlens.analyses.ablation.journal import Journal
+from headlens.analyses.ablation.metrics import check_metric, worse_by
+from headlens.analyses.ablation.records import RecordJournal
+from headlens.analyses.ablation.runs import ablated_values
+from headlens.analyses.ablation.study import AblationConfig, ablation_study
 from headlens.probes.errors import InputError
 from headlens.probes.loading import LoadedModel
 
@@ -138,8 +140,6 @@ def exact_importance(model: LoadedModel, data: EvalSet, *, mask: HeadMask | None
     """``[layer, head]`` (float64): the change in the metric when each head alone is zero-ablated
     from the model with ``mask`` heads removed (the exact single-head table,
     :func:`headlens.analyses.ablation.study.ablation_study`); removed heads are NaN."""
-    from headlens.analyses.ablation.study import AblationConfig, ablation_study
-
     config = AblationConfig(method="zero", batch_size=batch_size, n_bootstrap=0, attribution=False)
     table = ablation_study(model, data, config, mask=mask).table
     out = torch.full((model.n_layers, model.n_heads), float("nan"), dtype=torch.float64)
@@ -163,7 +163,7 @@ def prune_study(
     data: EvalSet,
     config: PruneConfig | None = None,
     *,
-    journal: Journal | None = None,
+    journal: RecordJournal | None = None,
     progress: Callable[[str, int, int], None] | None = None,
 ) -> PruneResult:
     """Run the iterative pruning and its random control (see module doc); resumable via ``journal``."""
@@ -196,8 +196,6 @@ def prune_study(
             raw = exact_importance(model, data, batch_size=config.batch_size)
             normalised = raw
         else:
-            from headlens.analyses.ablation.gradients import normalise_per_layer
-
             raw = head_importance(model, data, batch_size=config.batch_size, normalise=False)
             normalised = normalise_per_layer(raw)
         steps[0] = {"kind": "step", "step": 0, "removed": [], "added": [], "value": value_of(set()), "importance_raw": raw.tolist(), "importance": normalised.tolist()}

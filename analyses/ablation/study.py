@@ -20,31 +20,41 @@ model is run to the metric.  It is fast because (1) the residual stream entering
 stored by the baseline pass and each ablation of a head in layer ``L`` runs only blocks
 ``L..n-1`` (:mod:`headlens.analyses.ablation.suffix`), and (2) several heads of one layer are ablated in
 one forward, one head per copy of the batch.  The first-order estimate (attribution, see
-:mod:`headlens.analyses.ablation.gradients`) comes with it.  The sweep is resumable through
-:class:`headlens.analyses.ablation.journal.Journal`.
+:mod:`headlens.analyses.ablation.gradients`) comes with it.  The sweep is resumable: ``journal`` (a
+:class:`headlens.analyses.ablation.records.RecordJournal`, e.g. the file journal
+:class:`headlens.reports.journal.Journal`) receives each finished job and hands back those of an
+interrupted run.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pandas as pd
 import torch
-from jaxtyping import Float
-from torch import Tensor
 
-from headlens.analyses.ablation.data import EvalSet, check_metric, model_values
-from headlens.analyses.ablation.suffix import check_from_layer, resid_hook_name, run_from_layer
+from headlens.analyses.ablation.evalset import EvalSet
+from headlens.analyses.ablation.gradients import attribution_estimates
+from headlens.analyses.ablation.hooks import Reference, z_hook_name
 from headlens.analyses.ablation.masks import HeadMask
-from headlens.analyses.ablation.journal import Journal
+from headlens.analyses.ablation.metrics import check_metric
+from headlens.analyses.ablation.records import RecordJournal, records_of
+from headlens.analyses.ablation.suffix import check_from_layer
+from headlens.analyses.ablation.runs import (
+    Baseline,
+    ablated_logits,
+    ablated_values,
+    baseline_pass,
+    naive_single_head_values,
+    single_head_values,
+)
 from headlens.analyses.stats import bootstrap_mean_ci, spearman
 from headlens.probes.errors import InputError
-from headlens.probes.hooks import HookFn, attached
 from headlens.probes.loading import LoadedModel, check_layers_heads
 
 __all__ = [
@@ -76,10 +86,6 @@ NO_EMBEDDING_ATTRIBUTION = (
     "off: the embedding change 1 - cos is at its minimum (0) in the unablated model, so its gradient "
     "with respect to a head's gate is zero and a first-order estimate says nothing"
 )
-
-
-def z_hook_name(layer: int) -> str:
-    return f"blocks.{layer}.attn.hook_z"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -120,273 +126,6 @@ class AblationConfig:
             raise InputError(f"bootstrap resamples must be >= 0, got {self.n_bootstrap}")
 
 
-# --------------------------------------------------------------------------- replacement values
-
-
-@dataclass
-class Reference:
-    """What replaces an ablated head's ``z``: built from the baseline pass (see module doc)."""
-
-    method: str
-    aligned: bool
-    mean: dict[int, Tensor] = field(default_factory=dict)  # layer -> [pos, head, d_head] (aligned) or [1, head, d_head]
-    flat_mean: dict[int, Tensor] = field(default_factory=dict)  # layer -> [head, d_head]
-    z: dict[int, Tensor] = field(default_factory=dict)  # resample: layer -> [item, pos, head, d_head]
-    source: Tensor | None = None  # resample: [item] index of each item's source
-    source_len: Tensor | None = None
-
-    def replacement(self, layer: int, rows: Sequence[int], width: int, *, dtype: torch.dtype, device: torch.device) -> Float[Tensor, "batch pos head d_head"] | None:
-        """Replacement ``z`` for items ``rows`` (``None`` for zero ablation)."""
-        if self.method == "zero":
-            return None
-        if self.method == "mean":
-            m = self.mean[layer][:width] if self.aligned else self.mean[layer]
-            return m.to(device=device, dtype=dtype).unsqueeze(0).expand(len(rows), width, *m.shape[1:])
-        assert self.source is not None and self.source_len is not None
-        src = self.source[list(rows)]
-        out = self.z[layer][src, :width].to(device=device, dtype=dtype).clone()
-        short = torch.arange(width)[None, :] >= self.source_len[src][:, None]  # [batch, pos]
-        if bool(short.any()):
-            out[short.to(device)] = self.flat_mean[layer].to(device=device, dtype=dtype)
-        return out
-
-
-def _resample_sources(lengths: Tensor, seed: int) -> Tensor:
-    """For each item, a different item at least as long (seeded); else the longest other item."""
-    n = len(lengths)
-    if n < 2:
-        raise InputError("resample ablation needs at least 2 items (windows or prompts) to take z from")
-    gen = torch.Generator().manual_seed(seed)
-    src = torch.empty(n, dtype=torch.long)
-    for i in range(n):
-        ok = [j for j in range(n) if j != i and lengths[j] >= lengths[i]]
-        if not ok:
-            others = [j for j in range(n) if j != i]
-            best = max(int(lengths[j]) for j in others)
-            ok = [j for j in others if lengths[j] == best]
-        src[i] = ok[int(torch.randint(len(ok), (1,), generator=gen))]
-    return src
-
-
-# --------------------------------------------------------------------------- hooks
-
-
-def _ablate_hook(layer: int, copies: list[list[int]], reference: Reference | None, rows: Sequence[int], removed: Sequence[int]) -> HookFn:
-    """A ``hook_z`` hook: remove ``removed`` heads everywhere and, in copy ``c`` of the batch,
-    replace heads ``copies[c]`` (zero, or the reference's values)."""
-
-    def fn(z: Tensor, hook: Any = None) -> Tensor:  # noqa: ARG001
-        z = z.clone(memory_format=torch.contiguous_format)
-        if removed:
-            z[:, :, list(removed)] = 0
-        k = len(copies)
-        if k == 0:
-            return z
-        b, width = z.shape[0] // k, z.shape[1]
-        zv = z.view(k, b, *z.shape[1:])
-        rep = None if reference is None else reference.replacement(layer, rows, width, dtype=z.dtype, device=z.device)
-        for c, heads in enumerate(copies):
-            if not heads:
-                continue
-            if rep is None:
-                zv[c][:, :, heads] = 0
-            else:
-                zv[c][:, :, heads] = rep[:, :, heads]
-        return z
-
-    return fn
-
-
-def _mask_hooks(mask: HeadMask | None, *, skip: set[int] = frozenset(), from_layer: int = 0) -> list[tuple[str, HookFn]]:
-    if mask is None:
-        return []
-    return [
-        (z_hook_name(layer), _ablate_hook(layer, [], None, [], heads))
-        for layer, heads in mask.by_layer().items()
-        if layer >= from_layer and layer not in skip
-    ]
-
-
-# --------------------------------------------------------------------------- baseline pass
-
-
-@dataclass
-class Baseline:
-    """The baseline model's per-item metric values, replacement values and stored residuals."""
-
-    values: Tensor  # [item] float64
-    reference: Reference
-    resid: dict[int, Tensor] = field(default_factory=dict)  # layer -> [item, pos, d_model]
-
-    @property
-    def value(self) -> float:
-        return float(self.values.double().mean())
-
-
-def baseline_pass(
-    model: LoadedModel,
-    data: EvalSet,
-    *,
-    method: str = "zero",
-    mask: HeadMask | None = None,
-    resid_layers: Sequence[int] = (),
-    batch_size: int = 8,
-    seed: int = 0,
-    store_device: str | torch.device = "cpu",
-) -> Baseline:
-    """One pass over ``data`` with ``mask`` heads removed: per-item metric values, the
-    reference for ``method`` and, for ``resid_layers``, the residual entering each layer.
-
-    Memory: ``len(resid_layers) x items x pos x d_model`` values for the residuals, and as
-    much per layer for ``z`` with resample ablation.
-    """
-    if mask is not None:
-        mask.check_model(model.n_layers, model.n_heads)
-    n, width_all = data.tokens.shape
-    n_l, n_h, d = model.n_layers, model.n_heads, model.d_head
-    aligned = data.aligned
-    need_z = method in ("mean", "resample")
-    pos_sum = {layer: torch.zeros(width_all if aligned else 1, n_h, d, dtype=torch.float64) for layer in range(n_l)} if need_z else {}
-    flat_sum = {layer: torch.zeros(n_h, d, dtype=torch.float64) for layer in range(n_l)} if need_z else {}
-    z_store = {layer: torch.zeros(n, width_all, n_h, d, dtype=model.dtype, device=store_device) for layer in range(n_l)} if method == "resample" else {}
-    resid = {layer: torch.zeros(n, width_all, model.bridge.cfg.d_model, dtype=model.dtype, device=store_device) for layer in resid_layers}
-    values = torch.zeros(n, dtype=torch.float64)
-    state: dict[str, Any] = {}
-
-    def z_keeper(layer: int) -> HookFn:
-        def fn(z: Tensor, hook: Any = None) -> None:  # noqa: ARG001
-            rows, lengths = state["rows"], state["lengths"]
-            real = (torch.arange(z.shape[1], device=z.device)[None, :] < lengths.to(z.device)[:, None]).to(torch.float64)  # [b, pos]
-            zz = z.detach().to(torch.float64) * real[:, :, None, None]
-            flat_sum[layer] += zz.sum((0, 1)).cpu()
-            if aligned:
-                pos_sum[layer][: z.shape[1]] += zz.sum(0).cpu()
-            if method == "resample":
-                z_store[layer][rows, : z.shape[1]] = z.detach().to(store_device)
-
-        return fn
-
-    def resid_keeper(layer: int) -> HookFn:
-        def fn(x: Tensor, hook: Any = None) -> None:  # noqa: ARG001
-            resid[layer][state["rows"], : x.shape[1]] = x.detach().to(store_device)
-
-        return fn
-
-    hooks = _mask_hooks(mask)
-    if need_z:
-        hooks += [(z_hook_name(layer), z_keeper(layer)) for layer in range(n_l)]
-    hooks += [(resid_hook_name(layer), resid_keeper(layer)) for layer in resid_layers]
-    with torch.inference_mode(), attached(model.bridge, hooks):
-        for rows in data.rows(batch_size):
-            tokens, lengths, _ = data.batch(rows)
-            state.update(rows=rows, lengths=lengths)
-            values[rows] = model_values(model, tokens, lengths, data, rows).cpu()
-    reference = Reference(method=method, aligned=aligned)
-    if need_z:
-        n_real = float(data.lengths.sum())
-        for layer in range(n_l):
-            reference.flat_mean[layer] = (flat_sum[layer] / n_real).to(model.dtype)
-            reference.mean[layer] = (pos_sum[layer] / n).to(model.dtype) if aligned else reference.flat_mean[layer][None]
-    if method == "resample":
-        reference.z = z_store
-        reference.source = _resample_sources(data.lengths, seed)
-        reference.source_len = data.lengths.clone()
-    return Baseline(values=values, reference=reference, resid=resid)
-
-
-# --------------------------------------------------------------------------- ablated runs
-
-
-def ablated_values(
-    model: LoadedModel,
-    data: EvalSet,
-    heads: Sequence[tuple[int, int]],
-    *,
-    reference: Reference | None = None,
-    mask: HeadMask | None = None,
-    batch_size: int = 8,
-) -> Float[Tensor, " item"]:
-    """Per-item metric with every head in ``heads`` ablated together (plus ``mask`` heads
-    removed), one full forward per batch.  ``reference=None`` means zero ablation."""
-    by_layer: dict[int, list[int]] = {}
-    for layer, head in heads:
-        if not (0 <= layer < model.n_layers and 0 <= head < model.n_heads):
-            raise InputError(f"head {layer}.{head} does not exist in this model", head=f"{layer}.{head}")
-        by_layer.setdefault(layer, []).append(head)
-    masked = mask.by_layer() if mask is not None else {}
-    values = torch.zeros(len(data), dtype=torch.float64)
-    with torch.inference_mode():
-        for rows in data.rows(batch_size):
-            tokens, lengths, _ = data.batch(rows)
-            hooks = [(z_hook_name(layer), _ablate_hook(layer, [hs], reference, rows, masked.get(layer, []))) for layer, hs in by_layer.items()]
-            hooks += _mask_hooks(mask, skip=set(by_layer))
-            with attached(model.bridge, hooks):
-                values[rows] = model_values(model, tokens, lengths, data, rows).cpu()
-    return values
-
-
-def ablated_logits(
-    model: LoadedModel,
-    tokens: Tensor,
-    heads: Sequence[tuple[int, int]],
-    *,
-    mask: HeadMask | None = None,
-) -> Float[Tensor, "batch pos vocab"]:
-    """Logits of one forward on ``tokens`` with ``heads`` zero-ablated (and ``mask`` heads removed):
-    the same hooks as every zero ablation here, for inspection and reference tests."""
-    by_layer: dict[int, list[int]] = {}
-    for layer, head in [*heads, *(mask.removed if mask is not None else ())]:
-        by_layer.setdefault(layer, []).append(head)
-    hooks = [(z_hook_name(layer), _ablate_hook(layer, [], None, [], sorted(set(hs)))) for layer, hs in by_layer.items()]
-    with torch.inference_mode(), attached(model.bridge, hooks):
-        return model.bridge(tokens.to(model.device), return_type="logits")
-
-
-def single_head_values(
-    model: LoadedModel,
-    data: EvalSet,
-    layer: int,
-    heads: Sequence[int],
-    baseline: Baseline,
-    *,
-    mask: HeadMask | None = None,
-    batch_size: int = 8,
-    prefix_reuse: bool = True,
-) -> Float[Tensor, "head item"]:
-    """Per-item metric with each of ``heads`` (all in ``layer``) ablated alone: one forward per
-    batch for all of them (one copy of the batch per head), from block ``layer`` on when
-    ``prefix_reuse`` (``baseline.resid[layer]`` must be stored)."""
-    heads = list(heads)
-    k = len(heads)
-    masked = mask.by_layer() if mask is not None else {}
-    out = torch.zeros(k, len(data), dtype=torch.float64)
-    reference = None if baseline.reference.method == "zero" else baseline.reference
-    with torch.inference_mode():
-        for rows in data.rows(batch_size):
-            tokens, lengths, width = data.batch(rows)
-            hooks = [(z_hook_name(layer), _ablate_hook(layer, [[h] for h in heads], reference, rows, masked.get(layer, [])))]
-            if prefix_reuse:
-                hooks += _mask_hooks(mask, skip={layer}, from_layer=layer + 1)
-                resid = baseline.resid[layer][rows, :width].to(model.device).repeat(k, 1, 1)
-
-                def run(t: Tensor, **kw: Any) -> Tensor:
-                    return run_from_layer(model, t, resid, layer, hooks, **kw)
-
-                vals = model_values(model, tokens, lengths, data, rows, copies=k, run=run)
-            else:
-                hooks += _mask_hooks(mask, skip={layer})
-                with attached(model.bridge, hooks):
-                    vals = model_values(model, tokens, lengths, data, rows, copies=k)
-            out[:, rows] = vals.cpu().view(k, len(rows))
-    return out
-
-
-def naive_single_head_values(model: LoadedModel, data: EvalSet, heads: Sequence[tuple[int, int]], baseline: Baseline, *, mask: HeadMask | None = None, batch_size: int = 8) -> Float[Tensor, "head item"]:
-    """The reference loop: one full forward per head per batch (what the fast table must equal)."""
-    reference = None if baseline.reference.method == "zero" else baseline.reference
-    return torch.stack([ablated_values(model, data, [h], reference=reference, mask=mask, batch_size=batch_size) for h in heads])
-
-
 # --------------------------------------------------------------------------- the study
 
 
@@ -415,17 +154,13 @@ def _auto_heads_per_forward(data: EvalSet, batch_size: int, n_heads: int) -> int
     return max(1, min(n_heads, AUTO_TOKENS_PER_FORWARD // max(tokens, 1)))
 
 
-def _head_records(journal: Journal | None, kind: str) -> list[dict[str, Any]]:
-    return [r for r in (journal.records if journal is not None else []) if r.get("kind") == kind]
-
-
 def ablation_study(
     model: LoadedModel,
     data: EvalSet,
     config: AblationConfig | None = None,
     *,
     mask: HeadMask | None = None,
-    journal: Journal | None = None,
+    journal: RecordJournal | None = None,
     progress: Callable[[str, int, int], None] | None = None,
 ) -> AblationResult:
     """The exact single-head table: one row per head ablated alone (``TABLE_COLUMNS``).
@@ -458,7 +193,7 @@ def ablation_study(
     base = baseline_pass(model, data, method=config.method, mask=mask, resid_layers=sorted(heads) if prefix else (), batch_size=config.batch_size, seed=config.seed)
     t_base = time.perf_counter() - t0
 
-    if journal is not None and (prev := _head_records(journal, "baseline")):
+    if journal is not None and (prev := records_of(journal, "baseline")):
         base.values = torch.tensor(prev[-1]["values"], dtype=torch.float64)  # the run being resumed used these
     elif journal is not None:
         journal.append([{"kind": "baseline", "values": base.values.tolist()}])
@@ -473,11 +208,9 @@ def ablation_study(
     if config.attribution and data.metric == "embedding":
         attribution_note = NO_EMBEDDING_ATTRIBUTION
     elif config.attribution:
-        if prev := _head_records(journal, "attribution"):
+        if prev := records_of(journal, "attribution"):
             attribution = {(r["layer"], r["head"]): r["estimate"] for r in prev[-1]["heads"]}
         else:
-            from headlens.analyses.ablation.gradients import attribution_estimates
-
             ta = time.perf_counter()
             est = attribution_estimates(model, data, reference=base.reference, mask=mask, batch_size=config.batch_size)
             t_attr = time.perf_counter() - ta
@@ -485,7 +218,7 @@ def ablation_study(
             if journal is not None:
                 journal.append([{"kind": "attribution", "heads": [{"layer": layer, "head": h, "estimate": v} for (layer, h), v in attribution.items()]}])
 
-    done: dict[tuple[int, int], list[float]] = {(r["layer"], r["head"]): r["values"] for r in _head_records(journal, "head")}
+    done: dict[tuple[int, int], list[float]] = {(r["layer"], r["head"]): r["values"] for r in records_of(journal, "head")}
     ts = time.perf_counter()
     n_done_jobs = 0
     for i, (layer, hs) in enumerate(jobs):

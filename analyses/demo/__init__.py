@@ -5,7 +5,8 @@
 * :mod:`headlens.analyses.demo.data`: the training and held-out text;
 * :mod:`headlens.analyses.demo.train`: the recipe (``headlens demo train --out DIR``);
 * :mod:`headlens.analyses.demo.replay`: replay of a training log;
-* :mod:`headlens.analyses.demo.card`: the model card's facts.
+* :mod:`headlens.analyses.demo.card`: the model card's facts, and ``model_card.md.j2``, its
+  Markdown template (rendered by :mod:`headlens.reports.demo_card`).
 
 Importing this package is cheap (no torch).
 """

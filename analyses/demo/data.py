@@ -66,7 +66,6 @@ __all__ = [
     "eval_windows",
     "fingerprint",
     "heldout_documents",
-    "heldout_text",
 ]
 
 log = logging.getLogger(__name__)
@@ -333,12 +332,3 @@ def eval_windows(stream: torch.Tensor, seq_len: int, n: int | None = None) -> to
 def heldout_documents() -> list[Document]:
     """The held-out split's documents, in the order of :func:`build_corpus`'s held-out stream."""
     return [d for d in stdlib_docstring_documents() + pydoc_topic_documents() if is_heldout(d)]
-
-
-def heldout_text(separator: str = "<|endoftext|>") -> str:
-    """The held-out split as one text: its documents joined by ``separator`` (default GPT-2's
-    ``<|endoftext|>``, which the tokenizer reads as the BOS token, so the text tokenizes to the
-    held-out stream the recipe evaluates on, without its leading BOS).
-
-    A function of the Python installation alone (same Python version, same text)."""
-    return separator.join(d.text for d in heldout_documents())

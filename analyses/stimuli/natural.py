@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from . import StimulusError
+from headlens.probes.errors import StimulusError
 
 __all__ = ["EVAL_TEXT_RESOURCE", "eval_text", "text_windows"]
 

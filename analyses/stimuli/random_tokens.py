@@ -11,7 +11,7 @@ from typing import Iterable
 
 import torch
 
-from . import StimulusError
+from headlens.probes.errors import StimulusError
 
 __all__ = ["random_repeated_tokens"]
 

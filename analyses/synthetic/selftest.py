@@ -23,6 +23,7 @@ class SelftestReport:
     device: str
     dtype: str
     checks: list[tuple[str, bool, str]] = field(default_factory=list)
+    #: the long role table (one row per (head, role)) of the census with BOS
     roles: pd.DataFrame | None = None
 
     @property
@@ -38,10 +39,12 @@ class SelftestReport:
 
 
 def check_planted_roles(scores: pd.DataFrame, roles: pd.DataFrame, planted: dict[str, str]) -> list[tuple[str, bool, str]]:
-    """One check per planted role (found on its head?) plus one for every other head (no role?)."""
+    """One check per planted role (found on its head?) plus one for every other head (no role?).
+    ``roles``: the long role table (:func:`headlens.analyses.heads.classify.classify_heads`)."""
     from headlens.analyses.ablation.masks import parse_head
+    from headlens.analyses.heads.classify import roles_of
 
-    by_name = {r.name: set(filter(None, str(r.roles).split(";"))) for r in roles.fillna({"roles": ""}).itertuples()}
+    by_name = {f"{a}.{b}": set(rs) for (a, b), rs in roles_of(roles).items()}
     detectors = set(scores["detector"])
     checks = []
     for head, role in planted.items():
@@ -77,7 +80,7 @@ def run_selftest(
         report = SelftestReport(device=str(model.device), dtype=dtype)
         for bos in (True, False):
             result = run_census(model, CensusConfig(n_prompts=n_prompts, prepend_bos=bos), progress=progress)
-            roles = classify_heads(result.scores)
+            roles = classify_heads(result.scores).roles
             for name, ok, detail in check_planted_roles(result.scores, roles, PLANTED_ROLES):
                 report.checks.append((f"{name} ({'BOS' if bos else 'no BOS'})", ok, detail))
             if bos:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from headlens.probes.tokenizer_files import load_offline_gpt2_tokenizer
 
-__all__ = ["TinySpec", "build_tiny_checkpoint", "gpt2_small_spec"]
+__all__ = ["TinySpec", "build_tiny_checkpoint"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -25,11 +25,6 @@ class TinySpec:
     d_model: int = 64
     n_ctx: int = 128
     seed: int = 0
-
-
-def gpt2_small_spec(seed: int = 0) -> TinySpec:
-    """GPT-2 small's shape (12 layers, 12 heads, d_model 768, context 1024)."""
-    return TinySpec(n_layer=12, n_head=12, d_model=768, n_ctx=1024, seed=seed)
 
 
 def build_tiny_checkpoint(folder: str | Path, spec: TinySpec | None = None) -> Path:

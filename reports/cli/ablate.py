@@ -11,7 +11,9 @@ from typing import Any
 import click
 
 from headlens.reports.cli.common import HEADS, model_options, parse_layers
+from headlens.reports.models import named_models
 from headlens.reports.progress import progress_bars
+from headlens.reports.text_files import read_text_file
 
 TABLE_FORMATS = (".csv", ".parquet", ".json")
 
@@ -22,7 +24,7 @@ def _load(model: str, device: str, dtype: str, revision: str | None, allow_new_w
     from headlens.probes.config import ModelConfig
     from headlens.probes.loading import load_model
 
-    return load_model(ModelConfig(model=model, device=device, dtype=dtype, revision=revision, allow_new_weights=allow_new_weights))
+    return load_model(ModelConfig(model=model, device=device, dtype=dtype, revision=revision, allow_new_weights=allow_new_weights), named=named_models())
 
 
 def data_options(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -110,25 +112,6 @@ def _read_inputs(metric: str | None, text_file: str | None, task_file: str | Non
     return read_text_file(text_file), f"--text-file {text_file}"
 
 
-def read_text_file(text_file: str) -> str:
-    """The text of ``--text-file`` (UTF-8); a missing, unreadable or empty file is a one-line :class:`InputError`.
-
-    Shared by ``ablate``, ``prune`` and ``report``.
-    """
-    from headlens.probes.errors import InputError
-
-    p = Path(text_file)
-    if not p.is_file():
-        raise InputError(f"--text-file {text_file} does not exist", path=text_file)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read --text-file {text_file}: {exc}".splitlines()[0], path=text_file) from exc
-    if not text.strip():
-        raise InputError(f"--text-file {text_file} is empty", path=text_file)
-    return text
-
-
 def _eval_set(loaded: Any, metric: str, source: Any, label: str, *, n_windows: int, window: int, prepend_bos: bool, n_sentences: int = 64):
     from headlens.analyses.ablation.data import embedding_eval_set, split_sentences, task_eval_set, text_eval_set
 
@@ -201,7 +184,7 @@ def ablate_cmd(model, device, dtype, revision, allow_new_weights, method, metric
 
     from headlens.analyses.ablation.study import AblationConfig, ablation_study
     from headlens.analyses.ablation.masks import read_mask
-    from headlens.analyses.ablation.journal import Journal, journal_path
+    from headlens.reports.journal import Journal, journal_path
     from headlens.probes.manifest import build_manifest
     from headlens.probes.outputs import check_out_file, write_json
     from headlens.reports.figures.ablation import ablation_heatmap
@@ -296,9 +279,8 @@ def prune_cmd(model, device, dtype, revision, allow_new_weights, metric, text_fi
     import torch
 
     from headlens.analyses.ablation.pruning import PruneConfig, prune_study
-    from headlens.analyses.ablation.journal import Journal
+    from headlens.reports.journal import Journal
     from headlens.probes.manifest import build_manifest
-    from headlens.analyses.ablation.masks import write_mask
     from headlens.probes.outputs import atomic_write, check_out_dir, write_json
     from headlens.reports.figures.ablation import pruning_curve
 
@@ -342,7 +324,7 @@ def prune_cmd(model, device, dtype, revision, allow_new_weights, metric, text_fi
     }
     for name, df in (("curve.csv", curve), ("random_orders.csv", result.random), ("importance.csv", result.importance)):
         atomic_write(out / name, lambda p, df=df: df.to_csv(p, index=False))
-    write_mask(out / "pruned_heads.json", result.pruned)
+    write_json(out / "pruned_heads.json", result.pruned.to_json())
     pruning_curve(curve, out / "pruning_curve", metric=metric, baseline=result.baseline_value, max_increase=max_increase, removable=result.removable_fraction)
     write_json(out / "manifest.json", build_manifest(model=loaded, command=["headlens", *sys.argv[1:]], seed=seed, prepend_bos=not no_bos, configs={"prune": config}, extra=extra))
     journal.finish()

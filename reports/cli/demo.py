@@ -29,21 +29,30 @@ def demo_group() -> None:
 @click.option("--steps", type=click.IntRange(min=0), default=None, help="Stop after N steps (the schedule stays the full recipe's). Default: the full recipe.")
 @click.option("--seed", type=int, default=None, help="Seed for initialisation, data order and negatives. Default: the recipe's (0).")
 @click.option("--eval-every", type=click.IntRange(min=0), default=None, help="Held-out evaluation interval in steps (0: none). Default: the recipe's.")
+@click.option("--save-every", "keep_every", type=click.IntRange(min=0), default=0, help="Also keep the weights every N steps (and at step 0) as checkpoint folders OUT-checkpoints/step-NNNNNN, each loadable with --model DIR and swept with 'headlens sweep -m OUT-checkpoints'. Default 0: none.")
 @click.option("--no-card", is_flag=True, help="Do not run the census and write MODEL_CARD.md.")
-@click.option("--overwrite", is_flag=True, help="Replace an existing output folder.")
-def train_cmd(out_dir: str, steps: int | None, seed: int | None, eval_every: int | None, no_card: bool, overwrite: bool) -> None:
+@click.option("--overwrite", is_flag=True, help="Replace an existing output folder (and its kept checkpoints).")
+def train_cmd(out_dir: str, steps: int | None, seed: int | None, eval_every: int | None, keep_every: int, no_card: bool, overwrite: bool) -> None:
     """Train the demo model on CPU (the recipe fixes the thread count) and save it as a checkpoint folder.
 
-    Every 250 steps the training state is saved to OUT.state.pt; running the same command
-    again after an interruption goes on from there (and computes exactly what an
-    uninterrupted run would). The file is removed when the folder is written.
+    Every 250 steps the training state (not a checkpoint folder) is saved to OUT.state.pt;
+    running the same command again after an interruption goes on from there (and computes
+    exactly what an uninterrupted run would). The file is removed when the folder is written.
+    With --save-every N the weights of every N-th step are kept too, in OUT-checkpoints/.
     """
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from headlens.analyses.demo.train import RECIPE, save_checkpoint, train
+    from headlens.analyses.demo.checkpoints import save_step_checkpoint, step_folder_name
+    from headlens.analyses.demo.train import RECIPE, _config_dict, save_checkpoint, train
 
     out = Path(out_dir)
+    kept = out.with_name(out.name + "-checkpoints")
+    state_file = out.with_name(out.name + ".state.pt")
     if out.exists() and any(out.iterdir()) and not overwrite:
         raise click.UsageError(f"{out} exists and is not empty; pass --overwrite")
+    if kept.exists() and any(kept.iterdir()) and not state_file.is_file():
+        if not overwrite:
+            raise click.UsageError(f"{kept} exists and is not empty; pass --overwrite")
+        shutil.rmtree(kept)
     config = RECIPE if seed is None else replace(RECIPE, seed=seed)
     _say(f"demo recipe: {config.n_layer} layers x {config.n_head} heads, d_model {config.d_model}, {steps if steps is not None else config.schedule_steps} steps, seed {config.seed}")
 
@@ -55,12 +64,16 @@ def train_cmd(out_dir: str, steps: int | None, seed: int | None, eval_every: int
                 f"  prev {row['previous_token']:.2f}  sink {row['sink']:.2f}  [{row['elapsed_s']:.0f} s]"
             )
 
-    state_file = out.with_name(out.name + ".state.pt")
     if state_file.is_file():
         _say(f"resuming from {state_file}")
     out.parent.mkdir(parents=True, exist_ok=True)
+    recipe = _config_dict(config)
+
+    def keep(step: int, model: Any, row: dict[str, Any]) -> None:
+        save_step_checkpoint(model, kept / step_folder_name(step), step=step, run=out.name, row=row, recipe=recipe)
+
     try:
-        result = train(config, steps=steps, eval_every=eval_every, on_log=on_log, state_file=state_file)
+        result = train(config, steps=steps, eval_every=eval_every, on_log=on_log, state_file=state_file, checkpoint_every=keep_every, on_checkpoint=keep)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     final = result.summary["final"]
@@ -72,7 +85,7 @@ def train_cmd(out_dir: str, steps: int | None, seed: int | None, eval_every: int
         save_checkpoint(result, tmp)
         if not no_card:
             _say("running the head census for MODEL_CARD.md ...")
-            from headlens.analyses.demo.card import write_model_card
+            from headlens.reports.demo_card import write_model_card
 
             write_model_card(tmp)
         if out.exists():
@@ -82,7 +95,7 @@ def train_cmd(out_dir: str, steps: int | None, seed: int | None, eval_every: int
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     state_file.unlink(missing_ok=True)
-    _say(f"wrote {out}")
+    _say(f"wrote {out}" + (f"; checkpoints every {keep_every} steps in {kept}" if keep_every else ""))
 
 
 @demo_group.command("card")
@@ -90,7 +103,7 @@ def train_cmd(out_dir: str, steps: int | None, seed: int | None, eval_every: int
 def card_cmd(folder: str) -> None:
     """(Re)write MODEL_CARD.md for a checkpoint folder written by `train`."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from headlens.analyses.demo.card import write_model_card
+    from headlens.reports.demo_card import write_model_card
 
     path = write_model_card(folder)
     _say(f"wrote {path}")

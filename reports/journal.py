@@ -1,5 +1,10 @@
 """An append-only JSONL journal that lets a long sweep survive ``kill -9``.
 
+The file side of the sweeps' resume protocol: the ablation and pruning sweeps
+(:mod:`headlens.analyses.ablation`) only see a
+:class:`headlens.analyses.ablation.records.RecordJournal` (``records`` + ``append``), which
+:class:`Journal` is; the commands and the report open it around a sweep.
+
 Line 1 is a header identifying the run (``{"journal": "headlens", "kind": ..., "key": {...}}``:
 model, data fingerprint, configuration).  Every later line is one finished unit of work
 (a record: a head's per-item metric values, a pruning step...).  Each append is written,
