@@ -1,0 +1,1 @@
+"""Design questions answered by measurement: KV-cache arithmetic, grouped-query what-ifs, projection knockouts."""

@@ -1,0 +1,215 @@
+"""GQA what-if: a multi-head (or grouped-query) model turned into one with fewer KV heads, without retraining.
+
+For each group size ``g`` (2, 4, ... up to one KV head per layer: MQA) and each grouping
+(``adjacent``: KV heads 0-1, 2-3, ...; ``similar``: groups with the least scatter of keys and
+values on the evaluation text, :mod:`headlens.analyses.design.grouping`), the K and V of the
+heads in a group are mean-pooled in every layer at once (:func:`headlens.analyses.design.edits.pool_hooks`,
+Ainslie et al. 2023's uptraining initialisation) and the model is measured against the original:
+
+* the metric (loss on text windows; a task's logit difference when given),
+* the KV cache it would need (:mod:`headlens.analyses.design.kv`),
+* per head, how far its attention pattern moves: the Jensen-Shannon divergence (bits, in [0, 1])
+  between each query's original and pooled attention rows, averaged over the queries at
+  positions ``>= 1`` of every window (position 0 has a single key: JS is always 0 there).
+
+On a grouped-query model the groups are over its KV heads (4 query / 2 KV heads: ``g = 2`` is MQA).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+from jaxtyping import Float
+from torch import Tensor
+
+from headlens.analyses.ablation.data import EvalSet, item_values, model_values
+from headlens.analyses.stats import bootstrap_mean_ci
+from headlens.analyses.design.edits import Groups, check_pooling, pool_hooks
+from headlens.analyses.design.grouping import adjacent_groups, kv_distances, scatter, similar_groups
+from headlens.analyses.design.kv import KVConfig, group_sizes, kv_cache_table
+from headlens.probes.attention import attention_spec
+from headlens.probes.errors import InputError
+from headlens.probes.hooks import attached
+
+__all__ = ["GQAConfig", "GQAResult", "GROUPINGS", "gqa_study", "js_divergence", "variant_groups", "SUMMARY_COLUMNS"]
+
+log = logging.getLogger(__name__)
+
+GROUPINGS: tuple[str, ...] = ("adjacent", "similar")
+SUMMARY_COLUMNS = ["grouping", "g", "kv_heads", "kv_bytes_per_token", "kv_saved", "loss", "loss_change", "change_ci_low", "change_ci_high", "mean_js", "max_js", "scatter"]
+#: similar minus adjacent loss at each group size, paired over windows, with its 95% bootstrap interval.
+COMPARISON_COLUMNS = ["g", "similar_minus_adjacent", "ci_low", "ci_high", "same_groups"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class GQAConfig:
+    """``group_sizes`` (default: every divisor > 1 of the KV heads), ``groupings``, forward ``batch_size``."""
+
+    group_sizes: tuple[int, ...] | None = None
+    groupings: tuple[str, ...] = GROUPINGS
+    batch_size: int = 8
+    cache_dtype: str | None = None
+
+
+@dataclass
+class GQAResult:
+    summary: pd.DataFrame  # one row per (grouping, g), plus the original (g = 1)
+    heads: pd.DataFrame  # grouping, g, layer, head, js
+    groups: pd.DataFrame  # grouping, g, layer, kv_heads ("0+1 2+3")
+    task: pd.DataFrame | None = None  # grouping, g, logit_diff, change
+    comparison: pd.DataFrame | None = None  # COMPARISON_COLUMNS (both groupings run)
+    config: GQAConfig = field(default_factory=GQAConfig)
+
+
+def js_divergence(p: Float[Tensor, "... k"], q: Float[Tensor, "... k"]) -> Float[Tensor, "..."]:
+    """Jensen-Shannon divergence in bits between rows of two attention patterns (float64)."""
+    p, q = p.double(), q.double()
+    m = 0.5 * (p + q)
+
+    def kl(a: Tensor) -> Tensor:
+        return torch.where(a > 0, a * (torch.log2(a.clamp(min=1e-300)) - torch.log2(m.clamp(min=1e-300))), 0.0).sum(-1)
+
+    return (0.5 * kl(p) + 0.5 * kl(q)).clamp(min=0.0)
+
+
+def _check(model: Any, config: GQAConfig) -> tuple[int, list[int]]:
+    if getattr(model, "is_encoder", False):
+        raise InputError("the GQA what-if measures next-token loss, which a bidirectional encoder does not model")
+    n_kv = attention_spec(model).n_kv_heads
+    if n_kv == 1:
+        raise InputError("the model is already multi-query (1 KV head per layer): there is nothing to pool")
+    sizes = list(config.group_sizes) if config.group_sizes else group_sizes(n_kv)
+    for g in sizes:
+        if g < 2 or n_kv % g:
+            raise InputError(f"group size {g} does not divide the {n_kv} KV heads per layer (choose from {', '.join(map(str, group_sizes(n_kv)))})", group=g)
+    bad = [x for x in config.groupings if x not in GROUPINGS]
+    if bad or not config.groupings:
+        raise InputError(f"unknown grouping {', '.join(bad) or '(none)'}: choose from {', '.join(GROUPINGS)}")
+    return n_kv, sizes
+
+
+def variant_groups(model: Any, data: EvalSet, config: GQAConfig) -> tuple[dict[tuple[str, int], Groups], list[np.ndarray]]:
+    """``(grouping, g) -> {layer: groups}`` for every variant, and the per-layer distances used for ``similar``."""
+    n_kv, sizes = _check(model, config)
+    dists = kv_distances(model, data, batch_size=config.batch_size)[0]
+    out: dict[tuple[str, int], Groups] = {}
+    for g in sizes:
+        for grouping in config.groupings:
+            if grouping == "adjacent":
+                out[(grouping, g)] = {layer: adjacent_groups(n_kv, g) for layer in range(model.n_layers)}
+            else:
+                out[(grouping, g)] = {layer: similar_groups(dists[layer], g) for layer in range(model.n_layers)}
+    return out, dists
+
+
+def _pattern_hooks(model: Any, store: dict[int, Tensor]) -> list[tuple[str, Callable[..., Any]]]:
+    def keep(layer: int):
+        def fn(p: Tensor, hook: Any = None) -> None:  # noqa: ARG001
+            store[layer] = p.detach()
+
+        return fn
+
+    return [(f"blocks.{layer}.attn.hook_pattern", keep(layer)) for layer in range(model.n_layers)]
+
+
+def gqa_study(model: Any, data: EvalSet, config: GQAConfig | None = None, *, task: EvalSet | None = None, progress: Callable[[str, int, int], None] | None = None) -> GQAResult:
+    """Loss, KV cache and per-head pattern movement of every pooled variant (see the module docstring)."""
+    config = config or GQAConfig()
+    if data.metric != "loss":
+        raise InputError("the GQA what-if is measured on text windows (loss); give a task with task=")
+    check_pooling(model)
+    variants, dists = variant_groups(model, data, config)
+    L, H = model.n_layers, model.n_heads
+    spec = attention_spec(model)
+    n_vals = {key: [] for key in [("original", 1), *variants]}
+    js_sum = {key: torch.zeros(L, H, dtype=torch.float64) for key in variants}
+    js_n = 0
+    batches = data.rows(config.batch_size)
+    with torch.inference_mode():
+        for done, rows in enumerate(batches, start=1):
+            toks, lengths, width = data.batch(rows)
+            toks = toks.to(model.device)
+            clean: dict[int, Tensor] = {}
+            with attached(model.bridge, _pattern_hooks(model, clean)):
+                logits = model.bridge(toks, return_type="logits")
+            n_vals[("original", 1)].append(item_values(logits, toks, lengths, data, rows))
+            q_ok = (torch.arange(width)[None, :] < lengths[:, None]) & (torch.arange(width)[None, :] >= 1)
+            q_ok = q_ok.to(model.device)
+            js_n += int(q_ok.sum())
+            for key, groups in variants.items():
+                pooled: dict[int, Tensor] = {}
+                with attached(model.bridge, pool_hooks(groups) + _pattern_hooks(model, pooled)):
+                    logits = model.bridge(toks, return_type="logits")
+                n_vals[key].append(item_values(logits, toks, lengths, data, rows))
+                for layer in range(L):
+                    js = js_divergence(clean[layer], pooled[layer])  # [batch, head, q]
+                    js_sum[key][layer] += (js * q_ok[:, None, :]).sum(dim=(0, 2)).cpu()
+            if progress is not None:
+                progress("gqa", done, len(batches))
+    kv = kv_cache_table(model, KVConfig(cache_dtype=config.cache_dtype))
+    own_bytes = int(kv["bytes_per_token"].iloc[0])
+    per_item = {key: torch.cat(v).cpu().numpy() for key, v in n_vals.items()}
+    base_items = per_item[("original", 1)]
+    base_loss = float(base_items.mean())
+    rows_out = [{"grouping": "original", "g": 1, "kv_heads": spec.n_kv_heads, "kv_bytes_per_token": own_bytes, "kv_saved": 0.0, "loss": base_loss, "loss_change": 0.0, "change_ci_low": 0.0, "change_ci_high": 0.0, "mean_js": 0.0, "max_js": 0.0, "scatter": 0.0}]
+    head_rows, group_rows = [], []
+    for key, groups in variants.items():
+        grouping, g = key
+        loss = float(per_item[key].mean())
+        low, high = bootstrap_mean_ci(per_item[key] - base_items)
+        js = (js_sum[key] / max(js_n, 1)).numpy()
+        per_token = own_bytes // g
+        rows_out.append(
+            {
+                "grouping": grouping,
+                "g": g,
+                "kv_heads": spec.n_kv_heads // g,
+                "kv_bytes_per_token": per_token,
+                "kv_saved": 1.0 - per_token / own_bytes,
+                "loss": loss,
+                "loss_change": loss - base_loss,
+                "change_ci_low": float(low),
+                "change_ci_high": float(high),
+                "mean_js": float(js.mean()),
+                "max_js": float(js.max()),
+                "scatter": float(sum(scatter(dists[layer], groups[layer]) for layer in range(L))),
+            }
+        )
+        head_rows += [{"grouping": grouping, "g": g, "layer": layer, "head": h, "js": float(js[layer, h])} for layer in range(L) for h in range(H)]
+        group_rows += [{"grouping": grouping, "g": g, "layer": layer, "kv_heads": " ".join("+".join(map(str, grp)) for grp in groups[layer])} for layer in range(L)]
+    summary = pd.DataFrame(rows_out, columns=SUMMARY_COLUMNS)
+    comp = []
+    for g in sorted({g for _, g in variants}):
+        if ("similar", g) in variants and ("adjacent", g) in variants:
+            diff = per_item[("similar", g)] - per_item[("adjacent", g)]
+            low, high = bootstrap_mean_ci(diff)
+            same = variants[("similar", g)] == variants[("adjacent", g)]
+            comp.append({"g": g, "similar_minus_adjacent": float(diff.mean()), "ci_low": float(low), "ci_high": float(high), "same_groups": same})
+    task_table = _task_values(model, task, variants, config) if task is not None else None
+    comparison = pd.DataFrame(comp, columns=COMPARISON_COLUMNS) if comp else None
+    return GQAResult(summary=summary, heads=pd.DataFrame(head_rows), groups=pd.DataFrame(group_rows), task=task_table, comparison=comparison, config=config)
+
+
+def _task_values(model: Any, task: EvalSet, variants: dict[tuple[str, int], Groups], config: GQAConfig) -> pd.DataFrame:
+    """The task metric (logit difference) of the original and of every pooled variant."""
+
+    def measure(hooks: Sequence[tuple[str, Callable[..., Any]]]) -> float:
+        vals = []
+        with torch.inference_mode(), attached(model.bridge, list(hooks)):
+            for rows in task.rows(config.batch_size):
+                toks, lengths, _ = task.batch(rows)
+                vals.append(model_values(model, toks, lengths, task, rows))
+        return float(torch.cat(vals).mean())
+
+    base = measure([])
+    rows = [{"grouping": "original", "g": 1, task.metric: base, "change": 0.0}]
+    for (grouping, g), groups in variants.items():
+        v = measure(pool_hooks(groups))
+        rows.append({"grouping": grouping, "g": g, task.metric: v, "change": v - base})
+    return pd.DataFrame(rows)

@@ -1,0 +1,144 @@
+"""Projection knockout: tie one attention projection to another in one layer (or head) and measure what breaks.
+
+Kinds (:data:`headlens.analyses.design.edits.KINDS`): ``q=k`` (queries from the key projection:
+``q_i . k_j = k_i . k_j``, a symmetric score matrix, so a head can no longer prefer ``j = i - 1``
+over ``j = i + 1`` by content alone: the causal mask is all that breaks the symmetry), ``v=k``
+(values from the key projection: what a head moves is what it matches on) and ``q=k=v``.
+
+:func:`knockout_losses` gives the loss change of each knockout (one layer at a time, all its heads,
+or with ``per_head`` each head alone); :func:`knockout_roles` re-runs the census with each layer's
+knockout in place and lists, per head, the roles it had and has.  Every knockout is first checked
+to take effect on this family (:func:`headlens.analyses.design.edits.check_knockout`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import pandas as pd
+import torch
+
+from headlens.analyses.ablation.data import EvalSet, item_values
+from headlens.analyses.design.edits import KINDS, check_knockout, knockout_hooks
+from headlens.probes.errors import InputError
+from headlens.probes.hooks import attached
+
+__all__ = ["ProjectionConfig", "knockout_losses", "knockout_roles", "roles_by_head", "LOSS_COLUMNS", "ROLE_CHANGE_COLUMNS"]
+
+log = logging.getLogger(__name__)
+
+LOSS_COLUMNS = ["layer", "head", "kind", "loss", "loss_change", "relative_change"]
+ROLE_CHANGE_COLUMNS = ["knocked_layer", "kind", "layer", "head", "roles_before", "roles_after", "lost", "gained"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProjectionConfig:
+    """``kinds`` to run, ``layers`` (default all), ``per_head`` knockouts too, forward ``batch_size``."""
+
+    kinds: tuple[str, ...] = KINDS
+    layers: tuple[int, ...] | None = None
+    per_head: bool = False
+    batch_size: int = 8
+
+
+def _targets(model: Any, config: ProjectionConfig) -> list[tuple[int, int | None, str]]:
+    bad = [k for k in config.kinds if k not in KINDS]
+    if bad or not config.kinds:
+        raise InputError(f"unknown knockout {', '.join(bad) or '(none)'}: choose from {', '.join(KINDS)}")
+    layers = list(config.layers) if config.layers is not None else list(range(model.n_layers))
+    wrong = [x for x in layers if not 0 <= x < model.n_layers]
+    if wrong:
+        raise InputError(f"layer {wrong[0]} does not exist (the model has layers 0..{model.n_layers - 1})", layer=wrong[0])
+    for kind in config.kinds:
+        check_knockout(model, kind)
+    out: list[tuple[int, int | None, str]] = []
+    for layer in layers:
+        for kind in config.kinds:
+            out.append((layer, None, kind))
+            if config.per_head:
+                out += [(layer, h, kind) for h in range(model.n_heads)]
+    return out
+
+
+def knockout_losses(model: Any, data: EvalSet, config: ProjectionConfig | None = None, *, progress: Callable[[str, int, int], None] | None = None) -> pd.DataFrame:
+    """Loss of every knockout against the intact model (first row: ``kind = "none"``). ``head`` is -1 for a whole layer."""
+    config = config or ProjectionConfig()
+    if data.metric != "loss":
+        raise InputError("projection knockouts are measured on text windows (loss)")
+    targets = _targets(model, config)
+    values: dict[tuple[int, int | None, str], list[torch.Tensor]] = {t: [] for t in targets}
+    base: list[torch.Tensor] = []
+    batches = data.rows(config.batch_size)
+    with torch.inference_mode():
+        for done, rows in enumerate(batches, start=1):
+            toks, lengths, _ = data.batch(rows)
+            toks = toks.to(model.device)
+            base.append(item_values(model.bridge(toks, return_type="logits"), toks, lengths, data, rows))
+            for layer, head, kind in targets:
+                with attached(model.bridge, knockout_hooks(model, layer, kind, None if head is None else [head])):
+                    logits = model.bridge(toks, return_type="logits")
+                values[(layer, head, kind)].append(item_values(logits, toks, lengths, data, rows))
+            if progress is not None:
+                progress("projections", done, len(batches))
+    b = float(torch.cat(base).mean())
+    out = [{"layer": -1, "head": -1, "kind": "none", "loss": b, "loss_change": 0.0, "relative_change": 0.0}]
+    for (layer, head, kind), vals in values.items():
+        v = float(torch.cat(vals).mean())
+        out.append({"layer": layer, "head": -1 if head is None else head, "kind": kind, "loss": v, "loss_change": v - b, "relative_change": (v - b) / abs(b) if b else float("nan")})
+    return pd.DataFrame(out, columns=LOSS_COLUMNS)
+
+
+def roles_by_head(scores: pd.DataFrame) -> dict[tuple[int, int], set[str]]:
+    """``(layer, head) -> roles`` from census scores (:func:`headlens.analyses.heads.classify.classify_heads`)."""
+    from headlens.analyses.heads.classify import classify_heads
+
+    result = classify_heads(scores)
+    out: dict[tuple[int, int], set[str]] = {}
+    for layer, head in scores[["layer", "head"]].drop_duplicates().itertuples(index=False):
+        out[(int(layer), int(head))] = set()
+    if hasattr(result, "roles"):  # HeadRoles: one row per (head, role)
+        for r in result.roles.itertuples(index=False):
+            out[(int(r.layer), int(r.head))].add(str(r.role))
+    else:  # one row per head, roles ";"-joined
+        for r in result.itertuples(index=False):
+            out[(int(r.layer), int(r.head))] = {x for x in str(r.roles).split(";") if x}
+    return out
+
+
+def knockout_roles(model: Any, census_config: Any = None, config: ProjectionConfig | None = None, *, progress: Callable[[str, int, int], None] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The census with each layer's knockout in place: ``(role changes, scores)``.
+
+    Role changes: one row per (knocked layer, kind, head of any layer) whose roles differ from the
+    intact model's, plus one row per head for the intact model (``kind = "none"``).  Scores: the
+    census tables stacked, with ``knocked_layer`` and ``kind`` columns.
+    """
+    from headlens.analyses.heads.census import CensusConfig, run_census
+
+    config = replace(config or ProjectionConfig(), per_head=False)
+    census_config = census_config or CensusConfig(n_prompts=32, n_bootstrap=200)
+    targets = _targets(model, config)
+    runs: list[tuple[int, str, pd.DataFrame]] = []
+    base = run_census(model, census_config).scores
+    runs.append((-1, "none", base))
+    for i, (layer, _, kind) in enumerate(targets, start=1):
+        with attached(model.bridge, knockout_hooks(model, layer, kind)):
+            runs.append((layer, kind, run_census(model, census_config).scores))
+        if progress is not None:
+            progress("census", i, len(targets))
+    before = roles_by_head(base)
+    rows = [{"knocked_layer": -1, "kind": "none", "layer": lh[0], "head": lh[1], "roles_before": _join(r), "roles_after": _join(r), "lost": "", "gained": ""} for lh, r in sorted(before.items())]
+    for layer, kind, scores in runs[1:]:
+        after = roles_by_head(scores)
+        for lh in sorted(before):
+            b, a = before[lh], after.get(lh, set())
+            if a != b:
+                rows.append({"knocked_layer": layer, "kind": kind, "layer": lh[0], "head": lh[1], "roles_before": _join(b), "roles_after": _join(a), "lost": _join(b - a), "gained": _join(a - b)})
+    stacked = pd.concat([s.assign(knocked_layer=layer, kind=kind) for layer, kind, s in runs], ignore_index=True)
+    return pd.DataFrame(rows, columns=ROLE_CHANGE_COLUMNS), stacked
+
+
+def _join(roles: Sequence[str] | set[str]) -> str:
+    return ";".join(sorted(roles))

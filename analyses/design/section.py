@@ -1,0 +1,56 @@
+"""The tables of the report's 'Design questions' section, computed in one call (no formatting here)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pandas as pd
+
+from headlens.analyses.ablation.data import EvalSet
+from headlens.analyses.design.gqa import GQAConfig, gqa_study
+from headlens.analyses.design.kv import KVConfig, kv_cache_table
+from headlens.analyses.design.projections import ProjectionConfig, knockout_losses, knockout_roles
+from headlens.probes.attention import attention_spec
+from headlens.probes.errors import HeadlensError
+
+__all__ = ["design_section_tables"]
+
+log = logging.getLogger(__name__)
+
+
+def design_section_tables(
+    model: Any,
+    data: EvalSet,
+    *,
+    gqa: GQAConfig | None = None,
+    projections: ProjectionConfig | None = None,
+    census_config: Any = None,
+    roles: bool = True,
+) -> dict[str, pd.DataFrame]:
+    """``kv``, ``gqa_summary``, ``gqa_heads``, ``gqa_groups``, ``gqa_comparison`` (both groupings run), ``knockout_losses`` and (with ``roles``)
+    ``knockout_roles``; a part the model cannot do (already MQA, a family whose hooks cannot carry
+    a knockout) is left out, with a log line saying why, and its reason is in ``skipped`` (one row per part)."""
+    out: dict[str, pd.DataFrame] = {"kv": kv_cache_table(model, KVConfig())}
+    skipped: list[dict[str, str]] = []
+    if attention_spec(model).n_kv_heads > 1:
+        try:
+            res = gqa_study(model, data, gqa)
+        except HeadlensError as exc:
+            log.warning("design section: GQA what-if skipped: %s", exc)
+            skipped.append({"part": "gqa", "reason": str(exc)})
+        else:
+            out.update(gqa_summary=res.summary, gqa_heads=res.heads, gqa_groups=res.groups)
+            if res.comparison is not None:
+                out["gqa_comparison"] = res.comparison
+    else:
+        skipped.append({"part": "gqa", "reason": "the model is already multi-query (1 KV head per layer)"})
+    try:
+        out["knockout_losses"] = knockout_losses(model, data, projections)
+        if roles:
+            out["knockout_roles"] = knockout_roles(model, census_config, projections)[0]
+    except HeadlensError as exc:
+        log.warning("design section: projection knockout skipped: %s", exc)
+        skipped.append({"part": "projections", "reason": str(exc)})
+    out["skipped"] = pd.DataFrame(skipped, columns=["part", "reason"])
+    return out
