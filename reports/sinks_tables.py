@@ -164,3 +164,19 @@ def summary_markdown(report: Any, *, model_name: str, figures: Sequence[Path] = 
         out += ["", "## Figures", ""] + [f"- [{p.name}]({p.name})" for p in figures if p.suffix == ".png"]
     out += ["", "Tables: " + ", ".join(f"{name}.csv" for name in t) + ". Definitions: `analyses/sinks/study.py`.", ""]
     return "\n".join(out)
+
+
+def lengths_lines(table: pd.DataFrame, eps: float) -> list[str]:
+    """One line per BOS setting and length of ``sinks --lengths``: mean alpha and first-token
+    share over heads, the share of (head, sequence) pairs above eps, uniform alpha, the path."""
+    lines = []
+    keys = ["bos", "length"] if "bos" in table else ["length"]
+    for key, rows in table.groupby(keys, sort=True):
+        bos, length = key if len(keys) == 2 else (None, key[0] if isinstance(key, tuple) else key)
+        label = "" if bos is None else f"{_bos(bos)}, "
+        lines.append(
+            f"{label}{int(length)} tokens: mean alpha {rows['alpha'].mean():.3f} (uniform {rows['uniform_alpha'].mean():.3f}), "
+            f"sink rate {rows['sink_rate'].mean():.3f} (eps {eps:g}), first-token share {rows['first_share'].mean():.3f}, "
+            f"value-norm share {rows['value_norm_share'].mean():.3f} [{rows['attention'].iloc[0]}]"
+        )
+    return lines

@@ -177,3 +177,30 @@ def test_census_input_errors(tiny_model):
         run_census(tiny_model, CensusConfig(seq_len=80, detectors=("induction",)))
     with pytest.raises(InputError, match="larger than the model's context"):
         run_census(tiny_model, CensusConfig(window=500, detectors=("sink",)))
+
+
+def test_detectors_reduce_over_query_blocks_like_the_whole_pattern():
+    """Every detector's partial sums over blocks of queries (any block size, dividing n or not)
+    add up to the whole-pattern result: the streaming and eager census share this code."""
+    import torch
+
+    from headlens.analyses.heads.detectors import BatchContext, registry
+    from headlens.analyses.heads.detectors.base import add_sums
+    from tests.helpers import assert_close
+
+    g = torch.Generator().manual_seed(0)
+    b, h, n, T = 3, 2, 23, 10
+    pat = torch.rand(b, h, n, n, generator=g).tril()
+    pat = pat / pat.sum(-1, keepdim=True)
+    lengths = torch.tensor([23, 21, 18])
+    ctx = BatchContext(lengths=lengths, offset=1, seq_len=T, pronoun=torch.tensor([9, 20, 5]), antecedent=torch.tensor([2, 4, 1]), distractor=torch.tensor([5, 7, 3]), window=16)
+    for det in registry().values():
+        whole = det.compute(pat, ctx)
+        for block in (1, 4, 7, 23, 40):
+            sums = None
+            for q0 in range(0, n, block):
+                sums = add_sums(sums, det.partial(pat[:, :, q0 : q0 + block], ctx, q0))
+            out = det.finish(sums, ctx)
+            for got, want in [(out.score, whole.score), (out.baseline, whole.baseline), *[(out.extra[k], whole.extra[k]) for k in whole.extra]]:
+                assert torch.equal(got.isnan(), want.isnan()), det.name
+                assert_close(got.nan_to_num(), want.nan_to_num(), "float32", msg=f"{det.name} block {block}")

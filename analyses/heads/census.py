@@ -25,6 +25,16 @@ alpha averages over every query; on encoders the framing tokens are neither quer
 targets of the positional detectors (``exclude_frame``).  A detector that only measures
 bidirectional attention (``Detector.causal_rule``: next-token) is NaN on causal layers, with
 a note in ``CensusResult.detector_notes`` and the stimuli info's ``notes`` (summary, manifest).
+
+Eager or streaming (``CensusConfig.attention``; :mod:`headlens.analyses.heads.passes`): the
+eager pass reads ``hook_pattern`` (``batch x head x n x n`` floats per layer); the streaming pass
+runs the model's SDPA attention and recomputes each layer's pattern from its rotated q and k
+in blocks of ``query_block`` queries (:mod:`headlens.probes.streaming`), so memory is linear in
+``n``.  Every detector reduces blocks of query rows to sums (``Detector.partial``/``finish``),
+so both passes share the reduction code and agree to float rounding (tests: 1e-5 on every
+family).  ``auto`` streams when one layer's eager patterns would exceed
+:data:`headlens.probes.streaming.DEFAULT_MEMORY_BUDGET` (2 GiB), logs the choice, and the stimuli
+info (manifest) records ``attention`` and ``query_block`` per stimulus set.
 """
 
 from __future__ import annotations
@@ -32,7 +42,7 @@ from __future__ import annotations
 import dataclasses
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -41,13 +51,16 @@ import torch
 from torch import Tensor
 
 from headlens.analyses.stats import bootstrap_mean_ci
-from headlens.analyses.heads.detectors import BatchContext, Detector, get_detectors
+from headlens.analyses.heads.detectors import get_detectors
 from headlens.analyses.heads.detectors.referent import REFERENT_COLUMNS, SPLIT_SEED, min_referent_prompts, referent_statistics
-from headlens.analyses.sinks.stream import batch_attention_mask, layer_causal, run_to_last_pattern
+from headlens.analyses.heads.census_notes import bidirectional_notes as _bidirectional_notes, causal_note as _causal_note, window_notes as _window_notes
+from headlens.analyses.heads.passes import run_pass
+from headlens.analyses.sinks.stream import layer_causal
+from headlens.probes.streaming import choose_attention
 from headlens.probes.attention import attention_spec
 from headlens.probes.errors import InputError
-from headlens.probes.loading import LoadedModel, check_layers_heads
-from headlens.probes.prompts import TokenBatch, iter_batches, token_strings
+from headlens.probes.loading import LoadedModel
+from headlens.probes.prompts import TokenBatch, token_strings
 
 __all__ = [
     "CensusConfig",
@@ -90,6 +103,12 @@ class CensusConfig:
     n_bootstrap: int = 1000
     referent_file: str | None = None
     ablate: tuple[tuple[int, int], ...] = ()
+    #: ``eager`` reads ``hook_pattern``; ``streaming`` recomputes the pattern from q and k in
+    #: blocks of ``query_block`` queries inside the model's SDPA forward
+    #: (:mod:`headlens.analyses.heads.passes`); ``auto`` streams when one layer's eager patterns
+    #: would exceed :data:`headlens.probes.streaming.DEFAULT_MEMORY_BUDGET`
+    attention: str = "auto"
+    query_block: int = 256
 
 
 @dataclass
@@ -246,69 +265,6 @@ def _wrap_note(model: LoadedModel, prefix: list[int], suffix: list[int]) -> str:
     return ", each " + " ".join([*(conv(t) for t in prefix), "...", *(conv(t) for t in suffix)])
 
 
-def _ablation_hooks(model: LoadedModel, heads: tuple[tuple[int, int], ...]) -> list[tuple[str, Callable[..., Any]]]:
-    by_layer = check_layers_heads(model, None, heads) if heads else {}
-    hooks = []
-    for layer, hs in by_layer.items():
-        idx = torch.tensor(hs)
-
-        def zero(z: Tensor, hook: Any, idx: Tensor = idx) -> Tensor:
-            z = z.clone()
-            z[:, :, idx.to(z.device)] = 0
-            return z
-
-        hooks.append((f"blocks.{layer}.attn.hook_z", zero))
-    return hooks
-
-
-def _stream(
-    model: LoadedModel,
-    stim: StimulusSet,
-    detectors: list[Detector],
-    config: CensusConfig,
-    progress: Callable[[int, int], None] | None,
-    windows: list[int | None],
-    causal: tuple[bool, ...] | None = None,
-    exclude_frame: bool = False,
-) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, dict[str, np.ndarray]]]:
-    """Per detector: scores ``[prompt, layer, head]``, baselines ``[prompt, layer]``, extras."""
-    n, L, H = len(stim.batch), model.n_layers, model.n_heads
-    scores = {d.name: np.full((n, L, H), np.nan, dtype=np.float64) for d in detectors}
-    baselines = {d.name: np.full((n, L), np.nan, dtype=np.float64) for d in detectors}
-    extras: dict[str, dict[str, np.ndarray]] = {d.name: {} for d in detectors}
-    state: dict[str, Any] = {}
-
-    def make_hook(layer: int) -> Callable[..., None]:
-        def hook(pattern: Tensor, hook: Any = None) -> None:
-            rows, ctx = state["rows"], state["ctx"]
-            if causal is not None and not causal[layer]:
-                ctx = replace(ctx, causal=False)
-            elif windows[layer] is not None:
-                ctx = replace(ctx, window=windows[layer])
-            for det in detectors:
-                result = det.compute(pattern, ctx)
-                scores[det.name][rows, layer] = result.score.double().cpu().numpy()
-                baselines[det.name][rows, layer] = result.baseline.double().cpu().numpy()
-                for key, value in result.extra.items():
-                    arr = extras[det.name].setdefault(key, np.full((n, L, H), np.nan))
-                    arr[rows, layer] = value.double().cpu().numpy()
-
-        return hook
-
-    hooks = _ablation_hooks(model, config.ablate) + [(f"blocks.{layer}.attn.hook_pattern", make_hook(layer)) for layer in range(L)]
-    chunks = iter_batches(stim.batch, config.batch_size)
-    frame = {"suffix": stim.n_suffix, "exclude_frame": exclude_frame}
-    with torch.inference_mode():
-        for done, (rows, sub) in enumerate(chunks, start=1):
-            pos = {k: v[rows] for k, v in stim.positions.items()}
-            state["rows"] = rows
-            state["ctx"] = BatchContext(lengths=sub.lengths.to(model.device), offset=stim.n_prefix, seq_len=stim.seq_len, **frame, **pos)
-            run_to_last_pattern(model, sub.tokens, hooks, attention_mask=batch_attention_mask(sub))
-            if progress is not None:
-                progress(done, len(chunks))
-    return scores, baselines, extras
-
-
 def _mean0(values: np.ndarray) -> np.ndarray:
     """Mean over prompts (axis 0); cells with NaN prompts (not measurable there) use the others,
     and a cell with none is NaN.  Cells without NaN are exactly ``values.mean(0)``."""
@@ -323,55 +279,6 @@ def _mean0(values: np.ndarray) -> np.ndarray:
             warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN cells stay NaN
             out[bad] = np.nanmean(values[:, bad], axis=0)
     return out
-
-
-def _window_notes(windows: list[int | None], stim: StimulusSet, det: Detector, baselines: np.ndarray) -> list[dict[str, Any]]:
-    """One note per sliding-window layer: what ``det`` could measure there."""
-    rows = []
-    for layer, w in enumerate(windows):
-        if w is None:
-            continue
-        n = int(baselines.shape[0])
-        measured = int(np.isfinite(baselines[:, layer]).sum())
-        of = f" of T={stim.seq_len} repeats" if stim.seq_len is not None else ""
-        if measured == 0:
-            status = f"{det.name} targets{of} lie outside it: not measurable"
-        elif measured < n:
-            status = f"{n - measured} of {n} prompts have no {det.name} target inside it and are left out; baseline uniform over the keys it allows, 1/min(i+1, {w})"
-        else:
-            status = f"baseline uniform over the keys it allows, 1/min(i+1, {w})"
-        parts = [f"layer {layer}: sliding window of {w} keys", status]
-        if det.window_rule:
-            parts.append(det.window_rule.format(window=w, T=stim.seq_len))
-        rows.append({"layer": layer, "detector": det.name, "window": w, "n_measured": measured, "n": n, "note": "; ".join(parts)})
-    return rows
-
-
-#: Detectors that read positions relative to each query; on encoders the framing tokens are
-#: neither their queries nor their targets.
-POSITIONAL = ("previous_token", "next_token", "duplicate_token", "induction")
-
-
-def _causal_note(det: Detector, causal: tuple[bool, ...]) -> str:
-    """``det.causal_rule`` for the causal layers (all of them on a decoder)."""
-    layers = [layer for layer, c in enumerate(causal) if c]
-    where = "" if len(layers) == len(causal) else f" on layers {', '.join(map(str, layers))} (causal attention)"
-    return f"{det.name}{where}: {det.causal_rule}"
-
-
-def _bidirectional_notes(model: LoadedModel, dets: list[Detector], causal: tuple[bool, ...], prefix: list[int], suffix: list[int]) -> list[str]:
-    """What the detectors of one stimulus set measure on bidirectional layers (one line each)."""
-    bi = [layer for layer, c in enumerate(causal) if not c]
-    which = "every layer" if len(bi) == len(causal) else "layers " + ", ".join(map(str, bi))
-    notes = [f"bidirectional attention ({which}): every query sees every real key, so the uniform baseline gives 1/n to each of the n real keys of a prompt"]
-    names = [d.name for d in dets]
-    framing = " and ".join(model.tokenizer.convert_ids_to_tokens(t) for t in [*prefix, *suffix])
-    positional = [n for n in POSITIONAL if n in names]
-    if positional and framing:
-        notes.append(f"the framing tokens ({framing}) are neither queries nor targets of {', '.join(positional)}")
-    if "sink" in names:
-        notes.append("sink: alpha averages A[i, 0] over every real query" + (f", {framing} included" if framing else ""))
-    return notes
 
 
 def _referent_stats(
@@ -405,9 +312,13 @@ def run_census(
         raise InputError(f"--seq-len must be at least 2, got {config.seq_len}")
     if config.window < 2:
         raise InputError(f"--window must be at least 2, got {config.window}")
+    if config.query_block < 1:
+        raise InputError(f"--query-block must be at least 1, got {config.query_block}")
     detectors = get_detectors(list(config.detectors) if config.detectors is not None else None)
     kinds = {d.stimulus for d in detectors}
     stimuli = build_stimuli(model, config, kinds)
+    width = max((int(s.batch.tokens.shape[1]) for s in stimuli.values()), default=1)
+    mode = choose_attention(config.attention, batch=min(config.batch_size, max((len(s.batch) for s in stimuli.values()), default=1)), n_heads=model.n_heads, n=width)
     per_prompt: dict[str, np.ndarray] = {}
     referent: pd.DataFrame | None = None
     rows: list[dict[str, Any]] = []
@@ -422,7 +333,7 @@ def run_census(
         windows = [w if c else None for w, c in zip(windows, causal)]
         dets = [d for d in detectors if d.stimulus == kind]
         cb = (lambda done, total, kind=kind: progress(kind, done, total)) if progress else None
-        scores, baselines, extras = _stream(model, stim, dets, config, cb, windows, causal, encoder)
+        scores, baselines, extras = run_pass(model, stim, dets, config, cb, windows, causal, encoder, attention=mode)
         if not all(causal):
             prefix, suffix = model_frame(model, config.prepend_bos)
             stim_notes.setdefault(kind, []).extend(_bidirectional_notes(model, dets, causal, prefix, suffix))
@@ -464,7 +375,7 @@ def run_census(
     table = pd.DataFrame(rows, columns=SCORE_COLUMNS + (REFERENT_COLUMNS if referent is not None else []))
     order = {d.name: i for i, d in enumerate(detectors)}
     table = table.sort_values(["detector", "layer", "head"], key=lambda c: c.map(order) if c.name == "detector" else c, kind="stable").reset_index(drop=True)
-    info = {k: {"source": v.source, "n": len(v.batch), "max_len": int(v.batch.lengths.max()), "seq_len": v.seq_len, **v.info} for k, v in stimuli.items()}
+    info = {k: {"source": v.source, "n": len(v.batch), "max_len": int(v.batch.lengths.max()), "seq_len": v.seq_len, "attention": mode, "query_block": config.query_block if mode == "streaming" else None, **v.info} for k, v in stimuli.items()}
     if stimuli:
         framing = model_framing(model, config.prepend_bos)
         for k in info:

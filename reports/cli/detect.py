@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
-from typing import Any
 
 import click
 
 from headlens.reports.cli.common import model_options, parse_csv
+from headlens.reports.models import named_models
+from headlens.reports.census_files import classify_to_dir
 from headlens.reports.progress import progress_bars
 
 
@@ -28,10 +28,25 @@ def census_options(fn):
     return fn
 
 
-def _census_config(detectors, n_prompts, seed, seq_len, window, no_bos, batch_size, referent_file, ablate=()):
+ATTENTION_HELP = (
+    "eager: read the attention patterns (batch x heads x n x n per layer); streaming: recompute them from q and k in blocks"
+    " of --query-block queries inside the model's SDPA forward (memory linear in n); auto: streaming when one layer's"
+    " eager patterns would exceed 2 GiB."
+)
+
+
+def attention_options(fn):
+    """``--attention auto|eager|streaming`` and ``--query-block``."""
+    fn = click.option("--query-block", default=256, show_default=True, type=click.IntRange(min=1), help="Queries per block on the streaming path.")(fn)
+    return click.option("--attention", type=click.Choice(["auto", "eager", "streaming"]), default="auto", show_default=True, help=ATTENTION_HELP)(fn)
+
+
+def _census_config(detectors, n_prompts, seed, seq_len, window, no_bos, batch_size, referent_file, ablate=(), attention="auto", query_block=256):
     from headlens.analyses.heads.census import CensusConfig
 
     return CensusConfig(
+        attention=attention,
+        query_block=query_block,
         detectors=tuple(parse_csv(detectors)) if detectors else None,
         n_prompts=n_prompts,
         seq_len=seq_len,
@@ -48,7 +63,7 @@ def _load(model, device, dtype, revision, allow_new_weights=False):
     from headlens.probes.config import ModelConfig
     from headlens.probes.loading import load_model
 
-    return load_model(ModelConfig(model=model, device=device, dtype=dtype, revision=revision, allow_new_weights=allow_new_weights))
+    return load_model(ModelConfig(model=model, device=device, dtype=dtype, revision=revision, allow_new_weights=allow_new_weights), named=named_models())
 
 
 def _precheck(config) -> None:
@@ -68,10 +83,11 @@ def _precheck(config) -> None:
 @click.command("detect")
 @model_options
 @census_options
+@attention_options
 @click.option("--out", "out_file", required=True, help="Scores table: .csv, .parquet or .json (a manifest is written beside it).")
 @click.option("--overwrite", is_flag=True, help="Replace an existing output file.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress lines.")
-def detect_cmd(model, device, dtype, revision, allow_new_weights, detectors, n_prompts, seed, seq_len, window, no_bos, batch_size, referent_file, out_file, overwrite, quiet):
+def detect_cmd(model, device, dtype, revision, allow_new_weights, detectors, n_prompts, seed, seq_len, window, no_bos, batch_size, referent_file, attention, query_block, out_file, overwrite, quiet):
     """Score every head with the chosen detectors; write the long-form scores table.
 
     Columns: layer, head, detector, score, baseline, ci_low, ci_high, n, accuracy
@@ -85,7 +101,7 @@ def detect_cmd(model, device, dtype, revision, allow_new_weights, detectors, n_p
     out = check_table_path(out_file)
     check_out_file(out, overwrite=overwrite)
     manifest_path = out.with_name(out.stem + ".manifest.json")
-    config = _census_config(detectors, n_prompts, seed, seq_len, window, no_bos, batch_size, referent_file)
+    config = _census_config(detectors, n_prompts, seed, seq_len, window, no_bos, batch_size, referent_file, attention=attention, query_block=query_block)
     _precheck(config)
     loaded = _load(model, device, dtype, revision, allow_new_weights)
     with progress_bars("census", quiet=quiet) as progress:
@@ -102,57 +118,17 @@ def _echo_notes(result) -> None:
         click.echo(f"note: {note}", err=True)
 
 
-def classify_to_dir(
-    loaded: Any,
-    config: Any,
-    out_dir: Path,
-    *,
-    thresholds: dict[str, float],
-    baseline_factor: float,
-    quiet: bool,
-    command: list[str],
-    extra: dict | None = None,
-    formats: tuple[str, ...] = ("png", "svg"),
-):
-    """Run the census and write scores.csv, roles.csv, heatmaps, summary.md, manifest.json."""
-    from headlens.analyses.heads.census import run_census
-    from headlens.analyses.heads.classify import classify_heads, default_thresholds
-    from headlens.probes.manifest import build_manifest
-    from headlens.probes.outputs import write_json, write_text
-    from headlens.reports.census_summary import census_summary
-    from headlens.reports.figures.common import detector_heatmaps
-    from headlens.reports.tables import write_table
-
-    with progress_bars("census", quiet=quiet) as progress:
-        result = run_census(loaded, config, progress=progress)
-    roles = classify_heads(result.scores, thresholds, baseline_factor=baseline_factor)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    write_table(result.scores, out_dir / "scores.csv")
-    write_table(roles, out_dir / "roles.csv")
-    detector_heatmaps(result.scores, roles, out_dir, formats=formats)
-    used = {k: v for k, v in {**default_thresholds(), **thresholds}.items() if k in set(result.scores["detector"])}
-    write_text(
-        out_dir / "summary.md",
-        census_summary(result.scores, roles, model=loaded.name, prepend_bos=config.prepend_bos, thresholds=used, baseline_factor=baseline_factor, stimuli=result.stimuli),
-    )
-    manifest = build_manifest(
-        model=loaded, command=command, seed=config.seed, prepend_bos=config.prepend_bos, configs={"census": config},
-        extra={"stimuli": result.stimuli, "thresholds": used, "baseline_factor": baseline_factor, **(extra or {})},
-    )
-    write_json(out_dir / "manifest.json", manifest)
-    return result, roles
-
-
 @click.command("classify")
 @model_options
 @census_options
+@attention_options
 @click.option("--threshold", "thresholds", multiple=True, help="DETECTOR=VALUE, repeatable, e.g. --threshold induction=0.4.")
 @click.option("--baseline-factor", default=2.0, show_default=True, type=click.FloatRange(min=1.0), help="A role needs ci_low >= this x the uniform baseline.")
 @click.option("--mask", "mask_file", default=None, type=click.Path(dir_okay=False), help="Pruned-head set (JSON from 'headlens prune'): census the model with those heads zero-ablated.")
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Output folder.")
 @click.option("--overwrite", is_flag=True, help="Replace files in a non-empty output folder.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress lines.")
-def classify_cmd(model, device, dtype, revision, allow_new_weights, detectors, n_prompts, seed, seq_len, window, no_bos, batch_size, referent_file, thresholds, baseline_factor, mask_file, out_dir, overwrite, quiet):
+def classify_cmd(model, device, dtype, revision, allow_new_weights, detectors, n_prompts, seed, seq_len, window, no_bos, batch_size, referent_file, attention, query_block, thresholds, baseline_factor, mask_file, out_dir, overwrite, quiet):
     """Give every head its roles: scores.csv, roles.csv, heatmaps, summary.md, manifest.json."""
     from headlens.analyses.heads.classify import parse_thresholds
     from headlens.probes.outputs import check_out_dir
@@ -164,7 +140,7 @@ def classify_cmd(model, device, dtype, revision, allow_new_weights, detectors, n
         from headlens.analyses.ablation.masks import read_mask
 
         ablate = list(read_mask(mask_file).heads)
-    config = _census_config(detectors, n_prompts, seed, seq_len, window, no_bos, batch_size, referent_file, ablate)
+    config = _census_config(detectors, n_prompts, seed, seq_len, window, no_bos, batch_size, referent_file, ablate, attention=attention, query_block=query_block)
     _precheck(config)
     loaded = _load(model, device, dtype, revision, allow_new_weights)
     if mask_file:

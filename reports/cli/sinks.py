@@ -8,7 +8,9 @@ from pathlib import Path
 import click
 
 from headlens.reports.cli.common import HEADS, model_options, parse_csv, parse_ints
+from headlens.reports.models import named_models
 from headlens.reports.progress import progress_bars
+from headlens.reports.sinks_tables import write_tables
 
 
 @click.command("sinks")
@@ -29,11 +31,14 @@ from headlens.reports.progress import progress_bars
 @click.option("--skip", default=None, help="Parts not to run, comma-separated: content, secondary, value_norm, removal, windowed.")
 @click.option("--text", "-t", default=None, help="Only the seed measurement on this text: per head, the last token's attention to the first vs 1/n.")
 @click.option("--top", default=20, show_default=True, type=click.IntRange(min=1), help="Heads printed per BOS setting with --text.")
+@click.option("--lengths", callback=parse_ints, default=None, help="Only the long-context study: sink alpha, sink rate and first-token share per head at these sequence lengths, e.g. 256,1024,4096 (--n-long sequences each, cut from the evaluation text or the --prompts documents concatenated).")
+@click.option("--attention", type=click.Choice(["auto", "eager", "streaming"]), default="auto", show_default=True, help="With --lengths: eager reads the patterns, streaming recomputes them from q and k in query blocks inside the SDPA forward, auto streams when one layer's patterns exceed 2 GiB. The full study is eager.")
+@click.option("--query-block", default=256, show_default=True, type=click.IntRange(min=1), help="Queries per block on the streaming path.")
 @click.option("--batch-size", default=8, show_default=True, type=int)
 @click.option("--seed", default=0, show_default=True, type=int, help="Seed of the random first tokens (recorded in the manifest).")
 @click.option("--overwrite", is_flag=True, help="Replace files in a non-empty output folder.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress lines.")
-def sinks_cmd(model, device, dtype, revision, allow_new_weights, out_dir, eps, window, n_prompts, bos, no_bos, prompts_file, heads, max_single, keep_first, attn_windows, long_tokens, n_long, skip, text, top, batch_size, seed, overwrite, quiet):
+def sinks_cmd(model, device, dtype, revision, allow_new_weights, out_dir, eps, window, n_prompts, bos, no_bos, prompts_file, heads, max_single, keep_first, attn_windows, long_tokens, n_long, skip, text, top, lengths, attention, query_block, batch_size, seed, overwrite, quiet):
     """Attention sinks: which heads sink, onto what, position or content, does the sink carry
     anything, and what breaks without it.
 
@@ -41,7 +46,9 @@ def sinks_cmd(model, device, dtype, revision, allow_new_weights, out_dir, eps, w
     sink_targets_by_layer, content, content_verdicts, secondary_*, value_norm, removal,
     windowed; removal and windowed are not run on encoders), heatmaps and plots (PNG and SVG),
     summary.md and manifest.json to OUT.  With --text, only prints the seed measurement
-    (and writes seed_text.csv and manifest.json when --out is given).
+    (and writes seed_text.csv and manifest.json when --out is given).  With --lengths, only
+    the long-context study: sink_lengths.csv (alpha, sink rate, first-token share and
+    value-norm share per length, layer and head), sink_lengths.png/.svg and manifest.json.
     """
     import torch
 
@@ -63,6 +70,13 @@ def sinks_cmd(model, device, dtype, revision, allow_new_weights, out_dir, eps, w
             raise click.UsageError("--no-bos contradicts --bos on")
         bos = "off"
     settings = {"both": (False, True), "on": (True,), "off": (False,)}[bos]
+    if lengths is not None:
+        if text is not None:
+            raise click.UsageError("give either --text or --lengths, not both")
+        _lengths_study(model, device, dtype, revision, allow_new_weights, out_dir, lengths, eps, n_long, settings, prompts_file, attention, query_block, seed, quiet)
+        return
+    if attention == "streaming":
+        raise click.UsageError("--attention streaming needs --lengths: the full sink study reads the attention patterns (eager)")
     if text is not None and not text.strip():
         raise InputError("--text is empty")
     config = SinkConfig(
@@ -128,6 +142,46 @@ def sinks_cmd(model, device, dtype, revision, allow_new_weights, out_dir, eps, w
     click.echo(f"wrote {len(tables)} tables, {len(figures)} figures, summary.md and manifest.json to {out}")
 
 
+def _lengths_study(model, device, dtype, revision, allow_new_weights, out_dir, lengths, eps, n_long, settings, prompts_file, attention, query_block, seed, quiet):
+    """``sinks --lengths``: the long-context table, its figure, summary lines and the manifest."""
+    import dataclasses
+
+    import pandas as pd
+    import torch
+
+    from headlens.analyses.sinks.lengths import LengthsConfig, sink_lengths
+    from headlens.probes.manifest import build_manifest
+    from headlens.probes.outputs import write_json
+    from headlens.probes.prompts import read_prompts
+    from headlens.reports.figures.sinks import lengths_plot
+    from headlens.reports.sinks_tables import lengths_lines
+
+    torch.manual_seed(seed)
+    documents = tuple(read_prompts(prompts_file)) if prompts_file is not None else None
+    loaded = _load(model, device, dtype, revision, allow_new_weights)
+    out = Path(out_dir)
+    parts, infos, configs = [], {}, {}
+    with progress_bars("sinks", quiet=quiet) as progress:
+        for bos in settings:
+            config = LengthsConfig(lengths=tuple(lengths), eps=eps, n_sequences=n_long, prepend_bos=bos, attention=attention, query_block=query_block)
+            stage = f"lengths, {'BOS' if bos else 'no BOS'}"
+            result = sink_lengths(loaded, config, documents=documents, progress=lambda done, total, stage=stage: progress(stage, done, total))
+            parts.append(result.table.assign(bos=bos))
+            infos["bos" if bos else "no_bos"] = result.info
+            configs["bos" if bos else "no_bos"] = dataclasses.asdict(config)
+    table = pd.concat(parts, ignore_index=True)
+    tables = write_tables({"sink_lengths": table}, out)
+    figures = lengths_plot(table, out, eps)
+    manifest = build_manifest(
+        model=loaded, command=["headlens", *sys.argv[1:]], seed=seed, prepend_bos=settings[0] if len(settings) == 1 else None,
+        configs={"sink_lengths": configs}, extra={"sink_lengths": {**infos, "files": sorted(p.name for p in [*tables, *figures]), "prompts_file": prompts_file}},
+    )  # fmt: skip
+    write_json(out / "manifest.json", manifest)
+    for line in lengths_lines(table, eps):
+        click.echo(line)
+    click.echo(f"wrote sink_lengths.csv, {len(figures)} figures and manifest.json to {out}")
+
+
 def _config_dict(config) -> dict:
     import dataclasses
 
@@ -138,7 +192,7 @@ def _load(model: str, device: str, dtype: str, revision: str | None, allow_new_w
     from headlens.probes.config import ModelConfig
     from headlens.probes.loading import load_model
 
-    return load_model(ModelConfig(model=model, device=device, dtype=dtype, revision=revision, allow_new_weights=allow_new_weights))
+    return load_model(ModelConfig(model=model, device=device, dtype=dtype, revision=revision, allow_new_weights=allow_new_weights), named=named_models())
 
 
 COMMANDS = [sinks_cmd]

@@ -13,7 +13,7 @@ import pandas as pd
 
 from headlens.reports.figures.common import save_figure
 
-__all__ = ["sink_figures", "alpha_heatmap", "layer_rate_plot", "value_norm_heatmap", "content_heatmap", "windowed_plot"]
+__all__ = ["sink_figures", "alpha_heatmap", "layer_rate_plot", "value_norm_heatmap", "content_heatmap", "windowed_plot", "lengths_plot"]
 
 
 def _plt() -> Any:
@@ -163,4 +163,32 @@ def sink_figures(tables: dict[str, pd.DataFrame], out_dir: str | Path, eps: floa
         paths += content_heatmap(tables["content"], out, eps)
     if "windowed" in tables:
         paths += windowed_plot(tables["windowed"], out)
+    return paths
+
+
+def lengths_plot(table: pd.DataFrame, out_dir: str | Path, eps: float) -> list[Path]:
+    """``sink_lengths``: per layer, the mean over heads of alpha (solid), first-token share
+    (dashed) and sink rate (dotted: the share of sequences whose alpha exceeds eps) against the
+    context length (log scale); one panel per BOS setting."""
+    plt = _plt()
+    out = Path(out_dir)
+    settings = sorted(table["bos"].unique()) if "bos" in table else [True]
+    fig, axes = plt.subplots(1, len(settings), figsize=(5.5 * len(settings), 3.8), squeeze=False)
+    for ax, bos in zip(axes[0], settings):
+        part = table[table["bos"] == bos] if "bos" in table else table
+        by = part.groupby(["layer", "length"], as_index=False).agg(alpha=("alpha", "mean"), first=("first_share", "mean"), rate=("sink_rate", "mean"))
+        for layer, rows in by.groupby("layer"):
+            line, = ax.plot(rows["length"], rows["alpha"], marker="o", label=f"layer {layer}")
+            ax.plot(rows["length"], rows["first"], linestyle="--", color=line.get_color())
+            ax.plot(rows["length"], rows["rate"], linestyle=":", color=line.get_color())
+        ax.set_xscale("log", base=2)
+        ax.set_ylim(0, 1)
+        ax.axhline(eps, color="grey", linewidth=0.8)
+        ax.set_xlabel("context length (tokens)")
+        ax.set_ylabel("mean over heads")
+        ax.set_title(f"{_bos_label(bool(bos))}: alpha (solid), first-token share (dashed),\nsink rate, alpha > {eps:g} (dotted)", fontsize=9)
+        ax.legend(fontsize=6)
+    fig.tight_layout()
+    paths = _save(fig, out, "sink_lengths")
+    plt.close(fig)
     return paths

@@ -3,6 +3,13 @@
 A detector never sees more than one batch of one layer's pattern ``[batch, head, q, k]``
 (inside a hook), so a census over any number of prompts keeps only per-prompt scores.
 
+Query blocks: a detector is ``partial(rows, ctx, q_offset) -> Sums`` over the pattern rows of
+queries ``q_offset .. q_offset + block - 1`` (all keys), whose sums are added over blocks
+(:func:`add_sums`), then ``finish(sums, ctx) -> DetectorOutput``.  The eager census hands the
+whole pattern as one block (``compute`` = :func:`whole_pattern`); the streaming census
+(:mod:`headlens.probes.streaming`) hands blocks recomputed from q and k, so both paths share
+the reduction code and never differ by more than float rounding.
+
 Sliding windows: the census hands each layer's window (``BatchContext.window``, from
 :func:`headlens.probes.attention.attention_spec`) to the detectors.  In such a layer query ``i`` sees
 only keys ``i - window < j <= i``, so a uniform head gives ``1/min(i+1, window)`` to each of
@@ -30,7 +37,23 @@ import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
-__all__ = ["Detector", "BatchContext", "DetectorOutput", "mean_attention_at", "visible", "uniform_weight", "STIMULI"]
+__all__ = [
+    "Detector",
+    "BatchContext",
+    "DetectorOutput",
+    "Sums",
+    "mean_attention_at",
+    "attention_sums_at",
+    "mean_from_sums",
+    "add_sums",
+    "whole_pattern",
+    "visible",
+    "uniform_weight",
+    "STIMULI",
+]
+
+#: Additive partial sums of a detector over one block of queries (added up over blocks).
+Sums = dict[str, Tensor]
 
 #: Stimulus sets a detector can ask for.
 STIMULI = ("repeated", "natural", "referent")
@@ -77,13 +100,32 @@ class DetectorOutput:
     extra: dict[str, Float[Tensor, "batch head"]] = field(default_factory=dict)
 
 
+def add_sums(total: Sums | None, part: Sums) -> Sums:
+    """``total + part`` key by key (float64 accumulation); ``part`` when ``total`` is None."""
+    if total is None:
+        return {k: v.double() for k, v in part.items()}
+    return {k: total[k] + v.double() for k, v in part.items()}
+
+
+def whole_pattern(partial: Callable[..., Sums], finish: Callable[..., DetectorOutput]) -> Callable[..., DetectorOutput]:
+    """``compute(pattern, ctx)``: the whole pattern as one block of queries."""
+
+    def compute(pattern: Tensor, ctx: BatchContext) -> DetectorOutput:
+        return finish(add_sums(None, partial(pattern, ctx, 0)), ctx)
+
+    return compute
+
+
 @dataclass(frozen=True)
 class Detector:
     name: str
     stimulus: str
     threshold: float
     summary: str
-    compute: Callable[[Float[Tensor, "batch head q k"], BatchContext], DetectorOutput]
+    #: sums over the rows of one block of queries ``(rows [batch, head, block, k], ctx, q_offset)``
+    partial: Callable[[Float[Tensor, "batch head block k"], BatchContext, int], Sums]
+    #: the per-prompt output from the sums added over every block
+    finish: Callable[[Sums, BatchContext], DetectorOutput]
     #: extra statistics that also gate the role, as {name: minimum}
     extra_thresholds: dict[str, float] = field(default_factory=dict)
     #: what the detector measures in a sliding-window layer, for the census notes
@@ -92,6 +134,10 @@ class Detector:
     #: non-empty when the detector's targets are masked on causal attention (it measures
     #: bidirectional layers only): the census note for causal layers
     causal_rule: str = ""
+
+    def compute(self, pattern: Float[Tensor, "batch head q k"], ctx: BatchContext) -> DetectorOutput:
+        """The detector on a whole pattern (one block holding every query)."""
+        return whole_pattern(self.partial, self.finish)(pattern, ctx)
 
 
 def visible(q_idx: Tensor, k_idx: Tensor, window: int | None, *, causal: bool = True) -> Tensor:
@@ -120,6 +166,50 @@ def uniform_weight(q_idx: Tensor, window: int | None, *, causal: bool = True, n_
     return 1.0 / (q_idx.float() + 1).clamp(max=float(window))
 
 
+def attention_sums_at(
+    rows: Float[Tensor, "batch head block k"],
+    q_idx: Int[Tensor, "batch m"],
+    k_idx: Int[Tensor, "batch m"],
+    valid: Bool[Tensor, "batch m"],
+    *,
+    q_offset: int = 0,
+    window: int | None = None,
+    causal: bool = True,
+    lengths: Int[Tensor, " batch"] | None = None,
+) -> Sums:
+    """Sums for :func:`mean_from_sums` over the ``m`` positions whose query lies in this block
+    (``q_offset <= q_idx < q_offset + block``): ``score`` ``[batch, head]`` (attention
+    ``rows[b, :, q - q_offset, k]``), ``baseline`` and ``count`` ``[batch]``."""
+    b, h, n_rows, width = rows.shape
+    dev = rows.device
+    q_idx, k_idx, valid = q_idx.to(dev), k_idx.to(dev), valid.to(dev)
+    valid = valid & visible(q_idx, k_idx, window, causal=causal) & (q_idx >= q_offset) & (q_idx < q_offset + n_rows)
+    local = (q_idx - q_offset).clamp(0, n_rows - 1)
+    flat = rows.float().reshape(b, h, n_rows * width)
+    lin = (local * width + k_idx.clamp(0, width - 1))[:, None, :].expand(b, h, -1)
+    picked = flat.gather(2, lin)  # [b, h, m]
+    w = valid.float()
+    n_keys = lengths.to(dev)[:, None] if lengths is not None else None
+    return {
+        "score": (picked * w[:, None, :]).sum(-1),
+        "baseline": (uniform_weight(q_idx, window, causal=causal, n_keys=n_keys) * w).sum(-1),
+        "count": w.sum(-1),
+    }
+
+
+def mean_from_sums(sums: Sums) -> tuple[Float[Tensor, "batch head"], Float[Tensor, " batch"]]:
+    """``(score, baseline)`` means from :func:`attention_sums_at` sums (float32); NaN where nothing counted."""
+    total = sums["count"]
+    count = total.clamp(min=1)
+    score = (sums["score"] / count[:, None]).float()
+    baseline = (sums["baseline"] / count).float()
+    none = total == 0
+    if bool(none.any()):
+        score = score.masked_fill(none[:, None], float("nan"))
+        baseline = baseline.masked_fill(none, float("nan"))
+    return score, baseline
+
+
 def mean_attention_at(
     pattern: Float[Tensor, "batch head q k"],
     q_idx: Int[Tensor, "batch m"],
@@ -136,24 +226,6 @@ def mean_attention_at(
     Positions whose key the query cannot see (after it on causal attention, outside a sliding
     ``window``) are not measurable and do not count; a prompt with no counted position gets
     NaN (score and baseline).  ``causal=False`` (bidirectional) needs ``lengths``: the uniform
-    weight is ``1/length``.
+    weight is ``1/length``.  (:func:`attention_sums_at` over the whole pattern as one block.)
     """
-    b, h = pattern.shape[:2]
-    width = pattern.shape[-1]
-    dev = pattern.device
-    q_idx, k_idx, valid = q_idx.to(dev), k_idx.to(dev), valid.to(dev)
-    valid = valid & visible(q_idx, k_idx, window, causal=causal)
-    flat = pattern.float().reshape(b, h, width * width)
-    lin = (q_idx.clamp(0, width - 1) * width + k_idx.clamp(0, width - 1))[:, None, :].expand(b, h, -1)
-    picked = flat.gather(2, lin)  # [b, h, m]
-    w = valid.float()
-    total = w.sum(-1)
-    count = total.clamp(min=1)
-    score = (picked * w[:, None, :]).sum(-1) / count[:, None]
-    n_keys = lengths.to(dev)[:, None] if lengths is not None else None
-    baseline = (uniform_weight(q_idx, window, causal=causal, n_keys=n_keys) * w).sum(-1) / count
-    none = total == 0
-    if bool(none.any()):
-        score = score.masked_fill(none[:, None], float("nan"))
-        baseline = baseline.masked_fill(none, float("nan"))
-    return score, baseline
+    return mean_from_sums(attention_sums_at(pattern, q_idx, k_idx, valid, window=window, causal=causal, lengths=lengths))

@@ -8,14 +8,17 @@ sliding-window layer, where positions whose target is outside the window do not 
 
 from __future__ import annotations
 
-from headlens.analyses.heads.detectors.base import BatchContext, Detector, DetectorOutput, mean_attention_at
+from headlens.analyses.heads.detectors.base import BatchContext, Detector, DetectorOutput, Sums, attention_sums_at, mean_from_sums
 from headlens.analyses.heads.detectors.repeated import second_copy_queries
 
 
-def compute(pattern, ctx: BatchContext) -> DetectorOutput:
-    q, valid = second_copy_queries(pattern, ctx)
-    score, baseline = mean_attention_at(pattern, q, q - ctx.seq_len, valid, window=ctx.window, causal=ctx.causal, lengths=ctx.lengths)
-    return DetectorOutput(score, baseline)
+def partial(rows, ctx: BatchContext, q_offset: int) -> Sums:
+    q, valid = second_copy_queries(rows, ctx)
+    return attention_sums_at(rows, q, q - ctx.seq_len, valid, q_offset=q_offset, window=ctx.window, causal=ctx.causal, lengths=ctx.lengths)
+
+
+def finish(sums: Sums, ctx: BatchContext) -> DetectorOutput:
+    return DetectorOutput(*mean_from_sums(sums))
 
 
 DETECTOR = Detector(
@@ -23,6 +26,7 @@ DETECTOR = Detector(
     stimulus="repeated",
     threshold=0.3,
     summary="mean A[i, i-T] over second-copy positions of repeated random tokens",
-    compute=compute,
+    partial=partial,
+    finish=finish,
     window_rule="the target i-T is T keys back: inside the window only when T < {window}",
 )

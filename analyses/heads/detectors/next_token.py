@@ -11,16 +11,19 @@ from __future__ import annotations
 
 import torch
 
-from headlens.analyses.heads.detectors.base import BatchContext, Detector, DetectorOutput, mean_attention_at
+from headlens.analyses.heads.detectors.base import BatchContext, Detector, DetectorOutput, Sums, attention_sums_at, mean_from_sums
 
 
-def compute(pattern, ctx: BatchContext) -> DetectorOutput:
-    width = pattern.shape[-1]
+def partial(rows, ctx: BatchContext, q_offset: int) -> Sums:
+    width = rows.shape[-1]
     start, stop = ctx.text_bounds()
-    q = torch.arange(start, max(width - 1, start), device=pattern.device)[None, :].expand(pattern.shape[0], -1)
-    valid = q + 1 < stop.to(pattern.device)[:, None]
-    score, baseline = mean_attention_at(pattern, q, q + 1, valid, window=ctx.window, causal=ctx.causal, lengths=ctx.lengths)
-    return DetectorOutput(score, baseline)
+    q = torch.arange(start, max(width - 1, start), device=rows.device)[None, :].expand(rows.shape[0], -1)
+    valid = q + 1 < stop.to(rows.device)[:, None]
+    return attention_sums_at(rows, q, q + 1, valid, q_offset=q_offset, window=ctx.window, causal=ctx.causal, lengths=ctx.lengths)
+
+
+def finish(sums: Sums, ctx: BatchContext) -> DetectorOutput:
+    return DetectorOutput(*mean_from_sums(sums))
 
 
 DETECTOR = Detector(
@@ -28,6 +31,7 @@ DETECTOR = Detector(
     stimulus="natural",
     threshold=0.5,
     summary="mean A[i, i+1] over query positions with a real next token, natural-text windows (bidirectional attention only)",
-    compute=compute,
+    partial=partial,
+    finish=finish,
     causal_rule="not measurable on causal attention: every target A[i, i+1] is masked (NaN, never a role)",
 )

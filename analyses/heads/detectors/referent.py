@@ -67,7 +67,7 @@ import pandas as pd
 import torch
 
 from headlens.analyses.stats import bootstrap_mean_ci
-from headlens.analyses.heads.detectors.base import BatchContext, Detector, DetectorOutput, uniform_weight, visible
+from headlens.analyses.heads.detectors.base import BatchContext, Detector, DetectorOutput, Sums, uniform_weight, visible
 
 __all__ = [
     "DETECTOR",
@@ -112,22 +112,34 @@ REFERENT_TABLE_COLUMNS = [
 ]  # fmt: skip
 
 
-def compute(pattern, ctx: BatchContext) -> DetectorOutput:
+def partial(rows, ctx: BatchContext, q_offset: int) -> Sums:
+    """``A[pronoun, antecedent]``, ``A[pronoun, distractor]`` and the win of each prompt whose
+    pronoun lies in this block of queries (``count`` 1 there, else 0)."""
     if ctx.pronoun is None or ctx.antecedent is None or ctx.distractor is None:
         raise ValueError("the referent detector needs pronoun, antecedent and distractor positions")
-    dev = pattern.device
-    rows = torch.arange(pattern.shape[0], device=dev)[:, None]
-    heads = torch.arange(pattern.shape[1], device=dev)[None, :]
+    dev = rows.device
+    n_rows = rows.shape[2]
+    b_idx = torch.arange(rows.shape[0], device=dev)[:, None]
+    heads = torch.arange(rows.shape[1], device=dev)[None, :]
     p, a, d = (t.to(dev)[:, None] for t in (ctx.pronoun, ctx.antecedent, ctx.distractor))
-    pat = pattern.float()
-    to_ante = pat[rows, heads, p, a]  # [batch, head]
-    to_dist = pat[rows, heads, p, d]
+    here = (p >= q_offset) & (p < q_offset + n_rows)  # [batch, 1]
+    local = (p - q_offset).clamp(0, n_rows - 1)
+    pat = rows.float()
+    to_ante = pat[b_idx, heads, local, a] * here
+    to_dist = pat[b_idx, heads, local, d] * here
+    return {"ante": to_ante, "dist": to_dist, "win": (to_ante > to_dist).float() * here, "count": here[:, 0].float()}
+
+
+def finish(sums: Sums, ctx: BatchContext) -> DetectorOutput:
+    dev = sums["ante"].device
+    p, a, d = (t.to(dev)[:, None] for t in (ctx.pronoun, ctx.antecedent, ctx.distractor))
+    count = sums["count"].clamp(min=1)[:, None]
+    to_ante, to_dist, accuracy = ((sums[k] / count).float() for k in ("ante", "dist", "win"))
     causal = getattr(ctx, "causal", True)
     if causal:
         baseline = uniform_weight(p[:, 0], ctx.window)
     else:  # bidirectional (encoders): a uniform head gives 1/n to each of the prompt's n real keys
         baseline = uniform_weight(p[:, 0], None, causal=False, n_keys=ctx.lengths.to(dev))
-    accuracy = (to_ante > to_dist).float()
     if causal and ctx.window is not None:
         seen = visible(p[:, 0], a[:, 0], ctx.window)  # [batch]
         both = seen & visible(p[:, 0], d[:, 0], ctx.window)
@@ -148,7 +160,8 @@ DETECTOR = Detector(
         "role: one-sided sign test over pairs with Holm-corrected p <= threshold, antecedent preferred in both items "
         "of more than half the pairs, antecedent - distractor CI above 0, and ci_low >= baseline factor x baseline"
     ),
-    compute=compute,
+    partial=partial,
+    finish=finish,
     window_rule="a sentence counts only when its antecedent is inside the pronoun's window (accuracy: the distractor too)",
 )
 

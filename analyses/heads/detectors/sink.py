@@ -11,13 +11,41 @@ and the baseline is ``1/n`` for a prompt of ``n`` real tokens.
 
 from __future__ import annotations
 
-from headlens.analyses.attention_stats import sink_alpha, uniform_sink_alpha
-from headlens.analyses.heads.detectors.base import BatchContext, Detector, DetectorOutput
+import torch
+
+from headlens.analyses.attention_stats import uniform_sink_alpha
+from headlens.analyses.heads.detectors.base import BatchContext, Detector, DetectorOutput, Sums
+
+#: The key whose attention the sink detector measures.
+KEY = 0
 
 
-def compute(pattern, ctx: BatchContext) -> DetectorOutput:
-    score = sink_alpha(pattern.float(), ctx.lengths, key=0, window=ctx.window, causal=ctx.causal)
-    baseline = uniform_sink_alpha(ctx.lengths.cpu(), key=0, window=ctx.window, causal=ctx.causal).float().to(pattern.device)
+def alpha_sums(rows, lengths, q_offset: int, *, key: int = KEY, window: int | None = None, causal: bool = True, start: int = 0) -> Sums:
+    """Sums of :func:`headlens.analyses.attention_stats.sink_alpha` over one block of queries:
+    ``score`` ``[batch, head]`` (``A[i, key]`` over the counted queries), ``count`` ``[batch]``.
+    ``start`` > 0 also leaves out queries before it."""
+    dev = rows.device
+    lengths = lengths.to(dev)
+    pos = torch.arange(q_offset, q_offset + rows.shape[2], device=dev)[None, :]
+    real = pos < lengths[:, None]
+    if not causal:
+        mask = real & (lengths > key)[:, None] & (pos >= start)
+    else:
+        mask = real & (pos >= max(key, start))
+        if window is not None:
+            mask = mask & (pos < key + window)
+    m = mask.to(torch.float32)
+    col = rows[:, :, :, key].float()
+    return {"score": (col * m[:, None, :]).sum(-1), "count": m.sum(-1)}
+
+
+def partial(rows, ctx: BatchContext, q_offset: int) -> Sums:
+    return alpha_sums(rows, ctx.lengths, q_offset, window=ctx.window, causal=ctx.causal)
+
+
+def finish(sums: Sums, ctx: BatchContext) -> DetectorOutput:
+    score = (sums["score"] / sums["count"].clamp(min=1)[:, None]).float()
+    baseline = uniform_sink_alpha(ctx.lengths.cpu(), key=KEY, window=ctx.window, causal=ctx.causal).float().to(score.device)
     return DetectorOutput(score, baseline)
 
 
@@ -26,6 +54,7 @@ DETECTOR = Detector(
     stimulus="natural",
     threshold=0.3,
     summary="Gu et al. alpha: mean A[i, 0] over all query positions of natural-text windows",
-    compute=compute,
+    partial=partial,
+    finish=finish,
     window_rule="alpha is averaged over the queries that can see key 0 (i < {window}), not over all queries",
 )
