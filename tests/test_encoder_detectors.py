@@ -36,7 +36,10 @@ from headlens.analyses.heads.census import CensusConfig, build_stimuli, run_cens
 from headlens.analyses.heads.classify import classify_heads, heads_with_role
 from headlens.analyses.heads.detectors import BatchContext, registry
 from headlens.analyses.heads.detectors.base import mean_attention_at
-from headlens.analyses.sinks.study import SinkConfig, census_batch, run_sinks, seed_measurement
+from headlens.analyses.sinks.batches import census_batch
+from headlens.analyses.sinks.config import SinkConfig
+from headlens.analyses.sinks.seed import seed_measurement
+from headlens.analyses.sinks.study import run_sinks
 from headlens.analyses.sinks.content import variant_batches
 from headlens.probes.errors import InputError
 
@@ -259,7 +262,7 @@ def test_uniform_bidirectional_head_scores_its_baseline_and_frame_is_excluded():
 
 def test_bidirectional_sink_statistics_match_loops():
     from headlens.analyses.attention_stats import sink_alpha, uniform_sink_alpha
-    from headlens.analyses.sinks.stream import excess_received, value_norm_share
+    from headlens.analyses.sinks.reductions import excess_received, value_norm_share
 
     torch.manual_seed(0)
     lengths = [7, 5]

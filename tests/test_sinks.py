@@ -15,10 +15,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from headlens.analyses.sinks.study import SinkConfig, census_batch, run_sinks, seed_measurement
+from headlens.analyses.sinks.batches import census_batch
+from headlens.analyses.sinks.config import SinkConfig
+from headlens.analyses.sinks.seed import seed_measurement
+from headlens.analyses.sinks.study import run_sinks
 from headlens.analyses.sinks.intervene import mean_loss, removal_hooks, window_allowed
 from headlens.reports.sinks_tables import summary_markdown
-from headlens.analyses.sinks.stream import excess_received, head_output_weights, stream_sink_stats, value_norm_share
+from headlens.analyses.sinks.reductions import excess_received, head_output_weights, value_norm_share
+from headlens.analyses.sinks.stream import stream_sink_stats
 from headlens.probes.errors import InputError
 from tests.helpers import assert_close
 

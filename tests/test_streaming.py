@@ -76,7 +76,7 @@ def test_streaming_never_builds_an_n_by_n_pattern(tiny_model):
     assert not square, square[:3]
 
     # the eager path does build them: the trace can see one
-    from headlens.analyses.sinks.stream import run_to_last_pattern
+    from headlens.analyses.sinks.forward import run_to_last_pattern
 
     with Trace():
         run_to_last_pattern(tiny_model, tokens, [], attention_mask=mask)

@@ -23,7 +23,8 @@ from headlens.analyses.heads.census import CensusConfig, build_stimuli, run_cens
 from headlens.analyses.heads.classify import classify_heads, roles_of
 from headlens.analyses.heads.detectors import BatchContext, registry
 from headlens.analyses.heads.detectors.base import mean_attention_at
-from headlens.analyses.sinks.stream import excess_received, stream_sink_stats, value_norm_share
+from headlens.analyses.sinks.reductions import excess_received, value_norm_share
+from headlens.analyses.sinks.stream import stream_sink_stats
 from headlens.probes.attention import attention_spec
 from headlens.reports.census_summary import census_summary
 
@@ -235,7 +236,8 @@ def test_a_window_as_long_as_the_prompts_changes_nothing_and_is_not_noted(family
 
 @pytest.mark.parametrize("family", WINDOW_FAMILIES)
 def test_sink_stream_on_window_layers_equals_hugging_face_reference(family, family_model, hf_model):
-    from headlens.analyses.sinks.study import SinkConfig, census_batch
+    from headlens.analyses.sinks.batches import census_batch
+    from headlens.analyses.sinks.config import SinkConfig
 
     model, hf = family_model(family), hf_model(family)
     windows = hf_windows(hf.config)

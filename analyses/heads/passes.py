@@ -23,7 +23,7 @@ from torch import Tensor
 
 from headlens.analyses.heads.detectors import BatchContext, Detector
 from headlens.analyses.heads.detectors.base import Sums, add_sums
-from headlens.analyses.sinks.stream import batch_attention_mask, run_to_last_pattern
+from headlens.analyses.sinks.forward import batch_attention_mask, run_to_last_pattern
 from headlens.probes.attention import LayerAttention
 from headlens.probes.loading import LoadedModel, check_layers_heads
 from headlens.probes.prompts import iter_batches

@@ -13,7 +13,7 @@ evaluation text.  Per sequence, layer and head (``A = A[l, h]``, queries ``i``):
 * ``sink``: whether ``alpha > eps``;
 * ``value_norm_share``: the sink's share of the head's output norm (Kobayashi et al. 2020),
   ``A[i,0] ||f_0|| / sum_j A[i,j] ||f_j||`` with ``f_j = v_j W_O^h``, averaged over the queries
-  :func:`headlens.analyses.sinks.stream.value_norm_share` counts (``i >= 1``; ``1 <= i < window``
+  :func:`headlens.analyses.sinks.reductions.value_norm_share` counts (``i >= 1``; ``1 <= i < window``
   in a window layer; every query on a bidirectional layer).  ``||f_j||`` comes from ``hook_v``
   (eager) or from the v the attention function receives (streaming).
 
@@ -38,7 +38,8 @@ from torch import Tensor
 
 from headlens.analyses.attention_stats import uniform_sink_alpha
 from headlens.analyses.heads.detectors.sink import alpha_sums
-from headlens.analyses.sinks.stream import head_output_weights, layer_causal, run_to_last_pattern
+from headlens.analyses.sinks.forward import layer_causal, run_to_last_pattern
+from headlens.analyses.sinks.reductions import head_output_weights
 from headlens.probes.attention import LayerAttention, attention_spec
 from headlens.probes.errors import InputError
 from headlens.probes.loading import LoadedModel
@@ -115,7 +116,7 @@ def value_norms(v: Tensor, gram: Tensor) -> Tensor:
 
 
 def _vn_sums(rows: Tensor, vnorm: Tensor, n: int, q0: int, window: int | None, causal: bool) -> dict[str, Tensor]:
-    """Block sums of :func:`headlens.analyses.sinks.stream.value_norm_share`'s norm share."""
+    """Block sums of :func:`headlens.analyses.sinks.reductions.value_norm_share`'s norm share."""
     pos = torch.arange(q0, q0 + rows.shape[2], device=rows.device)
     qbool = (pos >= (1 if causal else 0)) & (pos < n)
     if window is not None and causal:

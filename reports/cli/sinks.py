@@ -52,7 +52,9 @@ def sinks_cmd(model, device, dtype, revision, allow_new_weights, out_dir, eps, w
     """
     import torch
 
-    from headlens.analyses.sinks.study import SinkConfig, run_sinks, seed_tables
+    from headlens.analyses.sinks.config import SinkConfig
+    from headlens.analyses.sinks.seed import seed_tables
+    from headlens.analyses.sinks.study import run_sinks
     from headlens.reports.sinks_tables import seed_text_lines, summary_markdown, write_tables
     from headlens.probes.errors import InputError
     from headlens.probes.manifest import build_manifest

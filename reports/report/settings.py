@@ -68,7 +68,7 @@ class ReportSettings:
         )
 
     def sinks(self) -> Any:
-        from headlens.analyses.sinks.study import SinkConfig
+        from headlens.analyses.sinks.config import SinkConfig
 
         if self.quick:
             return SinkConfig(bos=(self.prepend_bos,), n_prompts=8, seed=self.seed, batch_size=self.batch_size, skip=("content", "secondary", "value_norm", "removal", "windowed"))

@@ -1,0 +1,103 @@
+"""What a sink investigation measures: :class:`SinkConfig` and the checks that need no model.
+
+The checks that need the model (context length, framing tokens, chosen heads) run at the start
+of :func:`headlens.analyses.sinks.study.run_sinks`.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from headlens.probes.errors import InputError
+
+__all__ = ["ANALYSES", "SinkConfig", "default_attn_windows", "DEFAULT_MAX_PROMPTS"]
+
+log = logging.getLogger(__name__)
+
+#: The parts of the investigation, in the order they run.
+ANALYSES: tuple[str, ...] = ("census", "content", "secondary", "value_norm", "removal", "windowed")
+
+#: Gu et al. used about 100 sequences; the evaluation text holds 90 windows of 64 GPT-2 tokens.
+DEFAULT_MAX_PROMPTS = 100
+
+
+@dataclass(frozen=True, kw_only=True)
+class SinkConfig:
+    """What to measure.  Checks that need no model run on construction (:class:`InputError`).
+
+    ``n_prompts``: how many sequences (default: every window the evaluation text holds, at
+    most :data:`DEFAULT_MAX_PROMPTS`; all of ``prompts`` when given).
+    ``bos``: the prepend-BOS settings to run, e.g. ``(False, True)``.  ``prompts``: your own
+    texts instead of the evaluation text (each cut to ``window`` tokens).  ``heads``: heads whose
+    sink is removed (together and one by one); default: the sink heads the census finds (at most
+    ``max_single`` of them one by one, strongest first).  ``attn_windows``: window sizes for
+    windowed attention (default :func:`default_attn_windows`); ``long_tokens`` (default
+    ``min(n_ctx, 1024)``) and ``n_long``: length and number of the long evaluation sequences.
+    ``keep_first``: how many first tokens windowed attention keeps (0 = none; always run).
+    ``skip``: names from :data:`ANALYSES` not to run (the census always runs).
+    """
+
+    eps: float = 0.3
+    window: int = 64
+    n_prompts: int | None = None
+    bos: tuple[bool, ...] = (False, True)
+    prompts: tuple[str, ...] | None = None
+    heads: tuple[tuple[int, int], ...] | None = None
+    max_single: int = 8
+    keep_first: tuple[int, ...] = (0, 1, 4)
+    attn_windows: tuple[int, ...] | None = None
+    long_tokens: int | None = None
+    n_long: int = 2
+    top_k: int = 5
+    min_count: int = 3
+    batch_size: int = 8
+    seed: int = 0
+    skip: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if isinstance(self.eps, bool) or not isinstance(self.eps, (int, float)) or not 0 < float(self.eps) < 1 or math.isnan(self.eps):
+            raise InputError(f"--eps must be strictly between 0 and 1, got {self.eps}", eps=self.eps)
+        _positive("--window", self.window, minimum=2)
+        if self.n_prompts is not None:
+            _positive("--n-prompts", self.n_prompts)
+        if not self.bos or any(not isinstance(b, bool) for b in self.bos):
+            raise InputError("bos must name at least one setting: True (prepend BOS) and/or False", bos=self.bos)
+        object.__setattr__(self, "bos", tuple(dict.fromkeys(self.bos)))
+        for k in self.keep_first:
+            if isinstance(k, bool) or not isinstance(k, int) or k < 0:
+                raise InputError(f"--keep-first k must be a non-negative number of tokens, got {k}", keep_first=k)
+        object.__setattr__(self, "keep_first", tuple(sorted({0, *self.keep_first})))
+        for w in self.attn_windows or ():
+            _positive("--attn-windows", w)
+        if self.attn_windows is not None:
+            object.__setattr__(self, "attn_windows", tuple(sorted(set(self.attn_windows))))
+        if self.long_tokens is not None:
+            _positive("--long-tokens", self.long_tokens, minimum=2)
+        for name in ("n_long", "top_k", "min_count", "batch_size", "max_single"):
+            _positive(f"--{name.replace('_', '-')}", getattr(self, name))
+        unknown = [s for s in self.skip if s not in ANALYSES or s == "census"]
+        if unknown:
+            raise InputError(f"cannot skip {', '.join(unknown)}: choose from {', '.join(ANALYSES[1:])}", skip=self.skip)
+        if self.prompts is not None and not self.prompts:
+            raise InputError("no prompt given")
+
+    def runs(self, name: str) -> bool:
+        return name not in self.skip
+
+
+def _positive(flag: str, value: Any, *, minimum: int = 1) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise InputError(f"{flag} must be an integer of at least {minimum}, got {value}", value=value)
+
+
+def default_attn_windows(long_tokens: int) -> tuple[int, ...]:
+    """8, 32, 128, 512, ... up to half the long sequence (at least one size)."""
+    sizes = []
+    w = 8
+    while w <= long_tokens // 2:
+        sizes.append(w)
+        w *= 4
+    return tuple(sizes) or (max(1, long_tokens // 2),)

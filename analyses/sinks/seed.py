@@ -1,0 +1,67 @@
+"""The seed measurement: for one text, per head, the last token's attention to the first token
+against ``1/n`` (what a uniform head would give), strongest first."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pandas as pd
+import torch
+
+from headlens.analyses.sinks.batches import frame_tokens, tokenize_framed
+from headlens.analyses.sinks.forward import batch_attention_mask, run_to_last_pattern
+from headlens.probes.errors import InputError
+from headlens.probes.loading import LoadedModel
+
+__all__ = ["seed_measurement", "seed_tables"]
+
+log = logging.getLogger(__name__)
+
+
+def seed_measurement(model: LoadedModel, text: str, *, prepend_bos: bool = True) -> pd.DataFrame:
+    """Per head: the last token's attention to the first token, against ``1/n``; strongest first.
+
+    The measurement quoted in the project's seed text ("one GPT-2 small head puts 61% of the last
+    token's attention on the first token where a uniform head would give about 16%": 1/6, with
+    a BOS before the five words).
+    """
+    batch = tokenize_framed(model, [text], prepend_bos, model.n_ctx, False)
+    n = int(batch.lengths[0])
+    # the last token: the last text token on an encoder (its [SEP] comes after)
+    last = n - 1 - len(frame_tokens(model, prepend_bos)[1])
+    if n < 2 or last < 1:
+        raise InputError(f"--text {text!r} is {n} token(s); the measurement needs at least 2 (a first and a last token)", text=text)
+    last_to_first = torch.zeros(model.n_layers, model.n_heads)
+
+    def hook(layer: int) -> Callable[..., None]:
+        def fn(pattern: torch.Tensor, hook: Any = None) -> None:
+            last_to_first[layer] = pattern[0, :, last, 0].detach().float().cpu()
+
+        return fn
+
+    with torch.inference_mode():
+        run_to_last_pattern(model, batch.tokens, [(f"blocks.{layer}.attn.hook_pattern", hook(layer)) for layer in range(model.n_layers)], attention_mask=batch_attention_mask(batch))
+    rows = [
+        {
+            "bos": prepend_bos,
+            "layer": layer,
+            "head": head,
+            "n_tokens": n,
+            "first_token": batch.strings[0][0],
+            "last_token": batch.strings[0][last],
+            "attn_last_to_first": float(last_to_first[layer, head]),
+            "uniform": 1.0 / n,
+            "ratio": float(last_to_first[layer, head]) * n,
+        }
+        for layer in range(model.n_layers)
+        for head in range(model.n_heads)
+    ]
+    table = pd.DataFrame(rows).sort_values(["attn_last_to_first", "layer", "head"], ascending=[False, True, True], kind="stable")
+    return table.reset_index(drop=True)
+
+
+def seed_tables(model: LoadedModel, text: str, bos: Sequence[bool]) -> pd.DataFrame:
+    """:func:`seed_measurement` for each BOS setting, stacked (BOS first)."""
+    return pd.concat([seed_measurement(model, text, prepend_bos=b) for b in sorted(set(bos), reverse=True)], ignore_index=True)
