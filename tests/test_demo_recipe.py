@@ -126,9 +126,9 @@ def test_an_interrupted_run_resumes_to_the_same_losses(tmp_path):
     try:
         straight = [r["train_loss"] for r in train(config, steps=6, eval_every=0).log]
         with pytest.raises(_Interrupt):
-            train(config, steps=6, eval_every=0, on_log=die_at_5, state_file=state, save_every=2)
+            train(config, steps=6, eval_every=0, on_log=die_at_5, state_file=state, state_every=2)
         assert state.is_file()
-        resumed = train(config, steps=6, eval_every=0, state_file=state, save_every=2)
+        resumed = train(config, steps=6, eval_every=0, state_file=state, state_every=2)
         with pytest.raises(ValueError, match="another recipe"):
             train(replace(config, seed=1), steps=6, eval_every=0, state_file=state)
     finally:
@@ -145,10 +145,8 @@ def test_random_rows_can_score_the_first_copy_too():
     assert bool(scored.loss_mask.all()) and not bool(masked.loss_mask.all())
 
 
-def test_train_command_writes_a_loadable_checkpoint(tmp_path):
+def test_train_command_writes_a_loadable_checkpoint(tmp_path, runner):
     import json
-
-    from click.testing import CliRunner
 
     from headlens.reports.cli.main import cli
     from headlens.probes.loading import load_model
@@ -156,17 +154,29 @@ def test_train_command_writes_a_loadable_checkpoint(tmp_path):
     out = tmp_path / "demo-model"
     threads = torch.get_num_threads()
     try:
-        res = CliRunner().invoke(cli, ["demo", "train", "--out", str(out), "--steps", "2", "--eval-every", "0", "--no-card"])
+        res = runner.invoke(cli, ["demo", "train", "--out", str(out), "--steps", "2", "--eval-every", "0", "--no-card", "--save-every", "1"])
     finally:
         torch.set_num_threads(threads)
     assert res.exit_code == 0, res.output
     assert {"config.json", "model.safetensors", "tokenizer.json", "training_log.jsonl", "training_summary.json"} <= {p.name for p in out.iterdir()}
     assert not (tmp_path / "demo-model.state.pt").exists()
+    # --save-every 1: the weights of steps 0, 1 and 2 kept beside it, each a checkpoint folder that knows its step
+    from headlens.reports.sweep.plan import plan_tasks
+    from safetensors.torch import load_file
+
+    kept = tmp_path / "demo-model-checkpoints"
+    assert sorted(p.name for p in kept.iterdir()) == ["step-000000", "step-000001", "step-000002"]
+    tasks = plan_tasks([str(kept)])
+    assert [(t.step, t.run) for t in tasks] == [(0, "demo-model"), (1, "demo-model"), (2, "demo-model")]
+    assert json.loads((kept / "step-000001" / "checkpoint.json").read_text())["log"]["step"] == 1
+    final, last, first = (load_file(p / "model.safetensors") for p in (out, kept / "step-000002", kept / "step-000000"))
+    assert all(torch.equal(final[k], last[k]) for k in final)  # the last kept step is the finished model
+    assert not all(torch.equal(final[k], first[k]) for k in final)
     rows = [json.loads(line) for line in (out / "training_log.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [0, 1, 2] and rows[2]["train_loss"] > 0
     model = load_model(model=str(out), device="cpu")
     assert model.n_layers == RECIPE.n_layer and model.n_ctx == RECIPE.n_ctx
-    again = CliRunner().invoke(cli, ["demo", "train", "--out", str(out), "--steps", "2"])
+    again = runner.invoke(cli, ["demo", "train", "--out", str(out), "--steps", "2"])
     assert again.exit_code == 2 and "--overwrite" in again.output
 
 
@@ -175,8 +185,7 @@ def test_train_command_writes_a_loadable_checkpoint(tmp_path):
     ("{not json", "", "unreadable training log"),
     ("{}", "", "lacks recipe"),
 ])
-def test_demo_replay_and_card_reject_a_broken_log_in_one_line(tmp_path, summary, log, message):
-    from click.testing import CliRunner
+def test_demo_replay_and_card_reject_a_broken_log_in_one_line(tmp_path, summary, log, message, runner):
 
     from headlens.reports.cli.main import cli
 
@@ -188,7 +197,7 @@ def test_demo_replay_and_card_reject_a_broken_log_in_one_line(tmp_path, summary,
         (folder / "training_log.jsonl").write_text(log)
     (folder / "MODEL_CARD.md").write_text("kept")
     for args in (["demo", "replay", "--model", str(folder), "--steps", "2"], ["demo", "card", "--model", str(folder)]):
-        res = CliRunner().invoke(cli, args)
+        res = runner.invoke(cli, args)
         assert res.exit_code == 2, res.output
         assert message in res.output and "Traceback" not in res.output and len(res.output.strip().splitlines()) == 1, res.output
     assert (folder / "MODEL_CARD.md").read_text() == "kept"

@@ -30,22 +30,21 @@ formed after 1,000 to 1,500 steps in this project's pilots.
 
 from __future__ import annotations
 
-import contextlib
-import io
-import json
 import math
 import platform
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from headlens.probes.scoped import keeps_torch_rng, keeps_torch_threads
 from headlens.analyses.demo.data import BOS_ID, VOCAB_SIZE, BatchSampler, Corpus, build_corpus, eval_windows, gpt2_tokenizer
+from headlens.analyses.demo.checkpoints import _config_dict, config_from_summary, save_checkpoint
+from headlens.analyses.demo.losses import full_loss, sampled_softmax_loss, unigram_loss
+from headlens.analyses.demo.monitor import head_monitor, monitor_stimuli
 
 __all__ = [
     "RecipeConfig",
@@ -176,104 +175,6 @@ def lr_at(step: int, config: RecipeConfig) -> float:
     return config.lr * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
-def sampled_softmax_loss(
-    hidden: torch.Tensor,
-    weight: torch.Tensor,
-    targets: torch.Tensor,
-    n_neg: int,
-    generator: torch.Generator | None,
-    reduction: str = "mean",
-) -> torch.Tensor:
-    """Cross-entropy of ``targets`` over the distinct targets plus ``n_neg`` uniform negatives.
-
-    ``hidden [N, d]``, ``weight [V, d]`` (the tied unembedding), ``targets [N]``. The
-    negatives' logits get ``log(V / n_neg)`` added (the estimate of the rest of the
-    partition function). ``n_neg = 0`` scores against the distinct targets only.
-    """
-    V = weight.shape[0]
-    positives = torch.unique(targets)  # sorted
-    cand = positives
-    shift = None
-    if n_neg:
-        drawn = torch.randperm(V, generator=generator)[:n_neg]
-        negatives = drawn[~torch.isin(drawn, positives)]
-        cand = torch.cat([positives, negatives])
-        shift = torch.zeros(cand.numel(), dtype=hidden.dtype)
-        shift[positives.numel() :] = math.log(V / n_neg)
-    logits = hidden @ weight[cand].T
-    if shift is not None:
-        logits = logits + shift
-    return F.cross_entropy(logits, torch.searchsorted(positives, targets), reduction=reduction)
-
-
-@torch.no_grad()
-def full_loss(model: Any, windows: torch.Tensor, batch_size: int = 8) -> float:
-    """Mean next-token cross-entropy (nats, full softmax) over every target of ``windows``.
-
-    The first token of each window is context only; targets are tokens 1..end.
-    """
-    total, count = 0.0, 0
-    weight = model.lm_head.weight
-    for start in range(0, windows.shape[0], batch_size):
-        x = windows[start : start + batch_size]
-        hidden = model.transformer(input_ids=x).last_hidden_state[:, :-1]
-        y = x[:, 1:]
-        for row in range(x.shape[0]):  # one row at a time keeps the logits small
-            logits = hidden[row] @ weight.T
-            total += float(F.cross_entropy(logits, y[row], reduction="sum"))
-            count += y.shape[1]
-    return total / count
-
-
-def unigram_loss(train_stream: torch.Tensor, windows: torch.Tensor) -> float:
-    """Cross-entropy of an add-one smoothed unigram model of ``train_stream`` on the targets of ``windows``."""
-    counts = torch.bincount(train_stream, minlength=VOCAB_SIZE).double() + 1.0
-    logp = torch.log(counts / counts.sum())
-    return float(-logp[windows[:, 1:]].mean())
-
-
-@dataclass
-class _MonitorStimuli:
-    repeated: torch.Tensor  # [n, 1 + 2T]
-    seq_len: int
-    natural: torch.Tensor  # [n, 64]
-
-
-def _monitor_stimuli(tokenizer: Any) -> _MonitorStimuli:
-    from headlens.analyses.stimuli import eval_text, random_repeated_tokens, text_windows
-
-    T = 50
-    rep = random_repeated_tokens(20, T, 12345, VOCAB_SIZE, exclude={BOS_ID}, distinct=True)
-    rep = torch.cat([torch.full((rep.shape[0], 1), BOS_ID), rep], dim=1)
-    nat = text_windows(tokenizer, eval_text(), 64, 20, True, BOS_ID)
-    return _MonitorStimuli(rep, T, nat)
-
-
-@torch.no_grad()
-def head_monitor(model: Any, stim: _MonitorStimuli) -> dict[str, Any]:
-    """Quick census-style scores (BOS prepended) for the log: the best head per detector.
-
-    induction: mean ``A[i, i-T+1]`` over second-copy queries of 50 repeated random tokens;
-    previous_token: mean ``A[i, i-1]`` over i >= 1 of 64-token windows of the evaluation
-    text; sink: mean ``A[i, 0]`` over all i of the same windows. 20 prompts each.
-    """
-    T = stim.seq_len
-    att = model.transformer(input_ids=stim.repeated, output_attentions=True).attentions
-    q = torch.arange(1 + T, 1 + 2 * T)
-    induction = torch.stack([a[:, :, q, q - T + 1].mean((0, 2)) for a in att])  # [layer, head]
-    att = model.transformer(input_ids=stim.natural, output_attentions=True).attentions
-    i = torch.arange(1, stim.natural.shape[1])
-    prev = torch.stack([a[:, :, i, i - 1].mean((0, 2)) for a in att])
-    sink = torch.stack([a[:, :, :, 0].mean((0, 2)) for a in att])
-    out: dict[str, Any] = {}
-    for name, s in (("induction", induction), ("previous_token", prev), ("sink", sink)):
-        flat = int(s.argmax())
-        layer, head = divmod(flat, s.shape[1])
-        out[name] = round(float(s.max()), 4)
-        out[f"{name}_head"] = f"{layer}.{head}"
-    return out
-
-
 def _param_groups(model: Any, weight_decay: float, embed_lr_scale: float = 1.0) -> list[dict[str, Any]]:
     """Matrices (decayed), embeddings (the tied unembedding included; not decayed, own
     learning-rate scale), biases and layer norms (not decayed)."""
@@ -306,7 +207,9 @@ def train(
     eval_every: int | None = None,
     on_log: Callable[[dict[str, Any]], None] | None = None,
     state_file: str | Path | None = None,
-    save_every: int = 250,
+    state_every: int = 250,
+    checkpoint_every: int = 0,
+    on_checkpoint: Callable[[int, Any, dict[str, Any]], None] | None = None,
 ) -> TrainResult:
     """Train the demo model; returns the model (eval mode), the log rows and a summary.
 
@@ -314,10 +217,14 @@ def train(
     changing the schedule. ``eval_every=0`` skips every evaluation (the final one too).
     ``on_log`` is called with each log row as it is made.
 
-    ``state_file``: every ``save_every`` steps the whole training state (weights,
+    ``state_file``: every ``state_every`` steps the whole training state (weights,
     optimizer, both generators, the log so far) is written there atomically, and a run
     given an existing ``state_file`` of the same recipe goes on from it; the resumed run
     computes exactly what an uninterrupted one would.
+
+    ``on_checkpoint(step, model, row)`` is called at step 0 (unless resuming) and every
+    ``checkpoint_every`` steps (0: never) after the step's log row is made, to keep the
+    weights of that step (``headlens demo train --save-every``); the model must not be changed.
     """
     steps = config.schedule_steps if steps is None else steps
     if steps < 0:
@@ -335,7 +242,7 @@ def train(
     opt = torch.optim.AdamW(_param_groups(model, config.weight_decay, config.embed_lr_scale), lr=config.lr, betas=config.betas, eps=1e-8, fused=True)
     held = eval_windows(corpus.heldout, config.seq_len, config.eval_windows)
     train_probe = eval_windows(corpus.train, config.seq_len, config.eval_windows)
-    stim = _monitor_stimuli(tokenizer)
+    stim = monitor_stimuli(tokenizer)
     rows: list[dict[str, Any]] = []
     tokens = 0
     t_start = time.perf_counter()
@@ -372,6 +279,8 @@ def train(
         if eval_every:
             evaluate(0, row0)
         emit(row0)
+        if checkpoint_every and on_checkpoint is not None:
+            on_checkpoint(0, model, row0)
 
     def save_state(step: int) -> None:
         state = {
@@ -414,7 +323,9 @@ def train(
         if eval_every and (step % eval_every == 0 or step == steps):
             evaluate(step, row)
         emit(row)
-        if state_path is not None and step % save_every == 0 and step < steps:
+        if checkpoint_every and on_checkpoint is not None and step % checkpoint_every == 0:
+            on_checkpoint(step, model, row)
+        if state_path is not None and step % state_every == 0 and step < steps:
             save_state(step)
     train_s = time.perf_counter() - t_start
     model.eval()
@@ -451,42 +362,3 @@ def _final_losses(model: Any, corpus: Corpus, tokenizer: Any, config: RecipeConf
         "eval_text_loss": round(full_loss(model, text), 4),
         "eval_text_unigram_loss": round(unigram_loss(corpus.train, text), 4),
     }
-
-
-def _config_dict(config: RecipeConfig) -> dict[str, Any]:
-    d = asdict(config)
-    d["kinds"] = list(config.kinds)
-    d["warm_kinds"] = list(config.warm_kinds)
-    d["betas"] = list(config.betas)
-    d["random_span"] = list(config.random_span)
-    d["vocab_schedule"] = None if config.vocab_schedule is None else list(config.vocab_schedule)
-    d["batch_size"] = config.batch_size
-    return d
-
-
-def save_checkpoint(result: TrainResult, out: str | Path) -> Path:
-    """Write the checkpoint folder: weights, config, tokenizer, log and summary."""
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    model = result.model
-    with contextlib.redirect_stderr(io.StringIO()):  # transformers' progress chatter
-        model.save_pretrained(out, safe_serialization=True)
-    gpt2_tokenizer().save_pretrained(out)
-    with open(out / "training_log.jsonl", "w", encoding="utf-8") as fh:
-        for row in result.log:
-            fh.write(json.dumps(row) + "\n")
-    (out / "training_summary.json").write_text(json.dumps(result.summary, indent=2) + "\n", encoding="utf-8")
-    return out
-
-
-def config_from_summary(summary: dict[str, Any]) -> RecipeConfig:
-    """The :class:`RecipeConfig` recorded in a ``training_summary.json``."""
-    rec = dict(summary["recipe"])
-    rec.pop("batch_size", None)
-    rec["kinds"] = tuple(rec["kinds"])
-    rec["warm_kinds"] = tuple(rec["warm_kinds"])
-    rec["betas"] = tuple(rec["betas"])
-    rec["random_span"] = tuple(rec["random_span"])
-    if rec.get("vocab_schedule") is not None:
-        rec["vocab_schedule"] = tuple(rec["vocab_schedule"])
-    return replace(RecipeConfig(), **rec)

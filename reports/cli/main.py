@@ -40,6 +40,8 @@ _COMMAND_MODULES = (
     "headlens.reports.cli.ablate",
     "headlens.reports.cli.report",
     "headlens.reports.cli.demo",
+    "headlens.reports.cli.sweep",
+    "headlens.reports.cli.design",
 )
 
 

@@ -1,0 +1,171 @@
+"""One sweep task: load the checkpoint, run the census, measure the held-out loss, write its folder.
+
+The census goes through the calls ``headlens detect`` makes (:func:`run_census`, then
+:func:`write_table` and :func:`build_manifest`), so a task's ``scores.csv`` is what
+``headlens detect --out scores.csv`` writes for the same model and settings.  The folder
+``OUT/tasks/KEY/`` is written under a temporary name and renamed when complete:
+``manifest.json`` in it means the task is done, and a rerun skips it.  With ``ablation`` the
+task also runs ``headlens ablate``'s study (:func:`ablation_study`, zero ablation of each
+head alone) on the windows of the held-out loss and writes ``ablation.csv``.
+
+This module imports neither Ray nor pyarrow: it runs the same in a Ray worker and in-process.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from headlens.probes.errors import HeadlensError
+from headlens.reports.sweep.plan import SweepConfig, SweepTask
+
+log = logging.getLogger(__name__)
+
+__all__ = ["run_task", "task_folder", "is_done", "heldout_loss", "TASK_FILES"]
+
+TASK_FILES = ("scores.csv", "roles.csv", "checkpoint.json", "manifest.json")
+
+
+def task_folder(out: str | Path, task: SweepTask) -> Path:
+    return Path(out) / "tasks" / task.key
+
+
+def is_done(out: str | Path, task: SweepTask) -> bool:
+    folder = task_folder(out, task)
+    return all((folder / name).is_file() for name in TASK_FILES)
+
+
+def _read_text(config: SweepConfig) -> tuple[str, str]:
+    if config.text_file:
+        from headlens.probes.errors import InputError
+
+        try:
+            return Path(config.text_file).read_text(encoding="utf-8"), config.text_file
+        except (OSError, UnicodeDecodeError) as exc:
+            raise InputError(f"cannot read --text-file {config.text_file}: {exc}") from None
+    from headlens.analyses.stimuli import eval_text
+
+    return eval_text(), "built-in evaluation text"
+
+
+def _eval_set(loaded: Any, config: SweepConfig) -> Any:
+    from headlens.analyses.ablation.data import text_eval_set
+
+    text, source = _read_text(config)
+    window = min(config.loss_window, loaded.n_ctx)
+    return text_eval_set(loaded.tokenizer, text, n_windows=config.loss_windows, window=window, prepend_bos=True, n_ctx=loaded.n_ctx, bos_id=loaded.bos_id, source=source)
+
+
+def heldout_loss(loaded: Any, config: SweepConfig, data: Any = None) -> dict[str, Any]:
+    """Mean next-token loss (nats) over ``loss_windows`` windows of the held-out text; None on encoders."""
+    if config.loss_windows == 0:
+        return {"heldout_loss": None, "loss_tokens": 0}
+    if getattr(loaded, "is_encoder", False):
+        log.info("%s is an encoder: no next-token loss to measure", loaded.name)
+        return {"heldout_loss": None, "loss_tokens": 0, "loss_note": "encoder: no next-token loss"}
+    from headlens.analyses.sinks.intervene import mean_loss
+    from headlens.probes.prompts import TokenBatch
+
+    data = data if data is not None else _eval_set(loaded, config)
+    source, window = data.source.get("text"), data.source.get("window")
+    batch = TokenBatch(tokens=data.tokens, lengths=data.lengths, strings=[[] for _ in range(len(data.lengths))], prepend_bos=True, pad_id=loaded.bos_id or 0)
+    loss, count = mean_loss(loaded, batch, batch_size=config.census.batch_size)
+    return {"heldout_loss": loss, "loss_tokens": count, "loss_text": source, "loss_windows": int(data.tokens.shape[0]), "loss_window": window}
+
+
+def _role_table(roles: Any) -> Any:
+    """``layer, head, role``: one row per (head, role) it has, from :func:`classify_heads`' answer."""
+    import pandas as pd
+
+    long = getattr(roles, "roles", roles)
+    if "role" in long:
+        return long[["layer", "head", "role"]].reset_index(drop=True)
+    rows = [(int(r.layer), int(r.head), role) for r in long.itertuples() for role in str(r.roles).split(";") if role]  # one row per head, ";"-joined
+    return pd.DataFrame(rows, columns=["layer", "head", "role"])
+
+
+def _ablation(loaded: Any, config: SweepConfig, data: Any) -> Any:
+    """``headlens ablate``'s exact single-head table (zero ablation, loss on the held-out windows)."""
+    from headlens.probes.errors import InputError
+
+    if data is None:
+        raise InputError("--ablate needs the held-out loss windows (--loss-windows above 0, a decoder)")
+    from headlens.analyses.ablation.study import AblationConfig, ablation_study
+
+    result = ablation_study(loaded, data, AblationConfig(method="zero", seed=config.census.seed, batch_size=config.census.batch_size))
+    table = result.table.copy()
+    table["unablated_value"] = result.unablated_value
+    return table
+
+
+def _census(task: SweepTask, config: SweepConfig, command: list[str]) -> tuple[Any, Any, Any, dict[str, Any]]:
+    from headlens.analyses.heads.census import run_census
+    from headlens.analyses.heads.classify import classify_heads
+    from headlens.probes.config import ModelConfig
+    from headlens.probes.loading import load_model
+    from headlens.probes.manifest import build_manifest
+
+    loaded = load_model(ModelConfig(model=task.model, device=config.device, dtype=config.dtype, revision=task.revision, allow_new_weights=config.allow_new_weights))
+    result = run_census(loaded, config.census)
+    roles = _role_table(classify_heads(result.scores, dict(config.thresholds), baseline_factor=config.baseline_factor))
+    manifest = build_manifest(
+        model=loaded, command=command, seed=config.census.seed, prepend_bos=config.census.prepend_bos, configs={"census": config.census},
+        extra={"stimuli": result.stimuli, "sweep_task": asdict(task), "sweep": config.to_dict()},
+    )
+    return loaded, result, roles, manifest
+
+
+def run_task(task: SweepTask, config: SweepConfig, out: str, command: list[str]) -> dict[str, Any]:
+    """Run one task; returns ``{"key", "status": "done"|"failed", "error", "exit_code", "wall_s", ...}``.
+
+    A :class:`HeadlensError` (bad revision, not a checkpoint, unsupported model, ...) becomes a
+    ``failed`` record with its one-line message; anything else propagates (Ray reports it).
+    """
+    from headlens.probes.outputs import write_json
+    from headlens.reports.tables import write_table
+
+    t0, c0 = time.perf_counter(), time.process_time()
+    record: dict[str, Any] = {"key": task.key, "label": task.label, "model": task.model, "revision": task.revision, "step": task.step, "host": os.uname().nodename}
+    try:
+        loaded, result, roles, manifest = _census(task, config, command)
+        t_census = time.perf_counter() - t0
+        data = _eval_set(loaded, config) if config.loss_windows and not getattr(loaded, "is_encoder", False) else None
+        loss = heldout_loss(loaded, config, data)
+        ablation = _ablation(loaded, config, data) if config.ablation else None
+    except HeadlensError as exc:
+        log.info("task %s failed: %s", task.label, exc)
+        return {**record, "status": "failed", "error": " ".join(str(exc).split()), "exit_code": exc.exit_code, "wall_s": round(time.perf_counter() - t0, 2)}
+    info = {
+        **record, **loss, "run": task.run, "n_layers": loaded.n_layers, "n_heads": loaded.n_heads,
+        "n_params": sum(p.numel() for p in loaded.bridge.parameters()), "device": str(loaded.device),
+        "census_s": round(t_census, 2), "wall_s": round(time.perf_counter() - t0, 2),
+        "cpu_s": round(time.process_time() - c0, 2),  # CPU seconds of this worker (all its threads): a cost that does not depend on the machine's load
+    }
+    final = task_folder(out, task)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{task.key}.", dir=final.parent))
+    try:
+        write_table(result.scores, tmp / "scores.csv")
+        write_table(roles, tmp / "roles.csv")
+        if ablation is not None:
+            write_table(ablation, tmp / "ablation.csv")
+        write_json(tmp / "checkpoint.json", info)
+        write_json(tmp / "manifest.json", manifest)  # last: its presence marks the task done
+        if final.exists():  # a folder left incomplete by an earlier, interrupted run
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return {**info, "status": "done", "error": None, "exit_code": 0}
+
+
+def read_task_info(out: str | Path, task: SweepTask) -> dict[str, Any]:
+    return json.loads((task_folder(out, task) / "checkpoint.json").read_text(encoding="utf-8"))

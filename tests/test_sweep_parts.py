@@ -1,0 +1,103 @@
+"""The sweep's parts without Ray: the task list, steps, settings, the figures."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from headlens.probes.errors import InputError
+from headlens.reports.sweep.plan import SweepConfig, checkpoint_info, parse_steps, plan_tasks, step_of_revision
+
+
+def test_steps_and_revisions():
+    assert parse_steps("0:3000:1000") == ["step0", "step1000", "step2000", "step3000"]
+    assert parse_steps("0,512") == ["step0", "step512"]
+    assert len(parse_steps("0:143000:1000")) == 144
+    for bad in ("0:10", "a,b", "10:0:5", "0:10:0"):
+        with pytest.raises(InputError, match="--steps"):
+            parse_steps(bad)
+    assert step_of_revision("step143000") == 143000 and step_of_revision("main") is None and step_of_revision(None) is None
+
+
+def test_hub_models_cross_revisions_and_keys_are_unique():
+    tasks = plan_tasks(["EleutherAI/pythia-70m", "EleutherAI/pythia-160m"], ["step0", "step1000", "main"])
+    assert [(t.run, t.revision, t.step) for t in tasks[:3]] == [("EleutherAI/pythia-70m", "step0", 0), ("EleutherAI/pythia-70m", "step1000", 1000), ("EleutherAI/pythia-70m", "main", None)]
+    assert len({t.key for t in tasks}) == 6 and all("/" not in t.key for t in tasks)
+    assert tasks[1].label == "pythia-70m@step1000"
+    assert plan_tasks(["gpt2", "gpt2"]) == plan_tasks(["gpt2"])  # duplicates dropped
+
+
+def test_folders_of_checkpoints_expand_in_step_order(tmp_path):
+    run = tmp_path / "myrun-checkpoints"
+    for step in (1000, 20, 300):
+        folder = run / f"step-{step:06d}"
+        folder.mkdir(parents=True)
+        (folder / "config.json").write_text("{}")
+        (folder / "checkpoint.json").write_text(json.dumps({"step": step, "run": "myrun"}))
+    odd = run / "extra"  # no checkpoint.json, name without a step
+    odd.mkdir()
+    (odd / "config.json").write_text("{}")
+    tasks = plan_tasks([str(run)])
+    assert [t.step for t in tasks] == [20, 300, 1000, None]
+    assert {t.run for t in tasks[:3]} == {"myrun"}
+    assert checkpoint_info(run / "step-000020") == {"step": 20, "run": "myrun"}
+    with pytest.raises(InputError, match="apply to Hub models"):
+        plan_tasks([str(run)], ["step0"])
+    # a folder that is not a checkpoint stays a task (it fails alone, in one line, when loaded)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert len(plan_tasks([str(empty)])) == 1
+
+
+def test_settings_round_trip_through_json():
+    from headlens.analyses.heads.census import CensusConfig
+
+    config = SweepConfig(census=CensusConfig(detectors=("induction",), n_prompts=5), thresholds=(("induction", 0.2),))
+    assert json.loads(json.dumps(config.to_dict())) == config.to_dict()
+    assert config.to_dict()["thresholds"] == {"induction": 0.2}
+
+
+def _fake_sweep(models: dict[str, int], steps) -> tuple[pd.DataFrame, pd.DataFrame]:
+    rows, cks = [], []
+    for model, n_params in models.items():
+        for step in steps:
+            label = f"{model}@{step}"
+            for layer in range(2):
+                for head in range(2):
+                    for det in ("induction", "previous_token"):
+                        score = (step or 0) / 1000 * (layer + head) / 2
+                        rows.append({"model": model, "revision": None, "step": step, "label": label, "layer": layer, "head": head, "detector": det, "score": score,
+                                     "baseline": 0.05, "ci_low": score - 0.01, "ci_high": score + 0.01, "n": 10, "accuracy": np.nan, "role": score > 0.3})
+            cks.append({"model": model, "revision": None, "step": step, "label": label, "key": label, "n_params": n_params, "heldout_loss": 5 - (step or 0) / 1000})
+    data, ck = pd.DataFrame(rows), pd.DataFrame(cks)
+    data["step"] = data["step"].astype("Int64")
+    ck["step"] = ck["step"].astype("Int64")
+    return data, ck
+
+
+def test_figures_over_training_and_across_sizes(tmp_path):
+    from headlens.reports.figures.sweep import role_counts, sweep_figures
+
+    data, ck = _fake_sweep({"a": 10, "b": 100}, [0, 500, 1000])
+    paths = sweep_figures(data, ck, tmp_path / "steps", formats=("png",))
+    assert sorted(p.name for p in paths) == ["across_models.png", "over_training-a.png", "over_training-b.png"]
+    counts = role_counts(data[data["model"] == "a"])
+    assert counts[(counts["step"] == 1000) & (counts["detector"] == "induction")]["n_heads"].item() == 3  # 0.1 and 1.0 score 0.5, 1.1 scores 1.0: above 0.3
+    data, ck = _fake_sweep({"small": 10_000, "large": 1_000_000}, [None])
+    assert [p.name for p in sweep_figures(data, ck, tmp_path / "sizes", formats=("png",))] == ["across_models.png"]
+
+
+def test_demo_means_the_shipped_model_unless_a_demo_folder_is_here(tmp_path, monkeypatch):
+    from headlens.analyses.demo import MODEL_DIR
+
+    monkeypatch.chdir(tmp_path)
+    (task,) = plan_tasks(["demo"])
+    assert task.model == str(MODEL_DIR) and task.run == "demo" and task.step == 4000  # by path: a worker elsewhere loads the same
+    (tmp_path / "demo").mkdir()
+    (tmp_path / "demo" / "config.json").write_text("{}")
+    (tmp_path / "demo" / "training_summary.json").write_text(json.dumps({"steps": 1500}))
+    (task,) = plan_tasks(["demo"])  # as in the loader, a folder called demo here wins
+    assert task.model == str(tmp_path / "demo") and task.step == 1500
