@@ -247,10 +247,129 @@ def test_design_section_tables_and_markdown(tiny_model):
     from headlens.analyses.design.gqa import GQAConfig
     from headlens.analyses.design.projections import ProjectionConfig
     from headlens.analyses.design.section import design_section_tables
-    from headlens.reports.cli.design import design_section_markdown
+    from headlens.reports.design_tables import design_section_markdown
 
     tables = design_section_tables(tiny_model, _text_set(tiny_model, n_windows=1, window=16), gqa=GQAConfig(group_sizes=(4,), groupings=("adjacent",)), projections=ProjectionConfig(kinds=("v=k",), layers=(0,)), roles=False)
     assert set(tables) == {"kv", "gqa_summary", "gqa_heads", "gqa_groups", "knockout_losses", "skipped"}
     assert len(tables["skipped"]) == 0
     text = design_section_markdown(tables)
     assert "## Design questions" in text and "g=4 (75% of the cache saved): loss change" in text and "layer 0, v=k: loss" in text
+
+
+# ----------------------------------------------------------------------------- resume
+
+
+class _Interrupted(Exception):
+    pass
+
+
+class _DyingJournal:
+    """A RecordJournal that dies (as a kill would) when the sweep hands it its ``after``-th append."""
+
+    def __init__(self, records=(), after=10**9):
+        from headlens.analyses.ablation.records import MemoryJournal
+
+        self._inner = MemoryJournal(records)
+        self.after = after
+        self.records = self._inner.records
+
+    def append(self, records):
+        if self.after <= 0:
+            raise _Interrupted()
+        self.after -= 1
+        self._inner.append(records)
+
+
+def test_gqa_and_knockouts_resume_equal_an_uninterrupted_run(tiny_model):
+    import pandas as pd
+
+    from headlens.analyses.design.gqa import GQAConfig, gqa_study
+    from headlens.analyses.design.projections import ProjectionConfig, knockout_losses, knockout_roles
+    from headlens.analyses.heads.census import CensusConfig
+
+    data = _text_set(tiny_model, n_windows=3, window=16)
+    cfg = GQAConfig(batch_size=2)  # g = 2, 4 x adjacent, similar: 4 variants, 2 batches each
+    whole = gqa_study(tiny_model, data, cfg)
+    dying = _DyingJournal(after=3)  # the original and 2 variants finish, then the run dies
+    with pytest.raises(_Interrupted):
+        gqa_study(tiny_model, data, cfg, journal=dying)
+    assert [r["kind"] for r in dying.records] == ["gqa_original", "gqa_variant", "gqa_variant"]
+    seen = []
+    resumed = _DyingJournal(dying.records)
+    again = gqa_study(tiny_model, data, cfg, journal=resumed, progress=lambda s, d, t: seen.append((d, t)))
+    assert seen == [(3, 4), (4, 4)]  # only the 2 variants left were measured
+    for name in ("summary", "heads", "groups", "comparison"):
+        pd.testing.assert_frame_equal(getattr(whole, name), getattr(again, name))
+
+    pcfg = ProjectionConfig(kinds=("q=k", "v=k"), batch_size=2)
+    losses = knockout_losses(tiny_model, data, pcfg)
+    dying = _DyingJournal(after=2)
+    with pytest.raises(_Interrupted):
+        knockout_losses(tiny_model, data, pcfg, journal=dying)
+    pd.testing.assert_frame_equal(losses, knockout_losses(tiny_model, data, pcfg, journal=_DyingJournal(dying.records)))
+
+    census = CensusConfig(n_prompts=4, n_bootstrap=20, detectors=("previous_token",))
+    rcfg = ProjectionConfig(kinds=("q=k",), layers=(0, 1))
+    changes, scores = knockout_roles(tiny_model, census, rcfg)
+    dying = _DyingJournal(after=2)  # the intact census and layer 0's, then it dies
+    with pytest.raises(_Interrupted):
+        knockout_roles(tiny_model, census, rcfg, journal=dying)
+    changes2, scores2 = knockout_roles(tiny_model, census, rcfg, journal=_DyingJournal(dying.records, after=1))  # 1 append left: only layer 1 runs
+    pd.testing.assert_frame_equal(changes, changes2)
+    pd.testing.assert_frame_equal(scores, scores2)
+
+
+def test_cli_gqa_resume_after_a_crash(tiny_checkpoint, runner, tmp_path, monkeypatch):
+    from headlens.reports.cli.main import cli
+    from headlens.reports.journal import Journal
+
+    common = ["gqa", "-m", str(tiny_checkpoint), "--n-windows", "2", "--window", "16", "--grouping", "adjacent", "-q"]
+    r = runner.invoke(cli, [*common, "--out", str(tmp_path / "whole")])
+    assert r.exit_code == 0, r.stderr
+    real_append, calls = Journal.append, []
+
+    def dying_append(self, records):
+        calls.append(records)
+        if len(calls) == 3:
+            raise KeyboardInterrupt  # killed after the original and one variant
+        real_append(self, records)
+
+    monkeypatch.setattr(Journal, "append", dying_append)
+    out = tmp_path / "cut"
+    r = runner.invoke(cli, [*common, "--out", str(out)])
+    assert r.exit_code != 0 and (out / "gqa.journal.jsonl").is_file() and not (out / "summary.csv").exists()
+    monkeypatch.undo()
+    r = runner.invoke(cli, [*common, "--out", str(out)])  # no --resume: refused, the journal kept
+    assert r.exit_code != 0 and "--resume" in r.stderr and (out / "gqa.journal.jsonl").is_file()
+    r = runner.invoke(cli, [*common[:-1], "--out", str(out), "--resume"])
+    assert r.exit_code == 0, r.stderr
+    assert "resuming from" in r.stderr and "(1 variant(s) already done)" in r.stderr
+    assert not (out / "gqa.journal.jsonl").exists()
+    for f in ("summary.csv", "heads.csv", "groups.csv"):
+        assert (out / f).read_text() == (tmp_path / "whole" / f).read_text(), f
+    assert json.loads((out / "manifest.json").read_text())["gqa"]["resumed"] is True
+
+
+def test_cli_projections_resume_after_a_crash(tiny_checkpoint, runner, tmp_path, monkeypatch):
+    from headlens.reports.cli.main import cli
+    from headlens.reports.journal import Journal
+
+    common = ["projections", "-m", str(tiny_checkpoint), "--n-windows", "2", "--window", "16", "--kinds", "q=k,v=k", "--no-roles"]
+    r = runner.invoke(cli, [*common, "-q", "--out", str(tmp_path / "whole")])
+    assert r.exit_code == 0, r.stderr
+    real_append, calls = Journal.append, []
+
+    def dying_append(self, records):
+        calls.append(records)
+        if len(calls) == 4:
+            raise KeyboardInterrupt  # killed after the intact run and 2 of the 4 knockouts
+        real_append(self, records)
+
+    monkeypatch.setattr(Journal, "append", dying_append)
+    r = runner.invoke(cli, [*common, "-q", "--out", str(tmp_path / "cut")])
+    assert r.exit_code != 0 and (tmp_path / "cut" / "projections.journal.jsonl").is_file()
+    monkeypatch.undo()
+    r = runner.invoke(cli, [*common, "--out", str(tmp_path / "cut"), "--resume"])
+    assert r.exit_code == 0, r.stderr
+    assert "(2 knockout(s) and census run(s) already done)" in r.stderr
+    assert (tmp_path / "cut" / "losses.csv").read_text() == (tmp_path / "whole" / "losses.csv").read_text()

@@ -16,7 +16,7 @@ from headlens.reports.cli.main import cli
 
 XSS = "<script>alert(1)</script> & \"quotes\" 'too' | pipes"
 PROMPTS = ("When Mary and John went to the store, John gave a drink to", XSS)
-STAGES = ("census", "sinks", "ablation_zero", "ablation_mean", "pruning", "examples")
+STAGES = ("census", "sinks", "ablation_zero", "ablation_mean", "pruning", "examples", "design")
 _BUILT: dict[str, tuple[Path, object]] = {}
 
 
@@ -75,8 +75,8 @@ def test_quick_report_writes_pages_stage_folders_and_figures(quick_report):
     assert (out / "pruning/pruning_curve.pdf").read_bytes().startswith(b"%PDF")
     err = res.stderr
     for i, stage in enumerate(STAGES, start=1):
-        assert f"stage {i}/6 {stage}: running" in err and re.search(rf"stage {i}/6 {stage}: done in [0-9.]+ s", err), err
-    assert "6 stages: 6 done" in res.stdout
+        assert f"stage {i}/{len(STAGES)} {stage}: running" in err and re.search(rf"stage {i}/{len(STAGES)} {stage}: done in [0-9.]+ s", err), err
+    assert f"{len(STAGES)} stages: {len(STAGES)} done" in res.stdout
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["report"]["format"] == "headlens.report" and manifest["report"]["quick"] is True
     assert manifest["model"]["n_layers"] == 2 and manifest["config"]["report"]["example_prompts"] == list(PROMPTS)
@@ -111,7 +111,7 @@ def test_html_is_self_contained(quick_report):
     assert "src=" not in page.replace('id="hl-data"', "")  # no external script, image or frame
     for url in re.findall(r'href="([^"]*)"', page):
         assert url.startswith(("#", "data:")) or not re.match(r"[a-z]+:", url), url
-    assert re.findall(r"https?://\S*", page) == ['http://www.w3.org/2000/svg"']  # only the inline SVG's xmlns
+    assert set(re.findall(r"https?://\S*", page)) == {'http://www.w3.org/2000/svg"'}  # only the inline SVGs' xmlns (pruning, design)
     assert "@import" not in page
     assert len(re.findall(r"<script\b", page)) == 2  # the data block and the one script
     assert page.count('<script type="application/json" id="hl-data">') == 1
@@ -198,7 +198,7 @@ def test_rerun_loads_every_stage(report_copy, tiny_checkpoint, runner):
     assert res.exit_code == 0, res.output
     assert "running" not in res.stderr
     for i, stage in enumerate(STAGES, start=1):
-        assert f"stage {i}/6 {stage}: finished earlier, loaded from" in res.stderr
+        assert f"stage {i}/{len(STAGES)} {stage}: finished earlier, loaded from" in res.stderr
     after = (report_copy / "report.html").read_text()
     cut = re.compile(r'<pre class="manifest".*?</pre>', re.S)
     assert cut.sub("", before) == cut.sub("", after)
@@ -216,7 +216,7 @@ def test_python_api_resumes_and_returns_dataframes(report_copy, tiny_checkpoint)
             pass
 
     r = reports.build_report(tiny_checkpoint, out_dir=report_copy, quick=True, example_prompts=PROMPTS, progress=Collect())
-    assert r.ok and all(s.status == "loaded" for s in r.stages) and len(seen) == 6
+    assert r.ok and all(s.status == "loaded" for s in r.stages) and len(seen) == len(STAGES)
     assert isinstance(r.heads, pd.DataFrame) and isinstance(r.ablation_mean, pd.DataFrame) and isinstance(r.pruning_curve, pd.DataFrame)
     assert "Report(model=" in repr(r) and "census=loaded" in repr(r)
 
@@ -224,7 +224,7 @@ def test_python_api_resumes_and_returns_dataframes(report_copy, tiny_checkpoint)
 def test_python_api_accepts_a_loaded_model(report_copy, tiny_model):
     from headlens import reports
     r = reports.build_report(tiny_model, report_copy, quick=True, example_prompts=PROMPTS)
-    assert r.ok and [s.status for s in r.stages] == ["loaded"] * 6
+    assert r.ok and [s.status for s in r.stages] == ["loaded"] * len(STAGES)
 
 
 def test_interrupted_stage_is_recomputed_alone(report_copy, tiny_checkpoint, quick_report, runner):
@@ -232,7 +232,7 @@ def test_interrupted_stage_is_recomputed_alone(report_copy, tiny_checkpoint, qui
     (report_copy / "report.html").unlink()
     res = runner.invoke(cli, report_args(tiny_checkpoint, report_copy))
     assert res.exit_code == 0, res.output
-    assert "stage 4/6 ablation_mean: running" in res.stderr and res.stderr.count("running") == 1
+    assert "stage 4/7 ablation_mean: running" in res.stderr and res.stderr.count("running") == 1
     old = pd.read_csv(quick_report[0] / "ablation_mean" / "ablation.csv")
     new = pd.read_csv(report_copy / "ablation_mean" / "ablation.csv")
     pd.testing.assert_frame_equal(old, new)
@@ -249,7 +249,7 @@ def test_changed_settings_rerun_only_the_stages_they_change(report_copy, tiny_ch
     assert marker["status"] == "done"
     res = runner.invoke(cli, [*args[:-1], "--skip", "pruning,sinks"])
     assert res.exit_code == 0, res.output
-    assert "stage 5/6 pruning: skipped" in res.stderr
+    assert "stage 5/7 pruning: skipped" in res.stderr
     page = (report_copy / "report.html").read_text()
     assert "Stage <code>pruning</code>" in page and "was skipped" in page
 
@@ -263,7 +263,7 @@ def test_failed_stage_is_shown_and_retried(report_copy, tiny_checkpoint, monkeyp
     monkeypatch.setitem(STAGE_DEFS, "sinks", dataclasses.replace(STAGE_DEFS["sinks"], run=boom))
     res = runner.invoke(cli, report_args(tiny_checkpoint, report_copy, "--redo", "sinks"))
     assert res.exit_code == 1, res.output
-    assert "stage 2/6 sinks: FAILED: RuntimeError: sink probe exploded <b>bold</b>" in res.stderr
+    assert "stage 2/7 sinks: FAILED: RuntimeError: sink probe exploded <b>bold</b>" in res.stderr
     assert res.stderr.count("running") == 1  # the others were loaded
     last = res.stderr.strip().splitlines()[-1]
     assert last.startswith("headlens: error: 1 stage(s) failed (sinks: RuntimeError: sink probe exploded") and "second line" not in res.stderr
@@ -277,7 +277,7 @@ def test_failed_stage_is_shown_and_retried(report_copy, tiny_checkpoint, monkeyp
     monkeypatch.undo()
     res = runner.invoke(cli, report_args(tiny_checkpoint, report_copy))
     assert res.exit_code == 0, res.output
-    assert "stage 2/6 sinks: running" in res.stderr and res.stderr.count("running") == 1
+    assert "stage 2/7 sinks: running" in res.stderr and res.stderr.count("running") == 1
     assert "FAILED" not in (report_copy / "report.html").read_text().split("<script", 1)[0]
 
 
@@ -353,3 +353,37 @@ def test_default_example_prompts_fit(gpt2_tokenizer):
     assert 2 <= len(DEFAULT_EXAMPLE_PROMPTS) <= 3
     for p in DEFAULT_EXAMPLE_PROMPTS:
         assert 5 < len(gpt2_tokenizer(p, add_special_tokens=False)["input_ids"]) < MAX_EXAMPLE_TOKENS
+
+
+# --------------------------------------------------------------------------- the design stage
+
+
+def test_design_stage_in_the_quick_report(quick_report):
+    from headlens.reports import load_report
+
+    out = quick_report[0]
+    r = load_report(out)
+    assert r.stage("design").ok and r.design is not None
+    s = r.design["gqa_summary"]
+    assert list(zip(s["grouping"], s["g"])) == [("original", 1), ("adjacent", 2), ("similar", 2), ("adjacent", 4), ("similar", 4)]
+    assert s["kv_saved"].tolist() == [0.0, 0.5, 0.5, 0.75, 0.75]
+    assert len(r.design["knockout_losses"]) == 1 + 2 * 3  # intact, then 2 layers x (q=k, v=k, q=k=v)
+    assert list(r.design["skipped"]["part"]) == ["roles"] and "knockout_roles" not in r.design  # --quick: no census per knockout
+    page = (out / "report.html").read_text()
+    section = page.split('<section id="design">', 1)[1].split("</section>", 1)[0]
+    assert '<svg xmlns="http://www.w3.org/2000/svg" id="design-gqa-svg" role="img"' in section and "<script" not in section
+    assert section.count("<td>adjacent</td>") == 2 and section.count("<td>similar</td>") == 2
+    assert "Not run: role changes under knockout: not run with --quick" in section
+    assert section.count("<td>q=k</td>") == 2 and "own (MHA, 4 KV heads)" in section
+    md = (out / "report.md").read_text()
+    assert "## Design questions" in md and "### GQA what-if" in md and "- roles: not run (not run with --quick" in md
+    assert "![loss vs KV cache](design/gqa_loss_vs_cache.png)" in md and (out / "design" / "gqa_loss_vs_cache.png").is_file()
+
+
+def test_skipped_design_stage_says_so(report_copy, tiny_checkpoint, runner):
+    res = runner.invoke(cli, report_args(tiny_checkpoint, report_copy, "--skip", "design"))
+    assert res.exit_code == 0, res.output
+    assert f"stage {len(STAGES)}/{len(STAGES)} design: skipped" in res.stderr and "running" not in res.stderr
+    section = (report_copy / "report.html").read_text().split('<section id="design">', 1)[1].split("</section>", 1)[0]
+    assert "Stage <code>design</code>" in section and "was skipped" in section and "<table" not in section
+    assert "Stage `design` was skipped." in (report_copy / "report.md").read_text()

@@ -29,6 +29,7 @@ from jaxtyping import Float
 from torch import Tensor
 
 from headlens.analyses.ablation.data import EvalSet, item_values, model_values
+from headlens.analyses.ablation.records import MemoryJournal, RecordJournal, records_of
 from headlens.analyses.stats import bootstrap_mean_ci
 from headlens.analyses.design.edits import Groups, check_pooling, pool_hooks
 from headlens.analyses.design.grouping import adjacent_groups, kv_distances, scatter, similar_groups
@@ -44,6 +45,8 @@ log = logging.getLogger(__name__)
 GROUPINGS: tuple[str, ...] = ("adjacent", "similar")
 SUMMARY_COLUMNS = ["grouping", "g", "kv_heads", "kv_bytes_per_token", "kv_saved", "loss", "loss_change", "change_ci_low", "change_ci_high", "mean_js", "max_js", "scatter"]
 #: similar minus adjacent loss at each group size, paired over windows, with its 95% bootstrap interval.
+#: Unpooled attention patterns kept between variants up to this size (bytes); beyond it each variant recomputes them.
+CLEAN_CACHE_BYTES = 512 * 2**20
 COMPARISON_COLUMNS = ["g", "similar_minus_adjacent", "ci_low", "ci_high", "same_groups"]
 
 
@@ -118,8 +121,33 @@ def _pattern_hooks(model: Any, store: dict[int, Tensor]) -> list[tuple[str, Call
     return [(f"blocks.{layer}.attn.hook_pattern", keep(layer)) for layer in range(model.n_layers)]
 
 
-def gqa_study(model: Any, data: EvalSet, config: GQAConfig | None = None, *, task: EvalSet | None = None, progress: Callable[[str, int, int], None] | None = None) -> GQAResult:
-    """Loss, KV cache and per-head pattern movement of every pooled variant (see the module docstring)."""
+def _clean_cache_fits(model: Any, data: EvalSet, config: GQAConfig) -> bool:
+    """Whether the unpooled patterns of every window fit :data:`CLEAN_CACHE_BYTES` (else each variant recomputes them)."""
+    width = max((w for _, _, w in (data.batch(rows) for rows in data.rows(config.batch_size))), default=0)
+    need = len(data) * model.n_layers * model.n_heads * width * width * 4
+    if need > CLEAN_CACHE_BYTES:
+        log.info("gqa: the unpooled patterns (%d MiB) exceed the cache budget: each variant recomputes them", need >> 20)
+    return need <= CLEAN_CACHE_BYTES
+
+
+def gqa_study(
+    model: Any,
+    data: EvalSet,
+    config: GQAConfig | None = None,
+    *,
+    task: EvalSet | None = None,
+    progress: Callable[[str, int, int], None] | None = None,
+    journal: RecordJournal | None = None,
+) -> GQAResult:
+    """Loss, KV cache and per-head pattern movement of every pooled variant (see the module docstring).
+
+    Resumable: ``journal`` (:class:`~headlens.analyses.ablation.records.RecordJournal`) receives one
+    record per variant as it finishes (``gqa_original``: the unpooled per-window losses;
+    ``gqa_variant``: a variant's per-window losses and JS sums) and, when it holds those of an
+    interrupted run, those variants are not measured again.  Every number is computed from the
+    records (a run without a journal keeps them in memory), so a resumed result equals an
+    uninterrupted one.
+    """
     config = config or GQAConfig()
     if data.metric != "loss":
         raise InputError("the GQA what-if is measured on text windows (loss); give a task with task=")
@@ -127,34 +155,58 @@ def gqa_study(model: Any, data: EvalSet, config: GQAConfig | None = None, *, tas
     variants, dists = variant_groups(model, data, config)
     L, H = model.n_layers, model.n_heads
     spec = attention_spec(model)
-    n_vals = {key: [] for key in [("original", 1), *variants]}
-    js_sum = {key: torch.zeros(L, H, dtype=torch.float64) for key in variants}
-    js_n = 0
+    journal = journal if journal is not None else MemoryJournal()
+    done = {(r["grouping"], int(r["g"])): r for r in records_of(journal, "gqa_variant")}
+    todo = [key for key in variants if key not in done]
     batches = data.rows(config.batch_size)
+    keep = bool(todo) and _clean_cache_fits(model, data, config)
+    clean_cache: dict[int, dict[int, Tensor]] = {}
+
+    def clean_pass(i: int, toks: Tensor) -> tuple[Tensor, dict[int, Tensor]]:
+        if i in clean_cache:
+            return torch.empty(0), clean_cache[i]
+        clean: dict[int, Tensor] = {}
+        with attached(model.bridge, _pattern_hooks(model, clean)):
+            logits = model.bridge(toks, return_type="logits")
+        if keep:
+            clean_cache[i] = clean
+        return logits, clean
+
     with torch.inference_mode():
-        for done, rows in enumerate(batches, start=1):
-            toks, lengths, width = data.batch(rows)
-            toks = toks.to(model.device)
-            clean: dict[int, Tensor] = {}
-            with attached(model.bridge, _pattern_hooks(model, clean)):
-                logits = model.bridge(toks, return_type="logits")
-            n_vals[("original", 1)].append(item_values(logits, toks, lengths, data, rows))
-            q_ok = (torch.arange(width)[None, :] < lengths[:, None]) & (torch.arange(width)[None, :] >= 1)
-            q_ok = q_ok.to(model.device)
-            js_n += int(q_ok.sum())
-            for key, groups in variants.items():
+        if not records_of(journal, "gqa_original"):
+            vals = []
+            for i, rows in enumerate(batches):
+                toks, lengths, _ = data.batch(rows)
+                logits, _ = clean_pass(i, toks.to(model.device))
+                vals.append(item_values(logits, toks.to(model.device), lengths, data, rows))
+            journal.append([{"kind": "gqa_original", "values": torch.cat(vals).double().cpu().tolist()}])
+        for n_done, key in enumerate(todo, start=len(variants) - len(todo) + 1):
+            js_sum = torch.zeros(L, H, dtype=torch.float64)
+            js_n, vals = 0, []
+            for i, rows in enumerate(batches):
+                toks, lengths, width = data.batch(rows)
+                toks = toks.to(model.device)
+                _, clean = clean_pass(i, toks)
+                q_ok = ((torch.arange(width)[None, :] < lengths[:, None]) & (torch.arange(width)[None, :] >= 1)).to(model.device)
+                js_n += int(q_ok.sum())
                 pooled: dict[int, Tensor] = {}
-                with attached(model.bridge, pool_hooks(groups) + _pattern_hooks(model, pooled)):
+                with attached(model.bridge, pool_hooks(variants[key]) + _pattern_hooks(model, pooled)):
                     logits = model.bridge(toks, return_type="logits")
-                n_vals[key].append(item_values(logits, toks, lengths, data, rows))
+                vals.append(item_values(logits, toks, lengths, data, rows))
                 for layer in range(L):
                     js = js_divergence(clean[layer], pooled[layer])  # [batch, head, q]
-                    js_sum[key][layer] += (js * q_ok[:, None, :]).sum(dim=(0, 2)).cpu()
+                    js_sum[layer] += (js * q_ok[:, None, :]).sum(dim=(0, 2)).cpu()
+            rec = {"kind": "gqa_variant", "grouping": key[0], "g": key[1], "values": torch.cat(vals).double().cpu().tolist(), "js_sum": js_sum.tolist(), "js_n": js_n}
+            journal.append([rec])
+            done[key] = journal.records[-1]
             if progress is not None:
-                progress("gqa", done, len(batches))
+                progress("gqa", n_done, len(variants))
+    n_vals = {("original", 1): records_of(journal, "gqa_original")[-1]["values"], **{key: done[key]["values"] for key in variants}}
+    js_sum = {key: torch.tensor(done[key]["js_sum"], dtype=torch.float64) for key in variants}
+    js_n = {key: int(done[key]["js_n"]) for key in variants}
     kv = kv_cache_table(model, KVConfig(cache_dtype=config.cache_dtype))
     own_bytes = int(kv["bytes_per_token"].iloc[0])
-    per_item = {key: torch.cat(v).cpu().numpy() for key, v in n_vals.items()}
+    per_item = {key: np.asarray(v, dtype=np.float64) for key, v in n_vals.items()}
     base_items = per_item[("original", 1)]
     base_loss = float(base_items.mean())
     rows_out = [{"grouping": "original", "g": 1, "kv_heads": spec.n_kv_heads, "kv_bytes_per_token": own_bytes, "kv_saved": 0.0, "loss": base_loss, "loss_change": 0.0, "change_ci_low": 0.0, "change_ci_high": 0.0, "mean_js": 0.0, "max_js": 0.0, "scatter": 0.0}]
@@ -163,7 +215,7 @@ def gqa_study(model: Any, data: EvalSet, config: GQAConfig | None = None, *, tas
         grouping, g = key
         loss = float(per_item[key].mean())
         low, high = bootstrap_mean_ci(per_item[key] - base_items)
-        js = (js_sum[key] / max(js_n, 1)).numpy()
+        js = (js_sum[key] / max(js_n[key], 1)).numpy()
         per_token = own_bytes // g
         rows_out.append(
             {

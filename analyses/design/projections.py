@@ -18,10 +18,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import torch
 
 from headlens.analyses.ablation.data import EvalSet, item_values
+from headlens.analyses.ablation.records import MemoryJournal, RecordJournal, records_of
 from headlens.analyses.design.edits import KINDS, check_knockout, knockout_hooks
 from headlens.probes.errors import InputError
 from headlens.probes.hooks import attached
@@ -63,30 +65,55 @@ def _targets(model: Any, config: ProjectionConfig) -> list[tuple[int, int | None
     return out
 
 
-def knockout_losses(model: Any, data: EvalSet, config: ProjectionConfig | None = None, *, progress: Callable[[str, int, int], None] | None = None) -> pd.DataFrame:
-    """Loss of every knockout against the intact model (first row: ``kind = "none"``). ``head`` is -1 for a whole layer."""
+def knockout_losses(
+    model: Any,
+    data: EvalSet,
+    config: ProjectionConfig | None = None,
+    *,
+    progress: Callable[[str, int, int], None] | None = None,
+    journal: RecordJournal | None = None,
+) -> pd.DataFrame:
+    """Loss of every knockout against the intact model (first row: ``kind = "none"``). ``head`` is -1 for a whole layer.
+
+    Resumable: ``journal`` receives one record per knockout as it finishes (``knockout_base``,
+    ``knockout``: per-window losses) and skips those it already holds; the table is computed
+    from the records either way (in memory without a journal).
+    """
     config = config or ProjectionConfig()
     if data.metric != "loss":
         raise InputError("projection knockouts are measured on text windows (loss)")
     targets = _targets(model, config)
-    values: dict[tuple[int, int | None, str], list[torch.Tensor]] = {t: [] for t in targets}
-    base: list[torch.Tensor] = []
+    journal = journal if journal is not None else MemoryJournal()
     batches = data.rows(config.batch_size)
-    with torch.inference_mode():
-        for done, rows in enumerate(batches, start=1):
+
+    def measure(hooks: list[tuple[str, Callable[..., Any]]]) -> list[float]:
+        vals = []
+        for rows in batches:
             toks, lengths, _ = data.batch(rows)
             toks = toks.to(model.device)
-            base.append(item_values(model.bridge(toks, return_type="logits"), toks, lengths, data, rows))
-            for layer, head, kind in targets:
-                with attached(model.bridge, knockout_hooks(model, layer, kind, None if head is None else [head])):
-                    logits = model.bridge(toks, return_type="logits")
-                values[(layer, head, kind)].append(item_values(logits, toks, lengths, data, rows))
+            with attached(model.bridge, hooks):
+                logits = model.bridge(toks, return_type="logits")
+            vals.append(item_values(logits, toks, lengths, data, rows))
+        return torch.cat(vals).double().cpu().tolist()
+
+    def target_key(r: dict[str, Any]) -> tuple[int, int, str]:
+        return int(r["layer"]), int(r["head"]), str(r["knockout"])
+
+    done = {target_key(r): r["values"] for r in records_of(journal, "knockout")}
+    with torch.inference_mode():
+        if not records_of(journal, "knockout_base"):
+            journal.append([{"kind": "knockout_base", "values": measure([])}])
+        for i, (layer, head, kind) in enumerate(targets, start=1):
+            key = (layer, -1 if head is None else head, kind)
+            if key not in done:
+                journal.append([{"kind": "knockout", "layer": key[0], "head": key[1], "knockout": kind, "values": measure(knockout_hooks(model, layer, kind, None if head is None else [head]))}])
+                done[key] = journal.records[-1]["values"]
             if progress is not None:
-                progress("projections", done, len(batches))
-    b = float(torch.cat(base).mean())
+                progress("projections", i, len(targets))
+    b = float(np.mean(records_of(journal, "knockout_base")[-1]["values"]))
     out = [{"layer": -1, "head": -1, "kind": "none", "loss": b, "loss_change": 0.0, "relative_change": 0.0}]
-    for (layer, head, kind), vals in values.items():
-        v = float(torch.cat(vals).mean())
+    for layer, head, kind in targets:
+        v = float(np.mean(done[(layer, -1 if head is None else head, kind)]))
         out.append({"layer": layer, "head": -1 if head is None else head, "kind": kind, "loss": v, "loss_change": v - b, "relative_change": (v - b) / abs(b) if b else float("nan")})
     return pd.DataFrame(out, columns=LOSS_COLUMNS)
 
@@ -108,26 +135,40 @@ def roles_by_head(scores: pd.DataFrame) -> dict[tuple[int, int], set[str]]:
     return out
 
 
-def knockout_roles(model: Any, census_config: Any = None, config: ProjectionConfig | None = None, *, progress: Callable[[str, int, int], None] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+def knockout_roles(
+    model: Any,
+    census_config: Any = None,
+    config: ProjectionConfig | None = None,
+    *,
+    progress: Callable[[str, int, int], None] | None = None,
+    journal: RecordJournal | None = None,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The census with each layer's knockout in place: ``(role changes, scores)``.
 
     Role changes: one row per (knocked layer, kind, head of any layer) whose roles differ from the
     intact model's, plus one row per head for the intact model (``kind = "none"``).  Scores: the
-    census tables stacked, with ``knocked_layer`` and ``kind`` columns.
+    census tables stacked, with ``knocked_layer`` and ``kind`` columns.  Resumable as
+    :func:`knockout_losses`: one ``knockout_census`` record (the census scores) per knockout.
     """
     from headlens.analyses.heads.census import CensusConfig, run_census
 
     config = replace(config or ProjectionConfig(), per_head=False)
     census_config = census_config or CensusConfig(n_prompts=32, n_bootstrap=200)
     targets = _targets(model, config)
-    runs: list[tuple[int, str, pd.DataFrame]] = []
-    base = run_census(model, census_config).scores
-    runs.append((-1, "none", base))
+    journal = journal if journal is not None else MemoryJournal()
+    done = {(int(r["knocked_layer"]), str(r["knockout"])): r for r in records_of(journal, "knockout_census")}
+    if (-1, "none") not in done:
+        journal.append([_census_record(-1, "none", run_census(model, census_config).scores)])
+        done[(-1, "none")] = journal.records[-1]
     for i, (layer, _, kind) in enumerate(targets, start=1):
-        with attached(model.bridge, knockout_hooks(model, layer, kind)):
-            runs.append((layer, kind, run_census(model, census_config).scores))
+        if (layer, kind) not in done:
+            with attached(model.bridge, knockout_hooks(model, layer, kind)):
+                journal.append([_census_record(layer, kind, run_census(model, census_config).scores)])
+            done[(layer, kind)] = journal.records[-1]
         if progress is not None:
             progress("census", i, len(targets))
+    runs = [(layer, kind, _census_scores(done[(layer, kind)])) for layer, kind in [(-1, "none"), *((layer, kind) for layer, _, kind in targets)]]
+    base = runs[0][2]
     before = roles_by_head(base)
     rows = [{"knocked_layer": -1, "kind": "none", "layer": lh[0], "head": lh[1], "roles_before": _join(r), "roles_after": _join(r), "lost": "", "gained": ""} for lh, r in sorted(before.items())]
     for layer, kind, scores in runs[1:]:
@@ -138,6 +179,15 @@ def knockout_roles(model: Any, census_config: Any = None, config: ProjectionConf
                 rows.append({"knocked_layer": layer, "kind": kind, "layer": lh[0], "head": lh[1], "roles_before": _join(b), "roles_after": _join(a), "lost": _join(b - a), "gained": _join(a - b)})
     stacked = pd.concat([s.assign(knocked_layer=layer, kind=kind) for layer, kind, s in runs], ignore_index=True)
     return pd.DataFrame(rows, columns=ROLE_CHANGE_COLUMNS), stacked
+
+
+def _census_record(layer: int, kind: str, scores: pd.DataFrame) -> dict[str, Any]:
+    rows = [{k: (v.item() if hasattr(v, "item") else v) for k, v in r.items()} for r in scores.to_dict("records")]
+    return {"kind": "knockout_census", "knocked_layer": layer, "knockout": kind, "columns": list(scores.columns), "scores": rows}
+
+
+def _census_scores(record: dict[str, Any]) -> pd.DataFrame:
+    return pd.DataFrame(record["scores"], columns=record["columns"])
 
 
 def _join(roles: Sequence[str] | set[str]) -> str:

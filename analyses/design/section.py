@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import pandas as pd
 
 from headlens.analyses.ablation.data import EvalSet
+from headlens.analyses.ablation.records import RecordJournal
 from headlens.analyses.design.gqa import GQAConfig, gqa_study
 from headlens.analyses.design.kv import KVConfig, kv_cache_table
 from headlens.analyses.design.projections import ProjectionConfig, knockout_losses, knockout_roles
@@ -27,15 +29,23 @@ def design_section_tables(
     projections: ProjectionConfig | None = None,
     census_config: Any = None,
     roles: bool = True,
+    skip: dict[str, str] | None = None,
+    journal: RecordJournal | None = None,
+    progress: Callable[[str, int, int], None] | None = None,
 ) -> dict[str, pd.DataFrame]:
     """``kv``, ``gqa_summary``, ``gqa_heads``, ``gqa_groups``, ``gqa_comparison`` (both groupings run), ``knockout_losses`` and (with ``roles``)
     ``knockout_roles``; a part the model cannot do (already MQA, a family whose hooks cannot carry
-    a knockout) is left out, with a log line saying why, and its reason is in ``skipped`` (one row per part)."""
+    a knockout) is left out, with a log line saying why, and its reason is in ``skipped`` (one row per part).
+
+    ``skip``: parts (``gqa``, ``projections``, ``roles``) not to run, each with the reason the
+    caller gives (it lands in ``skipped``).  ``journal``: where the sweeps keep their per-variant
+    records (:mod:`headlens.analyses.ablation.records`), so an interrupted section resumes."""
+    skip = dict(skip or {})
     out: dict[str, pd.DataFrame] = {"kv": kv_cache_table(model, KVConfig())}
-    skipped: list[dict[str, str]] = []
-    if attention_spec(model).n_kv_heads > 1:
+    skipped: list[dict[str, str]] = [{"part": part, "reason": why} for part, why in skip.items()]
+    if "gqa" not in skip and attention_spec(model).n_kv_heads > 1:
         try:
-            res = gqa_study(model, data, gqa)
+            res = gqa_study(model, data, gqa, journal=journal, progress=progress)
         except HeadlensError as exc:
             log.warning("design section: GQA what-if skipped: %s", exc)
             skipped.append({"part": "gqa", "reason": str(exc)})
@@ -43,12 +53,13 @@ def design_section_tables(
             out.update(gqa_summary=res.summary, gqa_heads=res.heads, gqa_groups=res.groups)
             if res.comparison is not None:
                 out["gqa_comparison"] = res.comparison
-    else:
+    elif "gqa" not in skip:
         skipped.append({"part": "gqa", "reason": "the model is already multi-query (1 KV head per layer)"})
     try:
-        out["knockout_losses"] = knockout_losses(model, data, projections)
-        if roles:
-            out["knockout_roles"] = knockout_roles(model, census_config, projections)[0]
+        if "projections" not in skip:
+            out["knockout_losses"] = knockout_losses(model, data, projections, journal=journal, progress=progress)
+            if roles and "roles" not in skip:
+                out["knockout_roles"] = knockout_roles(model, census_config, projections, journal=journal, progress=progress)[0]
     except HeadlensError as exc:
         log.warning("design section: projection knockout skipped: %s", exc)
         skipped.append({"part": "projections", "reason": str(exc)})

@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from headlens.reports.cli.common import HEADS, model_options, parse_csv, parse_layers
+from headlens.reports.models import named_models
 from headlens.reports.progress import progress_bars
 
 DEFAULT_VERIFY_TEXT = (
@@ -23,7 +24,7 @@ def _load(model: str, device: str, dtype: str, revision: str | None, allow_new_w
     from headlens.probes.config import ModelConfig
     from headlens.probes.loading import load_model
 
-    return load_model(ModelConfig(model=model, device=device, dtype=dtype, revision=revision, allow_new_weights=allow_new_weights))
+    return load_model(ModelConfig(model=model, device=device, dtype=dtype, revision=revision, allow_new_weights=allow_new_weights), named=named_models())
 
 
 def _prompts(text: str | None, prompts_file: str | None, *, default: str | tuple[str, ...] | None = None) -> list[str]:

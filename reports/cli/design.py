@@ -5,15 +5,17 @@ from __future__ import annotations
 import logging
 import sys
 from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import click
 
 from headlens.reports.cli.common import model_options, parse_csv, parse_ints
+from headlens.reports.design_tables import gqa_markdown, gqa_reading, knockout_reading, projections_markdown, text_table
 from headlens.reports.progress import progress_bars
 
-__all__ = ["COMMANDS", "kv_cmd", "gqa_cmd", "projections_cmd", "gqa_markdown", "projections_markdown", "knockout_reading", "design_section_markdown"]
+__all__ = ["COMMANDS", "kv_cmd", "gqa_cmd", "projections_cmd"]
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +47,31 @@ def _text_set(loaded: Any, text_file: str | None, *, n_windows: int, window: int
     return text_eval_set(loaded.tokenizer, text, n_windows=n_windows, window=window, prepend_bos=not no_bos, n_ctx=loaded.n_ctx, bos_id=loaded.bos_id, source=label)
 
 
+def _out_dir(out_dir: str, journal_name: str, *, overwrite: bool, resume: bool) -> Path:
+    """The output folder; one holding the journal of an interrupted run is left to the journal
+    (``--resume`` finishes it; without it, the journal refuses and names ``--resume``)."""
+    from headlens.probes.outputs import check_out_dir
+
+    out = Path(out_dir)
+    if out.is_dir() and (out / journal_name).is_file() and (resume or not overwrite):
+        return out
+    return check_out_dir(out, overwrite=overwrite)
+
+
+def _journal(out: Path, name: str, loaded: Any, data: Any, configs: dict[str, Any], *, resume: bool, overwrite: bool) -> Any:
+    from headlens.reports.cli.ablate import _model_key
+    from headlens.reports.journal import Journal
+
+    key = {"model": _model_key(loaded), "data": data.describe(), **{k: asdict(v) for k, v in configs.items()}}
+    return Journal(out / f"{name}.journal.jsonl", name, key, resume=resume, overwrite=overwrite)
+
+
+def _say_resumed(journal: Any, what: str, kinds: tuple[str, ...], quiet: bool) -> None:
+    if journal.resumed and not quiet:
+        n = sum(r.get("kind") in kinds for r in journal.records)
+        click.echo(f"resuming from {journal.path} ({n} {what} already done)", err=True)
+
+
 def _write_csvs(tables: dict[str, Any], out: Path) -> dict[str, str]:
     from headlens.probes.outputs import atomic_write
 
@@ -53,10 +80,6 @@ def _write_csvs(tables: dict[str, Any], out: Path) -> dict[str, str]:
         if table is not None:
             files[name] = str(atomic_write(out / f"{name}.csv", lambda p, t=table: t.to_csv(p, index=False)))
     return files
-
-
-def _fmt(table: Any) -> str:
-    return table.to_string(index=False, float_format=lambda x: f"{x:.4g}")
 
 
 # ----------------------------------------------------------------------------- kv
@@ -93,7 +116,7 @@ def kv_cmd(model, device, dtype, revision, allow_new_weights, batch, context, ca
     config = KVConfig(batch=batch, context=context, cache_dtype=cache_dtype)
     table = kv_cache_table(loaded, config, removed=mask.heads if mask is not None else None)
     click.echo(f"KV cache of {model} (2 tensors, K and V, per layer, per KV head, per cached token)")
-    click.echo(_fmt(table.drop(columns=["formula"])))
+    click.echo(text_table(table.drop(columns=["formula"])))
     for r in table.itertuples(index=False):
         click.echo(f"  {r.variant}: {r.formula}")
     if out_file is not None:
@@ -105,46 +128,6 @@ def kv_cmd(model, device, dtype, revision, allow_new_weights, batch, context, ca
 # ----------------------------------------------------------------------------- gqa
 
 
-def gqa_markdown(res: Any, model_name: str, *, figure: str | None = None) -> str:
-    """Markdown of a GQA what-if: the loss/cache table, the groups, the heads that move most, the reading."""
-    from headlens.reports.markdown import markdown_table
-
-    s = res.summary
-    lines = [f"# GQA what-if: {model_name}", "", "K and V of the KV heads in a group mean-pooled in every layer (no retraining); loss on text windows; JS = Jensen-Shannon divergence (bits) between each head's original and pooled attention rows, mean over queries.", ""]
-    lines += [markdown_table(s, floatfmt=".4g"), ""]
-    if figure:
-        lines += [f"![loss vs KV cache]({figure})", ""]
-    lines += ["## Groups", "", markdown_table(res.groups), ""]
-    top = res.heads.sort_values("js", ascending=False).head(8)
-    lines += ["## Heads whose pattern moves most", "", markdown_table(top, floatfmt=".3f"), ""]
-    if res.task is not None:
-        lines += ["## Task metric", "", markdown_table(res.task, floatfmt=".4g"), ""]
-    if res.comparison is not None:
-        lines += ["## Similarity vs adjacent grouping (paired over windows)", "", markdown_table(res.comparison, floatfmt=".4f"), ""]
-    lines += ["## Reading", "", *_gqa_reading(s, res.comparison), ""]
-    return "\n".join(lines)
-
-
-def _gqa_reading(s: Any, comparison: Any = None) -> list[str]:
-    out = []
-    comp = {} if comparison is None else {int(r.g): r for r in comparison.itertuples(index=False)}
-    for g, rows in s[s["grouping"] != "original"].groupby("g"):
-        by = {r.grouping: r for r in rows.itertuples(index=False)}
-        first = rows.iloc[0]
-        line = f"- g={g} ({first.kv_saved:.0%} of the cache saved): loss change " + ", ".join(
-            f"{r.loss_change:+.4f} [{r.change_ci_low:+.4f}, {r.change_ci_high:+.4f}] {name}" for name, r in by.items()
-        )
-        c = comp.get(int(g))
-        if c is not None:
-            if c.same_groups:
-                line += ": both groupings chose the same groups"
-            else:
-                verdict = "loses less" if c.ci_high < 0 else ("loses more" if c.ci_low > 0 else "is not distinguishable from adjacent")
-                line += f"; similar minus adjacent {c.similar_minus_adjacent:+.4f} [{c.ci_low:+.4f}, {c.ci_high:+.4f}]: similarity grouping {verdict}"
-        out.append(line + " (95% bootstrap intervals over windows).")
-    return out
-
-
 @click.command("gqa")
 @model_options
 @_text_options
@@ -152,79 +135,53 @@ def _gqa_reading(s: Any, comparison: Any = None) -> list[str]:
 @click.option("--grouping", default="adjacent,similar", show_default=True, help="adjacent (heads 0-1, 2-3, ...), similar (least scatter of keys and values on the text), or both.")
 @click.option("--task", "task_file", default=None, type=click.Path(dir_okay=False), help="JSONL task (prompt, correct, incorrect): also measure its logit difference.")
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Output folder.")
-@click.option("--overwrite", is_flag=True, help="Replace files in a non-empty output folder.")
+@click.option("--resume", is_flag=True, help="Finish an interrupted run from its journal (OUT/gqa.journal.jsonl).")
+@click.option("--overwrite", is_flag=True, help="Replace files in a non-empty output folder (and an unfinished run's journal, unless --resume).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress lines.")
-def gqa_cmd(model, device, dtype, revision, allow_new_weights, text_file, n_windows, window, no_bos, batch_size, group_sizes, grouping, task_file, out_dir, overwrite, quiet):
+def gqa_cmd(model, device, dtype, revision, allow_new_weights, text_file, n_windows, window, no_bos, batch_size, group_sizes, grouping, task_file, out_dir, resume, overwrite, quiet):
     """Turn the model into a grouped-query one without retraining (K and V mean-pooled per group,
     Ainslie et al. 2023) and measure loss, KV cache saved and how far each head's pattern moves.
 
     Writes summary.csv, heads.csv (JS per head), groups.csv, kv.csv, task.csv (with --task),
-    gqa_loss_vs_cache.png/.svg, summary.md and manifest.json to OUT.
+    gqa_loss_vs_cache.png/.svg, summary.md and manifest.json to OUT.  Each variant is journaled
+    as it finishes (OUT/gqa.journal.jsonl); after an interruption, --resume measures only the
+    variants left, with the same result.
     """
     from headlens.analyses.ablation.data import read_task, task_eval_set
     from headlens.analyses.design.gqa import GQAConfig, gqa_study
     from headlens.analyses.design.kv import KVConfig, kv_cache_table
     from headlens.probes.manifest import build_manifest
-    from headlens.probes.outputs import check_out_dir, write_json, write_text
+    from headlens.probes.outputs import write_json, write_text
     from headlens.reports.figures.design import loss_vs_cache
 
-    out = check_out_dir(out_dir, overwrite=overwrite)
+    out = _out_dir(out_dir, "gqa.journal.jsonl", overwrite=overwrite, resume=resume)
     config = GQAConfig(group_sizes=group_sizes, groupings=tuple(parse_csv(grouping) or ()), batch_size=batch_size)
     items = read_task(task_file) if task_file else None
     loaded = _load(model, device, dtype, revision, allow_new_weights)
     data = _text_set(loaded, text_file, n_windows=n_windows, window=window, no_bos=no_bos)
     task = task_eval_set(loaded.tokenizer, items, prepend_bos=not no_bos, n_ctx=loaded.n_ctx, source=task_file) if items else None
-    with progress_bars("gqa", quiet=quiet) as progress:
-        res = gqa_study(loaded, data, config, task=task, progress=progress)
+    journal = _journal(out, "gqa", loaded, data, {"gqa": config}, resume=resume, overwrite=overwrite)
+    with journal, progress_bars("gqa", quiet=quiet) as progress:
+        _say_resumed(journal, "variant(s)", ("gqa_variant",), quiet)
+        res = gqa_study(loaded, data, config, task=task, progress=progress, journal=journal)
     kv = kv_cache_table(loaded, KVConfig())
     files = _write_csvs({"summary": res.summary, "heads": res.heads, "groups": res.groups, "comparison": res.comparison, "kv": kv, "task": res.task}, out)
     figs = loss_vs_cache(res.summary, out / "gqa_loss_vs_cache", title=f"GQA what-if: {model}")
     write_text(out / "summary.md", gqa_markdown(res, model, figure="gqa_loss_vs_cache.png"))
-    extra = {"gqa": {"data": data.describe(), "task": task.describe() if task is not None else None, "files": {**files, "figures": [str(p) for p in figs]}}}
+    extra = {"gqa": {"data": data.describe(), "task": task.describe() if task is not None else None, "resumed": journal.resumed, "files": {**files, "figures": [str(p) for p in figs]}}}
     write_json(out / "manifest.json", build_manifest(model=loaded, command=["headlens", *sys.argv[1:]], prepend_bos=not no_bos, configs={"gqa": config}, extra=extra))
+    journal.finish()
     click.echo(f"GQA what-if on {len(data)} windows x {window} tokens; JS in bits, mean over queries")
-    click.echo(_fmt(res.summary))
-    for line in _gqa_reading(res.summary, res.comparison):
+    click.echo(text_table(res.summary))
+    for line in gqa_reading(res.summary, res.comparison):
         click.echo(line)
     if res.task is not None:
         click.echo(f"task {task_file} ({len(task)} prompts):")
-        click.echo(_fmt(res.task))
+        click.echo(text_table(res.task))
     click.echo(f"wrote {out}")
 
 
 # ----------------------------------------------------------------------------- projections
-
-
-def knockout_reading(losses: Any, roles: Any | None) -> list[str]:
-    """A few lines saying what each whole-layer knockout did to the loss and to the roles."""
-    out = []
-    whole = losses[(losses["head"] == -1) & (losses["kind"] != "none")]
-    for r in whole.sort_values("loss_change", ascending=False).itertuples(index=False):
-        line = f"- layer {r.layer}, {r.kind}: loss {r.loss_change:+.4f} nats ({r.relative_change:+.1%})"
-        if roles is not None:
-            ch = roles[(roles["knocked_layer"] == r.layer) & (roles["kind"] == r.kind)]
-            lost = [f"{x.layer}.{x.head} {x.lost}" for x in ch.itertuples(index=False) if x.lost]
-            gained = [f"{x.layer}.{x.head} {x.gained}" for x in ch.itertuples(index=False) if x.gained]
-            line += "; roles lost: " + (", ".join(lost) or "none") + "; gained: " + (", ".join(gained) or "none")
-        out.append(line)
-    if roles is not None:
-        prev = roles[(roles["kind"].isin(["q=k", "q=k=v"])) & roles["lost"].str.contains("previous_token")]
-        if len(prev):
-            out.append("- Tied Q = K makes scores symmetric (s_ij = s_ji): a head can no longer prefer the previous token by what it matches, so previous-token roles go, and heads that read them (induction) lose what they key on.")
-    return out
-
-
-def projections_markdown(losses: Any, roles: Any | None, model_name: str, *, figure: str | None = None) -> str:
-    from headlens.reports.markdown import markdown_table
-
-    lines = [f"# Projection knockout: {model_name}", "", "One layer at a time: queries from the key projection (q=k), values from the key projection (v=k), or both (q=k=v); loss on text windows.", ""]
-    lines += [markdown_table(losses, floatfmt=".4g"), ""]
-    if figure:
-        lines += [f"![knockout loss change]({figure})", ""]
-    if roles is not None:
-        lines += ["## Roles on the census (heads whose roles change)", "", markdown_table(roles[roles["kind"] != "none"]), ""]
-    lines += ["## Reading", "", *knockout_reading(losses, roles), ""]
-    return "\n".join(lines)
 
 
 @click.command("projections")
@@ -236,56 +193,47 @@ def projections_markdown(losses: Any, roles: Any | None, model_name: str, *, fig
 @click.option("--no-roles", is_flag=True, help="Skip the census under each knockout.")
 @click.option("--n-prompts", default=32, show_default=True, type=click.IntRange(min=2), help="Census prompts per stimulus set under each knockout.")
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Output folder.")
-@click.option("--overwrite", is_flag=True, help="Replace files in a non-empty output folder.")
+@click.option("--resume", is_flag=True, help="Finish an interrupted run from its journal (OUT/projections.journal.jsonl).")
+@click.option("--overwrite", is_flag=True, help="Replace files in a non-empty output folder (and an unfinished run's journal, unless --resume).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress lines.")
-def projections_cmd(model, device, dtype, revision, allow_new_weights, text_file, n_windows, window, no_bos, batch_size, kinds, layers, per_head, no_roles, n_prompts, out_dir, overwrite, quiet):
+def projections_cmd(model, device, dtype, revision, allow_new_weights, text_file, n_windows, window, no_bos, batch_size, kinds, layers, per_head, no_roles, n_prompts, out_dir, resume, overwrite, quiet):
     """Tie one attention projection to another in each layer (and head) and measure what breaks:
     the loss, and each head's roles on the census.
 
     Writes losses.csv, role_changes.csv and census_scores.csv (unless --no-roles),
     knockout.png/.svg, summary.md and manifest.json to OUT.  A family whose hooks cannot carry
-    a knockout is refused (exit 2) with the reason.
+    a knockout is refused (exit 2) with the reason.  Each knockout (and each census under one)
+    is journaled as it finishes (OUT/projections.journal.jsonl); after an interruption,
+    --resume runs only what is left, with the same result.
     """
     from headlens.analyses.design.projections import ProjectionConfig, knockout_losses, knockout_roles
     from headlens.analyses.heads.census import CensusConfig
     from headlens.probes.manifest import build_manifest
-    from headlens.probes.outputs import check_out_dir, write_json, write_text
+    from headlens.probes.outputs import write_json, write_text
     from headlens.reports.figures.design import knockout_heatmap
 
-    out = check_out_dir(out_dir, overwrite=overwrite)
+    out = _out_dir(out_dir, "projections.journal.jsonl", overwrite=overwrite, resume=resume)
     config = ProjectionConfig(kinds=tuple(parse_csv(kinds) or ()), layers=layers, per_head=per_head, batch_size=batch_size)
     census = CensusConfig(n_prompts=n_prompts, n_bootstrap=200, prepend_bos=not no_bos)
     loaded = _load(model, device, dtype, revision, allow_new_weights)
     data = _text_set(loaded, text_file, n_windows=n_windows, window=window, no_bos=no_bos)
-    with progress_bars("projections", quiet=quiet) as progress:
-        losses = knockout_losses(loaded, data, config, progress=progress)
+    journal = _journal(out, "projections", loaded, data, {"projections": config, "census": census}, resume=resume, overwrite=overwrite)
+    with journal, progress_bars("projections", quiet=quiet) as progress:
+        _say_resumed(journal, "knockout(s) and census run(s)", ("knockout", "knockout_census"), quiet)
+        losses = knockout_losses(loaded, data, config, progress=progress, journal=journal)
         files = _write_csvs({"losses": losses}, out)  # written before the census: kept if it is interrupted
-        roles, scores = (None, None) if no_roles else knockout_roles(loaded, census, config, progress=progress)
+        roles, scores = (None, None) if no_roles else knockout_roles(loaded, census, config, progress=progress, journal=journal)
     files.update(_write_csvs({"role_changes": roles, "census_scores": scores}, out))
     figs = knockout_heatmap(losses, out / "knockout", title=f"projection knockout: {model}")
     write_text(out / "summary.md", projections_markdown(losses, roles, model, figure="knockout.png"))
-    extra = {"projections": {"data": data.describe(), "files": {**files, "figures": [str(p) for p in figs]}}}
+    extra = {"projections": {"data": data.describe(), "resumed": journal.resumed, "files": {**files, "figures": [str(p) for p in figs]}}}
     write_json(out / "manifest.json", build_manifest(model=loaded, command=["headlens", *sys.argv[1:]], prepend_bos=not no_bos, configs={"projections": config, "census": census}, extra=extra))
+    journal.finish()
     click.echo(f"projection knockout on {len(data)} windows x {window} tokens")
-    click.echo(_fmt(losses))
+    click.echo(text_table(losses))
     for line in knockout_reading(losses, roles):
         click.echo(line)
     click.echo(f"wrote {out}")
-
-
-def design_section_markdown(tables: dict[str, Any]) -> str:
-    """Markdown of :func:`headlens.analyses.design.section.design_section_tables` for the report."""
-    from headlens.reports.markdown import markdown_table
-
-    lines = ["## Design questions", "", "### KV cache", "", markdown_table(tables["kv"], floatfmt=".3g"), ""]
-    if "gqa_summary" in tables:
-        lines += ["### GQA what-if (K/V mean-pooled, no retraining)", "", markdown_table(tables["gqa_summary"], floatfmt=".4g"), "", *_gqa_reading(tables["gqa_summary"], tables.get("gqa_comparison")), ""]
-    if "knockout_losses" in tables:
-        roles = tables.get("knockout_roles")
-        lines += ["### Projection knockout", "", markdown_table(tables["knockout_losses"], floatfmt=".4g"), "", *knockout_reading(tables["knockout_losses"], roles), ""]
-    for r in tables.get("skipped", []).itertuples(index=False) if "skipped" in tables else []:
-        lines.append(f"- {r.part} not run: {r.reason}")
-    return "\n".join(lines)
 
 
 COMMANDS = [kv_cmd, gqa_cmd, projections_cmd]

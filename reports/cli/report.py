@@ -18,7 +18,7 @@ from headlens.reports.tables import roles_joined
 @click.option("--text-file", default=None, type=click.Path(dir_okay=False), help="Evaluation text of ablation and pruning (default: the text that ships with headlens, analyses/data/eval_text.txt), as for `headlens ablate`; e.g. the demo model's held-out text from `headlens demo heldout`.")
 @click.option("--example-prompt", "example_prompts", multiple=True, help="A prompt whose attention the page shows head by head (repeatable; default: three built-in prompts).")
 @click.option("--no-bos", is_flag=True, help="Do not prepend BOS (Hugging Face / paper convention).")
-@click.option("--skip", default=None, help="Stages not to run, comma-separated: census, sinks, ablation_zero, ablation_mean, pruning, examples.")
+@click.option("--skip", default=None, help="Stages not to run, comma-separated: census, sinks, ablation_zero, ablation_mean, pruning, examples, design.")
 @click.option("--redo", default=None, help="Stages to recompute even if finished, comma-separated, or 'all'.")
 @click.option("--batch-size", default=8, show_default=True, type=click.IntRange(min=1), help="Sequences per forward pass.")
 @click.option("--seed", default=0, show_default=True, type=int)

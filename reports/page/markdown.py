@@ -177,12 +177,23 @@ def render_markdown(report: Any) -> str:
             rows.append([str(int(r["step"])), str(int(r["n_removed"])), f"{100 * float(r['fraction_removed']):.0f}%", _num(r["value"], 4), change, rnd, f"{int(r['kv_bytes_saved_per_1k_tokens']):,}", md_text(removed if isinstance(removed, str) else "")])
         lines += _table(["step", "removed", "fraction", "value", "change", "random order", "KV bytes saved / 1k tokens", "heads removed at this step"], rows) + [""] + _figures(report, "pruning")
 
+    lines += _design(report)
     lines += ["## Example prompts", ""] + _status(report, "examples")
     for i, e in enumerate(report.examples, start=1):
         lines.append(f"{i}. {md_text(e.prompt)} ({len(e.tokens)} tokens{', cut' if e.truncated else ''})")
     lines += ["", "Their attention patterns, head by head, are in report.html (`examples/patterns.npz`: `[layer, head, query, key]` per prompt).", ""]
     lines += ["## Manifest", "", "```json", json.dumps(_manifest_summary(report.manifest), indent=2, default=str).replace("<", "\\u003c").replace(">", "\\u003e").replace("`", "\\u0060"), "```", ""]
     return "\n".join(lines)
+
+
+def _design(report: Any) -> list[str]:
+    """The design stage's section (:func:`headlens.reports.design_tables.design_section_markdown`)."""
+    from headlens.reports.design_tables import design_section_markdown
+
+    out = ["## Design questions", ""] + _status(report, "design")
+    if report.design is not None:
+        out += design_section_markdown(report.design, heading=None, figure=quote("design/gqa_loss_vs_cache.png") if "gqa_summary" in report.design else None).split("\n")
+    return out
 
 
 def _manifest_summary(manifest: dict[str, Any]) -> dict[str, Any]:

@@ -11,6 +11,7 @@ import logging
 from typing import Any
 from urllib.parse import quote
 
+from headlens.reports.page.design_view import design_view
 from headlens.reports.page.figure import inline_svg
 from headlens.reports.page.heatmaps import heatmaps
 from headlens.reports.page.values import finite, metric_label, num, signed, sortval
@@ -172,7 +173,7 @@ def page_context(report: Any) -> dict[str, Any]:
         "failed": [s.name for s in report.failed],
         "stage_notes": {name: _banners(report, *names) for name, names in {
             "census": ("census",), "examples": ("examples",), "pruning": ("pruning",), "sinks": ("sinks",),
-            "heatmaps": ("census", "sinks", "ablation_zero", "ablation_mean", "pruning"),
+            "heatmaps": ("census", "sinks", "ablation_zero", "ablation_mean", "pruning"), "design": ("design",),
         }.items()},
         "metric": metric_label(_data_metric(report)),
         "metric_note": report.metric_note,
@@ -184,6 +185,7 @@ def page_context(report: Any) -> dict[str, Any]:
         "figure_links": _figure_links(report),
         "pruning": _pruning(report),
         "sink_rates": _sink_rates(report),
+        "design": design_view(report),
         "stages": _stages(report),
         "manifest": json.dumps(report.manifest, indent=2, sort_keys=False, default=str),
     }

@@ -72,6 +72,9 @@ class Report:
     pruning_random: pd.DataFrame | None = None
     importance: pd.DataFrame | None = None
     examples: list[Example] = field(default_factory=list)
+    #: The design stage's tables by name (``kv``, ``gqa_summary``, ``knockout_losses``, ``skipped``...;
+    #: :data:`headlens.reports.report.stage_design.TABLES`), ``None`` when it failed or was skipped.
+    design: dict[str, pd.DataFrame] | None = None
     thresholds: dict[str, float] = field(default_factory=dict)
     heads: pd.DataFrame = field(default_factory=pd.DataFrame)
 

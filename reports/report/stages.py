@@ -15,6 +15,10 @@ stage               what it runs (``--quick`` in brackets)
 ``pruning``         iterative pruning by gradient importance against random orders, step 0.1,
                     3 random orders [step 0.5, 2 orders]
 ``examples``        attention patterns of every head on 2-3 example prompts (or yours)
+``design``          design questions (:mod:`headlens.reports.report.stage_design`): KV cache,
+                    GQA what-if with both groupings, projection knockouts with the role changes
+                    under each, on the ablation stages' windows [their quick windows, no role
+                    changes]
 ==================  ===========================================================================
 
 **Adding a stage** (e.g. a GQA / KV-sharing section):
@@ -38,7 +42,7 @@ import dataclasses
 import logging
 from typing import Any
 
-from headlens.reports.report import stage_ablation, stage_census, stage_examples, stage_sinks
+from headlens.reports.report import stage_ablation, stage_census, stage_design, stage_examples, stage_sinks
 from headlens.reports.report.context import Stage
 from headlens.reports.report.markers import REPORT_VERSION, json_key
 
@@ -56,6 +60,7 @@ STAGE_DEFS: dict[str, Stage] = {
         stage_ablation.ABLATION_MEAN,
         stage_ablation.PRUNING,
         stage_examples.STAGE,
+        stage_design.STAGE,
     )
 }
 #: Stage names, in the order they run.
