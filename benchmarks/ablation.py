@@ -8,7 +8,10 @@ zero ablation.  ``--metric loss`` (default): windows of the built-in evaluation 
 ("When Mary and John went to the store, John gave a drink to" -> " Mary" vs " John"), where
 only two logits at one position are read.  Modes, each in its own process (so peak memory is
 its own):
-  forward      one baseline forward over the evaluation windows (the forward-pass unit)
+  forward      the floor and the forward-pass unit: a plain transformers GPT2LMHeadModel
+               (AutoModelForCausalLM of the same folder, SDPA attention: no patterns are needed)
+               to the logits over the same windows and masks
+  bridge       the bridge's own forward over the windows, no head ablated (beside, not the floor)
   naive        the table the naive way: for each of the 144 heads, one full forward with the head ablated
   exact        headlens' exact table (analyses.ablation.ablation_study without attribution):
                baseline pass storing each layer's residual, then every head's ablation runs
@@ -57,11 +60,11 @@ def _timed(fn, *, device: str, warmup=None) -> dict:
         peak, kind = (torch.cuda.max_memory_allocated() - base) / 2**20, "cuda_peak_alloc_MiB"
     else:
         peak, kind = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "cpu_peak_rss_MiB"
-    return {"median_s": seconds, "times_s": [seconds], "peak_MiB": peak, "memory": kind, "result": result}
+    return {"median_s": seconds, "times_s": [seconds], "peak_MiB": peak, "extra_MiB": float("nan"), "memory": kind, "result": result}
 
 
 def _ioi_task(model, n: int):
-    from headlens.analyses.ablation.data import TaskItem, task_eval_set
+    from headlens.analyses.ablation.evalset import TaskItem, task_eval_set
     from headlens.analyses.stimuli import FEMALE_NAMES, MALE_NAMES
 
     items = []
@@ -75,15 +78,14 @@ def one_mode(args) -> dict:
     import torch
 
     from headlens.analyses.ablation.study import AblationConfig, ablation_study, ablated_values, baseline_pass, naive_single_head_values
-    from headlens.analyses.ablation.data import text_eval_set
+    from headlens.analyses.ablation.evalset import text_eval_set
     from headlens.analyses.ablation.gradients import attribution_estimates
     from headlens.analyses.stimuli import eval_text
     from headlens.probes.loading import load_model
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    _common.setup_threads(args.threads)
     torch.manual_seed(0)
-    model = load_model(model=args.checkpoint, device=args.device, dtype=args.dtype)
+    model = load_model(model=args.checkpoint, device=_common.resolve_device(args.device), dtype=args.dtype)
     if args.metric == "loss":
         data = text_eval_set(model.tokenizer, eval_text(), n_windows=args.windows, window=args.window, prepend_bos=True, n_ctx=model.n_ctx)
     else:
@@ -93,6 +95,11 @@ def one_mode(args) -> dict:
     warm = lambda: ablated_values(model, data, [], batch_size=args.batch_size)  # noqa: E731
 
     if args.mode == "forward":
+        hf = _common.hf_model(args.checkpoint, attn="sdpa", device=dev, dtype=args.dtype, lm=True)
+        mask = (torch.arange(data.tokens.shape[1])[None, :] < data.lengths[:, None]).long()
+        batches = [(data.tokens[i : i + args.batch_size], mask[i : i + args.batch_size]) for i in range(0, len(data), args.batch_size)]
+        res = _common.measure(lambda: _common.hf_forward(hf, batches, patterns=False), repeats=3, device=dev)
+    elif args.mode == "bridge":
         res = _common.measure(warm, repeats=3, device=dev)
     elif args.mode == "naive":
 
@@ -127,30 +134,31 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's choice); 1 is steadier on a shared machine")
     p.add_argument("--device", default="auto")
     p.add_argument("--dtype", default="float32")
+    p.add_argument("--shape", default="small", choices=sorted(_common.SHAPES), help="model shape (tiny: smoke tests only)")
     p.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "headlens-bench"))
     args = p.parse_args()
     if args.mode:
         print(json.dumps(one_mode(args)))
         return
-    ckpt = _common.checkpoint(Path(args.cache))
+    ckpt = _common.checkpoint(Path(args.cache), shape=args.shape)
     extra = ["--checkpoint", str(ckpt), "--windows", str(args.windows), "--window", str(args.window), "--batch-size", str(args.batch_size), "--device", args.device, "--dtype", args.dtype, "--threads", str(args.threads), "--metric", args.metric]
     if args.heads_per_forward:
         extra += ["--heads-per-forward", str(args.heads_per_forward)]
-    modes = ["forward", "naive", "exact", "attribution"]
+    modes = ["forward", "bridge", "naive", "exact", "attribution"]
     r = _common.run_modes(__file__, modes, extra)
     fw = r["forward"]
     naive_delta, exact_delta = r["naive"]["result"], r["exact"]["result"]["delta"]
     worst = max(abs(a - b) for a, b in zip(naive_delta, exact_delta))
     info = r["exact"]["result"]["info"]
     print(
-        f"ablation benchmark: GPT-2-small shape (12x12 heads, vocab 50257), random weights, {args.windows} {'windows' if args.metric == 'loss' else 'prompts'} x {args.window if args.metric == 'loss' else 'about 16'} tokens"
+        f"ablation benchmark: GPT-2-{args.shape} shape ({len(exact_delta)} heads, vocab 50257), random weights, {args.windows} {'windows' if args.metric == 'loss' else 'prompts'} x {args.window if args.metric == 'loss' else 'about 16'} tokens"
         f" ({fw['n_tokens']} tokens), zero ablation, {args.metric} metric, batch {args.batch_size}, {fw['device']}, {args.dtype}, {fw['threads']} threads"
     )
-    print(f"{'mode':<13}{'seconds':>10}{'forwards':>10}{'peak MiB':>10}  ({fw['memory']}; forwards = seconds / one forward over the windows)")
+    print(f"{'mode':<13}{'seconds':>10}{'forwards':>10}{'peak MiB':>10}  ({fw['memory']}; forwards = seconds / one plain Hugging Face forward to the logits over the windows)")
     for m in modes:
         print(f"{m:<13}{r[m]['median_s']:>10.3f}{r[m]['median_s'] / fw['median_s']:>10.1f}{r[m]['peak_MiB']:>10.0f}")
     print(f"ratio exact / naive = {r['exact']['median_s'] / r['naive']['median_s']:.3f}  (target <= 0.6); prefix reuse {info['prefix_reuse']}, {info['heads_per_forward']} heads per forward")
-    print(f"attribution = {r['attribution']['median_s'] / fw['median_s']:.1f} forward-pass equivalents for all 144 heads")
+    print(f"attribution = {r['attribution']['median_s'] / fw['median_s']:.1f} plain forwards for all {len(exact_delta)} heads")
     print(f"largest |delta(exact) - delta(naive)| = {worst:.2e}")
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
+import secrets
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -36,13 +36,16 @@ def check_out_file(path: str | Path, *, overwrite: bool) -> Path:
 def atomic_write(path: str | Path, write: Callable[[Path], Any]) -> Path:
     """Call ``write(tmp_path)`` then rename the temporary file onto ``path``.
 
-    A crash leaves either the old file or the new one, never half of one.
+    A crash leaves either the old file or the new one, never half of one.  The temporary
+    file is created with the mode of any new file (``0o666`` less the umask, as ``open``
+    gives), not ``mkstemp``'s owner-only ``0o600``, so results on a shared file system stay
+    readable by the group the umask allows.
     """
     p = Path(path)
     try:
         p.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
-        os.close(fd)
+        tmp = p.parent / f".{p.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+        os.close(os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
     except OSError as exc:
         raise OutputError(f"cannot write {path}: {exc.strerror or exc}", path=str(path)) from exc
     tmp_path = Path(tmp)

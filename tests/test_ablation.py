@@ -20,7 +20,7 @@ from headlens.analyses.ablation.study import (
     naive_single_head_values,
     single_head_values,
 )
-from headlens.analyses.ablation.data import TaskItem, repeated_tokens_eval_set, task_eval_set, text_eval_set
+from headlens.analyses.ablation.evalset import TaskItem, repeated_tokens_eval_set, task_eval_set, text_eval_set
 from headlens.analyses.ablation.gradients import attribution_estimates, head_importance, normalise_per_layer, spearman
 from headlens.analyses.stats import bootstrap_mean_ci
 from headlens.analyses.ablation.suffix import check_from_layer

@@ -16,7 +16,7 @@ import pytest
 
 import headlens.analyses.ablation.study as ablation_mod
 from headlens.analyses.ablation.study import AblationConfig, ablation_study
-from headlens.analyses.ablation.data import text_eval_set
+from headlens.analyses.ablation.evalset import text_eval_set
 from headlens.analyses.ablation.records import MemoryJournal, RecordJournal
 from headlens.analyses.stimuli import eval_text
 from headlens.probes.errors import InputError, OutputExistsError

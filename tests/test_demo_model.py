@@ -80,7 +80,7 @@ def test_learned_heads(census):
 def test_heldout_loss_clearly_below_unigram(demo, summary):
     """Recomputed on 24 held-out windows, with the unigram model of the training split."""
     from headlens.analyses.demo.data import build_corpus, eval_windows
-    from headlens.analyses.demo.train import full_loss, unigram_loss
+    from headlens.analyses.demo.losses import full_loss, unigram_loss
 
     corpus = build_corpus()
     windows = eval_windows(corpus.heldout, 256, 24)
@@ -94,7 +94,8 @@ def test_heldout_loss_clearly_below_unigram(demo, summary):
 
 def test_shipped_checkpoint_is_the_recipe_s(summary):
     """The recipe in the code is the one that made the shipped weights (a changed recipe needs a new checkpoint)."""
-    from headlens.analyses.demo.train import RECIPE, config_from_summary
+    from headlens.analyses.demo.checkpoints import config_from_summary
+    from headlens.analyses.demo.recipe import RECIPE
 
     assert config_from_summary(summary) == RECIPE
     assert summary["steps"] == RECIPE.schedule_steps

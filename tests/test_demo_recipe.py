@@ -11,7 +11,10 @@ import torch.nn.functional as F
 
 from tests.helpers import assert_close
 from headlens.analyses.demo.data import BOS_ID, BatchSampler, Document, eval_windows, is_heldout
-from headlens.analyses.demo.train import RECIPE, config_from_summary, lr_at, sampled_softmax_loss, _config_dict
+from headlens.analyses.demo.checkpoints import config_dict, config_from_summary
+from headlens.analyses.demo.losses import sampled_softmax_loss
+from headlens.analyses.demo.recipe import RECIPE
+from headlens.analyses.demo.train import lr_at
 
 
 def _stream(n: int = 5000) -> torch.Tensor:
@@ -97,7 +100,7 @@ def test_schedule_is_set_by_the_recipe_not_by_the_stopping_step():
 
 def test_recipe_round_trips_through_the_summary():
     config = replace(RECIPE, seed=7, warm_steps=3)
-    assert config_from_summary({"recipe": _config_dict(config)}) == config
+    assert config_from_summary({"recipe": config_dict(config)}) == config
 
 
 def test_eval_windows_start_with_bos():

@@ -14,7 +14,7 @@ TOKS = torch.tensor([[50256, 464, 2068, 7586, 21831, 18045, 625, 262, 16931, 329
 
 
 def _text_set(model, n_windows=2, window=32):
-    from headlens.analyses.ablation.data import text_eval_set
+    from headlens.analyses.ablation.evalset import text_eval_set
     from headlens.analyses.stimuli import eval_text
 
     return text_eval_set(model.tokenizer, eval_text(), n_windows=n_windows, window=window, prepend_bos=True, n_ctx=model.n_ctx, bos_id=model.bos_id)

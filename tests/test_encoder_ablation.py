@@ -16,16 +16,9 @@ import torch
 
 import headlens.reports.cli.ablate as cmd_ablate
 from headlens.analyses.ablation.study import AblationConfig, ablation_study
-from headlens.analyses.ablation.data import (
-    check_metric,
-    default_metric,
-    embedding_eval_set,
-    hidden_state_hook,
-    sentence_embeddings,
-    split_sentences,
-    text_eval_set,
-    worse_by,
-)
+from headlens.analyses.ablation.embedding import embedding_eval_set, hidden_state_hook, sentence_embeddings, split_sentences
+from headlens.analyses.ablation.evalset import text_eval_set
+from headlens.analyses.ablation.metrics import check_metric, default_metric, worse_by
 from headlens.analyses.ablation.gradients import gate_gradients
 from headlens.analyses.stimuli import eval_text
 from headlens.probes.errors import InputError, UnsupportedModelError

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from headlens.analyses.ablation.study import AblationConfig, ablation_study
-from headlens.analyses.ablation.data import text_eval_set
+from headlens.analyses.ablation.evalset import text_eval_set
 from headlens.analyses.ablation.pruning import kv_bytes_saved
 from headlens.analyses.stimuli.natural import eval_text
 from headlens.probes.attention import attention_spec

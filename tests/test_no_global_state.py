@@ -65,7 +65,7 @@ def odd_globals():
 def test_census_report_and_ablation_leave_global_state_alone(odd_globals, tiny_model, tmp_path):
     from headlens import reports
     from headlens.analyses.ablation.study import AblationConfig, ablation_study
-    from headlens.analyses.ablation.data import text_eval_set
+    from headlens.analyses.ablation.evalset import text_eval_set
     from headlens.analyses.heads.census import CensusConfig, run_census
     from headlens.analyses.stimuli import eval_text
 
@@ -125,7 +125,8 @@ def test_scoped_threads_and_seed_restore():
 
 
 def test_logits_to_keep_fallback_is_logged_and_other_type_errors_raise(tiny_model, caplog):
-    from headlens.analyses.ablation.data import TaskItem, model_values, task_eval_set
+    from headlens.analyses.ablation.evalset import TaskItem, task_eval_set
+    from headlens.analyses.ablation.metrics import model_values
 
     items = [TaskItem(prompt="When Mary and John went to the store, John gave a drink to", correct=" Mary", incorrect=" John")]
     data = task_eval_set(tiny_model.tokenizer, items, prepend_bos=True, n_ctx=tiny_model.n_ctx)

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import headlens.analyses.ablation.pruning as pruning_mod
-from headlens.analyses.ablation.data import repeated_tokens_eval_set, text_eval_set
+from headlens.analyses.ablation.evalset import repeated_tokens_eval_set, text_eval_set
 from headlens.analyses.ablation.masks import read_mask
 from headlens.analyses.ablation.pruning import CURVE_COLUMNS, PruneConfig, kv_bytes_saved, prune_study
 from headlens.analyses.stimuli import eval_text

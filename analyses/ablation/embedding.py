@@ -1,5 +1,5 @@
 """Sentence embeddings: the last hidden state, mean-pooled over real tokens, and the sentence
-sets of the ``embedding`` metric (see :mod:`headlens.analyses.ablation.data` for the definition).
+sets of the ``embedding`` metric (see :mod:`headlens.analyses.ablation` for the definition).
 """
 
 from __future__ import annotations

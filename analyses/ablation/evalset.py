@@ -1,7 +1,7 @@
 """Evaluation sets: what an ablation is measured on (text windows, repeated random tokens, task
 prompts), with the metric each is measured by.  Sentence sets for the embedding metric are built
 in :mod:`headlens.analyses.ablation.embedding`; the per-item metric values in
-:mod:`headlens.analyses.ablation.metrics`.  :mod:`headlens.analyses.ablation.data` documents
+:mod:`headlens.analyses.ablation.metrics`.  :mod:`headlens.analyses.ablation` documents
 the three kinds and re-exports all of it.
 """
 

@@ -1,7 +1,7 @@
 """Which metric, and each item's value of it: the metric a model can be measured by
 (:func:`default_metric`, :func:`check_metric`), the per-item loss / logit difference / embedding
 change of a forward (:func:`item_values`, :func:`model_values`) and the degradation relative to a
-baseline (:func:`worse_by`).  Definitions: :mod:`headlens.analyses.ablation.data`.
+baseline (:func:`worse_by`).  Definitions: :mod:`headlens.analyses.ablation`.
 """
 
 from __future__ import annotations

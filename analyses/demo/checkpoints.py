@@ -18,14 +18,12 @@ import shutil
 import tempfile
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Any, TYPE_CHECKING
+from typing import Any
 
 from headlens.analyses.demo.data import gpt2_tokenizer
+from headlens.analyses.demo.recipe import RecipeConfig, TrainResult
 
-if TYPE_CHECKING:
-    from headlens.analyses.demo.train import RecipeConfig, TrainResult
-
-__all__ = ["save_checkpoint", "save_step_checkpoint", "config_from_summary", "step_folder_name", "CHECKPOINT_INFO"]
+__all__ = ["save_checkpoint", "save_step_checkpoint", "config_from_summary", "config_dict", "step_folder_name", "CHECKPOINT_INFO"]
 
 #: The file in a kept checkpoint folder that records its step (read by ``headlens sweep``).
 CHECKPOINT_INFO = "checkpoint.json"
@@ -56,7 +54,7 @@ def save_step_checkpoint(model: Any, folder: str | Path, *, step: int, run: str,
     return folder
 
 
-def _config_dict(config: "RecipeConfig") -> dict[str, Any]:
+def config_dict(config: "RecipeConfig") -> dict[str, Any]:
     d = asdict(config)
     d["kinds"] = list(config.kinds)
     d["warm_kinds"] = list(config.warm_kinds)
@@ -82,7 +80,7 @@ def save_checkpoint(result: "TrainResult", out: str | Path) -> Path:
     return out
 
 
-def config_from_summary(summary: dict[str, Any]) -> "RecipeConfig":
+def config_from_summary(summary: dict[str, Any]) -> RecipeConfig:
     """The :class:`RecipeConfig` recorded in a ``training_summary.json``."""
     rec = dict(summary["recipe"])
     rec.pop("batch_size", None)
@@ -92,6 +90,4 @@ def config_from_summary(summary: dict[str, Any]) -> "RecipeConfig":
     rec["random_span"] = tuple(rec["random_span"])
     if rec.get("vocab_schedule") is not None:
         rec["vocab_schedule"] = tuple(rec["vocab_schedule"])
-    from headlens.analyses.demo.train import RecipeConfig
-
     return replace(RecipeConfig(), **rec)

@@ -67,7 +67,8 @@ def replay(folder: str | Path, steps: int, on_step: Callable[[int], None] | None
     import torch
 
     from headlens.analyses.demo.data import build_corpus, fingerprint
-    from headlens.analyses.demo.train import config_from_summary, train
+    from headlens.analyses.demo.checkpoints import config_from_summary
+    from headlens.analyses.demo.train import train
 
     summary, rows = read_log(folder)
     logged = {r["step"]: r["train_loss"] for r in rows if r.get("train_loss") is not None}

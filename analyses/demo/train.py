@@ -34,7 +34,6 @@ import math
 import platform
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -42,85 +41,12 @@ import torch
 
 from headlens.probes.scoped import keeps_torch_rng, keeps_torch_threads
 from headlens.analyses.demo.data import BOS_ID, VOCAB_SIZE, BatchSampler, Corpus, build_corpus, eval_windows, gpt2_tokenizer
-from headlens.analyses.demo.checkpoints import _config_dict, config_from_summary, save_checkpoint
+from headlens.analyses.demo.recipe import RECIPE, RecipeConfig, TrainResult
+from headlens.analyses.demo.checkpoints import config_dict
 from headlens.analyses.demo.losses import full_loss, sampled_softmax_loss, unigram_loss
 from headlens.analyses.demo.monitor import head_monitor, monitor_stimuli
 
-__all__ = [
-    "RecipeConfig",
-    "RECIPE",
-    "TrainResult",
-    "build_model",
-    "sampled_softmax_loss",
-    "full_loss",
-    "unigram_loss",
-    "head_monitor",
-    "train",
-    "lr_at",
-]
-
-
-@dataclass(frozen=True, kw_only=True)
-class RecipeConfig:
-    """Every setting of the recipe; all of them are written to ``training_summary.json``."""
-
-    # architecture (GPT-2, tied embeddings, no dropout)
-    n_layer: int = 2
-    n_head: int = 4
-    d_model: int = 128
-    n_ctx: int = 256
-    pos_init: str = "normal"  # "normal" or "sinusoidal" (Vaswani et al., scaled to wpe_std)
-    init_std: float = 0.02  # GPT2Config.initializer_range: initial std of the other weights (GPT-2: 0.02)
-    wte_std: float = 0.02  # initial std of the token embedding (GPT-2: 0.02)
-    wpe_std: float = 0.02  # initial std of the position embedding (GPT-2: 0.02)
-    # data: one batch = one row of each kind listed, each ``seq_len`` tokens
-    seq_len: int = 256
-    random_span: tuple[int, int] = (10, 100)  # period T of the random repeated sequences, log-uniform
-    vocab_schedule: tuple[int, int] | None = (1000, 3000)  # (ids in the random pool at step 0, step from which all ids are used)
-    random_len: int = 256  # length of the random rows (BOS-padded to seq_len, padding not scored)
-    # after the warm-up, score the first copy of the random rows too: it cannot be predicted, so
-    # heads learn to stay quiet (attend to BOS, the sink) where nothing earlier matches
-    score_first_copy: bool = True
-    # the first ``warm_steps`` steps use ``warm_kinds`` (random repeated tokens only: copying
-    # and induction form much faster without text, whose frequent tokens crowd out the rare ones)
-    warm_steps: int = 600
-    warm_kinds: tuple[str, ...] = ("random",) * 16
-    kinds: tuple[str, ...] = ("random",) * 8 + ("natural",) * 6 + ("span",) * 2
-    # optimisation
-    schedule_steps: int = 4000
-    lr: float = 1e-3
-    min_lr_frac: float = 0.1
-    warmup_steps: int = 100
-    weight_decay: float = 0.01
-    embed_lr_scale: float = 1.0  # learning rate of wte and wpe, as a fraction of ``lr``
-    betas: tuple[float, float] = (0.9, 0.98)
-    grad_clip: float = 1.0
-    # text rows: sampled softmax over the batch's text targets plus this many uniform negatives;
-    # synthetic (random) rows: a softmax over the synthetic rows' own targets, so that copying is
-    # not fought by the text's unigram prior
-    neg_samples: int = 2048
-    # evaluation
-    eval_every: int = 250
-    eval_windows: int = 32
-    # reproducibility
-    seed: int = 0
-    threads: int = 1
-
-    @property
-    def batch_size(self) -> int:
-        return len(self.kinds)
-
-
-#: The recipe that produced the shipped checkpoint (``analyses/demo/model``).
-RECIPE = RecipeConfig()
-
-
-@dataclass
-class TrainResult:
-    model: Any
-    log: list[dict[str, Any]]
-    summary: dict[str, Any]
-    corpus: Corpus = field(repr=False)
+__all__ = ["build_model", "train", "lr_at"]
 
 
 @keeps_torch_rng
@@ -264,7 +190,7 @@ def train(
     state_path = Path(state_file) if state_file is not None else None
     if state_path is not None and state_path.is_file():
         state = torch.load(state_path, weights_only=False)
-        if state["recipe"] != _config_dict(config):
+        if state["recipe"] != config_dict(config):
             raise ValueError(f"{state_path} was written by another recipe; delete it to start afresh")
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["optimizer"])
@@ -284,7 +210,7 @@ def train(
 
     def save_state(step: int) -> None:
         state = {
-            "recipe": _config_dict(config), "step": step, "tokens": tokens, "elapsed_s": time.perf_counter() - t_start,
+            "recipe": config_dict(config), "step": step, "tokens": tokens, "elapsed_s": time.perf_counter() - t_start,
             "model": model.state_dict(), "optimizer": opt.state_dict(), "sampler_gen": sampler.gen.get_state(),
             "sampler_step": sampler.step, "neg_gen": neg_gen.get_state(), "log": rows,
         }
@@ -331,7 +257,7 @@ def train(
     model.eval()
     final = _final_losses(model, corpus, tokenizer, config) if eval_every else {}
     summary = {
-        "recipe": _config_dict(config),
+        "recipe": config_dict(config),
         "steps": steps,
         "tokens": tokens,
         "n_params": sum(p.numel() for p in model.parameters()),

@@ -63,7 +63,7 @@ def _metric(metric: str | None, text_file: str | None, task_file: str | None) ->
 def _resolve_metric(loaded: Any, metric: str | None) -> tuple[str, str]:
     """``(metric, how it was chosen)``: the default for the loaded model when none was asked for
     (said in a log line when it is not loss), then refused if it means nothing on this model."""
-    from headlens.analyses.ablation.data import check_metric, default_metric
+    from headlens.analyses.ablation.metrics import check_metric, default_metric
 
     chosen = f"asked for (--metric {metric})"
     if metric is None:
@@ -76,14 +76,14 @@ def _resolve_metric(loaded: Any, metric: str | None) -> tuple[str, str]:
 
 
 def _metric_label(metric: str) -> str:
-    from headlens.analyses.ablation.data import METRIC_LABELS
+    from headlens.analyses.ablation.evalset import METRIC_LABELS
 
     return METRIC_LABELS.get(metric, metric)
 
 
 def _metric_manifest(metric: str, chosen: str) -> dict[str, Any]:
     """Manifest fields that say what the metric is and why it was chosen."""
-    from headlens.analyses.ablation.data import EMBEDDING_DEFINITION
+    from headlens.analyses.ablation.evalset import EMBEDDING_DEFINITION
 
     out: dict[str, Any] = {"metric_chosen": chosen}
     if metric == "embedding":
@@ -101,7 +101,7 @@ def _what(data: Any, metric: str, window: int, label: str) -> str:
 
 def _read_inputs(metric: str | None, text_file: str | None, task_file: str | None) -> tuple[Any, str]:
     """Read the text or task file (syntax only; token checks need the model's tokenizer)."""
-    from headlens.analyses.ablation.data import read_task
+    from headlens.analyses.ablation.evalset import read_task
     from headlens.analyses.stimuli import eval_text
 
     if metric == "logit-diff":
@@ -113,7 +113,8 @@ def _read_inputs(metric: str | None, text_file: str | None, task_file: str | Non
 
 
 def _eval_set(loaded: Any, metric: str, source: Any, label: str, *, n_windows: int, window: int, prepend_bos: bool, n_sentences: int = 64):
-    from headlens.analyses.ablation.data import embedding_eval_set, split_sentences, task_eval_set, text_eval_set
+    from headlens.analyses.ablation.embedding import embedding_eval_set, split_sentences
+    from headlens.analyses.ablation.evalset import task_eval_set, text_eval_set
 
     if metric == "logit-diff":
         return task_eval_set(loaded.tokenizer, source, prepend_bos=prepend_bos, n_ctx=loaded.n_ctx, source=label)

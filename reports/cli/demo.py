@@ -42,7 +42,9 @@ def train_cmd(out_dir: str, steps: int | None, seed: int | None, eval_every: int
     """
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from headlens.analyses.demo.checkpoints import save_step_checkpoint, step_folder_name
-    from headlens.analyses.demo.train import RECIPE, _config_dict, save_checkpoint, train
+    from headlens.analyses.demo.checkpoints import config_dict, save_checkpoint
+    from headlens.analyses.demo.recipe import RECIPE
+    from headlens.analyses.demo.train import train
 
     out = Path(out_dir)
     kept = out.with_name(out.name + "-checkpoints")
@@ -67,7 +69,7 @@ def train_cmd(out_dir: str, steps: int | None, seed: int | None, eval_every: int
     if state_file.is_file():
         _say(f"resuming from {state_file}")
     out.parent.mkdir(parents=True, exist_ok=True)
-    recipe = _config_dict(config)
+    recipe = config_dict(config)
 
     def keep(step: int, model: Any, row: dict[str, Any]) -> None:
         save_step_checkpoint(model, kept / step_folder_name(step), step=step, run=out.name, row=row, recipe=recipe)

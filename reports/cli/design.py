@@ -38,7 +38,8 @@ def _text_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _text_set(loaded: Any, text_file: str | None, *, n_windows: int, window: int, no_bos: bool) -> Any:
-    from headlens.analyses.ablation.data import check_metric, text_eval_set
+    from headlens.analyses.ablation.evalset import text_eval_set
+    from headlens.analyses.ablation.metrics import check_metric
     from headlens.analyses.stimuli import eval_text
     from headlens.reports.cli.ablate import read_text_file
 
@@ -147,7 +148,7 @@ def gqa_cmd(model, device, dtype, revision, allow_new_weights, text_file, n_wind
     as it finishes (OUT/gqa.journal.jsonl); after an interruption, --resume measures only the
     variants left, with the same result.
     """
-    from headlens.analyses.ablation.data import read_task, task_eval_set
+    from headlens.analyses.ablation.evalset import read_task, task_eval_set
     from headlens.analyses.design.gqa import GQAConfig, gqa_study
     from headlens.analyses.design.kv import KVConfig, kv_cache_table
     from headlens.probes.manifest import build_manifest

@@ -123,7 +123,7 @@ def sinks_cmd(model, device, dtype, revision, allow_new_weights, out_dir, eps, w
         command=command,
         seed=seed,
         prepend_bos=settings[0] if len(settings) == 1 else None,
-        configs={"sinks": {k: v for k, v in _config_dict(config).items() if k != "prompts"}},
+        configs={"sinks": {k: v for k, v in config_dict(config).items() if k != "prompts"}},
         extra={"sinks": {**report.info, "bos_settings": list(settings), "files": sorted(p.name for p in [*tables, *figures]) + ["summary.md"], "prompts_file": prompts_file}},
     )
     write_json(out / "manifest.json", manifest)
@@ -184,7 +184,7 @@ def _lengths_study(model, device, dtype, revision, allow_new_weights, out_dir, l
     click.echo(f"wrote sink_lengths.csv, {len(figures)} figures and manifest.json to {out}")
 
 
-def _config_dict(config) -> dict:
+def config_dict(config) -> dict:
     import dataclasses
 
     return dataclasses.asdict(config)

@@ -18,7 +18,7 @@ __all__ = ["ablation_heatmap", "pruning_curve"]
 
 
 def _label(metric: str) -> str:
-    from headlens.analyses.ablation.data import METRIC_LABELS
+    from headlens.analyses.ablation.evalset import METRIC_LABELS
 
     return METRIC_LABELS.get(str(metric), str(metric))
 

@@ -37,6 +37,6 @@ def sortval(x: Any) -> str:
 
 
 def metric_label(metric: str) -> str:
-    from headlens.analyses.ablation.data import METRIC_LABELS
+    from headlens.analyses.ablation.evalset import METRIC_LABELS
 
     return METRIC_LABELS.get(str(metric), str(metric))

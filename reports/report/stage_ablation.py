@@ -23,7 +23,9 @@ METRIC_RULE = "embedding change when the output head is newly initialised or the
 
 def _eval_set(ctx: StageContext, loaded: Any) -> tuple[Any, dict[str, Any]]:
     """The stage's evaluation set and what the page says about its metric."""
-    from headlens.analyses.ablation.data import EMBEDDING_DEFINITION, check_metric, default_metric, embedding_eval_set, split_sentences, text_eval_set
+    from headlens.analyses.ablation.embedding import embedding_eval_set, split_sentences
+    from headlens.analyses.ablation.evalset import EMBEDDING_DEFINITION, text_eval_set
+    from headlens.analyses.ablation.metrics import check_metric, default_metric
 
     text, label = ctx.settings.eval_source()
     metric, why = default_metric(loaded)

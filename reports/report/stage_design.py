@@ -56,7 +56,8 @@ def _config(settings: Any) -> dict[str, Any]:
 
 
 def _run(ctx: StageContext) -> dict[str, Any]:
-    from headlens.analyses.ablation.data import default_metric, text_eval_set
+    from headlens.analyses.ablation.evalset import text_eval_set
+    from headlens.analyses.ablation.metrics import default_metric
     from headlens.analyses.design.section import design_section_tables
     from headlens.probes.outputs import write_text
     from headlens.reports.design_tables import design_section_markdown

@@ -56,7 +56,7 @@ def _read_text(config: SweepConfig) -> tuple[str, str]:
 
 
 def _eval_set(loaded: Any, config: SweepConfig) -> Any:
-    from headlens.analyses.ablation.data import text_eval_set
+    from headlens.analyses.ablation.evalset import text_eval_set
 
     text, source = _read_text(config)
     window = min(config.loss_window, loaded.n_ctx)
