@@ -1,7 +1,7 @@
 """Headlens' copies of the Hugging Face families' eager attention, with a score edit inside.
 
 :mod:`headlens.probes.interventions` switches a model to these while a ``score_edits``
-block holds: :func:`interface_attention` is registered with ``transformers.AttentionInterface``
+block holds: :func:`interface_attention` is registered with ``transformers.AttentionInterface`` (:mod:`headlens.probes.hf_attention`)
 (OPT, GPT-J, BERT: every module that picks its attention function by name) and
 :func:`neo_attn` replaces ``GPTNeoSelfAttention._attn`` per instance.  Both do what the
 family's eager code does (scale, softcap, additive mask, grouped-query heads, float32
@@ -25,7 +25,7 @@ from torch import Tensor
 
 from headlens.probes.errors import InterventionError
 
-__all__ = ["Edit", "ATTENTION_IMPLEMENTATION", "LayerState", "ACTIVE", "edited", "interface_attention", "register", "neo_attn"]
+__all__ = ["Edit", "ATTENTION_IMPLEMENTATION", "LayerState", "ACTIVE", "edited", "interface_attention", "neo_attn"]
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +50,6 @@ class LayerState:
 
 #: ``id(module) -> state`` of the modules inside a ``score_edits`` block; empty outside.
 ACTIVE: dict[int, LayerState] = {}
-_registered = False
 
 
 def edited(edit: Edit, scores: Tensor, family: str, layer: int) -> Tensor:
@@ -112,19 +111,6 @@ def interface_attention(
     weights = torch.nn.functional.dropout(weights, p=dropout, training=module.training)
     out = torch.matmul(weights, value).transpose(1, 2).contiguous()
     return out, weights
-
-
-def register() -> None:
-    """Register :func:`interface_attention` and the eager mask builder under :data:`ATTENTION_IMPLEMENTATION`, once."""
-    global _registered
-    if _registered:
-        return
-    from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface, eager_mask
-
-    AttentionInterface.register(ATTENTION_IMPLEMENTATION, interface_attention)
-    AttentionMaskInterface.register(ATTENTION_IMPLEMENTATION, eager_mask)
-    _registered = True
 
 
 def neo_attn(module: Any) -> Callable[..., tuple[Tensor, Tensor]]:

@@ -57,7 +57,8 @@ from torch import Tensor
 
 from headlens.probes.attention import attention_core, attention_spec
 from headlens.probes.errors import InputError, InterventionError
-from headlens.probes.edit_functions import ACTIVE, ATTENTION_IMPLEMENTATION, Edit, LayerState, edited, neo_attn, register
+from headlens.probes import hf_attention
+from headlens.probes.edit_functions import ACTIVE, ATTENTION_IMPLEMENTATION, Edit, LayerState, edited, interface_attention, neo_attn
 from headlens.probes.hooks import attached
 
 __all__ = [
@@ -152,27 +153,6 @@ def _check_edits(model: Any, edits: Mapping[int, Edit]) -> dict[int, Edit]:
 
 
 @contextmanager
-def _switched_implementation(configs: list[Any]) -> Iterator[None]:
-    """``_attn_implementation`` of each config set to headlens' function, each restored on exit.
-
-    The stored field is set directly, so sub-configs are neither touched nor "restored" to
-    something they were not.
-    """
-    saved: list[tuple[Any, Any]] = []
-    try:
-        for cfg in configs:
-            saved.append((cfg, cfg.__dict__.get("_attn_implementation_internal", _MISSING)))
-            cfg._attn_implementation_internal = ATTENTION_IMPLEMENTATION
-        yield
-    finally:
-        for cfg, value in reversed(saved):
-            if value is _MISSING:
-                cfg.__dict__.pop("_attn_implementation_internal", None)
-            else:
-                cfg._attn_implementation_internal = value
-
-
-@contextmanager
 def _active_states(states: dict[int, LayerState]) -> Iterator[None]:
     """Entries of :data:`ACTIVE` for the duration; a nested block's entries shadow the outer ones, which come back."""
     saved = {key: ACTIVE.get(key) for key in states}
@@ -250,8 +230,8 @@ def _applied(model: Any, edits: Mapping[int, Edit | None], states: dict[int, Lay
                 configs.setdefault(id(module.config), module.config)
         stack.enter_context(_active_states(active))
         if configs:
-            register()
-            stack.enter_context(_switched_implementation(list(configs.values())))
+            hf_attention.register(ATTENTION_IMPLEMENTATION, interface_attention, "eager_mask")
+            stack.enter_context(hf_attention.switched(list(configs.values()), ATTENTION_IMPLEMENTATION))
         for layer, backend in backends.items():
             if backend == "method":
                 stack.enter_context(_method_replaced(_module(model, layer)))

@@ -35,6 +35,7 @@ import torch
 from jaxtyping import Bool, Float
 from torch import Tensor
 
+from headlens.probes import hf_attention
 from headlens.probes.attention import LayerAttention, allowed_keys, attention_core, attention_spec, repeat_kv
 from headlens.probes.errors import InputError, UnsupportedModelError
 
@@ -65,7 +66,6 @@ DEFAULT_MEMORY_BUDGET = 2 * 1024**3
 LayerCallback = Callable[[LayerAttention, Tensor, Tensor, Tensor], None]
 
 _ACTIVE: dict[int, tuple[int, "_Run"]] = {}  # id(HF attention module) -> (layer, run) inside a block
-_registered = False
 _MISSING = object()
 _NEO_CLASSES = frozenset({"GPTNeoSelfAttention"})
 
@@ -230,18 +230,6 @@ def _neo_attn(module: Any) -> Callable[..., tuple[Tensor, None]]:
     return _attn
 
 
-def _register() -> None:
-    global _registered
-    if _registered:
-        return
-    from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
-
-    AttentionInterface.register(STREAMING_IMPLEMENTATION, _streaming_attention)
-    AttentionMaskInterface.register(STREAMING_IMPLEMENTATION, sdpa_mask)
-    _registered = True
-
-
 @contextmanager
 def _set_attr(obj: Any, name: str, value: Any) -> Iterator[None]:
     saved = obj.__dict__.get(name, _MISSING)
@@ -253,21 +241,6 @@ def _set_attr(obj: Any, name: str, value: Any) -> Iterator[None]:
             obj.__dict__.pop(name, None)
         else:
             object.__setattr__(obj, name, saved)
-
-
-@contextmanager
-def _switched(configs: list[Any]) -> Iterator[None]:
-    saved = [(cfg, cfg.__dict__.get("_attn_implementation_internal", _MISSING)) for cfg in configs]
-    try:
-        for cfg in configs:
-            cfg._attn_implementation_internal = STREAMING_IMPLEMENTATION
-        yield
-    finally:
-        for cfg, value in reversed(saved):
-            if value is _MISSING:
-                cfg.__dict__.pop("_attn_implementation_internal", None)
-            else:
-                cfg._attn_implementation_internal = value
 
 
 @contextmanager
@@ -301,7 +274,7 @@ def streamed_forward(
     outputs (as ``hook_z`` edits do); the pass stops after the last layer's attention unless
     ``stop_early`` is False.  Raises an error if a layer's attention was not reached."""
     backends = check_streamable(model)
-    _register()
+    hf_attention.register(STREAMING_IMPLEMENTATION, _streaming_attention, "sdpa_mask")
     bridge = model.bridge
     run = _Run(model, on_layer, attention_mask.to(model.device).bool(), block, model.n_layers - 1 if stop_early else None, ablate or {})
     spec = attention_spec(model)
@@ -316,7 +289,7 @@ def streamed_forward(
                 stack.enter_context(_set_attr(module, "_attn", _neo_attn(module)))
             elif getattr(module, "config", None) is not None:
                 configs[id(module.config)] = module.config
-        stack.enter_context(_switched(list(configs.values())))
+        stack.enter_context(hf_attention.switched(list(configs.values()), STREAMING_IMPLEMENTATION))
         stack.enter_context(_active(run))
         try:
             with torch.inference_mode():

@@ -175,7 +175,7 @@ def test_hooks_on_post_hoc_scores_are_refused(family, family_model):
 @pytest.mark.parametrize("family", ("opt", "gptj"))
 def test_the_guard_refuses_when_hugging_face_never_calls_headlens(family, family_model, monkeypatch):
     model = dataclasses.replace(family_model(family), extra={})
-    monkeypatch.setattr(interventions, "_switched_implementation", lambda configs: nullcontext())
+    monkeypatch.setattr(interventions.hf_attention, "switched", lambda configs, name: nullcontext())
     with pytest.raises(InterventionError, match=rf"on {family}: .*never called"):
         with score_edits(model, window_edits(model.n_layers, 2, 0)):
             pass

@@ -121,7 +121,7 @@ def test_an_attention_function_that_is_never_called_is_detected(family_model, mo
     from headlens.probes import streaming
     from headlens.probes.errors import UnsupportedModelError
 
-    monkeypatch.setattr(streaming, "_switched", lambda configs: contextlib.nullcontext())
+    monkeypatch.setattr(streaming.hf_attention, "switched", lambda configs, name: contextlib.nullcontext())
     with pytest.raises(UnsupportedModelError, match="never reached"):
         streamed_forward(family_model("qwen2"), torch.randint(100, 1000, (1, 10)), torch.ones(1, 10, dtype=torch.long), lambda *a: None)
 
