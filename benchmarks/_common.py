@@ -1,7 +1,17 @@
-"""Shared benchmark plumbing: a GPT-2-small-shaped checkpoint, timing, peak memory.
+"""Shared benchmark plumbing: checkpoints, the plain Hugging Face floor, timing, peak memory, the table.
 
-Each mode runs in its own subprocess so that its peak resident memory (CPU) is its
-own; on CUDA the peak of allocated device memory is read directly.
+The floor of every benchmark is the plain Hugging Face forward a user would run without
+headlens, over exactly the same token batches and attention masks: ``AutoModel`` (no LM
+head) loaded from the same checkpoint folder, ``attn_implementation="eager"`` with
+``output_attentions=True`` where the headlens mode needs attention patterns, ``"sdpa"``
+where it does not.  The bridge's own forward is timed beside it, never used as the floor.
+
+Each mode's peak memory is measured alone, in its own subprocess, so it is its own: on the
+CPU the peak resident set (``ru_maxrss``) and that peak minus the resident set just before
+the mode first ran (``extra_MiB``: what the mode itself needed, weights and imports left
+out); on CUDA the peak of allocated device memory above what was allocated before.
+Timing runs the modes in turn in one process, a warm-up round then ``--repeats`` rounds,
+so contention from other work hits every mode alike; ratios are medians of per-round ratios.
 """
 
 from __future__ import annotations
@@ -13,19 +23,26 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+#: ``--shape``: the GPT-2-shaped random checkpoints (``tiny`` is for smoke tests only).
+SHAPES = {
+    "small": {"n_layer": 12, "n_head": 12, "d_model": 768, "n_ctx": 1024},
+    "tiny": {"n_layer": 2, "n_head": 4, "d_model": 64, "n_ctx": 256},
+}
 
-def checkpoint(cache: Path, *, n_layer: int = 12, n_head: int = 12, d_model: int = 768, n_ctx: int = 1024) -> Path:
+
+def checkpoint(cache: Path, *, shape: str = "small") -> Path:
     """Build (once) a randomly initialised GPT-2-shaped checkpoint under ``cache``."""
     from headlens.analyses.synthetic.tiny import TinySpec, build_tiny_checkpoint
 
-    folder = cache / f"gpt2shape-{n_layer}x{n_head}x{d_model}"
+    s = SHAPES[shape]
+    folder = Path(cache) / f"gpt2shape-{s['n_layer']}x{s['n_head']}x{s['d_model']}"
     if not (folder / "config.json").exists():
-        build_tiny_checkpoint(folder, TinySpec(n_layer=n_layer, n_head=n_head, d_model=d_model, n_ctx=n_ctx, seed=0))
+        build_tiny_checkpoint(folder, TinySpec(**s, seed=0))
     return folder
 
 
@@ -37,15 +54,87 @@ def rss_mib() -> float:
     return float("nan")
 
 
-def measure(fn: Callable[[], object], *, repeats: int, device: str) -> dict:
-    """Run ``fn`` once to warm up, then ``repeats`` times; median seconds and peak memory."""
+def resolve_device(device: str) -> str:
     import torch
 
-    fn()
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device
+
+
+def torch_dtype(name: str):
+    import torch
+
+    return {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[name]
+
+
+def setup_threads(threads: int) -> None:
+    """``--threads N`` (N > 0): torch's intra-op threads for this process."""
+    import torch
+
+    if threads and threads > 0:
+        torch.set_num_threads(threads)
+
+
+def hf_model(folder: Path | str, *, attn: str, device: str, dtype: str, lm: bool = False):
+    """The plain Hugging Face model of ``folder`` (``AutoModel``; ``AutoModelForCausalLM`` with ``lm``)."""
+    from transformers import AutoModel, AutoModelForCausalLM
+
+    cls = AutoModelForCausalLM if lm else AutoModel
+    return cls.from_pretrained(str(folder), attn_implementation=attn, dtype=torch_dtype(dtype)).to(resolve_device(device)).eval()
+
+
+def hf_forward(model, batches: list[tuple], *, patterns: bool) -> None:
+    """Plain forward of ``model`` over ``batches`` of ``(tokens, attention_mask)``; the patterns
+    are returned by every layer with ``patterns`` (eager attention), as a user would ask."""
+    import torch
+
+    device = next(model.parameters()).device
+    with torch.inference_mode():
+        for tokens, mask in batches:
+            kw = {"output_attentions": True} if patterns else {}
+            model(input_ids=tokens.to(device), attention_mask=mask.to(device), **kw)
+
+
+def bridge_forward(loaded, batches: list[tuple]) -> None:
+    """The bridge's own forward through every block (no unembedding), same batches and masks."""
+    import torch
+
+    from headlens.probes.capture import run_forward
+
+    with torch.inference_mode():
+        for tokens, mask in batches:
+            run_forward(loaded, tokens, attention_mask=mask)
+
+
+def _peak(device: str, base: float) -> dict:
+    import torch
+
+    if device.startswith("cuda"):
+        peak = torch.cuda.max_memory_allocated() / 2**20
+        return {"peak_MiB": peak - base, "extra_MiB": peak - base, "memory": "cuda_peak_alloc_MiB"}
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return {"peak_MiB": peak, "extra_MiB": peak - base, "memory": "cpu_peak_rss_MiB"}
+
+
+def _base(device: str) -> float:
+    import torch
+
     if device.startswith("cuda"):
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
-        base = torch.cuda.memory_allocated()
+        return torch.cuda.memory_allocated() / 2**20
+    return rss_mib()
+
+
+def measure(fn: Callable[[], object], *, repeats: int, device: str, warmup: bool = True) -> dict:
+    """Run ``fn`` once to warm up (unless ``warmup`` is False), then ``repeats`` times; median
+    seconds and peak memory (see the module docstring; the warm-up counts towards the peak)."""
+    import torch
+
+    base = _base(device)
+    if warmup:
+        fn()
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
@@ -53,24 +142,29 @@ def measure(fn: Callable[[], object], *, repeats: int, device: str) -> dict:
         if device.startswith("cuda"):
             torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
-    if device.startswith("cuda"):
-        peak = (torch.cuda.max_memory_allocated() - base) / 2**20
-        kind = "cuda_peak_alloc_MiB"
-    else:
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-        kind = "cpu_peak_rss_MiB"
-    return {"median_s": statistics.median(times), "times_s": times, "peak_MiB": peak, "memory": kind}
+    return {"median_s": statistics.median(times), "times_s": times, **_peak(device, base)}
 
 
-def run_modes(script: str, modes: list[str], extra: list[str]) -> dict[str, dict]:
-    """Run ``script --mode M`` for each mode in a subprocess; each prints one JSON line last."""
+def run_modes(script: str, modes: list[str], extra: list[str], *, timeout: float | None = None) -> dict[str, dict]:
+    """Run ``script --mode M`` for each mode in a subprocess; each prints one JSON line last.
+
+    A mode that fails (or exceeds ``timeout`` seconds) is reported as ``{"error": ...}`` and the
+    others still run."""
     results = {}
     for mode in modes:
-        out = subprocess.run([sys.executable, script, "--mode", mode, *extra], check=True, capture_output=True, text=True)
-        results[mode] = json.loads(out.stdout.strip().splitlines()[-1])
+        try:
+            out = subprocess.run([sys.executable, script, "--mode", mode, *extra], check=True, capture_output=True, text=True, timeout=timeout)
+            results[mode] = json.loads(out.stdout.strip().splitlines()[-1])
+        except subprocess.TimeoutExpired:
+            results[mode] = {"error": f"over {timeout:.0f} s"}
+        except (subprocess.CalledProcessError, json.JSONDecodeError, IndexError) as exc:
+            tail = (getattr(exc, "stderr", "") or "").strip().splitlines()[-1:] or [str(exc)]
+            results[mode] = {"error": tail[0][:200]}
         r = results[mode]
         if "median_s" in r:
-            print(f"  {mode}: {r['median_s']:.3f} s, peak {r['peak_MiB']:.0f} MiB", file=sys.stderr)
+            print(f"  {mode}: {r['median_s']:.3f} s, peak {r['peak_MiB']:.0f} MiB ({r['extra_MiB']:+.0f} MiB)", file=sys.stderr)
+        elif "error" in r:
+            print(f"  {mode}: failed: {r['error']}", file=sys.stderr)
     return results
 
 
@@ -100,9 +194,55 @@ def round_ratio(timing: dict, num: str, den: str) -> float:
     return statistics.median(a / b for a, b in zip(t[num], t[den]))
 
 
+def ratios(timing: dict, floors: dict[str, str]) -> dict[str, float]:
+    """``{mode: median per-round ratio to its floor}`` for every timed mode; ``floors`` maps a
+    mode to its floor (modes not named there are compared with the first floor given)."""
+    default = next(iter(floors.values()))
+    return {m: round_ratio(timing, m, floors.get(m, default)) for m in timing["times_s"]}
+
+
+def table(rows: Iterable[dict], *, floor_note: str = "") -> list[str]:
+    """The result table: mode, median seconds, ratio to its floor, floor, target, met.
+
+    Each row: ``mode``, ``median_s``, optional ``ratio``, ``floor``, ``target`` (a ratio the
+    mode must stay at or under), ``peak_MiB``/``extra_MiB`` (memory, each mode alone)."""
+    lines = [f"{'mode':<18}{'median s':>10}{'ratio':>8}  {'floor':<10}{'target':>8}{'met':>5}{'peak MiB':>10}{'extra MiB':>11}"]
+    for r in rows:
+        t = r.get("median_s")
+        ratio, target = r.get("ratio"), r.get("target")
+        met = "-" if target is None or ratio is None else ("yes" if ratio <= target else "NO")
+        mem = r.get("peak_MiB")
+        extra = r.get("extra_MiB")
+        lines.append(
+            f"{r['mode']:<18}{(f'{t:.3f}' if t is not None else '-'):>10}{(f'{ratio:.3f}' if ratio is not None else '-'):>8}  "
+            f"{(r.get('floor') or '-'):<10}{(f'<= {target:g}' if target is not None else '-'):>8}{met:>5}"
+            f"{(f'{mem:.0f}' if mem is not None else '-'):>10}{(f'{extra:+.0f}' if extra is not None else '-'):>11}"
+        )
+    if floor_note:
+        lines.append(floor_note)
+    return lines
+
+
+def census_config(**kwargs):
+    """A :class:`CensusConfig`; ``attention`` (eager/streaming/auto) and ``query_block`` are
+    passed only where this headlens has them (``None`` when ``attention`` is asked for and
+    missing: that mode is not available yet)."""
+    import dataclasses
+
+    from headlens.analyses.heads.census import CensusConfig
+
+    names = {f.name for f in dataclasses.fields(CensusConfig)}
+    for key in ("attention", "query_block"):
+        if key in kwargs and key not in names:
+            if key == "attention" and kwargs[key] != "eager":
+                return None
+            kwargs.pop(key)
+    return CensusConfig(**kwargs)
+
+
 def parser(doc: str, *, repeats: bool = True):
-    """The options every benchmark shares: --repeats, --device, --dtype, --cache (and the
-    hidden --mode/--checkpoint its subprocesses are called with)."""
+    """The options every benchmark shares: --repeats, --device, --dtype, --threads, --shape,
+    --cache (and the hidden --mode/--checkpoint its subprocesses are called with)."""
     import argparse
     import tempfile
 
@@ -112,14 +252,23 @@ def parser(doc: str, *, repeats: bool = True):
     if repeats:
         p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--device", default="auto")
-    p.add_argument("--dtype", default="float32")
+    p.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
+    p.add_argument("--threads", type=int, default=0, help="torch threads per process (default: torch's choice)")
+    p.add_argument("--shape", default="small", choices=sorted(SHAPES), help="model shape (tiny: smoke tests only)")
     p.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "headlens-bench"))
+    p.add_argument("--json", default=None, help="also write every measurement to this JSON file")
     return p
 
 
 def forwarded(args, names: list[str]) -> list[str]:
     """Command-line options for a mode subprocess: the checkpoint plus ``names`` (argparse dests)."""
-    extra = ["--checkpoint", str(checkpoint(Path(args.cache)))]
-    for name in names + [n for n in ("repeats", "device", "dtype") if hasattr(args, n)]:
+    extra = ["--checkpoint", str(checkpoint(Path(args.cache), shape=args.shape))]
+    for name in names + [n for n in ("repeats", "device", "dtype", "threads", "shape") if hasattr(args, n)]:
         extra += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
     return extra
+
+
+def write_json(path: str | None, payload: dict) -> None:
+    if path:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(json.dumps(payload, indent=1, default=str) + "\n")

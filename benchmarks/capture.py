@@ -1,15 +1,16 @@
-"""Benchmark: capture all attention patterns vs a plain forward, same token batches.
+"""Benchmark: capture all attention patterns vs the plain Hugging Face forward, same token batches.
 
-    python benchmarks/capture.py [--prompts 16] [--tokens 256] [--batch-size 8] [--repeats 3] [--device auto] [--dtype float32]
+    python benchmarks/capture.py [--prompts 16] [--tokens 256] [--batch-size 8] [--repeats 3] [--threads 2] [--device auto] [--dtype float32]
 
 GPT-2-small shape (12 layers x 12 heads, d_model 768), random weights, random tokens.
 Peak memory: each mode alone in its own process.  Timing: one more process runs the modes in
 turn, --repeats rounds after a warm-up round, so contention hits them alike; ratios are
 medians of per-round ratios.  Modes:
-  forward_logits  plain forward to the logits (what model(tokens) costs)
-  forward_blocks  plain forward through all 12 blocks, no unembedding (the same work capture does)
+  hf_eager        the floor: transformers GPT2Model (AutoModel of the same folder), eager
+                  attention, output_attentions=True: the patterns of every layer, without headlens
+  bridge_forward  the bridge's own forward through the 12 blocks, no hooks (beside, not the floor)
   capture_all     headlens capture of hook_pattern for every layer and head (kept on the CPU)
-The target is capture_all / forward_blocks <= 1.2.
+The target is capture_all <= 1.2 x hf_eager.
 """
 
 from __future__ import annotations
@@ -22,40 +23,41 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _common  # noqa: E402
 
+MODES = ["hf_eager", "bridge_forward", "capture_all"]
+TARGET = 1.2
+
 
 def one_mode(args) -> dict:
     import torch
 
-    from headlens.probes.capture import capture, run_forward
+    from headlens.probes.capture import capture
     from headlens.probes.config import CaptureConfig
     from headlens.probes.loading import load_model
     from headlens.probes.prompts import TokenBatch, iter_batches
 
+    _common.setup_threads(args.threads)
+    device = _common.resolve_device(args.device)
     torch.manual_seed(0)
-    model = load_model(model=args.checkpoint, device=args.device, dtype=args.dtype)
+    model = load_model(model=args.checkpoint, device=device, dtype=args.dtype)
     tokens = torch.randint(0, 50256, (args.prompts, args.tokens))
     batch = TokenBatch(tokens=tokens, lengths=torch.full((args.prompts,), args.tokens), strings=[[]] * args.prompts, prepend_bos=False, pad_id=0)
-    chunks = iter_batches(batch, args.batch_size)
-    dev = str(model.device)
-
-    def forward(stop):
-        with torch.inference_mode():
-            for _, sub in chunks:
-                run_forward(model, sub.tokens, stop_at_layer=stop, return_type="logits" if stop is None else None)
-
-    fns = {
-        "forward_logits": lambda: forward(None),
-        "forward_blocks": lambda: forward(model.n_layers),
-        "capture_all": lambda: capture(model, batch, CaptureConfig(what=("pattern",), prepend_bos=False, batch_size=args.batch_size)),
-    }
+    batches = [(sub.tokens, sub.attention_mask) for _, sub in iter_batches(batch, args.batch_size)]
+    wanted = MODES if args.mode == "paired" else [args.mode]
+    fns = {}
+    for mode in wanted:
+        if mode == "hf_eager":
+            hf = _common.hf_model(args.checkpoint, attn="eager", device=device, dtype=args.dtype)
+            fns[mode] = lambda: _common.hf_forward(hf, batches, patterns=True)
+        elif mode == "bridge_forward":
+            fns[mode] = lambda: _common.bridge_forward(model, batches)
+        else:
+            fns[mode] = lambda: capture(model, batch, CaptureConfig(what=("pattern",), prepend_bos=False, batch_size=args.batch_size))
+    info = {"device": device, "dtype": args.dtype, "threads": torch.get_num_threads()}
     if args.mode != "paired":
-        res = _common.measure(fns[args.mode], repeats=1, device=dev)
-        res.update(device=dev, dtype=args.dtype, threads=torch.get_num_threads())
-        return res
-    timing = _common.interleaved(fns, repeats=args.repeats, device=dev)
-    timing["ratio_blocks"] = _common.round_ratio(timing, "capture_all", "forward_blocks")
-    timing["ratio_logits"] = _common.round_ratio(timing, "capture_all", "forward_logits")
-    return timing
+        return {**_common.measure(fns[args.mode], repeats=1, device=device), **info}
+    timing = _common.interleaved(fns, repeats=args.repeats, device=device)
+    timing["ratios"] = _common.ratios(timing, {"x": "hf_eager"})
+    return {**timing, **info}
 
 
 def main() -> None:
@@ -67,17 +69,20 @@ def main() -> None:
     if args.mode:
         print(json.dumps(one_mode(args)))
         return
-    extra = _common.forwarded(args, ['prompts', 'tokens', 'batch_size'])
-    modes = ["forward_logits", "forward_blocks", "capture_all"]
-    mem = _common.run_modes(__file__, modes, extra)
+    extra = _common.forwarded(args, ["prompts", "tokens", "batch_size"])
+    mem = _common.run_modes(__file__, MODES, extra)
     paired = _common.run_modes(__file__, ["paired"], extra)["paired"]
-    first = mem[modes[0]]
-    print(f"capture benchmark: GPT-2-small shape, random weights, {args.prompts} prompts x {args.tokens} tokens, batch {args.batch_size}, {first['device']}, {args.dtype}, {first['threads']} threads, {args.repeats} interleaved rounds")
-    print(f"{'mode':<16}{'median s':>10}{'peak MiB':>10}  ({first['memory']}, each mode alone)")
-    for m in modes:
-        print(f"{m:<16}{paired['medians_s'][m]:>10.3f}{mem[m]['peak_MiB']:>10.0f}")
-    print(f"ratio capture_all / forward_blocks = {paired['ratio_blocks']:.3f}  (target <= 1.2; median of per-round ratios)")
-    print(f"ratio capture_all / forward_logits = {paired['ratio_logits']:.3f}")
+    if "error" in paired:
+        sys.exit(f"paired timing failed: {paired['error']}")
+    print(f"capture benchmark: GPT-2-{args.shape} shape, random weights, {args.prompts} prompts x {args.tokens} tokens, batch {args.batch_size}, {paired['device']}, {args.dtype}, {paired['threads']} threads, {args.repeats} interleaved rounds")
+    rows = []
+    for m in MODES:
+        row = {"mode": m, "median_s": paired["medians_s"][m], "ratio": paired["ratios"][m], "floor": "hf_eager", "target": TARGET if m == "capture_all" else None}
+        row.update({k: mem[m][k] for k in ("peak_MiB", "extra_MiB") if k in mem[m]})
+        rows.append(row)
+    for line in _common.table(rows, floor_note="ratio: median of per-round ratios to hf_eager; memory: each mode alone (" + mem["capture_all"].get("memory", "?") + ")"):
+        print(line)
+    _common.write_json(args.json, {"memory": mem, "timing": paired, "rows": rows})
 
 
 if __name__ == "__main__":

@@ -1,0 +1,103 @@
+"""Benchmark: the census over many prompts (issue 14: 10,000 prompts of 128 tokens in <= 30 s on a GPU).
+
+    python benchmarks/census_large.py [--n-prompts 10000] [--seq-len 63] [--batch-size 256]
+                                      [--attention eager] [--device cuda] [--dtype bfloat16] [--json FILE]
+
+GPT-2-small shape, random weights.  The census (every registered detector) with
+--n-prompts sequences of --seq-len distinct random tokens repeated twice after BOS
+(2 x 63 + 1 = 127 tokens; the natural-text windows and the referent sentences are capped at
+what the text and the sentence set hold, the table's n says how many).  One warm-up census
+on 32 prompts first (CUDA context, kernels), then one timed census: the seconds include
+building the stimuli, the pass, the bootstrap intervals (--n-bootstrap) and the table.
+Beside it, the plain Hugging Face forward (AutoModel of the same folder) over the same
+batches: eager with output_attentions=True and SDPA, timed once each after a warm-up batch.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import _common  # noqa: E402
+
+TARGET_S = 30.0
+
+
+def main() -> None:
+    p = _common.parser(__doc__, repeats=False)
+    p.add_argument("--n-prompts", type=int, default=10000)
+    p.add_argument("--seq-len", type=int, default=63)
+    p.add_argument("--batch-size", type=int, default=256)
+    p.add_argument("--n-bootstrap", type=int, default=1000)
+    p.add_argument("--attention", default="eager", choices=["auto", "eager", "streaming"])
+    p.add_argument("--no-floor", action="store_true", help="skip the plain Hugging Face forwards")
+    args = p.parse_args()
+
+    import torch
+
+    from headlens.analyses.heads.census import build_stimuli, run_census
+    from headlens.analyses.sinks.forward import batch_attention_mask
+    from headlens.probes.loading import load_model
+    from headlens.probes.prompts import iter_batches
+
+    _common.setup_threads(args.threads)
+    device = _common.resolve_device(args.device)
+    folder = _common.checkpoint(Path(args.cache), shape=args.shape)
+    model = load_model(model=str(folder), device=device, dtype=args.dtype)
+
+    def config(n: int):
+        c = _common.census_config(n_prompts=n, seq_len=args.seq_len, window=2 * args.seq_len + 2, batch_size=args.batch_size, n_bootstrap=args.n_bootstrap, attention=args.attention)
+        if c is None:
+            sys.exit(f"--attention {args.attention}: not available in this headlens")
+        return c
+
+    def sync() -> None:
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+
+    run_census(model, config(32))
+    sync()
+    if device.startswith("cuda"):
+        torch.cuda.reset_peak_memory_stats()
+    t0 = time.perf_counter()
+    result = run_census(model, config(args.n_prompts))
+    sync()
+    seconds = time.perf_counter() - t0
+    peak = torch.cuda.max_memory_allocated() / 2**20 if device.startswith("cuda") else _common.rss_mib()
+    n_used = {k: v["n"] for k, v in result.stimuli.items()}
+    out = {
+        "census_s": seconds, "target_s": TARGET_S, "met": seconds <= TARGET_S, "device": device, "dtype": args.dtype,
+        "attention": args.attention, "n_prompts": n_used, "seq_len": args.seq_len, "batch_size": args.batch_size,
+        "threads": torch.get_num_threads(), "peak_MiB": peak, "finite_scores": int(result.scores["score"].notna().sum()),
+        "gpu": torch.cuda.get_device_name() if device.startswith("cuda") else None,
+    }
+    if not args.no_floor:
+        stimuli = build_stimuli(model, config(args.n_prompts), {"repeated", "natural", "referent"})
+        batches = [(sub.tokens, batch_attention_mask(sub)) for s in stimuli.values() for _, sub in iter_batches(s.batch, args.batch_size)]
+        out["n_tokens"] = int(sum(int(m.sum()) for _, m in batches))
+        for attn in ("eager", "sdpa"):
+            hf = _common.hf_model(folder, attn=attn, device=device, dtype=args.dtype)
+            _common.hf_forward(hf, batches[:1], patterns=attn == "eager")
+            sync()
+            t0 = time.perf_counter()
+            _common.hf_forward(hf, batches, patterns=attn == "eager")
+            sync()
+            out[f"hf_{attn}_s"] = time.perf_counter() - t0
+            del hf
+        out["census_vs_hf_eager"] = seconds / out["hf_eager_s"]
+    print(
+        f"census over {n_used} prompts ({args.attention}), GPT-2-{args.shape} shape, {device}, {args.dtype}, batch {args.batch_size}: "
+        f"{seconds:.2f} s (target <= {TARGET_S:g} s: {'met' if out['met'] else 'NOT met'}); peak {peak:.0f} MiB"
+    )
+    if "hf_eager_s" in out:
+        print(f"  plain HF forwards over the same {out['n_tokens']} tokens: eager+patterns {out['hf_eager_s']:.2f} s, sdpa {out['hf_sdpa_s']:.2f} s; census / hf_eager = {out['census_vs_hf_eager']:.2f}")
+    print(json.dumps(out))
+    _common.write_json(args.json, out)
+
+
+if __name__ == "__main__":
+    main()
