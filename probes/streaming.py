@@ -115,16 +115,21 @@ def pattern_blocks(
         raise InputError(f"--query-block must be at least 1, got {block}")
     n_q, n_k = q.shape[2], k.shape[2]
     k_full = repeat_kv(k.float().transpose(1, 2), q.shape[1] // k.shape[1]).transpose(1, 2)  # [b, head, k, d]
+    k_t = k_full.transpose(-1, -2)
     for q0 in range(0, n_q, block):
         qb = q[:, :, q0 : q0 + block].float()
-        scores = torch.matmul(qb, k_full.transpose(-1, -2)) * layer.scale
+        # the scale goes on the [block, d_head] queries, not on the [block, n] scores: same
+        # numbers to float rounding, one full-size pass fewer; the mask is applied in place
+        scores = torch.matmul(qb * layer.scale, k_t)
         if layer.softcap is not None:
-            scores = layer.softcap * torch.tanh(scores / layer.softcap)
+            scores = torch.tanh(scores.div_(layer.softcap)).mul_(layer.softcap)
         ok = allowed_keys(layer, qb.shape[2], n_k, q_offset=q0, device=q.device, key_mask=key_mask)
         ok = ok if ok.dim() == 3 else ok[None]
-        scores = scores.masked_fill(~ok[:, None], float("-inf"))
-        p = torch.softmax(scores, dim=-1)
-        yield q0, torch.where(ok.any(-1)[:, None, :, None], p, torch.zeros((), dtype=p.dtype, device=p.device))
+        p = torch.softmax(scores.masked_fill_(~ok[:, None], float("-inf")), dim=-1)
+        rows = ok.any(-1)  # [b, block]: queries with at least one allowed key
+        if not bool(rows.all()):
+            p.masked_fill_(~rows[:, None, :, None], 0.0)
+        yield q0, p
 
 
 # ----------------------------------------------------------------------------- backends
