@@ -28,7 +28,8 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from headlens.analyses.ablation.data import EvalSet, item_values, model_values
+from headlens.analyses.ablation.evalset import EvalSet
+from headlens.analyses.ablation.metrics import item_values, model_values
 from headlens.analyses.ablation.records import MemoryJournal, RecordJournal, records_of
 from headlens.analyses.stats import bootstrap_mean_ci
 from headlens.analyses.design.edits import Groups, check_pooling, pool_hooks
@@ -38,7 +39,7 @@ from headlens.probes.attention import attention_spec
 from headlens.probes.errors import InputError
 from headlens.probes.hooks import attached
 
-__all__ = ["GQAConfig", "GQAResult", "GROUPINGS", "gqa_study", "js_divergence", "variant_groups", "SUMMARY_COLUMNS"]
+__all__ = ["GQAConfig", "GQAResult", "check_gqa", "GROUPINGS", "gqa_study", "js_divergence", "variant_groups", "SUMMARY_COLUMNS"]
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +82,8 @@ def js_divergence(p: Float[Tensor, "... k"], q: Float[Tensor, "... k"]) -> Float
     return (0.5 * kl(p) + 0.5 * kl(q)).clamp(min=0.0)
 
 
-def _check(model: Any, config: GQAConfig) -> tuple[int, list[int]]:
+def check_gqa(model: Any, config: GQAConfig) -> tuple[int, list[int]]:
+    """Refuse, before anything runs, what the what-if cannot do; return ``(KV heads per layer, group sizes)``."""
     if getattr(model, "is_encoder", False):
         raise InputError("the GQA what-if measures next-token loss, which a bidirectional encoder does not model")
     n_kv = attention_spec(model).n_kv_heads
@@ -99,7 +101,7 @@ def _check(model: Any, config: GQAConfig) -> tuple[int, list[int]]:
 
 def variant_groups(model: Any, data: EvalSet, config: GQAConfig) -> tuple[dict[tuple[str, int], Groups], list[np.ndarray]]:
     """``(grouping, g) -> {layer: groups}`` for every variant, and the per-layer distances used for ``similar``."""
-    n_kv, sizes = _check(model, config)
+    n_kv, sizes = check_gqa(model, config)
     dists = kv_distances(model, data, batch_size=config.batch_size)[0]
     out: dict[tuple[str, int], Groups] = {}
     for g in sizes:

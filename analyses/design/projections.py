@@ -22,13 +22,14 @@ import numpy as np
 import pandas as pd
 import torch
 
-from headlens.analyses.ablation.data import EvalSet, item_values
+from headlens.analyses.ablation.evalset import EvalSet
+from headlens.analyses.ablation.metrics import item_values
 from headlens.analyses.ablation.records import MemoryJournal, RecordJournal, records_of
 from headlens.analyses.design.edits import KINDS, check_knockout, knockout_hooks
 from headlens.probes.errors import InputError
 from headlens.probes.hooks import attached
 
-__all__ = ["ProjectionConfig", "knockout_losses", "knockout_roles", "roles_by_head", "LOSS_COLUMNS", "ROLE_CHANGE_COLUMNS"]
+__all__ = ["ProjectionConfig", "knockout_targets", "knockout_losses", "knockout_roles", "roles_by_head", "LOSS_COLUMNS", "ROLE_CHANGE_COLUMNS"]
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +47,8 @@ class ProjectionConfig:
     batch_size: int = 8
 
 
-def _targets(model: Any, config: ProjectionConfig) -> list[tuple[int, int | None, str]]:
+def knockout_targets(model: Any, config: ProjectionConfig) -> list[tuple[int, int | None, str]]:
+    """``(layer, head or None, kind)`` of every knockout; refuses unknown kinds, layers and families the hooks cannot carry."""
     bad = [k for k in config.kinds if k not in KINDS]
     if bad or not config.kinds:
         raise InputError(f"unknown knockout {', '.join(bad) or '(none)'}: choose from {', '.join(KINDS)}")
@@ -82,7 +84,7 @@ def knockout_losses(
     config = config or ProjectionConfig()
     if data.metric != "loss":
         raise InputError("projection knockouts are measured on text windows (loss)")
-    targets = _targets(model, config)
+    targets = knockout_targets(model, config)
     journal = journal if journal is not None else MemoryJournal()
     batches = data.rows(config.batch_size)
 
@@ -154,7 +156,7 @@ def knockout_roles(
 
     config = replace(config or ProjectionConfig(), per_head=False)
     census_config = census_config or CensusConfig(n_prompts=32, n_bootstrap=200)
-    targets = _targets(model, config)
+    targets = knockout_targets(model, config)
     journal = journal if journal is not None else MemoryJournal()
     done = {(int(r["knocked_layer"]), str(r["knockout"])): r for r in records_of(journal, "knockout_census")}
     if (-1, "none") not in done:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pandas as pd
 
-from headlens.analyses.ablation.data import EvalSet
+from headlens.analyses.ablation.evalset import EvalSet
 from headlens.analyses.ablation.records import RecordJournal
 from headlens.analyses.design.gqa import GQAConfig, gqa_study
 from headlens.analyses.design.kv import KVConfig, kv_cache_table

@@ -149,7 +149,8 @@ def gqa_cmd(model, device, dtype, revision, allow_new_weights, text_file, n_wind
     variants left, with the same result.
     """
     from headlens.analyses.ablation.evalset import read_task, task_eval_set
-    from headlens.analyses.design.gqa import GQAConfig, gqa_study
+    from headlens.analyses.design.edits import check_pooling
+    from headlens.analyses.design.gqa import GQAConfig, check_gqa, gqa_study
     from headlens.analyses.design.kv import KVConfig, kv_cache_table
     from headlens.probes.manifest import build_manifest
     from headlens.probes.outputs import write_json, write_text
@@ -161,6 +162,8 @@ def gqa_cmd(model, device, dtype, revision, allow_new_weights, text_file, n_wind
     loaded = _load(model, device, dtype, revision, allow_new_weights)
     data = _text_set(loaded, text_file, n_windows=n_windows, window=window, no_bos=no_bos)
     task = task_eval_set(loaded.tokenizer, items, prepend_bos=not no_bos, n_ctx=loaded.n_ctx, source=task_file) if items else None
+    check_gqa(loaded, config)  # bad input is refused before the journal exists
+    check_pooling(loaded)
     journal = _journal(out, "gqa", loaded, data, {"gqa": config}, resume=resume, overwrite=overwrite)
     with journal, progress_bars("gqa", quiet=quiet) as progress:
         _say_resumed(journal, "variant(s)", ("gqa_variant",), quiet)
@@ -207,7 +210,7 @@ def projections_cmd(model, device, dtype, revision, allow_new_weights, text_file
     is journaled as it finishes (OUT/projections.journal.jsonl); after an interruption,
     --resume runs only what is left, with the same result.
     """
-    from headlens.analyses.design.projections import ProjectionConfig, knockout_losses, knockout_roles
+    from headlens.analyses.design.projections import ProjectionConfig, knockout_losses, knockout_roles, knockout_targets
     from headlens.analyses.heads.census import CensusConfig
     from headlens.probes.manifest import build_manifest
     from headlens.probes.outputs import write_json, write_text
@@ -218,6 +221,7 @@ def projections_cmd(model, device, dtype, revision, allow_new_weights, text_file
     census = CensusConfig(n_prompts=n_prompts, n_bootstrap=200, prepend_bos=not no_bos)
     loaded = _load(model, device, dtype, revision, allow_new_weights)
     data = _text_set(loaded, text_file, n_windows=n_windows, window=window, no_bos=no_bos)
+    knockout_targets(loaded, config)  # bad input is refused before the journal exists
     journal = _journal(out, "projections", loaded, data, {"projections": config, "census": census}, resume=resume, overwrite=overwrite)
     with journal, progress_bars("projections", quiet=quiet) as progress:
         _say_resumed(journal, "knockout(s) and census run(s)", ("knockout", "knockout_census"), quiet)
