@@ -28,13 +28,17 @@ def test_wheel_holds_only_the_headlens_package(wheel):
     for must in (
         "headlens/__init__.py",
         "headlens/__main__.py",
-        "headlens/probes/loading.py",
-        "headlens/analyses/census.py",
         "headlens/analyses/data/eval_text.txt",
-        "headlens/reports/cli.py",
-        "headlens/probes/demo/model/model.safetensors",
+        "headlens/analyses/demo/model/model.safetensors",
+        "headlens/analyses/demo/model_card.md.j2",
     ):
         assert must in names, must
+    # every module of the three layers is in the wheel, under headlens/
+    repo = Path(__file__).resolve().parents[1]
+    for layer in ("probes", "analyses", "reports"):
+        for src in (repo / layer).rglob("*.py"):
+            if "__pycache__" not in src.parts:
+                assert f"headlens/{src.relative_to(repo).as_posix()}" in names, src
     entry = next(n for n in names if n.endswith("entry_points.txt"))
     assert "headlens = headlens.reports.cli.main:main" in zipfile.ZipFile(wheel).read(entry).decode()
 
