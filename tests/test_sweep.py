@@ -174,3 +174,6 @@ def test_other_settings_in_the_same_folder_are_refused(swept, run_dir, runner):
     out, _ = swept
     res = runner.invoke(cli, ["sweep", "-m", str(run_dir), *SWEEP, "--n-prompts", "7", "--out", str(out)])
     assert res.exit_code == 4 and "other settings (census)" in res.stderr, res.output + res.stderr
+    # the census's attention path is a setting too (it reaches the tasks' CensusConfig)
+    res = runner.invoke(cli, ["sweep", "-m", str(run_dir), *SWEEP, "--attention", "streaming", "--out", str(out)])
+    assert res.exit_code == 4 and "other settings (census)" in res.stderr, res.output + res.stderr

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from headlens.reports.cli.common import fail, parse_csv
-from headlens.reports.cli.detect import census_options
+from headlens.reports.cli.detect import attention_options, census_options
 
 __all__ = ["sweep_cmd", "COMMANDS"]
 
@@ -26,6 +26,7 @@ def _say(msg: str, quiet: bool = False) -> None:
 @click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float16"]), default="float32", show_default=True)
 @click.option("--allow-new-weights", is_flag=True, help="Load checkpoints with missing body weights (see headlens detect -h).")
 @census_options
+@attention_options
 @click.option("--threshold", "thresholds", multiple=True, help="DETECTOR=VALUE for the role column, repeatable.")
 @click.option("--baseline-factor", default=2.0, show_default=True, type=click.FloatRange(min=1.0))
 @click.option("--text-file", default=None, type=click.Path(exists=True, dir_okay=False), help="Held-out text for each checkpoint's loss (default: the built-in evaluation text; the demo's: 'headlens demo heldout').")
@@ -41,7 +42,7 @@ def _say(msg: str, quiet: bool = False) -> None:
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Sweep folder: tasks/, dataset/, checkpoints.csv, figures/, manifest.json.")
 @click.option("--overwrite", is_flag=True, help="Discard finished tasks of an earlier sweep in --out (default: keep them, run only what is missing).")
 @click.option("--quiet", "-q", is_flag=True, help="No per-task lines.")
-def sweep_cmd(models, revisions, steps, device, dtype, allow_new_weights, detectors, n_prompts, seed, seq_len, window, no_bos, batch_size, referent_file,
+def sweep_cmd(models, revisions, steps, device, dtype, allow_new_weights, detectors, n_prompts, seed, seq_len, window, no_bos, batch_size, referent_file, attention, query_block,
               thresholds, baseline_factor, text_file, loss_windows, loss_window, ablation, address, num_cpus, cpus_per_task, gpus_per_task, max_retries, no_figures, out_dir, overwrite, quiet):
     """Census every model x revision (or checkpoint folder) as a Ray task and gather one Parquet dataset.
 
@@ -66,7 +67,7 @@ def sweep_cmd(models, revisions, steps, device, dtype, allow_new_weights, detect
     revs = [r for item in revisions for r in (parse_csv(item) or [])]
     for item in steps:
         revs += parse_steps(item)
-    census = _census_config(detectors, n_prompts, seed, seq_len, window, no_bos, batch_size, referent_file)
+    census = _census_config(detectors, n_prompts, seed, seq_len, window, no_bos, batch_size, referent_file, attention=attention, query_block=query_block)
     _precheck(census)
     config = SweepConfig(
         census=census, device=device, dtype=dtype, allow_new_weights=allow_new_weights, thresholds=tuple(sorted(parse_thresholds(list(thresholds)).items())),
