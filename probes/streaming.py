@@ -118,18 +118,21 @@ def pattern_blocks(
     k_t = k_full.transpose(-1, -2)
     for q0 in range(0, n_q, block):
         qb = q[:, :, q0 : q0 + block].float()
+        # causal layers: keys after the block's last query are masked for every query of the
+        # block, so they are neither scored nor normalised (their columns come back as zeros)
+        n_used = min(n_k, q0 + qb.shape[2]) if layer.causal else n_k
         # the scale goes on the [block, d_head] queries, not on the [block, n] scores: same
         # numbers to float rounding, one full-size pass fewer; the mask is applied in place
-        scores = torch.matmul(qb * layer.scale, k_t)
+        scores = torch.matmul(qb * layer.scale, k_t[..., :n_used])
         if layer.softcap is not None:
             scores = torch.tanh(scores.div_(layer.softcap)).mul_(layer.softcap)
         ok = allowed_keys(layer, qb.shape[2], n_k, q_offset=q0, device=q.device, key_mask=key_mask)
-        ok = ok if ok.dim() == 3 else ok[None]
+        ok = (ok if ok.dim() == 3 else ok[None])[..., :n_used]
         p = torch.softmax(scores.masked_fill_(~ok[:, None], float("-inf")), dim=-1)
         rows = ok.any(-1)  # [b, block]: queries with at least one allowed key
         if not bool(rows.all()):
             p.masked_fill_(~rows[:, None, :, None], 0.0)
-        yield q0, p
+        yield q0, (p if n_used == n_k else torch.nn.functional.pad(p, (0, n_k - n_used)))
 
 
 # ----------------------------------------------------------------------------- backends
