@@ -109,30 +109,49 @@ def pattern_blocks(
 ) -> Iterator[tuple[int, Float[Tensor, "batch head block k"]]]:
     """``(q_offset, pattern rows)`` for consecutive blocks of at most ``block`` queries (float32).
 
-    Queries with no allowed key (padding of a bidirectional layer) get all-zero rows.
+    Queries with no allowed key (padding of a bidirectional layer) get all-zero rows.  The rows
+    of a block may live in a buffer the next block overwrites: reduce them (or copy them)
+    before asking for the next block.
     """
     if block < 1:
         raise InputError(f"--query-block must be at least 1, got {block}")
     n_q, n_k = q.shape[2], k.shape[2]
     k_full = repeat_kv(k.float().transpose(1, 2), q.shape[1] // k.shape[1]).transpose(1, 2)  # [b, head, k, d]
     k_t = k_full.transpose(-1, -2)
+    b, h = q.shape[0], q.shape[1]
+    # two buffers per call, reused block after block (equal sizes: no allocator churn): the
+    # scores, turned into probabilities in place, and the full-width rows handed out
+    work = torch.empty(b * h * min(block, n_q) * n_k, dtype=torch.float32, device=q.device)
+    full: Tensor | None = None
     for q0 in range(0, n_q, block):
         qb = q[:, :, q0 : q0 + block].float()
+        nb = qb.shape[2]
         # causal layers: keys after the block's last query are masked for every query of the
         # block, so they are neither scored nor normalised (their columns come back as zeros)
-        n_used = min(n_k, q0 + qb.shape[2]) if layer.causal else n_k
-        # the scale goes on the [block, d_head] queries, not on the [block, n] scores: same
-        # numbers to float rounding, one full-size pass fewer; the mask is applied in place
-        scores = torch.matmul(qb * layer.scale, k_t[..., :n_used])
+        n_used = min(n_k, q0 + nb) if layer.causal else n_k
+        scores = work[: b * h * nb * n_used].view(b, h, nb, n_used)
+        # the scale goes on the [block, d_head] queries, not on the [block, n] scores
+        torch.matmul(qb * layer.scale, k_t[..., :n_used], out=scores)
         if layer.softcap is not None:
-            scores = torch.tanh(scores.div_(layer.softcap)).mul_(layer.softcap)
-        ok = allowed_keys(layer, qb.shape[2], n_k, q_offset=q0, device=q.device, key_mask=key_mask)
+            scores.div_(layer.softcap).tanh_().mul_(layer.softcap)
+        ok = allowed_keys(layer, nb, n_k, q_offset=q0, device=q.device, key_mask=key_mask)
         ok = (ok if ok.dim() == 3 else ok[None])[..., :n_used]
-        p = torch.softmax(scores.masked_fill_(~ok[:, None], float("-inf")), dim=-1)
-        rows = ok.any(-1)  # [b, block]: queries with at least one allowed key
+        scores.masked_fill_(~ok[:, None], float("-inf"))
+        # a numerically stable softmax in place: subtract the row maximum, exponentiate, normalise
+        scores.sub_(scores.amax(dim=-1, keepdim=True)).exp_()
+        scores.div_(scores.sum(dim=-1, keepdim=True))
+        rows = ok.any(-1)  # [b, block]: queries with at least one allowed key (the others are NaN here)
         if not bool(rows.all()):
-            p.masked_fill_(~rows[:, None, :, None], 0.0)
-        yield q0, (p if n_used == n_k else torch.nn.functional.pad(p, (0, n_k - n_used)))
+            scores.masked_fill_(~rows[:, None, :, None], 0.0)
+        if n_used == n_k:
+            yield q0, scores
+            continue
+        if full is None:
+            full = scores.new_empty((b, h, block, n_k))
+        rows_out = full[:, :, :nb]
+        rows_out[..., :n_used].copy_(scores)
+        rows_out[..., n_used:].zero_()
+        yield q0, rows_out
 
 
 # ----------------------------------------------------------------------------- backends
