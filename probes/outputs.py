@@ -5,13 +5,15 @@ from __future__ import annotations
 import json
 import os
 import secrets
-from collections.abc import Callable
+import shutil
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from headlens.probes.errors import OutputError, OutputExistsError
 
-__all__ = ["check_out_dir", "check_out_file", "atomic_write", "write_json", "write_text"]
+__all__ = ["check_out_dir", "check_out_file", "atomic_write", "atomic_dir", "write_json", "write_text"]
 
 
 def check_out_dir(path: str | Path, *, overwrite: bool) -> Path:
@@ -56,6 +58,31 @@ def atomic_write(path: str | Path, write: Callable[[Path], Any]) -> Path:
         tmp_path.unlink(missing_ok=True)
         raise
     return p
+
+
+@contextmanager
+def atomic_dir(path: str | Path) -> Iterator[Path]:
+    """Yield a new temporary sibling folder of ``path`` to fill; when the block ends normally it
+    replaces ``path`` (a folder already there is removed first), on any exception it is removed.
+
+    A crash leaves either the old folder or the complete new one, never half of one.  The
+    folder gets the mode of any new folder (``0o777`` less the umask), not ``mkdtemp``'s ``0o700``.
+    """
+    p = Path(path)
+    tmp = p.parent / f".{p.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        tmp.mkdir()
+    except OSError as exc:
+        raise OutputError(f"cannot write {path}: {exc.strerror or exc}", path=str(path)) from exc
+    try:
+        yield tmp
+        if p.exists():
+            shutil.rmtree(p)
+        os.replace(tmp, p)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
 
 
 def write_text(path: str | Path, text: str) -> Path:

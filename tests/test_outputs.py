@@ -30,3 +30,24 @@ def test_a_failed_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path):
     with pytest.raises(RuntimeError):
         atomic_write(target, boom)
     assert target.read_text() == "old" and os.listdir(tmp_path) == ["x.txt"]
+
+
+def test_a_folder_swapped_in_has_a_normal_mode_and_a_failed_one_leaves_the_old(tmp_path):
+    from headlens.probes.outputs import atomic_dir
+
+    target = tmp_path / "run"
+    old = os.umask(0o027)
+    try:
+        with atomic_dir(target) as tmp:
+            (tmp / "a.csv").write_text("1")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(target.stat().st_mode) == 0o750  # 0o777 less the umask, not mkdtemp's 0o700
+    with pytest.raises(RuntimeError):
+        with atomic_dir(target) as tmp:
+            (tmp / "b.csv").write_text("half")
+            raise RuntimeError("killed")
+    assert sorted(p.name for p in target.iterdir()) == ["a.csv"] and os.listdir(tmp_path) == ["run"]
+    with atomic_dir(target) as tmp:  # a complete new folder replaces the old one
+        (tmp / "c.csv").write_text("2")
+    assert sorted(p.name for p in target.iterdir()) == ["c.csv"]

@@ -13,15 +13,13 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import os
-import shutil
-import tempfile
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
 from headlens.analyses.demo.data import gpt2_tokenizer
 from headlens.analyses.demo.recipe import RecipeConfig, TrainResult
+from headlens.probes.outputs import atomic_dir
 
 __all__ = ["save_checkpoint", "save_step_checkpoint", "config_from_summary", "config_dict", "step_folder_name", "CHECKPOINT_INFO"]
 
@@ -37,20 +35,12 @@ def step_folder_name(step: int) -> str:
 def save_step_checkpoint(model: Any, folder: str | Path, *, step: int, run: str, row: dict[str, Any] | None = None, recipe: dict[str, Any] | None = None) -> Path:
     """Write ``model`` at ``step`` to ``folder`` (replaced if it exists) with ``checkpoint.json``."""
     folder = Path(folder)
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
-    try:
+    with atomic_dir(folder) as tmp:
         with contextlib.redirect_stderr(io.StringIO()):  # transformers' progress chatter
             model.save_pretrained(tmp, safe_serialization=True)
         gpt2_tokenizer().save_pretrained(tmp)
         info = {"step": step, "run": run, "log": row or {}, "recipe": recipe or {}}
         (tmp / CHECKPOINT_INFO).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
-        if folder.exists():
-            shutil.rmtree(folder)
-        os.replace(tmp, folder)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return folder
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import shutil
 import sys
-import tempfile
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -41,10 +40,10 @@ def train_cmd(out_dir: str, steps: int | None, seed: int | None, eval_every: int
     With --save-every N the weights of every N-th step are kept too, in OUT-checkpoints/.
     """
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from headlens.analyses.demo.checkpoints import save_step_checkpoint, step_folder_name
-    from headlens.analyses.demo.checkpoints import config_dict, save_checkpoint
+    from headlens.analyses.demo.checkpoints import config_dict, save_checkpoint, save_step_checkpoint, step_folder_name
     from headlens.analyses.demo.recipe import RECIPE
     from headlens.analyses.demo.train import train
+    from headlens.probes.outputs import atomic_dir
 
     out = Path(out_dir)
     kept = out.with_name(out.name + "-checkpoints")
@@ -82,20 +81,13 @@ def train_cmd(out_dir: str, steps: int | None, seed: int | None, eval_every: int
     if final:
         _say(f"held-out loss {final['heldout_loss']:.3f} (unigram {final['heldout_unigram_loss']:.3f}); evaluation text {final['eval_text_loss']:.3f} (unigram {final['eval_text_unigram_loss']:.3f})")
     # write into a temporary sibling, then swap in: a crashed run never leaves half a folder
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
+    with atomic_dir(out) as tmp:
         save_checkpoint(result, tmp)
         if not no_card:
             _say("running the head census for MODEL_CARD.md ...")
             from headlens.reports.demo_card import write_model_card
 
             write_model_card(tmp)
-        if out.exists():
-            shutil.rmtree(out)
-        tmp.replace(out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     state_file.unlink(missing_ok=True)
     _say(f"wrote {out}" + (f"; checkpoints every {keep_every} steps in {kept}" if keep_every else ""))
 

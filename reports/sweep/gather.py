@@ -16,14 +16,12 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import pandas as pd
 
 from headlens.probes.errors import InputError
+from headlens.probes.outputs import atomic_dir
 from headlens.reports.sweep.plan import SweepTask
 from headlens.reports.sweep.task import is_done, task_folder
 
@@ -94,24 +92,16 @@ def gather(out: str | Path, tasks: list[SweepTask]) -> tuple[pd.DataFrame, pd.Da
     checkpoints["step"] = checkpoints["step"].astype("Int64")
     checkpoints = checkpoints.sort_values(["model", "step", "label"], na_position="last", kind="stable").reset_index(drop=True)
     table = pa.Table.from_pandas(data, preserve_index=False)
-    tmp = Path(tempfile.mkdtemp(prefix=".dataset.", dir=out))
-    final = out / "dataset"
-    try:
+    with atomic_dir(out / "dataset") as tmp:
         ds.write_dataset(
             table, tmp, format="parquet", basename_template="part-{i}.parquet",
             partitioning=ds.partitioning(pa.schema([("model", pa.string())]), flavor="hive"), existing_data_behavior="error",
         )
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(tmp, final)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     write_table(checkpoints, out / "checkpoints.csv")
     ablation = [_with_task(pd.read_csv(task_folder(out, t) / "ablation.csv"), t) for t in tasks if is_done(out, t) and (task_folder(out, t) / "ablation.csv").is_file()]
     if ablation:
         write_table(pd.concat(ablation, ignore_index=True), out / "ablation.parquet")
-    log.info("dataset: %d rows from %d checkpoints -> %s", len(data), len(checkpoints), final)
+    log.info("dataset: %d rows from %d checkpoints -> %s", len(data), len(checkpoints), out / "dataset")
     return data, checkpoints
 
 

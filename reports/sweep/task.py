@@ -16,14 +16,13 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
-import tempfile
 import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from headlens.probes.errors import HeadlensError
+from headlens.probes.outputs import atomic_dir
 from headlens.reports.sweep.plan import SweepConfig, SweepTask
 
 log = logging.getLogger(__name__)
@@ -148,22 +147,14 @@ def run_task(task: SweepTask, config: SweepConfig, out: str, command: list[str])
         "census_s": round(t_census, 2), "wall_s": round(time.perf_counter() - t0, 2),
         "cpu_s": round(time.process_time() - c0, 2),  # CPU seconds of this worker (all its threads): a cost that does not depend on the machine's load
     }
-    final = task_folder(out, task)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{task.key}.", dir=final.parent))
-    try:
+    # a folder left incomplete by an earlier, interrupted run is replaced
+    with atomic_dir(task_folder(out, task)) as tmp:
         write_table(result.scores, tmp / "scores.csv")
         write_table(roles, tmp / "roles.csv")
         if ablation is not None:
             write_table(ablation, tmp / "ablation.csv")
         write_json(tmp / "checkpoint.json", info)
         write_json(tmp / "manifest.json", manifest)  # last: its presence marks the task done
-        if final.exists():  # a folder left incomplete by an earlier, interrupted run
-            shutil.rmtree(final)
-        os.replace(tmp, final)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return {**info, "status": "done", "error": None, "exit_code": 0}
 
 
