@@ -101,3 +101,14 @@ def test_demo_means_the_shipped_model_unless_a_demo_folder_is_here(tmp_path, mon
     (tmp_path / "demo" / "training_summary.json").write_text(json.dumps({"steps": 1500}))
     (task,) = plan_tasks(["demo"])  # as in the loader, a folder called demo here wins
     assert task.model == str(tmp_path / "demo") and task.step == 1500
+
+
+def test_a_held_out_text_every_task_would_fail_on_is_refused_before_ray_starts(runner, tmp_path):
+    pytest.importorskip("ray", reason="the sweep command needs Ray (the test extra installs it)")
+    from headlens.reports.cli.main import cli
+
+    empty = tmp_path / "empty.txt"
+    empty.write_text("  \n", encoding="utf-8")
+    res = runner.invoke(cli, ["sweep", "-m", "demo", "--text-file", str(empty), "--out", str(tmp_path / "sw")])
+    assert res.exit_code == 2 and "is empty" in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
+    assert not (tmp_path / "sw").exists()

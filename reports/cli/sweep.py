@@ -61,12 +61,15 @@ def sweep_cmd(models, revisions, steps, device, dtype, allow_new_weights, detect
     from headlens.reports.sweep.gather import gather, import_pyarrow
     from headlens.reports.sweep.plan import SweepConfig, parse_steps, plan_tasks
     from headlens.reports.tables import write_table
+    from headlens.reports.text_files import read_text_file
 
     import_ray()
     import_pyarrow()
     revs = [r for item in revisions for r in (parse_csv(item) or [])]
     for item in steps:
         revs += parse_steps(item)
+    if text_file:
+        read_text_file(text_file)  # a text every task would fail on is refused before Ray starts
     census = _census_config(detectors, n_prompts, seed, seq_len, window, no_bos, batch_size, referent_file, attention=attention, query_block=query_block)
     _precheck(census)
     config = SweepConfig(

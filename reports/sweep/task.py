@@ -43,12 +43,9 @@ def is_done(out: str | Path, task: SweepTask) -> bool:
 
 def _read_text(config: SweepConfig) -> tuple[str, str]:
     if config.text_file:
-        from headlens.probes.errors import InputError
+        from headlens.reports.text_files import read_text_file
 
-        try:
-            return Path(config.text_file).read_text(encoding="utf-8"), config.text_file
-        except (OSError, UnicodeDecodeError) as exc:
-            raise InputError(f"cannot read --text-file {config.text_file}: {exc}") from None
+        return read_text_file(config.text_file), config.text_file
     from headlens.analyses.stimuli import eval_text
 
     return eval_text(), "built-in evaluation text"
