@@ -268,6 +268,22 @@ def forwarded(args, names: list[str]) -> list[str]:
     return extra
 
 
+def measure_against_floor(script: str, modes: list[str], extra: list[str], *, floor: str, target_mode: str, target: float) -> tuple[dict, dict, list[dict]]:
+    """Memory of each mode in its own process, then the interleaved timing (mode ``paired``) in one
+    more; returns ``(memory, timing, table rows)`` with every ratio taken to ``floor`` and the
+    target on ``target_mode``.  A failed timing run ends the script with its error."""
+    mem = run_modes(script, modes, extra)
+    paired = run_modes(script, ["paired"], extra)["paired"]
+    if "error" in paired:
+        sys.exit(f"paired timing failed: {paired['error']}")
+    rows = []
+    for m in modes:
+        row = {"mode": m, "median_s": paired["medians_s"][m], "ratio": paired["ratios"][m], "floor": floor, "target": target if m == target_mode else None}
+        row.update({k: mem[m][k] for k in ("peak_MiB", "extra_MiB") if k in mem[m]})
+        rows.append(row)
+    return mem, paired, rows
+
+
 def write_json(path: str | None, payload: dict) -> None:
     if path:
         Path(path).parent.mkdir(parents=True, exist_ok=True)

@@ -70,16 +70,8 @@ def main() -> None:
         print(json.dumps(one_mode(args)))
         return
     extra = _common.forwarded(args, ["prompts", "tokens", "batch_size"])
-    mem = _common.run_modes(__file__, MODES, extra)
-    paired = _common.run_modes(__file__, ["paired"], extra)["paired"]
-    if "error" in paired:
-        sys.exit(f"paired timing failed: {paired['error']}")
+    mem, paired, rows = _common.measure_against_floor(__file__, MODES, extra, floor="hf_eager", target_mode="capture_all", target=TARGET)
     print(f"capture benchmark: GPT-2-{args.shape} shape, random weights, {args.prompts} prompts x {args.tokens} tokens, batch {args.batch_size}, {paired['device']}, {args.dtype}, {paired['threads']} threads, {args.repeats} interleaved rounds")
-    rows = []
-    for m in MODES:
-        row = {"mode": m, "median_s": paired["medians_s"][m], "ratio": paired["ratios"][m], "floor": "hf_eager", "target": TARGET if m == "capture_all" else None}
-        row.update({k: mem[m][k] for k in ("peak_MiB", "extra_MiB") if k in mem[m]})
-        rows.append(row)
     for line in _common.table(rows, floor_note="ratio: median of per-round ratios to hf_eager; memory: each mode alone (" + mem["capture_all"].get("memory", "?") + ")"):
         print(line)
     _common.write_json(args.json, {"memory": mem, "timing": paired, "rows": rows})

@@ -88,16 +88,8 @@ def main() -> None:
         print(json.dumps(one_mode(args)))
         return
     extra = _common.forwarded(args, ["prompts", "tokens", "batch_size"])
-    mem = _common.run_modes(__file__, MODES, extra)
-    paired = _common.run_modes(__file__, ["paired"], extra)["paired"]
-    if "error" in paired:
-        sys.exit(f"paired timing failed: {paired['error']}")
+    mem, paired, rows = _common.measure_against_floor(__file__, MODES, extra, floor="hf_eager", target_mode="census_full", target=TARGET)
     print(f"sinks benchmark: GPT-2-{args.shape} shape, random weights, {paired['n_sequences']} sequences x {args.tokens} tokens (evaluation text, no BOS), batch {args.batch_size}, {paired['device']}, {args.dtype}, {paired['threads']} threads, {args.repeats} interleaved rounds")
-    rows = []
-    for m in MODES:
-        row = {"mode": m, "median_s": paired["medians_s"][m], "ratio": paired["ratios"][m], "floor": "hf_eager", "target": TARGET if m == "census_full" else None}
-        row.update({k: mem[m][k] for k in ("peak_MiB", "extra_MiB") if k in mem[m]})
-        rows.append(row)
     for line in _common.table(rows, floor_note="ratio: median of per-round ratios to hf_eager; memory: each mode alone (" + mem["census_full"].get("memory", "?") + ")"):
         print(line)
     print(f"census_full / bridge_stop = {paired['full_vs_stop']:.3f}  (the hooks' own cost: same layers run, no statistics)")
