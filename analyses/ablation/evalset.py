@@ -64,6 +64,9 @@ class EvalSet:
     loss_start: int = 0  # loss counts the predictions made at positions >= loss_start
     #: embedding metric: the unablated model's sentence embeddings ``[item, d_model]`` (float64).
     reference: Float[Tensor, "item d_model"] | None = None
+    #: how the items were cut from their source (text windows: token offsets, BOS counted in the
+    #: window or not, stride): enough to rebuild every window, and so the loss, by hand
+    cut: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.metric not in METRICS:
@@ -108,11 +111,50 @@ class EvalSet:
         h.update(f"{self.metric}|{self.loss_start}".encode())
         return h.hexdigest()
 
+    @property
+    def n_predictions(self) -> int:
+        """Next-token predictions the loss averages over: positions ``loss_start <= t < length - 1``."""
+        return int((self.lengths - 1 - self.loss_start).clamp(min=0).sum())
+
     def describe(self) -> dict[str, Any]:
+        """What the set is, for manifests and journal keys: its source, size, fingerprint, and
+        (``cut``) how its items were cut, so that a reader can rebuild them and the loss by hand."""
         out = {**self.source, "metric": self.metric, "n_items": len(self), "n_tokens": self.n_tokens, "prepend_bos": self.prepend_bos, "fingerprint": self.fingerprint()}
+        if self.metric == "loss":
+            out["n_predictions"] = self.n_predictions
         if self.loss_start:
             out["loss_start"] = self.loss_start
+        if self.cut:
+            out["cut"] = self.cut
+        out["basis"] = self.basis()
         return out
+
+    def basis(self) -> str:
+        """One line saying what a value measured on this set is measured on (printed beside every
+        loss): e.g. ``16 windows x 128 tokens (BOS + 127 text tokens; 2,032 predictions) of the
+        built-in evaluation text``."""
+        src, n = self.source, len(self)
+        kind = src.get("kind")
+        if kind == "text":
+            window = int(src.get("window", int(self.lengths.max())))
+            body = f"BOS + {window - 1} text tokens" if self.prepend_bos else f"{window} text tokens, no BOS"
+            return f"{n} windows x {window} tokens ({body}; {self.n_predictions:,} predictions) of the {_source_name(src.get('text'))}, consecutive from its first token"
+        if kind == "repeated_random_tokens":
+            bos = "BOS + " if self.prepend_bos else "no BOS, "
+            where = "the second copy" if src.get("second_half_only") else "every position"
+            return f"{n} sequences of {bos}{src.get('T')} random tokens repeated twice (seed {src.get('seed')}; loss on {where}: {self.n_predictions:,} predictions)"
+        if kind == "task":
+            return f"{n} prompts of {src.get('task')} ({'BOS + prompt' if self.prepend_bos else 'no BOS'}; last position)"
+        if kind == "sentences":
+            lo, hi = int(self.lengths.min()), int(self.lengths.max())
+            return f"{n} sentences of the {_source_name(src.get('text'))} ({lo}-{hi} tokens, framing tokens included)"
+        return f"{n} items ({src.get('text', 'unnamed source')})"
+
+
+def _source_name(label: Any) -> str:
+    """``built-in evaluation text`` or ``text of --text-file F`` (for "... of the <name>")."""
+    label = str(label or "text")
+    return f"text of {label}" if label.startswith("--") else label
 
 
 def text_eval_set(
@@ -142,7 +184,18 @@ def text_eval_set(
     except StimulusError as exc:
         raise StimulusError(f"{source}: {exc}; pass a longer text, or fewer/shorter windows (--n-windows, --window)") from exc
     lengths = torch.full((tokens.shape[0],), window, dtype=torch.long)
-    return EvalSet(tokens=tokens, lengths=lengths, metric="loss", prepend_bos=prepend_bos, source={"kind": "text", "text": source, "n_windows": n_windows, "window": window})
+    per_window = window - int(prepend_bos)
+    cut = {
+        "scheme": "the text tokenized once without special tokens, cut into consecutive non-overlapping windows from its first token; a trailing partial window is dropped",
+        "window_includes_bos": prepend_bos,
+        "text_tokens_per_window": per_window,
+        "stride": per_window,
+        "offsets": [i * per_window for i in range(int(tokens.shape[0]))],
+        "offset_unit": "index of the window's first text token in the tokenized text",
+        "predictions_per_window": window - 1,
+        "scored": "positions 0 .. window-2 each predict the next token (a BOS is context only, never a target)" if prepend_bos else "positions 0 .. window-2 each predict the next token (the first text token is context only)",
+    }
+    return EvalSet(tokens=tokens, lengths=lengths, metric="loss", prepend_bos=prepend_bos, source={"kind": "text", "text": source, "n_windows": n_windows, "window": window}, cut=cut)
 
 
 def repeated_tokens_eval_set(
@@ -175,6 +228,7 @@ def repeated_tokens_eval_set(
         prepend_bos=prepend_bos,
         source={"kind": "repeated_random_tokens", "n": n, "T": T, "seed": seed, "second_half_only": second_half_only},
         loss_start=start,
+        cut={"scheme": "T random token ids (seeded) then the same T again", "window_includes_bos": prepend_bos, "length": int(body.shape[1]), "loss_from_position": start},
     )
 
 
