@@ -166,17 +166,47 @@ def summary_markdown(report: Any, *, model_name: str, figures: Sequence[Path] = 
     return "\n".join(out)
 
 
+def _lengths_stats(rows: pd.DataFrame, eps: float, suffix: str = "") -> str:
+    return (
+        f"mean alpha {rows['alpha' + suffix].mean():.3f} (uniform {rows['uniform_alpha' + suffix].mean():.3f}), "
+        f"sink rate {rows['sink_rate' + suffix].mean():.3f} (eps {eps:g}), first-token share {rows['first_share' + suffix].mean():.3f}, "
+        f"value-norm share {rows['value_norm_share' + suffix].mean():.3f}"
+    )
+
+
+def _window_line(label: str, layer: int, rows: pd.DataFrame) -> str:
+    """What a window layer's means averaged, length by length (see :mod:`headlens.analyses.sinks.lengths`)."""
+    window = int(rows["window"].iloc[0])
+    parts = []
+    for length, sub in rows.groupby("length", sort=True):
+        first = sub.iloc[0]
+        if first["queries"] == "visible":
+            parts.append(
+                f"{int(length)} tokens: {sub['alpha'].mean():.3f} over the {int(first['n_queries'])} queries that see token 0, "
+                f"{sub['alpha_all'].mean():.3f} over all {int(first['n_queries_all'])} queries"
+            )
+        else:
+            parts.append(f"{int(length)} tokens: {sub['alpha'].mean():.3f} over all {int(first['n_queries'])} queries (the window hides nothing)")
+    return f"window: {label}layer {layer} ({window}-key window), mean alpha over heads: " + "; ".join(parts)
+
+
 def lengths_lines(table: pd.DataFrame, eps: float) -> list[str]:
-    """One line per BOS setting and length of ``sinks --lengths``: mean alpha and first-token
-    share over heads, the share of (head, sequence) pairs above eps, uniform alpha, the path."""
+    """Console lines of ``sinks --lengths``.  Per BOS setting and length: the means over heads of
+    alpha, sink rate (eps), first-token and value-norm shares, uniform alpha, the path; where a
+    sliding window hides the first token from some queries, the same over all queries beside
+    them.  Then one line per window layer saying which queries its means average."""
     lines = []
     keys = ["bos", "length"] if "bos" in table else ["length"]
     for key, rows in table.groupby(keys, sort=True):
         bos, length = key if len(keys) == 2 else (None, key[0] if isinstance(key, tuple) else key)
         label = "" if bos is None else f"{_bos(bos)}, "
-        lines.append(
-            f"{label}{int(length)} tokens: mean alpha {rows['alpha'].mean():.3f} (uniform {rows['uniform_alpha'].mean():.3f}), "
-            f"sink rate {rows['sink_rate'].mean():.3f} (eps {eps:g}), first-token share {rows['first_share'].mean():.3f}, "
-            f"value-norm share {rows['value_norm_share'].mean():.3f} [{rows['attention'].iloc[0]}]"
-        )
+        line = f"{label}{int(length)} tokens: {_lengths_stats(rows, eps)} [{rows['attention'].iloc[0]}]"
+        if (rows["queries"] == "visible").any():
+            line += f"; window layers average the queries that see token 0; all queries: {_lengths_stats(rows, eps, '_all')}"
+        lines.append(line)
+    settings = table.groupby("bos", sort=True) if "bos" in table else [(None, table)]
+    for bos, part in settings:
+        label = "" if bos is None else f"{_bos(bos)}, "
+        for layer, rows in part[part["window"].notna()].groupby("layer", sort=True):
+            lines.append(_window_line(label, int(layer), rows))
     return lines

@@ -14,7 +14,8 @@ from headlens.probes.errors import InputError
 from headlens.reports.cli.main import cli
 from tests.helpers import assert_close
 
-STATS = ["alpha", "sink_rate", "first_share", "value_norm_share", "uniform_alpha"]
+STATS = ["alpha", "sink_rate", "first_share", "value_norm_share", "uniform_alpha", "n_queries"]
+STATS += [f"{s}_all" for s in STATS]
 
 
 def _both(model, lengths, block):

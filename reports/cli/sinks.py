@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from headlens.reports.cli.common import HEADS, model_options, parse_csv, parse_ints
+from headlens.reports.figures.common import figures_text
 from headlens.reports.models import named_models
 from headlens.reports.progress import progress_bars
 from headlens.reports.sinks_tables import write_tables
@@ -48,7 +49,9 @@ def sinks_cmd(model, device, dtype, revision, allow_new_weights, out_dir, eps, w
     summary.md and manifest.json to OUT.  With --text, only prints the seed measurement
     (and writes seed_text.csv and manifest.json when --out is given).  With --lengths, only
     the long-context study: sink_lengths.csv (alpha, sink rate, first-token share and
-    value-norm share per length, layer and head), sink_lengths.png/.svg and manifest.json.
+    value-norm share per length, layer and head; on a sliding-window layer both the mean over
+    the queries that see the first token and the mean over all queries), sink_lengths.png/.svg
+    and manifest.json.
     """
     import torch
 
@@ -141,7 +144,7 @@ def sinks_cmd(model, device, dtype, revision, allow_new_weights, out_dir, eps, w
         click.echo(f"note: first-token variant {name} not run: {why}", err=True)
     for name, why in (report.info.get("skipped") or {}).items():
         click.echo(f"note: {name} {why}", err=True)
-    click.echo(f"wrote {len(tables)} tables, {len(figures)} figures, summary.md and manifest.json to {out}")
+    click.echo(f"wrote {len(tables)} tables, {figures_text(figures)}, summary.md and manifest.json to {out}")
 
 
 def _lengths_study(model, device, dtype, revision, allow_new_weights, out_dir, lengths, eps, n_long, settings, prompts_file, attention, query_block, seed, quiet):
@@ -151,7 +154,7 @@ def _lengths_study(model, device, dtype, revision, allow_new_weights, out_dir, l
     import pandas as pd
     import torch
 
-    from headlens.analyses.sinks.lengths import LengthsConfig, sink_lengths
+    from headlens.analyses.sinks.lengths import LengthsConfig, sink_lengths, validate_lengths
     from headlens.probes.manifest import build_manifest
     from headlens.probes.outputs import write_json
     from headlens.probes.prompts import read_prompts
@@ -163,9 +166,12 @@ def _lengths_study(model, device, dtype, revision, allow_new_weights, out_dir, l
     loaded = _load(model, device, dtype, revision, allow_new_weights)
     out = Path(out_dir)
     parts, infos, configs = [], {}, {}
+    plan = [LengthsConfig(lengths=tuple(lengths), eps=eps, n_sequences=n_long, prepend_bos=bos, attention=attention, query_block=query_block) for bos in settings]
+    for config in plan:  # every setting is checked before the first forward
+        validate_lengths(loaded, config, documents=documents)
     with progress_bars("sinks", quiet=quiet) as progress:
-        for bos in settings:
-            config = LengthsConfig(lengths=tuple(lengths), eps=eps, n_sequences=n_long, prepend_bos=bos, attention=attention, query_block=query_block)
+        for config in plan:
+            bos = config.prepend_bos
             stage = f"lengths, {'BOS' if bos else 'no BOS'}"
             result = sink_lengths(loaded, config, documents=documents, progress=lambda done, total, stage=stage: progress(stage, done, total))
             parts.append(result.table.assign(bos=bos))
@@ -181,7 +187,7 @@ def _lengths_study(model, device, dtype, revision, allow_new_weights, out_dir, l
     write_json(out / "manifest.json", manifest)
     for line in lengths_lines(table, eps):
         click.echo(line)
-    click.echo(f"wrote sink_lengths.csv, {len(figures)} figures and manifest.json to {out}")
+    click.echo(f"wrote sink_lengths.csv, {figures_text(figures)} and manifest.json to {out}")
 
 
 def config_dict(config) -> dict:
