@@ -1,0 +1,133 @@
+"""Activation patching of every head's output (``hook_z``, the input of the output projection).
+
+* **denoising**: run the corrupted inputs with one head's ``z`` taken from the clean run; the
+  normalised metric (:mod:`headlens.analyses.patching.effects`) says how much of the clean
+  behaviour that one head restores (0: none, 1: all).
+* **noising**: run the clean inputs with one head's ``z`` taken from the corrupted run; on the
+  same 0 (corrupted) .. 1 (clean) scale, a value well below 1 means the head is needed.
+
+All positions at once, or each position alone (``per_position``).  ``hook_z`` has one slot per
+query head on every family (grouped-query models included), so this works wherever the census
+does.  Cost: one cached forward per direction and input, then for each layer ``L`` one forward
+per batch for all its heads (one copy of the batch per head) started at block ``L``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from headlens.analyses.patching.effects import Gap, normalised_effects, task_gap
+from headlens.analyses.patching.pairs import PairTask, pair_eval_sets
+from headlens.analyses.patching.runs import Patch, cache_run, can_start_late, patched_values
+from headlens.probes.errors import InputError
+from headlens.probes.loading import LoadedModel, check_layers_heads
+
+log = logging.getLogger(__name__)
+
+__all__ = ["PatchConfig", "PatchResult", "DIRECTIONS", "patch_heads", "PATCH_COLUMNS"]
+
+DIRECTIONS: tuple[str, ...] = ("denoising", "noising")
+#: Columns of the head table (per position: ``pos`` after ``name``).
+PATCH_COLUMNS = ["layer", "head", "name"] + [f"{d}{s}" for d in DIRECTIONS for s in ("", "_low", "_high", "_metric")]
+
+
+@dataclass(frozen=True, kw_only=True)
+class PatchConfig:
+    directions: tuple[str, ...] = DIRECTIONS
+    per_position: bool = False
+    heads: tuple[tuple[int, int], ...] | None = None  # None: every head
+    batch_size: int = 8
+    max_rows: int = 256  # rows (copies x pairs) per forward
+    n_resamples: int = 1000
+    seed: int = 0
+    start_late: bool = True  # start each layer's forwards at that block when the model allows
+
+    def __post_init__(self) -> None:
+        bad = [d for d in self.directions if d not in DIRECTIONS]
+        if bad or not self.directions:
+            raise InputError(f"unknown patching direction {bad[0] if bad else '(none)'!r}: choose from {', '.join(DIRECTIONS)}")
+        if self.batch_size < 1 or self.max_rows < 1:
+            raise InputError("batch_size and max_rows must be at least 1")
+
+
+@dataclass
+class PatchResult:
+    """The head table and everything needed to read it."""
+
+    table: pd.DataFrame  # PATCH_COLUMNS (plus ``pos``)
+    gap: Gap
+    per_item: dict[str, np.ndarray] = field(default_factory=dict)  # direction -> [patch, item] raw metric
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+def _patches(selection: dict[int, list[int]], width: int, per_position: bool) -> dict[int, list[Patch]]:
+    if not per_position:
+        return {layer: [(h, None) for h in heads] for layer, heads in selection.items()}
+    return {layer: [(h, p) for h in heads for p in range(width)] for layer, heads in selection.items()}
+
+
+def patch_heads(model: LoadedModel, task: PairTask, config: PatchConfig | None = None, *, progress: Callable[[str, int, int], None] | None = None) -> PatchResult:
+    """Activation patching of the selected heads (see the module doc).
+
+    ``progress(stage, done, total)`` is called after each layer of each direction.
+    """
+    config = config or PatchConfig()
+    selection = check_layers_heads(model, None, config.heads)
+    layers = sorted(selection)
+    clean_set, corrupt_set = pair_eval_sets(model, task, batch_size=config.batch_size)
+    late = config.start_late and can_start_late(model, clean_set)
+    resid_layers = [layer for layer in layers if layer > 0] if late else []
+    bs = config.batch_size
+    clean = cache_run(model, clean_set, z_layers=layers, resid_layers=resid_layers if "noising" in config.directions else [], batch_size=bs)
+    corrupt = cache_run(model, corrupt_set, z_layers=layers, resid_layers=resid_layers if "denoising" in config.directions else [], batch_size=bs)
+    metric = clean_set.metric
+    gap = task_gap(metric, clean.values.numpy(), corrupt.values.numpy(), n_resamples=config.n_resamples, seed=config.seed)
+    if not gap.defined:
+        log.warning("normalised patching effects are undefined: %s", gap.reason)
+    width = int(task.lengths.max())
+    plan = _patches(selection, width, config.per_position)
+    rows = [(layer, h, p) for layer in layers for h, p in plan[layer]]
+    columns: dict[str, Any] = {"layer": [r[0] for r in rows], "head": [r[1] for r in rows], "name": [f"{r[0]}.{r[1]}" for r in rows]}
+    if config.per_position:
+        columns["pos"] = [r[2] for r in rows]
+    per_item: dict[str, np.ndarray] = {}
+    total = len(layers) * len(config.directions)
+    done = 0
+    for direction in DIRECTIONS:
+        if direction not in config.directions:
+            continue
+        target_set, target_cache, source = (corrupt_set, corrupt, clean) if direction == "denoising" else (clean_set, clean, corrupt)
+        values = []
+        for layer in layers:
+            values.append(
+                patched_values(model, target_set, target_cache if late else None, source.z[layer], layer, plan[layer], batch_size=bs, max_rows=config.max_rows).numpy()
+            )
+            done += 1
+            if progress is not None:
+                progress(direction, done, total)
+        raw = np.concatenate(values) if values else np.zeros((0, len(task)))
+        per_item[direction] = raw
+        eff, low, high = normalised_effects(raw, clean.values.numpy(), corrupt.values.numpy(), gap, n_resamples=config.n_resamples, seed=config.seed)
+        columns[direction], columns[f"{direction}_low"], columns[f"{direction}_high"] = eff, low, high
+        with np.errstate(invalid="ignore"):
+            columns[f"{direction}_metric"] = np.nanmean(raw, axis=1) if raw.size else np.zeros(0)
+    table = pd.DataFrame(columns)
+    info = {
+        "metric": metric,
+        "gap": gap.describe(),
+        "directions": list(config.directions),
+        "per_position": config.per_position,
+        "started_late": late,
+        "batch_size": bs,
+        "n_resamples": config.n_resamples,
+        "seed": config.seed,
+        "interval": "95% percentile bootstrap over pairs of the linearised ratio of means (headlens.analyses.patching.effects)",
+        "task": task.describe(),
+    }
+    return PatchResult(table=table, gap=gap, per_item=per_item, info=info)

@@ -1,0 +1,162 @@
+"""Tasks of pairs: a clean and a corrupted text of the same token length, and the two answers.
+
+A task file is JSONL, one object a line: ``{"clean": ..., "corrupt": ..., "correct": ...,
+"incorrect": ...}`` (other keys are ignored).  ``clean`` and ``corrupt`` are framed as every
+prompt is (:meth:`headlens.probes.loading.LoadedModel.frame`) and must tokenize to the same
+length; ``correct`` and ``incorrect`` must each be one token (with the leading space the model
+sees, e.g. ``" Mary"``).  Anything else is refused in one line naming the line number.
+
+The metric of a pair (:func:`pair_eval_sets`) is the one of :mod:`headlens.analyses.ablation`:
+``logit-diff`` at the last real position on decoders whose output head was loaded; the
+embedding metric ``1 - cos(e, e_clean)`` (``e_clean`` the clean text's sentence embedding) on
+encoders and on models whose output head is new.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from jaxtyping import Int
+from torch import Tensor
+
+from headlens.analyses.ablation.embedding import sentence_embeddings
+from headlens.analyses.ablation.evalset import EvalSet
+from headlens.analyses.ablation.metrics import default_metric
+from headlens.probes.errors import InputError
+from headlens.probes.jsonl import read_jsonl
+
+log = logging.getLogger(__name__)
+
+__all__ = ["PairItem", "PairTask", "read_pair_file", "tokenize_pairs", "pair_task", "pair_eval_sets"]
+
+_KEYS = ("clean", "corrupt", "correct", "incorrect")
+
+
+@dataclass(frozen=True)
+class PairItem:
+    """One pair as written: texts and answers, and where it came from (``"line 3"``, ``"pair 3"``)."""
+
+    clean: str
+    corrupt: str
+    correct: str
+    incorrect: str
+    where: str = ""
+
+
+@dataclass
+class PairTask:
+    """Token ids of the pairs, right-padded; clean and corrupt rows have the same length."""
+
+    clean: Int[Tensor, "pair pos"]
+    corrupt: Int[Tensor, "pair pos"]
+    lengths: Int[Tensor, " pair"]
+    correct: Int[Tensor, " pair"]
+    incorrect: Int[Tensor, " pair"]
+    prepend_bos: bool
+    source: dict[str, Any] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return int(self.clean.shape[0])
+
+    def fingerprint(self) -> str:
+        h = hashlib.sha256()
+        for t in (self.clean, self.corrupt, self.lengths, self.correct, self.incorrect):
+            h.update(t.to(torch.int64).contiguous().numpy().tobytes())
+            h.update(b"|")
+        return h.hexdigest()
+
+    def describe(self) -> dict[str, Any]:
+        return {**self.source, "n_pairs": len(self), "width": int(self.clean.shape[1]), "prepend_bos": self.prepend_bos, "fingerprint": self.fingerprint()}
+
+
+def read_pair_file(path: str | Path) -> list[PairItem]:
+    """The pairs of a JSONL task file; one-line :class:`InputError` naming ``path:line`` otherwise."""
+    items: list[PairItem] = []
+    for lineno, obj in read_jsonl(path, what="task file"):
+        where = f"{path}:{lineno}"
+        if not isinstance(obj, dict):
+            raise InputError(f'{where}: each line must be a JSON object with "clean", "corrupt", "correct" and "incorrect"', path=str(path), line=lineno)
+        for key in _KEYS:
+            if not isinstance(obj.get(key), str) or not obj[key]:
+                raise InputError(f'{where}: needs a non-empty string field "{key}"', path=str(path), line=lineno)
+        if obj["correct"] == obj["incorrect"]:
+            raise InputError(f"{where}: correct and incorrect are the same text {obj['correct']!r}", path=str(path), line=lineno)
+        items.append(PairItem(obj["clean"], obj["corrupt"], obj["correct"], obj["incorrect"], where=where))
+    if not items:
+        raise InputError(f"task file {path} holds no pair", path=str(path))
+    return items
+
+
+def _one_token(tokenizer: Any, text: str, where: str, key: str) -> int:
+    ids = list(tokenizer(text, add_special_tokens=False)["input_ids"])
+    if len(ids) != 1:
+        pieces = [tokenizer.decode([i]) for i in ids]
+        raise InputError(f"{where}: {key} {text!r} is {len(ids)} tokens {pieces}, not one; use a single-token word (with its leading space, e.g. ' Mary')", key=key)
+    return int(ids[0])
+
+
+def tokenize_pairs(model: Any, items: Sequence[PairItem], *, prepend_bos: bool = True, source: dict[str, Any] | None = None) -> PairTask:
+    """Frame and tokenize ``items``; refuse (naming the item) pairs of different token lengths,
+    answers that are not one token, and pairs longer than the model's context."""
+    if not items:
+        raise InputError("the task holds no pair")
+    prefix, suffix = model.frame(prepend_bos)
+    tok = model.tokenizer
+    rows_c, rows_k, correct, incorrect = [], [], [], []
+    for i, item in enumerate(items, start=1):
+        where = item.where or f"pair {i}"
+        a = prefix + [int(t) for t in tok(item.clean, add_special_tokens=False)["input_ids"]] + suffix
+        b = prefix + [int(t) for t in tok(item.corrupt, add_special_tokens=False)["input_ids"]] + suffix
+        if len(a) != len(b):
+            raise InputError(f"{where}: clean is {len(a)} tokens and corrupt {len(b)}; a pair must have the same token length", where=where)
+        if len(a) > model.n_ctx:
+            raise InputError(f"{where}: {len(a)} tokens, longer than the model's context of {model.n_ctx}", where=where)
+        if a == b:
+            log.warning("%s: clean and corrupt are the same tokens", where)
+        rows_c.append(a)
+        rows_k.append(b)
+        correct.append(_one_token(tok, item.correct, where, "correct"))
+        incorrect.append(_one_token(tok, item.incorrect, where, "incorrect"))
+    pad = getattr(tok, "pad_token_id", None)
+    pad = int(pad if pad is not None else 0)
+    width = max(len(r) for r in rows_c)
+    clean = torch.full((len(items), width), pad, dtype=torch.long)
+    corrupt = clean.clone()
+    for i, (a, b) in enumerate(zip(rows_c, rows_k)):
+        clean[i, : len(a)] = torch.tensor(a)
+        corrupt[i, : len(b)] = torch.tensor(b)
+    return PairTask(
+        clean=clean,
+        corrupt=corrupt,
+        lengths=torch.tensor([len(r) for r in rows_c], dtype=torch.long),
+        correct=torch.tensor(correct, dtype=torch.long),
+        incorrect=torch.tensor(incorrect, dtype=torch.long),
+        prepend_bos=prepend_bos,
+        source=dict(source or {"kind": "pairs"}),
+    )
+
+
+def pair_task(model: Any, path: str | Path, *, prepend_bos: bool = True) -> PairTask:
+    """:func:`read_pair_file` then :func:`tokenize_pairs`."""
+    return tokenize_pairs(model, read_pair_file(path), prepend_bos=prepend_bos, source={"kind": "file", "task": str(path)})
+
+
+def pair_eval_sets(model: Any, task: PairTask, *, batch_size: int = 8) -> tuple[EvalSet, EvalSet]:
+    """``(clean, corrupt)`` evaluation sets measured by the same metric (see the module doc)."""
+    metric, why = default_metric(model)
+    if metric == "embedding":
+        log.info("patching measures the embedding metric: %s", why)
+        with torch.inference_mode():
+            ref = torch.cat(
+                [sentence_embeddings(model, task.clean[i : i + batch_size, : int(task.lengths[i : i + batch_size].max())], task.lengths[i : i + batch_size]).cpu() for i in range(0, len(task), batch_size)]
+            )
+        make = lambda t: EvalSet(tokens=t, lengths=task.lengths, metric="embedding", prepend_bos=task.prepend_bos, reference=ref, source=task.source)  # noqa: E731
+    else:
+        make = lambda t: EvalSet(tokens=t, lengths=task.lengths, metric="logit-diff", prepend_bos=task.prepend_bos, correct=task.correct, incorrect=task.incorrect, source=task.source)  # noqa: E731
+    return make(task.clean), make(task.corrupt)
