@@ -120,3 +120,54 @@ def test_cli_says_what_was_averaged_per_window_layer(runner, family_checkpoint, 
     info = manifest["sink_lengths"]["bos"]
     assert set(info["queries"]) == {"visible", "all"} and info["windows"] == {str(la): WINDOW for la in windowed}
     assert info["cuts"][str(LENGTH)] == {"text_tokens_per_sequence": LENGTH - 1, "offsets": [0, LENGTH - 1]}
+
+
+def test_lengths_too_short_is_refused_before_any_forward(runner, planted_checkpoint, planted_model, family_checkpoint, family_model, tmp_path, monkeypatch):
+    """``--lengths 2`` (and an encoder's ``--lengths 3``): one line naming the framing's real
+    counts, exit 2, and not one forward pass (the no-BOS setting used to run in full first)."""
+    import headlens.analyses.sinks.lengths as lengths_mod
+    from headlens.analyses.sinks.long_text import MIN_TEXT_TOKENS
+
+    calls = []
+    for name in ("run_to_last_pattern", "streamed_forward"):
+        real = getattr(lengths_mod, name)
+        monkeypatch.setattr(lengths_mod, name, lambda *a, real=real, name=name, **k: (calls.append(name), real(*a, **k))[1])
+    for checkpoint, model in ((planted_checkpoint, planted_model), (family_checkpoint("bert"), family_model("bert"))):
+        prefix, suffix = model.frame(True)
+        n_special = len(prefix) + len(suffix)
+        too_short = n_special + MIN_TEXT_TOKENS - 1
+        out = tmp_path / f"short{n_special}"
+        res = runner.invoke(cli, ["sinks", "-m", str(checkpoint), "--out", str(out), "--lengths", f"{too_short},32", "--bos", "both", "-q"])
+        assert res.exit_code == 2, res.output
+        assert calls == [] and not out.exists(), calls
+        lines = [ln for ln in res.output.strip().splitlines() if ln.startswith("headlens: error:")]
+        assert len(lines) == 1 and "Traceback" not in res.output, res.output
+        held = too_short - n_special
+        assert f"--lengths {too_short} holds {held} text token beside {n_special} special token" in lines[0], lines[0]
+        assert f"at least {MIN_TEXT_TOKENS} text tokens, so --lengths must be at least {n_special + MIN_TEXT_TOKENS}" in lines[0]
+
+
+def test_manifest_lets_a_reader_rebuild_every_sequence_and_alpha(runner, planted_checkpoint, planted_model, tmp_path):
+    """From manifest.json alone (text, offsets, framing, BOS counted in the length) the sequences
+    are rebuilt and a plain transformers forward gives the CSV's alpha, for both BOS settings."""
+    import transformers
+
+    out = tmp_path / "cuts"
+    res = runner.invoke(cli, ["sinks", "-m", str(planted_checkpoint), "--out", str(out), "--lengths", "16,48", "--n-long", "2", "--bos", "both", "-q"])
+    assert res.exit_code == 0, res.output
+    manifest = json.loads((out / "manifest.json").read_text())
+    table = pd.read_csv(out / "sink_lengths.csv")
+    hf = transformers.AutoModelForCausalLM.from_pretrained(str(planted_checkpoint), attn_implementation="eager").eval()
+    for key, bos in (("bos", True), ("no_bos", False)):
+        info = manifest["sink_lengths"][key]
+        assert info["prepend_bos"] is bos and "evaluation text" in info["text"]
+        for length in (16, 48):
+            seqs = _sequences(planted_model, info, length)
+            assert (seqs[0][0] == planted_model.bos_id) is bos and info["cuts"][str(length)]["offsets"][1] == length - (1 if bos else 0)
+            with torch.no_grad():
+                attn = hf(torch.tensor(seqs), output_attentions=True).attentions
+            for layer, a in enumerate(attn):
+                want = a[:, :, :, 0].double().mean(-1).mean(0)  # [head]: alpha averaged over the sequences
+                got = table[(table["bos"] == bos) & (table["length"] == length) & (table["layer"] == layer)].sort_values("head")
+                assert_close(got["alpha"].to_numpy(copy=True), want, "float32", f"{key} {length} layer {layer}")
+                assert (got["queries"] == "all").all() and (got["alpha"] == got["alpha_all"]).all()
