@@ -44,7 +44,10 @@ class ProgressBars:
         self._tenth: dict[str, int] = {}  # last tenth written (plain lines) by label
 
     def _name(self, stage: str | None) -> str:
+        """``label: stage``; a stage named like the label (``gqa`` under ``gqa``) is said once."""
         parts = [p for p in (self.label, stage) if p]
+        if len(parts) == 2 and parts[0] == parts[1]:
+            parts = parts[:1]
         return ": ".join(parts) or "progress"
 
     def __call__(self, *args: Any) -> None:

@@ -60,6 +60,11 @@ class GQAConfig:
     batch_size: int = 8
     cache_dtype: str | None = None
 
+    def __post_init__(self) -> None:
+        for g in self.group_sizes or ():
+            if isinstance(g, bool) or not isinstance(g, int) or g < 2:
+                raise InputError(f"group size {g!r}: the rule is g > 1 (a group pools g KV heads into one; g = 1 is the model itself, always measured as the baseline)", group=g)
+
 
 @dataclass
 class GQAResult:
@@ -91,7 +96,7 @@ def check_gqa(model: Any, config: GQAConfig) -> tuple[int, list[int]]:
         raise InputError("the model is already multi-query (1 KV head per layer): there is nothing to pool")
     sizes = list(config.group_sizes) if config.group_sizes else group_sizes(n_kv)
     for g in sizes:
-        if g < 2 or n_kv % g:
+        if n_kv % g:
             raise InputError(f"group size {g} does not divide the {n_kv} KV heads per layer (choose from {', '.join(map(str, group_sizes(n_kv)))})", group=g)
     bad = [x for x in config.groupings if x not in GROUPINGS]
     if bad or not config.groupings:

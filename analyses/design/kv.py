@@ -19,7 +19,7 @@ import pandas as pd
 from headlens.probes.attention import attention_spec
 from headlens.probes.errors import InputError
 
-__all__ = ["KVConfig", "KV_COLUMNS", "BYTES", "kv_cache_table", "group_sizes", "layer_kv_heads"]
+__all__ = ["KVConfig", "KV_COLUMNS", "BYTES", "check_kv", "kv_cache_table", "group_sizes", "layer_kv_heads"]
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +41,18 @@ class KVConfig:
 def group_sizes(n: int) -> list[int]:
     """Group sizes ``g > 1`` that divide ``n`` KV heads: 2, 4, ... up to ``n`` (MQA)."""
     return [g for g in range(2, n + 1) if n % g == 0]
+
+
+def check_kv(model: Any, config: KVConfig) -> None:
+    """Refuse a KV-cache question that has no answer: an encoder (it caches nothing at inference)
+    or a ``context`` longer than the model's."""
+    if getattr(model, "is_encoder", False):
+        raise InputError(
+            f"{getattr(model, 'name', 'the model')} is a bidirectional encoder: it keeps no KV cache at inference (every token is encoded in one pass, nothing is generated token by token), so there is no cache to size"
+        )
+    n_ctx = int(model.n_ctx)
+    if config.context is not None and config.context > n_ctx:
+        raise InputError(f"context {config.context} is longer than the model's context of {n_ctx} tokens", context=config.context)
 
 
 def layer_kv_heads(model: Any, *, pool: int = 1, removed: tuple[tuple[int, int], ...] = ()) -> list[int]:

@@ -91,14 +91,6 @@ def _metric_manifest(metric: str, chosen: str) -> dict[str, Any]:
     return out
 
 
-def _what(data: Any, metric: str, window: int, label: str) -> str:
-    if metric == "loss":
-        return f"{data.describe().get('n_windows', len(data))} windows x {window} tokens ({label})"
-    if metric == "embedding":
-        return f"{len(data)} sentences ({label}; {int(data.lengths.min())}-{int(data.lengths.max())} tokens)"
-    return f"{len(data)} prompts ({label})"
-
-
 def _read_inputs(metric: str | None, text_file: str | None, task_file: str | None) -> tuple[Any, str]:
     """Read the text or task file (syntax only; token checks need the model's tokenizer)."""
     from headlens.analyses.ablation.evalset import read_task
@@ -240,7 +232,7 @@ def ablate_cmd(model, device, dtype, revision, allow_new_weights, method, metric
     _write_table(table, out)
     journal.finish()
 
-    click.echo(f"{method} ablation of {len(table)} head(s) on {_what(data, metric, window, label)}; metric {_metric_label(metric)}")
+    click.echo(f"{method} ablation of {len(table)} head(s) on {data.basis()}; metric {_metric_label(metric)}")
     click.echo(f"unablated {_metric_label(metric)}: {result.unablated_value:.6g}" + (f"; with the {len(mask)} masked head(s) removed: {result.baseline_value:.6g}" if mask else ""))
     shown = table.reindex(table["delta"].abs().sort_values(ascending=False).index).head(10)
     click.echo("heads with the largest |delta|:")
@@ -331,7 +323,7 @@ def prune_cmd(model, device, dtype, revision, allow_new_weights, metric, text_fi
     journal.finish()
 
     how = "exact single-head ablation importance" if metric == "embedding" else "gradient importance"
-    click.echo(f"pruned {loaded.name} by {how} in {len(curve) - 1} step(s); metric {_metric_label(metric)}, unablated {result.baseline_value:.6g}")
+    click.echo(f"pruned {loaded.name} by {how} in {len(curve) - 1} step(s) on {data.basis()}; metric {_metric_label(metric)}, unablated {result.baseline_value:.6g}")
     cols = ["step", "n_removed", "fraction_removed", "value", "relative_change", "random_mean", "random_std", "kv_bytes_saved_per_1k_tokens"]
     click.echo(curve[cols].to_string(index=False, float_format=lambda x: f"{x:.4g}"))
     within = f"an embedding change of at most {max_increase:g}" if metric == "embedding" else f"+{max_increase:.0%}"

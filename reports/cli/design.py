@@ -56,7 +56,15 @@ def _out_dir(out_dir: str, journal_name: str, *, overwrite: bool, resume: bool) 
     out = Path(out_dir)
     if out.is_dir() and (out / journal_name).is_file() and (resume or not overwrite):
         return out
+    if resume:
+        log.warning("--resume: %s holds no journal (%s), so there is nothing to resume: starting afresh", out, journal_name)
     return check_out_dir(out, overwrite=overwrite)
+
+
+def _with_basis(markdown: str, data: Any) -> str:
+    """``markdown`` with the line saying what the loss is measured on after its title."""
+    title, sep, rest = markdown.partition("\n\n")
+    return f"{title}{sep}Loss on {data.basis()}.\n\n{rest}" if sep else f"{markdown}\nLoss on {data.basis()}.\n"
 
 
 def _journal(out: Path, name: str, loaded: Any, data: Any, configs: dict[str, Any], *, resume: bool, overwrite: bool) -> Any:
@@ -102,7 +110,8 @@ def kv_cmd(model, device, dtype, revision, allow_new_weights, batch, context, ca
     layer caches at most its window.
     """
     from headlens.analyses.ablation.masks import read_mask
-    from headlens.analyses.design.kv import KVConfig, kv_cache_table
+    from headlens.analyses.design.kv import KVConfig, check_kv, kv_cache_table
+    from headlens.probes.errors import InputError
     from headlens.probes.manifest import build_manifest
     from headlens.probes.outputs import atomic_write, check_out_file, write_json
 
@@ -115,6 +124,12 @@ def kv_cmd(model, device, dtype, revision, allow_new_weights, batch, context, ca
     loaded = _load(model, device, dtype, revision, allow_new_weights)
     mask = read_mask(mask_file, n_layers=loaded.n_layers, n_heads=loaded.n_heads) if mask_file else None
     config = KVConfig(batch=batch, context=context, cache_dtype=cache_dtype)
+    try:
+        check_kv(loaded, config)
+    except InputError as exc:
+        if "context" not in exc.fields:
+            raise  # an encoder: one line, exit 2
+        raise click.BadParameter(str(exc), param_hint="--context") from None
     table = kv_cache_table(loaded, config, removed=mask.heads if mask is not None else None)
     click.echo(f"KV cache of {model} (2 tensors, K and V, per layer, per KV head, per cached token)")
     click.echo(text_table(table.drop(columns=["formula"])))
@@ -156,8 +171,13 @@ def gqa_cmd(model, device, dtype, revision, allow_new_weights, text_file, n_wind
     from headlens.probes.outputs import write_json, write_text
     from headlens.reports.figures.design import loss_vs_cache
 
+    from headlens.probes.errors import InputError
+
+    try:
+        config = GQAConfig(group_sizes=group_sizes, groupings=tuple(parse_csv(grouping) or ()), batch_size=batch_size)
+    except InputError as exc:
+        raise click.BadParameter(str(exc), param_hint="--group-sizes") from None
     out = _out_dir(out_dir, "gqa.journal.jsonl", overwrite=overwrite, resume=resume)
-    config = GQAConfig(group_sizes=group_sizes, groupings=tuple(parse_csv(grouping) or ()), batch_size=batch_size)
     items = read_task(task_file) if task_file else None
     loaded = _load(model, device, dtype, revision, allow_new_weights)
     data = _text_set(loaded, text_file, n_windows=n_windows, window=window, no_bos=no_bos)
@@ -171,11 +191,11 @@ def gqa_cmd(model, device, dtype, revision, allow_new_weights, text_file, n_wind
     kv = kv_cache_table(loaded, KVConfig())
     files = _write_csvs({"summary": res.summary, "heads": res.heads, "groups": res.groups, "comparison": res.comparison, "kv": kv, "task": res.task}, out)
     figs = loss_vs_cache(res.summary, out / "gqa_loss_vs_cache", title=f"GQA what-if: {model}")
-    write_text(out / "summary.md", gqa_markdown(res, model, figure="gqa_loss_vs_cache.png"))
+    write_text(out / "summary.md", _with_basis(gqa_markdown(res, model, figure="gqa_loss_vs_cache.png"), data))
     extra = {"gqa": {"data": data.describe(), "task": task.describe() if task is not None else None, "resumed": journal.resumed, "files": {**files, "figures": [str(p) for p in figs]}}}
     write_json(out / "manifest.json", build_manifest(model=loaded, command=["headlens", *sys.argv[1:]], prepend_bos=not no_bos, configs={"gqa": config}, extra=extra))
     journal.finish()
-    click.echo(f"GQA what-if on {len(data)} windows x {window} tokens; JS in bits, mean over queries")
+    click.echo(f"GQA what-if, loss on {data.basis()}; JS in bits, mean over queries")
     click.echo(text_table(res.summary))
     for line in gqa_reading(res.summary, res.comparison):
         click.echo(line)
@@ -230,11 +250,11 @@ def projections_cmd(model, device, dtype, revision, allow_new_weights, text_file
         roles, scores = (None, None) if no_roles else knockout_roles(loaded, census, config, progress=progress, journal=journal)
     files.update(_write_csvs({"role_changes": roles, "census_scores": scores}, out))
     figs = knockout_heatmap(losses, out / "knockout", title=f"projection knockout: {model}")
-    write_text(out / "summary.md", projections_markdown(losses, roles, model, figure="knockout.png"))
+    write_text(out / "summary.md", _with_basis(projections_markdown(losses, roles, model, figure="knockout.png"), data))
     extra = {"projections": {"data": data.describe(), "resumed": journal.resumed, "files": {**files, "figures": [str(p) for p in figs]}}}
     write_json(out / "manifest.json", build_manifest(model=loaded, command=["headlens", *sys.argv[1:]], prepend_bos=not no_bos, configs={"projections": config, "census": census}, extra=extra))
     journal.finish()
-    click.echo(f"projection knockout on {len(data)} windows x {window} tokens")
+    click.echo(f"projection knockout, loss on {data.basis()}")
     click.echo(text_table(losses))
     for line in knockout_reading(losses, roles):
         click.echo(line)
