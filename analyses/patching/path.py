@@ -1,0 +1,240 @@
+"""Path patching: how much of the clean behaviour one sender head restores through one receiver
+head's query, key or value input alone (Wang et al. 2022).
+
+For a sender ``s`` (layer ``ls``) and a receiver ``r`` (layer ``lr > ls``), on the corrupted inputs:
+
+1. run with ``s``'s ``z`` taken from the clean run and **every other head** (layers ``ls`` to
+   ``lr - 1``) frozen at its corrupted ``z``; MLPs and norms recompute.  Keep ``r``'s input
+   (``hook_q``, ``hook_k`` or ``hook_v`` of layer ``lr``, head ``r``'s slot);
+2. run again with only that input of ``r`` replaced by the kept one; measure the metric.
+
+The effect is the normalised metric of step 2 (:mod:`headlens.analyses.patching.effects`): 0 is
+the corrupted run, 1 the clean one.  A previous-token head feeding an induction head by
+K-composition restores the induction head's behaviour through ``k`` and not through ``q``; a head
+that merely sits upstream restores little through any single input.
+
+Batching: step 1 runs once per sender layer (one copy of the batch per sender head, from block
+``ls``, stopped after the last receiver layer), step 2 once per receiver and sender layer (from
+block ``lr``).  Under grouped-query attention ``k`` and ``v`` have one slot per key-value head,
+shared by a group of query heads: patching receiver ``r``'s ``k`` patches its group's
+(``receiver_slot`` in the table says which).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+from torch import Tensor
+
+from headlens.analyses.ablation.evalset import EvalSet
+from headlens.analyses.ablation.hooks import z_hook_name
+from headlens.analyses.ablation.metrics import model_values
+from headlens.analyses.ablation.suffix import run_from_layer
+from headlens.analyses.patching.effects import Gap, normalised_effects, task_gap
+from headlens.analyses.patching.pairs import PairTask, pair_eval_sets
+from headlens.analyses.patching.runs import RunCache, cache_run, can_start_late
+from headlens.probes.errors import InputError, InterventionError
+from headlens.probes.hooks import HookFn, attached
+from headlens.probes.loading import LoadedModel, check_layers_heads
+
+log = logging.getLogger(__name__)
+
+__all__ = ["PathConfig", "PathResult", "RECEIVER_INPUTS", "path_patch", "strongest_edges", "PATH_COLUMNS"]
+
+RECEIVER_INPUTS: tuple[str, ...] = ("q", "k", "v")
+PATH_COLUMNS = ["sender_layer", "sender_head", "sender", "receiver", "receiver_input", "receiver_slot", "effect", "effect_low", "effect_high", "metric"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class PathConfig:
+    receivers: tuple[tuple[int, int], ...]
+    receiver_input: str = "k"
+    batch_size: int = 8
+    n_resamples: int = 1000
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.receiver_input not in RECEIVER_INPUTS:
+            raise InputError(f"unknown receiver input {self.receiver_input!r}: choose from {', '.join(RECEIVER_INPUTS)}")
+        if not self.receivers:
+            raise InputError("path patching needs at least one receiver head")
+
+
+@dataclass
+class PathResult:
+    table: pd.DataFrame  # PATH_COLUMNS
+    gap: Gap
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+class _Stop(Exception):
+    """Raised after the last receiver input was kept: the rest of the forward is not needed."""
+
+
+def _slot(model: LoadedModel, head: int, which: str) -> int:
+    if which == "q":
+        return head
+    n_kv = int(getattr(model.bridge.cfg, "n_key_value_heads", None) or model.n_heads)
+    return head // (model.n_heads // n_kv)
+
+
+def _input_hook(layer: int, which: str) -> str:
+    return f"blocks.{layer}.attn.hook_{which}"
+
+
+def _frozen(z_rows: Tensor, sender: Sequence[int] = (), clean_rows: Tensor | None = None) -> HookFn:
+    """``hook_z``: every head at its corrupted value (``z_rows`` repeated per copy); copy ``c``'s head ``sender[c]`` at its clean value."""
+
+    def fn(z: Tensor, hook: Any = None) -> Tensor:  # noqa: ARG001
+        k = z.shape[0] // z_rows.shape[0]
+        out = z_rows[:, : z.shape[1]].to(device=z.device, dtype=z.dtype).repeat(k, 1, 1, 1)
+        if sender:
+            ov = out.view(k, z_rows.shape[0], *out.shape[1:])
+            src = clean_rows[:, : z.shape[1]].to(device=z.device, dtype=z.dtype)
+            for c, h in enumerate(sender):
+                ov[c, :, :, h] = src[:, :, h]
+        return out
+
+    return fn
+
+
+def _replace_slot(values: Tensor, slot: int) -> HookFn:
+    """``hook_q/k/v``: slot ``slot`` replaced by ``values`` ``[copies*batch, pos, d_head]``."""
+
+    def fn(x: Tensor, hook: Any = None) -> Tensor:  # noqa: ARG001
+        x = x.clone()
+        x[:, :, slot] = values[:, : x.shape[1]].to(device=x.device, dtype=x.dtype)
+        return x
+
+    return fn
+
+
+def _run(model: LoadedModel, tokens: Tensor, resid: dict[int, Tensor], layer: int, rows: list[int], width: int, k: int, hooks: list, **kw: Any) -> Any:
+    if layer > 0 and layer in resid:
+        r = resid[layer][rows, :width].to(model.device).repeat(k, 1, 1)
+        return run_from_layer(model, tokens, r, layer, hooks, **kw)
+    with attached(model.bridge, hooks):
+        return model.bridge(tokens.to(model.device), return_type="logits", **kw)
+
+
+def _check_input_edits(model: LoadedModel, data: EvalSet, layer: int, which: str) -> None:
+    """Refuse when replacing ``hook_{which}`` of ``layer`` (every slot) does not change the output (a post-hoc hook)."""
+    tokens, lengths, _ = data.batch([0])
+    with torch.inference_mode():
+        base = model.bridge(tokens.to(model.device), return_type="logits")
+
+        def scramble(x: Tensor, hook: Any = None) -> Tensor:  # noqa: ARG001
+            x = x.flip(1) * 3 + 1
+            return x
+
+        with attached(model.bridge, [(_input_hook(layer, which), scramble)]):
+            moved = model.bridge(tokens.to(model.device), return_type="logits")
+    if torch.equal(base, moved):
+        raise InterventionError(f"path patching: replacing hook_{which} of layer {layer} does not change this model's output, so a patch there would not take effect", layer=layer)
+
+
+def path_patch(model: LoadedModel, task: PairTask, config: PathConfig, *, progress: Callable[[str, int, int], None] | None = None) -> PathResult:
+    """Sender x receiver table (see the module doc); senders are every head before each receiver's layer."""
+    receivers = list(dict.fromkeys(config.receivers))
+    check_layers_heads(model, None, tuple(receivers))
+    for layer, head in receivers:
+        if layer == 0:
+            raise InputError(f"receiver {layer}.{head} is in layer 0: no head sends to it", head=f"{layer}.{head}")
+    which, bs = config.receiver_input, config.batch_size
+    clean_set, corrupt_set = pair_eval_sets(model, task, batch_size=bs)
+    top = max(layer for layer, _ in receivers)
+    late = can_start_late(model, clean_set)
+    layers = list(range(top))
+    clean = cache_run(model, clean_set, z_layers=layers, batch_size=bs)
+    corrupt: RunCache = cache_run(model, corrupt_set, z_layers=layers, resid_layers=[x for x in range(1, top + 1)] if late else [], batch_size=bs)
+    gap = task_gap(clean_set.metric, clean.values.numpy(), corrupt.values.numpy(), n_resamples=config.n_resamples, seed=config.seed)
+    if not gap.defined:
+        log.warning("normalised path-patching effects are undefined: %s", gap.reason)
+    slots = {r: _slot(model, r[1], which) for r in receivers}
+    for lr in sorted({r[0] for r in receivers}):
+        _check_input_edits(model, corrupt_set, lr, which)
+    n, H = len(task), model.n_heads
+    # step 1: receivers' inputs with each sender patched, others frozen: (ls, sender head, receiver) -> [item, pos, d_head]
+    kept: dict[tuple[int, int, tuple[int, int]], Tensor] = {}
+    total, done = top + top * len(receivers), 0
+    with torch.inference_mode():
+        for ls in range(top):
+            senders = list(range(H))
+            for rows in corrupt_set.rows(bs):
+                tokens, lengths, width = corrupt_set.batch(rows)
+                zc = {layer: corrupt.z[layer][rows, :width] for layer in range(ls, top)}
+                hooks: list = [(z_hook_name(ls), _frozen(zc[ls], senders, clean.z[ls][rows, :width]))]
+                hooks += [(z_hook_name(layer), _frozen(zc[layer])) for layer in range(ls + 1, top)]
+                got: dict[int, Tensor] = {}
+                needed = sorted({lr for lr, _ in receivers if lr > ls})
+
+                def keeper(lr: int) -> HookFn:
+                    def fn(x: Tensor, hook: Any = None) -> None:  # noqa: ARG001
+                        got[lr] = x.detach().clone()
+                        if lr == needed[-1]:
+                            raise _Stop
+
+                    return fn
+
+                hooks += [(_input_hook(lr, which), keeper(lr)) for lr in needed]
+                toks = tokens.repeat(len(senders), 1)
+                try:
+                    _run(model, toks, corrupt.resid, ls, rows, width, len(senders), hooks)
+                except _Stop:
+                    pass
+                for r in receivers:
+                    if r[0] <= ls:
+                        continue
+                    x = got[r[0]].view(len(senders), len(rows), width, *got[r[0]].shape[2:])
+                    for c, h in enumerate(senders):
+                        store = kept.setdefault((ls, h, r), torch.zeros(n, task.clean.shape[1], x.shape[-1], dtype=x.dtype))
+                        store[rows, :width] = x[c, :, :, slots[r]].cpu()
+            done += 1
+            if progress is not None:
+                progress("senders", done, total)
+        # step 2: each receiver's input replaced by the kept one, one copy per sender of a layer
+        out_rows = []
+        for r in receivers:
+            lr = r[0]
+            for ls in range(lr):
+                values = torch.zeros(H, n, dtype=torch.float64)
+                for rows in corrupt_set.rows(bs):
+                    tokens, lengths, width = corrupt_set.batch(rows)
+                    repl = torch.cat([kept[(ls, h, r)][rows, :width] for h in range(H)])
+                    hooks = [(_input_hook(lr, which), _replace_slot(repl, slots[r]))]
+
+                    def run(t: Tensor, _h: list = hooks, _rows: list = rows, _w: int = width, **kw: Any) -> Any:
+                        return _run(model, t, corrupt.resid, lr, _rows, _w, H, _h, **kw)
+
+                    values[:, rows] = model_values(model, tokens, lengths, corrupt_set, rows, copies=H, run=run).cpu().view(H, len(rows))
+                eff, low, high = normalised_effects(values.numpy(), clean.values.numpy(), corrupt.values.numpy(), gap, n_resamples=config.n_resamples, seed=config.seed)
+                for h in range(H):
+                    out_rows.append([ls, h, f"{ls}.{h}", f"{lr}.{r[1]}", which, slots[r], eff[h], low[h], high[h], float(values[h].mean())])
+                done += 1
+                if progress is not None:
+                    progress("receivers", done, total)
+    table = pd.DataFrame(out_rows, columns=PATH_COLUMNS)
+    info = {
+        "metric": clean_set.metric,
+        "gap": gap.describe(),
+        "receivers": [f"{a}.{b}" for a, b in receivers],
+        "receiver_input": which,
+        "started_late": late,
+        "frozen": "every head other than the sender, layers sender..receiver-1, at its corrupted z; MLPs recompute",
+        "n_resamples": config.n_resamples,
+        "seed": config.seed,
+        "task": task.describe(),
+    }
+    return PathResult(table=table, gap=gap, info=info)
+
+
+def strongest_edges(table: pd.DataFrame, k: int = 5) -> pd.DataFrame:
+    """The ``k`` edges with the largest effect (by absolute value)."""
+    order = np.argsort(-np.abs(table["effect"].to_numpy(dtype=float)), kind="stable")
+    return table.iloc[order[:k]].reset_index(drop=True)
