@@ -23,8 +23,9 @@ Bidirectional attention (encoders; :func:`layer_causal`): the detectors get
 ``BatchContext.causal=False`` there, so baselines are ``1/n`` for ``n`` real keys and the sink
 alpha averages over every query; on encoders the framing tokens are neither queries nor
 targets of the positional detectors (``exclude_frame``).  A detector that only measures
-bidirectional attention (``Detector.causal_rule``: next-token) is NaN on causal layers, with
-a note in ``CensusResult.detector_notes`` and the stimuli info's ``notes`` (summary, manifest).
+bidirectional attention (``Detector.causal_rule``: next-token) is not run by default when every
+layer is causal; asked for by name, or on a model with some bidirectional layers, it is NaN on
+causal layers, with a note in ``CensusResult.detector_notes`` and the stimuli info's ``notes``.
 
 Eager or streaming (``CensusConfig.attention``; :mod:`headlens.analyses.heads.passes`): the
 eager pass reads ``hook_pattern`` (``batch x head x n x n`` floats per layer); the streaming pass
@@ -51,7 +52,7 @@ import torch
 from torch import Tensor
 
 from headlens.analyses.stats import bootstrap_mean_ci
-from headlens.analyses.heads.detectors import get_detectors
+from headlens.analyses.heads.detectors import census_detectors
 from headlens.analyses.heads.detectors.referent import REFERENT_COLUMNS, SPLIT_SEED, min_referent_prompts, referent_statistics
 from headlens.analyses.heads.census_notes import bidirectional_notes as _bidirectional_notes, causal_note as _causal_note, window_notes as _window_notes
 from headlens.analyses.heads.passes import run_pass
@@ -314,7 +315,8 @@ def run_census(
         raise InputError(f"--window must be at least 2, got {config.window}")
     if config.query_block < 1:
         raise InputError(f"--query-block must be at least 1, got {config.query_block}")
-    detectors = get_detectors(list(config.detectors) if config.detectors is not None else None)
+    causal = layer_causal(model)
+    detectors = census_detectors(list(config.detectors) if config.detectors is not None else None, all_causal=all(causal))
     kinds = {d.stimulus for d in detectors}
     stimuli = build_stimuli(model, config, kinds)
     width = max((int(s.batch.tokens.shape[1]) for s in stimuli.values()), default=1)
@@ -324,7 +326,6 @@ def run_census(
     rows: list[dict[str, Any]] = []
     note_rows: list[dict[str, Any]] = []
     L, H = model.n_layers, model.n_heads
-    causal = layer_causal(model)
     encoder = bool(getattr(model, "is_encoder", False))
     detector_notes: dict[str, str] = {}
     stim_notes: dict[str, list[str]] = {}

@@ -14,7 +14,7 @@ from functools import cache
 from headlens.analyses.heads.detectors.base import STIMULI, BatchContext, Detector, DetectorOutput
 from headlens.probes.errors import InputError
 
-__all__ = ["Detector", "DetectorOutput", "BatchContext", "registry", "get_detectors", "detector_names", "STIMULI"]
+__all__ = ["Detector", "DetectorOutput", "BatchContext", "registry", "get_detectors", "census_detectors", "detector_names", "STIMULI"]
 
 
 @cache
@@ -48,3 +48,12 @@ def get_detectors(names: list[str] | tuple[str, ...] | None = None) -> list[Dete
     if not names:
         raise InputError(f"no detector chosen: choose from {', '.join(reg)}")
     return [reg[n] for n in dict.fromkeys(names)]
+
+
+def census_detectors(names: list[str] | tuple[str, ...] | None, *, all_causal: bool) -> list[Detector]:
+    """The detectors a census runs: those called ``names``; by default (None) every registered
+    one, except, when every layer is causal (``all_causal``), those that measure nothing on
+    causal attention (``Detector.causal_rule``: next-token).  Asked for by name, they run."""
+    if names is not None:
+        return get_detectors(names)
+    return [d for d in registry().values() if not (all_causal and d.causal_rule)]
