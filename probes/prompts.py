@@ -14,7 +14,7 @@ from torch import Tensor
 from headlens.probes.errors import InputError
 from headlens.probes.jsonl import read_jsonl, read_text
 
-__all__ = ["TokenBatch", "read_prompts", "tokenize_prompts", "token_strings", "iter_batches"]
+__all__ = ["TokenBatch", "read_prompts", "tokenize_prompts", "decoder_frame", "token_strings", "iter_batches"]
 
 
 @dataclass
@@ -119,26 +119,23 @@ def tokenize_prompts(
     *,
     prepend_bos: bool,
     n_ctx: int,
+    frame: tuple[Sequence[int], Sequence[int]],
     truncate: bool = False,
-    frame: tuple[Sequence[int], Sequence[int]] | None = None,
 ) -> TokenBatch:
     """Tokenize without special tokens, wrap each prompt in ``frame``, right-pad with ``pad_id``.
 
-    ``frame`` is ``(prefix ids, suffix ids)``, :meth:`headlens.probes.loading.LoadedModel.frame`
-    (``([CLS], [SEP])`` on BERT, ``([BOS], [])`` on decoders); :func:`headlens.probes.capture.tokenize_for`
-    passes the model's.  Without it the decoder convention holds: ``[BOS]`` first when
-    ``prepend_bos``, nothing after.  A prompt longer than ``n_ctx`` tokens (framing included)
-    is an error unless ``truncate``, which cuts the text and keeps the whole framing.
+    ``frame`` is ``(prefix ids, suffix ids)``: :meth:`headlens.probes.loading.LoadedModel.frame`
+    (``([CLS], [SEP])`` on BERT, ``([BOS], [])`` on decoders, ``([], [])`` with
+    ``prepend_bos=False``), the one rule for how a prompt is framed; it is required, as the
+    tokenizer alone cannot tell (TransformerLens gives BERT's tokenizer a BOS that is ``[UNK]``).
+    :func:`headlens.probes.capture.tokenize_for` passes the model's.  A prompt longer than
+    ``n_ctx`` tokens (framing included) is an error unless ``truncate``, which cuts the text and
+    keeps the whole framing.
     """
     if not prompts:
         raise InputError("no prompt given")
     bos = tokenizer.bos_token_id
-    if frame is None:
-        if prepend_bos and bos is None:
-            raise InputError("this tokenizer has no BOS token; run with --no-bos")
-        prefix, suffix = ([int(bos)] if prepend_bos else []), []
-    else:
-        prefix, suffix = [int(t) for t in frame[0]], [int(t) for t in frame[1]]
+    prefix, suffix = [int(t) for t in frame[0]], [int(t) for t in frame[1]]
     room = n_ctx - len(prefix) - len(suffix)
     ids: list[list[int]] = []
     for i, text in enumerate(prompts):
@@ -176,6 +173,21 @@ def tokenize_prompts(
         n_prefix=len(prefix),
         n_suffix=len(suffix),
     )
+
+
+def decoder_frame(tokenizer: Any, prepend_bos: bool) -> tuple[list[int], list[int]]:
+    """``([BOS], [])`` (``([], [])`` without ``prepend_bos``): a decoder's framing, for a caller
+    holding a bare decoder tokenizer and no :class:`~headlens.probes.loading.LoadedModel`.
+
+    Never for a model: :meth:`LoadedModel.frame` is the rule there (an encoder's tokenizer has
+    a ``bos_token_id`` that is ``[UNK]`` once TransformerLens has set it up).
+    """
+    if not prepend_bos:
+        return [], []
+    bos = getattr(tokenizer, "bos_token_id", None)
+    if bos is None:
+        raise InputError("this tokenizer has no BOS token; run with --no-bos")
+    return [int(bos)], []
 
 
 def token_strings(tokenizer: Any, ids: Sequence[int]) -> list[str]:

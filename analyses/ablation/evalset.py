@@ -21,7 +21,7 @@ from torch import Tensor
 from headlens.analyses.stimuli import random_repeated_tokens, text_windows
 from headlens.probes.errors import InputError, StimulusError
 from headlens.probes.jsonl import read_jsonl
-from headlens.probes.prompts import tokenize_prompts
+from headlens.probes.prompts import decoder_frame, tokenize_prompts
 
 log = logging.getLogger(__name__)
 
@@ -167,8 +167,12 @@ def text_eval_set(
     n_ctx: int,
     bos_id: int | None = None,
     source: str = "built-in evaluation text",
+    frame: tuple[Sequence[int], Sequence[int]] | None = None,
 ) -> EvalSet:
     """``n_windows`` windows of ``window`` tokens (BOS included when ``prepend_bos``) cut from ``text``.
+
+    ``frame``: the model's framing (:meth:`headlens.probes.loading.LoadedModel.frame`), which
+    replaces ``prepend_bos``/``bos_id`` for the tokens; every caller holding a model passes it.
 
     Empty text, a window longer than the model's context, or a text too short for the
     windows asked for: one-line :class:`InputError` / :class:`StimulusError`.
@@ -177,10 +181,11 @@ def text_eval_set(
         raise InputError(f"{source} is empty", source=source)
     if window > n_ctx:
         raise InputError(f"--window {window} is longer than the model's context of {n_ctx} tokens", window=window)
-    if window < 2 + int(prepend_bos):
-        raise InputError(f"--window {window} is too short: need at least {2 + int(prepend_bos)} tokens for one next-token prediction", window=window)
+    n_special = int(prepend_bos) if frame is None else len(frame[0]) + len(frame[1])
+    if window < 2 + n_special:
+        raise InputError(f"--window {window} is too short: need at least {2 + n_special} tokens for one next-token prediction", window=window)
     try:
-        tokens = text_windows(tokenizer, text, window, n_windows, prepend_bos=prepend_bos, bos_id=bos_id)
+        tokens = text_windows(tokenizer, text, window, n_windows, prepend_bos=prepend_bos, bos_id=bos_id, frame=frame)
     except StimulusError as exc:
         raise StimulusError(f"{source}: {exc}; pass a longer text, or fewer/shorter windows (--n-windows, --window)") from exc
     lengths = torch.full((tokens.shape[0],), window, dtype=torch.long)
@@ -270,14 +275,20 @@ def _single_token(tokenizer: Any, text: str, *, where: str, key: str) -> int:
     return int(ids[0])
 
 
-def task_eval_set(tokenizer: Any, items: Sequence[TaskItem], *, prepend_bos: bool, n_ctx: int, source: str = "task") -> EvalSet:
-    """Tokenize task prompts (right-padded) and check that every target is one token."""
+def task_eval_set(
+    tokenizer: Any, items: Sequence[TaskItem], *, prepend_bos: bool, n_ctx: int, source: str = "task", frame: tuple[Sequence[int], Sequence[int]] | None = None
+) -> EvalSet:
+    """Tokenize task prompts (right-padded) and check that every target is one token.
+
+    ``frame``: the model's framing (:meth:`headlens.probes.loading.LoadedModel.frame`; every
+    caller holding a model passes it); without it, a bare decoder tokenizer's
+    (:func:`headlens.probes.prompts.decoder_frame`)."""
     correct, incorrect = [], []
     for i, item in enumerate(items, start=1):
         where = f"{source} prompt {i}"
         correct.append(_single_token(tokenizer, item.correct, where=where, key="correct"))
         incorrect.append(_single_token(tokenizer, item.incorrect, where=where, key="incorrect"))
-    batch = tokenize_prompts(tokenizer, [it.prompt for it in items], prepend_bos=prepend_bos, n_ctx=n_ctx)
+    batch = tokenize_prompts(tokenizer, [it.prompt for it in items], prepend_bos=prepend_bos, n_ctx=n_ctx, frame=decoder_frame(tokenizer, prepend_bos) if frame is None else frame)
     return EvalSet(
         tokens=batch.tokens,
         lengths=batch.lengths,

@@ -11,7 +11,6 @@
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import logging
 from collections.abc import Sequence
 from typing import Any
@@ -46,12 +45,7 @@ def _tokens_batch(tokens: torch.Tensor, prepend_bos: bool, frame: tuple[list[int
 
 def tokenize_framed(model: LoadedModel, prompts: Sequence[str], prepend_bos: bool, n_ctx: int, truncate: bool) -> TokenBatch:
     """Prompts wrapped in the model's framing (``[BOS] text``, ``[CLS] text [SEP]``), at most ``n_ctx`` tokens each."""
-    frame = frame_tokens(model, prepend_bos)
-    if "frame" in inspect.signature(tokenize_prompts).parameters:
-        return tokenize_prompts(model.tokenizer, list(prompts), prepend_bos=prepend_bos, n_ctx=n_ctx, truncate=truncate, frame=frame)
-    if frame[1]:
-        raise InputError("this version of probes.prompts cannot wrap prompts in [CLS] ... [SEP]; run with --no-bos")
-    return tokenize_prompts(model.tokenizer, list(prompts), prepend_bos=prepend_bos, n_ctx=n_ctx, truncate=truncate)
+    return tokenize_prompts(model.tokenizer, list(prompts), prepend_bos=prepend_bos, n_ctx=n_ctx, truncate=truncate, frame=frame_tokens(model, prepend_bos))
 
 
 def _available_windows(model: LoadedModel, window: int, prepend_bos: bool) -> int:

@@ -231,7 +231,7 @@ class _Steps:
 def _run_content(model: LoadedModel, config: SinkConfig, report: SinkReport, prog: Callable[[str], Any]) -> None:
     prefix, suffix = frame_tokens(model, True) if _is_encoder(model) else ([model.bos_id] if model.bos_id is not None else [], [])
     if config.prompts is not None:
-        body_batch = tokenize_prompts(model.tokenizer, list(config.prompts), prepend_bos=False, n_ctx=config.window - 1 - len(suffix), truncate=True)
+        body_batch = tokenize_prompts(model.tokenizer, list(config.prompts), prepend_bos=False, n_ctx=config.window - 1 - len(suffix), truncate=True, frame=([], []))
         if bool((body_batch.lengths != body_batch.lengths[0]).any()):
             shortest = int(body_batch.lengths.min())
             body = body_batch.tokens[:, :shortest]
@@ -241,7 +241,7 @@ def _run_content(model: LoadedModel, config: SinkConfig, report: SinkReport, pro
             body = body[: config.n_prompts]
     else:
         n = n_windows(model, config)
-        body = text_windows(model.tokenizer, eval_text(), config.window - 1 - len(suffix), n, prepend_bos=False)
+        body = text_windows(model.tokenizer, eval_text(), config.window - 1 - len(suffix), n, frame=([], []))
     rows = []
     skipped: dict[str, str] = {}
     first = prefix[0] if prefix else None

@@ -109,11 +109,11 @@ def _eval_set(loaded: Any, metric: str, source: Any, label: str, *, n_windows: i
     from headlens.analyses.ablation.evalset import task_eval_set, text_eval_set
 
     if metric == "logit-diff":
-        return task_eval_set(loaded.tokenizer, source, prepend_bos=prepend_bos, n_ctx=loaded.n_ctx, source=label)
+        return task_eval_set(loaded.tokenizer, source, prepend_bos=prepend_bos, n_ctx=loaded.n_ctx, source=label, frame=loaded.frame(prepend_bos))
     if metric == "embedding":
         sentences = split_sentences(source, complete_only=label == "built-in evaluation text")
         return embedding_eval_set(loaded, sentences, n_sentences=n_sentences, max_tokens=min(window, loaded.n_ctx), prepend_bos=prepend_bos, source=label)
-    return text_eval_set(loaded.tokenizer, source, n_windows=n_windows, window=window, prepend_bos=prepend_bos, n_ctx=loaded.n_ctx, bos_id=loaded.bos_id, source=label)
+    return text_eval_set(loaded.tokenizer, source, n_windows=n_windows, window=window, prepend_bos=prepend_bos, n_ctx=loaded.n_ctx, source=label, frame=loaded.frame(prepend_bos))
 
 
 def _model_key(loaded: Any) -> dict[str, Any]:

@@ -45,7 +45,7 @@ def _text_set(loaded: Any, text_file: str | None, *, n_windows: int, window: int
 
     check_metric(loaded, "loss")
     text, label = (eval_text(), "built-in evaluation text") if text_file is None else (read_text_file(text_file), f"--text-file {text_file}")
-    return text_eval_set(loaded.tokenizer, text, n_windows=n_windows, window=window, prepend_bos=not no_bos, n_ctx=loaded.n_ctx, bos_id=loaded.bos_id, source=label)
+    return text_eval_set(loaded.tokenizer, text, n_windows=n_windows, window=window, prepend_bos=not no_bos, n_ctx=loaded.n_ctx, source=label, frame=loaded.frame(not no_bos))
 
 
 def _out_dir(out_dir: str, journal_name: str, *, overwrite: bool, resume: bool) -> Path:
@@ -181,7 +181,7 @@ def gqa_cmd(model, device, dtype, revision, allow_new_weights, text_file, n_wind
     items = read_task(task_file) if task_file else None
     loaded = _load(model, device, dtype, revision, allow_new_weights)
     data = _text_set(loaded, text_file, n_windows=n_windows, window=window, no_bos=no_bos)
-    task = task_eval_set(loaded.tokenizer, items, prepend_bos=not no_bos, n_ctx=loaded.n_ctx, source=task_file) if items else None
+    task = task_eval_set(loaded.tokenizer, items, prepend_bos=not no_bos, n_ctx=loaded.n_ctx, source=task_file, frame=loaded.frame(not no_bos)) if items else None
     check_gqa(loaded, config)  # bad input is refused before the journal exists
     check_pooling(loaded)
     journal = _journal(out, "gqa", loaded, data, {"gqa": config}, resume=resume, overwrite=overwrite)

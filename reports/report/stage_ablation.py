@@ -36,7 +36,7 @@ def _eval_set(ctx: StageContext, loaded: Any) -> tuple[Any, dict[str, Any]]:
         data = embedding_eval_set(loaded, split_sentences(text, complete_only=True), n_sentences=d["n_sentences"], max_tokens=d["max_tokens"], prepend_bos=d["prepend_bos"], source=label)
         return data, {"metric": metric, "metric_why": why, "metric_definition": EMBEDDING_DEFINITION}
     d = ctx.settings.eval_data(loaded.n_ctx)
-    data = text_eval_set(loaded.tokenizer, text, n_windows=d["n_windows"], window=d["window"], prepend_bos=d["prepend_bos"], n_ctx=loaded.n_ctx, bos_id=loaded.bos_id, source=label)
+    data = text_eval_set(loaded.tokenizer, text, n_windows=d["n_windows"], window=d["window"], prepend_bos=d["prepend_bos"], n_ctx=loaded.n_ctx, source=label, frame=loaded.frame(d["prepend_bos"]))
     return data, {"metric": metric}
 
 

@@ -75,7 +75,7 @@ def _run(ctx: StageContext) -> dict[str, Any]:
         skip["roles"] = QUICK_ROLES_NOTE
     text, label = ctx.settings.eval_source()
     d = ctx.settings.eval_data(loaded.n_ctx)
-    data = text_eval_set(loaded.tokenizer, text, n_windows=d["n_windows"], window=d["window"], prepend_bos=d["prepend_bos"], n_ctx=loaded.n_ctx, bos_id=loaded.bos_id, source=label)
+    data = text_eval_set(loaded.tokenizer, text, n_windows=d["n_windows"], window=d["window"], prepend_bos=d["prepend_bos"], n_ctx=loaded.n_ctx, source=label, frame=loaded.frame(d["prepend_bos"]))
     journal = open_journal(ctx.dir / JOURNAL, "report-design", {**ctx.key, "data": data.fingerprint()})
     with journal:
         tables = design_section_tables(

@@ -30,17 +30,18 @@ class Example:
 
 
 def _run_examples(ctx: StageContext) -> dict[str, Any]:
-    from headlens.probes.capture import capture
+    from headlens.probes.capture import capture, tokenize_for
     from headlens.probes.config import CaptureConfig
     from headlens.probes.outputs import atomic_write, write_json
-    from headlens.probes.prompts import tokenize_prompts
 
     loaded = ctx.model()
     prompts = list(ctx.settings.example_prompts)
     limit = min(MAX_EXAMPLE_TOKENS, loaded.n_ctx)
     bos = ctx.settings.prepend_bos
-    full_len = [len(loaded.tokenizer(p, add_special_tokens=False)["input_ids"]) + int(bos) for p in prompts]
-    batch = tokenize_prompts(loaded.tokenizer, prompts, prepend_bos=bos, n_ctx=limit, truncate=True)
+    # framed as every prompt is (LoadedModel.frame: [BOS] text, or [CLS] text [SEP] on an encoder)
+    batch = tokenize_for(loaded, prompts, prepend_bos=bos, truncate=True, n_ctx=limit)
+    n_frame = sum(len(ids) for ids in loaded.frame(bos))
+    full_len = [len(loaded.tokenizer(p, add_special_tokens=False)["input_ids"]) + n_frame for p in prompts]
     cap = capture(loaded, batch, CaptureConfig(what=("pattern",), prepend_bos=bos, batch_size=ctx.settings.batch_size))
     arrays = {}
     for i in range(len(prompts)):
@@ -78,6 +79,8 @@ STAGE = Stage(
     "attention on example prompts",
     _run_examples,
     _load_examples,
-    lambda s: {"prompts": list(s.example_prompts), "prepend_bos": s.prepend_bos, "max_tokens": MAX_EXAMPLE_TOKENS},
+    # "framing": examples written before they were framed by LoadedModel.frame (an encoder's
+    # [CLS] ... [SEP]) have another key and are recomputed, not resumed
+    lambda s: {"prompts": list(s.example_prompts), "prepend_bos": s.prepend_bos, "max_tokens": MAX_EXAMPLE_TOKENS, "framing": "model"},
     _apply,
 )

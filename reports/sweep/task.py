@@ -56,7 +56,7 @@ def _eval_set(loaded: Any, config: SweepConfig) -> Any:
 
     text, source = _read_text(config)
     window = min(config.loss_window, loaded.n_ctx)
-    return text_eval_set(loaded.tokenizer, text, n_windows=config.loss_windows, window=window, prepend_bos=True, n_ctx=loaded.n_ctx, bos_id=loaded.bos_id, source=source)
+    return text_eval_set(loaded.tokenizer, text, n_windows=config.loss_windows, window=window, prepend_bos=True, n_ctx=loaded.n_ctx, source=source, frame=loaded.frame(True))
 
 
 def heldout_loss(loaded: Any, config: SweepConfig, data: Any = None) -> dict[str, Any]:
