@@ -1,0 +1,149 @@
+"""Direct logit attribution: each component's share of the logit difference, through the final
+norm's frozen scale.
+
+At each pair's last real position the residual stream entering the final norm is a sum of
+components: the embeddings (``blocks.0.hook_resid_pre``), each head's output (its ``z`` through
+the output projection, the projection's bias left out), each layer's attention-output bias,
+and each MLP's output.  The logit difference after the final norm and the unembedding is
+affine in the norm's normalised output ``n``: ``LD = n . a + c`` (``a`` is the gradient, ``c``
+the value at ``n = 0``: the norm's bias and the unembedding bias projected on
+``correct - incorrect``).  With the norm's scale ``s`` frozen at its value in the run,
+``n`` is linear in the stream (``(x - mean(x)) / s`` for LayerNorm, ``x / s`` for RMSNorm), so
+component ``x_k`` contributes ``n(x_k) . a`` and the contributions plus ``c`` ("biases") sum to
+the model's logit difference.  That sum is checked on every run; a model where it does not hold
+(an output softcap, blocks that are not a sum) is refused, never reported approximately.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import warnings
+
+import numpy as np
+import pandas as pd
+import torch
+from torch import Tensor
+
+from headlens.analyses.patching.pairs import PairTask
+from headlens.probes.errors import UnsupportedModelError
+from headlens.probes.hooks import attached
+from headlens.probes.loading import LoadedModel
+
+__all__ = ["DLAResult", "direct_logit_attribution", "DLA_COLUMNS", "SUM_TOL"]
+
+DLA_COLUMNS = ["component", "kind", "layer", "head", "dla", "dla_sd"]
+#: The components must sum to the model's logit difference within this (relative to max(1, |LD|)).
+SUM_TOL = 1e-4
+
+
+@dataclass
+class DLAResult:
+    table: pd.DataFrame  # DLA_COLUMNS: mean and standard deviation over pairs
+    per_item: np.ndarray  # [component, item]
+    logit_diff: np.ndarray  # [item] the model's own
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+def _final_norm_kind(x: Tensor, normed: Tensor, scale: Tensor) -> str:
+    """``layernorm`` or ``rmsnorm``: which of the two the final norm's normalised output is."""
+    ln = (x - x.mean(-1, keepdim=True)) / scale
+    rms = x / scale
+    tol = 1e-4 * max(1.0, float(normed.abs().max()))
+    if float((ln - normed).abs().max()) <= tol:
+        return "layernorm"
+    if float((rms - normed).abs().max()) <= tol:
+        return "rmsnorm"
+    raise UnsupportedModelError("direct logit attribution: the final norm's output is neither (x - mean) / scale nor x / scale for this model")
+
+
+def direct_logit_attribution(model: LoadedModel, task: PairTask, *, batch_size: int = 8, tokens: str = "clean") -> DLAResult:
+    """Per-component direct logit attribution on the ``tokens`` ("clean" or "corrupt") side of ``task``."""
+    if model.is_encoder or model.head_is_new:
+        raise UnsupportedModelError("direct logit attribution reads the output head's logits, which this model has not (an encoder, or a newly initialised head)")
+    names = ["ln_final.hook_in", "ln_final.hook_normalized", "ln_final.hook_scale", "blocks.0.hook_resid_pre"]
+    if any(n not in model.hook_names() for n in names):
+        raise UnsupportedModelError("direct logit attribution needs the final norm's hooks (ln_final.hook_in/normalized/scale), which this model lacks")
+    n_l, n_h = model.n_layers, model.n_heads
+    ids = task.clean if tokens == "clean" else task.corrupt
+    per_item: list[np.ndarray] = []
+    model_ld: list[np.ndarray] = []
+    kind = None
+    for start in range(0, len(task), batch_size):
+        rows = list(range(start, min(start + batch_size, len(task))))
+        lengths = task.lengths[rows]
+        width = int(lengths.max())
+        toks = ids[rows, :width].to(model.device)
+        last = (lengths - 1).to(model.device)
+        idx = torch.arange(len(rows), device=model.device)
+        got: dict[str, Tensor] = {}
+
+        def keep(name: str) -> Any:
+            def fn(x: Tensor, hook: Any = None) -> None:  # noqa: ARG001
+                got[name] = x.detach()[idx, last].double()
+
+            return fn
+
+        hooks = [(n, keep(n)) for n in names]
+        hooks += [(f"blocks.{l}.attn.hook_z", keep(f"z{l}")) for l in range(n_l)]
+        hooks += [(f"blocks.{l}.hook_attn_out", keep(f"attn{l}")) for l in range(n_l)]
+        hooks += [(f"blocks.{l}.hook_mlp_out", keep(f"mlp{l}")) for l in range(n_l)]
+        correct, incorrect = task.correct[rows].to(model.device), task.incorrect[rows].to(model.device)
+        with torch.inference_mode(), attached(model.bridge, hooks):
+            logits = model.bridge(toks, return_type="logits")
+        final = logits[idx, last].double()
+        ld = final[idx, correct] - final[idx, incorrect]
+        # LD as an affine function of the normalised output n: a = dLD/dn, c = LD(n = 0)
+        leaf = torch.zeros(len(rows), width, got["ln_final.hook_normalized"].shape[-1], dtype=logits.dtype, device=model.device, requires_grad=True)
+
+        def swap(x: Tensor, hook: Any = None) -> Tensor:  # noqa: ARG001
+            return leaf
+
+        with torch.enable_grad(), attached(model.bridge, [("ln_final.hook_normalized", swap)]), warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # the bridge notes that it rebuilds the norm's output from the edited value: that is the point
+            out = model.bridge(toks, return_type="logits")
+            c_ld = out[idx, last, correct] - out[idx, last, incorrect]
+            (grad,) = torch.autograd.grad(c_ld.sum(), [leaf])
+        a = grad[idx, last].double()
+        c = c_ld.detach().double()
+        x, normed, scale = got["ln_final.hook_in"], got["ln_final.hook_normalized"], got["ln_final.hook_scale"]
+        kind = kind or _final_norm_kind(x, normed, scale)
+
+        def direct(v: Tensor) -> Tensor:
+            v = v - v.mean(-1, keepdim=True) if kind == "layernorm" else v
+            return ((v / scale) * a).sum(-1)
+
+        parts = [direct(got["blocks.0.hook_resid_pre"])]
+        total = got["blocks.0.hook_resid_pre"].clone()
+        for l in range(n_l):
+            o = model.bridge.blocks[l].attn.o.original_component
+            z = got[f"z{l}"].to(logits.dtype)  # [b, head, d_head]
+            with torch.inference_mode():
+                bias = o(torch.zeros_like(z.flatten(1))).double()
+                for h in range(n_h):
+                    zh = torch.zeros_like(z)
+                    zh[:, h] = z[:, h]
+                    parts.append(direct(o(zh.flatten(1)).double() - bias))
+            parts.append(direct(bias))
+            parts.append(direct(got[f"mlp{l}"]))
+            total = total + got[f"attn{l}"] + got[f"mlp{l}"]
+        if float((total - x).abs().max()) > SUM_TOL * max(1.0, float(x.abs().max())):
+            raise UnsupportedModelError("direct logit attribution: the stream entering the final norm is not the sum of embeddings, attention and MLP outputs for this model")
+        parts.append(c)
+        stacked = torch.stack(parts).cpu().numpy()  # [component, item]
+        if float(np.abs(stacked.sum(0) - ld.cpu().numpy()).max()) > SUM_TOL * max(1.0, float(ld.abs().max())):
+            raise UnsupportedModelError("direct logit attribution: the components do not sum to the model's logit difference (the output is not affine in the final norm's output: a logit softcap?)")
+        per_item.append(stacked)
+        model_ld.append(ld.cpu().numpy())
+    values = np.concatenate(per_item, axis=1)
+    labels: list[tuple[str, str, int | None, int | None]] = [("embeddings", "embeddings", None, None)]
+    for l in range(n_l):
+        labels += [(f"{l}.{h}", "head", l, h) for h in range(n_h)]
+        labels += [(f"attn_bias.{l}", "bias", l, None), (f"mlp.{l}", "mlp", l, None)]
+    labels.append(("final_biases", "bias", None, None))
+    table = pd.DataFrame(labels, columns=["component", "kind", "layer", "head"])
+    table["dla"] = values.mean(1)
+    table["dla_sd"] = values.std(1, ddof=1) if values.shape[1] > 1 else np.nan
+    info = {"tokens": tokens, "final_norm": kind, "scale": "frozen at its value in the run", "n_pairs": len(task), "sum_tolerance": SUM_TOL}
+    return DLAResult(table=table, per_item=values, logit_diff=np.concatenate(model_ld), info=info)
