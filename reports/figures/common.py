@@ -10,7 +10,7 @@ import pandas as pd
 
 from headlens.probes.outputs import atomic_write
 
-__all__ = ["save_heatmap", "save_figure", "detector_heatmaps"]
+__all__ = ["save_heatmap", "save_figure", "detector_heatmaps", "titled", "figures_text"]
 
 
 class _Figures:
@@ -50,6 +50,21 @@ _SAVE_RC = {"svg.hashsalt": "headlens"}  # stable SVG ids
 
 #: savefig metadata that keeps files byte-identical from run to run
 _STABLE_METADATA = {"svg": {"Date": None}, "pdf": {"CreationDate": None, "ModDate": None}, "png": {"Software": None}}
+
+
+def figures_text(paths: Sequence[str | Path]) -> str:
+    """How many figures ``paths`` hold, counting a figure saved in several formats once:
+    ``"1 figure (PNG, SVG)"``, ``"3 figures (PNG, SVG)"``, ``"no figure"``."""
+    stems = {Path(p).with_suffix("") for p in paths}
+    formats = sorted({Path(p).suffix.lstrip(".").upper() for p in paths}, key=lambda f: ("PNG", "SVG", "PDF").index(f) if f in ("PNG", "SVG", "PDF") else 9)
+    if not stems:
+        return "no figure"
+    return f"{len(stems)} figure{'s' if len(stems) != 1 else ''} ({', '.join(formats)})"
+
+
+def titled(title: str, note: str | None) -> str:
+    """A figure title with ``note`` (e.g. a smoke-test mark) as its second line."""
+    return f"{title}\n{note}" if note else title
 
 
 def save_figure(fig, stem: str | Path, formats: Sequence[str] = ("png", "svg")) -> list[Path]:
