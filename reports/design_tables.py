@@ -8,7 +8,9 @@ import html
 import logging
 from typing import Any
 
+from headlens.analyses.verdicts import difference_verdict
 from headlens.reports.markdown import markdown_cell, markdown_table
+from headlens.reports.verdict_text import smoke_sentence, verdict_words
 
 __all__ = ["text_table", "gqa_markdown", "gqa_reading", "knockout_reading", "projections_markdown", "design_section_markdown"]
 
@@ -20,8 +22,9 @@ def text_table(table: Any) -> str:
     return table.to_string(index=False, float_format=lambda x: f"{x:.4g}")
 
 
-def gqa_markdown(res: Any, model_name: str, *, figure: str | None = None) -> str:
-    """Markdown of a GQA what-if: the loss/cache table, the groups, the heads that move most, the reading."""
+def gqa_markdown(res: Any, model_name: str, *, figure: str | None = None, n_items: int | None = None) -> str:
+    """Markdown of a GQA what-if: the loss/cache table, the groups, the heads that move most, the
+    reading (``n_items``: the evaluation windows, for :func:`gqa_reading`)."""
     s = res.summary
     lines = [f"# GQA what-if: {model_name}", "", "K and V of the KV heads in a group mean-pooled in every layer (no retraining); loss on text windows; JS = Jensen-Shannon divergence (bits) between each head's original and pooled attention rows, mean over queries.", ""]
     lines += [markdown_table(s, floatfmt=".4g"), ""]
@@ -34,27 +37,35 @@ def gqa_markdown(res: Any, model_name: str, *, figure: str | None = None) -> str
         lines += ["## Task metric", "", markdown_table(res.task, floatfmt=".4g"), ""]
     if res.comparison is not None:
         lines += ["## Similarity vs adjacent grouping (paired over windows)", "", markdown_table(res.comparison, floatfmt=".4f"), ""]
-    lines += ["## Reading", "", *gqa_reading(s, res.comparison), ""]
+    lines += ["## Reading", "", *gqa_reading(s, res.comparison, n_items=n_items), ""]
     return "\n".join(lines)
 
 
-def gqa_reading(s: Any, comparison: Any = None) -> list[str]:
+def gqa_reading(s: Any, comparison: Any = None, *, n_items: int | None = None, smoke: bool = False) -> list[str]:
+    """One line per group size: each grouping's loss change with its interval, and similar minus
+    adjacent, each worded by :func:`headlens.analyses.verdicts.difference_verdict` (``n_items``:
+    the windows the intervals come from; ``smoke``: a ``--quick`` run, which states no finding)."""
     out = []
     comp = {} if comparison is None else {int(r.g): r for r in comparison.itertuples(index=False)}
+
+    def words(low: Any, high: Any, *, above: str, below: str, versus: str = "0") -> str:
+        return verdict_words(difference_verdict(low, high, n_items=n_items, smoke=smoke), above=above, below=below, versus=versus)
+
     for g, rows in s[s["grouping"] != "original"].groupby("g"):
         by = {r.grouping: r for r in rows.itertuples(index=False)}
         first = rows.iloc[0]
         line = f"- g={g} ({first.kv_saved:.0%} of the cache saved): loss change " + ", ".join(
-            f"{r.loss_change:+.4f} [{r.change_ci_low:+.4f}, {r.change_ci_high:+.4f}] {name}" for name, r in by.items()
+            f"{r.loss_change:+.4f} [{r.change_ci_low:+.4f}, {r.change_ci_high:+.4f}] {name} ({words(r.change_ci_low, r.change_ci_high, above='raises the loss', below='lowers the loss')})"
+            for name, r in by.items()
         )
         c = comp.get(int(g))
         if c is not None:
             if c.same_groups:
                 line += ": both groupings chose the same groups"
             else:
-                verdict = "loses less" if c.ci_high < 0 else ("loses more" if c.ci_low > 0 else "is not distinguishable from adjacent")
-                line += f"; similar minus adjacent {c.similar_minus_adjacent:+.4f} [{c.ci_low:+.4f}, {c.ci_high:+.4f}]: similarity grouping {verdict}"
-        out.append(line + " (95% bootstrap intervals over windows).")
+                verdict = words(c.ci_low, c.ci_high, above="similarity grouping loses more", below="similarity grouping loses less", versus="adjacent")
+                line += f"; similar minus adjacent {c.similar_minus_adjacent:+.4f} [{c.ci_low:+.4f}, {c.ci_high:+.4f}]: {verdict}"
+        out.append(line + f" (95% bootstrap intervals over {'' if n_items is None else f'{n_items} '}windows).")
     return out
 
 
@@ -89,11 +100,15 @@ def projections_markdown(losses: Any, roles: Any | None, model_name: str, *, fig
     return "\n".join(lines)
 
 
-def design_section_markdown(tables: dict[str, Any], *, heading: str | None = "## Design questions", figure: str | None = None) -> str:
+def design_section_markdown(tables: dict[str, Any], *, heading: str | None = "## Design questions", figure: str | None = None, n_items: int | None = None, smoke: str | None = None) -> str:
     """Markdown of :func:`headlens.analyses.design.section.design_section_tables` (the report's
     design section; ``heading`` None leaves the title to the caller, ``figure`` links the
-    loss-vs-cache image).  Parts not run are listed with their reason (HTML-escaped)."""
+    loss-vs-cache image).  Parts not run are listed with their reason (HTML-escaped).
+    ``n_items``: the windows the intervals come from; ``smoke``: on what a ``--quick`` run ran
+    (e.g. ``"2 windows of 32 tokens"``): the section is marked a smoke test and states no finding."""
     lines = [heading, ""] if heading else []
+    if smoke:
+        lines += [f"**{smoke_sentence(smoke)}**", ""]
     for r in tables["skipped"].itertuples(index=False) if "skipped" in tables else []:
         lines.append(f"- {markdown_cell(r.part)}: not run ({html.escape(markdown_cell(r.reason), quote=False)})")
     if lines and lines[-1] != "":
@@ -103,7 +118,7 @@ def design_section_markdown(tables: dict[str, Any], *, heading: str | None = "##
         lines += ["### GQA what-if (K/V mean-pooled, no retraining)", "", markdown_table(tables["gqa_summary"], floatfmt=".4g"), ""]
         if figure:
             lines += [f"![loss vs KV cache]({figure})", ""]
-        lines += [*gqa_reading(tables["gqa_summary"], tables.get("gqa_comparison")), ""]
+        lines += [*gqa_reading(tables["gqa_summary"], tables.get("gqa_comparison"), n_items=n_items, smoke=bool(smoke)), ""]
     if "knockout_losses" in tables:
         roles = tables.get("knockout_roles")
         lines += ["### Projection knockout", "", markdown_table(tables["knockout_losses"], floatfmt=".4g"), "", *knockout_reading(tables["knockout_losses"], roles), ""]

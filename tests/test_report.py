@@ -93,7 +93,7 @@ def test_report_object_tables(quick_report):
     for col in ("roles", "previous_token", "induction", "duplicate_token", "sink", "referent", "sink_alpha", "zero_delta", "mean_delta", "importance", "pruned_at"):
         assert col in r.heads.columns, col
     assert r.heads[["previous_token", "sink_alpha", "zero_delta", "mean_delta", "importance"]].notna().all().all()
-    assert len(r.scores) == 8 * 6 and len(r.ablation_zero) == 8 and len(r.ablation_mean) == 8
+    assert len(r.scores) == 8 * r.scores["detector"].nunique() and len(r.ablation_zero) == 8 and len(r.ablation_mean) == 8
     assert set(r.ablation_zero["method"]) == {"zero"} and set(r.ablation_mean["method"]) == {"mean"}
     assert r.pruning_curve["fraction_removed"].iloc[-1] == 1.0 and r.pruning_curve["random_mean"].notna().all()
     assert [e.prompt for e in r.examples] == list(PROMPTS)
@@ -174,7 +174,7 @@ def test_markdown_tables_and_links(quick_report):
     md = (out / "report.md").read_text()
     assert md.startswith("# headlens report: ")
     table = [ln for ln in md.splitlines() if re.match(r"\| \d+\.\d+ \| ", ln)]
-    assert len([ln for ln in table if ln.count("|") > 12]) == 8  # the role table, one row per head
+    assert len([ln for ln in table if ln.count("|") > 10]) == 8  # the role table, one row per head (the other tables have at most 5 columns)
     links = re.findall(r"\]\(([^)]+)\)", md)
     assert any(link.endswith(".pdf") for link in links) and any(link.endswith(".svg") for link in links)
     for link in links:

@@ -128,3 +128,14 @@ def test_screenshot_is_not_blank(browser_page, tmp_path):
     colours = img.getcolors(maxcolors=1 << 20)
     assert colours is not None and len(colours) > 200, len(colours or [])
     assert max(n for n, _ in colours) < 0.9 * img.width * img.height  # not one flat colour
+
+
+def test_heads_table_needs_no_horizontal_scrolling_at_1400_px(browser_page):
+    """At the test's 1400 x 1000 viewport the role table fits its box (issue 20: it scrolled)."""
+    page, _, _ = browser_page
+    wrap = page.evaluate("() => { const w = document.querySelector('.table-wrap'); return [w.scrollWidth, w.clientWidth]; }")
+    assert wrap[0] <= wrap[1], wrap
+    assert page.evaluate("document.documentElement.scrollWidth") <= 1400
+    assert not page.locator("#manifest-json").is_visible()  # collapsed until asked for
+    page.click("#manifest summary")
+    assert page.locator("#manifest-json").is_visible()

@@ -11,6 +11,10 @@ from headlens.reports.progress import ReportBars
 from headlens.reports.tables import roles_joined
 
 
+#: Heads with a role listed on stdout; the rest are counted ("... and 25 more").
+SHOWN_ROLES = 12
+
+
 @click.command("report")
 @model_options
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Report folder: report.html, report.md, manifest.json and one folder per stage.")
@@ -64,7 +68,11 @@ def report_cmd(model, device, dtype, revision, allow_new_weights, out_dir, quick
     if report.roles is not None:
         shown = roles_joined(report.roles, report.heads, sep=", ") if len(report.heads) else []
         named = [(name, text) for name, text in zip(report.heads["name"], shown) if text]
-        click.echo(f"{len(named)} of {len(report.heads)} heads have a role" + (": " + ", ".join(f"{name} ({text})" for name, text in named[:12]) if named else ""))
+        listed = ", ".join(f"{name} ({text})" for name, text in named[:SHOWN_ROLES]) + (f", ... and {len(named) - SHOWN_ROLES} more (report.html)" if len(named) > SHOWN_ROLES else "")
+        click.echo(f"{len(named)} of {len(report.heads)} heads have a role" + (f": {listed}" if named else ""))
+    smoke = [s.name for s in report.stages if report.smoke_test(s.name)]
+    if smoke:
+        click.echo(f"--quick: {', '.join(smoke)} ran as smoke tests (a few windows and prompts): they state no finding; run without --quick for results")
     click.echo(f"wrote {report.out_dir}/report.html, report.md, manifest.json ({len(report.stages)} stages: {summary})")
     if report.failed:
         first = report.failed[0]

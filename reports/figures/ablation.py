@@ -12,7 +12,7 @@ from typing import Any
 
 import pandas as pd
 
-from headlens.reports.figures.common import save_figure
+from headlens.reports.figures.common import save_figure, titled
 
 __all__ = ["ablation_heatmap", "pruning_curve"]
 
@@ -30,11 +30,13 @@ def _plt() -> Any:
 
 
 def ablation_heatmap(
-    table: pd.DataFrame, stem: str | Path, *, n_layers: int, n_heads: int, baseline: float, title: str | None = None, formats: Sequence[str] = ("png", "svg")
+    table: pd.DataFrame, stem: str | Path, *, n_layers: int, n_heads: int, baseline: float, title: str | None = None, note: str | None = None, formats: Sequence[str] = ("png", "svg")
 ) -> list[Path]:
     """Layer x head heatmap of ``delta`` (diverging, centred on 0; heads not in the table blank).
 
-    Writes ``stem.png`` and ``stem.svg``; returns their paths.
+    ``baseline``: the unablated value, in the title (not for the embedding change, which is a
+    change from the unablated model already: 0 there by construction).  ``note``: a second
+    title line (the smoke-test mark).  Writes ``stem.png`` and ``stem.svg``; returns their paths.
     """
     plt = _plt()
     import numpy as np
@@ -47,7 +49,12 @@ def ablation_heatmap(
     bound = float(np.abs(finite).max()) if finite.size else 1.0
     bound = bound or 1.0
     method = table["method"].iloc[0] if len(table) else "?"
-    metric = _label(table["metric"].iloc[0]) if len(table) else "?"
+    metric_name = str(table["metric"].iloc[0]) if len(table) else "?"
+    metric = _label(metric_name)
+    if metric_name == "embedding":
+        default_title, cbar = f"{method} ablation of each head: {metric} from the unablated model", metric
+    else:
+        default_title, cbar = f"{method} ablation of each head: change in {metric} (unablated {baseline:.4f})", f"change in {metric}"
     fig, ax = plt.subplots(figsize=(max(5.0, 2.5 + 0.55 * n_heads), max(2.8, 1.6 + 0.42 * n_layers)))
     annot = n_layers * n_heads <= 16 * 16
     sns.heatmap(
@@ -59,21 +66,22 @@ def ablation_heatmap(
         annot=annot,
         fmt=".3f",
         annot_kws={"size": 6 if n_layers * n_heads > 64 else 8},
-        cbar_kws={"label": f"change in {metric}"},
+        cbar_kws={"label": cbar},
         mask=grid.isna(),
     )
-    ax.set_title(title or f"{method} ablation of each head: change in {metric} (baseline {baseline:.4g})")
+    ax.set_title(titled(title or default_title, note))
     ax.set_xlabel("head")
     ax.set_ylabel("layer")
     return save_figure(fig, stem, formats)
 
 
 def pruning_curve(
-    curve: pd.DataFrame, stem: str | Path, *, metric: str, baseline: float, max_increase: float, removable: float, title: str | None = None, formats: Sequence[str] = ("png", "svg")
+    curve: pd.DataFrame, stem: str | Path, *, metric: str, baseline: float, max_increase: float, removable: float, title: str | None = None, note: str | None = None, formats: Sequence[str] = ("png", "svg")
 ) -> list[Path]:
     """Metric vs fraction of heads removed: importance order (Michel et al.) against random
     orders (mean, +/- 1 std band, min-max band), with the ``max_increase`` threshold and the
-    removable fraction marked.  Writes ``stem.png`` and ``stem.svg``."""
+    removable fraction marked; ``note``: a second title line (the smoke-test mark).  Writes
+    ``stem.png`` and ``stem.svg``."""
     plt = _plt()
 
     x = curve["fraction_removed"] * 100
@@ -95,7 +103,7 @@ def pruning_curve(
     kv = curve.loc[(curve["fraction_removed"] - removable).abs().idxmin(), "kv_bytes_saved_per_1k_tokens"]
     ax.set_xlabel("heads removed (%)")
     ax.set_ylabel(_label(metric))
-    ax.set_title(title or f"Head pruning: {_label(metric)} vs heads removed (KV cache saved at removable point: {kv / 1024:.0f} KiB per 1k tokens)", fontsize=9)
+    ax.set_title(titled(title or f"Head pruning: {_label(metric)} vs heads removed (KV cache saved at removable point: {kv / 1024:.0f} KiB per 1k tokens)", note), fontsize=9)
     ax.legend(fontsize=7, loc="best")
     ax.grid(alpha=0.3)
     return save_figure(fig, stem, formats)

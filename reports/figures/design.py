@@ -7,15 +7,17 @@ from pathlib import Path
 
 import pandas as pd
 
-from headlens.reports.figures.common import _pyplot, save_figure
+from headlens.reports.figures.common import _pyplot, save_figure, titled
 
 __all__ = ["loss_vs_cache", "knockout_heatmap"]
 
 _STYLE = {"adjacent": ("o-", "tab:blue"), "similar": ("s--", "tab:orange")}
 
 
-def loss_vs_cache(summary: pd.DataFrame, stem: str | Path, *, title: str = "", metric: str = "loss", formats: Sequence[str] = ("png", "svg")) -> list[Path]:
-    """Loss of each pooled variant against its KV-cache bytes per token, one line per grouping, the original marked."""
+def loss_vs_cache(summary: pd.DataFrame, stem: str | Path, *, title: str = "", metric: str = "loss", note: str | None = None, formats: Sequence[str] = ("png", "svg")) -> list[Path]:
+    """Loss of each pooled variant against its KV-cache bytes per token, one line per grouping, the
+    original marked; each variant's 95% interval of the loss change as an error bar.  ``note``: a
+    second title line (the smoke-test mark)."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(5.5, 3.8))
     orig = summary[summary["grouping"] == "original"]
@@ -24,6 +26,10 @@ def loss_vs_cache(summary: pd.DataFrame, stem: str | Path, *, title: str = "", m
         pts = pd.concat([orig, g]).sort_values("kv_bytes_per_token")
         style, color = _STYLE.get(str(grouping), ("^-", None))
         ax.plot(pts["kv_bytes_per_token"], pts[metric], style, color=color, label=f"{grouping} grouping")
+        if metric == "loss" and {"change_ci_low", "change_ci_high"} <= set(g.columns):  # the interval, so no dip reads as more than it is
+            below = (g["loss_change"] - g["change_ci_low"]).clip(lower=0)
+            above = (g["change_ci_high"] - g["loss_change"]).clip(lower=0)
+            ax.errorbar(g["kv_bytes_per_token"], g[metric], yerr=[below, above], fmt="none", ecolor=color, elinewidth=1, capsize=3, alpha=0.7)
         for r in g.itertuples(index=False):
             if (r.kv_bytes_per_token, round(getattr(r, metric), 9)) in labelled:
                 continue  # both groupings agree here (same groups): one label
@@ -34,7 +40,7 @@ def loss_vs_cache(summary: pd.DataFrame, stem: str | Path, *, title: str = "", m
     ax.set_xscale("log", base=2)
     ax.set_xlabel("KV cache per token (bytes)")
     ax.set_ylabel(metric)
-    ax.set_title(title or f"GQA what-if: {metric} vs KV cache", fontsize=10)
+    ax.set_title(titled(title or f"GQA what-if: {metric} vs KV cache", note), fontsize=10)
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     return save_figure(fig, stem, formats)

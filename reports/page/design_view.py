@@ -11,6 +11,7 @@ import logging
 from typing import Any
 
 from headlens.reports.page.figure import inline_svg
+from headlens.reports.page.smoke import data_items
 from headlens.reports.page.values import finite, num, signed
 
 log = logging.getLogger(__name__)
@@ -92,7 +93,7 @@ def design_view(report: Any) -> dict[str, Any] | None:
 
             svg = inline_svg(report.out_dir / FIGURE_FILE, element_id="design-gqa-svg", label="GQA what-if: loss against KV cache per token, adjacent and similarity grouping")
             figure = None if svg is None else Markup(svg)  # cleaned by inline_svg: no script, handler or outside link
-        out["gqa"] = {"rows": _gqa(s), "reading": [line.removeprefix("- ") for line in gqa_reading(s, tables.get("gqa_comparison"))], "figure": figure, "figure_file": FIGURE_FILE}
+        out["gqa"] = {"rows": _gqa(s), "reading": [line.removeprefix("- ") for line in gqa_reading(s, tables.get("gqa_comparison"), n_items=data_items(info)[0], smoke=report.smoke_test("design"))], "figure": figure, "figure_file": FIGURE_FILE}
     if "knockout_losses" in tables:
         roles = tables.get("knockout_roles")
         base = tables["knockout_losses"]

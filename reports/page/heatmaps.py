@@ -15,7 +15,7 @@ from headlens.reports.tables import baseline_label
 
 log = logging.getLogger(__name__)
 
-__all__ = ["heatmaps", "DETECTOR_NOTES"]
+__all__ = ["heatmaps", "scored_detectors", "ablation_wording", "DETECTOR_NOTES"]
 
 #: Short definitions shown under each detector's heatmap (README "Head scores").
 DETECTOR_NOTES = {
@@ -78,6 +78,26 @@ def _heatmap(title: str, note: str, values: np.ndarray, *, cmap: str, vmin: floa
     return {"id": map_id, "title": title, "note": note, "heads": list(range(n_heads)), "rows": rows, "lo": format(vmin, fmt), "hi": format(vmax, fmt), "gradient": f"background:linear-gradient(to right, {stops})"}
 
 
+def scored_detectors(scores: pd.DataFrame | None) -> tuple[list[str], list[str]]:
+    """``(shown, unscored)``: the census's detectors with at least one score, and those with none
+    (e.g. ``next_token`` on causal attention), which get no heatmap and no table column."""
+    if scores is None:
+        return [], []
+    shown, unscored = [], []
+    for det, g in scores.groupby("detector", sort=False):
+        (shown if pd.to_numeric(g["score"], errors="coerce").notna().any() else unscored).append(str(det))
+    return shown, unscored
+
+
+def ablation_wording(metric: str, method: str, unablated: Any) -> tuple[str, str]:
+    """``(title, note)`` of an ablation heatmap.  The embedding change is already a change from
+    the unablated model (0 there by construction): no "change in" and no unablated value."""
+    if metric == "embedding":
+        return f"{method} ablation: embedding change", f"1 - cosine between the sentence embedding with the head alone {method}-ablated and the unablated one"
+    label = metric_label(metric)
+    return f"{method} ablation: \u0394 {label}", f"change in {label} when the head alone is {method}-ablated; unablated {num(unablated, 4)}"
+
+
 def heatmaps(report: Any, exact_importance: bool) -> list[dict[str, Any]]:
     """Every heatmap the finished stages allow: detector scores (heads with the role outlined),
     sink alpha, zero and mean ablation, pruning importance."""
@@ -87,9 +107,12 @@ def heatmaps(report: Any, exact_importance: bool) -> list[dict[str, Any]]:
     maps: list[dict[str, Any]] = []
     if not (L and H):
         return maps
+    has = roles_of(report.roles) if report.roles is not None else {}
     if report.scores is not None:
-        has = roles_of(report.roles) if report.roles is not None else {}
+        shown = scored_detectors(report.scores)[0]
         for det, g in report.scores.groupby("detector", sort=False):
+            if det not in shown:
+                continue  # no head has a score (the page says which): no empty, hatched map
             outlined = np.array([[det in has.get((a, b), ()) for b in range(H)] for a in range(L)])
             th = report.thresholds.get(str(det))
             note = DETECTOR_NOTES.get(str(det), "")
@@ -100,25 +123,30 @@ def heatmaps(report: Any, exact_importance: bool) -> list[dict[str, Any]]:
         sub = report.sinks[report.sinks["bos"].astype(bool) == bos]
         if len(sub):
             grid = _grid(sub, "alpha_mean", L, H)
-            eps = report.stage("sinks").info.get("eps", 0.3)
-            note = f"Gu et al. alpha, {'with' if bos else 'no'} BOS; sink head when > {eps:g}; uniform {num(sub['uniform_alpha'].iloc[0])}"
-            maps.append(_heatmap("sink score (alpha)", note, grid, cmap="viridis", vmin=0.0, vmax=1.0, fmt=".2f", outlined=grid > eps, map_id="hm-sink-alpha"))
+            n = int(report.sink_rates["n_sequences"].iloc[0]) if report.sink_rates is not None and len(report.sink_rates) else "its"
+            outlined = np.array([["sink" in has.get((a, b), ()) for b in range(H)] for a in range(L)]) if report.roles is not None else None
+            note = (
+                f"Gu et al. alpha on the sinks stage's own {n} sequences, {'with' if bos else 'no'} BOS; uniform {num(sub['uniform_alpha'].iloc[0])}; "
+                "outlined: heads with the census's sink role (the 'sink score' map)"
+            )
+            title = "sinks stage: alpha" + (" (smoke test)" if report.smoke_test("sinks") else "")
+            maps.append(_heatmap(title, note, grid, cmap="viridis", vmin=0.0, vmax=1.0, fmt=".2f", outlined=outlined, map_id="hm-sink-alpha"))
     for name, label in (("ablation_zero", "zero"), ("ablation_mean", "mean")):
         table = getattr(report, name)
         if table is not None and len(table):
             grid = _grid(table, "delta", L, H)
             finite_cells = grid[np.isfinite(grid)]
             bound = (float(np.abs(finite_cells).max()) if finite_cells.size else 1.0) or 1.0
-            info = report.stage(name).info
-            metric = metric_label(str(table["metric"].iloc[0]))
-            note = f"change in {metric} when the head alone is {label}-ablated; unablated {num(info.get('unablated_value'), 4)}"
-            maps.append(_heatmap(f"{label} ablation: \u0394 {metric}", note, grid, cmap="RdBu_r", vmin=-bound, vmax=bound, fmt="+.3f", map_id=f"hm-{label}-ablation"))
+            title, note = ablation_wording(str(table["metric"].iloc[0]), label, report.stage(name).info.get("unablated_value"))
+            title += " (smoke test)" if report.smoke_test(name) else ""
+            maps.append(_heatmap(title, note, grid, cmap="RdBu_r", vmin=-bound, vmax=bound, fmt="+.3f", map_id=f"hm-{label}-ablation"))
     if report.importance is not None:
+        smoke = " (smoke test)" if report.smoke_test("pruning") else ""
         grid = _grid(report.importance, "importance", L, H)
         top = float(np.nanmax(grid)) if np.isfinite(grid).any() else 1.0
         if exact_importance:
             low = min(0.0, float(np.nanmin(grid))) if np.isfinite(grid).any() else 0.0
-            maps.append(_heatmap("pruning importance", "exact: embedding change when the head alone is zero-ablated (unpruned model)", grid, cmap="viridis", vmin=low, vmax=top or 1.0, fmt=".3f", map_id="hm-importance"))
+            maps.append(_heatmap("pruning importance" + smoke, "exact: embedding change when the head alone is zero-ablated (unpruned model)", grid, cmap="viridis", vmin=low, vmax=top or 1.0, fmt=".3f", map_id="hm-importance"))
         else:
-            maps.append(_heatmap("pruning importance", "Michel et al. gradient importance, L2-normalised per layer", grid, cmap="viridis", vmin=0.0, vmax=top or 1.0, fmt=".2f", map_id="hm-importance"))
+            maps.append(_heatmap("pruning importance" + smoke, "Michel et al. gradient importance, L2-normalised per layer", grid, cmap="viridis", vmin=0.0, vmax=top or 1.0, fmt=".2f", map_id="hm-importance"))
     return maps

@@ -13,8 +13,13 @@ import math
 from typing import Any
 from urllib.parse import quote
 
+from headlens.analyses.verdicts import difference_verdict
 from headlens.reports.markdown import markdown_table
+from headlens.reports.page.heatmaps import scored_detectors
+from headlens.reports.page.sink_counts import sink_disagreement, sink_rate_rows
+from headlens.reports.page.smoke import data_items, smoke_columns_note, smoke_note
 from headlens.reports.tables import roles_joined
+from headlens.reports.verdict_text import verdict_words
 
 __all__ = ["render_markdown", "md_text"]
 
@@ -51,11 +56,11 @@ def _link(path: str, label: str) -> str:
     return f"[{label}]({quote(path)})"
 
 
-def _figures(report: Any, stage: str) -> list[str]:
+def _figures(report: Any, stage: str, leave_out: tuple[str, ...] = ()) -> list[str]:
     s = report.stage(stage)
     out = []
     for f in s.files:
-        if f.endswith(".png"):
+        if f.endswith(".png") and f not in leave_out:
             stem = f[: -len(".png")]
             fmts = [ext for ext in ("png", "svg", "pdf") if f"{stem}.{ext}" in s.files]
             out.append(f"![{md_text(stem)}]({quote(f'{stage}/{f}')})")
@@ -63,6 +68,10 @@ def _figures(report: Any, stage: str) -> list[str]:
             out.append(f"`{stage}/{stem}`: " + ", ".join(_link(f"{stage}/{stem}.{ext}", ext.upper()) for ext in fmts))
             out.append("")
     return out
+
+
+def _smoke(text: str | None) -> list[str]:
+    return [f"**{md_text(text)}**", ""] if text else []
 
 
 def _status(report: Any, *names: str) -> list[str]:
@@ -97,8 +106,12 @@ def render_markdown(report: Any) -> str:
 
     lines += ["## Heads and their roles", ""] + _status(report, "census")
     heads = report.heads
-    dets = [] if report.scores is None else list(dict.fromkeys(report.scores["detector"]))
-    extra = [c for c in ("sink_alpha", "zero_delta", "mean_delta", "importance", "pruned_at") if c in heads.columns]
+    dets, unscored = scored_detectors(report.scores)
+    # the sinks stage's alpha is not here: the `sink` column is the census's score, the one the role comes from
+    extra = [c for c in ("zero_delta", "mean_delta", "importance", "pruned_at") if c in heads.columns]
+    lines += _smoke(smoke_columns_note(report, {c: c for c in extra}))
+    if unscored:
+        lines += [f"No head has a score for {', '.join(f'`{d}`' for d in unscored)} on this model (see the census's notes): left out of the table and the heatmaps.", ""]
     header = ["head", "roles"] + [f"`{d}`" for d in dets] + [f"`{c}`" for c in extra]
     shown = roles_joined(report.roles, heads, sep=", ") if report.roles is not None else [""] * len(heads)
     rows = []
@@ -127,46 +140,55 @@ def render_markdown(report: Any) -> str:
             acc = _f(r.get("accuracy"))
             rows.append([f"{int(r['layer'])}.{int(r['head'])}", f"`{r['detector']}`", _num(r["score"]), f"[{_num(r['ci_low'])}, {_num(r['ci_high'])}]", _num(r["baseline"]), str(int(r["n"])), "" if acc is None else f"{acc:.2f}"])
         lines += ["<details><summary>all scores</summary>", ""] + _table(["head", "detector", "score", "95% CI", "uniform", "n", "accuracy"], rows) + ["", "</details>", ""]
-        lines += ["### Heatmaps", ""] + _figures(report, "census")
+        lines += ["### Heatmaps", ""] + _figures(report, "census", leave_out=tuple(f"heatmap_{d}.png" for d in unscored))
 
-    lines += ["## Attention sinks", ""] + _status(report, "sinks") + ([md_text(report.sinks_note), ""] if report.sinks_note else [])
-    if report.sink_rates is not None:
-        rows = [
-            ["with BOS" if bool(r["bos"]) else "no BOS", str(int(r["n_sequences"])), _num(r["sink_rate"]), _num(r["uniform_sink_rate"]), _num(r["mean_alpha"]), _num(r["uniform_alpha"]), f"{int(r['n_sink_heads'])} of {int(r['n_heads'])}"]
-            for r in report.sink_rates.to_dict("records")
-        ]
-        lines += _table(["setting", "sequences", "sink rate", "uniform", "mean alpha", "uniform alpha", "sink heads"], rows) + [""]
+    lines += ["## Attention sinks", ""] + _status(report, "sinks") + _smoke(smoke_note(report, "sinks")) + ([md_text(report.sinks_note), ""] if report.sinks_note else [])
+    sink_rows = sink_rate_rows(report)
+    if sink_rows is not None:
+        eps = f"{float(report.stage('sinks').info.get('eps', 0.3)):g}"
+        rows = [[r["setting"], r["n"], r["rate"], r["uniform_rate"], r["alpha"], r["uniform_alpha"], md_text(r["census_heads"]), r["stage_heads"]] for r in sink_rows]
+        lines += _table(["setting", "sequences", "sink rate", "uniform", "mean alpha", "uniform alpha", "sink heads (census role)", f"heads with alpha > {eps} on these sequences"], rows) + [""]
+        differ = sink_disagreement(report)
+        lines += [md_text(differ), ""] if differ else []
         lines += _figures(report, "sinks")
 
     note = report.metric_note
     lines += ["## Ablation of single heads", ""] + ([md_text(note), ""] if note else [])
     for name, label in (("ablation_zero", "Zero"), ("ablation_mean", "Mean")):
-        lines += [f"### {label} ablation", ""] + _status(report, name)
+        lines += [f"### {label} ablation", ""] + _status(report, name) + _smoke(smoke_note(report, name))
         table = getattr(report, name)
         if table is None:
             continue
         info = report.stage(name).info
         metric = str(table["metric"].iloc[0]) if len(table) else "metric"
         data = info.get("data") or {}
-        if metric == "embedding":
-            lines += [f"Change in the sentence embedding (1 - cosine) over {md_text(data.get('n_sentences', '?'))} sentences of the evaluation text; unablated {_num(info.get('unablated_value'), 4)}. Largest |change| first:", ""]
+        if metric == "embedding":  # a change from the unablated model already (0 there): no unablated value
+            lines += [f"The sentence embedding's change (1 - cosine to the unablated model) over {md_text(data.get('n_sentences', '?'))} sentences of the evaluation text. Largest first:", ""]
         else:
             lines += [f"Change in {md_text(metric)} on {md_text(data.get('n_windows', '?'))} windows of {md_text(data.get('window', '?'))} tokens of the evaluation text ({md_text(data.get('text', 'built-in evaluation text'))}); unablated {_num(info.get('unablated_value'), 4)}. Largest |change| first:", ""]
+        n_items, unit = data_items(info)
+        smoke = report.smoke_test(name)
+        up, down = ("moves the embedding", "below 0") if metric == "embedding" else (f"raises the {md_text(metric)}", f"lowers the {md_text(metric)}")
         top = table.reindex(table["delta"].abs().sort_values(ascending=False, kind="stable").index)
-        rows = [[f"{int(r['layer'])}.{int(r['head'])}", _num(r["delta"], 4, signed=True), f"[{_num(r['ci_low'], 4, True)}, {_num(r['ci_high'], 4, True)}]", _num(r["value"], 4)] for r in top.to_dict("records")]
-        lines += _table(["head", "change", "95% CI", "ablated value"], rows) + [""] + _figures(report, name)
+        rows = [
+            [f"{int(r['layer'])}.{int(r['head'])}", _num(r["delta"], 4, signed=True), f"[{_num(r['ci_low'], 4, True)}, {_num(r['ci_high'], 4, True)}]", _num(r["value"], 4),
+             verdict_words(difference_verdict(r["ci_low"], r["ci_high"], n_items=n_items, smoke=smoke), above=up, below=down, items=unit)]
+            for r in top.to_dict("records")
+        ]  # fmt: skip
+        lines += _table(["head", "change", "95% CI", "ablated value", "reading"], rows) + [""] + _figures(report, name)
 
-    lines += ["## Pruning curve", ""] + _status(report, "pruning")
+    lines += ["## Pruning curve", ""] + _status(report, "pruning") + _smoke(smoke_note(report, "pruning"))
     if report.pruning_curve is not None:
         info = report.stage("pruning").info
         embedding = info.get("metric") == "embedding"
         how = "exact single-head ablation importance" if embedding else "gradient importance (Michel et al. 2019)"
         within = f"an embedding change of at most {float(info.get('max_increase') or 0):g}" if embedding else f"+{100 * float(info.get('max_increase') or 0):.0f}%"
         metric_name = "embedding change" if embedding else md_text(info.get("metric", "loss"))
+        removable = f"{100 * float(info.get('removable_fraction') or 0):.0f}%"
         lines += [
             f"Iterative pruning by {how} against {md_text(info.get('random_seeds', '?'))} random orders; "
             f"unablated {metric_name} {_num(info.get('unablated_value'), 4)}; removable within {within}: "
-            f"**{100 * float(info.get('removable_fraction') or 0):.0f}%** of heads.",
+            + (f"{removable} of heads (smoke test: no finding)." if report.smoke_test("pruning") else f"**{removable}** of heads."),
             "",
         ]
         rows = []
@@ -182,20 +204,27 @@ def render_markdown(report: Any) -> str:
     for i, e in enumerate(report.examples, start=1):
         lines.append(f"{i}. {md_text(e.prompt)} ({len(e.tokens)} tokens{', cut' if e.truncated else ''})")
     lines += ["", "Their attention patterns, head by head, are in report.html (`examples/patterns.npz`: `[layer, head, query, key]` per prompt).", ""]
-    lines += ["## Manifest", "", "```json", json.dumps(_manifest_summary(report.manifest), indent=2, default=str).replace("<", "\\u003c").replace(">", "\\u003e").replace("`", "\\u0060"), "```", ""]
+    lines += ["## Manifest", "", "<details><summary>manifest.json (summary)</summary>", "", "```json", json.dumps(_manifest_summary(report.manifest), indent=2, default=str).replace("<", "\\u003c").replace(">", "\\u003e").replace("`", "\\u0060"), "```", "", "</details>", ""]
     return "\n".join(lines)
 
 
 def _design(report: Any) -> list[str]:
     """The design stage's section (:func:`headlens.reports.design_tables.design_section_markdown`)."""
     from headlens.reports.design_tables import design_section_markdown
+    from headlens.reports.page.smoke import data_items, smoke_where
 
     out = ["## Design questions", ""] + _status(report, "design")
     if report.design is not None:
-        out += design_section_markdown(report.design, heading=None, figure=quote("design/gqa_loss_vs_cache.png") if "gqa_summary" in report.design else None).split("\n")
+        smoke = smoke_where(report, "design") if report.smoke_test("design") else None
+        n_items = data_items(report.stage("design").info)[0]
+        out += design_section_markdown(report.design, heading=None, figure=quote("design/gqa_loss_vs_cache.png") if "gqa_summary" in report.design else None, n_items=n_items, smoke=smoke).split("\n")
     return out
 
 
 def _manifest_summary(manifest: dict[str, Any]) -> dict[str, Any]:
     keep = ("headlens_version", "created_utc", "command", "model", "prepend_bos", "seed", "dtype", "device", "versions")
-    return {k: manifest[k] for k in keep if k in manifest}
+    out = {k: manifest[k] for k in keep if k in manifest}
+    smoke = (manifest.get("report") or {}).get("smoke_test")
+    if smoke:
+        out["smoke_test"] = smoke
+    return out

@@ -65,11 +65,15 @@ def script_data(report: Any) -> dict[str, Any]:
         for key in ("importance", "pruned_at"):
             if finite(d.get(key)) is not None:
                 heads[str(d["name"])][key] = finite(d[key])
-    metric = None
+    metric, ablation_title = None, None
     for attr in ("ablation_zero", "ablation_mean"):
         t = getattr(report, attr)
         if t is not None and len(t):
             metric = metric_label(str(t["metric"].iloc[0]))
+            # the embedding change is a change already: no "change in embedding change"
+            ablation_title = "Ablation of this head alone: " + (metric if str(t["metric"].iloc[0]) == "embedding" else f"change in {metric}")
+            if report.smoke_test(attr):
+                ablation_title += " (smoke test: no finding)"
     examples = [
         {"prompt": e.prompt, "tokens": list(e.tokens), "att": _quantised(e.pattern), "truncated": bool(e.truncated)}
         for e in report.examples
@@ -79,6 +83,8 @@ def script_data(report: Any) -> dict[str, Any]:
         "L": report.n_layers,
         "H": report.n_heads,
         "metric": metric,
+        "ablation_title": ablation_title,
+        "sinks_title": "Sinks stage: alpha on its own sequences" + (" (smoke test)" if report.smoke_test("sinks") else "") + "; the sink role is the census's (sink score above)",
         "bos": bool(report.settings.get("prepend_bos", True)),
         "initial": initial_head(report),
         "heads": heads,

@@ -13,7 +13,9 @@ from urllib.parse import quote
 
 from headlens.reports.page.design_view import design_view
 from headlens.reports.page.figure import inline_svg
-from headlens.reports.page.heatmaps import heatmaps
+from headlens.reports.page.heatmaps import heatmaps, scored_detectors
+from headlens.reports.page.sink_counts import sink_disagreement, sink_rate_rows
+from headlens.reports.page.smoke import smoke_columns_note, smoke_note
 from headlens.reports.page.values import finite, metric_label, num, signed, sortval
 
 log = logging.getLogger(__name__)
@@ -30,7 +32,9 @@ COLUMN_TITLES = {
     "pruned_at": "fraction of heads removed when pruning took this head out",
 }
 EXACT_IMPORTANCE_TITLE = "pruning importance: the exact change in the metric when the head alone is zero-ablated from the unpruned model"
-_EXTRA = [("sink_alpha", "sink \u03b1", "score"), ("zero_delta", "zero \u0394", "delta"), ("mean_delta", "mean \u0394", "delta"), ("importance", "import.", "score"), ("pruned_at", "pruned at", "pct")]
+#: The heads table's columns from the other stages.  The sinks stage's alpha is not among them:
+#: the census's ``sink`` column is the score the sink role comes from (page/sink_counts.py).
+_EXTRA = [("zero_delta", "zero \u0394", "delta"), ("mean_delta", "mean \u0394", "delta"), ("importance", "import.", "score"), ("pruned_at", "pruned at", "pct")]
 
 
 def _exact_importance(report: Any) -> bool:
@@ -75,7 +79,7 @@ def _role_table(report: Any) -> dict[str, Any]:
     from headlens.analyses.heads.classify import roles_of
 
     heads = report.heads
-    dets = [] if report.scores is None else list(dict.fromkeys(report.scores["detector"]))
+    dets = scored_detectors(report.scores)[0]
     cols = [(d, SHORT.get(d, d.replace("_", " ")), "score") for d in dets] + [c for c in _EXTRA if c[0] in heads.columns]
     header = []
     for k, (col, label, _) in enumerate(cols, start=2):
@@ -127,34 +131,19 @@ def _pruning(report: Any) -> dict[str, Any] | None:
         "unablated": num(info.get("unablated_value"), 4),
         "max_increase": float(info.get("max_increase") or 0),
         "removable": f"{100 * float(info.get('removable_fraction') or 0):.0f}%",
+        "finding": not report.smoke_test("pruning"),  # a smoke test's removable fraction is not shown as a result
         "figure": figure,
         "figure_file": "pruning/pruning_curve.svg",
         "rows": rows,
     }
 
 
-def _sink_rates(report: Any) -> list[dict[str, str]] | None:
-    if report.sink_rates is None:
-        return None
-    return [
-        {
-            "setting": "with BOS" if bool(d["bos"]) else "no BOS",
-            "n": str(int(d["n_sequences"])),
-            "rate": num(d["sink_rate"]),
-            "uniform_rate": num(d["uniform_sink_rate"]),
-            "alpha": num(d["mean_alpha"]),
-            "uniform_alpha": num(d["uniform_alpha"]),
-            "heads": f"{int(d['n_sink_heads'])} of {int(d['n_heads'])}",
-        }
-        for d in report.sink_rates.to_dict("records")
-    ]
-
-
 def _figure_links(report: Any) -> list[dict[str, Any]]:
+    empty = {f"heatmap_{d}.png" for d in scored_detectors(report.scores)[1]}  # a detector without scores: no figure to offer
     items = []
     for s in report.stages:
         for f in s.files:
-            if f.endswith(".png"):
+            if f.endswith(".png") and not (s.name == "census" and f in empty):
                 stem = f[: -len(".png")]
                 links = [{"href": quote(f"{s.name}/{stem}.{ext}"), "label": ext.upper()} for ext in ("png", "svg", "pdf") if f"{stem}.{ext}" in s.files]
                 items.append({"path": f"{s.name}/{stem}", "links": links})
@@ -176,15 +165,22 @@ def page_context(report: Any) -> dict[str, Any]:
             "heatmaps": ("census", "sinks", "ablation_zero", "ablation_mean", "pruning"), "design": ("design",),
         }.items()},
         "metric": metric_label(_data_metric(report)),
+        # the embedding change is a change from the unablated model already: no "change in embedding change"
+        "delta_note": f"the {metric_label('embedding')} when the head alone is ablated" if _data_metric(report) == "embedding" else f"change in {metric_label(_data_metric(report))} when the head alone is ablated",
         "metric_note": report.metric_note,
         "sinks_note": report.sinks_note,
         "table": _role_table(report),
+        "unscored": scored_detectors(report.scores)[1],
+        "smoke_notes": {name: smoke_note(report, name) for name in ("sinks", "pruning", "design")},
+        "smoke_columns": smoke_columns_note(report, {"zero_delta": "zero \u0394", "mean_delta": "mean \u0394", "importance": "import.", "pruned_at": "pruned at"}),
         "n_heads_total": len(report.heads),
         "examples": [{"prompt": e.prompt, "n_tokens": len(e.tokens), "truncated": bool(e.truncated)} for e in report.examples],
         "heatmaps": heatmaps(report, exact),
         "figure_links": _figure_links(report),
         "pruning": _pruning(report),
-        "sink_rates": _sink_rates(report),
+        "sink_rates": sink_rate_rows(report),
+        "sink_eps": f"{float(report.stage('sinks').info.get('eps', 0.3)):g}",
+        "sink_disagreement": sink_disagreement(report),
         "design": design_view(report),
         "stages": _stages(report),
         "manifest": json.dumps(report.manifest, indent=2, sort_keys=False, default=str),

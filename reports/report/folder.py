@@ -14,7 +14,10 @@ from headlens.reports.report.result import StageStatus
 
 log = logging.getLogger(__name__)
 
-__all__ = ["read_manifest", "check_report_dir", "remove_old_report", "write_report_manifest"]
+__all__ = ["read_manifest", "check_report_dir", "remove_old_report", "write_report_manifest", "SMOKE_WHY"]
+
+#: The manifest's word on a ``--quick`` report's smoke-test stages.
+SMOKE_WHY = "--quick: a few windows, prompts and random orders; these stages show that they run and state no finding"
 
 
 def read_manifest(out: Path) -> dict[str, Any] | None:
@@ -72,9 +75,11 @@ def write_report_manifest(out: Path, loaded: Any, identity: dict[str, Any], sett
         "quick": settings.quick,
         "eval_text": {"source": "built-in evaluation text"} if settings.text_file is None else {"source": "--text-file", **settings.eval_text_id()},
         "stages": {
-            name: {"status": s.status, "seconds": s.seconds, "error": s.error, "files": [f"{name}/{f}" for f in s.files]}
+            name: {"status": s.status, "seconds": s.seconds, "error": s.error, "files": [f"{name}/{f}" for f in s.files], "smoke_test": settings.smoke_test(name) and s.ok}
             for name, s in stages.items()
         },
+        # --quick: the sections these stages feed are smoke tests and state no finding
+        "smoke_test": {"stages": [name for name, s in stages.items() if settings.smoke_test(name) and s.ok], "why": SMOKE_WHY} if settings.quick else None,
         "files": ["report.html", "report.md", "manifest.json"],
     }
     manifest = build_manifest(model=loaded, command=command, seed=settings.seed, prepend_bos=settings.prepend_bos, configs={"report": settings.to_json()}, extra={"report": report_info})

@@ -38,7 +38,7 @@ __all__ = [
 
 REPORT_FORMAT = "headlens.report"
 #: Bumped when a stage's outputs change meaning: every stage is then recomputed.
-REPORT_VERSION = 1
+REPORT_VERSION = 2  # 2: quick stages marked as smoke tests in their figures and summaries (issue 20)
 MARKER = "stage.json"
 JOURNAL = "journal.jsonl"
 

@@ -90,6 +90,13 @@ class Report:
     def stage(self, name: str) -> StageStatus:
         return next(s for s in self.stages if s.name == name)
 
+    def smoke_test(self, name: str) -> bool:
+        """True when stage ``name`` ran with ``--quick``'s smoke-test settings and finished: its
+        numbers state no finding, and every page marks it."""
+        from headlens.reports.report.settings import SMOKE_STAGES
+
+        return bool(self.settings.get("quick")) and name in SMOKE_STAGES and self.stage(name).ok
+
     @property
     def metric_note(self) -> str | None:
         """Plain text for the page: what the embedding metric is and why it replaced the loss

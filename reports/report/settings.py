@@ -13,7 +13,7 @@ from headlens.probes.errors import InputError
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ReportSettings", "DEFAULT_EXAMPLE_PROMPTS", "MAX_EXAMPLE_PROMPTS", "MAX_EXAMPLE_TOKENS", "check_example_prompts"]
+__all__ = ["ReportSettings", "DEFAULT_EXAMPLE_PROMPTS", "MAX_EXAMPLE_PROMPTS", "MAX_EXAMPLE_TOKENS", "SMOKE_STAGES", "check_example_prompts"]
 
 #: Shown when no ``--example-prompt`` is given: natural text, a repeated phrase (induction,
 #: duplicate-token) and a pronoun with two candidate antecedents (referent).
@@ -24,6 +24,10 @@ DEFAULT_EXAMPLE_PROMPTS: tuple[str, ...] = (
 )
 MAX_EXAMPLE_PROMPTS = 8
 MAX_EXAMPLE_TOKENS = 64
+#: The stages whose ``--quick`` settings are a smoke test (a few windows, prompts or orders):
+#: they show that the stage runs and state no finding (:mod:`headlens.analyses.verdicts`).  The
+#: census keeps classify's defaults under ``--quick``; the examples hold no statistic.
+SMOKE_STAGES = ("sinks", "ablation_zero", "ablation_mean", "pruning", "design")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -50,6 +54,10 @@ class ReportSettings:
             raise InputError(f"cannot skip {', '.join(map(repr, unknown))}: choose from {', '.join(STAGES)}", skip=self.skip)
         if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int) or self.batch_size < 1:
             raise InputError(f"--batch-size must be at least 1, got {self.batch_size}")
+
+    def smoke_test(self, stage: str) -> bool:
+        """True when ``stage`` runs with smoke-test settings (``--quick``): it states no finding."""
+        return self.quick and stage in SMOKE_STAGES
 
     # Each stage's configuration (also its resume key).
 

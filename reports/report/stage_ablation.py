@@ -40,6 +40,16 @@ def _eval_set(ctx: StageContext, loaded: Any) -> tuple[Any, dict[str, Any]]:
     return data, {"metric": metric}
 
 
+def _smoke_note(ctx: StageContext, data: Any, random_seeds: int | None = None) -> str | None:
+    """The figure's smoke-test line under ``--quick`` (None otherwise)."""
+    if not ctx.settings.smoke_test(ctx.name):
+        return None
+    from headlens.reports.page.smoke import data_where
+    from headlens.reports.verdict_text import figure_smoke_note
+
+    return figure_smoke_note(data_where(data.describe()) + (f", {random_seeds} random orders" if random_seeds is not None else ""))
+
+
 def _run_ablation(ctx: StageContext, method: str) -> dict[str, Any]:
     from headlens.analyses.ablation.study import ablation_study
     from headlens.reports.figures.report import ablation_heatmap
@@ -51,7 +61,7 @@ def _run_ablation(ctx: StageContext, method: str) -> dict[str, Any]:
     with journal:
         result = ablation_study(loaded, data, config, journal=journal, progress=ctx.step)
     files = [write_csv(result.table, ctx.dir / "ablation.csv")]
-    files += ablation_heatmap(result.table, ctx.dir / "delta_heatmap", n_layers=loaded.n_layers, n_heads=loaded.n_heads, baseline=result.baseline_value)
+    files += ablation_heatmap(result.table, ctx.dir / "delta_heatmap", n_layers=loaded.n_layers, n_heads=loaded.n_heads, baseline=result.baseline_value, note=_smoke_note(ctx, data))
     journal.finish()
     info = {"method": method, **about, "unablated_value": result.unablated_value, "spearman_attribution_vs_exact": result.spearman, "data": data.describe(), "resumed": journal.resumed}
     if "attribution" in result.info:
@@ -77,7 +87,7 @@ def _run_pruning(ctx: StageContext) -> dict[str, Any]:
     for name, df in (("curve.csv", result.curve), ("random_orders.csv", result.random), ("importance.csv", result.importance)):
         write_csv(df, ctx.dir / name)
     write_json(ctx.dir / "pruned_heads.json", result.pruned.to_json())
-    pruning_curve(result.curve, ctx.dir / "pruning_curve", metric=data.metric, baseline=result.baseline_value, max_increase=config.max_increase, removable=result.removable_fraction)
+    pruning_curve(result.curve, ctx.dir / "pruning_curve", metric=data.metric, baseline=result.baseline_value, max_increase=config.max_increase, removable=result.removable_fraction, note=_smoke_note(ctx, data, config.random_seeds))
     journal.finish()
     return {
         **about,

@@ -62,6 +62,8 @@ def _run(ctx: StageContext) -> dict[str, Any]:
     from headlens.probes.outputs import write_text
     from headlens.reports.design_tables import design_section_markdown
     from headlens.reports.figures.design import knockout_heatmap, loss_vs_cache
+    from headlens.reports.page.smoke import data_where
+    from headlens.reports.verdict_text import figure_smoke_note
 
     loaded = ctx.model()
     config = _config(ctx.settings)
@@ -85,10 +87,11 @@ def _run(ctx: StageContext) -> dict[str, Any]:
         if name in tables:
             write_csv(tables[name], ctx.dir / f"{name}.csv")
     if "gqa_summary" in tables:
-        loss_vs_cache(tables["gqa_summary"], ctx.dir / "gqa_loss_vs_cache", title=f"GQA what-if: {loaded.name}")
+        loss_vs_cache(tables["gqa_summary"], ctx.dir / "gqa_loss_vs_cache", title=f"GQA what-if: {loaded.name}", note=figure_smoke_note(data_where(data.describe())) if ctx.settings.smoke_test("design") else None)
     if "knockout_losses" in tables and not ctx.settings.quick:  # the page shows the table; the figure is a file (seaborn: ~1 s)
         knockout_heatmap(tables["knockout_losses"], ctx.dir / "knockout", title=f"projection knockout: {loaded.name}")
-    write_text(ctx.dir / "summary.md", design_section_markdown(tables))
+    smoke = data_where(data.describe()) if ctx.settings.smoke_test("design") else None  # --quick: a smoke test, no finding
+    write_text(ctx.dir / "summary.md", design_section_markdown(tables, n_items=len(data), smoke=smoke))
     journal.finish()
     return {"data": data.describe(), "skipped": tables["skipped"].to_dict("records"), "roles": "roles" not in skip and "projections" not in skip, "resumed": journal.resumed}
 

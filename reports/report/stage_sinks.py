@@ -22,6 +22,7 @@ def _run_sinks(ctx: StageContext) -> dict[str, Any]:
     from headlens.reports.sinks_tables import summary_markdown, write_tables
     from headlens.probes.outputs import write_text
     from headlens.reports.figures.report import sink_alpha_heatmap
+    from headlens.reports.verdict_text import figure_smoke_note
 
     loaded = ctx.model()
     config = ctx.settings.sinks()
@@ -36,7 +37,10 @@ def _run_sinks(ctx: StageContext) -> dict[str, Any]:
 
         files += sink_figures(report.tables, ctx.dir, config.eps)
     census = report.tables["census"]
-    files += sink_alpha_heatmap(census[census["bos"] == ctx.settings.prepend_bos], ctx.dir / "sink_alpha", eps=config.eps, bos=ctx.settings.prepend_bos)
+    rates = report.tables["sink_rates"]
+    n_sequences = int(rates.loc[rates["bos"] == ctx.settings.prepend_bos, "n_sequences"].iloc[0]) if (rates["bos"] == ctx.settings.prepend_bos).any() else None
+    note = figure_smoke_note(f"the sink census only, on {n_sequences} sequences") if ctx.settings.smoke_test("sinks") else None
+    files += sink_alpha_heatmap(census[census["bos"] == ctx.settings.prepend_bos], ctx.dir / "sink_alpha", eps=config.eps, bos=ctx.settings.prepend_bos, n_sequences=n_sequences, note=note)
     files.append(write_text(ctx.dir / "summary.md", summary_markdown(report, model_name=loaded.name, figures=[p for p in files if p.suffix == ".png"])))
     info = {"sinks": report.info, "eps": config.eps, "bos": list(config.bos)}
     if left_out:

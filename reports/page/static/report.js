@@ -94,7 +94,7 @@
         return [s[0] + (s[6] !== null ? " (acc. " + num(s[6], 2) + ")" : ""), num(s[1]), "[" + num(s[2]) + ", " + num(s[3]) + "]", num(s[4]), s[7] === null || s[7] === undefined ? "n/a" : "\u2265 " + s[7], String(s[5])];
       })));
     } else body.appendChild(el("p", "none", D.failed.census ? "census FAILED: " + D.failed.census : "no census scores"));
-    body.appendChild(el("h4", null, "Ablation of this head alone: change in " + (D.metric || "metric")));
+    body.appendChild(el("h4", null, D.ablation_title || "Ablation of this head alone"));
     var ab = [];
     [["zero", h.zero], ["mean", h.mean]].forEach(function (p) {
       if (p[1]) ab.push([p[0], signed(p[1][0], 4), "[" + signed(p[1][1], 4) + ", " + signed(p[1][2], 4) + "]", num(p[1][3], 4), String(p[1][4])]);
@@ -102,7 +102,7 @@
     if (ab.length) body.appendChild(table(["method", "\u0394", "95% CI", "ablated value", "items"], ab));
     else body.appendChild(el("p", "none", "no ablation results"));
     if (h.sink) {
-      body.appendChild(el("h4", null, "Attention sink (Gu et al. alpha)"));
+      body.appendChild(el("h4", null, D.sinks_title));
       body.appendChild(table(["setting", "alpha", "sd", "sink rate", "uniform"], h.sink.map(function (s) {
         return [s[0] ? "with BOS" : "no BOS", num(s[1]), num(s[2]), num(s[3]), num(s[4])];
       })));

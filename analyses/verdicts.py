@@ -1,0 +1,104 @@
+"""When a number may state a finding: the one rule every report applies to an estimate with its interval.
+
+A difference (an ablation's change in loss, a GQA variant's loss change, similarity minus
+adjacent grouping) states a finding only when all three hold:
+
+* the run is not a smoke test (``headlens report --quick`` shrinks ablation, pruning, sinks and
+  the design stage to a few windows: they show that the stage runs, nothing more);
+* its interval comes from at least :data:`MIN_ITEMS` items (windows, sentences, prompts): a
+  percentile bootstrap over fewer items takes only a handful of values (over 2 windows, 3:
+  the two windows and their mean), so its "interval" says nothing about the spread;
+* its interval excludes 0; for two estimates, their intervals do not overlap.
+
+Otherwise the reports give the figure with its interval and no conclusion: "not
+distinguishable" where the interval includes 0 (the intervals overlap), or "no finding" with
+the reason.  The reports only word a :class:`Verdict` (:mod:`headlens.reports.verdict_text`).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+__all__ = ["MIN_ITEMS", "Verdict", "difference_verdict", "overlap_verdict"]
+
+#: The fewest items (windows, sentences, prompts) whose bootstrap interval may carry a finding.
+MIN_ITEMS = 10
+
+#: ``Verdict.kind`` values.
+ABOVE, BELOW, NOT_DISTINGUISHABLE, NO_FINDING = "above", "below", "not_distinguishable", "no_finding"
+#: ``Verdict.why`` values for ``no_finding``.
+SMOKE, FEW_ITEMS, NO_INTERVAL = "smoke_test", "few_items", "no_interval"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Verdict:
+    """What an estimate with its interval may say.
+
+    ``kind``: ``above`` / ``below`` (a finding: the interval lies above / below 0, or the first
+    estimate's above / below the second's), ``not_distinguishable`` (the interval includes 0, the
+    intervals overlap), ``no_finding`` (``why``: ``smoke_test``, ``few_items``, ``no_interval``).
+    ``n_items``: the items the interval came from, when known.
+    """
+
+    kind: str
+    why: str = ""
+    n_items: int | None = None
+
+    @property
+    def finding(self) -> bool:
+        return self.kind in (ABOVE, BELOW)
+
+
+def _finite(x: Any) -> float | None:
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None
+
+
+def _gate(n_items: int | None, smoke: bool, min_items: int) -> Verdict | None:
+    n = None if n_items is None else int(n_items)
+    if smoke:
+        return Verdict(kind=NO_FINDING, why=SMOKE, n_items=n)
+    if n is not None and n < min_items:
+        return Verdict(kind=NO_FINDING, why=FEW_ITEMS, n_items=n)
+    return None
+
+
+def difference_verdict(low: Any, high: Any, *, n_items: int | None = None, smoke: bool = False, min_items: int = MIN_ITEMS) -> Verdict:
+    """The verdict on a difference whose interval is ``[low, high]``, over ``n_items`` items
+    (``None``: unknown, the item count is not checked); ``smoke``: a smoke-test run.
+
+    An interval that includes 0 is ``not_distinguishable`` whatever the run (that says no more
+    than the numbers); one that excludes 0 is a finding only past the smoke and item checks.
+    """
+    lo, hi = _finite(low), _finite(high)
+    if lo is None or hi is None:
+        return Verdict(kind=NO_FINDING, why=NO_INTERVAL, n_items=n_items)
+    if lo <= 0.0 <= hi:
+        return Verdict(kind=NOT_DISTINGUISHABLE, n_items=n_items)
+    gated = _gate(n_items, smoke, min_items)
+    if gated is not None:
+        return gated
+    return Verdict(kind=ABOVE if lo > 0 else BELOW, n_items=n_items)
+
+
+def overlap_verdict(a: tuple[Any, Any], b: tuple[Any, Any], *, n_items: int | None = None, smoke: bool = False, min_items: int = MIN_ITEMS) -> Verdict:
+    """Two estimates, each with its interval ``(low, high)``: ``above`` when ``a``'s interval lies
+    wholly above ``b``'s, ``below`` when wholly below, ``not_distinguishable`` when they overlap
+    (same checks as :func:`difference_verdict`)."""
+    a_lo, a_hi, b_lo, b_hi = (_finite(x) for x in (*a, *b))
+    if None in (a_lo, a_hi, b_lo, b_hi):
+        return Verdict(kind=NO_FINDING, why=NO_INTERVAL, n_items=n_items)
+    if a_lo <= b_hi and b_lo <= a_hi:  # type: ignore[operator]
+        return Verdict(kind=NOT_DISTINGUISHABLE, n_items=n_items)
+    gated = _gate(n_items, smoke, min_items)
+    if gated is not None:
+        return gated
+    return Verdict(kind=ABOVE if a_lo > b_hi else BELOW, n_items=n_items)  # type: ignore[operator]

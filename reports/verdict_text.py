@@ -1,0 +1,44 @@
+"""Words for a :class:`headlens.analyses.verdicts.Verdict` (the rule is there; this only words it),
+and the one smoke-test notice of the report's quick sections."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from headlens.analyses.verdicts import ABOVE, BELOW, FEW_ITEMS, MIN_ITEMS, NOT_DISTINGUISHABLE, SMOKE, Verdict
+
+log = logging.getLogger(__name__)
+
+__all__ = ["verdict_words", "SMOKE_LABEL", "smoke_sentence", "figure_smoke_note"]
+
+#: How every quick (smoke-test) section, figure and manifest entry is marked.
+SMOKE_LABEL = "smoke test"
+
+
+def verdict_words(v: Verdict, *, above: str, below: str, versus: str = "0", items: str = "windows") -> str:
+    """``above`` / ``below`` for a finding; otherwise why there is none, e.g. ``"not
+    distinguishable from 0"`` or ``"no finding (smoke test: 2 windows)"``."""
+    if v.kind == ABOVE:
+        return above
+    if v.kind == BELOW:
+        return below
+    if v.kind == NOT_DISTINGUISHABLE:
+        return f"not distinguishable from {versus}"
+    n = "" if v.n_items is None else f"{v.n_items} {items}"
+    if v.why == SMOKE:
+        return f"no finding ({SMOKE_LABEL}" + (f": {n})" if n else ")")
+    if v.why == FEW_ITEMS:
+        return f"no finding (only {n}; a finding needs at least {MIN_ITEMS})"
+    return "no finding (no interval)"
+
+
+def smoke_sentence(where: Any) -> str:
+    """The notice on a section (or figure) that ``--quick`` ran: ``where`` says on what
+    (e.g. ``"2 windows of 32 tokens"``)."""
+    return f"Smoke test (--quick, {where}): these numbers show that the stage runs; they state no finding. Run the report without --quick for results."
+
+
+def figure_smoke_note(where: Any) -> str:
+    """The line a smoke-test figure carries under its title."""
+    return f"{SMOKE_LABEL.upper()} (--quick, {where}): no finding"
