@@ -13,7 +13,7 @@ import pandas as pd
 
 from headlens.reports.figures.common import save_figure
 
-__all__ = ["sink_figures", "alpha_heatmap", "layer_rate_plot", "value_norm_heatmap", "content_heatmap", "windowed_plot", "lengths_plot"]
+__all__ = ["sink_figures", "alpha_heatmap", "layer_rate_plot", "value_norm_heatmap", "content_heatmap", "windowed_plot", "lengths_plot", "lengths_figure"]
 
 
 def _plt() -> Any:
@@ -103,25 +103,54 @@ def value_norm_heatmap(value_norm: pd.DataFrame, out_dir: Path) -> list[Path]:
     return _save(fig, out_dir, "value_norm_heatmap")
 
 
+#: Most heads in one row of the content heatmap: a 12-inch figure whose labels stay 9 pt when
+#: the page shows it at its width.
+CONTENT_COLUMNS_PER_ROW = 16
+
+#: Font sizes (points) of the content heatmap's tick labels and cell values.
+LABEL_PT, CELL_PT = 9, 7
+
+
 def content_heatmap(content: pd.DataFrame, out_dir: Path, eps: float, max_heads: int = 48) -> list[Path]:
-    """Sink alpha per first-token variant (rows) and head (columns); the strongest heads when there are many."""
+    """Sink alpha per first-token variant (rows) and head (columns); the strongest heads when there are many.
+
+    Heads are wrapped into rows of at most :data:`CONTENT_COLUMNS_PER_ROW` (one shared colour
+    bar), so the figure keeps a readable width and its labels a fixed size (:data:`LABEL_PT`)."""
+    import math
+
     plt = _plt()
     df = content.copy()
     df["name"] = df["layer"].astype(str) + "." + df["head"].astype(str)
     grid = df.pivot_table(index="variant", columns="name", values="alpha_first", observed=True, sort=False)
-    if grid.shape[1] > max_heads:
+    n_all = grid.shape[1]
+    if n_all > max_heads:
         grid = grid[grid.max().sort_values(ascending=False).index[:max_heads]]
     else:
         order = df.drop_duplicates("name").sort_values(["layer", "head"])["name"]
         grid = grid[list(order)]
-    fig, ax = plt.subplots(figsize=(max(6, 0.45 * grid.shape[1] + 2), 0.45 * grid.shape[0] + 2))
+    n_rows = math.ceil(grid.shape[1] / CONTENT_COLUMNS_PER_ROW)
+    per_row = math.ceil(grid.shape[1] / n_rows)
+    longest = max(len(str(c)) for c in grid.columns)
+    cell_w = max(0.5, 0.08 * longest + 0.1)  # inches: a label of 9 pt fits across its cell
+    label_w = 0.08 * max(len(str(v)) for v in grid.index) + 0.6
+    panel_h = 0.36 * grid.shape[0] + 0.75
+    fig, axes = plt.subplots(n_rows, 1, figsize=(label_w + cell_w * per_row + 1.3, panel_h * n_rows + 0.8), squeeze=False)
+    fig.set_layout_engine("constrained")
     import seaborn as sns
 
-    sns.heatmap(grid, ax=ax, vmin=0, vmax=1, cmap="viridis", annot=grid.size <= 400, fmt=".2f", annot_kws={"size": 7}, cbar_kws={"label": "alpha (attention to position 0)"})
-    ax.set_title(f"Position or content: sink alpha by first token (sink when > {eps:g})")
-    ax.set_xlabel("head (layer.head)")
-    ax.set_ylabel("first token")
-    fig.tight_layout()
+    for k, ax in enumerate(axes[:, 0]):
+        part = grid.iloc[:, k * per_row : (k + 1) * per_row]
+        sns.heatmap(part, ax=ax, vmin=0, vmax=1, cmap="viridis", annot=True, fmt=".2f", annot_kws={"size": CELL_PT}, cbar=False)
+        ax.set_xlabel("head (layer.head)" if k == n_rows - 1 else "", fontsize=LABEL_PT)
+        ax.set_ylabel("first token", fontsize=LABEL_PT)
+        ax.tick_params(axis="x", labelsize=LABEL_PT, labelrotation=0)
+        ax.tick_params(axis="y", labelsize=LABEL_PT, labelrotation=0)
+    from matplotlib.cm import ScalarMappable
+    from matplotlib.colors import Normalize
+
+    fig.colorbar(ScalarMappable(norm=Normalize(0, 1), cmap="viridis"), ax=axes[:, 0].tolist(), label="alpha (attention to position 0)", fraction=0.04, aspect=25 * min(n_rows, 2), pad=0.02)
+    shown = f"the {grid.shape[1]} strongest of {n_all} heads, strongest first" if n_all > grid.shape[1] else f"all {n_all} heads"
+    fig.suptitle(f"Position or content: sink alpha by first token (sink when > {eps:g}); {shown}", fontsize=10)
     return _save(fig, out_dir, "content_heatmap")
 
 
@@ -166,29 +195,93 @@ def sink_figures(tables: dict[str, pd.DataFrame], out_dir: str | Path, eps: floa
     return paths
 
 
-def lengths_plot(table: pd.DataFrame, out_dir: str | Path, eps: float) -> list[Path]:
-    """``sink_lengths``: per layer, the mean over heads of alpha (solid), first-token share
-    (dashed) and sink rate (dotted: the share of sequences whose alpha exceeds eps) against the
-    context length (log scale); one panel per BOS setting."""
+#: The panels of ``sink_lengths``: column, title, y label, uniform-attention column (or None).
+_LENGTH_PANELS = (
+    ("alpha_all", "alpha (all queries, Gu et al.)", "mean A[i, 0] over all i", "uniform_alpha_all"),
+    ("sink_rate_all", "sink rate", "share of sequences, alpha > eps", None),
+    ("first_share_all", "first-token share", "mean A[i, 0] over i >= 1", None),
+    ("value_norm_share_all", "value-norm share", "||A[i,0] f_0|| / sum_j ||A[i,j] f_j||", None),
+)
+_VISIBLE_PANEL = ("alpha", "alpha over the queries i < w (window layers)", "mean A[i, 0] over i < window", "uniform_alpha")
+
+
+def _layer_colors(layers: list[int]) -> dict[int, Any]:
+    from matplotlib import colormaps
+
+    cmap = colormaps["viridis"]
+    span = max(len(layers) - 1, 1)
+    return {layer: cmap(0.9 * k / span) for k, layer in enumerate(layers)}
+
+
+def _lengths_panel(ax: Any, part: pd.DataFrame, panel: tuple[str, str, str, str | None], colors: dict[int, Any]) -> None:
+    """One quantity against length: one line per layer (mean over heads), the uniform head dashed grey."""
+    column, title, ylabel, uniform = panel
+    by = part.groupby(["layer", "length"], as_index=False)[[column, *([uniform] if uniform else [])]].mean()
+    top = float(by[column].max())
+    for layer, rows in by.groupby("layer"):
+        ax.plot(rows["length"], rows[column], marker="o", markersize=3, linewidth=1.4, color=colors[int(layer)], label=f"layer {int(layer)}")
+    if uniform:
+        base = by.groupby("length", as_index=False)[uniform].agg(["min", "max"])
+        ax.plot(base["length"], base["max"], linestyle="--", color="grey", linewidth=1, label="uniform attention")
+        if (base["min"] < base["max"]).any():  # layers of another window: their uniform alpha too
+            ax.plot(base["length"], base["min"], linestyle="--", color="grey", linewidth=1)
+        top = max(top, float(base["max"].max()))
+    ax.set_ylim(0, 1.0 if column.startswith("sink_rate") else max(1.15 * top, 1e-3))
+    ax.set_xscale("log", base=2)
+    ax.set_title(title, fontsize=10)
+    ax.set_ylabel(ylabel, fontsize=8)
+    ax.tick_params(labelsize=8)
+
+
+def lengths_figure(table: pd.DataFrame, eps: float) -> Any:
+    """Small multiples of ``sink_lengths``: one panel per quantity (rows) and BOS setting
+    (columns), one line per layer (mean over heads, coloured by depth), length on a log-2 axis,
+    the uniform-attention alpha dashed.  All panels use the all-queries means (Gu et al.); where
+    a sliding window hides token 0 from some queries, a last row gives the window layers' alpha
+    over the queries that see it (the table's ``queries = visible`` columns)."""
     plt = _plt()
-    out = Path(out_dir)
-    settings = sorted(table["bos"].unique()) if "bos" in table else [True]
-    fig, axes = plt.subplots(1, len(settings), figsize=(5.5 * len(settings), 3.8), squeeze=False)
-    for ax, bos in zip(axes[0], settings):
-        part = table[table["bos"] == bos] if "bos" in table else table
-        by = part.groupby(["layer", "length"], as_index=False).agg(alpha=("alpha", "mean"), first=("first_share", "mean"), rate=("sink_rate", "mean"))
-        for layer, rows in by.groupby("layer"):
-            line, = ax.plot(rows["length"], rows["alpha"], marker="o", label=f"layer {layer}")
-            ax.plot(rows["length"], rows["first"], linestyle="--", color=line.get_color())
-            ax.plot(rows["length"], rows["rate"], linestyle=":", color=line.get_color())
-        ax.set_xscale("log", base=2)
-        ax.set_ylim(0, 1)
-        ax.axhline(eps, color="grey", linewidth=0.8)
-        ax.set_xlabel("context length (tokens)")
-        ax.set_ylabel("mean over heads")
-        ax.set_title(f"{_bos_label(bool(bos))}: alpha (solid), first-token share (dashed),\nsink rate, alpha > {eps:g} (dotted)", fontsize=9)
-        ax.legend(fontsize=6)
-    fig.tight_layout()
-    paths = _save(fig, out, "sink_lengths")
-    plt.close(fig)
-    return paths
+    settings = sorted(table["bos"].unique()) if "bos" in table else [None]
+    windowed = "queries" in table and (table["queries"] == "visible").any()
+    panels = _LENGTH_PANELS + ((_VISIBLE_PANEL,) if windowed else ())
+    layers = sorted(int(x) for x in table["layer"].unique())
+    colors = _layer_colors(layers)
+    fig, axes = plt.subplots(len(panels), len(settings), figsize=(4.4 * len(settings) + 1.0, 2.3 * len(panels) + 1.2), squeeze=False, sharex=True)
+    fig.set_layout_engine("constrained")
+    for col, bos in enumerate(settings):
+        part = table if bos is None else table[table["bos"] == bos]
+        for ax, panel in zip(axes[:, col], panels):
+            sub = part[part["window"].notna()] if panel is _VISIBLE_PANEL else part
+            _lengths_panel(ax, sub, panel, colors)
+            if bos is not None:
+                ax.set_title(f"{panel[1]}, {_bos_label(bool(bos))}", fontsize=10)
+        axes[-1, col].set_xlabel("sequence length (tokens)", fontsize=9)
+    lengths = sorted(int(n) for n in table["length"].unique())
+    for row, panel in zip(axes, panels):  # one y range per quantity, so the BOS settings compare at a glance
+        top = max(ax.get_ylim()[1] for ax in row)
+        for ax in row:
+            ax.set_ylim(0, top)
+            if panel[0] in ("alpha_all", "alpha") and eps <= top:
+                ax.axhline(eps, color="black", linewidth=0.8, linestyle=":", label=f"eps {eps:g}")
+            elif panel[0] in ("alpha_all", "alpha"):
+                ax.text(0.98, 0.96, f"eps {eps:g} above the range", transform=ax.transAxes, ha="right", va="top", fontsize=8, color="dimgrey")
+            ax.set_xticks(lengths, [str(n) for n in lengths])
+            ax.minorticks_off()
+    entries: dict[str, Any] = {}
+    for ax in axes.flat:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            entries.setdefault(label, handle)
+    if len(layers) > 12:  # a colour bar instead of a legend entry per layer
+        from matplotlib.cm import ScalarMappable
+        from matplotlib.colors import LinearSegmentedColormap, Normalize
+
+        cmap = LinearSegmentedColormap.from_list("layers", [colors[layer] for layer in layers])
+        fig.colorbar(ScalarMappable(norm=Normalize(layers[0], layers[-1]), cmap=cmap), ax=axes, label="layer", fraction=0.03, pad=0.02, shrink=0.6)
+        entries = {k: v for k, v in entries.items() if not k.startswith("layer ")}
+    fig.legend(list(entries.values()), list(entries), loc="outside lower center", ncol=min(len(entries), 6), fontsize=9, frameon=False)
+    fig.suptitle("Attention to the first token against sequence length\n(mean over heads, one line per layer)", fontsize=11)
+    return fig
+
+
+def lengths_plot(table: pd.DataFrame, out_dir: str | Path, eps: float) -> list[Path]:
+    """``sink_lengths.png`` and ``.svg``: :func:`lengths_figure`."""
+    return _save(lengths_figure(table, eps), Path(out_dir), "sink_lengths")
