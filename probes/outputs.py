@@ -6,6 +6,7 @@ import json
 import os
 import secrets
 import shutil
+import stat
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -13,7 +14,7 @@ from typing import Any
 
 from headlens.probes.errors import OutputError, OutputExistsError
 
-__all__ = ["check_out_dir", "check_out_file", "atomic_write", "atomic_dir", "write_json", "write_text"]
+__all__ = ["check_out_dir", "check_out_file", "atomic_write", "atomic_dir", "normal_modes", "write_json", "write_text"]
 
 
 def check_out_dir(path: str | Path, *, overwrite: bool) -> Path:
@@ -38,10 +39,9 @@ def check_out_file(path: str | Path, *, overwrite: bool) -> Path:
 def atomic_write(path: str | Path, write: Callable[[Path], Any]) -> Path:
     """Call ``write(tmp_path)`` then rename the temporary file onto ``path``.
 
-    A crash leaves either the old file or the new one, never half of one.  The temporary
-    file is created with the mode of any new file (``0o666`` less the umask, as ``open``
-    gives), not ``mkstemp``'s owner-only ``0o600``, so results on a shared file system stay
-    readable by the group the umask allows.
+    A crash leaves either the old file or the new one, never half of one.  The file gets the
+    mode of any new file (:func:`normal_modes`), whatever ``write`` did: safetensors writes
+    through its own owner-only (``0o600``) temporary file renamed onto the path it is given.
     """
     p = Path(path)
     try:
@@ -53,6 +53,7 @@ def atomic_write(path: str | Path, write: Callable[[Path], Any]) -> Path:
     tmp_path = Path(tmp)
     try:
         write(tmp_path)
+        normal_modes(tmp_path)
         os.replace(tmp_path, p)
     except BaseException:
         tmp_path.unlink(missing_ok=True)
@@ -66,7 +67,8 @@ def atomic_dir(path: str | Path) -> Iterator[Path]:
     replaces ``path`` (a folder already there is removed first), on any exception it is removed.
 
     A crash leaves either the old folder or the complete new one, never half of one.  The
-    folder gets the mode of any new folder (``0o777`` less the umask), not ``mkdtemp``'s ``0o700``.
+    folder and everything written in it get the modes of any new folder and file
+    (:func:`normal_modes`), not ``mkdtemp``'s ``0o700`` or safetensors' ``0o600``.
     """
     p = Path(path)
     tmp = p.parent / f".{p.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
@@ -77,12 +79,52 @@ def atomic_dir(path: str | Path) -> Iterator[Path]:
         raise OutputError(f"cannot write {path}: {exc.strerror or exc}", path=str(path)) from exc
     try:
         yield tmp
+        normal_modes(tmp)
         if p.exists():
             shutil.rmtree(p)
         os.replace(tmp, p)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def _umask() -> int:
+    """The process's umask, read without changing it (Linux's ``/proc``; elsewhere set and restored)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    old = os.umask(0o022)
+    os.umask(old)
+    return old
+
+
+def normal_modes(path: str | Path) -> Path:
+    """Give ``path`` (a file, or a folder and everything under it) the mode of a new file
+    (``0o666`` less the umask; execute bits kept where the umask allows) or folder (``0o777``
+    less the umask): every output, however it was written, is readable as every other is.
+
+    The one place output modes are set: some writers make owner-only files (safetensors'
+    ``save_file`` and so ``save_pretrained``: ``0o600``; ``mkdtemp``: ``0o700``).
+    """
+    mask = _umask()
+    file_mode, dir_mode = 0o666 & ~mask, 0o777 & ~mask
+    root = Path(path)
+    paths = [root, *root.rglob("*")] if root.is_dir() and not root.is_symlink() else [root]
+    for q in paths:
+        st = os.lstat(q)
+        if stat.S_ISDIR(st.st_mode):
+            mode = dir_mode
+        elif stat.S_ISREG(st.st_mode):
+            mode = file_mode | (stat.S_IMODE(st.st_mode) & 0o111 & dir_mode)
+        else:
+            continue  # links and special files keep theirs
+        if stat.S_IMODE(st.st_mode) != mode:
+            os.chmod(q, mode)
+    return root
 
 
 def write_text(path: str | Path, text: str) -> Path:

@@ -39,6 +39,7 @@ from typing import Any
 
 import torch
 
+from headlens.probes.outputs import atomic_write
 from headlens.probes.scoped import keeps_torch_rng, keeps_torch_threads
 from headlens.analyses.demo.data import BOS_ID, VOCAB_SIZE, BatchSampler, Corpus, build_corpus, eval_windows, gpt2_tokenizer
 from headlens.analyses.demo.recipe import RECIPE, RecipeConfig, TrainResult
@@ -214,9 +215,7 @@ def train(
             "model": model.state_dict(), "optimizer": opt.state_dict(), "sampler_gen": sampler.gen.get_state(),
             "sampler_step": sampler.step, "neg_gen": neg_gen.get_state(), "log": rows,
         }
-        tmp = state_path.with_name(state_path.name + ".tmp")
-        torch.save(state, tmp)
-        tmp.replace(state_path)
+        atomic_write(state_path, lambda tmp: torch.save(state, tmp))
 
     wte = model.transformer.wte.weight
     for step in range(first, steps + 1):
