@@ -9,7 +9,7 @@ from typing import Any
 from headlens.probes.capture import Capture
 from headlens.probes.outputs import atomic_write, write_json
 
-__all__ = ["save_capture", "load_activations"]
+__all__ = ["save_capture", "load_activations", "saved_keys"]
 
 
 def save_capture(capture: Capture, out_dir: str | Path, manifest: dict[str, Any]) -> dict[str, Path]:
@@ -49,6 +49,15 @@ def save_capture(capture: Capture, out_dir: str | Path, manifest: dict[str, Any]
     }
     paths["manifest"] = write_json(out / "manifest.json", manifest)
     return paths
+
+
+def saved_keys(path: str | Path) -> list[str]:
+    """The names of the tensors in a safetensors file (read from its header, no tensor loaded):
+    what :func:`save_capture` wrote, the captured tensors plus ``lengths``."""
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="pt") as f:
+        return list(f.keys())
 
 
 def load_activations(path: str | Path) -> dict[str, Any]:

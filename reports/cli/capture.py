@@ -81,7 +81,7 @@ def capture_cmd(model, device, dtype, revision, allow_new_weights, text, prompts
     import torch
 
     from headlens.probes.capture import capture
-    from headlens.probes.capture_io import save_capture
+    from headlens.probes.capture_io import save_capture, saved_keys
     from headlens.probes.config import CaptureConfig
     from headlens.probes.manifest import build_manifest
     from headlens.probes.outputs import check_out_dir
@@ -103,8 +103,10 @@ def capture_cmd(model, device, dtype, revision, allow_new_weights, text, prompts
         cap = capture(loaded, texts, config, progress=progress)
     manifest = build_manifest(model=loaded, command=["headlens", *sys.argv[1:]], seed=seed, prepend_bos=config.prepend_bos, configs={"capture": config})
     paths = save_capture(cap, out_dir, manifest)
-    n_tensors = len(cap.tensors)
-    click.echo(f"captured {n_tensors} tensors for {len(cap.batch)} prompt(s) -> {paths['activations']}")
+    written = saved_keys(paths["activations"])  # counted in the file: the captured tensors plus 'lengths'
+    extra = [k for k in written if k not in cap.tensors]
+    detail = f"{len(written) - len(extra)} captured" + "".join(f" + {k}" for k in extra)
+    click.echo(f"wrote {len(written)} tensors ({detail}) for {len(cap.batch)} prompt(s) -> {paths['activations']}")
     if loaded.is_encoder:
         click.echo(f"{framing_note(loaded, config.prepend_bos)}; attention is bidirectional (padding masked)")
     for line in describe_kv(cap):
