@@ -45,7 +45,7 @@ from headlens.probes.loading import LoadedModel, check_layers_heads
 
 log = logging.getLogger(__name__)
 
-__all__ = ["PathConfig", "PathResult", "RECEIVER_INPUTS", "path_patch", "strongest_edges", "PATH_COLUMNS"]
+__all__ = ["PathConfig", "PathResult", "RECEIVER_INPUTS", "path_patch", "check_receivers", "strongest_edges", "PATH_COLUMNS"]
 
 RECEIVER_INPUTS: tuple[str, ...] = ("q", "k", "v")
 PATH_COLUMNS = ["sender_layer", "sender_head", "sender", "receiver", "receiver_input", "receiver_slot", "effect", "effect_low", "effect_high", "metric"]
@@ -139,13 +139,19 @@ def _check_input_edits(model: LoadedModel, data: EvalSet, layer: int, which: str
         raise InterventionError(f"path patching: replacing hook_{which} of layer {layer} does not change this model's output, so a patch there would not take effect", layer=layer)
 
 
-def path_patch(model: LoadedModel, task: PairTask, config: PathConfig, *, progress: Callable[[str, int, int], None] | None = None) -> PathResult:
-    """Sender x receiver table (see the module doc); senders are every head before each receiver's layer."""
-    receivers = list(dict.fromkeys(config.receivers))
+def check_receivers(model: LoadedModel, receivers: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The receivers without repeats; one-line :class:`InputError` for a head the model lacks or one in layer 0."""
+    receivers = list(dict.fromkeys(receivers))
     check_layers_heads(model, None, tuple(receivers))
     for layer, head in receivers:
         if layer == 0:
             raise InputError(f"receiver {layer}.{head} is in layer 0: no head sends to it", head=f"{layer}.{head}")
+    return receivers
+
+
+def path_patch(model: LoadedModel, task: PairTask, config: PathConfig, *, progress: Callable[[str, int, int], None] | None = None) -> PathResult:
+    """Sender x receiver table (see the module doc); senders are every head before each receiver's layer."""
+    receivers = check_receivers(model, config.receivers)
     which, bs = config.receiver_input, config.batch_size
     clean_set, corrupt_set = pair_eval_sets(model, task, batch_size=bs)
     top = max(layer for layer, _ in receivers)

@@ -1,0 +1,62 @@
+"""Console lines and files of ``headlens patch``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from headlens.probes.outputs import atomic_write
+
+__all__ = ["write_tables", "gap_line", "top_lines", "path_lines", "agreement_line", "dla_lines"]
+
+
+def write_tables(tables: dict[str, pd.DataFrame], out_dir: str | Path) -> list[Path]:
+    out = Path(out_dir)
+    return [atomic_write(out / f"{name}.csv", lambda p, df=df: df.to_csv(p, index=False, float_format="%.6g")) for name, df in tables.items()]
+
+
+def gap_line(gap: Any) -> str:
+    d = gap.describe()
+    base = f"{d['metric']}: clean {d['clean']:.3f}, corrupted {d['corrupt']:.3f} over {d['n_pairs']} pairs"
+    if gap.defined:
+        return f"{base}; gap {d['gap']:.3f} (95% CI {d['gap_low']:.3f} .. {d['gap_high']:.3f}); effects are normalised: 0 = corrupted, 1 = clean"
+    return f"{base}; normalised effects are NOT reported: {d['undefined_reason']}"
+
+
+def _ci(row: pd.Series, col: str) -> str:
+    lo, hi = row.get(f"{col}_low", np.nan), row.get(f"{col}_high", np.nan)
+    return f"{row[col]:+.3f} [{lo:+.3f}, {hi:+.3f}]" if np.isfinite(lo) else f"{row[col]:+.3f}"
+
+
+def top_lines(table: pd.DataFrame, column: str, k: int = 5) -> list[str]:
+    """The ``k`` heads (or head-positions) that matter most in ``column``: the largest absolute
+    effect for denoising and attribution, the farthest from 1 (clean) for noising."""
+    if column not in table or table[column].isna().all():
+        return []
+    values = table[column].to_numpy(float)
+    order = np.argsort(-np.abs(1.0 - values if column == "noising" else values), kind="stable")[:k]
+    where = lambda r: f"{r['name']}" + (f" pos {int(r['pos'])}" if "pos" in r else "")  # noqa: E731
+    return [f"  {where(table.iloc[i]):>12}  {_ci(table.iloc[i], column)}" for i in order]
+
+
+def path_lines(table: pd.DataFrame, k: int = 5) -> list[str]:
+    if table["effect"].isna().all():
+        return []
+    order = np.argsort(-np.abs(table["effect"].to_numpy(float)), kind="stable")[:k]
+    return [f"  {r['sender']:>6} -> {r['receiver']} ({r['receiver_input']})  {_ci(r, 'effect')}" for r in (table.iloc[i] for i in order)]
+
+
+def agreement_line(agree: dict[str, Any]) -> str:
+    return (
+        f"attribution patching (first-order estimate, not exact) vs exact denoising over {agree['n_heads']} heads: "
+        f"Spearman {agree['spearman']:.3f}, top-{agree['top_k']} overlap {agree['top_k_overlap']:.0%}"
+    )
+
+
+def dla_lines(table: pd.DataFrame, k: int = 5) -> list[str]:
+    heads = table[table["kind"] == "head"]
+    order = np.argsort(-np.abs(heads["dla"].to_numpy(float)), kind="stable")[:k]
+    return [f"  {heads.iloc[i]['component']:>6}  {heads.iloc[i]['dla']:+.3f} (sd {heads.iloc[i]['dla_sd']:.3f})" for i in order]
