@@ -42,6 +42,7 @@ _COMMAND_MODULES = (
     "headlens.reports.cli.demo",
     "headlens.reports.cli.sweep",
     "headlens.reports.cli.design",
+    "headlens.reports.cli.patch",
 )
 
 
