@@ -191,13 +191,13 @@ def gqa_cmd(model, device, dtype, revision, allow_new_weights, text_file, n_wind
     kv = kv_cache_table(loaded, KVConfig())
     files = _write_csvs({"summary": res.summary, "heads": res.heads, "groups": res.groups, "comparison": res.comparison, "kv": kv, "task": res.task}, out)
     figs = loss_vs_cache(res.summary, out / "gqa_loss_vs_cache", title=f"GQA what-if: {model}")
-    write_text(out / "summary.md", _with_basis(gqa_markdown(res, model, figure="gqa_loss_vs_cache.png"), data))
+    write_text(out / "summary.md", _with_basis(gqa_markdown(res, model, figure="gqa_loss_vs_cache.png", n_items=len(data)), data))
     extra = {"gqa": {"data": data.describe(), "task": task.describe() if task is not None else None, "resumed": journal.resumed, "files": {**files, "figures": [str(p) for p in figs]}}}
     write_json(out / "manifest.json", build_manifest(model=loaded, command=["headlens", *sys.argv[1:]], prepend_bos=not no_bos, configs={"gqa": config}, extra=extra))
     journal.finish()
     click.echo(f"GQA what-if, loss on {data.basis()}; JS in bits, mean over queries")
     click.echo(text_table(res.summary))
-    for line in gqa_reading(res.summary, res.comparison):
+    for line in gqa_reading(res.summary, res.comparison, n_items=len(data)):  # fewer than 10 windows: no finding
         click.echo(line)
     if res.task is not None:
         click.echo(f"task {task_file} ({len(task)} prompts):")
