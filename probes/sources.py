@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import logging
@@ -21,7 +22,7 @@ from typing import Any
 
 from headlens.probes.errors import ModelLoadError
 
-__all__ = ["resolve_source", "checkpoint_fingerprint", "check_weight_files", "hub_snapshot", "first_line", "WEIGHT_SUFFIXES"]
+__all__ = ["resolve_source", "close_names", "checkpoint_fingerprint", "check_weight_files", "hub_snapshot", "first_line", "WEIGHT_SUFFIXES"]
 
 log = logging.getLogger(__name__)
 
@@ -88,13 +89,42 @@ def _hub_like(spec: str) -> bool:
     return len(parts) <= 2 and all(parts) and not spec.startswith((".", "/", "~"))
 
 
+def close_names(spec: str, named: Mapping[str, object] | None) -> list[str]:
+    """The named models ``spec`` is probably a typo of (``dmeo`` -> ``["demo"]``), closest first.
+
+    None when ``spec`` is a name, an existing path, a Hub id with an owner (``org/name``), or a
+    model already in the local Hugging Face cache: only a bare word that nothing else can load
+    and that is close to a name (:func:`difflib.get_close_matches`) is taken for a typo.
+    """
+    if not named or spec in named or "/" in spec or Path(spec).expanduser().exists():
+        return []
+    near = difflib.get_close_matches(spec.lower(), list(named), n=len(named), cutoff=_CLOSE)
+    if not near or hub_snapshot(spec, None) is not None:
+        return []
+    return near
+
+
+#: :func:`difflib.get_close_matches` cutoff: ``dmeo``/``demo`` 0.75, ``minlm``/``minilm`` 0.91, ``gpt2``/``demo`` 0.
+_CLOSE = 0.6
+
+
 def resolve_source(spec: str, named: Mapping[str, Callable[[], Path]] | None = None) -> tuple[str, str]:
     """Return ``("local", folder)`` or ``("hub", id)``, raising on missing folders.
 
     ``named`` maps a model name (``demo``, ``minilm``) to a function giving its local
     checkpoint folder; a folder of that name in the current directory wins.  The function
-    may raise :class:`ModelLoadError` (e.g. its package is not installed).
+    may raise :class:`ModelLoadError` (e.g. its package is not installed).  A bare word close to
+    a name that is neither a folder nor a cached Hub model (:func:`close_names`) is refused
+    with the names it is close to, before any download is tried.
     """
+    near = close_names(spec, named)
+    if near:
+        raise ModelLoadError(
+            f"model={spec!r} is not a folder, a named model or a cached Hugging Face model; did you mean {' or '.join(map(repr, near))}?"
+            f" (named models: {', '.join(named or ())})",
+            model=spec,
+            suggestions=near,
+        )
     path = Path(spec).expanduser()
     if not path.exists() and named and spec in named:
         path = named[spec]()

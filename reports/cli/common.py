@@ -14,6 +14,7 @@ from headlens.probes.errors import HeadlensError
 __all__ = [
     "HeadlensGroup",
     "model_options",
+    "check_model_names",
     "setup_logging",
     "parse_layers",
     "parse_ints",
@@ -74,8 +75,28 @@ def model_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         help="Weights and activations dtype; bfloat16/float16 need a GPU.",
     )(fn)
     fn = click.option("--device", default="auto", show_default=True, help="auto (CUDA, then MPS, then CPU), cpu, cuda, cuda:N or mps.")(fn)
-    fn = click.option("--model", "-m", "model", required=True, help="Hugging Face id (gpt2, EleutherAI/pythia-70m), a local checkpoint folder, or demo (the small GPT-2 shipped with headlens).")(fn)
+    fn = click.option(
+        "--model",
+        "-m",
+        "model",
+        required=True,
+        callback=check_model_names,
+        help="Hugging Face id (gpt2, EleutherAI/pythia-70m), a local checkpoint folder, or a named model: demo (the small GPT-2 shipped with headlens), minilm ('headlens models' lists them).",
+    )(fn)
     return fn
+
+
+def check_model_names(ctx: click.Context, param: click.Parameter, value: Any) -> Any:  # noqa: ARG001
+    """``--model`` callback (one value or several): a probable typo of a named model (``dmeo``) is
+    refused with the names it is close to (exit 3), before anything loads."""
+    from headlens.probes.errors import ModelLoadError
+    from headlens.reports.models import model_flag_hint
+
+    for spec in value if isinstance(value, (tuple, list)) else (value,):
+        hint = model_flag_hint(spec) if isinstance(spec, str) else None
+        if hint:
+            raise ModelLoadError(hint, model=spec)
+    return value
 
 
 #: Loggers of headlens' own packages (each module logs to ``logging.getLogger(__name__)``).

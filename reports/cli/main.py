@@ -43,6 +43,7 @@ _COMMAND_MODULES = (
     "headlens.reports.cli.sweep",
     "headlens.reports.cli.design",
     "headlens.reports.cli.patch",
+    "headlens.reports.cli.models",
 )
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from headlens.reports.cli.common import fail, parse_csv
+from headlens.reports.cli.common import check_model_names, fail, parse_csv
 from headlens.reports.cli.detect import attention_options, census_options
 
 __all__ = ["sweep_cmd", "COMMANDS"]
@@ -19,7 +19,7 @@ def _say(msg: str, quiet: bool = False) -> None:
 
 
 @click.command("sweep")
-@click.option("--model", "-m", "models", multiple=True, required=True, help="Repeatable: a Hub id, demo, a checkpoint folder, or a folder of checkpoint folders (e.g. what 'headlens demo train --save-every' keeps).")
+@click.option("--model", "-m", "models", multiple=True, required=True, callback=check_model_names, help="Repeatable: a Hub id, demo, a checkpoint folder, or a folder of checkpoint folders (e.g. what 'headlens demo train --save-every' keeps).")
 @click.option("--revision", "revisions", multiple=True, help="Repeatable or comma-separated: Hub revisions of every Hub --model (e.g. step1000).")
 @click.option("--steps", "steps", multiple=True, help="Repeatable: Pythia-style revisions stepN, START:STOP:EVERY (1000:143000:1000) or a list (0,1,2,4,...,512).")
 @click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda, mps; in a task with a GPU, auto is that GPU.")
