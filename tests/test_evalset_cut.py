@@ -78,3 +78,12 @@ def test_repeated_tokens_cut_and_basis():
     assert desc["cut"]["loss_from_position"] == 6 and desc["cut"]["length"] == 11
     assert desc["n_predictions"] == 2 * 4  # positions 6..9 predict tokens 7..10: the second copy after its first token
     assert data.basis().startswith("2 sequences of BOS + 5 random tokens repeated twice")
+
+
+def test_encoder_framing_is_named_in_cut_and_basis(family_model):
+    enc = family_model("bert")
+    data = text_eval_set(enc.tokenizer, eval_text(), n_windows=2, window=16, prepend_bos=True, n_ctx=enc.n_ctx, frame=enc.frame(True))
+    cut = data.describe()["cut"]
+    assert cut["framing"] == {"prefix": ["[CLS]"], "suffix": ["[SEP]"]} and cut["text_tokens_per_window"] == 14
+    assert cut["offsets"] == [0, 14]
+    assert data.basis().startswith("2 windows x 16 tokens ([CLS] + 14 text tokens + [SEP]; 30 predictions)")

@@ -33,6 +33,7 @@ __all__ = [
     "EvalSet",
     "TaskItem",
     "text_eval_set",
+    "window_basis",
     "repeated_tokens_eval_set",
     "read_task",
     "task_eval_set",
@@ -137,8 +138,8 @@ class EvalSet:
         kind = src.get("kind")
         if kind == "text":
             window = int(src.get("window", int(self.lengths.max())))
-            body = f"BOS + {window - 1} text tokens" if self.prepend_bos else f"{window} text tokens, no BOS"
-            return f"{n} windows x {window} tokens ({body}; {self.n_predictions:,} predictions) of the {_source_name(src.get('text'))}, consecutive from its first token"
+            framing = self.cut.get("framing") or {"prefix": ["BOS"] if self.prepend_bos else [], "suffix": []}
+            return window_basis(n_windows=n, window=window, n_predictions=self.n_predictions, text=_source_name(src.get("text")), prefix=framing["prefix"], suffix=framing["suffix"])
         if kind == "repeated_random_tokens":
             bos = "BOS + " if self.prepend_bos else "no BOS, "
             where = "the second copy" if src.get("second_half_only") else "every position"
@@ -149,6 +150,27 @@ class EvalSet:
             lo, hi = int(self.lengths.min()), int(self.lengths.max())
             return f"{n} sentences of the {_source_name(src.get('text'))} ({lo}-{hi} tokens, framing tokens included)"
         return f"{n} items ({src.get('text', 'unnamed source')})"
+
+
+def window_basis(
+    *, n_windows: int, window: int, n_predictions: int, text: str, prefix: Sequence[str] = ("BOS",), suffix: Sequence[str] = (), how: str = "consecutive from its first token"
+) -> str:
+    """The one wording of what a loss over text windows is measured on (:meth:`EvalSet.basis`;
+    the demo model's card and training log use it for their own windows):
+    ``"16 windows x 128 tokens (BOS + 127 text tokens; 2,032 predictions) of the <text>, <how>"``;
+    ``prefix``/``suffix``: the framing tokens of each window (none: ``"128 text tokens, no BOS"``)."""
+    n_text = window - len(prefix) - len(suffix)
+    body = " + ".join([*prefix, f"{n_text} text tokens", *suffix]) if (prefix or suffix) else f"{window} text tokens, no BOS"
+    return f"{n_windows:,} windows x {window} tokens ({body}; {n_predictions:,} predictions) of the {text}" + (f", {how}" if how else "")
+
+
+def _framing_names(tokenizer: Any, prefix: list[int], suffix: list[int]) -> dict[str, list[str]]:
+    """How the framing tokens are named in ``cut`` and :meth:`EvalSet.basis`: a lone prefix is the BOS."""
+    if len(prefix) == 1 and not suffix:
+        return {"prefix": ["BOS"], "suffix": []}
+    names = getattr(tokenizer, "convert_ids_to_tokens", None)
+    name = (lambda ids: [str(t) for t in names(ids)]) if callable(names) else (lambda ids: [str(i) for i in ids])
+    return {"prefix": name(prefix) if prefix else [], "suffix": name(suffix) if suffix else []}
 
 
 def _source_name(label: Any) -> str:
@@ -189,16 +211,18 @@ def text_eval_set(
     except StimulusError as exc:
         raise StimulusError(f"{source}: {exc}; pass a longer text, or fewer/shorter windows (--n-windows, --window)") from exc
     lengths = torch.full((tokens.shape[0],), window, dtype=torch.long)
-    per_window = window - int(prepend_bos)
+    n_pre, n_suf = (int(prepend_bos), 0) if frame is None else (len(frame[0]), len(frame[1]))
+    per_window = window - n_pre - n_suf
     cut = {
         "scheme": "the text tokenized once without special tokens, cut into consecutive non-overlapping windows from its first token; a trailing partial window is dropped",
-        "window_includes_bos": prepend_bos,
+        "window_includes_bos": n_pre > 0,
+        "framing": _framing_names(tokenizer, tokens[0, :n_pre].tolist(), tokens[0, window - n_suf :].tolist() if n_suf else []),
         "text_tokens_per_window": per_window,
         "stride": per_window,
         "offsets": [i * per_window for i in range(int(tokens.shape[0]))],
         "offset_unit": "index of the window's first text token in the tokenized text",
         "predictions_per_window": window - 1,
-        "scored": "positions 0 .. window-2 each predict the next token (a BOS is context only, never a target)" if prepend_bos else "positions 0 .. window-2 each predict the next token (the first text token is context only)",
+        "scored": "every position but the last predicts the next token (positions 0 .. window-2): the window's first token is context only, never a target",
     }
     return EvalSet(tokens=tokens, lengths=lengths, metric="loss", prepend_bos=prepend_bos, source={"kind": "text", "text": source, "n_windows": n_windows, "window": window}, cut=cut)
 
