@@ -10,13 +10,13 @@ from typing import Any
 
 import pandas as pd
 
-from headlens.analyses.demo.card import census_of, card_facts, template_text
+from headlens.analyses.demo.card import card_facts, census_of, heldout_text_losses, template_text
 from headlens.analyses.demo.replay import read_log
 from headlens.probes.outputs import write_text
 from headlens.reports.markdown import markdown_table
 from headlens.reports.tables import roles_joined
 
-__all__ = ["render_model_card", "write_model_card"]
+__all__ = ["command_windows", "render_model_card", "write_model_card"]
 
 log = logging.getLogger(__name__)
 
@@ -55,13 +55,18 @@ def _tables(facts: dict[str, Any]) -> dict[str, Any]:
         ],
         ["", ""],
     )
+    bases = facts["bases"]
     losses = markdown_table(
         [
-            [f"held-out split ({final['heldout_windows']} windows of {rec['seq_len']})", f"{final['heldout_targets']:,}", final["heldout_loss"], final["heldout_unigram_loss"]],
-            ["headlens evaluation text (`analyses/data/eval_text.txt`)", f"{final['eval_text_targets']:,}", final["eval_text_loss"], final["eval_text_unigram_loss"]],
+            [bases["heldout"], f"{final['heldout_targets']:,}", final["heldout_loss"], final["heldout_unigram_loss"]],
+            [bases["eval_text"], f"{final['eval_text_targets']:,}", final["eval_text_loss"], final["eval_text_unigram_loss"]],
         ],
         ["text", "tokens scored", "demo model", "unigram (add-one, training split)"],
     )
+    text_losses = markdown_table(
+        [[r["what"], r["basis"], f"{r['loss']:.3f}", "" if r["window_sd"] is None else f"{r['window_sd']:.2f}"] for r in facts["text_losses"]],
+        ["command (its default windows)", "measured on", "loss", "sd over windows"],
+    ) if facts["text_losses"] else ""
     curve = markdown_table(
         [
             [
@@ -77,23 +82,52 @@ def _tables(facts: dict[str, Any]) -> dict[str, Any]:
         for key, c in facts["census"].items()
     ]
     sinks = [{**s, "label": _SINK_LABELS[key]} for key, s in facts["sinks"].items()]
-    return {"arch_table": arch, "losses_table": losses, "curve_table": curve, "census_sections": sections, "sink_lines": sinks}
+    return {"arch_table": arch, "losses_table": losses, "text_losses_table": text_losses, "curve_table": curve, "census_sections": sections, "sink_lines": sinks}
 
 
-def render_model_card(folder: str | Path, census: dict[str, tuple[pd.DataFrame, pd.DataFrame]]) -> str:
-    """The card's Markdown from ``training_summary.json``, ``training_log.jsonl`` and a census per
-    BOS setting (``{"bos": (scores, roles), "no_bos": ...}``)."""
+def render_model_card(folder: str | Path, census: dict[str, tuple[pd.DataFrame, pd.DataFrame]], text_losses: list[dict[str, Any]] | None = None) -> str:
+    """The card's Markdown from ``training_summary.json``, ``training_log.jsonl``, a census per
+    BOS setting (``{"bos": (scores, roles), "no_bos": ...}``) and the losses on the held-out text
+    as the commands cut it (:func:`headlens.analyses.demo.card.heldout_text_losses`; None: not measured)."""
     import jinja2
 
-    facts = card_facts(folder, census)
+    facts = card_facts(folder, census, text_losses)
     env = jinja2.Environment(undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True, autoescape=False)
     env.filters["fmt"] = format
     return env.from_string(template_text()).render(**facts, **_tables(facts))
 
 
+def command_windows(summary: dict[str, Any]) -> list[tuple[str, int, int]]:
+    """``(commands, n_windows, window)``: the windows each command cuts from a ``--text-file`` by
+    default (read from the commands' own defaults), and every window of the held-out text."""
+    from headlens.reports.cli.ablate import ablate_cmd, prune_cmd
+    from headlens.reports.cli.design import gqa_cmd, projections_cmd
+    from headlens.reports.report.settings import ReportSettings
+    from headlens.reports.sweep.plan import SweepConfig
+
+    rec, final = summary["recipe"], summary["final"]
+    n_ctx = int(rec["n_ctx"])
+    found: dict[tuple[int, int], list[str]] = {}
+    for cmd in (ablate_cmd, prune_cmd, gqa_cmd, projections_cmd):
+        d = {p.name: p.default for p in cmd.params}
+        found.setdefault((int(d["n_windows"]), min(int(d["window"]), n_ctx)), []).append(f"`{cmd.name}`")
+    for label, settings in (("`report`", ReportSettings()), ("`report --quick`", ReportSettings(quick=True))):
+        d = settings.eval_data(n_ctx)
+        found.setdefault((int(d["n_windows"]), int(d["window"])), []).append(label)
+    sweep = SweepConfig()
+    found.setdefault((sweep.loss_windows, min(sweep.loss_window, n_ctx)), []).append("`sweep`")
+    rows = [(", ".join(labels), n, w) for (n, w), labels in sorted(found.items(), key=lambda kv: kv[0][0] * kv[0][1])]
+    if final:
+        n, w = int(final["heldout_windows"]), int(rec["seq_len"])
+        rows.append((f"all of it: `--n-windows {n} --window {w}`", n, w))
+    return rows
+
+
 def write_model_card(folder: str | Path) -> Path:
-    """Run the census (with and without BOS) on the checkpoint in ``folder`` and write ``MODEL_CARD.md`` there."""
+    """Run the census (with and without BOS) on the checkpoint in ``folder``, measure its loss on
+    the held-out text as the commands cut it, and write ``MODEL_CARD.md`` there."""
     folder = Path(folder)
-    read_log(folder)  # a missing or broken log fails here, before the census runs
+    summary, _ = read_log(folder)  # a missing or broken log fails here, before the census runs
     census = {"bos": census_of(folder, prepend_bos=True), "no_bos": census_of(folder, prepend_bos=False)}
-    return write_text(folder / "MODEL_CARD.md", render_model_card(folder, census))
+    text_losses = heldout_text_losses(folder, command_windows(summary)) if summary.get("final") else None
+    return write_text(folder / "MODEL_CARD.md", render_model_card(folder, census, text_losses))

@@ -59,3 +59,65 @@ def test_a_fact_missing_from_the_template_is_an_error(monkeypatch):
     monkeypatch.setattr(demo_card, "template_text", lambda: template_text() + "{{ not_a_fact }}\n")
     with pytest.raises(jinja2.UndefinedError, match="not_a_fact"):
         demo_card.render_model_card(MODEL_DIR, {})
+
+
+# ----------------------------------------------------------------------------- which loss (issue 20 item 4)
+
+
+def _text_losses(facts):
+    final, seq = facts["final"], facts["recipe"]["seq_len"]
+    return [
+        {"what": "`report --quick`", "n_windows": 2, "window": 32, "loss": 4.6746, "window_sd": 2.68, "basis": "2 windows x 32 tokens (BOS + 31 text tokens; 62 predictions) of the text"},
+        {"what": "all of it", "n_windows": final["heldout_windows"], "window": seq, "loss": 4.5552, "window_sd": 0.96, "basis": "every window"},
+    ]
+
+
+def test_card_gives_one_canonical_loss_and_explains_the_others():
+    facts = card_facts(MODEL_DIR, {})
+    final, rec = facts["final"], facts["recipe"]
+    text = render_model_card(MODEL_DIR, {}, _text_losses(facts))
+    seq = rec["seq_len"]
+    basis = f"{final['heldout_windows']} windows x {seq} tokens (BOS + {seq - 1} text tokens; {final['heldout_targets']:,} predictions) of the held-out split, every window of its token stream"
+    assert f"**The demo's held-out loss is {final['heldout_loss']:.3f}** nats per token: {basis}" in text
+    assert "| `report --quick` | 2 windows x 32 tokens (BOS + 31 text tokens; 62 predictions) of the text | 4.675 | 2.68 |" in text
+    assert f"Every window of the text gives 4.555, not\n{final['heldout_loss']:.3f}: the text file lacks" in text
+    assert "a standard deviation of 0.96 nats" in text
+    curve = f"held-out loss on {rec['eval_windows']} windows x {seq} tokens (BOS + {seq - 1} text tokens"
+    assert curve in text
+    plain = render_model_card(MODEL_DIR, {})
+    assert "Why other commands print other numbers" not in plain and "\n\n\n" not in plain and "{{" not in plain
+
+
+def test_command_windows_are_the_commands_defaults():
+    from headlens.analyses.demo.replay import read_log
+    from headlens.reports.cli.ablate import ablate_cmd
+    from headlens.reports.demo_card import command_windows
+    from headlens.reports.report.settings import ReportSettings
+    from headlens.reports.sweep.plan import SweepConfig
+
+    summary, _ = read_log(MODEL_DIR)
+    rows = {(n, w): what for what, n, w in command_windows(summary)}
+    d = {p.name: p.default for p in ablate_cmd.params}
+    assert "`ablate`" in rows[(d["n_windows"], d["window"])] and "`gqa`" in rows[(d["n_windows"], d["window"])]
+    q = ReportSettings(quick=True).eval_data(summary["recipe"]["n_ctx"])
+    assert "`report --quick`" in rows[(q["n_windows"], q["window"])]
+    assert "`sweep`" in rows[(SweepConfig().loss_windows, SweepConfig().loss_window)]
+    assert rows[(summary["final"]["heldout_windows"], summary["recipe"]["seq_len"])].startswith("all of it")
+
+
+def test_heldout_text_losses_equal_ablate_on_the_heldout_file(runner, tmp_path):
+    """The card's per-command losses are what `ablate --text-file` (demo heldout's file) reports as unablated."""
+    import json
+
+    from headlens.analyses.demo.card import heldout_text_losses
+    from headlens.reports.cli.main import cli
+
+    text_file = tmp_path / "heldout.txt"
+    assert runner.invoke(cli, ["demo", "heldout", "--out", str(text_file)]).exit_code == 0
+    out = tmp_path / "abl.csv"
+    r = runner.invoke(cli, ["ablate", "-m", "demo", "--text-file", str(text_file), "--n-windows", "2", "--window", "32", "--layers", "0", "--no-attribution", "--bootstrap", "0", "-q", "--out", str(out)])
+    assert r.exit_code == 0, r.stderr
+    unablated = json.loads(out.with_name("abl.manifest.json").read_text())["ablation"]["unablated_value"]
+    (row,) = heldout_text_losses(MODEL_DIR, [("x", 2, 32)])
+    assert abs(row["loss"] - unablated) < 1e-9
+    assert "2 windows x 32 tokens (BOS + 31 text tokens; 62 predictions)" in r.stdout and row["basis"].startswith("2 windows x 32 tokens (BOS + 31 text tokens; 62 predictions)")

@@ -11,18 +11,20 @@ template ``model_card.md.j2`` next to this module, rendered by
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from headlens.analyses.ablation.evalset import window_basis
 from headlens.analyses.demo.replay import read_log
 from headlens.analyses.heads.census import CensusConfig, run_census
 from headlens.analyses.heads.classify import classify_heads, roles_of
 from headlens.probes.loading import load_model
 
-__all__ = ["DETECTORS", "SINK_THRESHOLD", "TEMPLATE", "census_of", "card_facts", "template_text"]
+__all__ = ["DETECTORS", "SINK_THRESHOLD", "TEMPLATE", "HELDOUT_TEXT", "census_of", "card_facts", "template_text", "loss_bases", "heldout_text", "heldout_text_losses"]
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +36,52 @@ SINK_THRESHOLD = 0.3
 TEMPLATE = "model_card.md.j2"
 #: The census runs the card reports, in order: (key, BOS prepended).
 CENSUS_RUNS = (("bos", True), ("no_bos", False))
+#: How the card and the commands name the text ``headlens demo heldout`` writes.
+HELDOUT_TEXT = "demo's held-out text (`headlens demo heldout`)"
+
+
+def loss_bases(recipe: dict[str, Any], final: dict[str, Any]) -> dict[str, str]:
+    """What each loss of the training run is measured on, in the one wording of
+    :func:`headlens.analyses.ablation.evalset.window_basis`: ``heldout`` and ``eval_text`` (the
+    final losses, every window of each stream), ``curve`` (the learning curve's evaluations)."""
+    seq = int(recipe["seq_len"])
+    stream = "token stream (its documents joined by <|endoftext|>, one opening it)"
+    out = {"curve": window_basis(n_windows=int(recipe["eval_windows"]), window=seq, n_predictions=int(recipe["eval_windows"]) * (seq - 1), text="held-out split", how=f"the first windows of its {stream}")}
+    if final:
+        out["heldout"] = window_basis(n_windows=int(final["heldout_windows"]), window=seq, n_predictions=int(final["heldout_targets"]), text="held-out split", how=f"every window of its {stream}")
+        out["eval_text"] = window_basis(n_windows=int(final["eval_text_windows"]), window=seq, n_predictions=int(final["eval_text_targets"]), text="headlens evaluation text (`analyses/data/eval_text.txt`)", how="every window")
+    return out
+
+
+def heldout_text() -> str:
+    """The held-out documents as one text, joined by ``<|endoftext|>``: what ``headlens demo
+    heldout`` writes (its tokens are the held-out stream less the ``<|endoftext|>`` opening it)."""
+    from headlens.analyses.demo.data import heldout_documents
+
+    return "<|endoftext|>".join(d.text for d in heldout_documents())
+
+
+def heldout_text_losses(folder: str | Path, windows: Sequence[tuple[str, int, int]], *, batch_size: int = 8) -> list[dict[str, Any]]:
+    """The checkpoint's loss on :func:`heldout_text` cut as the commands cut a ``--text-file``
+    (:func:`headlens.analyses.ablation.evalset.text_eval_set`, BOS, the same metric code):
+    one row per ``(what, n_windows, window)`` with the mean, the standard deviation over
+    windows and the basis line."""
+    import numpy as np
+    import torch
+
+    from headlens.analyses.ablation.evalset import text_eval_set
+    from headlens.analyses.ablation.metrics import model_values
+
+    model = load_model(model=str(folder), device="cpu")
+    text = heldout_text()
+    rows = []
+    for what, n_windows, window in windows:
+        data = text_eval_set(model.tokenizer, text, n_windows=n_windows, window=window, prepend_bos=True, n_ctx=model.n_ctx, bos_id=model.bos_id, source=HELDOUT_TEXT)
+        with torch.inference_mode():
+            values = torch.cat([model_values(model, *data.batch(r)[:2], data, r) for r in data.rows(batch_size)]).numpy()
+        rows.append({"what": what, "n_windows": n_windows, "window": window, "loss": float(values.mean()), "window_sd": float(np.std(values, ddof=1)) if len(values) > 1 else None, "basis": data.basis()})
+        log.info("demo card: %s: %.4f on %s", what, rows[-1]["loss"], rows[-1]["basis"])
+    return rows
 
 
 def template_text() -> str:
@@ -116,9 +164,10 @@ def _curve(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def card_facts(folder: str | Path, census: dict[str, tuple[pd.DataFrame, pd.DataFrame]]) -> dict[str, Any]:
+def card_facts(folder: str | Path, census: dict[str, tuple[pd.DataFrame, pd.DataFrame]], text_losses: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """Everything the card states, from ``training_summary.json``, ``training_log.jsonl``, the
-    weights file and ``census`` (``{"bos": (scores, roles), "no_bos": ...}``; either may be missing)."""
+    weights file, ``census`` (``{"bos": (scores, roles), "no_bos": ...}``; either may be missing)
+    and ``text_losses`` (:func:`heldout_text_losses`; None: not measured)."""
     folder = Path(folder)
     summary, rows = read_log(folder)
     rec = summary["recipe"]
@@ -138,4 +187,9 @@ def card_facts(folder: str | Path, census: dict[str, tuple[pd.DataFrame, pd.Data
         "census": {key: _census_facts(*census[key]) for key, _ in CENSUS_RUNS if key in census},
         "sinks": {key: _sink_facts(census[key][0]) for key, _ in CENSUS_RUNS if key in census},
         "sink_threshold": SINK_THRESHOLD,
+        "bases": loss_bases(rec, summary["final"]),
+        "text_losses": text_losses or [],
+        # the row of every window of the held-out text (the card's own figure, cut as a --text-file)
+        "text_loss_all": next((r for r in text_losses or [] if summary["final"] and r["n_windows"] == summary["final"]["heldout_windows"] and r["window"] == rec["seq_len"]), None),
+        "heldout_text_name": HELDOUT_TEXT,
     }

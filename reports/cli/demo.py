@@ -40,6 +40,7 @@ def train_cmd(out_dir: str, steps: int | None, seed: int | None, eval_every: int
     With --save-every N the weights of every N-th step are kept too, in OUT-checkpoints/.
     """
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from headlens.analyses.demo.card import loss_bases
     from headlens.analyses.demo.checkpoints import config_dict, save_checkpoint, save_step_checkpoint, step_folder_name
     from headlens.analyses.demo.recipe import RECIPE
     from headlens.analyses.demo.train import train
@@ -56,6 +57,8 @@ def train_cmd(out_dir: str, steps: int | None, seed: int | None, eval_every: int
         shutil.rmtree(kept)
     config = RECIPE if seed is None else replace(RECIPE, seed=seed)
     _say(f"demo recipe: {config.n_layer} layers x {config.n_head} heads, d_model {config.d_model}, {steps if steps is not None else config.schedule_steps} steps, seed {config.seed}")
+    if eval_every != 0 and (eval_every or config.eval_every):
+        _say(f"held-out loss below (nats/token, full softmax): {loss_bases(config_dict(config), {})['curve']}")
 
     def on_log(row: dict[str, Any]) -> None:
         if row.get("heldout_loss") is not None:
@@ -79,7 +82,9 @@ def train_cmd(out_dir: str, steps: int | None, seed: int | None, eval_every: int
         raise click.UsageError(str(exc)) from None
     final = result.summary["final"]
     if final:
-        _say(f"held-out loss {final['heldout_loss']:.3f} (unigram {final['heldout_unigram_loss']:.3f}); evaluation text {final['eval_text_loss']:.3f} (unigram {final['eval_text_unigram_loss']:.3f})")
+        bases = loss_bases(config_dict(config), final)
+        _say(f"held-out loss {final['heldout_loss']:.3f} (unigram {final['heldout_unigram_loss']:.3f}) on {bases['heldout']}")
+        _say(f"evaluation text loss {final['eval_text_loss']:.3f} (unigram {final['eval_text_unigram_loss']:.3f}) on {bases['eval_text']}")
     # write into a temporary sibling, then swap in: a crashed run never leaves half a folder
     with atomic_dir(out) as tmp:
         save_checkpoint(result, tmp)
@@ -117,13 +122,14 @@ def heldout_cmd(out_file: str, overwrite: bool) -> None:
     import hashlib
     import platform
 
+    from headlens.analyses.demo.card import heldout_text
     from headlens.analyses.demo.data import heldout_documents
     from headlens.probes.outputs import check_out_file, write_text
 
     out = Path(out_file)
     check_out_file(out, overwrite=overwrite)
     docs = heldout_documents()
-    text = "<|endoftext|>".join(d.text for d in docs)
+    text = heldout_text()
     write_text(out, text)
     sha = hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
     _say(f"wrote {out}: {len(docs)} held-out documents, {len(text):,} characters, sha256 {sha} (Python {platform.python_version()})")
