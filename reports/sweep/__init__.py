@@ -6,6 +6,8 @@
   write its folder): the library calls ``headlens detect`` makes, so results are equal;
 * :mod:`~headlens.reports.sweep.engine`: Ray (local or ``--address``), skipping finished
   tasks, collecting failures as one line each;
+* :mod:`~headlens.reports.sweep.interrupts`: Ctrl-C and SIGTERM recorded while Ray runs and
+  acted on where stopping is safe (tasks cancelled, Ray shut down, then exit 130);
 * :mod:`~headlens.reports.sweep.gather`: the tasks' tables as one partitioned Parquet dataset.
 
 Ray and pyarrow are the ``sweep`` extra (``pip install 'headlens[sweep]'``); nothing here

@@ -11,6 +11,8 @@ what is missing.
 Local Ray starts with ``num_cpus`` CPUs (default: all), no dashboard, no usage reporting and
 no worker logs forwarded to the driver, and is shut down at the end; a Ray already
 initialised by the caller (or a cluster at ``address``) is used as it is and left running.
+Ctrl-C or SIGTERM cancels the tasks, shuts Ray down and then raises :class:`KeyboardInterrupt`
+(:mod:`~headlens.reports.sweep.interrupts`: never from inside Ray's own calls).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from headlens.probes.errors import InputError, OutputExistsError
+from headlens.reports.sweep.interrupts import Interrupts, deferred_interrupts
 from headlens.reports.sweep.plan import SweepConfig, SweepTask
 from headlens.reports.sweep.task import is_done, run_task
 
@@ -87,9 +90,13 @@ def _check_reachable(address: str, timeout: float = 5.0) -> None:
 
 
 @contextlib.contextmanager
-def ray_session(address: str | None = None, num_cpus: int | None = None) -> Iterator[tuple[Any, float]]:
+def ray_session(address: str | None = None, num_cpus: int | None = None, interrupts: Interrupts | None = None) -> Iterator[tuple[Any, float]]:
     """``(ray, start-up seconds)``; starts local Ray (or connects) unless Ray is already initialised,
-    and shuts down only what it started."""
+    and shuts down only what it started.
+
+    ``interrupts``: the signals recorded while Ray starts (see :mod:`~headlens.reports.sweep.interrupts`);
+    one that came during ``ray.init`` is acted on once Ray is up, by shutting it down in order.
+    """
     ray = import_ray()
     if address:
         _check_reachable(address)
@@ -100,51 +107,46 @@ def ray_session(address: str | None = None, num_cpus: int | None = None) -> Iter
     address = address or os.environ.get("RAY_ADDRESS") or None
     t0 = time.perf_counter()
     with _env(RAY_USAGE_STATS_ENABLED="0"):
-        if address:
-            _check_reachable(address)
-            try:
-                ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
-            except (ConnectionError, RuntimeError, ValueError) as exc:
-                raise InputError(f"cannot join the Ray cluster at {address}: {' '.join(str(exc).split())[:300]}") from None
-        else:
-            ray.init(num_cpus=num_cpus or os.cpu_count() or 1, include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
+        try:
+            if address:
+                _check_reachable(address)
+                try:
+                    ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
+                except (ConnectionError, RuntimeError, ValueError) as exc:
+                    raise InputError(f"cannot join the Ray cluster at {address}: {' '.join(str(exc).split())[:300]}") from None
+            else:
+                ray.init(num_cpus=num_cpus or os.cpu_count() or 1, include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
+        except BaseException:
+            _shutdown(ray)  # whatever ray.init had started before it failed
+            raise
     start_s = time.perf_counter() - t0
-    log.info("Ray %s in %.1f s: %s", "joined" if address else "started", start_s, ray.cluster_resources())
     try:
-        with _sigterm_as_interrupt():
-            yield ray, start_s
+        if interrupts is not None:
+            interrupts.check()
+        log.info("Ray %s in %.1f s: %s", "joined" if address else "started", start_s, ray.cluster_resources())
+        yield ray, start_s
     finally:
-        ray.shutdown()
+        _shutdown(ray)
 
 
-@contextlib.contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    """While the sweep runs, SIGTERM (``kill``, a batch system's time limit) is a KeyboardInterrupt,
-    so that queued tasks are cancelled and the Ray this process started is shut down rather than
-    left running; the previous handler comes back afterwards."""
-    import signal
-    import threading
+def _shutdown(ray: Any) -> None:
+    """``ray.shutdown()``, waiting for the processes it stops to exit where this Ray can (2.50 and later)."""
+    import inspect
 
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum: int, frame: Any) -> None:  # noqa: ARG001
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    wait = "wait_for_processes" in inspect.signature(ray.shutdown).parameters
+    ray.shutdown(**({"wait_for_processes": True} if wait else {}))
 
 
 def check_settings(out: Path, config: SweepConfig, *, overwrite: bool) -> None:
-    """Write ``OUT/sweep.json``; a folder holding a sweep with other settings is refused unless ``overwrite``."""
+    """Write ``OUT/sweep.json``; refused unless ``overwrite``: a folder holding a sweep with other
+    settings, and a folder that holds other files but no sweep (no ``sweep.json``), as every
+    command refuses a non-empty output folder."""
     from headlens.probes.outputs import write_json
 
     path = out / "sweep.json"
     settings = config.to_dict()
+    if not overwrite and not path.is_file() and out.is_dir() and any(out.iterdir()):
+        raise OutputExistsError(f"output folder {out} is not empty and holds no sweep (no sweep.json); pass another --out, or --overwrite to write the sweep beside its files", path=str(out))
     if path.is_file() and not overwrite:
         try:
             old = json.loads(path.read_text(encoding="utf-8"))
@@ -164,6 +166,10 @@ def check_settings(out: Path, config: SweepConfig, *, overwrite: bool) -> None:
 
 def _failure(task: SweepTask, message: str, exit_code: int = 1) -> dict[str, Any]:
     return {"key": task.key, "label": task.label, "model": task.model, "revision": task.revision, "step": task.step, "status": "failed", "error": message, "exit_code": exit_code}
+
+
+#: Seconds between checks for Ctrl-C while waiting for tasks.
+_POLL_S = 0.5
 
 
 def _ray_error_line(exc: Exception) -> str:
@@ -189,8 +195,9 @@ def run_sweep(
 ) -> SweepOutcome:
     """Run every task not done yet in ``out``; ``on_record(record, finished, total)`` after each.
 
-    An exception raised by ``on_record`` (or Ctrl-C) cancels the tasks still queued or
-    running; finished task folders stay, and a rerun picks up from them.
+    An exception raised by ``on_record``, Ctrl-C or SIGTERM cancels the tasks still queued or
+    running and shuts down the Ray this call started before it propagates (a signal as
+    :class:`KeyboardInterrupt`); finished task folders stay, and a rerun picks up from them.
     """
     out = Path(out)
     t0 = time.perf_counter()
@@ -204,7 +211,7 @@ def run_sweep(
     if not pending:
         outcome.wall_s = time.perf_counter() - t0
         return outcome
-    with ray_session(address, num_cpus) as (ray, start_s):
+    with deferred_interrupts() as interrupts, ray_session(address, num_cpus, interrupts) as (ray, start_s):
         outcome.ray_start_s = start_s
         outcome.resources = dict(ray.cluster_resources())
         gpus = gpus_per_task if gpus_per_task is not None else (1.0 if outcome.resources.get("GPU", 0) >= 1 else 0.0)
@@ -213,7 +220,8 @@ def run_sweep(
         finished = len(outcome.records)
         try:
             while refs:
-                ready, _ = ray.wait(list(refs), num_returns=1)
+                ready, _ = ray.wait(list(refs), num_returns=1, timeout=_POLL_S)
+                interrupts.check()
                 for ref in ready:
                     task = refs.pop(ref)
                     try:
@@ -225,8 +233,10 @@ def run_sweep(
                     if on_record is not None:
                         on_record(record, finished, len(tasks))
         except BaseException:
+            log.info("stopping: cancelling %d unfinished task%s, then Ray", len(refs), "" if len(refs) == 1 else "s")
             for ref in refs:
-                ray.cancel(ref, force=True)
+                with contextlib.suppress(Exception):
+                    ray.cancel(ref, force=True)
             raise
     outcome.wall_s = time.perf_counter() - t0
     return outcome

@@ -1,0 +1,64 @@
+"""Ctrl-C and SIGTERM while the sweep's Ray runs: recorded by the handler, acted on in normal flow.
+
+Python raises :class:`KeyboardInterrupt` wherever the main thread happens to be when SIGINT
+arrives: inside ``ray.init`` while Ray's core worker and its threads are half built, or
+inside ``ray.wait``.  Unwinding from there skipped ``ray.shutdown`` (Ray's helper processes,
+orphaned, lived on for about 90 s) and let the interpreter tear down a live core worker on
+exit (a segfault or ``free(): invalid pointer`` in some runs).  Inside :func:`deferred_interrupts`
+the handler only records the signal; the sweep checks :meth:`Interrupts.check` at the points
+where stopping is safe (after ``ray.init``, between ``ray.wait`` polls), cancels its tasks,
+shuts Ray down in order, and only then raises :class:`KeyboardInterrupt` (exit 130).
+
+A signal the process ignores (``SIG_IGN``: a job started in the background by a shell) stays
+ignored, and outside the main thread nothing is installed (Python allows handlers only there).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import signal
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Interrupts", "deferred_interrupts", "SIGNALS"]
+
+#: The signals that stop a sweep: Ctrl-C, and ``kill`` or a batch system's time limit.
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class Interrupts:
+    """The first stop signal received inside :func:`deferred_interrupts` (None: none yet)."""
+
+    def __init__(self) -> None:
+        self.received: int | None = None
+
+    def record(self, signum: int, frame: Any = None) -> None:  # noqa: ARG002 - a signal handler's signature
+        if self.received is None:
+            self.received = signum
+
+    def check(self) -> None:
+        """Raise :class:`KeyboardInterrupt` if a stop signal has come; call it where stopping is safe."""
+        if self.received is not None:
+            raise KeyboardInterrupt(signal.Signals(self.received).name)
+
+
+@contextlib.contextmanager
+def deferred_interrupts() -> Iterator[Interrupts]:
+    """Record SIGINT and SIGTERM instead of raising; the previous handlers come back at the end."""
+    interrupts = Interrupts()
+    if threading.current_thread() is not threading.main_thread():
+        yield interrupts
+        return
+    previous = {}
+    for sig in SIGNALS:
+        if signal.getsignal(sig) is not signal.SIG_IGN:
+            previous[sig] = signal.signal(sig, interrupts.record)
+    try:
+        yield interrupts
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
