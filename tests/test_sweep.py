@@ -147,6 +147,7 @@ def test_bad_tasks_fail_in_one_line_and_the_others_finish(local_ray, run_dir, tm
     out = tmp_path / "out"
     res = runner.invoke(cli, ["sweep", "-m", str(run_dir / "step-0"), "-m", str(junk), *SWEEP, "--ablate", "--no-figures", "--out", str(out)])
     assert res.exit_code == 1, res.output
+    assert "1 checkpoint, 16 scores" in res.stdout and "1 of 2 tasks failed" in res.stderr, res.output  # one checkpoint, not "1 checkpoints"
     errors = [ln for ln in res.stderr.splitlines() if ln.startswith("headlens: error:")]
     assert any("not-a-checkpoint" in ln and "checkpoint" in ln for ln in errors), res.stderr
     assert "Traceback" not in res.output + res.stderr
@@ -177,3 +178,33 @@ def test_other_settings_in_the_same_folder_are_refused(swept, run_dir, runner):
     # the census's attention path is a setting too (it reaches the tasks' CensusConfig)
     res = runner.invoke(cli, ["sweep", "-m", str(run_dir), *SWEEP, "--attention", "streaming", "--out", str(out)])
     assert res.exit_code == 4 and "other settings (census)" in res.stderr, res.output + res.stderr
+
+
+def test_the_manifest_says_how_the_loss_windows_were_cut_and_the_loss_follows_by_hand(swept, run_dir):
+    """From OUT/manifest.json alone (source text, offsets, framing ids, window) and plain transformers, the held-out loss."""
+    import torch
+    from transformers import AutoTokenizer, GPT2LMHeadModel
+
+    from headlens.analyses.stimuli import eval_text
+
+    out, _ = swept
+    (windows,) = json.loads((out / "manifest.json").read_text())["heldout_loss_windows"]  # one tokenizer: one set of windows
+    assert sorted(windows["labels"]) == sorted(f"run/step-{s}" for s in STEPS)
+    cut = windows["cut"]
+    assert windows["text"] == "built-in evaluation text" and windows["window"] == 32 and cut["window_includes_bos"] is True
+    assert len(cut["offsets"]) == windows["n_windows"] == 2 and "32 tokens" in windows["basis"]
+    checkpoints = pd.read_csv(out / "checkpoints.csv").set_index("step")
+    for step in (0, STEPS[-1]):
+        folder = run_dir / f"step-{step}"
+        tok = AutoTokenizer.from_pretrained(folder)
+        ids = tok(eval_text(), add_special_tokens=False)["input_ids"]
+        prefix, suffix = windows["frame_ids"]
+        rows = [prefix + ids[o : o + cut["text_tokens_per_window"]] + suffix for o in cut["offsets"]]
+        assert all(len(r) == windows["window"] for r in rows)
+        model = GPT2LMHeadModel.from_pretrained(folder).eval()
+        with torch.no_grad():
+            x = torch.tensor(rows)
+            logits = model(x).logits[:, :-1].double()
+            nll = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), x[:, 1:].reshape(-1), reduction="sum")
+        assert nll.numel() == 1 and windows["n_predictions"] == x[:, 1:].numel()
+        assert_close(nll / x[:, 1:].numel(), torch.tensor(checkpoints.loc[step, "heldout_loss"]), tol="float32", msg=f"step {step}")

@@ -112,3 +112,47 @@ def test_a_held_out_text_every_task_would_fail_on_is_refused_before_ray_starts(r
     res = runner.invoke(cli, ["sweep", "-m", "demo", "--text-file", str(empty), "--out", str(tmp_path / "sw")])
     assert res.exit_code == 2 and "is empty" in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
     assert not (tmp_path / "sw").exists()
+
+
+def test_role_count_lines_that_coincide_stay_distinguishable(tmp_path):
+    """Two roles with the same head count at every step: both lines visible (own dash, marker, size) and the legend says they coincide."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from headlens.reports.figures.sweep import count_lines, sweep_figures
+
+    steps = pd.Index([0.0, 500.0, 1000.0])
+    fig, ax = plt.subplots()
+    count_lines(ax, {"previous_token": pd.Series([0, 1, 3], index=steps), "induction": pd.Series([0, 1, 3], index=steps), "duplicate_token": pd.Series([0, 0, 0], index=steps)}, ["r", "g", "b"])
+    lines = ax.get_lines()
+    assert len({(str(ln.get_linestyle()), ln.get_marker()) for ln in lines}) == len(lines) == 3
+    sizes = [ln.get_markersize() for ln in lines]
+    assert sizes == sorted(sizes, reverse=True) and len(set(sizes)) == 3  # coinciding markers nest
+    assert [ln.get_label() for ln in lines] == ["previous_token", "induction (= previous_token)", "duplicate_token"]
+    plt.close(fig)
+    # the sweep figure draws its heads-per-role panel this way
+    data, ck = _fake_sweep({"a": 10}, [0, 500, 1000])
+    (svg,) = sweep_figures(data, ck, tmp_path, formats=("svg",))
+    assert "previous_token (= induction)" in svg.read_text()  # the fake sweep gives both detectors the same scores
+
+
+def test_an_out_folder_holding_other_files_and_no_sweep_is_refused(runner, tmp_path):
+    """As every command refuses a non-empty output folder: one line, exit 4, nothing written (before Ray starts)."""
+    pytest.importorskip("ray", reason="the sweep command needs Ray (the test extra installs it)")
+    from headlens.reports.cli.main import cli
+
+    out = tmp_path / "results"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine", encoding="utf-8")
+    res = runner.invoke(cli, ["sweep", "-m", "demo", "--out", str(out)])
+    assert res.exit_code == 4, res.output
+    assert "holds no sweep" in res.stderr and "--overwrite" in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["notes.txt"] and (out / "notes.txt").read_text(encoding="utf-8") == "mine"
+
+
+def test_counts_are_worded_in_the_singular_for_one():
+    from headlens.reports.cli.sweep import _count
+
+    assert [_count(n, "task") for n in (0, 1, 2)] == ["0 tasks", "1 task", "2 tasks"]

@@ -13,6 +13,11 @@ from headlens.reports.cli.detect import attention_options, census_options
 __all__ = ["sweep_cmd", "COMMANDS"]
 
 
+def _count(n: int, noun: str) -> str:
+    """``1 task``, ``2 tasks``, ``0 tasks``."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
 def _say(msg: str, quiet: bool = False) -> None:
     if not quiet:
         click.echo(msg, err=True)
@@ -58,7 +63,7 @@ def sweep_cmd(models, revisions, steps, device, dtype, allow_new_weights, detect
     from headlens.probes.outputs import write_json
     from headlens.reports.cli.detect import _census_config, _precheck
     from headlens.reports.sweep.engine import check_settings, import_ray, run_sweep
-    from headlens.reports.sweep.gather import gather, import_pyarrow
+    from headlens.reports.sweep.gather import gather, import_pyarrow, loss_sets
     from headlens.reports.sweep.plan import SweepConfig, parse_steps, plan_tasks
     from headlens.reports.tables import write_table
     from headlens.reports.text_files import read_text_file
@@ -91,13 +96,14 @@ def sweep_cmd(models, revisions, steps, device, dtype, allow_new_weights, detect
             loss = record.get("heldout_loss")
             _say(f"[{finished}/{total}] {record['label']}: census {record.get('census_s', 0):.1f} s, held-out loss {loss:.3f}" if loss is not None else f"[{finished}/{total}] {record['label']}: done in {record.get('wall_s', 0):.1f} s", quiet)
 
-    _say(f"sweep: {len(tasks)} tasks -> {out}", quiet)
+    _say(f"sweep: {_count(len(tasks), 'task')} -> {out}", quiet)
     outcome = run_sweep(tasks, config, out, command=command, address=address, num_cpus=num_cpus, cpus_per_task=cpus_per_task, gpus_per_task=gpus_per_task, max_retries=max_retries, on_record=on_record)
     skipped, failed = outcome.by_status("skipped"), outcome.by_status("failed")
     if skipped:
-        _say(f"{len(skipped)} of {len(tasks)} tasks were done already (skipped)", quiet)
+        _say(f"{len(skipped)} of {_count(len(tasks), 'task')} {'was' if len(skipped) == 1 else 'were'} done already (skipped)", quiet)
     write_table(_status_table(outcome.records), out / "tasks.csv")
     data, checkpoints = gather(out, tasks)
+    windows = loss_sets(out, tasks)
     figures: list[str] = []
     if not no_figures and len(checkpoints):
         from headlens.reports.figures.sweep import sweep_figures
@@ -109,10 +115,14 @@ def sweep_cmd(models, revisions, steps, device, dtype, allow_new_weights, detect
     write_json(out / "manifest.json", build_manifest(command=command, seed=seed, prepend_bos=census.prepend_bos, configs={"sweep": config}, extra={
         "tasks": len(tasks), "done_now": len(outcome.by_status("done")), "skipped": len(skipped), "failed": len(failed),
         "ray_start_s": round(outcome.ray_start_s, 2), "sweep_wall_s": round(outcome.wall_s, 2), "ray_resources": outcome.resources, "figures": figures,
+        "heldout_loss_windows": windows,  # per distinct set of windows: the source text, the cut (offsets, BOS in the window) and the tasks scored on it
     }))
-    click.echo(f"{len(checkpoints)} checkpoints, {len(data)} scores -> {out}/dataset" + (f"; figures in {out}/figures" if figures else ""))
+    click.echo(f"{_count(len(checkpoints), 'checkpoint')}, {_count(len(data), 'score')} -> {out}/dataset" + (f"; figures in {out}/figures" if figures else ""))
+    for w in windows:  # one line per distinct set of windows (one tokenizer: one line)
+        which = "" if len(windows) == 1 else " of " + (", ".join(w["labels"]) if len(w["labels"]) <= 3 else _count(len(w["labels"]), "checkpoint"))
+        _say(f"held-out loss{which}: {w['basis']}", quiet)
     if failed:
-        fail(f"{len(failed)} of {len(tasks)} tasks failed (see {out}/tasks.csv); rerun the same command to retry them", 1)
+        fail(f"{len(failed)} of {_count(len(tasks), 'task')} failed (see {out}/tasks.csv); rerun the same command to retry them", 1)
 
 
 def _status_table(records):

@@ -23,11 +23,11 @@ import pandas as pd
 from headlens.probes.errors import InputError
 from headlens.probes.outputs import atomic_dir
 from headlens.reports.sweep.plan import SweepTask
-from headlens.reports.sweep.task import is_done, task_folder
+from headlens.reports.sweep.task import is_done, read_loss_set, task_folder
 
 log = logging.getLogger(__name__)
 
-__all__ = ["DATASET_COLUMNS", "CHECKPOINT_COLUMNS", "gather", "read_dataset", "import_pyarrow"]
+__all__ = ["DATASET_COLUMNS", "CHECKPOINT_COLUMNS", "gather", "loss_sets", "read_dataset", "import_pyarrow"]
 
 DATASET_COLUMNS = ["model", "revision", "step", "label", "layer", "head", "detector", "score", "baseline", "ci_low", "ci_high", "n", "accuracy", "role"]
 CHECKPOINT_COLUMNS = ["model", "revision", "step", "label", "key", "n_layers", "n_heads", "n_params", "heldout_loss", "loss_tokens", "census_s", "wall_s", "cpu_s", "device", "host"]
@@ -103,6 +103,17 @@ def gather(out: str | Path, tasks: list[SweepTask]) -> tuple[pd.DataFrame, pd.Da
         write_table(pd.concat(ablation, ignore_index=True), out / "ablation.parquet")
     log.info("dataset: %d rows from %d checkpoints -> %s", len(data), len(checkpoints), out / "dataset")
     return data, checkpoints
+
+
+def loss_sets(out: str | Path, tasks: list[SweepTask]) -> list[dict]:
+    """The held-out windows of the finished tasks, once per distinct set (checkpoints of one run share
+    a tokenizer, hence the same windows): each :meth:`EvalSet.describe` (source text, window, BOS
+    counted in it, offsets, fingerprint of the token ids) with the ``labels`` of the tasks scored on it."""
+    sets: dict[str, dict] = {}
+    for task in tasks:
+        if is_done(out, task) and (described := read_loss_set(out, task)) is not None:
+            sets.setdefault(described["fingerprint"], {"labels": [], **described})["labels"].append(task.label)
+    return list(sets.values())
 
 
 def read_dataset(out: str | Path) -> pd.DataFrame:

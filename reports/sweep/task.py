@@ -27,7 +27,7 @@ from headlens.reports.sweep.plan import SweepConfig, SweepTask
 
 log = logging.getLogger(__name__)
 
-__all__ = ["run_task", "task_folder", "is_done", "heldout_loss", "TASK_FILES"]
+__all__ = ["run_task", "task_folder", "is_done", "heldout_loss", "read_loss_set", "TASK_FILES"]
 
 TASK_FILES = ("scores.csv", "roles.csv", "checkpoint.json", "manifest.json")
 
@@ -73,7 +73,7 @@ def heldout_loss(loaded: Any, config: SweepConfig, data: Any = None) -> dict[str
     source, window = data.source.get("text"), data.source.get("window")
     batch = TokenBatch(tokens=data.tokens, lengths=data.lengths, strings=[[] for _ in range(len(data.lengths))], prepend_bos=True, pad_id=loaded.bos_id or 0)
     loss, count = mean_loss(loaded, batch, batch_size=config.census.batch_size)
-    return {"heldout_loss": loss, "loss_tokens": count, "loss_text": source, "loss_windows": int(data.tokens.shape[0]), "loss_window": window}
+    return {"heldout_loss": loss, "loss_tokens": count, "loss_text": source, "loss_windows": int(data.tokens.shape[0]), "loss_window": window, "loss_basis": data.basis()}
 
 
 def _role_table(roles: Any) -> Any:
@@ -151,8 +151,18 @@ def run_task(task: SweepTask, config: SweepConfig, out: str, command: list[str])
         if ablation is not None:
             write_table(ablation, tmp / "ablation.csv")
         write_json(tmp / "checkpoint.json", info)
+        # how the held-out windows were cut (offsets, BOS counted in the window, source text): the loss by hand
+        manifest["heldout_loss"] = {"value": loss["heldout_loss"], "evalset": data.describe(), "frame_ids": [list(map(int, ids)) for ids in loaded.frame(True)]} if data is not None else {"value": None, "note": loss.get("loss_note", "no loss windows (--loss-windows 0)")}
         write_json(tmp / "manifest.json", manifest)  # last: its presence marks the task done
     return {**info, "status": "done", "error": None, "exit_code": 0}
+
+
+def read_loss_set(out: str | Path, task: SweepTask) -> dict[str, Any] | None:
+    """The task's held-out windows as its manifest records them (:meth:`EvalSet.describe`, and the
+    ids of the framing tokens, ``frame_ids``: [prefix, suffix]); None: no loss."""
+    manifest = json.loads((task_folder(out, task) / "manifest.json").read_text(encoding="utf-8"))
+    loss = manifest.get("heldout_loss") or {}
+    return {**loss["evalset"], "frame_ids": loss.get("frame_ids")} if loss.get("evalset") else None
 
 
 def read_task_info(out: str | Path, task: SweepTask) -> dict[str, Any]:
