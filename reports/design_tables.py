@@ -113,7 +113,8 @@ def design_section_markdown(tables: dict[str, Any], *, heading: str | None = "##
         lines.append(f"- {markdown_cell(r.part)}: not run ({html.escape(markdown_cell(r.reason), quote=False)})")
     if lines and lines[-1] != "":
         lines.append("")
-    lines += ["### KV cache", "", markdown_table(tables["kv"], floatfmt=".3g"), ""]
+    if "kv" in tables:
+        lines += ["### KV cache", "", markdown_table(tables["kv"], floatfmt=".3g"), ""]
     if "gqa_summary" in tables:
         lines += ["### GQA what-if (K/V mean-pooled, no retraining)", "", markdown_table(tables["gqa_summary"], floatfmt=".4g"), ""]
         if figure:

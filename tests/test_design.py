@@ -377,3 +377,18 @@ def test_cli_projections_resume_after_a_crash(tiny_checkpoint, runner, tmp_path,
     assert r.exit_code == 0, r.stderr
     assert "(2 knockout(s) and census run(s) already done)" in r.stderr
     assert (tmp_path / "cut" / "losses.csv").read_text() == (tmp_path / "whole" / "losses.csv").read_text()
+
+
+def test_design_section_on_an_encoder_shows_no_kv_cache(family_model):
+    """An encoder caches nothing at inference: the report's design section says so instead of sizing a cache (issue 20 item 8)."""
+    from headlens.analyses.design.section import design_section_tables
+    from headlens.reports.design_tables import design_section_markdown
+
+    bert = family_model("bert")
+    reason = "encoder: no next-token loss"
+    tables = design_section_tables(bert, None, skip={"gqa": reason, "projections": reason})
+    assert "kv" not in tables
+    skipped = dict(zip(tables["skipped"]["part"], tables["skipped"]["reason"]))
+    assert "no KV cache at inference" in skipped["kv"]
+    text = design_section_markdown(tables)
+    assert "### KV cache" not in text and "no KV cache at inference" in text

@@ -33,7 +33,7 @@ def design_section_tables(
     journal: RecordJournal | None = None,
     progress: Callable[[str, int, int], None] | None = None,
 ) -> dict[str, pd.DataFrame]:
-    """``kv``, ``gqa_summary``, ``gqa_heads``, ``gqa_groups``, ``gqa_comparison`` (both groupings run), ``knockout_losses`` and (with ``roles``)
+    """``kv`` (decoders only), ``gqa_summary``, ``gqa_heads``, ``gqa_groups``, ``gqa_comparison`` (both groupings run), ``knockout_losses`` and (with ``roles``)
     ``knockout_roles``; a part the model cannot do (already MQA, a family whose hooks cannot carry
     a knockout) is left out, with a log line saying why, and its reason is in ``skipped`` (one row per part).
 
@@ -41,8 +41,12 @@ def design_section_tables(
     caller gives (it lands in ``skipped``).  ``journal``: where the sweeps keep their per-variant
     records (:mod:`headlens.analyses.ablation.records`), so an interrupted section resumes."""
     skip = dict(skip or {})
-    out: dict[str, pd.DataFrame] = {"kv": kv_cache_table(model, KVConfig())}
+    out: dict[str, pd.DataFrame] = {}
     skipped: list[dict[str, str]] = [{"part": part, "reason": why} for part, why in skip.items()]
+    if getattr(model, "is_encoder", False):  # as `headlens kv` refuses: no cache exists to size
+        skipped.append({"part": "kv", "reason": "a bidirectional encoder keeps no KV cache at inference"})
+    else:
+        out["kv"] = kv_cache_table(model, KVConfig())
     if "gqa" not in skip and attention_spec(model).n_kv_heads > 1:
         try:
             res = gqa_study(model, data, gqa, journal=journal, progress=progress)

@@ -19,7 +19,7 @@ log = logging.getLogger(__name__)
 __all__ = ["design_view", "FIGURE_FILE"]
 
 FIGURE_FILE = "design/gqa_loss_vs_cache.svg"
-_PARTS = {"gqa": "GQA what-if", "projections": "projection knockouts", "roles": "role changes under knockout"}
+_PARTS = {"kv": "KV cache", "gqa": "GQA what-if", "projections": "projection knockouts", "roles": "role changes under knockout"}
 
 
 def _pct(v: Any) -> str:
@@ -80,7 +80,7 @@ def design_view(report: Any) -> dict[str, Any] | None:
     data = info.get("data") or {}
     out: dict[str, Any] = {
         "where": f"{data.get('n_windows', '?')} windows of {data.get('window', '?')} tokens of the evaluation text",
-        "kv": _kv(tables["kv"]),
+        "kv": _kv(tables["kv"]) if "kv" in tables else [],
         "notes": [{"part": _PARTS.get(str(d["part"]), str(d["part"])), "reason": str(d["reason"])} for d in tables["skipped"].to_dict("records")] if "skipped" in tables else [],
         "gqa": None,
         "knockouts": None,

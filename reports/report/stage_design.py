@@ -102,8 +102,8 @@ def _load(d: Path, marker: dict[str, Any]) -> dict[str, Any]:
         path = d / f"{name}.csv"
         if path.is_file():
             out[name] = pd.read_csv(path, keep_default_na=False) if name in _TEXT_TABLES else pd.read_csv(path)
-    if "kv" not in out:
-        raise KeyError("kv.csv")  # the one table every run writes: its absence means the outputs are broken
+    if "skipped" not in out:
+        raise KeyError("skipped.csv")  # the one table every run writes: its absence means the outputs are broken
     return out
 
 
