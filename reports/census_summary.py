@@ -103,7 +103,7 @@ def census_summary(
         f"{baseline_factor:g} x the uniform baseline. Referent heads instead need a one-sided sign test over sentence pairs with "
         "Holm-corrected p at most the referent threshold, more than half the pairs won, and an antecedent - distractor interval above 0 "
         "(README, 'The referent rule'). "
-        "Thresholds: " + ", ".join(f"{k}={v:g}" for k, v in thresholds.items()) + ".",
+        "Thresholds: " + ", ".join(f"{k}={v:g}" for k, v in thresholds.items() if k in set(scores["detector"].astype(str))) + ".",
         "",
     ]
     return "\n".join(lines)

@@ -43,3 +43,14 @@ def test_detect_cli_prints_no_next_token_note_on_a_causal_model(tiny_checkpoint,
     r = runner.invoke(cli, ["detect", "-m", str(tiny_checkpoint), "--detectors", "next_token,sink", "--n-prompts", "3", "--window", "24", "--seq-len", "8", "-q", "--out", str(tmp_path / "asked.csv")])
     assert r.exit_code == 0, r.stderr
     assert "note: next_token" in r.stderr  # asked for: it runs and says why it is NaN
+
+
+def test_summary_rule_lists_only_the_thresholds_of_detectors_that_ran(tiny_model):
+    from headlens.analyses.heads.classify import classify_heads
+    from headlens.reports.census_summary import census_summary
+
+    result = run_census(tiny_model, CensusConfig(**SMALL))
+    thresholds = {"previous_token": 0.5, "next_token": 0.5, "induction": 0.3}
+    text = census_summary(result.scores, classify_heads(result.scores), model="tiny", prepend_bos=True, thresholds=thresholds, baseline_factor=2.0, stimuli=result.stimuli)
+    rule = next(line for line in text.splitlines() if "Thresholds:" in line)
+    assert "previous_token=0.5" in rule and "induction=0.3" in rule and "next_token" not in rule
