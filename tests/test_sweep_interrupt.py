@@ -30,6 +30,8 @@ EXIT_S, START_S = 60, 120
 #: Ten interrupts in a row, each at (what must exist first, seconds after it): ``settings`` only
 #: in the first run (later runs find the first one's OUT/sweep.json at once).
 MOMENTS = [("settings", 0.0), ("raylet", 0.0), ("raylet", 0.6), ("agent", 0.0), ("worker", 0.0), ("raylet", 1.2), ("agent", 0.3), ("worker", 1.5), ("raylet", 0.3), ("agent", 1.0)]
+#: Seconds between looks at /proc (each look reads every process: kept cheap on a 2-core machine).
+POLL_S = 0.1
 SWEEP = ["--detectors", "previous_token,induction", "--n-prompts", "6", "--seq-len", "20", "--window", "32", "--loss-windows", "2", "--loss-window", "32", "--num-cpus", "2", "--no-figures", "-q"]
 
 
@@ -103,13 +105,13 @@ def _interrupted_run(args: list[str], out: Path, moment: tuple[str, float]) -> t
                 reached_at = time.monotonic()
             if reached_at is not None and time.monotonic() - reached_at >= delay:
                 break
-            time.sleep(0.05)
+            time.sleep(POLL_S)
         assert proc.poll() is None, f"the sweep ended before the interrupt ({wanted} + {delay} s): {proc.communicate()}"
         os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does: the whole foreground group
         t0 = time.monotonic()
         while proc.poll() is None and time.monotonic() - t0 < EXIT_S:
             _watch(seen, proc.pid)
-            time.sleep(0.05)
+            time.sleep(POLL_S)
         _, err = proc.communicate(timeout=EXIT_S)
     finally:
         if proc.poll() is None:

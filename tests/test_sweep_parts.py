@@ -114,18 +114,18 @@ def test_a_held_out_text_every_task_would_fail_on_is_refused_before_ray_starts(r
     assert not (tmp_path / "sw").exists()
 
 
-def test_role_count_lines_that_coincide_stay_distinguishable(tmp_path):
+def test_role_distinct_lines_that_coincide_stay_distinguishable(tmp_path):
     """Two roles with the same head count at every step: both lines visible (own dash, marker, size) and the legend says they coincide."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from headlens.reports.figures.sweep import count_lines, sweep_figures
+    from headlens.reports.figures.sweep import distinct_lines, sweep_figures
 
     steps = pd.Index([0.0, 500.0, 1000.0])
     fig, ax = plt.subplots()
-    count_lines(ax, {"previous_token": pd.Series([0, 1, 3], index=steps), "induction": pd.Series([0, 1, 3], index=steps), "duplicate_token": pd.Series([0, 0, 0], index=steps)}, ["r", "g", "b"])
+    distinct_lines(ax, {"previous_token": pd.Series([0, 1, 3], index=steps), "induction": pd.Series([0, 1, 3], index=steps), "duplicate_token": pd.Series([0, 0, 0], index=steps)}, ["r", "g", "b"])
     lines = ax.get_lines()
     assert len({(str(ln.get_linestyle()), ln.get_marker()) for ln in lines}) == len(lines) == 3
     sizes = [ln.get_markersize() for ln in lines]

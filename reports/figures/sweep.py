@@ -22,7 +22,7 @@ from headlens.reports.figures.common import _pyplot, save_figure
 
 log = logging.getLogger(__name__)
 
-__all__ = ["sweep_figures", "role_counts", "count_lines"]
+__all__ = ["sweep_figures", "role_counts", "distinct_lines"]
 
 #: matplotlib's default cycle, for the lines of the models in ``across_models``.
 _MODEL_COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"]
@@ -35,19 +35,20 @@ def role_counts(data: pd.DataFrame) -> pd.DataFrame:
     return counts.rename("n_heads").reset_index()
 
 
-#: Line style, marker and marker size of the n-th line of a count panel: several lines often hold
-#: the same counts (0 heads for most roles early in training), so each line differs from the
-#: others in dash pattern and marker, and the markers shrink so that coinciding ones nest.
-_COUNT_STYLES = [("-", "o", 8.0, 2.6), ("--", "s", 6.0, 2.0), (":", "^", 5.0, 1.8), ("-.", "D", 3.6, 1.4), ((0, (5, 1, 1, 1, 1, 1)), "v", 3.0, 1.2)]
+#: Line style, marker, marker size and width of the n-th line of a panel: several lines often hold
+#: the same values (0 heads for most roles early in training; two models with equal losses), so
+#: each line differs from the others in dash pattern and marker, and the markers shrink so that
+#: coinciding ones nest.
+_LINE_STYLES = [("-", "o", 8.0, 2.6), ("--", "s", 6.0, 2.0), (":", "^", 5.0, 1.8), ("-.", "D", 3.6, 1.4), ((0, (5, 1, 1, 1, 1, 1)), "v", 3.0, 1.2)]
 
 
-def count_lines(ax, series: Mapping[str, pd.Series], colours: Sequence[str]) -> None:
-    """One line per ``series`` item (index: x, values: counts), told apart where they coincide: each its
+def distinct_lines(ax, series: Mapping[str, pd.Series], colours: Sequence[str]) -> None:
+    """One line per ``series`` item (index: x), told apart where they coincide: each its
     own colour, dash pattern and marker (hollow, nested by size), drawn widest first; a line equal to an
     earlier one at every x says so in the legend (``= NAME``)."""
     shown: dict[str, pd.Series] = {}
     for i, (name, c) in enumerate(series.items()):
-        ls, marker, ms, lw = _COUNT_STYLES[i % len(_COUNT_STYLES)]
+        ls, marker, ms, lw = _LINE_STYLES[i % len(_LINE_STYLES)]
         same = [other for other, o in shown.items() if o.index.equals(c.index) and (o.to_numpy() == c.to_numpy()).all()]
         label = f"{name} (= {same[0]})" if same else name
         colour = colours[i % len(colours)]
@@ -95,7 +96,7 @@ def _over_training(data: pd.DataFrame, checkpoints: pd.DataFrame, model: str, ou
             ax.legend(fontsize=7, ncol=min(4, len(named) + 1), loc="upper left", frameon=False, title="heads with the role (circles: at that step)", title_fontsize=7)
     counts = role_counts(d)
     ax = axes[len(detectors)]
-    count_lines(ax, {det: counts[counts["detector"] == det].groupby("step")["n_heads"].sum().sort_index() for det in detectors}, colours)
+    distinct_lines(ax, {det: counts[counts["detector"] == det].groupby("step")["n_heads"].sum().sort_index() for det in detectors}, colours)
     ax.set_ylim(-0.3, max(1, int(counts["n_heads"].max()) if len(counts) else 1) + 0.5)
     ax.yaxis.get_major_locator().set_params(integer=True)
     ax.set_ylabel("heads\nwith the role")
@@ -125,7 +126,7 @@ def _across_models(data: pd.DataFrame, checkpoints: pd.DataFrame, out: Path, for
     for ax, det in zip(axes, detectors):
         c = counts[counts["detector"] == det]
         if by_step:
-            count_lines(ax, {m: c[c["model"] == m].assign(step=lambda f: f["step"].astype(float)).set_index("step")["n_heads"].sort_index() for m in models}, _MODEL_COLOURS)
+            distinct_lines(ax, {m: c[c["model"] == m].assign(step=lambda f: f["step"].astype(float)).set_index("step")["n_heads"].sort_index() for m in models}, _MODEL_COLOURS)
             ax.legend(fontsize=7, frameon=False)
         else:
             cs = c.sort_values("n_params")
@@ -135,9 +136,9 @@ def _across_models(data: pd.DataFrame, checkpoints: pd.DataFrame, out: Path, for
         ax.set_ylabel(f"{det}\nheads")
     if has_loss:
         ax = axes[-1]
-        for m in models:
-            cm = checkpoints[checkpoints["model"] == m].sort_values(x)
-            ax.plot(cm[x].astype(float), cm["heldout_loss"], marker="o", ms=3, label=m)
+        distinct_lines(ax, {m: checkpoints[checkpoints["model"] == m].assign(x=lambda f: f[x].astype(float)).set_index("x")["heldout_loss"].sort_index() for m in models}, _MODEL_COLOURS)
+        if by_step:
+            ax.legend(fontsize=7, frameon=False)
         ax.set_ylabel("held-out loss")
     if not by_step:
         axes[-1].set_xscale("log")
