@@ -130,7 +130,7 @@ def ray_session(address: str | None = None, num_cpus: int | None = None, interru
 
 
 def _shutdown(ray: Any) -> None:
-    """``ray.shutdown()``, waiting for the processes it stops to exit where this Ray can (2.50 and later)."""
+    """``ray.shutdown()``, waiting for the processes it stops to exit where this Ray version has that option."""
     import inspect
 
     wait = "wait_for_processes" in inspect.signature(ray.shutdown).parameters
