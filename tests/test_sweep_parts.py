@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -156,3 +157,16 @@ def test_counts_are_worded_in_the_singular_for_one():
     from headlens.reports.cli.sweep import _count
 
     assert [_count(n, "task") for n in (0, 1, 2)] == ["0 tasks", "1 task", "2 tasks"]
+
+
+def test_named_models_are_planned_as_their_folders(minilm_dir, tmp_path, monkeypatch):
+    """``-m minilm`` is the named model, as everywhere else, not a Hub id; a folder of that name here wins."""
+    from headlens.analyses.demo import MODEL_DIR
+
+    monkeypatch.chdir(tmp_path)
+    demo, minilm = plan_tasks(["demo", "minilm"])
+    assert Path(demo.model) == MODEL_DIR and demo.label == "demo"
+    assert Path(minilm.model) == Path(minilm_dir) and minilm.label == "minilm" and minilm.revision is None
+    (tmp_path / "minilm").mkdir()
+    (local,) = plan_tasks(["minilm"])
+    assert Path(local.model) == (tmp_path / "minilm").resolve()

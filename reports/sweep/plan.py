@@ -1,7 +1,7 @@
 """The sweep's task list and settings.
 
 A task is one model at one revision, or one local checkpoint folder.  ``--model`` names a
-Hub id (crossed with every ``--revision``), ``demo``, a checkpoint folder, or a folder of
+Hub id (crossed with every ``--revision``), a named model (``demo``, ``minilm``: :mod:`headlens.reports.models`), a checkpoint folder, or a folder of
 checkpoint folders (``headlens demo train --save-every`` writes one), which stands for each
 checkpoint inside it.  Each task knows its training step when one can be read:
 
@@ -151,17 +151,19 @@ def plan_tasks(models: list[str], revisions: list[str] | None = None) -> list[Sw
 
     Revisions apply to Hub ids; given with a local folder they are an error (a folder has one version).
     """
-    from headlens.analyses.demo import DEMO_SPEC, MODEL_DIR
+    from headlens.reports.models import named_models
 
     if not models:
         raise InputError("no models: pass --model (repeatable)")
+    named = named_models()
     tasks: list[SweepTask] = []
     for model in models:
         path = Path(model).expanduser()
-        if model == DEMO_SPEC and not path.exists():  # a folder called demo here wins, as in the loader
-            # the shipped folder by its path: a worker started elsewhere (another cwd, another node) loads the same
-            step = checkpoint_info(MODEL_DIR).get("step")
-            tasks.append(SweepTask(model=str(MODEL_DIR), run=model, step=step, label=model, key=_key(model, model, None)))
+        if model in named and not path.exists():  # a folder of that name here wins, as in the loader
+            # the named model's folder by its path: a worker started elsewhere (another cwd, another node) loads the same
+            folder = named[model]()
+            step = checkpoint_info(folder).get("step")
+            tasks.append(SweepTask(model=str(folder), run=model, step=step, label=model, key=_key(model, model, None)))
         elif path.exists() or model.startswith((".", "/", "~")):
             if revisions:
                 raise InputError(f"--revision/--steps apply to Hub models; {model} is a local folder (pass each checkpoint folder as --model)")
