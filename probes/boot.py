@@ -17,6 +17,8 @@ from typing import Any
 
 import torch
 
+from headlens.probes.placement import Placement
+
 __all__ = ["boot", "LoadReports"]
 
 log = logging.getLogger(__name__)
@@ -26,7 +28,7 @@ log = logging.getLogger(__name__)
 _FORWARD_TO = "headlens.probes.loading"
 
 #: Library loggers whose records go through ``headlens.probes.loading.<logger name>`` while a model boots.
-_LIBRARY_LOGGERS = ("transformers", "transformer_lens", "huggingface_hub")
+_LIBRARY_LOGGERS = ("transformers", "transformer_lens", "huggingface_hub", "accelerate")
 
 #: Library messages that headlens says better itself, or that are harmless: demoted to
 #: DEBUG (``headlens -vv`` shows them), never dropped.
@@ -40,6 +42,8 @@ _DEMOTED = (
     # TransformerBridge sets output_attentions=True on the config, which the generation
     # config then calls an invalid generation flag: harmless for everything headlens does.
     "generation flags are not valid",
+    # accelerate's offload (--device-map with cpu/disk): the placement is in the manifest.
+    "Some parameters are on the meta device because they were offloaded",
 )
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -148,11 +152,12 @@ def _booting():
                 logger.setLevel(level)
 
 
-def boot(name: str, device: torch.device, dtype: torch.dtype, revision: str | None) -> tuple[Any, LoadReports]:
+def boot(name: str, device: torch.device, dtype: torch.dtype, revision: str | None, placement: Placement | None = None) -> tuple[Any, LoadReports]:
+    """Boot ``name`` on ``device``, or dispatched by accelerate as ``placement`` says (then ``device`` is unused)."""
     with _booting() as reports:
         from transformer_lens.model_bridge import TransformerBridge  # imported by _booting
 
-        kwargs: dict[str, Any] = {"device": str(device), "dtype": dtype}
+        kwargs: dict[str, Any] = {"dtype": dtype, **(placement.boot_kwargs() if placement is not None else {"device": str(device)})}
         if revision is not None:
             kwargs["revision"] = revision
         try:

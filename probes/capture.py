@@ -160,7 +160,7 @@ class _Writer:
         self.deferred = deferred
         self.pending: Tensor | None = None
         self.rows: list[int] = []
-        self.mask: Tensor | None = None  # [batch, pos] on the model's device
+        self.mask: Tensor | None = None  # [batch, pos]; moved to each activation's device
 
     def __call__(self, act: Tensor, hook: Any = None) -> None:
         act = act.detach()
@@ -178,6 +178,7 @@ class _Writer:
         mask = self.mask
         if mask is None:
             raise RuntimeError("capture writer used outside capture()")
+        mask = mask.to(act.device)  # layers may sit on different devices (device_map)
         if self.transform is not None:
             act = self.transform(act)
         width = act.shape[1] if self.what in _PER_POSITION else act.shape[2]

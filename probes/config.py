@@ -31,6 +31,9 @@ class ModelConfig:
     ``allow_new_weights`` loads a checkpoint that lacks weights of the network body
     (they are randomly initialised and listed in the manifest) instead of refusing it;
     a missing output head alone is always allowed, with a warning.
+    ``device_map`` (``auto``, ``balanced``, a ``{module: device}`` mapping or a JSON file of
+    one) and ``max_memory`` (``{device: size}``) place a model larger than one device with
+    accelerate (:mod:`headlens.probes.placement`); ``offload_folder`` holds disk-offloaded weights.
     """
 
     model: str
@@ -38,6 +41,9 @@ class ModelConfig:
     dtype: str = "float32"
     revision: str | None = None
     allow_new_weights: bool = False
+    device_map: Any = None
+    max_memory: Any = None
+    offload_folder: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

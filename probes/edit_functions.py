@@ -121,7 +121,7 @@ def neo_attn(module: Any) -> Callable[..., tuple[Tensor, Tensor]]:
         query, key = query.to(torch.float32), key.to(torch.float32)
         scores = torch.matmul(query, key.transpose(-1, -2))
         q_len, k_len = query.size(-2), key.size(-2)
-        causal = module.bias[:, :, k_len - q_len : k_len, :k_len]
+        causal = module.bias[:, :, k_len - q_len : k_len, :k_len].to(scores.device)
         mask_value = torch.tensor(torch.finfo(scores.dtype).min, dtype=scores.dtype, device=scores.device)
         scores = torch.where(causal, scores, mask_value)
         if attention_mask is not None:

@@ -33,15 +33,14 @@ import torch
 from headlens.probes.config import ModelConfig
 from headlens.probes.devices import resolve_device, resolve_dtype
 from headlens.probes.boot import boot
-from headlens.probes.errors import InputError, ModelLoadError, UnsupportedModelError
+from headlens.probes.errors import DeviceError, InputError, ModelLoadError, UnsupportedModelError
+from headlens.probes.placement import Placement, check_module_names, compute_device, input_device, placement_in_force, placement_of, realized
 from headlens.probes.sources import check_weight_files, checkpoint_fingerprint, first_line, hub_snapshot, resolve_source
+from headlens.probes.weight_report import mismatch_message, report_weights, weight_check
 
 __all__ = ["LoadedModel", "load_model", "resolve_source", "check_layers_heads", "weights_fingerprint", "checkpoint_fingerprint"]
 
 log = logging.getLogger(__name__)
-
-#: Names listed in a one-line message before "...".
-_SHOW = 4
 
 
 @dataclass
@@ -70,6 +69,10 @@ class LoadedModel:
     head_is_new: bool = False
     #: False when transformers' loading report could not be read (then nothing above is known).
     weights_checked: bool = True
+    #: Placement over several devices or offload (``device_map``/``max_memory``), None on one device.
+    placement: Placement | None = None
+    #: Where accelerate put each module (``hf_device_map``) when ``placement`` is set.
+    device_map: dict[str, str] | None = None
     #: :func:`weights_fingerprint`, computed once per load.
     _fingerprint: str | None = field(default=None, repr=False, compare=False)
 
@@ -124,6 +127,7 @@ class LoadedModel:
             "n_ctx": self.n_ctx,
             "dtype": str(self.dtype).removeprefix("torch."),
             "device": str(self.device),
+            "placement": None if self.placement is None else {**self.placement.describe(), "realized": self.device_map},
             "weights_checked": self.weights_checked,
             "new_weights": list(self.new_weights),
             "head_is_new": self.head_is_new,
@@ -171,100 +175,6 @@ def weights_fingerprint(model: LoadedModel) -> str:
     return model._fingerprint
 
 
-# ---------------------------------------------------------------------------
-# What came from the checkpoint.
-
-
-@dataclass(frozen=True)
-class _WeightCheck:
-    checked: bool
-    new: list[str]
-    unexpected: list[str]
-    body_new: list[str]
-    head_new: list[str]
-
-
-def _weight_check(found: tuple[Any, str | None] | None) -> _WeightCheck:
-    """Sort transformers' loading report into body and head; ``found`` is ``(info, prefix)``."""
-    if found is None:
-        return _WeightCheck(False, [], [], [], [])
-    info, prefix = found
-    new = sorted(set(info.missing_keys) | {k[0] for k in getattr(info, "mismatched_keys", ())})
-    unexpected = sorted(info.unexpected_keys)
-    if prefix is None:  # a bare base model: it is all body
-        body, head = new, []
-    else:  # the body is the base model (model.<base_model_prefix>), the head everything else
-        body = [k for k in new if k.startswith(prefix + ".")]
-        head = [k for k in new if not k.startswith(prefix + ".")]
-    return _WeightCheck(True, new, unexpected, body, head)
-
-
-def _names(keys: list[str]) -> str:
-    shown = ", ".join(keys[:_SHOW])
-    return shown + (f", ... ({len(keys) - _SHOW} more)" if len(keys) > _SHOW else "")
-
-
-def _count(n: int, what: str) -> str:
-    return f"{n} {what}{'' if n == 1 else 's'}"
-
-
-def _are(n: int) -> str:
-    return "is" if n == 1 else "are"
-
-
-def _were(n: int) -> str:
-    return "was" if n == 1 else "were"
-
-
-def _report_weights(check: _WeightCheck, config: ModelConfig, architecture: str) -> None:
-    """Raise or log what :func:`_weight_check` found."""
-    spec = config.model
-    if not check.checked:
-        log.warning(
-            "%s: could not check which weights came from the checkpoint (this transformers version no longer exposes its loading report); "
-            "weights missing from the checkpoint would be randomly initialised without notice",
-            spec,
-        )
-        return
-    if check.body_new:
-        what = f"{_count(len(check.body_new), 'weight')} of the network body {_are(len(check.body_new))} not in the checkpoint"
-        if not config.allow_new_weights:
-            raise ModelLoadError(
-                f"--model {spec}: {what} and would be randomly initialised ({_names(check.body_new)}); a partial save, or weights"
-                f" of another architecture than config.json names ({architecture})? Pass --allow-new-weights"
-                " (ModelConfig(allow_new_weights=True)) to load it anyway",
-                model=spec,
-                new_weights=check.body_new,
-            )
-        log.warning(
-            "%s: %s and %s randomly initialised, as --allow-new-weights allows (%s); every result depends on them",
-            spec,
-            what,
-            _were(len(check.body_new)),
-            _names(check.body_new),
-        )
-    if check.head_new:
-        log.warning(
-            "%s: %s of the output head %s not in the checkpoint and %s randomly initialised (%s): its logits, and any loss or logit difference, are meaningless; attention is not affected",
-            spec,
-            _count(len(check.head_new), "tensor"),
-            _are(len(check.head_new)),
-            _were(len(check.head_new)),
-            _names(check.head_new),
-        )
-    if check.unexpected:
-        log.info("%s: %s in the checkpoint %s not used by %s (%s)", spec, _count(len(check.unexpected), "tensor"), _are(len(check.unexpected)), architecture, _names(check.unexpected))
-
-
-def _mismatch_message(spec: str, info: Any) -> str | None:
-    mismatched = sorted(getattr(info, "mismatched_keys", ()) or ())
-    if not mismatched:
-        return None
-    shown = ", ".join(f"{k} ({tuple(a)} in the checkpoint, {tuple(b)} in the model)" for k, a, b in mismatched[:_SHOW])
-    more = f", ... ({len(mismatched) - _SHOW} more)" if len(mismatched) > _SHOW else ""
-    has = "has" if len(mismatched) == 1 else "have"
-    return f"--model {spec}: {_count(len(mismatched), 'tensor')} in the checkpoint {has} another shape than config.json implies: {shown}{more}"
-
 
 _CORRUPT_ERRORS = ("SafetensorError", "UnpicklingError", "BadZipFile", "EOFError")
 
@@ -276,6 +186,9 @@ def load_model(config: ModelConfig | None = None, /, *, named: Mapping[str, Call
     ``load_model(model="gpt2", device="auto", dtype="float32")``.  ``named`` resolves model
     names to local folders (:func:`headlens.probes.sources.resolve_source`; the CLI passes
     :func:`headlens.reports.models.named_models` for ``demo`` and ``minilm``).
+    ``device_map``/``max_memory``/``offload_folder`` place a model larger than one device with
+    accelerate (:mod:`headlens.probes.placement`); ``LoadedModel.device`` is then where inputs
+    go (the embedding's device) and ``LoadedModel.device_map`` where each module went.
 
     Raises :class:`ModelLoadError` when the weights cannot be read, or when weights of the
     network body are not in the checkpoint (unless ``allow_new_weights``); a new output
@@ -285,7 +198,9 @@ def load_model(config: ModelConfig | None = None, /, *, named: Mapping[str, Call
         config = ModelConfig(**kwargs)
     elif kwargs:
         raise TypeError("pass either a ModelConfig or keyword arguments, not both")
-    device = resolve_device(config.device)
+    config = placement_in_force(config)
+    placement = placement_of(config.device_map, config.max_memory, config.offload_folder, device=config.device)
+    device = resolve_device(config.device) if placement is None else compute_device(placement)
     dtype = resolve_dtype(config.dtype, device)
     source, path = resolve_source(config.model, named)
     if source == "local":
@@ -294,8 +209,10 @@ def load_model(config: ModelConfig | None = None, /, *, named: Mapping[str, Call
         snapshot = hub_snapshot(path, config.revision)
         if snapshot is not None:
             check_weight_files(snapshot, config.model, complete=False)
+    if placement is not None:
+        check_module_names(placement, path, config.revision, config.model)
     try:
-        bridge, reports = boot(path, device, dtype, config.revision)
+        bridge, reports = boot(path, device, dtype, config.revision, placement)
     except OSError as exc:
         if source == "hub":
             raise ModelLoadError(
@@ -305,17 +222,21 @@ def load_model(config: ModelConfig | None = None, /, *, named: Mapping[str, Call
             ) from exc
         raise ModelLoadError(f"could not load {config.model!r}: {first_line(exc)}", model=config.model) from exc
     except (ValueError, KeyError, RuntimeError, NotImplementedError) as exc:
+        if placement is not None and "device_map" in str(exc):  # transformer-lens refuses this placement
+            raise DeviceError(f"--device-map: {first_line(exc)}", model=config.model) from exc
         seen = getattr(exc, "headlens_load_reports", None)
         info = seen.reports[-1][1] if seen is not None and seen.reports else None  # mismatched shapes raise after the report
-        message = _mismatch_message(config.model, info) if info is not None else None
+        message = mismatch_message(config.model, info) if info is not None else None
         raise ModelLoadError(message or f"could not load {config.model!r}: {first_line(exc)}", model=config.model) from exc
     except Exception as exc:
         if type(exc).__name__ not in _CORRUPT_ERRORS:
             raise
         raise ModelLoadError(f"could not load {config.model!r}: a weights file is corrupt or truncated ({first_line(exc)})", model=config.model) from exc
     hf_model = bridge.original_model
-    check = _weight_check(reports.for_model(hf_model) if reports.hooked else None)
-    _report_weights(check, config, type(hf_model).__name__)
+    device_map = None if placement is None else realized(hf_model, placement)
+    device = device if placement is None else input_device(bridge)
+    check = weight_check(reports.for_model(hf_model) if reports.hooked else None)
+    report_weights(check, config, type(hf_model).__name__)
     _check_analysable(bridge, config.model)
     bridge.eval()
     cfg = bridge.cfg
@@ -340,6 +261,8 @@ def load_model(config: ModelConfig | None = None, /, *, named: Mapping[str, Call
         unexpected_weights=check.unexpected,
         head_is_new=bool(check.head_new),
         weights_checked=check.checked,
+        placement=placement,
+        device_map=device_map,
     )
 
 

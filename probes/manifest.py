@@ -86,6 +86,7 @@ def build_manifest(
     if model is not None:
         manifest["dtype"] = manifest["model"]["dtype"]
         manifest["device"] = manifest["model"]["device"]
+        manifest["placement"] = manifest["model"].get("placement")  # device_map/max_memory and where accelerate put each module
         if prepend_bos is not None:
             manifest["framing"] = _framing(model, prepend_bos)
     for key, value in (configs or {}).items():

@@ -52,6 +52,13 @@ def head_output_weights(model: LoadedModel, layer: int) -> Tensor:
     d_head, d_model]``) or an ``nn.Linear`` (weight ``[d_model, n_heads * d_head]``), input
     features ordered by head.  Any other layout is an :class:`InputError`.
     """
+    from headlens.probes.placement import materialized
+
+    with materialized(model.bridge.blocks[layer].attn):  # offloaded weights (--device-map with cpu/disk) are meta outside it
+        return _head_output_weights(model, layer)
+
+
+def _head_output_weights(model: LoadedModel, layer: int) -> Tensor:
     attn = model.bridge.blocks[layer].attn
     n_h, d_h = model.n_heads, model.d_head
     try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import sys
 from collections.abc import Callable
@@ -58,7 +59,23 @@ class HeadlensGroup(click.Group):
 
 
 def model_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """``--model`` (required), ``--device``, ``--dtype``, ``--revision``, ``--allow-new-weights``."""
+    """``--model`` (required), ``--device``, ``--dtype``, ``--revision``, ``--allow-new-weights``,
+    ``--device-map``, ``--max-memory`` (checked before anything loads; they reach the command's
+    loads through :func:`headlens.probes.placement.command_placement`)."""
+    fn = _with_placement(fn)
+    fn = click.option(
+        "--max-memory",
+        default=None,
+        metavar="DEVICE=SIZE,...",
+        help="With --device-map: the most memory accelerate may use per device, e.g. 0=20GiB,cpu=60GiB (GPU index, cpu, mps).",
+    )(fn)
+    fn = click.option(
+        "--device-map",
+        default=None,
+        metavar="auto|balanced|FILE",
+        help="Place a model larger than one device with accelerate: auto, balanced, sequential, or a JSON file mapping module names to "
+        "devices (0, cuda:1, cpu, disk); replaces --device. Offloaded layers (cpu, disk) give the same numbers, slower.",
+    )(fn)
     fn = click.option(
         "--allow-new-weights",
         is_flag=True,
@@ -72,7 +89,7 @@ def model_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         type=click.Choice(["float32", "bfloat16", "float16"]),
         default="float32",
         show_default=True,
-        help="Weights and activations dtype; bfloat16/float16 need a GPU.",
+        help="Weights and activations dtype; bfloat16/float16 on the CPU where this torch runs them.",
     )(fn)
     fn = click.option("--device", default="auto", show_default=True, help="auto (CUDA, then MPS, then CPU), cpu, cuda, cuda:N or mps.")(fn)
     fn = click.option(
@@ -84,6 +101,22 @@ def model_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         help="Hugging Face id (gpt2, EleutherAI/pythia-70m), a local checkpoint folder, or a named model: demo (the small GPT-2 shipped with headlens), minilm ('headlens models' lists them).",
     )(fn)
     return fn
+
+
+def _with_placement(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Run ``fn`` with ``--device-map``/``--max-memory`` checked and in force for its loads."""
+
+    @functools.wraps(fn)
+    def run(*args: Any, device_map: str | None = None, max_memory: str | None = None, **kwargs: Any) -> Any:
+        if device_map is None and max_memory is None:
+            return fn(*args, **kwargs)
+        from headlens.probes.placement import command_placement, placement_of
+
+        placement_of(device_map, max_memory, device=kwargs.get("device", "auto"))  # bad input: one line, before anything loads
+        with command_placement(device_map, max_memory):
+            return fn(*args, **kwargs)
+
+    return run
 
 
 def check_model_names(ctx: click.Context, param: click.Parameter, value: Any) -> Any:  # noqa: ARG001
