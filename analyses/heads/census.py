@@ -182,15 +182,22 @@ def _token_batch(**kwargs: Any) -> TokenBatch:
 
 
 def _batch_from_rows(rows: list[list[int]], tokenizer: Any, prepend_bos: bool, n_prefix: int | None = None, n_suffix: int = 0) -> TokenBatch:
+    """Right-padded rows; each distinct id is decoded once (:func:`token_strings` of one id,
+    the same string it gives inside any row)."""
     width = max(len(r) for r in rows)
     pad = int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (tokenizer.bos_token_id or 0))
-    tokens = torch.full((len(rows), width), pad, dtype=torch.long)
-    for i, r in enumerate(rows):
-        tokens[i, : len(r)] = torch.tensor(r, dtype=torch.long)
+    if all(len(r) == width for r in rows):
+        tokens = torch.tensor(rows, dtype=torch.long)
+    else:
+        tokens = torch.full((len(rows), width), pad, dtype=torch.long)
+        for i, r in enumerate(rows):
+            tokens[i, : len(r)] = torch.tensor(r, dtype=torch.long)
+    ids = sorted({int(t) for r in rows for t in r})
+    text = dict(zip(ids, token_strings(tokenizer, ids)))
     return _token_batch(
         tokens=tokens,
         lengths=torch.tensor([len(r) for r in rows]),
-        strings=[token_strings(tokenizer, r) for r in rows],
+        strings=[[text[int(t)] for t in r] for r in rows],
         prepend_bos=prepend_bos,
         pad_id=pad,
         n_prefix=(1 if prepend_bos else 0) if n_prefix is None else n_prefix,
@@ -335,18 +342,18 @@ def run_census(
         dets = [d for d in detectors if d.stimulus == kind]
         cb = (lambda done, total, kind=kind: progress(kind, done, total)) if progress else None
         scores, baselines, extras = run_pass(model, stim, dets, config, cb, windows, causal, encoder, attention=mode)
+        with warnings.catch_warnings():  # one draw of resamples for the set; each column's interval is its own
+            warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN cell's interval is NaN
+            lows, highs = bootstrap_mean_ci(np.stack([scores[d.name] for d in dets], axis=1), n_resamples=config.n_bootstrap, seed=config.seed) if dets else ((), ())
         if not all(causal):
             prefix, suffix = model_frame(model, config.prepend_bos)
             stim_notes.setdefault(kind, []).extend(_bidirectional_notes(model, dets, causal, prefix, suffix))
-        for det in dets:
+        for det, low, high in zip(dets, lows, highs):
             if det.causal_rule and any(causal):
                 detector_notes[det.name] = _causal_note(det, causal)
                 stim_notes.setdefault(kind, []).append(detector_notes[det.name])
             s = scores[det.name]
             per_prompt[det.name] = s
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN cell's interval is NaN
-                low, high = bootstrap_mean_ci(s, n_resamples=config.n_bootstrap, seed=config.seed)
             mean = _mean0(s)
             measured = np.isfinite(s).sum(0)
             acc = extras[det.name].get("accuracy")

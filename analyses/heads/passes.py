@@ -8,6 +8,10 @@ streaming pass (:func:`headlens.probes.streaming.streamed_forward`) recomputes t
 forward, so no ``[n, n]`` pattern is ever held (peak ``batch x head x block x n`` floats).
 Heads in ``CensusConfig.ablate`` are zeroed on ``hook_z`` (eager) or on the attention
 function's per-head output (streaming), the same tensor.
+
+The per-prompt results stay on the model's device (``[prompt, layer, head]`` buffers, float64,
+float32 on MPS, which has no float64; every detector's output is float32, so both hold it
+exactly) and reach the host once per stimulus set: no per-batch transfer or synchronisation.
 """
 
 from __future__ import annotations
@@ -68,9 +72,11 @@ def run_pass(
 ) -> Arrays:
     """Per detector: scores ``[prompt, layer, head]``, baselines ``[prompt, layer]``, extras."""
     n, L, H = len(stim.batch), model.n_layers, model.n_heads
-    scores = {d.name: np.full((n, L, H), np.nan, dtype=np.float64) for d in detectors}
-    baselines = {d.name: np.full((n, L), np.nan, dtype=np.float64) for d in detectors}
-    extras: dict[str, dict[str, np.ndarray]] = {d.name: {} for d in detectors}
+    device = torch.device(model.device)
+    kept = torch.float32 if device.type == "mps" else torch.float64
+    scores = {d.name: torch.full((n, L, H), float("nan"), dtype=kept, device=device) for d in detectors}
+    baselines = {d.name: torch.full((n, L), float("nan"), dtype=kept, device=device) for d in detectors}
+    extras: dict[str, dict[str, Tensor]] = {d.name: {} for d in detectors}
     state: dict[str, Any] = {}
 
     def layer_ctx(layer: int) -> BatchContext:
@@ -85,11 +91,11 @@ def run_pass(
         rows = state["rows"]
         for det in detectors:
             result = det.finish(sums[det.name], ctx)
-            scores[det.name][rows, layer] = result.score.double().cpu().numpy()
-            baselines[det.name][rows, layer] = result.baseline.double().cpu().numpy()
+            scores[det.name][rows, layer] = result.score.to(kept)
+            baselines[det.name][rows, layer] = result.baseline.to(kept)
             for key, value in result.extra.items():
-                arr = extras[det.name].setdefault(key, np.full((n, L, H), np.nan))
-                arr[rows, layer] = value.double().cpu().numpy()
+                buf = extras[det.name].setdefault(key, torch.full((n, L, H), float("nan"), dtype=kept, device=device))
+                buf[rows, layer] = value.to(kept)
 
     def pattern_hook(layer: int) -> Callable[..., None]:
         def hook(pattern: Tensor, hook: Any = None) -> None:
@@ -115,8 +121,8 @@ def run_pass(
     with torch.inference_mode():
         for done, (rows, sub) in enumerate(chunks, start=1):
             pos = {k: v[rows] for k, v in stim.positions.items()}
-            state["rows"] = rows
-            state["ctx"] = BatchContext(lengths=sub.lengths.to(model.device), offset=stim.n_prefix, seq_len=stim.seq_len, **frame, **pos)
+            state["rows"] = torch.tensor(rows, device=device)
+            state["ctx"] = BatchContext(lengths=sub.lengths.to(model.device), host_lengths=sub.lengths, offset=stim.n_prefix, seq_len=stim.seq_len, **frame, **pos)
             mask = batch_attention_mask(sub)
             if streaming:
                 state["key_mask"] = mask.to(model.device).bool()
@@ -127,4 +133,9 @@ def run_pass(
                 progress(done, len(chunks))
     if streaming:
         log.info("streaming census of %s: widest query block %d of %d positions", stim.kind, state.get("widest_block", 0), int(stim.batch.tokens.shape[1]))
-    return scores, baselines, extras
+    return _host(scores), _host(baselines), {name: _host(bufs) for name, bufs in extras.items()}
+
+
+def _host(buffers: dict[str, Tensor]) -> dict[str, np.ndarray]:
+    """The device buffers as float64 arrays on the host (one transfer each)."""
+    return {name: buf.to("cpu", torch.float64).numpy() for name, buf in buffers.items()}

@@ -79,6 +79,9 @@ class BatchContext:
     #: targets of positional detectors (encoders); False keeps a decoder's BOS as the first
     #: text token's previous token, as in TransformerLens
     exclude_frame: bool = False
+    #: ``lengths`` on the host, for rules computed there (the sink baseline) without a
+    #: device synchronisation per batch; None: copied from ``lengths`` when needed
+    host_lengths: Int[Tensor, " batch"] | None = None
 
     def text_bounds(self) -> tuple[int, Int[Tensor, " batch"]]:
         """``(start, stop)``: the positions positional detectors use, ``start <= i < stop[b]``
@@ -203,11 +206,8 @@ def mean_from_sums(sums: Sums) -> tuple[Float[Tensor, "batch head"], Float[Tenso
     count = total.clamp(min=1)
     score = (sums["score"] / count[:, None]).float()
     baseline = (sums["baseline"] / count).float()
-    none = total == 0
-    if bool(none.any()):
-        score = score.masked_fill(none[:, None], float("nan"))
-        baseline = baseline.masked_fill(none, float("nan"))
-    return score, baseline
+    none = total == 0  # masked whether or not any is: no host synchronisation per batch
+    return score.masked_fill(none[:, None], float("nan")), baseline.masked_fill(none, float("nan"))
 
 
 def mean_attention_at(

@@ -45,7 +45,7 @@ def partial(rows, ctx: BatchContext, q_offset: int) -> Sums:
 
 def finish(sums: Sums, ctx: BatchContext) -> DetectorOutput:
     score = (sums["score"] / sums["count"].clamp(min=1)[:, None]).float()
-    baseline = uniform_sink_alpha(ctx.lengths.cpu(), key=KEY, window=ctx.window, causal=ctx.causal).float().to(score.device)
+    baseline = uniform_sink_alpha(ctx.lengths.cpu() if ctx.host_lengths is None else ctx.host_lengths, key=KEY, window=ctx.window, causal=ctx.causal).float().to(score.device)
     return DetectorOutput(score, baseline)
 
 
