@@ -29,14 +29,15 @@ from torch import Tensor
 from headlens.probes.attention import LayerAttention, allowed_keys, attention_spec, pattern_from_qk, repeat_kv
 from headlens.probes.capture import Capture, capture
 from headlens.probes.config import CaptureConfig
+from headlens.probes.devices import TOLERANCES
 from headlens.probes.loading import LoadedModel
 
 __all__ = ["verify_attention", "verify_capture", "DEFAULT_TOLERANCE", "recompute_pattern", "applied_rules"]
 
 log = logging.getLogger(__name__)
 
-#: Largest absolute error accepted, by dtype.
-DEFAULT_TOLERANCE: dict[str, float] = {"float32": 1e-4, "float16": 5e-3, "bfloat16": 3e-2}
+#: Largest absolute error accepted, by dtype (:data:`headlens.probes.devices.TOLERANCES`, ``verify``).
+DEFAULT_TOLERANCE: dict[str, float] = {name: tol["verify"] for name, tol in TOLERANCES.items()}
 
 #: What verify captures.
 VERIFY_WHAT = ("rot_q", "rot_k", "v", "pattern", "z")
