@@ -4,9 +4,13 @@ One semantics for every interval the package reports (census scores, referent di
 ablation deltas): a percentile bootstrap of the mean over *items* (prompts, units, windows),
 with the resamples drawn from a seeded :class:`numpy.random.Generator`.
 
-* Every statistic (column) shares the same resamples of the items, and each column's means are
-  computed on their own, so a statistic's interval is bit-identical whichever other statistics
-  were computed alongside it.
+* Every statistic (column) shares the same resamples of the items, and a column's resampled
+  means are bit-identical whichever other statistics were computed alongside it: the sums are
+  one matrix product per block of :data:`BLOCK` columns, zero-padded to that width, so every
+  column goes through the same product shape (tests/test_census_overhead.py; this replaced one
+  matrix-vector product per column, 15x slower for GPT-2's 288 columns of a 10,000-prompt
+  census, same means to 1e-15 relative).  The resample sizes of a column (how many finite
+  items each resample drew) are integer sums, exact in any order.
 * NaN cells are ignored: a resample's mean is over the finite cells it drew.
 * An interval needs at least two measured items and at least one resample; otherwise it is NaN
   (not a zero-width interval at the point estimate).
@@ -25,9 +29,12 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["bootstrap_mean_ci", "spearman"]
+__all__ = ["bootstrap_mean_ci", "spearman", "BLOCK"]
 
 logger = logging.getLogger(__name__)
+
+#: Columns per matrix product of the bootstrap (zero-padded to this width).
+BLOCK = 64
 
 
 def bootstrap_mean_ci(
@@ -53,16 +60,25 @@ def bootstrap_mean_ci(
     cols = np.flatnonzero(finite.sum(0) >= 2)
     if n_resamples <= 0 or n < 2 or not len(cols):
         return low.reshape(shape), high.reshape(shape)
-    filled = np.where(finite, flat, 0.0)
-    present = finite.astype(np.float64)
+    blocks = []  # (columns, [item, BLOCK] finite values zero-padded, [item, BLOCK] finite or None when all are)
+    for b0 in range(0, len(cols), BLOCK):
+        idx = cols[b0 : b0 + BLOCK]
+        values_b = np.zeros((n, BLOCK))
+        values_b[:, : len(idx)] = np.where(finite[:, idx], flat[:, idx], 0.0)
+        present_b = None
+        if not finite[:, idx].all():
+            present_b = np.ones((n, BLOCK))
+            present_b[:, : len(idx)] = finite[:, idx]
+        blocks.append((idx, values_b, present_b))
     rng = np.random.default_rng(seed)
     means = np.empty((len(cols), n_resamples))
     for start in range(0, n_resamples, chunk):
         stop = min(start + chunk, n_resamples)
         counts = rng.multinomial(n, np.full(n, 1.0 / n), size=stop - start).astype(np.float64)  # [b, item]
         with np.errstate(invalid="ignore", divide="ignore"):
-            for k, c in enumerate(cols):  # column by column: bit-identical whatever the other columns
-                means[k, start:stop] = (counts @ np.ascontiguousarray(filled[:, c])) / (counts @ np.ascontiguousarray(present[:, c]))
+            for k, (idx, values_b, present_b) in zip(range(0, len(cols), BLOCK), blocks):
+                drawn = counts @ present_b if present_b is not None else float(n)  # integer sums: exact
+                means[k : k + len(idx), start:stop] = ((counts @ values_b) / drawn)[:, : len(idx)].T
     alpha = (1 - level) / 2
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # a resample that drew no finite cell is NaN

@@ -3,9 +3,10 @@
 * The repeated random tokens are drawn from numpy's Mersenne Twister in torch's state
   (``_randperm_prefixes``) instead of one ``torch.randperm`` of the whole vocabulary per prompt:
   compared with the torch loop, kept here as the reference.
-* The census bootstraps every detector of a stimulus set in one call (one draw of resamples):
-  compared with one call per detector, and ``bootstrap_mean_ci`` with the per-column
-  implementation kept here.
+* The census bootstraps every detector of a stimulus set in one call (one draw of resamples),
+  and ``bootstrap_mean_ci`` sums resamples with one matrix product per block of columns:
+  compared with the per-column implementation kept here (to 1e-12: summation order), and a
+  column's interval is bit-identical whichever other columns are computed with it.
 * The pass keeps results on the device and moves them once; strings are decoded once per id:
   every census table compared with tables stored from the code before these changes
   (``tests/data/census_reference``: planted eager and streaming, demo, a sliding-window family,
@@ -94,17 +95,27 @@ def _bootstrap_per_column(values, *, n_resamples=1000, level=0.95, seed=0, chunk
     return low.reshape(shape), high.reshape(shape)
 
 
+#: The block products sum in another order than one matrix-vector product per column.
+BOOTSTRAP_RTOL = 1e-12
+
+
 def test_bootstrap_of_a_stimulus_set_in_one_call_equals_one_call_per_detector():
     rng = np.random.default_rng(1)
-    per_det = [rng.random((300, 2, 4)) for _ in range(3)]
-    per_det[1][rng.random((300, 2, 4)) < 0.1] = np.nan  # NaN prompts: skipped per cell
+    per_det = [rng.random((300, 10, 12)) for _ in range(3)]  # 360 columns: several blocks
+    per_det[1][rng.random((300, 10, 12)) < 0.1] = np.nan  # NaN prompts: skipped per cell
     per_det[2][:, 1, 2] = np.nan  # an all-NaN cell: NaN interval
     per_det[2][:299, 0, 0] = np.nan  # one measured prompt: NaN interval
     lows, highs = bootstrap_mean_ci(np.stack(per_det, axis=1), n_resamples=300, seed=4)
     for i, values in enumerate(per_det):
-        low, high = _bootstrap_per_column(values, n_resamples=300, seed=4)
-        np.testing.assert_array_equal(lows[i], low)
+        low, high = bootstrap_mean_ci(values, n_resamples=300, seed=4)
+        np.testing.assert_array_equal(lows[i], low)  # bit-identical whatever else is computed
         np.testing.assert_array_equal(highs[i], high)
+        ref_low, ref_high = _bootstrap_per_column(values, n_resamples=300, seed=4)
+        np.testing.assert_allclose(low, ref_low, rtol=BOOTSTRAP_RTOL, atol=0)
+        np.testing.assert_allclose(high, ref_high, rtol=BOOTSTRAP_RTOL, atol=0)
+    for cell in [(0, 0), (3, 7), (9, 11)]:  # one column alone
+        alone = bootstrap_mean_ci(per_det[1][:, cell[0], cell[1]][:, None], n_resamples=300, seed=4)
+        assert alone[0][0] == lows[1][cell] and alone[1][0] == highs[1][cell]
     assert np.isnan(lows[2][1, 2]) and np.isnan(lows[2][0, 0]) and np.isfinite(lows[1]).all()
 
 
