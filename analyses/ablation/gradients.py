@@ -35,12 +35,12 @@ from headlens.probes.errors import InputError
 from headlens.probes.hooks import HookFn, attached
 from headlens.probes.loading import LoadedModel
 
-__all__ = ["gate_gradients", "attribution_estimates", "head_importance", "normalise_per_layer", "spearman"]
+__all__ = ["gate_gradients", "gate_gradients_and_values", "attribution_estimates", "head_importance", "importance_from_gradients", "normalise_per_layer", "spearman"]
 
 
 def _gate_hook(layer: int, gates: Tensor, reference: Reference | None, rows: list[int], removed: list[int]) -> HookFn:
     def fn(z: Tensor, hook: Any = None) -> Tensor:  # noqa: ARG001
-        g = gates[:, layer].to(z.dtype)[:, None, :, None]  # [batch, 1, head, 1]
+        g = gates[:, layer].to(device=z.device, dtype=z.dtype)[:, None, :, None]  # [batch, 1, head, 1]; the activation's device (layers may sit on several)
         rep = None if reference is None else reference.replacement(layer, rows, z.shape[1], dtype=z.dtype, device=z.device)
         out = g * z if rep is None else rep + g * (z - rep)
         if removed:
@@ -66,6 +66,21 @@ def gate_gradients(
     ``reference=None`` (or a zero reference) gives plain multiplicative gates ``g * z``.
     Refused for the embedding metric, whose gradient is zero at ``g = 1``.
     """
+    return gate_gradients_and_values(model, data, reference=reference, mask=mask, batch_size=batch_size, progress=progress)[0]
+
+
+def gate_gradients_and_values(
+    model: LoadedModel,
+    data: EvalSet,
+    *,
+    reference: Reference | None = None,
+    mask: HeadMask | None = None,
+    batch_size: int = 8,
+    progress: Callable[[str, int, int], None] | None = None,
+) -> tuple[Float[Tensor, "item layer head"], Float[Tensor, " item"]]:
+    """:func:`gate_gradients` and, from the same forward, each item's metric (float64, CPU) with
+    ``mask`` heads removed: at ``g = 1`` the gated model is the model (``1 * z == z`` exactly),
+    so the pruning sweep reads a step's value off the pass that ranks the next step's heads."""
     if data.metric == "embedding":
         raise InputError(
             "no gradient estimate from the embedding metric: 1 - cos is at its minimum (0) in the unablated model, so its gradient is zero; "
@@ -77,6 +92,7 @@ def gate_gradients(
     n_l, n_h = model.n_layers, model.n_heads
     masked = mask.by_layer() if mask is not None else {}
     out = torch.zeros(len(data), n_l, n_h, dtype=torch.float32)
+    item_vals = torch.zeros(len(data), dtype=torch.float64)
     batches = data.rows(batch_size)
     with torch.enable_grad():
         for i, rows in enumerate(batches):
@@ -87,12 +103,13 @@ def gate_gradients(
                 values = model_values(model, tokens, lengths, data, rows)
             (grad,) = torch.autograd.grad(values.sum(), [gates])
             out[rows] = grad.detach().cpu()
+            item_vals[rows] = values.detach().double().cpu()
             del values, grad
             if progress is not None:
                 progress("gradients", i + 1, len(batches))
     if mask is not None:
         out[:, mask.to_tensor()] = float("nan")
-    return out
+    return out, item_vals
 
 
 def attribution_estimates(model: LoadedModel, data: EvalSet, *, reference: Reference | None = None, mask: HeadMask | None = None, batch_size: int = 8) -> Float[Tensor, "layer head"]:
@@ -120,6 +137,10 @@ def head_importance(
 ) -> Float[Tensor, "layer head"]:
     """Michel et al. (2019): ``I = mean_i |d m_i / d xi|`` with gates ``xi`` on ``z``, per-layer L2
     normalised when ``normalise``.  Removed heads are NaN."""
-    grads = gate_gradients(model, data, mask=mask, batch_size=batch_size, progress=progress)
+    return importance_from_gradients(gate_gradients(model, data, mask=mask, batch_size=batch_size, progress=progress), normalise=normalise)
+
+
+def importance_from_gradients(grads: Float[Tensor, "item layer head"], *, normalise: bool = True) -> Float[Tensor, "layer head"]:
+    """Michel importance from :func:`gate_gradients`: ``mean_i |grad|``, per-layer L2 normalised when ``normalise``."""
     raw = grads.abs().double().mean(0).float()
     return normalise_per_layer(raw) if normalise else raw

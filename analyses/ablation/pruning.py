@@ -38,7 +38,8 @@ import pandas as pd
 import torch
 
 from headlens.analyses.ablation.evalset import EvalSet
-from headlens.analyses.ablation.gradients import head_importance, normalise_per_layer
+from headlens.analyses.ablation.gradients import gate_gradients_and_values, importance_from_gradients
+from headlens.analyses.ablation.incremental import MaskSequence
 from headlens.analyses.ablation.masks import HeadMask, head_name
 from headlens.analyses.ablation.metrics import check_metric, worse_by
 from headlens.analyses.ablation.records import RecordJournal
@@ -140,12 +141,27 @@ def exact_importance(model: LoadedModel, data: EvalSet, *, mask: HeadMask | None
     """``[layer, head]`` (float64): the change in the metric when each head alone is zero-ablated
     from the model with ``mask`` heads removed (the exact single-head table,
     :func:`headlens.analyses.ablation.study.ablation_study`); removed heads are NaN."""
+    return _exact_importance_and_value(model, data, mask=mask, batch_size=batch_size)[0]
+
+
+def _exact_importance_and_value(model: LoadedModel, data: EvalSet, *, mask: HeadMask | None, batch_size: int) -> tuple[torch.Tensor, float]:
+    """:func:`exact_importance` and the metric of the model with ``mask`` heads removed (the
+    study's baseline pass: the same forward ``value_of`` would run)."""
     config = AblationConfig(method="zero", batch_size=batch_size, n_bootstrap=0, attribution=False)
-    table = ablation_study(model, data, config, mask=mask).table
+    result = ablation_study(model, data, config, mask=mask)
     out = torch.full((model.n_layers, model.n_heads), float("nan"), dtype=torch.float64)
-    for layer, head, delta in zip(table["layer"], table["head"], table["delta"]):
+    for layer, head, delta in zip(result.table["layer"], result.table["head"], result.table["delta"]):
         out[int(layer), int(head)] = float(delta)
-    return out
+    return out, result.baseline_value
+
+
+def _to_list(t: torch.Tensor) -> list[list[float | None]]:
+    """A ``[layer, head]`` tensor for the journal (JSON has no NaN: removed heads are None)."""
+    return [[None if v != v else float(v) for v in row] for row in t.tolist()]
+
+
+def _from_list(rows: list[list[float | None]]) -> torch.Tensor:
+    return torch.tensor([[float("nan") if v is None else v for v in row] for row in rows], dtype=torch.float64)
 
 
 def _pick(importance: torch.Tensor, removed: set[tuple[int, int]], n: int) -> list[tuple[int, int]]:
@@ -184,21 +200,21 @@ def prune_study(
         if journal is not None:
             journal.append([rec])
 
-    def importance(removed: set[tuple[int, int]]) -> torch.Tensor:
+    def importance_and_value(removed: set[tuple[int, int]]) -> tuple[torch.Tensor, torch.Tensor, float]:
+        """``(raw, ranking, value)`` of the model with ``removed`` heads gone, from one pass:
+        the gradient pass (or the exact table's baseline pass) also gives the metric."""
         mask = _mask(model, removed) if removed else None
         if exact:
-            return exact_importance(model, data, mask=mask, batch_size=config.batch_size)
-        return head_importance(model, data, mask=mask, batch_size=config.batch_size)
+            raw, value = _exact_importance_and_value(model, data, mask=mask, batch_size=config.batch_size)
+            return raw, raw, value
+        grads, values = gate_gradients_and_values(model, data, mask=mask, batch_size=config.batch_size)
+        raw = importance_from_gradients(grads, normalise=False)
+        return raw, importance_from_gradients(grads), float(values.double().mean())
 
     steps = {r["step"]: r for r in records if r.get("kind") == "step"}
     if 0 not in steps:
-        if exact:
-            raw = exact_importance(model, data, batch_size=config.batch_size)
-            normalised = raw
-        else:
-            raw = head_importance(model, data, batch_size=config.batch_size, normalise=False)
-            normalised = normalise_per_layer(raw)
-        steps[0] = {"kind": "step", "step": 0, "removed": [], "added": [], "value": value_of(set()), "importance_raw": raw.tolist(), "importance": normalised.tolist()}
+        raw, normalised, v = importance_and_value(set())
+        steps[0] = {"kind": "step", "step": 0, "removed": [], "added": [], "value": v, "importance_raw": raw.tolist(), "importance": normalised.tolist()}
         save(steps[0])
     v0 = steps[0]["value"]
     removed: set[tuple[int, int]] = set()
@@ -206,11 +222,20 @@ def prune_study(
     while len(removed) < limit:
         step += 1
         if step not in steps:
-            imp = torch.tensor(steps[step - 1]["importance"], dtype=torch.float64) if step - 1 == 0 else importance(removed)
+            prev = steps[step - 1]
+            # the ranking of the model as pruned so far: stored with the previous step (a journal
+            # written before rankings were stored has it for step 0 only)
+            imp = _from_list(prev["importance"]) if "importance" in prev else importance_and_value(removed)[1]
             n = min(max(1, int(round(config.step * (total - len(removed))))), limit - len(removed))
             added = _pick(imp, removed, n)
             new = removed | set(added)
-            steps[step] = {"kind": "step", "step": step, "removed": sorted(map(list, new)), "added": [list(h) for h in added], "value": value_of(new)}
+            rec: dict[str, Any] = {"kind": "step", "step": step, "removed": sorted(map(list, new)), "added": [list(h) for h in added]}
+            if len(new) < limit:  # another step follows: its ranking comes from the pass that measures this one
+                _, ranking, rec["value"] = importance_and_value(new)
+                rec["importance"] = _to_list(ranking)
+            else:
+                rec["value"] = value_of(new)
+            steps[step] = rec
             save(steps[step])
         removed = {tuple(h) for h in steps[step]["removed"]}
         if progress is not None:
@@ -221,13 +246,15 @@ def prune_study(
     grid = [len(steps[s]["removed"]) for s in range(n_steps + 1)]
     rand = {(r["seed"], r["step"]): r["value"] for r in records if r.get("kind") == "random"}
     heads_all = [(layer, h) for layer in range(model.n_layers) for h in range(model.n_heads)]
+    runs = MaskSequence(model, data, batch_size=config.batch_size)  # each order's next mask continues from the last one's residuals
     for s in range(config.random_seeds):
         gen = torch.Generator().manual_seed(config.seed * 1000 + s)
         order = [heads_all[i] for i in torch.randperm(total, generator=gen).tolist()]
+        runs.reset()
         for st, n in enumerate(grid):
             if (s, st) in rand:
                 continue
-            rand[(s, st)] = v0 if n == 0 else value_of(set(order[:n]))
+            rand[(s, st)] = v0 if n == 0 else float(runs.values(set(order[:n])).double().mean())
             save({"kind": "random", "seed": s, "step": st, "n_removed": n, "value": rand[(s, st)]})
             if progress is not None:
                 progress("random orders", s * len(grid) + st + 1, config.random_seeds * len(grid))
@@ -297,5 +324,10 @@ def prune_study(
         pruned=pruned,
         baseline_value=v0,
         removable_fraction=fraction,
-        info={"steps": n_steps, "kv_heads_per_layer": kv_heads(model), "importance": importance_kind(data.metric)},
+        info={
+            "steps": n_steps,
+            "kv_heads_per_layer": kv_heads(model),
+            "importance": importance_kind(data.metric),
+            "random_runs_from_layer": {str(k): v for k, v in sorted(runs.runs.items())},  # the random orders' runs by their first layer run
+        },
     )

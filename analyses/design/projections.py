@@ -25,6 +25,7 @@ import torch
 from headlens.analyses.ablation.evalset import EvalSet
 from headlens.analyses.ablation.metrics import item_values
 from headlens.analyses.ablation.records import MemoryJournal, RecordJournal, records_of
+from headlens.analyses.ablation.suffix import check_from_layer, resid_hook_name, run_from_layer
 from headlens.analyses.design.edits import KINDS, check_knockout, knockout_hooks
 from headlens.probes.errors import InputError
 from headlens.probes.hooks import attached
@@ -39,12 +40,15 @@ ROLE_CHANGE_COLUMNS = ["knocked_layer", "kind", "layer", "head", "roles_before",
 
 @dataclass(frozen=True, kw_only=True)
 class ProjectionConfig:
-    """``kinds`` to run, ``layers`` (default all), ``per_head`` knockouts too, forward ``batch_size``."""
+    """``kinds`` to run, ``layers`` (default all), ``per_head`` knockouts too, forward ``batch_size``;
+    ``prefix_reuse``: a knockout of layer L runs blocks L.. from the intact pass's residual (off:
+    one full forward per knockout; the losses are the same to float rounding)."""
 
     kinds: tuple[str, ...] = KINDS
     layers: tuple[int, ...] | None = None
     per_head: bool = False
     batch_size: int = 8
+    prefix_reuse: bool = True
 
 
 def knockout_targets(model: Any, config: ProjectionConfig) -> list[tuple[int, int | None, str]]:
@@ -88,27 +92,41 @@ def knockout_losses(
     journal = journal if journal is not None else MemoryJournal()
     batches = data.rows(config.batch_size)
 
-    def measure(hooks: list[tuple[str, Callable[..., Any]]]) -> list[float]:
-        vals = []
-        for rows in batches:
-            toks, lengths, _ = data.batch(rows)
-            toks = toks.to(model.device)
-            with attached(model.bridge, hooks):
-                logits = model.bridge(toks, return_type="logits")
-            vals.append(item_values(logits, toks, lengths, data, rows))
-        return torch.cat(vals).double().cpu().tolist()
-
     def target_key(r: dict[str, Any]) -> tuple[int, int, str]:
         return int(r["layer"]), int(r["head"]), str(r["knockout"])
 
     done = {target_key(r): r["values"] for r in records_of(journal, "knockout")}
+    pending = [t for t in targets if (t[0], -1 if t[1] is None else t[1], t[2]) not in done]
+    # A knockout of layer L leaves the residual entering L as it is: the intact pass keeps it and
+    # each knockout runs blocks L.. only (checked against a full forward once).
+    layers = sorted({layer for layer, _, _ in pending if layer > 0})
+    prefix = bool(layers) and config.prefix_reuse and check_from_layer(model, data.batch([0])[0], layers[-1])
+    resid: dict[int, list[torch.Tensor]] = {layer: [] for layer in layers} if prefix else {}
+
+    def measure(hooks: list[tuple[str, Callable[..., Any]]], layer: int = 0) -> list[float]:
+        vals = []
+        for b, rows in enumerate(batches):
+            toks, lengths, width = data.batch(rows)
+            toks = toks.to(model.device)
+            if layer > 0 and prefix:
+                logits = run_from_layer(model, toks, resid[layer][b], layer, hooks)
+            else:
+                keep = [(resid_hook_name(lay), _keeper(resid[lay])) for lay in resid] if not hooks else []
+                with attached(model.bridge, [*hooks, *keep]):
+                    logits = model.bridge(toks, return_type="logits")
+            vals.append(item_values(logits, toks, lengths, data, rows))
+        return torch.cat(vals).double().cpu().tolist()
+
     with torch.inference_mode():
-        if not records_of(journal, "knockout_base"):
-            journal.append([{"kind": "knockout_base", "values": measure([])}])
+        base = records_of(journal, "knockout_base")
+        if not base or (prefix and pending):  # resumed: the intact pass again, for its residuals (the journal's values stand)
+            values = measure([])
+            if not base:
+                journal.append([{"kind": "knockout_base", "values": values}])
         for i, (layer, head, kind) in enumerate(targets, start=1):
             key = (layer, -1 if head is None else head, kind)
             if key not in done:
-                journal.append([{"kind": "knockout", "layer": key[0], "head": key[1], "knockout": kind, "values": measure(knockout_hooks(model, layer, kind, None if head is None else [head]))}])
+                journal.append([{"kind": "knockout", "layer": key[0], "head": key[1], "knockout": kind, "values": measure(knockout_hooks(model, layer, kind, None if head is None else [head]), layer)}])
                 done[key] = journal.records[-1]["values"]
             if progress is not None:
                 progress("projections", i, len(targets))
@@ -118,6 +136,13 @@ def knockout_losses(
         v = float(np.mean(done[(layer, -1 if head is None else head, kind)]))
         out.append({"layer": layer, "head": -1 if head is None else head, "kind": kind, "loss": v, "loss_change": v - b, "relative_change": (v - b) / abs(b) if b else float("nan")})
     return pd.DataFrame(out, columns=LOSS_COLUMNS)
+
+
+def _keeper(store: list[torch.Tensor]) -> Callable[..., None]:
+    def fn(x: torch.Tensor, hook: Any = None) -> None:  # noqa: ARG001
+        store.append(x.detach().clone())
+
+    return fn
 
 
 def roles_by_head(scores: pd.DataFrame) -> dict[tuple[int, int], set[str]]:
