@@ -10,21 +10,40 @@
   the model's logit difference (an upstream head, e.g. the previous-token head an induction
   head reads, passes the ablation test but writes nothing to the logits).
 * **previous_token**: path patching it into the key input of the heads the table calls induction
-  (in later layers) on the built-in induction task (K-composition).  Figure: the largest
-  normalised path effect.  Supported when its interval's low end is at least
-  :data:`MIN_EFFECT`; no induction head after it: not testable.
+  (in later layers), all of them at once (``PathConfig(joint=True)``), on the built-in induction
+  task (K-composition).  Figure: the normalised joint path effect (the share of the induction
+  logit difference it restores through their keys).  Supported when its interval's low end is at
+  least :data:`MIN_EFFECT`; no induction head after it: not testable.  The edge is joint because
+  the role's claim is about the induction heads together ("feeds the induction heads' keys"):
+  heads that share the job each restore only part of the behaviour (on the demo model the
+  previous-token head 0.0 restores at most 0.17 [0.08, 0.26] through any single induction head's
+  key, 1.1's, and 0.95 [0.84, 1.04] through the keys of all four, 1.0-1.3, together; 32 pairs).
 * **duplicate_token** and **referent**: denoising activation patching of the head's output on the
   referent pairs (the partner sentence, which differs in the pronoun only).  Figure: the
   normalised effect.  Supported when ``|effect| >= MIN_EFFECT`` and its interval excludes 0.
   Encoders, models whose output head is new, or a model that does not prefer the pronoun's
   antecedent: not testable, the reason given.
-* **sink** and any other role: not testable here (sink removal is ``headlens sinks``; it is not
-  rerun by this function), said so.
+* **sink**: ``headlens sinks``' sink removal (:mod:`headlens.analyses.patching.sink_removal`):
+  key 0 masked out of the head's queries, attention renormalised; figure: the mean per-window
+  change in next-token loss (nats) on evaluation-text windows with its 95% interval.  Supported
+  when :func:`headlens.analyses.verdicts.difference_verdict` calls it a finding (interval
+  excludes 0, at least :data:`~headlens.analyses.verdicts.MIN_ITEMS` windows) and the change is
+  at least :data:`MIN_LOSS` nats either way, the same bar an induction head's second-copy rise
+  must clear (a head whose output reaches the logits only through the final norm's scale still
+  moves the loss by a few thousandths with an interval that excludes 0: the planted sink head
+  0.1 gives +0.002 nats).  An encoder has no next-token loss: not testable, the reason given;
+  fewer than ``MIN_ITEMS`` windows in the evaluation text: not testable.
+* any other role: not testable here, said so.
+
+Every test needs at least :data:`~headlens.analyses.verdicts.MIN_ITEMS` items (``n``) to state a
+verdict; ``smoke=True`` (``headlens report --quick``) runs the tests on fewer and says
+:data:`NO_FINDING` instead of a verdict, keeping the figures.
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -36,16 +55,18 @@ from headlens.analyses.patching.activation import PatchConfig, patch_heads
 from headlens.analyses.patching.builtin import induction_task, referent_task
 from headlens.analyses.patching.dla import direct_logit_attribution
 from headlens.analyses.patching.path import PathConfig, path_patch
+from headlens.analyses.patching.sink_removal import SINK_WINDOW, sink_removal_effects
 from headlens.analyses.stats import bootstrap_mean_ci
 from headlens.analyses.stimuli.random_tokens import random_repeated_tokens
-from headlens.probes.errors import HeadlensError
+from headlens.analyses.verdicts import FEW_ITEMS, MIN_ITEMS, NO_FINDING as _NO_FINDING_KIND, difference_verdict
+from headlens.probes.errors import HeadlensError, InputError, UnsupportedModelError
 from headlens.probes.loading import LoadedModel
 
 log = logging.getLogger(__name__)
 
-__all__ = ["role_evidence", "EVIDENCE_COLUMNS", "MIN_EFFECT", "MIN_LOSS", "COPY_RATIO"]
+__all__ = ["role_evidence", "evidence_rule", "EvidenceConfig", "EVIDENCE_COLUMNS", "MIN_EFFECT", "MIN_LOSS", "COPY_RATIO", "SUPPORTED", "NOT_SUPPORTED", "NOT_TESTABLE", "NO_FINDING", "UNITS"]
 
-EVIDENCE_COLUMNS = ["layer", "head", "name", "role", "evidence", "figure", "figure_low", "figure_high", "test", "detail"]
+EVIDENCE_COLUMNS = ["layer", "head", "name", "role", "evidence", "figure", "figure_low", "figure_high", "unit", "n_items", "test", "detail"]
 #: Normalised patching effect a role needs (10% of the clean-corrupted gap).
 MIN_EFFECT = 0.1
 #: Second-copy loss rise (nats) an induction head's ablation needs ...
@@ -53,6 +74,52 @@ MIN_LOSS = 0.01
 #: ... and how many times the first-copy rise it must be.
 COPY_RATIO = 2.0
 SUPPORTED, NOT_SUPPORTED, NOT_TESTABLE = "supported", "not supported", "not testable here"
+#: The evidence of a smoke-test run (``smoke=True``): the figures, no verdict.
+NO_FINDING = "no finding"
+#: What each role's figure measures.
+UNITS = {
+    "induction": "nats: second-copy minus first-copy loss rise under ablation",
+    "previous_token": "share of the induction logit difference restored through the induction heads' keys",
+    "duplicate_token": "share of the referent pairs' logit-difference gap restored",
+    "referent": "share of the referent pairs' logit-difference gap restored",
+    "sink": "nats: loss change without attention to the first token",
+}
+
+
+def evidence_rule() -> dict[str, float]:
+    """The thresholds the verdicts use (for manifests)."""
+    return {"min_effect": MIN_EFFECT, "min_loss": MIN_LOSS, "copy_ratio": COPY_RATIO, "min_items": MIN_ITEMS}
+
+
+@dataclass(frozen=True, kw_only=True)
+class EvidenceConfig:
+    """How :func:`role_evidence` runs: ``n`` pairs, sequences or windows per test, ``T`` random
+    tokens per copy, ``seed``, ``smoke`` (no verdicts: a smoke test)."""
+
+    n: int = 32
+    T: int = 20
+    seed: int = 0
+    smoke: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.smoke and self.n < MIN_ITEMS:
+            raise InputError(f"evidence needs at least {MIN_ITEMS} items per test to state a verdict (n={self.n}); fewer is a smoke test", n=self.n)
+        if self.n < 2:
+            raise InputError(f"evidence needs at least 2 items per test for an interval (n={self.n})", n=self.n)
+        if self.T < 2:
+            raise InputError(f"evidence needs at least 2 random tokens per copy (T={self.T})", T=self.T)
+
+    def run(self, model: LoadedModel, roles: pd.DataFrame, *, prepend_bos: bool = True) -> pd.DataFrame:
+        return role_evidence(model, roles, n=self.n, T=self.T, seed=self.seed, prepend_bos=prepend_bos, smoke=self.smoke)
+
+
+def _unreadable(model: LoadedModel, what: str) -> str | None:
+    """Why the model's output cannot carry ``what`` (an encoder, a new output head), or None."""
+    if model.is_encoder:
+        return f"an encoder sees every token it would predict, so it has no next-token {what}"
+    if model.head_is_new:
+        return f"the model's output head is newly initialised, so its {what} means nothing"
+    return None
 
 
 def _nll(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
@@ -61,6 +128,9 @@ def _nll(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
 
 
 def _induction(model: LoadedModel, heads: list[tuple[int, int]], *, n: int, T: int, seed: int) -> dict[tuple[int, int], tuple]:
+    why = _unreadable(model, "loss on the second copy")
+    if why is not None:
+        return {h: (NOT_TESTABLE, np.nan, np.nan, np.nan, "zero ablation, repeated random tokens", why) for h in heads}
     special = sorted({int(i) for i in (getattr(model.tokenizer, "all_special_ids", None) or [])})
     body = random_repeated_tokens(n, T, seed, int(model.bridge.cfg.d_vocab), exclude=special, distinct=True)
     prefix, _ = model.frame(True) if not model.is_encoder else ([], [])
@@ -97,6 +167,9 @@ def _induction(model: LoadedModel, heads: list[tuple[int, int]], *, n: int, T: i
 def _previous_token(model: LoadedModel, heads: list[tuple[int, int]], induction: list[tuple[int, int]], *, n: int, seed: int) -> dict[tuple[int, int], tuple]:
     out: dict[tuple[int, int], tuple] = {}
     test = "path patching into induction heads' key input (K-composition), induction task"
+    why = _unreadable(model, "logit difference on the induction task")
+    if why is not None:
+        return {h: (NOT_TESTABLE, np.nan, np.nan, np.nan, test, why) for h in heads}
     testable = [h for h in heads if any(r[0] > h[0] for r in induction)]
     for h in heads:
         if h not in testable:
@@ -105,32 +178,33 @@ def _previous_token(model: LoadedModel, heads: list[tuple[int, int]], induction:
         return out
     receivers = tuple(r for r in induction if r[0] > min(h[0] for h in testable))
     task = induction_task(model, n=n, seed=seed)
-    result = path_patch(model, task, PathConfig(receivers=receivers, receiver_input="k"))
+    result = path_patch(model, task, PathConfig(receivers=receivers, receiver_input="k", joint=True, seed=seed))
     if not result.gap.defined:
         return {**out, **{h: (NOT_TESTABLE, np.nan, np.nan, np.nan, test, result.gap.reason) for h in testable}}
     t = result.table
     for h in testable:
-        rows = t[(t["sender_layer"] == h[0]) & (t["sender_head"] == h[1])]
-        best = rows.loc[rows["effect"].abs().idxmax()]
-        ok = float(best["effect_low"]) >= MIN_EFFECT
-        detail = f"strongest key path: {best['sender']} -> {best['receiver']} restores {best['effect']:.2f} of the induction behaviour"
+        row = t[(t["sender_layer"] == h[0]) & (t["sender_head"] == h[1])].iloc[0]
+        ok = float(row["effect_low"]) >= MIN_EFFECT
+        through = f"the keys of {row['receiver']} together" if "+" in str(row["receiver"]) else f"the key of {row['receiver']}"
+        detail = f"through {through} it restores {row['effect']:.2f} of the induction behaviour"
         if not ok:
             detail += "; it feeds no induction head through the key"
-        out[h] = (SUPPORTED if ok else NOT_SUPPORTED, float(best["effect"]), float(best["effect_low"]), float(best["effect_high"]), test, detail)
+        out[h] = (SUPPORTED if ok else NOT_SUPPORTED, float(row["effect"]), float(row["effect_low"]), float(row["effect_high"]), test, detail)
     return out
 
 
 def _referent(model: LoadedModel, heads: list[tuple[int, int]], *, n: int, seed: int) -> dict[tuple[int, int], tuple]:
     test = "denoising patch of the head's output from the pair's other sentence, referent pairs"
-    why = None
-    if model.is_encoder:
-        why = "an encoder predicts no continuation, so no preference between the pronoun's candidates can be read"
-    elif model.head_is_new:
-        why = "the model's output head is newly initialised, so its preference means nothing"
-    result = None
+    why = _unreadable(model, "preference between the pronoun's candidates")
+    result, k = None, 0
     if why is None:
         try:
-            result = patch_heads(model, referent_task(model, n=n, seed=seed), PatchConfig(heads=tuple(heads), directions=("denoising",)))
+            task = referent_task(model, n=n, seed=seed)
+            k = len(task.clean)
+            if k < min(n, MIN_ITEMS):
+                why = f"only {k} referent pairs fit this tokenizer; a verdict needs {MIN_ITEMS}"
+            else:
+                result = patch_heads(model, task, PatchConfig(heads=tuple(heads), directions=("denoising",)))
         except HeadlensError as exc:
             why = f"the referent pairs cannot be built for this model ({exc})"
     if why is None and not result.gap.defined:
@@ -141,13 +215,43 @@ def _referent(model: LoadedModel, heads: list[tuple[int, int]], *, n: int, seed:
     for _, row in result.table.iterrows():
         eff, low, high = float(row["denoising"]), float(row["denoising_low"]), float(row["denoising_high"])
         ok = abs(eff) >= MIN_EFFECT and (low > 0 or high < 0)
-        out[(int(row["layer"]), int(row["head"]))] = (SUPPORTED if ok else NOT_SUPPORTED, eff, low, high, test, f"patching it moves the preference by {eff:+.2f} of the clean-corrupted gap")
+        out[(int(row["layer"]), int(row["head"]))] = (SUPPORTED if ok else NOT_SUPPORTED, eff, low, high, test, f"patching it moves the preference by {eff:+.2f} of the clean-corrupted gap over {k} pairs", k)
     return out
 
 
-def role_evidence(model: LoadedModel, roles: pd.DataFrame, *, n: int = 32, T: int = 20, seed: int = 0) -> pd.DataFrame:
+def _sink(model: LoadedModel, heads: list[tuple[int, int]], *, n: int, prepend_bos: bool, seed: int) -> dict[tuple[int, int], tuple]:
+    test = "sink removal: key 0 masked out of the head's queries, attention renormalised; evaluation-text windows"
+    why = _unreadable(model, "loss")
+    if why is not None:
+        return {h: (NOT_TESTABLE, np.nan, np.nan, np.nan, test, why) for h in heads}
+    try:
+        found = sink_removal_effects(model, heads, n=n, prepend_bos=prepend_bos, seed=seed)
+    except (UnsupportedModelError, InputError) as exc:
+        return {h: (NOT_TESTABLE, np.nan, np.nan, np.nan, test, str(exc)) for h in heads}
+    out = {}
+    for h, (mean, low, high, k) in found.items():
+        said = f"removing its attention to the first token changes the loss by {mean:+.4f} nats [{low:+.4f}, {high:+.4f}] over {k} windows of {SINK_WINDOW} tokens"
+        # fewer windows than asked for: the text is short; fewer than MIN_ITEMS asked for is a smoke run (no verdict, role_evidence)
+        v = difference_verdict(low, high, n_items=k, min_items=min(n, MIN_ITEMS))
+        if v.kind == _NO_FINDING_KIND and v.why == FEW_ITEMS:
+            out[h] = (NOT_TESTABLE, mean, low, high, test, f"{said}; the evaluation text holds only {k} windows, a finding needs {MIN_ITEMS}", k)
+            continue
+        ok = v.finding and abs(mean) >= MIN_LOSS
+        if v.finding and not ok:
+            said += f", below the {MIN_LOSS} nats a role needs"
+        elif not v.finding:
+            said += ": not distinguishable from 0"
+        out[h] = (SUPPORTED if ok else NOT_SUPPORTED, mean, low, high, test, said, k)
+    return out
+
+
+def role_evidence(model: LoadedModel, roles: pd.DataFrame, *, n: int = 32, T: int = 20, seed: int = 0, prepend_bos: bool = True, smoke: bool = False) -> pd.DataFrame:
     """One row per (head, role) of ``roles`` (the census's long role table: layer, head, name, role)
-    with the verdict of the intervention the role predicts (see the module doc)."""
+    with the verdict of the intervention the role predicts (see the module doc): ``n`` pairs,
+    sequences or windows per test (at least ``MIN_ITEMS`` unless ``smoke``), ``T`` random tokens
+    per copy, ``prepend_bos`` for the sink windows; ``smoke``: :data:`NO_FINDING` in place of
+    every verdict (the figures are kept)."""
+    EvidenceConfig(n=n, T=T, seed=seed, smoke=smoke)  # the checks
     pairs = [(int(r.layer), int(r.head), str(r.role)) for r in roles.itertuples()]
     by_role: dict[str, list[tuple[int, int]]] = {}
     for layer, head, role in pairs:
@@ -160,11 +264,16 @@ def role_evidence(model: LoadedModel, roles: pd.DataFrame, *, n: int = 32, T: in
     for role in ("duplicate_token", "referent"):
         if role in by_role:
             found[role] = _referent(model, by_role[role], n=n, seed=seed)
+    if "sink" in by_role:
+        found["sink"] = _sink(model, by_role["sink"], n=n, prepend_bos=prepend_bos, seed=seed)
     rows: list[list[Any]] = []
     for layer, head, role in pairs:
         got = found.get(role, {}).get((layer, head))
         if got is None:
-            reason = "sink removal is measured by headlens sinks, not rerun here" if role == "sink" else f"no intervention is defined for the {role} role"
-            got = (NOT_TESTABLE, np.nan, np.nan, np.nan, "-", reason)
-        rows.append([layer, head, f"{layer}.{head}", role, *got])
+            got = (NOT_TESTABLE, np.nan, np.nan, np.nan, "-", f"no intervention is defined for the {role} role")
+        verdict, fig, low, high, test, detail = got[:6]
+        items = got[6] if len(got) > 6 else (n if np.isfinite(fig) else 0)
+        if smoke and verdict != NOT_TESTABLE:
+            verdict, detail = NO_FINDING, f"smoke test ({n} items): the figure is shown, no verdict is drawn from it"
+        rows.append([layer, head, f"{layer}.{head}", role, verdict, fig, low, high, UNITS.get(role, "-"), items, test, detail])
     return pd.DataFrame(rows, columns=EVIDENCE_COLUMNS)

@@ -18,6 +18,11 @@ Batching: step 1 runs once per sender layer (one copy of the batch per sender he
 block ``lr``).  Under grouped-query attention ``k`` and ``v`` have one slot per key-value head,
 shared by a group of query heads: patching receiver ``r``'s ``k`` patches its group's
 (``receiver_slot`` in the table says which).
+
+``PathConfig(joint=True)``: step 2 replaces the input of every receiver after the sender's layer
+at once, one row per sender (``receiver`` joins them with ``+``, ``receiver_slot`` is -1).  Heads
+that share one job (several induction heads) each restore only part of the behaviour; the
+sender's joint edge is what it feeds the set.
 """
 
 from __future__ import annotations
@@ -55,6 +60,9 @@ PATH_COLUMNS = ["sender_layer", "sender_head", "sender", "receiver", "receiver_i
 class PathConfig:
     receivers: tuple[tuple[int, int], ...]
     receiver_input: str = "k"
+    #: Patch each sender into every receiver's input at once (one row per sender, ``receiver``
+    #: lists them joined by ``+``): what a sender feeds a set of heads that share one job.
+    joint: bool = False
     batch_size: int = 8
     n_resamples: int = 1000
     seed: int = 0
@@ -149,6 +157,44 @@ def check_receivers(model: LoadedModel, receivers: Sequence[tuple[int, int]]) ->
     return receivers
 
 
+def _replace_slots(values: dict[int, Tensor]) -> HookFn:
+    """``hook_q/k/v``: each slot of ``values`` replaced by its ``[copies*batch, pos, d_head]``."""
+
+    def fn(x: Tensor, hook: Any = None) -> Tensor:  # noqa: ARG001
+        x = x.clone()
+        for slot, v in values.items():
+            x[:, :, slot] = v[:, : x.shape[1]].to(device=x.device, dtype=x.dtype)
+        return x
+
+    return fn
+
+
+def _joint_rows(model: LoadedModel, corrupt_set: EvalSet, clean: RunCache, corrupt: RunCache, kept: dict, receivers: list, slots: dict, which: str, gap: Gap, config: PathConfig) -> list[list[Any]]:
+    """Step 2 with every receiver after the sender's layer patched at once: one row per sender."""
+    n, H, bs = clean.values.shape[0], model.n_heads, config.batch_size
+    out_rows = []
+    for ls in range(max(r[0] for r in receivers)):
+        reach = [r for r in receivers if r[0] > ls]
+        start = min(r[0] for r in reach)
+        values = torch.zeros(H, n, dtype=torch.float64)
+        for rows in corrupt_set.rows(bs):
+            tokens, lengths, width = corrupt_set.batch(rows)
+            hooks = []
+            for lr in sorted({r[0] for r in reach}):
+                repl = {slots[r]: torch.cat([kept[(ls, h, r)][rows, :width] for h in range(H)]) for r in reach if r[0] == lr}
+                hooks.append((_input_hook(lr, which), _replace_slots(repl)))
+
+            def run(t: Tensor, _h: list = hooks, _rows: list = rows, _w: int = width, **kw: Any) -> Any:
+                return _run(model, t, corrupt.resid, start, _rows, _w, H, _h, **kw)
+
+            values[:, rows] = model_values(model, tokens, lengths, corrupt_set, rows, copies=H, run=run).cpu().view(H, len(rows))
+        eff, low, high = normalised_effects(values.numpy(), clean.values.numpy(), corrupt.values.numpy(), gap, n_resamples=config.n_resamples, seed=config.seed)
+        label = "+".join(f"{a}.{b}" for a, b in reach)
+        for h in range(H):
+            out_rows.append([ls, h, f"{ls}.{h}", label, which, -1, eff[h], low[h], high[h], float(values[h].mean())])
+    return out_rows
+
+
 def path_patch(model: LoadedModel, task: PairTask, config: PathConfig, *, progress: Callable[[str, int, int], None] | None = None) -> PathResult:
     """Sender x receiver table (see the module doc); senders are every head before each receiver's layer."""
     receivers = check_receivers(model, config.receivers)
@@ -206,7 +252,9 @@ def path_patch(model: LoadedModel, task: PairTask, config: PathConfig, *, progre
                 progress("senders", done, total)
         # step 2: each receiver's input replaced by the kept one, one copy per sender of a layer
         out_rows = []
-        for r in receivers:
+        if config.joint:
+            out_rows = _joint_rows(model, corrupt_set, clean, corrupt, kept, receivers, slots, which, gap, config)
+        for r in receivers if not config.joint else []:
             lr = r[0]
             for ls in range(lr):
                 values = torch.zeros(H, n, dtype=torch.float64)
@@ -231,6 +279,7 @@ def path_patch(model: LoadedModel, task: PairTask, config: PathConfig, *, progre
         "gap": gap.describe(),
         "receivers": [f"{a}.{b}" for a, b in receivers],
         "receiver_input": which,
+        "joint": config.joint,
         "started_late": late,
         "frozen": "every head other than the sender, layers sender..receiver-1, at its corrupted z; MLPs recompute",
         "n_resamples": config.n_resamples,
