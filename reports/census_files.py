@@ -4,7 +4,11 @@
 ``roles.csv`` is the long role table (``layer, head, name, role``: one row per (head, role), the
 source of truth, :func:`headlens.analyses.heads.classify.classify_heads`); ``heads.csv`` is one
 row per head with the roles joined for reading (``roles``, ``;``-separated) and the strongest
-detector.  Folders written before the long table have a one-row-per-head ``roles.csv`` instead:
+detector.  With ``evidence`` (:class:`headlens.analyses.patching.evidence.EvidenceConfig`, ``headlens
+classify --evidence``) each role is then tested by its intervention: ``evidence.csv`` (one row
+per (head, role): verdict, figure with its interval, the reason), an ``evidence`` column in
+``heads.csv``, an Evidence section in ``summary.md`` and the settings in the manifest; the
+census files are written first, so a failing evidence run loses none of them.  Folders written before the long table have a one-row-per-head ``roles.csv`` instead:
 :func:`read_roles` reads both.
 """
 
@@ -35,9 +39,11 @@ def classify_to_dir(
     command: list[str],
     extra: dict | None = None,
     formats: tuple[str, ...] = ("png", "svg"),
+    evidence: Any = None,
 ) -> tuple[Any, pd.DataFrame]:
     """Run the census and write its files; return ``(CensusResult, heads table)`` (the
-    ``heads.csv`` table: one row per head, roles joined for reading)."""
+    ``heads.csv`` table: one row per head, roles joined for reading; with ``evidence``, an
+    ``EvidenceConfig``, its ``evidence`` column too and ``evidence.csv`` beside it)."""
     from headlens.analyses.heads.census import run_census
     from headlens.analyses.heads.classify import classify_heads, default_thresholds
     from headlens.probes.manifest import build_manifest
@@ -57,15 +63,23 @@ def classify_to_dir(
     write_table(heads, out_dir / HEADS_FILE)
     detector_heatmaps(result.scores, classified.roles, out_dir, formats=formats)
     used = {k: v for k, v in {**default_thresholds(), **thresholds}.items() if k in set(result.scores["detector"])}
-    write_text(
-        out_dir / "summary.md",
-        census_summary(result.scores, classified, model=loaded.name, prepend_bos=config.prepend_bos, thresholds=used, baseline_factor=baseline_factor, stimuli=result.stimuli),
-    )
-    manifest = build_manifest(
-        model=loaded, command=command, seed=config.seed, prepend_bos=config.prepend_bos, configs={"census": config},
-        extra={"stimuli": result.stimuli, "thresholds": used, "baseline_factor": baseline_factor, **(extra or {})},
-    )
-    write_json(out_dir / "manifest.json", manifest)
+    summary = dict(model=loaded.name, prepend_bos=config.prepend_bos, thresholds=used, baseline_factor=baseline_factor, stimuli=result.stimuli)
+    write_text(out_dir / "summary.md", census_summary(result.scores, classified, **summary))
+    configs = {"census": config}
+    manifest_extra = {"stimuli": result.stimuli, "thresholds": used, "baseline_factor": baseline_factor, **(extra or {})}
+    write_json(out_dir / "manifest.json", build_manifest(model=loaded, command=command, seed=config.seed, prepend_bos=config.prepend_bos, configs=configs, extra=manifest_extra))
+    if evidence is not None:
+        from headlens.analyses.patching.evidence import EVIDENCE_COLUMNS, evidence_rule
+        from headlens.reports.evidence_text import EVIDENCE_FILE, evidence_joined
+
+        table = evidence.run(loaded, classified.roles, prepend_bos=config.prepend_bos) if len(classified.roles) else pd.DataFrame(columns=EVIDENCE_COLUMNS)
+        write_table(table, out_dir / EVIDENCE_FILE)
+        heads["evidence"] = evidence_joined(table, heads)
+        write_table(heads, out_dir / HEADS_FILE)
+        write_text(out_dir / "summary.md", census_summary(result.scores, classified, evidence=table, **summary))
+        manifest_extra["evidence"] = {"file": EVIDENCE_FILE, "prepend_bos": config.prepend_bos, "rule": evidence_rule(), "counts": table["evidence"].value_counts().to_dict()}
+        configs["evidence"] = evidence
+        write_json(out_dir / "manifest.json", build_manifest(model=loaded, command=command, seed=config.seed, prepend_bos=config.prepend_bos, configs=configs, extra=manifest_extra))
     return result, heads
 
 

@@ -29,11 +29,13 @@ def census_summary(
     stimuli: Mapping[str, Mapping[str, Any]],
     top: int = 5,
     notes: pd.DataFrame | None = None,
+    evidence: pd.DataFrame | None = None,
 ) -> str:
     """The summary of ``scores`` and their roles ``classified``
     (:class:`headlens.analyses.heads.classify.HeadRoles`); ``notes`` (``CensusResult.notes``) are the sliding-window notes, read from
     the stimuli info's ``window_notes`` when not given.  The stimuli info's ``notes`` (bidirectional
-    attention, detectors not measurable on causal attention) get a section of their own."""
+    attention, detectors not measurable on causal attention) get a section of their own.  ``evidence``
+    (:func:`headlens.analyses.patching.evidence.role_evidence`'s table) adds an Evidence section."""
     reg = registry()
     framing = next((info.get("framing") for info in stimuli.values() if info.get("framing")), None) or {}
     if framing.get("suffix"):  # an encoder's [CLS] ... [SEP]
@@ -81,6 +83,10 @@ def census_summary(
         lines.append("No head cleared a threshold.")
     counts = {det: int((long["role"] == det).sum()) for det in scores["detector"].unique()}
     lines += ["", f"{len(named)} of {len(heads)} heads have at least one role; " + ", ".join(f"{k}: {v}" for k, v in counts.items()) + ".", ""]
+    if evidence is not None:
+        from headlens.reports.evidence_text import evidence_markdown
+
+        lines += evidence_markdown(evidence)
     lines += ["## Strongest heads per detector", ""]
     for det, g in scores.groupby("detector", sort=False):
         d = reg.get(str(det))

@@ -125,14 +125,19 @@ def _echo_notes(result) -> None:
 @click.option("--threshold", "thresholds", multiple=True, help="DETECTOR=VALUE, repeatable, e.g. --threshold induction=0.4.")
 @click.option("--baseline-factor", default=2.0, show_default=True, type=click.FloatRange(min=1.0), help="A role needs ci_low >= this x the uniform baseline.")
 @click.option("--mask", "mask_file", default=None, type=click.Path(dir_okay=False), help="Pruned-head set (JSON from 'headlens prune'): census the model with those heads zero-ablated.")
+@click.option("--evidence", is_flag=True, help="Then test each role with the intervention it predicts: evidence.csv (supported / not supported / not testable here, with the figure).")
+@click.option("--evidence-n", default=32, show_default=True, type=int, help="Pairs, sequences or windows per evidence test (at least 10).")
+@click.option("--evidence-seq-len", default=20, show_default=True, type=int, help="Random tokens per copy in the induction evidence.")
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Output folder.")
 @click.option("--overwrite", is_flag=True, help="Replace files in a non-empty output folder.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress lines.")
-def classify_cmd(model, device, dtype, revision, allow_new_weights, detectors, n_prompts, seed, seq_len, window, no_bos, batch_size, referent_file, attention, query_block, thresholds, baseline_factor, mask_file, out_dir, overwrite, quiet):
-    """Give every head its roles: scores.csv, roles.csv, heatmaps, summary.md, manifest.json."""
+def classify_cmd(model, device, dtype, revision, allow_new_weights, detectors, n_prompts, seed, seq_len, window, no_bos, batch_size, referent_file, attention, query_block, thresholds, baseline_factor, mask_file, evidence, evidence_n, evidence_seq_len, out_dir, overwrite, quiet):
+    """Give every head its roles: scores.csv, roles.csv, heatmaps, summary.md, manifest.json
+    (with --evidence also evidence.csv and an evidence column in heads.csv)."""
     from headlens.analyses.heads.classify import parse_thresholds
     from headlens.probes.outputs import check_out_dir
 
+    evidence_config = _evidence_config(evidence, evidence_n, evidence_seq_len, seed, mask_file)
     out = check_out_dir(out_dir, overwrite=overwrite)
     parsed = parse_thresholds(list(thresholds))
     ablate: list[tuple[int, int]] = []
@@ -147,12 +152,47 @@ def classify_cmd(model, device, dtype, revision, allow_new_weights, detectors, n
         from headlens.analyses.ablation.masks import read_mask
 
         read_mask(mask_file).check(loaded.n_layers, loaded.n_heads)
-    result, roles = classify_to_dir(loaded, config, out, thresholds=parsed, baseline_factor=baseline_factor, quiet=quiet, command=["headlens", *sys.argv[1:]], extra={"mask": mask_file})
+    result, roles = classify_to_dir(
+        loaded, config, out, thresholds=parsed, baseline_factor=baseline_factor, quiet=quiet, command=["headlens", *sys.argv[1:]], extra={"mask": mask_file}, evidence=evidence_config
+    )
     _echo_notes(result)
     named = roles[roles["roles"] != ""]
     click.echo(f"{len(named)} of {len(roles)} heads have a role -> {out}/roles.csv")
     for r in named.itertuples():
         click.echo(f"  {r.name:>6}  {r.roles}")
+    if evidence_config is not None:
+        _echo_evidence(out)
+
+
+def _evidence_config(evidence, n, seq_len, seed, mask_file):
+    """The evidence settings (None without --evidence), checked before the model loads."""
+    from headlens.probes.errors import InputError
+
+    if not evidence:
+        if n != 32 or seq_len != 20:
+            raise InputError("--evidence-n and --evidence-seq-len need --evidence")
+        return None
+    if mask_file:
+        raise InputError("--evidence with --mask: the interventions run on the unpruned model, so they would not test the pruned model's roles")
+    from headlens.analyses.patching.evidence import EvidenceConfig
+
+    try:
+        return EvidenceConfig(n=n, T=seq_len, seed=seed)
+    except InputError as exc:
+        raise InputError(str(exc).replace("(n=", "(--evidence-n ").replace("(T=", "(--evidence-seq-len ")) from None
+
+
+def _echo_evidence(out) -> None:
+    """One line per (head, role) from evidence.csv."""
+    import pandas as pd
+
+    from headlens.reports.evidence_text import EVIDENCE_FILE, evidence_lines
+
+    table = pd.read_csv(out / EVIDENCE_FILE, dtype={"name": str}, keep_default_na=False, na_values=[""])
+    counts = table["evidence"].value_counts()
+    click.echo(f"evidence: {', '.join(f'{v} {k}' for k, v in counts.items()) or 'no role to test'} -> {out}/{EVIDENCE_FILE}")
+    for line in evidence_lines(table):
+        click.echo(line)
 
 
 @click.command("selftest")
