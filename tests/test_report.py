@@ -16,7 +16,7 @@ from headlens.reports.cli.main import cli
 
 XSS = "<script>alert(1)</script> & \"quotes\" 'too' | pipes"
 PROMPTS = ("When Mary and John went to the store, John gave a drink to", XSS)
-STAGES = ("census", "sinks", "ablation_zero", "ablation_mean", "pruning", "examples", "design")
+STAGES = ("census", "evidence", "sinks", "ablation_zero", "ablation_mean", "pruning", "examples", "design")
 _BUILT: dict[str, tuple[Path, object]] = {}
 
 
@@ -232,7 +232,7 @@ def test_interrupted_stage_is_recomputed_alone(report_copy, tiny_checkpoint, qui
     (report_copy / "report.html").unlink()
     res = runner.invoke(cli, report_args(tiny_checkpoint, report_copy))
     assert res.exit_code == 0, res.output
-    assert "stage 4/7 ablation_mean: running" in res.stderr and res.stderr.count("running") == 1
+    assert "stage 5/8 ablation_mean: running" in res.stderr and res.stderr.count("running") == 1
     old = pd.read_csv(quick_report[0] / "ablation_mean" / "ablation.csv")
     new = pd.read_csv(report_copy / "ablation_mean" / "ablation.csv")
     pd.testing.assert_frame_equal(old, new)
@@ -249,7 +249,7 @@ def test_changed_settings_rerun_only_the_stages_they_change(report_copy, tiny_ch
     assert marker["status"] == "done"
     res = runner.invoke(cli, [*args[:-1], "--skip", "pruning,sinks"])
     assert res.exit_code == 0, res.output
-    assert "stage 5/7 pruning: skipped" in res.stderr
+    assert "stage 6/8 pruning: skipped" in res.stderr
     page = (report_copy / "report.html").read_text()
     assert "Stage <code>pruning</code>" in page and "was skipped" in page
 
@@ -263,7 +263,7 @@ def test_failed_stage_is_shown_and_retried(report_copy, tiny_checkpoint, monkeyp
     monkeypatch.setitem(STAGE_DEFS, "sinks", dataclasses.replace(STAGE_DEFS["sinks"], run=boom))
     res = runner.invoke(cli, report_args(tiny_checkpoint, report_copy, "--redo", "sinks"))
     assert res.exit_code == 1, res.output
-    assert "stage 2/7 sinks: FAILED: RuntimeError: sink probe exploded <b>bold</b>" in res.stderr
+    assert "stage 3/8 sinks: FAILED: RuntimeError: sink probe exploded <b>bold</b>" in res.stderr
     assert res.stderr.count("running") == 1  # the others were loaded
     last = res.stderr.strip().splitlines()[-1]
     assert last.startswith("headlens: error: 1 stage(s) failed (sinks: RuntimeError: sink probe exploded") and "second line" not in res.stderr
@@ -277,7 +277,7 @@ def test_failed_stage_is_shown_and_retried(report_copy, tiny_checkpoint, monkeyp
     monkeypatch.undo()
     res = runner.invoke(cli, report_args(tiny_checkpoint, report_copy))
     assert res.exit_code == 0, res.output
-    assert "stage 2/7 sinks: running" in res.stderr and res.stderr.count("running") == 1
+    assert "stage 3/8 sinks: running" in res.stderr and res.stderr.count("running") == 1
     assert "FAILED" not in (report_copy / "report.html").read_text().split("<script", 1)[0]
 
 

@@ -18,7 +18,7 @@ from tests.test_report import quick_report  # noqa: F401  (the session's report)
 
 #: Words that state a finding; none may appear where the rule says there is none.
 CONCLUSIONS = ("loses less", "loses more", "lowers the loss", "raises the loss")
-SMOKE_STAGES = ["sinks", "ablation_zero", "ablation_mean", "pruning", "design"]
+SMOKE_STAGES = ["evidence", "sinks", "ablation_zero", "ablation_mean", "pruning", "design"]
 
 
 def _load(quick_report):  # noqa: F811

@@ -15,6 +15,7 @@ from urllib.parse import quote
 
 from headlens.analyses.verdicts import difference_verdict
 from headlens.reports.markdown import markdown_table
+from headlens.reports.page.evidence_view import evidence_md
 from headlens.reports.page.heatmaps import scored_detectors
 from headlens.reports.page.sink_counts import sink_disagreement, sink_rate_rows
 from headlens.reports.page.smoke import data_items, smoke_columns_note, smoke_note
@@ -142,6 +143,7 @@ def render_markdown(report: Any) -> str:
         lines += ["<details><summary>all scores</summary>", ""] + _table(["head", "detector", "score", "95% CI", "uniform", "n", "accuracy"], rows) + ["", "</details>", ""]
         lines += ["### Heatmaps", ""] + _figures(report, "census", leave_out=tuple(f"heatmap_{d}.png" for d in unscored))
 
+    lines += evidence_md(report, md_text, _table)
     lines += ["## Attention sinks", ""] + _status(report, "sinks") + _smoke(smoke_note(report, "sinks")) + ([md_text(report.sinks_note), ""] if report.sinks_note else [])
     sink_rows = sink_rate_rows(report)
     if sink_rows is not None:

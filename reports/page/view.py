@@ -15,6 +15,7 @@ from headlens.reports.page.design_view import design_view
 from headlens.reports.page.figure import inline_svg
 from headlens.reports.page.heatmaps import heatmaps, scored_detectors
 from headlens.reports.page.sink_counts import sink_disagreement, sink_rate_rows
+from headlens.reports.page.evidence_view import evidence_view
 from headlens.reports.page.smoke import smoke_columns_note, smoke_note
 from headlens.reports.page.values import finite, metric_label, num, signed, sortval
 
@@ -182,6 +183,7 @@ def page_context(report: Any) -> dict[str, Any]:
         "sink_eps": f"{float(report.stage('sinks').info.get('eps', 0.3)):g}",
         "sink_disagreement": sink_disagreement(report),
         "design": design_view(report),
+        "evidence": evidence_view(report),
         "stages": _stages(report),
         "manifest": json.dumps(report.manifest, indent=2, sort_keys=False, default=str),
     }

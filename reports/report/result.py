@@ -63,6 +63,8 @@ class Report:
     out_dir: Path | None = None
     scores: pd.DataFrame | None = None
     roles: pd.DataFrame | None = None
+    #: The evidence stage's table (:data:`headlens.analyses.patching.evidence.EVIDENCE_COLUMNS`).
+    evidence: pd.DataFrame | None = None
     strongest: pd.DataFrame | None = None
     sinks: pd.DataFrame | None = None
     sink_rates: pd.DataFrame | None = None

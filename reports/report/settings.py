@@ -27,7 +27,7 @@ MAX_EXAMPLE_TOKENS = 64
 #: The stages whose ``--quick`` settings are a smoke test (a few windows, prompts or orders):
 #: they show that the stage runs and state no finding (:mod:`headlens.analyses.verdicts`).  The
 #: census keeps classify's defaults under ``--quick``; the examples hold no statistic.
-SMOKE_STAGES = ("sinks", "ablation_zero", "ablation_mean", "pruning", "design")
+SMOKE_STAGES = ("evidence", "sinks", "ablation_zero", "ablation_mean", "pruning", "design")
 
 
 @dataclass(frozen=True, kw_only=True)

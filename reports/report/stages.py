@@ -6,6 +6,8 @@ stage               what it runs (``--quick`` in brackets)
 ``census``          head census and roles (:func:`headlens.reports.census_files.classify_to_dir`);
                     100 prompts per stimulus set, 1000 bootstrap resamples [the same: roles
                     equal ``headlens classify``'s]
+``evidence``        each census role tested by its intervention (:mod:`headlens.reports.report.stage_evidence`),
+                    32 items per test [8: a smoke test, no verdicts]
 ``sinks``           attention sinks (:func:`headlens.analyses.sinks.study.run_sinks`), both BOS
                     settings, every part [the sink census only, the report's BOS setting]
 ``ablation_zero``   zero ablation of each head alone: change in loss on the evaluation text (the
@@ -42,7 +44,7 @@ import dataclasses
 import logging
 from typing import Any
 
-from headlens.reports.report import stage_ablation, stage_census, stage_design, stage_examples, stage_sinks
+from headlens.reports.report import stage_ablation, stage_census, stage_design, stage_evidence, stage_examples, stage_sinks
 from headlens.reports.report.context import Stage
 from headlens.reports.report.markers import REPORT_VERSION, json_key
 
@@ -55,6 +57,7 @@ STAGE_DEFS: dict[str, Stage] = {
     s.name: s
     for s in (
         stage_census.STAGE,
+        stage_evidence.STAGE,
         stage_sinks.STAGE,
         stage_ablation.ABLATION_ZERO,
         stage_ablation.ABLATION_MEAN,
