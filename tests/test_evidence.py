@@ -92,10 +92,11 @@ def test_joint_path_equals_single_receiver_path(planted_model):
 
 
 @pytest.mark.parametrize(
-    "args, flag",
-    [(["--evidence", "--evidence-n", "5"], "--evidence-n"), (["--evidence-n", "12"], "--evidence"), (["--evidence", "--evidence-seq-len", "1"], "--evidence-seq-len")],
+    "args, said",
+    [(["--evidence", "--evidence-n", "5"], "at least 10 items per test to state a verdict (--evidence-n 5)"), (["--evidence-n", "12"], "need --evidence"), (["--evidence", "--evidence-seq-len", "1"], "(--evidence-seq-len 1)")],
 )
-def test_classify_evidence_bad_flags_exit_2_before_loading(runner, tmp_path, args, flag):
+def test_classify_evidence_bad_flags_exit_2_before_loading(runner, tmp_path, args, said):
     res = runner.invoke(cli, ["classify", "--model", str(tmp_path / "no-model"), "--out", str(tmp_path / "o"), *args])
-    assert res.exit_code == 2 and flag in res.output and "Traceback" not in res.output
+    lines = res.output.strip().splitlines()
+    assert res.exit_code == 2 and len(lines) == 1 and lines[0].startswith("headlens: error:") and said in lines[0], res.output
     assert not (tmp_path / "o").exists()
