@@ -12,7 +12,7 @@
 # Writes under "$OUT" (at most 8 files): gpu.log, census_large_float32.json, census_large_bfloat16.json,
 # census.json, scaling.csv, scaling.json, scaling.png.
 # PIECES="large ratios scaling" (the default) picks pieces 1, 2, 3.  Without CUDA it prints so and exits 0.  SMOKE=1 runs every piece on the CPU with tiny settings
-# (a check of this script, not a measurement; float32 only: headlens refuses bfloat16 on the CPU).
+# (a check of this script, not a measurement; float32 only, to keep it short).
 set -u
 cd "$(dirname "$0")/.."
 OUT="${OUT:-/tmp/headlens-gpu}"
