@@ -125,3 +125,23 @@ def test_prune_resume_reads_the_stored_ranking(deep_model, windows, tmp_path, mo
 
     pd.testing.assert_frame_equal(resumed.curve, reference.curve, check_exact=True)
     pd.testing.assert_frame_equal(resumed.random, reference.random, check_exact=True)
+
+
+def test_prune_study_embedding_metric_values_equal_full_forwards(deep_model):
+    """The embedding change: exact ranking; each step's value is the exact table's baseline pass."""
+    from headlens.analyses.ablation.embedding import embedding_eval_set, split_sentences
+    from headlens.analyses.ablation.pruning import exact_importance
+
+    data = embedding_eval_set(deep_model, split_sentences(eval_text(), complete_only=True), n_sentences=3, max_tokens=12, prepend_bos=True)
+    cfg = PruneConfig(step=0.25, random_seeds=1, seed=1, batch_size=2, max_fraction=0.75)
+    result = prune_study(deep_model, data, cfg)
+    removed: set = set()
+    for st in range(1, len(result.curve)):
+        imp = exact_importance(deep_model, data, mask=_mask(deep_model, removed), batch_size=2)
+        n = int(result.curve["n_removed"].iloc[st]) - len(removed)
+        added = _pick(imp, removed, n)
+        assert " ".join(f"{layer}.{h}" for layer, h in added) == result.curve["removed_this_step"].iloc[st], st
+        removed |= set(added)
+        naive = float(ablated_values(deep_model, data, [], mask=_mask(deep_model, removed), batch_size=2).double().mean())
+        assert abs(result.curve["value"].iloc[st] - naive) <= VALUE_TOL, st
+    assert len(result.curve) >= 3

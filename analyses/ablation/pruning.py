@@ -22,6 +22,15 @@ earlier one degrade the metric by at most ``max_increase`` relative to ``v0``
 ``v - v0``, absolute, for the embedding change, whose unablated value is 0).  The heads removed at
 that step are the pruned set (a :class:`headlens.analyses.ablation.masks.HeadMask`).
 
+**Shared passes** (the numbers are those of one pass per ranking and one full forward per value,
+to float rounding, tested): a step's value comes from the gradient pass (or, for the embedding
+change, the exact table's baseline pass) that ranks the next step's heads, on the same pruned
+model (the gates are 1, so the gated model is the model); the ranking is journaled with the step.
+Each random order's masks grow one prefix of the order at a time, so each is run from the first
+layer with a newly removed head on the previous mask's residuals
+(:class:`headlens.analyses.ablation.incremental.MaskSequence`; ``info["random_runs_from_layer"]``
+counts the runs by their first layer).
+
 **KV cache saved** per 1,000 tokens: ``2 x kv_heads_removed x d_head x 1000 x bytes_per_value``
 at the model's dtype.  With grouped-query attention a KV head is removed only when every query
 head sharing it is removed.
