@@ -117,7 +117,7 @@ def normal_modes(path: str | Path) -> Path:
     for q in paths:
         st = os.lstat(q)
         if stat.S_ISDIR(st.st_mode):
-            mode = dir_mode
+            mode = dir_mode | (stat.S_IMODE(st.st_mode) & stat.S_ISGID)  # a shared folder's group inheritance stays
         elif stat.S_ISREG(st.st_mode):
             mode = file_mode | (stat.S_IMODE(st.st_mode) & 0o111 & dir_mode)
         else:

@@ -94,3 +94,14 @@ def test_normal_modes_keeps_links_and_execute_bits(umask, tmp_path):
     assert _mode(private) == 0o666 & ~umask
     assert _mode(script) == (0o666 & ~umask) | 0o100  # its own execute bit kept
     assert (tmp_path / "link").is_symlink()
+
+
+def test_normal_modes_keeps_a_folders_setgid(umask, tmp_path):
+    """A group-shared folder (setgid) keeps its group inheritance; only the permission bits are normalised."""
+    from headlens.probes.outputs import normal_modes
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o2700)
+    normal_modes(shared)
+    assert _mode(shared) == (0o777 & ~umask) | stat.S_ISGID
