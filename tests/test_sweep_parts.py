@@ -170,3 +170,19 @@ def test_named_models_are_planned_as_their_folders(minilm_dir, tmp_path, monkeyp
     (tmp_path / "minilm").mkdir()
     (local,) = plan_tasks(["minilm"])
     assert Path(local.model) == (tmp_path / "minilm").resolve()
+
+
+def test_a_second_ctrl_c_stops_at_once():
+    """The first stop signal is recorded for a safe stop; a second Ctrl-C raises at once (an escape from a hung ray.init)."""
+    import signal
+
+    from headlens.reports.sweep.interrupts import Interrupts
+
+    interrupts = Interrupts()
+    interrupts.record(signal.SIGINT)
+    assert interrupts.received == signal.SIGINT
+    interrupts.record(signal.SIGTERM)  # a later SIGTERM is only recorded
+    with pytest.raises(KeyboardInterrupt):
+        interrupts.record(signal.SIGINT)
+    with pytest.raises(KeyboardInterrupt):
+        interrupts.check()

@@ -9,6 +9,9 @@ the handler only records the signal; the sweep checks :meth:`Interrupts.check` a
 where stopping is safe (after ``ray.init``, between ``ray.wait`` polls), cancels its tasks,
 shuts Ray down in order, and only then raises :class:`KeyboardInterrupt` (exit 130).
 
+A second Ctrl-C stops at once (raised from the handler, as Python would), for a user who will
+not wait, e.g. for an address that accepts connections but never answers ``ray.init``.
+
 A signal the process ignores (``SIG_IGN``: a job started in the background by a shell) stays
 ignored, and outside the main thread nothing is installed (Python allows handlers only there).
 """
@@ -39,6 +42,10 @@ class Interrupts:
     def record(self, signum: int, frame: Any = None) -> None:  # noqa: ARG002 - a signal handler's signature
         if self.received is None:
             self.received = signum
+            return
+        if signum == signal.SIGINT:  # a second Ctrl-C: the user will not wait (e.g. a hung ray.init)
+            log.warning("second interrupt: stopping now, without waiting for Ray to shut down")
+            raise KeyboardInterrupt("SIGINT (second)")
 
     def check(self) -> None:
         """Raise :class:`KeyboardInterrupt` if a stop signal has come; call it where stopping is safe."""
