@@ -143,7 +143,8 @@ def test_report_ablation_eval_set(model, bos, tmp_path):
 
 # Every call in the package that cuts or tokenizes text for a model passes the model's framing.
 _FRAMED_CALLS = {"tokenize_prompts": "frame", "text_windows": "frame", "text_eval_set": "frame", "task_eval_set": "frame", "locate_tokens": "wrap", "fit_referent_items": "wrap"}
-#: analyses/demo trains and monitors its own GPT-2 from a bare tokenizer (no LoadedModel to frame with).
+#: analyses/demo trains and monitors its own GPT-2 from a bare tokenizer (no LoadedModel to frame with;
+#: where it does load one, the card, it frames with LoadedModel.frame).
 _EXEMPT = ("analyses/demo/",)
 
 

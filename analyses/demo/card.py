@@ -76,7 +76,7 @@ def heldout_text_losses(folder: str | Path, windows: Sequence[tuple[str, int, in
     text = heldout_text()
     rows = []
     for what, n_windows, window in windows:
-        data = text_eval_set(model.tokenizer, text, n_windows=n_windows, window=window, prepend_bos=True, n_ctx=model.n_ctx, bos_id=model.bos_id, source=HELDOUT_TEXT)
+        data = text_eval_set(model.tokenizer, text, n_windows=n_windows, window=window, prepend_bos=True, n_ctx=model.n_ctx, frame=model.frame(True), source=HELDOUT_TEXT)
         with torch.inference_mode():
             values = torch.cat([model_values(model, *data.batch(r)[:2], data, r) for r in data.rows(batch_size)]).numpy()
         rows.append({"what": what, "n_windows": n_windows, "window": window, "loss": float(values.mean()), "window_sd": float(np.std(values, ddof=1)) if len(values) > 1 else None, "basis": data.basis()})
