@@ -6,9 +6,14 @@
   ``(loss2_ablated - loss2) - (loss1_ablated - loss1)`` (nats).  Supported when its 95% interval
   is above 0, the second-copy rise is at least :data:`MIN_LOSS` and at least
   :data:`COPY_RATIO` times the first-copy rise, AND the head itself writes the copied token:
-  its direct logit attribution on the built-in induction task is at least :data:`MIN_EFFECT` of
-  the model's logit difference (an upstream head, e.g. the previous-token head an induction
-  head reads, passes the ablation test but writes nothing to the logits).
+  its direct logit attribution on the built-in induction task, clean minus corrupted, is at least
+  :data:`MIN_EFFECT` of the task's clean-corrupted logit-difference gap (an upstream head, e.g.
+  the previous-token head an induction head reads, passes the ablation test but writes nothing
+  to the logits).  The components' clean-minus-corrupted attributions sum to that gap, so the
+  shares sum to 1.  When the gap is undefined (:func:`~headlens.analyses.patching.effects.task_gap`:
+  the model does not do the task) or the attribution cannot run (e.g. a logit softcap), the
+  direct-effect check is not run and the role is not testable, the reason given: the ablation
+  alone does not support it.
 * **previous_token**: path patching it into the key input of the heads the table calls induction
   (in later layers), all of them at once (``PathConfig(joint=True)``), on the built-in induction
   task (K-composition).  Figure: the normalised joint path effect (the share of the induction
@@ -54,11 +59,12 @@ from headlens.analyses.ablation.runs import ablated_logits
 from headlens.analyses.patching.activation import PatchConfig, patch_heads
 from headlens.analyses.patching.builtin import induction_task, referent_task
 from headlens.analyses.patching.dla import direct_logit_attribution
+from headlens.analyses.patching.effects import task_gap
 from headlens.analyses.patching.path import PathConfig, path_patch
 from headlens.analyses.patching.sink_removal import SINK_WINDOW, sink_removal_effects
 from headlens.analyses.stats import bootstrap_mean_ci
 from headlens.analyses.stimuli.random_tokens import random_repeated_tokens
-from headlens.analyses.verdicts import FEW_ITEMS, MIN_ITEMS, NO_FINDING as _NO_FINDING_KIND, difference_verdict
+from headlens.analyses.verdicts import MIN_ITEMS, difference_verdict
 from headlens.probes.errors import HeadlensError, InputError, UnsupportedModelError
 from headlens.probes.loading import LoadedModel
 
@@ -73,6 +79,8 @@ MIN_EFFECT = 0.1
 MIN_LOSS = 0.01
 #: ... and how many times the first-copy rise it must be.
 COPY_RATIO = 2.0
+#: Random tokens per copy the induction tests need (the built-in induction task's minimum).
+MIN_T = 4
 SUPPORTED, NOT_SUPPORTED, NOT_TESTABLE = "supported", "not supported", "not testable here"
 #: The evidence of a smoke-test run (``smoke=True``): the figures, no verdict.
 NO_FINDING = "no finding"
@@ -106,8 +114,8 @@ class EvidenceConfig:
             raise InputError(f"evidence needs at least {MIN_ITEMS} items per test to state a verdict (n={self.n}); fewer is a smoke test", n=self.n)
         if self.n < 2:
             raise InputError(f"evidence needs at least 2 items per test for an interval (n={self.n})", n=self.n)
-        if self.T < 2:
-            raise InputError(f"evidence needs at least 2 random tokens per copy (T={self.T})", T=self.T)
+        if self.T < MIN_T:
+            raise InputError(f"evidence needs at least {MIN_T} random tokens per copy (T={self.T}): the induction task's direct-effect check needs them", T=self.T)
 
     def run(self, model: LoadedModel, roles: pd.DataFrame, *, prepend_bos: bool = True) -> pd.DataFrame:
         return role_evidence(model, roles, n=self.n, T=self.T, seed=self.seed, prepend_bos=prepend_bos, smoke=self.smoke)
@@ -127,6 +135,24 @@ def _nll(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
     return -logp.gather(-1, tokens[:, 1:, None].to(logits.device)).squeeze(-1).cpu()  # [n, pos-1]: predicting token t+1
 
 
+def _direct_shares(model: LoadedModel, *, n: int, T: int, seed: int) -> tuple[dict[tuple[int, int], float], str | None]:
+    """Each head's direct logit attribution, clean minus corrupted, as a share of the induction
+    task's clean-corrupted logit-difference gap; or ``({}, why)`` when that cannot be computed."""
+    try:
+        task = induction_task(model, n=n, T=T, seed=seed)
+        clean = direct_logit_attribution(model, task)
+        corrupt = direct_logit_attribution(model, task, tokens="corrupt")
+    except HeadlensError as exc:
+        log.info("induction evidence without the direct-effect check: %s", exc)
+        return {}, str(exc)
+    gap = task_gap("logit-diff", clean.logit_diff, corrupt.logit_diff, seed=seed)
+    if not gap.defined:
+        return {}, f"the induction task's gap is undefined: {gap.reason}"
+    heads = clean.table["kind"] == "head"
+    share = (clean.table["dla"] - corrupt.table["dla"]) / gap.gap
+    return {(int(r["layer"]), int(r["head"])): float(share[i]) for i, r in clean.table[heads].iterrows()}, None
+
+
 def _induction(model: LoadedModel, heads: list[tuple[int, int]], *, n: int, T: int, seed: int) -> dict[tuple[int, int], tuple]:
     why = _unreadable(model, "loss on the second copy")
     if why is not None:
@@ -140,13 +166,7 @@ def _induction(model: LoadedModel, heads: list[tuple[int, int]], *, n: int, T: i
     second = slice(p + T - 1, p + 2 * T - 1)  # predictions of the second copy
     with torch.inference_mode():
         base = _nll(model.bridge(tokens.to(model.device), return_type="logits"), tokens)
-    direct: dict[tuple[int, int], float] = {}
-    try:
-        dla = direct_logit_attribution(model, induction_task(model, n=n, T=T, seed=seed))
-        share = dla.table["dla"] / float(np.mean(dla.logit_diff))
-        direct = {(int(r["layer"]), int(r["head"])): float(share[i]) for i, r in dla.table[dla.table["kind"] == "head"].iterrows()}
-    except HeadlensError as exc:
-        log.info("induction evidence without the direct-effect check: %s", exc)
+    direct, no_direct = _direct_shares(model, n=n, T=T, seed=seed)
     out = {}
     for head in heads:
         abl = _nll(ablated_logits(model, tokens, [head]), tokens)
@@ -156,11 +176,15 @@ def _induction(model: LoadedModel, heads: list[tuple[int, int]], *, n: int, T: i
         low, high = bootstrap_mean_ci(diff[:, None])
         m1, m2 = float(d1.mean()), float(d2.mean())
         own = direct.get(head, np.nan)
-        ok = float(low[0]) > 0 and m2 >= MIN_LOSS and m2 >= COPY_RATIO * max(m1, 0.0) and (np.isnan(own) or own >= MIN_EFFECT)
+        ok = float(low[0]) > 0 and m2 >= MIN_LOSS and m2 >= COPY_RATIO * max(m1, 0.0) and own >= MIN_EFFECT
         detail = f"ablation raises the loss by {m2:+.3f} nats on the second copy and {m1:+.3f} on the first"
-        if not np.isnan(own):
-            detail += f"; its direct logit attribution is {own:.0%} of the induction logit difference"
-        out[head] = (SUPPORTED if ok else NOT_SUPPORTED, float(diff.mean()), float(low[0]), float(high[0]), "zero ablation, repeated random tokens", detail)
+        if no_direct is not None:
+            detail += f" (direct-effect check not run: {no_direct})"
+            verdict = NOT_TESTABLE
+        else:
+            detail += f"; its direct logit attribution is {own:.0%} of the induction task's clean-corrupted logit-difference gap"
+            verdict = SUPPORTED if ok else NOT_SUPPORTED
+        out[head] = (verdict, float(diff.mean()), float(low[0]), float(high[0]), "zero ablation, repeated random tokens", detail)
     return out
 
 
@@ -177,8 +201,11 @@ def _previous_token(model: LoadedModel, heads: list[tuple[int, int]], induction:
     if not testable:
         return out
     receivers = tuple(r for r in induction if r[0] > min(h[0] for h in testable))
-    task = induction_task(model, n=n, seed=seed)
-    result = path_patch(model, task, PathConfig(receivers=receivers, receiver_input="k", joint=True, seed=seed))
+    try:
+        task = induction_task(model, n=n, seed=seed)
+        result = path_patch(model, task, PathConfig(receivers=receivers, receiver_input="k", joint=True, seed=seed))
+    except HeadlensError as exc:
+        return {**out, **{h: (NOT_TESTABLE, np.nan, np.nan, np.nan, test, f"the path patch cannot run on this model ({exc})") for h in testable}}
     if not result.gap.defined:
         return {**out, **{h: (NOT_TESTABLE, np.nan, np.nan, np.nan, test, result.gap.reason) for h in testable}}
     t = result.table
@@ -232,10 +259,11 @@ def _sink(model: LoadedModel, heads: list[tuple[int, int]], *, n: int, prepend_b
     for h, (mean, low, high, k) in found.items():
         said = f"removing its attention to the first token changes the loss by {mean:+.4f} nats [{low:+.4f}, {high:+.4f}] over {k} windows of {SINK_WINDOW} tokens"
         # fewer windows than asked for: the text is short; fewer than MIN_ITEMS asked for is a smoke run (no verdict, role_evidence)
-        v = difference_verdict(low, high, n_items=k, min_items=min(n, MIN_ITEMS))
-        if v.kind == _NO_FINDING_KIND and v.why == FEW_ITEMS:
-            out[h] = (NOT_TESTABLE, mean, low, high, test, f"{said}; the evaluation text holds only {k} windows, a finding needs {MIN_ITEMS}", k)
+        # the count and the interval first: difference_verdict reads a missing interval as "no difference"
+        if k < min(n, MIN_ITEMS) or not (np.isfinite(low) and np.isfinite(high)):
+            out[h] = (NOT_TESTABLE, mean, low, high, test, f"{said}; the evaluation text holds only {k} windows, a finding needs {MIN_ITEMS} and an interval", k)
             continue
+        v = difference_verdict(low, high, n_items=k, min_items=min(n, MIN_ITEMS))
         ok = v.finding and abs(mean) >= MIN_LOSS
         if v.finding and not ok:
             said += f", below the {MIN_LOSS} nats a role needs"

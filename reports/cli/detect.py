@@ -137,7 +137,8 @@ def classify_cmd(model, device, dtype, revision, allow_new_weights, detectors, n
     from headlens.analyses.heads.classify import parse_thresholds
     from headlens.probes.outputs import check_out_dir
 
-    evidence_config = _evidence_config(evidence, evidence_n, evidence_seq_len, seed, mask_file)
+    given = [f for f, p in (("--evidence-n", "evidence_n"), ("--evidence-seq-len", "evidence_seq_len")) if click.get_current_context().get_parameter_source(p) != click.core.ParameterSource.DEFAULT]
+    evidence_config = _evidence_config(evidence, evidence_n, evidence_seq_len, seed, mask_file, given)
     out = check_out_dir(out_dir, overwrite=overwrite)
     parsed = parse_thresholds(list(thresholds))
     ablate: list[tuple[int, int]] = []
@@ -164,12 +165,13 @@ def classify_cmd(model, device, dtype, revision, allow_new_weights, detectors, n
         _echo_evidence(out)
 
 
-def _evidence_config(evidence, n, seq_len, seed, mask_file):
-    """The evidence settings (None without --evidence), checked before the model loads."""
+def _evidence_config(evidence, n, seq_len, seed, mask_file, given=()):
+    """The evidence settings (None without --evidence), checked before the model loads; ``given``:
+    the evidence flags set on the command line."""
     from headlens.probes.errors import InputError
 
     if not evidence:
-        if n != 32 or seq_len != 20:
+        if given:
             raise InputError("--evidence-n and --evidence-seq-len need --evidence")
         return None
     if mask_file:
