@@ -93,8 +93,8 @@ def _compare(old: Path, new: Path, stage: str, tol: float = 1e-6) -> str:
                 u, v = x[c].to_numpy(float), y[c].to_numpy(float)
                 if not np.array_equal(np.isnan(u), np.isnan(v)):
                     return f"{a.name}:{c}: NaN positions differ"
-                d = np.nanmax(np.abs(u - v)) if len(u) else 0.0
-                worst = max(worst, float(d) if d == d else 0.0)
+                diff = np.abs(u - v)[~np.isnan(u)]
+                worst = max(worst, float(diff.max()) if len(diff) else 0.0)
             elif not x[c].astype(str).equals(y[c].astype(str)):
                 return f"{a.name}:{c}: text differs"
         n += 1

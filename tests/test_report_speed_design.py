@@ -29,10 +29,10 @@ def test_knockout_losses_from_the_knocked_layer_equal_full_forwards(deep_model, 
     starts = []
     real = projections_mod.run_from_layer
     monkeypatch.setattr(projections_mod, "run_from_layer", lambda m, t, r, layer, hooks: starts.append(layer) or real(m, t, r, layer, hooks))
-    fast = knockout_losses(deep_model, data, ProjectionConfig(batch_size=2, per_head=True))
+    fast = knockout_losses(deep_model, data, ProjectionConfig(batch_size=2))
     assert sorted(set(starts)) == [1, 2, 3]  # every knockout of layers 1.. continued from its layer
     starts.clear()
-    naive = knockout_losses(deep_model, data, ProjectionConfig(batch_size=2, per_head=True, prefix_reuse=False))
+    naive = knockout_losses(deep_model, data, ProjectionConfig(batch_size=2, prefix_reuse=False))
     assert starts == []
     assert fast[["layer", "head", "kind"]].equals(naive[["layer", "head", "kind"]])
     assert (fast["loss"] - naive["loss"]).abs().max() <= LOSS_TOL

@@ -96,6 +96,7 @@ def _run_pruning(ctx: StageContext) -> dict[str, Any]:
         "removable_fraction": result.removable_fraction,
         "max_increase": config.max_increase,
         "random_seeds": config.random_seeds,
+        "random_runs_from_layer": result.info.get("random_runs_from_layer"),
         "data": data.describe(),
         "resumed": journal.resumed,
     }
