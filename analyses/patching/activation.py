@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from headlens.analyses.patching.effects import Gap, normalised_effects, task_gap
+from headlens.analyses.patching.effects import Gap, normalised_effects, subset_counts, task_gap
 from headlens.analyses.patching.pairs import PairTask, pair_eval_sets
 from headlens.analyses.patching.runs import Patch, cache_run, can_start_late, patched_values
 from headlens.probes.errors import InputError
@@ -115,6 +115,11 @@ def patch_heads(model: LoadedModel, task: PairTask, config: PatchConfig | None =
         per_item[direction] = raw
         eff, low, high = normalised_effects(raw, clean.values.numpy(), corrupt.values.numpy(), gap, n_resamples=config.n_resamples, seed=config.seed)
         columns[direction], columns[f"{direction}_low"], columns[f"{direction}_high"] = eff, low, high
+        if config.per_position and "n_pairs" not in columns:  # a position only some pairs have: its own count, and why it is NaN
+            columns["n_pairs"], why = subset_counts(raw, clean.values.numpy(), corrupt.values.numpy(), gap, n_resamples=config.n_resamples, seed=config.seed)
+            undefined = {str(w): int(c) for w, c in zip(*np.unique(why[why != ""].astype(str), return_counts=True))} if gap.defined else {}
+            for w, c in undefined.items():
+                log.warning("%d patches have no normalised effect: %s", c, w)
         with np.errstate(invalid="ignore"):
             columns[f"{direction}_metric"] = np.nanmean(raw, axis=1) if raw.size else np.zeros(0)
     table = pd.DataFrame(columns)

@@ -12,7 +12,11 @@ the average.  Its 95% interval is the one percentile bootstrap of the package
 linearised values ``R + ((p_i - k_i) - R (c_i - k_i)) / mean(c - k)``, whose mean is ``R``: the
 first-order (delta-method) form of the ratio, so the interval carries the spread of the
 denominator too.  Pairs without a value (a position they do not have) are left out of that
-patch's means.
+patch's means, so such a patch is normalised by the gap of its own pairs only: that subset must
+then stand on its own, with at least :data:`~headlens.analyses.verdicts.MIN_ITEMS` pairs (the
+package's rule for an interval to carry a finding) and a gap that meets the rule below; otherwise
+that patch's effect is NaN and :func:`subset_counts` says why (two pairs whose gaps are 0.02 and
+0.01 would otherwise give a position an effect of 33).
 
 **When it is undefined.**  The normalisation needs the clean run to be better than the corrupted
 one: ``gap = mean(c - k)`` in the metric's good direction (logit difference up, embedding
@@ -29,8 +33,9 @@ import numpy as np
 
 from headlens.analyses.ablation.evalset import METRICS
 from headlens.analyses.stats import bootstrap_mean_ci
+from headlens.analyses.verdicts import MIN_ITEMS
 
-__all__ = ["Gap", "task_gap", "normalised_effects"]
+__all__ = ["Gap", "task_gap", "normalised_effects", "subset_counts"]
 
 
 @dataclass(frozen=True)
@@ -99,5 +104,34 @@ def normalised_effects(patched: np.ndarray, clean: np.ndarray, corrupt: np.ndarr
         r = d_mean / g_mean
         lin = r[None, :] + (d - r[None, :] * g) / g_mean[None, :]
     lin[~ok] = np.nan
+    _, why = subset_counts(patched, clean, corrupt, gap, n_resamples=n_resamples, seed=seed)
+    bad = np.array([bool(w) for w in why.reshape(-1)], dtype=bool)
+    r[bad] = np.nan
+    lin[:, bad] = np.nan
     low, high = bootstrap_mean_ci(lin, n_resamples=n_resamples, seed=seed)
     return r.reshape(shape), low.reshape(shape), high.reshape(shape)
+
+
+def subset_counts(patched: np.ndarray, clean: np.ndarray, corrupt: np.ndarray, gap: Gap, *, n_resamples: int = 1000, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """``(n_pairs, why)`` per patch of ``patched`` (``[patch, item]``, NaN: no value): how many pairs
+    it has and why its effect is undefined ("" when it is defined; see the module doc)."""
+    patched = np.asarray(patched, np.float64)
+    shape = patched.shape[:-1]
+    flat = patched.reshape(-1, patched.shape[-1])
+    ok = np.isfinite(flat)
+    n_ok = ok.sum(1)
+    clean, corrupt = np.asarray(clean, np.float64), np.asarray(corrupt, np.float64)
+    total = flat.shape[-1]
+    why = np.full(len(flat), "", dtype=object)
+    for j, k in enumerate(n_ok):
+        if not gap.defined:
+            why[j] = gap.reason
+        elif k == 0:
+            why[j] = "no pair has this patch"
+        elif k < total:
+            if k < MIN_ITEMS:
+                why[j] = f"only {k} of {total} pairs have this patch; normalising by their own gap needs {MIN_ITEMS}"
+            else:
+                sub = task_gap(gap.metric, clean[ok[j]], corrupt[ok[j]], n_resamples=n_resamples, seed=seed)
+                why[j] = "" if sub.defined else f"the {k} pairs that have this patch: {sub.reason}"
+    return n_ok.reshape(shape), why.reshape(shape)
