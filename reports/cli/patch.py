@@ -84,6 +84,11 @@ def patch_cmd(model, device, dtype, revision, allow_new_weights, task_file, buil
     config = PatchConfig(directions=directions, per_position=per_position, heads=heads, batch_size=batch_size, n_resamples=n_resamples, seed=seed)
     tables, extra, figures = {}, {}, []
     lines: list[str] = []
+    if dla:  # first: a model it refuses (e.g. a logit softcap) is refused before any patching runs
+        from headlens.analyses.patching.dla import direct_logit_attribution
+
+        d = direct_logit_attribution(loaded, task, batch_size=batch_size)
+        extra["dla"] = d.info
     with progress_bars("patch", quiet=quiet) as progress:
         result = patch_heads(loaded, task, config, progress=progress)
         table = result.table
@@ -109,11 +114,7 @@ def patch_cmd(model, device, dtype, revision, allow_new_weights, task_file, buil
             tables["path_patching"] = path.table
             extra["path_patching"] = path.info
         if dla:
-            from headlens.analyses.patching.dla import direct_logit_attribution
-
-            d = direct_logit_attribution(loaded, task, batch_size=batch_size)
             tables["dla"] = d.table
-            extra["dla"] = d.info
     written = pt.write_tables(tables, out)
     if result.gap.defined:
         cols = [c for c in ("denoising", "noising", "attribution") if c in table]
