@@ -102,7 +102,7 @@ def evidence_rule() -> dict[str, float]:
 @dataclass(frozen=True, kw_only=True)
 class EvidenceConfig:
     """How :func:`role_evidence` runs: ``n`` pairs, sequences or windows per test, ``T`` random
-    tokens per copy, ``seed``, ``smoke`` (no verdicts: a smoke test)."""
+    tokens per copy (at least :data:`MIN_T`), ``seed``, ``smoke`` (no verdicts: a smoke test)."""
 
     n: int = 32
     T: int = 20

@@ -127,7 +127,7 @@ def _echo_notes(result) -> None:
 @click.option("--mask", "mask_file", default=None, type=click.Path(dir_okay=False), help="Pruned-head set (JSON from 'headlens prune'): census the model with those heads zero-ablated.")
 @click.option("--evidence", is_flag=True, help="Then test each role with the intervention it predicts: evidence.csv (supported / not supported / not testable here, with the figure).")
 @click.option("--evidence-n", default=32, show_default=True, type=int, help="Pairs, sequences or windows per evidence test (at least 10).")
-@click.option("--evidence-seq-len", default=20, show_default=True, type=int, help="Random tokens per copy in the induction evidence.")
+@click.option("--evidence-seq-len", default=20, show_default=True, type=int, help="Random tokens per copy in the induction evidence (at least 4).")
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Output folder.")
 @click.option("--overwrite", is_flag=True, help="Replace files in a non-empty output folder.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress lines.")
