@@ -47,3 +47,17 @@ def test_knockout_losses_from_the_knocked_layer_equal_full_forwards(deep_model, 
     partial = MemoryJournal(journal.records[:3])
     resumed = knockout_losses(deep_model, data, cfg, journal=partial)
     assert resumed.equals(whole)
+
+
+def test_knockouts_run_whole_forwards_when_the_residuals_would_not_fit(deep_model, monkeypatch):
+    """The intact pass's residuals are kept only under the cache budget (a large model on a GPU would run out)."""
+    data = text_eval_set(deep_model.tokenizer, eval_text(), n_windows=2, window=16, prepend_bos=True, n_ctx=deep_model.n_ctx)
+    starts = []
+    real = projections_mod.run_from_layer
+    monkeypatch.setattr(projections_mod, "run_from_layer", lambda m, t, r, layer, hooks: starts.append(layer) or real(m, t, r, layer, hooks))
+    monkeypatch.setattr(projections_mod, "MAX_CACHE_BYTES", 1)
+    over = knockout_losses(deep_model, data, ProjectionConfig(batch_size=2))
+    assert starts == []
+    monkeypatch.undo()
+    naive = knockout_losses(deep_model, data, ProjectionConfig(batch_size=2, prefix_reuse=False))
+    assert (over["loss"] - naive["loss"]).abs().max() <= LOSS_TOL

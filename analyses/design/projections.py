@@ -23,6 +23,7 @@ import pandas as pd
 import torch
 
 from headlens.analyses.ablation.evalset import EvalSet
+from headlens.analyses.ablation.incremental import MAX_CACHE_BYTES
 from headlens.analyses.ablation.metrics import item_values
 from headlens.analyses.ablation.records import MemoryJournal, RecordJournal, records_of
 from headlens.analyses.ablation.suffix import check_from_layer, resid_hook_name, run_from_layer
@@ -100,7 +101,11 @@ def knockout_losses(
     # A knockout of layer L leaves the residual entering L as it is: the intact pass keeps it and
     # each knockout runs blocks L.. only (checked against a full forward once).
     layers = sorted({layer for layer, _, _ in pending if layer > 0})
-    prefix = bool(layers) and config.prefix_reuse and check_from_layer(model, data.batch([0])[0], layers[-1])
+    n, width = data.tokens.shape
+    size = len(layers) * n * width * int(model.bridge.cfg.d_model) * torch.empty((), dtype=model.dtype).element_size()
+    if layers and config.prefix_reuse and size > MAX_CACHE_BYTES:  # the residuals kept on the device would not fit
+        log.info("projection knockouts: one full forward per knockout (the residuals of %d layers would take %.1f GiB)", len(layers), size / 2**30)
+    prefix = bool(layers) and config.prefix_reuse and size <= MAX_CACHE_BYTES and check_from_layer(model, data.batch([0])[0], layers[-1])
     resid: dict[int, list[torch.Tensor]] = {layer: [] for layer in layers} if prefix else {}
 
     def measure(hooks: list[tuple[str, Callable[..., Any]]], layer: int = 0) -> list[float]:
