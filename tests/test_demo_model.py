@@ -179,6 +179,8 @@ def test_heldout_text_feeds_the_report(tmp_path, runner):
     assert res.exit_code == 0, res.output
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["report"]["eval_text"] == {"source": "--text-file", "text_file": str(text_file), "text_sha256": sha}
+    # the evidence stage reads the census's roles: skipped with it, not failed
+    assert manifest["report"]["stages"]["evidence"]["status"] == "skipped"
     info = json.loads((out / "ablation_zero" / "stage.json").read_text())["info"]
     assert info["data"]["text"] == f"--text-file {text_file}"
     assert info["unablated_value"] < 6.0  # in its own domain (the built-in English text: about 10.6 nats)

@@ -170,7 +170,13 @@ def build_report(
             return None
         return marker
 
-    to_run = [n for n in STAGES if n not in settings.skip and finished(n) is None]
+    # a stage whose input stage is skipped is skipped too (evidence reads the census's roles)
+    skipped = {n: None for n in STAGES if n in settings.skip}
+    for n in STAGES:
+        dep = next((d for d in _stages.STAGE_DEFS[n].needs if d in skipped), None)
+        if n not in skipped and dep is not None:
+            skipped[n] = f"skipped: it reads the {dep} stage, which is skipped"
+    to_run = [n for n in STAGES if n not in skipped and finished(n) is None]
     state: dict[str, Any] = {"loaded": loaded_model}
 
     def get_model() -> Any:
@@ -206,9 +212,9 @@ def build_report(
             if reporter is not None:
                 reporter.message(f"{label}: {text}")
 
-        if name in settings.skip:
+        if name in skipped:
             statuses.append(StageStatus(name, "skipped"))
-            say("skipped")
+            say(skipped[name] or "skipped")
             continue
         marker = finished(name)
         if marker is not None:

@@ -40,6 +40,7 @@ class Stage:
     :attr:`StageStatus.info`).  ``load(dir, marker) -> dict``: read those files back (no
     model).  ``config(settings)``: the stage's configuration, part of its resume key.
     ``apply(report, loaded)``: put what ``load`` returned onto the :class:`Report`.
+    ``needs``: the stages it reads; when one is skipped, so is this one.
     """
 
     name: str
@@ -48,6 +49,8 @@ class Stage:
     load: Callable[[Path, dict[str, Any]], dict[str, Any]]
     config: Callable[[Any], Any]
     apply: Callable[[Any, dict[str, Any]], None]
+    #: stages whose output this one reads: skipping any of them skips this one too (said, not failed)
+    needs: tuple[str, ...] = ()
 
 
 def write_csv(df: pd.DataFrame, path: Path) -> Path:

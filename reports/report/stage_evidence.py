@@ -61,4 +61,4 @@ def _apply(report: Any, loaded: dict[str, Any]) -> None:
     report.evidence = loaded["evidence"]
 
 
-STAGE = Stage("evidence", "causal evidence for each role", _run, _load, lambda s: {"evidence": evidence_config(s), "census": s.census()}, _apply)
+STAGE = Stage("evidence", "causal evidence for each role", _run, _load, lambda s: {"evidence": evidence_config(s), "census": s.census()}, _apply, needs=("census",))
