@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from headlens.analyses.patching.pairs import PairItem, PairTask, tokenize_pairs
+from headlens.analyses.patching.pairs import PairItem, PairTask, padded_pairs, tokenize_pairs
 from headlens.analyses.stimuli.random_tokens import random_repeated_tokens
 from headlens.analyses.stimuli.referent import pair_units, referent_items
 from headlens.analyses.stimuli.referent_frames import FEMALE_NAMES, MALE_NAMES
@@ -110,22 +110,8 @@ def referent_task(model: Any, *, n: int = 64, seed: int = 0, prepend_bos: bool =
             incorrect.append(la.token_ids[la.distractor])
     if not clean_rows:
         raise InputError("no referent pair fits this tokenizer")
-    width = max(len(r) for r in clean_rows)
-    pad = getattr(model.tokenizer, "pad_token_id", None)
-    clean_t = torch.full((len(clean_rows), width), int(pad if pad is not None else 0), dtype=torch.long)
-    corrupt_t = clean_t.clone()
-    for i, (a, b) in enumerate(zip(clean_rows, corrupt_rows)):
-        clean_t[i, : len(a)] = torch.tensor(a)
-        corrupt_t[i, : len(b)] = torch.tensor(b)
-    return PairTask(
-        clean=clean_t,
-        corrupt=corrupt_t,
-        lengths=torch.tensor([len(r) for r in clean_rows], dtype=torch.long),
-        correct=torch.tensor(correct, dtype=torch.long),
-        incorrect=torch.tensor(incorrect, dtype=torch.long),
-        prepend_bos=prepend_bos,
-        source={"kind": "builtin", "task": "referent", "n": len(clean_rows), "seed": seed, "dropped_items": fitted.dropped},
-    )
+    source = {"kind": "builtin", "task": "referent", "n": len(clean_rows), "seed": seed, "dropped_items": fitted.dropped}
+    return padded_pairs(model.tokenizer, clean_rows, corrupt_rows, correct, incorrect, prepend_bos=prepend_bos, source=source)
 
 
 #: Built-in task name -> builder ``(model, *, n, seed, prepend_bos) -> PairTask``.

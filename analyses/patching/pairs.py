@@ -33,7 +33,7 @@ from headlens.probes.jsonl import read_jsonl
 
 log = logging.getLogger(__name__)
 
-__all__ = ["PairItem", "PairTask", "read_pair_file", "tokenize_pairs", "pair_task", "pair_eval_sets"]
+__all__ = ["PairItem", "PairTask", "read_pair_file", "tokenize_pairs", "padded_pairs", "pair_task", "pair_eval_sets"]
 
 _KEYS = ("clean", "corrupt", "correct", "incorrect")
 
@@ -123,22 +123,37 @@ def tokenize_pairs(model: Any, items: Sequence[PairItem], *, prepend_bos: bool =
         rows_k.append(b)
         correct.append(_one_token(tok, item.correct, where, "correct"))
         incorrect.append(_one_token(tok, item.incorrect, where, "incorrect"))
-    pad = getattr(tok, "pad_token_id", None)
+    return padded_pairs(tok, rows_c, rows_k, correct, incorrect, prepend_bos=prepend_bos, source=dict(source or {"kind": "pairs"}))
+
+
+def padded_pairs(
+    tokenizer: Any,
+    clean_rows: Sequence[Sequence[int]],
+    corrupt_rows: Sequence[Sequence[int]],
+    correct: Sequence[int],
+    incorrect: Sequence[int],
+    *,
+    prepend_bos: bool,
+    source: dict[str, Any],
+) -> PairTask:
+    """A :class:`PairTask` of framed token rows (each clean row as long as its corrupt one),
+    right-padded with the tokenizer's pad id (0 without one)."""
+    pad = getattr(tokenizer, "pad_token_id", None)
     pad = int(pad if pad is not None else 0)
-    width = max(len(r) for r in rows_c)
-    clean = torch.full((len(items), width), pad, dtype=torch.long)
+    width = max(len(r) for r in clean_rows)
+    clean = torch.full((len(clean_rows), width), pad, dtype=torch.long)
     corrupt = clean.clone()
-    for i, (a, b) in enumerate(zip(rows_c, rows_k)):
+    for i, (a, b) in enumerate(zip(clean_rows, corrupt_rows)):
         clean[i, : len(a)] = torch.tensor(a)
         corrupt[i, : len(b)] = torch.tensor(b)
     return PairTask(
         clean=clean,
         corrupt=corrupt,
-        lengths=torch.tensor([len(r) for r in rows_c], dtype=torch.long),
-        correct=torch.tensor(correct, dtype=torch.long),
-        incorrect=torch.tensor(incorrect, dtype=torch.long),
+        lengths=torch.tensor([len(r) for r in clean_rows], dtype=torch.long),
+        correct=torch.tensor(list(correct), dtype=torch.long),
+        incorrect=torch.tensor(list(incorrect), dtype=torch.long),
         prepend_bos=prepend_bos,
-        source=dict(source or {"kind": "pairs"}),
+        source=source,
     )
 
 
