@@ -24,7 +24,7 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
-__all__ = ["MIN_ITEMS", "Verdict", "difference_verdict", "overlap_verdict"]
+__all__ = ["MIN_ITEMS", "Verdict", "difference_verdict", "overlap_verdict", "finite_float"]
 
 #: The fewest items (windows, sentences, prompts) whose bootstrap interval may carry a finding.
 MIN_ITEMS = 10
@@ -54,7 +54,8 @@ class Verdict:
         return self.kind in (ABOVE, BELOW)
 
 
-def _finite(x: Any) -> float | None:
+def finite_float(x: Any) -> float | None:
+    """``float(x)`` when it is a finite number, else None (NaN, inf, None, text)."""
     try:
         v = float(x)
     except (TypeError, ValueError):
@@ -78,7 +79,7 @@ def difference_verdict(low: Any, high: Any, *, n_items: int | None = None, smoke
     An interval that includes 0 is ``not_distinguishable`` whatever the run (that says no more
     than the numbers); one that excludes 0 is a finding only past the smoke and item checks.
     """
-    lo, hi = _finite(low), _finite(high)
+    lo, hi = finite_float(low), finite_float(high)
     if lo is None or hi is None:
         return Verdict(kind=NO_FINDING, why=NO_INTERVAL, n_items=n_items)
     if lo <= 0.0 <= hi:
@@ -93,7 +94,7 @@ def overlap_verdict(a: tuple[Any, Any], b: tuple[Any, Any], *, n_items: int | No
     """Two estimates, each with its interval ``(low, high)``: ``above`` when ``a``'s interval lies
     wholly above ``b``'s, ``below`` when wholly below, ``not_distinguishable`` when they overlap
     (same checks as :func:`difference_verdict`)."""
-    a_lo, a_hi, b_lo, b_hi = (_finite(x) for x in (*a, *b))
+    a_lo, a_hi, b_lo, b_hi = (finite_float(x) for x in (*a, *b))
     if None in (a_lo, a_hi, b_lo, b_hi):
         return Verdict(kind=NO_FINDING, why=NO_INTERVAL, n_items=n_items)
     if a_lo <= b_hi and b_lo <= a_hi:  # type: ignore[operator]

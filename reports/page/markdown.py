@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import html
 import json
-import math
 from typing import Any
 from urllib.parse import quote
 
-from headlens.analyses.verdicts import difference_verdict
+from headlens.analyses.verdicts import difference_verdict, finite_float
 from headlens.reports.markdown import markdown_table
 from headlens.reports.page.evidence_view import evidence_md
 from headlens.reports.page.heatmaps import scored_detectors
@@ -33,16 +32,10 @@ def md_text(value: Any) -> str:
     return " ".join(html.escape(s, quote=False).splitlines())
 
 
-def _f(x: Any) -> float | None:
-    try:
-        v = float(x)
-    except (TypeError, ValueError):
-        return None
-    return v if math.isfinite(v) else None
 
 
 def _num(x: Any, digits: int = 3, signed: bool = False) -> str:
-    v = _f(x)
+    v = finite_float(x)
     if v is None:
         return "n/a"
     return f"{v:+.{digits}f}" if signed else f"{v:.{digits}f}"
@@ -121,7 +114,7 @@ def render_markdown(report: Any) -> str:
         row += [_num(r.get(d)) for d in dets]
         for c in extra:
             if c == "pruned_at":
-                v = _f(r.get(c))
+                v = finite_float(r.get(c))
                 row.append("n/a" if v is None else f"{100 * v:.0f}%")
             else:
                 row.append(_num(r.get(c), signed=c.endswith("delta")))
@@ -138,7 +131,7 @@ def render_markdown(report: Any) -> str:
         lines += ["### Scores with intervals", ""]
         rows = []
         for r in report.scores.to_dict("records"):
-            acc = _f(r.get("accuracy"))
+            acc = finite_float(r.get("accuracy"))
             rows.append([f"{int(r['layer'])}.{int(r['head'])}", f"`{r['detector']}`", _num(r["score"]), f"[{_num(r['ci_low'])}, {_num(r['ci_high'])}]", _num(r["baseline"]), str(int(r["n"])), "" if acc is None else f"{acc:.2f}"])
         lines += ["<details><summary>all scores</summary>", ""] + _table(["head", "detector", "score", "95% CI", "uniform", "n", "accuracy"], rows) + ["", "</details>", ""]
         lines += ["### Heatmaps", ""] + _figures(report, "census", leave_out=tuple(f"heatmap_{d}.png" for d in unscored))
@@ -196,7 +189,7 @@ def render_markdown(report: Any) -> str:
         rows = []
         for r in report.pruning_curve.to_dict("records"):
             removed = r.get("removed_this_step")
-            rnd = "n/a" if _f(r["random_mean"]) is None else f"{_num(r['random_mean'], 4)} +/- {_num(r['random_std'], 4)}"
+            rnd = "n/a" if finite_float(r["random_mean"]) is None else f"{_num(r['random_mean'], 4)} +/- {_num(r['random_std'], 4)}"
             change = _num(r["relative_change"], 4, signed=True) if embedding else f"{100 * float(r['relative_change']):+.1f}%"
             rows.append([str(int(r["step"])), str(int(r["n_removed"])), f"{100 * float(r['fraction_removed']):.0f}%", _num(r["value"], 4), change, rnd, f"{int(r['kv_bytes_saved_per_1k_tokens']):,}", md_text(removed if isinstance(removed, str) else "")])
         lines += _table(["step", "removed", "fraction", "value", "change", "random order", "KV bytes saved / 1k tokens", "heads removed at this step"], rows) + [""] + _figures(report, "pruning")
