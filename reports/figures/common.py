@@ -10,7 +10,7 @@ import pandas as pd
 
 from headlens.probes.outputs import atomic_write
 
-__all__ = ["save_heatmap", "save_figure", "detector_heatmaps", "titled", "figures_text"]
+__all__ = ["save_heatmap", "heatmap_figure", "save_figure", "detector_heatmaps", "titled", "figures_text"]
 
 
 class _Figures:
@@ -97,7 +97,23 @@ def save_heatmap(
     marked: np.ndarray | None = None,
     formats: Sequence[str] = ("png", "svg"),
 ) -> list[Path]:
-    """Heatmap of ``values[layer, head]`` (layers as rows, as in the field's L.H naming).
+    """:func:`heatmap_figure` saved as ``stem.<fmt>`` for each format."""
+    fig = heatmap_figure(values, title, vmin=vmin, vmax=vmax, cmap=cmap, center=center, cbar_label=cbar_label, marked=marked)
+    return save_figure(fig, stem, formats)
+
+
+def heatmap_figure(
+    values: np.ndarray,
+    title: str,
+    *,
+    vmin: float | None = 0.0,
+    vmax: float | None = 1.0,
+    cmap: str = "viridis",
+    center: float | None = None,
+    cbar_label: str = "score",
+    marked: np.ndarray | None = None,
+):
+    """Heatmap of ``values[layer, head]`` (layers as rows, as in the field's L.H naming), as a Figure.
 
     ``marked`` (bool, same shape) outlines cells, e.g. heads that got the role.
     """
@@ -118,7 +134,7 @@ def save_heatmap(
     ax.set_xlabel("head")
     ax.set_ylabel("layer")
     ax.set_title(title)
-    return save_figure(fig, stem, formats)
+    return fig
 
 
 def detector_heatmaps(scores: pd.DataFrame, roles: pd.DataFrame | None, out_dir: str | Path, formats: Sequence[str] = ("png", "svg")) -> dict[str, list[Path]]:
