@@ -1,0 +1,201 @@
+"""The result of a study: its tables as DataFrames, its manifest, the files it saves and its figures.
+
+Every study (``headlens.census``, ``headlens.sinks``, ...) returns a subclass of :class:`Result`.
+``save(folder)`` writes exactly the files the matching CLI command writes (the command calls it),
+:func:`headlens.reports.studies.registry.load` reads any saved folder back, ``plot()`` gives the
+figures the command saves as matplotlib Figures.
+
+A subclass sets ``kind`` (the registry key, recorded as ``"result"`` in ``manifest.json``),
+``marker_files`` (files that tell its folders apart when an older manifest has no ``"result"``),
+and overrides what it adds: :meth:`Result._figure_makers` (one function per figure, by file
+stem), :meth:`Result.texts` (``summary.md``), :meth:`Result._write_extra` (files that are not
+tables, e.g. tensors) and :meth:`Result.from_folder` when it keeps more than tables.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import pandas as pd
+
+from headlens.probes.errors import InputError
+from headlens.probes.outputs import atomic_dir, check_out_dir, write_json, write_text
+from headlens.reports.figures.common import save_figure
+from headlens.reports.tables import write_table
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+    from typing_extensions import Self
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Result", "RESULT_KINDS", "MANIFEST_FILE", "TEXT_COLUMNS", "read_csv_table"]
+
+MANIFEST_FILE = "manifest.json"
+
+#: Every Result subclass with a ``kind``, by kind (filled as subclasses are defined).
+RESULT_KINDS: dict[str, type[Result]] = {}
+
+#: Columns read back as text, never numbers or NaN: a head name "1.10" stays "1.10", a head
+#: without a role keeps ``""``.
+TEXT_COLUMNS = ("name", "role", "roles", "detector", "evidence", "variant", "strongest_detector", "reason", "token", "text")
+
+#: Rows of each table shown by ``_repr_html_``.
+HTML_ROWS = 5
+
+
+def read_csv_table(path: str | Path, text_columns: tuple[str, ...] = TEXT_COLUMNS) -> pd.DataFrame:
+    """A CSV written by :func:`headlens.reports.tables.write_table`, read back with its text columns as text
+    (an empty cell of a text column is ``""``, of any other column NaN)."""
+    try:
+        header = pd.read_csv(path, nrows=0).columns
+    except pd.errors.EmptyDataError:  # an empty table without columns
+        return pd.DataFrame()
+    text = [c for c in header if c in text_columns]
+    na = {c: [""] for c in header if c not in text}
+    return pd.read_csv(path, dtype={c: str for c in text}, keep_default_na=False, na_values=na)
+
+
+@dataclass(kw_only=True, repr=False)
+class Result:
+    """Tables (DataFrames named as their CSV file stems) and the manifest of one study run.
+
+    Subclasses are ``@dataclass(kw_only=True, repr=False)`` so they keep the short ``repr``.
+    """
+
+    kind: ClassVar[str] = ""
+    #: Files whose presence marks a folder of this kind when its manifest has no ``"result"``.
+    marker_files: ClassVar[tuple[str, ...]] = ()
+    #: Formats each figure is saved in.
+    figure_formats: ClassVar[tuple[str, ...]] = ("png", "svg")
+
+    tables: dict[str, pd.DataFrame] = field(default_factory=dict)
+    manifest: dict[str, Any] = field(default_factory=dict)
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.__dict__.get("kind"):  # a subclass that sets its own kind (not one that inherits it)
+            RESULT_KINDS[cls.kind] = cls
+
+    # -- tables ---------------------------------------------------------------------------
+    def __getitem__(self, name: str) -> pd.DataFrame:
+        try:
+            return self.tables[name]
+        except KeyError:
+            raise KeyError(f"no table {name!r} in this {self.kind} result; tables: {', '.join(self.tables) or 'none'}") from None
+
+    @property
+    def model_name(self) -> str | None:
+        """The model as it was asked for (``"demo"``, a folder, a Hub id), from the manifest."""
+        model = self.manifest.get("model")
+        return model.get("model") if isinstance(model, dict) else None
+
+    # -- figures --------------------------------------------------------------------------
+    def _figure_makers(self) -> dict[str, Callable[[], Figure]]:
+        """One function per figure the command saves, by file stem (no figure by default)."""
+        return {}
+
+    def figures(self) -> dict[str, Figure]:
+        """Every figure the command saves, by file stem, as matplotlib Figures."""
+        return {stem: make() for stem, make in self._figure_makers().items()}
+
+    def plot(self, name: str | None = None) -> Figure:
+        """One figure: ``name`` is its file stem (``result.plot("heatmap_induction")``); the first
+        figure when ``name`` is None."""
+        makers = self._figure_makers()
+        if not makers:
+            raise InputError(f"a {self.kind} result has no figure", name=name)
+        if name is None:
+            return next(iter(makers.values()))()
+        if name not in makers:
+            raise InputError(f"name={name!r}: no such figure; choose from {', '.join(makers)}", name=name)
+        return makers[name]()
+
+    # -- files ----------------------------------------------------------------------------
+    def texts(self) -> dict[str, str]:
+        """Text files the command writes besides tables, by file name (e.g. ``summary.md``)."""
+        return {}
+
+    def _write_extra(self, folder: Path) -> None:
+        """Files that are neither tables, figures, texts nor the manifest (none by default)."""
+
+    def _manifest_out(self) -> dict[str, Any]:
+        return {"result": self.kind, **{k: v for k, v in self.manifest.items() if k != "result"}}
+
+    def write(self, folder: str | Path) -> Path:
+        """Write every file into ``folder`` (created if needed), each atomically, the manifest last;
+        files already there that this result does not write are left alone.  :meth:`save` is the
+        checked, all-or-nothing form."""
+        out = Path(folder)
+        out.mkdir(parents=True, exist_ok=True)
+        for name, table in self.tables.items():
+            write_table(table, out / f"{name}.csv")
+        self._write_extra(out)
+        for stem, make in self._figure_makers().items():
+            save_figure(make(), out / stem, self.figure_formats)
+        for name, text in self.texts().items():
+            write_text(out / name, text)
+        write_json(out / MANIFEST_FILE, self._manifest_out())
+        return out
+
+    def save(self, folder: str | Path, *, overwrite: bool = False) -> Path:
+        """Write the files the CLI command writes to ``folder``: the tables as CSV, the figures
+        (PNG and SVG), text files and ``manifest.json``.
+
+        A new (or empty) folder appears whole or not at all; into a folder holding files
+        (``overwrite=True``) each file is replaced atomically and files this result does not
+        write stay.  Raises :class:`~headlens.probes.errors.OutputExistsError` for a non-empty
+        folder without ``overwrite``.
+        """
+        out = check_out_dir(folder, overwrite=overwrite)
+        if out.is_dir() and any(out.iterdir()):
+            return self.write(out)
+        with atomic_dir(out) as tmp:
+            self.write(tmp)
+        return out
+
+    @classmethod
+    def read_tables(cls, folder: Path) -> dict[str, pd.DataFrame]:
+        """Every ``*.csv`` in ``folder``, by file stem."""
+        return {p.stem: read_csv_table(p) for p in sorted(folder.glob("*.csv"))}
+
+    @classmethod
+    def from_folder(cls, folder: str | Path) -> Self:
+        """The result saved in ``folder`` (by :meth:`save` or the CLI command)."""
+        p = Path(folder)
+        return cls(tables=cls.read_tables(p), manifest=read_manifest(p))
+
+    # -- display --------------------------------------------------------------------------
+    def _shapes(self) -> str:
+        return ", ".join(f"{name} {t.shape[0]}x{t.shape[1]}" for name, t in self.tables.items()) or "no table"
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} model={self.model_name!r}: {self._shapes()}>"
+
+    def _repr_html_(self) -> str:
+        parts = [f"<div><strong>{html.escape(type(self).__name__)}</strong> model <code>{html.escape(str(self.model_name))}</code></div>"]
+        for name, table in self.tables.items():
+            parts.append(f"<details><summary><code>{html.escape(name)}</code>: {table.shape[0]} rows x {table.shape[1]} columns</summary>")
+            parts.append(table.head(HTML_ROWS).to_html(index=False, max_cols=12, border=0))
+            parts.append("</details>")
+        return "\n".join(parts)
+
+
+def read_manifest(folder: Path) -> dict[str, Any]:
+    """``folder/manifest.json`` as a dict; a one-line error naming ``folder`` when it is missing or unreadable."""
+    path = folder / MANIFEST_FILE
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputError(f"folder={str(folder)!r} holds no headlens result (no {MANIFEST_FILE})", folder=str(folder)) from None
+    except (OSError, ValueError) as exc:
+        raise InputError(f"folder={str(folder)!r}: cannot read {MANIFEST_FILE} ({exc})", folder=str(folder)) from None
+    if not isinstance(manifest, dict):
+        raise InputError(f"folder={str(folder)!r}: {MANIFEST_FILE} is not a headlens manifest", folder=str(folder))
+    return manifest
