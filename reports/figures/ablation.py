@@ -14,7 +14,7 @@ import pandas as pd
 
 from headlens.reports.figures.common import save_figure, titled
 
-__all__ = ["ablation_heatmap", "pruning_curve"]
+__all__ = ["ablation_heatmap", "ablation_heatmap_figure", "pruning_curve", "pruning_curve_figure"]
 
 
 def _label(metric: str) -> str:
@@ -32,11 +32,17 @@ def _plt() -> Any:
 def ablation_heatmap(
     table: pd.DataFrame, stem: str | Path, *, n_layers: int, n_heads: int, baseline: float, title: str | None = None, note: str | None = None, formats: Sequence[str] = ("png", "svg")
 ) -> list[Path]:
+    """:func:`ablation_heatmap_figure` saved as ``stem.png`` and ``stem.svg``; returns their paths."""
+    fig = ablation_heatmap_figure(table, n_layers=n_layers, n_heads=n_heads, baseline=baseline, title=title, note=note)
+    return save_figure(fig, stem, formats)
+
+
+def ablation_heatmap_figure(table: pd.DataFrame, *, n_layers: int, n_heads: int, baseline: float, title: str | None = None, note: str | None = None) -> Any:
     """Layer x head heatmap of ``delta`` (diverging, centred on 0; heads not in the table blank).
 
     ``baseline``: the unablated value, in the title (not for the embedding change, which is a
     change from the unablated model already: 0 there by construction).  ``note``: a second
-    title line (the smoke-test mark).  Writes ``stem.png`` and ``stem.svg``; returns their paths.
+    title line (the smoke-test mark).
     """
     plt = _plt()
     import numpy as np
@@ -72,16 +78,21 @@ def ablation_heatmap(
     ax.set_title(titled(title or default_title, note))
     ax.set_xlabel("head")
     ax.set_ylabel("layer")
-    return save_figure(fig, stem, formats)
+    return fig
 
 
 def pruning_curve(
     curve: pd.DataFrame, stem: str | Path, *, metric: str, baseline: float, max_increase: float, removable: float, title: str | None = None, note: str | None = None, formats: Sequence[str] = ("png", "svg")
 ) -> list[Path]:
+    """:func:`pruning_curve_figure` saved as ``stem.png`` and ``stem.svg``; returns their paths."""
+    fig = pruning_curve_figure(curve, metric=metric, baseline=baseline, max_increase=max_increase, removable=removable, title=title, note=note)
+    return save_figure(fig, stem, formats)
+
+
+def pruning_curve_figure(curve: pd.DataFrame, *, metric: str, baseline: float, max_increase: float, removable: float, title: str | None = None, note: str | None = None) -> Any:
     """Metric vs fraction of heads removed: importance order (Michel et al.) against random
     orders (mean, +/- 1 std band, min-max band), with the ``max_increase`` threshold and the
-    removable fraction marked; ``note``: a second title line (the smoke-test mark).  Writes
-    ``stem.png`` and ``stem.svg``."""
+    removable fraction marked; ``note``: a second title line (the smoke-test mark)."""
     plt = _plt()
 
     x = curve["fraction_removed"] * 100
@@ -106,4 +117,4 @@ def pruning_curve(
     ax.set_title(titled(title or f"Head pruning: {_label(metric)} vs heads removed (KV cache saved at removable point: {kv / 1024:.0f} KiB per 1k tokens)", note), fontsize=9)
     ax.legend(fontsize=7, loc="best")
     ax.grid(alpha=0.3)
-    return save_figure(fig, stem, formats)
+    return fig

@@ -4,17 +4,23 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
 from headlens.reports.figures.common import _pyplot, save_figure, titled
 
-__all__ = ["loss_vs_cache", "knockout_heatmap"]
+__all__ = ["loss_vs_cache", "loss_vs_cache_figure", "knockout_heatmap", "knockout_heatmap_figure"]
 
 _STYLE = {"adjacent": ("o-", "tab:blue"), "similar": ("s--", "tab:orange")}
 
 
 def loss_vs_cache(summary: pd.DataFrame, stem: str | Path, *, title: str = "", metric: str = "loss", note: str | None = None, formats: Sequence[str] = ("png", "svg")) -> list[Path]:
+    """:func:`loss_vs_cache_figure` saved as ``stem.png`` and ``stem.svg``; returns their paths."""
+    return save_figure(loss_vs_cache_figure(summary, title=title, metric=metric, note=note), stem, formats)
+
+
+def loss_vs_cache_figure(summary: pd.DataFrame, *, title: str = "", metric: str = "loss", note: str | None = None) -> Any:
     """Loss of each pooled variant against its KV-cache bytes per token, one line per grouping, the
     original marked; each variant's 95% interval of the loss change as an error bar.  ``note``: a
     second title line (the smoke-test mark)."""
@@ -43,10 +49,15 @@ def loss_vs_cache(summary: pd.DataFrame, stem: str | Path, *, title: str = "", m
     ax.set_title(titled(title or f"GQA what-if: {metric} vs KV cache", note), fontsize=10)
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
-    return save_figure(fig, stem, formats)
+    return fig
 
 
 def knockout_heatmap(losses: pd.DataFrame, stem: str | Path, *, title: str = "", formats: Sequence[str] = ("png", "svg")) -> list[Path]:
+    """:func:`knockout_heatmap_figure` saved as ``stem.png`` and ``stem.svg``; returns their paths."""
+    return save_figure(knockout_heatmap_figure(losses, title=title), stem, formats)
+
+
+def knockout_heatmap_figure(losses: pd.DataFrame, *, title: str = "") -> Any:
     """Loss change of each whole-layer knockout: layers as rows, kinds as columns, annotated."""
     import seaborn as sns
 
@@ -59,4 +70,4 @@ def knockout_heatmap(losses: pd.DataFrame, stem: str | Path, *, title: str = "",
     ax.set_xlabel("knockout (whole layer)")
     ax.set_ylabel("layer")
     ax.set_title(title or "projection knockout: loss change", fontsize=10)
-    return save_figure(fig, stem, formats)
+    return fig
