@@ -132,7 +132,7 @@ def test_html_content(quick_report):
 
 
 def test_untrusted_strings_are_escaped(quick_report):
-    from headlens.reports.page.html import json_for_script
+    from headlens.reports.page.inline import json_for_script
 
     out = quick_report[0]
     page = (out / "report.html").read_text()
@@ -141,7 +141,7 @@ def test_untrusted_strings_are_escaped(quick_report):
     data = page.split('<script type="application/json" id="hl-data">', 1)[1].split("</script>", 1)[0]
     assert "<" not in data and ">" not in data and "&" not in data
     payload = json.loads(data)
-    assert payload["examples"][1]["prompt"] == XSS and "".join(payload["examples"][1]["tokens"]).endswith(XSS)
+    assert payload["examples"][1]["prompt"] == XSS and "".join(payload["examples"][1]["view"]["tokens"]).endswith(XSS)
     assert json_for_script({"s": "</script><!--\u2028"}) == '{"s":"\\u003c/script\\u003e\\u003c!--\\u2028"}'
     md = (out / "report.md").read_text()
     assert "<script>" not in md and "&lt;script&gt;alert(1)&lt;/script&gt;" in md and "\\| pipes" in md

@@ -10,9 +10,13 @@ import os
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tests.test_report import XSS, quick_report  # noqa: F401  (the session's report)
+
+#: One byte per weight on the page: a shown weight is within half a step of 1/255 of the saved one.
+U8_STEP = 0.5 / 255 + 1e-7
 
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-default-apps", "--mute-audio"]
 
@@ -72,14 +76,34 @@ def test_clicking_a_head_shows_its_detail(browser_page):
     for needle in ("induction", "previous_token", "95% CI", "zero", "mean", "with BOS"):
         assert needle in body, needle
     assert page.locator("#detail-body .example").count() == 2
-    tok = page.locator("#detail-body .example >> nth=0").locator(".tok >> nth=4")
+    tok = page.locator("#detail-body .example >> nth=0").locator(".hl-av-tok >> nth=4")
     tok.hover()
-    info = page.locator("#detail-body .ex-info >> nth=0").inner_text()
+    info = page.locator("#detail-body .hl-av-info >> nth=0").inner_text()
     assert info.startswith("head 1.2, query ") and "(4)" in info and "attends most to" in info
-    colours = page.eval_on_selector_all("#detail-body .example:first-child .tok", "els => els.map(e => e.style.backgroundColor)")
+    colours = page.eval_on_selector_all("#detail-body .example:first-child .hl-av-tok", "els => els.map(e => e.style.backgroundColor)")
     assert sum(c.startswith("rgba(230, 85, 13") for c in colours) == 5  # keys 0..4 are shaded, the rest are later tokens
     page.click('td.cell[data-head="0.3"] >> nth=0')
     assert page.locator("#detail-title").inner_text() == "Head 0.3"
+    assert events["pageerror"] == []
+
+
+def test_example_view_shows_the_saved_pattern_row(browser_page, quick_report):  # noqa: F811
+    """The page's example prompts are the attention view component: hovering a token shades each
+    key by the weight the examples stage saved (one byte per weight: within 1/510)."""
+    page, events, _ = browser_page
+    with np.load(quick_report[0] / "examples" / "patterns.npz") as z:
+        pattern = z["p0"]  # [layer, head, q, k] of the first prompt
+    page.click('#role-table tbody tr[data-head="1.2"]')
+    example = page.locator("#detail-body .example >> nth=0")
+    assert example.locator(".hl-av").count() == 1 and example.locator("select").count() == 0  # the page's table picks the head
+    example.locator(".hl-av-tok >> nth=3").hover()
+    shown = example.locator(".hl-av-tok").evaluate_all("els => els.map(e => e.dataset.w)")
+    row = pattern[1, 2, 3]
+    assert [float(w) for w in shown[:4]] == pytest.approx(row[:4].tolist(), abs=U8_STEP)
+    assert shown[4:] == [""] * (len(shown) - 4)  # later tokens: not attended under causal attention
+    top = int(np.argmax(row[:4]))
+    info = example.locator(".hl-av-info").inner_text()
+    assert f"({top}) {100 * np.rint(255 * row[top]) / 255:.0f}%" in info.split("attends most to: ", 1)[1].split(",")[0]
     assert events["pageerror"] == []
 
 
@@ -108,7 +132,7 @@ def test_script_in_a_prompt_is_shown_as_text_and_runs_nothing(browser_page):
     page, events, _ = browser_page
     page.click('#role-table tbody tr[data-head="0.0"]')
     for i in range(3):
-        page.locator("#detail-body .example >> nth=1").locator(f".tok >> nth={i}").click()
+        page.locator("#detail-body .example >> nth=1").locator(f".hl-av-tok >> nth={i}").click()
     assert events["dialog"] == []
     assert XSS in page.locator(".prompts").inner_text()
     assert XSS in page.locator("#detail-body .example >> nth=1").locator(".ex-prompt").inner_text()

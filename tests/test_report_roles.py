@@ -99,7 +99,8 @@ def test_pruning_svg_is_cleaned_before_it_is_inlined(tmp_path):
 def test_page_templates_and_static_files_ship_with_the_package():
     from importlib import resources
 
-    from headlens.reports.page.html import environment, static_text
+    from headlens.reports.page.html import environment
+    from headlens.reports.page.inline import static_text
 
     page = resources.files("headlens.reports.page")
     for name in ("templates/report.html.j2", "templates/macros.html.j2", "static/report.css", "static/report.js"):

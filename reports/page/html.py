@@ -2,16 +2,17 @@
 
 Rendered with Jinja2 from ``reports/page/templates/`` (``report.html.j2`` and one template per
 section); the style and the script are files (``reports/page/static/report.css``,
-``report.js``) inlined at render time.  What the page shows is built as plain data by
-:mod:`headlens.reports.page.view`.
+``report.js``, and the attention view's ``attention_view.css``/``.js``, the component the
+example prompts use) inlined at render time (:mod:`headlens.reports.page.inline`).  What the
+page shows is built as plain data by :mod:`headlens.reports.page.view`.
 
 Safe by construction:
 
 * autoescape is on: every string that came from the model, the user or the file system
   (tokens, prompts, model names, paths, errors) is escaped where a template writes it;
 * the data the script needs is one ``<script type="application/json">`` block written by
-  :func:`json_for_script` (``<``, ``>``, ``&`` and line separators as ``\\uXXXX`` escapes, so no
-  string can close the element), read with ``JSON.parse`` and put on the page with
+  :func:`~headlens.reports.page.inline.json_for_script` (``<``, ``>``, ``&`` and line separators
+  as ``\\uXXXX`` escapes, so no string can close the element), read with ``JSON.parse`` and put on the page with
   ``textContent`` only (the script never assigns ``innerHTML``);
 * the one figure inlined (the pruning curve's SVG) is parsed and stripped of anything active
   (:mod:`headlens.reports.page.figure`);
@@ -28,33 +29,25 @@ import base64
 import functools
 import hashlib
 import logging
-from importlib import resources
 from typing import Any
 
-from headlens.reports.page.script_data import json_for_script, script_data
+import jinja2
+from markupsafe import Markup
+
+from headlens.reports.page.inline import json_for_script, static_text
+from headlens.reports.page.script_data import script_data
+from headlens.reports.page.view import page_context
 
 log = logging.getLogger(__name__)
 
-__all__ = ["render_html", "json_for_script", "static_text", "environment"]
+__all__ = ["render_html", "environment", "page_script", "page_css"]
 
 _PACKAGE = "headlens.reports.page"
 
 
-@functools.lru_cache(maxsize=None)
-def static_text(name: str) -> str:
-    """A file of ``reports/page/static/`` (the page's CSS or script), as shipped in the package."""
-    text = resources.files(_PACKAGE).joinpath("static", name).read_text(encoding="utf-8")
-    closing = "</style" if name.endswith(".css") else "</script"
-    if closing in text.lower():  # it is inlined into that element: it must not end it early
-        raise ValueError(f"static/{name} contains {closing}")
-    return text
-
-
 @functools.lru_cache(maxsize=1)
-def environment() -> Any:
+def environment() -> jinja2.Environment:
     """The Jinja2 environment of the page: the package's templates, autoescape on."""
-    import jinja2
-
     return jinja2.Environment(
         loader=jinja2.PackageLoader(_PACKAGE, "templates"),
         autoescape=True,
@@ -65,6 +58,16 @@ def environment() -> Any:
     )
 
 
+def page_script() -> str:
+    """The page's one script: the attention view component, then the page's own."""
+    return static_text("attention_view.js") + "\n" + static_text("report.js")
+
+
+def page_css() -> str:
+    """The page's style: its own, then the attention view's (scoped to ``.hl-av``)."""
+    return static_text("report.css") + "\n" + static_text("attention_view.css")
+
+
 def _csp(script: str) -> str:
     digest = base64.b64encode(hashlib.sha256(script.encode("utf-8")).digest()).decode("ascii")
     return f"default-src 'none'; script-src 'sha256-{digest}'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"
@@ -72,18 +75,14 @@ def _csp(script: str) -> str:
 
 def render_html(report: Any) -> str:
     """The whole page for a :class:`headlens.reports.report.result.Report`."""
-    from markupsafe import Markup
-
-    from headlens.reports.page.view import page_context
-
-    script = static_text("report.js")
+    script = page_script()
     context = page_context(report)
     if context["pruning"] is not None and context["pruning"]["figure"] is not None:
         context["pruning"]["figure"] = Markup(context["pruning"]["figure"])  # cleaned SVG (page/figure.py)
     return environment().get_template("report.html.j2").render(
         **context,
         csp=Markup(_csp(script)),  # our own constant and a base64 digest
-        css=Markup(static_text("report.css")),
+        css=Markup(page_css()),
         script=Markup(script),
         data=Markup(json_for_script(script_data(report))),
     )

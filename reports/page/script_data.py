@@ -3,33 +3,18 @@ per head its roles, scores, ablation and sink numbers; the example prompts' atte
 
 from __future__ import annotations
 
-import base64
-import json
 import logging
 from typing import Any
 
 import numpy as np
 
+from headlens.analyses.heads.classify import roles_of
+from headlens.reports.page.attention_component import view_data
 from headlens.reports.page.values import finite, metric_label
 
 log = logging.getLogger(__name__)
 
-__all__ = ["script_data", "json_for_script", "initial_head"]
-
-
-def json_for_script(obj: Any) -> str:
-    """JSON that is safe inside ``<script type="application/json">``: it cannot close the
-    element or open a comment, whatever the strings hold."""
-    text = json.dumps(obj, ensure_ascii=True, sort_keys=False, allow_nan=False, separators=(",", ":"))
-    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
-
-
-def _quantised(pattern: np.ndarray) -> str:
-    """Lower triangle of every head's pattern as bytes (0-255), base64: [layer][head][q][k <= q]."""
-    L, H, T, _ = pattern.shape
-    rows, cols = np.tril_indices(T)
-    q = np.clip(np.rint(pattern[:, :, rows, cols] * 255.0), 0, 255).astype(np.uint8)
-    return base64.b64encode(q.tobytes()).decode("ascii")
+__all__ = ["script_data", "initial_head"]
 
 
 def _name(layer: Any, head: Any) -> str:
@@ -37,8 +22,6 @@ def _name(layer: Any, head: Any) -> str:
 
 
 def script_data(report: Any) -> dict[str, Any]:
-    from headlens.analyses.heads.classify import roles_of
-
     has = roles_of(report.roles) if report.roles is not None else {}
     heads: dict[str, Any] = {}
     for layer, head in zip(report.heads["layer"], report.heads["head"]):
@@ -74,10 +57,15 @@ def script_data(report: Any) -> dict[str, Any]:
             ablation_title = "Ablation of this head alone: " + (metric if str(t["metric"].iloc[0]) == "embedding" else f"change in {metric}")
             if report.smoke_test(attr):
                 ablation_title += " (smoke test: no finding)"
+    # each example is one attention view (static/attention_view.js), every head, one byte per weight
     examples = [
-        {"prompt": e.prompt, "tokens": list(e.tokens), "att": _quantised(e.pattern), "truncated": bool(e.truncated)}
+        {
+            "prompt": e.prompt,
+            "truncated": bool(e.truncated),
+            "view": view_data(e.tokens, e.pattern, layers=range(report.n_layers), heads=range(report.n_heads), encoding="u8"),
+        }
         for e in report.examples
-        if e.pattern.shape[:2] == (report.n_layers, report.n_heads)
+        if e.pattern.shape[:2] == (report.n_layers, report.n_heads) and np.isfinite(e.pattern).all()  # else: "no example prompts"
     ]
     return {
         "L": report.n_layers,

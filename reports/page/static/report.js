@@ -1,9 +1,9 @@
-// headlens report.html: the page's only script, inlined at render time and allowed by its
-// SHA-256 in the Content-Security-Policy. It reads #hl-data and writes with textContent only.
+// headlens report.html: the page's script, inlined at render time after the attention view's
+// (static/attention_view.js) and allowed, with it, by its SHA-256 in the Content-Security-Policy.
+// It reads #hl-data and writes with textContent only.
 (function () {
   "use strict";
   var D = JSON.parse(document.getElementById("hl-data").textContent);
-  var H = D.H;
   function el(tag, cls, text) {
     var e = document.createElement(tag);
     if (cls) e.className = cls;
@@ -13,7 +13,6 @@
   function num(x, d) { return (x === null || x === undefined) ? "n/a" : Number(x).toFixed(d === undefined ? 3 : d); }
   function signed(x, d) { if (x === null || x === undefined) return "n/a"; var s = Number(x).toFixed(d === undefined ? 3 : d); return Number(x) >= 0 ? "+" + s : s; }
   function pct(x) { return (x === null || x === undefined) ? "n/a" : (100 * x).toFixed(1) + "%"; }
-  function showTok(t) { return t.replace(/\n/g, "\u21b5").replace(/\t/g, "\u21e5") || "\u2205"; }
   function table(head, rows) {
     var t = el("table"), tr = el("tr");
     head.forEach(function (h) { tr.appendChild(el("th", null, h)); });
@@ -27,55 +26,15 @@
     t.appendChild(tb);
     return t;
   }
-  var examples = D.examples.map(function (e) {
-    var b = atob(e.att), a = new Uint8Array(b.length);
-    for (var i = 0; i < b.length; i++) a[i] = b.charCodeAt(i);
-    return { prompt: e.prompt, tokens: e.tokens, n: e.tokens.length, att: a, truncated: e.truncated, query: e.tokens.length - 1, pinned: false, spans: [], info: null };
+  // Each example prompt is one attention view (static/attention_view.js, inlined before this
+  // script), built once: choosing another head repaints it and keeps the pinned token.
+  var examples = D.examples.map(function (e, i) {
+    var wrap = el("div", "example"), root = el("div");
+    wrap.appendChild(el("div", "ex-prompt", "Prompt " + (i + 1) + (e.truncated ? " (cut)" : "") + ": " + e.prompt));
+    wrap.appendChild(root);
+    return { wrap: wrap, view: headlensAttention.mount(root, e.view, { pickers: false }) };
   });
   var state = { head: null };
-  function weight(e, layer, head, q, k) {
-    if (k > q) return 0;
-    var T = e.n;
-    return e.att[(layer * H + head) * (T * (T + 1) / 2) + q * (q + 1) / 2 + k] / 255;
-  }
-  function paint(e) {
-    if (!state.head) return;
-    var lh = state.head.split("."), layer = +lh[0], head = +lh[1], q = e.query;
-    var best = [];
-    e.spans.forEach(function (s, k) {
-      var w = weight(e, layer, head, q, k);
-      s.style.backgroundColor = k > q ? "transparent" : "rgba(230, 85, 13, " + w.toFixed(3) + ")";
-      s.style.color = (k <= q && w > 0.6) ? "#fff" : "";
-      s.classList.toggle("query", k === q);
-      s.classList.toggle("future", k > q);
-      s.title = k <= q ? "attention from token " + q + " to token " + k + ": " + (100 * w).toFixed(1) + "%" : "later token (causal: not attended)";
-      if (k <= q) best.push([w, k]);
-    });
-    best.sort(function (a, b) { return b[0] - a[0] || a[1] - b[1]; });
-    var parts = best.slice(0, 3).map(function (p) { return "\u201c" + showTok(e.tokens[p[1]]) + "\u201d (" + p[1] + ") " + (100 * p[0]).toFixed(0) + "%"; });
-    e.info.textContent = "head " + state.head + ", query \u201c" + showTok(e.tokens[q]) + "\u201d (" + q + ")" + (e.pinned ? " [pinned]" : "") + " attends most to: " + parts.join(", ");
-  }
-  function buildExamples(box) {
-    examples.forEach(function (e, i) {
-      var wrap = el("div", "example");
-      wrap.appendChild(el("div", "ex-prompt", "Prompt " + (i + 1) + (e.truncated ? " (cut)" : "") + ": " + e.prompt));
-      var toks = el("div", "tokens");
-      e.spans = e.tokens.map(function (t, k) {
-        var s = el("span", "tok", showTok(t));
-        s.tabIndex = 0;
-        s.dataset.k = String(k);
-        s.addEventListener("mouseenter", function () { if (!e.pinned) { e.query = k; paint(e); } });
-        s.addEventListener("focus", function () { if (!e.pinned) { e.query = k; paint(e); } });
-        s.addEventListener("click", function () { if (e.pinned && e.query === k) { e.pinned = false; } else { e.pinned = true; e.query = k; } paint(e); });
-        toks.appendChild(s);
-        return s;
-      });
-      wrap.appendChild(toks);
-      e.info = el("div", "ex-info");
-      wrap.appendChild(e.info);
-      box.appendChild(wrap);
-    });
-  }
   function renderDetail(name) {
     var h = D.heads[name];
     var title = document.getElementById("detail-title");
@@ -113,7 +72,10 @@
     body.appendChild(el("h4", null, "Attention on example prompts (hover a token to see where it attends; click to pin)"));
     var box = el("div");
     body.appendChild(box);
-    if (examples.length) { buildExamples(box); examples.forEach(paint); }
+    if (examples.length) {
+      var lh = name.split(".");
+      examples.forEach(function (e) { e.view.setHead(+lh[0], +lh[1]); box.appendChild(e.wrap); });
+    }
     else box.appendChild(el("p", "none", D.failed.examples ? "examples FAILED: " + D.failed.examples : "no example prompts"));
   }
   function select(name, scroll) {
