@@ -1,0 +1,1 @@
+../../src/headlens/__init__.py

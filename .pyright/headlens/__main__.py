@@ -1,0 +1,1 @@
+../../src/headlens/__main__.py
