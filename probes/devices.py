@@ -88,11 +88,11 @@ def resolve_device(device: str = "auto") -> torch.device:
         raise InputError(f"unknown device {device!r}: use auto, cpu, cuda, cuda:N or mps", device=device) from exc
     if dev.type == "cuda":
         if not torch.cuda.is_available():
-            raise DeviceError("--device cuda asked for, but CUDA is not available on this machine (use --device auto or cpu)", device=device)
+            raise DeviceError("device='cuda' asked for, but CUDA is not available on this machine (use device='auto' or device='cpu')", device=device)
         if dev.index is not None and dev.index >= torch.cuda.device_count():
-            raise DeviceError(f"--device {device}: only {torch.cuda.device_count()} CUDA device(s) here", device=device)
+            raise DeviceError(f"device={device!r}: only {torch.cuda.device_count()} CUDA device(s) here", device=device)
     elif dev.type == "mps" and not _mps_available():
-        raise DeviceError("--device mps asked for, but MPS is not available on this machine", device=device)
+        raise DeviceError("device='mps' asked for, but MPS is not available on this machine", device=device)
     elif dev.type not in ("cpu", "cuda", "mps"):
         raise InputError(f"unsupported device {device!r}: use auto, cpu, cuda, cuda:N or mps", device=device)
     return dev
@@ -104,5 +104,5 @@ def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
     if dtype not in DTYPES:
         raise InputError(f"unknown dtype {dtype!r}: choose one of {', '.join(DTYPES)}", dtype=dtype)
     if device.type == "cpu" and not cpu_supports(DTYPES[dtype]):
-        raise DeviceError(f"--dtype {dtype}: this torch ({torch.__version__}) cannot run it on the CPU; use float32 or a GPU", dtype=dtype)
+        raise DeviceError(f"dtype={dtype!r}: this torch ({torch.__version__}) cannot run it on the CPU; use float32 or a GPU", dtype=dtype)
     return DTYPES[dtype]

@@ -98,10 +98,10 @@ class LoadedModel:
         if self.is_encoder:
             cls_id, sep_id = getattr(tok, "cls_token_id", None), getattr(tok, "sep_token_id", None)
             if cls_id is None or sep_id is None:
-                raise InputError("this encoder's tokenizer has no [CLS]/[SEP] tokens; run with --no-bos")
+                raise InputError("this encoder's tokenizer has no [CLS]/[SEP] tokens; run with prepend_bos=False")
             return [int(cls_id)], [int(sep_id)]
         if self.bos_id is None:
-            raise InputError("this tokenizer has no BOS token; run with --no-bos")
+            raise InputError("this tokenizer has no BOS token; run with prepend_bos=False")
         return [int(self.bos_id)], []
 
     def framing(self, prepend_bos: bool) -> dict[str, Any]:
@@ -217,13 +217,13 @@ def load_model(config: ModelConfig | None = None, /, *, named: Mapping[str, Call
         if source == "hub":
             raise ModelLoadError(
                 f"could not load {config.model!r}: its weights are not in the local Hugging Face cache and the Hub could not be reached"
-                " (offline, or no such model); pass a local checkpoint folder instead: --model path/to/folder",
+                " (offline, or no such model); pass a local checkpoint folder instead: model=path/to/folder",
                 model=config.model,
             ) from exc
         raise ModelLoadError(f"could not load {config.model!r}: {first_line(exc)}", model=config.model) from exc
     except (ValueError, KeyError, RuntimeError, NotImplementedError) as exc:
         if placement is not None and "device_map" in str(exc):  # transformer-lens refuses this placement
-            raise DeviceError(f"--device-map: {first_line(exc)}", model=config.model) from exc
+            raise DeviceError(f"device_map={config.device_map!r}: {first_line(exc)}", model=config.model) from exc
         seen = getattr(exc, "headlens_load_reports", None)
         info = seen.reports[-1][1] if seen is not None and seen.reports else None  # mismatched shapes raise after the report
         message = mismatch_message(config.model, info) if info is not None else None
@@ -277,16 +277,16 @@ def _check_analysable(bridge: Any, spec: str) -> None:
     hf_config = getattr(hf_model, "config", None)
     if getattr(hf_config, "is_encoder_decoder", False):
         raise UnsupportedModelError(
-            f"--model {spec}: {arch} is an encoder-decoder model; headlens analyses decoder-only and encoder-only models", model=spec, architecture=arch
+            f"model={spec!r}: {arch} is an encoder-decoder model; headlens analyses decoder-only and encoder-only models", model=spec, architecture=arch
         )
     blocks = getattr(bridge, "_modules", {}).get("blocks")
     if not isinstance(blocks, torch.nn.ModuleList) or len(blocks) == 0:
-        raise UnsupportedModelError(f"--model {spec}: {arch} has no stack of transformer blocks that headlens can hook", model=spec, architecture=arch)
+        raise UnsupportedModelError(f"model={spec!r}: {arch} has no stack of transformer blocks that headlens can hook", model=spec, architecture=arch)
     for i, block in enumerate(blocks):
         attn = getattr(block, "_modules", {}).get("attn")
         if attn is None or getattr(attn, "original_component", None) is None:
             raise UnsupportedModelError(
-                f"--model {spec}: block {i} of {arch} has no attention component (not a transformer attention layer); headlens cannot analyse it",
+                f"model={spec!r}: block {i} of {arch} has no attention component (not a transformer attention layer); headlens cannot analyse it",
                 model=spec,
                 architecture=arch,
             )
@@ -316,6 +316,6 @@ def check_layers_heads(
             if head not in chosen[layer]:
                 chosen[layer].append(head)
         if not chosen:
-            raise InputError("--heads and --layers select no head together", heads=heads, layers=layers)
+            raise InputError("heads= and layers= select no head together", heads=heads, layers=layers)
         return {layer: sorted(hs) for layer, hs in sorted(chosen.items())}
     return {layer: list(range(n_h)) for layer in (sorted(set(layers)) if layers else range(n_l))}

@@ -131,17 +131,17 @@ def resolve_source(spec: str, named: Mapping[str, Callable[[], Path]] | None = N
         log.debug("--model %s names the local checkpoint %s", spec, path)
     if path.exists():
         if not path.is_dir():
-            raise ModelLoadError(f"--model {spec}: is a file; pass a checkpoint folder (Hugging Face save_pretrained layout) or a Hub id", model=spec)
+            raise ModelLoadError(f"model={spec!r}: is a file; pass a checkpoint folder (Hugging Face save_pretrained layout) or a Hub id", model=spec)
         if not (path / "config.json").is_file():
-            raise ModelLoadError(f"--model {spec}: folder has no config.json; it is not a Hugging Face checkpoint folder", model=spec)
+            raise ModelLoadError(f"model={spec!r}: folder has no config.json; it is not a Hugging Face checkpoint folder", model=spec)
         if not any((path / name).is_file() for name in _TOKENIZER_FILES):
             raise ModelLoadError(
-                f"--model {spec}: folder has no tokenizer (tokenizer.json or vocab.json + merges.txt); save the tokenizer into it with tokenizer.save_pretrained(folder)",
+                f"model={spec!r}: folder has no tokenizer (tokenizer.json or vocab.json + merges.txt); save the tokenizer into it with tokenizer.save_pretrained(folder)",
                 model=spec,
             )
         return "local", str(path.resolve())
     if not _hub_like(spec):
-        raise ModelLoadError(f"--model {spec}: no such folder, and not a Hugging Face id", model=spec)
+        raise ModelLoadError(f"model={spec!r}: no such folder, and not a Hugging Face id", model=spec)
     return "hub", spec
 
 
@@ -170,13 +170,13 @@ def check_weight_files(folder: Path, spec: str, *, complete: bool) -> None:
                 if not all(isinstance(name, str) for name in shards):
                     raise ValueError("weight_map values must be file names")
             except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError) as exc:
-                raise ModelLoadError(f"--model {spec}: shard index {index} is corrupt ({first_line(exc)})", model=spec, path=str(index)) from exc
+                raise ModelLoadError(f"model={spec!r}: shard index {index} is corrupt ({first_line(exc)})", model=spec, path=str(index)) from exc
             for shard in shards:
                 path = folder / shard
                 if path.is_file():
                     files.append(path)
                 elif complete:
-                    raise ModelLoadError(f"--model {spec}: weights file {path} is missing (listed in {index.name})", model=spec, path=str(path))
+                    raise ModelLoadError(f"model={spec!r}: weights file {path} is missing (listed in {index.name})", model=spec, path=str(path))
         if not files:
             continue
         for path in files:
@@ -204,7 +204,7 @@ def _check_one_file(path: Path, spec: str) -> None:
         except (zipfile.BadZipFile, OSError, EOFError) as exc:
             why = first_line(exc)
     if why is not None:
-        raise ModelLoadError(f"--model {spec}: weights file {path} is corrupt or truncated ({why}); save or download it again", model=spec, path=str(path))
+        raise ModelLoadError(f"model={spec!r}: weights file {path} is corrupt or truncated ({why}); save or download it again", model=spec, path=str(path))
 
 
 def hub_snapshot(name: str, revision: str | None) -> Path | None:

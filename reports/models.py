@@ -26,7 +26,7 @@ def _demo_dir() -> Path:
     from headlens.analyses.demo import MODEL_DIR
 
     if not (MODEL_DIR / "config.json").is_file():
-        raise ModelLoadError(f"--model demo: the shipped demo model is missing from {MODEL_DIR} (a broken install?)", model=DEMO)
+        raise ModelLoadError(f"model='demo': the shipped demo model is missing from {MODEL_DIR} (a broken install?)", model=DEMO)
     return MODEL_DIR
 
 
@@ -36,7 +36,7 @@ def _minilm_dir() -> Path:
     try:
         return minilm_dir()
     except ImportError as exc:
-        raise ModelLoadError(f"--model minilm: {exc}", model=MINILM) from None
+        raise ModelLoadError(f"model='minilm': {exc}", model=MINILM) from None
 
 
 def named_models() -> dict[str, Callable[[], Path]]:
@@ -86,7 +86,7 @@ def named_model_list() -> list[NamedModel]:
         try:
             folder, problem = find(), None
         except ModelLoadError as exc:
-            folder, problem = None, str(exc).removeprefix(f"--model {name}: ")
+            folder, problem = None, str(exc).removeprefix(f"model={name!r}: ")
         out.append(NamedModel(name=name, what=DESCRIPTIONS[name], folder=folder, problem=problem, shape=None if folder is None else _shape(folder)))
     return out
 

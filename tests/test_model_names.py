@@ -80,7 +80,7 @@ def test_models_says_why_one_is_not_available(runner, monkeypatch):
     broken = next(iter(real))
 
     def missing():
-        raise ModelLoadError(f"--model {broken}: its package is not installed", model=broken)
+        raise ModelLoadError(f"model={broken!r}: its package is not installed", model=broken)  # the library speaks its parameter
 
     monkeypatch.setattr(models, "named_models", lambda: {**real, broken: missing})
     res = runner.invoke(cli, ["models"])

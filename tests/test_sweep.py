@@ -113,7 +113,7 @@ def test_interrupted_sweep_resumes_with_only_the_missing_tasks(swept, run_dir, t
     out.mkdir()
     (out / "sweep.json").write_text(json.dumps(config_json))  # the same settings as the finished sweep
     tasks = plan_tasks([str(run_dir)])
-    from headlens.reports.cli.detect import _census_config
+    from headlens.reports.cli.census_options import census_config as _census_config
     from headlens.reports.sweep.plan import SweepConfig
 
     census = _census_config("previous_token,induction", 6, 0, 20, 32, False, 16, None)

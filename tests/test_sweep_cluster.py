@@ -79,7 +79,7 @@ def cluster(monkeypatch):
 
 def _undisturbed(run_dir: Path, out: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The same tasks and settings run one by one in this process, without Ray: what the sweep must equal."""
-    from headlens.reports.cli.detect import _census_config
+    from headlens.reports.cli.census_options import census_config as _census_config
     from headlens.reports.sweep.gather import gather
     from headlens.reports.sweep.plan import SweepConfig, plan_tasks
     from headlens.reports.sweep.task import run_task

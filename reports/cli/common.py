@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import re
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -11,6 +12,8 @@ from typing import Any
 import click
 
 from headlens.probes.errors import HeadlensError
+from headlens.probes.loading import LoadedModel
+from headlens.reports.studies.models import load_model
 
 __all__ = [
     "HeadlensGroup",
@@ -23,9 +26,49 @@ __all__ = [
     "HEADS",
     "parse_csv",
     "fail",
+    "flag_words",
+    "load",
+    "command_line",
 ]
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+#: Library parameters (in error messages as ``name=value``) -> the CLI's flag, where it is not
+#: ``--`` + the name with dashes.  The one place library words become the CLI's.
+FLAG_NAMES: dict[str, str] = {}
+#: ``name=value`` pairs said by one flag of their own (``prepend_bos=False`` is ``--no-bos``).
+FLAG_VALUES: dict[str, str] = {"prepend_bos=False": "--no-bos", "allow_new_weights=True": "--allow-new-weights", "overwrite=True": "--overwrite"}
+#: Parameters whose ``name=value`` in a library message is said as the CLI flag.
+MAPPED_PARAMETERS = (
+    "model", "device", "dtype", "revision", "allow_new_weights", "device_map", "max_memory", "prepend_bos", "overwrite",
+    "n_prompts", "batch_size", "seq_len", "window", "seed", "detectors", "layers", "heads", "what", "attention", "query_block",
+    "lengths", "eps", "n_long", "keep_first", "attn_windows", "long_tokens", "max_single", "skip", "text", "prompts",
+)  # fmt: skip
+_PARAMETER = re.compile(r"(?<![\w.-])(" + "|".join(MAPPED_PARAMETERS) + r")=('(?:[^'\\]|\\.)*'|\"[^\"]*\"|[^\s,;:)]+)?")
+#: A parameter named bare as the subject of a message or clause: ``n_prompts must be at least 1``.
+_SUBJECT = re.compile(r"(?:^|(?<=[:;] ))(" + "|".join(MAPPED_PARAMETERS) + r")(?= (?:must|needs|is empty) )")
+
+
+def _flag(name: str) -> str:
+    return FLAG_NAMES.get(name, "--" + name.replace("_", "-"))
+
+
+def flag_words(message: str) -> str:
+    """A library message in the CLI's words: ``model='dmeo'`` -> ``--model dmeo``, ``prepend_bos=False``
+    -> ``--no-bos``, ``heads=`` -> ``--heads``, ``n_prompts must ...`` -> ``--n-prompts must ...``."""
+
+    def flag(match: re.Match[str]) -> str:
+        name, value = match.group(1), match.group(2)
+        if value is None:
+            return _flag(name)
+        if f"{name}={value}" in FLAG_VALUES:
+            return FLAG_VALUES[f"{name}={value}"]
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]
+        return f"{_flag(name)} {value}"
+
+    return _SUBJECT.sub(lambda m: _flag(m.group(1)), _PARAMETER.sub(flag, message))
 
 
 def fail(message: str, code: int = 2) -> None:
@@ -53,9 +96,19 @@ class HeadlensGroup(click.Group):
             hint = f" (see '{ctx.command_path} -h')" if ctx is not None else ""
             fail(exc.format_message().replace("\n", " ") + hint, exc.exit_code)
         except HeadlensError as exc:
-            fail(str(exc).replace("\n", " "), exc.exit_code)
+            fail(flag_words(str(exc)).replace("\n", " "), exc.exit_code)
         except KeyboardInterrupt:
             fail("interrupted", 130)
+
+
+def load(model: str, device: str, dtype: str, revision: str | None, allow_new_weights: bool = False) -> LoadedModel:
+    """The model of ``--model``, ``--device``, ``--dtype``, ``--revision``, ``--allow-new-weights`` (every command's load)."""
+    return load_model(model, device=device, dtype=dtype, revision=revision, allow_new_weights=allow_new_weights)
+
+
+def command_line() -> list[str]:
+    """The command as typed, for manifests: ``["headlens", "classify", ...]``."""
+    return ["headlens", *sys.argv[1:]]
 
 
 def model_options(fn: Callable[..., Any]) -> Callable[..., Any]:

@@ -8,7 +8,8 @@ from pathlib import Path
 import click
 
 from headlens.reports.cli.common import check_model_names, fail, parse_csv
-from headlens.reports.cli.detect import attention_options, census_options
+from headlens.reports.studies.census import check_census_config
+from headlens.reports.cli.census_options import attention_options, census_config, census_options
 
 __all__ = ["sweep_cmd", "COMMANDS"]
 
@@ -61,7 +62,6 @@ def sweep_cmd(models, revisions, steps, device, dtype, allow_new_weights, detect
     from headlens.analyses.heads.classify import parse_thresholds
     from headlens.probes.manifest import build_manifest
     from headlens.probes.outputs import write_json
-    from headlens.reports.cli.detect import _census_config, _precheck
     from headlens.reports.sweep.engine import check_settings, import_ray, run_sweep
     from headlens.reports.sweep.gather import gather, import_pyarrow, loss_sets
     from headlens.reports.sweep.plan import SweepConfig, parse_steps, plan_tasks
@@ -75,8 +75,8 @@ def sweep_cmd(models, revisions, steps, device, dtype, allow_new_weights, detect
         revs += parse_steps(item)
     if text_file:
         read_text_file(text_file)  # a text every task would fail on is refused before Ray starts
-    census = _census_config(detectors, n_prompts, seed, seq_len, window, no_bos, batch_size, referent_file, attention=attention, query_block=query_block)
-    _precheck(census)
+    census = census_config(detectors, n_prompts, seed, seq_len, window, no_bos, batch_size, referent_file, attention=attention, query_block=query_block)
+    check_census_config(census)
     config = SweepConfig(
         census=census, device=device, dtype=dtype, allow_new_weights=allow_new_weights, thresholds=tuple(sorted(parse_thresholds(list(thresholds)).items())),
         baseline_factor=baseline_factor, text_file=str(Path(text_file).resolve()) if text_file else None, loss_windows=loss_windows, loss_window=loss_window, ablation=ablation,

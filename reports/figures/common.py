@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from headlens.probes.outputs import atomic_write
+from headlens.reports.tables import baseline_label
 
-__all__ = ["save_heatmap", "heatmap_figure", "save_figure", "detector_heatmaps", "titled", "figures_text"]
+__all__ = ["save_heatmap", "heatmap_figure", "save_figure", "detector_heatmaps", "detector_figures", "titled", "figures_text"]
 
 
 class _Figures:
@@ -138,12 +141,18 @@ def heatmap_figure(
 
 
 def detector_heatmaps(scores: pd.DataFrame, roles: pd.DataFrame | None, out_dir: str | Path, formats: Sequence[str] = ("png", "svg")) -> dict[str, list[Path]]:
+    """:func:`detector_figures` saved as ``heatmap_<detector>.<fmt>``."""
+    return {stem.removeprefix("heatmap_"): save_figure(make(), Path(out_dir) / stem, formats) for stem, make in detector_figures(scores, roles).items()}
+
+
+def detector_figures(scores: pd.DataFrame, roles: pd.DataFrame | None) -> dict[str, Callable[[], Any]]:
     """One heatmap per detector in the scores table, heads with that role outlined (``roles``: the
-    long role table, :func:`headlens.analyses.heads.classify.classify_heads`)."""
-    out: dict[str, list[Path]] = {}
+    long role table, :func:`headlens.analyses.heads.classify.classify_heads`): a function making
+    each Figure, by file stem (``heatmap_<detector>``)."""
     n_layers = int(scores["layer"].max()) + 1
     n_heads = int(scores["head"].max()) + 1
-    for det, g in scores.groupby("detector", sort=False):
+
+    def make(det: str, g: pd.DataFrame) -> Any:
         grid = np.full((n_layers, n_heads), np.nan)
         grid[g["layer"].to_numpy(), g["head"].to_numpy()] = g["score"].to_numpy()
         marked = None
@@ -151,7 +160,6 @@ def detector_heatmaps(scores: pd.DataFrame, roles: pd.DataFrame | None, out_dir:
             marked = np.zeros((n_layers, n_heads), dtype=bool)
             has = roles[roles["role"] == det]
             marked[has["layer"].to_numpy(int), has["head"].to_numpy(int)] = True
-        from headlens.reports.tables import baseline_label
+        return heatmap_figure(grid, f"{det} score (uniform baseline {baseline_label(g['baseline'])})", marked=marked)
 
-        out[str(det)] = save_heatmap(grid, f"{det} score (uniform baseline {baseline_label(g['baseline'])})", Path(out_dir) / f"heatmap_{det}", marked=marked, formats=formats)
-    return out
+    return {f"heatmap_{det}": functools.partial(make, str(det), g) for det, g in scores.groupby("detector", sort=False)}

@@ -11,7 +11,7 @@ import logging
 from pathlib import Path
 
 from headlens.probes.errors import InputError
-# one import line per study module: importing it registers its Result kinds
+from headlens.reports.studies import census  # noqa: F401  (one import line per study module: importing it registers its Result kinds)
 from headlens.reports.studies.result import MANIFEST_FILE, RESULT_KINDS, Result, read_manifest
 
 log = logging.getLogger(__name__)

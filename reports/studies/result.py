@@ -128,17 +128,17 @@ class Result:
     def _manifest_out(self) -> dict[str, Any]:
         return {"result": self.kind, **{k: v for k, v in self.manifest.items() if k != "result"}}
 
-    def write(self, folder: str | Path) -> Path:
+    def write(self, folder: str | Path, *, formats: tuple[str, ...] | None = None) -> Path:
         """Write every file into ``folder`` (created if needed), each atomically, the manifest last;
         files already there that this result does not write are left alone.  :meth:`save` is the
-        checked, all-or-nothing form."""
+        checked, all-or-nothing form.  ``formats``: the figures' (default :attr:`figure_formats`)."""
         out = Path(folder)
         out.mkdir(parents=True, exist_ok=True)
         for name, table in self.tables.items():
             write_table(table, out / f"{name}.csv")
         self._write_extra(out)
         for stem, make in self._figure_makers().items():
-            save_figure(make(), out / stem, self.figure_formats)
+            save_figure(make(), out / stem, formats or self.figure_formats)
         for name, text in self.texts().items():
             write_text(out / name, text)
         write_json(out / MANIFEST_FILE, self._manifest_out())
