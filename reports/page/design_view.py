@@ -10,6 +10,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from markupsafe import Markup
+
+from headlens.reports.design_tables import gqa_reading, knockout_reading
 from headlens.reports.page.figure import inline_svg
 from headlens.reports.page.smoke import data_items
 from headlens.reports.page.values import finite, num, signed
@@ -71,8 +74,6 @@ def _knockouts(losses: Any, roles: Any) -> list[dict[str, str]]:
 
 def design_view(report: Any) -> dict[str, Any] | None:
     """What the design section shows, or None when the stage did not run (its banner says why)."""
-    from headlens.reports.design_tables import gqa_reading, knockout_reading
-
     tables = report.design
     if tables is None:
         return None
@@ -89,8 +90,6 @@ def design_view(report: Any) -> dict[str, Any] | None:
         s = tables["gqa_summary"]
         figure = None
         if report.out_dir is not None:
-            from markupsafe import Markup
-
             svg = inline_svg(report.out_dir / FIGURE_FILE, element_id="design-gqa-svg", label="GQA what-if: loss against KV cache per token, adjacent and similarity grouping")
             figure = None if svg is None else Markup(svg)  # cleaned by inline_svg: no script, handler or outside link
         out["gqa"] = {"rows": _gqa(s), "reading": [line.removeprefix("- ") for line in gqa_reading(s, tables.get("gqa_comparison"), n_items=data_items(info)[0], smoke=report.smoke_test("design"))], "figure": figure, "figure_file": FIGURE_FILE}

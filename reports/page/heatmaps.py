@@ -7,15 +7,17 @@ import logging
 import math
 from typing import Any
 
+import matplotlib
 import numpy as np
 import pandas as pd
 
+from headlens.analyses.heads.classify import roles_of
 from headlens.reports.page.values import finite, metric_label, num
 from headlens.reports.tables import baseline_label
 
 log = logging.getLogger(__name__)
 
-__all__ = ["heatmaps", "scored_detectors", "ablation_wording", "DETECTOR_NOTES"]
+__all__ = ["heatmaps", "head_grid", "scored_detectors", "ablation_wording", "DETECTOR_NOTES"]
 
 #: Short definitions shown under each detector's heatmap (README "Head scores").
 DETECTOR_NOTES = {
@@ -38,7 +40,9 @@ def _luminance(rgba: Any) -> float:
     return 0.299 * r + 0.587 * g + 0.114 * b
 
 
-def _grid(df: pd.DataFrame, column: str, n_layers: int, n_heads: int) -> np.ndarray:
+def head_grid(df: pd.DataFrame, column: str, n_layers: int, n_heads: int) -> np.ndarray:
+    """``df[column]`` as a ``[layer, head]`` grid (rows from the ``layer`` and ``head`` columns);
+    NaN where a head has no row or no finite value; rows outside the grid are left out."""
     g = np.full((n_layers, n_heads), np.nan)
     for layer, head, value in zip(df["layer"], df["head"], df[column]):
         layer, head = int(layer), int(head)
@@ -49,8 +53,6 @@ def _grid(df: pd.DataFrame, column: str, n_layers: int, n_heads: int) -> np.ndar
 
 
 def _heatmap(title: str, note: str, values: np.ndarray, *, cmap: str, vmin: float, vmax: float, fmt: str, map_id: str, outlined: np.ndarray | None = None) -> dict[str, Any]:
-    import matplotlib
-
     cm = matplotlib.colormaps[cmap]
     n_layers, n_heads = values.shape
     show = n_heads <= 16
@@ -101,8 +103,6 @@ def ablation_wording(metric: str, method: str, unablated: Any) -> tuple[str, str
 def heatmaps(report: Any, exact_importance: bool) -> list[dict[str, Any]]:
     """Every heatmap the finished stages allow: detector scores (heads with the role outlined),
     sink alpha, zero and mean ablation, pruning importance."""
-    from headlens.analyses.heads.classify import roles_of
-
     L, H = report.n_layers, report.n_heads
     maps: list[dict[str, Any]] = []
     if not (L and H):
@@ -117,12 +117,12 @@ def heatmaps(report: Any, exact_importance: bool) -> list[dict[str, Any]]:
             th = report.thresholds.get(str(det))
             note = DETECTOR_NOTES.get(str(det), "")
             note += f"; uniform baseline {baseline_label(g['baseline'])}" + (f"; role threshold {th:g}" if th is not None else "") + "; outlined: heads with the role"
-            maps.append(_heatmap(f"{det} score", note, _grid(g, "score", L, H), cmap="viridis", vmin=0.0, vmax=1.0, fmt=".2f", outlined=outlined, map_id=f"hm-{det}"))
+            maps.append(_heatmap(f"{det} score", note, head_grid(g, "score", L, H), cmap="viridis", vmin=0.0, vmax=1.0, fmt=".2f", outlined=outlined, map_id=f"hm-{det}"))
     if report.sinks is not None:
         bos = bool(report.settings.get("prepend_bos", True))
         sub = report.sinks[report.sinks["bos"].astype(bool) == bos]
         if len(sub):
-            grid = _grid(sub, "alpha_mean", L, H)
+            grid = head_grid(sub, "alpha_mean", L, H)
             n = int(report.sink_rates["n_sequences"].iloc[0]) if report.sink_rates is not None and len(report.sink_rates) else "its"
             outlined = np.array([["sink" in has.get((a, b), ()) for b in range(H)] for a in range(L)]) if report.roles is not None else None
             note = (
@@ -134,7 +134,7 @@ def heatmaps(report: Any, exact_importance: bool) -> list[dict[str, Any]]:
     for name, label in (("ablation_zero", "zero"), ("ablation_mean", "mean")):
         table = getattr(report, name)
         if table is not None and len(table):
-            grid = _grid(table, "delta", L, H)
+            grid = head_grid(table, "delta", L, H)
             finite_cells = grid[np.isfinite(grid)]
             bound = (float(np.abs(finite_cells).max()) if finite_cells.size else 1.0) or 1.0
             title, note = ablation_wording(str(table["metric"].iloc[0]), label, report.stage(name).info.get("unablated_value"))
@@ -142,7 +142,7 @@ def heatmaps(report: Any, exact_importance: bool) -> list[dict[str, Any]]:
             maps.append(_heatmap(title, note, grid, cmap="RdBu_r", vmin=-bound, vmax=bound, fmt="+.3f", map_id=f"hm-{label}-ablation"))
     if report.importance is not None:
         smoke = " (smoke test)" if report.smoke_test("pruning") else ""
-        grid = _grid(report.importance, "importance", L, H)
+        grid = head_grid(report.importance, "importance", L, H)
         top = float(np.nanmax(grid)) if np.isfinite(grid).any() else 1.0
         if exact_importance:
             low = min(0.0, float(np.nanmin(grid))) if np.isfinite(grid).any() else 0.0

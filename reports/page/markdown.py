@@ -13,11 +13,12 @@ from typing import Any
 from urllib.parse import quote
 
 from headlens.analyses.verdicts import difference_verdict, finite_float
+from headlens.reports.design_tables import design_section_markdown
 from headlens.reports.markdown import markdown_table
 from headlens.reports.page.evidence_view import evidence_md
 from headlens.reports.page.heatmaps import scored_detectors
 from headlens.reports.page.sink_counts import sink_disagreement, sink_rate_rows
-from headlens.reports.page.smoke import data_items, smoke_columns_note, smoke_note
+from headlens.reports.page.smoke import data_items, smoke_columns_note, smoke_note, smoke_where
 from headlens.reports.tables import roles_joined
 from headlens.reports.verdict_text import verdict_words
 
@@ -205,9 +206,6 @@ def render_markdown(report: Any) -> str:
 
 def _design(report: Any) -> list[str]:
     """The design stage's section (:func:`headlens.reports.design_tables.design_section_markdown`)."""
-    from headlens.reports.design_tables import design_section_markdown
-    from headlens.reports.page.smoke import data_items, smoke_where
-
     out = ["## Design questions", ""] + _status(report, "design")
     if report.design is not None:
         smoke = smoke_where(report, "design") if report.smoke_test("design") else None

@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from headlens.analyses.ablation.evalset import METRIC_LABELS
+
 __all__ = ["finite", "num", "signed", "sortval", "metric_label"]
 
 
@@ -37,6 +39,4 @@ def sortval(x: Any) -> str:
 
 
 def metric_label(metric: str) -> str:
-    from headlens.analyses.ablation.evalset import METRIC_LABELS
-
     return METRIC_LABELS.get(str(metric), str(metric))

@@ -11,6 +11,7 @@ import logging
 from typing import Any
 from urllib.parse import quote
 
+from headlens.analyses.heads.classify import roles_of
 from headlens.reports.page.design_view import design_view
 from headlens.reports.page.figure import inline_svg
 from headlens.reports.page.heatmaps import heatmaps, scored_detectors
@@ -77,8 +78,6 @@ def _stages(report: Any) -> list[dict[str, Any]]:
 
 
 def _role_table(report: Any) -> dict[str, Any]:
-    from headlens.analyses.heads.classify import roles_of
-
     heads = report.heads
     dets = scored_detectors(report.scores)[0]
     cols = [(d, SHORT.get(d, d.replace("_", " ")), "score") for d in dets] + [c for c in _EXTRA if c[0] in heads.columns]
