@@ -22,11 +22,11 @@ from matplotlib.figure import Figure
 from headlens.probes.capture import capture, tokenize_for
 from headlens.probes.config import CaptureConfig
 from headlens.probes.errors import InputError
-from headlens.probes.loading import LoadedModel, check_layers_heads, load_model
+from headlens.probes.loading import LoadedModel, check_layers_heads
 from headlens.probes.outputs import check_out_file, write_text
 from headlens.reports.attention_view_plots import plot_pattern, plot_patterns
-from headlens.reports.models import named_models
 from headlens.reports.page.attention_component import fragment_html, standalone_html, view_data
+from headlens.reports.studies.models import as_loaded
 
 log = logging.getLogger(__name__)
 
@@ -109,11 +109,11 @@ class AttentionView:
 
 
 def _loaded(model: Any) -> LoadedModel:
-    if isinstance(model, LoadedModel):
-        return model
-    if isinstance(model, (str, Path)) and str(model):
-        return load_model(model=str(model), named=named_models())
-    raise InputError(f"model must be a loaded model or a model name or folder, got {type(model).__name__}", model=type(model).__name__)
+    if isinstance(model, Path):
+        model = str(model)
+    if not isinstance(model, (LoadedModel, str)) or not model:
+        raise InputError(f"model must be a loaded model or a model name, folder or Hub id, got {type(model).__name__}", model=type(model).__name__)
+    return as_loaded(model)
 
 
 def _indices(value: Any, name: str) -> tuple[int, ...] | None:

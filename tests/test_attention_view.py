@@ -18,6 +18,7 @@ import pandas as pd
 import pytest
 import torch
 from matplotlib.figure import Figure
+from transformers import AutoModel, AutoModelForCausalLM
 
 from headlens.probes.errors import InputError, OutputExistsError
 from headlens.reports.attention_view import AttentionView, attention_view
@@ -56,8 +57,6 @@ def bert(family_model):
 
 
 def test_gpt2_view_embeds_plain_transformers_attention(gpt2, family_checkpoint):
-    from transformers import AutoModelForCausalLM
-
     view = attention_view(gpt2, PROMPT)  # every layer and head
     tok = gpt2.tokenizer
     ids = [tok.bos_token_id] + tok(PROMPT, add_special_tokens=False)["input_ids"]
@@ -73,8 +72,6 @@ def test_gpt2_view_embeds_plain_transformers_attention(gpt2, family_checkpoint):
 
 
 def test_bert_view_embeds_plain_transformers_attention(bert, family_checkpoint):
-    from transformers import AutoModel
-
     view = attention_view(bert, PROMPT, layer=1)
     ids = bert.tokenizer(PROMPT)["input_ids"]  # the tokenizer's own [CLS] ... [SEP]
     assert view.tokens[0] == "[CLS]" and view.tokens[-1] == "[SEP]" and len(view.tokens) == len(ids)
@@ -159,6 +156,12 @@ def test_bad_arguments_are_one_line_errors_naming_the_parameter(gpt2, kwargs, ne
 def test_model_must_be_a_model_or_a_name():
     with pytest.raises(InputError, match="model must be"):
         attention_view(3.5, PROMPT)  # type: ignore[arg-type]  # the wrong type on purpose
+
+
+def test_a_model_by_name_loads_it(tmp_path):
+    """``model`` may be a name: the shipped demo model (the README's notebook snippet)."""
+    view = attention_view("demo", "The cat sat on the mat.", layer=1, head=0)
+    assert view.info["model"] == "demo" and view.tokens[0] == "<|endoftext|>" and view.patterns.shape[:2] == (1, 1)
 
 
 def test_plot_pattern_has_the_pattern_and_the_token_labels(gpt2):
