@@ -31,6 +31,8 @@ def markdown_roles(text: str) -> str:
 class SphinxRoles(griffe.Extension):
     """Rewrites the roles in every docstring griffe reads."""
 
-    def on_instance(self, *, node: ast.AST | griffe.ObjectNode, obj: griffe.Object, agent: griffe.Visitor | griffe.Inspector, **kwargs: Any) -> None:
+    def on_instance(
+        self, *, node: ast.AST | griffe.ObjectNode, obj: griffe.Object, agent: griffe.Visitor | griffe.Inspector, **kwargs: Any
+    ) -> None:
         if obj.docstring is not None:
             obj.docstring.value = markdown_roles(obj.docstring.value)

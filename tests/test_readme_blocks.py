@@ -51,7 +51,7 @@ def run_blocks(blocks: list[Block], namespace: dict) -> list[Block]:
     for block in blocks:
         code = compile(block.source, block.filename, "exec")
         if block.needs is None:
-            exec(code, namespace)  # noqa: S102 - running the README's own code is the point of this test
+            exec(code, namespace)  # running the README's own code is the point of this test
             ran.append(block)
     return ran
 
