@@ -9,7 +9,7 @@ from typing import Any
 from headlens.probes.capture import Capture
 from headlens.probes.outputs import atomic_write, write_json
 
-__all__ = ["save_capture", "load_activations", "saved_keys"]
+__all__ = ["save_capture", "capture_entry", "tokens_entry", "load_activations", "saved_keys"]
 
 
 def save_capture(capture: Capture, out_dir: str | Path, manifest: dict[str, Any]) -> dict[str, Path]:
@@ -26,29 +26,32 @@ def save_capture(capture: Capture, out_dir: str | Path, manifest: dict[str, Any]
     }
     paths = {
         "activations": atomic_write(out / "activations.safetensors", lambda p: save_file(tensors, str(p), metadata=meta)),
-        "tokens": write_json(
-            out / "tokens.json",
-            {
-                "prepend_bos": capture.batch.prepend_bos,
-                "prompts": [
-                    {"tokens": s, "ids": capture.batch.tokens[i, : int(capture.batch.lengths[i])].tolist()}
-                    for i, s in enumerate(capture.batch.strings)
-                ],
-            },
-        ),
+        "tokens": write_json(out / "tokens.json", tokens_entry(capture)),
     }
-    manifest = dict(manifest)
-    manifest["capture"] = {
+    paths["manifest"] = write_json(out / "manifest.json", {**manifest, "capture": capture_entry(capture)})
+    return paths
+
+
+def tokens_entry(capture: Capture) -> dict[str, Any]:
+    """``tokens.json``: ``prepend_bos`` and per prompt its token strings and ids (padding left out)."""
+    batch = capture.batch
+    prompts = [{"tokens": s, "ids": batch.tokens[i, : int(batch.lengths[i])].tolist()} for i, s in enumerate(batch.strings)]
+    return {"prepend_bos": batch.prepend_bos, "prompts": prompts}
+
+
+def capture_entry(capture: Capture) -> dict[str, Any]:
+    """The manifest's ``capture`` entry: heads, KV heads, what, the saved keys and their shapes."""
+    keys = {name: list(t.shape) for name, t in capture.tensors.items()}
+    keys["lengths"] = list(capture.batch.lengths.shape)
+    return {
         "heads": {str(k): v for k, v in capture.heads.items()},
         # k, v and rot_k columns: the KV heads read by the chosen query heads (or one per query head).
         "kv_heads": {str(k): v for k, v in capture.kv_heads.items()},
         **capture.info,
         "what": list(capture.what),
-        "keys": {name: list(t.shape) for name, t in tensors.items()},
+        "keys": keys,
         "n_prompts": len(capture.batch),
     }
-    paths["manifest"] = write_json(out / "manifest.json", manifest)
-    return paths
 
 
 def saved_keys(path: str | Path) -> list[str]:

@@ -36,7 +36,9 @@ class ToyResult(Result):
 
 
 def _toy() -> ToyResult:
-    table = pd.DataFrame({"layer": [0, 1], "head": [10, 2], "name": ["0.10", "1.2"], "roles": ["induction", ""], "value": [0.5, float("nan")]})
+    table = pd.DataFrame(
+        {"layer": [0, 1], "head": [10, 2], "name": ["0.10", "1.2"], "roles": ["induction", ""], "value": [0.5, float("nan")]}
+    )
     return ToyResult(tables={"toy": table}, manifest={"model": {"model": "demo"}, "seed": 3})
 
 
@@ -44,7 +46,7 @@ def test_registered_and_getitem() -> None:
     result = _toy()
     assert RESULT_KINDS["toy_result_for_tests"] is ToyResult
     assert result["toy"] is result.tables["toy"]
-    with pytest.raises(KeyError, match="no table 'nope'.*tables: toy"):
+    with pytest.raises(KeyError, match=r"no table 'nope'.*tables: toy"):
         result["nope"]
 
 
@@ -105,7 +107,7 @@ def test_plot_figures_repr_html() -> None:
     result = _toy()
     assert isinstance(result.plot(), Figure) and isinstance(result.plot("toy_plot"), Figure)
     assert list(result.figures()) == ["toy_plot"]
-    with pytest.raises(InputError, match="name='nope'.*toy_plot"):
+    with pytest.raises(InputError, match=r"name='nope'.*toy_plot"):
         result.plot("nope")
     text = repr(result)
     assert text == "<ToyResult model='demo': toy 2x5>"

@@ -2,35 +2,24 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import click
 
-from headlens.reports.cli.common import HEADS, model_options, parse_csv, parse_layers
-from headlens.reports.models import named_models
+from headlens.analyses.synthetic.planted import PLANTED_ROLES, build_planted_checkpoint
+from headlens.analyses.synthetic.tiny import TinySpec, build_tiny_checkpoint
+from headlens.probes.capture_io import saved_keys
+from headlens.probes.config import CaptureConfig
+from headlens.probes.errors import CheckFailed, InputError
+from headlens.probes.outputs import check_out_dir, normal_modes
+from headlens.probes.prompts import read_prompts
+from headlens.reports.cli.common import HEADS, command_line, load, model_options, parse_csv, parse_layers
 from headlens.reports.progress import progress_bars
-
-DEFAULT_VERIFY_TEXT = (
-    "Apple raised its price target. Down by the river bank, the water was calm, "
-    "and by the time you reach the bank the river has settled what you meant."
-)
-
-#: verify's default prompts: two lengths, so the padding mask of a batch is checked too.
-DEFAULT_VERIFY_PROMPTS = (DEFAULT_VERIFY_TEXT, "Apple raised its price target.")
-
-
-def _load(model: str, device: str, dtype: str, revision: str | None, allow_new_weights: bool = False):
-    from headlens.probes.config import ModelConfig
-    from headlens.probes.loading import load_model
-
-    return load_model(ModelConfig(model=model, device=device, dtype=dtype, revision=revision, allow_new_weights=allow_new_weights), named=named_models())
+from headlens.reports.studies.capture import ACTIVATIONS_FILE, capture
+from headlens.reports.studies.verify import DEFAULT_VERIFY_PROMPTS, verify
 
 
 def _prompts(text: str | None, prompts_file: str | None, *, default: str | tuple[str, ...] | None = None) -> list[str]:
-    from headlens.probes.errors import InputError
-    from headlens.probes.prompts import read_prompts
-
     if text is not None and prompts_file is not None:
         raise click.UsageError("give either --text or --prompts, not both")
     if prompts_file is not None:
@@ -64,7 +53,10 @@ def _prompts(text: str | None, prompts_file: str | None, *, default: str | tuple
 @click.option(
     "--no-bos",
     is_flag=True,
-    help="Do not prepend BOS (TransformerLens prepends it; Hugging Face and most papers do not). On encoders (BERT): no [CLS]/[SEP] around the text.",
+    help=(
+        "Do not prepend BOS (TransformerLens prepends it; Hugging Face and most papers do not). On encoders (BERT): "
+        "no [CLS]/[SEP] around the text."
+    ),
 )
 @click.option("--batch-size", default=8, show_default=True, type=click.IntRange(min=1))
 @click.option("--truncate", is_flag=True, help="Cut prompts longer than the context instead of failing.")
@@ -72,21 +64,32 @@ def _prompts(text: str | None, prompts_file: str | None, *, default: str | tuple
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Output folder.")
 @click.option("--overwrite", is_flag=True, help="Replace files in a non-empty output folder.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress lines.")
-def capture_cmd(model, device, dtype, revision, allow_new_weights, text, prompts_file, layers, heads, what, kv_per_query_head, no_bos, batch_size, truncate, seed, out_dir, overwrite, quiet):
+def capture_cmd(
+    model,
+    device,
+    dtype,
+    revision,
+    allow_new_weights,
+    text,
+    prompts_file,
+    layers,
+    heads,
+    what,
+    kv_per_query_head,
+    no_bos,
+    batch_size,
+    truncate,
+    seed,
+    out_dir,
+    overwrite,
+    quiet,
+):
     """Capture per-head Q, K, V and attention patterns into OUT/activations.safetensors.
 
     Writes OUT/activations.safetensors (keys are TransformerLens hook names, plus
     'lengths'), OUT/tokens.json and OUT/manifest.json.
     """
-    import torch
-
-    from headlens.probes.capture import capture
-    from headlens.probes.capture_io import save_capture, saved_keys
-    from headlens.probes.config import CaptureConfig
-    from headlens.probes.manifest import build_manifest
-    from headlens.probes.outputs import check_out_dir
-
-    check_out_dir(out_dir, overwrite=overwrite)
+    out = check_out_dir(out_dir, overwrite=overwrite)
     texts = _prompts(text, prompts_file)
     config = CaptureConfig(
         what=tuple(parse_csv(what) or ()),
@@ -97,16 +100,15 @@ def capture_cmd(model, device, dtype, revision, allow_new_weights, text, prompts
         truncate=truncate,
         kv_per_query_head=kv_per_query_head,
     )
-    torch.manual_seed(seed)
-    loaded = _load(model, device, dtype, revision, allow_new_weights)
+    loaded = load(model, device, dtype, revision, allow_new_weights, seed=seed)
     with progress_bars("capture", quiet=quiet) as progress:
-        cap = capture(loaded, texts, config, progress=progress)
-    manifest = build_manifest(model=loaded, command=["headlens", *sys.argv[1:]], seed=seed, prepend_bos=config.prepend_bos, configs={"capture": config})
-    paths = save_capture(cap, out_dir, manifest)
-    written = saved_keys(paths["activations"])  # counted in the file: the captured tensors plus 'lengths'
+        result = capture(loaded, config, prompts=texts, seed=seed, progress=progress, command=command_line())
+    result.save(out, overwrite=overwrite)
+    written = saved_keys(out / ACTIVATIONS_FILE)  # counted in the file: the captured tensors plus 'lengths'
+    cap = result.capture
     extra = [k for k in written if k not in cap.tensors]
     detail = f"{len(written) - len(extra)} captured" + "".join(f" + {k}" for k in extra)
-    click.echo(f"wrote {len(written)} tensors ({detail}) for {len(cap.batch)} prompt(s) -> {paths['activations']}")
+    click.echo(f"wrote {len(written)} tensors ({detail}) for {len(cap.batch)} prompt(s) -> {out / ACTIVATIONS_FILE}")
     if loaded.is_encoder:
         click.echo(f"{framing_note(loaded, config.prepend_bos)}; attention is bidirectional (padding masked)")
     for line in describe_kv(cap):
@@ -129,7 +131,10 @@ def describe_kv(cap) -> list[str]:
     kv_whats = [w for w in cap.what if w in ("k", "v", "rot_k")]
     if not kv_whats or info.get("n_kv_heads") == info.get("n_heads"):
         return []
-    lines = [f"{info['family']}: {info['n_heads']} query heads share {info['n_kv_heads']} KV heads (query head h reads KV head h // {info['n_heads'] // info['n_kv_heads']})"]
+    lines = [
+        f"{info['family']}: {info['n_heads']} query heads share {info['n_kv_heads']} KV heads (query head h reads "
+        f"KV head h // {info['n_heads'] // info['n_kv_heads']})"
+    ]
     for layer, hs in cap.heads.items():
         reads = ", ".join(f"{layer}.{h}->kv{int(info['kv_map'][str(h)])}" for h in hs)
         cols = cap.kv_heads[layer]
@@ -140,10 +145,17 @@ def describe_kv(cap) -> list[str]:
 
 @click.command("verify")
 @model_options
-@click.option("--text", "-t", default=None, help="Text to check on (default: two built-in prompts of different lengths, so padding is checked too).")
+@click.option(
+    "--text", "-t", default=None, help="Text to check on (default: two built-in prompts of different lengths, so padding is checked too)."
+)
 @click.option("--prompts", "prompts_file", default=None, help="Prompt file, as for capture.")
 @click.option("--no-bos", is_flag=True, help="Do not prepend BOS (encoders: no [CLS]/[SEP]).")
-@click.option("--tolerance", type=click.FloatRange(min=0, min_open=True), default=None, help="Largest absolute error accepted (default 1e-4 in float32, 3e-2 bfloat16, 5e-3 float16).")
+@click.option(
+    "--tolerance",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Largest absolute error accepted (default 1e-4 in float32, 3e-2 bfloat16, 5e-3 float16).",
+)
 def verify_cmd(model, device, dtype, revision, allow_new_weights, text, prompts_file, no_bos, tolerance):
     """Check captured patterns against the family's own attention redone from rotated q and k, and z against pattern @ V.
 
@@ -154,19 +166,23 @@ def verify_cmd(model, device, dtype, revision, allow_new_weights, text, prompts_
     on a masked key (padding included), or when a pattern row does not sum to 1; exits 2
     for a family whose attention headlens cannot redo.
     """
-    from headlens.analyses.heads.verify import verify_attention
-    from headlens.probes.errors import CheckFailed
-
     texts = _prompts(text, prompts_file, default=DEFAULT_VERIFY_PROMPTS)
-    loaded = _load(model, device, dtype, revision, allow_new_weights)
-    table = verify_attention(loaded, texts, prepend_bos=not no_bos, tolerance=tolerance)
+    loaded = load(model, device, dtype, revision, allow_new_weights)
+    result = verify(loaded, prompts=texts, prepend_bos=not no_bos, tolerance=tolerance, command=command_line())
+    table = result.table
     attention = ", bidirectional attention" if loaded.is_encoder else ""
-    click.echo(f"model {model} on {loaded.device} in {str(loaded.dtype).removeprefix('torch.')}, {framing_note(loaded, not no_bos)}{attention}")
+    click.echo(
+        f"model {model} on {loaded.device} in {str(loaded.dtype).removeprefix('torch.')}, {framing_note(loaded, not no_bos)}{attention}"
+    )
     click.echo(table.to_string(index=False, float_format=lambda x: f"{x:.2e}"))
     bad = table[~table["ok"]]
     if len(bad):
-        raise CheckFailed(f"verify failed on layer(s) {', '.join(str(v) for v in bad['layer'])}: error above tolerance {table['tolerance'].iloc[0]:.1e}")
-    click.echo(f"verify: ok ({len(table)} layers, worst error {table[['max_err_pattern', 'max_err_z', 'max_row_sum_err']].to_numpy().max():.2e})")
+        raise CheckFailed(
+            f"verify failed on layer(s) {', '.join(str(v) for v in bad['layer'])}: error above tolerance {table['tolerance'].iloc[0]:.1e}"
+        )
+    click.echo(
+        f"verify: ok ({len(table)} layers, worst error {table[['max_err_pattern', 'max_err_z', 'max_row_sum_err']].to_numpy().max():.2e})"
+    )
 
 
 @click.command("tiny-model")
@@ -176,16 +192,15 @@ def verify_cmd(model, device, dtype, revision, allow_new_weights, text, prompts_
 @click.option("--d-model", default=64, show_default=True, type=click.IntRange(1, 8192))
 @click.option("--n-ctx", default=128, show_default=True, type=click.IntRange(2, 8192))
 @click.option("--seed", default=0, show_default=True, type=int)
-@click.option("--planted", is_flag=True, help="Build the planted-head checkpoint instead (2 layers x 4 heads whose roles are set by hand; see 'headlens selftest').")
+@click.option(
+    "--planted",
+    is_flag=True,
+    help="Build the planted-head checkpoint instead (2 layers x 4 heads whose roles are set by hand; see 'headlens selftest').",
+)
 @click.option("--overwrite", is_flag=True, help="Replace files in a non-empty folder.")
 def tiny_model_cmd(out_dir, n_layer, n_head, d_model, n_ctx, seed, planted, overwrite):
     """Build a small GPT-2-shaped checkpoint (random weights, real GPT-2 tokenizer) offline."""
-    from headlens.probes.outputs import check_out_dir, normal_modes
-    from headlens.analyses.synthetic.tiny import TinySpec, build_tiny_checkpoint
-
     if planted:
-        from headlens.analyses.synthetic.planted import PLANTED_ROLES, build_planted_checkpoint
-
         check_out_dir(out_dir, overwrite=overwrite)
         path = normal_modes(build_planted_checkpoint(out_dir))
         click.echo(f"wrote the planted-head checkpoint to {Path(path)}: " + ", ".join(f"{k} {v}" for k, v in PLANTED_ROLES.items()))

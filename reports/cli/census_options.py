@@ -15,11 +15,26 @@ __all__ = ["census_options", "attention_options", "census_config", "ATTENTION_HE
 
 def census_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     opts = [
-        click.option("--referent-file", default=None, type=click.Path(dir_okay=False), help="JSONL: text plus character spans of pronoun, antecedent and distractor."),
+        click.option(
+            "--referent-file",
+            default=None,
+            type=click.Path(dir_okay=False),
+            help="JSONL: text plus character spans of pronoun, antecedent and distractor.",
+        ),
         click.option("--batch-size", default=16, show_default=True, type=click.IntRange(min=1)),
-        click.option("--no-bos", is_flag=True, help="Do not prepend BOS (Hugging Face / paper convention); on encoders, no [CLS] ... [SEP] around the text."),
+        click.option(
+            "--no-bos",
+            is_flag=True,
+            help="Do not prepend BOS (Hugging Face / paper convention); on encoders, no [CLS] ... [SEP] around the text.",
+        ),
         click.option("--window", default=64, show_default=True, type=int, help="Tokens per natural-text window (previous-token, sink)."),
-        click.option("--seq-len", default=50, show_default=True, type=int, help="T: random tokens per sequence, repeated twice (duplicate, induction)."),
+        click.option(
+            "--seq-len",
+            default=50,
+            show_default=True,
+            type=int,
+            help="T: random tokens per sequence, repeated twice (duplicate, induction).",
+        ),
         click.option("--seed", default=0, show_default=True, type=int),
         click.option("--n-prompts", default=100, show_default=True, type=int, help="Prompts per stimulus set."),
         click.option("--detectors", default=None, help="Comma-separated detector names (default: all)."),
@@ -38,14 +53,27 @@ ATTENTION_HELP = (
 
 def attention_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """``--attention auto|eager|streaming`` and ``--query-block``."""
-    fn = click.option("--query-block", default=256, show_default=True, type=click.IntRange(min=1), help="Queries per block on the streaming path.")(fn)
-    return click.option("--attention", type=click.Choice(["auto", "eager", "streaming"]), default="auto", show_default=True, help=ATTENTION_HELP)(fn)
+    fn = click.option(
+        "--query-block", default=256, show_default=True, type=click.IntRange(min=1), help="Queries per block on the streaming path."
+    )(fn)
+    return click.option(
+        "--attention", type=click.Choice(["auto", "eager", "streaming"]), default="auto", show_default=True, help=ATTENTION_HELP
+    )(fn)
 
 
 def census_config(
-    detectors: str | None, n_prompts: int, seed: int, seq_len: int, window: int, no_bos: bool, batch_size: int, referent_file: str | None,
-    ablate: Any = (), attention: str = "auto", query_block: int = 256,
-) -> CensusConfig:  # fmt: skip
+    detectors: str | None,
+    n_prompts: int,
+    seed: int,
+    seq_len: int,
+    window: int,
+    no_bos: bool,
+    batch_size: int,
+    referent_file: str | None,
+    ablate: Any = (),
+    attention: str = "auto",
+    query_block: int = 256,
+) -> CensusConfig:
     """The :class:`CensusConfig` of the census flags."""
     return CensusConfig(
         attention=attention,

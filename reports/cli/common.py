@@ -13,7 +13,7 @@ import click
 
 from headlens.probes.errors import HeadlensError
 from headlens.probes.loading import LoadedModel
-from headlens.reports.studies.models import load_model
+from headlens.reports.studies.models import as_loaded
 
 __all__ = [
     "HeadlensGroup",
@@ -36,15 +36,57 @@ CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 
 
 #: Library parameters (in error messages as ``name=value``) -> the CLI's flag, where it is not
 #: ``--`` + the name with dashes.  The one place library words become the CLI's.
-FLAG_NAMES: dict[str, str] = {}
+FLAG_NAMES: dict[str, str] = {"task_file": "--task", "directions": "--direction"}
 #: ``name=value`` pairs said by one flag of their own (``prepend_bos=False`` is ``--no-bos``).
-FLAG_VALUES: dict[str, str] = {"prepend_bos=False": "--no-bos", "allow_new_weights=True": "--allow-new-weights", "overwrite=True": "--overwrite"}
+FLAG_VALUES: dict[str, str] = {
+    "prepend_bos=False": "--no-bos",
+    "allow_new_weights=True": "--allow-new-weights",
+    "overwrite=True": "--overwrite",
+}
 #: Parameters whose ``name=value`` in a library message is said as the CLI flag.
 MAPPED_PARAMETERS = (
-    "model", "device", "dtype", "revision", "allow_new_weights", "device_map", "max_memory", "prepend_bos", "overwrite",
-    "n_prompts", "batch_size", "seq_len", "window", "seed", "detectors", "layers", "heads", "what", "attention", "query_block",
-    "lengths", "eps", "n_long", "keep_first", "attn_windows", "long_tokens", "max_single", "skip", "text", "prompts",
-)  # fmt: skip
+    "model",
+    "device",
+    "dtype",
+    "revision",
+    "allow_new_weights",
+    "device_map",
+    "max_memory",
+    "prepend_bos",
+    "overwrite",
+    "n_prompts",
+    "batch_size",
+    "seq_len",
+    "window",
+    "seed",
+    "detectors",
+    "layers",
+    "heads",
+    "what",
+    "attention",
+    "query_block",
+    "lengths",
+    "eps",
+    "n_long",
+    "keep_first",
+    "attn_windows",
+    "long_tokens",
+    "max_single",
+    "skip",
+    "text",
+    "prompts",
+    "metric",
+    "task",
+    "task_file",
+    "text_file",
+    "n_windows",
+    "n_sentences",
+    "builtin",
+    "attribution",
+    "directions",
+    "method",
+    "mask",
+)
 _PARAMETER = re.compile(r"(?<![\w.-])(" + "|".join(MAPPED_PARAMETERS) + r")=('(?:[^'\\]|\\.)*'|\"[^\"]*\"|[^\s,;:)]+)?")
 #: A parameter named bare as the subject of a message or clause: ``n_prompts must be at least 1``.
 _SUBJECT = re.compile(r"(?:^|(?<=[:;] ))(" + "|".join(MAPPED_PARAMETERS) + r")(?= (?:must|needs|is empty) )")
@@ -84,7 +126,7 @@ class HeadlensGroup(click.Group):
     * Ctrl-C: exit 130.
     """
 
-    def main(self, args: Any = None, prog_name: Any = None, complete_var: Any = None, standalone_mode: bool = True, **extra: Any) -> Any:  # noqa: ARG002
+    def main(self, args: Any = None, prog_name: Any = None, complete_var: Any = None, standalone_mode: bool = True, **extra: Any) -> Any:
         try:
             return super().main(args=args, prog_name=prog_name, complete_var=complete_var, standalone_mode=False, **extra)
         except click.exceptions.Exit as exc:
@@ -101,9 +143,12 @@ class HeadlensGroup(click.Group):
             fail("interrupted", 130)
 
 
-def load(model: str, device: str, dtype: str, revision: str | None, allow_new_weights: bool = False) -> LoadedModel:
-    """The model of ``--model``, ``--device``, ``--dtype``, ``--revision``, ``--allow-new-weights`` (every command's load)."""
-    return load_model(model, device=device, dtype=dtype, revision=revision, allow_new_weights=allow_new_weights)
+def load(
+    model: str, device: str, dtype: str, revision: str | None, allow_new_weights: bool = False, *, seed: int | None = None
+) -> LoadedModel:
+    """The model of ``--model``, ``--device``, ``--dtype``, ``--revision``, ``--allow-new-weights`` (every command's load);
+    with ``seed`` (``--seed``) torch is seeded first, so weights missing from the checkpoint are drawn reproducibly."""
+    return as_loaded(model, {"device": device, "dtype": dtype, "revision": revision, "allow_new_weights": allow_new_weights}, seed=seed)
 
 
 def command_line() -> list[str]:
@@ -151,7 +196,10 @@ def model_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         "model",
         required=True,
         callback=check_model_names,
-        help="Hugging Face id (gpt2, EleutherAI/pythia-70m), a local checkpoint folder, or a named model: demo (the small GPT-2 shipped with headlens), minilm ('headlens models' lists them).",
+        help=(
+            "Hugging Face id (gpt2, EleutherAI/pythia-70m), a local checkpoint folder, or a named model: demo (the "
+            "small GPT-2 shipped with headlens), minilm ('headlens models' lists them)."
+        ),
     )(fn)
     return fn
 
@@ -172,7 +220,7 @@ def _with_placement(fn: Callable[..., Any]) -> Callable[..., Any]:
     return run
 
 
-def check_model_names(ctx: click.Context, param: click.Parameter, value: Any) -> Any:  # noqa: ARG001
+def check_model_names(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
     """``--model`` callback (one value or several): a probable typo of a named model (``dmeo``) is
     refused with the names it is close to (exit 3), before anything loads."""
     from headlens.probes.errors import ModelLoadError
@@ -255,7 +303,7 @@ def parse_csv(value: str | None) -> list[str] | None:
     return items
 
 
-def parse_ints(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[int, ...] | None:  # noqa: ARG001
+def parse_ints(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[int, ...] | None:
     """Click callback: ``"0,3"`` -> ``(0, 3)``."""
     items = parse_csv(value)
     if items is None:

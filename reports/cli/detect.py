@@ -29,7 +29,26 @@ from headlens.reports.tables import check_table_path, write_table
 @click.option("--out", "out_file", required=True, help="Scores table: .csv, .parquet or .json (a manifest is written beside it).")
 @click.option("--overwrite", is_flag=True, help="Replace an existing output file.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress lines.")
-def detect_cmd(model, device, dtype, revision, allow_new_weights, detectors, n_prompts, seed, seq_len, window, no_bos, batch_size, referent_file, attention, query_block, out_file, overwrite, quiet):
+def detect_cmd(
+    model,
+    device,
+    dtype,
+    revision,
+    allow_new_weights,
+    detectors,
+    n_prompts,
+    seed,
+    seq_len,
+    window,
+    no_bos,
+    batch_size,
+    referent_file,
+    attention,
+    query_block,
+    out_file,
+    overwrite,
+    quiet,
+):
     """Score every head with the chosen detectors; write the long-form scores table.
 
     Columns: layer, head, detector, score, baseline, ci_low, ci_high, n, accuracy
@@ -38,7 +57,9 @@ def detect_cmd(model, device, dtype, revision, allow_new_weights, detectors, n_p
     out = check_table_path(out_file)
     check_out_file(out, overwrite=overwrite)
     manifest_path = out.with_name(out.stem + ".manifest.json")
-    config = census_config(detectors, n_prompts, seed, seq_len, window, no_bos, batch_size, referent_file, attention=attention, query_block=query_block)
+    config = census_config(
+        detectors, n_prompts, seed, seq_len, window, no_bos, batch_size, referent_file, attention=attention, query_block=query_block
+    )
     check_census_config(config)
     loaded = load(model, device, dtype, revision, allow_new_weights)
     with progress_bars("census", quiet=quiet) as progress:
@@ -46,7 +67,9 @@ def detect_cmd(model, device, dtype, revision, allow_new_weights, detectors, n_p
     write_table(result.scores, out)
     write_json(manifest_path, result.manifest)
     _echo_notes(result)
-    click.echo(f"{len(result.scores)} scores ({result.scores['detector'].nunique()} detectors x {loaded.n_layers * loaded.n_heads} heads) -> {out}")
+    click.echo(
+        f"{len(result.scores)} scores ({result.scores['detector'].nunique()} detectors x {loaded.n_layers * loaded.n_heads} heads) -> {out}"
+    )
 
 
 def _echo_notes(result: CensusResult) -> None:
@@ -60,27 +83,81 @@ def _echo_notes(result: CensusResult) -> None:
 @census_options
 @attention_options
 @click.option("--threshold", "thresholds", multiple=True, help="DETECTOR=VALUE, repeatable, e.g. --threshold induction=0.4.")
-@click.option("--baseline-factor", default=2.0, show_default=True, type=click.FloatRange(min=1.0), help="A role needs ci_low >= this x the uniform baseline.")
-@click.option("--mask", "mask_file", default=None, type=click.Path(dir_okay=False), help="Pruned-head set (JSON from 'headlens prune'): census the model with those heads zero-ablated.")
-@click.option("--evidence", is_flag=True, help="Then test each role with the intervention it predicts: evidence.csv (supported / not supported / not testable here, with the figure).")
+@click.option(
+    "--baseline-factor",
+    default=2.0,
+    show_default=True,
+    type=click.FloatRange(min=1.0),
+    help="A role needs ci_low >= this x the uniform baseline.",
+)
+@click.option(
+    "--mask",
+    "mask_file",
+    default=None,
+    type=click.Path(dir_okay=False),
+    help="Pruned-head set (JSON from 'headlens prune'): census the model with those heads zero-ablated.",
+)
+@click.option(
+    "--evidence",
+    is_flag=True,
+    help=(
+        "Then test each role with the intervention it predicts: evidence.csv (supported / not supported / not testable "
+        "here, with the figure)."
+    ),
+)
 @click.option("--evidence-n", default=32, show_default=True, type=int, help="Pairs, sequences or windows per evidence test (at least 10).")
-@click.option("--evidence-seq-len", default=20, show_default=True, type=int, help="Random tokens per copy in the induction evidence (at least 4).")
+@click.option(
+    "--evidence-seq-len", default=20, show_default=True, type=int, help="Random tokens per copy in the induction evidence (at least 4)."
+)
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Output folder.")
 @click.option("--overwrite", is_flag=True, help="Replace files in a non-empty output folder.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress lines.")
-def classify_cmd(model, device, dtype, revision, allow_new_weights, detectors, n_prompts, seed, seq_len, window, no_bos, batch_size, referent_file, attention, query_block, thresholds, baseline_factor, mask_file, evidence, evidence_n, evidence_seq_len, out_dir, overwrite, quiet):
+def classify_cmd(
+    model,
+    device,
+    dtype,
+    revision,
+    allow_new_weights,
+    detectors,
+    n_prompts,
+    seed,
+    seq_len,
+    window,
+    no_bos,
+    batch_size,
+    referent_file,
+    attention,
+    query_block,
+    thresholds,
+    baseline_factor,
+    mask_file,
+    evidence,
+    evidence_n,
+    evidence_seq_len,
+    out_dir,
+    overwrite,
+    quiet,
+):
     """Give every head its roles: scores.csv, roles.csv, heatmaps, summary.md, manifest.json
     (with --evidence also evidence.csv and an evidence column in heads.csv)."""
-    given = [f for f, p in (("--evidence-n", "evidence_n"), ("--evidence-seq-len", "evidence_seq_len")) if click.get_current_context().get_parameter_source(p) != click.core.ParameterSource.DEFAULT]
+    given = [
+        f
+        for f, p in (("--evidence-n", "evidence_n"), ("--evidence-seq-len", "evidence_seq_len"))
+        if click.get_current_context().get_parameter_source(p) != click.core.ParameterSource.DEFAULT
+    ]
     evidence_config = _evidence_config(evidence, evidence_n, evidence_seq_len, seed, mask_file, given)
     out = check_out_dir(out_dir, overwrite=overwrite)
     parsed = parse_thresholds(list(thresholds))
     ablate = list(read_mask(mask_file).heads) if mask_file else []
-    config = census_config(detectors, n_prompts, seed, seq_len, window, no_bos, batch_size, referent_file, ablate, attention=attention, query_block=query_block)
+    config = census_config(
+        detectors, n_prompts, seed, seq_len, window, no_bos, batch_size, referent_file, ablate, attention=attention, query_block=query_block
+    )
     check_census_config(config)
     loaded = load(model, device, dtype, revision, allow_new_weights)
     with progress_bars("census", quiet=quiet) as progress:
-        result = census(loaded, config, thresholds=parsed, baseline_factor=baseline_factor, mask=mask_file, progress=progress, command=command_line())
+        result = census(
+            loaded, config, thresholds=parsed, baseline_factor=baseline_factor, mask=mask_file, progress=progress, command=command_line()
+        )
     result.save(out, overwrite=overwrite)  # the census files first: a failing evidence run loses none of them
     if evidence_config is not None:
         result = result.with_evidence(loaded, evidence_config)
@@ -103,7 +180,9 @@ def _evidence_config(evidence, n, seq_len, seed, mask_file, given=()) -> Evidenc
             raise InputError("--evidence-n and --evidence-seq-len need --evidence")
         return None
     if mask_file:
-        raise InputError("--evidence with --mask: the interventions run on the unpruned model, so they would not test the pruned model's roles")
+        raise InputError(
+            "--evidence with --mask: the interventions run on the unpruned model, so they would not test the pruned model's roles"
+        )
     try:
         return EvidenceConfig(n=n, T=seq_len, seed=seed)
     except InputError as exc:

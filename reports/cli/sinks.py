@@ -2,44 +2,146 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import click
 
-from headlens.reports.cli.common import HEADS, model_options, parse_csv, parse_ints
+from headlens.analyses.sinks.config import SinkConfig
+from headlens.analyses.sinks.seed import seed_tables
+from headlens.probes.errors import InputError
+from headlens.probes.manifest import build_manifest
+from headlens.probes.outputs import check_out_dir, write_json
+from headlens.probes.prompts import read_prompts
+from headlens.reports.cli.common import HEADS, command_line, load, model_options, parse_csv, parse_ints
 from headlens.reports.figures.common import figures_text
-from headlens.reports.models import named_models
 from headlens.reports.progress import progress_bars
-from headlens.reports.sinks_tables import write_tables
+from headlens.reports.sinks_tables import lengths_lines, seed_text_lines, write_tables
+from headlens.reports.studies.sinks import SinkLengthsResult, SinksResult, sinks
 
 
 @click.command("sinks")
 @model_options
 @click.option("--out", "out_dir", default=None, type=click.Path(file_okay=False), help="Output folder (required unless --text).")
-@click.option("--eps", default=0.3, show_default=True, type=float, help="Sink threshold on alpha (Gu et al. 2024), strictly between 0 and 1.")
-@click.option("--window", default=64, show_default=True, type=int, help="Tokens per census sequence, BOS (an encoder's [CLS] and [SEP]) included (Gu et al.: 64).")
-@click.option("--n-prompts", default=None, type=int, help="Number of sequences (default: every window of the evaluation text, at most 100).")
-@click.option("--bos", "bos", type=click.Choice(["both", "on", "off"]), default="both", show_default=True, help="Prepend BOS (encoders: wrap in [CLS] ... [SEP]): run both settings, only with, or only without.")
+@click.option(
+    "--eps", default=0.3, show_default=True, type=float, help="Sink threshold on alpha (Gu et al. 2024), strictly between 0 and 1."
+)
+@click.option(
+    "--window",
+    default=64,
+    show_default=True,
+    type=int,
+    help="Tokens per census sequence, BOS (an encoder's [CLS] and [SEP]) included (Gu et al.: 64).",
+)
+@click.option(
+    "--n-prompts", default=None, type=int, help="Number of sequences (default: every window of the evaluation text, at most 100)."
+)
+@click.option(
+    "--bos",
+    "bos",
+    type=click.Choice(["both", "on", "off"]),
+    default="both",
+    show_default=True,
+    help="Prepend BOS (encoders: wrap in [CLS] ... [SEP]): run both settings, only with, or only without.",
+)
 @click.option("--no-bos", is_flag=True, help="Same as --bos off (Hugging Face and most papers do not prepend BOS).")
-@click.option("--prompts", "prompts_file", default=None, help="Your own texts instead of the evaluation text: one a line, or JSONL with 'text' (each cut to --window tokens).")
-@click.option("--heads", type=HEADS, default=None, help="Heads whose sink is removed, together and one by one, as LAYER.HEAD,... (default: the sink heads the census finds).")
-@click.option("--max-single", default=8, show_default=True, type=int, help="At most this many heads are also removed one by one (strongest sinks first).")
-@click.option("--keep-first", callback=parse_ints, default="1,4", show_default=True, help="First tokens kept by windowed attention, comma-separated (0, none kept, always runs).")
-@click.option("--attn-windows", callback=parse_ints, default=None, help="Window sizes for windowed attention, comma-separated (default: 8, 32, 128, 512, up to half of --long-tokens).")
-@click.option("--long-tokens", default=None, type=int, help="Length of the long sequences for windowed attention (default: the context, at most 1024).")
+@click.option(
+    "--prompts",
+    "prompts_file",
+    default=None,
+    help="Your own texts instead of the evaluation text: one a line, or JSONL with 'text' (each cut to --window tokens).",
+)
+@click.option(
+    "--heads",
+    type=HEADS,
+    default=None,
+    help="Heads whose sink is removed, together and one by one, as LAYER.HEAD,... (default: the sink heads the census finds).",
+)
+@click.option(
+    "--max-single",
+    default=8,
+    show_default=True,
+    type=int,
+    help="At most this many heads are also removed one by one (strongest sinks first).",
+)
+@click.option(
+    "--keep-first",
+    callback=parse_ints,
+    default="1,4",
+    show_default=True,
+    help="First tokens kept by windowed attention, comma-separated (0, none kept, always runs).",
+)
+@click.option(
+    "--attn-windows",
+    callback=parse_ints,
+    default=None,
+    help="Window sizes for windowed attention, comma-separated (default: 8, 32, 128, 512, up to half of --long-tokens).",
+)
+@click.option(
+    "--long-tokens",
+    default=None,
+    type=int,
+    help="Length of the long sequences for windowed attention (default: the context, at most 1024).",
+)
 @click.option("--n-long", default=2, show_default=True, type=int, help="Number of long sequences.")
 @click.option("--skip", default=None, help="Parts not to run, comma-separated: content, secondary, value_norm, removal, windowed.")
-@click.option("--text", "-t", default=None, help="Only the seed measurement on this text: per head, the last token's attention to the first vs 1/n.")
+@click.option(
+    "--text", "-t", default=None, help="Only the seed measurement on this text: per head, the last token's attention to the first vs 1/n."
+)
 @click.option("--top", default=20, show_default=True, type=click.IntRange(min=1), help="Heads printed per BOS setting with --text.")
-@click.option("--lengths", callback=parse_ints, default=None, help="Only the long-context study: sink alpha, sink rate and first-token share per head at these sequence lengths, e.g. 256,1024,4096 (--n-long sequences each, cut from the evaluation text or the --prompts documents concatenated).")
-@click.option("--attention", type=click.Choice(["auto", "eager", "streaming"]), default="auto", show_default=True, help="With --lengths: eager reads the patterns, streaming recomputes them from q and k in query blocks inside the SDPA forward, auto streams when one layer's patterns exceed 2 GiB. The full study is eager.")
+@click.option(
+    "--lengths",
+    callback=parse_ints,
+    default=None,
+    help=(
+        "Only the long-context study: sink alpha, sink rate and first-token share per head at these sequence lengths, "
+        "e.g. 256,1024,4096 (--n-long sequences each, cut from the evaluation text or the --prompts documents concatenated)."
+    ),
+)
+@click.option(
+    "--attention",
+    type=click.Choice(["auto", "eager", "streaming"]),
+    default="auto",
+    show_default=True,
+    help=(
+        "With --lengths: eager reads the patterns, streaming recomputes them from q and k in query blocks inside "
+        "the SDPA forward, auto streams when one layer's patterns exceed 2 GiB. The full study is eager."
+    ),
+)
 @click.option("--query-block", default=256, show_default=True, type=click.IntRange(min=1), help="Queries per block on the streaming path.")
 @click.option("--batch-size", default=8, show_default=True, type=int)
 @click.option("--seed", default=0, show_default=True, type=int, help="Seed of the random first tokens (recorded in the manifest).")
 @click.option("--overwrite", is_flag=True, help="Replace files in a non-empty output folder.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress lines.")
-def sinks_cmd(model, device, dtype, revision, allow_new_weights, out_dir, eps, window, n_prompts, bos, no_bos, prompts_file, heads, max_single, keep_first, attn_windows, long_tokens, n_long, skip, text, top, lengths, attention, query_block, batch_size, seed, overwrite, quiet):
+def sinks_cmd(
+    model,
+    device,
+    dtype,
+    revision,
+    allow_new_weights,
+    out_dir,
+    eps,
+    window,
+    n_prompts,
+    bos,
+    no_bos,
+    prompts_file,
+    heads,
+    max_single,
+    keep_first,
+    attn_windows,
+    long_tokens,
+    n_long,
+    skip,
+    text,
+    top,
+    lengths,
+    attention,
+    query_block,
+    batch_size,
+    seed,
+    overwrite,
+    quiet,
+):
     """Attention sinks: which heads sink, onto what, position or content, does the sink carry
     anything, and what breaks without it.
 
@@ -53,17 +155,6 @@ def sinks_cmd(model, device, dtype, revision, allow_new_weights, out_dir, eps, w
     the queries that see the first token and the mean over all queries), sink_lengths.png/.svg
     and manifest.json.
     """
-    import torch
-
-    from headlens.analyses.sinks.config import SinkConfig
-    from headlens.analyses.sinks.seed import seed_tables
-    from headlens.analyses.sinks.study import run_sinks
-    from headlens.reports.sinks_tables import seed_text_lines, summary_markdown, write_tables
-    from headlens.probes.errors import InputError
-    from headlens.probes.manifest import build_manifest
-    from headlens.probes.outputs import check_out_dir, write_json, write_text
-    from headlens.probes.prompts import read_prompts
-
     if out_dir is None and text is None:
         raise click.UsageError("give --out DIR (or --text TEXT for the seed measurement alone)")
     if text is not None and prompts_file is not None:
@@ -78,7 +169,24 @@ def sinks_cmd(model, device, dtype, revision, allow_new_weights, out_dir, eps, w
     if lengths is not None:
         if text is not None:
             raise click.UsageError("give either --text or --lengths, not both")
-        _lengths_study(model, device, dtype, revision, allow_new_weights, out_dir, lengths, eps, n_long, settings, prompts_file, attention, query_block, seed, quiet)
+        documents = tuple(read_prompts(prompts_file)) if prompts_file is not None else None
+        loaded = load(model, device, dtype, revision, allow_new_weights, seed=seed)
+        with progress_bars("sinks", quiet=quiet) as progress:
+            result = sinks(
+                loaded,
+                lengths=lengths,
+                eps=eps,
+                n_long=n_long,
+                bos=settings,
+                attention=attention,
+                query_block=query_block,
+                seed=seed,
+                prompts=documents,
+                prompts_file=prompts_file,
+                progress=progress,
+                command=command_line(),
+            )
+        _lengths_done(result, Path(out_dir), overwrite)
         return
     if attention == "streaming":
         raise click.UsageError("--attention streaming needs --lengths: the full sink study reads the attention patterns (eager)")
@@ -100,107 +208,68 @@ def sinks_cmd(model, device, dtype, revision, allow_new_weights, out_dir, eps, w
         seed=seed,
         skip=tuple(parse_csv(skip) or ()),
     )
-    torch.manual_seed(seed)
-    loaded = _load(model, device, dtype, revision, allow_new_weights)
-    command = ["headlens", *sys.argv[1:]]
     if text is not None:
-        table = seed_tables(loaded, text, settings)
-        for line in seed_text_lines(table, top):
-            click.echo(line)
-        if out_dir is not None:
-            out = Path(out_dir)
-            write_tables({"seed_text": table}, out)
-            manifest = build_manifest(model=loaded, command=command, seed=seed, prepend_bos=settings[0] if len(settings) == 1 else None, extra={"sinks": {"text": text, "bos": list(settings)}})
-            write_json(out / "manifest.json", manifest)
+        _seed_text(model, device, dtype, revision, allow_new_weights, text, settings, seed, top, out_dir)
         return
+    loaded = load(model, device, dtype, revision, allow_new_weights, seed=seed)
     with progress_bars("sinks", quiet=quiet) as progress:
-        report = run_sinks(loaded, config, progress=progress)
+        result = sinks(loaded, config, prompts_file=prompts_file, progress=progress, command=command_line())
     out = Path(out_dir)
-    tables = write_tables(report.tables, out)
-    from headlens.reports.figures.sinks import sink_figures
+    result.save(out, overwrite=overwrite)
+    _sinks_done(result, out)
 
-    figures = sink_figures(report.tables, out, config.eps)
-    write_text(out / "summary.md", summary_markdown(report, model_name=model, figures=figures))
-    manifest = build_manifest(
-        model=loaded,
-        command=command,
-        seed=seed,
-        prepend_bos=settings[0] if len(settings) == 1 else None,
-        configs={"sinks": {k: v for k, v in config_dict(config).items() if k != "prompts"}},
-        extra={"sinks": {**report.info, "bos_settings": list(settings), "files": sorted(p.name for p in [*tables, *figures]) + ["summary.md"], "prompts_file": prompts_file}},
-    )
-    write_json(out / "manifest.json", manifest)
-    rates = report.tables["sink_rates"]
-    for r in rates.itertuples():
-        heads_found = report.sink_heads(bool(r.bos))
+
+def _sinks_done(result: SinksResult, out: Path) -> None:
+    """The console lines of the full study."""
+    eps = result.report.config.eps if result.report is not None else 0.3
+    info = result.report.info if result.report is not None else {}
+    for r in result.sink_rates.itertuples():
+        heads_found = result.sink_heads(bool(r.bos))
         names = ", ".join(f"{layer}.{head}" for layer, head in heads_found[:10]) + (" ..." if len(heads_found) > 10 else "")
         click.echo(
             f"{'BOS' if r.bos else 'no BOS'}: sink rate {r.sink_rate:.3f} (uniform attention {r.uniform_sink_rate:.3f}), "
             f"mean alpha {r.mean_alpha:.3f} (uniform {r.uniform_alpha:.3f}), sink heads: {names or 'none'}"
         )
-        if r.uniform_alpha > config.eps:
-            click.echo(f"note: uniform attention is itself above eps ({r.uniform_alpha:.3f} > {config.eps:g}) at these lengths; use longer sequences (Gu et al.: 64 tokens)", err=True)
-    for name, why in (report.info.get("skipped_variants") or {}).items():
+        if r.uniform_alpha > eps:
+            click.echo(
+                f"note: uniform attention is itself above eps ({r.uniform_alpha:.3f} > {eps:g}) at these lengths; "
+                f"use longer sequences (Gu et al.: 64 tokens)",
+                err=True,
+            )
+    for name, why in (info.get("skipped_variants") or {}).items():
         click.echo(f"note: first-token variant {name} not run: {why}", err=True)
-    for name, why in (report.info.get("skipped") or {}).items():
+    for name, why in (info.get("skipped") or {}).items():
         click.echo(f"note: {name} {why}", err=True)
-    click.echo(f"wrote {len(tables)} tables, {figures_text(figures)}, summary.md and manifest.json to {out}")
+    figures = [out / f"{stem}.{fmt}" for stem in result.figure_names() for fmt in result.figure_formats]
+    click.echo(f"wrote {len(result.tables)} tables, {figures_text(figures)}, summary.md and manifest.json to {out}")
 
 
-def _lengths_study(model, device, dtype, revision, allow_new_weights, out_dir, lengths, eps, n_long, settings, prompts_file, attention, query_block, seed, quiet):
-    """``sinks --lengths``: the long-context table, its figure, summary lines and the manifest."""
-    import dataclasses
-
-    import pandas as pd
-    import torch
-
-    from headlens.analyses.sinks.lengths import LengthsConfig, sink_lengths, validate_lengths
-    from headlens.probes.manifest import build_manifest
-    from headlens.probes.outputs import write_json
-    from headlens.probes.prompts import read_prompts
-    from headlens.reports.figures.sinks import lengths_plot
-    from headlens.reports.sinks_tables import lengths_lines
-
-    torch.manual_seed(seed)
-    documents = tuple(read_prompts(prompts_file)) if prompts_file is not None else None
-    loaded = _load(model, device, dtype, revision, allow_new_weights)
-    out = Path(out_dir)
-    parts, infos, configs = [], {}, {}
-    plan = [LengthsConfig(lengths=tuple(lengths), eps=eps, n_sequences=n_long, prepend_bos=bos, attention=attention, query_block=query_block) for bos in settings]
-    for config in plan:  # every setting is checked before the first forward
-        validate_lengths(loaded, config, documents=documents)
-    with progress_bars("sinks", quiet=quiet) as progress:
-        for config in plan:
-            bos = config.prepend_bos
-            stage = f"lengths, {'BOS' if bos else 'no BOS'}"
-            result = sink_lengths(loaded, config, documents=documents, progress=lambda done, total, stage=stage: progress(stage, done, total))
-            parts.append(result.table.assign(bos=bos))
-            infos["bos" if bos else "no_bos"] = result.info
-            configs["bos" if bos else "no_bos"] = dataclasses.asdict(config)
-    table = pd.concat(parts, ignore_index=True)
-    tables = write_tables({"sink_lengths": table}, out)
-    figures = lengths_plot(table, out, eps)
-    manifest = build_manifest(
-        model=loaded, command=["headlens", *sys.argv[1:]], seed=seed, prepend_bos=settings[0] if len(settings) == 1 else None,
-        configs={"sink_lengths": configs}, extra={"sink_lengths": {**infos, "files": sorted(p.name for p in [*tables, *figures]), "prompts_file": prompts_file}},
-    )  # fmt: skip
-    write_json(out / "manifest.json", manifest)
-    for line in lengths_lines(table, eps):
+def _lengths_done(result: SinkLengthsResult, out: Path, overwrite: bool) -> None:
+    """``sinks --lengths``: the files, then the summary lines."""
+    result.save(out, overwrite=overwrite)
+    for line in lengths_lines(result.table, result.eps):
         click.echo(line)
+    figures = [out / f"sink_lengths.{fmt}" for fmt in result.figure_formats]
     click.echo(f"wrote sink_lengths.csv, {figures_text(figures)} and manifest.json to {out}")
 
 
-def config_dict(config) -> dict:
-    import dataclasses
-
-    return dataclasses.asdict(config)
-
-
-def _load(model: str, device: str, dtype: str, revision: str | None, allow_new_weights: bool = False):
-    from headlens.probes.config import ModelConfig
-    from headlens.probes.loading import load_model
-
-    return load_model(ModelConfig(model=model, device=device, dtype=dtype, revision=revision, allow_new_weights=allow_new_weights), named=named_models())
+def _seed_text(model, device, dtype, revision, allow_new_weights, text, settings, seed, top, out_dir) -> None:
+    """``sinks --text``: per head, the last token's attention to the first vs 1/n (seed_text.csv with --out)."""
+    loaded = load(model, device, dtype, revision, allow_new_weights, seed=seed)
+    table = seed_tables(loaded, text, settings)
+    for line in seed_text_lines(table, top):
+        click.echo(line)
+    if out_dir is not None:
+        out = Path(out_dir)
+        write_tables({"seed_text": table}, out)
+        manifest = build_manifest(
+            model=loaded,
+            command=command_line(),
+            seed=seed,
+            prepend_bos=settings[0] if len(settings) == 1 else None,
+            extra={"sinks": {"text": text, "bos": list(settings)}},
+        )
+        write_json(out / "manifest.json", manifest)
 
 
 COMMANDS = [sinks_cmd]

@@ -6,6 +6,8 @@ module costs nothing.  SVGs are deterministic (fixed hash salt, no date).
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +15,10 @@ import pandas as pd
 
 from headlens.reports.figures.common import save_figure
 
-__all__ = ["sink_figures", "alpha_heatmap", "layer_rate_plot", "value_norm_heatmap", "content_heatmap", "windowed_plot", "lengths_plot", "lengths_figure"]
+__all__ = [
+    "sink_figures", "sink_figure_makers", "alpha_figure", "layer_rate_figure", "value_norm_figure", "content_figure", "content_heatmap",
+    "windowed_figure", "lengths_plot", "lengths_figure",
+]  # fmt: skip
 
 
 def _plt() -> Any:
@@ -49,7 +54,7 @@ def _heatmap(ax: Any, grid: pd.DataFrame, *, title: str, vmin: float = 0.0, vmax
     ax.set_ylabel("layer")
 
 
-def alpha_heatmap(census: pd.DataFrame, out_dir: Path, eps: float) -> list[Path]:
+def alpha_figure(census: pd.DataFrame, eps: float) -> Any:
     """Layer x head heatmap of the mean sink alpha, one panel per BOS setting."""
     plt = _plt()
     settings = list(dict.fromkeys(census["bos"]))
@@ -60,10 +65,10 @@ def alpha_heatmap(census: pd.DataFrame, out_dir: Path, eps: float) -> list[Path]
         uniform = float(sub["uniform_alpha"].iloc[0])
         _heatmap(ax, _grid(sub, "alpha_mean"), title=f"sink alpha, {_bos_label(bos)} (eps {eps:g}, uniform {uniform:.3f})", label="mean alpha (attention to position 0)")
     fig.tight_layout()
-    return _save(fig, out_dir, "sink_alpha_heatmap")
+    return fig
 
 
-def layer_rate_plot(by_layer: pd.DataFrame, out_dir: Path, eps: float) -> list[Path]:
+def layer_rate_figure(by_layer: pd.DataFrame, eps: float) -> Any:
     """Line plot of the sink rate by layer, one line per BOS setting, with the uniform baseline."""
     plt = _plt()
     import seaborn as sns
@@ -86,10 +91,10 @@ def layer_rate_plot(by_layer: pd.DataFrame, out_dir: Path, eps: float) -> list[P
     ax.set_title("Fraction of (sequence, head) that sink, by layer")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    return _save(fig, out_dir, "sink_rate_by_layer")
+    return fig
 
 
-def value_norm_heatmap(value_norm: pd.DataFrame, out_dir: Path) -> list[Path]:
+def value_norm_figure(value_norm: pd.DataFrame) -> Any:
     """Attention share and value-norm share of the sink, layer x head, per BOS setting."""
     plt = _plt()
     settings = list(dict.fromkeys(value_norm["bos"]))
@@ -100,7 +105,7 @@ def value_norm_heatmap(value_norm: pd.DataFrame, out_dir: Path) -> list[Path]:
         _heatmap(row[0], _grid(sub, "attn_share"), title=f"attention share of position 0, {_bos_label(bos)}", label="mean A[i,0], i >= 1")
         _heatmap(row[1], _grid(sub, "value_norm_share"), title=f"value-norm share of position 0, {_bos_label(bos)}", label="||A[i,0] v0 W_O|| / sum_j ||A[i,j] vj W_O||")
     fig.tight_layout()
-    return _save(fig, out_dir, "value_norm_heatmap")
+    return fig
 
 
 #: Most heads in one row of the content heatmap: a 12-inch figure whose labels stay 9 pt when
@@ -111,7 +116,7 @@ CONTENT_COLUMNS_PER_ROW = 16
 LABEL_PT, CELL_PT = 9, 7
 
 
-def content_heatmap(content: pd.DataFrame, out_dir: Path, eps: float, max_heads: int = 48) -> list[Path]:
+def content_figure(content: pd.DataFrame, eps: float, max_heads: int = 48) -> Any:
     """Sink alpha per first-token variant (rows) and head (columns); the strongest heads when there are many.
 
     Heads are wrapped into rows of at most :data:`CONTENT_COLUMNS_PER_ROW` (one shared colour
@@ -151,10 +156,10 @@ def content_heatmap(content: pd.DataFrame, out_dir: Path, eps: float, max_heads:
     fig.colorbar(ScalarMappable(norm=Normalize(0, 1), cmap="viridis"), ax=axes[:, 0].tolist(), label="alpha (attention to position 0)", fraction=0.04, aspect=25 * min(n_rows, 2), pad=0.02)
     shown = f"the {grid.shape[1]} strongest of {n_all} heads, strongest first" if n_all > grid.shape[1] else f"all {n_all} heads"
     fig.suptitle(f"Position or content: sink alpha by first token (sink when > {eps:g}); {shown}", fontsize=10)
-    return _save(fig, out_dir, "content_heatmap")
+    return fig
 
 
-def windowed_plot(windowed: pd.DataFrame, out_dir: Path) -> list[Path]:
+def windowed_figure(windowed: pd.DataFrame) -> Any:
     """Loss against window size, one line per number of kept first tokens, full attention dashed."""
     plt = _plt()
     import seaborn as sns
@@ -175,24 +180,33 @@ def windowed_plot(windowed: pd.DataFrame, out_dir: Path) -> list[Path]:
         ax.set_title(f"Windowed attention, {_bos_label(bos)}, {int(sub['seq_tokens'].iloc[0])}-token sequences")
         ax.legend(fontsize=8, title="first tokens kept", title_fontsize=8)
     fig.tight_layout()
-    return _save(fig, out_dir, "windowed_loss")
+    return fig
+
+
+def content_heatmap(content: pd.DataFrame, out_dir: Path, eps: float, max_heads: int = 48) -> list[Path]:
+    """``content_heatmap.png`` and ``.svg``: :func:`content_figure`."""
+    return _save(content_figure(content, eps, max_heads), out_dir, "content_heatmap")
+
+
+def sink_figure_makers(tables: dict[str, pd.DataFrame], eps: float) -> dict[str, Callable[[], Any]]:
+    """A function making each figure whose table is present, by file stem."""
+    makers: dict[str, Callable[[], Any]] = {}
+    if "census" in tables:
+        makers["sink_alpha_heatmap"] = functools.partial(alpha_figure, tables["census"], eps)
+    if "sink_rate_by_layer" in tables:
+        makers["sink_rate_by_layer"] = functools.partial(layer_rate_figure, tables["sink_rate_by_layer"], eps)
+    if "value_norm" in tables:
+        makers["value_norm_heatmap"] = functools.partial(value_norm_figure, tables["value_norm"])
+    if "content" in tables:
+        makers["content_heatmap"] = functools.partial(content_figure, tables["content"], eps)
+    if "windowed" in tables:
+        makers["windowed_loss"] = functools.partial(windowed_figure, tables["windowed"])
+    return makers
 
 
 def sink_figures(tables: dict[str, pd.DataFrame], out_dir: str | Path, eps: float) -> list[Path]:
-    """Every figure whose table is present; returns the files written."""
-    out = Path(out_dir)
-    paths: list[Path] = []
-    if "census" in tables:
-        paths += alpha_heatmap(tables["census"], out, eps)
-    if "sink_rate_by_layer" in tables:
-        paths += layer_rate_plot(tables["sink_rate_by_layer"], out, eps)
-    if "value_norm" in tables:
-        paths += value_norm_heatmap(tables["value_norm"], out)
-    if "content" in tables:
-        paths += content_heatmap(tables["content"], out, eps)
-    if "windowed" in tables:
-        paths += windowed_plot(tables["windowed"], out)
-    return paths
+    """Every figure whose table is present (:func:`sink_figure_makers`); returns the files written."""
+    return [path for stem, make in sink_figure_makers(tables, eps).items() for path in _save(make(), Path(out_dir), stem)]
 
 
 #: The panels of ``sink_lengths``: column, title, y label, uniform-attention column (or None).

@@ -47,7 +47,8 @@ from headlens.reports.report.folder import check_report_dir, read_manifest, remo
 from headlens.reports.report.join import assemble
 from headlens.reports.report.markers import JOURNAL, MARKER, REPORT_FORMAT, clear_stage_dir, json_key, key_hash, model_fingerprint, model_identity, now_utc, one_line, read_marker, write_marker
 from headlens.reports.report.result import Example, Report, StageStatus
-from headlens.reports.report.settings import DEFAULT_EXAMPLE_PROMPTS, MAX_EXAMPLE_PROMPTS, MAX_EXAMPLE_TOKENS, ReportSettings
+from headlens.reports.report.settings import DEFAULT_EXAMPLE_PROMPTS, MAX_EXAMPLE_PROMPTS, ReportSettings
+from headlens.reports.report.stage_examples import MAX_EXAMPLE_TOKENS
 from headlens.reports.report import stages as _stages
 from headlens.reports.report.stages import STAGES
 

@@ -9,11 +9,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from headlens.analyses.ablation.pruning import PruneConfig
+from headlens.analyses.ablation.study import AblationConfig
+from headlens.analyses.heads.census import CensusConfig
+from headlens.analyses.sinks.config import SinkConfig
+from headlens.analyses.stimuli import eval_text
 from headlens.probes.errors import InputError
+from headlens.reports.report.stages import STAGES
+from headlens.reports.text_files import read_text_file
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ReportSettings", "DEFAULT_EXAMPLE_PROMPTS", "MAX_EXAMPLE_PROMPTS", "MAX_EXAMPLE_TOKENS", "SMOKE_STAGES", "check_example_prompts"]
+__all__ = ["ReportSettings", "DEFAULT_EXAMPLE_PROMPTS", "MAX_EXAMPLE_PROMPTS", "SMOKE_STAGES", "check_example_prompts"]
 
 #: Shown when no ``--example-prompt`` is given: natural text, a repeated phrase (induction,
 #: duplicate-token) and a pronoun with two candidate antecedents (referent).
@@ -23,7 +30,6 @@ DEFAULT_EXAMPLE_PROMPTS: tuple[str, ...] = (
     "Mary thanked John because she had finished the report early.",
 )
 MAX_EXAMPLE_PROMPTS = 8
-MAX_EXAMPLE_TOKENS = 64
 #: The stages whose ``--quick`` settings are a smoke test (a few windows, prompts or orders):
 #: they show that the stage runs and state no finding (:mod:`headlens.analyses.verdicts`).  The
 #: census keeps classify's defaults under ``--quick``; the examples hold no statistic.
@@ -47,8 +53,6 @@ class ReportSettings:
         object.__setattr__(self, "example_prompts", tuple(self.example_prompts))
         object.__setattr__(self, "skip", tuple(dict.fromkeys(self.skip)))
         check_example_prompts(self.example_prompts)
-        from headlens.reports.report.stages import STAGES
-
         unknown = [s for s in self.skip if s not in STAGES]
         if unknown:
             raise InputError(f"cannot skip {', '.join(map(repr, unknown))}: choose from {', '.join(STAGES)}", skip=self.skip)
@@ -61,9 +65,7 @@ class ReportSettings:
 
     # Each stage's configuration (also its resume key).
 
-    def census(self) -> Any:
-        from headlens.analyses.heads.census import CensusConfig
-
+    def census(self) -> CensusConfig:
         # --quick keeps the census at `headlens classify`'s defaults (100 prompts, 1000 resamples):
         # fewer prompts move borderline scores across a threshold, and the report's roles must be
         # classify's (the census is the cheapest stage on a small model)
@@ -75,9 +77,7 @@ class ReportSettings:
             batch_size=max(self.batch_size, 16),
         )
 
-    def sinks(self) -> Any:
-        from headlens.analyses.sinks.config import SinkConfig
-
+    def sinks(self) -> SinkConfig:
         if self.quick:
             return SinkConfig(bos=(self.prepend_bos,), n_prompts=8, seed=self.seed, batch_size=self.batch_size, skip=("content", "secondary", "value_norm", "removal", "windowed"))
         return SinkConfig(bos=(False, True), seed=self.seed, batch_size=self.batch_size)
@@ -95,11 +95,7 @@ class ReportSettings:
     def eval_source(self) -> tuple[str, str]:
         """``(text, label)``: the evaluation text of ablation and pruning and how the page names it."""
         if self.text_file is None:
-            from headlens.analyses.stimuli import eval_text
-
             return eval_text(), "built-in evaluation text"
-        from headlens.reports.text_files import read_text_file
-
         return read_text_file(self.text_file), f"--text-file {self.text_file}"
 
     def eval_text_id(self) -> dict[str, Any]:
@@ -110,14 +106,10 @@ class ReportSettings:
         text, _ = self.eval_source()
         return {"text_file": self.text_file, "text_sha256": hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]}
 
-    def ablation(self, method: str) -> Any:
-        from headlens.analyses.ablation.study import AblationConfig
-
+    def ablation(self, method: str) -> AblationConfig:
         return AblationConfig(method=method, batch_size=self.batch_size, n_bootstrap=200 if self.quick else 1000, seed=self.seed, attribution=not self.quick)
 
-    def pruning(self) -> Any:
-        from headlens.analyses.ablation.pruning import PruneConfig
-
+    def pruning(self) -> PruneConfig:
         return PruneConfig(step=0.5 if self.quick else 0.1, random_seeds=2 if self.quick else 3, seed=self.seed, batch_size=self.batch_size)
 
     def to_json(self) -> dict[str, Any]:

@@ -1,5 +1,5 @@
 """The ``census`` stage: head census and roles, the files ``headlens classify`` writes
-(:func:`headlens.reports.census_files.classify_to_dir`); the report's roles equal classify's."""
+(:func:`headlens.reports.studies.census.census`, then ``result.write``); the report's roles equal classify's."""
 
 from __future__ import annotations
 
@@ -11,7 +11,10 @@ from typing import Any
 import pandas as pd
 
 from headlens.reports.census_files import HEADS_FILE, ROLES_FILE, read_roles
+from headlens.reports.figures.report import FIGURE_FORMATS
+from headlens.reports.progress import progress_bars
 from headlens.reports.report.context import Stage, StageContext, relative_names
+from headlens.reports.studies.census import census
 
 log = logging.getLogger(__name__)
 
@@ -21,16 +24,13 @@ STRONGEST_COLUMNS = ("layer", "head", "name", "strongest_detector", "strongest_s
 
 
 def _run_census(ctx: StageContext) -> dict[str, Any]:
-    from headlens.reports.census_files import classify_to_dir
-    from headlens.reports.figures.report import FIGURE_FORMATS
-
     loaded = ctx.model()
-    result, heads = classify_to_dir(
-        loaded, ctx.settings.census(), ctx.dir, thresholds={}, baseline_factor=2.0, quiet=ctx.quiet, command=ctx.command,
-        extra={"report_stage": "census"}, formats=FIGURE_FORMATS,
-    )
+    with progress_bars("census", quiet=ctx.quiet) as progress:
+        result = census(loaded, ctx.settings.census(), thresholds={}, baseline_factor=2.0, progress=progress, command=ctx.command)
+    result.manifest["report_stage"] = "census"
+    result.write(ctx.dir, formats=FIGURE_FORMATS)
     pdfs = sorted(ctx.dir.glob("heatmap_*.pdf"))
-    return {"stimuli": result.stimuli, "n_roles": int((heads["roles"] != "").sum()), "extra_files": relative_names(pdfs, ctx.dir)}
+    return {"stimuli": result.stimuli, "n_roles": int((result.heads["roles"] != "").sum()), "extra_files": relative_names(pdfs, ctx.dir)}
 
 
 def _load_census(d: Path, marker: dict[str, Any]) -> dict[str, Any]:

@@ -11,12 +11,17 @@ from typing import Any
 
 import numpy as np
 
-from headlens.reports.report.settings import MAX_EXAMPLE_TOKENS
+from headlens.probes.capture import capture, tokenize_for
+from headlens.probes.config import CaptureConfig
+from headlens.probes.outputs import atomic_write, write_json
 from headlens.reports.report.context import Stage, StageContext
 
 log = logging.getLogger(__name__)
 
-__all__ = ["STAGE", "Example"]
+__all__ = ["STAGE", "Example", "MAX_EXAMPLE_TOKENS"]
+
+#: Tokens of an example prompt shown at most (longer prompts are cut, and the page says so).
+MAX_EXAMPLE_TOKENS = 64
 
 
 @dataclass
@@ -30,10 +35,6 @@ class Example:
 
 
 def _run_examples(ctx: StageContext) -> dict[str, Any]:
-    from headlens.probes.capture import capture, tokenize_for
-    from headlens.probes.config import CaptureConfig
-    from headlens.probes.outputs import atomic_write, write_json
-
     loaded = ctx.model()
     prompts = list(ctx.settings.example_prompts)
     limit = min(MAX_EXAMPLE_TOKENS, loaded.n_ctx)

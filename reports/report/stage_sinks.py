@@ -10,7 +10,13 @@ from typing import Any
 
 import pandas as pd
 
+from headlens.probes.outputs import write_text
+from headlens.reports.figures.report import sink_alpha_heatmap
+from headlens.reports.figures.sinks import sink_figures
 from headlens.reports.report.context import Stage, StageContext
+from headlens.reports.sinks_tables import summary_markdown
+from headlens.reports.studies.sinks import sinks
+from headlens.reports.verdict_text import figure_smoke_note
 
 log = logging.getLogger(__name__)
 
@@ -18,30 +24,39 @@ __all__ = ["STAGE"]
 
 
 def _run_sinks(ctx: StageContext) -> dict[str, Any]:
-    from headlens.analyses.sinks.study import run_sinks
-    from headlens.reports.sinks_tables import summary_markdown, write_tables
-    from headlens.probes.outputs import write_text
-    from headlens.reports.figures.report import sink_alpha_heatmap
-    from headlens.reports.verdict_text import figure_smoke_note
-
     loaded = ctx.model()
     config = ctx.settings.sinks()
     left_out = _loss_analyses(loaded, config)
     if left_out:
         config = dataclasses.replace(config, skip=tuple(dict.fromkeys((*config.skip, *left_out))))
         ctx.say(f"left out {' and '.join(left_out)}: they measure loss, which {_why_no_loss(loaded)}")
-    report = run_sinks(loaded, config, progress=ctx.step)
-    files = write_tables(report.tables, ctx.dir)
+    result = sinks(loaded, config, progress=ctx.step, command=ctx.command)
+    report = result.report
+    assert report is not None  # set by every computed SinksResult (None only when read back from a folder)
+    files = result.write_tables(ctx.dir)
     if not ctx.settings.quick:
-        from headlens.reports.figures.sinks import sink_figures
-
         files += sink_figures(report.tables, ctx.dir, config.eps)
     census = report.tables["census"]
     rates = report.tables["sink_rates"]
-    n_sequences = int(rates.loc[rates["bos"] == ctx.settings.prepend_bos, "n_sequences"].iloc[0]) if (rates["bos"] == ctx.settings.prepend_bos).any() else None
+    n_sequences = (
+        int(rates.loc[rates["bos"] == ctx.settings.prepend_bos, "n_sequences"].iloc[0])
+        if (rates["bos"] == ctx.settings.prepend_bos).any()
+        else None
+    )
     note = figure_smoke_note(f"the sink census only, on {n_sequences} sequences") if ctx.settings.smoke_test("sinks") else None
-    files += sink_alpha_heatmap(census[census["bos"] == ctx.settings.prepend_bos], ctx.dir / "sink_alpha", eps=config.eps, bos=ctx.settings.prepend_bos, n_sequences=n_sequences, note=note)
-    files.append(write_text(ctx.dir / "summary.md", summary_markdown(report, model_name=loaded.name, figures=[p for p in files if p.suffix == ".png"])))
+    files += sink_alpha_heatmap(
+        census[census["bos"] == ctx.settings.prepend_bos],
+        ctx.dir / "sink_alpha",
+        eps=config.eps,
+        bos=ctx.settings.prepend_bos,
+        n_sequences=n_sequences,
+        note=note,
+    )
+    files.append(
+        write_text(
+            ctx.dir / "summary.md", summary_markdown(report, model_name=loaded.name, figures=[p for p in files if p.suffix == ".png"])
+        )
+    )
     info = {"sinks": report.info, "eps": config.eps, "bos": list(config.bos)}
     if left_out:
         info["left_out"] = {"analyses": list(left_out), "why": f"they measure loss, which {_why_no_loss(loaded)}"}

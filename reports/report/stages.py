@@ -3,7 +3,7 @@
 ==================  ===========================================================================
 stage               what it runs (``--quick`` in brackets)
 ==================  ===========================================================================
-``census``          head census and roles (:func:`headlens.reports.census_files.classify_to_dir`);
+``census``          head census and roles (:func:`headlens.reports.studies.census.census`);
                     100 prompts per stimulus set, 1000 bootstrap resamples [the same: roles
                     equal ``headlens classify``'s]
 ``evidence``        each census role tested by its intervention (:mod:`headlens.reports.report.stage_evidence`),

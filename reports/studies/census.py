@@ -97,7 +97,12 @@ class CensusResult(Result):
         heads["evidence"] = evidence_joined(table, heads)
         tables = {**self.tables, "heads": heads, "evidence": table}
         manifest = dict(self.manifest)
-        manifest["evidence"] = {"file": EVIDENCE_FILE, "prepend_bos": prepend_bos, "rule": evidence_rule(), "counts": table["evidence"].value_counts().to_dict()}
+        manifest["evidence"] = {
+            "file": EVIDENCE_FILE,
+            "prepend_bos": prepend_bos,
+            "rule": evidence_rule(),
+            "counts": table["evidence"].value_counts().to_dict(),
+        }
         manifest["config"] = {**manifest.get("config", {}), "evidence": to_dict(evidence)}
         classified = HeadRoles(roles=roles, heads=self.heads.drop(columns=["roles", "evidence"], errors="ignore"))
         summary = _summary(self.scores, classified, manifest, evidence=table)
@@ -122,9 +127,15 @@ class CensusResult(Result):
 def _summary(scores: pd.DataFrame, classified: HeadRoles, manifest: Mapping[str, Any], evidence: pd.DataFrame | None = None) -> str:
     model = manifest.get("model") or {}
     return census_summary(
-        scores, classified, model=str(model.get("model")), prepend_bos=bool(manifest.get("prepend_bos")), thresholds=manifest["thresholds"],
-        baseline_factor=manifest["baseline_factor"], stimuli=manifest.get("stimuli") or {}, **({"evidence": evidence} if evidence is not None else {}),
-    )  # fmt: skip
+        scores,
+        classified,
+        model=str(model.get("model")),
+        prepend_bos=bool(manifest.get("prepend_bos")),
+        thresholds=manifest["thresholds"],
+        baseline_factor=manifest["baseline_factor"],
+        stimuli=manifest.get("stimuli") or {},
+        **({"evidence": evidence} if evidence is not None else {}),
+    )
 
 
 def check_census_config(config: CensusConfig) -> None:
@@ -166,7 +177,9 @@ def census(
     pruned = read_mask(mask) if mask else None
     if pruned is not None:
         if evidence is not None:
-            raise InputError("evidence with mask: the interventions run on the unpruned model, so they would not test the pruned model's roles")
+            raise InputError(
+                "evidence with mask: the interventions run on the unpruned model, so they would not test the pruned model's roles"
+            )
         config = study_config("census", CensusConfig, config, {"ablate": tuple(pruned.heads)})
     check_census_config(config)
     loaded = as_loaded(model, load)
@@ -177,9 +190,15 @@ def census(
     used = {k: v for k, v in {**default_thresholds(), **(thresholds or {})}.items() if k in set(result.scores["detector"])}
     extra = {"stimuli": result.stimuli, "thresholds": used, "baseline_factor": baseline_factor, "mask": mask}
     manifest = build_manifest(
-        model=loaded, command=command or python_command("census", model, call), seed=config.seed, prepend_bos=config.prepend_bos,
-        configs={"census": config}, extra=extra,
-    )  # fmt: skip
+        model=loaded,
+        command=command or python_command("census", model, call),
+        seed=config.seed,
+        prepend_bos=config.prepend_bos,
+        configs={"census": config},
+        extra=extra,
+    )
     tables = {"scores": result.scores, "roles": classified.roles, "heads": head_roles_table(classified)}
-    out = CensusResult(tables=tables, manifest=manifest, summary=_summary(result.scores, classified, manifest), notes=dict(result.detector_notes))
+    out = CensusResult(
+        tables=tables, manifest=manifest, summary=_summary(result.scores, classified, manifest), notes=dict(result.detector_notes)
+    )
     return out.with_evidence(loaded, evidence) if evidence is not None else out

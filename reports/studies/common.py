@@ -36,7 +36,8 @@ def study_config(verb: str, cls: type[C], config: C | None, kwargs: dict[str, An
     unknown = [k for k in kwargs if k not in fields and k not in allowed]
     if unknown:
         raise InputError(
-            f"{verb}: unknown keyword {', '.join(f'{k}=' for k in unknown)}; choose from {', '.join(fields + list(allowed))}", keywords=unknown
+            f"{verb}: unknown keyword {', '.join(f'{k}=' for k in unknown)}; choose from {', '.join(fields + list(allowed))}",
+            keywords=unknown,
         )
     if config is not None and not isinstance(config, cls):
         raise InputError(f"{verb}: config must be a {cls.__name__}, got {type(config).__name__}")

@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import torch
+
 from headlens.probes.config import ModelConfig
 from headlens.probes.errors import InputError
 from headlens.probes.loading import LoadedModel
@@ -45,12 +47,17 @@ def model_config(model: str, kwargs: dict[str, Any]) -> ModelConfig:
     return ModelConfig(model=model, **kwargs)
 
 
-def as_loaded(model: LoadedModel | str, load: dict[str, Any] | None = None) -> LoadedModel:
-    """``model`` itself when already loaded, else :func:`load_model` with ``load`` (ModelConfig fields)."""
+def as_loaded(model: LoadedModel | str, load: dict[str, Any] | None = None, *, seed: int | None = None) -> LoadedModel:
+    """``model`` itself when already loaded, else :func:`load_model` with ``load`` (ModelConfig fields),
+    torch seeded with ``seed`` first (weights missing from a checkpoint are drawn reproducibly)."""
     if isinstance(model, LoadedModel):
         if load:
-            raise TypeError(f"{', '.join(sorted(load))}: loading settings apply to a model given by name, not to a loaded model")
+            raise InputError(
+                f"{', '.join(f'{k}=' for k in sorted(load))}: loading settings apply to a model given by name, not to a loaded model"
+            )
         return model
+    if seed is not None:
+        torch.manual_seed(seed)
     return load_model(model, **(load or {}))
 
 

@@ -101,6 +101,10 @@ class Result:
         """One function per figure the command saves, by file stem (no figure by default)."""
         return {}
 
+    def figure_names(self) -> list[str]:
+        """The file stems of the figures (:meth:`plot`'s names)."""
+        return list(self._figure_makers())
+
     def figures(self) -> dict[str, Figure]:
         """Every figure the command saves, by file stem, as matplotlib Figures."""
         return {stem: make() for stem, make in self._figure_makers().items()}
@@ -122,6 +126,10 @@ class Result:
         """Text files the command writes besides tables, by file name (e.g. ``summary.md``)."""
         return {}
 
+    def write_tables(self, folder: Path) -> list[Path]:
+        """Each table as ``folder/<name>.csv``, atomically."""
+        return [write_table(table, folder / f"{name}.csv") for name, table in self.tables.items()]
+
     def _write_extra(self, folder: Path) -> None:
         """Files that are neither tables, figures, texts nor the manifest (none by default)."""
 
@@ -134,8 +142,7 @@ class Result:
         checked, all-or-nothing form.  ``formats``: the figures' (default :attr:`figure_formats`)."""
         out = Path(folder)
         out.mkdir(parents=True, exist_ok=True)
-        for name, table in self.tables.items():
-            write_table(table, out / f"{name}.csv")
+        self.write_tables(out)
         self._write_extra(out)
         for stem, make in self._figure_makers().items():
             save_figure(make(), out / stem, formats or self.figure_formats)

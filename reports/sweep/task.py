@@ -1,7 +1,7 @@
 """One sweep task: load the checkpoint, run the census, measure the held-out loss, write its folder.
 
-The census goes through the calls ``headlens detect`` makes (:func:`run_census`, then
-:func:`write_table` and :func:`build_manifest`), so a task's ``scores.csv`` is what
+The census is the study ``headlens detect`` and ``headlens classify`` run
+(:func:`headlens.reports.studies.census.census`), so a task's ``scores.csv`` is what
 ``headlens detect --out scores.csv`` writes for the same model and settings.  The folder
 ``OUT/tasks/KEY/`` is written under a temporary name and renamed when complete:
 ``manifest.json`` in it means the task is done, and a rerun skips it.  With ``ablation`` the
@@ -21,9 +21,21 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from headlens.probes.errors import HeadlensError
-from headlens.probes.outputs import atomic_dir
+import pandas as pd
+
+from headlens.analyses.ablation.evalset import text_eval_set
+from headlens.analyses.ablation.study import AblationConfig, ablation_study
+from headlens.analyses.sinks.intervene import mean_loss
+from headlens.analyses.stimuli import eval_text
+from headlens.probes.errors import HeadlensError, InputError
+from headlens.probes.loading import LoadedModel
+from headlens.probes.outputs import atomic_dir, write_json
+from headlens.probes.prompts import TokenBatch
+from headlens.reports.studies.census import CensusResult, census
+from headlens.reports.studies.models import load_model
 from headlens.reports.sweep.plan import SweepConfig, SweepTask
+from headlens.reports.tables import write_table
+from headlens.reports.text_files import read_text_file
 
 log = logging.getLogger(__name__)
 
@@ -43,17 +55,11 @@ def is_done(out: str | Path, task: SweepTask) -> bool:
 
 def _read_text(config: SweepConfig) -> tuple[str, str]:
     if config.text_file:
-        from headlens.reports.text_files import read_text_file
-
         return read_text_file(config.text_file), config.text_file
-    from headlens.analyses.stimuli import eval_text
-
     return eval_text(), "built-in evaluation text"
 
 
 def _eval_set(loaded: Any, config: SweepConfig) -> Any:
-    from headlens.analyses.ablation.evalset import text_eval_set
-
     text, source = _read_text(config)
     window = min(config.loss_window, loaded.n_ctx)
     return text_eval_set(loaded.tokenizer, text, n_windows=config.loss_windows, window=window, prepend_bos=True, n_ctx=loaded.n_ctx, source=source, frame=loaded.frame(True))
@@ -66,9 +72,6 @@ def heldout_loss(loaded: Any, config: SweepConfig, data: Any = None) -> dict[str
     if getattr(loaded, "is_encoder", False):
         log.info("%s is an encoder: no next-token loss to measure", loaded.name)
         return {"heldout_loss": None, "loss_tokens": 0, "loss_note": "encoder: no next-token loss"}
-    from headlens.analyses.sinks.intervene import mean_loss
-    from headlens.probes.prompts import TokenBatch
-
     data = data if data is not None else _eval_set(loaded, config)
     source, window = data.source.get("text"), data.source.get("window")
     batch = TokenBatch(tokens=data.tokens, lengths=data.lengths, strings=[[] for _ in range(len(data.lengths))], prepend_bos=True, pad_id=loaded.bos_id or 0)
@@ -76,45 +79,27 @@ def heldout_loss(loaded: Any, config: SweepConfig, data: Any = None) -> dict[str
     return {"heldout_loss": loss, "loss_tokens": count, "loss_text": source, "loss_windows": int(data.tokens.shape[0]), "loss_window": window, "loss_basis": data.basis()}
 
 
-def _role_table(roles: Any) -> Any:
-    """``layer, head, role``: one row per (head, role) it has, from :func:`classify_heads`' answer."""
-    import pandas as pd
-
-    long = getattr(roles, "roles", roles)
-    if "role" in long:
-        return long[["layer", "head", "role"]].reset_index(drop=True)
-    rows = [(int(r.layer), int(r.head), role) for r in long.itertuples() for role in str(r.roles).split(";") if role]  # one row per head, ";"-joined
-    return pd.DataFrame(rows, columns=["layer", "head", "role"])
+def _role_table(roles: pd.DataFrame) -> pd.DataFrame:
+    """``layer, head, role``: one row per (head, role) it has, from the census' long role table."""
+    return roles[["layer", "head", "role"]].reset_index(drop=True)
 
 
 def _ablation(loaded: Any, config: SweepConfig, data: Any) -> Any:
     """``headlens ablate``'s exact single-head table (zero ablation, loss on the held-out windows)."""
-    from headlens.probes.errors import InputError
-
     if data is None:
         raise InputError("--ablate needs the held-out loss windows (--loss-windows above 0, a decoder)")
-    from headlens.analyses.ablation.study import AblationConfig, ablation_study
-
     result = ablation_study(loaded, data, AblationConfig(method="zero", seed=config.census.seed, batch_size=config.census.batch_size))
     table = result.table.copy()
     table["unablated_value"] = result.unablated_value
     return table
 
 
-def _census(task: SweepTask, config: SweepConfig, command: list[str]) -> tuple[Any, Any, Any, dict[str, Any]]:
-    from headlens.analyses.heads.census import run_census
-    from headlens.analyses.heads.classify import classify_heads
-    from headlens.probes.config import ModelConfig
-    from headlens.probes.loading import load_model
-    from headlens.probes.manifest import build_manifest
-
-    loaded = load_model(ModelConfig(model=task.model, device=config.device, dtype=config.dtype, revision=task.revision, allow_new_weights=config.allow_new_weights))
-    result = run_census(loaded, config.census)
-    roles = _role_table(classify_heads(result.scores, dict(config.thresholds), baseline_factor=config.baseline_factor))
-    manifest = build_manifest(
-        model=loaded, command=command, seed=config.census.seed, prepend_bos=config.census.prepend_bos, configs={"census": config.census},
-        extra={"stimuli": result.stimuli, "sweep_task": asdict(task), "sweep": config.to_dict()},
-    )
+def _census(task: SweepTask, config: SweepConfig, command: list[str]) -> tuple[LoadedModel, CensusResult, pd.DataFrame, dict[str, Any]]:
+    """``headlens classify``'s census of one checkpoint (:func:`headlens.reports.studies.census.census`)."""
+    loaded = load_model(task.model, device=config.device, dtype=config.dtype, revision=task.revision, allow_new_weights=config.allow_new_weights)
+    result = census(loaded, config.census, thresholds=dict(config.thresholds), baseline_factor=config.baseline_factor, command=command)
+    roles = _role_table(result.roles)
+    manifest = {**result.manifest, "sweep_task": asdict(task), "sweep": config.to_dict()}
     return loaded, result, roles, manifest
 
 
@@ -124,9 +109,6 @@ def run_task(task: SweepTask, config: SweepConfig, out: str, command: list[str])
     A :class:`HeadlensError` (bad revision, not a checkpoint, unsupported model, ...) becomes a
     ``failed`` record with its one-line message; anything else propagates (Ray reports it).
     """
-    from headlens.probes.outputs import write_json
-    from headlens.reports.tables import write_table
-
     t0, c0 = time.perf_counter(), time.process_time()
     record: dict[str, Any] = {"key": task.key, "label": task.label, "model": task.model, "revision": task.revision, "step": task.step, "host": os.uname().nodename}
     try:
