@@ -12,7 +12,7 @@ from headlens.analyses.verdicts import difference_verdict
 from headlens.reports.markdown import markdown_cell, markdown_table
 from headlens.reports.verdict_text import smoke_sentence, verdict_words
 
-__all__ = ["text_table", "gqa_markdown", "gqa_reading", "knockout_reading", "projections_markdown", "design_section_markdown"]
+__all__ = ["text_table", "with_basis", "gqa_markdown", "gqa_reading", "knockout_reading", "projections_markdown", "design_section_markdown"]
 
 log = logging.getLogger(__name__)
 
@@ -20,6 +20,12 @@ log = logging.getLogger(__name__)
 def text_table(table: Any) -> str:
     """A table as plain text for the terminal (4 significant digits)."""
     return table.to_string(index=False, float_format=lambda x: f"{x:.4g}")
+
+
+def with_basis(markdown: str, basis: str) -> str:
+    """``markdown`` with the line saying what the loss is measured on (``basis``) after its title."""
+    title, sep, rest = markdown.partition("\n\n")
+    return f"{title}{sep}Loss on {basis}.\n\n{rest}" if sep else f"{markdown}\nLoss on {basis}.\n"
 
 
 def gqa_markdown(res: Any, model_name: str, *, figure: str | None = None, n_items: int | None = None) -> str:

@@ -10,6 +10,8 @@ from typing import Any
 
 import pandas as pd
 
+from headlens.analyses.patching.evidence import COPY_RATIO, MIN_EFFECT, MIN_LOSS
+from headlens.analyses.verdicts import MIN_ITEMS
 from headlens.reports.markdown import markdown_table
 
 log = logging.getLogger(__name__)
@@ -21,9 +23,6 @@ EVIDENCE_FILE = "evidence.csv"
 
 def evidence_rule_text() -> str:
     """One paragraph: what each role is tested by and when it is supported (the thresholds are the analysis's)."""
-    from headlens.analyses.patching.evidence import COPY_RATIO, MIN_EFFECT, MIN_LOSS
-    from headlens.analyses.verdicts import MIN_ITEMS
-
     return (
         f"Each role is tested by the intervention it predicts. Induction: with the head zero-ablated, the loss rise on the second copy of "
         f"repeated random tokens is at least {MIN_LOSS:g} nats and {COPY_RATIO:g}x the first copy's rise (interval above 0), and the head writes "

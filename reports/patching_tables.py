@@ -10,7 +10,7 @@ import pandas as pd
 
 from headlens.probes.outputs import atomic_write
 
-__all__ = ["write_tables", "gap_line", "top_lines", "path_lines", "agreement_line", "dla_lines"]
+__all__ = ["write_tables", "patch_lines", "gap_line", "top_lines", "path_lines", "agreement_line", "dla_lines"]
 
 
 def write_tables(tables: dict[str, pd.DataFrame], out_dir: str | Path) -> list[Path]:
@@ -18,10 +18,10 @@ def write_tables(tables: dict[str, pd.DataFrame], out_dir: str | Path) -> list[P
     return [atomic_write(out / f"{name}.csv", lambda p, df=df: df.to_csv(p, index=False, float_format="%.6g")) for name, df in tables.items()]
 
 
-def gap_line(gap: Any) -> str:
-    d = gap.describe()
+def gap_line(d: dict[str, Any]) -> str:
+    """The clean/corrupted line of a gap (``Gap.describe()``, the manifest's ``patching.gap``)."""
     base = f"{d['metric']}: clean {d['clean']:.3f}, corrupted {d['corrupt']:.3f} over {d['n_pairs']} pairs"
-    if gap.defined:
+    if d.get("undefined_reason") is None:
         return f"{base}; gap {d['gap']:.3f} (95% CI {d['gap_low']:.3f} .. {d['gap_high']:.3f}); effects are normalised: 0 = corrupted, 1 = clean"
     return f"{base}; normalised effects are NOT reported: {d['undefined_reason']}"
 
@@ -60,3 +60,26 @@ def dla_lines(table: pd.DataFrame, k: int = 5) -> list[str]:
     heads = table[table["kind"] == "head"]
     order = np.argsort(-np.abs(heads["dla"].to_numpy(float)), kind="stable")[:k]
     return [f"  {heads.iloc[i]['component']:>6}  {heads.iloc[i]['dla']:+.3f} (sd {heads.iloc[i]['dla_sd']:.3f})" for i in order]
+
+
+def patch_lines(result: Any) -> list[str]:
+    """What ``headlens patch`` prints about a :class:`~headlens.reports.studies.patch.PatchingResult`:
+    the gap, the attribution's agreement, the strongest heads per direction, paths and DLA."""
+    lines = [gap_line(result.gap)]
+    agree = (result.manifest.get("attribution") or {}).get("agreement_with_exact")
+    if agree is not None:
+        lines.append(agreement_line(agree))
+    for col in result.directions:
+        top = top_lines(result.table, col)
+        if top:
+            lines.append(f"strongest {col} heads (effect [95% CI]{'; 1 = the head is not needed' if col == 'noising' else ''}):")
+            lines += top
+    if result.path_patching is not None:
+        top = path_lines(result.path_patching)
+        if top:
+            lines.append("strongest paths (effect [95% CI]):")
+            lines += top
+    if result.dla is not None:
+        lines.append("direct logit attribution, largest heads (mean over pairs):")
+        lines += dla_lines(result.dla)
+    return lines

@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 import torch
 
-import headlens.reports.cli.ablate as cmd_ablate
+import headlens.reports.studies.models as studies_models
 from headlens.analyses.ablation.study import AblationConfig, ablation_study
 from headlens.analyses.ablation.embedding import embedding_eval_set, hidden_state_hook, sentence_embeddings, split_sentences
 from headlens.analyses.ablation.evalset import text_eval_set
@@ -75,7 +75,7 @@ def _hf_change(hf, tokenizer, sentences, head):
 @pytest.fixture()
 def shared_load(monkeypatch, minilm_model):
     """The CLI loads the session's MiniLM instead of booting it again (3 s a load)."""
-    monkeypatch.setattr(cmd_ablate, "_load", lambda *a, **k: minilm_model)
+    monkeypatch.setattr(studies_models, "load_model", lambda *a, **k: minilm_model)
     return minilm_model
 
 
@@ -197,7 +197,7 @@ def test_loss_on_minilm_exits_2_with_one_line(minilm_dir, minilm_model, monkeypa
     assert res.exit_code == 2 and len(lines) == 1, res.output
     assert lines[0].startswith("headlens: error: --metric loss") and "newly initialised" in lines[0] and "--metric embedding" in lines[0]
     assert list(tmp_path.iterdir()) == []
-    monkeypatch.setattr(cmd_ablate, "_load", lambda *a, **k: minilm_model)
+    monkeypatch.setattr(studies_models, "load_model", lambda *a, **k: minilm_model)
     task = tmp_path / "task.jsonl"
     task.write_text(json.dumps({"prompt": "The capital of France is", "correct": " paris", "incorrect": " london"}) + "\n")
     for args in (["ablate", "--task", str(task), "--out", str(tmp_path / "t.csv")], ["prune", "--metric", "loss", "--out", str(tmp_path / "p")]):

@@ -19,6 +19,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from headlens.analyses.ablation.embedding import attention_mask
 from headlens.analyses.ablation.evalset import EvalSet
 from headlens.analyses.ablation.hooks import z_hook_name
 from headlens.analyses.ablation.metrics import model_values
@@ -80,8 +81,6 @@ def can_start_late(model: LoadedModel, data: EvalSet) -> bool:
     if model.n_layers < 2:
         return False
     tokens, lengths, width = data.batch([0])
-    from headlens.analyses.ablation.embedding import attention_mask
-
     mask = attention_mask(model, lengths, width)
     return check_from_layer(model, tokens, model.n_layers - 1, **({} if mask is None else {"attention_mask": mask}))
 

@@ -10,8 +10,16 @@ from typing import Any
 
 import pandas as pd
 
-from headlens.reports.report.markers import JOURNAL, open_journal
+from headlens.analyses.ablation.evalset import EMBEDDING_DEFINITION
+from headlens.probes.outputs import write_json
+from headlens.reports.figures.report import ablation_heatmap, pruning_curve
+from headlens.reports.page.smoke import data_where
 from headlens.reports.report.context import Stage, StageContext, write_csv
+from headlens.reports.report.markers import JOURNAL, open_journal
+from headlens.reports.studies.ablate import ablate
+from headlens.reports.studies.journals import KeptJournal
+from headlens.reports.studies.prune import prune
+from headlens.reports.verdict_text import figure_smoke_note
 
 log = logging.getLogger(__name__)
 
@@ -21,52 +29,46 @@ __all__ = ["ABLATION_ZERO", "ABLATION_MEAN", "PRUNING", "METRIC_RULE"]
 METRIC_RULE = "embedding change when the output head is newly initialised or the model is an encoder, else loss"
 
 
-def _eval_set(ctx: StageContext, loaded: Any) -> tuple[Any, dict[str, Any]]:
-    """The stage's evaluation set and what the page says about its metric."""
-    from headlens.analyses.ablation.embedding import embedding_eval_set, split_sentences
-    from headlens.analyses.ablation.evalset import EMBEDDING_DEFINITION, text_eval_set
-    from headlens.analyses.ablation.metrics import check_metric, default_metric
+def _data(ctx: StageContext, loaded: Any) -> dict[str, Any]:
+    """The stage's data keywords for :func:`ablate` / :func:`prune`: windows of the evaluation text
+    for the loss, its complete sentences for the embedding change."""
+    d, sentences = ctx.settings.eval_data(loaded.n_ctx), ctx.settings.sentence_data(loaded.n_ctx)
+    return {"text_file": ctx.settings.text_file, "n_windows": d["n_windows"], "window": d["window"], "n_sentences": sentences["n_sentences"], "prepend_bos": d["prepend_bos"], "complete_sentences": True}
 
-    text, label = ctx.settings.eval_source()
-    metric, why = default_metric(loaded)
-    check_metric(loaded, metric)
-    if metric == "embedding":
-        ctx.say(f"measured by the embedding change, not loss: {why}")
-        d = ctx.settings.sentence_data(loaded.n_ctx)
-        data = embedding_eval_set(loaded, split_sentences(text, complete_only=True), n_sentences=d["n_sentences"], max_tokens=d["max_tokens"], prepend_bos=d["prepend_bos"], source=label)
-        return data, {"metric": metric, "metric_why": why, "metric_definition": EMBEDDING_DEFINITION}
-    d = ctx.settings.eval_data(loaded.n_ctx)
-    data = text_eval_set(loaded.tokenizer, text, n_windows=d["n_windows"], window=d["window"], prepend_bos=d["prepend_bos"], n_ctx=loaded.n_ctx, source=label, frame=loaded.frame(d["prepend_bos"]))
-    return data, {"metric": metric}
+
+def _about(ctx: StageContext, setup: Any) -> dict[str, Any]:
+    """What the page says about the metric (said on the console when it is not loss)."""
+    if setup.metric != "embedding":
+        return {"metric": setup.metric}
+    ctx.say(f"measured by the embedding change, not loss: {setup.why}")
+    return {"metric": setup.metric, "metric_why": setup.why, "metric_definition": EMBEDDING_DEFINITION}
+
+
+def _journal(ctx: StageContext, kind: str) -> KeptJournal:
+    """The stage's journal (it resumes a sweep of the same stage key and data, or starts afresh)."""
+    return KeptJournal(lambda key: open_journal(ctx.dir / JOURNAL, kind, {**ctx.key, "data": key["data_fingerprint"]}))
 
 
 def _smoke_note(ctx: StageContext, data: Any, random_seeds: int | None = None) -> str | None:
     """The figure's smoke-test line under ``--quick`` (None otherwise)."""
     if not ctx.settings.smoke_test(ctx.name):
         return None
-    from headlens.reports.page.smoke import data_where
-    from headlens.reports.verdict_text import figure_smoke_note
-
     return figure_smoke_note(data_where(data.describe()) + (f", {random_seeds} random orders" if random_seeds is not None else ""))
 
 
 def _run_ablation(ctx: StageContext, method: str) -> dict[str, Any]:
-    from headlens.analyses.ablation.study import ablation_study
-    from headlens.reports.figures.report import ablation_heatmap
-
     loaded = ctx.model()
-    data, about = _eval_set(ctx, loaded)
-    config = ctx.settings.ablation(method)
-    journal = open_journal(ctx.dir / JOURNAL, f"report-{ctx.name}", {**ctx.key, "data": data.fingerprint()})
-    with journal:
-        result = ablation_study(loaded, data, config, journal=journal, progress=ctx.step)
+    journal = _journal(ctx, f"report-{ctx.name}")
+    result = ablate(loaded, ctx.settings.ablation(method), journal=journal, progress=ctx.step, **_data(ctx, loaded))
+    info = result.info
+    about = _about(ctx, result.setup)
     files = [write_csv(result.table, ctx.dir / "ablation.csv")]
-    files += ablation_heatmap(result.table, ctx.dir / "delta_heatmap", n_layers=loaded.n_layers, n_heads=loaded.n_heads, baseline=result.baseline_value, note=_smoke_note(ctx, data))
+    files += ablation_heatmap(result.table, ctx.dir / "delta_heatmap", n_layers=loaded.n_layers, n_heads=loaded.n_heads, baseline=result.baseline_value, note=_smoke_note(ctx, result.data))
     journal.finish()
-    info = {"method": method, **about, "unablated_value": result.unablated_value, "spearman_attribution_vs_exact": result.spearman, "data": data.describe(), "resumed": journal.resumed}
-    if "attribution" in result.info:
-        info["attribution"] = result.info["attribution"]
-    return info
+    out = {"method": method, **about, "unablated_value": result.unablated_value, "spearman_attribution_vs_exact": result.spearman, "data": info["data"], "resumed": info["resumed"]}
+    if "attribution" in info["run"]:
+        out["attribution"] = info["run"]["attribution"]
+    return out
 
 
 def _load_ablation(d: Path, marker: dict[str, Any]) -> dict[str, Any]:
@@ -74,31 +76,28 @@ def _load_ablation(d: Path, marker: dict[str, Any]) -> dict[str, Any]:
 
 
 def _run_pruning(ctx: StageContext) -> dict[str, Any]:
-    from headlens.probes.outputs import write_json
-    from headlens.analyses.ablation.pruning import prune_study
-    from headlens.reports.figures.report import pruning_curve
-
     loaded = ctx.model()
-    data, about = _eval_set(ctx, loaded)
     config = ctx.settings.pruning()
-    journal = open_journal(ctx.dir / JOURNAL, "report-pruning", {**ctx.key, "data": data.fingerprint()})
-    with journal:
-        result = prune_study(loaded, data, config, journal=journal, progress=ctx.step)
+    journal = _journal(ctx, "report-pruning")
+    result = prune(loaded, config, journal=journal, progress=ctx.step, **_data(ctx, loaded))
+    info = result.info
+    about = _about(ctx, result.setup)
     for name, df in (("curve.csv", result.curve), ("random_orders.csv", result.random), ("importance.csv", result.importance)):
         write_csv(df, ctx.dir / name)
     write_json(ctx.dir / "pruned_heads.json", result.pruned.to_json())
-    pruning_curve(result.curve, ctx.dir / "pruning_curve", metric=data.metric, baseline=result.baseline_value, max_increase=config.max_increase, removable=result.removable_fraction, note=_smoke_note(ctx, data, config.random_seeds))
+    note = _smoke_note(ctx, result.data, config.random_seeds)
+    pruning_curve(result.curve, ctx.dir / "pruning_curve", metric=result.metric, baseline=result.baseline_value, max_increase=config.max_increase, removable=result.removable_fraction, note=note)
     journal.finish()
     return {
         **about,
-        "importance": result.info["importance"],
+        "importance": info["importance"],
         "unablated_value": result.baseline_value,
         "removable_fraction": result.removable_fraction,
         "max_increase": config.max_increase,
         "random_seeds": config.random_seeds,
-        "random_runs_from_layer": result.info.get("random_runs_from_layer"),
-        "data": data.describe(),
-        "resumed": journal.resumed,
+        "random_runs_from_layer": info["run"].get("random_runs_from_layer"),
+        "data": info["data"],
+        "resumed": info["resumed"],
     }
 
 

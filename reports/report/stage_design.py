@@ -22,8 +22,20 @@ from typing import Any
 
 import pandas as pd
 
+from headlens.analyses.ablation.metrics import default_metric
+from headlens.analyses.ablation.setup import eval_setup
+from headlens.analyses.design.gqa import GQAConfig
+from headlens.analyses.design.projections import ProjectionConfig
+from headlens.analyses.design.section import design_section_tables
+from headlens.analyses.heads.census import CensusConfig
+from headlens.probes.outputs import write_text
+from headlens.reports.design_tables import design_section_markdown
+from headlens.reports.figures.design import knockout_heatmap, loss_vs_cache
+from headlens.reports.page.smoke import data_where
 from headlens.reports.report.context import Stage, StageContext, write_csv
 from headlens.reports.report.markers import JOURNAL, open_journal
+from headlens.reports.studies.ablate import eval_spec
+from headlens.reports.verdict_text import figure_smoke_note
 
 log = logging.getLogger(__name__)
 
@@ -39,10 +51,6 @@ LOSS_RULE = "GQA and knockouts measure next-token loss: left out when the output
 
 def _config(settings: Any) -> dict[str, Any]:
     """The stage's configuration (its resume key): every setting the stage's numbers depend on."""
-    from headlens.analyses.design.gqa import GQAConfig
-    from headlens.analyses.design.projections import ProjectionConfig
-    from headlens.analyses.heads.census import CensusConfig
-
     roles = not settings.quick
     census = CensusConfig(n_prompts=32, n_bootstrap=200, prepend_bos=settings.prepend_bos, seed=settings.seed, batch_size=max(settings.batch_size, 16)) if roles else None
     return {
@@ -56,15 +64,6 @@ def _config(settings: Any) -> dict[str, Any]:
 
 
 def _run(ctx: StageContext) -> dict[str, Any]:
-    from headlens.analyses.ablation.evalset import text_eval_set
-    from headlens.analyses.ablation.metrics import default_metric
-    from headlens.analyses.design.section import design_section_tables
-    from headlens.probes.outputs import write_text
-    from headlens.reports.design_tables import design_section_markdown
-    from headlens.reports.figures.design import knockout_heatmap, loss_vs_cache
-    from headlens.reports.page.smoke import data_where
-    from headlens.reports.verdict_text import figure_smoke_note
-
     loaded = ctx.model()
     config = _config(ctx.settings)
     skip: dict[str, str] = {}
@@ -75,9 +74,9 @@ def _run(ctx: StageContext) -> dict[str, Any]:
         ctx.say(f"GQA what-if and projection knockouts left out: {why}")
     elif not config["roles"]:
         skip["roles"] = QUICK_ROLES_NOTE
-    text, label = ctx.settings.eval_source()
     d = ctx.settings.eval_data(loaded.n_ctx)
-    data = text_eval_set(loaded.tokenizer, text, n_windows=d["n_windows"], window=d["window"], prepend_bos=d["prepend_bos"], n_ctx=loaded.n_ctx, source=label, frame=loaded.frame(d["prepend_bos"]))
+    spec = eval_spec({"metric": "loss", "text_file": ctx.settings.text_file, "n_windows": d["n_windows"], "window": d["window"], "prepend_bos": d["prepend_bos"]})
+    data = eval_setup(loaded, spec, check=False).data  # a model whose loss means nothing still gets its KV table (skip above)
     journal = open_journal(ctx.dir / JOURNAL, "report-design", {**ctx.key, "data": data.fingerprint()})
     with journal:
         tables = design_section_tables(

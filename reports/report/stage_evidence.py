@@ -17,7 +17,12 @@ from typing import Any
 
 import pandas as pd
 
+from headlens.analyses.patching.evidence import EvidenceConfig, evidence_rule
+from headlens.probes.errors import InputError
+from headlens.reports.census_files import ROLES_FILE, read_roles
+from headlens.reports.evidence_text import EVIDENCE_FILE
 from headlens.reports.report.context import Stage, StageContext
+from headlens.reports.tables import write_table
 
 log = logging.getLogger(__name__)
 
@@ -27,20 +32,12 @@ __all__ = ["STAGE", "evidence_config"]
 FULL, QUICK = (32, 20), (8, 12)
 
 
-def evidence_config(settings: Any) -> Any:
-    from headlens.analyses.patching.evidence import EvidenceConfig
-
+def evidence_config(settings: Any) -> EvidenceConfig:
     n, T = QUICK if settings.quick else FULL
     return EvidenceConfig(n=n, T=T, seed=settings.seed, smoke=bool(settings.quick))
 
 
 def _run(ctx: StageContext) -> dict[str, Any]:
-    from headlens.analyses.patching.evidence import evidence_rule
-    from headlens.probes.errors import InputError
-    from headlens.reports.census_files import ROLES_FILE, read_roles
-    from headlens.reports.evidence_text import EVIDENCE_FILE
-    from headlens.reports.tables import write_table
-
     census = ctx.dir.parent / "census"
     if not (census / ROLES_FILE).is_file():
         raise InputError("the evidence stage tests the census stage's roles: run the census stage (do not --skip census)")
@@ -52,8 +49,6 @@ def _run(ctx: StageContext) -> dict[str, Any]:
 
 
 def _load(d: Path, marker: dict[str, Any]) -> dict[str, Any]:
-    from headlens.reports.evidence_text import EVIDENCE_FILE
-
     return {"evidence": pd.read_csv(d / EVIDENCE_FILE, dtype={"name": str, "role": str, "evidence": str, "detail": str, "unit": str, "test": str})}
 
 

@@ -11,8 +11,7 @@ import logging
 from pathlib import Path
 
 from headlens.probes.errors import InputError
-from headlens.reports.studies import capture, census, sinks, verify  # noqa: F401  (one import per study module: importing it registers its Result kinds)
-from headlens.reports.studies import ablate, design, patch, prune  # noqa: F401  (ablation, kv, gqa, projections, patching, pruning)
+from headlens.reports.studies import ablate, capture, census, design, patch, prune, sinks, verify  # noqa: F401  (importing a study module registers its Result kinds)
 from headlens.reports.studies.folder import table_result
 from headlens.reports.studies.result import MANIFEST_FILE, RESULT_KINDS, Result, read_manifest
 
