@@ -8,6 +8,7 @@ from typing import Any
 import pandas as pd
 
 from headlens.analyses.heads.detectors import registry
+from headlens.reports.evidence_text import evidence_markdown
 from headlens.reports.markdown import markdown_table
 from headlens.reports.tables import roles_joined
 
@@ -82,10 +83,12 @@ def census_summary(
     else:
         lines.append("No head cleared a threshold.")
     counts = {det: int((long["role"] == det).sum()) for det in scores["detector"].unique()}
-    lines += ["", f"{len(named)} of {len(heads)} heads have at least one role; " + ", ".join(f"{k}: {v}" for k, v in counts.items()) + ".", ""]
+    lines += [
+        "",
+        f"{len(named)} of {len(heads)} heads have at least one role; " + ", ".join(f"{k}: {v}" for k, v in counts.items()) + ".",
+        "",
+    ]
     if evidence is not None:
-        from headlens.reports.evidence_text import evidence_markdown
-
         lines += evidence_markdown(evidence)
     lines += ["## Strongest heads per detector", ""]
     for det, g in scores.groupby("detector", sort=False):
@@ -97,7 +100,8 @@ def census_summary(
         has_acc = g["accuracy"].notna().any()
         header = ["head", "score", "95% CI", "baseline", "n"] + (["accuracy"] if has_acc else [])
         rows = [
-            [f"{r.layer}.{r.head}", _fmt(r.score), f"[{_fmt(r.ci_low)}, {_fmt(r.ci_high)}]", _fmt(r.baseline), str(r.n)] + ([_fmt(r.accuracy)] if has_acc else [])
+            [f"{r.layer}.{r.head}", _fmt(r.score), f"[{_fmt(r.ci_low)}, {_fmt(r.ci_high)}]", _fmt(r.baseline), str(r.n)]
+            + ([_fmt(r.accuracy)] if has_acc else [])
             for r in g.sort_values("score", ascending=False).head(top).itertuples()
         ]
         lines += markdown_table(rows, header).split("\n")

@@ -12,7 +12,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from headlens.analyses.demo import MODEL_DIR
+from headlens.analyses.synthetic.families import minilm_dir
 from headlens.probes.errors import ModelLoadError
+from headlens.probes.sources import close_names
 
 __all__ = ["named_models", "named_model_list", "NamedModel", "model_flag_hint", "DEMO", "MINILM", "DESCRIPTIONS"]
 
@@ -23,16 +26,12 @@ MINILM = "minilm"
 
 
 def _demo_dir() -> Path:
-    from headlens.analyses.demo import MODEL_DIR
-
     if not (MODEL_DIR / "config.json").is_file():
         raise ModelLoadError(f"model='demo': the shipped demo model is missing from {MODEL_DIR} (a broken install?)", model=DEMO)
     return MODEL_DIR
 
 
 def _minilm_dir() -> Path:
-    from headlens.analyses.synthetic.families import minilm_dir
-
     try:
         return minilm_dir()
     except ImportError as exc:
@@ -87,15 +86,15 @@ def named_model_list() -> list[NamedModel]:
             folder, problem = find(), None
         except ModelLoadError as exc:
             folder, problem = None, str(exc).removeprefix(f"model={name!r}: ")
-        out.append(NamedModel(name=name, what=DESCRIPTIONS[name], folder=folder, problem=problem, shape=None if folder is None else _shape(folder)))
+        out.append(
+            NamedModel(name=name, what=DESCRIPTIONS[name], folder=folder, problem=problem, shape=None if folder is None else _shape(folder))
+        )
     return out
 
 
 def model_flag_hint(spec: str) -> str | None:
     """The ``--model`` error for a probable typo of a named model (``dmeo``), else None
     (:func:`headlens.probes.sources.close_names`: the library's check, in the CLI's words)."""
-    from headlens.probes.sources import close_names
-
     near = close_names(spec, named_models())
     if not near:
         return None

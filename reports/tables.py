@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from headlens.analyses.heads.classify import roles_of
 from headlens.probes.errors import InputError
 from headlens.probes.outputs import atomic_write
 
@@ -66,8 +67,6 @@ def roles_joined(roles: pd.DataFrame, heads: pd.DataFrame, sep: str = ";") -> li
     The only place a joined roles string is made: code that needs a head's roles asks the long
     table (:func:`headlens.analyses.heads.classify.roles_of`), never splits this.
     """
-    from headlens.analyses.heads.classify import roles_of
-
     by_head = roles_of(roles)
     return [sep.join(sorted(by_head.get((int(a), int(b)), ()))) for a, b in zip(heads["layer"], heads["head"])]
 

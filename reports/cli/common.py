@@ -11,8 +11,11 @@ from typing import Any
 
 import click
 
-from headlens.probes.errors import HeadlensError
+from headlens.analyses.ablation.masks import parse_heads
+from headlens.probes.errors import HeadlensError, ModelLoadError
 from headlens.probes.loading import LoadedModel
+from headlens.probes.placement import command_placement, placement_of
+from headlens.reports.models import model_flag_hint
 from headlens.reports.studies.models import as_loaded
 
 __all__ = [
@@ -86,6 +89,12 @@ MAPPED_PARAMETERS = (
     "directions",
     "method",
     "mask",
+    "step",
+    "max_increase",
+    "random_seeds",
+    "max_fraction",
+    "batch",
+    "context",
 )
 _PARAMETER = re.compile(r"(?<![\w.-])(" + "|".join(MAPPED_PARAMETERS) + r")=('(?:[^'\\]|\\.)*'|\"[^\"]*\"|[^\s,;:)]+)?")
 #: A parameter named bare as the subject of a message or clause: ``n_prompts must be at least 1``.
@@ -211,7 +220,6 @@ def _with_placement(fn: Callable[..., Any]) -> Callable[..., Any]:
     def run(*args: Any, device_map: str | None = None, max_memory: str | None = None, **kwargs: Any) -> Any:
         if device_map is None and max_memory is None:
             return fn(*args, **kwargs)
-        from headlens.probes.placement import command_placement, placement_of
 
         placement_of(device_map, max_memory, device=kwargs.get("device", "auto"))  # bad input: one line, before anything loads
         with command_placement(device_map, max_memory):
@@ -223,9 +231,6 @@ def _with_placement(fn: Callable[..., Any]) -> Callable[..., Any]:
 def check_model_names(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
     """``--model`` callback (one value or several): a probable typo of a named model (``dmeo``) is
     refused with the names it is close to (exit 3), before anything loads."""
-    from headlens.probes.errors import ModelLoadError
-    from headlens.reports.models import model_flag_hint
-
     for spec in value if isinstance(value, (tuple, list)) else (value,):
         hint = model_flag_hint(spec) if isinstance(spec, str) else None
         if hint:
@@ -330,7 +335,6 @@ class HeadsType(click.ParamType):
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> tuple[tuple[int, int], ...]:
         if isinstance(value, tuple):
             return value
-        from headlens.analyses.ablation.masks import parse_heads
 
         try:
             return parse_heads(value)

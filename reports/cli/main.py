@@ -7,6 +7,8 @@ loaded; 4 output exists or cannot be written; 5 device or dtype not available;
 
 from __future__ import annotations
 
+import importlib
+
 import click
 
 from headlens.probes.manifest import headlens_version
@@ -17,7 +19,12 @@ __all__ = ["cli", "main"]
 
 @click.group(cls=HeadlensGroup, context_settings=CONTEXT_SETTINGS)
 @click.version_option(headlens_version(), "--version", "-V", prog_name="headlens")
-@click.option("--verbose", "-v", count=True, help="More messages on stderr: -v info lines, -vv debug lines (library loading chatter included). Before the command: headlens -v capture ...")
+@click.option(
+    "--verbose",
+    "-v",
+    count=True,
+    help="More messages on stderr: -v info lines, -vv debug lines (library loading chatter included). Before the command: headlens -v capture ...",
+)
 @click.option("--quiet", "-q", count=True, help="Errors only on stderr: no warnings (a command's own -q silences its progress lines).")
 @click.pass_context
 def cli(ctx: click.Context, verbose: int, quiet: int) -> None:
@@ -48,8 +55,6 @@ _COMMAND_MODULES = (
 
 
 def _register() -> None:
-    import importlib
-
     for name in _COMMAND_MODULES:
         for command in importlib.import_module(name).COMMANDS:
             cli.add_command(command)

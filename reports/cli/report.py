@@ -6,10 +6,11 @@ import sys
 
 import click
 
+from headlens.probes.errors import CheckFailed
 from headlens.reports.cli.common import model_options, parse_csv
 from headlens.reports.progress import ReportBars
+from headlens.reports.report.build import build_report
 from headlens.reports.tables import roles_joined
-
 
 #: Heads with a role listed on stdout; the rest are counted ("... and 25 more").
 SHOWN_ROLES = 12
@@ -17,18 +18,63 @@ SHOWN_ROLES = 12
 
 @click.command("report")
 @model_options
-@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Report folder: report.html, report.md, manifest.json and one folder per stage.")
-@click.option("--quick", is_flag=True, help="Smoke-test settings (few windows and prompts, the sink census only; the head census keeps classify's defaults, so the roles are classify's): seconds on a small model.")
-@click.option("--text-file", default=None, type=click.Path(dir_okay=False), help="Evaluation text of ablation and pruning (default: the text that ships with headlens, analyses/data/eval_text.txt), as for `headlens ablate`; e.g. the demo model's held-out text from `headlens demo heldout`.")
-@click.option("--example-prompt", "example_prompts", multiple=True, help="A prompt whose attention the page shows head by head (repeatable; default: three built-in prompts).")
+@click.option(
+    "--out",
+    "out_dir",
+    required=True,
+    type=click.Path(file_okay=False),
+    help="Report folder: report.html, report.md, manifest.json and one folder per stage.",
+)
+@click.option(
+    "--quick",
+    is_flag=True,
+    help="Smoke-test settings (few windows and prompts, the sink census only; the head census keeps classify's defaults, so the roles are classify's): seconds on a small model.",
+)
+@click.option(
+    "--text-file",
+    default=None,
+    type=click.Path(dir_okay=False),
+    help="Evaluation text of ablation and pruning (default: the text that ships with headlens, analyses/data/eval_text.txt), as for `headlens ablate`; e.g. the demo model's held-out text from `headlens demo heldout`.",
+)
+@click.option(
+    "--example-prompt",
+    "example_prompts",
+    multiple=True,
+    help="A prompt whose attention the page shows head by head (repeatable; default: three built-in prompts).",
+)
 @click.option("--no-bos", is_flag=True, help="Do not prepend BOS (Hugging Face / paper convention).")
-@click.option("--skip", default=None, help="Stages not to run, comma-separated: census, sinks, ablation_zero, ablation_mean, pruning, examples, design.")
+@click.option(
+    "--skip",
+    default=None,
+    help="Stages not to run, comma-separated: census, sinks, ablation_zero, ablation_mean, pruning, examples, design.",
+)
 @click.option("--redo", default=None, help="Stages to recompute even if finished, comma-separated, or 'all'.")
 @click.option("--batch-size", default=8, show_default=True, type=click.IntRange(min=1), help="Sequences per forward pass.")
 @click.option("--seed", default=0, show_default=True, type=int)
-@click.option("--overwrite", is_flag=True, help="Write into a folder that holds another model's report (or other files); its stage folders are replaced.")
+@click.option(
+    "--overwrite",
+    is_flag=True,
+    help="Write into a folder that holds another model's report (or other files); its stage folders are replaced.",
+)
 @click.option("--quiet", "-q", is_flag=True, help="No progress lines.")
-def report_cmd(model, device, dtype, revision, allow_new_weights, out_dir, quick, text_file, example_prompts, no_bos, skip, redo, batch_size, seed, overwrite, quiet):
+def report_cmd(
+    model,
+    device,
+    dtype,
+    revision,
+    allow_new_weights,
+    out_dir,
+    quick,
+    text_file,
+    example_prompts,
+    no_bos,
+    skip,
+    redo,
+    batch_size,
+    seed,
+    overwrite,
+    quiet,
+):
     """Run the head census, attention sinks, zero and mean ablation, pruning and example
     attention patterns; write OUT/report.html (one self-contained page), OUT/report.md and
     figures (PNG, SVG, PDF).
@@ -38,9 +84,6 @@ def report_cmd(model, device, dtype, revision, allow_new_weights, out_dir, quick
     fails is shown in the page as FAILED with its error, the others still run, and the exit
     code is 1.
     """
-    from headlens.probes.errors import CheckFailed
-    from headlens.reports.report.build import build_report
-
     with ReportBars(quiet=quiet) as bars:
         report = build_report(
             model,
@@ -68,15 +111,21 @@ def report_cmd(model, device, dtype, revision, allow_new_weights, out_dir, quick
     if report.roles is not None:
         shown = roles_joined(report.roles, report.heads, sep=", ") if len(report.heads) else []
         named = [(name, text) for name, text in zip(report.heads["name"], shown) if text]
-        listed = ", ".join(f"{name} ({text})" for name, text in named[:SHOWN_ROLES]) + (f", ... and {len(named) - SHOWN_ROLES} more (report.html)" if len(named) > SHOWN_ROLES else "")
+        listed = ", ".join(f"{name} ({text})" for name, text in named[:SHOWN_ROLES]) + (
+            f", ... and {len(named) - SHOWN_ROLES} more (report.html)" if len(named) > SHOWN_ROLES else ""
+        )
         click.echo(f"{len(named)} of {len(report.heads)} heads have a role" + (f": {listed}" if named else ""))
     smoke = [s.name for s in report.stages if report.smoke_test(s.name)]
     if smoke:
-        click.echo(f"--quick: {', '.join(smoke)} ran as smoke tests (a few windows and prompts): they state no finding; run without --quick for results")
+        click.echo(
+            f"--quick: {', '.join(smoke)} ran as smoke tests (a few windows and prompts): they state no finding; run without --quick for results"
+        )
     click.echo(f"wrote {report.out_dir}/report.html, report.md, manifest.json ({len(report.stages)} stages: {summary})")
     if report.failed:
         first = report.failed[0]
-        raise CheckFailed(f"{len(report.failed)} stage(s) failed ({first.name}: {first.error}); the report marks them FAILED: {report.out_dir}/report.html")
+        raise CheckFailed(
+            f"{len(report.failed)} stage(s) failed ({first.name}: {first.error}); the report marks them FAILED: {report.out_dir}/report.html"
+        )
 
 
 COMMANDS = [report_cmd]

@@ -6,10 +6,20 @@ import sys
 from pathlib import Path
 
 import click
+import pandas as pd
 
-from headlens.reports.cli.common import check_model_names, fail, parse_csv
-from headlens.reports.studies.census import check_census_config
+from headlens.analyses.heads.classify import default_thresholds, parse_thresholds
+from headlens.probes.manifest import build_manifest
+from headlens.probes.outputs import write_json
 from headlens.reports.cli.census_options import attention_options, census_config, census_options
+from headlens.reports.cli.common import check_model_names, fail, parse_csv
+from headlens.reports.figures.sweep import sweep_figures
+from headlens.reports.studies.census import check_census_config
+from headlens.reports.sweep.engine import check_settings, import_ray, run_sweep
+from headlens.reports.sweep.gather import gather, import_pyarrow, loss_sets
+from headlens.reports.sweep.plan import SweepConfig, parse_steps, plan_tasks
+from headlens.reports.tables import write_table
+from headlens.reports.text_files import read_text_file
 
 __all__ = ["sweep_cmd", "COMMANDS"]
 
@@ -25,9 +35,24 @@ def _say(msg: str, quiet: bool = False) -> None:
 
 
 @click.command("sweep")
-@click.option("--model", "-m", "models", multiple=True, required=True, callback=check_model_names, help="Repeatable: a Hub id, demo, a checkpoint folder, or a folder of checkpoint folders (e.g. what 'headlens demo train --save-every' keeps).")
-@click.option("--revision", "revisions", multiple=True, help="Repeatable or comma-separated: Hub revisions of every Hub --model (e.g. step1000).")
-@click.option("--steps", "steps", multiple=True, help="Repeatable: Pythia-style revisions stepN, START:STOP:EVERY (1000:143000:1000) or a list (0,1,2,4,...,512).")
+@click.option(
+    "--model",
+    "-m",
+    "models",
+    multiple=True,
+    required=True,
+    callback=check_model_names,
+    help="Repeatable: a Hub id, demo, a checkpoint folder, or a folder of checkpoint folders (e.g. what 'headlens demo train --save-every' keeps).",
+)
+@click.option(
+    "--revision", "revisions", multiple=True, help="Repeatable or comma-separated: Hub revisions of every Hub --model (e.g. step1000)."
+)
+@click.option(
+    "--steps",
+    "steps",
+    multiple=True,
+    help="Repeatable: Pythia-style revisions stepN, START:STOP:EVERY (1000:143000:1000) or a list (0,1,2,4,...,512).",
+)
 @click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda, mps; in a task with a GPU, auto is that GPU.")
 @click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float16"]), default="float32", show_default=True)
 @click.option("--allow-new-weights", is_flag=True, help="Load checkpoints with missing body weights (see headlens detect -h).")
@@ -35,21 +60,86 @@ def _say(msg: str, quiet: bool = False) -> None:
 @attention_options
 @click.option("--threshold", "thresholds", multiple=True, help="DETECTOR=VALUE for the role column, repeatable.")
 @click.option("--baseline-factor", default=2.0, show_default=True, type=click.FloatRange(min=1.0))
-@click.option("--text-file", default=None, type=click.Path(exists=True, dir_okay=False), help="Held-out text for each checkpoint's loss (default: the built-in evaluation text; the demo's: 'headlens demo heldout').")
-@click.option("--loss-windows", default=32, show_default=True, type=click.IntRange(min=0), help="Windows of held-out text scored per checkpoint (0: no loss).")
-@click.option("--loss-window", default=128, show_default=True, type=click.IntRange(min=3), help="Tokens per loss window (capped at the model's context).")
-@click.option("--ablate", "ablation", is_flag=True, help="Also ablate each head alone (zero) on the held-out windows: OUT/ablation.parquet, the loss increase per head and checkpoint.")
-@click.option("--address", default=None, help="Ray cluster to run on (HOST:PORT, ray://HOST:PORT or auto); default $RAY_ADDRESS, else local Ray.")
+@click.option(
+    "--text-file",
+    default=None,
+    type=click.Path(exists=True, dir_okay=False),
+    help="Held-out text for each checkpoint's loss (default: the built-in evaluation text; the demo's: 'headlens demo heldout').",
+)
+@click.option(
+    "--loss-windows",
+    default=32,
+    show_default=True,
+    type=click.IntRange(min=0),
+    help="Windows of held-out text scored per checkpoint (0: no loss).",
+)
+@click.option(
+    "--loss-window",
+    default=128,
+    show_default=True,
+    type=click.IntRange(min=3),
+    help="Tokens per loss window (capped at the model's context).",
+)
+@click.option(
+    "--ablate",
+    "ablation",
+    is_flag=True,
+    help="Also ablate each head alone (zero) on the held-out windows: OUT/ablation.parquet, the loss increase per head and checkpoint.",
+)
+@click.option(
+    "--address", default=None, help="Ray cluster to run on (HOST:PORT, ray://HOST:PORT or auto); default $RAY_ADDRESS, else local Ray."
+)
 @click.option("--num-cpus", default=None, type=click.IntRange(min=1), help="CPUs of local Ray (default: all).")
 @click.option("--cpus-per-task", default=1.0, show_default=True, type=click.FloatRange(min=0.1))
 @click.option("--gpus-per-task", default=None, type=click.FloatRange(min=0.0), help="Default: 1 where the cluster has GPUs, else 0.")
-@click.option("--max-retries", default=1, show_default=True, type=click.IntRange(min=0), help="Reruns of a task whose worker or node was lost.")
+@click.option(
+    "--max-retries", default=1, show_default=True, type=click.IntRange(min=0), help="Reruns of a task whose worker or node was lost."
+)
 @click.option("--no-figures", is_flag=True, help="Write the dataset only.")
-@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Sweep folder: tasks/, dataset/, checkpoints.csv, figures/, manifest.json.")
-@click.option("--overwrite", is_flag=True, help="Discard finished tasks of an earlier sweep in --out (default: keep them, run only what is missing).")
+@click.option(
+    "--out",
+    "out_dir",
+    required=True,
+    type=click.Path(file_okay=False),
+    help="Sweep folder: tasks/, dataset/, checkpoints.csv, figures/, manifest.json.",
+)
+@click.option(
+    "--overwrite", is_flag=True, help="Discard finished tasks of an earlier sweep in --out (default: keep them, run only what is missing)."
+)
 @click.option("--quiet", "-q", is_flag=True, help="No per-task lines.")
-def sweep_cmd(models, revisions, steps, device, dtype, allow_new_weights, detectors, n_prompts, seed, seq_len, window, no_bos, batch_size, referent_file, attention, query_block,
-              thresholds, baseline_factor, text_file, loss_windows, loss_window, ablation, address, num_cpus, cpus_per_task, gpus_per_task, max_retries, no_figures, out_dir, overwrite, quiet):
+def sweep_cmd(
+    models,
+    revisions,
+    steps,
+    device,
+    dtype,
+    allow_new_weights,
+    detectors,
+    n_prompts,
+    seed,
+    seq_len,
+    window,
+    no_bos,
+    batch_size,
+    referent_file,
+    attention,
+    query_block,
+    thresholds,
+    baseline_factor,
+    text_file,
+    loss_windows,
+    loss_window,
+    ablation,
+    address,
+    num_cpus,
+    cpus_per_task,
+    gpus_per_task,
+    max_retries,
+    no_figures,
+    out_dir,
+    overwrite,
+    quiet,
+):
     """Census every model x revision (or checkpoint folder) as a Ray task and gather one Parquet dataset.
 
     Each task writes OUT/tasks/KEY/ (scores.csv as 'headlens detect' writes it, roles.csv,
@@ -59,15 +149,6 @@ def sweep_cmd(models, revisions, steps, device, dtype, allow_new_weights, detect
     is then 1. The dataset OUT/dataset is partitioned by model: model, revision, step,
     label, layer, head, detector, score, baseline, ci_low, ci_high, n, accuracy, role.
     """
-    from headlens.analyses.heads.classify import parse_thresholds
-    from headlens.probes.manifest import build_manifest
-    from headlens.probes.outputs import write_json
-    from headlens.reports.sweep.engine import check_settings, import_ray, run_sweep
-    from headlens.reports.sweep.gather import gather, import_pyarrow, loss_sets
-    from headlens.reports.sweep.plan import SweepConfig, parse_steps, plan_tasks
-    from headlens.reports.tables import write_table
-    from headlens.reports.text_files import read_text_file
-
     import_ray()
     import_pyarrow()
     revs = [r for item in revisions for r in (parse_csv(item) or [])]
@@ -75,11 +156,21 @@ def sweep_cmd(models, revisions, steps, device, dtype, allow_new_weights, detect
         revs += parse_steps(item)
     if text_file:
         read_text_file(text_file)  # a text every task would fail on is refused before Ray starts
-    census = census_config(detectors, n_prompts, seed, seq_len, window, no_bos, batch_size, referent_file, attention=attention, query_block=query_block)
+    census = census_config(
+        detectors, n_prompts, seed, seq_len, window, no_bos, batch_size, referent_file, attention=attention, query_block=query_block
+    )
     check_census_config(census)
     config = SweepConfig(
-        census=census, device=device, dtype=dtype, allow_new_weights=allow_new_weights, thresholds=tuple(sorted(parse_thresholds(list(thresholds)).items())),
-        baseline_factor=baseline_factor, text_file=str(Path(text_file).resolve()) if text_file else None, loss_windows=loss_windows, loss_window=loss_window, ablation=ablation,
+        census=census,
+        device=device,
+        dtype=dtype,
+        allow_new_weights=allow_new_weights,
+        thresholds=tuple(sorted(parse_thresholds(list(thresholds)).items())),
+        baseline_factor=baseline_factor,
+        text_file=str(Path(text_file).resolve()) if text_file else None,
+        loss_windows=loss_windows,
+        loss_window=loss_window,
+        ablation=ablation,
     )
     tasks = plan_tasks(list(models), revs)
     out = Path(out_dir)
@@ -94,10 +185,26 @@ def sweep_cmd(models, revisions, steps, device, dtype, allow_new_weights, detect
             click.echo(f"headlens: error: [{finished}/{total}] {record['label']}: {record['error']}", err=True)
         else:
             loss = record.get("heldout_loss")
-            _say(f"[{finished}/{total}] {record['label']}: census {record.get('census_s', 0):.1f} s, held-out loss {loss:.3f}" if loss is not None else f"[{finished}/{total}] {record['label']}: done in {record.get('wall_s', 0):.1f} s", quiet)
+            _say(
+                f"[{finished}/{total}] {record['label']}: census {record.get('census_s', 0):.1f} s, held-out loss {loss:.3f}"
+                if loss is not None
+                else f"[{finished}/{total}] {record['label']}: done in {record.get('wall_s', 0):.1f} s",
+                quiet,
+            )
 
     _say(f"sweep: {_count(len(tasks), 'task')} -> {out}", quiet)
-    outcome = run_sweep(tasks, config, out, command=command, address=address, num_cpus=num_cpus, cpus_per_task=cpus_per_task, gpus_per_task=gpus_per_task, max_retries=max_retries, on_record=on_record)
+    outcome = run_sweep(
+        tasks,
+        config,
+        out,
+        command=command,
+        address=address,
+        num_cpus=num_cpus,
+        cpus_per_task=cpus_per_task,
+        gpus_per_task=gpus_per_task,
+        max_retries=max_retries,
+        on_record=on_record,
+    )
     skipped, failed = outcome.by_status("skipped"), outcome.by_status("failed")
     if skipped:
         _say(f"{len(skipped)} of {_count(len(tasks), 'task')} {'was' if len(skipped) == 1 else 'were'} done already (skipped)", quiet)
@@ -106,28 +213,44 @@ def sweep_cmd(models, revisions, steps, device, dtype, allow_new_weights, detect
     windows = loss_sets(out, tasks)
     figures: list[str] = []
     if not no_figures and len(checkpoints):
-        from headlens.reports.figures.sweep import sweep_figures
-
-        from headlens.analyses.heads.classify import default_thresholds
-
         used = {**default_thresholds(), **dict(config.thresholds)}
         figures = [str(p.relative_to(out)) for p in sweep_figures(data, checkpoints, out / "figures", thresholds=used)]
-    write_json(out / "manifest.json", build_manifest(command=command, seed=seed, prepend_bos=census.prepend_bos, configs={"sweep": config}, extra={
-        "tasks": len(tasks), "done_now": len(outcome.by_status("done")), "skipped": len(skipped), "failed": len(failed),
-        "ray_start_s": round(outcome.ray_start_s, 2), "sweep_wall_s": round(outcome.wall_s, 2), "ray_resources": outcome.resources, "figures": figures,
-        "heldout_loss_windows": windows,  # per distinct set of windows: the source text, the cut (offsets, BOS in the window) and the tasks scored on it
-    }))
-    click.echo(f"{_count(len(checkpoints), 'checkpoint')}, {_count(len(data), 'score')} -> {out}/dataset" + (f"; figures in {out}/figures" if figures else ""))
+    write_json(
+        out / "manifest.json",
+        build_manifest(
+            command=command,
+            seed=seed,
+            prepend_bos=census.prepend_bos,
+            configs={"sweep": config},
+            extra={
+                "tasks": len(tasks),
+                "done_now": len(outcome.by_status("done")),
+                "skipped": len(skipped),
+                "failed": len(failed),
+                "ray_start_s": round(outcome.ray_start_s, 2),
+                "sweep_wall_s": round(outcome.wall_s, 2),
+                "ray_resources": outcome.resources,
+                "figures": figures,
+                "heldout_loss_windows": windows,  # per distinct set of windows: the source text, the cut (offsets, BOS in the window) and the tasks scored on it
+            },
+        ),
+    )
+    click.echo(
+        f"{_count(len(checkpoints), 'checkpoint')}, {_count(len(data), 'score')} -> {out}/dataset"
+        + (f"; figures in {out}/figures" if figures else "")
+    )
     for w in windows:  # one line per distinct set of windows (one tokenizer: one line)
-        which = "" if len(windows) == 1 else " of " + (", ".join(w["labels"]) if len(w["labels"]) <= 3 else _count(len(w["labels"]), "checkpoint"))
+        which = (
+            ""
+            if len(windows) == 1
+            else " of " + (", ".join(w["labels"]) if len(w["labels"]) <= 3 else _count(len(w["labels"]), "checkpoint"))
+        )
         _say(f"held-out loss{which}: {w['basis']}", quiet)
     if failed:
         fail(f"{len(failed)} of {_count(len(tasks), 'task')} failed (see {out}/tasks.csv); rerun the same command to retry them", 1)
 
 
 def _status_table(records):
-    import pandas as pd
-
     cols = ["key", "label", "model", "revision", "step", "status", "error", "exit_code", "wall_s", "host"]
     return pd.DataFrame([{c: r.get(c) for c in cols} for r in records], columns=cols)
 

@@ -34,14 +34,18 @@ from __future__ import annotations
 
 import logging
 import sys
+import tempfile
 import time
 import zipfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from headlens.probes.config import ModelConfig
 from headlens.probes.errors import InputError
+from headlens.probes.loading import LoadedModel, load_model, resolve_source
 from headlens.reports.models import named_models
+from headlens.reports.progress import ReportBars
 from headlens.reports.report.context import StageContext
 from headlens.reports.report.folder import check_report_dir, read_manifest, remove_old_report, write_report_manifest
 from headlens.reports.report.join import assemble
@@ -89,15 +93,11 @@ class ReportProgress:
 
 
 def _StderrProgress() -> ReportProgress:  # noqa: N802 - ``progress=True``: the commands' adapter
-    from headlens.reports.progress import ReportBars
-
     return ReportBars()  # type: ignore[return-value]
 
 
 def _resolve(model: Any, device: str, dtype: str, revision: str | None) -> tuple[dict[str, Any], str, Any, str]:
     """``(identity, display name, LoadedModel or None, dtype)`` without loading anything."""
-    from headlens.probes.loading import LoadedModel, resolve_source
-
     if isinstance(model, LoadedModel):
         return model_identity(model.source, model.path, model.config.revision), model.name, model, str(model.dtype).removeprefix("torch.")
     if isinstance(model, Path):
@@ -154,8 +154,6 @@ def build_report(
         raise InputError(f"cannot redo {', '.join(map(repr, sorted(bad)))}: choose from all, {', '.join(STAGES)}")
     identity, model_name, loaded_model, dtype_name = _resolve(model, device, dtype, revision)
     if out_dir is None:
-        import tempfile
-
         out_dir = tempfile.mkdtemp(prefix="headlens-report-")
     out = Path(out_dir)
     previous = check_report_dir(out, identity, overwrite=overwrite)
@@ -182,9 +180,6 @@ def build_report(
 
     def get_model() -> Any:
         if state["loaded"] is None:
-            from headlens.probes.config import ModelConfig
-            from headlens.probes.loading import load_model
-
             t0 = time.perf_counter()
             state["loaded"] = load_model(ModelConfig(model=model_name, device=device, dtype=dtype, revision=revision, allow_new_weights=allow_new_weights), named=named_models())
             if reporter is not None:  # after loading: a model that fails to load leaves one error line
