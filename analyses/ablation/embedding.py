@@ -14,6 +14,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from headlens.analyses.ablation.evalset import EMBEDDING_DEFINITION, EvalSet
+from headlens.probes.engine_forward import StopForward, stopping
 from headlens.probes.errors import InputError
 from headlens.probes.hooks import attached
 
@@ -74,23 +75,16 @@ def hidden_state_hook(model: Any) -> str:
     return "ln_final.hook_out" if "ln_final.hook_out" in model.bridge.hook_dict else last
 
 
-class _StopForward(Exception):
-    """Raised by the hook that has seen the last hidden state: the output head never runs."""
-
-
 def last_hidden(model: Any, toks: Tensor, mask: Tensor | None, run: Any) -> Float[Tensor, "batch pos d_model"]:
     store: dict[str, Tensor] = {}
 
     def grab(x: Tensor, hook: Any = None) -> None:  # noqa: ARG001
         store["h"] = x
-        raise _StopForward
+        raise StopForward  # the output head never runs
 
     kwargs = {} if mask is None else {"attention_mask": mask}
-    try:
-        with attached(model.bridge, [(hidden_state_hook(model), grab)]):
-            run(toks, **kwargs)
-    except _StopForward:
-        pass
+    with stopping(), attached(model.bridge, [(hidden_state_hook(model), grab)]):
+        run(toks, **kwargs)
     if "h" not in store:
         raise RuntimeError(f"the forward pass never reached {hidden_state_hook(model)}")
     return store["h"]
