@@ -87,9 +87,10 @@ def test_sinks_and_lengths(tiny_model, tmp_path):
     assert set(r.census["bos"]) == {True} and isinstance(r.sink_heads(True), list)
     out = r.save(tmp_path / "sinks")
     assert {"census.csv", "sink_rates.csv", "summary.md", "manifest.json", "sink_alpha_heatmap.png"} <= set(_files(out))
-    assert json.loads((out / "manifest.json").read_text())["sinks"]["files"] == sorted(
-        f for f in _files(out) if f not in ("summary.md", "manifest.json")
-    ) + ["summary.md"]
+    assert json.loads((out / "manifest.json").read_text())["sinks"]["files"] == [
+        *sorted(f for f in _files(out) if f not in ("summary.md", "manifest.json")),
+        "summary.md",
+    ]
     back = load(out)
     assert isinstance(back, SinksResult) and back.report is None
     pd.testing.assert_frame_equal(back.sink_rates, pd.read_csv(out / "sink_rates.csv"))

@@ -24,7 +24,7 @@ def test_load_model_by_name_and_path(tiny_checkpoint):
     assert demo.name == DEMO and demo.n_layers >= 1
     tiny = load_model(str(tiny_checkpoint), device="cpu")
     assert (tiny.n_layers, tiny.n_heads) == (2, 4)
-    assert [m.name for m in models()][0] == DEMO
+    assert next(m.name for m in models()) == DEMO
 
 
 def test_a_typo_is_suggested_naming_the_parameter(elsewhere):
