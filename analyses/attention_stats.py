@@ -12,7 +12,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-__all__ = ["sink_alpha", "uniform_sink_alpha", "query_mask"]
+__all__ = ["alpha_sums", "sink_alpha", "uniform_sink_alpha", "query_mask"]
 
 
 def query_mask(lengths: Int[Tensor, " batch"], width: int, *, start: int = 0, stop: int | None = None) -> Tensor:
@@ -20,6 +20,35 @@ def query_mask(lengths: Int[Tensor, " batch"], width: int, *, start: int = 0, st
     pos = torch.arange(width, device=lengths.device)
     mask = (pos[None, :] >= start) & (pos[None, :] < lengths[:, None])
     return mask if stop is None else mask & (pos[None, :] < stop)
+
+
+def alpha_sums(
+    rows: Float[Tensor, "batch head block k"],
+    lengths: Int[Tensor, " batch"],
+    q_offset: int = 0,
+    *,
+    key: int = 0,
+    window: int | None = None,
+    causal: bool = True,
+    start: int = 0,
+) -> dict[str, Tensor]:
+    """Sums of :func:`sink_alpha` over the rows of queries ``q_offset .. q_offset + block - 1``:
+    ``score`` ``[batch, head]`` (``A[i, key]`` over the counted queries), ``count`` ``[batch]``.
+    ``start`` > 0 also leaves out queries before it.  At least float32."""
+    dev = rows.device
+    dt = torch.promote_types(rows.dtype, torch.float32)
+    lengths = lengths.to(dev)
+    pos = torch.arange(q_offset, q_offset + rows.shape[2], device=dev)[None, :]
+    real = pos < lengths[:, None]
+    if not causal:
+        mask = real & (lengths > key)[:, None] & (pos >= start)
+    else:
+        mask = real & (pos >= max(key, start))
+        if window is not None:
+            mask = mask & (pos < key + window)
+    m = mask.to(dt)
+    col = rows[:, :, :, key].to(dt)
+    return {"score": (col * m[:, None, :]).sum(-1), "count": m.sum(-1)}
 
 
 def sink_alpha(
@@ -35,18 +64,10 @@ def sink_alpha(
     In a sliding-window layer (``window`` keys, query ``i`` sees ``i - window < j <= i``) only
     the queries that can see key ``k`` count: ``k <= i < k + window``.  On a bidirectional
     layer (``causal=False``) every real query counts (a prompt of at most ``k`` tokens: 0).
+    (:func:`alpha_sums` over the whole pattern as one block.)
     """
-    lengths = lengths.to(pattern.device)
-    if not causal:
-        mask = query_mask(lengths, pattern.shape[2]) & (lengths > key)[:, None]
-        mask = mask.to(pattern.dtype)
-        col = pattern[:, :, :, key]
-        return (col * mask[:, None, :]).sum(-1) / mask.sum(-1).clamp(min=1)[:, None]
-    stop = None if window is None else key + window
-    mask = query_mask(lengths, pattern.shape[2], start=key, stop=stop).to(pattern.dtype)  # [batch, q]
-    col = pattern[:, :, :, key]  # [batch, head, q]
-    count = mask.sum(-1).clamp(min=1)  # [batch]
-    return (col * mask[:, None, :]).sum(-1) / count[:, None]
+    sums = alpha_sums(pattern, lengths, 0, key=key, window=window, causal=causal)
+    return sums["score"] / sums["count"].clamp(min=1)[:, None]
 
 
 def uniform_sink_alpha(lengths: Int[Tensor, " batch"], key: int = 0, *, window: int | None = None, causal: bool = True) -> Float[Tensor, " batch"]:

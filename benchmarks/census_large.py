@@ -49,7 +49,7 @@ def main() -> None:
     import torch
 
     from headlens.analyses.heads.census import build_stimuli, run_census
-    from headlens.analyses.sinks.forward import batch_attention_mask
+    from headlens.probes.engine import batch_attention_mask
     from headlens.probes.loading import load_model
     from headlens.probes.prompts import iter_batches
 

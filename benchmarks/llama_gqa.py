@@ -51,7 +51,7 @@ def run(args) -> dict:
     import torch
 
     from headlens.analyses.heads.census import build_stimuli, run_census
-    from headlens.analyses.sinks.forward import batch_attention_mask
+    from headlens.probes.engine import batch_attention_mask
     from headlens.probes.capture import capture
     from headlens.probes.config import CaptureConfig
     from headlens.probes.loading import load_model

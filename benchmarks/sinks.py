@@ -35,7 +35,7 @@ TARGET = 1.3
 def one_mode(args) -> dict:
     import torch
 
-    from headlens.analyses.sinks.forward import run_to_last_pattern
+    from headlens.probes.engine_forward import forward_until
     from headlens.analyses.sinks.stream import stream_sink_stats
     from headlens.analyses.stimuli import eval_text, text_windows
     from headlens.probes.loading import load_model
@@ -53,7 +53,7 @@ def one_mode(args) -> dict:
     def bridge_stop():
         with torch.inference_mode():
             for toks, mask in batches:
-                run_to_last_pattern(model, toks, [], attention_mask=mask)
+                forward_until(model, toks, stop_after=f"blocks.{model.n_layers - 1}.attn.hook_pattern", attention_mask=mask)
 
     wanted = MODES if args.mode == "paired" else [args.mode]
     fns = {}

@@ -33,6 +33,7 @@ from jaxtyping import Bool, Float
 from torch import Tensor
 
 from headlens.probes.errors import UnsupportedModelError
+from headlens.probes.loading import is_encoder_config
 
 __all__ = [
     "LayerAttention",
@@ -45,6 +46,7 @@ __all__ = [
     "scores_from_qk",
     "pattern_from_qk",
     "repeat_kv",
+    "visible",
 ]
 
 log = logging.getLogger(__name__)
@@ -152,8 +154,6 @@ def _hf_attention(bridge: Any, layer: int) -> Any:
 
 
 def _causal(hf_config: Any, module: Any) -> bool:
-    from headlens.probes.loading import is_encoder_config
-
     if is_encoder_config(hf_config):
         return False
     return bool(getattr(module, "is_causal", True))
@@ -290,9 +290,26 @@ def rotate(
     raise ValueError(f"rotary kind {layer.rotary!r}: read the bridge's hook_rot_q/hook_rot_k instead")
 
 
-def repeat_kv(x: Float[Tensor, "... pos kv_head d_head"], group: int) -> Float[Tensor, "... pos head d_head"]:
-    """KV heads repeated to one per query head, in Hugging Face's ``repeat_kv`` order."""
-    return x if group == 1 else x.repeat_interleave(group, dim=-2)
+def repeat_kv(x: Float[Tensor, "... pos kv_head d_head"], group: int, *, dim: int = -2) -> Float[Tensor, "... pos head d_head"]:
+    """KV heads repeated to one per query head, in Hugging Face's ``repeat_kv`` order (KV head
+    ``h // group`` serves query head ``h``).  ``dim`` is the head dimension: ``-2`` in the
+    bridge's ``[..., pos, kv_head, d_head]`` layout (default), ``1`` in ``[batch, kv_head, pos, d_head]``.
+    The one place headlens repeats KV heads."""
+    return x if group == 1 else x.repeat_interleave(group, dim=dim)
+
+
+def visible(q_idx: Tensor, k_idx: Tensor, *, window: int | None = None, causal: bool = True) -> Bool[Tensor, "..."]:
+    """Whether query position ``q_idx`` sees key position ``k_idx`` (broadcast): causal ``k <= q``
+    (all True on a bidirectional layer, ``causal=False``) and, with a sliding ``window``, ``k > q - window``.
+
+    The one visibility rule: :func:`allowed_keys`, the detectors, the sink statistics and the
+    windowed-attention intervention all call it.  Padding is not its business (``key_mask``).
+    """
+    shape = torch.broadcast_shapes(q_idx.shape, k_idx.shape)
+    ok = k_idx <= q_idx if causal else torch.ones(shape, dtype=torch.bool, device=q_idx.device)
+    if window is not None:
+        ok = ok & (k_idx > q_idx - window)
+    return ok.expand(shape)
 
 
 def allowed_keys(
@@ -314,9 +331,7 @@ def allowed_keys(
     n_k = n_q + q_offset if n_k is None else n_k
     i = torch.arange(q_offset, q_offset + n_q, device=device)[:, None]
     j = torch.arange(n_k, device=device)[None, :]
-    ok = j <= i if layer.causal else torch.ones(n_q, n_k, dtype=torch.bool, device=device)
-    if layer.window is not None:
-        ok = ok & (j > i - layer.window)
+    ok = visible(i, j, window=layer.window, causal=layer.causal)
     if key_mask is not None:
         km = key_mask.to(device=ok.device, dtype=torch.bool)
         if km.shape[-1] != n_k:

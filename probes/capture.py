@@ -14,6 +14,7 @@ import torch
 from torch import Tensor
 
 from headlens.probes.config import CAPTURABLE, CaptureConfig
+from headlens.probes.engine_forward import forward_until
 from headlens.probes.errors import InputError, UnsupportedModelError
 from headlens.probes.hooks import attached
 from headlens.probes.loading import LoadedModel, check_layers_heads
@@ -85,14 +86,6 @@ def tokenize_for(model: LoadedModel, prompts: Sequence[str], *, prepend_bos: boo
     )
 
 
-class _StopForward(Exception):
-    """Raised by a hook to end a forward pass once everything needed has been seen."""
-
-
-def _stop(act: Tensor, hook: Any = None) -> None:
-    raise _StopForward
-
-
 def run_forward(
     model: LoadedModel,
     tokens: Tensor | TokenBatch,
@@ -130,12 +123,7 @@ def run_forward(
         kwargs["attention_mask"] = attention_mask.to(device=model.device, dtype=torch.long)
     if return_type is None:
         last = model.n_layers if stop_at_layer is None else min(stop_at_layer, model.n_layers)
-        point = stop_after or f"blocks.{last - 1}.hook_resid_post"
-        try:
-            with attached(model.bridge, [(point, _stop)]):
-                model.bridge(tokens, return_type=None, **kwargs)
-        except _StopForward:
-            pass
+        forward_until(model, tokens, stop_after=stop_after or f"blocks.{last - 1}.hook_resid_post", **kwargs)
         return None
     kwargs["return_type"] = return_type
     if stop_at_layer is not None and stop_at_layer < model.n_layers:

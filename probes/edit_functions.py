@@ -23,6 +23,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from headlens.probes.attention import repeat_kv
 from headlens.probes.errors import InterventionError
 
 __all__ = ["Edit", "ATTENTION_IMPLEMENTATION", "LayerState", "ACTIVE", "edited", "interface_attention", "neo_attn"]
@@ -64,11 +65,6 @@ def edited(edit: Edit, scores: Tensor, family: str, layer: int) -> Tensor:
     return result
 
 
-def _repeat_kv(x: Tensor, groups: int) -> Tensor:
-    """``[batch, kv_head, pos, d]`` -> ``[batch, kv_head * groups, pos, d]`` in Hugging Face's ``repeat_kv`` order."""
-    return x if groups == 1 else x.repeat_interleave(groups, dim=1)
-
-
 def _additive(mask: Tensor, dtype: torch.dtype) -> Tensor:
     if mask.dtype == torch.bool:
         return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(~mask, torch.finfo(dtype).min)
@@ -92,7 +88,7 @@ def interface_attention(
         family = state.family if state else type(module).__name__
         raise InterventionError(f"score edits on {family}: attention sinks (s_aux) are not reproduced by headlens", family=family)
     groups = int(getattr(module, "num_key_value_groups", 1) or 1)
-    key, value = _repeat_kv(key, groups), _repeat_kv(value, groups)
+    key, value = repeat_kv(key, groups, dim=1), repeat_kv(value, groups, dim=1)  # [batch, head, pos, d]
     if scaling is None:
         scaling = query.shape[-1] ** -0.5
     if type(module).__name__ in _UPCAST_QK:

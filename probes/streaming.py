@@ -37,6 +37,7 @@ from torch import Tensor
 
 from headlens.probes import hf_attention
 from headlens.probes.attention import LayerAttention, allowed_keys, attention_core, attention_spec, repeat_kv
+from headlens.probes.engine_forward import StopForward, stopping
 from headlens.probes.errors import InputError, UnsupportedModelError
 
 __all__ = [
@@ -68,10 +69,6 @@ LayerCallback = Callable[[LayerAttention, Tensor, Tensor, Tensor], None]
 _ACTIVE: dict[int, tuple[int, "_Run"]] = {}  # id(HF attention module) -> (layer, run) inside a block
 _MISSING = object()
 _NEO_CLASSES = frozenset({"GPTNeoSelfAttention"})
-
-
-class _Stop(Exception):
-    """Raised after the last layer's callback: nothing after it is needed."""
 
 
 class _Run:
@@ -203,7 +200,7 @@ def _after(run: _Run, layer: int, out: Tensor) -> Tensor:
         out = out.clone()
         out[:, :, heads] = 0
     if run.stop_after is not None and layer >= run.stop_after:
-        raise _Stop
+        raise StopForward  # nothing after the last layer's attention is needed
     return out
 
 
@@ -318,11 +315,8 @@ def streamed_forward(
                 configs[id(module.config)] = module.config
         stack.enter_context(hf_attention.switched(list(configs.values()), STREAMING_IMPLEMENTATION))
         stack.enter_context(_active(run))
-        try:
-            with torch.inference_mode():
-                bridge(tokens.to(model.device), return_type=None, attention_mask=attention_mask.to(model.device, torch.long))
-        except _Stop:
-            pass
+        with stopping(), torch.inference_mode():
+            bridge(tokens.to(model.device), return_type=None, attention_mask=attention_mask.to(model.device, torch.long))
     missing = sorted(set(range(model.n_layers)) - set(run.calls))
     if missing:
         raise UnsupportedModelError(f"streaming attention on {spec.family}: layers {missing} never reached headlens' attention function; use --attention eager", family=spec.family)

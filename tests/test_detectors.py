@@ -184,7 +184,7 @@ def test_detectors_reduce_over_query_blocks_like_the_whole_pattern():
     import torch
 
     from headlens.analyses.heads.detectors import BatchContext, registry
-    from headlens.analyses.heads.detectors.base import add_sums
+    from headlens.probes.engine import add_sums
     from tests.helpers import assert_close
 
     g = torch.Generator().manual_seed(0)

@@ -244,14 +244,14 @@ def test_value_norm_share_is_zero_when_the_sink_value_vector_is_zero(planted_mod
     base = stream_sink_stats(planted_model, batch, eps=0.3, value_norm=True, batch_size=8)
     with attached(planted_model.bridge, [(f"blocks.{SINK[0]}.attn.hook_v", zero_sink_value)]):
         stats = stream_sink_stats(planted_model, batch, eps=0.3, value_norm=True, batch_size=8)
-    share = stats.vn_share_sum / stats.vn_queries
-    attn = stats.vn_attn_sum / stats.vn_queries
-    assert attn[SINK] >= 0.9 and base.vn_share_sum[SINK] / base.vn_queries >= 0.9
-    assert share[SINK] == 0.0 and stats.vn_sink_norm_sum[SINK] == 0.0
+    share = stats.value_norm.share_sum / stats.value_norm.queries
+    attn = stats.value_norm.attn_sum / stats.value_norm.queries
+    assert attn[SINK] >= 0.9 and base.value_norm.share_sum[SINK] / base.value_norm.queries >= 0.9
+    assert share[SINK] == 0.0 and stats.value_norm.sink_norm_sum[SINK] == 0.0
     # every other head is untouched (0.1 writes to a slot nothing reads, so layer 1 is unchanged too)
     others = torch.ones_like(share, dtype=torch.bool)
     others[SINK] = False
-    assert_close(share[others], (base.vn_share_sum / base.vn_queries)[others], "float32")
+    assert_close(share[others], (base.value_norm.share_sum / base.value_norm.queries)[others], "float32")
 
 
 def test_value_norm_share_with_the_sink_value_projected_out_of_the_weights(planted_checkpoint, tmp_path):
@@ -266,9 +266,9 @@ def test_value_norm_share_with_the_sink_value_projected_out_of_the_weights(plant
     model = load_model(model=str(folder), device="cpu")
     batch = census_batch(model, SinkConfig(n_prompts=4, bos=(True,)), True)
     stats = stream_sink_stats(model, batch, eps=0.3, value_norm=True, batch_size=8)
-    assert stats.vn_attn_sum[SINK] / stats.vn_queries >= 0.9
-    assert stats.vn_sink_norm_sum[SINK] / stats.vn_other_norm_sum[SINK] < 1e-5
-    assert stats.vn_share_sum[SINK] / stats.vn_queries < 0.01
+    assert stats.value_norm.attn_sum[SINK] / stats.value_norm.queries >= 0.9
+    assert stats.value_norm.sink_norm_sum[SINK] / stats.value_norm.other_norm_sum[SINK] < 1e-5
+    assert stats.value_norm.share_sum[SINK] / stats.value_norm.queries < 0.01
 
 
 def test_head_output_weights_are_c_proj_rows_by_head(planted_model):

@@ -93,7 +93,7 @@ def test_block_sums_equal_the_sink_study_functions(window, causal):
     import torch
 
     from headlens.analyses.attention_stats import sink_alpha
-    from headlens.analyses.heads.detectors.sink import alpha_sums
+    from headlens.analyses.attention_stats import alpha_sums
     from headlens.analyses.sinks.lengths import _vn_sums
     from headlens.analyses.sinks.reductions import value_norm_share
 

@@ -129,7 +129,7 @@ def test_lengths_too_short_is_refused_before_any_forward(runner, planted_checkpo
     from headlens.analyses.sinks.long_text import MIN_TEXT_TOKENS
 
     calls = []
-    for name in ("run_to_last_pattern", "streamed_forward"):
+    for name in ("reduce_pass",):
         real = getattr(lengths_mod, name)
         monkeypatch.setattr(lengths_mod, name, lambda *a, real=real, name=name, **k: (calls.append(name), real(*a, **k))[1])
     for checkpoint, model in ((planted_checkpoint, planted_model), (family_checkpoint("bert"), family_model("bert"))):

@@ -76,10 +76,10 @@ def test_streaming_never_builds_an_n_by_n_pattern(tiny_model):
     assert not square, square[:3]
 
     # the eager path does build them: the trace can see one
-    from headlens.analyses.sinks.forward import run_to_last_pattern
+    from headlens.probes.engine_forward import forward_until
 
     with Trace():
-        run_to_last_pattern(tiny_model, tokens, [], attention_mask=mask)
+        forward_until(tiny_model, tokens, stop_after=f"blocks.{tiny_model.n_layers - 1}.attn.hook_pattern", attention_mask=mask)
     assert square
 
 

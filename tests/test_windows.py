@@ -269,18 +269,18 @@ def test_sink_stream_on_window_layers_equals_hugging_face_reference(family, fami
             attn_share[layer] += [sum(A_all[h, i, 0].item() for i in qs) for h in range(H)]
     nb = len(batch)
     for k in (0, 1):
-        torch.testing.assert_close(stats.alpha_mean(k).double(), torch.from_numpy(alpha[k] / nb), **TOL)
+        torch.testing.assert_close(stats.alpha.mean(k).double(), torch.from_numpy(alpha[k] / nb), **TOL)
         for layer in range(L):
-            assert stats.uniform_mean(k, layer) == pytest.approx(base[k][layer] / nb, rel=1e-9)
-    torch.testing.assert_close(stats.pos_queries_layer, torch.from_numpy(n_q))
-    torch.testing.assert_close(stats.pos_excess.double(), torch.from_numpy(excess), atol=2e-4, rtol=1e-4)
-    torch.testing.assert_close(stats.vn_queries_layer, torch.from_numpy(n_share))
-    torch.testing.assert_close((stats.vn_attn_sum / stats.vn_queries_layer[:, None]).double(), torch.from_numpy(attn_share / n_share[:, None]), **TOL)
-    assert len(stats.window_notes()) == sum(w is not None for w in windows)
+            assert stats.alpha.uniform_mean(k, layer) == pytest.approx(base[k][layer] / nb, rel=1e-9)
+    torch.testing.assert_close(stats.excess.pos_queries_layer(), torch.from_numpy(n_q))
+    torch.testing.assert_close(stats.excess.pos_excess.double(), torch.from_numpy(excess), atol=2e-4, rtol=1e-4)
+    torch.testing.assert_close(stats.value_norm.queries_layer, torch.from_numpy(n_share))
+    torch.testing.assert_close((stats.value_norm.attn_sum / stats.value_norm.queries_layer[:, None]).double(), torch.from_numpy(attn_share / n_share[:, None]), **TOL)
+    assert len(stats.layers.window_notes()) == sum(w is not None for w in windows)
     # the uniform baseline of key 0 on a window layer is the mean of 1/(i+1) over i < window
     for layer, w in enumerate(windows):
         want = np.mean([1 / (i + 1) for i in range(w if w is not None else 40)])
-        assert stats.uniform_mean(0, layer) == pytest.approx(want, rel=1e-9)
+        assert stats.alpha.uniform_mean(0, layer) == pytest.approx(want, rel=1e-9)
 
 
 # ----------------------------------------------------------------------------- the pieces, on hand-made patterns

@@ -28,7 +28,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from headlens.probes.attention import attention_spec
+from headlens.probes.attention import attention_spec, repeat_kv
 from headlens.probes.errors import InputError, InterventionError
 from headlens.probes.hooks import attached
 
@@ -98,7 +98,7 @@ def knockout_hooks(model: Any, layer: int, kind: str, heads: Sequence[int] | Non
         state["k"] = k
         if "q" in kind:
             q = state.pop("q")
-            src = k.repeat_interleave(spec.group, dim=2) if spec.group > 1 else k
+            src = repeat_kv(k, spec.group)
             idx = torch.tensor(qh, device=q.device)
             q[:, :, idx] = src[:, :, idx].to(q.dtype)
         return k
@@ -136,7 +136,7 @@ def _two_pass(model: Any, toks: Tensor, layer: int, kind: str) -> Tensor:
     k = cap["k"]
     hooks = []
     if "q" in kind:
-        hooks.append((f"blocks.{layer}.attn.hook_q", lambda q, hook=None: (k.repeat_interleave(spec.group, dim=2) if spec.group > 1 else k).to(q.dtype)))
+        hooks.append((f"blocks.{layer}.attn.hook_q", lambda q, hook=None: repeat_kv(k, spec.group).to(q.dtype)))
     if "v" in kind:
         hooks.append((f"blocks.{layer}.attn.hook_v", lambda v, hook=None: k.to(v.dtype)))
     with attached(model.bridge, hooks):

@@ -36,6 +36,7 @@ from headlens.analyses.design.edits import Groups, check_pooling, pool_hooks
 from headlens.analyses.design.grouping import adjacent_groups, kv_distances, scatter, similar_groups
 from headlens.analyses.design.kv import KVConfig, group_sizes, kv_cache_table
 from headlens.probes.attention import attention_spec
+from headlens.probes.engine import LayerView, Sums, reduce_pass
 from headlens.probes.errors import InputError
 from headlens.probes.hooks import attached
 
@@ -118,14 +119,42 @@ def variant_groups(model: Any, data: EvalSet, config: GQAConfig) -> tuple[dict[t
     return out, dists
 
 
-def _pattern_hooks(model: Any, store: dict[int, Tensor]) -> list[tuple[str, Callable[..., Any]]]:
-    def keep(layer: int):
-        def fn(p: Tensor, hook: Any = None) -> None:  # noqa: ARG001
-            store[layer] = p.detach()
+class _Pattern:
+    """Reducer that keeps a layer's pattern (float32) as it is."""
 
-        return fn
+    name = "pattern"
 
-    return [(f"blocks.{layer}.attn.hook_pattern", keep(layer)) for layer in range(model.n_layers)]
+    @staticmethod
+    def partial(rows: Tensor, ctx: Any, q0: int) -> Sums:  # noqa: ARG004
+        return {"rows": rows}
+
+    @staticmethod
+    def finish(sums: Sums, ctx: Any) -> Tensor:  # noqa: ARG004
+        return sums["rows"].float()
+
+
+@dataclass(frozen=True)
+class _Against:
+    """One layer of a pooled pass: the unpooled pattern ``[batch, head, q, k]`` and the counted queries ``[batch, q]``."""
+
+    clean: Tensor
+    q_ok: Tensor
+
+
+class _JSDivergence:
+    """Reducer: per head, the Jensen-Shannon divergence from the unpooled rows, summed over the counted queries (float64)."""
+
+    name = "js"
+
+    @staticmethod
+    def partial(rows: Tensor, ctx: _Against, q0: int) -> Sums:
+        nb = rows.shape[2]
+        js = js_divergence(ctx.clean[:, :, q0 : q0 + nb], rows)  # [batch, head, q]
+        return {"sum": (js * ctx.q_ok[:, None, q0 : q0 + nb]).sum(dim=(0, 2))}
+
+    @staticmethod
+    def finish(sums: Sums, ctx: _Against) -> Tensor:  # noqa: ARG004
+        return sums["sum"]
 
 
 def _clean_cache_fits(model: Any, data: EvalSet, config: GQAConfig) -> bool:
@@ -173,8 +202,11 @@ def gqa_study(
         if i in clean_cache:
             return torch.empty(0), clean_cache[i]
         clean: dict[int, Tensor] = {}
-        with attached(model.bridge, _pattern_hooks(model, clean)):
-            logits = model.bridge(toks, return_type="logits")
+
+        def store(layer: int, out: dict[str, Any], ctx: Any) -> None:  # noqa: ARG001
+            clean[layer] = out[_Pattern.name]
+
+        logits = reduce_pass(model, toks, None, [_Pattern()], context=lambda view: None, on_layer=store, return_type="logits").output
         if keep:
             clean_cache[i] = clean
         return logits, clean
@@ -196,13 +228,15 @@ def gqa_study(
                 _, clean = clean_pass(i, toks)
                 q_ok = ((torch.arange(width)[None, :] < lengths[:, None]) & (torch.arange(width)[None, :] >= 1)).to(model.device)
                 js_n += int(q_ok.sum())
-                pooled: dict[int, Tensor] = {}
-                with attached(model.bridge, pool_hooks(variants[key]) + _pattern_hooks(model, pooled)):
-                    logits = model.bridge(toks, return_type="logits")
+
+                def add_js(layer: int, out: dict[str, Any], ctx: Any) -> None:  # noqa: ARG001
+                    js_sum[layer] += out[_JSDivergence.name].cpu()
+
+                def against(view: LayerView, clean: dict[int, Tensor] = clean, q_ok: Tensor = q_ok) -> _Against:
+                    return _Against(clean=clean[view.layer.layer], q_ok=q_ok)
+
+                logits = reduce_pass(model, toks, None, [_JSDivergence()], context=against, on_layer=add_js, hooks=pool_hooks(variants[key]), return_type="logits").output
                 vals.append(item_values(logits, toks, lengths, data, rows))
-                for layer in range(L):
-                    js = js_divergence(clean[layer], pooled[layer])  # [batch, head, q]
-                    js_sum[layer] += (js * q_ok[:, None, :]).sum(dim=(0, 2)).cpu()
             rec = {"kind": "gqa_variant", "grouping": key[0], "g": key[1], "values": torch.cat(vals).double().cpu().tolist(), "js_sum": js_sum.tolist(), "js_n": js_n}
             journal.append([rec])
             done[key] = journal.records[-1]

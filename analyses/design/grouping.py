@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import math
+from itertools import combinations
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -49,8 +50,6 @@ def _partitions(items: tuple[int, ...], g: int) -> Iterator[tuple[tuple[int, ...
         yield ()
         return
     first, rest = items[0], items[1:]
-    from itertools import combinations
-
     for others in combinations(rest, g - 1):
         grp = (first, *others)
         left = tuple(i for i in rest if i not in others)

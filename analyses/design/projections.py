@@ -28,6 +28,8 @@ from headlens.analyses.ablation.metrics import item_values
 from headlens.analyses.ablation.records import MemoryJournal, RecordJournal, records_of
 from headlens.analyses.ablation.suffix import check_from_layer, resid_hook_name, run_from_layer
 from headlens.analyses.design.edits import KINDS, check_knockout, knockout_hooks
+from headlens.analyses.heads.census import CensusConfig, run_census
+from headlens.analyses.heads.classify import classify_heads
 from headlens.probes.errors import InputError
 from headlens.probes.hooks import attached
 
@@ -152,8 +154,6 @@ def _keeper(store: list[torch.Tensor]) -> Callable[..., None]:
 
 def roles_by_head(scores: pd.DataFrame) -> dict[tuple[int, int], set[str]]:
     """``(layer, head) -> roles`` from census scores (:func:`headlens.analyses.heads.classify.classify_heads`)."""
-    from headlens.analyses.heads.classify import classify_heads
-
     result = classify_heads(scores)
     out: dict[tuple[int, int], set[str]] = {}
     for layer, head in scores[["layer", "head"]].drop_duplicates().itertuples(index=False):
@@ -182,8 +182,6 @@ def knockout_roles(
     census tables stacked, with ``knocked_layer`` and ``kind`` columns.  Resumable as
     :func:`knockout_losses`: one ``knockout_census`` record (the census scores) per knockout.
     """
-    from headlens.analyses.heads.census import CensusConfig, run_census
-
     config = replace(config or ProjectionConfig(), per_head=False)
     census_config = census_config or CensusConfig(n_prompts=32, n_bootstrap=200)
     targets = knockout_targets(model, config)

@@ -56,7 +56,7 @@ from headlens.analyses.heads.detectors import census_detectors
 from headlens.analyses.heads.detectors.referent import REFERENT_COLUMNS, SPLIT_SEED, min_referent_prompts, referent_statistics
 from headlens.analyses.heads.census_notes import bidirectional_notes as _bidirectional_notes, causal_note as _causal_note, window_notes as _window_notes
 from headlens.analyses.heads.passes import run_pass
-from headlens.analyses.sinks.forward import layer_causal
+from headlens.probes.engine import layer_causal
 from headlens.probes.streaming import choose_attention
 from headlens.probes.attention import attention_spec
 from headlens.probes.errors import InputError

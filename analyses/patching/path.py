@@ -44,6 +44,7 @@ from headlens.analyses.ablation.suffix import run_from_layer
 from headlens.analyses.patching.effects import Gap, normalised_effects, task_gap
 from headlens.analyses.patching.pairs import PairTask, pair_eval_sets
 from headlens.analyses.patching.runs import RunCache, cache_run, can_start_late
+from headlens.probes.engine_forward import StopForward, stopping
 from headlens.probes.errors import InputError, InterventionError
 from headlens.probes.hooks import HookFn, attached
 from headlens.probes.loading import LoadedModel, check_layers_heads
@@ -79,10 +80,6 @@ class PathResult:
     table: pd.DataFrame  # PATH_COLUMNS
     gap: Gap
     info: dict[str, Any] = field(default_factory=dict)
-
-
-class _Stop(Exception):
-    """Raised after the last receiver input was kept: the rest of the forward is not needed."""
 
 
 def _slot(model: LoadedModel, head: int, which: str) -> int:
@@ -230,16 +227,14 @@ def path_patch(model: LoadedModel, task: PairTask, config: PathConfig, *, progre
                     def fn(x: Tensor, hook: Any = None) -> None:  # noqa: ARG001
                         got[lr] = x.detach().clone()
                         if lr == needed[-1]:
-                            raise _Stop
+                            raise StopForward  # the rest of the forward is not needed
 
                     return fn
 
                 hooks += [(_input_hook(lr, which), keeper(lr)) for lr in needed]
                 toks = tokens.repeat(len(senders), 1)
-                try:
+                with stopping():
                     _run(model, toks, corrupt.resid, ls, rows, width, len(senders), hooks)
-                except _Stop:
-                    pass
                 for r in receivers:
                     if r[0] <= ls:
                         continue

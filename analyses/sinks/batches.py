@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from headlens.analyses.heads.census import model_frame
 from headlens.analyses.sinks.config import DEFAULT_MAX_PROMPTS, SinkConfig
 from headlens.analyses.stimuli import eval_text, text_windows
 from headlens.probes.errors import InputError
@@ -30,8 +31,6 @@ log = logging.getLogger(__name__)
 
 def frame_tokens(model: LoadedModel, prepend_bos: bool) -> tuple[list[int], list[int]]:
     """The special-token ids the model puts before and after the text: ``([BOS] or [], [])`` or ``([CLS], [SEP])``."""
-    from headlens.analyses.heads.census import model_frame
-
     return model_frame(model, prepend_bos)
 
 

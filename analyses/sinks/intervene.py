@@ -33,7 +33,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from headlens.probes.attention import attention_spec
+from headlens.probes.attention import attention_spec, visible
 from headlens.probes.errors import InterventionError, UnsupportedModelError
 from headlens.probes.hooks import attached
 from headlens.probes.interventions import Edit, mask_keys, score_edits
@@ -74,7 +74,7 @@ def window_allowed(width: int, window: int, keep_first: int, device: torch.devic
     n_q = width if n_q is None else n_q
     i = torch.arange(width - n_q, width, device=device)[:, None]
     j = torch.arange(width, device=device)[None, :]
-    return (j <= i) & ((j > i - window) | (j < keep_first))
+    return visible(i, j, window=window) | (visible(i, j) & (j < keep_first))
 
 
 def window_edits(n_layers: int, window: int, keep_first: int) -> Edits:

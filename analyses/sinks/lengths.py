@@ -14,7 +14,8 @@ Per sequence, layer and head (``A = A[l, h]``, queries ``i``):
   ``A[i,0] ||f_0|| / sum_j A[i,j] ||f_j||`` with ``f_j = v_j W_O^h``, averaged over queries
   ``i >= 1`` (every query on a bidirectional layer, as
   :func:`headlens.analyses.sinks.reductions.value_norm_share`).  ``||f_j||`` comes from
-  ``hook_v`` (eager) or from the v the attention function receives (streaming).
+  ``hook_v`` (eager) or from the v the attention function receives (streaming): the engine
+  (:func:`headlens.probes.engine.reduce_pass`) hands it over.
 
 **Which queries are averaged** (column ``queries``, and ``n_queries``, the number of queries
 alpha averages).  On a sliding-window layer of ``w < n`` keys only the first ``w`` queries can
@@ -35,7 +36,7 @@ share of sequences whose alpha exceeds ``eps``).  Long lengths are the reason th
 with ``attention="streaming"`` (or ``auto`` when one layer's patterns would not fit,
 :func:`headlens.probes.streaming.choose_attention`) the statistics are computed from q and k
 in blocks of ``query_block`` queries inside the model's SDPA forward; ``eager`` reads
-``hook_pattern``.  Both reduce with the same code (:func:`_reduce`).
+``hook_pattern``.  Both are :func:`headlens.probes.engine.reduce_pass` with one reducer.
 """
 
 from __future__ import annotations
@@ -49,14 +50,13 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from headlens.analyses.attention_stats import uniform_sink_alpha
-from headlens.analyses.heads.detectors.sink import alpha_sums
-from headlens.analyses.sinks.forward import layer_causal, run_to_last_pattern
+from headlens.analyses.attention_stats import alpha_sums, uniform_sink_alpha
 from headlens.analyses.sinks.long_text import check_lengths, cut_plan, long_text, sequence_ids
-from headlens.analyses.sinks.reductions import head_output_weights
+from headlens.analyses.sinks.reductions import output_grams, value_norm_block, value_norms
 from headlens.probes.attention import LayerAttention, attention_spec
+from headlens.probes.engine import LayerView, Sums, layer_causal, reduce_pass
 from headlens.probes.loading import LoadedModel
-from headlens.probes.streaming import choose_attention, pattern_blocks, streamed_forward
+from headlens.probes.streaming import choose_attention
 
 __all__ = ["LengthsConfig", "LengthsResult", "sink_lengths", "validate_lengths", "LENGTH_COLUMNS", "QUERY_CONVENTIONS"]
 
@@ -106,26 +106,10 @@ def validate_lengths(model: LoadedModel, config: LengthsConfig, *, documents: Se
     check_lengths(model, config.lengths, config.n_sequences, config.eps, text, config.prepend_bos)
 
 
-def value_norms(v: Tensor, gram: Tensor) -> Tensor:
-    """``||v_j W_O^h||`` as ``[batch, head, pos]`` from ``v`` ``[batch, pos, kv_head, d_head]``
-    (``hook_v``'s layout; KV heads repeated per query head) and ``gram`` = ``W_O^h W_O^h^T``."""
-    v = v.detach().float()
-    if v.shape[2] != gram.shape[0]:
-        v = v.repeat_interleave(gram.shape[0] // v.shape[2], dim=2)
-    vg = torch.einsum("bphd,hdf->bphf", v, gram)
-    return (vg * v).sum(-1).clamp_min(0).sqrt().permute(0, 2, 1)
-
-
 def _vn_sums(rows: Tensor, vnorm: Tensor, n: int, q0: int, window: int | None, causal: bool) -> dict[str, Tensor]:
     """Block sums of :func:`headlens.analyses.sinks.reductions.value_norm_share`'s norm share."""
-    pos = torch.arange(q0, q0 + rows.shape[2], device=rows.device)
-    qbool = (pos >= (1 if causal else 0)) & (pos < n)
-    if window is not None and causal:
-        qbool = qbool & (pos < window)
-    qmask = qbool.to(rows.dtype)[None, None, :]
-    weighted = torch.einsum("bhqk,bhk->bhq", rows, vnorm)
-    share = rows[..., 0] * vnorm[:, :, :1] / weighted.clamp_min(torch.finfo(rows.dtype).tiny)
-    return {"score": (share * qmask).sum(-1), "count": qmask.sum(-1).expand(rows.shape[0], -1)[:, 0]}
+    share, _, count = value_norm_block(rows, vnorm, torch.tensor([n] * rows.shape[0], device=rows.device), q0, window=window, causal=causal)
+    return {"score": share, "count": count}
 
 
 def _window(la: LayerAttention, n: int, causal: bool) -> int | None:
@@ -133,23 +117,39 @@ def _window(la: LayerAttention, n: int, causal: bool) -> int | None:
     return la.window if causal and la.window is not None and la.window < n else None
 
 
-def _reduce(rows: Tensor, q0: int, n: int, la: LayerAttention, causal: bool, acc: dict[str, Tensor], vnorm: Tensor) -> None:
-    """Add one block of pattern rows to ``acc``: visible-query sums, and all-query sums on a window layer."""
-    lengths = torch.tensor([n] * rows.shape[0], device=rows.device)
-    window = _window(la, n, causal)
-    parts = {
-        "alpha": alpha_sums(rows, lengths, q0, window=window, causal=causal),
-        "first": alpha_sums(rows, lengths, q0, window=window, causal=causal, start=1),
-        "vn": _vn_sums(rows, vnorm, n, q0, window, causal),
-    }
-    if window is not None:  # every query, the masked-out A[i, 0] = 0 included
-        parts["alpha_all"] = alpha_sums(rows, lengths, q0, causal=causal)
-        parts["first_all"] = alpha_sums(rows, lengths, q0, causal=causal, start=1)
-        parts["vn_all"] = _vn_sums(rows, vnorm, n, q0, None, causal)
-    for key, part in parts.items():
-        for sub, value in part.items():
-            name = f"{key}_{sub}"
-            acc[name] = acc[name] + value.double() if name in acc else value.double()
+@dataclass(frozen=True, kw_only=True)
+class _Ctx:
+    """One layer of one sequence: its length, causal or not, the window in effect, the value norms."""
+
+    n: int
+    causal: bool
+    window: int | None
+    vnorm: Tensor
+
+
+class _LengthStats:
+    """The reducer of the length curves: visible-query sums, and all-query sums on a window layer."""
+
+    name = "lengths"
+
+    @staticmethod
+    def partial(rows: Tensor, ctx: _Ctx, q0: int) -> Sums:
+        rows = rows.float()
+        lengths = torch.tensor([ctx.n] * rows.shape[0], device=rows.device)
+        parts = {
+            "alpha": alpha_sums(rows, lengths, q0, window=ctx.window, causal=ctx.causal),
+            "first": alpha_sums(rows, lengths, q0, window=ctx.window, causal=ctx.causal, start=1),
+            "vn": _vn_sums(rows, ctx.vnorm, ctx.n, q0, ctx.window, ctx.causal),
+        }
+        if ctx.window is not None:  # every query, the masked-out A[i, 0] = 0 included
+            parts["alpha_all"] = alpha_sums(rows, lengths, q0, causal=ctx.causal)
+            parts["first_all"] = alpha_sums(rows, lengths, q0, causal=ctx.causal, start=1)
+            parts["vn_all"] = _vn_sums(rows, ctx.vnorm, ctx.n, q0, None, ctx.causal)
+        return {f"{key}_{sub}": value for key, part in parts.items() for sub, value in part.items()}
+
+    @staticmethod
+    def finish(sums: Sums, ctx: _Ctx) -> Sums:  # noqa: ARG004
+        return sums
 
 
 def _uniform_all(n: int, window: int | None, causal: bool) -> float:
@@ -204,10 +204,7 @@ def sink_lengths(
     check_lengths(model, config.lengths, config.n_sequences, config.eps, text, config.prepend_bos)
     spec = attention_spec(model)
     causal = layer_causal(model)
-    grams = []
-    for layer in range(model.n_layers):
-        w_o = head_output_weights(model, layer).to(model.device, torch.float32)
-        grams.append(torch.einsum("hde,hfe->hdf", w_o, w_o))
+    grams = output_grams(model)
     rows_out: list[dict[str, Any]] = []
     modes: dict[int, str] = {}
     total = len(config.lengths) * config.n_sequences
@@ -218,31 +215,17 @@ def sink_lengths(
         per_layer: list[list[dict[str, Tensor]]] = [[] for _ in spec.layers]
         for s in range(config.n_sequences):
             tokens = torch.tensor([sequence_ids(text, n, s)])
-            mask = torch.ones_like(tokens)
             accs: list[dict[str, Tensor]] = [{} for _ in spec.layers]
 
-            vnorms: dict[int, Tensor] = {}
+            def context(view: LayerView, n: int = n) -> _Ctx:
+                la = view.layer
+                assert view.v is not None
+                return _Ctx(n=n, causal=view.causal, window=_window(la, n, view.causal), vnorm=value_norms(view.v, grams[la.layer]))
 
-            def on_layer(la: LayerAttention, q: Tensor, k: Tensor, v: Tensor, accs: list = accs) -> None:
-                vnorm = value_norms(v.transpose(1, 2), grams[la.layer])
-                for q0, block in pattern_blocks(la, q, k, mask.bool().to(q.device), config.query_block):
-                    _reduce(block, q0, n, la, causal[la.layer], accs[la.layer], vnorm)
+            def keep(layer: int, out: dict[str, Sums], ctx: _Ctx, accs: list = accs) -> None:  # noqa: ARG001
+                accs[layer] = out[_LengthStats.name]
 
-            def v_hook(v: Tensor, hook: Any = None, layer: int = 0) -> None:
-                vnorms[layer] = value_norms(v, grams[layer])
-
-            def p_hook(p: Tensor, hook: Any = None, la: LayerAttention = spec.layers[0], accs: list = accs) -> None:
-                _reduce(p.float(), 0, n, la, causal[la.layer], accs[la.layer], vnorms.pop(la.layer))
-
-            if mode == "streaming":
-                streamed_forward(model, tokens, mask, on_layer, block=config.query_block)
-            else:
-                hooks: list[tuple[str, Callable[..., Any]]] = []
-                for la in spec.layers:
-                    hooks.append((f"blocks.{la.layer}.attn.hook_v", lambda v, hook=None, layer=la.layer: v_hook(v, hook, layer)))
-                    hooks.append((f"blocks.{la.layer}.attn.hook_pattern", lambda p, hook=None, la=la: p_hook(p, hook, la)))
-                with torch.inference_mode():
-                    run_to_last_pattern(model, tokens, hooks, attention_mask=mask)
+            reduce_pass(model, tokens, torch.ones_like(tokens), [_LengthStats()], context=context, on_layer=keep, attention=mode, query_block=config.query_block, values=True)
             for layer, acc in enumerate(accs):
                 per_layer[layer].append(acc)
             done += 1

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from headlens.analyses.stimuli.natural import EVAL_TEXT_RESOURCE, eval_text
 from headlens.probes.errors import InputError
 from headlens.probes.loading import LoadedModel
 
@@ -62,8 +63,6 @@ def _special_words(text: LongText, prepend_bos: bool) -> str:
 def long_text(model: LoadedModel, documents: Sequence[str] | None, prepend_bos: bool) -> LongText:
     """Tokenize the study's text once (no special tokens) and read the model's framing
     (:meth:`LoadedModel.frame`)."""
-    from headlens.analyses.stimuli.natural import EVAL_TEXT_RESOURCE, eval_text
-
     if documents:
         text = SEPARATOR.join(documents)
         source = f"{len(documents)} given documents joined in order by a blank line"

@@ -1,4 +1,4 @@
-"""The rows of the sink tables, read from one BOS setting's :class:`~headlens.analyses.sinks.stats.StreamStats`.
+"""The rows of the sink tables, read from one BOS setting's :class:`~headlens.analyses.sinks.stream.SinkStats`.
 
 Definitions:
 
@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from headlens.analyses.sinks.batches import frame_tokens
-from headlens.analyses.sinks.stats import StreamStats
+from headlens.analyses.sinks.stream import SinkStats
 from headlens.analyses.sinks.targets import TARGET_GROUPS
 from headlens.probes.loading import LoadedModel
 
@@ -31,12 +31,12 @@ __all__ = ["census_rows", "rate_row", "layer_rows", "secondary_rows", "target_ro
 log = logging.getLogger(__name__)
 
 
-def census_rows(stats: StreamStats, bos: bool, eps: float) -> list[dict[str, Any]]:
-    mean, std, rate = stats.alpha_mean(0), stats.alpha_std(0), stats.alpha_rate(0)
+def census_rows(stats: SinkStats, bos: bool, eps: float) -> list[dict[str, Any]]:
+    mean, std, rate = stats.alpha.mean(0), stats.alpha.std(0), stats.alpha.rate(0)
     rows = []
     n_l, n_h = mean.shape
     for layer in range(n_l):
-        uniform = stats.uniform_mean(0, layer)
+        uniform = stats.alpha.uniform_mean(0, layer)
         for head in range(n_h):
             a = float(mean[layer, head])
             rows.append(
@@ -55,24 +55,24 @@ def census_rows(stats: StreamStats, bos: bool, eps: float) -> list[dict[str, Any
     return rows
 
 
-def rate_row(stats: StreamStats, bos: bool, eps: float, width: float) -> dict[str, Any]:
-    mean, rate = stats.alpha_mean(0), stats.alpha_rate(0)
+def rate_row(stats: SinkStats, bos: bool, eps: float, width: float) -> dict[str, Any]:
+    mean, rate = stats.alpha.mean(0), stats.alpha.rate(0)
     return {
         "bos": bos,
         "eps": eps,
         "n_sequences": stats.n_samples,
         "tokens_per_sequence": width,
         "sink_rate": float(rate.mean()),
-        "uniform_sink_rate": stats.uniform_rate(0),
+        "uniform_sink_rate": stats.alpha.uniform_rate(0),
         "mean_alpha": float(mean.mean()),
-        "uniform_alpha": stats.uniform_mean(0),
+        "uniform_alpha": stats.alpha.uniform_mean(0),
         "n_sink_heads": int((mean > eps).sum()),
         "n_heads": int(mean.numel()),
     }
 
 
-def layer_rows(stats: StreamStats, bos: bool) -> list[dict[str, Any]]:
-    mean, rate = stats.alpha_mean(0), stats.alpha_rate(0)
+def layer_rows(stats: SinkStats, bos: bool) -> list[dict[str, Any]]:
+    mean, rate = stats.alpha.mean(0), stats.alpha.rate(0)
     return [
         {
             "bos": bos,
@@ -80,28 +80,32 @@ def layer_rows(stats: StreamStats, bos: bool) -> list[dict[str, Any]]:
             "sink_rate": float(rate[layer].mean()),
             "mean_alpha": float(mean[layer].mean()),
             "max_alpha": float(mean[layer].max()),
-            "uniform_sink_rate": stats.uniform_rate(0, layer),
-            "uniform_alpha": stats.uniform_mean(0, layer),
+            "uniform_sink_rate": stats.alpha.uniform_rate(0, layer),
+            "uniform_alpha": stats.alpha.uniform_mean(0, layer),
         }
         for layer in range(mean.shape[0])
     ]
 
 
-def secondary_rows(stats: StreamStats, bos: bool, tokenizer: Any, top_k: int, min_count: int) -> tuple[list[dict], list[dict], list[dict]]:
+def secondary_rows(stats: SinkStats, bos: bool, tokenizer: Any, top_k: int, min_count: int) -> tuple[list[dict], list[dict], list[dict]]:
     pos_rows, tok_rows, overall_rows = [], [], []
-    n_l, n_h, width = stats.pos_excess.shape
+    ex = stats.excess
+    assert ex is not None
+    pos_excess, pos_queries_layer = ex.pos_excess.cpu(), ex.pos_queries_layer()
+    tok_count, tok_excess, tok_queries_layer = ex.tok_count.cpu(), ex.tok_excess.cpu(), ex.tok_queries_layer()
+    n_l, n_h, width = pos_excess.shape
     for layer in range(n_l):
-        pos_q = stats.pos_queries_layer[layer]
+        pos_q = pos_queries_layer[layer]
         for head in range(n_h):
             for j in range(width):
                 if pos_q[j] > 0:
-                    pos_rows.append({"bos": bos, "layer": layer, "head": head, "position": j, "excess": float(stats.pos_excess[layer, head, j] / pos_q[j]), "n_queries": int(pos_q[j])})
-    ok = (stats.tok_count >= min_count) & (stats.tok_queries > 0)
+                    pos_rows.append({"bos": bos, "layer": layer, "head": head, "position": j, "excess": float(pos_excess[layer, head, j] / pos_q[j]), "n_queries": int(pos_q[j])})
+    ok = (tok_count >= min_count) & (ex.tok_queries_causal() > 0)
     if not bool(ok.any()):
         return pos_rows, tok_rows, overall_rows
     idx = ok.nonzero().flatten()
-    per = stats.tok_excess[:, :, idx] / stats.tok_queries_layer[:, idx][:, None, :]  # [L, H, U']
-    ids = stats.token_ids[idx]
+    per = tok_excess[:, :, idx] / tok_queries_layer[:, idx][:, None, :]  # [L, H, U']
+    ids = ex.token_ids.cpu()[idx]
     strings = {int(t): tokenizer.decode([int(t)]) for t in ids}
     in_top = torch.zeros(len(idx), dtype=torch.long)
     k = min(top_k, len(idx))
@@ -111,21 +115,23 @@ def secondary_rows(stats: StreamStats, bos: bool, tokenizer: Any, top_k: int, mi
             in_top[order] += 1
             for rank, (v, o) in enumerate(zip(vals.tolist(), order.tolist()), start=1):
                 t = int(ids[o])
-                tok_rows.append({"bos": bos, "layer": layer, "head": head, "rank": rank, "token": strings[t], "token_id": t, "occurrences": int(stats.tok_count[idx[o]]), "excess": v})
+                tok_rows.append({"bos": bos, "layer": layer, "head": head, "rank": rank, "token": strings[t], "token_id": t, "occurrences": int(tok_count[idx[o]]), "excess": v})
     overall = per.mean(dim=(0, 1))
     for o in overall.argsort(descending=True)[: max(top_k * 4, 20)].tolist():
         t = int(ids[o])
-        overall_rows.append({"bos": bos, "token": strings[t], "token_id": t, "occurrences": int(stats.tok_count[idx[o]]), "mean_excess": float(overall[o]), "max_excess": float(per[:, :, o].max()), "heads_in_top_k": int(in_top[o])})
+        overall_rows.append({"bos": bos, "token": strings[t], "token_id": t, "occurrences": int(tok_count[idx[o]]), "mean_excess": float(overall[o]), "max_excess": float(per[:, :, o].max()), "heads_in_top_k": int(in_top[o])})
     return pos_rows, tok_rows, overall_rows
 
 
-def target_rows(stats: StreamStats, bos: bool) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def target_rows(stats: SinkStats, bos: bool) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """``sink_targets`` (per head) and ``sink_targets_by_layer`` rows for one BOS setting.
 
     ``sink_on``: the group whose share exceeds its uniform baseline the most (``none`` when no
     group's does); groups that are absent (no suffix on a decoder) are NaN and never chosen."""
-    share = {g: stats.target_mean(g) for g in TARGET_GROUPS}  # [layer, head]
-    uniform = {g: stats.target_uniform(g) for g in TARGET_GROUPS}  # [layer]
+    targets = stats.targets
+    assert targets is not None
+    share = {g: targets.mean(g) for g in TARGET_GROUPS}  # [layer, head]
+    uniform = {g: targets.uniform(g) for g in TARGET_GROUPS}  # [layer]
 
     def where(excess: dict[str, float]) -> str:
         measured = {g: e for g, e in excess.items() if e == e}
@@ -157,13 +163,13 @@ def target_rows(stats: StreamStats, bos: bool) -> tuple[list[dict[str, Any]], li
     return head_rows, by_layer
 
 
-def target_info(model: LoadedModel, stats: StreamStats, bos: bool) -> dict[str, Any]:
+def target_info(model: LoadedModel, stats: SinkStats, bos: bool) -> dict[str, Any]:
     """What the three groups were for one BOS setting: token strings, keys per sequence."""
     prefix, suffix = frame_tokens(model, bos)
     conv = model.tokenizer.convert_ids_to_tokens
     n = max(stats.n_samples, 1)
-    keys = stats.target_keys.tolist() if stats.target_keys is not None else [0.0] * len(TARGET_GROUPS)
-    punct = stats.punctuation.tolist() if stats.punctuation is not None else []
+    keys = stats.targets.keys.tolist() if stats.targets is not None else [0.0] * len(TARGET_GROUPS)
+    punct = stats.targets.punct.tolist() if stats.targets is not None else []
     return {
         "first": conv(prefix[0]) if prefix else "the first text token",
         "suffix": [conv(t) for t in suffix],
@@ -172,17 +178,19 @@ def target_info(model: LoadedModel, stats: StreamStats, bos: bool) -> dict[str, 
     }
 
 
-def value_norm_rows(stats: StreamStats, bos: bool) -> list[dict[str, Any]]:
+def value_norm_rows(stats: SinkStats, bos: bool) -> list[dict[str, Any]]:
     rows = []
-    n_l, n_h = stats.vn_share_sum.shape
-    s = max(stats.vn_other_count, 1.0)
+    vn = stats.value_norm
+    assert vn is not None
+    n_l, n_h = vn.share_sum.shape
+    s = max(vn.other_count, 1.0)
     for layer in range(n_l):
-        q = max(float(stats.vn_queries_layer[layer]), 1.0)
+        q = max(float(vn.queries_layer[layer]), 1.0)
         for head in range(n_h):
-            attn = float(stats.vn_attn_sum[layer, head]) / q
-            share = float(stats.vn_share_sum[layer, head]) / q
-            sink_norm = float(stats.vn_sink_norm_sum[layer, head]) / s
-            other = float(stats.vn_other_norm_sum[layer, head]) / s
+            attn = float(vn.attn_sum[layer, head]) / q
+            share = float(vn.share_sum[layer, head]) / q
+            sink_norm = float(vn.sink_norm_sum[layer, head]) / s
+            other = float(vn.other_norm_sum[layer, head]) / s
             rows.append(
                 {
                     "bos": bos,

@@ -4,20 +4,39 @@ against ``1/n`` (what a uniform head would give), strongest first."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import pandas as pd
 import torch
+from torch import Tensor
 
 from headlens.analyses.sinks.batches import frame_tokens, tokenize_framed
-from headlens.analyses.sinks.forward import batch_attention_mask, run_to_last_pattern
+from headlens.probes.engine import Sums, batch_attention_mask, reduce_pass
 from headlens.probes.errors import InputError
 from headlens.probes.loading import LoadedModel
 
 __all__ = ["seed_measurement", "seed_tables"]
 
 log = logging.getLogger(__name__)
+
+
+class _LastToFirst:
+    """Reducer: prompt 0's attention from query ``last`` to key 0, per head (float32)."""
+
+    name = "last_to_first"
+
+    def __init__(self, last: int) -> None:
+        self.last = last
+
+    def partial(self, rows: Tensor, ctx: Any, q0: int) -> Sums:  # noqa: ARG002
+        i = self.last - q0
+        if 0 <= i < rows.shape[2]:
+            return {"a": rows[0, :, i, 0].float()}
+        return {"a": torch.zeros(rows.shape[1], device=rows.device)}
+
+    def finish(self, sums: Sums, ctx: Any) -> Tensor:  # noqa: ARG002
+        return sums["a"].float()
 
 
 def seed_measurement(model: LoadedModel, text: str, *, prepend_bos: bool = True) -> pd.DataFrame:
@@ -35,14 +54,10 @@ def seed_measurement(model: LoadedModel, text: str, *, prepend_bos: bool = True)
         raise InputError(f"--text {text!r} is {n} token(s); the measurement needs at least 2 (a first and a last token)", text=text)
     last_to_first = torch.zeros(model.n_layers, model.n_heads)
 
-    def hook(layer: int) -> Callable[..., None]:
-        def fn(pattern: torch.Tensor, hook: Any = None) -> None:
-            last_to_first[layer] = pattern[0, :, last, 0].detach().float().cpu()
+    def keep(layer: int, out: dict[str, Tensor], ctx: Any) -> None:  # noqa: ARG001
+        last_to_first[layer] = out[_LastToFirst.name].cpu()
 
-        return fn
-
-    with torch.inference_mode():
-        run_to_last_pattern(model, batch.tokens, [(f"blocks.{layer}.attn.hook_pattern", hook(layer)) for layer in range(model.n_layers)], attention_mask=batch_attention_mask(batch))
+    reduce_pass(model, batch.tokens, batch_attention_mask(batch), [_LastToFirst(last)], context=lambda view: None, on_layer=keep)
     rows = [
         {
             "bos": prepend_bos,

@@ -27,7 +27,8 @@ table                       one row per
 Definitions live with the code that computes them:
 
 * Sink alpha, sink rate, sink heads and the uniform baseline: :mod:`headlens.analyses.sinks.rows`
-  (computed in :mod:`headlens.analyses.sinks.stats`).
+  (computed by the reducers of :mod:`headlens.analyses.sinks.reducers`; which queries count on
+  window and bidirectional layers: :mod:`headlens.analyses.sinks.layers`).
 * Stimuli (evaluation-text windows, BOS settings, encoder framing): :mod:`headlens.analyses.sinks.batches`.
 * Secondary sinks and value-norm shares: :mod:`headlens.analyses.sinks.reductions`; sink targets:
   :mod:`headlens.analyses.sinks.targets`.
@@ -50,14 +51,15 @@ from typing import Any
 
 import pandas as pd
 
+from headlens.analyses.heads.census import model_framing
 from headlens.analyses.sinks.batches import census_batch, frame_tokens, long_batch, n_windows
 from headlens.analyses.sinks.config import SinkConfig, default_attn_windows
 from headlens.analyses.sinks.content import VARIANTS, content_verdicts, variant_batches
-from headlens.analyses.sinks.forward import layer_causal
 from headlens.analyses.sinks.intervene import mean_loss, removal_hooks, window_hooks
 from headlens.analyses.sinks.rows import census_rows, layer_rows, rate_row, secondary_rows, target_info, target_rows, value_norm_rows
 from headlens.analyses.sinks.stream import stream_sink_stats
 from headlens.analyses.stimuli import eval_text, text_windows
+from headlens.probes.engine import layer_causal
 from headlens.probes.errors import InputError
 from headlens.probes.loading import LoadedModel, check_layers_heads
 from headlens.probes.prompts import TokenBatch, tokenize_prompts
@@ -162,8 +164,8 @@ def run_sinks(
         t_rows, t_layer = target_rows(stats, bos)
         head_target_rows, layer_target_rows = head_target_rows + t_rows, layer_target_rows + t_layer
         report.info.setdefault("sink_targets", {})[_bos_label(bos)] = target_info(model, stats, bos)
-        if stats.attention_notes():
-            report.info["attention_notes"] = stats.attention_notes()
+        if stats.layers.attention_notes():
+            report.info["attention_notes"] = stats.layers.attention_notes()
         rates.append(rate_row(stats, bos, config.eps, float(batch.lengths.float().mean())))
         by_layer += layer_rows(stats, bos)
         if config.runs("secondary"):
@@ -171,8 +173,8 @@ def run_sinks(
             pos_rows, tok_rows, overall_rows = pos_rows + p, tok_rows + t, overall_rows + o
         if config.runs("value_norm"):
             vn_rows += value_norm_rows(stats, bos)
-        if stats.window_notes():
-            report.info["window_notes"] = stats.window_notes()
+        if stats.layers.window_notes():
+            report.info["window_notes"] = stats.layers.window_notes()
     report.tables["census"] = pd.DataFrame(census)
     report.tables["sink_rates"] = pd.DataFrame(rates)
     report.tables["sink_rate_by_layer"] = pd.DataFrame(by_layer)
@@ -207,8 +209,6 @@ def _is_encoder(model: LoadedModel) -> bool:
 
 
 def _framing(model: LoadedModel, prepend_bos: bool) -> dict[str, Any]:
-    from headlens.analyses.heads.census import model_framing
-
     return model_framing(model, prepend_bos)
 
 
@@ -251,7 +251,7 @@ def _run_content(model: LoadedModel, config: SinkConfig, report: SinkReport, pro
     step = _Steps(prog("first-token variants"), len(variants))
     for name, batch in variants.items():
         stats = stream_sink_stats(model, batch, eps=config.eps, keys=(0, 1), batch_size=config.batch_size, progress=step.next_pass())
-        a0, a1, rate = stats.alpha_mean(0), stats.alpha_mean(1), stats.alpha_rate(0)
+        a0, a1, rate = stats.alpha.mean(0), stats.alpha.mean(1), stats.alpha.rate(0)
         for layer in range(model.n_layers):
             for head in range(model.n_heads):
                 rows.append(
@@ -262,8 +262,8 @@ def _run_content(model: LoadedModel, config: SinkConfig, report: SinkReport, pro
                         "alpha_first": float(a0[layer, head]),
                         "alpha_second": float(a1[layer, head]),
                         "sink_rate": float(rate[layer, head]),
-                        "uniform_alpha": stats.uniform_mean(0, layer),
-                        "uniform_alpha_second": stats.uniform_mean(1, layer),
+                        "uniform_alpha": stats.alpha.uniform_mean(0, layer),
+                        "uniform_alpha_second": stats.alpha.uniform_mean(1, layer),
                     }
                 )
     table = pd.DataFrame(rows)

@@ -5,8 +5,9 @@ A detector never sees more than one batch of one layer's pattern ``[batch, head,
 
 Query blocks: a detector is ``partial(rows, ctx, q_offset) -> Sums`` over the pattern rows of
 queries ``q_offset .. q_offset + block - 1`` (all keys), whose sums are added over blocks
-(:func:`add_sums`), then ``finish(sums, ctx) -> DetectorOutput``.  The eager census hands the
-whole pattern as one block (``compute`` = :func:`whole_pattern`); the streaming census
+(:func:`headlens.probes.engine.add_sums`), then ``finish(sums, ctx) -> DetectorOutput``:
+a detector is a reducer of :func:`headlens.probes.engine.reduce_pass`, the one pass over
+patterns.  The eager census hands the whole pattern as one block (``compute`` = :func:`whole_pattern`); the streaming census
 (:mod:`headlens.probes.streaming`) hands blocks recomputed from q and k, so both paths share
 the reduction code and never differ by more than float rounding.
 
@@ -15,7 +16,8 @@ Sliding windows: the census hands each layer's window (``BatchContext.window``, 
 only keys ``i - window < j <= i``, so a uniform head gives ``1/min(i+1, window)`` to each of
 them, and a target key outside the window cannot be attended at all: such positions are *not
 measurable* and are left out of the average; a prompt with no measurable position scores NaN
-(never 0).  :func:`visible` and :func:`uniform_weight` are the window rule;
+(never 0).  :func:`headlens.probes.attention.visible` (the one visibility rule) and
+:func:`uniform_weight` are the window rule;
 :func:`mean_attention_at` applies it.
 
 Bidirectional layers (encoders such as BERT; ``BatchContext.causal`` False): every query sees
@@ -37,23 +39,20 @@ import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
+from headlens.probes.attention import visible
+from headlens.probes.engine import Sums, add_sums
+
 __all__ = [
     "Detector",
     "BatchContext",
     "DetectorOutput",
-    "Sums",
     "mean_attention_at",
     "attention_sums_at",
     "mean_from_sums",
-    "add_sums",
     "whole_pattern",
-    "visible",
     "uniform_weight",
     "STIMULI",
 ]
-
-#: Additive partial sums of a detector over one block of queries (added up over blocks).
-Sums = dict[str, Tensor]
 
 #: Stimulus sets a detector can ask for.
 STIMULI = ("repeated", "natural", "referent")
@@ -103,13 +102,6 @@ class DetectorOutput:
     extra: dict[str, Float[Tensor, "batch head"]] = field(default_factory=dict)
 
 
-def add_sums(total: Sums | None, part: Sums) -> Sums:
-    """``total + part`` key by key (float64 accumulation); ``part`` when ``total`` is None."""
-    if total is None:
-        return {k: v.double() for k, v in part.items()}
-    return {k: total[k] + v.double() for k, v in part.items()}
-
-
 def whole_pattern(partial: Callable[..., Sums], finish: Callable[..., DetectorOutput]) -> Callable[..., DetectorOutput]:
     """``compute(pattern, ctx)``: the whole pattern as one block of queries."""
 
@@ -143,19 +135,6 @@ class Detector:
         return whole_pattern(self.partial, self.finish)(pattern, ctx)
 
 
-def visible(q_idx: Tensor, k_idx: Tensor, window: int | None, *, causal: bool = True) -> Tensor:
-    """Whether query ``q_idx`` can see key ``k_idx`` (both real positions): causal ``k <= q``,
-    and inside the sliding window (``k > q - window``) when there is one; all True on a
-    bidirectional layer (``causal=False``; headlens knows no bidirectional family with a window)."""
-    shape = torch.broadcast_shapes(q_idx.shape, k_idx.shape)
-    if not causal:
-        return torch.ones(shape, dtype=torch.bool, device=q_idx.device)
-    ok = k_idx <= q_idx
-    if window is not None:
-        ok = ok & (k_idx > q_idx - window)
-    return ok.expand(shape)
-
-
 def uniform_weight(q_idx: Tensor, window: int | None, *, causal: bool = True, n_keys: Tensor | None = None) -> Tensor:
     """What a uniform head gives each key it sees at query ``q_idx``: ``1/(q+1)``, or
     ``1/min(q+1, window)`` in a sliding-window layer, or ``1/n_keys`` on a bidirectional layer
@@ -186,7 +165,7 @@ def attention_sums_at(
     b, h, n_rows, width = rows.shape
     dev = rows.device
     q_idx, k_idx, valid = q_idx.to(dev), k_idx.to(dev), valid.to(dev)
-    valid = valid & visible(q_idx, k_idx, window, causal=causal) & (q_idx >= q_offset) & (q_idx < q_offset + n_rows)
+    valid = valid & visible(q_idx, k_idx, window=window, causal=causal) & (q_idx >= q_offset) & (q_idx < q_offset + n_rows)
     local = (q_idx - q_offset).clamp(0, n_rows - 1)
     flat = rows.float().reshape(b, h, n_rows * width)
     lin = (local * width + k_idx.clamp(0, width - 1))[:, None, :].expand(b, h, -1)

@@ -8,7 +8,8 @@ sliding-window layer, where positions whose target is outside the window do not 
 
 from __future__ import annotations
 
-from headlens.analyses.heads.detectors.base import BatchContext, Detector, DetectorOutput, Sums, attention_sums_at, mean_from_sums
+from headlens.analyses.heads.detectors.base import BatchContext, Detector, DetectorOutput, attention_sums_at, mean_from_sums
+from headlens.probes.engine import Sums
 from headlens.analyses.heads.detectors.repeated import second_copy_queries
 
 

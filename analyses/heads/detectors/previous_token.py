@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import torch
 
-from headlens.analyses.heads.detectors.base import BatchContext, Detector, DetectorOutput, Sums, attention_sums_at, mean_from_sums
+from headlens.analyses.heads.detectors.base import BatchContext, Detector, DetectorOutput, attention_sums_at, mean_from_sums
+from headlens.probes.engine import Sums
 
 
 def partial(rows, ctx: BatchContext, q_offset: int) -> Sums:

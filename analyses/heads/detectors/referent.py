@@ -67,7 +67,9 @@ import pandas as pd
 import torch
 
 from headlens.analyses.stats import bootstrap_mean_ci
-from headlens.analyses.heads.detectors.base import BatchContext, Detector, DetectorOutput, Sums, uniform_weight, visible
+from headlens.analyses.heads.detectors.base import BatchContext, Detector, DetectorOutput, uniform_weight
+from headlens.probes.engine import Sums
+from headlens.probes.attention import visible
 
 __all__ = [
     "DETECTOR",
@@ -141,8 +143,8 @@ def finish(sums: Sums, ctx: BatchContext) -> DetectorOutput:
     else:  # bidirectional (encoders): a uniform head gives 1/n to each of the prompt's n real keys
         baseline = uniform_weight(p[:, 0], None, causal=False, n_keys=ctx.lengths.to(dev))
     if causal and ctx.window is not None:
-        seen = visible(p[:, 0], a[:, 0], ctx.window)  # [batch]
-        both = seen & visible(p[:, 0], d[:, 0], ctx.window)
+        seen = visible(p[:, 0], a[:, 0], window=ctx.window)  # [batch]
+        both = seen & visible(p[:, 0], d[:, 0], window=ctx.window)
         nan = torch.tensor(float("nan"), device=dev)
         to_ante = torch.where(seen[:, None], to_ante, nan)
         baseline = torch.where(seen, baseline, nan)

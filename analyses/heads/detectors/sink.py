@@ -13,30 +13,12 @@ from __future__ import annotations
 
 import torch
 
-from headlens.analyses.attention_stats import uniform_sink_alpha
-from headlens.analyses.heads.detectors.base import BatchContext, Detector, DetectorOutput, Sums
+from headlens.analyses.attention_stats import alpha_sums, uniform_sink_alpha
+from headlens.analyses.heads.detectors.base import BatchContext, Detector, DetectorOutput
+from headlens.probes.engine import Sums
 
 #: The key whose attention the sink detector measures.
 KEY = 0
-
-
-def alpha_sums(rows, lengths, q_offset: int, *, key: int = KEY, window: int | None = None, causal: bool = True, start: int = 0) -> Sums:
-    """Sums of :func:`headlens.analyses.attention_stats.sink_alpha` over one block of queries:
-    ``score`` ``[batch, head]`` (``A[i, key]`` over the counted queries), ``count`` ``[batch]``.
-    ``start`` > 0 also leaves out queries before it."""
-    dev = rows.device
-    lengths = lengths.to(dev)
-    pos = torch.arange(q_offset, q_offset + rows.shape[2], device=dev)[None, :]
-    real = pos < lengths[:, None]
-    if not causal:
-        mask = real & (lengths > key)[:, None] & (pos >= start)
-    else:
-        mask = real & (pos >= max(key, start))
-        if window is not None:
-            mask = mask & (pos < key + window)
-    m = mask.to(torch.float32)
-    col = rows[:, :, :, key].float()
-    return {"score": (col * m[:, None, :]).sum(-1), "count": m.sum(-1)}
 
 
 def partial(rows, ctx: BatchContext, q_offset: int) -> Sums:
