@@ -7,6 +7,7 @@ keyword is one line naming it."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -21,7 +22,7 @@ from headlens.reports.studies.sinks import SinkLengthsResult, SinksResult, sinks
 from headlens.reports.studies.verify import VerifyResult, verify
 
 #: A census small enough for a test: 4 prompts, short sequences, 50 resamples.
-SMALL = {"n_prompts": 4, "seq_len": 10, "window": 24, "n_bootstrap": 50}
+SMALL: dict[str, Any] = {"n_prompts": 4, "seq_len": 10, "window": 24, "n_bootstrap": 50}
 
 
 def _files(folder) -> list[str]:

@@ -186,6 +186,7 @@ def sinks_cmd(
                 progress=progress,
                 command=command_line(),
             )
+        assert out_dir is not None  # checked above: --out unless --text
         _lengths_done(result, Path(out_dir), overwrite)
         return
     if attention == "streaming":
@@ -214,6 +215,7 @@ def sinks_cmd(
     loaded = load(model, device, dtype, revision, allow_new_weights, seed=seed)
     with progress_bars("sinks", quiet=quiet) as progress:
         result = sinks(loaded, config, prompts_file=prompts_file, progress=progress, command=command_line())
+    assert out_dir is not None  # checked above: --out unless --text
     out = Path(out_dir)
     result.save(out, overwrite=overwrite)
     _sinks_done(result, out)
@@ -223,16 +225,16 @@ def _sinks_done(result: SinksResult, out: Path) -> None:
     """The console lines of the full study."""
     eps = result.report.config.eps if result.report is not None else 0.3
     info = result.report.info if result.report is not None else {}
-    for r in result.sink_rates.itertuples():
-        heads_found = result.sink_heads(bool(r.bos))
+    for r in result.sink_rates.to_dict("records"):
+        heads_found = result.sink_heads(bool(r["bos"]))
         names = ", ".join(f"{layer}.{head}" for layer, head in heads_found[:10]) + (" ..." if len(heads_found) > 10 else "")
         click.echo(
-            f"{'BOS' if r.bos else 'no BOS'}: sink rate {r.sink_rate:.3f} (uniform attention {r.uniform_sink_rate:.3f}), "
-            f"mean alpha {r.mean_alpha:.3f} (uniform {r.uniform_alpha:.3f}), sink heads: {names or 'none'}"
+            f"{'BOS' if r['bos'] else 'no BOS'}: sink rate {r['sink_rate']:.3f} (uniform attention {r['uniform_sink_rate']:.3f}), "
+            f"mean alpha {r['mean_alpha']:.3f} (uniform {r['uniform_alpha']:.3f}), sink heads: {names or 'none'}"
         )
-        if r.uniform_alpha > eps:
+        if r["uniform_alpha"] > eps:
             click.echo(
-                f"note: uniform attention is itself above eps ({r.uniform_alpha:.3f} > {eps:g}) at these lengths; "
+                f"note: uniform attention is itself above eps ({r['uniform_alpha']:.3f} > {eps:g}) at these lengths; "
                 f"use longer sequences (Gu et al.: 64 tokens)",
                 err=True,
             )

@@ -134,7 +134,7 @@ def _summary(scores: pd.DataFrame, classified: HeadRoles, manifest: Mapping[str,
         thresholds=manifest["thresholds"],
         baseline_factor=manifest["baseline_factor"],
         stimuli=manifest.get("stimuli") or {},
-        **({"evidence": evidence} if evidence is not None else {}),
+        evidence=evidence,
     )
 
 
