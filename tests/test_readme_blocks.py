@@ -10,6 +10,7 @@ but not run.
 from __future__ import annotations
 
 import re
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,7 +21,8 @@ ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 #: The first line of a block that the test compiles but does not run, e.g. ``# needs: the Hugging Face Hub``.
 NEEDS_MARK = "# needs:"
-FENCE = re.compile(r"^```python[ \t]*\n(.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)
+#: A Python fence (```` ```python ````, ```` ```py ````, ```` ```python3 ````), also indented (in a list item).
+FENCE = re.compile(r"^([ \t]*)```(?:python3?|py)[ \t]*\n(.*?)^\1```[ \t]*$", re.MULTILINE | re.DOTALL)
 
 
 @dataclass(frozen=True)
@@ -38,10 +40,10 @@ def python_blocks(markdown: str) -> list[Block]:
     """The ```` ```python ```` blocks of ``markdown``, in order."""
     blocks = []
     for m in FENCE.finditer(markdown):
-        source = m.group(1)
+        source = textwrap.dedent(m.group(2))
         first = source.lstrip("\n").split("\n", 1)[0].strip()
         needs = (first[len(NEEDS_MARK) :].strip() or "unspecified") if first.startswith(NEEDS_MARK) else None
-        blocks.append(Block(line=markdown.count("\n", 0, m.start(1)) + 1, source=source, needs=needs))
+        blocks.append(Block(line=markdown.count("\n", 0, m.start(2)) + 1, source=source, needs=needs))
     return blocks
 
 
@@ -62,6 +64,8 @@ def test_parser_finds_blocks_lines_and_marks() -> None:
     assert [b.line for b in blocks] == [8, 12]
     assert [b.needs for b in blocks] == [None, "the Hugging Face Hub"]
     assert blocks[0].source == "x = 1\n"
+    indented = python_blocks("- item:\n\n  ```py\n  if True:\n      z = 3\n  ```\n")
+    assert [(b.line, b.source) for b in indented] == [(4, "if True:\n    z = 3\n")]
 
 
 def test_a_failing_block_fails_with_its_readme_line() -> None:
