@@ -14,7 +14,11 @@ import re
 import sys
 from pathlib import Path
 
+import ipykernel  # noqa: F401 - the kernel the notebook runs in; the test extra installs it
+import nbclient
+import nbformat
 import pytest
+from nbclient.exceptions import CellExecutionError
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK = ROOT / "examples" / "tutorial.ipynb"
@@ -25,12 +29,6 @@ CELL_TIMEOUT_S = 300
 STARTUP_TIMEOUT_S = 120
 #: An attribute that would fetch something from the network.
 EXTERNAL = re.compile(r"""(?:src|href)\s*=\s*["']?\s*(?:https?:)?//""", re.IGNORECASE)
-
-# the test extra installs them; without it the module is skipped with the reason
-nbformat = pytest.importorskip("nbformat")
-nbclient = pytest.importorskip("nbclient")
-nbclient_exceptions = pytest.importorskip("nbclient.exceptions")
-pytest.importorskip("ipykernel")
 
 CHECK_CELL = """
 import json as _json
@@ -102,7 +100,7 @@ def test_notebook_is_stored_without_outputs() -> None:
 def test_a_failing_cell_fails_the_run(kernel_env: Path) -> None:
     """Proves the runner reports a cell error instead of carrying on."""
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1"), nbformat.v4.new_code_cell("raise ValueError('planted')")])
-    with pytest.raises(nbclient_exceptions.CellExecutionError, match="planted"):
+    with pytest.raises(CellExecutionError, match="planted"):
         execute(nb, kernel_env)
 
 
