@@ -23,5 +23,5 @@ _EXPORTS = {
     "PLANTED_ROLES": "headlens.analyses.synthetic.planted",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = sorted(_EXPORTS)  # pyright: ignore[reportUnsupportedDunderAll] - the lazy-export table is the one list of names
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

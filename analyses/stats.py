@@ -28,6 +28,7 @@ import warnings
 from typing import Any
 
 import numpy as np
+from scipy.stats import spearmanr
 
 __all__ = ["bootstrap_mean_ci", "spearman", "BLOCK"]
 
@@ -76,7 +77,7 @@ def bootstrap_mean_ci(
         stop = min(start + chunk, n_resamples)
         counts = rng.multinomial(n, np.full(n, 1.0 / n), size=stop - start).astype(np.float64)  # [b, item]
         with np.errstate(invalid="ignore", divide="ignore"):
-            for k, (idx, values_b, present_b) in zip(range(0, len(cols), BLOCK), blocks):
+            for k, (idx, values_b, present_b) in zip(range(0, len(cols), BLOCK), blocks, strict=True):
                 drawn = counts @ present_b if present_b is not None else float(n)  # integer sums: exact
                 means[k : k + len(idx), start:stop] = ((counts @ values_b) / drawn)[:, : len(idx)].T
     alpha = (1 - level) / 2
@@ -92,12 +93,11 @@ def spearman(a: Any, b: Any) -> float:
 
     Pairs with a NaN are dropped; fewer than two pairs, or a constant side, give NaN.
     """
-    from scipy.stats import spearmanr
-
     x = np.asarray(a, dtype=np.float64).ravel()
     y = np.asarray(b, dtype=np.float64).ravel()
     ok = np.isfinite(x) & np.isfinite(y)
     x, y = x[ok], y[ok]
     if len(x) < 2 or np.all(x == x[0]) or np.all(y == y[0]):
         return float("nan")
-    return float(spearmanr(x, y).statistic)
+    result: Any = spearmanr(x, y)  # scipy types its result as a bare tuple
+    return float(result.statistic)

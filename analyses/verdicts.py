@@ -90,7 +90,9 @@ def difference_verdict(low: Any, high: Any, *, n_items: int | None = None, smoke
     return Verdict(kind=ABOVE if lo > 0 else BELOW, n_items=n_items)
 
 
-def overlap_verdict(a: tuple[Any, Any], b: tuple[Any, Any], *, n_items: int | None = None, smoke: bool = False, min_items: int = MIN_ITEMS) -> Verdict:
+def overlap_verdict(
+    a: tuple[Any, Any], b: tuple[Any, Any], *, n_items: int | None = None, smoke: bool = False, min_items: int = MIN_ITEMS
+) -> Verdict:
     """Two estimates, each with its interval ``(low, high)``: ``above`` when ``a``'s interval lies
     wholly above ``b``'s, ``below`` when wholly below, ``not_distinguishable`` when they overlap
     (same checks as :func:`difference_verdict`)."""

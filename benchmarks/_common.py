@@ -25,6 +25,7 @@ import sys
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -81,7 +82,8 @@ def hf_model(folder: Path | str, *, attn: str, device: str, dtype: str, lm: bool
     from transformers import AutoModel, AutoModelForCausalLM
 
     cls = AutoModelForCausalLM if lm else AutoModel
-    return cls.from_pretrained(str(folder), attn_implementation=attn, dtype=torch_dtype(dtype)).to(resolve_device(device)).eval()
+    model: Any = cls.from_pretrained(str(folder), attn_implementation=attn, dtype=torch_dtype(dtype))
+    return model.to(resolve_device(device)).eval()
 
 
 def hf_forward(model, batches: list[tuple], *, patterns: bool) -> None:
@@ -153,7 +155,9 @@ def run_modes(script: str, modes: list[str], extra: list[str], *, timeout: float
     results = {}
     for mode in modes:
         try:
-            out = subprocess.run([sys.executable, script, "--mode", mode, *extra], check=True, capture_output=True, text=True, timeout=timeout)
+            out = subprocess.run(
+                [sys.executable, script, "--mode", mode, *extra], check=True, capture_output=True, text=True, timeout=timeout
+            )
             results[mode] = json.loads(out.stdout.strip().splitlines()[-1])
         except subprocess.TimeoutExpired:
             results[mode] = {"error": f"over {timeout:.0f} s"}
@@ -191,7 +195,7 @@ def interleaved(fns: dict[str, Callable[[], object]], *, repeats: int, device: s
 def round_ratio(timing: dict, num: str, den: str) -> float:
     """Median over rounds of ``time[num] / time[den]`` measured in the same round."""
     t = timing["times_s"]
-    return statistics.median(a / b for a, b in zip(t[num], t[den]))
+    return statistics.median(a / b for a, b in zip(t[num], t[den], strict=True))
 
 
 def ratios(timing: dict, floors: dict[str, str]) -> dict[str, float]:
@@ -268,7 +272,9 @@ def forwarded(args, names: list[str]) -> list[str]:
     return extra
 
 
-def measure_against_floor(script: str, modes: list[str], extra: list[str], *, floor: str, target_mode: str, target: float) -> tuple[dict, dict, list[dict]]:
+def measure_against_floor(
+    script: str, modes: list[str], extra: list[str], *, floor: str, target_mode: str, target: float
+) -> tuple[dict, dict, list[dict]]:
     """Memory of each mode in its own process, then the interleaved timing (mode ``paired``) in one
     more; returns ``(memory, timing, table rows)`` with every ratio taken to ``floor`` and the
     target on ``target_mode``.  A failed timing run ends the script with its error."""
@@ -278,7 +284,13 @@ def measure_against_floor(script: str, modes: list[str], extra: list[str], *, fl
         sys.exit(f"paired timing failed: {paired['error']}")
     rows = []
     for m in modes:
-        row = {"mode": m, "median_s": paired["medians_s"][m], "ratio": paired["ratios"][m], "floor": floor, "target": target if m == target_mode else None}
+        row = {
+            "mode": m,
+            "median_s": paired["medians_s"][m],
+            "ratio": paired["ratios"][m],
+            "floor": floor,
+            "target": target if m == target_mode else None,
+        }
         row.update({k: mem[m][k] for k in ("peak_MiB", "extra_MiB") if k in mem[m]})
         rows.append(row)
     return mem, paired, rows

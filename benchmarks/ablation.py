@@ -1,6 +1,7 @@
 """Benchmark: the exact single-head ablation table vs a naive one-forward-per-head loop.
 
-    python benchmarks/ablation.py [--metric loss|logit-diff] [--windows 2] [--window 64] [--batch-size 8] [--heads-per-forward N] [--threads N] [--device auto] [--dtype float32]
+    python benchmarks/ablation.py [--metric loss|logit-diff] [--windows 2] [--window 64] [--batch-size 8]
+        [--heads-per-forward N] [--threads N] [--device auto] [--dtype float32]
 
 GPT-2-small shape (12 layers x 12 heads, d_model 768, vocabulary 50,257), random weights,
 zero ablation.  ``--metric loss`` (default): windows of the built-in evaluation text;
@@ -38,7 +39,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import _common  # noqa: E402
+import _common
 
 
 def _timed(fn, *, device: str, warmup=None) -> dict:
@@ -77,9 +78,9 @@ def _ioi_task(model, n: int):
 def one_mode(args) -> dict:
     import torch
 
-    from headlens.analyses.ablation.study import AblationConfig, ablation_study, ablated_values, baseline_pass, naive_single_head_values
     from headlens.analyses.ablation.evalset import text_eval_set
     from headlens.analyses.ablation.gradients import attribution_estimates
+    from headlens.analyses.ablation.study import AblationConfig, ablated_values, ablation_study, baseline_pass, naive_single_head_values
     from headlens.analyses.stimuli import eval_text
     from headlens.probes.loading import load_model
 
@@ -141,23 +142,48 @@ def main() -> None:
         print(json.dumps(one_mode(args)))
         return
     ckpt = _common.checkpoint(Path(args.cache), shape=args.shape)
-    extra = ["--checkpoint", str(ckpt), "--windows", str(args.windows), "--window", str(args.window), "--batch-size", str(args.batch_size), "--device", args.device, "--dtype", args.dtype, "--threads", str(args.threads), "--metric", args.metric]
+    extra = [
+        "--checkpoint",
+        str(ckpt),
+        "--windows",
+        str(args.windows),
+        "--window",
+        str(args.window),
+        "--batch-size",
+        str(args.batch_size),
+        "--device",
+        args.device,
+        "--dtype",
+        args.dtype,
+        "--threads",
+        str(args.threads),
+        "--metric",
+        args.metric,
+    ]
     if args.heads_per_forward:
         extra += ["--heads-per-forward", str(args.heads_per_forward)]
     modes = ["forward", "bridge", "naive", "exact", "attribution"]
     r = _common.run_modes(__file__, modes, extra)
     fw = r["forward"]
     naive_delta, exact_delta = r["naive"]["result"], r["exact"]["result"]["delta"]
-    worst = max(abs(a - b) for a, b in zip(naive_delta, exact_delta))
+    worst = max(abs(a - b) for a, b in zip(naive_delta, exact_delta, strict=True))
     info = r["exact"]["result"]["info"]
     print(
-        f"ablation benchmark: GPT-2-{args.shape} shape ({len(exact_delta)} heads, vocab 50257), random weights, {args.windows} {'windows' if args.metric == 'loss' else 'prompts'} x {args.window if args.metric == 'loss' else 'about 16'} tokens"
-        f" ({fw['n_tokens']} tokens), zero ablation, {args.metric} metric, batch {args.batch_size}, {fw['device']}, {args.dtype}, {fw['threads']} threads"
+        f"ablation benchmark: GPT-2-{args.shape} shape ({len(exact_delta)} heads, vocab 50257), random weights, {args.windows} "
+        f"{'windows' if args.metric == 'loss' else 'prompts'} x {args.window if args.metric == 'loss' else 'about 16'} tokens"
+        f" ({fw['n_tokens']} tokens), zero ablation, {args.metric} metric, batch {args.batch_size}, {fw['device']}, {args.dtype}, "
+        f"{fw['threads']} threads"
     )
-    print(f"{'mode':<13}{'seconds':>10}{'forwards':>10}{'peak MiB':>10}  ({fw['memory']}; forwards = seconds / one plain Hugging Face forward to the logits over the windows)")
+    print(
+        f"{'mode':<13}{'seconds':>10}{'forwards':>10}{'peak MiB':>10}  ({fw['memory']}; forwards = seconds / one plain Hugging Face "
+        "forward to the logits over the windows)"
+    )
     for m in modes:
         print(f"{m:<13}{r[m]['median_s']:>10.3f}{r[m]['median_s'] / fw['median_s']:>10.1f}{r[m]['peak_MiB']:>10.0f}")
-    print(f"ratio exact / naive = {r['exact']['median_s'] / r['naive']['median_s']:.3f}  (target <= 0.6); prefix reuse {info['prefix_reuse']}, {info['heads_per_forward']} heads per forward")
+    print(
+        f"ratio exact / naive = {r['exact']['median_s'] / r['naive']['median_s']:.3f}  (target <= 0.6); prefix reuse "
+        f"{info['prefix_reuse']}, {info['heads_per_forward']} heads per forward"
+    )
     print(f"attribution = {r['attribution']['median_s'] / fw['median_s']:.1f} plain forwards for all {len(exact_delta)} heads")
     print(f"largest |delta(exact) - delta(naive)| = {worst:.2e}")
 

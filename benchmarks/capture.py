@@ -1,6 +1,7 @@
 """Benchmark: capture all attention patterns vs the plain Hugging Face forward, same token batches.
 
-    python benchmarks/capture.py [--prompts 16] [--tokens 256] [--batch-size 8] [--repeats 3] [--threads 2] [--device auto] [--dtype float32]
+    python benchmarks/capture.py [--prompts 16] [--tokens 256] [--batch-size 8] [--repeats 3] [--threads 2]
+        [--device auto] [--dtype float32]
 
 GPT-2-small shape (12 layers x 12 heads, d_model 768), random weights, random tokens.
 Peak memory: each mode alone in its own process.  Timing: one more process runs the modes in
@@ -21,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import _common  # noqa: E402
+import _common
 
 MODES = ["hf_eager", "bridge_forward", "capture_all"]
 TARGET = 1.2
@@ -40,7 +41,9 @@ def one_mode(args) -> dict:
     torch.manual_seed(0)
     model = load_model(model=args.checkpoint, device=device, dtype=args.dtype)
     tokens = torch.randint(0, 50256, (args.prompts, args.tokens))
-    batch = TokenBatch(tokens=tokens, lengths=torch.full((args.prompts,), args.tokens), strings=[[]] * args.prompts, prepend_bos=False, pad_id=0)
+    batch = TokenBatch(
+        tokens=tokens, lengths=torch.full((args.prompts,), args.tokens), strings=[[]] * args.prompts, prepend_bos=False, pad_id=0
+    )
     batches = [(sub.tokens, sub.attention_mask) for _, sub in iter_batches(batch, args.batch_size)]
     wanted = MODES if args.mode == "paired" else [args.mode]
     fns = {}
@@ -61,7 +64,7 @@ def one_mode(args) -> dict:
 
 
 def main() -> None:
-    p = _common.parser(__doc__)
+    p = _common.parser(__doc__ or "")
     p.add_argument("--prompts", type=int, default=16)
     p.add_argument("--tokens", type=int, default=256)
     p.add_argument("--batch-size", type=int, default=8)
@@ -71,8 +74,14 @@ def main() -> None:
         return
     extra = _common.forwarded(args, ["prompts", "tokens", "batch_size"])
     mem, paired, rows = _common.measure_against_floor(__file__, MODES, extra, floor="hf_eager", target_mode="capture_all", target=TARGET)
-    print(f"capture benchmark: GPT-2-{args.shape} shape, random weights, {args.prompts} prompts x {args.tokens} tokens, batch {args.batch_size}, {paired['device']}, {args.dtype}, {paired['threads']} threads, {args.repeats} interleaved rounds")
-    for line in _common.table(rows, floor_note="ratio: median of per-round ratios to hf_eager; memory: each mode alone (" + mem["capture_all"].get("memory", "?") + ")"):
+    print(
+        f"capture benchmark: GPT-2-{args.shape} shape, random weights, {args.prompts} prompts x {args.tokens} tokens, batch "
+        f"{args.batch_size}, {paired['device']}, {args.dtype}, {paired['threads']} threads, {args.repeats} interleaved rounds"
+    )
+    for line in _common.table(
+        rows,
+        floor_note="ratio: median of per-round ratios to hf_eager; memory: each mode alone (" + mem["capture_all"].get("memory", "?") + ")",
+    ):
         print(line)
     _common.write_json(args.json, {"memory": mem, "timing": paired, "rows": rows})
 

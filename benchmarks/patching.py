@@ -24,14 +24,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import _common  # noqa: E402
+import _common
 
 
 def main() -> None:
     import numpy as np
     import torch
 
-    p = _common.parser(__doc__)
+    p = _common.parser(__doc__ or "")
     p.add_argument("--pairs", type=int, default=64)
     p.add_argument("--T", type=int, default=15)
     p.add_argument("--batch-size", type=int, default=8)
@@ -68,7 +68,10 @@ def main() -> None:
         with torch.inference_mode():
             clean_z = {}
             for rows in batches:
-                keep = [(z_hook_name(layer), lambda z, hook=None, layer=layer, rows=rows: clean_z.__setitem__((layer, rows[0]), z.clone())) for layer in range(model.n_layers)]
+                keep = [
+                    (z_hook_name(layer), lambda z, hook=None, layer=layer, rows=rows: clean_z.__setitem__((layer, rows[0]), z.clone()))
+                    for layer in range(model.n_layers)
+                ]
                 with attached(model.bridge, keep):
                     model.bridge(task.clean[rows].to(dev), return_type="logits")
             for i, (layer, h) in enumerate(heads):
@@ -88,7 +91,9 @@ def main() -> None:
     fns = {
         "forward": forward,
         "naive": lambda: results.__setitem__("naive", naive()),
-        "exact": lambda: results.__setitem__("exact", patch_heads(model, task, PatchConfig(directions=("denoising",), n_resamples=0, batch_size=bs)).per_item["denoising"]),
+        "exact": lambda: results.__setitem__(
+            "exact", patch_heads(model, task, PatchConfig(directions=("denoising",), n_resamples=0, batch_size=bs)).per_item["denoising"]
+        ),
         "attribution": lambda: attribution_patch(model, task, batch_size=bs, n_resamples=0),
     }
     timing = _common.interleaved(fns, repeats=args.repeats, device=dev)
@@ -96,10 +101,25 @@ def main() -> None:
     rows = [
         {"mode": "forward", "median_s": timing["medians_s"]["forward"], "ratio": 1.0, "floor": "forward"},
         {"mode": "naive", "median_s": timing["medians_s"]["naive"], "ratio": 1.0, "floor": "naive"},
-        {"mode": "exact", "median_s": timing["medians_s"]["exact"], "ratio": _common.round_ratio(timing, "exact", "naive"), "floor": "naive", "target": 1.1},
-        {"mode": "attribution", "median_s": timing["medians_s"]["attribution"], "ratio": _common.round_ratio(timing, "attribution", "forward"), "floor": "forward", "target": 3.0},
+        {
+            "mode": "exact",
+            "median_s": timing["medians_s"]["exact"],
+            "ratio": _common.round_ratio(timing, "exact", "naive"),
+            "floor": "naive",
+            "target": 1.1,
+        },
+        {
+            "mode": "attribution",
+            "median_s": timing["medians_s"]["attribution"],
+            "ratio": _common.round_ratio(timing, "attribution", "forward"),
+            "floor": "forward",
+            "target": 3.0,
+        },
     ]
-    print(f"{args.shape} shape, {len(task)} pairs x {int(task.lengths[0])} tokens, batch {bs}, {len(heads)} heads, {args.repeats} rounds, torch threads {torch.get_num_threads()}")
+    print(
+        f"{args.shape} shape, {len(task)} pairs x {int(task.lengths[0])} tokens, batch {bs}, {len(heads)} heads, {args.repeats} rounds, "
+        f"torch threads {torch.get_num_threads()}"
+    )
     for line in _common.table(rows):
         print(line)
     print(f"exact vs naive per-pair logit differences: max |difference| {agree:.2e}")

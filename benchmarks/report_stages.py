@@ -122,7 +122,26 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="report-stages-"))
     keep = args.keep or work
     model = work / "model"
-    subprocess.run([sys.executable, "-m", "headlens", "tiny-model", "--layers", str(args.layers), "--heads", str(args.heads), "--d-model", str(args.d_model), "--n-ctx", str(args.n_ctx), "--out", str(model)], check=True, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "headlens",
+            "tiny-model",
+            "--layers",
+            str(args.layers),
+            "--heads",
+            str(args.heads),
+            "--d-model",
+            str(args.d_model),
+            "--n-ctx",
+            str(args.n_ctx),
+            "--out",
+            str(model),
+        ],
+        check=True,
+        capture_output=True,
+    )
     variants: list[tuple[str, Path | None]] = [("new", None)]
     if args.old_commit:
         variants = [("old", _old_tree(args.old_commit, work)), ("new", None)]
@@ -133,10 +152,18 @@ def main() -> None:
             for name, path in variants if r % 2 == 0 else variants[::-1]:
                 t0 = time.perf_counter()
                 res = _run(model, keep / name, stage, path, args.threads, args.n_windows)
-                print(f"round {r + 1} {stage:14s} {name}: {res['status']} {res['seconds']} s (process {time.perf_counter() - t0:.0f} s, load {os.getloadavg()[0]:.1f})" + (f" {res['error']}" if res.get("error") else ""), flush=True)
+                print(
+                    f"round {r + 1} {stage:14s} {name}: {res['status']} {res['seconds']} s (process {time.perf_counter() - t0:.0f} s, load "
+                    f"{os.getloadavg()[0]:.1f})" + (f" {res['error']}" if res.get("error") else ""),
+                    flush=True,
+                )
                 if res["seconds"] is not None:
                     times.setdefault((stage, name), []).append(float(res["seconds"]))
-    print(f"\n{'--n-windows ' + str(args.n_windows) + ' (the report: 16); ' if args.n_windows else ''}shape {args.layers} layers x {args.heads} heads, d_model {args.d_model}, n_ctx {args.n_ctx}; load average {load0:.1f} at start, {os.getloadavg()[0]:.1f} at end; median of {args.rounds} round(s)")
+    print(
+        f"\n{'--n-windows ' + str(args.n_windows) + ' (the report: 16); ' if args.n_windows else ''}shape {args.layers} layers x "
+        f"{args.heads} heads, d_model {args.d_model}, n_ctx {args.n_ctx}; load average {load0:.1f} at start, {os.getloadavg()[0]:.1f} at "
+        f"end; median of {args.rounds} round(s)"
+    )
     names = [n for n, _ in variants]
     print(f"{'stage':14s} " + " ".join(f"{n:>9s}" for n in names) + ("   new/old  tables" if len(names) == 2 else ""))
     totals = dict.fromkeys(names, 0.0)
@@ -152,9 +179,20 @@ def main() -> None:
             if args.compare:
                 line += "  " + _compare(keep / "old", keep / "new", stage)
         print(line)
-    print(f"{'total':14s} " + " ".join(f"{totals[n]:9.1f}" for n in names) + (f"   {totals['new'] / totals['old']:7.3f}" if len(names) == 2 and totals["old"] else ""))
+    print(
+        f"{'total':14s} "
+        + " ".join(f"{totals[n]:9.1f}" for n in names)
+        + (f"   {totals['new'] / totals['old']:7.3f}" if len(names) == 2 and totals["old"] else "")
+    )
     full = (args.layers, args.heads, args.d_model, args.n_ctx) == (12, 12, 768, 1024) and set(stages) == set(STAGES) and not args.n_windows
-    print(f"target: the whole report <= {TARGET_S:.0f} s for the GPT-2-small shape on 2 CPUs" + (f": new {totals['new']:.0f} s, {'met' if totals['new'] <= TARGET_S else 'NOT met'}" if full else " (this run is not that shape or not every stage: no verdict)"))
+    print(
+        f"target: the whole report <= {TARGET_S:.0f} s for the GPT-2-small shape on 2 CPUs"
+        + (
+            f": new {totals['new']:.0f} s, {'met' if totals['new'] <= TARGET_S else 'NOT met'}"
+            if full
+            else " (this run is not that shape or not every stage: no verdict)"
+        )
+    )
     if args.old_commit:
         subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(work / "old-tree")], capture_output=True)
 

@@ -29,17 +29,30 @@ import csv
 import json
 import math
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import _common  # noqa: E402
+import _common
 
 MODES = ["hf_sdpa", "hf_eager", "census_eager", "census_streaming"]
 DETECTORS = ("duplicate_token", "induction")
 LLAMA = {"n_layers": 4, "n_heads": 8, "n_kv_heads": 2, "d_model": 512, "d_mlp": 1408, "n_ctx": 16384, "init_std": 0.02}
 TINY = {"n_layers": 2, "n_heads": 4, "n_kv_heads": 2, "d_model": 64, "d_mlp": 128, "n_ctx": 4096, "init_std": 0.02}
-COLUMNS = ["mode", "n_tokens", "seconds", "extra_MiB", "peak_MiB", "memory", "device", "dtype", "threads", "status", "max_abs_diff_vs_eager"]
+COLUMNS = [
+    "mode",
+    "n_tokens",
+    "seconds",
+    "extra_MiB",
+    "peak_MiB",
+    "memory",
+    "device",
+    "dtype",
+    "threads",
+    "status",
+    "max_abs_diff_vs_eager",
+]
 MEMORY_TARGET = 0.1
 
 
@@ -54,7 +67,14 @@ def build(cache: Path, shape: str) -> Path:
 
 
 def _census_config(n: int, attention: str, query_block: int | None):
-    kw = {"detectors": DETECTORS, "n_prompts": 1, "seq_len": max(2, (n - 1) // 2), "batch_size": 1, "n_bootstrap": 0, "attention": attention}
+    kw = {
+        "detectors": DETECTORS,
+        "n_prompts": 1,
+        "seq_len": max(2, (n - 1) // 2),
+        "batch_size": 1,
+        "n_bootstrap": 0,
+        "attention": attention,
+    }
     if query_block:
         kw["query_block"] = query_block
     return _common.census_config(**kw)
@@ -77,7 +97,7 @@ def one_mode(args) -> dict:
         model = _common.hf_model(args.checkpoint, attn=attn, device=device, dtype=args.dtype)
         gen = torch.Generator().manual_seed(0)
 
-        def run(length: int):
+        def run(length: int) -> Callable[[], object] | None:
             tokens = torch.randint(0, 50256, (1, length), generator=gen)
             return lambda: _common.hf_forward(model, [(tokens, torch.ones_like(tokens))], patterns=attn == "eager")
 
@@ -85,7 +105,7 @@ def one_mode(args) -> dict:
         loaded = load_model(model=args.checkpoint, device=device, dtype=args.dtype)
         attention = args.mode.split("_", 1)[1]
 
-        def run(length: int):
+        def run(length: int) -> Callable[[], object] | None:  # pyright: ignore[reportRedeclaration] - one per branch
             config = _census_config(length, attention, args.query_block)
             if config is None:
                 return None
@@ -100,8 +120,17 @@ def one_mode(args) -> dict:
         return {**info, "status": "not available"}
     warm()
     main = run(n)
+    if main is None:
+        return {**info, "status": "not available"}
     res = _common.measure(main, repeats=args.repeats, device=device, warmup=False)
-    out = {**info, "seconds": res["median_s"], "extra_MiB": res["extra_MiB"], "peak_MiB": res["peak_MiB"], "memory": res["memory"], "status": "ok"}
+    out = {
+        **info,
+        "seconds": res["median_s"],
+        "extra_MiB": res["extra_MiB"],
+        "peak_MiB": res["peak_MiB"],
+        "memory": res["memory"],
+        "status": "ok",
+    }
     if "result" in last:  # the last run's scores, to compare streaming with eager
         out["scores"] = last["result"].scores["score"].astype(float).tolist()
     return out
@@ -146,7 +175,20 @@ def sweep(args) -> list[dict]:
                 stopped[mode] = f"patterns need about {need / 2**30:.1f} GiB, {free / 2**30:.1f} GiB free at {n} tokens"
                 rows.append({**base, "status": f"skipped: {stopped[mode]}"})
                 continue
-            extra = ["--checkpoint", str(folder), "--n", str(n), "--repeats", str(args.repeats), "--device", device, "--dtype", args.dtype, "--threads", str(args.threads)]
+            extra = [
+                "--checkpoint",
+                str(folder),
+                "--n",
+                str(n),
+                "--repeats",
+                str(args.repeats),
+                "--device",
+                device,
+                "--dtype",
+                args.dtype,
+                "--threads",
+                str(args.threads),
+            ]
             if args.query_block:
                 extra += ["--query-block", str(args.query_block)]
             r = _common.run_modes(__file__, [mode], extra, timeout=args.mode_timeout)[mode]
@@ -160,7 +202,7 @@ def sweep(args) -> list[dict]:
         eager = next((r for r in rows if r["mode"] == "census_eager" and r["n_tokens"] == n and "scores" in r), None)
         stream = next((r for r in rows if r["mode"] == "census_streaming" and r["n_tokens"] == n and "scores" in r), None)
         if eager and stream:
-            diffs = [abs(a - b) for a, b in zip(eager["scores"], stream["scores"]) if not (math.isnan(a) and math.isnan(b))]
+            diffs = [abs(a - b) for a, b in zip(eager["scores"], stream["scores"], strict=True) if not (math.isnan(a) and math.isnan(b))]
             stream["max_abs_diff_vs_eager"] = max(diffs) if diffs else float("nan")
         print(f"  {n} tokens done", file=sys.stderr)
     return rows
@@ -174,7 +216,12 @@ def figure(rows: list[dict], path: Path, title: str) -> None:
     fig = Figure(figsize=(10, 4.2), layout="constrained")
     FigureCanvasAgg(fig)
     ax_mem, ax_time = fig.subplots(1, 2)
-    styles = {"hf_sdpa": ("tab:gray", "--"), "hf_eager": ("tab:gray", ":"), "census_eager": ("tab:red", "-"), "census_streaming": ("tab:blue", "-")}
+    styles = {
+        "hf_sdpa": ("tab:gray", "--"),
+        "hf_eager": ("tab:gray", ":"),
+        "census_eager": ("tab:red", "-"),
+        "census_streaming": ("tab:blue", "-"),
+    }
     for mode in MODES:
         pts = [(r["n_tokens"], r["extra_MiB"], r["seconds"]) for r in rows if r["mode"] == mode and r.get("status") == "ok"]
         if not pts:
@@ -196,11 +243,16 @@ def figure(rows: list[dict], path: Path, title: str) -> None:
 
 
 def main() -> None:
-    p = _common.parser(__doc__)
+    p = _common.parser(__doc__ or "")
     p.add_argument("--n", type=int, default=None, help=argparse_suppress())
     p.add_argument("--lengths", default="512,1024,2048,4096")
     p.add_argument("--out", default=str(Path(__file__).resolve().parents[1] / "docs" / "figures"))
-    p.add_argument("--mode-timeout", type=float, default=300.0, help="seconds one (mode, length) may take before longer lengths of that mode are skipped")
+    p.add_argument(
+        "--mode-timeout",
+        type=float,
+        default=300.0,
+        help="seconds one (mode, length) may take before longer lengths of that mode are skipped",
+    )
     p.add_argument("--query-block", type=int, default=None, help="the streaming census's query block (default: headlens' choice)")
     p.set_defaults(repeats=1)
     args = p.parse_args()
@@ -225,15 +277,21 @@ def main() -> None:
     print(f"{'mode':<18}{'n':>7}{'seconds':>10}{'extra MiB':>11}{'peak MiB':>10}  status")
     for r in rows:
         s, e, pk = r.get("seconds"), r.get("extra_MiB"), r.get("peak_MiB")
-        print(f"{r['mode']:<18}{r['n_tokens']:>7}{(f'{s:.3f}' if s is not None else '-'):>10}{(f'{e:.0f}' if e is not None else '-'):>11}{(f'{pk:.0f}' if pk is not None else '-'):>10}  {r.get('status', '')}"
-              + (f" (max |score - eager| {r['max_abs_diff_vs_eager']:.1e})" if r.get("max_abs_diff_vs_eager") is not None else ""))
+        cells = (f"{s:.3f}" if s is not None else "-", f"{e:.0f}" if e is not None else "-", f"{pk:.0f}" if pk is not None else "-")
+        print(
+            f"{r['mode']:<18}{r['n_tokens']:>7}{cells[0]:>10}{cells[1]:>11}{cells[2]:>10}  {r.get('status', '')}"
+            + (f" (max |score - eager| {r['max_abs_diff_vs_eager']:.1e})" if r.get("max_abs_diff_vs_eager") is not None else "")
+        )
     ok = {(r["mode"], r["n_tokens"]): r for r in rows if r.get("status") == "ok"}
     both = [n for n in sorted({r["n_tokens"] for r in rows}) if ("census_eager", n) in ok and ("census_streaming", n) in ok]
     if both:
         n = 8192 if 8192 in both else both[-1]
         ratio = ok[("census_streaming", n)]["extra_MiB"] / ok[("census_eager", n)]["extra_MiB"]
         met = "yes" if ratio <= MEMORY_TARGET else "NO"
-        print(f"memory streaming / eager census at {n} tokens = {ratio:.3f} (target <= {MEMORY_TARGET} at 8192; met: {met if n == 8192 else 'not measured at 8192'})")
+        print(
+            f"memory streaming / eager census at {n} tokens = {ratio:.3f} (target <= {MEMORY_TARGET} at 8192; met: "
+            f"{met if n == 8192 else 'not measured at 8192'})"
+        )
     else:
         print("memory streaming / eager census: not measured (no length where both ran)")
     print(f"wrote {out / 'scaling.csv'}, {out / 'scaling.png'}")

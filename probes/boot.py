@@ -136,12 +136,12 @@ def _booting():
             if tqdm_was is not None:
                 tf_logging._tqdm_active = False
             if callable(original):
-                modeling_utils.log_state_dict_report = keep_report
+                setattr(modeling_utils, "log_state_dict_report", keep_report)  # noqa: B010 - not in its __all__
                 reports.hooked = True
             yield reports
         finally:
             if callable(original):
-                modeling_utils.log_state_dict_report = original
+                setattr(modeling_utils, "log_state_dict_report", original)  # noqa: B010 - not in its __all__
             if tqdm_was is not None:
                 tf_logging._tqdm_active = tqdm_was
             for logger, level, handlers, propagate in saved:
@@ -152,7 +152,9 @@ def _booting():
                 logger.setLevel(level)
 
 
-def boot(name: str, device: torch.device, dtype: torch.dtype, revision: str | None, placement: Placement | None = None) -> tuple[Any, LoadReports]:
+def boot(
+    name: str, device: torch.device, dtype: torch.dtype, revision: str | None, placement: Placement | None = None
+) -> tuple[Any, LoadReports]:
     """Boot ``name`` on ``device``, or dispatched by accelerate as ``placement`` says (then ``device`` is unused)."""
     with _booting() as reports:
         from transformer_lens.model_bridge import TransformerBridge  # imported by _booting

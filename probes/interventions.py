@@ -55,10 +55,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from headlens.probes.attention import attention_core, attention_spec
-from headlens.probes.errors import InputError, InterventionError
 from headlens.probes import hf_attention
+from headlens.probes.attention import attention_core, attention_spec
 from headlens.probes.edit_functions import ACTIVE, ATTENTION_IMPLEMENTATION, Edit, LayerState, edited, interface_attention, neo_attn
+from headlens.probes.errors import InputError, InterventionError
 from headlens.probes.hooks import attached
 
 __all__ = [
@@ -282,7 +282,8 @@ def _probe(model: Any, layer: int, backend: str) -> str | None:
     scale = max(1.0, float(base.abs().max()))
     tol = (1e-4 if model.dtype == torch.float32 else 3e-2) * scale
     if not torch.isfinite(same).all() or float((same - base).abs().max()) > tol:
-        return f"headlens' copy of the attention does not reproduce the model's output (max logit difference {float((same - base).abs().max()):.3g})"
+        worst = float((same - base).abs().max())
+        return f"headlens' copy of the attention does not reproduce the model's output (max logit difference {worst:.3g})"
     if not torch.isfinite(moved).all():
         return "masking one key gave non-finite logits"
     if torch.equal(moved, base):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import logging
 import platform
@@ -9,7 +10,10 @@ import sys
 from importlib import metadata
 from typing import Any
 
+import torch
+
 from headlens.probes.config import json_ready
+from headlens.probes.errors import InputError
 
 __all__ = ["package_versions", "build_manifest", "headlens_version"]
 
@@ -37,8 +41,6 @@ def package_versions() -> dict[str, str | None]:
 
 def _framing(model: Any, prepend_bos: bool) -> dict[str, Any] | None:
     """``model.framing(prepend_bos)``, or None where the model cannot say (no such tokens)."""
-    from headlens.probes.errors import InputError
-
     framing = getattr(model, "framing", None)
     if not callable(framing):
         return None
@@ -67,8 +69,6 @@ def build_manifest(
     prompt (:meth:`~headlens.probes.loading.LoadedModel.framing`: ``[BOS]`` on decoders,
     ``[CLS]``/``[SEP]`` on encoders, none with ``prepend_bos=False``).
     """
-    import torch
-
     manifest: dict[str, Any] = {
         "headlens_version": headlens_version(),
         "created_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -91,8 +91,6 @@ def build_manifest(
             manifest["framing"] = _framing(model, prepend_bos)
     for key, value in (configs or {}).items():
         if hasattr(value, "__dataclass_fields__"):
-            import dataclasses
-
             value = dataclasses.asdict(value)
         manifest.setdefault("config", {})[key] = json_ready(value)
     if extra:

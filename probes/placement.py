@@ -18,20 +18,36 @@ refuses a budget that held no module (everything went to disk).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from collections.abc import Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import torch
+from accelerate import init_empty_weights
+from accelerate.utils import align_module_device, convert_file_size_to_int
 
 from headlens.probes.errors import DeviceError, InputError
 
-__all__ = ["Placement", "DEVICE_MAP_KEYWORDS", "placement_of", "parse_max_memory", "check_module_names", "realized", "input_device", "compute_device", "command_placement", "placement_in_force", "materialized"]
+__all__ = [
+    "Placement",
+    "DEVICE_MAP_KEYWORDS",
+    "placement_of",
+    "parse_max_memory",
+    "check_module_names",
+    "realized",
+    "input_device",
+    "compute_device",
+    "command_placement",
+    "placement_in_force",
+    "materialized",
+]
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +99,9 @@ def placement_of(device_map: Any, max_memory: Any = None, offload_folder: str | 
     """
     if device_map is None:
         if max_memory is not None:
-            raise InputError("max_memory (--max-memory) needs device_map (--device-map auto, balanced or a map file)", max_memory=str(max_memory))
+            raise InputError(
+                "max_memory (--max-memory) needs device_map (--device-map auto, balanced or a map file)", max_memory=str(max_memory)
+            )
         return None
     if device != "auto":
         raise InputError(f"device={device!r} (--device) and device_map (--device-map) both place the model; give one", device=device)
@@ -93,26 +111,38 @@ def placement_of(device_map: Any, max_memory: Any = None, offload_folder: str | 
         _refuse_gpu_with_offload(list(dmap.values()))
     for dev in (list(dmap.values()) if isinstance(dmap, dict) else []) + list(budget or {}):
         _check_device(dev)
-    return Placement(device_map=dmap, max_memory=budget, offload_folder=None if offload_folder is None else str(offload_folder), source=source)
+    return Placement(
+        device_map=dmap, max_memory=budget, offload_folder=None if offload_folder is None else str(offload_folder), source=source
+    )
 
 
 def _parse_device_map(value: Any) -> tuple[str | dict[str, str | int], str]:
     if isinstance(value, Mapping):
         return _checked_map(dict(value), "device_map"), "mapping"
     if not isinstance(value, (str, Path)):
-        raise InputError(f"device_map must be one of {', '.join(DEVICE_MAP_KEYWORDS)}, a mapping or a JSON file, not {type(value).__name__}")
+        raise InputError(
+            f"device_map must be one of {', '.join(DEVICE_MAP_KEYWORDS)}, a mapping or a JSON file, not {type(value).__name__}"
+        )
     text = str(value)
     if text in DEVICE_MAP_KEYWORDS:
         return text, text
     path = Path(text).expanduser()
     if not path.is_file():
-        raise InputError(f"--device-map {text}: not {', '.join(DEVICE_MAP_KEYWORDS[:-1])} or {DEVICE_MAP_KEYWORDS[-1]}, and no such file", device_map=text)
+        raise InputError(
+            f"--device-map {text}: not {', '.join(DEVICE_MAP_KEYWORDS[:-1])} or {DEVICE_MAP_KEYWORDS[-1]}, and no such file",
+            device_map=text,
+        )
     try:
         loaded = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise InputError(f"--device-map {text}: not a JSON file ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})", device_map=text) from exc
+        raise InputError(
+            f"--device-map {text}: not a JSON file ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})", device_map=text
+        ) from exc
     if not isinstance(loaded, dict):
-        raise InputError(f"--device-map {text}: the JSON must be an object of module names to devices, e.g. {{\"transformer.h.0\": 0, \"lm_head\": \"cpu\"}}", device_map=text)
+        raise InputError(
+            f'--device-map {text}: the JSON must be an object of module names to devices, e.g. {{"transformer.h.0": 0, "lm_head": "cpu"}}',
+            device_map=text,
+        )
     return _checked_map(loaded, f"--device-map {text}"), str(path.resolve())
 
 
@@ -124,7 +154,9 @@ def _checked_map(dmap: dict[Any, Any], where: str) -> dict[str, str | int]:
         if not isinstance(name, str):
             raise InputError(f"{where}: module names must be strings, not {name!r}", device_map=where)
         if isinstance(dev, bool) or not isinstance(dev, (int, str)):
-            raise InputError(f"{where}: the device of {name!r} must be a GPU index, 'cuda:N', 'mps', 'cpu' or 'disk', not {dev!r}", device_map=where)
+            raise InputError(
+                f"{where}: the device of {name!r} must be a GPU index, 'cuda:N', 'mps', 'cpu' or 'disk', not {dev!r}", device_map=where
+            )
         out[name] = dev.strip().lower() if isinstance(dev, str) else dev
         if out[name] == "meta":
             raise InputError(f"{where}: {name!r} on 'meta' has no weights to run; use 'cpu' or 'disk' to offload it", device_map=where)
@@ -145,8 +177,6 @@ def _refuse_gpu_with_offload(devices: list[str | int]) -> None:
 
 
 def _tl_version() -> str:
-    from importlib import metadata
-
     try:
         return metadata.version("transformer-lens")
     except metadata.PackageNotFoundError:
@@ -168,7 +198,9 @@ def parse_max_memory(value: Any) -> dict[str | int, int] | None:
     elif isinstance(value, Mapping):
         items = list(value.items())
     else:
-        raise InputError(f"max_memory must be a mapping of devices to sizes or a string such as '0=20GiB,cpu=60GiB', not {type(value).__name__}")
+        raise InputError(
+            f"max_memory must be a mapping of devices to sizes or a string such as '0=20GiB,cpu=60GiB', not {type(value).__name__}"
+        )
     if not items:
         raise InputError("max_memory is empty; give a budget per device such as 0=20GiB,cpu=60GiB")
     out: dict[str | int, int] = {}
@@ -179,8 +211,6 @@ def parse_max_memory(value: Any) -> dict[str | int, int] | None:
 
 
 def _bytes(size: Any, dev: str | int) -> int:
-    from accelerate.utils import convert_file_size_to_int
-
     if isinstance(size, int) and not isinstance(size, bool):
         n = size
     elif isinstance(size, float) and size.is_integer():
@@ -193,7 +223,9 @@ def _bytes(size: Any, dev: str | int) -> int:
         except ValueError:
             n = -1
     if n <= 0:
-        raise InputError(f"--max-memory {dev}={size}: not a size; write bytes or a number with a unit such as 20GiB, 500MB", max_memory=str(size))
+        raise InputError(
+            f"--max-memory {dev}={size}: not a size; write bytes or a number with a unit such as 20GiB, 500MB", max_memory=str(size)
+        )
     return n
 
 
@@ -213,7 +245,9 @@ def _check_device(dev: str | int) -> None:
         elif dev.startswith("cuda:") and dev[5:].isdigit():
             index = int(dev[5:])
         else:
-            raise InputError(f"--device-map/--max-memory: unknown device {dev!r}; use a GPU index (0), 'cuda:N', 'mps', 'cpu' or 'disk'", device=str(dev))
+            raise InputError(
+                f"--device-map/--max-memory: unknown device {dev!r}; use a GPU index (0), 'cuda:N', 'mps', 'cpu' or 'disk'", device=str(dev)
+            )
     assert index is not None
     count = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if index < 0 or index >= count:
@@ -234,7 +268,8 @@ def check_module_names(placement: Placement, path: str, revision: str | None, sp
     unknown = [name for name in placement.device_map if name not in modules]
     if unknown:
         raise InputError(
-            f"--device-map: {_names(unknown)} {'is not a module' if len(unknown) == 1 else 'are not modules'} of {spec} ({type(model).__name__});"
+            f"--device-map: {_names(unknown)} {'is not a module' if len(unknown) == 1 else 'are not modules'} of {spec} "
+            f"({type(model).__name__});"
             f" its top modules are {_names(sorted(n for n in modules if n and n.count('.') <= 1))}",
             unknown=unknown,
         )
@@ -242,12 +277,14 @@ def check_module_names(placement: Placement, path: str, revision: str | None, sp
     weights = [n for n, _ in model.named_parameters()] + [n for n, _ in model.named_buffers()]
     unplaced = [n for n in weights if not any(k == "" or n == k or n.startswith(k + ".") for k in keys)]
     if unplaced:
-        raise InputError(f"--device-map: the map places no device for {_names(unplaced)}; map these modules (or a module above them) too", unplaced=unplaced)
+        raise InputError(
+            f"--device-map: the map places no device for {_names(unplaced)}; map these modules (or a module above them) too",
+            unplaced=unplaced,
+        )
 
 
 def _meta_model(path: str, revision: str | None) -> Any:
     import transformers
-    from accelerate import init_empty_weights
 
     config = transformers.AutoConfig.from_pretrained(path, revision=revision)
     arch = (getattr(config, "architectures", None) or [None])[0]
@@ -255,7 +292,7 @@ def _meta_model(path: str, revision: str | None) -> Any:
     if cls is None:
         cls = transformers.AutoModelForCausalLM
     with init_empty_weights():
-        return cls._from_config(config)
+        return cls._from_config(config)  # pyright: ignore[reportAttributeAccessIssue] - every model class has it
 
 
 def _names(items: list[str]) -> str:
@@ -279,7 +316,11 @@ def realized(hf_model: Any, placement: Placement) -> dict[str, str]:
         used = set(result.values())
         if budgeted and not budgeted & (used | {str(k) for k in used}):
             shown = ",".join(f"{k}={_human(v)}" for k, v in placement.max_memory.items())
-            raise DeviceError(f"--max-memory {shown} cannot hold any module of the model (everything went to {', '.join(sorted(used))}); raise the budget", max_memory=shown)
+            raise DeviceError(
+                f"--max-memory {shown} cannot hold any module of the model (everything went to {', '.join(sorted(used))}); raise the "
+                "budget",
+                max_memory=shown,
+            )
     return result
 
 
@@ -329,7 +370,6 @@ def placement_in_force(config: Any) -> Any:
     command = _COMMAND.get()
     if command is None or config.device_map is not None or config.max_memory is not None:
         return config
-    import dataclasses
 
     return dataclasses.replace(config, device_map=command[0], max_memory=command[1])
 
@@ -341,8 +381,6 @@ def materialized(module: Any) -> Iterator[None]:
     placeholders that only its forward hooks fill).  For code that reads weights outside a
     forward (``W_O`` of a head); a no-op on a model that is not offloaded.  Tensors read inside
     stay valid after the block."""
-    from accelerate.utils import align_module_device
-
     with ExitStack() as stack:
         for sub in module.modules():
             stack.enter_context(align_module_device(sub))

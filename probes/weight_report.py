@@ -94,7 +94,8 @@ def report_weights(check: WeightCheck, config: ModelConfig, architecture: str) -
         )
     if check.head_new:
         log.warning(
-            "%s: %s of the output head %s not in the checkpoint and %s randomly initialised (%s): its logits, and any loss or logit difference, are meaningless; attention is not affected",
+            "%s: %s of the output head %s not in the checkpoint and %s randomly initialised (%s): its logits, and any loss or logit "
+            "difference, are meaningless; attention is not affected",
             spec,
             _count(len(check.head_new), "tensor"),
             _are(len(check.head_new)),
@@ -102,14 +103,23 @@ def report_weights(check: WeightCheck, config: ModelConfig, architecture: str) -
             _names(check.head_new),
         )
     if check.unexpected:
-        log.info("%s: %s in the checkpoint %s not used by %s (%s)", spec, _count(len(check.unexpected), "tensor"), _are(len(check.unexpected)), architecture, _names(check.unexpected))
+        log.info(
+            "%s: %s in the checkpoint %s not used by %s (%s)",
+            spec,
+            _count(len(check.unexpected), "tensor"),
+            _are(len(check.unexpected)),
+            architecture,
+            _names(check.unexpected),
+        )
 
 
 def mismatch_message(spec: str, info: Any) -> str | None:
-    mismatched = sorted(getattr(info, "mismatched_keys", ()) or ())
+    mismatched: list[Any] = sorted(getattr(info, "mismatched_keys", ()) or ())
     if not mismatched:
         return None
     shown = ", ".join(f"{k} ({tuple(a)} in the checkpoint, {tuple(b)} in the model)" for k, a, b in mismatched[:_SHOW])
     more = f", ... ({len(mismatched) - _SHOW} more)" if len(mismatched) > _SHOW else ""
     has = "has" if len(mismatched) == 1 else "have"
-    return f"--model {spec}: {_count(len(mismatched), 'tensor')} in the checkpoint {has} another shape than config.json implies: {shown}{more}"
+    return (
+        f"--model {spec}: {_count(len(mismatched), 'tensor')} in the checkpoint {has} another shape than config.json implies: {shown}{more}"
+    )

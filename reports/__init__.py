@@ -17,5 +17,5 @@ _EXPORTS = {
     "render_markdown": "headlens.reports.page.markdown",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = sorted(_EXPORTS)  # pyright: ignore[reportUnsupportedDunderAll] - the lazy-export table is the one list of names
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

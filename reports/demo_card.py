@@ -8,12 +8,17 @@ import logging
 from pathlib import Path
 from typing import Any
 
+import jinja2
 import pandas as pd
 
 from headlens.analyses.demo.card import card_facts, census_of, heldout_text_losses, template_text
 from headlens.analyses.demo.replay import read_log
 from headlens.probes.outputs import write_text
+from headlens.reports.cli.ablate import ablate_cmd, prune_cmd
+from headlens.reports.cli.design import gqa_cmd, projections_cmd
 from headlens.reports.markdown import markdown_table
+from headlens.reports.report.settings import ReportSettings
+from headlens.reports.sweep.plan import SweepConfig
 from headlens.reports.tables import roles_joined
 
 __all__ = ["command_windows", "render_model_card", "write_model_card"]
@@ -33,8 +38,8 @@ def _census_table(census: dict[str, Any], detectors: list[str]) -> str:
     heads = pd.DataFrame([{"layer": h["layer"], "head": h["head"]} for h in census["heads"]], columns=["layer", "head"])
     joined = roles_joined(census["roles"], heads)
     rows = []
-    for h, roles in zip(census["heads"], joined):
-        cells = [f"**{_fmt(v)}**" if role else _fmt(v) for v, role in zip(h["scores"], h["has_role"])]
+    for h, roles in zip(census["heads"], joined, strict=True):
+        cells = [f"**{_fmt(v)}**" if role else _fmt(v) for v, role in zip(h["scores"], h["has_role"], strict=True)]
         rows.append([f"{h['layer']}.{h['head']}", roles or "-", *cells])
     rows.append(["*uniform baseline*", "", *(_fmt(b) for b in census["baseline"])])
     return markdown_table(rows, ["head", "roles", *detectors], escape=False)  # cells hold Markdown (bold)
@@ -63,15 +68,27 @@ def _tables(facts: dict[str, Any]) -> dict[str, Any]:
         ],
         ["text", "tokens scored", "demo model", "unigram (add-one, training split)"],
     )
-    text_losses = markdown_table(
-        [[r["what"], r["basis"], f"{r['loss']:.3f}", "" if r["window_sd"] is None else f"{r['window_sd']:.2f}"] for r in facts["text_losses"]],
-        ["command (its default windows)", "measured on", "loss", "sd over windows"],
-    ) if facts["text_losses"] else ""
+    text_losses = (
+        markdown_table(
+            [
+                [r["what"], r["basis"], f"{r['loss']:.3f}", "" if r["window_sd"] is None else f"{r['window_sd']:.2f}"]
+                for r in facts["text_losses"]
+            ],
+            ["command (its default windows)", "measured on", "loss", "sd over windows"],
+        )
+        if facts["text_losses"]
+        else ""
+    )
     curve = markdown_table(
         [
             [
-                r["step"], f"{r['tokens']:,}", _fmt(r["train_loss_mean"]), r["heldout_loss"],
-                f"{r['induction']:.3f} ({r['induction_head']})", f"{r['previous_token']:.3f} ({r['previous_token_head']})", f"{r['sink']:.3f} ({r['sink_head']})",
+                r["step"],
+                f"{r['tokens']:,}",
+                _fmt(r["train_loss_mean"]),
+                r["heldout_loss"],
+                f"{r['induction']:.3f} ({r['induction_head']})",
+                f"{r['previous_token']:.3f} ({r['previous_token_head']})",
+                f"{r['sink']:.3f} ({r['sink_head']})",
             ]
             for r in facts["curve"]
         ],
@@ -82,17 +99,26 @@ def _tables(facts: dict[str, Any]) -> dict[str, Any]:
         for key, c in facts["census"].items()
     ]
     sinks = [{**s, "label": _SINK_LABELS[key]} for key, s in facts["sinks"].items()]
-    return {"arch_table": arch, "losses_table": losses, "text_losses_table": text_losses, "curve_table": curve, "census_sections": sections, "sink_lines": sinks}
+    return {
+        "arch_table": arch,
+        "losses_table": losses,
+        "text_losses_table": text_losses,
+        "curve_table": curve,
+        "census_sections": sections,
+        "sink_lines": sinks,
+    }
 
 
-def render_model_card(folder: str | Path, census: dict[str, tuple[pd.DataFrame, pd.DataFrame]], text_losses: list[dict[str, Any]] | None = None) -> str:
+def render_model_card(
+    folder: str | Path, census: dict[str, tuple[pd.DataFrame, pd.DataFrame]], text_losses: list[dict[str, Any]] | None = None
+) -> str:
     """The card's Markdown from ``training_summary.json``, ``training_log.jsonl``, a census per
     BOS setting (``{"bos": (scores, roles), "no_bos": ...}``) and the losses on the held-out text
     as the commands cut it (:func:`headlens.analyses.demo.card.heldout_text_losses`; None: not measured)."""
-    import jinja2
-
     facts = card_facts(folder, census, text_losses)
-    env = jinja2.Environment(undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True, autoescape=False)
+    env = jinja2.Environment(
+        undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True, autoescape=False
+    )
     env.filters["fmt"] = format
     return env.from_string(template_text()).render(**facts, **_tables(facts))
 
@@ -100,16 +126,11 @@ def render_model_card(folder: str | Path, census: dict[str, tuple[pd.DataFrame, 
 def command_windows(summary: dict[str, Any]) -> list[tuple[str, int, int]]:
     """``(commands, n_windows, window)``: the windows each command cuts from a ``--text-file`` by
     default (read from the commands' own defaults), and every window of the held-out text."""
-    from headlens.reports.cli.ablate import ablate_cmd, prune_cmd
-    from headlens.reports.cli.design import gqa_cmd, projections_cmd
-    from headlens.reports.report.settings import ReportSettings
-    from headlens.reports.sweep.plan import SweepConfig
-
     rec, final = summary["recipe"], summary["final"]
     n_ctx = int(rec["n_ctx"])
     found: dict[tuple[int, int], list[str]] = {}
     for cmd in (ablate_cmd, prune_cmd, gqa_cmd, projections_cmd):
-        d = {p.name: p.default for p in cmd.params}
+        d: dict[str, Any] = {p.name: p.default for p in cmd.params}
         found.setdefault((int(d["n_windows"]), min(int(d["window"]), n_ctx)), []).append(f"`{cmd.name}`")
     for label, settings in (("`report`", ReportSettings()), ("`report --quick`", ReportSettings(quick=True))):
         d = settings.eval_data(n_ctx)

@@ -119,7 +119,8 @@ class Journal:
             else:
                 log.warning("%s was written by a different run (differs in %s): it is not resumed", self.path, ", ".join(changed[:6]))
             raise InputError(
-                f"cannot resume: {self.path} was written by a different run (differs in {', '.join(changed[:6])}); run with the same options, or pass --overwrite to start over",
+                f"cannot resume: {self.path} was written by a different run (differs in {', '.join(changed[:6])}); run with the same "
+                "options, or pass --overwrite to start over",
                 path=str(self.path),
             )
         self.records = parsed[1:]

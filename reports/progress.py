@@ -17,12 +17,17 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Iterator, TextIO
+from typing import Any, TextIO, TypeVar
+
+from tqdm import tqdm
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["ProgressBars", "ReportBars", "progress_bars"]
+
+_Bars = TypeVar("_Bars", bound="ProgressBars")
 
 
 class ProgressBars:
@@ -75,8 +80,6 @@ class ProgressBars:
             self._tenth.pop(name, None)
 
     def _update_bar(self, name: str, done: int, total: int) -> None:
-        from tqdm import tqdm
-
         bar = self._bars.get(name)
         if bar is not None and (bar.total != total or done < bar.n):  # a new pass under the same label
             bar.close()
@@ -93,8 +96,6 @@ class ProgressBars:
         if self.quiet:
             return
         if self._bars:
-            from tqdm import tqdm
-
             tqdm.write(text, file=self.stream)
         else:
             self.stream.write(text + "\n")
@@ -106,7 +107,7 @@ class ProgressBars:
         self._bars.clear()
         self._tenth.clear()
 
-    def __enter__(self) -> ProgressBars:
+    def __enter__(self: _Bars) -> _Bars:
         return self
 
     def __exit__(self, *exc: Any) -> None:

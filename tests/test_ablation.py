@@ -10,6 +10,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from headlens.analyses.ablation.evalset import TaskItem, repeated_tokens_eval_set, task_eval_set, text_eval_set
+from headlens.analyses.ablation.gradients import attribution_estimates, head_importance, normalise_per_layer, spearman
+from headlens.analyses.ablation.masks import HeadMask, read_mask
 from headlens.analyses.ablation.study import (
     METHODS,
     AblationConfig,
@@ -20,11 +23,8 @@ from headlens.analyses.ablation.study import (
     naive_single_head_values,
     single_head_values,
 )
-from headlens.analyses.ablation.evalset import TaskItem, repeated_tokens_eval_set, task_eval_set, text_eval_set
-from headlens.analyses.ablation.gradients import attribution_estimates, head_importance, normalise_per_layer, spearman
-from headlens.analyses.stats import bootstrap_mean_ci
 from headlens.analyses.ablation.suffix import check_from_layer
-from headlens.analyses.ablation.masks import HeadMask, read_mask
+from headlens.analyses.stats import bootstrap_mean_ci
 from headlens.analyses.stimuli import eval_text
 from headlens.probes.errors import InputError, StimulusError
 from headlens.probes.outputs import write_json
@@ -151,18 +151,23 @@ def test_mean_and_resample_references(tiny_model, windows, task):
     assert ref.aligned and ref.mean[0].shape == (24, 4, 16)
     # mean ablation with per-position means: position 0 is BOS in every window, so its mean is BOS's z
     rep = ref.replacement(0, [0, 1], 24, dtype=torch.float32, device=torch.device("cpu"))
-    assert rep.shape == (2, 24, 4, 16) and torch.equal(rep[0], rep[1])
+    assert rep is not None and rep.shape == (2, 24, 4, 16) and torch.equal(rep[0], rep[1])
     base_t = baseline_pass(tiny_model, task, method="mean")
     assert not base_t.reference.aligned and base_t.reference.mean[1].shape == (1, 4, 16)
     rs = baseline_pass(tiny_model, task, method="resample", seed=3).reference
     assert rs.source is not None
     assert all(int(rs.source[i]) != i for i in range(len(task)))
-    assert torch.equal(rs.source, baseline_pass(tiny_model, task, method="resample", seed=3).reference.source)
+    again = baseline_pass(tiny_model, task, method="resample", seed=3).reference.source
+    assert again is not None and torch.equal(rs.source, again)
     # the shortest prompt takes z from a longer one; the longest (unique) falls back to the set mean beyond its source
     out = rs.replacement(0, [0, 1, 2], int(task.lengths.max()), dtype=torch.float32, device=torch.device("cpu"))
-    assert torch.isfinite(out).all()
+    assert out is not None and torch.isfinite(out).all()
     with pytest.raises(InputError, match="at least 2"):
-        baseline_pass(tiny_model, text_eval_set(tiny_model.tokenizer, eval_text(), n_windows=1, window=20, prepend_bos=True, n_ctx=128), method="resample")
+        baseline_pass(
+            tiny_model,
+            text_eval_set(tiny_model.tokenizer, eval_text(), n_windows=1, window=20, prepend_bos=True, n_ctx=128),
+            method="resample",
+        )
 
 
 def test_set_ablation_and_mask_agree(tiny_model, windows):
@@ -171,7 +176,7 @@ def test_set_ablation_and_mask_agree(tiny_model, windows):
     b = ablated_values(tiny_model, windows, [], mask=mask)
     assert torch.equal(a, b)
     result = ablation_study(tiny_model, windows, AblationConfig(attribution=False, n_bootstrap=0), mask=mask)
-    assert len(result.table) == 6 and (0, 2) not in set(zip(result.table["layer"], result.table["head"]))
+    assert len(result.table) == 6 and (0, 2) not in set(zip(result.table["layer"], result.table["head"], strict=True))
     assert_close(result.baseline_value, a.double().mean(), "exact")
     assert result.unablated_value != result.baseline_value
 
@@ -248,7 +253,9 @@ def test_eval_set_errors(tiny_model, gpt2_tokenizer):
     with pytest.raises(InputError, match="context"):
         text_eval_set(gpt2_tokenizer, eval_text(), n_windows=2, window=200, prepend_bos=True, n_ctx=128)
     with pytest.raises(InputError, match="not one"):
-        task_eval_set(gpt2_tokenizer, [TaskItem(prompt="Hello", correct=" Maryanne-Louise", incorrect=" John")], prepend_bos=True, n_ctx=128)
+        task_eval_set(
+            gpt2_tokenizer, [TaskItem(prompt="Hello", correct=" Maryanne-Louise", incorrect=" John")], prepend_bos=True, n_ctx=128
+        )
     with pytest.raises(InputError, match="unknown ablation method"):
         AblationConfig(method="noise")
 

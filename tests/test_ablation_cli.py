@@ -16,11 +16,13 @@ SMALL = ["--n-windows", "3", "--window", "24"]
 
 def test_ablate_writes_table_manifest_heatmap(runner, tiny_checkpoint, tmp_path):
     out = tmp_path / "abl.csv"
-    res = runner.invoke(cli, ["ablate", "-m", str(tiny_checkpoint), *SMALL, "--method", "mean", "--heads", "1.2,0.1,1.0", "--out", str(out)])
+    res = runner.invoke(
+        cli, ["ablate", "-m", str(tiny_checkpoint), *SMALL, "--method", "mean", "--heads", "1.2,0.1,1.0", "--out", str(out)]
+    )
     assert res.exit_code == 0, res.output
     table = pd.read_csv(out)
     assert list(table.columns) == ["layer", "head", "method", "metric", "value", "delta", "ci_low", "ci_high", "n", "attribution"]
-    assert list(zip(table["layer"], table["head"])) == [(0, 1), (1, 0), (1, 2)]
+    assert list(zip(table["layer"], table["head"], strict=True)) == [(0, 1), (1, 0), (1, 2)]
     assert set(table["method"]) == {"mean"} and set(table["metric"]) == {"loss"} and set(table["n"]) == {3}
     manifest = json.loads((tmp_path / "abl.manifest.json").read_text())
     abl = manifest["ablation"]
@@ -49,7 +51,23 @@ def test_ablate_formats_task_metric_and_mask(runner, tiny_checkpoint, tmp_path):
     mask = tmp_path / "mask.json"
     write_json(mask, HeadMask.from_heads([(0, 0), (1, 3)], n_layers=2, n_heads=4).to_json())
     out = tmp_path / "t.json"
-    res = runner.invoke(cli, ["ablate", "-m", str(tiny_checkpoint), "--task", str(task), "--mask", str(mask), "--method", "resample", "--no-attribution", "--out", str(out)])
+    res = runner.invoke(
+        cli,
+        [
+            "ablate",
+            "-m",
+            str(tiny_checkpoint),
+            "--task",
+            str(task),
+            "--mask",
+            str(mask),
+            "--method",
+            "resample",
+            "--no-attribution",
+            "--out",
+            str(out),
+        ],
+    )
     assert res.exit_code == 0, res.output
     rows = json.loads(out.read_text())
     assert len(rows) == 6 and {(r["layer"], r["head"]) for r in rows}.isdisjoint({(0, 0), (1, 3)})

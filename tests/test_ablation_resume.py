@@ -15,9 +15,9 @@ import pandas as pd
 import pytest
 
 import headlens.analyses.ablation.study as ablation_mod
-from headlens.analyses.ablation.study import AblationConfig, ablation_study
 from headlens.analyses.ablation.evalset import text_eval_set
 from headlens.analyses.ablation.records import MemoryJournal, RecordJournal
+from headlens.analyses.ablation.study import AblationConfig, ablation_study
 from headlens.analyses.stimuli import eval_text
 from headlens.probes.errors import InputError, OutputExistsError
 from headlens.reports.cli.main import cli
@@ -121,7 +121,20 @@ _DRIVER = textwrap.dedent(
 
 @pytest.mark.slow
 def test_kill_9_mid_run_then_resume_gives_the_identical_table(tiny_checkpoint, tmp_path, runner):
-    args = ["ablate", "-m", str(tiny_checkpoint), "--n-windows", "3", "--window", "24", "--heads-per-forward", "1", "--method", "mean", "-q"]
+    args = [
+        "ablate",
+        "-m",
+        str(tiny_checkpoint),
+        "--n-windows",
+        "3",
+        "--window",
+        "24",
+        "--heads-per-forward",
+        "1",
+        "--method",
+        "mean",
+        "-q",
+    ]
     ref = tmp_path / "ref.csv"
     res = runner.invoke(cli, [*args, "--out", str(ref)])
     assert res.exit_code == 0, res.output
@@ -131,7 +144,9 @@ def test_kill_9_mid_run_then_resume_gives_the_identical_table(tiny_checkpoint, t
     driver = tmp_path / "driver.py"
     driver.write_text(_DRIVER)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.Popen([sys.executable, str(driver), *args, "--out", str(out)], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, str(driver), *args, "--out", str(out)], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and proc.poll() is None:

@@ -14,10 +14,10 @@ import pytest
 import torch
 
 from headlens.analyses.sinks.intervene import mean_loss
+from headlens.analyses.synthetic.families import FAMILIES
 from headlens.probes.capture import capture, run_forward, tokenize_for
 from headlens.probes.config import CaptureConfig
 from headlens.probes.errors import UnsupportedModelError
-from headlens.analyses.synthetic.families import FAMILIES
 from headlens.probes.hooks import attached
 from headlens.probes.interventions import mask_keys, score_edits
 

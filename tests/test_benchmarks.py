@@ -17,6 +17,7 @@ def _load(name: str):
     if str(BENCH) not in sys.path:
         sys.path.insert(0, str(BENCH))
     spec = importlib.util.spec_from_file_location(f"_bench_{name}", BENCH / f"{name}.py")
+    assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -75,8 +76,26 @@ def test_scaling_figure_and_memory_estimate(tmp_path):
     scaling = _load("scaling")
     rows = []
     for n in (512, 1024, 2048):
-        rows.append({"mode": "census_eager", "n_tokens": n, "seconds": n / 1000, "extra_MiB": n * n / 2**14, "memory": "cpu_peak_rss_MiB", "status": "ok"})
-        rows.append({"mode": "census_streaming", "n_tokens": n, "seconds": n / 900, "extra_MiB": n / 64, "memory": "cpu_peak_rss_MiB", "status": "ok"})
+        rows.append(
+            {
+                "mode": "census_eager",
+                "n_tokens": n,
+                "seconds": n / 1000,
+                "extra_MiB": n * n / 2**14,
+                "memory": "cpu_peak_rss_MiB",
+                "status": "ok",
+            }
+        )
+        rows.append(
+            {
+                "mode": "census_streaming",
+                "n_tokens": n,
+                "seconds": n / 900,
+                "extra_MiB": n / 64,
+                "memory": "cpu_peak_rss_MiB",
+                "status": "ok",
+            }
+        )
     rows.append({"mode": "hf_eager", "n_tokens": 4096, "status": "skipped: too big"})
     path = tmp_path / "scaling.png"
     scaling.figure(rows, path, "test")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 
@@ -22,7 +24,7 @@ def hf_reference(checkpoint, tokens: list[int]):
     """q, k, v, z [pos, head, d] and pattern [head, q, k] per layer, from a plain HF eager forward."""
     from transformers import GPT2LMHeadModel
 
-    model = GPT2LMHeadModel.from_pretrained(str(checkpoint), attn_implementation="eager").eval()
+    model: Any = GPT2LMHeadModel.from_pretrained(str(checkpoint), attn_implementation="eager").eval()  # submodules by name
     cfg = model.config
     n_head, d_head = cfg.n_head, cfg.n_embd // cfg.n_head
     store: dict[tuple[int, str], torch.Tensor] = {}
@@ -31,7 +33,7 @@ def hf_reference(checkpoint, tokens: list[int]):
 
         def qkv_hook(mod, inp, out, layer=layer):
             q, k, v = out[0].split(cfg.n_embd, dim=-1)
-            for name, t in zip("qkv", (q, k, v)):
+            for name, t in zip("qkv", (q, k, v), strict=True):
                 store[(layer, name)] = t.reshape(t.shape[0], n_head, d_head)
 
         def z_hook(mod, inp, layer=layer):

@@ -4,11 +4,13 @@ note); encoders keep it by default."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from headlens.analyses.heads.census import CensusConfig, run_census
 
-SMALL = {"n_prompts": 3, "window": 24, "seq_len": 8, "n_bootstrap": 20}
+SMALL: dict[str, Any] = {"n_prompts": 3, "window": 24, "seq_len": 8, "n_bootstrap": 20}
 
 
 def test_default_census_of_a_causal_model_leaves_next_token_out(tiny_model):
@@ -37,10 +39,30 @@ def test_detect_cli_prints_no_next_token_note_on_a_causal_model(tiny_checkpoint,
     from headlens.reports.cli.main import cli
 
     out = tmp_path / "scores.csv"
-    r = runner.invoke(cli, ["detect", "-m", str(tiny_checkpoint), "--n-prompts", "3", "--window", "24", "--seq-len", "8", "-q", "--out", str(out)])
+    r = runner.invoke(
+        cli, ["detect", "-m", str(tiny_checkpoint), "--n-prompts", "3", "--window", "24", "--seq-len", "8", "-q", "--out", str(out)]
+    )
     assert r.exit_code == 0, r.stderr
     assert "next_token" not in r.stderr and "next_token" not in out.read_text()
-    r = runner.invoke(cli, ["detect", "-m", str(tiny_checkpoint), "--detectors", "next_token,sink", "--n-prompts", "3", "--window", "24", "--seq-len", "8", "-q", "--out", str(tmp_path / "asked.csv")])
+    r = runner.invoke(
+        cli,
+        [
+            "detect",
+            "-m",
+            str(tiny_checkpoint),
+            "--detectors",
+            "next_token,sink",
+            "--n-prompts",
+            "3",
+            "--window",
+            "24",
+            "--seq-len",
+            "8",
+            "-q",
+            "--out",
+            str(tmp_path / "asked.csv"),
+        ],
+    )
     assert r.exit_code == 0, r.stderr
     assert "note: next_token" in r.stderr  # asked for: it runs and says why it is NaN
 
@@ -51,6 +73,14 @@ def test_summary_rule_lists_only_the_thresholds_of_detectors_that_ran(tiny_model
 
     result = run_census(tiny_model, CensusConfig(**SMALL))
     thresholds = {"previous_token": 0.5, "next_token": 0.5, "induction": 0.3}
-    text = census_summary(result.scores, classify_heads(result.scores), model="tiny", prepend_bos=True, thresholds=thresholds, baseline_factor=2.0, stimuli=result.stimuli)
+    text = census_summary(
+        result.scores,
+        classify_heads(result.scores),
+        model="tiny",
+        prepend_bos=True,
+        thresholds=thresholds,
+        baseline_factor=2.0,
+        stimuli=result.stimuli,
+    )
     rule = next(line for line in text.splitlines() if "Thresholds:" in line)
     assert "previous_token=0.5" in rule and "induction=0.3" in rule and "next_token" not in rule

@@ -50,7 +50,8 @@ def _torch_prefixes(n: int, size: int, T: int, seed: int) -> torch.Tensor:
     [(130, 50255, 63, 0), (70, 100, 50, 3), (10, 64, 64, 7), (5, 2, 2, 1), (200, 1000, 3, 99), (3, 5, 1, 2**32 - 1)],
 )
 def test_randperm_prefixes_equal_torch_randperm(n, size, T, seed):
-    assert torch.equal(_randperm_prefixes(n, size, T, seed), _torch_prefixes(n, size, T, seed))
+    got = _randperm_prefixes(n, size, T, seed)
+    assert got is not None and torch.equal(got, _torch_prefixes(n, size, T, seed))
 
 
 def test_repeated_tokens_equal_the_torch_draw_and_fall_back_outside_its_range():

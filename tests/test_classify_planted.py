@@ -17,7 +17,7 @@ def test_planted_roles_recovered_and_nothing_else(planted_model, prepend_bos):
 
     result = run_census(planted_model, CensusConfig(n_prompts=30, prepend_bos=prepend_bos, n_bootstrap=200))
     roles = classify_heads(result.scores).roles  # the long table: one row per (head, role)
-    got = dict(zip(roles["name"], roles["role"]))
+    got = dict(zip(roles["name"], roles["role"], strict=True))
     assert got == PLANTED_ROLES and len(roles) == len(PLANTED_ROLES)
     scores = result.scores.set_index(["detector", "layer", "head"])
     for head, role in PLANTED_ROLES.items():
@@ -36,7 +36,19 @@ def test_planted_roles_recovered_and_nothing_else(planted_model, prepend_bos):
 
 def test_check_planted_roles_fails_on_wrong_or_extra_roles():
     scores = pd.DataFrame(
-        [{"layer": 0, "head": 0, "detector": "sink", "score": 0.9, "baseline": 0.1, "ci_low": 0.8, "ci_high": 1.0, "n": 5, "accuracy": float("nan")}]
+        [
+            {
+                "layer": 0,
+                "head": 0,
+                "detector": "sink",
+                "score": 0.9,
+                "baseline": 0.1,
+                "ci_low": 0.8,
+                "ci_high": 1.0,
+                "n": 5,
+                "accuracy": float("nan"),
+            }
+        ]
     )
     roles = pd.DataFrame({"layer": [0], "head": [1], "name": ["0.1"], "role": ["sink"]})  # 0.0 has no row: no role
     checks = check_planted_roles(scores, roles, {"0.0": "sink"})

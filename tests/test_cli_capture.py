@@ -23,7 +23,23 @@ def test_capture_writes_activations_tokens_manifest(runner, tiny_checkpoint, tmp
     prompts = tmp_path / "p.jsonl"
     prompts.write_text('{"text": "Apple raised its price target"}\n{"text": "Hi"}\n')
     out = tmp_path / "cap"
-    res = runner.invoke(cli, ["capture", "--model", str(tiny_checkpoint), "--prompts", str(prompts), "--heads", "1.2,0.0", "--what", "q,k,v,pattern,z", "--out", str(out), "-q"])
+    res = runner.invoke(
+        cli,
+        [
+            "capture",
+            "--model",
+            str(tiny_checkpoint),
+            "--prompts",
+            str(prompts),
+            "--heads",
+            "1.2,0.0",
+            "--what",
+            "q,k,v,pattern,z",
+            "--out",
+            str(out),
+            "-q",
+        ],
+    )
     assert res.exit_code == 0, res.output
     tensors = load_file(str(out / "activations.safetensors"))
     assert tensors["lengths"].tolist() == [6, 2]
@@ -45,7 +61,10 @@ def test_capture_writes_activations_tokens_manifest(runner, tiny_checkpoint, tmp
 
 def test_capture_no_bos(runner, tiny_checkpoint, tmp_path):
     out = tmp_path / "nobos"
-    res = runner.invoke(cli, ["capture", "-m", str(tiny_checkpoint), "--text", "Apple raised its price target", "--no-bos", "--layers", "1", "--out", str(out)])
+    res = runner.invoke(
+        cli,
+        ["capture", "-m", str(tiny_checkpoint), "--text", "Apple raised its price target", "--no-bos", "--layers", "1", "--out", str(out)],
+    )
     assert res.exit_code == 0, res.output
     tensors = load_file(str(out / "activations.safetensors"))
     assert tensors["lengths"].tolist() == [5]

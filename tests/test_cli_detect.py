@@ -48,10 +48,22 @@ def test_classify_writes_everything(runner, tiny_checkpoint, tmp_path):
 def test_bad_input(runner, tiny_checkpoint, tmp_path):
     m = ["-m", str(tiny_checkpoint)]
     bad_span = tmp_path / "bad_span.jsonl"
-    bad_span.write_text(json.dumps({"text": "John met Mary and she left.", "pronoun": [18, 40], "antecedent": [8, 13], "distractor": [0, 4]}) + "\n")
+    bad_span.write_text(
+        json.dumps({"text": "John met Mary and she left.", "pronoun": [18, 40], "antecedent": [8, 13], "distractor": [0, 4]}) + "\n"
+    )
     multi = tmp_path / "multi.jsonl"
     text = " Bartholomew met Mary and she left."
-    multi.write_text(json.dumps({"text": text, "pronoun": [text.index(" she"), text.index(" she") + 4], "antecedent": [text.index(" Mary"), text.index(" Mary") + 5], "distractor": [0, 12]}) + "\n")
+    multi.write_text(
+        json.dumps(
+            {
+                "text": text,
+                "pronoun": [text.index(" she"), text.index(" she") + 4],
+                "antecedent": [text.index(" Mary"), text.index(" Mary") + 5],
+                "distractor": [0, 12],
+            }
+        )
+        + "\n"
+    )
     cases = [
         (["detect", *m, "--detectors", "induction,nope", "--out", str(tmp_path / "a.csv")], "unknown detector 'nope'"),
         (["detect", *m, "--n-prompts", "0", "--out", str(tmp_path / "a.csv")], "--n-prompts must be at least 1"),

@@ -8,8 +8,8 @@ import click
 import pandas as pd
 import pytest
 
-from headlens.reports.markdown import markdown_table
 from headlens.reports.cli.common import HEADS
+from headlens.reports.markdown import markdown_table
 from headlens.reports.progress import ProgressBars, ReportBars
 
 
@@ -56,5 +56,5 @@ def test_markdown_table_escapes_cells():
 def test_heads_type():
     assert HEADS.convert("5.1, 5.5", None, None) == ((5, 1), (5, 5))
     for bad in ("zero", "5.1,,2", "5", "-1.2"):
-        with pytest.raises(click.BadParameter, match="LAYER.HEAD"):
+        with pytest.raises(click.BadParameter, match=r"LAYER\.HEAD"):
             HEADS.convert(bad, None, None)

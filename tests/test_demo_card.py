@@ -4,6 +4,8 @@ census made up here (no census is run)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pandas as pd
 import pytest
 
@@ -20,8 +22,25 @@ def _census(best_sink: float) -> tuple[pd.DataFrame, pd.DataFrame]:
                 score = 0.1 * (layer * 4 + head) / 8 + 0.01 * i
                 if det == "sink" and (layer, head) == (0, 1):
                     score = best_sink
-                rows.append({"layer": layer, "head": head, "detector": det, "score": score, "ci_low": score - 0.05, "ci_high": score + 0.05, "baseline": 0.02, "n": 100})
-    roles = pd.DataFrame([{"layer": 0, "head": 1, "name": "0.1", "role": "sink"}, {"layer": 1, "head": 0, "name": "1.0", "role": "induction"}, {"layer": 1, "head": 0, "name": "1.0", "role": "duplicate_token"}])
+                rows.append(
+                    {
+                        "layer": layer,
+                        "head": head,
+                        "detector": det,
+                        "score": score,
+                        "ci_low": score - 0.05,
+                        "ci_high": score + 0.05,
+                        "baseline": 0.02,
+                        "n": 100,
+                    }
+                )
+    roles = pd.DataFrame(
+        [
+            {"layer": 0, "head": 1, "name": "0.1", "role": "sink"},
+            {"layer": 1, "head": 0, "name": "1.0", "role": "induction"},
+            {"layer": 1, "head": 0, "name": "1.0", "role": "duplicate_token"},
+        ]
+    )
     return pd.DataFrame(rows), roles
 
 
@@ -67,8 +86,22 @@ def test_a_fact_missing_from_the_template_is_an_error(monkeypatch):
 def _text_losses(facts):
     final, seq = facts["final"], facts["recipe"]["seq_len"]
     return [
-        {"what": "`report --quick`", "n_windows": 2, "window": 32, "loss": 4.6746, "window_sd": 2.68, "basis": "2 windows x 32 tokens (BOS + 31 text tokens; 62 predictions) of the text"},
-        {"what": "all of it", "n_windows": final["heldout_windows"], "window": seq, "loss": 4.5552, "window_sd": 0.96, "basis": "every window"},
+        {
+            "what": "`report --quick`",
+            "n_windows": 2,
+            "window": 32,
+            "loss": 4.6746,
+            "window_sd": 2.68,
+            "basis": "2 windows x 32 tokens (BOS + 31 text tokens; 62 predictions) of the text",
+        },
+        {
+            "what": "all of it",
+            "n_windows": final["heldout_windows"],
+            "window": seq,
+            "loss": 4.5552,
+            "window_sd": 0.96,
+            "basis": "every window",
+        },
     ]
 
 
@@ -77,7 +110,10 @@ def test_card_gives_one_canonical_loss_and_explains_the_others():
     final, rec = facts["final"], facts["recipe"]
     text = render_model_card(MODEL_DIR, {}, _text_losses(facts))
     seq = rec["seq_len"]
-    basis = f"{final['heldout_windows']} windows x {seq} tokens (BOS + {seq - 1} text tokens; {final['heldout_targets']:,} predictions) of the held-out split, every window of its token stream"
+    basis = (
+        f"{final['heldout_windows']} windows x {seq} tokens (BOS + {seq - 1} text tokens; {final['heldout_targets']:,} predictions)"
+        " of the held-out split, every window of its token stream"
+    )
     assert f"**The demo's held-out loss is {final['heldout_loss']:.3f}** nats per token: {basis}" in text
     assert "| `report --quick` | 2 windows x 32 tokens (BOS + 31 text tokens; 62 predictions) of the text | 4.675 | 2.68 |" in text
     assert f"Every window of the text gives 4.555, not\n{final['heldout_loss']:.3f}: the text file lacks" in text
@@ -97,7 +133,7 @@ def test_command_windows_are_the_commands_defaults():
 
     summary, _ = read_log(MODEL_DIR)
     rows = {(n, w): what for what, n, w in command_windows(summary)}
-    d = {p.name: p.default for p in ablate_cmd.params}
+    d: dict[str, Any] = {p.name: p.default for p in ablate_cmd.params}
     assert "`ablate`" in rows[(d["n_windows"], d["window"])] and "`gqa`" in rows[(d["n_windows"], d["window"])]
     q = ReportSettings(quick=True).eval_data(summary["recipe"]["n_ctx"])
     assert "`report --quick`" in rows[(q["n_windows"], q["window"])]
@@ -115,9 +151,32 @@ def test_heldout_text_losses_equal_ablate_on_the_heldout_file(runner, tmp_path):
     text_file = tmp_path / "heldout.txt"
     assert runner.invoke(cli, ["demo", "heldout", "--out", str(text_file)]).exit_code == 0
     out = tmp_path / "abl.csv"
-    r = runner.invoke(cli, ["ablate", "-m", "demo", "--text-file", str(text_file), "--n-windows", "2", "--window", "32", "--layers", "0", "--no-attribution", "--bootstrap", "0", "-q", "--out", str(out)])
+    r = runner.invoke(
+        cli,
+        [
+            "ablate",
+            "-m",
+            "demo",
+            "--text-file",
+            str(text_file),
+            "--n-windows",
+            "2",
+            "--window",
+            "32",
+            "--layers",
+            "0",
+            "--no-attribution",
+            "--bootstrap",
+            "0",
+            "-q",
+            "--out",
+            str(out),
+        ],
+    )
     assert r.exit_code == 0, r.stderr
     unablated = json.loads(out.with_name("abl.manifest.json").read_text())["ablation"]["unablated_value"]
     (row,) = heldout_text_losses(MODEL_DIR, [("x", 2, 32)])
     assert abs(row["loss"] - unablated) < 1e-9
-    assert "2 windows x 32 tokens (BOS + 31 text tokens; 62 predictions)" in r.stdout and row["basis"].startswith("2 windows x 32 tokens (BOS + 31 text tokens; 62 predictions)")
+    assert "2 windows x 32 tokens (BOS + 31 text tokens; 62 predictions)" in r.stdout and row["basis"].startswith(
+        "2 windows x 32 tokens (BOS + 31 text tokens; 62 predictions)"
+    )

@@ -44,7 +44,7 @@ def test_demo_resolves_to_the_shipped_folder(tmp_path, monkeypatch):
     # a folder called "demo" where the user stands wins, like any local path
     monkeypatch.chdir(tmp_path)
     (tmp_path / "demo").mkdir()
-    with pytest.raises(ModelLoadError, match="no config.json"):
+    with pytest.raises(ModelLoadError, match=r"no config\.json"):
         resolve_source("demo", named_models())
 
 
@@ -133,7 +133,10 @@ def test_classify_demo_from_the_cli(tmp_path, runner):
     assert {"induction", "previous_token"} <= set(roles["role"]), roles  # the long table
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["model"]["source"] == "local" and manifest["model"]["path"] == str(MODEL_DIR)
-    assert manifest["model"]["weights_sha256"] == hashlib.sha256(b"model.safetensors\0" + (MODEL_DIR / "model.safetensors").read_bytes()).hexdigest()
+    assert (
+        manifest["model"]["weights_sha256"]
+        == hashlib.sha256(b"model.safetensors\0" + (MODEL_DIR / "model.safetensors").read_bytes()).hexdigest()
+    )
 
 
 def _roles(folder):
@@ -175,7 +178,9 @@ def test_heldout_text_feeds_the_report(tmp_path, runner):
 
     out = tmp_path / "report"
     skip = "census,sinks,ablation_mean,pruning,examples"
-    res = runner.invoke(cli, ["report", "--model", "demo", "--quick", "--text-file", str(text_file), "--skip", skip, "-q", "--out", str(out)])
+    res = runner.invoke(
+        cli, ["report", "--model", "demo", "--quick", "--text-file", str(text_file), "--skip", skip, "-q", "--out", str(out)]
+    )
     assert res.exit_code == 0, res.output
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["report"]["eval_text"] == {"source": "--text-file", "text_file": str(text_file), "text_sha256": sha}

@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from typing import Any
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from tests.helpers import assert_close
-from headlens.analyses.demo.data import BOS_ID, BatchSampler, Document, eval_windows, is_heldout
 from headlens.analyses.demo.checkpoints import config_dict, config_from_summary
+from headlens.analyses.demo.data import BOS_ID, BatchSampler, Document, eval_windows, is_heldout
 from headlens.analyses.demo.losses import sampled_softmax_loss
 from headlens.analyses.demo.recipe import RECIPE
 from headlens.analyses.demo.train import lr_at
+from tests.helpers import assert_close
 
 
 def _stream(n: int = 5000) -> torch.Tensor:
@@ -43,7 +44,7 @@ def test_batches_are_a_function_of_the_seed():
 def test_random_rows_score_only_the_predictable_part():
     sampler = BatchSampler(_stream(), ("random",) * 6, 128, seed=0, random_span=(10, 40))
     batch = sampler.next()
-    for row, mask in zip(batch.tokens, batch.loss_mask):
+    for row, mask in zip(batch.tokens, batch.loss_mask, strict=True):
         body = row[1:]
         first = int((~mask).nonzero().max()) + 1 if bool((~mask).any()) else 0
         T = first  # targets p < T are masked: tokens 1..T are the first copy
@@ -69,7 +70,7 @@ def test_span_rows_need_room():
 
 
 def test_span_rows_repeat_an_earlier_span():
-    sampler = BatchSampler(_stream(100_000) , ("span",), 256, seed=1)
+    sampler = BatchSampler(_stream(100_000), ("span",), 256, seed=1)
     row = sampler.next().tokens[0, 1:].tolist()
     # the stream is 0..999 repeating, so a copied span shows up as a backwards jump
     jumps = [i for i in range(1, len(row)) if row[i] != (row[i - 1] + 1) % 1000]
@@ -141,7 +142,7 @@ def test_an_interrupted_run_resumes_to_the_same_losses(tmp_path):
 
 
 def test_random_rows_can_score_the_first_copy_too():
-    kw = dict(random_span=(10, 40))
+    kw: dict[str, Any] = {"random_span": (10, 40)}
     masked = BatchSampler(_stream(), ("random",) * 3, 128, seed=5, **kw).next()
     scored = BatchSampler(_stream(), ("random",) * 3, 128, seed=5, score_first_copy=True, **kw).next()
     assert torch.equal(masked.tokens, scored.tokens)
@@ -151,21 +152,26 @@ def test_random_rows_can_score_the_first_copy_too():
 def test_train_command_writes_a_loadable_checkpoint(tmp_path, runner):
     import json
 
-    from headlens.reports.cli.main import cli
     from headlens.probes.loading import load_model
+    from headlens.reports.cli.main import cli
 
     out = tmp_path / "demo-model"
     threads = torch.get_num_threads()
     try:
-        res = runner.invoke(cli, ["demo", "train", "--out", str(out), "--steps", "2", "--eval-every", "0", "--no-card", "--save-every", "1"])
+        res = runner.invoke(
+            cli, ["demo", "train", "--out", str(out), "--steps", "2", "--eval-every", "0", "--no-card", "--save-every", "1"]
+        )
     finally:
         torch.set_num_threads(threads)
     assert res.exit_code == 0, res.output
-    assert {"config.json", "model.safetensors", "tokenizer.json", "training_log.jsonl", "training_summary.json"} <= {p.name for p in out.iterdir()}
+    assert {"config.json", "model.safetensors", "tokenizer.json", "training_log.jsonl", "training_summary.json"} <= {
+        p.name for p in out.iterdir()
+    }
     assert not (tmp_path / "demo-model.state.pt").exists()
     # --save-every 1: the weights of steps 0, 1 and 2 kept beside it, each a checkpoint folder that knows its step
-    from headlens.reports.sweep.plan import plan_tasks
     from safetensors.torch import load_file
+
+    from headlens.reports.sweep.plan import plan_tasks
 
     kept = tmp_path / "demo-model-checkpoints"
     assert sorted(p.name for p in kept.iterdir()) == ["step-000000", "step-000001", "step-000002"]
@@ -183,11 +189,14 @@ def test_train_command_writes_a_loadable_checkpoint(tmp_path, runner):
     assert again.exit_code == 2 and "--overwrite" in again.output
 
 
-@pytest.mark.parametrize("summary, log, message", [
-    (None, None, "training_summary.json is missing"),
-    ("{not json", "", "unreadable training log"),
-    ("{}", "", "lacks recipe"),
-])
+@pytest.mark.parametrize(
+    "summary, log, message",
+    [
+        (None, None, "training_summary.json is missing"),
+        ("{not json", "", "unreadable training log"),
+        ("{}", "", "lacks recipe"),
+    ],
+)
 def test_demo_replay_and_card_reject_a_broken_log_in_one_line(tmp_path, summary, log, message, runner):
 
     from headlens.reports.cli.main import cli

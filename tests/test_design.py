@@ -10,14 +10,18 @@ import torch
 
 from tests.helpers import assert_close
 
-TOKS = torch.tensor([[50256, 464, 2068, 7586, 21831, 18045, 625, 262, 16931, 3290, 13, 383], [50256, 40, 588, 257, 1492, 286, 8887, 11, 290, 340, 373, 922]])
+TOKS = torch.tensor(
+    [[50256, 464, 2068, 7586, 21831, 18045, 625, 262, 16931, 3290, 13, 383], [50256, 40, 588, 257, 1492, 286, 8887, 11, 290, 340, 373, 922]]
+)
 
 
 def _text_set(model, n_windows=2, window=32):
     from headlens.analyses.ablation.evalset import text_eval_set
     from headlens.analyses.stimuli import eval_text
 
-    return text_eval_set(model.tokenizer, eval_text(), n_windows=n_windows, window=window, prepend_bos=True, n_ctx=model.n_ctx, bos_id=model.bos_id)
+    return text_eval_set(
+        model.tokenizer, eval_text(), n_windows=n_windows, window=window, prepend_bos=True, n_ctx=model.n_ctx, bos_id=model.bos_id
+    )
 
 
 # ----------------------------------------------------------------------------- kv
@@ -114,7 +118,13 @@ def test_gqa_study_on_tiny(tiny_model):
 
     res = gqa_study(tiny_model, _text_set(tiny_model), GQAConfig(batch_size=2))
     s = res.summary
-    assert list(zip(s["grouping"], s["g"])) == [("original", 1), ("adjacent", 2), ("similar", 2), ("adjacent", 4), ("similar", 4)]
+    assert list(zip(s["grouping"], s["g"], strict=True)) == [
+        ("original", 1),
+        ("adjacent", 2),
+        ("similar", 2),
+        ("adjacent", 4),
+        ("similar", 4),
+    ]
     assert (s["kv_bytes_per_token"].iloc[1:] < s["kv_bytes_per_token"].iloc[0]).all()
     assert (s["loss_change"].iloc[1:].abs() > 0).all()
     mqa = res.heads[res.heads["g"] == 4]
@@ -167,7 +177,11 @@ def test_knockout_q_equals_k_gives_symmetric_scores(tiny_model):
 
         return fn
 
-    hooks = knockout_hooks(tiny_model, 0, "q=k", heads=[2]) + [("blocks.0.attn.hook_k", grab("k")), ("blocks.0.attn.hook_pattern", grab("p"))]
+    hooks = [
+        *knockout_hooks(tiny_model, 0, "q=k", heads=[2]),
+        ("blocks.0.attn.hook_k", grab("k")),
+        ("blocks.0.attn.hook_pattern", grab("p")),
+    ]
     with torch.inference_mode(), attached(tiny_model.bridge, hooks):
         tiny_model.bridge(TOKS, return_type=None)
     k = seen["k"][0, :, 2]  # [pos, d_head]
@@ -189,7 +203,23 @@ def test_knockout_refused_on_opt(family_model, family_checkpoint, runner, tmp_pa
     with pytest.raises(InterventionError, match="opt"):
         check_knockout(opt, "q=k")
     check_knockout(opt, "v=k")  # v = k is carried: hook_v fires after hook_k
-    r = runner.invoke(cli, ["projections", "-m", str(family_checkpoint("opt")), "--kinds", "q=k", "--no-roles", "--n-windows", "1", "--window", "16", "--out", str(tmp_path / "o")])
+    r = runner.invoke(
+        cli,
+        [
+            "projections",
+            "-m",
+            str(family_checkpoint("opt")),
+            "--kinds",
+            "q=k",
+            "--no-roles",
+            "--n-windows",
+            "1",
+            "--window",
+            "16",
+            "--out",
+            str(tmp_path / "o"),
+        ],
+    )
     assert r.exit_code == 2
     assert "opt" in r.stderr and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
 
@@ -221,7 +251,10 @@ def test_cli_kv_gqa_projections(tiny_checkpoint, runner, tmp_path):
     assert (tmp_path / "kv.manifest.json").is_file()
     common = ["-m", str(tiny_checkpoint), "--n-windows", "2", "--window", "24", "-q"]
     task = tmp_path / "task.jsonl"
-    task.write_text(json.dumps({"prompt": "When Mary and John went to the store, John gave a drink to", "correct": " Mary", "incorrect": " John"}) + "\n")
+    task.write_text(
+        json.dumps({"prompt": "When Mary and John went to the store, John gave a drink to", "correct": " Mary", "incorrect": " John"})
+        + "\n"
+    )
     r = runner.invoke(cli, ["gqa", *common, "--group-sizes", "2", "--task", str(task), "--out", str(tmp_path / "g")])
     assert r.exit_code == 0, r.stderr
     assert "logit-diff" in (tmp_path / "g" / "task.csv").read_text()
@@ -242,7 +275,9 @@ def test_cli_kv_gqa_projections(tiny_checkpoint, runner, tmp_path):
 def test_cli_gqa_refuses_mqa(family_checkpoint, runner, tmp_path):
     from headlens.reports.cli.main import cli
 
-    r = runner.invoke(cli, ["gqa", "-m", str(family_checkpoint("gemma")), "--n-windows", "1", "--window", "16", "--out", str(tmp_path / "g")])
+    r = runner.invoke(
+        cli, ["gqa", "-m", str(family_checkpoint("gemma")), "--n-windows", "1", "--window", "16", "--out", str(tmp_path / "g")]
+    )
     assert r.exit_code == 2
     assert "already multi-query" in r.stderr and len(r.stderr.strip().splitlines()) == 1
 
@@ -253,7 +288,13 @@ def test_design_section_tables_and_markdown(tiny_model):
     from headlens.analyses.design.section import design_section_tables
     from headlens.reports.design_tables import design_section_markdown
 
-    tables = design_section_tables(tiny_model, _text_set(tiny_model, n_windows=1, window=16), gqa=GQAConfig(group_sizes=(4,), groupings=("adjacent",)), projections=ProjectionConfig(kinds=("v=k",), layers=(0,)), roles=False)
+    tables = design_section_tables(
+        tiny_model,
+        _text_set(tiny_model, n_windows=1, window=16),
+        gqa=GQAConfig(group_sizes=(4,), groupings=("adjacent",)),
+        projections=ProjectionConfig(kinds=("v=k",), layers=(0,)),
+        roles=False,
+    )
     assert set(tables) == {"kv", "gqa_summary", "gqa_heads", "gqa_groups", "knockout_losses", "skipped"}
     assert len(tables["skipped"]) == 0
     text = design_section_markdown(tables)
@@ -318,7 +359,9 @@ def test_gqa_and_knockouts_resume_equal_an_uninterrupted_run(tiny_model):
     dying = _DyingJournal(after=2)  # the intact census and layer 0's, then it dies
     with pytest.raises(_Interrupted):
         knockout_roles(tiny_model, census, rcfg, journal=dying)
-    changes2, scores2 = knockout_roles(tiny_model, census, rcfg, journal=_DyingJournal(dying.records, after=1))  # 1 append left: only layer 1 runs
+    changes2, scores2 = knockout_roles(
+        tiny_model, census, rcfg, journal=_DyingJournal(dying.records, after=1)
+    )  # 1 append left: only layer 1 runs
     pd.testing.assert_frame_equal(changes, changes2)
     pd.testing.assert_frame_equal(scores, scores2)
 
@@ -386,9 +429,10 @@ def test_design_section_on_an_encoder_shows_no_kv_cache(family_model):
 
     bert = family_model("bert")
     reason = "encoder: no next-token loss"
-    tables = design_section_tables(bert, None, skip={"gqa": reason, "projections": reason})
+    # no evaluation set: every part that reads one is skipped
+    tables = design_section_tables(bert, None, skip={"gqa": reason, "projections": reason})  # pyright: ignore[reportArgumentType]
     assert "kv" not in tables
-    skipped = dict(zip(tables["skipped"]["part"], tables["skipped"]["reason"]))
+    skipped = dict(zip(tables["skipped"]["part"], tables["skipped"]["reason"], strict=True))
     assert "no KV cache at inference" in skipped["kv"]
     text = design_section_markdown(tables)
     assert "### KV cache" not in text and "no KV cache at inference" in text

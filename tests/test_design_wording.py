@@ -62,7 +62,9 @@ def _cut_ok(manifest: dict, key: str) -> None:
 
 def test_gqa_resume_without_journal_warns_and_records_the_cut(tiny_checkpoint, runner, tmp_path):
     out = tmp_path / "g"
-    r = runner.invoke(cli, ["gqa", "-m", str(tiny_checkpoint), *COMMON, "--group-sizes", "2,4", "--grouping", "adjacent", "--resume", "--out", str(out)])
+    r = runner.invoke(
+        cli, ["gqa", "-m", str(tiny_checkpoint), *COMMON, "--group-sizes", "2,4", "--grouping", "adjacent", "--resume", "--out", str(out)]
+    )
     assert r.exit_code == 0, r.stderr
     warn = [line for line in r.stderr.splitlines() if "--resume" in line]
     assert len(warn) == 1 and "nothing to resume" in warn[0] and "starting afresh" in warn[0]
@@ -76,7 +78,24 @@ def test_gqa_resume_without_journal_warns_and_records_the_cut(tiny_checkpoint, r
 
 def test_projections_resume_without_journal_warns_and_records_the_cut(tiny_checkpoint, runner, tmp_path):
     out = tmp_path / "p"
-    r = runner.invoke(cli, ["projections", "-m", str(tiny_checkpoint), *COMMON, "--no-roles", "--layers", "1", "--kinds", "q=k", "--resume", "-q", "--out", str(out)])
+    r = runner.invoke(
+        cli,
+        [
+            "projections",
+            "-m",
+            str(tiny_checkpoint),
+            *COMMON,
+            "--no-roles",
+            "--layers",
+            "1",
+            "--kinds",
+            "q=k",
+            "--resume",
+            "-q",
+            "--out",
+            str(out),
+        ],
+    )
     assert r.exit_code == 0, r.stderr
     assert "nothing to resume" in r.stderr
     assert "46 predictions" in r.stdout and "46 predictions" in (out / "summary.md").read_text()

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import string
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -38,12 +39,12 @@ from headlens.analyses.heads.detectors import BatchContext, registry
 from headlens.analyses.heads.detectors.base import mean_attention_at
 from headlens.analyses.sinks.batches import census_batch
 from headlens.analyses.sinks.config import SinkConfig
+from headlens.analyses.sinks.content import variant_batches
 from headlens.analyses.sinks.seed import seed_measurement
 from headlens.analyses.sinks.study import run_sinks
-from headlens.analyses.sinks.content import variant_batches
 from headlens.probes.errors import InputError
 
-TOL = {"atol": 2e-5, "rtol": 1e-4}
+TOL: dict[str, Any] = {"atol": 2e-5, "rtol": 1e-4}
 POSITIONAL = ("previous_token", "next_token", "duplicate_token", "induction")
 
 
@@ -80,6 +81,7 @@ def reference(P: torch.Tensor, n: int, kind: str, T: int | None) -> dict[str, tu
         out["next_token"] = (mean_pairs(P, [(i, i + 1) for i in text if i + 1 in text]), 1 / n)
         out["sink"] = (mean_pairs(P, [(i, 0) for i in range(n)]), 1 / n)  # every query, [CLS] and [SEP] too
     else:
+        assert T is not None, "a repeated-token batch has a half length T"
         qs = range(1 + T, 1 + 2 * T)
         out["duplicate_token"] = (mean_pairs(P, [(i, i - T) for i in qs]), 1 / n)
         out["induction"] = (mean_pairs(P, [(i, i - T + 1) for i in qs]), 1 / n)
@@ -117,7 +119,13 @@ def reference_targets(hf, tokenizer, batch) -> dict[str, np.ndarray]:
 
 
 def test_minilm_census_equals_hugging_face_reference(minilm_model, hf_minilm):
-    config = CensusConfig(n_prompts=3, window=32, seq_len=12, n_bootstrap=100, detectors=("previous_token", "next_token", "sink", "duplicate_token", "induction"))
+    config = CensusConfig(
+        n_prompts=3,
+        window=32,
+        seq_len=12,
+        n_bootstrap=100,
+        detectors=("previous_token", "next_token", "sink", "duplicate_token", "induction"),
+    )
     result = run_census(minilm_model, config)
     stimuli = build_stimuli(minilm_model, config, {"natural", "repeated"})
     tok = minilm_model.tokenizer
@@ -135,7 +143,9 @@ def test_minilm_census_equals_hugging_face_reference(minilm_model, hf_minilm):
                 score[i], baseline[i] = s, base
     table = result.scores
     for det, (score, baseline) in ref.items():
-        torch.testing.assert_close(torch.from_numpy(result.per_prompt[det]), torch.from_numpy(score), **TOL, msg=lambda m, det=det: f"{det}: {m}")
+        torch.testing.assert_close(
+            torch.from_numpy(result.per_prompt[det]), torch.from_numpy(score), **TOL, msg=lambda m, det=det: f"{det}: {m}"
+        )
         rows = table[table.detector == det].sort_values(["layer", "head"])
         assert np.allclose(rows["score"], score.mean(0).reshape(-1), **TOL)
         assert np.allclose(rows["baseline"], np.repeat(baseline.mean(0), H), atol=1e-7, rtol=1e-6)
@@ -220,7 +230,9 @@ def test_first_token_variants_skip_what_the_tokenizer_cannot_express(minilm_mode
     tok = minilm_model.tokenizer
     body = torch.randint(2000, 3000, (2, 6))
     skipped: dict[str, str] = {}
-    variants = variant_batches(body, tok, tok.cls_token_id, vocab_size=len(tok), seed=0, suffix=[tok.sep_token_id], skipped=skipped, avoid_special=True)
+    variants = variant_batches(
+        body, tok, tok.cls_token_id, vocab_size=len(tok), seed=0, suffix=[tok.sep_token_id], skipped=skipped, avoid_special=True
+    )
     assert "newline" not in variants and "no token" in skipped["newline"]
     assert set(variants) == {"bos", "frequent", "punctuation", "random", "text", "bos_second"}
     for name, b in variants.items():
@@ -296,7 +308,13 @@ def test_bidirectional_sink_statistics_match_loops():
 @pytest.mark.parametrize("which", ["tiny", "llama"])
 def test_next_token_is_not_measurable_on_causal_models(which, tiny_model, family_model):
     model = tiny_model if which == "tiny" else family_model("llama")
-    config = CensusConfig(n_prompts=4, window=24, seq_len=8, n_bootstrap=50, detectors=("previous_token", "next_token", "sink", "induction", "duplicate_token"))
+    config = CensusConfig(
+        n_prompts=4,
+        window=24,
+        seq_len=8,
+        n_bootstrap=50,
+        detectors=("previous_token", "next_token", "sink", "induction", "duplicate_token"),
+    )
     result = run_census(model, config)
     table = result.scores
     nxt = table[table.detector == "next_token"]
@@ -319,7 +337,9 @@ def test_next_token_is_not_measurable_on_causal_models(which, tiny_model, family
     stim = build_stimuli(model, config, {"natural", "repeated"})
     old = text_windows(model.tokenizer, eval_text(), 24, 4, True, model.bos_id)
     assert torch.equal(stim["natural"].batch.tokens, old) and stim["natural"].n_suffix == 0
-    seqs = random_repeated_tokens(4, 8, 0, min(len(model.tokenizer), int(model.bridge.cfg.d_vocab)), exclude=set(model.tokenizer.all_special_ids), distinct=True)
+    seqs = random_repeated_tokens(
+        4, 8, 0, min(len(model.tokenizer), int(model.bridge.cfg.d_vocab)), exclude=set(model.tokenizer.all_special_ids), distinct=True
+    )
     assert torch.equal(stim["repeated"].batch.tokens, torch.cat([torch.full((4, 1), model.bos_id), seqs], dim=1))
 
 
@@ -345,14 +365,19 @@ def test_cli_classify_and_sinks_on_minilm(minilm_dir, tmp_path, runner):
     from headlens.reports.cli.main import cli
 
     out = tmp_path / "classify"
-    res = runner.invoke(cli, ["classify", "-m", str(minilm_dir), "--n-prompts", "3", "--window", "24", "--seq-len", "8", "-q", "--out", str(out)])
+    res = runner.invoke(
+        cli, ["classify", "-m", str(minilm_dir), "--n-prompts", "3", "--window", "24", "--seq-len", "8", "-q", "--out", str(out)]
+    )
     assert res.exit_code == 0, res.output
     scores = pd.read_csv(out / "scores.csv")
     assert "next_token" in set(scores.detector) and scores[scores.detector == "next_token"]["score"].notna().all()
     summary = (out / "summary.md").read_text()
     assert "[CLS] text [SEP]" in summary and "bidirectional attention" in summary
     sinks = tmp_path / "sinks"
-    res = runner.invoke(cli, ["sinks", "-m", str(minilm_dir), "--n-prompts", "2", "--window", "24", "--skip", "secondary,value_norm", "-q", "--out", str(sinks)])
+    res = runner.invoke(
+        cli,
+        ["sinks", "-m", str(minilm_dir), "--n-prompts", "2", "--window", "24", "--skip", "secondary,value_norm", "-q", "--out", str(sinks)],
+    )
     assert res.exit_code == 0, res.output
     manifest = json.loads((sinks / "manifest.json").read_text())["sinks"]
     assert "newline" in manifest["skipped_variants"] and set(manifest["skipped"]) == {"removal", "windowed"}

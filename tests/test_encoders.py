@@ -199,7 +199,7 @@ def roberta_checkpoint(tmp_path_factory):
     for token, _ in sorted(gpt2_vocab.items(), key=lambda kv: kv[1]):
         vocab.setdefault(token, len(vocab))
     vocab["<mask>"] = len(vocab)
-    tok = transformers.RobertaTokenizer(vocab=vocab, merges=merges)
+    tok = transformers.RobertaTokenizer(vocab=vocab, merges=merges)  # pyright: ignore[reportArgumentType] - pairs work too
     config = transformers.RobertaConfig(
         vocab_size=len(tok),
         hidden_size=64,

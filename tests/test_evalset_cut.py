@@ -49,7 +49,9 @@ def test_loss_reproduced_by_hand_from_the_manifest(tiny_model, tiny_checkpoint):
     from headlens.analyses.ablation.metrics import model_values
 
     text = eval_text()
-    data = text_eval_set(tiny_model.tokenizer, text, n_windows=3, window=24, prepend_bos=True, n_ctx=tiny_model.n_ctx, bos_id=tiny_model.bos_id)
+    data = text_eval_set(
+        tiny_model.tokenizer, text, n_windows=3, window=24, prepend_bos=True, n_ctx=tiny_model.n_ctx, bos_id=tiny_model.bos_id
+    )
     rows = list(range(len(data)))
     with torch.inference_mode():
         ours = float(model_values(tiny_model, data.tokens, data.lengths, data, rows).mean())

@@ -4,6 +4,8 @@ test reaches are supported."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -42,8 +44,8 @@ def test_window_losses_average_to_mean_loss(tiny_model):
 
 
 def test_planted_evidence_sink_joined_and_only_reachable_roles_supported(planted_model):
-    ev = role_evidence(planted_model, _table(_planted_rows() + [(1, 0, "sink")]), n=MIN_ITEMS, T=12)
-    by = {(r.name, r.role): r for r in ev.itertuples()}
+    ev = role_evidence(planted_model, _table([*_planted_rows(), (1, 0, "sink")]), n=MIN_ITEMS, T=12)
+    by: dict[Any, Any] = {(r.name, r.role): r for r in ev.itertuples()}
     assert {k for k, r in by.items() if r.evidence == SUPPORTED} == {("0.0", "previous_token"), ("1.0", "induction")}
     assert "the key of 1.0" in by[("0.0", "previous_token")].detail
     # the planted sink writes to a slot nothing reads: removal moves the loss only through the
@@ -74,7 +76,9 @@ def test_too_few_items_are_refused(planted_model):
 
 def test_encoder_roles_are_not_testable_with_the_reason(family_model):
     bert = family_model("bert")  # a tiny BertForMaskedLM (ENCODER_FAMILIES)
-    ev = role_evidence(bert, _table([(1, 0, r) for r in ("induction", "previous_token", "duplicate_token", "referent", "sink")]), n=MIN_ITEMS)
+    ev = role_evidence(
+        bert, _table([(1, 0, r) for r in ("induction", "previous_token", "duplicate_token", "referent", "sink")]), n=MIN_ITEMS
+    )
     assert (ev["evidence"] == NOT_TESTABLE).all() and ev["detail"].str.contains("encoder").all()
 
 
@@ -88,12 +92,16 @@ def test_joint_path_equals_single_receiver_path(planted_model):
     assert np.allclose(one["effect"], joint["effect"], atol=PATH_TOL)
     both = path_patch(planted_model, task, PathConfig(receivers=((1, 0), (1, 1)), joint=True, n_resamples=50)).table
     assert len(both) == planted_model.n_heads and (both["receiver"] == "1.0+1.1").all()
-    assert both.loc[both["effect"].abs().idxmax(), "sender"] == "0.0"
+    assert both["sender"].iloc[both["effect"].abs().to_numpy().argmax()] == "0.0"
 
 
 @pytest.mark.parametrize(
     "args, said",
-    [(["--evidence", "--evidence-n", "5"], "at least 10 items per test to state a verdict (--evidence-n 5)"), (["--evidence-n", "12"], "need --evidence"), (["--evidence", "--evidence-seq-len", "1"], "(--evidence-seq-len 1)")],
+    [
+        (["--evidence", "--evidence-n", "5"], "at least 10 items per test to state a verdict (--evidence-n 5)"),
+        (["--evidence-n", "12"], "need --evidence"),
+        (["--evidence", "--evidence-seq-len", "1"], "(--evidence-seq-len 1)"),
+    ],
 )
 def test_classify_evidence_bad_flags_exit_2_before_loading(runner, tmp_path, args, said):
     res = runner.invoke(cli, ["classify", "--model", str(tmp_path / "no-model"), "--out", str(tmp_path / "o"), *args])

@@ -67,7 +67,11 @@ def test_previous_token_path_patch_error_is_not_testable(tiny_model, monkeypatch
 
 @pytest.mark.parametrize(
     ("args", "said"),
-    [(["--evidence-n", "32"], "need --evidence"), (["--evidence-seq-len", "20"], "need --evidence"), (["--evidence", "--evidence-seq-len", "3"], "at least 4 random tokens per copy (--evidence-seq-len 3)")],
+    [
+        (["--evidence-n", "32"], "need --evidence"),
+        (["--evidence-seq-len", "20"], "need --evidence"),
+        (["--evidence", "--evidence-seq-len", "3"], "at least 4 random tokens per copy (--evidence-seq-len 3)"),
+    ],
 )
 def test_evidence_flags_at_their_defaults_still_need_evidence(runner, tmp_path, args, said):
     from headlens.reports.cli.main import cli

@@ -18,15 +18,19 @@ N_EVIDENCE = 16
 @pytest.mark.slow
 def test_classify_evidence_on_demo_supports_the_induction_circuit(runner, tmp_path):
     out = tmp_path / "c"
-    res = runner.invoke(cli, ["classify", "--model", "demo", "--device", "cpu", "--evidence", "--evidence-n", str(N_EVIDENCE), "--out", str(out), "-q"])
+    res = runner.invoke(
+        cli, ["classify", "--model", "demo", "--device", "cpu", "--evidence", "--evidence-n", str(N_EVIDENCE), "--out", str(out), "-q"]
+    )
     assert res.exit_code == 0, res.output
     roles = pd.read_csv(out / "roles.csv", dtype={"name": str})
     ev = pd.read_csv(out / "evidence.csv", dtype={"name": str})
     assert list(ev.columns) == EVIDENCE_COLUMNS
-    assert sorted(zip(ev["name"], ev["role"])) == sorted(zip(roles["name"], roles["role"]))
+    assert sorted(zip(ev["name"], ev["role"], strict=True)) == sorted(zip(roles["name"], roles["role"], strict=True))
     for role in ("induction", "previous_token"):
         rows = ev[ev["role"] == role]
-        assert len(rows) and (rows["evidence"] == SUPPORTED).all(), ev[["name", "role", "evidence", "figure", "figure_low", "detail"]].to_string()
+        assert len(rows) and (rows["evidence"] == SUPPORTED).all(), ev[
+            ["name", "role", "evidence", "figure", "figure_low", "detail"]
+        ].to_string()
     assert (ev.loc[ev["evidence"] != NOT_TESTABLE, "n_items"] == N_EVIDENCE).all()
     heads = pd.read_csv(out / "heads.csv", dtype={"name": str}, keep_default_na=False)
     for r in ev.itertuples():

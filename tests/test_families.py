@@ -9,16 +9,17 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from typing import Any
 
 import pytest
 import torch
 
 from headlens.analyses.heads.verify import VERIFY_WHAT, verify_attention, verify_capture
+from headlens.analyses.synthetic.families import FAMILIES, WINDOW
 from headlens.probes.attention import attention_spec
 from headlens.probes.capture import capture
 from headlens.probes.config import CaptureConfig
 from headlens.probes.errors import UnsupportedModelError
-from headlens.analyses.synthetic.families import FAMILIES, WINDOW
 from headlens.reports.cli.main import cli
 from tests.helpers import assert_close
 
@@ -53,17 +54,17 @@ def test_verify_passes_on_every_family(family, family_model):
     assert table["ok"].all(), table.to_string()
     assert (table[["max_err_pattern", "max_err_z", "max_outside_mask", "max_row_sum_err"]].to_numpy() < 1e-5).all()
     spec = attention_spec(family_model(family))
-    for row, la in zip(table.itertuples(), spec.layers):
+    for applied, la in zip(table["applied"].astype(str), spec.layers, strict=True):
         if la.window is not None:
-            assert f"window {la.window}" in row.applied
+            assert f"window {la.window}" in applied
         if la.softcap is not None:
-            assert "softcap" in row.applied
+            assert "softcap" in applied
 
 
 def _rule_breakers(family: str, spec) -> dict[str, object]:
     """Spec variants that each drop one rule the family uses; verify must fail on each."""
     layers = spec.layers
-    out: dict[str, object] = {"scale": [dataclasses.replace(la, scale=la.scale * 0.5) for la in layers]}
+    out: dict[str, list[Any]] = {"scale": [dataclasses.replace(la, scale=la.scale * 0.5) for la in layers]}
     if any(la.window for la in layers):
         out["window"] = [dataclasses.replace(la, window=None) for la in layers]
     if any(la.softcap for la in layers):
@@ -123,7 +124,10 @@ def test_gqa_capture_keeps_kv_heads(family, family_model, family_checkpoint, hf_
     hf = hf_eager(family_checkpoint(family))
     got: dict[str, torch.Tensor] = {}
     attn = hf.model.layers[0].self_attn
-    handles = [attn.k_proj.register_forward_hook(lambda m, i, o: got.__setitem__("k", o)), attn.v_proj.register_forward_hook(lambda m, i, o: got.__setitem__("v", o))]
+    handles = [
+        attn.k_proj.register_forward_hook(lambda m, i, o: got.__setitem__("k", o)),
+        attn.v_proj.register_forward_hook(lambda m, i, o: got.__setitem__("v", o)),
+    ]
     try:
         n = int(cap.batch.lengths[0])
         with torch.no_grad():
@@ -154,7 +158,10 @@ def test_gqa_head_selection_reads_the_right_kv_head(family, family_model):
 
 def test_capture_cli_says_which_kv_heads(family_checkpoint, tmp_path, runner):
     out = tmp_path / "cap"
-    res = runner.invoke(cli, ["capture", "-m", str(family_checkpoint("llama")), "--text", TEXT, "--heads", "0.1,0.3", "--what", "k,rot_q", "--out", str(out)])
+    res = runner.invoke(
+        cli,
+        ["capture", "-m", str(family_checkpoint("llama")), "--text", TEXT, "--heads", "0.1,0.3", "--what", "k,rot_q", "--out", str(out)],
+    )
     assert res.exit_code == 0, res.output
     assert "4 query heads share 2 KV heads" in res.output and "0.1->kv0" in res.output and "0.3->kv1" in res.output
     manifest = json.loads((out / "manifest.json").read_text())
@@ -168,7 +175,9 @@ def test_capture_cli_says_which_kv_heads(family_checkpoint, tmp_path, runner):
 
 @pytest.mark.parametrize("family", ["gpt_neo", "opt", "gptj"])
 def test_attn_scores_refused_where_the_hook_holds_the_softmax(family, family_checkpoint, tmp_path, runner):
-    res = runner.invoke(cli, ["capture", "-m", str(family_checkpoint(family)), "--text", TEXT, "--what", "attn_scores", "--out", str(tmp_path / "x")])
+    res = runner.invoke(
+        cli, ["capture", "-m", str(family_checkpoint(family)), "--text", TEXT, "--what", "attn_scores", "--out", str(tmp_path / "x")]
+    )
     assert res.exit_code == 2, res.output
     assert res.output.count("\n") == 1 and family in res.output and "Traceback" not in res.output
 
@@ -203,7 +212,19 @@ def test_models_without_reachable_heads_are_refused_in_one_line(tmp_path, runner
     """An encoder-decoder (T5) and a state-space model (Mamba): one line naming the class, exit 2, nothing written."""
     import transformers as T
 
-    t5 = T.T5ForConditionalGeneration(T.T5Config(vocab_size=50257, d_model=32, d_kv=8, d_ff=64, num_layers=1, num_heads=4, decoder_start_token_id=0, pad_token_id=0, eos_token_id=1))
+    t5 = T.T5ForConditionalGeneration(
+        T.T5Config(
+            vocab_size=50257,
+            d_model=32,
+            d_kv=8,
+            d_ff=64,
+            num_layers=1,
+            num_heads=4,
+            decoder_start_token_id=0,  # pyright: ignore[reportCallIssue] - a PretrainedConfig keyword T5Config passes on
+            pad_token_id=0,
+            eos_token_id=1,
+        )
+    )
     mamba = T.MambaForCausalLM(T.MambaConfig(vocab_size=50257, hidden_size=32, num_hidden_layers=1))
     for name, model, cls in (("t5", t5, "T5ForConditionalGeneration"), ("mamba", mamba, "MambaForCausalLM")):
         folder = _checkpoint_with_gpt2_tokenizer(tmp_path / name, model)

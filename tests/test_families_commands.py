@@ -13,12 +13,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from headlens.analyses.ablation.study import AblationConfig, ablation_study
 from headlens.analyses.ablation.evalset import text_eval_set
 from headlens.analyses.ablation.pruning import kv_bytes_saved
+from headlens.analyses.ablation.study import AblationConfig, ablation_study
 from headlens.analyses.stimuli.natural import eval_text
-from headlens.probes.attention import attention_spec
 from headlens.analyses.synthetic.families import FAMILIES
+from headlens.probes.attention import attention_spec
 from headlens.reports.cli.main import cli
 
 #: The Hugging Face output projection (input = concatenated heads, i.e. hook_z) of layer L.
@@ -41,7 +41,8 @@ def _losses(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
 
 
 def _hf_losses(hf, family: str, tokens: torch.Tensor, layer: int, head: int, d_head: int, replacement: torch.Tensor | None) -> torch.Tensor:
-    """Per-window loss with head ``head`` of ``layer`` replaced (zeros, or ``replacement[pos, d_head]``) at the output projection's input."""
+    """Per-window loss with head ``head`` of ``layer`` replaced (zeros, or ``replacement[pos, d_head]``)
+    at the output projection's input."""
 
     def pre(module, args):
         x = args[0].clone()
@@ -117,7 +118,23 @@ def test_every_command_runs_on_every_family(family, family_checkpoint, tmp_path,
         "classify": ["classify", *m, *CENSUS, "--out", str(tmp_path / "census")],
         "ablate": ["ablate", *m, *EVAL, "--method", "mean", "--out", str(tmp_path / "abl.csv")],
         "prune": ["prune", *m, *EVAL, "--step", "0.5", "--max-fraction", "0.5", "--random-seeds", "1", "--out", str(tmp_path / "prune")],
-        "sinks": ["sinks", *m, "--n-prompts", "2", "--batch-size", "8", "--long-tokens", "32", "--attn-windows", "4,16", "--keep-first", "1", "-q", "--out", str(tmp_path / "sinks")],
+        "sinks": [
+            "sinks",
+            *m,
+            "--n-prompts",
+            "2",
+            "--batch-size",
+            "8",
+            "--long-tokens",
+            "32",
+            "--attn-windows",
+            "4,16",
+            "--keep-first",
+            "1",
+            "-q",
+            "--out",
+            str(tmp_path / "sinks"),
+        ],
         "report": ["report", *m, "--quick", "-q", "--out", str(tmp_path / "report")],
     }
     for name, args in commands.items():

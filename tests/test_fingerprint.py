@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 import headlens.analyses.ablation.study as ablation_mod
-from headlens.probes.loading import checkpoint_fingerprint, load_model, weights_fingerprint
 from headlens.analyses.synthetic.tiny import TinySpec, build_tiny_checkpoint
+from headlens.probes.loading import checkpoint_fingerprint, load_model, weights_fingerprint
 from headlens.reports.cli.main import cli
 
 
@@ -46,7 +46,16 @@ def test_a_middle_byte_changes_the_fingerprint(own_checkpoint, tiny_model, tiny_
 
 def test_report_rerun_recomputes_stages_after_the_weights_change(own_checkpoint, tmp_path, runner):
     out = tmp_path / "r"
-    args = ["report", "--model", str(own_checkpoint), "--out", str(out), "--quick", "--skip", "sinks,ablation_zero,ablation_mean,pruning,examples"]
+    args = [
+        "report",
+        "--model",
+        str(own_checkpoint),
+        "--out",
+        str(out),
+        "--quick",
+        "--skip",
+        "sinks,ablation_zero,ablation_mean,pruning,examples",
+    ]
     res = runner.invoke(cli, args)
     assert res.exit_code == 0, res.output
     res = runner.invoke(cli, args)
@@ -59,7 +68,23 @@ def test_report_rerun_recomputes_stages_after_the_weights_change(own_checkpoint,
 
 def test_ablation_resume_refuses_a_journal_from_other_weights(own_checkpoint, tmp_path, monkeypatch, caplog, runner):
     out = tmp_path / "t.csv"
-    args = ["ablate", "-m", str(own_checkpoint), "--n-windows", "2", "--window", "16", "--heads-per-forward", "1", "--bootstrap", "10", "--no-attribution", "-q", "--out", str(out)]
+    args = [
+        "ablate",
+        "-m",
+        str(own_checkpoint),
+        "--n-windows",
+        "2",
+        "--window",
+        "16",
+        "--heads-per-forward",
+        "1",
+        "--bootstrap",
+        "10",
+        "--no-attribution",
+        "-q",
+        "--out",
+        str(out),
+    ]
     real = ablation_mod.single_head_values
     calls = {"n": 0}
 

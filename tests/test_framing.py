@@ -14,6 +14,7 @@ import ast
 import json
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -46,7 +47,7 @@ def _framed(model, text: str, prepend_bos: bool, window: int | None = None) -> l
     return prefix + body + suffix
 
 
-def _row(tokens, length: int | None = None) -> list[int]:
+def _row(tokens, length: Any = None) -> list[int]:
     row = [int(t) for t in tokens]
     return row if length is None else row[: int(length)]
 
@@ -66,7 +67,9 @@ def test_examples_stage(model, bos, tmp_path):
     from headlens.reports.report.stage_examples import STAGE
 
     settings = SimpleNamespace(example_prompts=(TEXT,), prepend_bos=bos, batch_size=2)
-    ctx = StageContext(name="examples", dir=tmp_path, settings=settings, key={}, model=lambda: model, step=lambda *a: None, command=[], quiet=True)
+    ctx = StageContext(
+        name="examples", dir=tmp_path, settings=settings, key={}, model=lambda: model, step=lambda *a: None, command=[], quiet=True
+    )
     STAGE.run(ctx)
     shown = json.loads((tmp_path / "examples.json").read_text(encoding="utf-8"))["examples"][0]
     assert shown["tokens"] == token_strings(model.tokenizer, _framed(model, TEXT, bos))
@@ -114,7 +117,9 @@ def test_ablation_cli_eval_sets(model, bos):
 
     loss = _eval_set(model, "loss", eval_text(), "built-in evaluation text", n_windows=1, window=WINDOW, prepend_bos=bos)
     assert _row(loss.tokens[0], loss.lengths[0]) == _framed(model, eval_text(), bos, WINDOW)
-    task = _eval_set(model, "logit-diff", [TaskItem(prompt=TEXT, correct=" the", incorrect=" a")], "task", n_windows=1, window=WINDOW, prepend_bos=bos)
+    task = _eval_set(
+        model, "logit-diff", [TaskItem(prompt=TEXT, correct=" the", incorrect=" a")], "task", n_windows=1, window=WINDOW, prepend_bos=bos
+    )
     assert _row(task.tokens[0], task.lengths[0]) == _framed(model, TEXT, bos)
     emb = _eval_set(model, "embedding", TEXT, "--text-file t.txt", n_windows=1, window=WINDOW * 2, prepend_bos=bos, n_sentences=1)
     assert _row(emb.tokens[0], emb.lengths[0]) == _framed(model, TEXT, bos)
@@ -130,7 +135,9 @@ def test_report_ablation_eval_set(model, bos, tmp_path):
     from headlens.reports.report.stage_ablation import _eval_set
 
     settings = ReportSettings(quick=True, prepend_bos=bos)
-    ctx = StageContext(name="ablation_zero", dir=tmp_path, settings=settings, key={}, model=lambda: model, step=lambda *a: None, command=[], quiet=True)
+    ctx = StageContext(
+        name="ablation_zero", dir=tmp_path, settings=settings, key={}, model=lambda: model, step=lambda *a: None, command=[], quiet=True
+    )
     data, info = _eval_set(ctx, model)
     if info["metric"] == "loss":
         window = settings.eval_data(model.n_ctx)["window"]
@@ -142,7 +149,14 @@ def test_report_ablation_eval_set(model, bos, tmp_path):
 
 
 # Every call in the package that cuts or tokenizes text for a model passes the model's framing.
-_FRAMED_CALLS = {"tokenize_prompts": "frame", "text_windows": "frame", "text_eval_set": "frame", "task_eval_set": "frame", "locate_tokens": "wrap", "fit_referent_items": "wrap"}
+_FRAMED_CALLS = {
+    "tokenize_prompts": "frame",
+    "text_windows": "frame",
+    "text_eval_set": "frame",
+    "task_eval_set": "frame",
+    "locate_tokens": "wrap",
+    "fit_referent_items": "wrap",
+}
 #: analyses/demo trains and monitors its own GPT-2 from a bare tokenizer (no LoadedModel to frame with;
 #: where it does load one, the card, it frames with LoadedModel.frame).
 _EXEMPT = ("analyses/demo/",)
@@ -159,7 +173,7 @@ def test_every_tokenizing_call_passes_the_framing():
                 if not isinstance(node, ast.Call):
                     continue
                 name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", None)
-                need = _FRAMED_CALLS.get(name)
+                need = _FRAMED_CALLS.get(name) if isinstance(name, str) else None
                 if need and need not in {k.arg for k in node.keywords}:
                     missing.append(f"{rel}:{node.lineno} {name}(...) without {need}=")
     assert not missing, "tokenizing without the model's framing (LoadedModel.frame):\n" + "\n".join(missing)

@@ -39,7 +39,7 @@ def test_folder_without_tokenizer(tiny_checkpoint, tmp_path):
 
 
 def test_folder_without_config(tmp_path):
-    with pytest.raises(ModelLoadError, match="no config.json"):
+    with pytest.raises(ModelLoadError, match=r"no config\.json"):
         resolve_source(str(tmp_path))
 
 

@@ -50,7 +50,7 @@ def _assert_same(before: dict, after: dict) -> None:
 def odd_globals():
     """Caller state that no library default matches: 2 threads (or 1), a seeded stream, a style key."""
     import matplotlib
-    import matplotlib.pyplot  # noqa: F401 - the caller's pyplot; its backend must survive
+    import matplotlib.pyplot
 
     threads = torch.get_num_threads()
     torch.set_num_threads(2 if threads != 2 else 1)
@@ -64,8 +64,8 @@ def odd_globals():
 
 def test_census_report_and_ablation_leave_global_state_alone(odd_globals, tiny_model, tmp_path):
     from headlens import reports
-    from headlens.analyses.ablation.study import AblationConfig, ablation_study
     from headlens.analyses.ablation.evalset import text_eval_set
+    from headlens.analyses.ablation.study import AblationConfig, ablation_study
     from headlens.analyses.heads.census import CensusConfig, run_census
     from headlens.analyses.stimuli import eval_text
 
@@ -117,7 +117,7 @@ def test_scoped_threads_and_seed_restore():
 
     @keeps_torch_rng
     def seeds():
-        torch.random.default_generator.manual_seed(1)
+        torch.default_generator.manual_seed(1)
         return torch.rand(1)
 
     seeds()

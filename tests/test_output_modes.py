@@ -62,7 +62,21 @@ def test_capture_outputs_share_one_mode(umask, runner, tiny_checkpoint, tmp_path
     from headlens.reports.cli.main import cli
 
     out = tmp_path / "cap"
-    res = runner.invoke(cli, ["capture", "--model", str(tiny_checkpoint), "--text", "Apple raised its price target", "--what", "q,pattern", "--out", str(out), "-q"])
+    res = runner.invoke(
+        cli,
+        [
+            "capture",
+            "--model",
+            str(tiny_checkpoint),
+            "--text",
+            "Apple raised its price target",
+            "--what",
+            "q,pattern",
+            "--out",
+            str(out),
+            "-q",
+        ],
+    )
     assert res.exit_code == 0, res.output
     modes = _modes(out)
     assert set(modes) == {"activations.safetensors", "tokens.json", "manifest.json"}

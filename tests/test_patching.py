@@ -126,11 +126,11 @@ def test_a_task_the_model_gets_wrong_is_said_not_divided_by_zero():
     clean = rng.normal(0, 1, 20)
     corrupt = clean + rng.normal(0, 0.01, 20)  # no gap
     gap = task_gap("logit-diff", clean, corrupt, n_resamples=200)
-    assert not gap.defined and "task" in gap.reason
+    assert not gap.defined and gap.reason is not None and "task" in gap.reason
     eff, _, _ = normalised_effects(np.stack([clean]), clean, corrupt, gap)
     assert np.isnan(eff).all()
     backwards = task_gap("logit-diff", corrupt - 3, corrupt, n_resamples=200)
-    assert "does not do the task" in backwards.reason
+    assert backwards.reason is not None and "does not do the task" in backwards.reason
 
 
 def _write(tmp_path, rows):
@@ -139,7 +139,13 @@ def _write(tmp_path, rows):
     return path
 
 
-GOOD = {"clean": "When Mary and John went out, John gave it to", "corrupt": "When Mary and John went out, Tom gave it to", "correct": " Mary", "incorrect": " John", "note": "ignored"}
+GOOD = {
+    "clean": "When Mary and John went out, John gave it to",
+    "corrupt": "When Mary and John went out, Tom gave it to",
+    "correct": " Mary",
+    "incorrect": " John",
+    "note": "ignored",
+}
 
 
 def test_task_file_read_and_bad_lines_refused_naming_the_line(tiny_model, tmp_path):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -50,7 +52,9 @@ def test_attribution_is_the_derivative_of_exact_patching(tiny_model):
 
 
 def test_agreement_counts_rank_correlation_and_top_k():
-    exact = pd.DataFrame({"layer": [0, 0, 1, 1], "head": [0, 1, 0, 1], "name": ["0.0", "0.1", "1.0", "1.1"], "denoising": [0.9, 0.1, 0.5, -0.05]})
+    exact = pd.DataFrame(
+        {"layer": [0, 0, 1, 1], "head": [0, 1, 0, 1], "name": ["0.0", "0.1", "1.0", "1.1"], "denoising": [0.9, 0.1, 0.5, -0.05]}
+    )
     same = exact.rename(columns={"denoising": "attribution"})
     assert agreement(same, exact, k=2) == {"spearman": pytest.approx(1.0), "top_k": 2, "top_k_overlap": 1.0, "n_heads": 4}
     flipped = same.assign(attribution=[0.1, 0.9, -0.05, 0.5])
@@ -77,11 +81,14 @@ def test_one_heads_dla_by_hand_from_a_plain_transformers_forward(tiny_model, tin
 
     task = induction_task(tiny_model, n=5, T=8, seed=3)
     result = direct_logit_attribution(tiny_model, task, batch_size=2)
-    hf = GPT2LMHeadModel.from_pretrained(str(tiny_checkpoint)).double().eval()
+    hf: Any = GPT2LMHeadModel.from_pretrained(str(tiny_checkpoint)).double().eval()  # submodules by name
     cfg = hf.config
     n_h, d_head = cfg.n_head, cfg.n_embd // cfg.n_head
     got: dict[str, torch.Tensor] = {}
-    handles = [hf.transformer.h[l].attn.c_proj.register_forward_pre_hook(lambda m, args, l=l: got.__setitem__(f"z{l}", args[0].detach())) for l in range(cfg.n_layer)]
+    handles = [
+        hf.transformer.h[l].attn.c_proj.register_forward_pre_hook(lambda m, args, l=l: got.__setitem__(f"z{l}", args[0].detach()))
+        for l in range(cfg.n_layer)
+    ]
     handles.append(hf.transformer.ln_f.register_forward_pre_hook(lambda m, args: got.__setitem__("resid", args[0].detach())))
     try:
         with torch.no_grad():

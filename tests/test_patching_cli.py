@@ -15,7 +15,17 @@ def test_patch_writes_table_heatmap_and_manifest(tiny_checkpoint, tmp_path, runn
     res = runner.invoke(cli, args)
     assert res.exit_code == 0, res.output
     table = pd.read_csv(out / "patching.csv")
-    assert {"layer", "head", "denoising", "denoising_low", "denoising_high", "noising", "noising_low", "noising_high", "attribution"} <= set(table.columns)
+    assert {
+        "layer",
+        "head",
+        "denoising",
+        "denoising_low",
+        "denoising_high",
+        "noising",
+        "noising_low",
+        "noising_high",
+        "attribution",
+    } <= set(table.columns)
     assert len(table) == 2 * 4
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["patching"]["task"]["task"] == "induction" and "agreement_with_exact" in manifest["attribution"]
@@ -26,10 +36,27 @@ def test_patch_writes_table_heatmap_and_manifest(tiny_checkpoint, tmp_path, runn
 
 def test_patch_path_on_the_planted_checkpoint(planted_checkpoint, tmp_path, runner):
     out = tmp_path / "path"
-    res = runner.invoke(cli, ["patch", "--model", str(planted_checkpoint), "--n-pairs", "6", "--n-resamples", "50", "--path", "--receivers", "1.0,1.1", "-q", "--out", str(out)])
+    res = runner.invoke(
+        cli,
+        [
+            "patch",
+            "--model",
+            str(planted_checkpoint),
+            "--n-pairs",
+            "6",
+            "--n-resamples",
+            "50",
+            "--path",
+            "--receivers",
+            "1.0,1.1",
+            "-q",
+            "--out",
+            str(out),
+        ],
+    )
     assert res.exit_code == 0, res.output
     edges = pd.read_csv(out / "path_patching.csv", dtype={"sender": str, "receiver": str})
-    best = edges.loc[edges["effect"].abs().idxmax()]
+    best = edges.iloc[edges["effect"].abs().to_numpy().argmax()]
     assert (best["sender"], best["receiver"], best["receiver_input"]) == ("0.0", "1.0", "k")
     assert (out / "heatmap_path.png").exists()
 
@@ -44,6 +71,8 @@ def test_patch_bad_input_is_one_line_exit_2(tiny_checkpoint, tmp_path, runner):
         (["--task", str(bad), "--builtin", "names"], "not both"),
     ]
     for i, (extra, words) in enumerate(cases):
-        res = runner.invoke(cli, ["patch", "--model", str(tiny_checkpoint), "--n-pairs", "4", "-q", "--out", str(tmp_path / f"o{i}"), *extra])
+        res = runner.invoke(
+            cli, ["patch", "--model", str(tiny_checkpoint), "--n-pairs", "4", "-q", "--out", str(tmp_path / f"o{i}"), *extra]
+        )
         assert res.exit_code == 2, (extra, res.output)
         assert words in res.output and len(res.output.strip().splitlines()) == 1, res.output

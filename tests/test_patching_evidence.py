@@ -20,7 +20,7 @@ def test_planted_roles_are_supported_and_no_other_head_is(planted_model):
     every = [(l, h, r) for l in range(2) for h in range(4) for r in ("induction", "previous_token")]
     rows = list(dict.fromkeys(planted + every))
     ev = role_evidence(planted_model, _table(rows), n=10, T=12)  # a verdict needs MIN_ITEMS (10) items
-    supported = set(zip(ev.loc[ev["evidence"] == SUPPORTED, "name"], ev.loc[ev["evidence"] == SUPPORTED, "role"]))
+    supported = set(zip(ev.loc[ev["evidence"] == SUPPORTED, "name"], ev.loc[ev["evidence"] == SUPPORTED, "role"], strict=True))
     assert supported == {("0.0", "previous_token"), ("1.0", "induction")}
     # the planted sink, duplicate-token and referent heads write to a slot nothing reads: no causal
     # test can support them here, and the verdict says why instead of "supported"

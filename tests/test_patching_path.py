@@ -23,8 +23,9 @@ def test_planted_k_composition_is_the_largest_edge(planted_model, planted_task):
     assert len(table) == 8  # 4 senders x 2 receivers
     top = strongest_edges(table, 2)
     assert (top.loc[0, "sender"], top.loc[0, "receiver"]) == ("0.0", "1.0")
-    assert top.loc[0, "effect"] >= STRONG and top.loc[0, "effect_low"] >= STRONG
-    assert abs(top.loc[1, "effect"]) <= WEAK
+    effect, low = top["effect"].to_numpy(), top["effect_low"].to_numpy()  # top is indexed 0, 1, ...
+    assert effect[0] >= STRONG and low[0] >= STRONG
+    assert abs(effect[1]) <= WEAK
 
 
 def test_the_planted_edge_goes_through_the_key_not_the_query(planted_model, planted_task):

@@ -13,10 +13,10 @@ from collections.abc import Callable
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-import pytest  # noqa: E402
-import torch  # noqa: E402
+import pytest
+import torch
 
-from headlens.analyses.synthetic.planted import (  # noqa: E402
+from headlens.analyses.synthetic.planted import (
     BOS_ID,
     N_HEAD,
     N_LAYER,
@@ -24,7 +24,7 @@ from headlens.analyses.synthetic.planted import (  # noqa: E402
     PlantedSpec,
     build_planted_checkpoint,
 )
-from headlens.analyses.synthetic.planted_weights import planted_weights  # noqa: E402
+from headlens.analyses.synthetic.planted_weights import planted_weights
 
 T = 100  # length of the random block that is repeated
 BATCH = 4
@@ -67,11 +67,7 @@ def bridge(folder):
 
 def _split(per_layer: list[torch.Tensor]) -> Patterns:
     """``[batch, head, q, k]`` per layer -> head name -> ``[batch, q, k]`` (float32, detached)."""
-    return {
-        f"{layer}.{head}": p[:, head].detach().float()
-        for layer, p in enumerate(per_layer)
-        for head in range(p.shape[1])
-    }
+    return {f"{layer}.{head}": p[:, head].detach().float() for layer, p in enumerate(per_layer) for head in range(p.shape[1])}
 
 
 @pytest.fixture(scope="module")
@@ -221,7 +217,7 @@ def test_build_rejects_multi_token_names(tmp_path):
     with pytest.raises(ValueError, match="one GPT-2 token"):
         build_planted_checkpoint(tmp_path, PlantedSpec(male_names=(" John", " Bartholomew")))
     with pytest.raises(TypeError):
-        build_planted_checkpoint(tmp_path, {"n_ctx": 256})
+        build_planted_checkpoint(tmp_path, {"n_ctx": 256})  # pyright: ignore[reportArgumentType] - the wrong type is the test
 
 
 # --------------------------------------------------------------------------- planted heads
@@ -272,7 +268,7 @@ def test_induction_head(repeated):
 def test_no_role_heads_are_uniform(repeated):
     tokens, patterns, _ = repeated
     uniform = uniform_causal(tokens.shape[1]).expand(tokens.shape[0], -1, -1)
-    for head in NO_ROLE + ["1.1"]:  # 1.1 has no pronouns to react to here
+    for head in [*NO_ROLE, "1.1"]:  # 1.1 has no pronouns to react to here
         assert torch.allclose(patterns[head], uniform, atol=1e-5), head
 
 

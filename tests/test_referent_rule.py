@@ -12,7 +12,6 @@ import pandas as pd
 import pytest
 import torch
 
-from headlens.analyses.stats import bootstrap_mean_ci
 from headlens.analyses.heads.census import CensusConfig, build_stimuli, run_census
 from headlens.analyses.heads.classify import classify_heads, heads_with_role
 from headlens.analyses.heads.detectors import BatchContext
@@ -27,6 +26,7 @@ from headlens.analyses.heads.detectors.referent import (
     referent_statistics,
     split_frames,
 )
+from headlens.analyses.stats import bootstrap_mean_ci
 from headlens.analyses.stimuli import fit_referent_items, locate_tokens, referent_items
 
 ALPHA = DETECTOR.threshold
@@ -232,7 +232,7 @@ def minilm_reference(minilm_dir):
     pool = referent_items(seed=0)
     single = [all(len(tok.tokenize(getattr(i, f + "_text"))) == 1 for f in ("pronoun", "antecedent", "distractor")) for i in pool]
     by_pair: dict[str, bool] = {}
-    for item, ok in zip(pool, single):
+    for item, ok in zip(pool, single, strict=True):
         by_pair[item.pair] = by_pair.get(item.pair, True) and ok
     kept = [i for i in pool if by_pair[i.pair]][:100]
     located = locate_tokens(kept, tok, wrap=([tok.cls_token_id], [tok.sep_token_id]))
@@ -258,7 +258,9 @@ def test_minilm_items_fit_the_wordpiece_tokenizer(minilm_model, minilm_census, m
     config, result = minilm_census
     located, _, _, dropped = minilm_reference
     stim = build_stimuli(minilm_model, config, {"referent"})["referent"]
-    assert [tuple(stim.batch.tokens[i, : int(stim.batch.lengths[i])].tolist()) for i in range(len(located))] == [x.token_ids for x in located]
+    assert [tuple(stim.batch.tokens[i, : int(stim.batch.lengths[i])].tolist()) for i in range(len(located))] == [
+        x.token_ids for x in located
+    ]
     for key in ("pronoun", "antecedent", "distractor"):
         assert stim.positions[key].tolist() == [getattr(x, key) for x in located]
     info = result.stimuli["referent"]["referent_items"]
@@ -303,8 +305,10 @@ def test_minilm_referent_heads_match_plain_hugging_face(minilm_census, minilm_re
         f"{layer}.{head}"
         for layer in range(L)
         for head in range(H)
-        if adjusted[layer, head] <= ALPHA and pair_acc[layer, head] > MIN_PAIR_ACCURACY
-        and diff_low[layer, head] > 0 and ci_low[layer, head] >= 2 * baseline
+        if adjusted[layer, head] <= ALPHA
+        and pair_acc[layer, head] > MIN_PAIR_ACCURACY
+        and diff_low[layer, head] > 0
+        and ci_low[layer, head] >= 2 * baseline
     }
     roles = classify_heads(result.scores)
     assert _roles(roles) == expected and expected, (expected, _roles(roles))
@@ -316,7 +320,12 @@ def test_minilm_referent_heads_match_plain_hugging_face(minilm_census, minilm_re
     np.testing.assert_allclose(table["heldout_accuracy"].to_numpy().reshape(L, H), heldout_hf, atol=near[held].mean(0).max() + 1e-12)
     chosen = chosen_on_selection(result.referent)
     print("\nMiniLM referent heads:", sorted(expected))
-    print(table.loc[[tuple(map(int, h.split("."))) for h in sorted(expected)], ["accuracy", "pair_accuracy", "p_value", "antecedent", "distractor", "heldout_accuracy"]].to_string())
+    print(
+        table.loc[
+            [tuple(map(int, h.split("."))) for h in sorted(expected)],
+            ["accuracy", "pair_accuracy", "p_value", "antecedent", "distractor", "heldout_accuracy"],
+        ].to_string()
+    )
     print("chosen on the selection frames -> held-out accuracy:\n" + chosen.to_string())
     assert len(chosen) and (chosen["heldout_n"] == held.sum()).all()
 
@@ -347,6 +356,7 @@ def test_items_without_pairs_are_units_of_their_own(planted_model, tmp_path):
     items = [replace(i, pair="", frame="") for i in referent_items(30, seed=5)]
     path = write_text(tmp_path / "mine.jsonl", referent_jsonl(items))
     result = run_census(planted_model, CensusConfig(detectors=("referent",), n_prompts=30, n_bootstrap=100, referent_file=str(path)))
+    assert result.referent is not None
     table = result.referent.set_index(["layer", "head"])
     assert (table["n_units"] == 30).all() and table.loc[(1, 1), "wins"] == 30
     assert table.loc[(1, 1), "p_value"] == pytest.approx(8 * 2.0**-30)

@@ -8,10 +8,10 @@ from __future__ import annotations
 import copy
 import json
 import re
+from typing import Any
 
 import numpy as np
 import pandas as pd
-import pytest
 
 from headlens.analyses.verdicts import MIN_ITEMS, difference_verdict, overlap_verdict
 from tests.test_report import quick_report  # noqa: F401  (the session's report)
@@ -52,9 +52,33 @@ def test_the_rule_gives_a_finding_only_past_every_check():
 def _gqa(comp_ci=(-0.1309, -0.0749)):
     s = pd.DataFrame(
         [
-            {"grouping": "original", "g": 1, "kv_saved": 0.0, "loss": 4.67, "loss_change": 0.0, "change_ci_low": 0.0, "change_ci_high": 0.0},
-            {"grouping": "adjacent", "g": 2, "kv_saved": 0.5, "loss": 4.61, "loss_change": -0.0664, "change_ci_low": -0.6239, "change_ci_high": 0.4910},
-            {"grouping": "similar", "g": 2, "kv_saved": 0.5, "loss": 4.51, "loss_change": -0.1693, "change_ci_low": -0.30, "change_ci_high": -0.05},
+            {
+                "grouping": "original",
+                "g": 1,
+                "kv_saved": 0.0,
+                "loss": 4.67,
+                "loss_change": 0.0,
+                "change_ci_low": 0.0,
+                "change_ci_high": 0.0,
+            },
+            {
+                "grouping": "adjacent",
+                "g": 2,
+                "kv_saved": 0.5,
+                "loss": 4.61,
+                "loss_change": -0.0664,
+                "change_ci_low": -0.6239,
+                "change_ci_high": 0.4910,
+            },
+            {
+                "grouping": "similar",
+                "g": 2,
+                "kv_saved": 0.5,
+                "loss": 4.51,
+                "loss_change": -0.1693,
+                "change_ci_low": -0.30,
+                "change_ci_high": -0.05,
+            },
         ]
     )
     comp = pd.DataFrame([{"g": 2, "similar_minus_adjacent": -0.1029, "ci_low": comp_ci[0], "ci_high": comp_ci[1], "same_groups": False}])
@@ -65,7 +89,8 @@ def test_gqa_reading_states_no_finding_from_two_windows_or_a_smoke_test():
     from headlens.reports.design_tables import gqa_reading
 
     s, comp = _gqa()
-    for kwargs in ({"n_items": 2}, {"n_items": 16, "smoke": True}):
+    cases: list[dict[str, Any]] = [{"n_items": 2}, {"n_items": 16, "smoke": True}]
+    for kwargs in cases:
         text = " ".join(gqa_reading(s, comp, **kwargs))
         assert not any(c in text for c in CONCLUSIONS), text
         assert "-0.0664 [-0.6239, +0.4910] adjacent (not distinguishable from 0)" in text
@@ -100,7 +125,9 @@ def test_quick_report_page_and_markdown_state_no_finding(quick_report):  # noqa:
     assert {k for k, v in manifest["report"]["stages"].items() if v["smoke_test"]} == set(SMOKE_STAGES)
     assert '"smoke_test"' in md.split("## Manifest", 1)[1]
     for stem in ("pruning/pruning_curve", "ablation_zero/delta_heatmap", "sinks/sink_alpha", "design/gqa_loss_vs_cache"):
-        assert "SMOKE TEST (- -quick" in (out / f"{stem}.svg").read_text(), stem  # matplotlib keeps the title's text in a comment (-- written "- -")
+        assert "SMOKE TEST (- -quick" in (out / f"{stem}.svg").read_text(), (
+            stem
+        )  # matplotlib keeps the title's text in a comment (-- written "- -")
     assert "SMOKE TEST" not in (out / "census/heatmap_induction.svg").read_text()  # the census runs in full
 
 
@@ -133,7 +160,7 @@ def test_sink_heads_are_the_census_roles_and_the_stage_count_is_labelled(quick_r
     r.sink_rates = r.sink_rates.assign(n_sink_heads=0)
     page, md = r.html(), r.markdown()
     sinks = _section(page, "sinks")
-    row = [tr for tr in re.findall(r"<tr>(.*?)</tr>", sinks) if ("with BOS" if bos else "no BOS") in tr][0]
+    row = next(tr for tr in re.findall(r"<tr>(.*?)</tr>", sinks) if ("with BOS" if bos else "no BOS") in tr)
     assert '<td class="num">1 of 8 (1.3)</td><td class="num">0 of 8</td>' in row  # census role, then the stage's own count
     assert "sink heads (census role)" in sinks and "heads with alpha &gt; 0.3 on these sequences" in sinks
     assert "They differ on 1.3: census alpha 0.310 (sink role), sinks stage alpha 0.297." in sinks
@@ -147,7 +174,9 @@ def test_sink_heads_are_the_census_roles_and_the_stage_count_is_labelled(quick_r
 
 def test_no_empty_heatmap_or_column_for_a_detector_without_scores(quick_report):  # noqa: F811
     r = _load(quick_report)
-    empty = r.scores[r.scores["detector"] == "induction"].assign(detector="next_token", score=float("nan"), ci_low=float("nan"), ci_high=float("nan"))
+    empty = r.scores[r.scores["detector"] == "induction"].assign(
+        detector="next_token", score=float("nan"), ci_low=float("nan"), ci_high=float("nan")
+    )
     r.scores = pd.concat([r.scores[r.scores["detector"] != "next_token"], empty], ignore_index=True)
     page, md = r.html(), r.markdown()
     assert 'id="hm-next_token"' not in page and 'id="hm-induction"' in page
@@ -191,7 +220,9 @@ def test_stdout_role_list_says_how_many_more(quick_report, monkeypatch, runner, 
 
     r = _load(quick_report)
     big = copy.copy(r)
-    big.heads = pd.DataFrame({"layer": [i // 8 for i in range(40)], "head": [i % 8 for i in range(40)]}).assign(name=lambda t: t["layer"].astype(str) + "." + t["head"].astype(str))
+    big.heads = pd.DataFrame({"layer": [i // 8 for i in range(40)], "head": [i % 8 for i in range(40)]}).assign(
+        name=lambda t: t["layer"].astype(str) + "." + t["head"].astype(str)
+    )
     big.roles = big.heads.iloc[:37].assign(role="induction")[["layer", "head", "name", "role"]]
     monkeypatch.setattr(build, "build_report", lambda *a, **k: big)
     res = runner.invoke(cli, ["report", "--model", "demo", "--out", str(tmp_path / "r"), "-q"])

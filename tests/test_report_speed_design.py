@@ -28,7 +28,9 @@ def test_knockout_losses_from_the_knocked_layer_equal_full_forwards(deep_model, 
     data = text_eval_set(deep_model.tokenizer, eval_text(), n_windows=3, window=16, prepend_bos=True, n_ctx=deep_model.n_ctx)
     starts = []
     real = projections_mod.run_from_layer
-    monkeypatch.setattr(projections_mod, "run_from_layer", lambda m, t, r, layer, hooks: starts.append(layer) or real(m, t, r, layer, hooks))
+    monkeypatch.setattr(
+        projections_mod, "run_from_layer", lambda m, t, r, layer, hooks: starts.append(layer) or real(m, t, r, layer, hooks)
+    )
     fast = knockout_losses(deep_model, data, ProjectionConfig(batch_size=2))
     assert sorted(set(starts)) == [1, 2, 3]  # every knockout of layers 1.. continued from its layer
     starts.clear()
@@ -54,7 +56,9 @@ def test_knockouts_run_whole_forwards_when_the_residuals_would_not_fit(deep_mode
     data = text_eval_set(deep_model.tokenizer, eval_text(), n_windows=2, window=16, prepend_bos=True, n_ctx=deep_model.n_ctx)
     starts = []
     real = projections_mod.run_from_layer
-    monkeypatch.setattr(projections_mod, "run_from_layer", lambda m, t, r, layer, hooks: starts.append(layer) or real(m, t, r, layer, hooks))
+    monkeypatch.setattr(
+        projections_mod, "run_from_layer", lambda m, t, r, layer, hooks: starts.append(layer) or real(m, t, r, layer, hooks)
+    )
     monkeypatch.setattr(projections_mod, "MAX_CACHE_BYTES", 1)
     over = knockout_losses(deep_model, data, ProjectionConfig(batch_size=2))
     assert starts == []

@@ -86,7 +86,9 @@ def test_prune_study_equals_the_naive_sweep(deep_model, windows):
         for r in result.random[result.random["seed"] == s].itertuples():
             if r.n_removed == 0:
                 continue
-            naive = float(ablated_values(deep_model, windows, [], mask=_mask(deep_model, order[: r.n_removed]), batch_size=2).double().mean())
+            naive = float(
+                ablated_values(deep_model, windows, [], mask=_mask(deep_model, order[: r.n_removed]), batch_size=2).double().mean()
+            )
             assert abs(r.value - naive) <= VALUE_TOL, (s, r.step)
     assert sum(result.info["random_runs_from_layer"].values()) == cfg.random_seeds * (len(curve) - 1)
     assert set(result.info["random_runs_from_layer"]) - {"0"}, "no random-order run continued from a stored residual"

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import pandas as pd
-import pytest
 
 from headlens.reports.cli.main import cli
 
@@ -18,7 +17,21 @@ def test_sinks_end_to_end(runner, planted_checkpoint, tmp_path):
     assert res.exit_code == 0, res.output
     assert "no BOS: sink rate 0.125 (uniform attention 0.000)" in res.output
     assert "sink heads: 0.1" in res.output
-    tables = ["census", "sink_rates", "sink_rate_by_layer", "sink_targets", "sink_targets_by_layer", "secondary_positions", "secondary_tokens", "secondary_tokens_overall", "value_norm", "content", "content_verdicts", "removal", "windowed"]
+    tables = [
+        "census",
+        "sink_rates",
+        "sink_rate_by_layer",
+        "sink_targets",
+        "sink_targets_by_layer",
+        "secondary_positions",
+        "secondary_tokens",
+        "secondary_tokens_overall",
+        "value_norm",
+        "content",
+        "content_verdicts",
+        "removal",
+        "windowed",
+    ]
     figures = ["sink_alpha_heatmap", "sink_rate_by_layer", "value_norm_heatmap", "content_heatmap", "windowed_loss"]
     expected = {f"{t}.csv" for t in tables} | {f"{f}.{ext}" for f in figures for ext in ("png", "svg")} | {"summary.md", "manifest.json"}
     assert {p.name for p in out.iterdir()} == expected
@@ -43,7 +56,9 @@ def test_sinks_text_prints_the_seed_measurement(runner, planted_checkpoint, tmp_
     assert lines[2].split()[0] == "0.1" and lines[2].split()[1] == "100.0%"
     assert "... 6 more heads" in res.output and any(line.startswith("no BOS: 5 tokens") for line in lines)
     out = tmp_path / "seed"
-    res = runner.invoke(cli, ["sinks", "-m", str(planted_checkpoint), "--text", "Apple raised its price target", "--no-bos", "--out", str(out)])
+    res = runner.invoke(
+        cli, ["sinks", "-m", str(planted_checkpoint), "--text", "Apple raised its price target", "--no-bos", "--out", str(out)]
+    )
     assert res.exit_code == 0, res.output
     table = pd.read_csv(out / "seed_text.csv")
     assert len(table) == 8 and (table.iloc[0]["layer"], table.iloc[0]["head"]) == (0, 1) and not table["bos"].any()

@@ -4,6 +4,8 @@ that stay readable when there are many heads."""
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -60,7 +62,12 @@ def test_sink_lengths_figure_is_one_quantity_per_panel(family_model, captured, t
 def _content(n_layers: int, n_heads: int) -> pd.DataFrame:
     rng = np.random.default_rng(0)
     variants = ["bos", "frequent", "punctuation", "newline", "random", "text", "bos_second"]
-    rows = [dict(variant=v, layer=la, head=h, alpha_first=float(rng.beta(0.5, 3))) for v in variants for la in range(n_layers) for h in range(n_heads)]
+    rows = [
+        dict(variant=v, layer=la, head=h, alpha_first=float(rng.beta(0.5, 3)))
+        for v in variants
+        for la in range(n_layers)
+        for h in range(n_heads)
+    ]
     return pd.DataFrame(rows)
 
 
@@ -83,7 +90,7 @@ def test_content_heatmap_labels_stay_readable(shape, captured, tmp_path):
         for t in [*labels, *ax.get_yticklabels()]:
             assert t.get_fontsize() >= MIN_LABEL_PT, (t.get_text(), t.get_fontsize())
         boxes = sorted((t.get_window_extent(renderer) for t in labels), key=lambda b: b.x0)
-        assert all(a.x1 < b.x0 for a, b in zip(boxes, boxes[1:])), "x tick labels overlap"
+        assert all(a.x1 < b.x0 for a, b in itertools.pairwise(boxes)), "x tick labels overlap"
         shown += [t.get_text() for t in labels]
     n_heads = shape[0] * shape[1]
     assert len(shown) == len(set(shown)) == min(n_heads, 48)

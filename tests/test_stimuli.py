@@ -92,7 +92,7 @@ def test_every_word_is_one_gpt2_token_with_leading_space(tok, items):
         assert word.startswith(" ")
         assert len(tok.encode(word)) == 1, word
     # ... and in context: each span is exactly one token of the sentence.
-    for item, loc in zip(items, locate_tokens(items, tok, prepend_bos=False)):
+    for item, loc in zip(items, locate_tokens(items, tok, prepend_bos=False), strict=True):
         assert list(loc.token_ids) == tok.encode(item.text)
         for field in ("pronoun", "antecedent", "distractor"):
             position = getattr(loc, field)
@@ -104,7 +104,7 @@ def test_spans_cover_the_words(items):
         for field in ("pronoun", "antecedent", "distractor"):
             word = _span_text(item, field)
             assert word.startswith(" ") and word[1:].isalpha(), (item.text, field, word)
-            start, end = getattr(item, field)
+            _start, end = getattr(item, field)
             # whole words: the next character is not a letter
             assert end == len(item.text) or not item.text[end].isalpha()
         assert item.pronoun_text == _span_text(item, "pronoun")
@@ -135,9 +135,7 @@ def test_both_orders_occur_for_each_kind(items):
         orders = Counter(item.antecedent_first for item in items if item.kind == kind)
         assert orders[True] > 0 and orders[False] > 0
         assert orders[True] == orders[False]  # nearest mention is right exactly half the time
-    classes = Counter(
-        (item.kind, GENDER_OF.get(item.antecedent_text) or NUMBER_OF[item.antecedent_text]) for item in items
-    )
+    classes = Counter((item.kind, GENDER_OF.get(item.antecedent_text) or NUMBER_OF[item.antecedent_text]) for item in items)
     assert len(classes) == 4  # male, female, singular and plural antecedents all occur
 
 
@@ -148,7 +146,7 @@ def test_items_come_in_minimal_pairs(tok, items):
         assert item.pair and item.frame and item.pair.startswith(item.frame + ".")
         by_pair.setdefault(item.pair, []).append(item)
     assert len(by_pair) == len(items) // 2
-    located = {item.text: loc for item, loc in zip(items, locate_tokens(items, tok, prepend_bos=True))}
+    located = {item.text: loc for item, loc in zip(items, locate_tokens(items, tok, prepend_bos=True), strict=True)}
     for pair, (one, two) in by_pair.items():
         assert one.frame == two.frame and one.kind == two.kind
         assert one.antecedent == two.distractor and one.distractor == two.antecedent
@@ -157,10 +155,10 @@ def test_items_come_in_minimal_pairs(tok, items):
         assert one.text[one.pronoun[1] :] == two.text[two.pronoun[1] :]
         a, b = located[one.text], located[two.text]
         assert (a.antecedent, a.distractor, a.pronoun) == (b.distractor, b.antecedent, b.pronoun)
-        differ = [i for i, (x, y) in enumerate(zip(a.token_ids, b.token_ids)) if x != y]
+        differ = [i for i, (x, y) in enumerate(zip(a.token_ids, b.token_ids, strict=False)) if x != y]
         assert len(a.token_ids) == len(b.token_ids) and differ == [a.pronoun], pair
     # within a shuffled list the two items of a pair are neighbours
-    for first, second in zip(items[0::2], items[1::2]):
+    for first, second in zip(items[0::2], items[1::2], strict=True):
         assert first.pair == second.pair
 
 
@@ -193,7 +191,7 @@ def test_fit_referent_items_drops_whole_pairs_and_counts_words(tok, items):
     word = " Bartholomew"
     bad = [_replace_word(one, "distractor", word)]
     assert bad[0].distractor_text == word and bad[0].pair == one.pair
-    pool = bad + [two] + list(items[2:40])
+    pool = [*bad, two, *list(items[2:40])]
     fitted = fit_referent_items(pool, tok, n=10)
     assert fitted.dropped == 2 and fitted.offered == 40
     assert fitted.dropped_words == {word: 1} and fitted.dropped_tokens[word] == len(tok.encode(word)) > 1
@@ -203,11 +201,11 @@ def test_fit_referent_items_drops_whole_pairs_and_counts_words(tok, items):
     assert len(fit_referent_items(items[:20], tok, n=3).items) == 4
     # too few left: one line naming the counts and the word
     with pytest.raises(StimulusError, match=r"only 0 of 2 referent items .*' Bartholomew' \(\d tokens\)") as err:
-        fit_referent_items(bad + [two], tok)
+        fit_referent_items([*bad, two], tok)
     assert "\n" not in str(err.value) and "single tokens" in str(err.value)
     # with more asked for than the minimum, fewer than MIN_ITEMS (20) left is an error too
     with pytest.raises(StimulusError, match=r"only 18 of 20 .*need at least 20"):
-        fit_referent_items(bad + [two] + list(items[2:20]), tok)
+        fit_referent_items([*bad, two, *list(items[2:20])], tok)
 
 
 def test_referent_items_seeding_and_n():
@@ -228,7 +226,7 @@ def test_referent_items_seeding_and_n():
 def test_locate_tokens_with_bos_shifts_positions(tok, items):
     plain = locate_tokens(items[:20], tok, prepend_bos=False)
     with_bos = locate_tokens(items[:20], tok, prepend_bos=True)
-    for a, b in zip(plain, with_bos):
+    for a, b in zip(plain, with_bos, strict=True):
         assert isinstance(b, LocatedReferent)
         assert b.token_ids[0] == GPT2_BOS and b.token_ids[1:] == a.token_ids
         assert (b.pronoun, b.antecedent, b.distractor) == (a.pronoun + 1, a.antecedent + 1, a.distractor + 1)
@@ -237,7 +235,7 @@ def test_locate_tokens_with_bos_shifts_positions(tok, items):
 def test_locate_tokens_wrap_puts_prefix_and_suffix_around(tok, items):
     plain = locate_tokens(items[:6], tok, prepend_bos=False)
     wrapped = locate_tokens(items[:6], tok, wrap=([101, 102], [103]))
-    for a, b in zip(plain, wrapped):
+    for a, b in zip(plain, wrapped, strict=True):
         assert b.token_ids == (101, 102, *a.token_ids, 103)
         assert (b.pronoun, b.antecedent, b.distractor) == (a.pronoun + 2, a.antecedent + 2, a.distractor + 2)
         assert (b.frame, b.pair) == (a.frame, a.pair) != ("", "")

@@ -29,10 +29,38 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="re
 EXIT_S, START_S = 60, 120
 #: Ten interrupts in a row, each at (what must exist first, seconds after it): ``settings`` only
 #: in the first run (later runs find the first one's OUT/sweep.json at once).
-MOMENTS = [("settings", 0.0), ("raylet", 0.0), ("raylet", 0.6), ("agent", 0.0), ("worker", 0.0), ("raylet", 1.2), ("agent", 0.3), ("worker", 1.5), ("raylet", 0.3), ("agent", 1.0)]
+MOMENTS = [
+    ("settings", 0.0),
+    ("raylet", 0.0),
+    ("raylet", 0.6),
+    ("agent", 0.0),
+    ("worker", 0.0),
+    ("raylet", 1.2),
+    ("agent", 0.3),
+    ("worker", 1.5),
+    ("raylet", 0.3),
+    ("agent", 1.0),
+]
 #: Seconds between looks at /proc (each look reads every process: kept cheap on a 2-core machine).
 POLL_S = 0.1
-SWEEP = ["--detectors", "previous_token,induction", "--n-prompts", "6", "--seq-len", "20", "--window", "32", "--loss-windows", "2", "--loss-window", "32", "--num-cpus", "2", "--no-figures", "-q"]
+SWEEP = [
+    "--detectors",
+    "previous_token,induction",
+    "--n-prompts",
+    "6",
+    "--seq-len",
+    "20",
+    "--window",
+    "32",
+    "--loss-windows",
+    "2",
+    "--loss-window",
+    "32",
+    "--num-cpus",
+    "2",
+    "--no-figures",
+    "-q",
+]
 
 
 def _processes() -> dict[tuple[int, int], tuple[int, int, str, str]]:
@@ -71,7 +99,9 @@ def _watch(seen: dict[tuple[int, int], set[str]], root: int) -> None:
 
 def _left_behind(run_pid: int, seen: dict) -> list[str]:
     """Live (not zombie) processes of the run's group, or seen as its descendants, after it exited."""
-    return [f"{key[0]} {cmd[:80]}" for key, (_, pgrp, state, cmd) in _processes().items() if state != "Z" and (pgrp == run_pid or key in seen)]
+    return [
+        f"{key[0]} {cmd[:80]}" for key, (_, pgrp, state, cmd) in _processes().items() if state != "Z" and (pgrp == run_pid or key in seen)
+    ]
 
 
 def _phase(seen: dict, out: Path) -> set[str]:
@@ -94,7 +124,14 @@ def two_checkpoints(tmp_path_factory):
 def _interrupted_run(args: list[str], out: Path, moment: tuple[str, float]) -> tuple[int, str, list[str], set[str]]:
     """Start the sweep, press Ctrl-C at ``moment``; ``(exit code, stderr, left behind, phases reached)``."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "headlens.reports.cli.main", *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "headlens.reports.cli.main", *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     seen: dict[tuple[int, int], set[str]] = {}
     wanted, delay = moment
     try:
@@ -134,7 +171,9 @@ def test_ctrl_c_exits_130_every_time_leaves_no_process_and_the_sweep_resumes(two
         assert code == 130, f"run {i} (Ctrl-C at {moment}): exit {code}\n{err[-2000:]}"
         assert err.strip().splitlines()[-1] == "headlens: error: interrupted" and "Traceback" not in err, f"run {i}: {err[-2000:]}"
         assert not left, f"run {i} (Ctrl-C at {moment}) left {left}"
-    assert {"raylet", "agent", "worker"} <= reached, f"the interrupts never came while {sorted({'raylet', 'agent', 'worker'} - reached)} ran"
+    assert {"raylet", "agent", "worker"} <= reached, (
+        f"the interrupts never came while {sorted({'raylet', 'agent', 'worker'} - reached)} ran"
+    )
 
     # what the interrupted runs finished is kept; the same command completes the dataset
     res = runner.invoke(cli, args)
@@ -143,7 +182,9 @@ def test_ctrl_c_exits_130_every_time_leaves_no_process_and_the_sweep_resumes(two
     assert sorted(data["step"].unique().tolist()) == [0, 100] and len(data) == 2 * 8 * 2
     for step in (0, 100):
         table = tmp_path / f"detect-{step}.csv"
-        res = runner.invoke(cli, ["detect", "-m", str(two_checkpoints / f"step-{step}"), *SWEEP[:8], "--device", "cpu", "--out", str(table), "-q"])
+        res = runner.invoke(
+            cli, ["detect", "-m", str(two_checkpoints / f"step-{step}"), *SWEEP[:8], "--device", "cpu", "--out", str(table), "-q"]
+        )
         assert res.exit_code == 0, res.output
         single = pd.read_csv(table).sort_values(["detector", "layer", "head"]).reset_index(drop=True)
         mine = data[data["step"] == step].sort_values(["detector", "layer", "head"]).reset_index(drop=True)

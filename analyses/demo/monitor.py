@@ -8,6 +8,7 @@ from typing import Any
 import torch
 
 from headlens.analyses.demo.data import BOS_ID, VOCAB_SIZE
+from headlens.analyses.stimuli import eval_text, random_repeated_tokens, text_windows
 
 __all__ = ["head_monitor", "monitor_stimuli"]
 
@@ -20,8 +21,6 @@ class _MonitorStimuli:
 
 
 def monitor_stimuli(tokenizer: Any) -> _MonitorStimuli:
-    from headlens.analyses.stimuli import eval_text, random_repeated_tokens, text_windows
-
     T = 50
     rep = random_repeated_tokens(20, T, 12345, VOCAB_SIZE, exclude={BOS_ID}, distinct=True)
     rep = torch.cat([torch.full((rep.shape[0], 1), BOS_ID), rep], dim=1)

@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import torch
+
+from headlens.analyses.demo.checkpoints import config_from_summary
+from headlens.analyses.demo.data import build_corpus, fingerprint
+from headlens.analyses.demo.train import train
 from headlens.probes.errors import InputError
 from headlens.probes.jsonl import read_jsonl
 
@@ -30,7 +36,7 @@ class ReplayReport:
 
     @property
     def max_abs_diff(self) -> float:
-        return max((abs(a - b) for a, b in zip(self.logged, self.rerun)), default=0.0)
+        return max((abs(a - b) for a, b in zip(self.logged, self.rerun, strict=True)), default=0.0)
 
     def summary(self) -> str:
         head = f"replayed {self.steps} steps in {self.wall_s:.0f} s: "
@@ -62,14 +68,6 @@ def read_log(folder: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
 
 def replay(folder: str | Path, steps: int, on_step: Callable[[int], None] | None = None) -> ReplayReport:
     """Rerun the first ``steps`` steps of the run logged in ``folder`` with its recorded recipe."""
-    import time
-
-    import torch
-
-    from headlens.analyses.demo.data import build_corpus, fingerprint
-    from headlens.analyses.demo.checkpoints import config_from_summary
-    from headlens.analyses.demo.train import train
-
     summary, rows = read_log(folder)
     logged = {r["step"]: r["train_loss"] for r in rows if r.get("train_loss") is not None}
     if steps > len(logged):
@@ -88,5 +86,5 @@ def replay(folder: str | Path, steps: int, on_step: Callable[[int], None] | None
         torch.set_num_threads(threads)
     rerun = [r["train_loss"] for r in result.log if r["step"] >= 1]
     want = [logged[s] for s in range(1, steps + 1)]
-    bad = [(s, w, g) for s, (w, g) in enumerate(zip(want, rerun), start=1) if round(w, 3) != round(g, 3)]
+    bad = [(s, w, g) for s, (w, g) in enumerate(zip(want, rerun, strict=True), start=1) if round(w, 3) != round(g, 3)]
     return ReplayReport(steps=steps, logged=want, rerun=rerun, wall_s=time.perf_counter() - t0, mismatches=bad)

@@ -39,13 +39,14 @@ from typing import Any
 
 import torch
 
-from headlens.probes.outputs import atomic_write
-from headlens.probes.scoped import keeps_torch_rng, keeps_torch_threads
-from headlens.analyses.demo.data import BOS_ID, VOCAB_SIZE, BatchSampler, Corpus, build_corpus, eval_windows, gpt2_tokenizer
-from headlens.analyses.demo.recipe import RECIPE, RecipeConfig, TrainResult
 from headlens.analyses.demo.checkpoints import config_dict
+from headlens.analyses.demo.data import BOS_ID, VOCAB_SIZE, BatchSampler, Corpus, build_corpus, eval_windows, gpt2_tokenizer
 from headlens.analyses.demo.losses import full_loss, sampled_softmax_loss, unigram_loss
 from headlens.analyses.demo.monitor import head_monitor, monitor_stimuli
+from headlens.analyses.demo.recipe import RECIPE, RecipeConfig, TrainResult
+from headlens.analyses.stimuli import eval_text
+from headlens.probes.outputs import atomic_write
+from headlens.probes.scoped import keeps_torch_rng, keeps_torch_threads
 
 __all__ = ["build_model", "train", "lr_at"]
 
@@ -55,7 +56,7 @@ def build_model(config: RecipeConfig) -> Any:
     """A freshly initialised GPT-2 with the recipe's shape, seeded."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    torch.random.default_generator.manual_seed(config.seed)  # the caller's generator state comes back (keeps_torch_rng)
+    torch.default_generator.manual_seed(config.seed)  # the caller's generator state comes back (keeps_torch_rng)
     cfg = GPT2Config(
         vocab_size=VOCAB_SIZE,
         n_positions=config.n_ctx,
@@ -164,9 +165,19 @@ def train(
     tokenizer = gpt2_tokenizer()
     model = build_model(config)
     model.train()
-    sampler = BatchSampler(corpus.train, config.kinds, config.seq_len, seed=config.seed, random_span=config.random_span, random_len=config.random_len, vocab_schedule=config.vocab_schedule)
+    sampler = BatchSampler(
+        corpus.train,
+        config.kinds,
+        config.seq_len,
+        seed=config.seed,
+        random_span=config.random_span,
+        random_len=config.random_len,
+        vocab_schedule=config.vocab_schedule,
+    )
     neg_gen = torch.Generator().manual_seed(config.seed + 1)
-    opt = torch.optim.AdamW(_param_groups(model, config.weight_decay, config.embed_lr_scale), lr=config.lr, betas=config.betas, eps=1e-8, fused=True)
+    opt = torch.optim.AdamW(
+        _param_groups(model, config.weight_decay, config.embed_lr_scale), lr=config.lr, betas=config.betas, eps=1e-8, fused=True
+    )
     held = eval_windows(corpus.heldout, config.seq_len, config.eval_windows)
     train_probe = eval_windows(corpus.train, config.seq_len, config.eval_windows)
     stim = monitor_stimuli(tokenizer)
@@ -210,10 +221,19 @@ def train(
             on_checkpoint(0, model, row0)
 
     def save_state(step: int) -> None:
+        if state_path is None:  # called only when there is a state file
+            return
         state = {
-            "recipe": config_dict(config), "step": step, "tokens": tokens, "elapsed_s": time.perf_counter() - t_start,
-            "model": model.state_dict(), "optimizer": opt.state_dict(), "sampler_gen": sampler.gen.get_state(),
-            "sampler_step": sampler.step, "neg_gen": neg_gen.get_state(), "log": rows,
+            "recipe": config_dict(config),
+            "step": step,
+            "tokens": tokens,
+            "elapsed_s": time.perf_counter() - t_start,
+            "model": model.state_dict(),
+            "optimizer": opt.state_dict(),
+            "sampler_gen": sampler.gen.get_state(),
+            "sampler_step": sampler.step,
+            "neg_gen": neg_gen.get_state(),
+            "log": rows,
         }
         atomic_write(state_path, lambda tmp: torch.save(state, tmp))
 
@@ -225,7 +245,9 @@ def train(
         warm = step <= config.warm_steps
         batch = sampler.next(config.warm_kinds if warm else config.kinds, score_first_copy=config.score_first_copy and not warm)
         target_row = torch.arange(batch.tokens.shape[0])[:, None].expand_as(batch.loss_mask)[batch.loss_mask]
-        kind_rows = {k: torch.isin(target_row, torch.tensor([i for i, kk in enumerate(batch.kinds) if kk == k])) for k in sorted(set(batch.kinds))}
+        kind_rows = {
+            k: torch.isin(target_row, torch.tensor([i for i, kk in enumerate(batch.kinds) if kk == k])) for k in sorted(set(batch.kinds))
+        }
         hidden = model.transformer(input_ids=batch.tokens).last_hidden_state[:, :-1]
         synthetic = torch.tensor([k == "random" for k in batch.kinds])[target_row]
         h, y = hidden[batch.loss_mask], batch.tokens[:, 1:][batch.loss_mask]
@@ -272,8 +294,6 @@ def train(
 
 def _final_losses(model: Any, corpus: Corpus, tokenizer: Any, config: RecipeConfig) -> dict[str, Any]:
     """Full-softmax losses on the whole held-out split and on the evaluation text, with the unigram model's."""
-    from headlens.analyses.stimuli import eval_text
-
     held = eval_windows(corpus.heldout, config.seq_len)
     text_ids = torch.tensor(tokenizer(eval_text(), add_special_tokens=False, verbose=False)["input_ids"], dtype=torch.long)
     text = eval_windows(text_ids, config.seq_len)

@@ -34,8 +34,7 @@ def eval_text() -> str:
         return resource.read_text(encoding="utf-8")
     except OSError as exc:  # pragma: no cover - broken install
         raise StimulusError(
-            f"cannot read the evaluation text analyses/{EVAL_TEXT_RESOURCE}: {exc}; "
-            "is the package data installed?"
+            f"cannot read the evaluation text analyses/{EVAL_TEXT_RESOURCE}: {exc}; is the package data installed?"
         ) from exc
 
 
@@ -85,7 +84,9 @@ def text_windows(
     if frame is not None:
         prefix, suffix = [int(t) for t in frame[0]], [int(t) for t in frame[1]]
         if window < len(prefix) + len(suffix) + 1:
-            raise StimulusError(f"window must be at least {len(prefix) + len(suffix) + 1} to hold {len(prefix) + len(suffix)} special tokens and some text")
+            raise StimulusError(
+                f"window must be at least {len(prefix) + len(suffix) + 1} to hold {len(prefix) + len(suffix)} special tokens and some text"
+            )
     elif prepend_bos and window < 2:
         raise StimulusError("window must be at least 2 when a BOS token is prepended")
     if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
@@ -101,16 +102,15 @@ def text_windows(
             raise StimulusError(f"bos_id must be a non-negative integer, got {bos_id!r}")
 
     if frame is None:
-        prefix, suffix = ([int(bos_id)] if prepend_bos else []), []
+        prefix, suffix = ([int(bos_id)] if prepend_bos and bos_id is not None else []), []
     ids = _encode(tokenizer, text)
     per_window = window - len(prefix) - len(suffix)
-    bos_note = " (BOS plus text tokens)" if (frame is None and prepend_bos) else (" (special tokens plus text tokens)" if prefix or suffix else "")
+    bos_note = (
+        " (BOS plus text tokens)" if (frame is None and prepend_bos) else (" (special tokens plus text tokens)" if prefix or suffix else "")
+    )
     available = len(ids) // per_window
     if available == 0:
-        raise StimulusError(
-            f"evaluation text has {len(ids)} tokens; need at least {per_window} for one "
-            f"window of {window}{bos_note}"
-        )
+        raise StimulusError(f"evaluation text has {len(ids)} tokens; need at least {per_window} for one window of {window}{bos_note}")
     if n is None:
         n = available
     elif n > available:

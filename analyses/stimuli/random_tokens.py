@@ -7,7 +7,7 @@ previous-token heads feeding them) do.
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 import numpy as np
 import torch
@@ -57,9 +57,7 @@ def random_repeated_tokens(
         if isinstance(token, bool) or not isinstance(token, int):
             raise StimulusError(f"exclude must hold integer token ids, got {token!r}")
         excluded.add(token)
-    allowed = torch.tensor(
-        [i for i in range(vocab_size) if i not in excluded], dtype=torch.long
-    )
+    allowed = torch.tensor([i for i in range(vocab_size) if i not in excluded], dtype=torch.long)
     if allowed.numel() == 0:
         raise StimulusError(f"every id in range({vocab_size}) is excluded; nothing left to draw")
     generator = torch.Generator().manual_seed(seed)

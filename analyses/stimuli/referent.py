@@ -72,11 +72,7 @@ Span = tuple[int, int]
 
 
 def _as_span(value: Any, field: str) -> Span:
-    if (
-        not isinstance(value, (tuple, list))
-        or len(value) != 2
-        or not all(isinstance(v, int) and not isinstance(v, bool) for v in value)
-    ):
+    if not isinstance(value, (tuple, list)) or len(value) != 2 or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
         raise StimulusError(f"{field} span must be two integers [start, end), got {value!r}")
     return (int(value[0]), int(value[1]))
 
@@ -116,10 +112,7 @@ class ReferentItem:
             if not 0 <= start < end <= len(self.text):
                 if start >= end:
                     raise StimulusError(f"{field_name} span [{start}, {end}) is empty")
-                raise StimulusError(
-                    f"{field_name} span [{start}, {end}) is out of range for a text of "
-                    f"{len(self.text)} characters"
-                )
+                raise StimulusError(f"{field_name} span [{start}, {end}) is out of range for a text of {len(self.text)} characters")
             if not self.text[start:end].strip():
                 raise StimulusError(f"{field_name} span [{start}, {end}) covers only whitespace")
             object.__setattr__(self, field_name, (start, end))
@@ -129,9 +122,7 @@ class ReferentItem:
             for second in names[i + 1 :]:
                 (s1, e1), (s2, e2) = spans[first], spans[second]
                 if s1 < e2 and s2 < e1:
-                    raise StimulusError(
-                        f"{first} span [{s1}, {e1}) overlaps {second} span [{s2}, {e2})"
-                    )
+                    raise StimulusError(f"{first} span [{s1}, {e1}) overlaps {second} span [{s2}, {e2})")
 
     @property
     def pronoun_text(self) -> str:

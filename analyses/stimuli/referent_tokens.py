@@ -31,9 +31,7 @@ def _encode_with_offsets(tokenizer: Any, text: str) -> tuple[list[int], list[tup
     try:
         encoding = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
     except (NotImplementedError, TypeError, ValueError) as exc:
-        raise StimulusError(
-            "locate_tokens needs a fast tokenizer that supports return_offsets_mapping=True"
-        ) from exc
+        raise StimulusError("locate_tokens needs a fast tokenizer that supports return_offsets_mapping=True") from exc
     ids = list(encoding["input_ids"])
     offsets = [(int(s), int(e)) for s, e in encoding["offset_mapping"]]
     return ids, offsets
@@ -54,9 +52,7 @@ def _match_token(text: str, span: Span, offsets: Sequence[tuple[int, int]]) -> t
     return hits, tok_core_start == core_start and tok_end == end
 
 
-def _find_token(
-    text: str, span: Span, offsets: Sequence[tuple[int, int]], field: str, index: int, label: str
-) -> int:
+def _find_token(text: str, span: Span, offsets: Sequence[tuple[int, int]], field: str, index: int, label: str) -> int:
     hits, ok = _match_token(text, span, offsets)
     if ok:
         return hits[0]
@@ -64,14 +60,10 @@ def _find_token(
     if len(hits) != 1:
         unit = label[:-1] if len(hits) == 1 else label
         raise StimulusError(
-            f"{field} {word!r} in item {index} is {len(hits)} {unit}; "
-            f"{'pronouns' if field == 'pronoun' else 'names'} must be single tokens"
+            f"{field} {word!r} in item {index} is {len(hits)} {unit}; {'pronouns' if field == 'pronoun' else 'names'} must be single tokens"
         )
     tok_start, tok_end = offsets[hits[0]]
-    raise StimulusError(
-        f"{field} {word!r} in item {index} does not line up with a token: the token "
-        f"there is {text[tok_start:tok_end]!r}"
-    )
+    raise StimulusError(f"{field} {word!r} in item {index} does not line up with a token: the token there is {text[tok_start:tok_end]!r}")
 
 
 def _wrap_ids(tokenizer: Any, prepend_bos: bool, wrap: tuple[Sequence[int], Sequence[int]] | None) -> tuple[list[int], list[int]]:

@@ -17,6 +17,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from headlens.probes.scoped import torch_seed
 from headlens.probes.tokenizer_files import load_offline_gpt2_tokenizer
 
 __all__ = ["FAMILIES", "ENCODER_FAMILIES", "minilm_dir", "WINDOW", "INIT_STD", "SOFTCAP", "build_family_checkpoint", "family_config"]
@@ -118,9 +119,23 @@ def family_config(
         kw = {**decoder, "rotary_pct": 0.25}
     elif family == "gpt_neo":
         layers = ["global", "local"] * (n_layers // 2) + ["global"] * (n_layers % 2)
-        kw = {"hidden_size": d_model, "num_layers": n_layers, "num_heads": n_heads, "max_position_embeddings": n_ctx, "attention_types": [[layers, 1]], "window_size": WINDOW}
+        kw = {
+            "hidden_size": d_model,
+            "num_layers": n_layers,
+            "num_heads": n_heads,
+            "max_position_embeddings": n_ctx,
+            "attention_types": [[layers, 1]],
+            "window_size": WINDOW,
+        }
     elif family == "opt":
-        kw = {"hidden_size": d_model, "ffn_dim": d_mlp or 2 * d_model, "num_hidden_layers": n_layers, "num_attention_heads": n_heads, "max_position_embeddings": n_ctx, "word_embed_proj_dim": d_model}
+        kw = {
+            "hidden_size": d_model,
+            "ffn_dim": d_mlp or 2 * d_model,
+            "num_hidden_layers": n_layers,
+            "num_attention_heads": n_heads,
+            "max_position_embeddings": n_ctx,
+            "word_embed_proj_dim": d_model,
+        }
     else:  # gptj
         kw = {"n_embd": d_model, "n_layer": n_layers, "n_head": n_heads, "n_positions": n_ctx, "rotary_dim": d_head // 2}
     # Weights drawn wider than the families' defaults (0.02) so attention scores are O(1-10):
@@ -140,7 +155,6 @@ def build_family_checkpoint(folder: str | Path, family: str, *, seed: int = 0, *
     config = family_config(family, **shape)
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    from headlens.probes.scoped import torch_seed
 
     with torch_seed(seed):  # CPU generator only, restored after (torch.manual_seed would seed CUDA too)
         model = getattr(transformers, {**_CLASSES, **_CLASSES_ENC}[family][1])(config)

@@ -69,8 +69,19 @@ from typing import Any
 
 import torch
 
-from headlens.analyses.synthetic.planted_spec import BOS_ID, N_HEAD, N_LAYER, PLANTED_ROLES, SCALES, VOCAB_SIZE, PlantedSpec, frequencies, kernel_gaps
+from headlens.analyses.synthetic.planted_spec import (
+    BOS_ID,
+    N_HEAD,
+    N_LAYER,
+    PLANTED_ROLES,
+    SCALES,
+    VOCAB_SIZE,
+    PlantedSpec,
+    frequencies,
+    kernel_gaps,
+)
 from headlens.analyses.synthetic.planted_weights import Layout, planted_weights, token_ids
+from headlens.probes.tokenizer_files import load_offline_gpt2_tokenizer
 
 __all__ = [
     "BOS_ID",
@@ -107,8 +118,6 @@ def build_planted_checkpoint(folder: str | Path, spec: PlantedSpec | None = None
     "design": ...}``.  The weights are a deterministic function of ``spec``.
     """
     from transformers import GPT2Config, GPT2LMHeadModel
-
-    from headlens.probes.tokenizer_files import load_offline_gpt2_tokenizer
 
     spec = PlantedSpec() if spec is None else spec
     if not isinstance(spec, PlantedSpec):

@@ -11,7 +11,21 @@ import torch
 
 from headlens.analyses.stimuli.referent_frames import FEMALE_NAMES, MALE_NAMES, NOUNS
 
-__all__ = ["BOS_ID", "N_HEAD", "N_LAYER", "PLANTED_ROLES", "VOCAB_SIZE", "N_FREQ", "N_JUNK", "GROUPS", "Scales", "SCALES", "frequencies", "kernel_gaps", "PlantedSpec"]
+__all__ = [
+    "BOS_ID",
+    "N_HEAD",
+    "N_LAYER",
+    "PLANTED_ROLES",
+    "VOCAB_SIZE",
+    "N_FREQ",
+    "N_JUNK",
+    "GROUPS",
+    "Scales",
+    "SCALES",
+    "frequencies",
+    "kernel_gaps",
+    "PlantedSpec",
+]
 
 N_LAYER = 2
 N_HEAD = 4
@@ -120,9 +134,7 @@ class PlantedSpec:
             raise ValueError(f"PlantedSpec.n_ctx={self.n_ctx} is too long for the {N_FREQ}-frequency position code")
         smallest = N_HEAD * (_MIN_TOKEN_DIMS + 2 * N_FREQ)
         if self.d_model % N_HEAD != 0 or self.d_model < smallest:
-            raise ValueError(
-                f"PlantedSpec.d_model must be a multiple of {N_HEAD} and at least {smallest}, got {self.d_model}"
-            )
+            raise ValueError(f"PlantedSpec.d_model must be a multiple of {N_HEAD} and at least {smallest}, got {self.d_model}")
         seen: dict[str, str] = {}
         for name in GROUPS:
             value = getattr(self, name)

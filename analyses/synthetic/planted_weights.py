@@ -11,7 +11,18 @@ from typing import Any
 
 import torch
 
-from headlens.analyses.synthetic.planted_spec import GROUPS, N_FREQ, N_HEAD, N_JUNK, N_LAYER, SCALES, VOCAB_SIZE, PlantedSpec, frequencies, kernel_gaps
+from headlens.analyses.synthetic.planted_spec import (
+    GROUPS,
+    N_FREQ,
+    N_HEAD,
+    N_JUNK,
+    N_LAYER,
+    SCALES,
+    VOCAB_SIZE,
+    PlantedSpec,
+    frequencies,
+    kernel_gaps,
+)
 
 __all__ = ["Layout", "planted_weights", "token_ids"]
 
@@ -100,9 +111,7 @@ def token_ids(tokenizer: Any, spec: PlantedSpec) -> dict[str, list[int]]:
     return ids
 
 
-def _embeddings(
-    spec: PlantedSpec, lay: Layout, group_ids: dict[str, list[int]], gen: torch.Generator
-) -> tuple[torch.Tensor, torch.Tensor]:
+def _embeddings(spec: PlantedSpec, lay: Layout, group_ids: dict[str, list[int]], gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
     """Token and position embeddings in feature coordinates: ``[vocab, F]`` and ``[n_ctx, F]``."""
     sc = SCALES
     codes = torch.randn(VOCAB_SIZE, lay.token_dims, generator=gen, dtype=torch.float64)

@@ -15,6 +15,12 @@ from pathlib import Path
 
 import pandas as pd
 
+from headlens.analyses.ablation.masks import parse_head
+from headlens.analyses.heads.census import CensusConfig, run_census
+from headlens.analyses.heads.classify import classify_heads, roles_of
+from headlens.analyses.synthetic.planted import PLANTED_ROLES, build_planted_checkpoint
+from headlens.probes.loading import load_model
+
 __all__ = ["SelftestReport", "run_selftest", "check_planted_roles"]
 
 
@@ -41,9 +47,6 @@ class SelftestReport:
 def check_planted_roles(scores: pd.DataFrame, roles: pd.DataFrame, planted: dict[str, str]) -> list[tuple[str, bool, str]]:
     """One check per planted role (found on its head?) plus one for every other head (no role?).
     ``roles``: the long role table (:func:`headlens.analyses.heads.classify.classify_heads`)."""
-    from headlens.analyses.ablation.masks import parse_head
-    from headlens.analyses.heads.classify import roles_of
-
     by_name = {f"{a}.{b}": set(rs) for (a, b), rs in roles_of(roles).items()}
     detectors = set(scores["detector"])
     checks = []
@@ -54,9 +57,18 @@ def check_planted_roles(scores: pd.DataFrame, roles: pd.DataFrame, planted: dict
         row = scores[(scores["detector"] == role) & (scores["layer"] == layer) & (scores["head"] == h)].iloc[0]
         got = by_name.get(head, set())
         ok = got == {role}
-        checks.append((f"{role} on {head}", ok, f"score {row.score:.3f} [{row.ci_low:.3f}, {row.ci_high:.3f}], baseline {row.baseline:.3f}; roles: {', '.join(sorted(got)) or 'none'}"))
+        checks.append(
+            (
+                f"{role} on {head}",
+                ok,
+                f"score {row.score:.3f} [{row.ci_low:.3f}, {row.ci_high:.3f}], baseline {row.baseline:.3f}; roles: "
+                f"{', '.join(sorted(got)) or 'none'}",
+            )
+        )
     stray = {name: r for name, r in by_name.items() if r and name not in planted}
-    checks.append(("no role on other heads", not stray, "none" if not stray else "; ".join(f"{k}: {', '.join(sorted(v))}" for k, v in stray.items())))
+    checks.append(
+        ("no role on other heads", not stray, "none" if not stray else "; ".join(f"{k}: {', '.join(sorted(v))}" for k, v in stray.items()))
+    )
     return checks
 
 
@@ -68,11 +80,6 @@ def run_selftest(
     folder: str | Path | None = None,
     progress: Callable[[str, int, int], None] | None = None,
 ) -> SelftestReport:
-    from headlens.analyses.heads.census import CensusConfig, run_census
-    from headlens.analyses.heads.classify import classify_heads
-    from headlens.analyses.synthetic.planted import PLANTED_ROLES, build_planted_checkpoint
-    from headlens.probes.loading import load_model
-
     with tempfile.TemporaryDirectory() as tmp:
         where = Path(folder) if folder is not None else Path(tmp)
         ckpt = build_planted_checkpoint(where / "planted")

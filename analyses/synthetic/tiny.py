@@ -13,6 +13,7 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from headlens.probes.scoped import torch_seed
 from headlens.probes.tokenizer_files import load_offline_gpt2_tokenizer
 
 __all__ = ["TinySpec", "build_tiny_checkpoint"]
@@ -29,7 +30,6 @@ class TinySpec:
 
 def build_tiny_checkpoint(folder: str | Path, spec: TinySpec | None = None) -> Path:
     """Write a randomly initialised GPT-2 checkpoint plus the GPT-2 tokenizer to ``folder``."""
-    from headlens.probes.scoped import torch_seed
     from transformers import GPT2Config, GPT2LMHeadModel
 
     spec = spec or TinySpec()

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from headlens.reports.figures import ablation as figures_ablation
 from headlens.reports.figures.common import save_heatmap, titled
 
 __all__ = ["FIGURE_FORMATS", "sink_alpha_heatmap", "ablation_heatmap", "pruning_curve"]
@@ -24,7 +25,9 @@ def _grid(df: pd.DataFrame, column: str, n_layers: int, n_heads: int) -> np.ndar
     return grid
 
 
-def sink_alpha_heatmap(census: pd.DataFrame, stem: Path, *, eps: float, bos: bool, n_sequences: int | None = None, note: str | None = None) -> list[Path]:
+def sink_alpha_heatmap(
+    census: pd.DataFrame, stem: Path, *, eps: float, bos: bool, n_sequences: int | None = None, note: str | None = None
+) -> list[Path]:
     """Sink alpha (Gu et al.) per head for one BOS setting, on the sinks stage's own sequences;
     heads with mean alpha > eps there outlined (the sink *role* is the census's, whose alpha is
     measured on other text: the title says which this is).  ``note``: a second title line."""
@@ -32,19 +35,30 @@ def sink_alpha_heatmap(census: pd.DataFrame, stem: Path, *, eps: float, bos: boo
     grid = _grid(census, "alpha_mean", n_layers, n_heads)
     uniform = float(census["uniform_alpha"].iloc[0])
     on = f"{n_sequences} sequences" if n_sequences is not None else "its sequences"
-    title = f"sinks stage: alpha on {on}, {'with' if bos else 'no'} BOS\n(outlined: > {eps:g} here; uniform {uniform:.3f}; the sink role is the census's)"
-    return save_heatmap(grid, titled(title, note), stem, marked=grid > eps, cbar_label="mean attention to position 0", formats=FIGURE_FORMATS)
+    title = (
+        f"sinks stage: alpha on {on}, {'with' if bos else 'no'} BOS\n"
+        f"(outlined: > {eps:g} here; uniform {uniform:.3f}; the sink role is the census's)"
+    )
+    return save_heatmap(
+        grid, titled(title, note), stem, marked=grid > eps, cbar_label="mean attention to position 0", formats=FIGURE_FORMATS
+    )
 
 
-def ablation_heatmap(table: pd.DataFrame, stem: Path, *, n_layers: int, n_heads: int, baseline: float, note: str | None = None) -> list[Path]:
+def ablation_heatmap(
+    table: pd.DataFrame, stem: Path, *, n_layers: int, n_heads: int, baseline: float, note: str | None = None
+) -> list[Path]:
     """Change in the metric when each head is ablated alone (diverging, centred on 0)."""
-    from headlens.reports.figures import ablation as figures_ablation
 
-    return figures_ablation.ablation_heatmap(table, stem, n_layers=n_layers, n_heads=n_heads, baseline=baseline, note=note, formats=FIGURE_FORMATS)
+    return figures_ablation.ablation_heatmap(
+        table, stem, n_layers=n_layers, n_heads=n_heads, baseline=baseline, note=note, formats=FIGURE_FORMATS
+    )
 
 
-def pruning_curve(curve: pd.DataFrame, stem: Path, *, metric: str, baseline: float, max_increase: float, removable: float, note: str | None = None) -> list[Path]:
+def pruning_curve(
+    curve: pd.DataFrame, stem: Path, *, metric: str, baseline: float, max_increase: float, removable: float, note: str | None = None
+) -> list[Path]:
     """Metric vs heads removed: importance order against random orders (mean, +/- 1 sd, min-max)."""
-    from headlens.reports.figures import ablation as figures_ablation
 
-    return figures_ablation.pruning_curve(curve, stem, metric=metric, baseline=baseline, max_increase=max_increase, removable=removable, note=note, formats=FIGURE_FORMATS)
+    return figures_ablation.pruning_curve(
+        curve, stem, metric=metric, baseline=baseline, max_increase=max_increase, removable=removable, note=note, formats=FIGURE_FORMATS
+    )

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from headlens.analyses.heads.classify import default_thresholds
 from headlens.reports.figures.common import _pyplot, save_figure
 
 log = logging.getLogger(__name__)
@@ -39,7 +40,13 @@ def role_counts(data: pd.DataFrame) -> pd.DataFrame:
 #: the same values (0 heads for most roles early in training; two models with equal losses), so
 #: each line differs from the others in dash pattern and marker, and the markers shrink so that
 #: coinciding ones nest.
-_LINE_STYLES = [("-", "o", 8.0, 2.6), ("--", "s", 6.0, 2.0), (":", "^", 5.0, 1.8), ("-.", "D", 3.6, 1.4), ((0, (5, 1, 1, 1, 1, 1)), "v", 3.0, 1.2)]
+_LINE_STYLES = [
+    ("-", "o", 8.0, 2.6),
+    ("--", "s", 6.0, 2.0),
+    (":", "^", 5.0, 1.8),
+    ("-.", "D", 3.6, 1.4),
+    ((0, (5, 1, 1, 1, 1, 1)), "v", 3.0, 1.2),
+]
 
 
 def distinct_lines(ax, series: Mapping[str, pd.Series], colours: Sequence[str]) -> None:
@@ -60,7 +67,9 @@ def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._") or "model"
 
 
-def _over_training(data: pd.DataFrame, checkpoints: pd.DataFrame, model: str, out: Path, formats: Sequence[str], thresholds: Mapping[str, float]) -> list[Path]:
+def _over_training(
+    data: pd.DataFrame, checkpoints: pd.DataFrame, model: str, out: Path, formats: Sequence[str], thresholds: Mapping[str, float]
+) -> list[Path]:
     plt = _pyplot()
     d = data[(data["model"] == model) & data["step"].notna()].copy()
     d["step"] = d["step"].astype(float)
@@ -73,7 +82,7 @@ def _over_training(data: pd.DataFrame, checkpoints: pd.DataFrame, model: str, ou
     fig, axes = plt.subplots(n_panels, 1, figsize=(7.5, 2.1 * n_panels + 0.6), sharex=True, squeeze=False)
     axes = axes[:, 0]
     colours = ["#1b6ca8", "#d1495b", "#2e933c", "#edae49", "#7b2cbf", "#00798c", "#9c6644", "#e76f51"]
-    for ax, det in zip(axes, detectors):
+    for ax, det in zip(axes, detectors, strict=False):
         g = d[d["detector"] == det]
         holders = g[g["role"]].drop_duplicates(["layer", "head"])[["layer", "head"]].itertuples(index=False)
         named = sorted((int(a), int(b)) for a, b in holders)
@@ -93,7 +102,14 @@ def _over_training(data: pd.DataFrame, checkpoints: pd.DataFrame, model: str, ou
         ax.set_ylim(min(0.0, float(g["score"].min())), max(1.0, float(g["score"].max())) * 1.02)
         ax.set_ylabel(f"{det}\nscore")
         if named:
-            ax.legend(fontsize=7, ncol=min(4, len(named) + 1), loc="upper left", frameon=False, title="heads with the role (circles: at that step)", title_fontsize=7)
+            ax.legend(
+                fontsize=7,
+                ncol=min(4, len(named) + 1),
+                loc="upper left",
+                frameon=False,
+                title="heads with the role (circles: at that step)",
+                title_fontsize=7,
+            )
     counts = role_counts(d)
     ax = axes[len(detectors)]
     distinct_lines(ax, {det: counts[counts["detector"] == det].groupby("step")["n_heads"].sum().sort_index() for det in detectors}, colours)
@@ -123,10 +139,17 @@ def _across_models(data: pd.DataFrame, checkpoints: pd.DataFrame, out: Path, for
     fig, axes = plt.subplots(n_panels, 1, figsize=(7.5, 1.9 * n_panels + 0.6), sharex=True, squeeze=False)
     axes = axes[:, 0]
     models = list(dict.fromkeys(checkpoints["model"]))
-    for ax, det in zip(axes, detectors):
+    for ax, det in zip(axes, detectors, strict=False):
         c = counts[counts["detector"] == det]
         if by_step:
-            distinct_lines(ax, {m: c[c["model"] == m].assign(step=lambda f: f["step"].astype(float)).set_index("step")["n_heads"].sort_index() for m in models}, _MODEL_COLOURS)
+            distinct_lines(
+                ax,
+                {
+                    m: c[c["model"] == m].assign(step=lambda f: f["step"].astype(float)).set_index("step")["n_heads"].sort_index()
+                    for m in models
+                },
+                _MODEL_COLOURS,
+            )
             ax.legend(fontsize=7, frameon=False)
         else:
             cs = c.sort_values("n_params")
@@ -136,7 +159,14 @@ def _across_models(data: pd.DataFrame, checkpoints: pd.DataFrame, out: Path, for
         ax.set_ylabel(f"{det}\nheads")
     if has_loss:
         ax = axes[-1]
-        distinct_lines(ax, {m: checkpoints[checkpoints["model"] == m].assign(x=lambda f: f[x].astype(float)).set_index("x")["heldout_loss"].sort_index() for m in models}, _MODEL_COLOURS)
+        distinct_lines(
+            ax,
+            {
+                m: checkpoints[checkpoints["model"] == m].assign(x=lambda f: f[x].astype(float)).set_index("x")["heldout_loss"].sort_index()
+                for m in models
+            },
+            _MODEL_COLOURS,
+        )
         if by_step:
             ax.legend(fontsize=7, frameon=False)
         ax.set_ylabel("held-out loss")
@@ -149,13 +179,16 @@ def _across_models(data: pd.DataFrame, checkpoints: pd.DataFrame, out: Path, for
 
 
 def sweep_figures(
-    data: pd.DataFrame, checkpoints: pd.DataFrame, out: str | Path, formats: Sequence[str] = ("png", "svg"), *, thresholds: Mapping[str, float] | None = None
+    data: pd.DataFrame,
+    checkpoints: pd.DataFrame,
+    out: str | Path,
+    formats: Sequence[str] = ("png", "svg"),
+    *,
+    thresholds: Mapping[str, float] | None = None,
 ) -> list[Path]:
     """Write the sweep's figures to ``out``; returns their paths.  ``thresholds``: each detector's
     role threshold, drawn as a dashed line (default: the detectors' own)."""
     if thresholds is None:
-        from headlens.analyses.heads.classify import default_thresholds
-
         thresholds = default_thresholds()
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -169,4 +202,3 @@ def sweep_figures(
     if checkpoints["model"].nunique() > 1:
         paths += _across_models(data, checkpoints, out, formats)
     return paths
-

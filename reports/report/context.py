@@ -10,6 +10,8 @@ from typing import Any
 
 import pandas as pd
 
+from headlens.probes.outputs import atomic_write
+
 log = logging.getLogger(__name__)
 
 __all__ = ["Stage", "StageContext", "write_csv", "relative_names"]
@@ -28,7 +30,7 @@ class StageContext:
     step: Callable[[str, int, int], None]
     command: list[str]
     quiet: bool
-    say: Callable[[str], None] = lambda text: None  # noqa: E731 - a stage line ("stage 3/6 ablation_zero: ...")
+    say: Callable[[str], None] = lambda text: None
 
 
 @dataclass(frozen=True)
@@ -54,8 +56,6 @@ class Stage:
 
 
 def write_csv(df: pd.DataFrame, path: Path) -> Path:
-    from headlens.probes.outputs import atomic_write
-
     return atomic_write(path, lambda p: df.to_csv(p, index=False))
 
 

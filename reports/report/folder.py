@@ -9,8 +9,11 @@ from pathlib import Path
 from typing import Any
 
 from headlens.probes.errors import OutputExistsError
+from headlens.probes.manifest import build_manifest
+from headlens.probes.outputs import write_json
 from headlens.reports.report.markers import MARKER, REPORT_FORMAT, REPORT_VERSION
 from headlens.reports.report.result import StageStatus
+from headlens.reports.report.stages import STAGES
 
 log = logging.getLogger(__name__)
 
@@ -48,14 +51,16 @@ def check_report_dir(out_dir: str | Path, identity: dict[str, Any], *, overwrite
         return None
     if manifest is not None:
         other = manifest["report"].get("identity") or {}
-        raise OutputExistsError(f"output folder {out} holds the report of another model ({other.get('path')}); pass --overwrite to replace it", path=str(out))
-    raise OutputExistsError(f"output folder {out} is not empty and holds no headlens report; pass --overwrite to write the report into it", path=str(out))
+        raise OutputExistsError(
+            f"output folder {out} holds the report of another model ({other.get('path')}); pass --overwrite to replace it", path=str(out)
+        )
+    raise OutputExistsError(
+        f"output folder {out} is not empty and holds no headlens report; pass --overwrite to write the report into it", path=str(out)
+    )
 
 
 def remove_old_report(out: Path) -> None:
     """With ``overwrite``: remove what an earlier report wrote (its stage folders and pages)."""
-    from headlens.reports.report.stages import STAGES
-
     for name in STAGES:
         d = out / name
         if d.is_dir() and (d / MARKER).is_file():
@@ -64,25 +69,49 @@ def remove_old_report(out: Path) -> None:
         (out / name).unlink(missing_ok=True)
 
 
-def write_report_manifest(out: Path, loaded: Any, identity: dict[str, Any], settings: Any, command: list[str], stages: dict[str, StageStatus], *, previous: dict[str, Any] | None) -> dict[str, Any]:
-    from headlens.probes.manifest import build_manifest
-    from headlens.probes.outputs import write_json
+def write_report_manifest(
+    out: Path,
+    loaded: Any,
+    identity: dict[str, Any],
+    settings: Any,
+    command: list[str],
+    stages: dict[str, StageStatus],
+    *,
+    previous: dict[str, Any] | None,
+) -> dict[str, Any]:
 
     report_info = {
         "format": REPORT_FORMAT,
         "version": REPORT_VERSION,
         "identity": identity,
         "quick": settings.quick,
-        "eval_text": {"source": "built-in evaluation text"} if settings.text_file is None else {"source": "--text-file", **settings.eval_text_id()},
+        "eval_text": {"source": "built-in evaluation text"}
+        if settings.text_file is None
+        else {"source": "--text-file", **settings.eval_text_id()},
         "stages": {
-            name: {"status": s.status, "seconds": s.seconds, "error": s.error, "files": [f"{name}/{f}" for f in s.files], "smoke_test": settings.smoke_test(name) and s.ok}
+            name: {
+                "status": s.status,
+                "seconds": s.seconds,
+                "error": s.error,
+                "files": [f"{name}/{f}" for f in s.files],
+                "smoke_test": settings.smoke_test(name) and s.ok,
+            }
             for name, s in stages.items()
         },
         # --quick: the sections these stages feed are smoke tests and state no finding
-        "smoke_test": {"stages": [name for name, s in stages.items() if settings.smoke_test(name) and s.ok], "why": SMOKE_WHY} if settings.quick else None,
+        "smoke_test": {"stages": [name for name, s in stages.items() if settings.smoke_test(name) and s.ok], "why": SMOKE_WHY}
+        if settings.quick
+        else None,
         "files": ["report.html", "report.md", "manifest.json"],
     }
-    manifest = build_manifest(model=loaded, command=command, seed=settings.seed, prepend_bos=settings.prepend_bos, configs={"report": settings.to_json()}, extra={"report": report_info})
+    manifest = build_manifest(
+        model=loaded,
+        command=command,
+        seed=settings.seed,
+        prepend_bos=settings.prepend_bos,
+        configs={"report": settings.to_json()},
+        extra={"report": report_info},
+    )
     if loaded is None and previous is not None:
         for k in ("model", "dtype", "device"):
             if k in previous:

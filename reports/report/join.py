@@ -10,7 +10,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from headlens.analyses.ablation.masks import parse_head
 from headlens.reports.report.result import Report, StageStatus
+from headlens.reports.report.stages import STAGE_DEFS
 from headlens.reports.tables import roles_joined
 
 log = logging.getLogger(__name__)
@@ -26,14 +28,16 @@ def head_table(r: Report) -> pd.DataFrame:
     if r.scores is not None:
         wide = r.scores.pivot_table(index=["layer", "head"], columns="detector", values="score", sort=False)
         for det in dict.fromkeys(r.scores["detector"]):
-            col = wide[det] if det in wide.columns else pd.Series(dtype=float)  # a detector that scored no head (all NaN) has no pivot column
-            rows[det] = [col.get((a, b), np.nan) for a, b in zip(rows["layer"], rows["head"])]
+            col = (
+                wide[det] if det in wide.columns else pd.Series(dtype=float)
+            )  # a detector that scored no head (all NaN) has no pivot column
+            rows[det] = [col.get((a, b), np.nan) for a, b in zip(rows["layer"], rows["head"], strict=True)]
 
     def join(df: pd.DataFrame | None, col: str, name: str) -> None:
         if df is None:
             return
         m = df.set_index(["layer", "head"])[col]
-        rows[name] = [float(m.get((a, b), np.nan)) for a, b in zip(rows["layer"], rows["head"])]
+        rows[name] = [float(m.get((a, b), np.nan)) for a, b in zip(rows["layer"], rows["head"], strict=True)]
 
     if r.sinks is not None:
         bos = bool(r.settings.get("prepend_bos", True))
@@ -43,21 +47,29 @@ def head_table(r: Report) -> pd.DataFrame:
     join(r.ablation_mean, "delta", "mean_delta")
     join(r.importance, "importance", "importance")
     if r.pruning_curve is not None:
-        from headlens.analyses.ablation.masks import parse_head
-
         when: dict[tuple[int, int], float] = {}
-        for c in r.pruning_curve.itertuples():
-            for name in str(c.removed_this_step if isinstance(c.removed_this_step, str) else "").split():
-                when[parse_head(name, where="pruning curve")] = float(c.fraction_removed)
-        rows["pruned_at"] = [when.get((a, b), np.nan) for a, b in zip(rows["layer"], rows["head"])]
+        curve = r.pruning_curve
+        for removed, fraction in zip(curve["removed_this_step"], curve["fraction_removed"].astype(float), strict=True):
+            for name in (removed if isinstance(removed, str) else "").split():
+                when[parse_head(name, where="pruning curve")] = float(fraction)
+        rows["pruned_at"] = [when.get((a, b), np.nan) for a, b in zip(rows["layer"], rows["head"], strict=True)]
     return rows
 
 
-def assemble(model_name: str, n_layers: int, n_heads: int, settings: Any, stages: list[StageStatus], loaded: dict[str, dict[str, Any]], manifest: dict[str, Any], out_dir: Path | None) -> Report:
+def assemble(
+    model_name: str,
+    n_layers: int,
+    n_heads: int,
+    settings: Any,
+    stages: list[StageStatus],
+    loaded: dict[str, dict[str, Any]],
+    manifest: dict[str, Any],
+    out_dir: Path | None,
+) -> Report:
     """The :class:`Report`: each stage that loaded puts its tables on it (``Stage.apply``), then the join."""
-    from headlens.reports.report.stages import STAGE_DEFS
-
-    r = Report(model=model_name, n_layers=n_layers, n_heads=n_heads, settings=settings.to_json(), stages=stages, manifest=manifest, out_dir=out_dir)
+    r = Report(
+        model=model_name, n_layers=n_layers, n_heads=n_heads, settings=settings.to_json(), stages=stages, manifest=manifest, out_dir=out_dir
+    )
     for name, outputs in loaded.items():
         STAGE_DEFS[name].apply(r, outputs)
     r.heads = head_table(r)

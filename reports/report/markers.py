@@ -15,7 +15,11 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from headlens.probes.config import json_ready
 from headlens.probes.errors import HeadlensError
+from headlens.probes.loading import checkpoint_fingerprint, weights_fingerprint
+from headlens.probes.outputs import write_json
+from headlens.reports.journal import Journal
 
 log = logging.getLogger(__name__)
 
@@ -51,14 +55,10 @@ def model_identity(source: str, path: str, revision: str | None) -> dict[str, An
 def model_fingerprint(source: str, path: str, revision: str | None = None, loaded: Any = None) -> str:
     """The weights' one fingerprint (:func:`headlens.probes.loading.weights_fingerprint`): full-file
     sha256 for local checkpoints, so retrained weights, even middle tensors only, invalidate stages."""
-    from headlens.probes.loading import checkpoint_fingerprint, weights_fingerprint
-
     return weights_fingerprint(loaded) if loaded is not None else checkpoint_fingerprint(source, path, revision=revision)
 
 
 def json_key(obj: Any) -> Any:
-    from headlens.probes.config import json_ready
-
     return json.loads(json.dumps(json_ready(obj), sort_keys=True, default=str))
 
 
@@ -88,8 +88,6 @@ def read_marker(stage_dir: Path) -> dict[str, Any] | None:
 
 
 def write_marker(stage_dir: Path, marker: dict[str, Any]) -> None:
-    from headlens.probes.outputs import write_json
-
     write_json(stage_dir / MARKER, marker)
 
 
@@ -109,8 +107,6 @@ def clear_stage_dir(stage_dir: Path) -> None:
 
 def open_journal(path: Path, kind: str, key: dict[str, Any]) -> Any:
     """A journal that resumes a sweep of the same key, or starts afresh."""
-    from headlens.reports.journal import Journal
-
     try:
         return Journal(path, kind, key, resume=True, overwrite=True)
     except HeadlensError as exc:

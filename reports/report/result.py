@@ -11,7 +11,12 @@ from typing import Any
 import pandas as pd
 
 from headlens.probes.errors import InputError
+from headlens.probes.outputs import write_text
+from headlens.reports.page.html import render_html
+from headlens.reports.page.markdown import render_markdown
+from headlens.reports.report.settings import SMOKE_STAGES
 from headlens.reports.report.stage_examples import Example
+from headlens.reports.report.stages import STAGE_TITLES
 
 log = logging.getLogger(__name__)
 
@@ -32,8 +37,6 @@ class StageStatus:
 
     @property
     def title(self) -> str:
-        from headlens.reports.report.stages import STAGE_TITLES
-
         return STAGE_TITLES.get(self.name, self.name)
 
     @property
@@ -95,8 +98,6 @@ class Report:
     def smoke_test(self, name: str) -> bool:
         """True when stage ``name`` ran with ``--quick``'s smoke-test settings and finished: its
         numbers state no finding, and every page marks it."""
-        from headlens.reports.report.settings import SMOKE_STAGES
-
         return bool(self.settings.get("quick")) and name in SMOKE_STAGES and self.stage(name).ok
 
     @property
@@ -115,7 +116,8 @@ class Report:
                     f"(the last hidden state averaged over each sentence's tokens, {framed} included) and the unablated model's, "
                     f"averaged over {data.get('n_sentences', '?')} sentences of the evaluation text; the output head is not read"
                     + (f", because {why}." if why else ".")
-                    + " Pruning ranks heads by this exact change (it has no gradient in the unablated model), and its threshold is an absolute change."
+                    + " Pruning ranks heads by this exact change (it has no gradient in the unablated model), and its threshold is an "
+                    "absolute change."
                 )
         return None
 
@@ -130,24 +132,19 @@ class Report:
 
     def html(self) -> str:
         """The self-contained page (what ``report.html`` holds)."""
-        from headlens.reports.page.html import render_html
-
         return render_html(self)
 
     def markdown(self) -> str:
-        from headlens.reports.page.markdown import render_markdown
-
         return render_markdown(self)
 
     def _repr_html_(self) -> str:
         """Inline in a notebook: the page in a sandboxed iframe (its CSS and scripts stay inside)."""
         doc = html.escape(self.html(), quote=True)
-        return f'<iframe srcdoc="{doc}" sandbox="allow-scripts" style="width:100%;height:820px;border:1px solid #ddd" title="headlens report"></iframe>'
+        style = "width:100%;height:820px;border:1px solid #ddd"
+        return f'<iframe srcdoc="{doc}" sandbox="allow-scripts" style="{style}" title="headlens report"></iframe>'
 
     def write(self, out_dir: str | Path | None = None) -> tuple[Path, Path]:
         """Write ``report.html`` and ``report.md`` (atomically) into ``out_dir``."""
-        from headlens.probes.outputs import write_text
-
         out = Path(out_dir) if out_dir is not None else self.out_dir
         if out is None:
             raise InputError("no output folder: pass out_dir")

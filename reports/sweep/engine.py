@@ -18,9 +18,11 @@ Ctrl-C or SIGTERM cancels the tasks, shuts Ray down and then raises :class:`Keyb
 from __future__ import annotations
 
 import contextlib
+import inspect
 import json
 import logging
 import os
+import shutil
 import socket
 import time
 from collections.abc import Callable, Iterator
@@ -29,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from headlens.probes.errors import InputError, OutputExistsError
+from headlens.probes.outputs import write_json
 from headlens.reports.sweep.interrupts import Interrupts, deferred_interrupts
 from headlens.reports.sweep.plan import SweepConfig, SweepTask
 from headlens.reports.sweep.task import is_done, run_task
@@ -90,7 +93,9 @@ def _check_reachable(address: str, timeout: float = 5.0) -> None:
 
 
 @contextlib.contextmanager
-def ray_session(address: str | None = None, num_cpus: int | None = None, interrupts: Interrupts | None = None) -> Iterator[tuple[Any, float]]:
+def ray_session(
+    address: str | None = None, num_cpus: int | None = None, interrupts: Interrupts | None = None
+) -> Iterator[tuple[Any, float]]:
     """``(ray, start-up seconds)``; starts local Ray (or connects) unless Ray is already initialised,
     and shuts down only what it started.
 
@@ -115,7 +120,9 @@ def ray_session(address: str | None = None, num_cpus: int | None = None, interru
                 except (ConnectionError, RuntimeError, ValueError) as exc:
                     raise InputError(f"cannot join the Ray cluster at {address}: {' '.join(str(exc).split())[:300]}") from None
             else:
-                ray.init(num_cpus=num_cpus or os.cpu_count() or 1, include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
+                ray.init(
+                    num_cpus=num_cpus or os.cpu_count() or 1, include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING
+                )
         except BaseException:
             _shutdown(ray)  # whatever ray.init had started before it failed
             raise
@@ -131,8 +138,6 @@ def ray_session(address: str | None = None, num_cpus: int | None = None, interru
 
 def _shutdown(ray: Any) -> None:
     """``ray.shutdown()``, waiting for the processes it stops to exit where this Ray version has that option."""
-    import inspect
-
     wait = "wait_for_processes" in inspect.signature(ray.shutdown).parameters
     ray.shutdown(**({"wait_for_processes": True} if wait else {}))
 
@@ -141,12 +146,14 @@ def check_settings(out: Path, config: SweepConfig, *, overwrite: bool) -> None:
     """Write ``OUT/sweep.json``; refused unless ``overwrite``: a folder holding a sweep with other
     settings, and a folder that holds other files but no sweep (no ``sweep.json``), as every
     command refuses a non-empty output folder."""
-    from headlens.probes.outputs import write_json
-
     path = out / "sweep.json"
     settings = config.to_dict()
     if not overwrite and not path.is_file() and out.is_dir() and any(out.iterdir()):
-        raise OutputExistsError(f"output folder {out} is not empty and holds no sweep (no sweep.json); pass another --out, or --overwrite to write the sweep beside its files", path=str(out))
+        raise OutputExistsError(
+            f"output folder {out} is not empty and holds no sweep (no sweep.json); pass another --out, or --overwrite to write the sweep "
+            "beside its files",
+            path=str(out),
+        )
     if path.is_file() and not overwrite:
         try:
             old = json.loads(path.read_text(encoding="utf-8"))
@@ -155,17 +162,25 @@ def check_settings(out: Path, config: SweepConfig, *, overwrite: bool) -> None:
         if old != settings:
             changed = sorted(k for k in settings if not isinstance(old, dict) or old.get(k) != settings[k])
             raise OutputExistsError(
-                f"{out} holds a sweep with other settings ({', '.join(changed) or 'unreadable sweep.json'}); pass --overwrite to start it afresh, or another --out"
+                f"{out} holds a sweep with other settings ({', '.join(changed) or 'unreadable sweep.json'}); pass --overwrite to start it "
+                "afresh, or another --out"
             )
     if overwrite and (out / "tasks").is_dir():
-        import shutil
-
         shutil.rmtree(out / "tasks")
     write_json(path, settings)
 
 
 def _failure(task: SweepTask, message: str, exit_code: int = 1) -> dict[str, Any]:
-    return {"key": task.key, "label": task.label, "model": task.model, "revision": task.revision, "step": task.step, "status": "failed", "error": message, "exit_code": exit_code}
+    return {
+        "key": task.key,
+        "label": task.label,
+        "model": task.model,
+        "revision": task.revision,
+        "step": task.step,
+        "status": "failed",
+        "error": message,
+        "exit_code": exit_code,
+    }
 
 
 #: Seconds between checks for Ctrl-C while waiting for tasks.
@@ -205,7 +220,18 @@ def run_sweep(
     pending = []
     for task in tasks:
         if is_done(out, task):
-            outcome.records.append({"key": task.key, "label": task.label, "model": task.model, "revision": task.revision, "step": task.step, "status": "skipped", "error": None, "exit_code": 0})
+            outcome.records.append(
+                {
+                    "key": task.key,
+                    "label": task.label,
+                    "model": task.model,
+                    "revision": task.revision,
+                    "step": task.step,
+                    "status": "skipped",
+                    "error": None,
+                    "exit_code": 0,
+                }
+            )
         else:
             pending.append(task)
     if not pending:

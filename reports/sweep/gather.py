@@ -24,19 +24,51 @@ from headlens.probes.errors import InputError
 from headlens.probes.outputs import atomic_dir
 from headlens.reports.sweep.plan import SweepTask
 from headlens.reports.sweep.task import is_done, read_loss_set, task_folder
+from headlens.reports.tables import write_table
 
 log = logging.getLogger(__name__)
 
 __all__ = ["DATASET_COLUMNS", "CHECKPOINT_COLUMNS", "gather", "loss_sets", "read_dataset", "import_pyarrow"]
 
-DATASET_COLUMNS = ["model", "revision", "step", "label", "layer", "head", "detector", "score", "baseline", "ci_low", "ci_high", "n", "accuracy", "role"]
-CHECKPOINT_COLUMNS = ["model", "revision", "step", "label", "key", "n_layers", "n_heads", "n_params", "heldout_loss", "loss_tokens", "census_s", "wall_s", "cpu_s", "device", "host"]
+DATASET_COLUMNS = [
+    "model",
+    "revision",
+    "step",
+    "label",
+    "layer",
+    "head",
+    "detector",
+    "score",
+    "baseline",
+    "ci_low",
+    "ci_high",
+    "n",
+    "accuracy",
+    "role",
+]
+CHECKPOINT_COLUMNS = [
+    "model",
+    "revision",
+    "step",
+    "label",
+    "key",
+    "n_layers",
+    "n_heads",
+    "n_params",
+    "heldout_loss",
+    "loss_tokens",
+    "census_s",
+    "wall_s",
+    "cpu_s",
+    "device",
+    "host",
+]
 
 
 def import_pyarrow():
     try:
         import pyarrow
-        import pyarrow.dataset  # noqa: F401
+        import pyarrow.dataset
     except ImportError:
         raise InputError("headlens sweep writes a Parquet dataset and needs pyarrow: pip install 'headlens[sweep]'") from None
     return pyarrow
@@ -47,15 +79,22 @@ def _task_rows(out: Path, task: SweepTask) -> tuple[pd.DataFrame, dict]:
     scores = pd.read_csv(folder / "scores.csv")
     roles = pd.read_csv(folder / "roles.csv", keep_default_na=False)
     info = json.loads((folder / "checkpoint.json").read_text(encoding="utf-8"))
-    has = {(int(r.layer), int(r.head), str(r.role)) for r in roles.itertuples()}
-    scores["role"] = [(int(la), int(h), d) in has for la, h, d in zip(scores["layer"], scores["head"], scores["detector"])]
+    has = set(zip(roles["layer"].astype(int).tolist(), roles["head"].astype(int).tolist(), roles["role"].astype(str).tolist(), strict=True))
+    scores["role"] = [(int(la), int(h), d) in has for la, h, d in zip(scores["layer"], scores["head"], scores["detector"], strict=True)]
     scores.insert(0, "label", task.label)
     scores.insert(0, "step", task.step)
     scores.insert(0, "revision", task.revision)
     scores.insert(0, "model", task.run)
     if "accuracy" not in scores:
         scores["accuracy"] = float("nan")
-    row = {**{c: info.get(c) for c in CHECKPOINT_COLUMNS}, "model": task.run, "revision": task.revision, "step": task.step, "label": task.label, "key": task.key}
+    row = {
+        **{c: info.get(c) for c in CHECKPOINT_COLUMNS},
+        "model": task.run,
+        "revision": task.revision,
+        "step": task.step,
+        "label": task.label,
+        "key": task.key,
+    }
     return scores[DATASET_COLUMNS], row
 
 
@@ -75,8 +114,6 @@ def gather(out: str | Path, tasks: list[SweepTask]) -> tuple[pd.DataFrame, pd.Da
     pa = import_pyarrow()
     import pyarrow.dataset as ds
 
-    from headlens.reports.tables import write_table
-
     out = Path(out)
     frames, rows = [], []
     for task in tasks:
@@ -87,18 +124,28 @@ def gather(out: str | Path, tasks: list[SweepTask]) -> tuple[pd.DataFrame, pd.Da
     data = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=DATASET_COLUMNS)
     data["step"] = data["step"].astype("Int64")
     data["revision"] = data["revision"].astype("string")
-    data = data.sort_values(["model", "step", "label", "detector", "layer", "head"], na_position="last", kind="stable").reset_index(drop=True)
+    data = data.sort_values(["model", "step", "label", "detector", "layer", "head"], na_position="last", kind="stable").reset_index(
+        drop=True
+    )
     checkpoints = pd.DataFrame(rows, columns=CHECKPOINT_COLUMNS)
     checkpoints["step"] = checkpoints["step"].astype("Int64")
     checkpoints = checkpoints.sort_values(["model", "step", "label"], na_position="last", kind="stable").reset_index(drop=True)
     table = pa.Table.from_pandas(data, preserve_index=False)
     with atomic_dir(out / "dataset") as tmp:
         ds.write_dataset(
-            table, tmp, format="parquet", basename_template="part-{i}.parquet",
-            partitioning=ds.partitioning(pa.schema([("model", pa.string())]), flavor="hive"), existing_data_behavior="error",
+            table,
+            tmp,
+            format="parquet",
+            basename_template="part-{i}.parquet",
+            partitioning=ds.partitioning(pa.schema([("model", pa.string())]), flavor="hive"),
+            existing_data_behavior="error",
         )
     write_table(checkpoints, out / "checkpoints.csv")
-    ablation = [_with_task(pd.read_csv(task_folder(out, t) / "ablation.csv"), t) for t in tasks if is_done(out, t) and (task_folder(out, t) / "ablation.csv").is_file()]
+    ablation = [
+        _with_task(pd.read_csv(task_folder(out, t) / "ablation.csv"), t)
+        for t in tasks
+        if is_done(out, t) and (task_folder(out, t) / "ablation.csv").is_file()
+    ]
     if ablation:
         write_table(pd.concat(ablation, ignore_index=True), out / "ablation.parquet")
     log.info("dataset: %d rows from %d checkpoints -> %s", len(data), len(checkpoints), out / "dataset")
@@ -125,4 +172,6 @@ def read_dataset(out: str | Path) -> pd.DataFrame:
     data = pd.read_parquet(path)
     data["model"] = data["model"].astype(str)
     data = data[DATASET_COLUMNS]
-    return data.sort_values(["model", "step", "label", "detector", "layer", "head"], na_position="last", kind="stable").reset_index(drop=True)
+    return data.sort_values(["model", "step", "label", "detector", "layer", "head"], na_position="last", kind="stable").reset_index(
+        drop=True
+    )

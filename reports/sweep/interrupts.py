@@ -39,7 +39,7 @@ class Interrupts:
     def __init__(self) -> None:
         self.received: int | None = None
 
-    def record(self, signum: int, frame: Any = None) -> None:  # noqa: ARG002 - a signal handler's signature
+    def record(self, signum: int, frame: Any = None) -> None:
         if self.received is None:
             self.received = signum
             return

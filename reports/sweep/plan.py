@@ -1,9 +1,10 @@
 """The sweep's task list and settings.
 
 A task is one model at one revision, or one local checkpoint folder.  ``--model`` names a
-Hub id (crossed with every ``--revision``), a named model (``demo``, ``minilm``: :mod:`headlens.reports.models`), a checkpoint folder, or a folder of
-checkpoint folders (``headlens demo train --save-every`` writes one), which stands for each
-checkpoint inside it.  Each task knows its training step when one can be read:
+Hub id (crossed with every ``--revision``), a named model (``demo``, ``minilm``:
+:mod:`headlens.reports.models`), a checkpoint folder, or a folder of checkpoint folders
+(``headlens demo train --save-every`` writes one), which stands for each checkpoint inside it.
+Each task knows its training step when one can be read:
 
 * a revision named ``stepN`` (Pythia's convention: ``step0`` ... ``step143000``);
 * ``checkpoint.json`` in the folder (``{"step": N, "run": NAME}``, written by ``demo train --save-every``);
@@ -26,6 +27,7 @@ from typing import Any
 
 from headlens.analyses.heads.census import CensusConfig
 from headlens.probes.errors import InputError
+from headlens.reports.models import named_models
 
 log = logging.getLogger(__name__)
 
@@ -143,7 +145,16 @@ def _folder_tasks(path: Path) -> list[SweepTask]:
     info = checkpoint_info(path) if path.is_dir() else {}
     run = info.get("run") or path.name
     label = f"{path.parent.name}/{path.name}" if "step" in info and info.get("run") != path.name else path.name
-    return [SweepTask(model=str(path.resolve()), revision=None, run=run, step=info.get("step"), label=label, key=_key(label, str(path.resolve()), None))]
+    return [
+        SweepTask(
+            model=str(path.resolve()),
+            revision=None,
+            run=run,
+            step=info.get("step"),
+            label=label,
+            key=_key(label, str(path.resolve()), None),
+        )
+    ]
 
 
 def plan_tasks(models: list[str], revisions: list[str] | None = None) -> list[SweepTask]:
@@ -151,8 +162,6 @@ def plan_tasks(models: list[str], revisions: list[str] | None = None) -> list[Sw
 
     Revisions apply to Hub ids; given with a local folder they are an error (a folder has one version).
     """
-    from headlens.reports.models import named_models
-
     if not models:
         raise InputError("no models: pass --model (repeatable)")
     named = named_models()
@@ -166,12 +175,23 @@ def plan_tasks(models: list[str], revisions: list[str] | None = None) -> list[Sw
             tasks.append(SweepTask(model=str(folder), run=model, step=step, label=model, key=_key(model, model, None)))
         elif path.exists() or model.startswith((".", "/", "~")):
             if revisions:
-                raise InputError(f"--revision/--steps apply to Hub models; {model} is a local folder (pass each checkpoint folder as --model)")
+                raise InputError(
+                    f"--revision/--steps apply to Hub models; {model} is a local folder (pass each checkpoint folder as --model)"
+                )
             tasks.extend(_folder_tasks(path))
         else:
             for revision in revisions or [None]:
                 label = model.split("/")[-1] + (f"@{revision}" if revision else "")
-                tasks.append(SweepTask(model=model, revision=revision, run=model, step=step_of_revision(revision), label=label, key=_key(label, model, revision)))
+                tasks.append(
+                    SweepTask(
+                        model=model,
+                        revision=revision,
+                        run=model,
+                        step=step_of_revision(revision),
+                        label=label,
+                        key=_key(label, model, revision),
+                    )
+                )
     seen: set[str] = set()
     unique = []
     for task in tasks:

@@ -1,0 +1,295 @@
+"""Lint, formatting and types, as configured in ``pyproject.toml``: ``ruff check``, ``ruff format
+--check`` and pyright (basic mode) find nothing in the tree.
+
+Each check first proves, on a small tree laid out like this one (the real ``pyproject.toml`` and
+``.pyright`` link tree copied into a temporary folder), that a planted finding makes it fail, and
+that pyright resolves ``headlens.*`` to that tree's own folders, not to an installed or
+``build/lib`` copy.
+
+:data:`PENDING` names the files whose findings are left for a later change, each with its reason.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+LINK_TREE = ROOT / ".pyright" / "headlens"
+#: The repository folders the link tree serves as headlens' subpackages (setup.py's package_dir).
+LAYERS = ("probes", "analyses", "reports")
+
+#: Why a file is pending: issue 21 ran its lint pass while other changes were in flight.
+PHASE_2 = "edited by another change of issue 21 while the lint pass ran; linted after it lands"
+
+#: Per check, the files whose findings are left for later (``fnmatch`` patterns), each with its
+#: reason.  A pattern is removed once its files are clean (the checks below fail on a stale one).
+PENDING: dict[str, dict[str, str]] = {
+    "ruff check": {
+        "analyses/ablation/*": PHASE_2,
+        "analyses/design/*": PHASE_2,
+        "analyses/heads/*": PHASE_2,
+        "analyses/patching/*": PHASE_2,
+        "benchmarks/census.py": PHASE_2,
+        "benchmarks/census_large.py": PHASE_2,
+        "benchmarks/llama_gqa.py": PHASE_2,
+        "benchmarks/sinks.py": PHASE_2,
+        "probes/capture.py": PHASE_2,
+        "probes/devices.py": PHASE_2,
+        "probes/loading.py": PHASE_2,
+        "probes/sources.py": PHASE_2,
+        "reports/census_summary.py": PHASE_2,
+        "reports/cli/*": PHASE_2,
+        "reports/figures/ablation.py": PHASE_2,
+        "reports/figures/common.py": PHASE_2,
+        "reports/figures/design.py": PHASE_2,
+        "reports/figures/patching.py": PHASE_2,
+        "reports/figures/sinks.py": PHASE_2,
+        "reports/models.py": PHASE_2,
+        "reports/report/build.py": PHASE_2,
+        "reports/report/settings.py": PHASE_2,
+        "reports/report/stage_*.py": PHASE_2,
+        "reports/sinks_tables.py": PHASE_2,
+        "reports/sweep/task.py": PHASE_2,
+        "reports/tables.py": PHASE_2,
+        "reports/verdict_text.py": PHASE_2,
+        "tests/test_detectors.py": PHASE_2,
+        "tests/test_encoder_ablation.py": PHASE_2,
+        "tests/test_half_precision.py": PHASE_2,
+        "tests/test_report.py": PHASE_2,
+        "tests/test_report_roles.py": PHASE_2,
+        "tests/test_sinks.py": PHASE_2,
+        "tests/test_sinks_lengths.py": PHASE_2,
+        "tests/test_sinks_lengths_windows.py": PHASE_2,
+        "tests/test_streaming.py": PHASE_2,
+        "tests/test_sweep.py": PHASE_2,
+        "tests/test_sweep_cluster.py": PHASE_2,
+        "tests/test_windows.py": PHASE_2,
+    },
+    "ruff format": {
+        "analyses/ablation/*": PHASE_2,
+        "analyses/heads/*": PHASE_2,
+        "analyses/patching/*": PHASE_2,
+        "benchmarks/census.py": PHASE_2,
+        "benchmarks/census_large.py": PHASE_2,
+        "benchmarks/llama_gqa.py": PHASE_2,
+        "benchmarks/sinks.py": PHASE_2,
+        "probes/capture.py": PHASE_2,
+        "probes/devices.py": PHASE_2,
+        "probes/edit_functions.py": PHASE_2,
+        "probes/loading.py": PHASE_2,
+        "probes/sources.py": PHASE_2,
+        "reports/cli/*": PHASE_2,
+        "reports/figures/ablation.py": PHASE_2,
+        "reports/figures/common.py": PHASE_2,
+        "reports/figures/design.py": PHASE_2,
+        "reports/figures/patching.py": PHASE_2,
+        "reports/figures/sinks.py": PHASE_2,
+        "reports/report/build.py": PHASE_2,
+        "reports/report/settings.py": PHASE_2,
+        "reports/report/stage_*.py": PHASE_2,
+        "reports/sinks_tables.py": PHASE_2,
+        "reports/sweep/task.py": PHASE_2,
+        "tests/test_detectors.py": PHASE_2,
+        "tests/test_encoder_ablation.py": PHASE_2,
+        "tests/test_half_precision.py": PHASE_2,
+        "tests/test_report.py": PHASE_2,
+        "tests/test_report_roles.py": PHASE_2,
+        "tests/test_sinks_lengths.py": PHASE_2,
+        "tests/test_sinks_lengths_windows.py": PHASE_2,
+        "tests/test_streaming.py": PHASE_2,
+        "tests/test_sweep.py": PHASE_2,
+        "tests/test_sweep_cluster.py": PHASE_2,
+        "tests/test_windows.py": PHASE_2,
+    },
+    "pyright": {
+        "analyses/ablation/*": PHASE_2,
+        "analyses/design/*": PHASE_2,
+        "analyses/heads/*": PHASE_2,
+        "analyses/patching/*": PHASE_2,
+        "analyses/sinks/*": PHASE_2,
+        "benchmarks/census.py": PHASE_2,
+        "benchmarks/census_large.py": PHASE_2,
+        "benchmarks/llama_gqa.py": PHASE_2,
+        "benchmarks/sinks.py": PHASE_2,
+        "probes/edit_functions.py": PHASE_2,
+        "probes/loading.py": PHASE_2,
+        "reports/cli/*": PHASE_2,
+        "reports/figures/ablation.py": PHASE_2,
+        "reports/figures/common.py": PHASE_2,
+        "reports/figures/sinks.py": PHASE_2,
+        "reports/report/build.py": PHASE_2,
+        "reports/sinks_tables.py": PHASE_2,
+        "src/headlens/__init__.py": PHASE_2,
+        "tests/test_detectors.py": PHASE_2,
+        "tests/test_encoder_ablation.py": PHASE_2,
+        "tests/test_engine.py": PHASE_2,
+        "tests/test_framing.py": PHASE_2,
+        "tests/test_model_names.py": PHASE_2,
+        "tests/test_pruning.py": PHASE_2,
+        "tests/test_sinks.py": PHASE_2,
+        "tests/test_sinks_lengths.py": PHASE_2,
+        "tests/test_sinks_lengths_windows.py": PHASE_2,
+        "tests/test_streaming.py": PHASE_2,
+        "tests/test_studies_b.py": PHASE_2,
+        "tests/test_windows.py": PHASE_2,
+    },
+}
+
+
+def _tool(name: str) -> str:
+    path = BIN / name
+    if not path.exists():
+        pytest.fail(f"{name} is not installed next to {sys.executable}: pip install -e '.[test]'")
+    return str(path)
+
+
+def _run(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "NO_COLOR": "1"}
+    return subprocess.run(args, cwd=cwd, capture_output=True, text=True, env=env, timeout=900)
+
+
+def ruff_findings(root: Path) -> dict[str, list[str]]:
+    """``ruff check`` findings by file (path relative to ``root``)."""
+    proc = _run([_tool("ruff"), "check", "--no-cache", "--output-format", "json", "."], root)
+    if proc.returncode not in (0, 1):
+        pytest.fail(f"ruff check did not run: {proc.stderr.strip()}")
+    out: dict[str, list[str]] = {}
+    for f in json.loads(proc.stdout):
+        rel = Path(f["filename"]).resolve().relative_to(root.resolve()).as_posix()
+        out.setdefault(rel, []).append(f"{rel}:{f['location']['row']}: {f['code']} {f['message']}")
+    return out
+
+
+def unformatted(root: Path) -> set[str]:
+    """Files ``ruff format`` would change."""
+    proc = _run([_tool("ruff"), "format", "--no-cache", "--check", "--output-format", "json", "."], root)
+    if proc.returncode not in (0, 1):
+        pytest.fail(f"ruff format did not run: {proc.stderr.strip()}")
+    return {Path(f["filename"]).resolve().relative_to(root.resolve()).as_posix() for f in json.loads(proc.stdout)}
+
+
+def pyright_findings(root: Path) -> dict[str, list[str]]:
+    """pyright's errors and warnings by file, with this interpreter's site-packages."""
+    proc = _run([_tool("pyright"), "--outputjson", "--pythonpath", sys.executable, "--project", str(root)], root)
+    try:
+        report = json.loads(proc.stdout)
+    except json.JSONDecodeError:
+        pytest.fail(f"pyright did not run (needs Node.js): {proc.stderr.strip() or proc.stdout.strip()}")
+    out: dict[str, list[str]] = {}
+    for d in report["generalDiagnostics"]:
+        if d["severity"] not in ("error", "warning"):
+            continue
+        rel = Path(d["file"]).resolve().relative_to(root.resolve()).as_posix()
+        line = d["range"]["start"]["line"] + 1
+        out.setdefault(rel, []).append(f"{rel}:{line}: {d.get('rule', d['severity'])} {d['message'].splitlines()[0]}")
+    return out
+
+
+def _failures(found: dict[str, list[str]], check: str, hint: str = "") -> str:
+    """The findings outside ``PENDING[check]`` and its stale patterns, as one message ('' if none)."""
+    pending = PENDING[check]
+    bad = {f: v for f, v in found.items() if not any(fnmatch.fnmatch(f, p) for p in pending)}
+    lines = [line for f in sorted(bad) for line in bad[f]]
+    msg = f"{check}{hint}: {len(lines)} finding(s)\n" + "\n".join(lines[:200]) if lines else ""
+    stale = sorted(p for p in pending if not any(fnmatch.fnmatch(f, p) for f in found))
+    if stale:
+        msg += f"\nPENDING[{check!r}] patterns whose files are now clean (remove them): {stale}"
+    return msg
+
+
+# --------------------------------------------------------------------------- the checks can fail
+
+CLEAN = {
+    "src/headlens/__init__.py": '"""Top."""\n',
+    "src/headlens/py.typed": "",
+    "probes/__init__.py": '"""Probes."""\n',
+    "probes/width.py": '"""A typed module."""\n\n\ndef width() -> int:\n    return 3\n',
+    "analyses/__init__.py": "",
+    "reports/__init__.py": "",
+    "tests/__init__.py": "",
+    "tests/test_width.py": (
+        '"""Uses it."""\n\nfrom headlens.probes.width import width\n\n\n'
+        "def test_width() -> None:\n    n: int = width()\n    assert n == 3\n"
+    ),
+    "benchmarks/_common.py": '"""Shared."""\n',
+    # a stale copy of the package where an old build leaves one: width() returned a str there
+    "build/lib/headlens/probes/width.py": 'def width() -> str:\n    return "3"\n',
+}
+
+
+@pytest.fixture
+def small_tree(tmp_path: Path) -> Path:
+    """A tree laid out like this one, clean, with the real pyproject.toml and .pyright link tree."""
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    shutil.copytree(ROOT / ".pyright", tmp_path / ".pyright", symlinks=True)
+    for rel, text in CLEAN.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    (tmp_path / "src/headlens/__main__.py").write_text('"""Main."""\n')
+    return tmp_path
+
+
+def test_ruff_check_fails_on_a_planted_finding(small_tree):
+    assert ruff_findings(small_tree) == {}
+    (small_tree / "probes/width.py").write_text('"""A typed module."""\n\nimport os\n\n\ndef width() -> int:\n    return 3\n')
+    assert [line.split(": ", 1)[1] for line in ruff_findings(small_tree)["probes/width.py"]] == ["F401 `os` imported but unused"]
+
+
+def test_ruff_format_fails_on_a_planted_finding(small_tree):
+    assert unformatted(small_tree) == set()
+    (small_tree / "probes/width.py").write_text('"""A typed module."""\n\n\ndef width() -> int:\n    return   3\n')
+    assert unformatted(small_tree) == {"probes/width.py"}
+
+
+@pytest.mark.slow
+def test_pyright_fails_on_a_planted_finding_and_reads_the_trees_own_files(small_tree):
+    assert pyright_findings(small_tree) == {}
+    # the test now asks for a str: wrong for probes/width.py, right for the stale build/lib copy
+    test = small_tree / "tests/test_width.py"
+    test.write_text(test.read_text().replace("n: int = width()", "n: str = width()").replace("== 3", "== '3'"))
+    found = pyright_findings(small_tree)
+    assert list(found) == ["tests/test_width.py"] and len(found["tests/test_width.py"]) == 1
+    assert "reportAssignmentType" in found["tests/test_width.py"][0] and '"int"' in found["tests/test_width.py"][0]
+
+
+def test_the_link_tree_serves_the_repository_folders():
+    """Every link resolves into this repository; src/headlens's files are all linked."""
+    assert LINK_TREE.is_dir() and not LINK_TREE.is_symlink()
+    for layer in LAYERS:
+        assert (LINK_TREE / layer).is_symlink() and (LINK_TREE / layer).resolve() == ROOT / layer
+    top = {p.name for p in (ROOT / "src/headlens").iterdir() if p.name != "__pycache__"}
+    links = {p.name for p in LINK_TREE.iterdir()} - set(LAYERS)
+    missing, extra = sorted(top - links), sorted(links - top)
+    assert links == top, f"make .pyright/headlens link exactly src/headlens's files: missing {missing}, extra {extra}"
+    for name in top:
+        link = LINK_TREE / name
+        assert link.is_symlink() and not Path(os.readlink(link)).is_absolute(), f"{link} is not a relative link"
+        assert link.resolve() == (ROOT / "src/headlens" / name).resolve()
+
+
+# --------------------------------------------------------------------------- the tree
+
+
+def test_ruff_check_finds_nothing():
+    msg = _failures(ruff_findings(ROOT), "ruff check")
+    assert not msg, msg
+
+
+def test_ruff_format_changes_nothing():
+    msg = _failures({f: [f] for f in unformatted(ROOT)}, "ruff format", " (run `ruff format <file>`)")
+    assert not msg, msg
+
+
+@pytest.mark.slow
+def test_pyright_finds_nothing():
+    msg = _failures(pyright_findings(ROOT), "pyright")
+    assert not msg, msg
