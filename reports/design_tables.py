@@ -32,7 +32,13 @@ def gqa_markdown(res: Any, model_name: str, *, figure: str | None = None, n_item
     """Markdown of a GQA what-if: the loss/cache table, the groups, the heads that move most, the
     reading (``n_items``: the evaluation windows, for :func:`gqa_reading`)."""
     s = res.summary
-    lines = [f"# GQA what-if: {model_name}", "", "K and V of the KV heads in a group mean-pooled in every layer (no retraining); loss on text windows; JS = Jensen-Shannon divergence (bits) between each head's original and pooled attention rows, mean over queries.", ""]
+    lines = [
+        f"# GQA what-if: {model_name}",
+        "",
+        "K and V of the KV heads in a group mean-pooled in every layer (no retraining); loss on text windows; JS = Jensen-Shannon "
+        "divergence (bits) between each head's original and pooled attention rows, mean over queries.",
+        "",
+    ]
     lines += [markdown_table(s, floatfmt=".4g"), ""]
     if figure:
         lines += [f"![loss vs KV cache]({figure})", ""]
@@ -61,7 +67,8 @@ def gqa_reading(s: Any, comparison: Any = None, *, n_items: int | None = None, s
         by = {r.grouping: r for r in rows.itertuples(index=False)}
         first = rows.iloc[0]
         line = f"- g={g} ({first.kv_saved:.0%} of the cache saved): loss change " + ", ".join(
-            f"{r.loss_change:+.4f} [{r.change_ci_low:+.4f}, {r.change_ci_high:+.4f}] {name} ({words(r.change_ci_low, r.change_ci_high, above='raises the loss', below='lowers the loss')})"
+            f"{r.loss_change:+.4f} [{r.change_ci_low:+.4f}, {r.change_ci_high:+.4f}] {name} "
+            f"({words(r.change_ci_low, r.change_ci_high, above='raises the loss', below='lowers the loss')})"
             for name, r in by.items()
         )
         c = comp.get(int(g))
@@ -69,7 +76,9 @@ def gqa_reading(s: Any, comparison: Any = None, *, n_items: int | None = None, s
             if c.same_groups:
                 line += ": both groupings chose the same groups"
             else:
-                verdict = words(c.ci_low, c.ci_high, above="similarity grouping loses more", below="similarity grouping loses less", versus="adjacent")
+                verdict = words(
+                    c.ci_low, c.ci_high, above="similarity grouping loses more", below="similarity grouping loses less", versus="adjacent"
+                )
                 line += f"; similar minus adjacent {c.similar_minus_adjacent:+.4f} [{c.ci_low:+.4f}, {c.ci_high:+.4f}]: {verdict}"
         out.append(line + f" (95% bootstrap intervals over {'' if n_items is None else f'{n_items} '}windows).")
     return out
@@ -90,13 +99,22 @@ def knockout_reading(losses: Any, roles: Any | None) -> list[str]:
     if roles is not None:
         prev = roles[(roles["kind"].isin(["q=k", "q=k=v"])) & roles["lost"].str.contains("previous_token")]
         if len(prev):
-            out.append("- Tied Q = K makes scores symmetric (s_ij = s_ji): a head can no longer prefer the previous token by what it matches, so previous-token roles go, and heads that read them (induction) lose what they key on.")
+            out.append(
+                "- Tied Q = K makes scores symmetric (s_ij = s_ji): a head can no longer prefer the previous token by what it matches, "
+                "so previous-token roles go, and heads that read them (induction) lose what they key on."
+            )
     return out
 
 
 def projections_markdown(losses: Any, roles: Any | None, model_name: str, *, figure: str | None = None) -> str:
     """Markdown of a projection knockout run: the loss table, the role changes, the reading."""
-    lines = [f"# Projection knockout: {model_name}", "", "One layer at a time: queries from the key projection (q=k), values from the key projection (v=k), or both (q=k=v); loss on text windows.", ""]
+    lines = [
+        f"# Projection knockout: {model_name}",
+        "",
+        "One layer at a time: queries from the key projection (q=k), values from the key projection (v=k), or both (q=k=v); loss on text "
+        "windows.",
+        "",
+    ]
     lines += [markdown_table(losses, floatfmt=".4g"), ""]
     if figure:
         lines += [f"![knockout loss change]({figure})", ""]
@@ -106,7 +124,14 @@ def projections_markdown(losses: Any, roles: Any | None, model_name: str, *, fig
     return "\n".join(lines)
 
 
-def design_section_markdown(tables: dict[str, Any], *, heading: str | None = "## Design questions", figure: str | None = None, n_items: int | None = None, smoke: str | None = None) -> str:
+def design_section_markdown(
+    tables: dict[str, Any],
+    *,
+    heading: str | None = "## Design questions",
+    figure: str | None = None,
+    n_items: int | None = None,
+    smoke: str | None = None,
+) -> str:
     """Markdown of :func:`headlens.analyses.design.section.design_section_tables` (the report's
     design section; ``heading`` None leaves the title to the caller, ``figure`` links the
     loss-vs-cache image).  Parts not run are listed with their reason (HTML-escaped).
@@ -128,5 +153,12 @@ def design_section_markdown(tables: dict[str, Any], *, heading: str | None = "##
         lines += [*gqa_reading(tables["gqa_summary"], tables.get("gqa_comparison"), n_items=n_items, smoke=bool(smoke)), ""]
     if "knockout_losses" in tables:
         roles = tables.get("knockout_roles")
-        lines += ["### Projection knockout", "", markdown_table(tables["knockout_losses"], floatfmt=".4g"), "", *knockout_reading(tables["knockout_losses"], roles), ""]
+        lines += [
+            "### Projection knockout",
+            "",
+            markdown_table(tables["knockout_losses"], floatfmt=".4g"),
+            "",
+            *knockout_reading(tables["knockout_losses"], roles),
+            "",
+        ]
     return "\n".join(lines)

@@ -25,11 +25,15 @@ def evidence_rule_text() -> str:
     """One paragraph: what each role is tested by and when it is supported (the thresholds are the analysis's)."""
     return (
         f"Each role is tested by the intervention it predicts. Induction: with the head zero-ablated, the loss rise on the second copy of "
-        f"repeated random tokens is at least {MIN_LOSS:g} nats and {COPY_RATIO:g}x the first copy's rise (interval above 0), and the head writes "
+        f"repeated random tokens is at least {MIN_LOSS:g} nats and {COPY_RATIO:g}x the first copy's rise (interval above 0), and the "
+        "head writes "
         f"at least {MIN_EFFECT:.0%} of the induction logit difference itself. Previous-token: path patching it into the key input of the "
-        f"induction heads, all at once, restores at least {MIN_EFFECT:.0%} of the induction behaviour (interval's low end). Duplicate-token and "
-        f"referent: patching the head's output from the pair's other sentence moves the preference by at least {MIN_EFFECT:.0%} of the gap, "
-        f"interval excluding 0. Sink: removing its attention to the first token (renormalised) changes the loss by at least {MIN_LOSS:g} nats, "
+        f"induction heads, all at once, restores at least {MIN_EFFECT:.0%} of the induction behaviour (interval's low end). "
+        "Duplicate-token and "
+        f"referent: patching the head's output from the pair's other sentence moves the preference by at least {MIN_EFFECT:.0%} of the "
+        "gap, "
+        f"interval excluding 0. Sink: removing its attention to the first token (renormalised) changes the loss by at least {MIN_LOSS:g} "
+        "nats, "
         f"interval excluding 0. Every verdict needs at least {MIN_ITEMS} items; 'not testable here' gives the reason."
     )
 
@@ -54,7 +58,7 @@ def evidence_joined(evidence: pd.DataFrame, heads: pd.DataFrame, sep: str = "; "
     by_head: dict[tuple[int, int], list[str]] = {}
     for r in evidence.sort_values(["layer", "head", "role"]).itertuples():
         by_head.setdefault((int(r.layer), int(r.head)), []).append(f"{r.role}: {r.evidence}")
-    return [sep.join(by_head.get((int(a), int(b)), ())) for a, b in zip(heads["layer"], heads["head"])]
+    return [sep.join(by_head.get((int(a), int(b)), ())) for a, b in zip(heads["layer"], heads["head"], strict=True)]
 
 
 def evidence_lines(evidence: pd.DataFrame) -> list[str]:
@@ -69,6 +73,6 @@ def evidence_markdown(evidence: pd.DataFrame, *, smoke_note: str | None = None) 
         lines += [f"**{smoke_note}**", ""]
     lines += [evidence_rule_text(), ""]
     if evidence.empty:
-        return lines + ["No head has a role, so nothing was tested.", ""]
+        return [*lines, "No head has a role, so nothing was tested.", ""]
     rows = [[r.name, r.role, r.evidence, figure_text(r), r.unit, r.detail] for r in evidence.itertuples()]
-    return lines + markdown_table(rows, ["head", "role", "evidence", "figure [95% CI]", "figure measures", "why"]).split("\n") + [""]
+    return [*lines, *markdown_table(rows, ["head", "role", "evidence", "figure [95% CI]", "figure measures", "why"]).split("\n"), ""]

@@ -15,14 +15,17 @@ __all__ = ["write_tables", "patch_lines", "gap_line", "top_lines", "path_lines",
 
 def write_tables(tables: dict[str, pd.DataFrame], out_dir: str | Path) -> list[Path]:
     out = Path(out_dir)
-    return [atomic_write(out / f"{name}.csv", lambda p, df=df: df.to_csv(p, index=False, float_format="%.6g")) for name, df in tables.items()]
+    return [
+        atomic_write(out / f"{name}.csv", lambda p, df=df: df.to_csv(p, index=False, float_format="%.6g")) for name, df in tables.items()
+    ]
 
 
 def gap_line(d: dict[str, Any]) -> str:
     """The clean/corrupted line of a gap (``Gap.describe()``, the manifest's ``patching.gap``)."""
     base = f"{d['metric']}: clean {d['clean']:.3f}, corrupted {d['corrupt']:.3f} over {d['n_pairs']} pairs"
     if d.get("undefined_reason") is None:
-        return f"{base}; gap {d['gap']:.3f} (95% CI {d['gap_low']:.3f} .. {d['gap_high']:.3f}); effects are normalised: 0 = corrupted, 1 = clean"
+        interval = f"95% CI {d['gap_low']:.3f} .. {d['gap_high']:.3f}"
+        return f"{base}; gap {d['gap']:.3f} ({interval}); effects are normalised: 0 = corrupted, 1 = clean"
     return f"{base}; normalised effects are NOT reported: {d['undefined_reason']}"
 
 

@@ -122,7 +122,7 @@ def test_metric_rules_and_refusals(minilm_model):
     assert default_metric(minilm_model)[0] == "embedding"
     assert "newly initialised" in default_metric(minilm_model)[1]
     for metric in ("loss", "logit-diff"):
-        with pytest.raises(UnsupportedModelError, match="newly initialised.*--metric embedding"):
+        with pytest.raises(UnsupportedModelError, match="newly initialised.*metric='embedding'"):
             check_metric(minilm_model, metric)
     check_metric(minilm_model, "embedding")
     decoder = SimpleNamespace(head_is_new=False, is_encoder=False, config=SimpleNamespace(model="gpt2"))

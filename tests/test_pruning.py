@@ -14,15 +14,17 @@ from headlens.analyses.ablation.evalset import repeated_tokens_eval_set, text_ev
 from headlens.analyses.ablation.masks import read_mask
 from headlens.analyses.ablation.pruning import CURVE_COLUMNS, PruneConfig, kv_bytes_saved, prune_study
 from headlens.analyses.stimuli import eval_text
-from headlens.reports.journal import Journal
 from headlens.probes.errors import InputError
 from headlens.reports.cli.main import cli
+from headlens.reports.journal import Journal
 
 SMALL = ["--n-windows", "3", "--window", "24"]
 
 
 def _fake(n_layers, n_heads, d_head, dtype, n_kv=None):
-    return SimpleNamespace(n_layers=n_layers, n_heads=n_heads, d_head=d_head, dtype=dtype, bridge=SimpleNamespace(cfg=SimpleNamespace(n_key_value_heads=n_kv)))
+    return SimpleNamespace(
+        n_layers=n_layers, n_heads=n_heads, d_head=d_head, dtype=dtype, bridge=SimpleNamespace(cfg=SimpleNamespace(n_key_value_heads=n_kv))
+    )
 
 
 def test_kv_cache_bytes_formula():
@@ -79,16 +81,27 @@ def test_prune_resume_after_an_exception_is_identical(tiny_model, tmp_path, monk
     pd.testing.assert_frame_equal(resumed.curve, reference.curve, check_exact=True)
     pd.testing.assert_frame_equal(resumed.random, reference.random, check_exact=True)
     assert resumed.pruned == reference.pruned
-    with pytest.raises(InputError, match="--step"):
+    with pytest.raises(InputError, match="step must be in"):  # the library names its parameter; the CLI says --step
         PruneConfig(step=0)
 
 
 def test_prune_cli_outputs_and_mask_round_trip_into_ablate(tiny_checkpoint, tmp_path, runner):
     out = tmp_path / "prune"
-    res = runner.invoke(cli, ["prune", "-m", str(tiny_checkpoint), *SMALL, "--step", "0.5", "--max-fraction", "0.75", "--random-seeds", "2", "--out", str(out)])
+    res = runner.invoke(
+        cli,
+        ["prune", "-m", str(tiny_checkpoint), *SMALL, "--step", "0.5", "--max-fraction", "0.75", "--random-seeds", "2", "--out", str(out)],
+    )
     assert res.exit_code == 0, res.output
     names = {p.name for p in out.iterdir()}
-    assert names == {"curve.csv", "random_orders.csv", "importance.csv", "pruned_heads.json", "manifest.json", "pruning_curve.png", "pruning_curve.svg"}
+    assert names == {
+        "curve.csv",
+        "random_orders.csv",
+        "importance.csv",
+        "pruned_heads.json",
+        "manifest.json",
+        "pruning_curve.png",
+        "pruning_curve.svg",
+    }
     curve = pd.read_csv(out / "curve.csv")
     assert list(curve.columns) == CURVE_COLUMNS
     assert curve["n_removed"].tolist() == [0, 4, 6]
@@ -101,7 +114,20 @@ def test_prune_cli_outputs_and_mask_round_trip_into_ablate(tiny_checkpoint, tmp_
     assert mask.fraction == pr["removable_fraction"] and mask.info["source"] == "headlens prune"
     assert "removable within +5%" in res.output and "KV cache saved" in res.output
     # the pruned set goes back into ablate
-    res = runner.invoke(cli, ["ablate", "-m", str(tiny_checkpoint), *SMALL, "--mask", str(out / "pruned_heads.json"), "--out", str(tmp_path / "a.csv"), "--no-attribution"])
+    res = runner.invoke(
+        cli,
+        [
+            "ablate",
+            "-m",
+            str(tiny_checkpoint),
+            *SMALL,
+            "--mask",
+            str(out / "pruned_heads.json"),
+            "--out",
+            str(tmp_path / "a.csv"),
+            "--no-attribution",
+        ],
+    )
     assert res.exit_code == 0, res.output
     assert len(pd.read_csv(tmp_path / "a.csv")) == 8 - len(mask)
     # re-running into the same folder is refused; bad options are one-line errors

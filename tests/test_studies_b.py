@@ -34,7 +34,9 @@ def _files(folder) -> list[str]:
 def _same_tables(a, b) -> None:
     assert list(a.tables) == list(b.tables)
     for name in a.tables:
-        pd.testing.assert_frame_equal(a.tables[name].reset_index(drop=True), b.tables[name].reset_index(drop=True), check_dtype=False, obj=name)
+        pd.testing.assert_frame_equal(
+            a.tables[name].reset_index(drop=True), b.tables[name].reset_index(drop=True), check_dtype=False, obj=name
+        )
 
 
 def _displays(result) -> None:
@@ -50,7 +52,16 @@ def _displays(result) -> None:
 
 def test_eval_setup_is_the_text_windows_of_the_old_call(tiny_model):
     setup = eval_setup(tiny_model, EvalSpec(**TEXT))
-    old = text_eval_set(tiny_model.tokenizer, eval_text(), n_windows=2, window=16, prepend_bos=True, n_ctx=tiny_model.n_ctx, source=BUILTIN_TEXT, frame=tiny_model.frame(True))
+    old = text_eval_set(
+        tiny_model.tokenizer,
+        eval_text(),
+        n_windows=2,
+        window=16,
+        prepend_bos=True,
+        n_ctx=tiny_model.n_ctx,
+        source=BUILTIN_TEXT,
+        frame=tiny_model.frame(True),
+    )
     assert setup.metric == "loss" and setup.chosen == "default" and setup.why is None
     assert torch.equal(setup.data.tokens, old.tokens) and setup.data.describe() == old.describe()
     task = eval_setup(tiny_model, EvalSpec(task=TASK, task_file="t.jsonl"))
@@ -63,7 +74,10 @@ def test_eval_setup_is_the_text_windows_of_the_old_call(tiny_model):
         ({"metric": "logit-diff"}, "metric='logit-diff' needs task="),
         ({"metric": "loss", "task": TASK}, "task= prompts are scored with metric='logit-diff'"),
         ({"text": "some text", "task": TASK}, "give either text="),
-        ({"text": "x", "text_file": "f.txt", "task": TASK, "task_file": "t.jsonl"}, "give either text_file= (loss, embedding) or task_file="),
+        (
+            {"text": "x", "text_file": "f.txt", "task": TASK, "task_file": "t.jsonl"},
+            "give either text_file= (loss, embedding) or task_file=",
+        ),
         ({"metric": "accuracy"}, "metric='accuracy' is not a metric"),
     ],
 )
@@ -90,11 +104,27 @@ def test_ablate_save_load_and_the_cli_files(tiny_model, tiny_checkpoint, runner,
     back = load(out)
     assert isinstance(back, AblationResult) and back.unablated_value == res.unablated_value
     _same_tables(back, res)
-    assert isinstance(load(tmp_path / "py"), AblationResult) and isinstance(load(tmp_path / "py" / "ablation.manifest.json"), AblationResult)
+    assert isinstance(load(tmp_path / "py"), AblationResult) and isinstance(
+        load(tmp_path / "py" / "ablation.manifest.json"), AblationResult
+    )
     _displays(back)
     cli_out = tmp_path / "cli" / "ablation.csv"
     cli_out.parent.mkdir()
-    args = ["ablate", "-m", str(tiny_checkpoint), "--heads", "0.0,1.2", "--bootstrap", "20", "--no-attribution", "--n-windows", "2", "--window", "16", "-q"]
+    args = [
+        "ablate",
+        "-m",
+        str(tiny_checkpoint),
+        "--heads",
+        "0.0,1.2",
+        "--bootstrap",
+        "20",
+        "--no-attribution",
+        "--n-windows",
+        "2",
+        "--window",
+        "16",
+        "-q",
+    ]
     r = runner.invoke(cli, [*args, "--out", str(cli_out)])
     assert r.exit_code == 0, r.output
     assert _files(cli_out.parent) == _files(out.parent)
@@ -107,7 +137,9 @@ def test_prune_save_load(tiny_model, tmp_path):
     res = prune(tiny_model, step=0.5, random_seeds=1, max_fraction=0.5, **TEXT)
     assert isinstance(res, PruneResult) and len(res.curve) == 2 and 0 <= res.removable_fraction <= 0.5
     folder = res.save(tmp_path / "p")
-    assert _files(folder) == sorted(["curve.csv", "random_orders.csv", "importance.csv", "pruned_heads.json", "manifest.json", "pruning_curve.png", "pruning_curve.svg"])
+    assert _files(folder) == sorted(
+        ["curve.csv", "random_orders.csv", "importance.csv", "pruned_heads.json", "manifest.json", "pruning_curve.png", "pruning_curve.svg"]
+    )
     assert json.loads((folder / "manifest.json").read_text())["pruning"]["files"]["curve.csv"] == str(folder / "curve.csv")
     back = load(folder)
     assert isinstance(back, PruneResult) and back.pruned.heads == res.pruned.heads and back.baseline_value == res.baseline_value
@@ -160,21 +192,26 @@ def test_projections_and_kv_round_trip(tiny_model, tmp_path):
 # --------------------------------------------------------------------------- patch
 
 
-def test_patch_cli_folder_loads_and_equals_the_call(tiny_model, tiny_checkpoint, runner, tmp_path):
-    res = patch(tiny_model, builtin="induction", n_pairs=4, n_resamples=20, dla=True)
-    assert isinstance(res, PatchingResult) and res.table.shape[0] == 8 and res.dla is not None
+def test_patch_cli_folder_loads_and_equals_the_call(planted_model, planted_checkpoint, runner, tmp_path):
+    res = patch(planted_model, builtin="induction", n_pairs=6, n_resamples=20, receivers=((1, 0),), dla=True)
+    n_heads = planted_model.n_layers * planted_model.n_heads
+    assert isinstance(res, PatchingResult) and res.table.shape[0] == n_heads and res.dla is not None and res.path_patching is not None
+    assert res.gap_defined  # the planted model does the induction task: effects are normalised, heatmaps drawn
     folder = res.save(tmp_path / "py")
-    r = runner.invoke(cli, ["patch", "-m", str(tiny_checkpoint), "--builtin", "induction", "--n-pairs", "4", "--n-resamples", "20", "--dla", "-q", "--out", str(tmp_path / "cli")])
+    args = ["patch", "-m", str(planted_checkpoint), "--builtin", "induction", "--n-pairs", "6", "--n-resamples", "20", "--dla"]
+    r = runner.invoke(cli, [*args, "--path", "--receivers", "1.0", "-q", "--out", str(tmp_path / "cli")])
     assert r.exit_code == 0, r.output
     assert _files(tmp_path / "cli") == _files(folder)
+    assert {"heatmap_denoising.png", "heatmap_noising.svg", "heatmap_path.png", "dla.csv", "path_patching.csv"} <= set(_files(folder))
     manifest = json.loads((folder / "manifest.json").read_text())
-    assert manifest["files"] == sorted(n for n in _files(folder) if n != "manifest.json")
+    assert manifest["result"] == "patching" and manifest["files"] == sorted(n for n in _files(folder) if n != "manifest.json")
+    for name in ("patching.csv", "path_patching.csv", "dla.csv"):
+        assert (tmp_path / "cli" / name).read_text() == (folder / name).read_text(), name
     for other in (load(folder), load(tmp_path / "cli")):
-        assert isinstance(other, PatchingResult)
-        assert (tmp_path / "cli" / "patching.csv").read_text() == (folder / "patching.csv").read_text()
-        assert list(other.tables) == list(res.tables)
-    if res.gap_defined:
-        _displays(load(folder))
+        assert isinstance(other, PatchingResult) and list(other.tables) == list(res.tables) and other.gap == res.gap
+    back = load(folder)
+    _displays(back)
+    assert set(back.figures()) == {"heatmap_denoising", "heatmap_noising", "heatmap_path"}
 
 
 # --------------------------------------------------------------------------- keyword errors
@@ -199,7 +236,7 @@ def test_unknown_keyword_is_named(tiny_model, call, kwargs, name):
 def test_study_argument_errors_name_the_parameter(tiny_model):
     with pytest.raises(InputError, match="builtin='nope'"):
         patch(tiny_model, builtin="nope")
-    with pytest.raises(InputError, match="give either task= .* or builtin="):
+    with pytest.raises(InputError, match=r"give either task= .* or builtin="):
         patch(tiny_model, task="t.jsonl", builtin="names")
     with pytest.raises(InputError, match="attribution= estimates denoising"):
         patch(tiny_model, attribution=True, directions=("noising",))

@@ -96,7 +96,9 @@ def mean_pool(hidden: Float[Tensor, "batch pos d_model"], lengths: Int[Tensor, "
     return (hidden.double() * real[:, :, None]).sum(1) / real.sum(1, keepdim=True).clamp(min=1)
 
 
-def sentence_embeddings(model: Any, tokens: Int[Tensor, "batch pos"], lengths: Int[Tensor, " batch"], *, run: Any = None) -> Float[Tensor, "batch d_model"]:
+def sentence_embeddings(
+    model: Any, tokens: Int[Tensor, "batch pos"], lengths: Int[Tensor, " batch"], *, run: Any = None
+) -> Float[Tensor, "batch d_model"]:
     """Mean-pooled last hidden state of each row (float64), with whatever hooks are attached;
     the pass stops at the last hidden state (the output head never runs)."""
     run = run or (lambda t, **kw: model.bridge(t, return_type=None, **kw))
@@ -131,13 +133,15 @@ def embedding_eval_set(
     if not sentences:
         raise InputError(f"{source} holds no sentence", source=source)
     if n_sentences is not None and (isinstance(n_sentences, bool) or not isinstance(n_sentences, int) or n_sentences < 1):
-        raise InputError(f"--n-sentences must be a positive integer, got {n_sentences!r}")
+        raise InputError(f"n_sentences must be a positive integer, got {n_sentences!r}", n_sentences=n_sentences)
     prefix, suffix = model.frame(prepend_bos)
     n_ctx = int(model.n_ctx)
     if max_tokens > n_ctx:
-        raise InputError(f"--window {max_tokens} (tokens per sentence) is longer than the model's context of {n_ctx} tokens", window=max_tokens)
+        raise InputError(
+            f"window={max_tokens} (tokens per sentence) is longer than the model's context of {n_ctx} tokens", window=max_tokens
+        )
     if max_tokens < len(prefix) + len(suffix) + 1:
-        raise InputError(f"--window {max_tokens} leaves no room for a sentence between the framing tokens", window=max_tokens)
+        raise InputError(f"window={max_tokens} leaves no room for a sentence between the framing tokens", window=max_tokens)
     total = len(sentences)
     if n_sentences is not None and total > n_sentences:
         picks = [0] if n_sentences == 1 else [round(i * (total - 1) / (n_sentences - 1)) for i in range(n_sentences)]
@@ -163,7 +167,9 @@ def embedding_eval_set(
         tokens[i, : len(r)] = torch.tensor(r, dtype=torch.long)
     lengths = torch.tensor([len(r) for r in rows], dtype=torch.long)
     with torch.inference_mode():
-        reference = torch.cat([sentence_embeddings(model, tokens[i : i + 1, : int(lengths[i])], lengths[i : i + 1]).cpu() for i in range(len(rows))])
+        reference = torch.cat(
+            [sentence_embeddings(model, tokens[i : i + 1, : int(lengths[i])], lengths[i : i + 1]).cpu() for i in range(len(rows))]
+        )
     conv = tok.convert_ids_to_tokens
     info = {
         "kind": "sentences",
@@ -173,6 +179,10 @@ def embedding_eval_set(
         "max_tokens": max_tokens,
         "truncated": cut,
         "framing": {"prefix": [conv(i) for i in prefix], "suffix": [conv(i) for i in suffix]},
-        "embedding": {"definition": EMBEDDING_DEFINITION, "hook": hidden_state_hook(model), "pooling": "mean over real tokens (framing tokens included), attention mask in every forward"},
+        "embedding": {
+            "definition": EMBEDDING_DEFINITION,
+            "hook": hidden_state_hook(model),
+            "pooling": "mean over real tokens (framing tokens included), attention mask in every forward",
+        },
     }
     return EvalSet(tokens=tokens, lengths=lengths, metric="embedding", prepend_bos=prepend_bos, source=info, reference=reference)

@@ -73,9 +73,11 @@ class EvalSet:
         if self.metric not in METRICS:
             raise InputError(f"unknown metric {self.metric!r}: choose from {', '.join(METRICS)}", metric=self.metric)
         if self.metric == "logit-diff" and (self.correct is None or self.incorrect is None):
-            raise InputError("the logit-diff metric needs a correct and an incorrect token per prompt (--task FILE)")
+            raise InputError("the logit-diff metric needs a correct and an incorrect token per prompt (task=)")
         if self.metric == "embedding" and (self.reference is None or self.reference.shape[0] != self.tokens.shape[0]):
-            raise InputError("the embedding metric needs the unablated sentence embeddings of every item (build the set with embedding_eval_set)")
+            raise InputError(
+                "the embedding metric needs the unablated sentence embeddings of every item (build the set with embedding_eval_set)"
+            )
 
     def __len__(self) -> int:
         return int(self.tokens.shape[0])
@@ -120,7 +122,14 @@ class EvalSet:
     def describe(self) -> dict[str, Any]:
         """What the set is, for manifests and journal keys: its source, size, fingerprint, and
         (``cut``) how its items were cut, so that a reader can rebuild them and the loss by hand."""
-        out = {**self.source, "metric": self.metric, "n_items": len(self), "n_tokens": self.n_tokens, "prepend_bos": self.prepend_bos, "fingerprint": self.fingerprint()}
+        out = {
+            **self.source,
+            "metric": self.metric,
+            "n_items": len(self),
+            "n_tokens": self.n_tokens,
+            "prepend_bos": self.prepend_bos,
+            "fingerprint": self.fingerprint(),
+        }
         if self.metric == "loss":
             out["n_predictions"] = self.n_predictions
         if self.loss_start:
@@ -139,11 +148,21 @@ class EvalSet:
         if kind == "text":
             window = int(src.get("window", int(self.lengths.max())))
             framing = self.cut.get("framing") or {"prefix": ["BOS"] if self.prepend_bos else [], "suffix": []}
-            return window_basis(n_windows=n, window=window, n_predictions=self.n_predictions, text=_source_name(src.get("text")), prefix=framing["prefix"], suffix=framing["suffix"])
+            return window_basis(
+                n_windows=n,
+                window=window,
+                n_predictions=self.n_predictions,
+                text=_source_name(src.get("text")),
+                prefix=framing["prefix"],
+                suffix=framing["suffix"],
+            )
         if kind == "repeated_random_tokens":
             bos = "BOS + " if self.prepend_bos else "no BOS, "
             where = "the second copy" if src.get("second_half_only") else "every position"
-            return f"{n} sequences of {bos}{src.get('T')} random tokens repeated twice (seed {src.get('seed')}; loss on {where}: {self.n_predictions:,} predictions)"
+            return (
+                f"{n} sequences of {bos}{src.get('T')} random tokens repeated twice"
+                f" (seed {src.get('seed')}; loss on {where}: {self.n_predictions:,} predictions)"
+            )
         if kind == "task":
             return f"{n} prompts of {src.get('task')} ({'BOS + prompt' if self.prepend_bos else 'no BOS'}; last position)"
         if kind == "sentences":
@@ -153,7 +172,14 @@ class EvalSet:
 
 
 def window_basis(
-    *, n_windows: int, window: int, n_predictions: int, text: str, prefix: Sequence[str] = ("BOS",), suffix: Sequence[str] = (), how: str = "consecutive from its first token"
+    *,
+    n_windows: int,
+    window: int,
+    n_predictions: int,
+    text: str,
+    prefix: Sequence[str] = ("BOS",),
+    suffix: Sequence[str] = (),
+    how: str = "consecutive from its first token",
 ) -> str:
     """The one wording of what a loss over text windows is measured on (:meth:`EvalSet.basis`;
     the demo model's card and training log use it for their own windows):
@@ -202,19 +228,22 @@ def text_eval_set(
     if not text.strip():
         raise InputError(f"{source} is empty", source=source)
     if window > n_ctx:
-        raise InputError(f"--window {window} is longer than the model's context of {n_ctx} tokens", window=window)
+        raise InputError(f"window={window} is longer than the model's context of {n_ctx} tokens", window=window)
     n_special = int(prepend_bos) if frame is None else len(frame[0]) + len(frame[1])
     if window < 2 + n_special:
-        raise InputError(f"--window {window} is too short: need at least {2 + n_special} tokens for one next-token prediction", window=window)
+        raise InputError(f"window={window} is too short: need at least {2 + n_special} tokens for one next-token prediction", window=window)
     try:
         tokens = text_windows(tokenizer, text, window, n_windows, prepend_bos=prepend_bos, bos_id=bos_id, frame=frame)
     except StimulusError as exc:
-        raise StimulusError(f"{source}: {exc}; pass a longer text, or fewer/shorter windows (--n-windows, --window)") from exc
+        raise StimulusError(f"{source}: {exc}; pass a longer text, or fewer/shorter windows (n_windows=, window=)") from exc
     lengths = torch.full((tokens.shape[0],), window, dtype=torch.long)
     n_pre, n_suf = (int(prepend_bos), 0) if frame is None else (len(frame[0]), len(frame[1]))
     per_window = window - n_pre - n_suf
     cut = {
-        "scheme": "the text tokenized once without special tokens, cut into consecutive non-overlapping windows from its first token; a trailing partial window is dropped",
+        "scheme": (
+            "the text tokenized once without special tokens, cut into consecutive non-overlapping windows from its first token;"
+            " a trailing partial window is dropped"
+        ),
         "window_includes_bos": n_pre > 0,
         "framing": _framing_names(tokenizer, tokens[0, :n_pre].tolist(), tokens[0, window - n_suf :].tolist() if n_suf else []),
         "text_tokens_per_window": per_window,
@@ -222,9 +251,19 @@ def text_eval_set(
         "offsets": [i * per_window for i in range(int(tokens.shape[0]))],
         "offset_unit": "index of the window's first text token in the tokenized text",
         "predictions_per_window": window - 1,
-        "scored": "every position but the last predicts the next token (positions 0 .. window-2): the window's first token is context only, never a target",
+        "scored": (
+            "every position but the last predicts the next token (positions 0 .. window-2):"
+            " the window's first token is context only, never a target"
+        ),
     }
-    return EvalSet(tokens=tokens, lengths=lengths, metric="loss", prepend_bos=prepend_bos, source={"kind": "text", "text": source, "n_windows": n_windows, "window": window}, cut=cut)
+    return EvalSet(
+        tokens=tokens,
+        lengths=lengths,
+        metric="loss",
+        prepend_bos=prepend_bos,
+        source={"kind": "text", "text": source, "n_windows": n_windows, "window": window},
+        cut=cut,
+    )
 
 
 def repeated_tokens_eval_set(
@@ -257,7 +296,12 @@ def repeated_tokens_eval_set(
         prepend_bos=prepend_bos,
         source={"kind": "repeated_random_tokens", "n": n, "T": T, "seed": seed, "second_half_only": second_half_only},
         loss_start=start,
-        cut={"scheme": "T random token ids (seeded) then the same T again", "window_includes_bos": prepend_bos, "length": int(body.shape[1]), "loss_from_position": start},
+        cut={
+            "scheme": "T random token ids (seeded) then the same T again",
+            "window_includes_bos": prepend_bos,
+            "length": int(body.shape[1]),
+            "loss_from_position": start,
+        },
     )
 
 
@@ -275,7 +319,9 @@ def read_task(path: str | Path) -> list[TaskItem]:
     items: list[TaskItem] = []
     for lineno, obj in read_jsonl(path, what="task file"):
         if not isinstance(obj, dict):
-            raise InputError(f'{path}:{lineno}: each line must be a JSON object with "prompt", "correct" and "incorrect"', path=str(path), line=lineno)
+            raise InputError(
+                f'{path}:{lineno}: each line must be a JSON object with "prompt", "correct" and "incorrect"', path=str(path), line=lineno
+            )
         for key in ("prompt", "correct", "incorrect"):
             if not isinstance(obj.get(key), str) or not obj[key]:
                 raise InputError(f'{path}:{lineno}: needs a non-empty string field "{key}"', path=str(path), line=lineno)
@@ -292,7 +338,8 @@ def _single_token(tokenizer: Any, text: str, *, where: str, key: str) -> int:
     if len(ids) != 1:
         pieces = [tokenizer.decode([i]) for i in ids]
         raise InputError(
-            f"{where}: {key} {text!r} is {len(ids)} tokens {pieces}, not one; use a single-token word (with its leading space, e.g. ' Mary')",
+            f"{where}: {key} {text!r} is {len(ids)} tokens {pieces}, not one; use a single-token word (with its leading space, e.g. ' "
+            "Mary')",
             key=key,
             text=text,
         )
@@ -300,7 +347,13 @@ def _single_token(tokenizer: Any, text: str, *, where: str, key: str) -> int:
 
 
 def task_eval_set(
-    tokenizer: Any, items: Sequence[TaskItem], *, prepend_bos: bool, n_ctx: int, source: str = "task", frame: tuple[Sequence[int], Sequence[int]] | None = None
+    tokenizer: Any,
+    items: Sequence[TaskItem],
+    *,
+    prepend_bos: bool,
+    n_ctx: int,
+    source: str = "task",
+    frame: tuple[Sequence[int], Sequence[int]] | None = None,
 ) -> EvalSet:
     """Tokenize task prompts (right-padded) and check that every target is one token.
 
@@ -312,7 +365,13 @@ def task_eval_set(
         where = f"{source} prompt {i}"
         correct.append(_single_token(tokenizer, item.correct, where=where, key="correct"))
         incorrect.append(_single_token(tokenizer, item.incorrect, where=where, key="incorrect"))
-    batch = tokenize_prompts(tokenizer, [it.prompt for it in items], prepend_bos=prepend_bos, n_ctx=n_ctx, frame=decoder_frame(tokenizer, prepend_bos) if frame is None else frame)
+    batch = tokenize_prompts(
+        tokenizer,
+        [it.prompt for it in items],
+        prepend_bos=prepend_bos,
+        n_ctx=n_ctx,
+        frame=decoder_frame(tokenizer, prepend_bos) if frame is None else frame,
+    )
     return EvalSet(
         tokens=batch.tokens,
         lengths=batch.lengths,

@@ -22,12 +22,16 @@ log = logging.getLogger(__name__)
 
 __all__ = ["default_metric", "check_metric", "metric_positions", "item_values", "model_values", "worse_by"]
 
+
 def default_metric(model: Any) -> tuple[str, str | None]:
     """``(metric, why)``: ``embedding`` when the output head is new or the model is an encoder
     (``why`` says which), else ``loss`` (``why`` None)."""
     name = getattr(getattr(model, "config", None), "model", None) or "the model"
     if getattr(model, "head_is_new", False):
-        return "embedding", f"the output head of {name} was newly initialised (it is not in the checkpoint), so a loss would come from random weights"
+        return (
+            "embedding",
+            f"the output head of {name} was newly initialised (it is not in the checkpoint), so a loss would come from random weights",
+        )
     if getattr(model, "is_encoder", False):
         return "embedding", f"{name} is a bidirectional encoder, which next-token loss does not apply to"
     return "loss", None
@@ -42,17 +46,20 @@ def check_metric(model: Any, metric: str) -> None:
     name = getattr(getattr(model, "config", None), "model", None) or "this model"
     if metric in HEAD_METRICS and getattr(model, "head_is_new", False):
         raise UnsupportedModelError(
-            f"--metric {metric} reads the output head of {name}, which was newly initialised (it is not in the checkpoint), so every value would come from random weights; use --metric embedding (change in the mean-pooled sentence embedding)",
+            f"metric={metric!r} reads the output head of {name}, which was newly initialised (it is not in the checkpoint), so every "
+            "value would come from random weights; use metric='embedding' (change in the mean-pooled sentence embedding)",
             metric=metric,
         )
     if metric == "logit-diff" and getattr(model, "is_encoder", False):
         raise UnsupportedModelError(
-            f"--metric logit-diff reads the next-token logits at a prompt's last position, which {name}, a bidirectional encoder, does not predict; use --metric embedding",
+            f"metric='logit-diff' reads the next-token logits at a prompt's last position, which {name}, a bidirectional encoder, does "
+            "not predict; use metric='embedding'",
             metric=metric,
         )
     if metric == "loss" and getattr(model, "is_encoder", False):
         raise UnsupportedModelError(
-            f"--metric loss is next-token cross-entropy, which {name}, a bidirectional encoder, does not model (its output at a position sees the next token); use --metric embedding (change in the mean-pooled sentence embedding)",
+            f"metric='loss' is next-token cross-entropy, which {name}, a bidirectional encoder, does not model (its output at a position "
+            "sees the next token); use metric='embedding' (change in the mean-pooled sentence embedding)",
             metric=metric,
         )
 
@@ -156,7 +163,11 @@ def model_values(
         else:
             if logits.shape[1] == len(positions):
                 return item_values(logits, tokens, lengths, data, rows, positions=positions)
-            log.debug("the model ignored logits_to_keep (%d positions asked, %d came back): computing the logits at every position", len(positions), logits.shape[1])
+            log.debug(
+                "the model ignored logits_to_keep (%d positions asked, %d came back): computing the logits at every position",
+                len(positions),
+                logits.shape[1],
+            )
             model.extra["logits_to_keep"] = False  # ignored by this model
     logits = run(toks)
     return item_values(logits, tokens, lengths, data, rows)

@@ -57,7 +57,16 @@ from headlens.analyses.ablation.study import AblationConfig, ablation_study
 from headlens.probes.errors import InputError
 from headlens.probes.loading import LoadedModel
 
-__all__ = ["PruneConfig", "PruneResult", "prune_study", "exact_importance", "importance_kind", "kv_heads", "kv_bytes_saved", "CURVE_COLUMNS"]
+__all__ = [
+    "PruneConfig",
+    "PruneResult",
+    "prune_study",
+    "exact_importance",
+    "importance_kind",
+    "kv_heads",
+    "kv_bytes_saved",
+    "CURVE_COLUMNS",
+]
 
 #: How heads are ranked, by metric kind (``PruneResult.info["importance"]``).
 GRADIENT_IMPORTANCE = "Michel et al. 2019: mean over items of |d metric / d gate| on z, L2-normalised per layer"
@@ -98,13 +107,13 @@ class PruneConfig:
 
     def __post_init__(self) -> None:
         if not 0 < self.step <= 1:
-            raise InputError(f"--step must be in (0, 1], got {self.step}")
+            raise InputError(f"step must be in (0, 1], got {self.step}", step=self.step)
         if self.max_increase < 0:
-            raise InputError(f"--max-increase must be >= 0, got {self.max_increase}")
+            raise InputError(f"max_increase must be >= 0, got {self.max_increase}", max_increase=self.max_increase)
         if self.random_seeds < 0:
-            raise InputError(f"--random-seeds must be >= 0, got {self.random_seeds}")
+            raise InputError(f"random_seeds must be >= 0, got {self.random_seeds}", random_seeds=self.random_seeds)
         if not 0 < self.max_fraction <= 1:
-            raise InputError(f"--max-fraction must be in (0, 1], got {self.max_fraction}")
+            raise InputError(f"max_fraction must be in (0, 1], got {self.max_fraction}", max_fraction=self.max_fraction)
         if self.batch_size < 1:
             raise InputError(f"batch size must be at least 1, got {self.batch_size}")
 
@@ -159,7 +168,7 @@ def _exact_importance_and_value(model: LoadedModel, data: EvalSet, *, mask: Head
     config = AblationConfig(method="zero", batch_size=batch_size, n_bootstrap=0, attribution=False)
     result = ablation_study(model, data, config, mask=mask)
     out = torch.full((model.n_layers, model.n_heads), float("nan"), dtype=torch.float64)
-    for layer, head, delta in zip(result.table["layer"], result.table["head"], result.table["delta"]):
+    for layer, head, delta in zip(result.table["layer"], result.table["head"], result.table["delta"], strict=True):
         out[int(layer), int(head)] = float(delta)
     return out, result.baseline_value
 
@@ -174,7 +183,12 @@ def _from_list(rows: list[list[float | None]]) -> torch.Tensor:
 
 
 def _pick(importance: torch.Tensor, removed: set[tuple[int, int]], n: int) -> list[tuple[int, int]]:
-    cands = [(float(importance[layer, h]), layer, h) for layer in range(importance.shape[0]) for h in range(importance.shape[1]) if (layer, h) not in removed]
+    cands = [
+        (float(importance[layer, h]), layer, h)
+        for layer in range(importance.shape[0])
+        for h in range(importance.shape[1])
+        if (layer, h) not in removed
+    ]
     cands.sort()
     return [(layer, h) for _, layer, h in cands[:n]]
 
@@ -198,7 +212,7 @@ def prune_study(
     total = model.n_layers * model.n_heads
     limit = int(np.floor(config.max_fraction * total + 1e-9))
     if limit < 1:
-        raise InputError(f"--max-fraction {config.max_fraction} removes no head of {total}")
+        raise InputError(f"max_fraction={config.max_fraction} removes no head of {total}", max_fraction=config.max_fraction)
     records = journal.records if journal is not None else []
 
     def value_of(heads: set[tuple[int, int]]) -> float:
@@ -223,7 +237,15 @@ def prune_study(
     steps = {r["step"]: r for r in records if r.get("kind") == "step"}
     if 0 not in steps:
         raw, normalised, v = importance_and_value(set())
-        steps[0] = {"kind": "step", "step": 0, "removed": [], "added": [], "value": v, "importance_raw": raw.tolist(), "importance": normalised.tolist()}
+        steps[0] = {
+            "kind": "step",
+            "step": 0,
+            "removed": [],
+            "added": [],
+            "value": v,
+            "importance_raw": raw.tolist(),
+            "importance": normalised.tolist(),
+        }
         save(steps[0])
     v0 = steps[0]["value"]
     removed: set[tuple[int, int]] = set()
@@ -235,7 +257,7 @@ def prune_study(
             # the ranking of the model as pruned so far: stored with the previous step (a journal
             # written before rankings were stored has it for step 0 only)
             imp = _from_list(prev["importance"]) if "importance" in prev else importance_and_value(removed)[1]
-            n = min(max(1, int(round(config.step * (total - len(removed))))), limit - len(removed))
+            n = min(max(1, round(config.step * (total - len(removed)))), limit - len(removed))
             added = _pick(imp, removed, n)
             new = removed | set(added)
             rec: dict[str, Any] = {"kind": "step", "step": step, "removed": sorted(map(list, new)), "added": [list(h) for h in added]}
@@ -299,13 +321,20 @@ def prune_study(
         )
     curve = pd.DataFrame(rows, columns=CURVE_COLUMNS)
     random_df = pd.DataFrame(
-        [{"seed": s, "step": st, "n_removed": grid[st], "value": rand[(s, st)]} for s in range(config.random_seeds) for st in range(n_steps + 1)],
+        [
+            {"seed": s, "step": st, "n_removed": grid[st], "value": rand[(s, st)]}
+            for s in range(config.random_seeds)
+            for st in range(n_steps + 1)
+        ],
         columns=["seed", "step", "n_removed", "value"],
     )
     raw0 = torch.tensor(steps[0]["importance_raw"], dtype=torch.float64)
     imp0 = torch.tensor(steps[0]["importance"], dtype=torch.float64)
     importance_df = pd.DataFrame(
-        [{"layer": layer, "head": h, "importance": float(imp0[layer, h]), "importance_raw": float(raw0[layer, h])} for layer, h in heads_all],
+        [
+            {"layer": layer, "head": h, "importance": float(imp0[layer, h]), "importance_raw": float(raw0[layer, h])}
+            for layer, h in heads_all
+        ],
         columns=["layer", "head", "importance", "importance_raw"],
     )
     best_removed = sorted({tuple(h) for h in steps[best]["removed"]})

@@ -126,13 +126,24 @@ def eval_setup(model: Any, spec: EvalSpec, *, check: bool = True) -> EvalSetup:
         metric, chosen, why = choose_metric(model, spec.asked_metric)
     prepend_bos = spec.prepend_bos
     if metric == "logit-diff":
-        data = task_eval_set(model.tokenizer, source, prepend_bos=prepend_bos, n_ctx=model.n_ctx, source=label, frame=model.frame(prepend_bos))
+        data = task_eval_set(
+            model.tokenizer, source, prepend_bos=prepend_bos, n_ctx=model.n_ctx, source=label, frame=model.frame(prepend_bos)
+        )
     elif metric == "embedding":
         complete = label == BUILTIN_TEXT if spec.complete_sentences is None else spec.complete_sentences
         sentences = split_sentences(source, complete_only=complete)
-        data = embedding_eval_set(model, sentences, n_sentences=spec.n_sentences, max_tokens=min(spec.window, model.n_ctx), prepend_bos=prepend_bos, source=label)
+        data = embedding_eval_set(
+            model, sentences, n_sentences=spec.n_sentences, max_tokens=min(spec.window, model.n_ctx), prepend_bos=prepend_bos, source=label
+        )
     else:
         data = text_eval_set(
-            model.tokenizer, source, n_windows=spec.n_windows, window=spec.window, prepend_bos=prepend_bos, n_ctx=model.n_ctx, source=label, frame=model.frame(prepend_bos)
+            model.tokenizer,
+            source,
+            n_windows=spec.n_windows,
+            window=spec.window,
+            prepend_bos=prepend_bos,
+            n_ctx=model.n_ctx,
+            source=label,
+            frame=model.frame(prepend_bos),
         )
     return EvalSetup(data=data, metric=metric, chosen=chosen, why=why)

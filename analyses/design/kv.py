@@ -48,7 +48,8 @@ def check_kv(model: Any, config: KVConfig) -> None:
     or a ``context`` longer than the model's."""
     if getattr(model, "is_encoder", False):
         raise InputError(
-            f"{getattr(model, 'name', 'the model')} is a bidirectional encoder: it keeps no KV cache at inference (every token is encoded in one pass, nothing is generated token by token), so there is no cache to size"
+            f"{getattr(model, 'name', 'the model')} is a bidirectional encoder: it keeps no KV cache at inference (every token is "
+            "encoded in one pass, nothing is generated token by token), so there is no cache to size"
         )
     n_ctx = int(model.n_ctx)
     if config.context is not None and config.context > n_ctx:
@@ -82,15 +83,21 @@ def _fmt_bytes(n: float) -> str:
 
 def _row(model: Any, name: str, heads: list[int], *, nbytes: int, batch: int, context: int, own: float | None) -> dict[str, Any]:
     spec = attention_spec(model)
-    per_token = sum(2 * h * la.d_head * nbytes for h, la in zip(heads, spec.layers))
+    per_token = sum(2 * h * la.d_head * nbytes for h, la in zip(heads, spec.layers, strict=True))
     tokens = [min(context, la.window) if la.window else context for la in spec.layers]
-    total = sum(2 * h * la.d_head * t * nbytes for h, la, t in zip(heads, spec.layers, tokens)) * batch
+    total = sum(2 * h * la.d_head * t * nbytes for h, la, t in zip(heads, spec.layers, tokens, strict=True)) * batch
     d = {la.d_head for la in spec.layers}
     alike = len(set(heads)) == 1 and len(d) == 1 and len(set(tokens)) == 1
     if alike:
-        formula = f"2 x {len(heads)} layers x {heads[0]} kv_heads x {d.pop()} head_dim x {batch * tokens[0]} tokens x {nbytes} bytes = {_fmt_bytes(total)}"
+        formula = (
+            f"2 x {len(heads)} layers x {heads[0]} kv_heads x {d.pop()} head_dim x {batch * tokens[0]} tokens x {nbytes} bytes"
+            f" = {_fmt_bytes(total)}"
+        )
     else:
-        formula = f"sum over layers of 2 x kv_heads x head_dim x tokens x {nbytes} bytes (kv_heads {heads}, tokens {tokens} per layer) x {batch} seq = {_fmt_bytes(total)}"
+        formula = (
+            f"sum over layers of 2 x kv_heads x head_dim x tokens x {nbytes} bytes (kv_heads {heads}, tokens {tokens} per layer)"
+            f" x {batch} seq = {_fmt_bytes(total)}"
+        )
     return {
         "variant": name,
         "kv_heads": ",".join(str(h) for h in heads) if len(set(heads)) > 1 else str(heads[0]),
@@ -110,7 +117,7 @@ def kv_cache_table(model: Any, config: KVConfig | None = None, *, removed: tuple
     config = config or KVConfig()
     context = config.context or int(model.n_ctx)
     if config.batch < 1 or context < 1:
-        raise InputError(f"--batch and --context must be at least 1, got {config.batch} and {context}")
+        raise InputError(f"batch={config.batch} and context={context}: both must be at least 1", batch=config.batch, context=context)
     dtype = config.cache_dtype or str(model.dtype).removeprefix("torch.")
     if dtype not in BYTES:
         raise InputError(f"unknown cache dtype {dtype!r}: choose from {', '.join(BYTES)}", dtype=dtype)

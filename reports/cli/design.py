@@ -29,9 +29,15 @@ log = logging.getLogger(__name__)
 def _text_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     fn = click.option("--batch-size", default=8, show_default=True, type=click.IntRange(min=1), help="Windows per forward.")(fn)
     fn = click.option("--no-bos", is_flag=True, help="Do not prepend BOS to the windows.")(fn)
-    fn = click.option("--window", default=128, show_default=True, type=click.IntRange(min=3), help="Tokens per evaluation window (BOS included).")(fn)
-    fn = click.option("--n-windows", default=16, show_default=True, type=click.IntRange(min=1), help="Evaluation windows cut from the text.")(fn)
-    fn = click.option("--text-file", default=None, type=click.Path(dir_okay=False), help="Evaluation text (default: the text that ships with headlens).")(fn)
+    fn = click.option(
+        "--window", default=128, show_default=True, type=click.IntRange(min=3), help="Tokens per evaluation window (BOS included)."
+    )(fn)
+    fn = click.option(
+        "--n-windows", default=16, show_default=True, type=click.IntRange(min=1), help="Evaluation windows cut from the text."
+    )(fn)
+    fn = click.option(
+        "--text-file", default=None, type=click.Path(dir_okay=False), help="Evaluation text (default: the text that ships with headlens)."
+    )(fn)
     return fn
 
 
@@ -49,7 +55,9 @@ def _out_dir(out_dir: str, journal_name: str, *, overwrite: bool, resume: bool) 
 def _say_resumed(what: str, kinds: tuple[str, ...], quiet: bool) -> Callable[[Any], None]:
     def say(journal: Any) -> None:
         if not quiet:
-            click.echo(f"resuming from {journal.path} ({sum(r.get('kind') in kinds for r in journal.records)} {what} already done)", err=True)
+            click.echo(
+                f"resuming from {journal.path} ({sum(r.get('kind') in kinds for r in journal.records)} {what} already done)", err=True
+            )
 
     return say
 
@@ -69,9 +77,22 @@ def _loading(device: str, dtype: str, revision: str | None, allow_new_weights: b
 @model_options
 @click.option("--batch", default=1, show_default=True, type=click.IntRange(min=1), help="Sequences held in the cache at once.")
 @click.option("--context", default=None, type=click.IntRange(min=1), help="Tokens per sequence (default: the model's context).")
-@click.option("--cache-dtype", type=click.Choice(["float32", "bfloat16", "float16", "float8", "int8"]), default=None, help="Dtype of the cached keys and values (default: the model's --dtype).")
-@click.option("--mask", "mask_file", default=None, type=click.Path(dir_okay=False), help="Head-mask JSON from headlens prune: add the pruned model (a KV head goes when no query head reads it).")
-@click.option("--out", "out_file", default=None, type=click.Path(dir_okay=False), help="Also write the table as CSV (and OUT-stem.manifest.json).")
+@click.option(
+    "--cache-dtype",
+    type=click.Choice(["float32", "bfloat16", "float16", "float8", "int8"]),
+    default=None,
+    help="Dtype of the cached keys and values (default: the model's --dtype).",
+)
+@click.option(
+    "--mask",
+    "mask_file",
+    default=None,
+    type=click.Path(dir_okay=False),
+    help="Head-mask JSON from headlens prune: add the pruned model (a KV head goes when no query head reads it).",
+)
+@click.option(
+    "--out", "out_file", default=None, type=click.Path(dir_okay=False), help="Also write the table as CSV (and OUT-stem.manifest.json)."
+)
 @click.option("--overwrite", is_flag=True, help="Replace existing output files.")
 def kv_cmd(model, device, dtype, revision, allow_new_weights, batch, context, cache_dtype, mask_file, out_file, overwrite):
     """KV-cache bytes per token and for --batch x --context tokens: the model's own attention, GQA
@@ -85,7 +106,13 @@ def kv_cmd(model, device, dtype, revision, allow_new_weights, batch, context, ca
         for path in (out_file, *KVResult.sidecars(out_file).values()):
             check_out_file(path, overwrite=overwrite)
     try:
-        result = kv(model, KVConfig(batch=batch, context=context, cache_dtype=cache_dtype), mask=mask_file, command=command_line(), **_loading(device, dtype, revision, allow_new_weights))
+        result = kv(
+            model,
+            KVConfig(batch=batch, context=context, cache_dtype=cache_dtype),
+            mask=mask_file,
+            command=command_line(),
+            **_loading(device, dtype, revision, allow_new_weights),
+        )
     except InputError as exc:
         if "context" not in exc.fields:
             raise  # an encoder: one line, exit 2
@@ -106,14 +133,50 @@ def kv_cmd(model, device, dtype, revision, allow_new_weights, batch, context, ca
 @click.command("gqa")
 @model_options
 @_text_options
-@click.option("--group-sizes", callback=parse_ints, default=None, help="KV heads pooled into one, comma-separated (default: every divisor > 1 of the KV heads, up to MQA).")
-@click.option("--grouping", default="adjacent,similar", show_default=True, help="adjacent (heads 0-1, 2-3, ...), similar (least scatter of keys and values on the text), or both.")
-@click.option("--task", "task_file", default=None, type=click.Path(dir_okay=False), help="JSONL task (prompt, correct, incorrect): also measure its logit difference.")
+@click.option(
+    "--group-sizes",
+    callback=parse_ints,
+    default=None,
+    help="KV heads pooled into one, comma-separated (default: every divisor > 1 of the KV heads, up to MQA).",
+)
+@click.option(
+    "--grouping",
+    default="adjacent,similar",
+    show_default=True,
+    help="adjacent (heads 0-1, 2-3, ...), similar (least scatter of keys and values on the text), or both.",
+)
+@click.option(
+    "--task",
+    "task_file",
+    default=None,
+    type=click.Path(dir_okay=False),
+    help="JSONL task (prompt, correct, incorrect): also measure its logit difference.",
+)
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Output folder.")
 @click.option("--resume", is_flag=True, help="Finish an interrupted run from its journal (OUT/gqa.journal.jsonl).")
-@click.option("--overwrite", is_flag=True, help="Replace files in a non-empty output folder (and an unfinished run's journal, unless --resume).")
+@click.option(
+    "--overwrite", is_flag=True, help="Replace files in a non-empty output folder (and an unfinished run's journal, unless --resume)."
+)
 @click.option("--quiet", "-q", is_flag=True, help="No progress lines.")
-def gqa_cmd(model, device, dtype, revision, allow_new_weights, text_file, n_windows, window, no_bos, batch_size, group_sizes, grouping, task_file, out_dir, resume, overwrite, quiet):
+def gqa_cmd(
+    model,
+    device,
+    dtype,
+    revision,
+    allow_new_weights,
+    text_file,
+    n_windows,
+    window,
+    no_bos,
+    batch_size,
+    group_sizes,
+    grouping,
+    task_file,
+    out_dir,
+    resume,
+    overwrite,
+    quiet,
+):
     """Turn the model into a grouped-query one without retraining (K and V mean-pooled per group,
     Ainslie et al. 2023) and measure loss, KV cache saved and how far each head's pattern moves.
 
@@ -127,9 +190,20 @@ def gqa_cmd(model, device, dtype, revision, allow_new_weights, text_file, n_wind
     except InputError as exc:
         raise click.BadParameter(str(exc), param_hint="--group-sizes") from None
     out = _out_dir(out_dir, "gqa.journal.jsonl", overwrite=overwrite, resume=resume)
-    journal = JournalFile(out / "gqa.journal.jsonl", "gqa", resume=resume, overwrite=overwrite, on_resume=_say_resumed("variant(s)", ("gqa_variant",), quiet))
+    journal = JournalFile(
+        out / "gqa.journal.jsonl", "gqa", resume=resume, overwrite=overwrite, on_resume=_say_resumed("variant(s)", ("gqa_variant",), quiet)
+    )
     with progress_bars("gqa", quiet=quiet) as progress:
-        res = gqa(model, config, task_file=task_file, journal=journal, progress=progress, command=command_line(), **_text(text_file, n_windows, window, no_bos), **_loading(device, dtype, revision, allow_new_weights))
+        res = gqa(
+            model,
+            config,
+            task_file=task_file,
+            journal=journal,
+            progress=progress,
+            command=command_line(),
+            **_text(text_file, n_windows, window, no_bos),
+            **_loading(device, dtype, revision, allow_new_weights),
+        )
     res.write(out)
     journal.finish()
     n_items = res.manifest["gqa"]["data"]["n_windows"]
@@ -149,16 +223,45 @@ def gqa_cmd(model, device, dtype, revision, allow_new_weights, text_file, n_wind
 @click.command("projections")
 @model_options
 @_text_options
-@click.option("--kinds", default="q=k,v=k,q=k=v", show_default=True, help="Knockouts: q=k (queries from the key projection), v=k (values from it), q=k=v.")
+@click.option(
+    "--kinds",
+    default="q=k,v=k,q=k=v",
+    show_default=True,
+    help="Knockouts: q=k (queries from the key projection), v=k (values from it), q=k=v.",
+)
 @click.option("--layers", callback=parse_ints, default=None, help="Only these layers, e.g. 0,3 (default: all).")
 @click.option("--per-head", is_flag=True, help="Also knock out each head alone (loss only).")
 @click.option("--no-roles", is_flag=True, help="Skip the census under each knockout.")
-@click.option("--n-prompts", default=32, show_default=True, type=click.IntRange(min=2), help="Census prompts per stimulus set under each knockout.")
+@click.option(
+    "--n-prompts", default=32, show_default=True, type=click.IntRange(min=2), help="Census prompts per stimulus set under each knockout."
+)
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Output folder.")
 @click.option("--resume", is_flag=True, help="Finish an interrupted run from its journal (OUT/projections.journal.jsonl).")
-@click.option("--overwrite", is_flag=True, help="Replace files in a non-empty output folder (and an unfinished run's journal, unless --resume).")
+@click.option(
+    "--overwrite", is_flag=True, help="Replace files in a non-empty output folder (and an unfinished run's journal, unless --resume)."
+)
 @click.option("--quiet", "-q", is_flag=True, help="No progress lines.")
-def projections_cmd(model, device, dtype, revision, allow_new_weights, text_file, n_windows, window, no_bos, batch_size, kinds, layers, per_head, no_roles, n_prompts, out_dir, resume, overwrite, quiet):
+def projections_cmd(
+    model,
+    device,
+    dtype,
+    revision,
+    allow_new_weights,
+    text_file,
+    n_windows,
+    window,
+    no_bos,
+    batch_size,
+    kinds,
+    layers,
+    per_head,
+    no_roles,
+    n_prompts,
+    out_dir,
+    resume,
+    overwrite,
+    quiet,
+):
     """Tie one attention projection to another in each layer (and head) and measure what breaks:
     the loss, and each head's roles on the census.
 
@@ -170,7 +273,13 @@ def projections_cmd(model, device, dtype, revision, allow_new_weights, text_file
     """
     out = _out_dir(out_dir, "projections.journal.jsonl", overwrite=overwrite, resume=resume)
     config = ProjectionConfig(kinds=tuple(parse_csv(kinds) or ()), layers=layers, per_head=per_head, batch_size=batch_size)
-    journal = JournalFile(out / "projections.journal.jsonl", "projections", resume=resume, overwrite=overwrite, on_resume=_say_resumed("knockout(s) and census run(s)", ("knockout", "knockout_census"), quiet))
+    journal = JournalFile(
+        out / "projections.journal.jsonl",
+        "projections",
+        resume=resume,
+        overwrite=overwrite,
+        on_resume=_say_resumed("knockout(s) and census run(s)", ("knockout", "knockout_census"), quiet),
+    )
     with progress_bars("projections", quiet=quiet) as progress:
         res = projections(
             model, config, roles=not no_roles, n_prompts=n_prompts, journal=journal, progress=progress, command=command_line(),

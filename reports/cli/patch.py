@@ -17,27 +17,102 @@ from headlens.reports.studies.patch import BUILTINS, patch
 
 log = logging.getLogger(__name__)
 
+
 @click.command("patch")
 @model_options
-@click.option("--task", "task_file", default=None, type=click.Path(dir_okay=False), help='JSONL pairs: {"clean": ..., "corrupt": ..., "correct": " Mary", "incorrect": " John"} per line; clean and corrupt of the same token length, single-token answers.')
-@click.option("--builtin", type=click.Choice(BUILTINS), default=None, help="A built-in task instead of --task (default: induction): repeated random tokens, an IOI-style name task, or the referent pairs.")
+@click.option(
+    "--task",
+    "task_file",
+    default=None,
+    type=click.Path(dir_okay=False),
+    help=(
+        'JSONL pairs: {"clean": ..., "corrupt": ..., "correct": " Mary", "incorrect": " John"} per line; clean and corrupt of the same '
+        "token length, single-token answers."
+    ),
+)
+@click.option(
+    "--builtin",
+    type=click.Choice(BUILTINS),
+    default=None,
+    help="A built-in task instead of --task (default: induction): repeated random tokens, an IOI-style name task, or the referent pairs.",
+)
 @click.option("--n-pairs", default=64, show_default=True, type=click.IntRange(min=2), help="Pairs of a built-in task.")
 @click.option("--heads", type=HEADS, default=None, help="Only these heads (LAYER.HEAD,...); default every head.")
-@click.option("--direction", type=click.Choice(["both", "denoising", "noising"]), default="both", show_default=True, help="denoising: clean head output into the corrupted run; noising: corrupted into the clean run.")
+@click.option(
+    "--direction",
+    type=click.Choice(["both", "denoising", "noising"]),
+    default="both",
+    show_default=True,
+    help="denoising: clean head output into the corrupted run; noising: corrupted into the clean run.",
+)
 @click.option("--per-position", is_flag=True, help="Patch each position of each head alone (a row per head and position).")
-@click.option("--path", "path_mode", is_flag=True, help="Also path patching: every earlier head -> each --receivers head's --receiver-input, other heads frozen at their corrupted value.")
+@click.option(
+    "--path",
+    "path_mode",
+    is_flag=True,
+    help="Also path patching: every earlier head -> each --receivers head's --receiver-input, other heads frozen at their corrupted value.",
+)
 @click.option("--receivers", type=HEADS, default=None, help="--path: receiver heads, LAYER.HEAD,...")
-@click.option("--receiver-input", type=click.Choice(["q", "k", "v"]), default="k", show_default=True, help="--path: which input of the receivers is patched.")
-@click.option("--attribution", is_flag=True, help="Also attribution patching (one forward and one backward; a first-order ESTIMATE of denoising), with its agreement with exact patching.")
+@click.option(
+    "--receiver-input",
+    type=click.Choice(["q", "k", "v"]),
+    default="k",
+    show_default=True,
+    help="--path: which input of the receivers is patched.",
+)
+@click.option(
+    "--attribution",
+    is_flag=True,
+    help=(
+        "Also attribution patching (one forward and one backward; a first-order ESTIMATE of denoising), with its agreement with exact "
+        "patching."
+    ),
+)
 @click.option("--dla", is_flag=True, help="Also direct logit attribution per head on the clean inputs (decoders).")
 @click.option("--no-bos", is_flag=True, help="Do not prepend BOS (for an encoder, no [CLS]/[SEP] either).")
-@click.option("--batch-size", default=8, show_default=True, type=click.IntRange(min=1), help="Pairs per forward (each holds one copy per patched head).")
-@click.option("--n-resamples", default=1000, show_default=True, type=click.IntRange(min=0), help="Bootstrap resamples of the pairs for each interval (0: no intervals).")
+@click.option(
+    "--batch-size",
+    default=8,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Pairs per forward (each holds one copy per patched head).",
+)
+@click.option(
+    "--n-resamples",
+    default=1000,
+    show_default=True,
+    type=click.IntRange(min=0),
+    help="Bootstrap resamples of the pairs for each interval (0: no intervals).",
+)
 @click.option("--seed", default=0, show_default=True, type=int, help="Seed of the built-in task and of the bootstrap.")
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Output folder (must be empty unless --overwrite).")
 @click.option("--overwrite", is_flag=True, help="Write into a non-empty --out folder, replacing its files.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress lines on stderr.")
-def patch_cmd(model, device, dtype, revision, allow_new_weights, task_file, builtin, n_pairs, heads, direction, per_position, path_mode, receivers, receiver_input, attribution, dla, no_bos, batch_size, n_resamples, seed, out_dir, overwrite, quiet):
+def patch_cmd(
+    model,
+    device,
+    dtype,
+    revision,
+    allow_new_weights,
+    task_file,
+    builtin,
+    n_pairs,
+    heads,
+    direction,
+    per_position,
+    path_mode,
+    receivers,
+    receiver_input,
+    attribution,
+    dla,
+    no_bos,
+    batch_size,
+    n_resamples,
+    seed,
+    out_dir,
+    overwrite,
+    quiet,
+):
     """Which heads carry a task: patch each head's output between clean and corrupted inputs.
 
     The effect is the logit difference (the embedding metric on encoders) normalised to
@@ -51,12 +126,28 @@ def patch_cmd(model, device, dtype, revision, allow_new_weights, task_file, buil
         raise click.UsageError("--receivers is for --path")
     directions = ("denoising", "noising") if direction == "both" else (direction,)
     out = check_out_dir(out_dir, overwrite=overwrite)
-    config = PatchConfig(directions=directions, per_position=per_position, heads=heads, batch_size=batch_size, n_resamples=n_resamples, seed=seed)
+    config = PatchConfig(
+        directions=directions, per_position=per_position, heads=heads, batch_size=batch_size, n_resamples=n_resamples, seed=seed
+    )
     with progress_bars("patch", quiet=quiet) as progress:
         result = patch(
-            model, config, task=task_file, builtin=builtin, n_pairs=n_pairs, receivers=receivers if path_mode else None, receiver_input=receiver_input,
-            attribution=attribution, dla=dla, prepend_bos=not no_bos, progress=progress, command=command_line(), device=device, dtype=dtype, revision=revision, allow_new_weights=allow_new_weights,
-        )  # fmt: skip
+            model,
+            config,
+            task=task_file,
+            builtin=builtin,
+            n_pairs=n_pairs,
+            receivers=receivers if path_mode else None,
+            receiver_input=receiver_input,
+            attribution=attribution,
+            dla=dla,
+            prepend_bos=not no_bos,
+            progress=progress,
+            command=command_line(),
+            device=device,
+            dtype=dtype,
+            revision=revision,
+            allow_new_weights=allow_new_weights,
+        )
     result.write(out)
     for line in patch_lines(result):
         click.echo(line)

@@ -33,7 +33,14 @@ def _data(ctx: StageContext, loaded: Any) -> dict[str, Any]:
     """The stage's data keywords for :func:`ablate` / :func:`prune`: windows of the evaluation text
     for the loss, its complete sentences for the embedding change."""
     d, sentences = ctx.settings.eval_data(loaded.n_ctx), ctx.settings.sentence_data(loaded.n_ctx)
-    return {"text_file": ctx.settings.text_file, "n_windows": d["n_windows"], "window": d["window"], "n_sentences": sentences["n_sentences"], "prepend_bos": d["prepend_bos"], "complete_sentences": True}
+    return {
+        "text_file": ctx.settings.text_file,
+        "n_windows": d["n_windows"],
+        "window": d["window"],
+        "n_sentences": sentences["n_sentences"],
+        "prepend_bos": d["prepend_bos"],
+        "complete_sentences": True,
+    }
 
 
 def _about(ctx: StageContext, setup: Any) -> dict[str, Any]:
@@ -63,9 +70,23 @@ def _run_ablation(ctx: StageContext, method: str) -> dict[str, Any]:
     info = result.info
     about = _about(ctx, result.setup)
     files = [write_csv(result.table, ctx.dir / "ablation.csv")]
-    files += ablation_heatmap(result.table, ctx.dir / "delta_heatmap", n_layers=loaded.n_layers, n_heads=loaded.n_heads, baseline=result.baseline_value, note=_smoke_note(ctx, result.data))
+    files += ablation_heatmap(
+        result.table,
+        ctx.dir / "delta_heatmap",
+        n_layers=loaded.n_layers,
+        n_heads=loaded.n_heads,
+        baseline=result.baseline_value,
+        note=_smoke_note(ctx, result.data),
+    )
     journal.finish()
-    out = {"method": method, **about, "unablated_value": result.unablated_value, "spearman_attribution_vs_exact": result.spearman, "data": info["data"], "resumed": info["resumed"]}
+    out = {
+        "method": method,
+        **about,
+        "unablated_value": result.unablated_value,
+        "spearman_attribution_vs_exact": result.spearman,
+        "data": info["data"],
+        "resumed": info["resumed"],
+    }
     if "attribution" in info["run"]:
         out["attribution"] = info["run"]["attribution"]
     return out
@@ -86,7 +107,15 @@ def _run_pruning(ctx: StageContext) -> dict[str, Any]:
         write_csv(df, ctx.dir / name)
     write_json(ctx.dir / "pruned_heads.json", result.pruned.to_json())
     note = _smoke_note(ctx, result.data, config.random_seeds)
-    pruning_curve(result.curve, ctx.dir / "pruning_curve", metric=result.metric, baseline=result.baseline_value, max_increase=config.max_increase, removable=result.removable_fraction, note=note)
+    pruning_curve(
+        result.curve,
+        ctx.dir / "pruning_curve",
+        metric=result.metric,
+        baseline=result.baseline_value,
+        max_increase=config.max_increase,
+        removable=result.removable_fraction,
+        note=note,
+    )
     journal.finish()
     return {
         **about,
@@ -125,6 +154,27 @@ def _apply_pruning(report: Any, loaded: dict[str, Any]) -> None:
     report.pruning_curve, report.pruning_random, report.importance = loaded["curve"], loaded["random"], loaded["importance"]
 
 
-ABLATION_ZERO = Stage("ablation_zero", "zero ablation of each head", lambda c: _run_ablation(c, "zero"), _load_ablation, lambda s: {"ablation": s.ablation("zero"), **_data_key(s)}, _apply_zero)
-ABLATION_MEAN = Stage("ablation_mean", "mean ablation of each head", lambda c: _run_ablation(c, "mean"), _load_ablation, lambda s: {"ablation": s.ablation("mean"), **_data_key(s)}, _apply_mean)
-PRUNING = Stage("pruning", "pruning curve with random control", _run_pruning, _load_pruning, lambda s: {"pruning": s.pruning(), **_data_key(s)}, _apply_pruning)
+ABLATION_ZERO = Stage(
+    "ablation_zero",
+    "zero ablation of each head",
+    lambda c: _run_ablation(c, "zero"),
+    _load_ablation,
+    lambda s: {"ablation": s.ablation("zero"), **_data_key(s)},
+    _apply_zero,
+)
+ABLATION_MEAN = Stage(
+    "ablation_mean",
+    "mean ablation of each head",
+    lambda c: _run_ablation(c, "mean"),
+    _load_ablation,
+    lambda s: {"ablation": s.ablation("mean"), **_data_key(s)},
+    _apply_mean,
+)
+PRUNING = Stage(
+    "pruning",
+    "pruning curve with random control",
+    _run_pruning,
+    _load_pruning,
+    lambda s: {"pruning": s.pruning(), **_data_key(s)},
+    _apply_pruning,
+)

@@ -44,7 +44,9 @@ __all__ = ["STAGE", "TABLES", "QUICK_ROLES_NOTE"]
 #: The stage's tables, one CSV each (``<name>.csv``), as :func:`design_section_tables` names them.
 TABLES = ("kv", "gqa_summary", "gqa_heads", "gqa_groups", "gqa_comparison", "knockout_losses", "knockout_roles", "skipped")
 _TEXT_TABLES = {"knockout_roles", "skipped"}  # empty strings stay empty strings
-QUICK_ROLES_NOTE = "not run with --quick: the role changes need a census under every knockout (run the full report, or headlens projections)"
+QUICK_ROLES_NOTE = (
+    "not run with --quick: the role changes need a census under every knockout (run the full report, or headlens projections)"
+)
 #: How the stage decides whether the loss parts run (part of its resume key).
 LOSS_RULE = "GQA and knockouts measure next-token loss: left out when the output head is newly initialised or the model is an encoder"
 
@@ -52,7 +54,13 @@ LOSS_RULE = "GQA and knockouts measure next-token loss: left out when the output
 def _config(settings: Any) -> dict[str, Any]:
     """The stage's configuration (its resume key): every setting the stage's numbers depend on."""
     roles = not settings.quick
-    census = CensusConfig(n_prompts=32, n_bootstrap=200, prepend_bos=settings.prepend_bos, seed=settings.seed, batch_size=max(settings.batch_size, 16)) if roles else None
+    census = (
+        CensusConfig(
+            n_prompts=32, n_bootstrap=200, prepend_bos=settings.prepend_bos, seed=settings.seed, batch_size=max(settings.batch_size, 16)
+        )
+        if roles
+        else None
+    )
     return {
         "gqa": GQAConfig(batch_size=settings.batch_size),
         "projections": ProjectionConfig(batch_size=settings.batch_size),
@@ -75,24 +83,50 @@ def _run(ctx: StageContext) -> dict[str, Any]:
     elif not config["roles"]:
         skip["roles"] = QUICK_ROLES_NOTE
     d = ctx.settings.eval_data(loaded.n_ctx)
-    spec = eval_spec({"metric": "loss", "text_file": ctx.settings.text_file, "n_windows": d["n_windows"], "window": d["window"], "prepend_bos": d["prepend_bos"]})
+    spec = eval_spec(
+        {
+            "metric": "loss",
+            "text_file": ctx.settings.text_file,
+            "n_windows": d["n_windows"],
+            "window": d["window"],
+            "prepend_bos": d["prepend_bos"],
+        }
+    )
     data = eval_setup(loaded, spec, check=False).data  # a model whose loss means nothing still gets its KV table (skip above)
     journal = open_journal(ctx.dir / JOURNAL, "report-design", {**ctx.key, "data": data.fingerprint()})
     with journal:
         tables = design_section_tables(
-            loaded, data, gqa=config["gqa"], projections=config["projections"], census_config=config["census"], roles=config["roles"], skip=skip, journal=journal, progress=ctx.step
+            loaded,
+            data,
+            gqa=config["gqa"],
+            projections=config["projections"],
+            census_config=config["census"],
+            roles=config["roles"],
+            skip=skip,
+            journal=journal,
+            progress=ctx.step,
         )
     for name in TABLES:
         if name in tables:
             write_csv(tables[name], ctx.dir / f"{name}.csv")
     if "gqa_summary" in tables:
-        loss_vs_cache(tables["gqa_summary"], ctx.dir / "gqa_loss_vs_cache", title=f"GQA what-if: {loaded.name}", note=figure_smoke_note(data_where(data.describe())) if ctx.settings.smoke_test("design") else None)
+        loss_vs_cache(
+            tables["gqa_summary"],
+            ctx.dir / "gqa_loss_vs_cache",
+            title=f"GQA what-if: {loaded.name}",
+            note=figure_smoke_note(data_where(data.describe())) if ctx.settings.smoke_test("design") else None,
+        )
     if "knockout_losses" in tables and not ctx.settings.quick:  # the page shows the table; the figure is a file (seaborn: ~1 s)
         knockout_heatmap(tables["knockout_losses"], ctx.dir / "knockout", title=f"projection knockout: {loaded.name}")
     smoke = data_where(data.describe()) if ctx.settings.smoke_test("design") else None  # --quick: a smoke test, no finding
     write_text(ctx.dir / "summary.md", design_section_markdown(tables, n_items=len(data), smoke=smoke))
     journal.finish()
-    return {"data": data.describe(), "skipped": tables["skipped"].to_dict("records"), "roles": "roles" not in skip and "projections" not in skip, "resumed": journal.resumed}
+    return {
+        "data": data.describe(),
+        "skipped": tables["skipped"].to_dict("records"),
+        "roles": "roles" not in skip and "projections" not in skip,
+        "resumed": journal.resumed,
+    }
 
 
 def _load(d: Path, marker: dict[str, Any]) -> dict[str, Any]:

@@ -45,15 +45,33 @@ def _run(ctx: StageContext) -> dict[str, Any]:
     config = evidence_config(ctx.settings)
     table = config.run(ctx.model(), roles[["layer", "head", "name", "role"]], prepend_bos=ctx.settings.prepend_bos)
     write_table(table, ctx.dir / EVIDENCE_FILE)
-    return {"n_items": config.n, "T": config.T, "smoke": config.smoke, "rule": evidence_rule(), "counts": table["evidence"].value_counts().to_dict()}
+    return {
+        "n_items": config.n,
+        "T": config.T,
+        "smoke": config.smoke,
+        "rule": evidence_rule(),
+        "counts": table["evidence"].value_counts().to_dict(),
+    }
 
 
 def _load(d: Path, marker: dict[str, Any]) -> dict[str, Any]:
-    return {"evidence": pd.read_csv(d / EVIDENCE_FILE, dtype={"name": str, "role": str, "evidence": str, "detail": str, "unit": str, "test": str})}
+    return {
+        "evidence": pd.read_csv(
+            d / EVIDENCE_FILE, dtype={"name": str, "role": str, "evidence": str, "detail": str, "unit": str, "test": str}
+        )
+    }
 
 
 def _apply(report: Any, loaded: dict[str, Any]) -> None:
     report.evidence = loaded["evidence"]
 
 
-STAGE = Stage("evidence", "causal evidence for each role", _run, _load, lambda s: {"evidence": evidence_config(s), "census": s.census()}, _apply, needs=("census",))
+STAGE = Stage(
+    "evidence",
+    "causal evidence for each role",
+    _run,
+    _load,
+    lambda s: {"evidence": evidence_config(s), "census": s.census()},
+    _apply,
+    needs=("census",),
+)

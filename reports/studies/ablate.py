@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import pandas as pd
 import torch
 
 from headlens.analyses.ablation.evalset import METRIC_LABELS, EvalSet, TaskItem, read_task
@@ -27,8 +26,8 @@ from headlens.probes.loading import LoadedModel, check_layers_heads, weights_fin
 from headlens.probes.manifest import build_manifest
 from headlens.reports.figures.ablation import ablation_heatmap_figure
 from headlens.reports.studies.common import loading_settings, python_command, study_config
-from headlens.reports.studies.journals import JournalOpener
 from headlens.reports.studies.folder import TableFileResult
+from headlens.reports.studies.journals import JournalOpener
 from headlens.reports.studies.models import as_loaded
 from headlens.reports.text_files import read_text_file
 
@@ -40,7 +39,19 @@ log = logging.getLogger(__name__)
 __all__ = ["ablate", "AblationResult", "DATA_FIELDS", "eval_spec", "data_setup", "model_key", "metric_label"]
 
 #: Keyword arguments of ablate / prune (and, for text, gqa / projections) that say what is measured on.
-DATA_FIELDS = ("metric", "text", "text_file", "task", "task_file", "n_windows", "window", "n_sentences", "prepend_bos", "complete_sentences")
+DATA_FIELDS = (
+    "metric",
+    "text",
+    "text_file",
+    "task",
+    "task_file",
+    "n_windows",
+    "window",
+    "n_sentences",
+    "prepend_bos",
+    "complete_sentences",
+)
+
 
 def metric_label(metric: str) -> str:
     """How a metric is named in printed lines (``embedding change (1 - cosine)``)."""
@@ -69,7 +80,9 @@ def data_setup(loaded: LoadedModel, spec: EvalSpec) -> EvalSetup:
     """:func:`eval_setup`, saying in a log line when the metric chosen for this model is not loss."""
     setup = eval_setup(loaded, spec)
     if setup.why is not None:
-        log.warning("metric: embedding change (1 - cosine of the mean-pooled sentence embedding to the unablated one), not loss: %s", setup.why)
+        log.warning(
+            "metric: embedding change (1 - cosine of the mean-pooled sentence embedding to the unablated one), not loss: %s", setup.why
+        )
     return setup
 
 
@@ -102,6 +115,11 @@ class AblationResult(TableFileResult):
         return self.setup.data if self.setup is not None else None
 
     @property
+    def basis(self) -> str:
+        """What the metric was measured on (``16 windows x 128 tokens ...``; ``""`` when read back from files)."""
+        return self.setup.data.basis() if self.setup is not None else ""
+
+    @property
     def info(self) -> dict[str, Any]:
         """The manifest's ``ablation`` section."""
         return self.manifest.get("ablation", {})
@@ -130,7 +148,11 @@ class AblationResult(TableFileResult):
 
     def _figure_makers(self) -> dict[str, Callable[[], Figure]]:
         m = self.manifest.get("model") or {}
-        return {"heatmap": lambda: ablation_heatmap_figure(self.table, n_layers=int(m["n_layers"]), n_heads=int(m["n_heads"]), baseline=self.baseline_value)}
+        return {
+            "heatmap": lambda: ablation_heatmap_figure(
+                self.table, n_layers=int(m["n_layers"]), n_heads=int(m["n_heads"]), baseline=self.baseline_value
+            )
+        }
 
 
 def ablate(
@@ -172,7 +194,19 @@ def ablate(
     head_mask = mask if isinstance(mask, HeadMask) else None
     check_layers_heads(loaded, cfg.layers, cfg.heads)
     removed = head_mask.to_json()["removed"] if head_mask else None
-    opened = journal({"model": model_key(loaded), "data": data.describe(), "data_fingerprint": data.fingerprint(), "config": vars(cfg), "mask": removed}) if journal else None
+    opened = (
+        journal(
+            {
+                "model": model_key(loaded),
+                "data": data.describe(),
+                "data_fingerprint": data.fingerprint(),
+                "config": vars(cfg),
+                "mask": removed,
+            }
+        )
+        if journal
+        else None
+    )
     with opened or contextlib.nullcontext():
         run = ablation_study(loaded, data, cfg, mask=head_mask, journal=opened, progress=progress)
     extra = {
@@ -191,5 +225,7 @@ def ablate(
             "resumed": bool(getattr(opened, "resumed", False)),
         }
     }
-    manifest = build_manifest(model=loaded, command=call, seed=cfg.seed, prepend_bos=spec.prepend_bos, configs={"ablation": cfg}, extra=extra)
+    manifest = build_manifest(
+        model=loaded, command=call, seed=cfg.seed, prepend_bos=spec.prepend_bos, configs={"ablation": cfg}, extra=extra
+    )
     return AblationResult(tables={"ablation": run.table}, manifest={"result": AblationResult.kind, **manifest}, setup=setup)

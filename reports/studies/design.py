@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,8 +32,8 @@ from headlens.reports.design_tables import gqa_markdown, projections_markdown, w
 from headlens.reports.figures.design import knockout_heatmap_figure, loss_vs_cache_figure
 from headlens.reports.studies.ablate import data_setup, eval_spec, model_key
 from headlens.reports.studies.common import loading_settings, python_command, study_config
-from headlens.reports.studies.journals import JournalOpener
 from headlens.reports.studies.folder import FolderResult, TableFileResult
+from headlens.reports.studies.journals import JournalOpener
 from headlens.reports.studies.models import as_loaded
 from headlens.reports.studies.result import TEXT_COLUMNS, read_csv_table, read_manifest
 
@@ -127,7 +127,10 @@ class GQAResult(FolderResult):
         return {_SUMMARY: self.summary_md}
 
     def files(self, folder: Path) -> dict[str, Any]:
-        return {**{name: str(folder / f"{name}.csv") for name in self.tables}, "figures": _figure_files(folder, _GQA_FIGURE, self.figure_formats)}
+        return {
+            **{name: str(folder / f"{name}.csv") for name in self.tables},
+            "figures": _figure_files(folder, _GQA_FIGURE, self.figure_formats),
+        }
 
     @classmethod
     def read_tables(cls, folder: Path) -> dict[str, pd.DataFrame]:
@@ -164,20 +167,39 @@ def gqa(
     spec = _text_spec(kwargs)
     task_spec = None
     if kwargs.get("task") is not None or kwargs.get("task_file") is not None:
-        task_spec = eval_spec({"metric": "logit-diff", "prepend_bos": spec.prepend_bos, **{k: kwargs[k] for k in task_fields if k in kwargs}})
+        task_spec = eval_spec(
+            {"metric": "logit-diff", "prepend_bos": spec.prepend_bos, **{k: kwargs[k] for k in task_fields if k in kwargs}}
+        )
     loaded = as_loaded(model, load)
     data = data_setup(loaded, spec).data
     task = data_setup(loaded, task_spec).data if task_spec is not None else None
     check_gqa(loaded, cfg)  # bad input is refused before the journal exists
     check_pooling(loaded)
-    opened = journal({"model": model_key(loaded), "data": data.describe(), "data_fingerprint": data.fingerprint(), "gqa": asdict(cfg)}) if journal else None
+    opened = (
+        journal({"model": model_key(loaded), "data": data.describe(), "data_fingerprint": data.fingerprint(), "gqa": asdict(cfg)})
+        if journal
+        else None
+    )
     with opened or contextlib.nullcontext():
         res = gqa_study(loaded, data, cfg, task=task, progress=progress, journal=opened)
     kv_table = kv_cache_table(loaded, KVConfig())
-    found = {"summary": res.summary, "heads": res.heads, "groups": res.groups, "comparison": res.comparison, "kv": kv_table, "task": res.task}
+    found = {
+        "summary": res.summary,
+        "heads": res.heads,
+        "groups": res.groups,
+        "comparison": res.comparison,
+        "kv": kv_table,
+        "task": res.task,
+    }
     tables = {name: found[name] for name in _GQA_TABLES if found[name] is not None}
     summary_md = with_basis(gqa_markdown(res, loaded.name, figure=f"{_GQA_FIGURE}.png", n_items=len(data)), data.basis())
-    extra = {"gqa": {"data": data.describe(), "task": task.describe() if task is not None else None, "resumed": bool(getattr(opened, "resumed", False))}}
+    extra = {
+        "gqa": {
+            "data": data.describe(),
+            "task": task.describe() if task is not None else None,
+            "resumed": bool(getattr(opened, "resumed", False)),
+        }
+    }
     manifest = build_manifest(model=loaded, command=call, prepend_bos=spec.prepend_bos, configs={"gqa": cfg}, extra=extra)
     return GQAResult(tables=tables, manifest={"result": GQAResult.kind, **manifest}, summary_md=summary_md)
 
@@ -220,11 +242,18 @@ class ProjectionsResult(FolderResult):
         return {_SUMMARY: self.summary_md}
 
     def files(self, folder: Path) -> dict[str, Any]:
-        return {**{name: str(folder / f"{name}.csv") for name in self.tables}, "figures": _figure_files(folder, _KNOCKOUT_FIGURE, self.figure_formats)}
+        return {
+            **{name: str(folder / f"{name}.csv") for name in self.tables},
+            "figures": _figure_files(folder, _KNOCKOUT_FIGURE, self.figure_formats),
+        }
 
     @classmethod
     def read_tables(cls, folder: Path) -> dict[str, pd.DataFrame]:
-        return {n: read_csv_table(folder / f"{n}.csv", _TEXT_COLUMNS) for n in ("losses", "role_changes", "census_scores") if (folder / f"{n}.csv").is_file()}
+        return {
+            n: read_csv_table(folder / f"{n}.csv", _TEXT_COLUMNS)
+            for n in ("losses", "role_changes", "census_scores")
+            if (folder / f"{n}.csv").is_file()
+        }
 
     @classmethod
     def from_folder(cls, folder: str | Path) -> ProjectionsResult:
@@ -259,14 +288,28 @@ def projections(
     loaded = as_loaded(model, load)
     data = data_setup(loaded, spec).data
     knockout_targets(loaded, cfg)  # bad input is refused before the journal exists
-    opened = journal({"model": model_key(loaded), "data": data.describe(), "data_fingerprint": data.fingerprint(), "projections": asdict(cfg), "census": asdict(census)}) if journal else None
+    opened = (
+        journal(
+            {
+                "model": model_key(loaded),
+                "data": data.describe(),
+                "data_fingerprint": data.fingerprint(),
+                "projections": asdict(cfg),
+                "census": asdict(census),
+            }
+        )
+        if journal
+        else None
+    )
     with opened or contextlib.nullcontext():
         losses = knockout_losses(loaded, data, cfg, progress=progress, journal=opened)
         changes, scores = knockout_roles(loaded, census, cfg, progress=progress, journal=opened) if roles else (None, None)
     tables = {name: t for name, t in {"losses": losses, "role_changes": changes, "census_scores": scores}.items() if t is not None}
     summary_md = with_basis(projections_markdown(losses, changes, loaded.name, figure=f"{_KNOCKOUT_FIGURE}.png"), data.basis())
     extra = {"projections": {"data": data.describe(), "resumed": bool(getattr(opened, "resumed", False))}}
-    manifest = build_manifest(model=loaded, command=call, prepend_bos=spec.prepend_bos, configs={"projections": cfg, "census": census}, extra=extra)
+    manifest = build_manifest(
+        model=loaded, command=call, prepend_bos=spec.prepend_bos, configs={"projections": cfg, "census": census}, extra=extra
+    )
     return ProjectionsResult(tables=tables, manifest={"result": ProjectionsResult.kind, **manifest}, summary_md=summary_md)
 
 
@@ -284,7 +327,15 @@ class KVResult(TableFileResult):
     text_columns = _KV_TEXT_COLUMNS
 
 
-def kv(model: LoadedModel | str, config: KVConfig | None = None, /, *, mask: HeadMask | str | Path | None = None, command: list[str] | None = None, **kwargs: Any) -> KVResult:
+def kv(
+    model: LoadedModel | str,
+    config: KVConfig | None = None,
+    /,
+    *,
+    mask: HeadMask | str | Path | None = None,
+    command: list[str] | None = None,
+    **kwargs: Any,
+) -> KVResult:
     """KV-cache bytes per token and for ``batch`` x ``context`` tokens: the model's own attention,
     GQA with each group size, MQA, and the model pruned by ``mask`` (a :class:`HeadMask` or mask
     file; a KV head goes when no query head reads it).  ``config`` and keywords: :class:`KVConfig`'s

@@ -137,7 +137,9 @@ class TableFileResult(Result):
         table = cls.table_file(p)
         manifest_file = table.with_suffix("").with_name(table.stem + ".manifest.json")
         if not (table.is_file() and manifest_file.is_file()):
-            raise InputError(f"folder={str(folder)!r} holds no {cls.kind} result (no {table.name} with {manifest_file.name})", folder=str(folder))
+            raise InputError(
+                f"folder={str(folder)!r} holds no {cls.kind} result (no {table.name} with {manifest_file.name})", folder=str(folder)
+            )
         try:
             manifest = json.loads(manifest_file.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:

@@ -43,7 +43,9 @@ class JournalFile(KeptJournal):
     journal already there is refused unless ``overwrite``); ``on_resume(journal)`` is called when
     one is resumed (e.g. to say how much was done)."""
 
-    def __init__(self, path: str | Path, kind: str, *, resume: bool, overwrite: bool, on_resume: Callable[[Journal], None] | None = None) -> None:
+    def __init__(
+        self, path: str | Path, kind: str, *, resume: bool, overwrite: bool, on_resume: Callable[[Journal], None] | None = None
+    ) -> None:
         super().__init__(self._open)
         self.path, self.kind, self.resume, self.overwrite, self.on_resume = Path(path), kind, resume, overwrite, on_resume
 

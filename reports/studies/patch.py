@@ -27,7 +27,7 @@ from headlens.probes.loading import LoadedModel
 from headlens.probes.manifest import build_manifest
 from headlens.probes.outputs import write_json
 from headlens.reports.figures.common import save_figure
-from headlens.reports.figures.patching import path_heatmap_figure, patching_heatmap_figures
+from headlens.reports.figures.patching import patching_heatmap_figures, path_heatmap_figure
 from headlens.reports.patching_tables import write_tables
 from headlens.reports.studies.common import loading_settings, python_command, study_config
 from headlens.reports.studies.models import as_loaded
@@ -99,7 +99,8 @@ class PatchingResult(Result):
             if stem == "heatmap_path":
                 makers[stem] = lambda: path_heatmap_figure(self.tables["path_patching"])
             else:
-                makers[stem] = lambda col=stem.removeprefix("heatmap_"): self._heatmaps()[col]
+                col = stem.removeprefix("heatmap_")
+                makers[stem] = lambda col=col: self._heatmaps()[col]
         return makers
 
     def figures(self) -> dict[str, Figure]:
@@ -200,12 +201,16 @@ def patch(
             extra["attribution"] = est.info
     tables = {"patching": table, **tables}
     if receivers:
-        path_config = PathConfig(receivers=tuple(receivers), receiver_input=receiver_input, batch_size=cfg.batch_size, n_resamples=cfg.n_resamples, seed=cfg.seed)
+        path_config = PathConfig(
+            receivers=tuple(receivers), receiver_input=receiver_input, batch_size=cfg.batch_size, n_resamples=cfg.n_resamples, seed=cfg.seed
+        )
         path = path_patch(loaded, pairs, path_config, progress=progress)
         tables["path_patching"] = path.table
         extra["path_patching"] = path.info
     if d is not None:
         tables["dla"] = d.table
     task_file = str(task) if task is not None else None
-    manifest = build_manifest(model=loaded, command=call, seed=cfg.seed, prepend_bos=prepend_bos, configs={"patch": cfg}, extra={**extra, "task_file": task_file})
+    manifest = build_manifest(
+        model=loaded, command=call, seed=cfg.seed, prepend_bos=prepend_bos, configs={"patch": cfg}, extra={**extra, "task_file": task_file}
+    )
     return PatchingResult(tables=tables, manifest={"result": PatchingResult.kind, **manifest})

@@ -27,8 +27,8 @@ from headlens.probes.outputs import write_json
 from headlens.reports.figures.ablation import pruning_curve_figure
 from headlens.reports.studies.ablate import DATA_FIELDS, data_setup, eval_spec, model_key
 from headlens.reports.studies.common import loading_settings, python_command, study_config
-from headlens.reports.studies.journals import JournalOpener
 from headlens.reports.studies.folder import FolderResult
+from headlens.reports.studies.journals import JournalOpener
 from headlens.reports.studies.models import as_loaded
 from headlens.reports.studies.result import TEXT_COLUMNS, read_csv_table, read_manifest
 
@@ -40,7 +40,15 @@ log = logging.getLogger(__name__)
 __all__ = ["prune", "PruneResult", "PRUNE_FILES"]
 
 #: Every file ``headlens prune`` writes into its folder.
-PRUNE_FILES = ("curve.csv", "random_orders.csv", "importance.csv", "pruned_heads.json", "manifest.json", "pruning_curve.png", "pruning_curve.svg")
+PRUNE_FILES = (
+    "curve.csv",
+    "random_orders.csv",
+    "importance.csv",
+    "pruned_heads.json",
+    "manifest.json",
+    "pruning_curve.png",
+    "pruning_curve.svg",
+)
 _MASK_FILE = "pruned_heads.json"
 
 
@@ -62,6 +70,11 @@ class PruneResult(FolderResult):
     def data(self) -> EvalSet | None:
         """The evaluation set (``None`` when read back from files)."""
         return self.setup.data if self.setup is not None else None
+
+    @property
+    def basis(self) -> str:
+        """What the metric was measured on (``16 windows x 128 tokens ...``; ``""`` when read back from files)."""
+        return self.setup.data.basis() if self.setup is not None else ""
 
     @property
     def curve(self) -> pd.DataFrame:
@@ -100,7 +113,11 @@ class PruneResult(FolderResult):
     def _figure_makers(self) -> dict[str, Callable[[], Figure]]:
         return {
             "pruning_curve": lambda: pruning_curve_figure(
-                self.curve, metric=self.metric, baseline=self.baseline_value, max_increase=self.max_increase, removable=self.removable_fraction
+                self.curve,
+                metric=self.metric,
+                baseline=self.baseline_value,
+                max_increase=self.max_increase,
+                removable=self.removable_fraction,
             )
         }
 
@@ -148,7 +165,11 @@ def prune(
     loaded = as_loaded(model, load)
     setup = data_setup(loaded, spec)
     data = setup.data
-    opened = journal({"model": model_key(loaded), "data": data.describe(), "data_fingerprint": data.fingerprint(), "config": vars(cfg)}) if journal else None
+    opened = (
+        journal({"model": model_key(loaded), "data": data.describe(), "data_fingerprint": data.fingerprint(), "config": vars(cfg)})
+        if journal
+        else None
+    )
     with opened or contextlib.nullcontext():
         run = prune_study(loaded, data, cfg, journal=opened, progress=progress)
     best = run.curve.loc[run.curve["fraction_removed"] == run.removable_fraction].iloc[-1]
@@ -157,7 +178,9 @@ def prune(
         "pruning": {
             "metric": metric,
             **setup.manifest_fields(),
-            "max_increase_is": "absolute (the unablated embedding change is 0)" if metric == "embedding" else "relative to the unablated value",
+            "max_increase_is": "absolute (the unablated embedding change is 0)"
+            if metric == "embedding"
+            else "relative to the unablated value",
             "unablated_value": run.baseline_value,
             "removable_fraction": run.removable_fraction,
             "removable_heads": len(run.pruned),
