@@ -1,40 +1,112 @@
 """headlens: what each attention head does, which heads matter, and where attention piles up.
 
-One import name, three layers that data flows through in one direction:
+One verb per question, each ``(model, config=None, /, **settings) -> Result``::
 
-* :mod:`headlens.probes` — load a model, attach hooks, capture per-head Q, K, V and patterns
-  (the repository's ``probes/`` folder);
-* :mod:`headlens.analyses` — detectors, the head census, ablation, pruning, attention sinks;
-  functions that return DataFrames and never print or plot (``analyses/``);
-* :mod:`headlens.reports` — tables, figures, the report page and the ``headlens`` CLI
-  (``reports/``).
+    import headlens
 
-Importing ``headlens`` imports none of them (and neither torch nor transformers); they load
-on first use: ``from headlens.probes import load_model``.
+    model = headlens.load_model("demo")
+    census = headlens.census(model, n_prompts=20)
+    census.roles  # a DataFrame; census.plot() a Figure; census.save("out/census")
+
+A result holds its tables as DataFrames, saves exactly the files the ``headlens`` command writes,
+draws its figures as matplotlib Figures and shows itself in a notebook;
+:func:`load` reads any saved folder back.
+
+Three layers underneath, data flowing one way:
+
+* :mod:`headlens.probes`: load a model, the one reduction pass over attention patterns, hooks,
+  capture of per-head Q, K, V and patterns (the repository's ``probes/`` folder);
+* :mod:`headlens.analyses`: detectors, the head census, ablation, pruning, patching, sinks,
+  design studies; they return DataFrames and never print or plot (``analyses/``);
+* :mod:`headlens.reports`: the results above, tables, figures, the report page, the attention
+  view and the ``headlens`` CLI (``reports/``).
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from importlib import metadata
 
-__all__ = ["probes", "analyses", "reports", "__version__"]
+from headlens.analyses.ablation.pruning import PruneConfig
+from headlens.analyses.ablation.study import AblationConfig
+from headlens.analyses.design.gqa import GQAConfig
+from headlens.analyses.design.kv import KVConfig
+from headlens.analyses.design.projections import ProjectionConfig
+from headlens.analyses.heads.census import CensusConfig
+from headlens.analyses.patching.activation import PatchConfig
+from headlens.analyses.patching.path import PathConfig
+from headlens.analyses.sinks.config import SinkConfig
+from headlens.analyses.sinks.lengths import LengthsConfig
+from headlens.probes.config import CaptureConfig, ModelConfig
+from headlens.probes.errors import HeadlensError
+from headlens.probes.loading import LoadedModel
+from headlens.reports.attention_view import AttentionView, attention_view
+from headlens.reports.attention_view_plots import plot_heads, plot_pattern, plot_patterns
+from headlens.reports.report.build import build_report as report
+from headlens.reports.report.build import load_report
+from headlens.reports.studies.ablate import AblationResult, ablate
+from headlens.reports.studies.capture import CaptureResult, capture
+from headlens.reports.studies.census import CensusResult, census
+from headlens.reports.studies.design import GQAResult, KVResult, ProjectionsResult, gqa, kv, projections
+from headlens.reports.studies.models import load_model, models
+from headlens.reports.studies.patch import PatchingResult, patch
+from headlens.reports.studies.prune import PruneResult, prune
+from headlens.reports.studies.registry import load
+from headlens.reports.studies.result import Result
+from headlens.reports.studies.sinks import SinkLengthsResult, SinksResult, sinks
+from headlens.reports.studies.verify import VerifyConfig, VerifyResult, verify
 
-_SUBPACKAGES = ("probes", "analyses", "reports")
+try:
+    __version__ = metadata.version("headlens")
+except metadata.PackageNotFoundError:  # running from a source tree that was never installed
+    __version__ = "0+unknown"
 
-
-def __getattr__(name: str) -> Any:
-    if name in _SUBPACKAGES:
-        return importlib.import_module(f"{__name__}.{name}")
-    if name == "__version__":
-        from importlib import metadata
-
-        try:
-            return metadata.version("headlens")
-        except metadata.PackageNotFoundError:
-            return "0+unknown"
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+__all__ = [
+    "AblationConfig",
+    "AblationResult",
+    "AttentionView",
+    "CaptureConfig",
+    "CaptureResult",
+    "CensusConfig",
+    "CensusResult",
+    "GQAConfig",
+    "GQAResult",
+    "HeadlensError",
+    "KVConfig",
+    "KVResult",
+    "LengthsConfig",
+    "LoadedModel",
+    "ModelConfig",
+    "PatchConfig",
+    "PatchingResult",
+    "PathConfig",
+    "ProjectionConfig",
+    "ProjectionsResult",
+    "PruneConfig",
+    "PruneResult",
+    "Result",
+    "SinkConfig",
+    "SinkLengthsResult",
+    "SinksResult",
+    "VerifyConfig",
+    "VerifyResult",
+    "__version__",
+    "ablate",
+    "attention_view",
+    "capture",
+    "census",
+    "gqa",
+    "kv",
+    "load",
+    "load_model",
+    "load_report",
+    "models",
+    "patch",
+    "plot_heads",
+    "plot_pattern",
+    "plot_patterns",
+    "projections",
+    "prune",
+    "report",
+    "sinks",
+    "verify",
+]
