@@ -58,7 +58,9 @@ class AttentionView:
     def pattern(self, layer: int, head: int) -> torch.Tensor:
         """``[query, key]`` of head ``layer.head`` (model indices; one of this view's)."""
         if layer not in self.layers or head not in self.heads:
-            raise InputError(f"head {layer}.{head} is not in this view (layers {_span(self.layers)}, heads {_span(self.heads)})", layer=layer, head=head)
+            raise InputError(
+                f"head {layer}.{head} is not in this view (layers {_span(self.layers)}, heads {_span(self.heads)})", layer=layer, head=head
+            )
         return self.patterns[self.layers.index(layer), self.heads.index(head)]
 
     def _data(self) -> dict[str, Any]:
@@ -99,7 +101,9 @@ class AttentionView:
         if len(layers) == 1 and len(heads) == 1:
             return self.plot(layers[0], heads[0])
         sub = self.patterns[[self.layers.index(x) for x in layers]][:, [self.heads.index(x) for x in heads]]
-        return plot_patterns(sub, self.tokens, layers=layers, heads=heads, title=f"{self.info.get('model', 'model')}: {len(self.tokens)} tokens")
+        return plot_patterns(
+            sub, self.tokens, layers=layers, heads=heads, title=f"{self.info.get('model', 'model')}: {len(self.tokens)} tokens"
+        )
 
     def __repr__(self) -> str:
         return (
@@ -112,7 +116,9 @@ def _loaded(model: Any) -> LoadedModel:
     if isinstance(model, Path):
         model = str(model)
     if not isinstance(model, (LoadedModel, str)) or not model:
-        raise InputError(f"model must be a loaded model or a model name, folder or Hub id, got {type(model).__name__}", model=type(model).__name__)
+        raise InputError(
+            f"model must be a loaded model or a model name, folder or Hub id, got {type(model).__name__}", model=type(model).__name__
+        )
     return as_loaded(model)
 
 
@@ -172,4 +178,12 @@ def attention_view(
         "dtype": str(loaded.dtype).removeprefix("torch."),
         "device": str(loaded.device),
     }
-    return AttentionView(prompt=prompt, tokens=list(batch.strings[0]), patterns=patterns, layers=tuple(chosen), heads=heads, causal=not loaded.is_encoder, info=info)
+    return AttentionView(
+        prompt=prompt,
+        tokens=list(batch.strings[0]),
+        patterns=patterns,
+        layers=tuple(chosen),
+        heads=heads,
+        causal=not loaded.is_encoder,
+        info=info,
+    )

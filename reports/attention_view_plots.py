@@ -92,9 +92,15 @@ def plot_patterns(patterns: Any, tokens: Sequence[str], *, layers: Sequence[int]
     a = _as_array(patterns, "patterns")
     n = len(tokens)
     if a.shape != (len(layers), len(heads), n, n):
-        raise InputError(f"patterns has shape {a.shape}; expected [layers, heads, q, k] = {(len(layers), len(heads), n, n)}", patterns=a.shape)
+        raise InputError(
+            f"patterns has shape {a.shape}; expected [layers, heads, q, k] = {(len(layers), len(heads), n, n)}", patterns=a.shape
+        )
     if len(layers) * len(heads) > MAX_PANELS:
-        raise InputError(f"{len(layers) * len(heads)} heads are more than one figure shows ({MAX_PANELS}): pick layer= (and head=)", layer=None, head=None)
+        raise InputError(
+            f"{len(layers) * len(heads)} heads are more than one figure shows ({MAX_PANELS}): pick layer= (and head=)",
+            layer=None,
+            head=None,
+        )
     causal = is_causal(a)
     rows, cols = len(layers), len(heads)
     fig = _figure(1.9 * cols + 1.0, 1.9 * rows + 0.8)
@@ -115,27 +121,34 @@ def plot_patterns(patterns: Any, tokens: Sequence[str], *, layers: Sequence[int]
 
 def _check_table(table: Any, column: str) -> pd.DataFrame:
     if not isinstance(table, pd.DataFrame):
-        raise InputError(f"table must be a pandas DataFrame with columns layer, head and {column!r}, got {type(table).__name__}", table=type(table).__name__)
+        raise InputError(
+            f"table must be a pandas DataFrame with columns layer, head and {column!r}, got {type(table).__name__}",
+            table=type(table).__name__,
+        )
     missing = [c for c in ("layer", "head", column) if c not in table.columns]
     if missing:
-        raise InputError(f"table has no column {', '.join(map(repr, missing))} (it has {', '.join(map(str, table.columns))})", table=list(table.columns), column=column)
+        raise InputError(
+            f"table has no column {', '.join(map(repr, missing))} (it has {', '.join(map(str, table.columns))})",
+            table=list(table.columns),
+            column=column,
+        )
     if not len(table):
         raise InputError("table has no rows", table=0)
-    idx = table[["layer", "head"]].apply(pd.to_numeric, errors="coerce")
-    if idx.isna().any().any() or (idx < 0).any().any() or (idx % 1 != 0).any().any():
+    idx = np.stack([pd.Series(pd.to_numeric(table[c], errors="coerce")).to_numpy(dtype=float) for c in ("layer", "head")], axis=1)
+    if not np.isfinite(idx).all() or (idx < 0).any() or (idx % 1 != 0).any():
         raise InputError("table's layer and head columns must hold non-negative whole numbers", table=list(table.columns))
-    dup = idx.duplicated()
+    dup = pd.DataFrame(idx).duplicated().to_numpy()
     if dup.any():
-        layer, head = (int(x) for x in idx[dup].iloc[0])
+        layer, head = (int(x) for x in idx[dup][0])
         raise InputError(
             f"table has several rows for head {layer}.{head} (e.g. one per detector): keep one row per head, "
             f"e.g. table[table['detector'] == 'induction']",
             table=len(table),
         )
-    values = pd.to_numeric(table[column], errors="coerce")
-    if values.notna().sum() == 0:
+    values = pd.Series(pd.to_numeric(table[column], errors="coerce")).to_numpy(dtype=float)
+    if not np.isfinite(values).any():
         raise InputError(f"column {column!r} holds no number", column=column)
-    return pd.DataFrame({"layer": idx["layer"].astype(int), "head": idx["head"].astype(int), column: values})
+    return pd.DataFrame({"layer": idx[:, 0].astype(int), "head": idx[:, 1].astype(int), column: values})
 
 
 def plot_heads(
@@ -160,7 +173,11 @@ def plot_heads(
     L = int(t["layer"].max()) + 1 if n_layers is None else int(n_layers)
     H = int(t["head"].max()) + 1 if n_heads is None else int(n_heads)
     if L < 1 or H < 1 or int(t["layer"].max()) >= L or int(t["head"].max()) >= H:
-        raise InputError(f"n_layers={n_layers}, n_heads={n_heads} leave out heads of table (largest: {int(t['layer'].max())}.{int(t['head'].max())})", n_layers=n_layers, n_heads=n_heads)
+        raise InputError(
+            f"n_layers={n_layers}, n_heads={n_heads} leave out heads of table (largest: {int(t['layer'].max())}.{int(t['head'].max())})",
+            n_layers=n_layers,
+            n_heads=n_heads,
+        )
     grid = head_grid(t, column, L, H)
     lo, hi = float(np.nanmin(grid)), float(np.nanmax(grid))
     center = None

@@ -109,7 +109,7 @@ def test_html_is_self_contained_and_escaped(gpt2):
     assert "http://" not in html and "https://" not in html
     assert not re.search(r"<script[^>]*\bsrc\b", html) and "<link" not in html and "@import" not in html
     assert html.count("<script") == 2 and html.count("</script>") == 2  # the data and the component, nothing from the prompt
-    block = html.split("-data\">", 1)[1].split("</script>", 1)[0]
+    block = html.split('-data">', 1)[1].split("</script>", 1)[0]
     assert "<" not in block and ">" not in block and "&" not in block and "\u2028" not in block
     data, _ = embedded(html)
     assert data["manifest"]["prompt"] == HOSTILE and "alert(1)" in "".join(data["tokens"])
@@ -169,6 +169,7 @@ def test_plot_pattern_has_the_pattern_and_the_token_labels(gpt2):
     fig = view.plot()
     assert isinstance(fig, Figure)
     image = fig.axes[0].images[0].get_array()
+    assert image is not None
     n = len(view.tokens)
     assert image.shape == (n, n)
     assert np.ma.getmaskarray(image)[np.triu_indices(n, k=1)].all()  # later keys left blank, not drawn as 0
@@ -195,20 +196,26 @@ def test_plot_heads_draws_the_table_as_a_layer_by_head_grid():
     fig = plot_heads(table, "score")
     assert isinstance(fig, Figure)
     mesh = fig.axes[0].collections[0].get_array()
+    assert mesh is not None
     grid = np.ma.getdata(mesh).reshape(3, 3)
     blank = np.ma.getmaskarray(mesh).reshape(3, 3) | np.isnan(grid)
     assert blank.sum() == 5 and not blank[0, 0] and blank[0, 1]
     assert grid[0, 0] == pytest.approx(0.1) and grid[1, 1] == pytest.approx(0.9) and grid[2, 2] == pytest.approx(0.3)
     assert fig.axes[0].get_xlabel() == "head" and fig.axes[0].get_ylabel() == "layer"
     wide = plot_heads(table, "score", n_layers=4, n_heads=5)
-    assert np.ma.getdata(wide.axes[0].collections[0].get_array()).size == 20
+    wide_mesh = wide.axes[0].collections[0].get_array()
+    assert wide_mesh is not None and wide_mesh.size == 20
 
 
 @pytest.mark.parametrize(
     ("table", "column", "needle"),
     [
         (pd.DataFrame({"layer": [0], "head": [0]}), "score", "no column 'score'"),
-        (pd.DataFrame({"layer": [0, 0], "head": [1, 1], "score": [0.1, 0.2], "detector": ["a", "b"]}), "score", "several rows for head 0.1"),
+        (
+            pd.DataFrame({"layer": [0, 0], "head": [1, 1], "score": [0.1, 0.2], "detector": ["a", "b"]}),
+            "score",
+            "several rows for head 0.1",
+        ),
         (pd.DataFrame({"layer": [-1], "head": [0], "score": [0.1]}), "score", "non-negative whole numbers"),
         (pd.DataFrame({"layer": [0], "head": [0], "score": ["x"]}), "score", "holds no number"),
         ([1, 2], "score", "pandas DataFrame"),

@@ -21,7 +21,10 @@ WEIGHT_TOL = 1e-6
 def browser():
     binary = chromium_binary()
     if binary is None:
-        pytest.skip("no Chromium binary found (/usr/bin/chromium, chromium on PATH, or $HEADLENS_CHROMIUM); install Debian's chromium: apt-get install chromium")
+        pytest.skip(
+            "no Chromium binary found (/usr/bin/chromium, chromium on PATH, or $HEADLENS_CHROMIUM); "
+            "install Debian's chromium: apt-get install chromium"
+        )
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:
@@ -95,7 +98,10 @@ def test_two_notebook_views_in_one_page_work_apart(browser, family_model, tmp_pa
     decoder = attention_view(gpt2, PROMPT)  # every layer: a layer picker and a head picker
     encoder = attention_view(bert, PROMPT, layer=0, head=1)  # one head: no picker
     path = tmp_path / "notebook.html"
-    path.write_text("<!DOCTYPE html><html><head><meta charset='utf-8'></head><body>" + decoder._repr_html_() + encoder._repr_html_() + "</body></html>", encoding="utf-8")
+    path.write_text(
+        "<!DOCTYPE html><html><head><meta charset='utf-8'></head><body>" + decoder._repr_html_() + encoder._repr_html_() + "</body></html>",
+        encoding="utf-8",
+    )
     page, events, _ = _open(browser, path)
     first, second = page.locator(".hl-av >> nth=0"), page.locator(".hl-av >> nth=1")
     assert first.locator(".hl-av-tok").count() == len(decoder.tokens) and second.locator(".hl-av-tok").count() == len(encoder.tokens)

@@ -18,11 +18,26 @@ from tests.test_report import XSS, quick_report  # noqa: F401  (the session's re
 #: One byte per weight on the page: a shown weight is within half a step of 1/255 of the saved one.
 U8_STEP = 0.5 / 255 + 1e-7
 
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-default-apps", "--mute-audio"]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-default-apps",
+    "--mute-audio",
+]
 
 
 def chromium_binary() -> str | None:
-    for candidate in (os.environ.get("HEADLENS_CHROMIUM"), "/usr/bin/chromium", shutil.which("chromium"), shutil.which("chromium-browser"), shutil.which("google-chrome")):
+    for candidate in (
+        os.environ.get("HEADLENS_CHROMIUM"),
+        "/usr/bin/chromium",
+        shutil.which("chromium"),
+        shutil.which("chromium-browser"),
+        shutil.which("google-chrome"),
+    ):
         if candidate and Path(candidate).is_file() and os.access(candidate, os.X_OK):
             return candidate
     return None
@@ -32,7 +47,10 @@ def chromium_binary() -> str | None:
 def browser_page(quick_report):  # noqa: F811
     binary = chromium_binary()
     if binary is None:
-        pytest.skip("no Chromium binary found (/usr/bin/chromium, chromium on PATH, or $HEADLENS_CHROMIUM); install Debian's chromium: apt-get install chromium")
+        pytest.skip(
+            "no Chromium binary found (/usr/bin/chromium, chromium on PATH, or $HEADLENS_CHROMIUM); "
+            "install Debian's chromium: apt-get install chromium"
+        )
     from playwright.sync_api import sync_playwright
 
     events: dict[str, list] = {"console": [], "pageerror": [], "dialog": [], "requests": []}
@@ -42,7 +60,12 @@ def browser_page(quick_report):  # noqa: F811
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
             page.on("console", lambda m: events["console"].append((m.type, m.text)))
             page.on("pageerror", lambda e: events["pageerror"].append(str(e)))
-            page.on("dialog", lambda d: (events["dialog"].append(d.message), d.dismiss()))
+
+            def dismiss(dialog) -> None:
+                events["dialog"].append(dialog.message)
+                dialog.dismiss()
+
+            page.on("dialog", dismiss)
             page.on("request", lambda r: events["requests"].append(r.url))
             url = (quick_report[0] / "report.html").resolve().as_uri()
             page.goto(url)
@@ -70,7 +93,7 @@ def test_clicking_a_head_shows_its_detail(browser_page):
     page, events, _ = browser_page
     page.click('#role-table tbody tr[data-head="1.2"]')
     assert page.locator("#detail-title").inner_text() == "Head 1.2"
-    assert page.locator('#role-table tbody tr.selected').get_attribute("data-head") == "1.2"
+    assert page.locator("#role-table tbody tr.selected").get_attribute("data-head") == "1.2"
     assert page.locator("td.cell.sel").count() >= 5  # the head is marked in every heatmap
     body = page.locator("#detail-body").inner_text()
     for needle in ("induction", "previous_token", "95% CI", "zero", "mean", "with BOS"):

@@ -81,7 +81,9 @@ def view_data(
     p = np.asarray(patterns, dtype=np.float32)
     n = len(tokens)
     if p.ndim != 4 or p.shape != (len(layers), len(heads), n, n):
-        raise InputError(f"patterns has shape {p.shape}; expected [layers, heads, q, k] = {(len(layers), len(heads), n, n)}", patterns=p.shape)
+        raise InputError(
+            f"patterns has shape {p.shape}; expected [layers, heads, q, k] = {(len(layers), len(heads), n, n)}", patterns=p.shape
+        )
     if n == 0:
         raise InputError("tokens is empty: nothing to show", tokens=n)
     if encoding not in ENCODINGS:
@@ -111,7 +113,10 @@ def new_element_id() -> str:
 
 
 def _mount_script(element_id: str) -> str:
-    return static_text("attention_view.js") + f'headlensAttention.mountId("{element_id}", document.currentScript && document.currentScript.parentNode);\n'
+    return (
+        static_text("attention_view.js")
+        + f'headlensAttention.mountId("{element_id}", document.currentScript && document.currentScript.parentNode);\n'
+    )
 
 
 def fragment_html(data: dict[str, Any], *, element_id: str | None = None) -> str:
@@ -143,7 +148,7 @@ def standalone_html(data: dict[str, Any], *, title: str, element_id: str = "hl-a
         f"<title>{html.escape(title)}</title>\n"
         f"<style>{static_text('attention_view.css')}</style>\n"
         "</head><body>\n"
-        f"<h1 style=\"font:600 16px system-ui,sans-serif\">{html.escape(title)}</h1>\n"
+        f'<h1 style="font:600 16px system-ui,sans-serif">{html.escape(title)}</h1>\n'
         f'<div class="hl-av" id="{element_id}"><p class="hl-av-nojs">{html.escape(NOSCRIPT)}</p></div>\n'
         f'<script type="application/json" id="{element_id}-data">{json_for_script(data)}</script>\n'
         f"<script>{script}</script>\n"

@@ -35,7 +35,14 @@ def _bytes(v: Any) -> str:
 
 def _kv(t: Any) -> list[dict[str, str]]:
     return [
-        {"variant": str(d["variant"]), "kv_heads": str(d["kv_heads"]), "per_token": _bytes(d["bytes_per_token"]), "total": _bytes(d["bytes"]), "saved": _pct(d["saved"]), "formula": str(d["formula"])}
+        {
+            "variant": str(d["variant"]),
+            "kv_heads": str(d["kv_heads"]),
+            "per_token": _bytes(d["bytes_per_token"]),
+            "total": _bytes(d["bytes"]),
+            "saved": _pct(d["saved"]),
+            "formula": str(d["formula"]),
+        }
         for d in t.to_dict("records")
     ]
 
@@ -44,18 +51,20 @@ def _gqa(t: Any) -> list[dict[str, str]]:
     rows = []
     for d in t.to_dict("records"):
         original = str(d["grouping"]) == "original"
-        rows.append({
-            "grouping": str(d["grouping"]),
-            "g": str(int(d["g"])),
-            "kv_heads": str(int(d["kv_heads"])),
-            "per_token": _bytes(d["kv_bytes_per_token"]),
-            "saved": _pct(d["kv_saved"]),
-            "loss": num(d["loss"], 4),
-            "change": "" if original else signed(d["loss_change"], 4),
-            "ci": "" if original else f"[{signed(d['change_ci_low'], 4)}, {signed(d['change_ci_high'], 4)}]",
-            "mean_js": "" if original else num(d["mean_js"], 4),
-            "max_js": "" if original else num(d["max_js"], 4),
-        })
+        rows.append(
+            {
+                "grouping": str(d["grouping"]),
+                "g": str(int(d["g"])),
+                "kv_heads": str(int(d["kv_heads"])),
+                "per_token": _bytes(d["kv_bytes_per_token"]),
+                "saved": _pct(d["kv_saved"]),
+                "loss": num(d["loss"], 4),
+                "change": "" if original else signed(d["loss_change"], 4),
+                "ci": "" if original else f"[{signed(d['change_ci_low'], 4)}, {signed(d['change_ci_high'], 4)}]",
+                "mean_js": "" if original else num(d["mean_js"], 4),
+                "max_js": "" if original else num(d["max_js"], 4),
+            }
+        )
     return rows
 
 
@@ -63,11 +72,19 @@ def _knockouts(losses: Any, roles: Any) -> list[dict[str, str]]:
     whole = losses[(losses["head"] == -1) & (losses["kind"] != "none")]
     rows = []
     for d in whole.to_dict("records"):
-        row = {"layer": str(int(d["layer"])), "kind": str(d["kind"]), "loss": num(d["loss"], 4), "change": signed(d["loss_change"], 4), "relative": "n/a" if finite(d["relative_change"]) is None else f"{100 * float(d['relative_change']):+.1f}%"}
+        row = {
+            "layer": str(int(d["layer"])),
+            "kind": str(d["kind"]),
+            "loss": num(d["loss"], 4),
+            "change": signed(d["loss_change"], 4),
+            "relative": "n/a" if finite(d["relative_change"]) is None else f"{100 * float(d['relative_change']):+.1f}%",
+        }
         if roles is not None:
             ch = roles[(roles["knocked_layer"] == d["layer"]) & (roles["kind"] == d["kind"])]
             row["lost"] = ", ".join(f"{int(x['layer'])}.{int(x['head'])} {x['lost']}" for x in ch.to_dict("records") if x["lost"]) or "none"
-            row["gained"] = ", ".join(f"{int(x['layer'])}.{int(x['head'])} {x['gained']}" for x in ch.to_dict("records") if x["gained"]) or "none"
+            row["gained"] = (
+                ", ".join(f"{int(x['layer'])}.{int(x['head'])} {x['gained']}" for x in ch.to_dict("records") if x["gained"]) or "none"
+            )
         rows.append(row)
     return rows
 
@@ -82,7 +99,11 @@ def design_view(report: Any) -> dict[str, Any] | None:
     out: dict[str, Any] = {
         "where": f"{data.get('n_windows', '?')} windows of {data.get('window', '?')} tokens of the evaluation text",
         "kv": _kv(tables["kv"]) if "kv" in tables else [],
-        "notes": [{"part": _PARTS.get(str(d["part"]), str(d["part"])), "reason": str(d["reason"])} for d in tables["skipped"].to_dict("records")] if "skipped" in tables else [],
+        "notes": [
+            {"part": _PARTS.get(str(d["part"]), str(d["part"])), "reason": str(d["reason"])} for d in tables["skipped"].to_dict("records")
+        ]
+        if "skipped" in tables
+        else [],
         "gqa": None,
         "knockouts": None,
     }
@@ -90,9 +111,21 @@ def design_view(report: Any) -> dict[str, Any] | None:
         s = tables["gqa_summary"]
         figure = None
         if report.out_dir is not None:
-            svg = inline_svg(report.out_dir / FIGURE_FILE, element_id="design-gqa-svg", label="GQA what-if: loss against KV cache per token, adjacent and similarity grouping")
+            svg = inline_svg(
+                report.out_dir / FIGURE_FILE,
+                element_id="design-gqa-svg",
+                label="GQA what-if: loss against KV cache per token, adjacent and similarity grouping",
+            )
             figure = None if svg is None else Markup(svg)  # cleaned by inline_svg: no script, handler or outside link
-        out["gqa"] = {"rows": _gqa(s), "reading": [line.removeprefix("- ") for line in gqa_reading(s, tables.get("gqa_comparison"), n_items=data_items(info)[0], smoke=report.smoke_test("design"))], "figure": figure, "figure_file": FIGURE_FILE}
+        out["gqa"] = {
+            "rows": _gqa(s),
+            "reading": [
+                line.removeprefix("- ")
+                for line in gqa_reading(s, tables.get("gqa_comparison"), n_items=data_items(info)[0], smoke=report.smoke_test("design"))
+            ],
+            "figure": figure,
+            "figure_file": FIGURE_FILE,
+        }
     if "knockout_losses" in tables:
         roles = tables.get("knockout_roles")
         base = tables["knockout_losses"]
@@ -101,6 +134,8 @@ def design_view(report: Any) -> dict[str, Any] | None:
             "rows": _knockouts(base, roles),
             "roles": roles is not None,
             "base": num(base_loss.iloc[0], 4) if len(base_loss) else "n/a",
-            "reading": [line.removeprefix("- ") for line in knockout_reading(base, roles) if not line.startswith("- layer ")],  # the per-layer lines are the table
+            "reading": [
+                line.removeprefix("- ") for line in knockout_reading(base, roles) if not line.startswith("- layer ")
+            ],  # the per-layer lines are the table
         }
     return out

@@ -31,7 +31,15 @@ def evidence_view(report: Any) -> dict[str, Any]:
     if table is None or not s.ok:
         return {"banners": banners, "smoke": smoke, "rule": evidence_rule_text(), "rows": None, "counts": ""}
     rows = [
-        {"name": _text(r.name), "role": _text(r.role), "evidence": _text(r.evidence), "cls": _text(r.evidence).replace(" ", "-"), "figure": figure_text(r), "unit": _text(r.unit), "detail": _text(r.detail)}
+        {
+            "name": _text(r.name),
+            "role": _text(r.role),
+            "evidence": _text(r.evidence),
+            "cls": _text(r.evidence).replace(" ", "-"),
+            "figure": figure_text(r),
+            "unit": _text(r.unit),
+            "detail": _text(r.detail),
+        }
         for r in table.itertuples()
     ]
     counts = ", ".join(f"{v} {k}" for k, v in table["evidence"].value_counts().items())
@@ -43,13 +51,16 @@ def evidence_md(report: Any, esc: Callable[[Any], str], table: Callable[[list[st
     v = evidence_view(report)
     lines = ["## Evidence for the roles", ""]
     for b in v["banners"]:
-        lines += [f"**FAILED**: stage `{b['name']}`: {esc(b['error'])}" if b["status"] == "failed" else f"Stage `{b['name']}` was skipped.", ""]
+        lines += [
+            f"**FAILED**: stage `{b['name']}`: {esc(b['error'])}" if b["status"] == "failed" else f"Stage `{b['name']}` was skipped.",
+            "",
+        ]
     if v["smoke"]:
         lines += [f"**{esc(v['smoke'])}**", ""]
     lines += [esc(v["rule"]), ""]
     if v["rows"] is None:
         return lines
     if not v["rows"]:
-        return lines + ["No head has a role, so nothing was tested.", ""]
+        return [*lines, "No head has a role, so nothing was tested.", ""]
     rows = [[esc(r["name"]), esc(r["role"]), esc(r["evidence"]), esc(r["figure"]), esc(r["unit"]), esc(r["detail"])] for r in v["rows"]]
     return lines + table(["head", "role", "evidence", "figure [95% CI]", "figure measures", "why"], rows) + [""]

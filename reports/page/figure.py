@@ -54,6 +54,16 @@ def inline_svg(path: Path, *, element_id: str, label: str) -> str | None:
                 continue
             el.set(name if attr.startswith(f"{{{XLINK_NS}}}") else attr, value)  # xlink:href -> href (SVG 2): no second namespace
     for el in root.iter("style"):  # an inline <svg>'s <style> applies to the whole page: scope it to the figure
-        el.text = re.sub(r"(^|})\s*([^{}]+){", lambda m: m.group(1) + ", ".join(f"#{element_id} {sel.strip()}" for sel in m.group(2).split(",")) + "{", el.text or "")
-    root.attrib = {"xmlns": SVG_NS, "id": element_id, "role": "img", "aria-label": label, **{k: v for k, v in root.attrib.items() if k not in ("id", "xmlns")}}
+        el.text = re.sub(
+            r"(^|})\s*([^{}]+){",
+            lambda m: m.group(1) + ", ".join(f"#{element_id} {sel.strip()}" for sel in m.group(2).split(",")) + "{",
+            el.text or "",
+        )
+    root.attrib = {
+        "xmlns": SVG_NS,
+        "id": element_id,
+        "role": "img",
+        "aria-label": label,
+        **{k: v for k, v in root.attrib.items() if k not in ("id", "xmlns")},
+    }
     return ET.tostring(root, encoding="unicode")

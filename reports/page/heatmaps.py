@@ -26,12 +26,15 @@ DETECTOR_NOTES = {
     "duplicate_token": "repeated random tokens: attention from the second copy to the same token's first occurrence",
     "induction": "repeated random tokens: attention from the second copy to the token after the first occurrence",
     "sink": "mean attention to the first position (Gu et al. alpha)",
-    "referent": "attention from a pronoun to its antecedent (the role needs a Holm-corrected sign test over sentence pairs, more than half the pairs won, and antecedent above distractor)",
+    "referent": (
+        "attention from a pronoun to its antecedent (the role needs a Holm-corrected sign test "
+        "over sentence pairs, more than half the pairs won, and antecedent above distractor)"
+    ),
 }
 
 
 def _hex(rgba: Any) -> str:
-    r, g, b = (int(round(255 * c)) for c in rgba[:3])
+    r, g, b = (int(np.rint(255 * c)) for c in rgba[:3])
     return f"#{r:02x}{g:02x}{b:02x}"
 
 
@@ -44,7 +47,7 @@ def head_grid(df: pd.DataFrame, column: str, n_layers: int, n_heads: int) -> np.
     """``df[column]`` as a ``[layer, head]`` grid (rows from the ``layer`` and ``head`` columns);
     NaN where a head has no row or no finite value; rows outside the grid are left out."""
     g = np.full((n_layers, n_heads), np.nan)
-    for layer, head, value in zip(df["layer"], df["head"], df[column]):
+    for layer, head, value in zip(df["layer"], df["head"], df[column], strict=True):
         layer, head = int(layer), int(head)
         if 0 <= layer < n_layers and 0 <= head < n_heads:
             v = finite(value)
@@ -52,7 +55,18 @@ def head_grid(df: pd.DataFrame, column: str, n_layers: int, n_heads: int) -> np.
     return g
 
 
-def _heatmap(title: str, note: str, values: np.ndarray, *, cmap: str, vmin: float, vmax: float, fmt: str, map_id: str, outlined: np.ndarray | None = None) -> dict[str, Any]:
+def _heatmap(
+    title: str,
+    note: str,
+    values: np.ndarray,
+    *,
+    cmap: str,
+    vmin: float,
+    vmax: float,
+    fmt: str,
+    map_id: str,
+    outlined: np.ndarray | None = None,
+) -> dict[str, Any]:
     cm = matplotlib.colormaps[cmap]
     n_layers, n_heads = values.shape
     show = n_heads <= 16
@@ -68,16 +82,27 @@ def _heatmap(title: str, note: str, values: np.ndarray, *, cmap: str, vmin: floa
             t = 0.5 if vmax == vmin else min(1.0, max(0.0, (v - vmin) / (vmax - vmin)))
             rgba = cm(t)
             text = format(v, fmt)
-            cells.append({
-                "head": name,
-                "cls": "cell role" if outlined is not None and outlined[layer, h] else "cell",
-                "style": f"background:{_hex(rgba)};color:{'#fff' if _luminance(rgba) < 0.55 else '#111'}",
-                "tip": f"{name}: {text}",
-                "text": text if show else "",
-            })
+            cells.append(
+                {
+                    "head": name,
+                    "cls": "cell role" if outlined is not None and outlined[layer, h] else "cell",
+                    "style": f"background:{_hex(rgba)};color:{'#fff' if _luminance(rgba) < 0.55 else '#111'}",
+                    "tip": f"{name}: {text}",
+                    "text": text if show else "",
+                }
+            )
         rows.append({"layer": layer, "cells": cells})
     stops = ", ".join(_hex(cm(t)) for t in np.linspace(0, 1, 7))
-    return {"id": map_id, "title": title, "note": note, "heads": list(range(n_heads)), "rows": rows, "lo": format(vmin, fmt), "hi": format(vmax, fmt), "gradient": f"background:linear-gradient(to right, {stops})"}
+    return {
+        "id": map_id,
+        "title": title,
+        "note": note,
+        "heads": list(range(n_heads)),
+        "rows": rows,
+        "lo": format(vmin, fmt),
+        "hi": format(vmax, fmt),
+        "gradient": f"background:linear-gradient(to right, {stops})",
+    }
 
 
 def scored_detectors(scores: pd.DataFrame | None) -> tuple[list[str], list[str]]:
@@ -87,7 +112,7 @@ def scored_detectors(scores: pd.DataFrame | None) -> tuple[list[str], list[str]]
         return [], []
     shown, unscored = [], []
     for det, g in scores.groupby("detector", sort=False):
-        (shown if pd.to_numeric(g["score"], errors="coerce").notna().any() else unscored).append(str(det))
+        (shown if pd.Series(pd.to_numeric(g["score"], errors="coerce")).notna().any() else unscored).append(str(det))
     return shown, unscored
 
 
@@ -95,7 +120,10 @@ def ablation_wording(metric: str, method: str, unablated: Any) -> tuple[str, str
     """``(title, note)`` of an ablation heatmap.  The embedding change is already a change from
     the unablated model (0 there by construction): no "change in" and no unablated value."""
     if metric == "embedding":
-        return f"{method} ablation: embedding change", f"1 - cosine between the sentence embedding with the head alone {method}-ablated and the unablated one"
+        return (
+            f"{method} ablation: embedding change",
+            f"1 - cosine between the sentence embedding with the head alone {method}-ablated and the unablated one",
+        )
     label = metric_label(metric)
     return f"{method} ablation: \u0394 {label}", f"change in {label} when the head alone is {method}-ablated; unablated {num(unablated, 4)}"
 
@@ -116,8 +144,24 @@ def heatmaps(report: Any, exact_importance: bool) -> list[dict[str, Any]]:
             outlined = np.array([[det in has.get((a, b), ()) for b in range(H)] for a in range(L)])
             th = report.thresholds.get(str(det))
             note = DETECTOR_NOTES.get(str(det), "")
-            note += f"; uniform baseline {baseline_label(g['baseline'])}" + (f"; role threshold {th:g}" if th is not None else "") + "; outlined: heads with the role"
-            maps.append(_heatmap(f"{det} score", note, head_grid(g, "score", L, H), cmap="viridis", vmin=0.0, vmax=1.0, fmt=".2f", outlined=outlined, map_id=f"hm-{det}"))
+            note += (
+                f"; uniform baseline {baseline_label(g['baseline'])}"
+                + (f"; role threshold {th:g}" if th is not None else "")
+                + "; outlined: heads with the role"
+            )
+            maps.append(
+                _heatmap(
+                    f"{det} score",
+                    note,
+                    head_grid(g, "score", L, H),
+                    cmap="viridis",
+                    vmin=0.0,
+                    vmax=1.0,
+                    fmt=".2f",
+                    outlined=outlined,
+                    map_id=f"hm-{det}",
+                )
+            )
     if report.sinks is not None:
         bos = bool(report.settings.get("prepend_bos", True))
         sub = report.sinks[report.sinks["bos"].astype(bool) == bos]
@@ -126,11 +170,14 @@ def heatmaps(report: Any, exact_importance: bool) -> list[dict[str, Any]]:
             n = int(report.sink_rates["n_sequences"].iloc[0]) if report.sink_rates is not None and len(report.sink_rates) else "its"
             outlined = np.array([["sink" in has.get((a, b), ()) for b in range(H)] for a in range(L)]) if report.roles is not None else None
             note = (
-                f"Gu et al. alpha on the sinks stage's own {n} sequences, {'with' if bos else 'no'} BOS; uniform {num(sub['uniform_alpha'].iloc[0])}; "
+                f"Gu et al. alpha on the sinks stage's own {n} sequences, "
+                f"{'with' if bos else 'no'} BOS; uniform {num(sub['uniform_alpha'].iloc[0])}; "
                 "outlined: heads with the census's sink role (the 'sink score' map)"
             )
             title = "sinks stage: alpha" + (" (smoke test)" if report.smoke_test("sinks") else "")
-            maps.append(_heatmap(title, note, grid, cmap="viridis", vmin=0.0, vmax=1.0, fmt=".2f", outlined=outlined, map_id="hm-sink-alpha"))
+            maps.append(
+                _heatmap(title, note, grid, cmap="viridis", vmin=0.0, vmax=1.0, fmt=".2f", outlined=outlined, map_id="hm-sink-alpha")
+            )
     for name, label in (("ablation_zero", "zero"), ("ablation_mean", "mean")):
         table = getattr(report, name)
         if table is not None and len(table):
@@ -146,7 +193,29 @@ def heatmaps(report: Any, exact_importance: bool) -> list[dict[str, Any]]:
         top = float(np.nanmax(grid)) if np.isfinite(grid).any() else 1.0
         if exact_importance:
             low = min(0.0, float(np.nanmin(grid))) if np.isfinite(grid).any() else 0.0
-            maps.append(_heatmap("pruning importance" + smoke, "exact: embedding change when the head alone is zero-ablated (unpruned model)", grid, cmap="viridis", vmin=low, vmax=top or 1.0, fmt=".3f", map_id="hm-importance"))
+            maps.append(
+                _heatmap(
+                    "pruning importance" + smoke,
+                    "exact: embedding change when the head alone is zero-ablated (unpruned model)",
+                    grid,
+                    cmap="viridis",
+                    vmin=low,
+                    vmax=top or 1.0,
+                    fmt=".3f",
+                    map_id="hm-importance",
+                )
+            )
         else:
-            maps.append(_heatmap("pruning importance" + smoke, "Michel et al. gradient importance, L2-normalised per layer", grid, cmap="viridis", vmin=0.0, vmax=top or 1.0, fmt=".2f", map_id="hm-importance"))
+            maps.append(
+                _heatmap(
+                    "pruning importance" + smoke,
+                    "Michel et al. gradient importance, L2-normalised per layer",
+                    grid,
+                    cmap="viridis",
+                    vmin=0.0,
+                    vmax=top or 1.0,
+                    fmt=".2f",
+                    map_id="hm-importance",
+                )
+            )
     return maps

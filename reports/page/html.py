@@ -70,7 +70,9 @@ def page_css() -> str:
 
 def _csp(script: str) -> str:
     digest = base64.b64encode(hashlib.sha256(script.encode("utf-8")).digest()).decode("ascii")
-    return f"default-src 'none'; script-src 'sha256-{digest}'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"
+    return (
+        f"default-src 'none'; script-src 'sha256-{digest}'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"
+    )
 
 
 def render_html(report: Any) -> str:
@@ -79,10 +81,14 @@ def render_html(report: Any) -> str:
     context = page_context(report)
     if context["pruning"] is not None and context["pruning"]["figure"] is not None:
         context["pruning"]["figure"] = Markup(context["pruning"]["figure"])  # cleaned SVG (page/figure.py)
-    return environment().get_template("report.html.j2").render(
-        **context,
-        csp=Markup(_csp(script)),  # our own constant and a base64 digest
-        css=Markup(page_css()),
-        script=Markup(script),
-        data=Markup(json_for_script(script_data(report))),
+    return (
+        environment()
+        .get_template("report.html.j2")
+        .render(
+            **context,
+            csp=Markup(_csp(script)),  # our own constant and a base64 digest
+            css=Markup(page_css()),
+            script=Markup(script),
+            data=Markup(json_for_script(script_data(report))),
+        )
     )

@@ -20,10 +20,10 @@ __all__ = ["static_text", "json_for_script"]
 _PACKAGE = "headlens.reports.page"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def static_text(name: str) -> str:
     """A file of ``reports/page/static/`` (a style or a script), as shipped in the package."""
-    text = resources.files(_PACKAGE).joinpath("static", name).read_text(encoding="utf-8")
+    text = resources.files(_PACKAGE).joinpath("static").joinpath(name).read_text(encoding="utf-8")
     closing = "</style" if name.endswith(".css") else "</script"
     if closing in text.lower():  # it is inlined into that element: it must not end it early
         raise ValueError(f"static/{name} contains {closing}")

@@ -24,7 +24,10 @@ log = logging.getLogger(__name__)
 
 __all__ = ["census_sink_heads", "sink_rate_rows", "sink_disagreement", "CENSUS_RULE"]
 
-CENSUS_RULE = "the census's sink role: alpha on its natural-text windows at least the threshold, and the lower end of its 95% interval at least twice the uniform baseline"
+CENSUS_RULE = (
+    "the census's sink role: alpha on its natural-text windows at least the threshold, "
+    "and the lower end of its 95% interval at least twice the uniform baseline"
+)
 
 
 def census_sink_heads(report: Any) -> list[str] | None:
@@ -33,7 +36,7 @@ def census_sink_heads(report: Any) -> list[str] | None:
     if report.roles is None or report.scores is None or "sink" not in set(report.scores["detector"]):
         return None
     rows = report.roles[report.roles["role"] == "sink"].sort_values(["layer", "head"])
-    return [f"{int(a)}.{int(b)}" for a, b in zip(rows["layer"], rows["head"])]
+    return [f"{int(a)}.{int(b)}" for a, b in zip(rows["layer"], rows["head"], strict=True)]
 
 
 def _census_bos(report: Any) -> bool:
@@ -54,16 +57,18 @@ def sink_rate_rows(report: Any) -> list[dict[str, str]] | None:
             role = "not measured" if census is not None else "n/a"
         else:
             role = f"{len(census)} of {n_heads}" + (f" ({', '.join(census)})" if census else "")
-        rows.append({
-            "setting": "with BOS" if bos else "no BOS",
-            "n": str(int(d["n_sequences"])),
-            "rate": num(d["sink_rate"]),
-            "uniform_rate": num(d["uniform_sink_rate"]),
-            "alpha": num(d["mean_alpha"]),
-            "uniform_alpha": num(d["uniform_alpha"]),
-            "stage_heads": f"{int(d['n_sink_heads'])} of {n_heads}",
-            "census_heads": role,
-        })
+        rows.append(
+            {
+                "setting": "with BOS" if bos else "no BOS",
+                "n": str(int(d["n_sequences"])),
+                "rate": num(d["sink_rate"]),
+                "uniform_rate": num(d["uniform_sink_rate"]),
+                "alpha": num(d["mean_alpha"]),
+                "uniform_alpha": num(d["uniform_alpha"]),
+                "stage_heads": f"{int(d['n_sink_heads'])} of {n_heads}",
+                "census_heads": role,
+            }
+        )
     return rows
 
 
@@ -78,21 +83,23 @@ def sink_disagreement(report: Any) -> str | None:
     if not len(stage):
         return None
     eps = float(report.stage("sinks").info.get("eps", 0.3))
-    alpha = {f"{int(a)}.{int(b)}": float(v) for a, b, v in zip(stage["layer"], stage["head"], stage["alpha_mean"])}
+    alpha = {f"{int(a)}.{int(b)}": float(v) for a, b, v in zip(stage["layer"], stage["head"], stage["alpha_mean"], strict=True)}
     scores = report.scores[report.scores["detector"] == "sink"]
-    score = {f"{int(a)}.{int(b)}": v for a, b, v in zip(scores["layer"], scores["head"], scores["score"])}
+    score = {f"{int(a)}.{int(b)}": v for a, b, v in zip(scores["layer"], scores["head"], scores["score"], strict=True)}
     stage_heads = {name for name, a in alpha.items() if a > eps}
     differ = sorted(set(census) ^ stage_heads, key=lambda n: tuple(int(x) for x in n.split(".")))
     if not differ:
         return None
     parts = [
-        f"{name}: census alpha {num(score.get(name))} ({'sink role' if name in census else 'no sink role'}), sinks stage alpha {num(alpha.get(name))}"
+        f"{name}: census alpha {num(score.get(name))} "
+        f"({'sink role' if name in census else 'no sink role'}), sinks stage alpha {num(alpha.get(name))}"
         for name in differ
     ]
     n_census = int(scores["n"].max()) if "n" in scores and finite(scores["n"].max()) is not None else None
     n_stage = int(report.sink_rates["n_sequences"].iloc[0]) if report.sink_rates is not None and len(report.sink_rates) else None
     return (
         f"The sink heads are the census's ({CENSUS_RULE}; {n_census or '?'} prompts). The sinks stage measures the same alpha on its own "
-        f"{n_stage or '?'} sequences and counts mean alpha > {eps:g} without an interval, so a head near the threshold can fall on either side. "
+        f"{n_stage or '?'} sequences and counts mean alpha > {eps:g} without "
+        "an interval, so a head near the threshold can fall on either side. "
         f"They differ on {'; '.join(parts)}."
     )

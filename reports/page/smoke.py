@@ -14,7 +14,11 @@ log = logging.getLogger(__name__)
 __all__ = ["data_where", "smoke_where", "smoke_note", "smoke_columns_note", "data_items", "SMOKE_COLUMNS"]
 
 #: The heads table's columns that come from smoke-test stages, by stage.
-SMOKE_COLUMNS = {"ablation_zero": ("zero_delta",), "ablation_mean": ("mean_delta",), "pruning": ("importance", "pruned_at")}
+SMOKE_COLUMNS: dict[str, tuple[str, ...]] = {
+    "ablation_zero": ("zero_delta",),
+    "ablation_mean": ("mean_delta",),
+    "pruning": ("importance", "pruned_at"),
+}
 
 
 def data_items(info: dict[str, Any]) -> tuple[int | None, str]:
@@ -59,7 +63,9 @@ def smoke_note(report: Any, stage: str) -> str | None:
 def smoke_columns_note(report: Any, labels: dict[str, str]) -> str | None:
     """One line for the heads table and heatmaps: which of their columns come from smoke-test
     stages (``labels``: column -> how the page names it); None when none does."""
-    cols = [labels.get(c, c) for stage, names in SMOKE_COLUMNS.items() if report.smoke_test(stage) for c in names if c in report.heads.columns]
+    cols: list[str] = [
+        labels.get(c) or c for stage, names in SMOKE_COLUMNS.items() if report.smoke_test(stage) for c in names if c in report.heads.columns
+    ]
     if not cols:
         return None
     return (

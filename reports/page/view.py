@@ -13,10 +13,10 @@ from urllib.parse import quote
 
 from headlens.analyses.heads.classify import roles_of
 from headlens.reports.page.design_view import design_view
+from headlens.reports.page.evidence_view import evidence_view
 from headlens.reports.page.figure import inline_svg
 from headlens.reports.page.heatmaps import heatmaps, scored_detectors
 from headlens.reports.page.sink_counts import sink_disagreement, sink_rate_rows
-from headlens.reports.page.evidence_view import evidence_view
 from headlens.reports.page.smoke import smoke_columns_note, smoke_note
 from headlens.reports.page.values import finite, metric_label, num, signed, sortval
 
@@ -25,7 +25,14 @@ log = logging.getLogger(__name__)
 __all__ = ["page_context", "SHORT", "COLUMN_TITLES"]
 
 #: Column labels of the role table (full names in the header's tooltip).
-SHORT = {"previous_token": "prev. token", "next_token": "next token", "duplicate_token": "dup. token", "induction": "induction", "sink": "sink", "referent": "referent"}
+SHORT = {
+    "previous_token": "prev. token",
+    "next_token": "next token",
+    "duplicate_token": "dup. token",
+    "induction": "induction",
+    "sink": "sink",
+    "referent": "referent",
+}
 COLUMN_TITLES = {
     "sink_alpha": "sink score: Gu et al. alpha from the sinks stage",
     "zero_delta": "change in the metric when the head alone is zero-ablated",
@@ -36,7 +43,12 @@ COLUMN_TITLES = {
 EXACT_IMPORTANCE_TITLE = "pruning importance: the exact change in the metric when the head alone is zero-ablated from the unpruned model"
 #: The heads table's columns from the other stages.  The sinks stage's alpha is not among them:
 #: the census's ``sink`` column is the score the sink role comes from (page/sink_counts.py).
-_EXTRA = [("zero_delta", "zero \u0394", "delta"), ("mean_delta", "mean \u0394", "delta"), ("importance", "import.", "score"), ("pruned_at", "pruned at", "pct")]
+_EXTRA = [
+    ("zero_delta", "zero \u0394", "delta"),
+    ("mean_delta", "mean \u0394", "delta"),
+    ("importance", "import.", "score"),
+    ("pruned_at", "pruned at", "pct"),
+]
 
 
 def _exact_importance(report: Any) -> bool:
@@ -99,7 +111,15 @@ def _role_table(report: Any) -> dict[str, Any]:
             else:
                 text = num(v)
             cells.append({"v": sortval(v), "text": text})
-        rows.append({"name": str(d["name"]), "order": int(d["layer"]) * 100000 + int(d["head"]), "roles": roles, "roles_sort": " ".join(roles), "cells": cells})
+        rows.append(
+            {
+                "name": str(d["name"]),
+                "order": int(d["layer"]) * 100000 + int(d["head"]),
+                "roles": roles,
+                "roles_sort": " ".join(roles),
+                "cells": cells,
+            }
+        )
     return {"header": header, "rows": rows, "detectors": dets}
 
 
@@ -111,20 +131,26 @@ def _pruning(report: Any) -> dict[str, Any] | None:
     embedding = info.get("metric") == "embedding"
     figure = None
     if report.out_dir is not None:
-        figure = inline_svg(report.out_dir / "pruning" / "pruning_curve.svg", element_id="pruning-svg", label="pruning curve: the metric against the fraction of heads removed, importance order and random orders")
+        figure = inline_svg(
+            report.out_dir / "pruning" / "pruning_curve.svg",
+            element_id="pruning-svg",
+            label="pruning curve: the metric against the fraction of heads removed, importance order and random orders",
+        )
     rows = []
     for d in curve.to_dict("records"):
         removed = d.get("removed_this_step")
-        rows.append({
-            "step": int(d["step"]),
-            "n_removed": int(d["n_removed"]),
-            "fraction": f"{100 * float(d['fraction_removed']):.0f}%",
-            "value": num(d["value"], 4),
-            "change": signed(d["relative_change"], 4) if embedding else signed(100 * float(d["relative_change"]), 1) + "%",
-            "random": "n/a" if finite(d["random_mean"]) is None else f"{num(d['random_mean'], 4)} \u00b1 {num(d['random_std'], 4)}",
-            "kv": f"{int(d['kv_bytes_saved_per_1k_tokens']):,}",
-            "removed": removed if isinstance(removed, str) else "",
-        })
+        rows.append(
+            {
+                "step": int(d["step"]),
+                "n_removed": int(d["n_removed"]),
+                "fraction": f"{100 * float(d['fraction_removed']):.0f}%",
+                "value": num(d["value"], 4),
+                "change": signed(d["relative_change"], 4) if embedding else signed(100 * float(d["relative_change"]), 1) + "%",
+                "random": "n/a" if finite(d["random_mean"]) is None else f"{num(d['random_mean'], 4)} \u00b1 {num(d['random_std'], 4)}",
+                "kv": f"{int(d['kv_bytes_saved_per_1k_tokens']):,}",
+                "removed": removed if isinstance(removed, str) else "",
+            }
+        )
     return {
         "embedding": embedding,
         "metric": metric_label(str(info.get("metric", "loss"))),
@@ -145,7 +171,11 @@ def _figure_links(report: Any) -> list[dict[str, Any]]:
         for f in s.files:
             if f.endswith(".png") and not (s.name == "census" and f in empty):
                 stem = f[: -len(".png")]
-                links = [{"href": quote(f"{s.name}/{stem}.{ext}"), "label": ext.upper()} for ext in ("png", "svg", "pdf") if f"{stem}.{ext}" in s.files]
+                links = [
+                    {"href": quote(f"{s.name}/{stem}.{ext}"), "label": ext.upper()}
+                    for ext in ("png", "svg", "pdf")
+                    if f"{stem}.{ext}" in s.files
+                ]
                 items.append({"path": f"{s.name}/{stem}", "links": links})
     return items
 
@@ -160,19 +190,30 @@ def page_context(report: Any) -> dict[str, Any]:
         "sub": f"{report.n_layers} layers \u00d7 {report.n_heads} heads \u00b7 BOS {'prepended' if bos else 'not prepended'} \u00b7 "
         + ("quick run (smoke-test settings: few prompts and windows)" if quick else "full run"),
         "failed": [s.name for s in report.failed],
-        "stage_notes": {name: _banners(report, *names) for name, names in {
-            "census": ("census",), "examples": ("examples",), "pruning": ("pruning",), "sinks": ("sinks",),
-            "heatmaps": ("census", "sinks", "ablation_zero", "ablation_mean", "pruning"), "design": ("design",),
-        }.items()},
+        "stage_notes": {
+            name: _banners(report, *names)
+            for name, names in {
+                "census": ("census",),
+                "examples": ("examples",),
+                "pruning": ("pruning",),
+                "sinks": ("sinks",),
+                "heatmaps": ("census", "sinks", "ablation_zero", "ablation_mean", "pruning"),
+                "design": ("design",),
+            }.items()
+        },
         "metric": metric_label(_data_metric(report)),
         # the embedding change is a change from the unablated model already: no "change in embedding change"
-        "delta_note": f"the {metric_label('embedding')} when the head alone is ablated" if _data_metric(report) == "embedding" else f"change in {metric_label(_data_metric(report))} when the head alone is ablated",
+        "delta_note": f"the {metric_label('embedding')} when the head alone is ablated"
+        if _data_metric(report) == "embedding"
+        else f"change in {metric_label(_data_metric(report))} when the head alone is ablated",
         "metric_note": report.metric_note,
         "sinks_note": report.sinks_note,
         "table": _role_table(report),
         "unscored": scored_detectors(report.scores)[1],
         "smoke_notes": {name: smoke_note(report, name) for name in ("sinks", "pruning", "design")},
-        "smoke_columns": smoke_columns_note(report, {"zero_delta": "zero \u0394", "mean_delta": "mean \u0394", "importance": "import.", "pruned_at": "pruned at"}),
+        "smoke_columns": smoke_columns_note(
+            report, {"zero_delta": "zero \u0394", "mean_delta": "mean \u0394", "importance": "import.", "pruned_at": "pruned at"}
+        ),
         "n_heads_total": len(report.heads),
         "examples": [{"prompt": e.prompt, "n_tokens": len(e.tokens), "truncated": bool(e.truncated)} for e in report.examples],
         "heatmaps": heatmaps(report, exact),
