@@ -9,7 +9,7 @@ import click
 from headlens.probes.errors import CheckFailed
 from headlens.reports.cli.common import model_options, parse_csv
 from headlens.reports.progress import ReportBars
-from headlens.reports.report.build import build_report
+from headlens.reports.report import build
 from headlens.reports.tables import roles_joined
 
 #: Heads with a role listed on stdout; the rest are counted ("... and 25 more").
@@ -28,13 +28,19 @@ SHOWN_ROLES = 12
 @click.option(
     "--quick",
     is_flag=True,
-    help="Smoke-test settings (few windows and prompts, the sink census only; the head census keeps classify's defaults, so the roles are classify's): seconds on a small model.",
+    help=(
+        "Smoke-test settings (few windows and prompts, the sink census only; the head census keeps classify's defaults, "
+        "so the roles are classify's): seconds on a small model."
+    ),
 )
 @click.option(
     "--text-file",
     default=None,
     type=click.Path(dir_okay=False),
-    help="Evaluation text of ablation and pruning (default: the text that ships with headlens, analyses/data/eval_text.txt), as for `headlens ablate`; e.g. the demo model's held-out text from `headlens demo heldout`.",
+    help=(
+        "Evaluation text of ablation and pruning (default: the text that ships with headlens, analyses/data/eval_text.txt), "
+        "as for `headlens ablate`; e.g. the demo model's held-out text from `headlens demo heldout`."
+    ),
 )
 @click.option(
     "--example-prompt",
@@ -85,7 +91,7 @@ def report_cmd(
     code is 1.
     """
     with ReportBars(quiet=quiet) as bars:
-        report = build_report(
+        report = build.build_report(  # through the module: tests replace build.build_report
             model,
             out_dir,
             quick=quick,
@@ -110,7 +116,7 @@ def report_cmd(
     summary = ", ".join(f"{n} {k}" for k, n in counts.items())
     if report.roles is not None:
         shown = roles_joined(report.roles, report.heads, sep=", ") if len(report.heads) else []
-        named = [(name, text) for name, text in zip(report.heads["name"], shown) if text]
+        named = [(name, text) for name, text in zip(report.heads["name"], shown, strict=True) if text]
         listed = ", ".join(f"{name} ({text})" for name, text in named[:SHOWN_ROLES]) + (
             f", ... and {len(named) - SHOWN_ROLES} more (report.html)" if len(named) > SHOWN_ROLES else ""
         )
@@ -118,13 +124,15 @@ def report_cmd(
     smoke = [s.name for s in report.stages if report.smoke_test(s.name)]
     if smoke:
         click.echo(
-            f"--quick: {', '.join(smoke)} ran as smoke tests (a few windows and prompts): they state no finding; run without --quick for results"
+            f"--quick: {', '.join(smoke)} ran as smoke tests (a few windows and prompts): they state no finding; "
+            "run without --quick for results"
         )
     click.echo(f"wrote {report.out_dir}/report.html, report.md, manifest.json ({len(report.stages)} stages: {summary})")
     if report.failed:
         first = report.failed[0]
         raise CheckFailed(
-            f"{len(report.failed)} stage(s) failed ({first.name}: {first.error}); the report marks them FAILED: {report.out_dir}/report.html"
+            f"{len(report.failed)} stage(s) failed ({first.name}: {first.error}); "
+            f"the report marks them FAILED: {report.out_dir}/report.html"
         )
 
 
