@@ -70,7 +70,9 @@ def sink_alpha(
     return sums["score"] / sums["count"].clamp(min=1)[:, None]
 
 
-def uniform_sink_alpha(lengths: Int[Tensor, " batch"], key: int = 0, *, window: int | None = None, causal: bool = True) -> Float[Tensor, " batch"]:
+def uniform_sink_alpha(
+    lengths: Int[Tensor, " batch"], key: int = 0, *, window: int | None = None, causal: bool = True
+) -> Float[Tensor, " batch"]:
     """``sink_alpha`` of a head that attends uniformly: mean over i >= k of ``1/(i+1)``.
 
     With a sliding ``window``: uniform over the keys the window allows, ``1/min(i+1, window)``,

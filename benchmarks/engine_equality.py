@@ -36,11 +36,71 @@ MODELS = ("demo", "minilm", "gpt2", "llama", "qwen2", "mistral", "gemma2", "gpt_
 COMMON = ["--device", "cpu", "-q"]
 EVAL = ["--n-windows", "4", "--window", "24", "--batch-size", "4"]
 COMMANDS: dict[str, list[str]] = {
-    "detect": ["detect", "--n-prompts", "6", "--seq-len", "8", "--window", "24", "--batch-size", "4", "--attention", "eager", "--out", "{out}/scores.csv"],
-    "detect_streaming": ["detect", "--n-prompts", "6", "--seq-len", "8", "--window", "24", "--batch-size", "4", "--attention", "streaming", "--query-block", "7", "--out", "{out}/scores.csv"],
-    "sinks": ["sinks", "--n-prompts", "6", "--window", "24", "--batch-size", "4", "--bos", "both", "--long-tokens", "32", "--n-long", "1", "--attn-windows", "8", "--out", "{out}"],
+    "detect": [
+        "detect",
+        "--n-prompts",
+        "6",
+        "--seq-len",
+        "8",
+        "--window",
+        "24",
+        "--batch-size",
+        "4",
+        "--attention",
+        "eager",
+        "--out",
+        "{out}/scores.csv",
+    ],
+    "detect_streaming": [
+        "detect",
+        "--n-prompts",
+        "6",
+        "--seq-len",
+        "8",
+        "--window",
+        "24",
+        "--batch-size",
+        "4",
+        "--attention",
+        "streaming",
+        "--query-block",
+        "7",
+        "--out",
+        "{out}/scores.csv",
+    ],
+    "sinks": [
+        "sinks",
+        "--n-prompts",
+        "6",
+        "--window",
+        "24",
+        "--batch-size",
+        "4",
+        "--bos",
+        "both",
+        "--long-tokens",
+        "32",
+        "--n-long",
+        "1",
+        "--attn-windows",
+        "8",
+        "--out",
+        "{out}",
+    ],
     "sinks_lengths": ["sinks", "--lengths", "16,40", "--bos", "both", "--attention", "eager", "--out", "{out}"],
-    "sinks_lengths_streaming": ["sinks", "--lengths", "16,40", "--bos", "on", "--attention", "streaming", "--query-block", "7", "--out", "{out}"],
+    "sinks_lengths_streaming": [
+        "sinks",
+        "--lengths",
+        "16,40",
+        "--bos",
+        "on",
+        "--attention",
+        "streaming",
+        "--query-block",
+        "7",
+        "--out",
+        "{out}",
+    ],
     "gqa": ["gqa", *EVAL, "--out", "{out}"],
     "projections": ["projections", *EVAL, "--n-prompts", "4", "--out", "{out}"],
 }
@@ -171,7 +231,10 @@ def main() -> None:
                 exits = f"{o['exit']}/{n['exit']}"
                 if o["exit"] != n["exit"]:
                     failed = True
-                    print(f"{m:<10} {c:<24} {exits:>9} {'':>6} {'':>14}  FAIL: exit codes differ (old: {o.get('last', '')!r}; new: {n.get('last', '')!r})")
+                    print(
+                        f"{m:<10} {c:<24} {exits:>9} {'':>6} {'':>14}  FAIL: exit codes differ"
+                        f" (old: {o.get('last', '')!r}; new: {n.get('last', '')!r})"
+                    )
                     continue
                 if o["exit"] != 0:
                     print(f"{m:<10} {c:<24} {exits:>9} {'':>6} {'':>14}  refused by both: {n.get('last', '')[:100]}")

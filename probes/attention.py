@@ -298,7 +298,7 @@ def repeat_kv(x: Float[Tensor, "... pos kv_head d_head"], group: int, *, dim: in
     return x if group == 1 else x.repeat_interleave(group, dim=dim)
 
 
-def visible(q_idx: Tensor, k_idx: Tensor, *, window: int | None = None, causal: bool = True) -> Bool[Tensor, "..."]:
+def visible(q_idx: Tensor, k_idx: Tensor, *, window: int | None = None, causal: bool = True) -> Bool[Tensor, ...]:
     """Whether query position ``q_idx`` sees key position ``k_idx`` (broadcast): causal ``k <= q``
     (all True on a bidirectional layer, ``causal=False``) and, with a sliding ``window``, ``k > q - window``.
 

@@ -128,7 +128,7 @@ def zero_heads_hooks(heads: Mapping[int, Sequence[int]]) -> list[tuple[str, Call
     for layer, hs in heads.items():
         idx = torch.tensor(list(hs))
 
-        def zero(z: Tensor, hook: Any = None, idx: Tensor = idx) -> Tensor:  # noqa: ARG001
+        def zero(z: Tensor, hook: Any = None, idx: Tensor = idx) -> Tensor:
             z = z.clone()
             z[:, :, idx.to(z.device)] = 0
             return z
@@ -176,7 +176,11 @@ def reduce_pass(
     mode = choose_attention(attention, batch=int(tokens.shape[0]), n_heads=int(model.n_heads), n=int(tokens.shape[1]))
     spec = attention_spec(model)
     causal = layer_causal(model)
-    key_mask = torch.ones(tokens.shape, dtype=torch.bool, device=model.device) if attention_mask is None else attention_mask.to(model.device).bool()
+    key_mask = (
+        torch.ones(tokens.shape, dtype=torch.bool, device=model.device)
+        if attention_mask is None
+        else attention_mask.to(model.device).bool()
+    )
     info = PassInfo(attention=mode)
     if mode == "streaming":
         if hooks or return_type is not None:
@@ -188,18 +192,20 @@ def reduce_pass(
             on_layer(la.layer, _reduce(reducers, pattern_blocks(la, q, k, key_mask, query_block), ctx, info), ctx)
 
         with torch.inference_mode():
-            streamed_forward(model, tokens, key_mask.long(), on_attention, block=query_block, ablate={k: list(v) for k, v in (ablate or {}).items()})
+            streamed_forward(
+                model, tokens, key_mask.long(), on_attention, block=query_block, ablate={k: list(v) for k, v in (ablate or {}).items()}
+            )
         return info
     held: dict[int, Tensor] = {}
 
     def keep_v(layer: int) -> Callable[..., None]:
-        def fn(v: Tensor, hook: Any = None) -> None:  # noqa: ARG001
+        def fn(v: Tensor, hook: Any = None) -> None:
             held[layer] = v
 
         return fn
 
     def read_pattern(la: LayerAttention) -> Callable[..., None]:
-        def fn(pattern: Tensor, hook: Any = None) -> None:  # noqa: ARG001
+        def fn(pattern: Tensor, hook: Any = None) -> None:
             view = LayerView(layer=la, causal=causal[la.layer], key_mask=key_mask, v=held.pop(la.layer, None))
             ctx = context(view)
             on_layer(la.layer, _reduce(reducers, [(0, pattern)], ctx, info), ctx)
@@ -213,7 +219,9 @@ def reduce_pass(
         pass_hooks.append((f"blocks.{la.layer}.attn.hook_pattern", read_pattern(la)))
     with torch.inference_mode():
         if return_type is None:
-            forward_until(model, tokens, stop_after=f"blocks.{model.n_layers - 1}.attn.hook_pattern", hooks=pass_hooks, attention_mask=attention_mask)
+            forward_until(
+                model, tokens, stop_after=f"blocks.{model.n_layers - 1}.attn.hook_pattern", hooks=pass_hooks, attention_mask=attention_mask
+            )
         else:
             kwargs = {} if attention_mask is None else {"attention_mask": attention_mask.to(model.device, torch.long)}
             with attached(model.bridge, pass_hooks):

@@ -29,7 +29,7 @@ class StopForward(Exception):
     """Raised from a hook once everything a pass needs has been seen; caught by :func:`stopping`."""
 
 
-def stop_hook(act: Tensor, hook: Any = None) -> None:  # noqa: ARG001
+def stop_hook(act: Tensor, hook: Any = None) -> None:
     """A hook that ends the forward pass."""
     raise StopForward
 

@@ -28,8 +28,7 @@ def register(name: str, function: Callable[..., Any], mask: str) -> None:
     """Register ``function`` under ``name`` with transformers' mask builder ``mask`` (``"eager_mask"``, ``"sdpa_mask"``), once."""
     if name in _REGISTERED:
         return
-    from transformers import AttentionInterface
-    from transformers import masking_utils
+    from transformers import AttentionInterface, masking_utils
 
     AttentionInterface.register(name, function)
     masking_utils.AttentionMaskInterface.register(name, getattr(masking_utils, mask))

@@ -66,13 +66,15 @@ DEFAULT_MEMORY_BUDGET = 2 * 1024**3
 #: q in its projection and passes 1.0; GPT-Neo does not scale).
 LayerCallback = Callable[[LayerAttention, Tensor, Tensor, Tensor], None]
 
-_ACTIVE: dict[int, tuple[int, "_Run"]] = {}  # id(HF attention module) -> (layer, run) inside a block
+_ACTIVE: dict[int, tuple[int, _Run]] = {}  # id(HF attention module) -> (layer, run) inside a block
 _MISSING = object()
 _NEO_CLASSES = frozenset({"GPTNeoSelfAttention"})
 
 
 class _Run:
-    def __init__(self, model: Any, on_layer: LayerCallback, key_mask: Tensor, block: int, stop_after: int | None, ablate: dict[int, list[int]]):
+    def __init__(
+        self, model: Any, on_layer: LayerCallback, key_mask: Tensor, block: int, stop_after: int | None, ablate: dict[int, list[int]]
+    ):
         self.model, self.on_layer, self.key_mask, self.block = model, on_layer, key_mask, block
         self.stop_after, self.ablate = stop_after, ablate
         self.spec = attention_spec(model)
@@ -93,7 +95,16 @@ def choose_attention(mode: str, *, batch: int, n_heads: int, n: int, budget: int
         return mode
     need = eager_pattern_bytes(batch, n_heads, n)
     chosen = "streaming" if need > budget else "eager"
-    log.info("attention auto -> %s: one layer's eager patterns need %d bytes (batch %d x %d heads x %d x %d x 4), budget %d", chosen, need, batch, n_heads, n, n, budget)
+    log.info(
+        "attention auto -> %s: one layer's eager patterns need %d bytes (batch %d x %d heads x %d x %d x 4), budget %d",
+        chosen,
+        need,
+        batch,
+        n_heads,
+        n,
+        n,
+        budget,
+    )
     return chosen
 
 
@@ -175,7 +186,8 @@ def _backend(model: Any, layer: int) -> str:
         return "interface"
     spec = attention_spec(model)
     raise UnsupportedModelError(
-        f"streaming attention on {spec.family}: layer {layer} ({type(module).__name__}) computes attention where headlens cannot reach it; use --attention eager",
+        f"streaming attention on {spec.family}: layer {layer} ({type(module).__name__}) computes attention where headlens cannot reach it;"
+        " use --attention eager",
         family=spec.family,
     )
 
@@ -211,18 +223,32 @@ def _blocked_output(run: _Run, la: LayerAttention, q: Tensor, k: Tensor, v: Tens
     return torch.cat(parts, dim=2).transpose(1, 2).to(v.dtype).contiguous()
 
 
-def _streaming_attention(module: Any, query: Tensor, key: Tensor, value: Tensor, attention_mask: Tensor | None, scaling: float | None = None, dropout: float = 0.0, softcap: float | None = None, **kwargs: Any) -> tuple[Tensor, None]:
+def _streaming_attention(
+    module: Any,
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    attention_mask: Tensor | None,
+    scaling: float | None = None,
+    dropout: float = 0.0,
+    softcap: float | None = None,
+    **kwargs: Any,
+) -> tuple[Tensor, None]:
     entry = _ACTIVE.get(id(module))
     if entry is None:  # pragma: no cover - a module outside the block under the switched config
         from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, softcap=softcap, **kwargs)
+        return sdpa_attention_forward(
+            module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, softcap=softcap, **kwargs
+        )
     layer, run = entry
     la = run.spec.layers[layer]
     if scaling is not None and float(scaling) != la.scale:  # e.g. OPT scales q in its projection and passes 1.0
         la = replace(la, scale=float(scaling))
     if kwargs.get("s_aux") is not None:
-        raise UnsupportedModelError(f"streaming attention on {run.spec.family}: attention sinks (s_aux) are not reproduced", family=run.spec.family)
+        raise UnsupportedModelError(
+            f"streaming attention on {run.spec.family}: attention sinks (s_aux) are not reproduced", family=run.spec.family
+        )
     run.on_layer(la, query, key, value)
     if la.softcap is not None:
         out = _blocked_output(run, la, query, key, value)
@@ -244,9 +270,15 @@ def _neo_attn(module: Any) -> Callable[..., tuple[Tensor, None]]:
         causal = module.bias[:, :, k_len - q_len : k_len, :k_len].to(query.device)
         mask = torch.zeros(causal.shape, dtype=torch.float32, device=query.device).masked_fill(~causal, torch.finfo(torch.float32).min)
         if attention_mask is not None:
-            extra = attention_mask if attention_mask.dtype != torch.bool else torch.zeros(attention_mask.shape, device=query.device).masked_fill(~attention_mask, torch.finfo(torch.float32).min)
+            extra = (
+                attention_mask
+                if attention_mask.dtype != torch.bool
+                else torch.zeros(attention_mask.shape, device=query.device).masked_fill(~attention_mask, torch.finfo(torch.float32).min)
+            )
             mask = mask + extra[..., :k_len].float()
-        out = torch.nn.functional.scaled_dot_product_attention(query.float(), key.float(), value.float(), attn_mask=mask, scale=1.0).to(value.dtype)
+        out = torch.nn.functional.scaled_dot_product_attention(query.float(), key.float(), value.float(), attn_mask=mask, scale=1.0).to(
+            value.dtype
+        )
         out = _after(run, layer, out.transpose(1, 2)).transpose(1, 2)
         return out, None
 
@@ -319,4 +351,7 @@ def streamed_forward(
             bridge(tokens.to(model.device), return_type=None, attention_mask=attention_mask.to(model.device, torch.long))
     missing = sorted(set(range(model.n_layers)) - set(run.calls))
     if missing:
-        raise UnsupportedModelError(f"streaming attention on {spec.family}: layers {missing} never reached headlens' attention function; use --attention eager", family=spec.family)
+        raise UnsupportedModelError(
+            f"streaming attention on {spec.family}: layers {missing} never reached headlens' attention function; use --attention eager",
+            family=spec.family,
+        )

@@ -61,7 +61,7 @@ class _Gather:
         return {"pattern": full}
 
     @staticmethod
-    def finish(sums: Sums, ctx: int) -> torch.Tensor:  # noqa: ARG004
+    def finish(sums: Sums, ctx: int) -> torch.Tensor:
         return sums["pattern"]
 
 
@@ -73,7 +73,16 @@ def _run(model, tokens, mask, reducers, mode):
         ctxs[view.layer.layer] = view
         return tokens.shape[1]
 
-    info = reduce_pass(model, tokens, mask, reducers, context=context, on_layer=lambda layer, o, ctx: out.__setitem__(layer, o), attention=mode, query_block=BLOCK)
+    info = reduce_pass(
+        model,
+        tokens,
+        mask,
+        reducers,
+        context=context,
+        on_layer=lambda layer, o, ctx: out.__setitem__(layer, o),
+        attention=mode,
+        query_block=BLOCK,
+    )
     return out, ctxs, info
 
 
@@ -102,7 +111,7 @@ def test_engine_rows_equal_hugging_face_attention(family, mode, family_checkpoin
 def _alpha_reference(P: torch.Tensor, n: int, window: int | None, causal: bool) -> torch.Tensor:
     """Gu et al. alpha of key 0, ``[head]``: mean of A[i, 0] over the real queries that see key 0."""
     qs = [i for i in range(n) if not causal or window is None or i < window]
-    return torch.stack([sum(P[h, i, 0] for i in qs) / len(qs) for h in range(P.shape[0])])
+    return torch.stack([P[h, qs, 0].sum() / len(qs) for h in range(P.shape[0])])
 
 
 def _excess_reference(P: torch.Tensor, n: int, window: int | None, causal: bool) -> torch.Tensor:
@@ -129,7 +138,7 @@ class _Stats:
         return {**alpha, "excess": excess_block(rows, ctx["lengths"], q0, window=ctx["window"], causal=ctx["causal"])}
 
     @staticmethod
-    def finish(sums: Sums, ctx: dict) -> Sums:  # noqa: ARG004
+    def finish(sums: Sums, ctx: dict) -> Sums:
         return sums
 
 
@@ -145,7 +154,16 @@ def test_engine_reducers_equal_loops_over_hugging_face_attention(family, mode, f
     def context(view: LayerView) -> dict:
         return {"lengths": lengths, "window": view.layer.window if view.causal else None, "causal": view.causal}
 
-    reduce_pass(model, tokens, mask, [_Stats()], context=context, on_layer=lambda layer, o, ctx: out.__setitem__(layer, o["stats"]), attention=mode, query_block=BLOCK)
+    reduce_pass(
+        model,
+        tokens,
+        mask,
+        [_Stats()],
+        context=context,
+        on_layer=lambda layer, o, ctx: out.__setitem__(layer, o["stats"]),
+        attention=mode,
+        query_block=BLOCK,
+    )
     for layer, la in enumerate(attention_spec(model).layers):
         causal = family != "bert"
         window = la.window if causal else None
@@ -153,7 +171,9 @@ def test_engine_reducers_equal_loops_over_hugging_face_attention(family, mode, f
             P = ref[layer][b]
             alpha = out[layer]["score"][b] / out[layer]["count"][b]
             assert_close(alpha, _alpha_reference(P, n, window, causal), "float32", msg=f"alpha {family} {mode} layer {layer} prompt {b}")
-            assert_close(out[layer]["excess"][b], _excess_reference(P, n, window, causal), "float32_loose", msg=f"excess {family} {mode} {layer} {b}")
+            assert_close(
+                out[layer]["excess"][b], _excess_reference(P, n, window, causal), "float32_loose", msg=f"excess {family} {mode} {layer} {b}"
+            )
 
 
 def test_add_sums_accumulates_in_float64():
@@ -169,7 +189,8 @@ def test_engine_ablation_zeroes_the_same_heads_eager_and_streaming(family_model)
     got = {}
     for mode in MODES:
         out: dict[int, torch.Tensor] = {}
-        reduce_pass(model, tokens, mask, [_Gather()], context=lambda view: tokens.shape[1], on_layer=lambda layer, o, ctx: out.__setitem__(layer, o["gather"]),
+        keep = lambda layer, o, ctx, out=out: out.__setitem__(layer, o["gather"])  # noqa: E731
+        reduce_pass(model, tokens, mask, [_Gather()], context=lambda view: tokens.shape[1], on_layer=keep,
                     attention=mode, query_block=BLOCK, ablate={0: [0, 1]})  # fmt: skip
         got[mode] = out[1]
     plain, _, _ = _run(model, tokens, mask, [_Gather()], "eager")

@@ -39,7 +39,9 @@ def stop_violations(modules: dict[str, ast.Module]) -> list[str]:
         for node in ast.walk(tree):
             if isinstance(node, ast.ClassDef) and "stop" in node.name.lower():
                 bases = {ast.unparse(b).split(".")[-1] for b in node.bases}
-                if bases & {"Exception", "BaseException", "RuntimeError"} and not (rel == "probes/engine_forward.py" and node.name == "StopForward"):
+                if bases & {"Exception", "BaseException", "RuntimeError"} and not (
+                    rel == "probes/engine_forward.py" and node.name == "StopForward"
+                ):
                     bad.append(f"{rel}: class {node.name}")
             if isinstance(node, ast.ExceptHandler) and node.type is not None and "stop" in ast.unparse(node.type).lower():
                 if rel != "probes/engine_forward.py":

@@ -65,7 +65,7 @@ def pool_hooks(groups: Groups) -> list[tuple[str, Callable[..., Any]]]:
         if all(len(g) == 1 for g in grps):
             continue
 
-        def fn(x: Tensor, hook: Any = None, grps: tuple = grps) -> Tensor:  # noqa: ARG001
+        def fn(x: Tensor, hook: Any = None, grps: tuple = grps) -> Tensor:
             return _pool(x, grps)
 
         hooks += [(f"blocks.{layer}.attn.hook_k", fn), (f"blocks.{layer}.attn.hook_v", fn)]
@@ -88,13 +88,13 @@ def knockout_hooks(model: Any, layer: int, kind: str, heads: Sequence[int] | Non
     hooks: list[tuple[str, Callable[..., Any]]] = []
     if "q" in kind:
 
-        def hold_q(q: Tensor, hook: Any = None) -> Tensor:  # noqa: ARG001
+        def hold_q(q: Tensor, hook: Any = None) -> Tensor:
             state["q"] = q
             return q
 
         hooks.append((f"blocks.{layer}.attn.hook_q", hold_q))
 
-    def on_k(k: Tensor, hook: Any = None) -> Tensor:  # noqa: ARG001
+    def on_k(k: Tensor, hook: Any = None) -> Tensor:
         state["k"] = k
         if "q" in kind:
             q = state.pop("q")
@@ -106,7 +106,7 @@ def knockout_hooks(model: Any, layer: int, kind: str, heads: Sequence[int] | Non
     hooks.append((f"blocks.{layer}.attn.hook_k", on_k))
     if kind in ("v=k", "q=k=v"):
 
-        def on_v(v: Tensor, hook: Any = None) -> Tensor:  # noqa: ARG001
+        def on_v(v: Tensor, hook: Any = None) -> Tensor:
             k = state.pop("k")
             out = v.clone()
             idx = torch.tensor(kvh, device=v.device)
@@ -128,7 +128,7 @@ def _two_pass(model: Any, toks: Tensor, layer: int, kind: str) -> Tensor:
     spec = attention_spec(model).layers[layer]
     cap: dict[str, Tensor] = {}
 
-    def grab(k: Tensor, hook: Any = None) -> None:  # noqa: ARG001
+    def grab(k: Tensor, hook: Any = None) -> None:
         cap["k"] = k.clone()
 
     with attached(model.bridge, [(f"blocks.{layer}.attn.hook_k", grab)]):
@@ -164,7 +164,10 @@ def _knockout_verdict(model: Any, kind: str) -> str | None:
                 got = model.bridge(toks, return_type="logits")
             scale = float(base.abs().max()) or 1.0
             if float((ref - base).abs().max()) <= 1e-6 * scale:
-                return f"projection knockout {kind}: edits of hook_q/hook_k/hook_v do not reach the attention of {family} (layer {layer}: the output did not move)"
+                return (
+                    f"projection knockout {kind}: edits of hook_q/hook_k/hook_v do not reach the attention of {family}"
+                    f" (layer {layer}: the output did not move)"
+                )
             if float((got - ref).abs().max()) > 1e-4 * scale:
                 log.info("%s: one-pass %s knockout differs from the two-pass reference in layer %d", family, kind, layer)
                 return (
@@ -188,7 +191,9 @@ def check_pooling(model: Any) -> None:
                     with attached(model.bridge, [(f"blocks.{layer}.attn.{name}", lambda x, hook=None: x.flip(2) * 0.5 + 1.0)]):
                         moved = float((model.bridge(toks, return_type="logits") - base).abs().max())
                     if moved <= 1e-6 * (float(base.abs().max()) or 1.0):
-                        verdicts["pool"] = f"GQA what-if: edits of {name} do not reach the attention of {family} (layer {layer}: the output did not move)"
+                        verdicts["pool"] = (
+                            f"GQA what-if: edits of {name} do not reach the attention of {family} (layer {layer}: the output did not move)"
+                        )
                         break
                 if verdicts["pool"]:
                     break

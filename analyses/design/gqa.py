@@ -31,10 +31,10 @@ from torch import Tensor
 from headlens.analyses.ablation.evalset import EvalSet
 from headlens.analyses.ablation.metrics import item_values, model_values
 from headlens.analyses.ablation.records import MemoryJournal, RecordJournal, records_of
-from headlens.analyses.stats import bootstrap_mean_ci
 from headlens.analyses.design.edits import Groups, check_pooling, pool_hooks
 from headlens.analyses.design.grouping import adjacent_groups, kv_distances, scatter, similar_groups
 from headlens.analyses.design.kv import KVConfig, group_sizes, kv_cache_table
+from headlens.analyses.stats import bootstrap_mean_ci
 from headlens.probes.attention import attention_spec
 from headlens.probes.engine import LayerView, Sums, reduce_pass
 from headlens.probes.errors import InputError
@@ -45,7 +45,20 @@ __all__ = ["GQAConfig", "GQAResult", "check_gqa", "GROUPINGS", "gqa_study", "js_
 log = logging.getLogger(__name__)
 
 GROUPINGS: tuple[str, ...] = ("adjacent", "similar")
-SUMMARY_COLUMNS = ["grouping", "g", "kv_heads", "kv_bytes_per_token", "kv_saved", "loss", "loss_change", "change_ci_low", "change_ci_high", "mean_js", "max_js", "scatter"]
+SUMMARY_COLUMNS = [
+    "grouping",
+    "g",
+    "kv_heads",
+    "kv_bytes_per_token",
+    "kv_saved",
+    "loss",
+    "loss_change",
+    "change_ci_low",
+    "change_ci_high",
+    "mean_js",
+    "max_js",
+    "scatter",
+]
 #: similar minus adjacent loss at each group size, paired over windows, with its 95% bootstrap interval.
 #: Unpooled attention patterns kept between variants up to this size (bytes); beyond it each variant recomputes them.
 CLEAN_CACHE_BYTES = 512 * 2**20
@@ -64,7 +77,11 @@ class GQAConfig:
     def __post_init__(self) -> None:
         for g in self.group_sizes or ():
             if isinstance(g, bool) or not isinstance(g, int) or g < 2:
-                raise InputError(f"group size {g!r}: the rule is g > 1 (a group pools g KV heads into one; g = 1 is the model itself, always measured as the baseline)", group=g)
+                raise InputError(
+                    f"group size {g!r}: the rule is g > 1 (a group pools g KV heads into one;"
+                    " g = 1 is the model itself, always measured as the baseline)",
+                    group=g,
+                )
 
 
 @dataclass
@@ -77,7 +94,7 @@ class GQAResult:
     config: GQAConfig = field(default_factory=GQAConfig)
 
 
-def js_divergence(p: Float[Tensor, "... k"], q: Float[Tensor, "... k"]) -> Float[Tensor, "..."]:
+def js_divergence(p: Float[Tensor, "... k"], q: Float[Tensor, "... k"]) -> Float[Tensor, ...]:
     """Jensen-Shannon divergence in bits between rows of two attention patterns (float64)."""
     p, q = p.double(), q.double()
     m = 0.5 * (p + q)
@@ -98,7 +115,10 @@ def check_gqa(model: Any, config: GQAConfig) -> tuple[int, list[int]]:
     sizes = list(config.group_sizes) if config.group_sizes else group_sizes(n_kv)
     for g in sizes:
         if n_kv % g:
-            raise InputError(f"group size {g} does not divide the {n_kv} KV heads per layer (choose from {', '.join(map(str, group_sizes(n_kv)))})", group=g)
+            raise InputError(
+                f"group size {g} does not divide the {n_kv} KV heads per layer (choose from {', '.join(map(str, group_sizes(n_kv)))})",
+                group=g,
+            )
     bad = [x for x in config.groupings if x not in GROUPINGS]
     if bad or not config.groupings:
         raise InputError(f"unknown grouping {', '.join(bad) or '(none)'}: choose from {', '.join(GROUPINGS)}")
@@ -125,11 +145,11 @@ class _Pattern:
     name = "pattern"
 
     @staticmethod
-    def partial(rows: Tensor, ctx: Any, q0: int) -> Sums:  # noqa: ARG004
+    def partial(rows: Tensor, ctx: Any, q0: int) -> Sums:
         return {"rows": rows}
 
     @staticmethod
-    def finish(sums: Sums, ctx: Any) -> Tensor:  # noqa: ARG004
+    def finish(sums: Sums, ctx: Any) -> Tensor:
         return sums["rows"].float()
 
 
@@ -153,7 +173,7 @@ class _JSDivergence:
         return {"sum": (js * ctx.q_ok[:, None, q0 : q0 + nb]).sum(dim=(0, 2))}
 
     @staticmethod
-    def finish(sums: Sums, ctx: _Against) -> Tensor:  # noqa: ARG004
+    def finish(sums: Sums, ctx: _Against) -> Tensor:
         return sums["sum"]
 
 
@@ -203,7 +223,7 @@ def gqa_study(
             return torch.empty(0), clean_cache[i]
         clean: dict[int, Tensor] = {}
 
-        def store(layer: int, out: dict[str, Any], ctx: Any) -> None:  # noqa: ARG001
+        def store(layer: int, out: dict[str, Any], ctx: Any) -> None:
             clean[layer] = out[_Pattern.name]
 
         logits = reduce_pass(model, toks, None, [_Pattern()], context=lambda view: None, on_layer=store, return_type="logits").output
@@ -229,34 +249,65 @@ def gqa_study(
                 q_ok = ((torch.arange(width)[None, :] < lengths[:, None]) & (torch.arange(width)[None, :] >= 1)).to(model.device)
                 js_n += int(q_ok.sum())
 
-                def add_js(layer: int, out: dict[str, Any], ctx: Any) -> None:  # noqa: ARG001
+                def add_js(layer: int, out: dict[str, Any], ctx: Any) -> None:
                     js_sum[layer] += out[_JSDivergence.name].cpu()
 
                 def against(view: LayerView, clean: dict[int, Tensor] = clean, q_ok: Tensor = q_ok) -> _Against:
                     return _Against(clean=clean[view.layer.layer], q_ok=q_ok)
 
-                logits = reduce_pass(model, toks, None, [_JSDivergence()], context=against, on_layer=add_js, hooks=pool_hooks(variants[key]), return_type="logits").output
+                logits = reduce_pass(
+                    model,
+                    toks,
+                    None,
+                    [_JSDivergence()],
+                    context=against,
+                    on_layer=add_js,
+                    hooks=pool_hooks(variants[key]),
+                    return_type="logits",
+                ).output
                 vals.append(item_values(logits, toks, lengths, data, rows))
-            rec = {"kind": "gqa_variant", "grouping": key[0], "g": key[1], "values": torch.cat(vals).double().cpu().tolist(), "js_sum": js_sum.tolist(), "js_n": js_n}
+            rec = {
+                "kind": "gqa_variant",
+                "grouping": key[0],
+                "g": key[1],
+                "values": torch.cat(vals).double().cpu().tolist(),
+                "js_sum": js_sum.tolist(),
+                "js_n": js_n,
+            }
             journal.append([rec])
             done[key] = journal.records[-1]
             if progress is not None:
                 progress("gqa", n_done, len(variants))
     n_vals = {("original", 1): records_of(journal, "gqa_original")[-1]["values"], **{key: done[key]["values"] for key in variants}}
-    js_sum = {key: torch.tensor(done[key]["js_sum"], dtype=torch.float64) for key in variants}
+    js_totals = {key: torch.tensor(done[key]["js_sum"], dtype=torch.float64) for key in variants}
     js_n = {key: int(done[key]["js_n"]) for key in variants}
     kv = kv_cache_table(model, KVConfig(cache_dtype=config.cache_dtype))
     own_bytes = int(kv["bytes_per_token"].iloc[0])
     per_item = {key: np.asarray(v, dtype=np.float64) for key, v in n_vals.items()}
     base_items = per_item[("original", 1)]
     base_loss = float(base_items.mean())
-    rows_out = [{"grouping": "original", "g": 1, "kv_heads": spec.n_kv_heads, "kv_bytes_per_token": own_bytes, "kv_saved": 0.0, "loss": base_loss, "loss_change": 0.0, "change_ci_low": 0.0, "change_ci_high": 0.0, "mean_js": 0.0, "max_js": 0.0, "scatter": 0.0}]
+    rows_out = [
+        {
+            "grouping": "original",
+            "g": 1,
+            "kv_heads": spec.n_kv_heads,
+            "kv_bytes_per_token": own_bytes,
+            "kv_saved": 0.0,
+            "loss": base_loss,
+            "loss_change": 0.0,
+            "change_ci_low": 0.0,
+            "change_ci_high": 0.0,
+            "mean_js": 0.0,
+            "max_js": 0.0,
+            "scatter": 0.0,
+        }
+    ]
     head_rows, group_rows = [], []
     for key, groups in variants.items():
         grouping, g = key
         loss = float(per_item[key].mean())
         low, high = bootstrap_mean_ci(per_item[key] - base_items)
-        js = (js_sum[key] / max(js_n[key], 1)).numpy()
+        js = (js_totals[key] / max(js_n[key], 1)).numpy()
         per_token = own_bytes // g
         rows_out.append(
             {
@@ -274,8 +325,13 @@ def gqa_study(
                 "scatter": float(sum(scatter(dists[layer], groups[layer]) for layer in range(L))),
             }
         )
-        head_rows += [{"grouping": grouping, "g": g, "layer": layer, "head": h, "js": float(js[layer, h])} for layer in range(L) for h in range(H)]
-        group_rows += [{"grouping": grouping, "g": g, "layer": layer, "kv_heads": " ".join("+".join(map(str, grp)) for grp in groups[layer])} for layer in range(L)]
+        head_rows += [
+            {"grouping": grouping, "g": g, "layer": layer, "head": h, "js": float(js[layer, h])} for layer in range(L) for h in range(H)
+        ]
+        group_rows += [
+            {"grouping": grouping, "g": g, "layer": layer, "kv_heads": " ".join("+".join(map(str, grp)) for grp in groups[layer])}
+            for layer in range(L)
+        ]
     summary = pd.DataFrame(rows_out, columns=SUMMARY_COLUMNS)
     comp = []
     for g in sorted({g for _, g in variants}):
@@ -283,10 +339,19 @@ def gqa_study(
             diff = per_item[("similar", g)] - per_item[("adjacent", g)]
             low, high = bootstrap_mean_ci(diff)
             same = variants[("similar", g)] == variants[("adjacent", g)]
-            comp.append({"g": g, "similar_minus_adjacent": float(diff.mean()), "ci_low": float(low), "ci_high": float(high), "same_groups": same})
+            comp.append(
+                {"g": g, "similar_minus_adjacent": float(diff.mean()), "ci_low": float(low), "ci_high": float(high), "same_groups": same}
+            )
     task_table = _task_values(model, task, variants, config) if task is not None else None
     comparison = pd.DataFrame(comp, columns=COMPARISON_COLUMNS) if comp else None
-    return GQAResult(summary=summary, heads=pd.DataFrame(head_rows), groups=pd.DataFrame(group_rows), task=task_table, comparison=comparison, config=config)
+    return GQAResult(
+        summary=summary,
+        heads=pd.DataFrame(head_rows),
+        groups=pd.DataFrame(group_rows),
+        task=task_table,
+        comparison=comparison,
+        config=config,
+    )
 
 
 def _task_values(model: Any, task: EvalSet, variants: dict[tuple[str, int], Groups], config: GQAConfig) -> pd.DataFrame:

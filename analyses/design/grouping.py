@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import logging
 import math
-from itertools import combinations
 from collections.abc import Iterator, Sequence
+from itertools import combinations
 from typing import Any
 
 import numpy as np
@@ -87,10 +87,10 @@ def kv_distances(model: Any, data: Any, *, batch_size: int = 8) -> tuple[list[np
     """Per layer, pairwise squared distances ``[kv_head, kv_head]`` between the KV heads' keys and values on
     ``data`` (real positions; keys and values each divided by the layer's RMS), and their cosines."""
     L = model.n_layers
-    state: dict[str, Any] = {}
+    state: dict[tuple[int, str], Tensor] = {}
 
     def keep(layer: int, which: str):
-        def fn(x: Tensor, hook: Any = None) -> None:  # noqa: ARG001
+        def fn(x: Tensor, hook: Any = None) -> None:
             state[(layer, which)] = x.detach().double()
 
         return fn

@@ -33,7 +33,15 @@ from headlens.analyses.heads.classify import classify_heads
 from headlens.probes.errors import InputError
 from headlens.probes.hooks import attached
 
-__all__ = ["ProjectionConfig", "knockout_targets", "knockout_losses", "knockout_roles", "roles_by_head", "LOSS_COLUMNS", "ROLE_CHANGE_COLUMNS"]
+__all__ = [
+    "ProjectionConfig",
+    "knockout_targets",
+    "knockout_losses",
+    "knockout_roles",
+    "roles_by_head",
+    "LOSS_COLUMNS",
+    "ROLE_CHANGE_COLUMNS",
+]
 
 log = logging.getLogger(__name__)
 
@@ -106,14 +114,18 @@ def knockout_losses(
     n, width = data.tokens.shape
     size = len(layers) * n * width * int(model.bridge.cfg.d_model) * torch.empty((), dtype=model.dtype).element_size()
     if layers and config.prefix_reuse and size > MAX_CACHE_BYTES:  # the residuals kept on the device would not fit
-        log.info("projection knockouts: one full forward per knockout (the residuals of %d layers would take %.1f GiB)", len(layers), size / 2**30)
+        log.info(
+            "projection knockouts: one full forward per knockout (the residuals of %d layers would take %.1f GiB)",
+            len(layers),
+            size / 2**30,
+        )
     prefix = bool(layers) and config.prefix_reuse and size <= MAX_CACHE_BYTES and check_from_layer(model, data.batch([0])[0], layers[-1])
     resid: dict[int, list[torch.Tensor]] = {layer: [] for layer in layers} if prefix else {}
 
     def measure(hooks: list[tuple[str, Callable[..., Any]]], layer: int = 0) -> list[float]:
         vals = []
         for b, rows in enumerate(batches):
-            toks, lengths, width = data.batch(rows)
+            toks, lengths, _ = data.batch(rows)
             toks = toks.to(model.device)
             if layer > 0 and prefix:
                 logits = run_from_layer(model, toks, resid[layer][b], layer, hooks)
@@ -133,7 +145,17 @@ def knockout_losses(
         for i, (layer, head, kind) in enumerate(targets, start=1):
             key = (layer, -1 if head is None else head, kind)
             if key not in done:
-                journal.append([{"kind": "knockout", "layer": key[0], "head": key[1], "knockout": kind, "values": measure(knockout_hooks(model, layer, kind, None if head is None else [head]), layer)}])
+                journal.append(
+                    [
+                        {
+                            "kind": "knockout",
+                            "layer": key[0],
+                            "head": key[1],
+                            "knockout": kind,
+                            "values": measure(knockout_hooks(model, layer, kind, None if head is None else [head]), layer),
+                        }
+                    ]
+                )
                 done[key] = journal.records[-1]["values"]
             if progress is not None:
                 progress("projections", i, len(targets))
@@ -141,12 +163,21 @@ def knockout_losses(
     out = [{"layer": -1, "head": -1, "kind": "none", "loss": b, "loss_change": 0.0, "relative_change": 0.0}]
     for layer, head, kind in targets:
         v = float(np.mean(done[(layer, -1 if head is None else head, kind)]))
-        out.append({"layer": layer, "head": -1 if head is None else head, "kind": kind, "loss": v, "loss_change": v - b, "relative_change": (v - b) / abs(b) if b else float("nan")})
+        out.append(
+            {
+                "layer": layer,
+                "head": -1 if head is None else head,
+                "kind": kind,
+                "loss": v,
+                "loss_change": v - b,
+                "relative_change": (v - b) / abs(b) if b else float("nan"),
+            }
+        )
     return pd.DataFrame(out, columns=LOSS_COLUMNS)
 
 
 def _keeper(store: list[torch.Tensor]) -> Callable[..., None]:
-    def fn(x: torch.Tensor, hook: Any = None) -> None:  # noqa: ARG001
+    def fn(x: torch.Tensor, hook: Any = None) -> None:
         store.append(x.detach().clone())
 
     return fn
@@ -197,16 +228,41 @@ def knockout_roles(
             done[(layer, kind)] = journal.records[-1]
         if progress is not None:
             progress("census", i, len(targets))
-    runs = [(layer, kind, _census_scores(done[(layer, kind)])) for layer, kind in [(-1, "none"), *((layer, kind) for layer, _, kind in targets)]]
+    runs = [
+        (layer, kind, _census_scores(done[(layer, kind)])) for layer, kind in [(-1, "none"), *((layer, kind) for layer, _, kind in targets)]
+    ]
     base = runs[0][2]
     before = roles_by_head(base)
-    rows = [{"knocked_layer": -1, "kind": "none", "layer": lh[0], "head": lh[1], "roles_before": _join(r), "roles_after": _join(r), "lost": "", "gained": ""} for lh, r in sorted(before.items())]
+    rows = [
+        {
+            "knocked_layer": -1,
+            "kind": "none",
+            "layer": lh[0],
+            "head": lh[1],
+            "roles_before": _join(r),
+            "roles_after": _join(r),
+            "lost": "",
+            "gained": "",
+        }
+        for lh, r in sorted(before.items())
+    ]
     for layer, kind, scores in runs[1:]:
         after = roles_by_head(scores)
         for lh in sorted(before):
             b, a = before[lh], after.get(lh, set())
             if a != b:
-                rows.append({"knocked_layer": layer, "kind": kind, "layer": lh[0], "head": lh[1], "roles_before": _join(b), "roles_after": _join(a), "lost": _join(b - a), "gained": _join(a - b)})
+                rows.append(
+                    {
+                        "knocked_layer": layer,
+                        "kind": kind,
+                        "layer": lh[0],
+                        "head": lh[1],
+                        "roles_before": _join(b),
+                        "roles_after": _join(a),
+                        "lost": _join(b - a),
+                        "gained": _join(a - b),
+                    }
+                )
     stacked = pd.concat([s.assign(knocked_layer=layer, kind=kind) for layer, kind, s in runs], ignore_index=True)
     return pd.DataFrame(rows, columns=ROLE_CHANGE_COLUMNS), stacked
 

@@ -56,7 +56,7 @@ def run_pass(
     baselines = {d.name: torch.full((n, L), float("nan"), dtype=kept, device=device) for d in detectors}
     extras: dict[str, dict[str, Tensor]] = {d.name: {} for d in detectors}
     ablate = check_layers_heads(model, None, config.ablate) if config.ablate else {}
-    frame = {"suffix": stim.n_suffix, "exclude_frame": exclude_frame}
+    frame: dict[str, Any] = {"suffix": stim.n_suffix, "exclude_frame": exclude_frame}
     state: dict[str, Any] = {}
     widest = 0
 
@@ -80,10 +80,22 @@ def run_pass(
     chunks = iter_batches(stim.batch, config.batch_size)
     with torch.inference_mode():
         for done, (rows, sub) in enumerate(chunks, start=1):
-            pos = {k: v[rows] for k, v in stim.positions.items()}
+            pos: dict[str, Any] = {k: v[rows] for k, v in stim.positions.items()}
             state["rows"] = torch.tensor(rows, device=device)
-            state["ctx"] = BatchContext(lengths=sub.lengths.to(model.device), host_lengths=sub.lengths, offset=stim.n_prefix, seq_len=stim.seq_len, **frame, **pos)
-            info = reduce_pass(model, sub.tokens, batch_attention_mask(sub), detectors, context=context, on_layer=store, attention=attention, query_block=config.query_block, ablate=ablate)
+            state["ctx"] = BatchContext(
+                lengths=sub.lengths.to(model.device), host_lengths=sub.lengths, offset=stim.n_prefix, seq_len=stim.seq_len, **frame, **pos
+            )
+            info = reduce_pass(
+                model,
+                sub.tokens,
+                batch_attention_mask(sub),
+                detectors,
+                context=context,
+                on_layer=store,
+                attention=attention,
+                query_block=config.query_block,
+                ablate=ablate,
+            )
             widest = max(widest, info.widest_block)
             if progress is not None:
                 progress(done, len(chunks))

@@ -49,7 +49,9 @@ def window_losses(model: LoadedModel, batch: TokenBatch, edits: Mapping[int, Edi
     out = np.zeros(len(batch.tokens), dtype=np.float64)
     with score_edits(model, edits or {}), torch.inference_mode():
         for rows, sub in iter_batches(batch, batch_size):
-            loss = model.bridge(sub.tokens.to(model.device), return_type="loss", loss_per_token=True, attention_mask=sub.attention_mask.to(model.device))
+            loss = model.bridge(
+                sub.tokens.to(model.device), return_type="loss", loss_per_token=True, attention_mask=sub.attention_mask.to(model.device)
+            )
             pos = torch.arange(loss.shape[1], device=loss.device)
             mask = (pos[None, :] + 1 < sub.lengths.to(loss.device)[:, None]).double()
             per = (loss.double() * mask).sum(1) / mask.sum(1).clamp(min=1)
@@ -58,13 +60,23 @@ def window_losses(model: LoadedModel, batch: TokenBatch, edits: Mapping[int, Edi
 
 
 def sink_removal_effects(
-    model: LoadedModel, heads: Sequence[tuple[int, int]], *, n: int, prepend_bos: bool = True, window: int = SINK_WINDOW, batch_size: int = 8, seed: int = 0
+    model: LoadedModel,
+    heads: Sequence[tuple[int, int]],
+    *,
+    n: int,
+    prepend_bos: bool = True,
+    window: int = SINK_WINDOW,
+    batch_size: int = 8,
+    seed: int = 0,
 ) -> dict[tuple[int, int], tuple[float, float, float, int]]:
     """Per head ``(mean loss change, low, high, n windows)``: the loss with the head's attention to
     the first token removed minus the loss without the edit, over at most ``n`` windows."""
     if model.is_encoder:
         family = attention_spec(model).family
-        raise UnsupportedModelError(f"an encoder ({family}) sees every token it would predict, so it has no next-token loss for sink removal to change", family=family)
+        raise UnsupportedModelError(
+            f"an encoder ({family}) sees every token it would predict, so it has no next-token loss for sink removal to change",
+            family=family,
+        )
     config = SinkConfig(window=min(window, model.n_ctx), bos=(prepend_bos,), batch_size=batch_size, seed=seed)
     available = n_windows(model, config)
     config = SinkConfig(window=config.window, bos=(prepend_bos,), batch_size=batch_size, seed=seed, n_prompts=min(n, available))

@@ -36,7 +36,13 @@ def frame_tokens(model: LoadedModel, prepend_bos: bool) -> tuple[list[int], list
 
 def _tokens_batch(tokens: torch.Tensor, prepend_bos: bool, frame: tuple[list[int], list[int]] | None = None) -> TokenBatch:
     n, width = tokens.shape
-    kwargs: dict[str, Any] = {"tokens": tokens, "lengths": torch.full((n,), width, dtype=torch.long), "strings": [[] for _ in range(n)], "prepend_bos": prepend_bos, "pad_id": 0}
+    kwargs: dict[str, Any] = {
+        "tokens": tokens,
+        "lengths": torch.full((n,), width, dtype=torch.long),
+        "strings": [[] for _ in range(n)],
+        "prepend_bos": prepend_bos,
+        "pad_id": 0,
+    }
     if frame is not None and "n_prefix" in {f.name for f in dataclasses.fields(TokenBatch)}:
         kwargs.update(n_prefix=len(frame[0]), n_suffix=len(frame[1]))
     return TokenBatch(**kwargs)
@@ -44,7 +50,9 @@ def _tokens_batch(tokens: torch.Tensor, prepend_bos: bool, frame: tuple[list[int
 
 def tokenize_framed(model: LoadedModel, prompts: Sequence[str], prepend_bos: bool, n_ctx: int, truncate: bool) -> TokenBatch:
     """Prompts wrapped in the model's framing (``[BOS] text``, ``[CLS] text [SEP]``), at most ``n_ctx`` tokens each."""
-    return tokenize_prompts(model.tokenizer, list(prompts), prepend_bos=prepend_bos, n_ctx=n_ctx, truncate=truncate, frame=frame_tokens(model, prepend_bos))
+    return tokenize_prompts(
+        model.tokenizer, list(prompts), prepend_bos=prepend_bos, n_ctx=n_ctx, truncate=truncate, frame=frame_tokens(model, prepend_bos)
+    )
 
 
 def _available_windows(model: LoadedModel, window: int, prepend_bos: bool) -> int:

@@ -63,7 +63,13 @@ def _one_token_or_why(tokenizer: Any, text: str) -> tuple[int | None, str]:
 
 def _batch(tokens: Tensor, n_suffix: int = 0) -> TokenBatch:
     n, width = tokens.shape
-    kwargs: dict[str, Any] = {"tokens": tokens, "lengths": torch.full((n,), width, dtype=torch.long), "strings": [[] for _ in range(n)], "prepend_bos": False, "pad_id": 0}
+    kwargs: dict[str, Any] = {
+        "tokens": tokens,
+        "lengths": torch.full((n,), width, dtype=torch.long),
+        "strings": [[] for _ in range(n)],
+        "prepend_bos": False,
+        "pad_id": 0,
+    }
     names = {f.name for f in dataclasses.fields(TokenBatch)}
     if "n_prefix" in names:
         kwargs.update(n_prefix=0, n_suffix=n_suffix)  # position 0 is what each variant varies
@@ -120,7 +126,9 @@ def variant_batches(
     rand = torch.randint(0, vocab_size - 1, (n,), generator=gen)
     if bos_id is not None:
         rand = rand + (rand >= bos_id).long()  # skip BOS
-    special = {int(t) for t in getattr(tokenizer, "all_special_ids", []) or [] if 0 <= int(t) < vocab_size} - ({bos_id} if bos_id is not None else set())
+    special = {int(t) for t in getattr(tokenizer, "all_special_ids", []) or [] if 0 <= int(t) < vocab_size} - (
+        {bos_id} if bos_id is not None else set()
+    )
     if special and avoid_special:  # an encoder's [SEP], [PAD], [MASK]...: draw among the rest
         allowed = torch.tensor([t for t in range(vocab_size) if t not in special and t != bos_id], dtype=torch.long)
         rand = allowed[torch.randint(0, len(allowed), (n,), generator=torch.Generator().manual_seed(seed))]

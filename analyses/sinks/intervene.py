@@ -135,7 +135,8 @@ def mean_loss(
     if getattr(model, "is_encoder", False):
         family = attention_spec(model).family
         raise UnsupportedModelError(
-            f"next-token loss on {family}: a bidirectional encoder sees every token it would predict, so sink removal and windowed attention have no loss to measure",
+            f"next-token loss on {family}: a bidirectional encoder sees every token it would predict,"
+            " so sink removal and windowed attention have no loss to measure",
             family=family,
         )
     if edits is not None and not isinstance(edits, Mapping):
@@ -159,5 +160,7 @@ def mean_loss(
             if progress is not None:
                 progress(done, len(chunks))
     if edits:
-        log.debug("mean loss with score edits on layers %s: %.6f over %d tokens", sorted(edits), total / count if count else float("nan"), count)
+        log.debug(
+            "mean loss with score edits on layers %s: %.6f over %d tokens", sorted(edits), total / count if count else float("nan"), count
+        )
     return (total / count if count else float("nan")), count

@@ -53,7 +53,7 @@ class SinkLayers:
 
     @property
     def kinds(self) -> tuple[Kind, ...]:
-        return tuple(w if c else BIDIRECTIONAL for w, c in zip(self.windows, self.causal))
+        return tuple(w if c else BIDIRECTIONAL for w, c in zip(self.windows, self.causal, strict=True))
 
     @property
     def distinct(self) -> list[Kind]:
@@ -90,6 +90,7 @@ def sink_layers(model: LoadedModel, width: int) -> SinkLayers:
     """The :class:`SinkLayers` of ``model`` for prompts of at most ``width`` tokens."""
     causal = layer_causal(model)
     windows = tuple(
-        layer.window if layer.window is not None and layer.window < width and c else None for layer, c in zip(attention_spec(model).layers, causal)
+        layer.window if layer.window is not None and layer.window < width and c else None
+        for layer, c in zip(attention_spec(model).layers, causal, strict=True)
     )
     return SinkLayers(windows=windows, causal=causal)

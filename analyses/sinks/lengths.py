@@ -148,7 +148,7 @@ class _LengthStats:
         return {f"{key}_{sub}": value for key, part in parts.items() for sub, value in part.items()}
 
     @staticmethod
-    def finish(sums: Sums, ctx: _Ctx) -> Sums:  # noqa: ARG004
+    def finish(sums: Sums, ctx: _Ctx) -> Sums:
         return sums
 
 
@@ -166,7 +166,9 @@ def _means(accs: list[dict[str, Tensor]], name: str) -> tuple[Tensor, int]:
     return means, int(accs[0][f"{name}_count"][0])
 
 
-def _layer_rows(model: LoadedModel, accs: list[dict[str, Tensor]], n: int, la: LayerAttention, causal: bool, config: LengthsConfig, mode: str) -> list[dict[str, Any]]:
+def _layer_rows(
+    model: LoadedModel, accs: list[dict[str, Tensor]], n: int, la: LayerAttention, causal: bool, config: LengthsConfig, mode: str
+) -> list[dict[str, Any]]:
     window = _window(la, n, causal)
     suffix = "_all" if window is not None else ""
     alpha, n_q = _means(accs, "alpha")
@@ -186,7 +188,8 @@ def _layer_rows(model: LoadedModel, accs: list[dict[str, Tensor]], n: int, la: L
             "first_share": float(first[:, head].mean()), "value_norm_share": float(vn[:, head].mean()), "uniform_alpha": uniform,
             "n_queries_all": n_all,
             "alpha_all": float(alpha_all[:, head].mean()), "sink_rate_all": float((alpha_all[:, head] > config.eps).double().mean()),
-            "first_share_all": float(first_all[:, head].mean()), "value_norm_share_all": float(vn_all[:, head].mean()), "uniform_alpha_all": uniform_all,
+            "first_share_all": float(first_all[:, head].mean()), "value_norm_share_all": float(vn_all[:, head].mean()),
+            "uniform_alpha_all": uniform_all,
             "n_sequences": config.n_sequences, "attention": mode,
         })  # fmt: skip
     return rows
@@ -222,10 +225,20 @@ def sink_lengths(
                 assert view.v is not None
                 return _Ctx(n=n, causal=view.causal, window=_window(la, n, view.causal), vnorm=value_norms(view.v, grams[la.layer]))
 
-            def keep(layer: int, out: dict[str, Sums], ctx: _Ctx, accs: list = accs) -> None:  # noqa: ARG001
+            def keep(layer: int, out: dict[str, Sums], ctx: _Ctx, accs: list = accs) -> None:
                 accs[layer] = out[_LengthStats.name]
 
-            reduce_pass(model, tokens, torch.ones_like(tokens), [_LengthStats()], context=context, on_layer=keep, attention=mode, query_block=config.query_block, values=True)
+            reduce_pass(
+                model,
+                tokens,
+                torch.ones_like(tokens),
+                [_LengthStats()],
+                context=context,
+                on_layer=keep,
+                attention=mode,
+                query_block=config.query_block,
+                values=True,
+            )
             for layer, acc in enumerate(accs):
                 per_layer[layer].append(acc)
             done += 1

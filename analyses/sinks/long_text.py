@@ -72,7 +72,14 @@ def long_text(model: LoadedModel, documents: Sequence[str] | None, prepend_bos: 
     ids = [int(t) for t in model.tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"]]
     prefix, suffix = model.frame(prepend_bos)
     framing = model.framing(prepend_bos)
-    return LongText(ids=ids, source=source, sha256=hashlib.sha256(text.encode("utf-8")).hexdigest(), prefix=[int(t) for t in prefix], suffix=[int(t) for t in suffix], framing=framing)
+    return LongText(
+        ids=ids,
+        source=source,
+        sha256=hashlib.sha256(text.encode("utf-8")).hexdigest(),
+        prefix=[int(t) for t in prefix],
+        suffix=[int(t) for t in suffix],
+        framing=framing,
+    )
 
 
 def check_lengths(model: LoadedModel, lengths: Sequence[int], n_sequences: int, eps: float, text: LongText, prepend_bos: bool) -> None:
@@ -97,7 +104,9 @@ def check_lengths(model: LoadedModel, lengths: Sequence[int], n_sequences: int, 
     body = longest - text.n_special
     need = n_sequences * body
     if need > len(text.ids):
-        raise InputError(f"--lengths {longest} needs {need} text tokens ({n_sequences} sequence(s) of {body}); the text has only {len(text.ids)}")
+        raise InputError(
+            f"--lengths {longest} needs {need} text tokens ({n_sequences} sequence(s) of {body}); the text has only {len(text.ids)}"
+        )
 
 
 def sequence_ids(text: LongText, length: int, index: int) -> list[int]:

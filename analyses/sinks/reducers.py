@@ -83,7 +83,7 @@ class AlphaStat:
             valid = lengths > key
             self.n[ki] += int(valid.sum())
             for kind in self.layers.distinct:
-                if kind == BIDIRECTIONAL:
+                if isinstance(kind, str):  # bidirectional
                     ua = uniform_sink_alpha(lengths[valid], key=key, causal=False)
                 else:
                     ua = uniform_sink_alpha(lengths[valid], key=key, window=kind)
@@ -100,7 +100,9 @@ class AlphaStat:
 
     def finish(self, sums: Sums, ctx: SinkCtx) -> Tensor:
         """``[key, batch, head]``: each prompt's alpha (float32, as one float32 block gives it)."""
-        return torch.stack([(sums[f"score{ki}"].float() / sums[f"count{ki}"].float().clamp(min=1)[:, None]) for ki in range(len(self.keys))])
+        return torch.stack(
+            [(sums[f"score{ki}"].float() / sums[f"count{ki}"].float().clamp(min=1)[:, None]) for ki in range(len(self.keys))]
+        )
 
     def add(self, layer: int, alpha: Tensor, ctx: SinkCtx) -> None:
         for ki, key in enumerate(self.keys):
@@ -182,7 +184,7 @@ class ExcessStat:
         return {"excess": excess_block(rows.float(), ctx.lengths, q0, window=ctx.window, causal=ctx.causal)}
 
     @staticmethod
-    def finish(sums: Sums, ctx: SinkCtx) -> Tensor:  # noqa: ARG004
+    def finish(sums: Sums, ctx: SinkCtx) -> Tensor:
         """``[batch, head, k]``: each prompt's excess (float32, as one float32 block gives it)."""
         return sums["excess"].float()
 
@@ -238,7 +240,7 @@ class ValueNormStat:
         return {"share": share, "attn": attn, "n": n_q}
 
     @staticmethod
-    def finish(sums: Sums, ctx: SinkCtx) -> Sums:  # noqa: ARG004
+    def finish(sums: Sums, ctx: SinkCtx) -> Sums:
         return {k: v.float() for k, v in sums.items()}
 
     def add(self, layer: int, out: Sums, ctx: SinkCtx) -> None:
@@ -298,7 +300,7 @@ class TargetStat:
         return {"share": (share * qmask[:, :, None, :]).sum(-1), "uniform": (seen / total[None] * qmask).sum(-1), "n": qmask.sum(-1)}
 
     @staticmethod
-    def finish(sums: Sums, ctx: SinkCtx) -> Sums:  # noqa: ARG004
+    def finish(sums: Sums, ctx: SinkCtx) -> Sums:
         """Per group and prompt: the mean share ``[g, b, h]`` and uniform share ``[g, b]`` over the
         queries that see a key of the group, and whether there is one (``measured``)."""
         nq = sums["n"].float()
@@ -308,7 +310,7 @@ class TargetStat:
             "measured": (nq > 0).double(),
         }
 
-    def add(self, layer: int, out: Sums, ctx: SinkCtx) -> None:  # noqa: ARG002
+    def add(self, layer: int, out: Sums, ctx: SinkCtx) -> None:
         measured = out["measured"]
         self.share_sum[:, layer] += (out["share"].double() * measured[:, :, None]).sum(1)
         self.uniform_sum[:, layer] += (out["uniform"].double() * measured).sum(1)

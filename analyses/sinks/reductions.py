@@ -77,7 +77,9 @@ def _head_output_weights(model: LoadedModel, layer: int) -> Tensor:
         if tuple(w.shape[:2]) == (n_h, d_h):
             return w.detach()
     except (AttributeError, RuntimeError, NotImplementedError) as exc:
-        log.debug("layer %d: no usable attn.W_O on the bridge (%s: %s); reading the output projection module", layer, type(exc).__name__, exc)
+        log.debug(
+            "layer %d: no usable attn.W_O on the bridge (%s: %s); reading the output projection module", layer, type(exc).__name__, exc
+        )
     module = getattr(getattr(attn, "o", None), "original_component", None)
     weight = getattr(module, "weight", None)
     if weight is not None:

@@ -99,7 +99,16 @@ def secondary_rows(stats: SinkStats, bos: bool, tokenizer: Any, top_k: int, min_
         for head in range(n_h):
             for j in range(width):
                 if pos_q[j] > 0:
-                    pos_rows.append({"bos": bos, "layer": layer, "head": head, "position": j, "excess": float(pos_excess[layer, head, j] / pos_q[j]), "n_queries": int(pos_q[j])})
+                    pos_rows.append(
+                        {
+                            "bos": bos,
+                            "layer": layer,
+                            "head": head,
+                            "position": j,
+                            "excess": float(pos_excess[layer, head, j] / pos_q[j]),
+                            "n_queries": int(pos_q[j]),
+                        }
+                    )
     ok = (tok_count >= min_count) & (ex.tok_queries_causal() > 0)
     if not bool(ok.any()):
         return pos_rows, tok_rows, overall_rows
@@ -113,13 +122,34 @@ def secondary_rows(stats: SinkStats, bos: bool, tokenizer: Any, top_k: int, min_
         for head in range(n_h):
             vals, order = per[layer, head].topk(k)
             in_top[order] += 1
-            for rank, (v, o) in enumerate(zip(vals.tolist(), order.tolist()), start=1):
+            for rank, (v, o) in enumerate(zip(vals.tolist(), order.tolist(), strict=True), start=1):
                 t = int(ids[o])
-                tok_rows.append({"bos": bos, "layer": layer, "head": head, "rank": rank, "token": strings[t], "token_id": t, "occurrences": int(tok_count[idx[o]]), "excess": v})
+                tok_rows.append(
+                    {
+                        "bos": bos,
+                        "layer": layer,
+                        "head": head,
+                        "rank": rank,
+                        "token": strings[t],
+                        "token_id": t,
+                        "occurrences": int(tok_count[idx[o]]),
+                        "excess": v,
+                    }
+                )
     overall = per.mean(dim=(0, 1))
     for o in overall.argsort(descending=True)[: max(top_k * 4, 20)].tolist():
         t = int(ids[o])
-        overall_rows.append({"bos": bos, "token": strings[t], "token_id": t, "occurrences": int(tok_count[idx[o]]), "mean_excess": float(overall[o]), "max_excess": float(per[:, :, o].max()), "heads_in_top_k": int(in_top[o])})
+        overall_rows.append(
+            {
+                "bos": bos,
+                "token": strings[t],
+                "token_id": t,
+                "occurrences": int(tok_count[idx[o]]),
+                "mean_excess": float(overall[o]),
+                "max_excess": float(per[:, :, o].max()),
+                "heads_in_top_k": int(in_top[o]),
+            }
+        )
     return pos_rows, tok_rows, overall_rows
 
 

@@ -29,13 +29,13 @@ class _LastToFirst:
     def __init__(self, last: int) -> None:
         self.last = last
 
-    def partial(self, rows: Tensor, ctx: Any, q0: int) -> Sums:  # noqa: ARG002
+    def partial(self, rows: Tensor, ctx: Any, q0: int) -> Sums:
         i = self.last - q0
         if 0 <= i < rows.shape[2]:
             return {"a": rows[0, :, i, 0].float()}
         return {"a": torch.zeros(rows.shape[1], device=rows.device)}
 
-    def finish(self, sums: Sums, ctx: Any) -> Tensor:  # noqa: ARG002
+    def finish(self, sums: Sums, ctx: Any) -> Tensor:
         return sums["a"].float()
 
 
@@ -54,7 +54,7 @@ def seed_measurement(model: LoadedModel, text: str, *, prepend_bos: bool = True)
         raise InputError(f"--text {text!r} is {n} token(s); the measurement needs at least 2 (a first and a last token)", text=text)
     last_to_first = torch.zeros(model.n_layers, model.n_heads)
 
-    def keep(layer: int, out: dict[str, Tensor], ctx: Any) -> None:  # noqa: ARG001
+    def keep(layer: int, out: dict[str, Tensor], ctx: Any) -> None:
         last_to_first[layer] = out[_LastToFirst.name].cpu()
 
     reduce_pass(model, batch.tokens, batch_attention_mask(batch), [_LastToFirst(last)], context=lambda view: None, on_layer=keep)

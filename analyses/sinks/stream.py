@@ -70,7 +70,9 @@ def stream_sink_stats(
     n_l, n_h = model.n_layers, model.n_heads
     width = int(batch.tokens.shape[1])
     layers = sink_layers(model, width)
-    stats = SinkStats(layers=layers, alpha=AlphaStat(layers, n_h, keys=keys, eps=eps, device=dev), n_samples=len(batch), n_tokens=int(batch.lengths.sum()))
+    stats = SinkStats(
+        layers=layers, alpha=AlphaStat(layers, n_h, keys=keys, eps=eps, device=dev), n_samples=len(batch), n_tokens=int(batch.lengths.sum())
+    )
     if secondary:
         stats.excess = ExcessStat(layers, n_h, width=width, token_ids=torch.unique(batch.tokens[batch.mask]), device=dev)
     grams: list[Tensor] = []
@@ -86,7 +88,15 @@ def stream_sink_stats(
     def context(view: LayerView) -> SinkCtx:
         layer = view.layer.layer
         vnorm = value_norms(view.v, grams[layer]) if view.v is not None else None
-        return SinkCtx(layer=layer, lengths=state["lengths"], window=layers.windows[layer], causal=layers.causal[layer], vnorm=vnorm, compact=state.get("compact"), groups=state.get("groups"))
+        return SinkCtx(
+            layer=layer,
+            lengths=state["lengths"],
+            window=layers.windows[layer],
+            causal=layers.causal[layer],
+            vnorm=vnorm,
+            compact=state.get("compact"),
+            groups=state.get("groups"),
+        )
 
     def add(layer: int, outputs: dict[str, Any], ctx: SinkCtx) -> None:
         for r in reducers:

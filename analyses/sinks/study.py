@@ -105,7 +105,9 @@ def _check_against_model(model: LoadedModel, config: SinkConfig) -> None:
     if True in config.bos:
         prefix, suffix = frame_tokens(model, True)  # an InputError when the tokenizer lacks them
         if config.window < len(prefix) + len(suffix) + 1:
-            raise InputError(f"--window {config.window} leaves no text token beside {len(prefix) + len(suffix)} special tokens", window=config.window)
+            raise InputError(
+                f"--window {config.window} leaves no text token beside {len(prefix) + len(suffix)} special tokens", window=config.window
+            )
     if config.runs("windowed") and not _is_encoder(model):
         length = config.long_tokens or min(model.n_ctx, 1024)
         if length > model.n_ctx:
@@ -113,7 +115,8 @@ def _check_against_model(model: LoadedModel, config: SinkConfig) -> None:
         for w in config.attn_windows or ():
             if w > length:
                 raise InputError(
-                    f"--attn-windows {w} is larger than the context the windowed run uses ({length} tokens; set it with --long-tokens, at most {model.n_ctx})",
+                    f"--attn-windows {w} is larger than the context the windowed run uses"
+                    f" ({length} tokens; set it with --long-tokens, at most {model.n_ctx})",
                     window=w,
                 )
     if config.heads:
@@ -139,9 +142,10 @@ def run_sinks(
     report.info = {"n_layers": model.n_layers, "n_heads": model.n_heads, "n_ctx": model.n_ctx}
 
     def prog(stage: str) -> Callable[[int, int], None] | None:
-        if progress is None:
+        report_to = progress
+        if report_to is None:
             return None
-        return lambda done, total: progress(stage, done, total)
+        return lambda done, total: report_to(stage, done, total)
 
     census, rates, by_layer, pos_rows, tok_rows, overall_rows, vn_rows = [], [], [], [], [], [], []
     head_target_rows, layer_target_rows = [], []
@@ -231,7 +235,9 @@ class _Steps:
 def _run_content(model: LoadedModel, config: SinkConfig, report: SinkReport, prog: Callable[[str], Any]) -> None:
     prefix, suffix = frame_tokens(model, True) if _is_encoder(model) else ([model.bos_id] if model.bos_id is not None else [], [])
     if config.prompts is not None:
-        body_batch = tokenize_prompts(model.tokenizer, list(config.prompts), prepend_bos=False, n_ctx=config.window - 1 - len(suffix), truncate=True, frame=([], []))
+        body_batch = tokenize_prompts(
+            model.tokenizer, list(config.prompts), prepend_bos=False, n_ctx=config.window - 1 - len(suffix), truncate=True, frame=([], [])
+        )
         if bool((body_batch.lengths != body_batch.lengths[0]).any()):
             shortest = int(body_batch.lengths.min())
             body = body_batch.tokens[:, :shortest]
@@ -245,7 +251,16 @@ def _run_content(model: LoadedModel, config: SinkConfig, report: SinkReport, pro
     rows = []
     skipped: dict[str, str] = {}
     first = prefix[0] if prefix else None
-    variants = variant_batches(body, model.tokenizer, first, vocab_size=_vocab_size(model), seed=config.seed, suffix=suffix, skipped=skipped, avoid_special=_is_encoder(model))
+    variants = variant_batches(
+        body,
+        model.tokenizer,
+        first,
+        vocab_size=_vocab_size(model),
+        seed=config.seed,
+        suffix=suffix,
+        skipped=skipped,
+        avoid_special=_is_encoder(model),
+    )
     if skipped:
         report.info["skipped_variants"] = skipped
     step = _Steps(prog("first-token variants"), len(variants))
@@ -293,7 +308,9 @@ def _removal_plan(model: LoadedModel, config: SinkConfig, report: SinkReport, bo
     return plan
 
 
-def _run_removal(model: LoadedModel, config: SinkConfig, report: SinkReport, batches: dict[bool, TokenBatch], prog: Callable[[str], Any]) -> None:
+def _run_removal(
+    model: LoadedModel, config: SinkConfig, report: SinkReport, batches: dict[bool, TokenBatch], prog: Callable[[str], Any]
+) -> None:
     rows = []
     for bos in config.bos:
         batch = batches[bos]
@@ -304,7 +321,17 @@ def _run_removal(model: LoadedModel, config: SinkConfig, report: SinkReport, bat
         for label, heads in plan:
             loss, _ = mean_loss(model, batch, removal_hooks(heads), batch_size=config.batch_size, progress=step.next_pass())
             names = ",".join(f"{layer}.{h}" for layer, hs in sorted(heads.items()) for h in sorted(hs))
-            rows.append({"bos": bos, "removed": label, "n_heads": sum(len(h) for h in heads.values()), "heads": names if label != "all heads" else "all", "loss": loss, "delta_loss": loss - base, "n_tokens": n_tok})
+            rows.append(
+                {
+                    "bos": bos,
+                    "removed": label,
+                    "n_heads": sum(len(h) for h in heads.values()),
+                    "heads": names if label != "all heads" else "all",
+                    "loss": loss,
+                    "delta_loss": loss - base,
+                    "n_tokens": n_tok,
+                }
+            )
     report.tables["removal"] = pd.DataFrame(rows)
 
 
@@ -316,9 +343,33 @@ def _run_windowed(model: LoadedModel, config: SinkConfig, report: SinkReport, pr
         windows = config.attn_windows or default_attn_windows(length)
         step = _Steps(prog(f"windowed attention, {_bos_label(bos)}"), 1 + len(windows) * len(config.keep_first))
         full, n_tok = mean_loss(model, batch, batch_size=config.batch_size, progress=step.next_pass())
-        rows.append({"bos": bos, "window": length, "keep_first": 0, "full_attention": True, "loss": full, "delta_loss": 0.0, "seq_tokens": length, "n_tokens": n_tok})
+        rows.append(
+            {
+                "bos": bos,
+                "window": length,
+                "keep_first": 0,
+                "full_attention": True,
+                "loss": full,
+                "delta_loss": 0.0,
+                "seq_tokens": length,
+                "n_tokens": n_tok,
+            }
+        )
         for w in windows:
             for k in config.keep_first:
-                loss, _ = mean_loss(model, batch, window_hooks(model.n_layers, w, k), batch_size=config.batch_size, progress=step.next_pass())
-                rows.append({"bos": bos, "window": w, "keep_first": k, "full_attention": False, "loss": loss, "delta_loss": loss - full, "seq_tokens": length, "n_tokens": n_tok})
+                loss, _ = mean_loss(
+                    model, batch, window_hooks(model.n_layers, w, k), batch_size=config.batch_size, progress=step.next_pass()
+                )
+                rows.append(
+                    {
+                        "bos": bos,
+                        "window": w,
+                        "keep_first": k,
+                        "full_attention": False,
+                        "loss": loss,
+                        "delta_loss": loss - full,
+                        "seq_tokens": length,
+                        "n_tokens": n_tok,
+                    }
+                )
     report.tables["windowed"] = pd.DataFrame(rows)

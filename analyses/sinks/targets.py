@@ -14,10 +14,9 @@ such a query.  Uniform baseline: the share a uniform head gives ``G``, ``#(keys 
 
 from __future__ import annotations
 
-from typing import Any
-
 import logging
 import unicodedata
+from typing import Any
 
 import torch
 from torch import Tensor

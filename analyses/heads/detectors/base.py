@@ -35,7 +35,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 

@@ -9,13 +9,17 @@ sliding-window layer, where positions whose target is outside the window do not 
 from __future__ import annotations
 
 from headlens.analyses.heads.detectors.base import BatchContext, Detector, DetectorOutput, attention_sums_at, mean_from_sums
-from headlens.probes.engine import Sums
 from headlens.analyses.heads.detectors.repeated import second_copy_queries
+from headlens.probes.engine import Sums
 
 
 def partial(rows, ctx: BatchContext, q_offset: int) -> Sums:
     q, valid = second_copy_queries(rows, ctx)
-    return attention_sums_at(rows, q, q - ctx.seq_len + 1, valid, q_offset=q_offset, window=ctx.window, causal=ctx.causal, lengths=ctx.lengths)
+    if ctx.seq_len is None:
+        raise ValueError("the repeated-sequence detectors need ctx.seq_len (T)")
+    return attention_sums_at(
+        rows, q, q - ctx.seq_len + 1, valid, q_offset=q_offset, window=ctx.window, causal=ctx.causal, lengths=ctx.lengths
+    )
 
 
 def finish(sums: Sums, ctx: BatchContext) -> DetectorOutput:

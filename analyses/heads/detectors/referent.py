@@ -66,10 +66,10 @@ import numpy as np
 import pandas as pd
 import torch
 
-from headlens.analyses.stats import bootstrap_mean_ci
 from headlens.analyses.heads.detectors.base import BatchContext, Detector, DetectorOutput, uniform_weight
-from headlens.probes.engine import Sums
+from headlens.analyses.stats import bootstrap_mean_ci
 from headlens.probes.attention import visible
+from headlens.probes.engine import Sums
 
 __all__ = [
     "DETECTOR",
@@ -105,6 +105,8 @@ def min_referent_prompts(n_heads: int, alpha: float = DEFAULT_ALPHA) -> int:
     tested, so ``k = ceil(log2(n_heads / alpha))`` (8 pairs for 8 heads, 12 for GPT-2's 144).
     The census never uses fewer referent sentences than this, whatever ``n_prompts`` says."""
     return 2 * max(1, math.ceil(math.log2(max(n_heads, 1) / alpha)))
+
+
 #: Columns of the per-head referent table (``CensusResult.referent``).
 REFERENT_TABLE_COLUMNS = [
     "layer", "head", "n_units", "wins", "losses", "ties", "accuracy", "pair_accuracy", "antecedent",
@@ -237,9 +239,7 @@ def _by_unit(values: np.ndarray, unit: np.ndarray, n_units: int) -> tuple[np.nda
     return total, missing == 0
 
 
-def _rule_stats(
-    to_ante: np.ndarray, to_dist: np.ndarray, unit: np.ndarray, *, n_bootstrap: int, seed: int
-) -> dict[str, np.ndarray]:
+def _rule_stats(to_ante: np.ndarray, to_dist: np.ndarray, unit: np.ndarray, *, n_bootstrap: int, seed: int) -> dict[str, np.ndarray]:
     """Sign test, antecedent interval and difference interval over the units of these items."""
     _, unit = np.unique(unit, return_inverse=True)
     n_units = int(unit.max()) + 1 if len(unit) else 0
@@ -315,7 +315,7 @@ def referent_statistics(
     if not (len(units) == len(frames) == n):
         raise ValueError(f"{n} items but {len(units)} unit ids and {len(frames)} frames")
     unit = _unit_index(units)
-    frames = [f if f else f"\0{u}" for f, u in zip(frames, unit)]  # no frame: the unit is its own frame
+    frames = [f if f else f"\0{u}" for f, u in zip(frames, unit, strict=True)]  # no frame: the unit is its own frame
     full = _rule_stats(to_ante, to_dist, unit, n_bootstrap=n_bootstrap, seed=seed)
     selection, heldout = split_frames(frames, kinds, split_seed)
     in_sel = np.isin(np.asarray(frames, dtype=object), np.asarray(selection, dtype=object))
@@ -350,7 +350,10 @@ def referent_statistics(
     table = pd.DataFrame({"layer": layer.ravel(), "head": head.ravel(), **{k: np.asarray(v).ravel() for k, v in columns.items()}})
     for col in ("n_units", "wins", "losses", "ties", "select_n_units", "heldout_n"):
         table[col] = table[col].astype(int)
-    return table[REFERENT_TABLE_COLUMNS], {"selection": [f for f in selection if not f.startswith("\0")], "heldout": [f for f in heldout if not f.startswith("\0")]}
+    return table[REFERENT_TABLE_COLUMNS], {
+        "selection": [f for f in selection if not f.startswith("\0")],
+        "heldout": [f for f in heldout if not f.startswith("\0")],
+    }
 
 
 def referent_passes(
@@ -380,9 +383,7 @@ def referent_ratio(rows: pd.DataFrame, alpha: float | pd.Series = DEFAULT_ALPHA,
         return pd.Series(np.nan, index=rows.index)
     p, pair_acc, low, base = (rows[col].astype(float) for col in need)
     with np.errstate(divide="ignore", invalid="ignore"):
-        parts = pd.concat(
-            [np.log(p) / np.log(alpha), pair_acc / MIN_PAIR_ACCURACY, low / (baseline_factor * base)], axis=1
-        )
+        parts = pd.concat([np.log(p) / np.log(alpha), pair_acc / MIN_PAIR_ACCURACY, low / (baseline_factor * base)], axis=1)
     return parts.min(axis=1, skipna=False)
 
 
@@ -391,6 +392,6 @@ def chosen_on_selection(table: pd.DataFrame, alpha: float = DEFAULT_ALPHA, basel
     held-out half: ``name, select_accuracy, select_pair_accuracy, select_p_value, heldout_accuracy,
     heldout_n``."""
     chosen = table[referent_passes(table, alpha, baseline_factor, on="selection")]
-    out = chosen.assign(name=[f"{layer}.{head}" for layer, head in zip(chosen["layer"], chosen["head"])])
+    out = chosen.assign(name=[f"{layer}.{head}" for layer, head in zip(chosen["layer"], chosen["head"], strict=True)])
     cols = ["name", "select_accuracy", "select_pair_accuracy", "select_p_value", "heldout_accuracy", "heldout_n"]
     return out[cols].reset_index(drop=True)

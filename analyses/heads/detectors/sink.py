@@ -11,8 +11,6 @@ and the baseline is ``1/n`` for a prompt of ``n`` real tokens.
 
 from __future__ import annotations
 
-import torch
-
 from headlens.analyses.attention_stats import alpha_sums, uniform_sink_alpha
 from headlens.analyses.heads.detectors.base import BatchContext, Detector, DetectorOutput
 from headlens.probes.engine import Sums
@@ -27,7 +25,13 @@ def partial(rows, ctx: BatchContext, q_offset: int) -> Sums:
 
 def finish(sums: Sums, ctx: BatchContext) -> DetectorOutput:
     score = (sums["score"] / sums["count"].clamp(min=1)[:, None]).float()
-    baseline = uniform_sink_alpha(ctx.lengths.cpu() if ctx.host_lengths is None else ctx.host_lengths, key=KEY, window=ctx.window, causal=ctx.causal).float().to(score.device)
+    baseline = (
+        uniform_sink_alpha(
+            ctx.lengths.cpu() if ctx.host_lengths is None else ctx.host_lengths, key=KEY, window=ctx.window, causal=ctx.causal
+        )
+        .float()
+        .to(score.device)
+    )
     return DetectorOutput(score, baseline)
 
 
