@@ -25,7 +25,8 @@ from headlens.probes.errors import InputError
 from headlens.probes.loading import LoadedModel, check_layers_heads
 from headlens.probes.outputs import check_out_file, write_text
 from headlens.reports.attention_view_plots import plot_pattern, plot_patterns
-from headlens.reports.page.attention_component import fragment_html, standalone_html, view_data
+from headlens.reports.page import attention_component
+from headlens.reports.page.attention_component import embedded_bytes, fragment_html, standalone_html, view_data
 from headlens.reports.studies.models import as_loaded
 
 log = logging.getLogger(__name__)
@@ -112,6 +113,10 @@ class AttentionView:
         )
 
 
+def _size(n: int) -> str:
+    return f"{n / 2**20:.1f} MiB" if n >= 2**20 else f"{n:,} bytes"
+
+
 def _loaded(model: Any) -> LoadedModel:
     if isinstance(model, Path):
         model = str(model)
@@ -162,9 +167,17 @@ def attention_view(
         chosen = check_layers_heads(loaded, layers, None)
     batch = tokenize_for(loaded, [prompt], prepend_bos=bos, truncate=truncate)
     heads = tuple(next(iter(chosen.values())))  # the same heads in every layer
+    n = int(batch.lengths[0])
+    size = embedded_bytes(len(chosen), len(heads), n, causal=not loaded.is_encoder)
+    if size > attention_component.MAX_VIEW_BYTES:
+        raise InputError(
+            f"{len(chosen)} layers x {len(heads)} heads on {n} tokens are {_size(size)} of weights, more than one view holds "
+            f"({_size(attention_component.MAX_VIEW_BYTES)}): pick layer= (and head=), or a shorter prompt",
+            layer=layer,
+            head=head,
+        )
     pairs = tuple((x, h) for x in chosen for h in heads)
     cap = capture(loaded, batch, CaptureConfig(what=("pattern",), heads=pairs, prepend_bos=bos, batch_size=1))
-    n = int(batch.lengths[0])
     patterns = torch.stack([cap.get(x, "pattern")[0, :, :n, :n].float() for x in chosen]).cpu()
     info = {
         "model": loaded.name,

@@ -23,6 +23,8 @@ from transformers import AutoModel, AutoModelForCausalLM
 from headlens.probes.errors import InputError, OutputExistsError
 from headlens.reports.attention_view import AttentionView, attention_view
 from headlens.reports.attention_view_plots import MAX_PANELS, plot_heads, plot_pattern
+from headlens.reports.page import attention_component
+from headlens.reports.page.attention_component import embedded_bytes, is_causal, view_data
 from tests.helpers import assert_close
 
 PROMPT = "When Mary and John went to the store, John gave a drink to"
@@ -231,3 +233,36 @@ def test_attention_view_is_a_frozen_result(gpt2):
     assert isinstance(view, AttentionView)
     with pytest.raises(AttributeError):
         view.prompt = "other"  # type: ignore[misc]  # frozen on purpose
+
+
+def test_a_view_too_large_for_a_browser_is_refused_before_the_forward(gpt2, monkeypatch):
+    n = len(gpt2.tokenizer(PROMPT, add_special_tokens=False)["input_ids"]) + 1
+    one_layer = embedded_bytes(1, 4, n, causal=True)
+    monkeypatch.setattr(attention_component, "MAX_VIEW_BYTES", one_layer)
+    assert attention_view(gpt2, PROMPT, layer=1).patterns.shape[:2] == (1, 4)  # at the limit: shown
+    with pytest.raises(InputError, match=r"2 layers x 4 heads on \d+ tokens .* pick layer= \(and head=\)"):
+        attention_view(gpt2, PROMPT)
+
+
+def test_view_data_reads_causality_from_the_weights_and_keeps_an_encoder_s_upper_triangle():
+    """The report page passes causal=None: an encoder's pattern keeps every key (the page's own
+    copy before the component sent the lower triangle only, for encoders too)."""
+    rng = np.random.default_rng(0)
+    full = rng.random((1, 2, 5, 5)).astype(np.float32)
+    full /= full.sum(-1, keepdims=True)
+    causal = np.tril(full)
+    causal /= causal.sum(-1, keepdims=True)
+    assert not is_causal(full) and is_causal(causal)
+    tokens = list("abcde")
+    for pattern, tri in ((full, False), (causal, True)):
+        for encoding, tol in (("f32", 0.0), ("u8", 0.5 / 255)):
+            data = view_data(tokens, pattern, layers=[3], heads=[0, 1], encoding=encoding)
+            assert data["causal"] is tri and data["tri"] is tri
+            raw = base64.b64decode(data["att"])
+            values = np.frombuffer(raw, dtype="<f4") if encoding == "f32" else np.frombuffer(raw, dtype=np.uint8) / 255.0
+            sent = pattern[:, :, np.tril_indices(5)[0], np.tril_indices(5)[1]] if tri else pattern.reshape(1, 2, 25)
+            assert np.abs(values.reshape(sent.shape) - sent).max() <= tol + 1e-7
+    with pytest.raises(InputError, match="patterns has shape"):
+        view_data(tokens, full[:, :, :4], layers=[3], heads=[0, 1])
+    with pytest.raises(InputError, match="NaN"):
+        view_data(tokens, np.full((1, 2, 5, 5), np.nan), layers=[3], heads=[0, 1])

@@ -33,12 +33,33 @@ from headlens.reports.page.inline import json_for_script, static_text
 
 log = logging.getLogger(__name__)
 
-__all__ = ["view_data", "fragment_html", "standalone_html", "new_element_id", "is_causal", "ENCODINGS", "NOSCRIPT"]
+__all__ = [
+    "view_data",
+    "fragment_html",
+    "standalone_html",
+    "new_element_id",
+    "is_causal",
+    "embedded_bytes",
+    "ENCODINGS",
+    "NOSCRIPT",
+    "MAX_VIEW_BYTES",
+]
 
 #: How weights travel: ``f32`` exact (little-endian float32), ``u8`` ``round(255 * w)`` (within 0.2%).
 ENCODINGS = ("f32", "u8")
 #: Shown where no script runs (an untrusted notebook, a static render); the script replaces it.
 NOSCRIPT = "headlens attention view: this needs JavaScript (in Jupyter, a trusted notebook)."
+
+
+#: The most weight bytes one view embeds (before base64's 4/3): a notebook output or a page
+#: much larger than this stalls the browser.  A longer prompt needs fewer layers or heads.
+MAX_VIEW_BYTES = 32 * 2**20
+
+
+def embedded_bytes(n_layers: int, n_heads: int, n_tokens: int, *, causal: bool, encoding: str = "f32") -> int:
+    """How many bytes of weights a view of these many heads and tokens embeds (:func:`view_data`)."""
+    per_head = n_tokens * (n_tokens + 1) // 2 if causal else n_tokens * n_tokens
+    return n_layers * n_heads * per_head * (4 if encoding == "f32" else 1)
 
 
 def is_causal(patterns: np.ndarray) -> bool:
