@@ -53,7 +53,7 @@ def check_kv(model: Any, config: KVConfig) -> None:
         )
     n_ctx = int(model.n_ctx)
     if config.context is not None and config.context > n_ctx:
-        raise InputError(f"context {config.context} is longer than the model's context of {n_ctx} tokens", context=config.context)
+        raise InputError(f"context={config.context} is longer than the model's context of {n_ctx} tokens", context=config.context)
 
 
 def layer_kv_heads(model: Any, *, pool: int = 1, removed: tuple[tuple[int, int], ...] = ()) -> list[int]:

@@ -105,18 +105,8 @@ def kv_cmd(model, device, dtype, revision, allow_new_weights, batch, context, ca
         check_table_path(out_file)
         for path in (out_file, *KVResult.sidecars(out_file).values()):
             check_out_file(path, overwrite=overwrite)
-    try:
-        result = kv(
-            model,
-            KVConfig(batch=batch, context=context, cache_dtype=cache_dtype),
-            mask=mask_file,
-            command=command_line(),
-            **_loading(device, dtype, revision, allow_new_weights),
-        )
-    except InputError as exc:
-        if "context" not in exc.fields:
-            raise  # an encoder: one line, exit 2
-        raise click.BadParameter(str(exc), param_hint="--context") from None
+    config = KVConfig(batch=batch, context=context, cache_dtype=cache_dtype)
+    result = kv(model, config, mask=mask_file, command=command_line(), **_loading(device, dtype, revision, allow_new_weights))
     table = result.table
     click.echo(f"KV cache of {model} (2 tensors, K and V, per layer, per KV head, per cached token)")
     click.echo(text_table(table.drop(columns=["formula"])))
