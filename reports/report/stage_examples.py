@@ -11,10 +11,11 @@ from typing import Any
 
 import numpy as np
 
-from headlens.probes.capture import capture, tokenize_for
+from headlens.probes.capture import tokenize_for
 from headlens.probes.config import CaptureConfig
 from headlens.probes.outputs import atomic_write, write_json
 from headlens.reports.report.context import Stage, StageContext
+from headlens.reports.studies.capture import capture
 
 log = logging.getLogger(__name__)
 
@@ -43,11 +44,15 @@ def _run_examples(ctx: StageContext) -> dict[str, Any]:
     batch = tokenize_for(loaded, prompts, prepend_bos=bos, truncate=True, n_ctx=limit)
     n_frame = sum(len(ids) for ids in loaded.frame(bos))
     full_len = [len(loaded.tokenizer(p, add_special_tokens=False)["input_ids"]) + n_frame for p in prompts]
-    cap = capture(loaded, batch, CaptureConfig(what=("pattern",), prepend_bos=bos, batch_size=ctx.settings.batch_size))
+    config = CaptureConfig(what=("pattern",), prepend_bos=bos, batch_size=ctx.settings.batch_size)
+    cap = capture(loaded, config, prompts=batch, command=ctx.command).capture
+    assert cap is not None  # a computed result holds its Capture
     arrays = {}
     for i in range(len(prompts)):
         n = int(batch.lengths[i])
-        arrays[f"p{i}"] = np.stack([cap.get(layer, "pattern")[i, :, :n, :n].float().numpy() for layer in range(loaded.n_layers)]).astype(np.float32)
+        arrays[f"p{i}"] = np.stack([cap.get(layer, "pattern")[i, :, :n, :n].float().numpy() for layer in range(loaded.n_layers)]).astype(
+            np.float32
+        )
     meta = {
         "prepend_bos": bos,
         "max_tokens": limit,
@@ -67,7 +72,10 @@ def _load_examples(d: Path, marker: dict[str, Any]) -> dict[str, Any]:
     meta = json.loads((d / "examples.json").read_text(encoding="utf-8"))
     with np.load(d / "patterns.npz") as z:
         arrays = {k: z[k] for k in z.files}
-    examples = [Example(prompt=e["prompt"], tokens=list(e["tokens"]), pattern=arrays[f"p{i}"], truncated=bool(e["truncated"])) for i, e in enumerate(meta["examples"])]
+    examples = [
+        Example(prompt=e["prompt"], tokens=list(e["tokens"]), pattern=arrays[f"p{i}"], truncated=bool(e["truncated"]))
+        for i, e in enumerate(meta["examples"])
+    ]
     return {"examples": examples}
 
 

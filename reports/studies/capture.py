@@ -26,6 +26,7 @@ from headlens.probes.errors import InputError
 from headlens.probes.loading import LoadedModel
 from headlens.probes.manifest import build_manifest
 from headlens.probes.outputs import atomic_write, write_json
+from headlens.probes.prompts import TokenBatch
 from headlens.reports.studies.common import loading_settings, python_command, study_config
 from headlens.reports.studies.models import as_loaded
 from headlens.reports.studies.result import Result, read_manifest
@@ -109,7 +110,7 @@ def capture(
     config: CaptureConfig | None = None,
     /,
     *,
-    prompts: str | Sequence[str],
+    prompts: str | Sequence[str] | TokenBatch,
     seed: int = 0,
     verify: bool = False,
     tolerance: float | None = None,
@@ -119,15 +120,15 @@ def capture(
 ) -> CaptureResult:
     """Capture what ``config`` asks for (``what=("q", "k", "v", "pattern")``, ``layers=``, ``heads=``,
     ``prepend_bos=`` ...: :class:`~headlens.probes.config.CaptureConfig`'s fields as keywords) on
-    ``prompts`` (one text or several): a :class:`CaptureResult`.  ``verify=True`` also checks the
+    ``prompts`` (one text, several, or a tokenized ``TokenBatch``): a :class:`CaptureResult`.  ``verify=True`` also checks the
     model's attention on the same prompts (``result.verify``; ``tolerance``).  ``seed`` seeds torch
     and is recorded in the manifest; ``progress(done, total)`` is called after each batch."""
     call = {"prompts": prompts, **kwargs}
     load = loading_settings(model, kwargs)
     config = study_config("capture", CaptureConfig, config, kwargs)
-    texts = check_prompts(prompts)
+    texts = prompts if isinstance(prompts, TokenBatch) else list(check_prompts(prompts))
     loaded = as_loaded(model, load, seed=seed)
-    cap = run_capture(loaded, list(texts), config, progress=progress)
+    cap = run_capture(loaded, texts, config, progress=progress)
     manifest = build_manifest(
         model=loaded,
         command=command or python_command("capture", model, call),
@@ -139,7 +140,9 @@ def capture(
     tensors = {**cap.tensors, "lengths": cap.batch.lengths}
     tables = {}
     if verify:
+        if isinstance(texts, TokenBatch):
+            raise InputError("verify=True needs the prompts as texts, not a TokenBatch", prompts=None)
         tables["verify"] = verify_attention(
-            loaded, list(texts), prepend_bos=config.prepend_bos, tolerance=tolerance, batch_size=config.batch_size
+            loaded, texts, prepend_bos=config.prepend_bos, tolerance=tolerance, batch_size=config.batch_size
         )
     return CaptureResult(tables=tables, manifest=manifest, tensors=tensors, tokens=tokens_entry(cap), capture=cap)
