@@ -34,9 +34,12 @@ log = logging.getLogger(__name__)
 __all__ = ["AttentionView", "attention_view"]
 
 
-def _span(values: Sequence[int]) -> str:
+def _span(word: str, values: Sequence[int]) -> str:
+    """``"layer 1"``, ``"heads 0-3"``, ``"layers 0,2"``."""
     v = list(values)
-    return str(v[0]) if len(v) == 1 else (f"{v[0]}-{v[-1]}" if v == list(range(v[0], v[-1] + 1)) else ",".join(map(str, v)))
+    if len(v) == 1:
+        return f"{word} {v[0]}"
+    return f"{word}s " + (f"{v[0]}-{v[-1]}" if v == list(range(v[0], v[-1] + 1)) else ",".join(map(str, v)))
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -60,7 +63,9 @@ class AttentionView:
         """``[query, key]`` of head ``layer.head`` (model indices; one of this view's)."""
         if layer not in self.layers or head not in self.heads:
             raise InputError(
-                f"head {layer}.{head} is not in this view (layers {_span(self.layers)}, heads {_span(self.heads)})", layer=layer, head=head
+                f"head {layer}.{head} is not in this view ({_span('layer', self.layers)}, {_span('head', self.heads)})",
+                layer=layer,
+                head=head,
             )
         return self.patterns[self.layers.index(layer), self.heads.index(head)]
 
@@ -85,7 +90,7 @@ class AttentionView:
     def save(self, path: str | Path, *, overwrite: bool = False) -> Path:
         """A standalone ``.html`` page of the view (opens offline); refuses an existing file unless ``overwrite``."""
         target = check_out_file(path, overwrite=overwrite)
-        title = f"headlens attention: {self.info.get('model', 'model')}, layers {_span(self.layers)}, heads {_span(self.heads)}"
+        title = f"headlens attention: {self.info.get('model', 'model')}, {_span('layer', self.layers)}, {_span('head', self.heads)}"
         return write_text(target, standalone_html(self._data(), title=title))
 
     def plot(self, layer: int | None = None, head: int | None = None) -> Figure:
@@ -98,7 +103,7 @@ class AttentionView:
         heads = self.heads if head is None else (head,)
         for x, have, name in ((layer, self.layers, "layer"), (head, self.heads, "head")):
             if x is not None and x not in have:
-                raise InputError(f"{name} {x} is not in this view ({name}s {_span(have)})", **{name: x})
+                raise InputError(f"{name} {x} is not in this view ({_span(name, have)})", **{name: x})
         if len(layers) == 1 and len(heads) == 1:
             return self.plot(layers[0], heads[0])
         sub = self.patterns[[self.layers.index(x) for x in layers]][:, [self.heads.index(x) for x in heads]]
@@ -109,7 +114,7 @@ class AttentionView:
     def __repr__(self) -> str:
         return (
             f"AttentionView(model={self.info.get('model')!r}, {len(self.tokens)} tokens, "
-            f"layers {_span(self.layers)} x heads {_span(self.heads)}, {'causal' if self.causal else 'bidirectional'})"
+            f"{_span('layer', self.layers)} x {_span('head', self.heads)}, {'causal' if self.causal else 'bidirectional'})"
         )
 
 

@@ -99,7 +99,7 @@ def test_one_head_a_layer_or_several_layers(gpt2):
     assert_close(whole.pattern(0, 3), every.pattern(0, 3), "exact")
     for row in every.patterns.flatten(0, 2):
         assert abs(float(row.sum()) - 1.0) < 1e-5
-    assert "layers 1 x heads 2" in repr(one) and "causal" in repr(one)
+    assert "layer 1 x head 2, causal" in repr(one) and "layers 0-1 x head 3" in repr(whole)
     with pytest.raises(InputError, match="not in this view"):
         one.pattern(0, 2)
 
