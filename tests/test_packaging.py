@@ -28,6 +28,7 @@ def test_wheel_holds_only_the_headlens_package(wheel):
     for must in (
         "headlens/__init__.py",
         "headlens/__main__.py",
+        "headlens/py.typed",  # PEP 561: type checkers read the package's inline hints
         "headlens/analyses/data/eval_text.txt",
         "headlens/analyses/demo/model/model.safetensors",
         "headlens/analyses/demo/model_card.md.j2",
