@@ -242,7 +242,6 @@ def test_ruff_format_fails_on_a_planted_finding(small_tree):
     assert unformatted(small_tree) == {"probes/width.py"}
 
 
-@pytest.mark.slow
 def test_pyright_fails_on_a_planted_finding_and_reads_the_trees_own_files(small_tree):
     assert pyright_findings(small_tree) == {}
     # the test now asks for a str: wrong for probes/width.py, right for the stale build/lib copy
