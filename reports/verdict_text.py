@@ -36,7 +36,10 @@ def verdict_words(v: Verdict, *, above: str, below: str, versus: str = "0", item
 def smoke_sentence(where: Any) -> str:
     """The notice on a section (or figure) that ``--quick`` ran: ``where`` says on what
     (e.g. ``"2 windows of 32 tokens"``)."""
-    return f"Smoke test (--quick, {where}): these numbers show that the stage runs; they state no finding. Run the report without --quick for results."
+    return (
+        f"Smoke test (--quick, {where}): these numbers show that the stage runs; they state no finding."
+        " Run the report without --quick for results."
+    )
 
 
 def figure_smoke_note(where: Any) -> str:

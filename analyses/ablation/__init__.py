@@ -1,4 +1,5 @@
-"""Which heads matter: the ablation data and metrics, head masks, the single-head study, gradient attribution, layer-suffix replay and pruning.
+"""Which heads matter: the ablation data and metrics, head masks, the single-head study, gradient attribution,
+layer-suffix replay and pruning.
 
 **What an ablation is measured on.** An evaluation set and a per-item metric.
 

@@ -78,7 +78,7 @@ def hidden_state_hook(model: Any) -> str:
 def last_hidden(model: Any, toks: Tensor, mask: Tensor | None, run: Any) -> Float[Tensor, "batch pos d_model"]:
     store: dict[str, Tensor] = {}
 
-    def grab(x: Tensor, hook: Any = None) -> None:  # noqa: ARG001
+    def grab(x: Tensor, hook: Any = None) -> None:
         store["h"] = x
         raise StopForward  # the output head never runs
 

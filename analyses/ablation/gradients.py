@@ -35,12 +35,22 @@ from headlens.probes.errors import InputError
 from headlens.probes.hooks import HookFn, attached
 from headlens.probes.loading import LoadedModel
 
-__all__ = ["gate_gradients", "gate_gradients_and_values", "attribution_estimates", "head_importance", "importance_from_gradients", "normalise_per_layer", "spearman"]
+__all__ = [
+    "gate_gradients",
+    "gate_gradients_and_values",
+    "attribution_estimates",
+    "head_importance",
+    "importance_from_gradients",
+    "normalise_per_layer",
+    "spearman",
+]
 
 
 def _gate_hook(layer: int, gates: Tensor, reference: Reference | None, rows: list[int], removed: list[int]) -> HookFn:
-    def fn(z: Tensor, hook: Any = None) -> Tensor:  # noqa: ARG001
-        g = gates[:, layer].to(device=z.device, dtype=z.dtype)[:, None, :, None]  # [batch, 1, head, 1]; the activation's device (layers may sit on several)
+    def fn(z: Tensor, hook: Any = None) -> Tensor:
+        g = gates[:, layer].to(device=z.device, dtype=z.dtype)[
+            :, None, :, None
+        ]  # [batch, 1, head, 1]; the activation's device (layers may sit on several)
         rep = None if reference is None else reference.replacement(layer, rows, z.shape[1], dtype=z.dtype, device=z.device)
         out = g * z if rep is None else rep + g * (z - rep)
         if removed:
@@ -83,7 +93,8 @@ def gate_gradients_and_values(
     so the pruning sweep reads a step's value off the pass that ranks the next step's heads."""
     if data.metric == "embedding":
         raise InputError(
-            "no gradient estimate from the embedding metric: 1 - cos is at its minimum (0) in the unablated model, so its gradient is zero; "
+            "no gradient estimate from the embedding metric: 1 - cos is at its minimum (0) in the unablated model, "
+            "so its gradient is zero; "
             "measure heads exactly (ablation_study) instead",
             metric=data.metric,
         )
@@ -112,7 +123,9 @@ def gate_gradients_and_values(
     return out, item_vals
 
 
-def attribution_estimates(model: LoadedModel, data: EvalSet, *, reference: Reference | None = None, mask: HeadMask | None = None, batch_size: int = 8) -> Float[Tensor, "layer head"]:
+def attribution_estimates(
+    model: LoadedModel, data: EvalSet, *, reference: Reference | None = None, mask: HeadMask | None = None, batch_size: int = 8
+) -> Float[Tensor, "layer head"]:
     """First-order estimate of each head's ablation delta: ``mean_i (-d m_i / d g)``."""
     return -gate_gradients(model, data, reference=reference, mask=mask, batch_size=batch_size).double().mean(0).float()
 

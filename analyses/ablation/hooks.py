@@ -40,7 +40,9 @@ class Reference:
     source: Tensor | None = None  # resample: [item] index of each item's source
     source_len: Tensor | None = None
 
-    def replacement(self, layer: int, rows: Sequence[int], width: int, *, dtype: torch.dtype, device: torch.device) -> Float[Tensor, "batch pos head d_head"] | None:
+    def replacement(
+        self, layer: int, rows: Sequence[int], width: int, *, dtype: torch.dtype, device: torch.device
+    ) -> Float[Tensor, "batch pos head d_head"] | None:
         """Replacement ``z`` for items ``rows`` (``None`` for zero ablation)."""
         if self.method == "zero":
             return None
@@ -80,7 +82,7 @@ def ablate_hook(layer: int, copies: list[list[int]], reference: Reference | None
     """A ``hook_z`` hook: remove ``removed`` heads everywhere and, in copy ``c`` of the batch,
     replace heads ``copies[c]`` (zero, or the reference's values)."""
 
-    def fn(z: Tensor, hook: Any = None) -> Tensor:  # noqa: ARG001
+    def fn(z: Tensor, hook: Any = None) -> Tensor:
         z = z.clone(memory_format=torch.contiguous_format)
         if removed:
             z[:, :, list(removed)] = 0

@@ -56,7 +56,11 @@ class MaskSequence:
         self.resid, self.last = {}, None
 
     def _mask(self, heads: frozenset[tuple[int, int]]) -> HeadMask | None:
-        return HeadMask.from_heads(sorted(heads), n_layers=self.model.n_layers, n_heads=self.model.n_heads, model=self.model.name) if heads else None
+        return (
+            HeadMask.from_heads(sorted(heads), n_layers=self.model.n_layers, n_heads=self.model.n_heads, model=self.model.name)
+            if heads
+            else None
+        )
 
     def values(self, heads: set[tuple[int, int]] | frozenset[tuple[int, int]]) -> Tensor:
         heads = frozenset(heads)
@@ -83,7 +87,7 @@ class MaskSequence:
         state: dict[str, Any] = {}
 
         def keeper(layer: int) -> HookFn:
-            def fn(x: Tensor, hook: Any = None) -> None:  # noqa: ARG001
+            def fn(x: Tensor, hook: Any = None) -> None:
                 self.resid[layer][state["rows"], : x.shape[1]] = x.detach().to("cpu")
 
             return fn
@@ -93,7 +97,9 @@ class MaskSequence:
             for rows in data.rows(self.batch_size):
                 tokens, lengths, width = data.batch(rows)
                 state["rows"] = rows
-                hooks = mask_hooks(mask, from_layer=start) + [(resid_hook_name(layer), keeper(layer)) for layer in keep_layers if layer > start]
+                hooks = mask_hooks(mask, from_layer=start) + [
+                    (resid_hook_name(layer), keeper(layer)) for layer in keep_layers if layer > start
+                ]
                 if start == 0:
                     with attached(model.bridge, hooks):
                         vals = model_values(model, tokens, lengths, data, rows)

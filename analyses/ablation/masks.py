@@ -59,10 +59,12 @@ def parse_head(item: Any, *, where: str = "mask") -> tuple[int, int]:
         layer, dot, head = item.strip().partition(".")
         if dot and layer.isdigit() and head.isdigit():
             return int(layer), int(head)
-    elif isinstance(item, (list, tuple)) and len(item) == 2 and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in item):
+    elif (
+        isinstance(item, (list, tuple)) and len(item) == 2 and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in item)
+    ):
         return int(item[0]), int(item[1])
     prefix = f"{where}: " if where else ""
-    raise InputError(f"{prefix}{item!r} is not a head; write heads as \"LAYER.HEAD\", e.g. \"5.1\"", item=str(item))
+    raise InputError(f'{prefix}{item!r} is not a head; write heads as "LAYER.HEAD", e.g. "5.1"', item=str(item))
 
 
 def parse_heads(text: str, *, where: str = "") -> tuple[tuple[int, int], ...]:
@@ -70,7 +72,7 @@ def parse_heads(text: str, *, where: str = "") -> tuple[tuple[int, int], ...]:
     items = [v.strip() for v in str(text).split(",")]
     if not all(items):
         prefix = f"{where}: " if where else ""
-        raise InputError(f"{prefix}empty item in {text!r}; write heads as \"LAYER.HEAD,...\", e.g. \"5.1,5.5\"", item=str(text))
+        raise InputError(f'{prefix}empty item in {text!r}; write heads as "LAYER.HEAD,...", e.g. "5.1,5.5"', item=str(text))
     return tuple(parse_head(item, where=where) for item in items)
 
 
@@ -88,13 +90,16 @@ class HeadMask:
         bad = [head_name(layer, head) for layer, head in self.removed if not (0 <= layer < self.n_layers and 0 <= head < self.n_heads)]
         if bad:
             raise InputError(
-                f"mask names head(s) {', '.join(bad)} that do not exist: the model has layers 0..{self.n_layers - 1} and heads 0..{self.n_heads - 1}",
+                f"mask names head(s) {', '.join(bad)} that do not exist:"
+                f" the model has layers 0..{self.n_layers - 1} and heads 0..{self.n_heads - 1}",
                 heads=bad,
             )
         object.__setattr__(self, "removed", tuple(sorted(set(self.removed))))
 
     @classmethod
-    def from_heads(cls, heads: Iterable[tuple[int, int]], *, n_layers: int, n_heads: int, model: str | None = None, info: dict[str, Any] | None = None) -> HeadMask:
+    def from_heads(
+        cls, heads: Iterable[tuple[int, int]], *, n_layers: int, n_heads: int, model: str | None = None, info: dict[str, Any] | None = None
+    ) -> HeadMask:
         return cls(n_layers=n_layers, n_heads=n_heads, removed=tuple(heads), model=model, info=dict(info or {}))
 
     def __len__(self) -> int:
@@ -168,7 +173,9 @@ def read_mask(path: str | Path, *, n_layers: int | None = None, n_heads: int | N
         raise InputError(f"mask file {path} is not valid JSON ({exc.msg}, line {exc.lineno})", path=str(path)) from exc
     where = f"mask file {path}"
     if not isinstance(obj, dict) or obj.get("format") != MASK_FORMAT:
-        raise InputError(f'{where} is not a headlens head mask (needs "format": "{MASK_FORMAT}"; write one with headlens prune)', path=str(path))
+        raise InputError(
+            f'{where} is not a headlens head mask (needs "format": "{MASK_FORMAT}"; write one with headlens prune)', path=str(path)
+        )
     if "version" not in obj:
         raise InputError(f'{where} has no "version" field; this headlens reads version {MASK_VERSION}', path=str(path))
     if obj["version"] != MASK_VERSION:
@@ -187,7 +194,8 @@ def read_mask(path: str | Path, *, n_layers: int | None = None, n_heads: int | N
         bad = [head_name(layer, head) for layer, head in heads if not (0 <= layer < n_layers and 0 <= head < n_heads)]
         if bad:
             raise InputError(
-                f"{where} names head(s) {', '.join(bad)} that do not exist in this model (layers 0..{n_layers - 1}, heads 0..{n_heads - 1})",
+                f"{where} names head(s) {', '.join(bad)} that do not exist in this model"
+                f" (layers 0..{n_layers - 1}, heads 0..{n_heads - 1})",
                 heads=bad,
                 path=str(path),
             )

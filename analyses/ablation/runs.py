@@ -64,13 +64,17 @@ def baseline_pass(
     need_z = method in ("mean", "resample")
     pos_sum = {layer: torch.zeros(width_all if aligned else 1, n_h, d, dtype=torch.float64) for layer in range(n_l)} if need_z else {}
     flat_sum = {layer: torch.zeros(n_h, d, dtype=torch.float64) for layer in range(n_l)} if need_z else {}
-    z_store = {layer: torch.zeros(n, width_all, n_h, d, dtype=model.dtype, device=store_device) for layer in range(n_l)} if method == "resample" else {}
+    z_store = (
+        {layer: torch.zeros(n, width_all, n_h, d, dtype=model.dtype, device=store_device) for layer in range(n_l)}
+        if method == "resample"
+        else {}
+    )
     resid = {layer: torch.zeros(n, width_all, model.bridge.cfg.d_model, dtype=model.dtype, device=store_device) for layer in resid_layers}
     values = torch.zeros(n, dtype=torch.float64)
     state: dict[str, Any] = {}
 
     def z_keeper(layer: int) -> HookFn:
-        def fn(z: Tensor, hook: Any = None) -> None:  # noqa: ARG001
+        def fn(z: Tensor, hook: Any = None) -> None:
             rows, lengths = state["rows"], state["lengths"]
             real = (torch.arange(z.shape[1], device=z.device)[None, :] < lengths.to(z.device)[:, None]).to(torch.float64)  # [b, pos]
             zz = z.detach().to(torch.float64) * real[:, :, None, None]
@@ -83,7 +87,7 @@ def baseline_pass(
         return fn
 
     def resid_keeper(layer: int) -> HookFn:
-        def fn(x: Tensor, hook: Any = None) -> None:  # noqa: ARG001
+        def fn(x: Tensor, hook: Any = None) -> None:
             resid[layer][state["rows"], : x.shape[1]] = x.detach().to(store_device)
 
         return fn
@@ -134,7 +138,9 @@ def ablated_values(
     with torch.inference_mode():
         for rows in data.rows(batch_size):
             tokens, lengths, _ = data.batch(rows)
-            hooks = [(z_hook_name(layer), ablate_hook(layer, [hs], reference, rows, masked.get(layer, []))) for layer, hs in by_layer.items()]
+            hooks = [
+                (z_hook_name(layer), ablate_hook(layer, [hs], reference, rows, masked.get(layer, []))) for layer, hs in by_layer.items()
+            ]
             hooks += mask_hooks(mask, skip=set(by_layer))
             with attached(model.bridge, hooks):
                 values[rows] = model_values(model, tokens, lengths, data, rows).cpu()
@@ -197,7 +203,15 @@ def single_head_values(
     return out
 
 
-def naive_single_head_values(model: LoadedModel, data: EvalSet, heads: Sequence[tuple[int, int]], baseline: Baseline, *, mask: HeadMask | None = None, batch_size: int = 8) -> Float[Tensor, "head item"]:
+def naive_single_head_values(
+    model: LoadedModel,
+    data: EvalSet,
+    heads: Sequence[tuple[int, int]],
+    baseline: Baseline,
+    *,
+    mask: HeadMask | None = None,
+    batch_size: int = 8,
+) -> Float[Tensor, "head item"]:
     """The reference loop: one full forward per head per batch (what the fast table must equal)."""
     reference = None if baseline.reference.method == "zero" else baseline.reference
     return torch.stack([ablated_values(model, data, [h], reference=reference, mask=mask, batch_size=batch_size) for h in heads])

@@ -44,7 +44,6 @@ from headlens.analyses.ablation.hooks import Reference, z_hook_name
 from headlens.analyses.ablation.masks import HeadMask
 from headlens.analyses.ablation.metrics import check_metric
 from headlens.analyses.ablation.records import RecordJournal, records_of
-from headlens.analyses.ablation.suffix import check_from_layer
 from headlens.analyses.ablation.runs import (
     Baseline,
     ablated_logits,
@@ -53,6 +52,7 @@ from headlens.analyses.ablation.runs import (
     naive_single_head_values,
     single_head_values,
 )
+from headlens.analyses.ablation.suffix import check_from_layer
 from headlens.analyses.stats import bootstrap_mean_ci, spearman
 from headlens.probes.errors import InputError
 from headlens.probes.loading import LoadedModel, check_layers_heads
@@ -190,7 +190,15 @@ def ablation_study(
         probe_layer = max(layer for layer in heads)
         tokens, _, _ = data.batch([0])  # the first item alone: no padding
         prefix = check_from_layer(model, tokens, probe_layer)
-    base = baseline_pass(model, data, method=config.method, mask=mask, resid_layers=sorted(heads) if prefix else (), batch_size=config.batch_size, seed=config.seed)
+    base = baseline_pass(
+        model,
+        data,
+        method=config.method,
+        mask=mask,
+        resid_layers=sorted(heads) if prefix else (),
+        batch_size=config.batch_size,
+        seed=config.seed,
+    )
     t_base = time.perf_counter() - t0
 
     if journal is not None and (prev := records_of(journal, "baseline")):
@@ -216,7 +224,14 @@ def ablation_study(
             t_attr = time.perf_counter() - ta
             attribution = {(layer, h): float(est[layer, h]) for layer, hs in heads.items() for h in hs}
             if journal is not None:
-                journal.append([{"kind": "attribution", "heads": [{"layer": layer, "head": h, "estimate": v} for (layer, h), v in attribution.items()]}])
+                journal.append(
+                    [
+                        {
+                            "kind": "attribution",
+                            "heads": [{"layer": layer, "head": h, "estimate": v} for (layer, h), v in attribution.items()],
+                        }
+                    ]
+                )
 
     done: dict[tuple[int, int], list[float]] = {(r["layer"], r["head"]): r["values"] for r in records_of(journal, "head")}
     ts = time.perf_counter()
@@ -239,7 +254,9 @@ def ablation_study(
     ablated = np.array([done[h] for h in order], dtype=np.float64)  # [head, item]
     base_v = base.values.double().numpy()
     diffs = ablated - base_v[None, :]
-    lo, hi = bootstrap_mean_ci(diffs.T, n_resamples=config.n_bootstrap, level=config.ci, seed=config.seed)  # NaN with < 2 items or 0 resamples
+    lo, hi = bootstrap_mean_ci(
+        diffs.T, n_resamples=config.n_bootstrap, level=config.ci, seed=config.seed
+    )  # NaN with < 2 items or 0 resamples
     table = pd.DataFrame(
         {
             "layer": [layer for layer, _ in order],

@@ -73,7 +73,7 @@ def run_from_layer(
     for the run (hooks on layers before ``layer`` never fire); ``kwargs`` go to the bridge.
     """
 
-    def inject(act: Tensor, hook: Any = None) -> Tensor:  # noqa: ARG001
+    def inject(act: Tensor, hook: Any = None) -> Tensor:
         return resid.to(act.dtype)
 
     with from_layer(model, layer), attached(model.bridge, [(resid_hook_name(layer), inject), *hooks]):
@@ -85,7 +85,7 @@ def check_from_layer(model: LoadedModel, tokens: Int[Tensor, "batch pos"], layer
     (``kwargs``, e.g. ``attention_mask``, go to both forwards)."""
     store: dict[str, Tensor] = {}
 
-    def keep(act: Tensor, hook: Any = None) -> None:  # noqa: ARG001
+    def keep(act: Tensor, hook: Any = None) -> None:
         store["resid"] = act.detach().clone()
 
     try:

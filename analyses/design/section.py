@@ -33,8 +33,8 @@ def design_section_tables(
     journal: RecordJournal | None = None,
     progress: Callable[[str, int, int], None] | None = None,
 ) -> dict[str, pd.DataFrame]:
-    """``kv`` (decoders only), ``gqa_summary``, ``gqa_heads``, ``gqa_groups``, ``gqa_comparison`` (both groupings run), ``knockout_losses`` and (with ``roles``)
-    ``knockout_roles``; a part the model cannot do (already MQA, a family whose hooks cannot carry
+    """``kv`` (decoders only), ``gqa_summary``, ``gqa_heads``, ``gqa_groups``, ``gqa_comparison`` (both groupings run),
+    ``knockout_losses`` and (with ``roles``) ``knockout_roles``; a part the model cannot do (already MQA, a family whose hooks cannot carry
     a knockout) is left out, with a log line saying why, and its reason is in ``skipped`` (one row per part).
 
     ``skip``: parts (``gqa``, ``projections``, ``roles``) not to run, each with the reason the

@@ -72,7 +72,9 @@ def _patches(selection: dict[int, list[int]], width: int, per_position: bool) ->
     return {layer: [(h, p) for h in heads for p in range(width)] for layer, heads in selection.items()}
 
 
-def patch_heads(model: LoadedModel, task: PairTask, config: PatchConfig | None = None, *, progress: Callable[[str, int, int], None] | None = None) -> PatchResult:
+def patch_heads(
+    model: LoadedModel, task: PairTask, config: PatchConfig | None = None, *, progress: Callable[[str, int, int], None] | None = None
+) -> PatchResult:
     """Activation patching of the selected heads (see the module doc).
 
     ``progress(stage, done, total)`` is called after each layer of each direction.
@@ -85,7 +87,9 @@ def patch_heads(model: LoadedModel, task: PairTask, config: PatchConfig | None =
     resid_layers = [layer for layer in layers if layer > 0] if late else []
     bs = config.batch_size
     clean = cache_run(model, clean_set, z_layers=layers, resid_layers=resid_layers if "noising" in config.directions else [], batch_size=bs)
-    corrupt = cache_run(model, corrupt_set, z_layers=layers, resid_layers=resid_layers if "denoising" in config.directions else [], batch_size=bs)
+    corrupt = cache_run(
+        model, corrupt_set, z_layers=layers, resid_layers=resid_layers if "denoising" in config.directions else [], batch_size=bs
+    )
     metric = clean_set.metric
     gap = task_gap(metric, clean.values.numpy(), corrupt.values.numpy(), n_resamples=config.n_resamples, seed=config.seed)
     if not gap.defined:
@@ -106,18 +110,35 @@ def patch_heads(model: LoadedModel, task: PairTask, config: PatchConfig | None =
         values = []
         for layer in layers:
             values.append(
-                patched_values(model, target_set, target_cache if late else None, source.z[layer], layer, plan[layer], batch_size=bs, max_rows=config.max_rows).numpy()
+                patched_values(
+                    model,
+                    target_set,
+                    target_cache if late else None,
+                    source.z[layer],
+                    layer,
+                    plan[layer],
+                    batch_size=bs,
+                    max_rows=config.max_rows,
+                ).numpy()
             )
             done += 1
             if progress is not None:
                 progress(direction, done, total)
         raw = np.concatenate(values) if values else np.zeros((0, len(task)))
         per_item[direction] = raw
-        eff, low, high = normalised_effects(raw, clean.values.numpy(), corrupt.values.numpy(), gap, n_resamples=config.n_resamples, seed=config.seed)
+        eff, low, high = normalised_effects(
+            raw, clean.values.numpy(), corrupt.values.numpy(), gap, n_resamples=config.n_resamples, seed=config.seed
+        )
         columns[direction], columns[f"{direction}_low"], columns[f"{direction}_high"] = eff, low, high
         if config.per_position and "n_pairs" not in columns:  # a position only some pairs have: its own count, and why it is NaN
-            columns["n_pairs"], why = subset_counts(raw, clean.values.numpy(), corrupt.values.numpy(), gap, n_resamples=config.n_resamples, seed=config.seed)
-            undefined = {str(w): int(c) for w, c in zip(*np.unique(why[why != ""].astype(str), return_counts=True))} if gap.defined else {}
+            columns["n_pairs"], why = subset_counts(
+                raw, clean.values.numpy(), corrupt.values.numpy(), gap, n_resamples=config.n_resamples, seed=config.seed
+            )
+            undefined = (
+                {str(w): int(c) for w, c in zip(*np.unique(why[why != ""].astype(str), return_counts=True), strict=True)}
+                if gap.defined
+                else {}
+            )
             for w, c in undefined.items():
                 log.warning("%d patches have no normalised effect: %s", c, w)
         with np.errstate(invalid="ignore"):

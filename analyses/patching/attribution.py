@@ -51,14 +51,22 @@ class AttributionResult:
 
 
 def _gate_hook(layer: int, gates: Tensor, source: Tensor) -> HookFn:
-    def fn(z: Tensor, hook: Any = None) -> Tensor:  # noqa: ARG001
+    def fn(z: Tensor, hook: Any = None) -> Tensor:
         src = source[:, : z.shape[1]].to(device=z.device, dtype=z.dtype)
         return z + gates[:, layer].to(z.dtype)[:, None, :, None] * (src - z)
 
     return fn
 
 
-def attribution_patch(model: LoadedModel, task: PairTask, *, batch_size: int = 8, n_resamples: int = 1000, seed: int = 0, progress: Callable[[str, int, int], None] | None = None) -> AttributionResult:
+def attribution_patch(
+    model: LoadedModel,
+    task: PairTask,
+    *,
+    batch_size: int = 8,
+    n_resamples: int = 1000,
+    seed: int = 0,
+    progress: Callable[[str, int, int], None] | None = None,
+) -> AttributionResult:
     """Estimated denoising effect of every head (see the module doc)."""
     clean_set, corrupt_set = pair_eval_sets(model, task, batch_size=batch_size)
     n_l, n_h = model.n_layers, model.n_heads
@@ -79,7 +87,10 @@ def attribution_patch(model: LoadedModel, task: PairTask, *, batch_size: int = 8
             if progress is not None:
                 progress("attribution", i + 1, len(batches))
     if corrupt_set.metric == "embedding" and float(grads.abs().max()) == 0.0:
-        raise InputError("attribution patching: the metric's gradient is zero on the corrupted inputs, so no first-order estimate exists; run exact patching")
+        raise InputError(
+            "attribution patching: the metric's gradient is zero on the corrupted inputs, so no first-order estimate exists;"
+            " run exact patching"
+        )
     gap = task_gap(clean_set.metric, clean.values.numpy(), corrupt_values.numpy(), n_resamples=n_resamples, seed=seed)
     estimated = (corrupt_values[:, None, None] + grads).reshape(len(task), n_l * n_h).T.numpy()  # [head, item]
     eff, low, high = normalised_effects(estimated, clean.values.numpy(), corrupt_values.numpy(), gap, n_resamples=n_resamples, seed=seed)
@@ -94,7 +105,14 @@ def attribution_patch(model: LoadedModel, task: PairTask, *, batch_size: int = 8
             "attribution_metric": estimated.mean(1),
         }
     )
-    info = {"method": "attribution patching (first-order estimate of denoising; not exact)", "metric": clean_set.metric, "gap": gap.describe(), "n_resamples": n_resamples, "seed": seed, "task": task.describe()}
+    info = {
+        "method": "attribution patching (first-order estimate of denoising; not exact)",
+        "metric": clean_set.metric,
+        "gap": gap.describe(),
+        "n_resamples": n_resamples,
+        "seed": seed,
+        "task": task.describe(),
+    }
     return AttributionResult(table=table, gap=gap, per_item=estimated, info=info)
 
 

@@ -88,8 +88,15 @@ def names_task(model: Any, *, n: int = 64, seed: int = 0, prepend_bos: bool = Tr
         a, b, c = rng.sample(names, 3)
         template = NAME_TEMPLATES[i % len(NAME_TEMPLATES)]
         subject, io = (b, a) if rng.random() < 0.5 else (a, b)
-        items.append(PairItem(template.format(A=a, B=b, S=subject), template.format(A=a, B=b, S=c), io, subject, where=f"names pair {i + 1}"))
-    return tokenize_pairs(model, items, prepend_bos=prepend_bos, source={"kind": "builtin", "task": "names", "n": n, "seed": seed, "templates": len(NAME_TEMPLATES)})
+        items.append(
+            PairItem(template.format(A=a, B=b, S=subject), template.format(A=a, B=b, S=c), io, subject, where=f"names pair {i + 1}")
+        )
+    return tokenize_pairs(
+        model,
+        items,
+        prepend_bos=prepend_bos,
+        source={"kind": "builtin", "task": "names", "n": n, "seed": seed, "templates": len(NAME_TEMPLATES)},
+    )
 
 
 def referent_task(model: Any, *, n: int = 64, seed: int = 0, prepend_bos: bool = True) -> PairTask:

@@ -16,10 +16,9 @@ the model's logit difference.  That sum is checked on every run; a model where i
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
-
-import warnings
 
 import numpy as np
 import pandas as pd
@@ -55,16 +54,22 @@ def _final_norm_kind(x: Tensor, normed: Tensor, scale: Tensor) -> str:
         return "layernorm"
     if float((rms - normed).abs().max()) <= tol:
         return "rmsnorm"
-    raise UnsupportedModelError("direct logit attribution: the final norm's output is neither (x - mean) / scale nor x / scale for this model")
+    raise UnsupportedModelError(
+        "direct logit attribution: the final norm's output is neither (x - mean) / scale nor x / scale for this model"
+    )
 
 
 def direct_logit_attribution(model: LoadedModel, task: PairTask, *, batch_size: int = 8, tokens: str = "clean") -> DLAResult:
     """Per-component direct logit attribution on the ``tokens`` ("clean" or "corrupt") side of ``task``."""
     if model.is_encoder or model.head_is_new:
-        raise UnsupportedModelError("direct logit attribution reads the output head's logits, which this model has not (an encoder, or a newly initialised head)")
+        raise UnsupportedModelError(
+            "direct logit attribution reads the output head's logits, which this model has not (an encoder, or a newly initialised head)"
+        )
     names = ["ln_final.hook_in", "ln_final.hook_normalized", "ln_final.hook_scale", "blocks.0.hook_resid_pre"]
     if any(n not in model.hook_names() for n in names):
-        raise UnsupportedModelError("direct logit attribution needs the final norm's hooks (ln_final.hook_in/normalized/scale), which this model lacks")
+        raise UnsupportedModelError(
+            "direct logit attribution needs the final norm's hooks (ln_final.hook_in/normalized/scale), which this model lacks"
+        )
     n_l, n_h = model.n_layers, model.n_heads
     ids = task.clean if tokens == "clean" else task.corrupt
     per_item: list[np.ndarray] = []
@@ -80,7 +85,7 @@ def direct_logit_attribution(model: LoadedModel, task: PairTask, *, batch_size: 
         got: dict[str, Tensor] = {}
 
         def keep(name: str) -> Any:
-            def fn(x: Tensor, hook: Any = None) -> None:  # noqa: ARG001
+            def fn(x: Tensor, hook: Any = None) -> None:
                 got[name] = x.detach()[idx, last].double()
 
             return fn
@@ -95,13 +100,17 @@ def direct_logit_attribution(model: LoadedModel, task: PairTask, *, batch_size: 
         final = logits[idx, last].double()
         ld = final[idx, correct] - final[idx, incorrect]
         # LD as an affine function of the normalised output n: a = dLD/dn, c = LD(n = 0)
-        leaf = torch.zeros(len(rows), width, got["ln_final.hook_normalized"].shape[-1], dtype=logits.dtype, device=model.device, requires_grad=True)
+        leaf = torch.zeros(
+            len(rows), width, got["ln_final.hook_normalized"].shape[-1], dtype=logits.dtype, device=model.device, requires_grad=True
+        )
 
-        def swap(x: Tensor, hook: Any = None) -> Tensor:  # noqa: ARG001
+        def swap(x: Tensor, hook: Any = None) -> Tensor:
             return leaf
 
         with torch.enable_grad(), attached(model.bridge, [("ln_final.hook_normalized", swap)]), warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)  # the bridge notes that it rebuilds the norm's output from the edited value: that is the point
+            warnings.simplefilter(
+                "ignore", UserWarning
+            )  # the bridge notes that it rebuilds the norm's output from the edited value: that is the point
             out = model.bridge(toks, return_type="logits")
             c_ld = out[idx, last, correct] - out[idx, last, incorrect]
             (grad,) = torch.autograd.grad(c_ld.sum(), [leaf])
@@ -129,11 +138,17 @@ def direct_logit_attribution(model: LoadedModel, task: PairTask, *, batch_size: 
             parts.append(direct(got[f"mlp{l}"]))
             total = total + got[f"attn{l}"] + got[f"mlp{l}"]
         if float((total - x).abs().max()) > SUM_TOL * max(1.0, float(x.abs().max())):
-            raise UnsupportedModelError("direct logit attribution: the stream entering the final norm is not the sum of embeddings, attention and MLP outputs for this model")
+            raise UnsupportedModelError(
+                "direct logit attribution: the stream entering the final norm is not the sum of embeddings, attention and MLP outputs"
+                " for this model"
+            )
         parts.append(c)
         stacked = torch.stack(parts).cpu().numpy()  # [component, item]
         if float(np.abs(stacked.sum(0) - ld.cpu().numpy()).max()) > SUM_TOL * max(1.0, float(ld.abs().max())):
-            raise UnsupportedModelError("direct logit attribution: the components do not sum to the model's logit difference (the output is not affine in the final norm's output: a logit softcap?)")
+            raise UnsupportedModelError(
+                "direct logit attribution: the components do not sum to the model's logit difference"
+                " (the output is not affine in the final norm's output: a logit softcap?)"
+            )
         per_item.append(stacked)
         model_ld.append(ld.cpu().numpy())
     values = np.concatenate(per_item, axis=1)

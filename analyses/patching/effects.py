@@ -56,7 +56,16 @@ class Gap:
         return self.reason is None
 
     def describe(self) -> dict[str, object]:
-        return {"metric": self.metric, "clean": self.clean, "corrupt": self.corrupt, "gap": self.gap, "gap_low": self.low, "gap_high": self.high, "n_pairs": self.n_pairs, "undefined_reason": self.reason}
+        return {
+            "metric": self.metric,
+            "clean": self.clean,
+            "corrupt": self.corrupt,
+            "gap": self.gap,
+            "gap_low": self.low,
+            "gap_high": self.high,
+            "n_pairs": self.n_pairs,
+            "undefined_reason": self.reason,
+        }
 
 
 def _direction(metric: str) -> float:
@@ -73,19 +82,27 @@ def task_gap(metric: str, clean: np.ndarray, corrupt: np.ndarray, *, n_resamples
     if not np.isfinite(gap):
         reason = "the clean or corrupted metric is not finite"
     elif gap <= 0:
-        reason = f"the model does not do the task on the clean inputs: clean {_fmt(metric, clean)} is not better than corrupted {_fmt(metric, corrupt)}"
+        reason = (
+            f"the model does not do the task on the clean inputs: clean {_fmt(metric, clean)}"
+            f" is not better than corrupted {_fmt(metric, corrupt)}"
+        )
     elif np.isfinite(low) and low <= 0:
-        reason = f"the clean-corrupted gap {gap:.3g} is not distinguishable from 0 (95% interval {float(low):.3g} .. {float(high):.3g}): the model barely does the task on the clean inputs"
+        reason = (
+            f"the clean-corrupted gap {gap:.3g} is not distinguishable from 0 (95% interval {float(low):.3g} .. {float(high):.3g}):"
+            " the model barely does the task on the clean inputs"
+        )
     elif not np.isfinite(low) and len(g) < 2:
         reason = "one pair: no interval for the clean-corrupted gap, so the normalisation cannot be trusted"
-    return Gap(metric, float(np.mean(clean)), float(np.mean(corrupt)), gap, float(low), float(high), int(len(g)), reason)
+    return Gap(metric, float(np.mean(clean)), float(np.mean(corrupt)), gap, float(low), float(high), len(g), reason)
 
 
 def _fmt(metric: str, values: np.ndarray) -> str:
     return f"{metric} {float(np.mean(values)):.3g}"
 
 
-def normalised_effects(patched: np.ndarray, clean: np.ndarray, corrupt: np.ndarray, gap: Gap, *, n_resamples: int = 1000, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def normalised_effects(
+    patched: np.ndarray, clean: np.ndarray, corrupt: np.ndarray, gap: Gap, *, n_resamples: int = 1000, seed: int = 0
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(effect, low, high)`` of each patch; ``patched`` is ``[patch, item]`` (NaN: no value).
 
     All NaN when ``gap`` is undefined."""
@@ -112,7 +129,9 @@ def normalised_effects(patched: np.ndarray, clean: np.ndarray, corrupt: np.ndarr
     return r.reshape(shape), low.reshape(shape), high.reshape(shape)
 
 
-def subset_counts(patched: np.ndarray, clean: np.ndarray, corrupt: np.ndarray, gap: Gap, *, n_resamples: int = 1000, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+def subset_counts(
+    patched: np.ndarray, clean: np.ndarray, corrupt: np.ndarray, gap: Gap, *, n_resamples: int = 1000, seed: int = 0
+) -> tuple[np.ndarray, np.ndarray]:
     """``(n_pairs, why)`` per patch of ``patched`` (``[patch, item]``, NaN: no value): how many pairs
     it has and why its effect is undefined ("" when it is defined; see the module doc)."""
     patched = np.asarray(patched, np.float64)

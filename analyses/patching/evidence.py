@@ -70,7 +70,20 @@ from headlens.probes.loading import LoadedModel
 
 log = logging.getLogger(__name__)
 
-__all__ = ["role_evidence", "evidence_rule", "EvidenceConfig", "EVIDENCE_COLUMNS", "MIN_EFFECT", "MIN_LOSS", "COPY_RATIO", "SUPPORTED", "NOT_SUPPORTED", "NOT_TESTABLE", "NO_FINDING", "UNITS"]
+__all__ = [
+    "role_evidence",
+    "evidence_rule",
+    "EvidenceConfig",
+    "EVIDENCE_COLUMNS",
+    "MIN_EFFECT",
+    "MIN_LOSS",
+    "COPY_RATIO",
+    "SUPPORTED",
+    "NOT_SUPPORTED",
+    "NOT_TESTABLE",
+    "NO_FINDING",
+    "UNITS",
+]
 
 EVIDENCE_COLUMNS = ["layer", "head", "name", "role", "evidence", "figure", "figure_low", "figure_high", "unit", "n_items", "test", "detail"]
 #: Normalised patching effect a role needs (10% of the clean-corrupted gap).
@@ -111,11 +124,16 @@ class EvidenceConfig:
 
     def __post_init__(self) -> None:
         if not self.smoke and self.n < MIN_ITEMS:
-            raise InputError(f"evidence needs at least {MIN_ITEMS} items per test to state a verdict (n={self.n}); fewer is a smoke test", n=self.n)
+            raise InputError(
+                f"evidence needs at least {MIN_ITEMS} items per test to state a verdict (n={self.n}); fewer is a smoke test", n=self.n
+            )
         if self.n < 2:
             raise InputError(f"evidence needs at least 2 items per test for an interval (n={self.n})", n=self.n)
         if self.T < MIN_T:
-            raise InputError(f"evidence needs at least {MIN_T} random tokens per copy (T={self.T}): the induction task's direct-effect check needs them", T=self.T)
+            raise InputError(
+                f"evidence needs at least {MIN_T} random tokens per copy (T={self.T}): the induction task's direct-effect check needs them",
+                T=self.T,
+            )
 
     def run(self, model: LoadedModel, roles: pd.DataFrame, *, prepend_bos: bool = True) -> pd.DataFrame:
         return role_evidence(model, roles, n=self.n, T=self.T, seed=self.seed, prepend_bos=prepend_bos, smoke=self.smoke)
@@ -188,7 +206,9 @@ def _induction(model: LoadedModel, heads: list[tuple[int, int]], *, n: int, T: i
     return out
 
 
-def _previous_token(model: LoadedModel, heads: list[tuple[int, int]], induction: list[tuple[int, int]], *, n: int, seed: int) -> dict[tuple[int, int], tuple]:
+def _previous_token(
+    model: LoadedModel, heads: list[tuple[int, int]], induction: list[tuple[int, int]], *, n: int, seed: int
+) -> dict[tuple[int, int], tuple]:
     out: dict[tuple[int, int], tuple] = {}
     test = "path patching into induction heads' key input (K-composition), induction task"
     why = _unreadable(model, "logit difference on the induction task")
@@ -205,7 +225,10 @@ def _previous_token(model: LoadedModel, heads: list[tuple[int, int]], induction:
         task = induction_task(model, n=n, seed=seed)
         result = path_patch(model, task, PathConfig(receivers=receivers, receiver_input="k", joint=True, seed=seed))
     except HeadlensError as exc:
-        return {**out, **{h: (NOT_TESTABLE, np.nan, np.nan, np.nan, test, f"the path patch cannot run on this model ({exc})") for h in testable}}
+        return {
+            **out,
+            **{h: (NOT_TESTABLE, np.nan, np.nan, np.nan, test, f"the path patch cannot run on this model ({exc})") for h in testable},
+        }
     if not result.gap.defined:
         return {**out, **{h: (NOT_TESTABLE, np.nan, np.nan, np.nan, test, result.gap.reason) for h in testable}}
     t = result.table
@@ -216,7 +239,14 @@ def _previous_token(model: LoadedModel, heads: list[tuple[int, int]], induction:
         detail = f"through {through} it restores {row['effect']:.2f} of the induction behaviour"
         if not ok:
             detail += "; it feeds no induction head through the key"
-        out[h] = (SUPPORTED if ok else NOT_SUPPORTED, float(row["effect"]), float(row["effect_low"]), float(row["effect_high"]), test, detail)
+        out[h] = (
+            SUPPORTED if ok else NOT_SUPPORTED,
+            float(row["effect"]),
+            float(row["effect_low"]),
+            float(row["effect_high"]),
+            test,
+            detail,
+        )
     return out
 
 
@@ -242,7 +272,15 @@ def _referent(model: LoadedModel, heads: list[tuple[int, int]], *, n: int, seed:
     for _, row in result.table.iterrows():
         eff, low, high = float(row["denoising"]), float(row["denoising_low"]), float(row["denoising_high"])
         ok = abs(eff) >= MIN_EFFECT and (low > 0 or high < 0)
-        out[(int(row["layer"]), int(row["head"]))] = (SUPPORTED if ok else NOT_SUPPORTED, eff, low, high, test, f"patching it moves the preference by {eff:+.2f} of the clean-corrupted gap over {k} pairs", k)
+        out[(int(row["layer"]), int(row["head"]))] = (
+            SUPPORTED if ok else NOT_SUPPORTED,
+            eff,
+            low,
+            high,
+            test,
+            f"patching it moves the preference by {eff:+.2f} of the clean-corrupted gap over {k} pairs",
+            k,
+        )
     return out
 
 
@@ -257,11 +295,22 @@ def _sink(model: LoadedModel, heads: list[tuple[int, int]], *, n: int, prepend_b
         return {h: (NOT_TESTABLE, np.nan, np.nan, np.nan, test, str(exc)) for h in heads}
     out = {}
     for h, (mean, low, high, k) in found.items():
-        said = f"removing its attention to the first token changes the loss by {mean:+.4f} nats [{low:+.4f}, {high:+.4f}] over {k} windows of {SINK_WINDOW} tokens"
+        said = (
+            f"removing its attention to the first token changes the loss by {mean:+.4f} nats [{low:+.4f}, {high:+.4f}]"
+            f" over {k} windows of {SINK_WINDOW} tokens"
+        )
         # fewer windows than asked for: the text is short; fewer than MIN_ITEMS asked for is a smoke run (no verdict, role_evidence)
         # the count and the interval first: difference_verdict reads a missing interval as "no difference"
         if k < min(n, MIN_ITEMS) or not (np.isfinite(low) and np.isfinite(high)):
-            out[h] = (NOT_TESTABLE, mean, low, high, test, f"{said}; the evaluation text holds only {k} windows, a finding needs {MIN_ITEMS} and an interval", k)
+            out[h] = (
+                NOT_TESTABLE,
+                mean,
+                low,
+                high,
+                test,
+                f"{said}; the evaluation text holds only {k} windows, a finding needs {MIN_ITEMS} and an interval",
+                k,
+            )
             continue
         v = difference_verdict(low, high, n_items=k, min_items=min(n, MIN_ITEMS))
         ok = v.finding and abs(mean) >= MIN_LOSS
@@ -273,7 +322,9 @@ def _sink(model: LoadedModel, heads: list[tuple[int, int]], *, n: int, prepend_b
     return out
 
 
-def role_evidence(model: LoadedModel, roles: pd.DataFrame, *, n: int = 32, T: int = 20, seed: int = 0, prepend_bos: bool = True, smoke: bool = False) -> pd.DataFrame:
+def role_evidence(
+    model: LoadedModel, roles: pd.DataFrame, *, n: int = 32, T: int = 20, seed: int = 0, prepend_bos: bool = True, smoke: bool = False
+) -> pd.DataFrame:
     """One row per (head, role) of ``roles`` (the census's long role table: layer, head, name, role)
     with the verdict of the intervention the role predicts (see the module doc): ``n`` pairs,
     sequences or windows per test (at least ``MIN_ITEMS`` unless ``smoke``), ``T`` random tokens

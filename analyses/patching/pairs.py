@@ -72,7 +72,13 @@ class PairTask:
         return h.hexdigest()
 
     def describe(self) -> dict[str, Any]:
-        return {**self.source, "n_pairs": len(self), "width": int(self.clean.shape[1]), "prepend_bos": self.prepend_bos, "fingerprint": self.fingerprint()}
+        return {
+            **self.source,
+            "n_pairs": len(self),
+            "width": int(self.clean.shape[1]),
+            "prepend_bos": self.prepend_bos,
+            "fingerprint": self.fingerprint(),
+        }
 
 
 def read_pair_file(path: str | Path) -> list[PairItem]:
@@ -81,7 +87,9 @@ def read_pair_file(path: str | Path) -> list[PairItem]:
     for lineno, obj in read_jsonl(path, what="task file"):
         where = f"{path}:{lineno}"
         if not isinstance(obj, dict):
-            raise InputError(f'{where}: each line must be a JSON object with "clean", "corrupt", "correct" and "incorrect"', path=str(path), line=lineno)
+            raise InputError(
+                f'{where}: each line must be a JSON object with "clean", "corrupt", "correct" and "incorrect"', path=str(path), line=lineno
+            )
         for key in _KEYS:
             if not isinstance(obj.get(key), str) or not obj[key]:
                 raise InputError(f'{where}: needs a non-empty string field "{key}"', path=str(path), line=lineno)
@@ -97,7 +105,11 @@ def _one_token(tokenizer: Any, text: str, where: str, key: str) -> int:
     ids = list(tokenizer(text, add_special_tokens=False)["input_ids"])
     if len(ids) != 1:
         pieces = [tokenizer.decode([i]) for i in ids]
-        raise InputError(f"{where}: {key} {text!r} is {len(ids)} tokens {pieces}, not one; use a single-token word (with its leading space, e.g. ' Mary')", key=key)
+        raise InputError(
+            f"{where}: {key} {text!r} is {len(ids)} tokens {pieces}, not one;"
+            " use a single-token word (with its leading space, e.g. ' Mary')",
+            key=key,
+        )
     return int(ids[0])
 
 
@@ -143,7 +155,7 @@ def padded_pairs(
     width = max(len(r) for r in clean_rows)
     clean = torch.full((len(clean_rows), width), pad, dtype=torch.long)
     corrupt = clean.clone()
-    for i, (a, b) in enumerate(zip(clean_rows, corrupt_rows)):
+    for i, (a, b) in enumerate(zip(clean_rows, corrupt_rows, strict=True)):
         clean[i, : len(a)] = torch.tensor(a)
         corrupt[i, : len(b)] = torch.tensor(b)
     return PairTask(
@@ -169,9 +181,32 @@ def pair_eval_sets(model: Any, task: PairTask, *, batch_size: int = 8) -> tuple[
         log.info("patching measures the embedding metric: %s", why)
         with torch.inference_mode():
             ref = torch.cat(
-                [sentence_embeddings(model, task.clean[i : i + batch_size, : int(task.lengths[i : i + batch_size].max())], task.lengths[i : i + batch_size]).cpu() for i in range(0, len(task), batch_size)]
+                [
+                    sentence_embeddings(
+                        model,
+                        task.clean[i : i + batch_size, : int(task.lengths[i : i + batch_size].max())],
+                        task.lengths[i : i + batch_size],
+                    ).cpu()
+                    for i in range(0, len(task), batch_size)
+                ]
             )
-        make = lambda t: EvalSet(tokens=t, lengths=task.lengths, metric="embedding", prepend_bos=task.prepend_bos, reference=ref, source=task.source)  # noqa: E731
-    else:
-        make = lambda t: EvalSet(tokens=t, lengths=task.lengths, metric="logit-diff", prepend_bos=task.prepend_bos, correct=task.correct, incorrect=task.incorrect, source=task.source)  # noqa: E731
-    return make(task.clean), make(task.corrupt)
+        return _embedding_set(task, task.clean, ref), _embedding_set(task, task.corrupt, ref)
+    return _logit_diff_set(task, task.clean), _logit_diff_set(task, task.corrupt)
+
+
+def _embedding_set(task: PairTask, tokens: Tensor, reference: Tensor) -> EvalSet:
+    return EvalSet(
+        tokens=tokens, lengths=task.lengths, metric="embedding", prepend_bos=task.prepend_bos, reference=reference, source=task.source
+    )
+
+
+def _logit_diff_set(task: PairTask, tokens: Tensor) -> EvalSet:
+    return EvalSet(
+        tokens=tokens,
+        lengths=task.lengths,
+        metric="logit-diff",
+        prepend_bos=task.prepend_bos,
+        correct=task.correct,
+        incorrect=task.incorrect,
+        source=task.source,
+    )

@@ -58,7 +58,7 @@ def cache_run(
     state: dict[str, Any] = {}
 
     def keeper(store: dict[int, Tensor], layer: int) -> HookFn:
-        def fn(x: Tensor, hook: Any = None) -> None:  # noqa: ARG001
+        def fn(x: Tensor, hook: Any = None) -> None:
             if layer not in store:
                 store[layer] = torch.zeros(n, width, *x.shape[2:], dtype=x.dtype, device=store_device)
             store[layer][state["rows"], : x.shape[1]] = x.detach().to(store_device)
@@ -90,7 +90,7 @@ def patch_z_hook(patches: Sequence[Patch], source: Tensor) -> HookFn:
 
     ``source`` is ``[batch, pos, head, d_head]`` (the batch's rows of the source run)."""
 
-    def fn(z: Tensor, hook: Any = None) -> Tensor:  # noqa: ARG001
+    def fn(z: Tensor, hook: Any = None) -> Tensor:
         z = z.clone(memory_format=torch.contiguous_format)
         k = len(patches)
         zv = z.view(k, z.shape[0] // k, *z.shape[1:])
