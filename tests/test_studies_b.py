@@ -5,6 +5,7 @@ parameter; and the one evaluation-set selection (analyses.ablation.setup)."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -23,7 +24,7 @@ from headlens.reports.studies.prune import PruneResult, prune
 from headlens.reports.studies.registry import load
 
 #: Windows of the evaluation text every study here measures on (small: a smoke-sized run).
-TEXT = {"n_windows": 2, "window": 16}
+TEXT: dict[str, Any] = {"n_windows": 2, "window": 16}
 TASK = [TaskItem(prompt="When Mary and John went to the store, John gave a drink to", correct=" Mary", incorrect=" John")]
 
 
