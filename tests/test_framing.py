@@ -109,37 +109,51 @@ def test_sinks_prompts_and_windows(model, bos):
 
 
 @pytest.mark.parametrize("bos", [True, False])
-def test_ablation_cli_eval_sets(model, bos):
-    """``headlens ablate``'s three evaluation sets: loss windows, task prompts, embedding sentences."""
+def test_ablation_eval_sets(model, bos):
+    """The evaluation sets of ``headlens ablate``/``prune`` and the studies (:func:`eval_setup`, the one
+    place they are chosen): loss windows, task prompts, embedding sentences."""
     from headlens.analyses.ablation.evalset import TaskItem
+    from headlens.analyses.ablation.setup import EvalSpec, eval_setup
     from headlens.analyses.stimuli import eval_text
-    from headlens.reports.cli.ablate import _eval_set
+    from headlens.probes.errors import UnsupportedModelError
 
-    loss = _eval_set(model, "loss", eval_text(), "built-in evaluation text", n_windows=1, window=WINDOW, prepend_bos=bos)
+    # check=False: loss windows on any model (an encoder refuses metric='loss' otherwise)
+    loss = eval_setup(model, EvalSpec(metric="loss", n_windows=1, window=WINDOW, prepend_bos=bos), check=False).data
+    assert loss.metric == "loss"
     assert _row(loss.tokens[0], loss.lengths[0]) == _framed(model, eval_text(), bos, WINDOW)
-    task = _eval_set(
-        model, "logit-diff", [TaskItem(prompt=TEXT, correct=" the", incorrect=" a")], "task", n_windows=1, window=WINDOW, prepend_bos=bos
-    )
-    assert _row(task.tokens[0], task.lengths[0]) == _framed(model, TEXT, bos)
-    emb = _eval_set(model, "embedding", TEXT, "--text-file t.txt", n_windows=1, window=WINDOW * 2, prepend_bos=bos, n_sentences=1)
+    task = EvalSpec(task=[TaskItem(prompt=TEXT, correct=" the", incorrect=" a")], n_windows=1, window=WINDOW, prepend_bos=bos)
+    if model.is_encoder:  # no next-token logits to read: refused before any prompt is framed
+        with pytest.raises(UnsupportedModelError, match="logit-diff"):
+            eval_setup(model, task)
+    else:
+        data = eval_setup(model, task).data
+        assert data.metric == "logit-diff"
+        assert _row(data.tokens[0], data.lengths[0]) == _framed(model, TEXT, bos)
+    emb = eval_setup(model, EvalSpec(metric="embedding", text=TEXT, n_windows=1, window=WINDOW * 2, prepend_bos=bos, n_sentences=1)).data
+    assert emb.metric == "embedding"
     assert _row(emb.tokens[0], emb.lengths[0]) == _framed(model, TEXT, bos)
 
 
 @pytest.mark.parametrize("bos", [True, False])
 def test_report_ablation_eval_set(model, bos, tmp_path):
-    """The report's ablation stage: loss windows on the decoder, embedding sentences on the encoder."""
+    """The report's ablation stage (its data keywords through the study's :func:`eval_spec` and
+    :func:`eval_setup`): loss windows on the decoder, embedding sentences on the encoder."""
     from headlens.analyses.ablation.embedding import split_sentences
+    from headlens.analyses.ablation.setup import eval_setup
     from headlens.analyses.stimuli import eval_text
     from headlens.reports.report.context import StageContext
     from headlens.reports.report.settings import ReportSettings
-    from headlens.reports.report.stage_ablation import _eval_set
+    from headlens.reports.report.stage_ablation import _data
+    from headlens.reports.studies.ablate import eval_spec
 
     settings = ReportSettings(quick=True, prepend_bos=bos)
     ctx = StageContext(
         name="ablation_zero", dir=tmp_path, settings=settings, key={}, model=lambda: model, step=lambda *a: None, command=[], quiet=True
     )
-    data, info = _eval_set(ctx, model)
-    if info["metric"] == "loss":
+    setup = eval_setup(model, eval_spec(_data(ctx, model)))
+    data = setup.data
+    assert setup.metric == ("embedding" if model.is_encoder else "loss")
+    if setup.metric == "loss":
         window = settings.eval_data(model.n_ctx)["window"]
         assert _row(data.tokens[0], data.lengths[0]) == _framed(model, eval_text(), bos, window)
     else:
@@ -162,11 +176,14 @@ _FRAMED_CALLS = {
 _EXEMPT = ("analyses/demo/",)
 
 
-def test_every_tokenizing_call_passes_the_framing():
-    missing = []
+def unframed_calls(root: Path) -> tuple[list[str], int]:
+    """``(calls without their framing keyword, calls checked)`` in ``root``'s probes/, analyses/
+    and reports/ (``path:line name(...) without frame=``)."""
+    missing: list[str] = []
+    checked = 0
     for folder in ("probes", "analyses", "reports"):
-        for path in sorted((ROOT / folder).rglob("*.py")):
-            rel = path.relative_to(ROOT).as_posix()
+        for path in sorted((root / folder).rglob("*.py")):
+            rel = path.relative_to(root).as_posix()
             if rel.startswith(_EXEMPT):
                 continue
             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
@@ -174,6 +191,38 @@ def test_every_tokenizing_call_passes_the_framing():
                     continue
                 name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", None)
                 need = _FRAMED_CALLS.get(name) if isinstance(name, str) else None
-                if need and need not in {k.arg for k in node.keywords}:
+                if not need:
+                    continue
+                checked += 1
+                if need not in {k.arg for k in node.keywords}:
                     missing.append(f"{rel}:{node.lineno} {name}(...) without {need}=")
+    return missing, checked
+
+
+def test_the_framing_scan_finds_a_planted_unframed_call(tmp_path):
+    """The scan below can fail: a call without its keyword (plain or through a module) is found,
+    one with it is not, and analyses/demo is exempt."""
+    planted = {
+        "probes/a.py": "from m import text_windows\n\ntext_windows(tok, text, frame=f)\ntext_windows(tok, text)\n",
+        "analyses/b.py": (
+            "import stimuli\n\nstimuli.locate_tokens(items, tok, wrap=w)\nstimuli.locate_tokens(items, tok, prepend_bos=True)\n"
+        ),
+        "reports/c.py": "def f(tok):\n    return tokenize_prompts(tok, ['a'])\n",
+        "analyses/demo/d.py": "text_windows(tok, text)\n",
+    }
+    for rel, text in planted.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    missing, checked = unframed_calls(tmp_path)
+    assert checked == 5
+    assert missing == [
+        "probes/a.py:4 text_windows(...) without frame=",
+        "analyses/b.py:4 locate_tokens(...) without wrap=",
+        "reports/c.py:2 tokenize_prompts(...) without frame=",
+    ]
+
+
+def test_every_tokenizing_call_passes_the_framing():
+    missing, checked = unframed_calls(ROOT)
+    assert checked > 0, f"no call of {sorted(_FRAMED_CALLS)} found: renamed? update _FRAMED_CALLS"
     assert not missing, "tokenizing without the model's framing (LoadedModel.frame):\n" + "\n".join(missing)
