@@ -1,17 +1,25 @@
-"""Layer x head heatmaps (seaborn), saved as PNG and SVG. Plotting imports are lazy."""
+"""Layer x head heatmaps (seaborn), saved as PNG and SVG."""
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import matplotlib
 import numpy as np
 import pandas as pd
+import seaborn as sns
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
 
 from headlens.probes.outputs import atomic_write
 from headlens.reports.tables import baseline_label
+
+if TYPE_CHECKING:
+    from matplotlib.typing import RcKeyType
 
 __all__ = ["save_heatmap", "heatmap_figure", "save_figure", "detector_heatmaps", "detector_figures", "titled", "figures_text"]
 
@@ -25,15 +33,10 @@ class _Figures:
     """
 
     def __init__(self) -> None:
-        from matplotlib.patches import Rectangle
-
         self.Rectangle = Rectangle
 
     @staticmethod
     def subplots(nrows: int = 1, ncols: int = 1, *, figsize=None, squeeze: bool = True, **kwargs):
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
-
         fig = Figure(figsize=figsize)
         FigureCanvasAgg(fig)
         return fig, fig.subplots(nrows, ncols, squeeze=squeeze, **kwargs)
@@ -48,7 +51,7 @@ def _pyplot() -> _Figures:
 
 
 #: rcParams in force while a figure is saved (scoped with ``matplotlib.rc_context``)
-_SAVE_RC = {"svg.hashsalt": "headlens"}  # stable SVG ids
+_SAVE_RC: dict[RcKeyType, Any] = {"svg.hashsalt": "headlens"}  # stable SVG ids
 
 
 #: savefig metadata that keeps files byte-identical from run to run
@@ -59,7 +62,10 @@ def figures_text(paths: Sequence[str | Path]) -> str:
     """How many figures ``paths`` hold, counting a figure saved in several formats once:
     ``"1 figure (PNG, SVG)"``, ``"3 figures (PNG, SVG)"``, ``"no figure"``."""
     stems = {Path(p).with_suffix("") for p in paths}
-    formats = sorted({Path(p).suffix.lstrip(".").upper() for p in paths}, key=lambda f: ("PNG", "SVG", "PDF").index(f) if f in ("PNG", "SVG", "PDF") else 9)
+    formats = sorted(
+        {Path(p).suffix.lstrip(".").upper() for p in paths},
+        key=lambda f: ("PNG", "SVG", "PDF").index(f) if f in ("PNG", "SVG", "PDF") else 9,
+    )
     if not stems:
         return "no figure"
     return f"{len(stems)} figure{'s' if len(stems) != 1 else ''} ({', '.join(formats)})"
@@ -72,8 +78,6 @@ def titled(title: str, note: str | None) -> str:
 
 def save_figure(fig, stem: str | Path, formats: Sequence[str] = ("png", "svg")) -> list[Path]:
     """Save ``fig`` as ``stem.<fmt>`` for each format (atomically, no dates inside) and close it."""
-    import matplotlib
-
     plt = _pyplot()
     paths = []
     try:
@@ -81,7 +85,11 @@ def save_figure(fig, stem: str | Path, formats: Sequence[str] = ("png", "svg")) 
             for fmt in formats:
                 path = Path(f"{stem}.{fmt}")
                 meta = _STABLE_METADATA.get(fmt)
-                paths.append(atomic_write(path, lambda t, fmt=fmt, meta=meta: fig.savefig(t, format=fmt, dpi=150, bbox_inches="tight", metadata=meta)))
+                paths.append(
+                    atomic_write(
+                        path, lambda t, fmt=fmt, meta=meta: fig.savefig(t, format=fmt, dpi=150, bbox_inches="tight", metadata=meta)
+                    )
+                )
     finally:
         plt.close(fig)
     return paths
@@ -120,19 +128,25 @@ def heatmap_figure(
 
     ``marked`` (bool, same shape) outlines cells, e.g. heads that got the role.
     """
-    import seaborn as sns
-
     plt = _pyplot()
     n_layers, n_heads = values.shape
     fig, ax = plt.subplots(figsize=(max(4.0, 0.45 * n_heads + 2), max(3.0, 0.38 * n_layers + 1.5)))
     annot = n_layers * n_heads <= 64
     sns.heatmap(
         pd.DataFrame(values, index=range(n_layers), columns=range(n_heads)),
-        ax=ax, vmin=vmin, vmax=vmax, cmap=cmap, center=center, annot=annot, fmt=".2f",
-        annot_kws={"size": 7}, cbar_kws={"label": cbar_label}, square=False,
+        ax=ax,
+        vmin=vmin,
+        vmax=vmax,
+        cmap=cmap,
+        center=center,
+        annot=annot,
+        fmt=".2f",
+        annot_kws={"size": 7},
+        cbar_kws={"label": cbar_label},
+        square=False,
     )
     if marked is not None:
-        for layer, head in zip(*np.nonzero(marked)):
+        for layer, head in zip(*np.nonzero(marked), strict=True):
             ax.add_patch(plt.Rectangle((head, layer), 1, 1, fill=False, edgecolor="red", lw=1.5))
     ax.set_xlabel("head")
     ax.set_ylabel("layer")
@@ -140,9 +154,14 @@ def heatmap_figure(
     return fig
 
 
-def detector_heatmaps(scores: pd.DataFrame, roles: pd.DataFrame | None, out_dir: str | Path, formats: Sequence[str] = ("png", "svg")) -> dict[str, list[Path]]:
+def detector_heatmaps(
+    scores: pd.DataFrame, roles: pd.DataFrame | None, out_dir: str | Path, formats: Sequence[str] = ("png", "svg")
+) -> dict[str, list[Path]]:
     """:func:`detector_figures` saved as ``heatmap_<detector>.<fmt>``."""
-    return {stem.removeprefix("heatmap_"): save_figure(make(), Path(out_dir) / stem, formats) for stem, make in detector_figures(scores, roles).items()}
+    return {
+        stem.removeprefix("heatmap_"): save_figure(make(), Path(out_dir) / stem, formats)
+        for stem, make in detector_figures(scores, roles).items()
+    }
 
 
 def detector_figures(scores: pd.DataFrame, roles: pd.DataFrame | None) -> dict[str, Callable[[], Any]]:

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import seaborn as sns
 
 from headlens.reports.figures.common import _pyplot, save_figure, titled
 
@@ -15,7 +16,15 @@ __all__ = ["loss_vs_cache", "loss_vs_cache_figure", "knockout_heatmap", "knockou
 _STYLE = {"adjacent": ("o-", "tab:blue"), "similar": ("s--", "tab:orange")}
 
 
-def loss_vs_cache(summary: pd.DataFrame, stem: str | Path, *, title: str = "", metric: str = "loss", note: str | None = None, formats: Sequence[str] = ("png", "svg")) -> list[Path]:
+def loss_vs_cache(
+    summary: pd.DataFrame,
+    stem: str | Path,
+    *,
+    title: str = "",
+    metric: str = "loss",
+    note: str | None = None,
+    formats: Sequence[str] = ("png", "svg"),
+) -> list[Path]:
     """:func:`loss_vs_cache_figure` saved as ``stem.png`` and ``stem.svg``; returns their paths."""
     return save_figure(loss_vs_cache_figure(summary, title=title, metric=metric, note=note), stem, formats)
 
@@ -35,7 +44,9 @@ def loss_vs_cache_figure(summary: pd.DataFrame, *, title: str = "", metric: str 
         if metric == "loss" and {"change_ci_low", "change_ci_high"} <= set(g.columns):  # the interval, so no dip reads as more than it is
             below = (g["loss_change"] - g["change_ci_low"]).clip(lower=0)
             above = (g["change_ci_high"] - g["loss_change"]).clip(lower=0)
-            ax.errorbar(g["kv_bytes_per_token"], g[metric], yerr=[below, above], fmt="none", ecolor=color, elinewidth=1, capsize=3, alpha=0.7)
+            ax.errorbar(
+                g["kv_bytes_per_token"], g[metric], yerr=[below, above], fmt="none", ecolor=color, elinewidth=1, capsize=3, alpha=0.7
+            )
         for r in g.itertuples(index=False):
             if (r.kv_bytes_per_token, round(getattr(r, metric), 9)) in labelled:
                 continue  # both groupings agree here (same groups): one label
@@ -59,8 +70,6 @@ def knockout_heatmap(losses: pd.DataFrame, stem: str | Path, *, title: str = "",
 
 def knockout_heatmap_figure(losses: pd.DataFrame, *, title: str = "") -> Any:
     """Loss change of each whole-layer knockout: layers as rows, kinds as columns, annotated."""
-    import seaborn as sns
-
     whole = losses[(losses["head"] == -1) & (losses["kind"] != "none")]
     table = whole.pivot(index="layer", columns="kind", values="loss_change")
     table = table[[k for k in ("q=k", "v=k", "q=k=v") if k in table.columns]]

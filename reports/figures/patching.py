@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import seaborn as sns
 
 from headlens.reports.figures.common import _pyplot, heatmap_figure, save_figure
 
@@ -20,7 +21,16 @@ def _grid(table: pd.DataFrame, column: str, n_layers: int, n_heads: int) -> np.n
     return grid
 
 
-def patching_heatmaps(table: pd.DataFrame, out_dir: str | Path, *, n_layers: int, n_heads: int, columns: Sequence[str], note: str = "", formats: Sequence[str] = ("png", "svg")) -> list[Path]:
+def patching_heatmaps(
+    table: pd.DataFrame,
+    out_dir: str | Path,
+    *,
+    n_layers: int,
+    n_heads: int,
+    columns: Sequence[str],
+    note: str = "",
+    formats: Sequence[str] = ("png", "svg"),
+) -> list[Path]:
     """:func:`patching_heatmap_figures` saved as ``out_dir/heatmap_<column>.<fmt>``; returns their paths."""
     paths: list[Path] = []
     for column, fig in patching_heatmap_figures(table, n_layers=n_layers, n_heads=n_heads, columns=columns, note=note).items():
@@ -53,14 +63,23 @@ def path_heatmap(table: pd.DataFrame, out_dir: str | Path, *, formats: Sequence[
 
 def path_heatmap_figure(table: pd.DataFrame) -> Any:
     """Senders (rows) x receivers (columns) of path patching."""
-    import seaborn as sns
-
     wide = table.pivot(index="sender", columns="receiver", values="effect")
     order = sorted(wide.index, key=lambda s: tuple(int(x) for x in s.split(".")))
     wide = wide.loc[order]
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(max(4.0, 0.8 * wide.shape[1] + 2), max(3.0, 0.3 * wide.shape[0] + 1.5)))
-    sns.heatmap(wide, ax=ax, vmin=-1.0, vmax=1.0, center=0.0, cmap="RdBu_r", annot=wide.size <= 200, fmt=".2f", annot_kws={"size": 7}, cbar_kws={"label": "normalised effect"})
+    sns.heatmap(
+        wide,
+        ax=ax,
+        vmin=-1.0,
+        vmax=1.0,
+        center=0.0,
+        cmap="RdBu_r",
+        annot=wide.size <= 200,
+        fmt=".2f",
+        annot_kws={"size": 7},
+        cbar_kws={"label": "normalised effect"},
+    )
     which = str(table["receiver_input"].iloc[0]) if len(table) else "?"
     ax.set_title(f"path patching: sender -> receiver's {which} input (0 corrupted .. 1 clean)")
     ax.set_xlabel("receiver")

@@ -1,19 +1,25 @@
 """Figures of the attention-sink investigation, each written as PNG and SVG.
 
-seaborn and matplotlib are imported inside the functions (Agg backend), so importing this
-module costs nothing.  SVGs are deterministic (fixed hash salt, no date).
+Figures are drawn on their own Agg canvas (:mod:`headlens.reports.figures.common`).  SVGs are
+deterministic (fixed hash salt, no date).
 """
 
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import seaborn as sns
+from matplotlib import colormaps
+from matplotlib.cm import ScalarMappable
+from matplotlib.colors import LinearSegmentedColormap, Normalize
+from matplotlib.ticker import MaxNLocator
 
-from headlens.reports.figures.common import save_figure
+from headlens.reports.figures.common import _pyplot, save_figure
 
 __all__ = [
     "sink_figures", "sink_figure_makers", "alpha_figure", "layer_rate_figure", "value_norm_figure", "content_figure", "content_heatmap",
@@ -22,8 +28,6 @@ __all__ = [
 
 
 def _plt() -> Any:
-    from headlens.reports.figures.common import _pyplot
-
     return _pyplot()
 
 
@@ -44,11 +48,21 @@ def _panel_size(df: pd.DataFrame) -> tuple[float, float]:
     return max(5.0, 2.5 + 0.5 * n_heads), max(2.8, 1.6 + 0.4 * n_layers)
 
 
-def _heatmap(ax: Any, grid: pd.DataFrame, *, title: str, vmin: float = 0.0, vmax: float = 1.0, cmap: str = "viridis", label: str = "") -> None:
-    import seaborn as sns
-
+def _heatmap(
+    ax: Any, grid: pd.DataFrame, *, title: str, vmin: float = 0.0, vmax: float = 1.0, cmap: str = "viridis", label: str = ""
+) -> None:
     annot = grid.size <= 16 * 16
-    sns.heatmap(grid, ax=ax, vmin=vmin, vmax=vmax, cmap=cmap, annot=annot, fmt=".2f", annot_kws={"size": 6 if grid.size > 64 else 8}, cbar_kws={"label": label})
+    sns.heatmap(
+        grid,
+        ax=ax,
+        vmin=vmin,
+        vmax=vmax,
+        cmap=cmap,
+        annot=annot,
+        fmt=".2f",
+        annot_kws={"size": 6 if grid.size > 64 else 8},
+        cbar_kws={"label": label},
+    )
     ax.set_title(title)
     ax.set_xlabel("head")
     ax.set_ylabel("layer")
@@ -60,10 +74,15 @@ def alpha_figure(census: pd.DataFrame, eps: float) -> Any:
     settings = list(dict.fromkeys(census["bos"]))
     w, h = _panel_size(census)
     fig, axes = plt.subplots(1, len(settings), figsize=(w * len(settings), h), squeeze=False)
-    for ax, bos in zip(axes[0], settings):
+    for ax, bos in zip(axes[0], settings, strict=True):
         sub = census[census["bos"] == bos]
         uniform = float(sub["uniform_alpha"].iloc[0])
-        _heatmap(ax, _grid(sub, "alpha_mean"), title=f"sink alpha, {_bos_label(bos)} (eps {eps:g}, uniform {uniform:.3f})", label="mean alpha (attention to position 0)")
+        _heatmap(
+            ax,
+            _grid(sub, "alpha_mean"),
+            title=f"sink alpha, {_bos_label(bos)} (eps {eps:g}, uniform {uniform:.3f})",
+            label="mean alpha (attention to position 0)",
+        )
     fig.tight_layout()
     return fig
 
@@ -71,20 +90,25 @@ def alpha_figure(census: pd.DataFrame, eps: float) -> Any:
 def layer_rate_figure(by_layer: pd.DataFrame, eps: float) -> Any:
     """Line plot of the sink rate by layer, one line per BOS setting, with the uniform baseline."""
     plt = _plt()
-    import seaborn as sns
-
     df = by_layer.copy()
     df["setting"] = df["bos"].map(_bos_label)
     fig, ax = plt.subplots(figsize=(6, 3.8))
     sns.lineplot(data=df, x="layer", y="sink_rate", hue="setting", marker="o", ax=ax)
-    from matplotlib.ticker import MaxNLocator
 
     baselines = df.groupby("bos")["uniform_sink_rate"].first()
     if baselines.nunique() == 1:
-        ax.plot(sorted(df["layer"].unique()), [baselines.iloc[0]] * df["layer"].nunique(), linestyle="--", color="grey", label="uniform attention")
+        ax.plot(
+            sorted(df["layer"].unique()),
+            [baselines.iloc[0]] * df["layer"].nunique(),
+            linestyle="--",
+            color="grey",
+            label="uniform attention",
+        )
     else:
         for bos, sub in df.groupby("bos"):
-            ax.plot(sub["layer"], sub["uniform_sink_rate"], linestyle="--", color="grey", label=f"uniform attention ({_bos_label(bool(bos))})")
+            ax.plot(
+                sub["layer"], sub["uniform_sink_rate"], linestyle="--", color="grey", label=f"uniform attention ({_bos_label(bool(bos))})"
+            )
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylim(-0.02, 1.02)
     ax.set_ylabel(f"sink rate (alpha > {eps:g})")
@@ -100,10 +124,15 @@ def value_norm_figure(value_norm: pd.DataFrame) -> Any:
     settings = list(dict.fromkeys(value_norm["bos"]))
     w, h = _panel_size(value_norm)
     fig, axes = plt.subplots(len(settings), 2, figsize=(2 * w, h * len(settings)), squeeze=False)
-    for row, bos in zip(axes, settings):
+    for row, bos in zip(axes, settings, strict=True):
         sub = value_norm[value_norm["bos"] == bos]
         _heatmap(row[0], _grid(sub, "attn_share"), title=f"attention share of position 0, {_bos_label(bos)}", label="mean A[i,0], i >= 1")
-        _heatmap(row[1], _grid(sub, "value_norm_share"), title=f"value-norm share of position 0, {_bos_label(bos)}", label="||A[i,0] v0 W_O|| / sum_j ||A[i,j] vj W_O||")
+        _heatmap(
+            row[1],
+            _grid(sub, "value_norm_share"),
+            title=f"value-norm share of position 0, {_bos_label(bos)}",
+            label="||A[i,0] v0 W_O|| / sum_j ||A[i,j] vj W_O||",
+        )
     fig.tight_layout()
     return fig
 
@@ -121,8 +150,6 @@ def content_figure(content: pd.DataFrame, eps: float, max_heads: int = 48) -> An
 
     Heads are wrapped into rows of at most :data:`CONTENT_COLUMNS_PER_ROW` (one shared colour
     bar), so the figure keeps a readable width and its labels a fixed size (:data:`LABEL_PT`)."""
-    import math
-
     plt = _plt()
     df = content.copy()
     df["name"] = df["layer"].astype(str) + "." + df["head"].astype(str)
@@ -141,8 +168,6 @@ def content_figure(content: pd.DataFrame, eps: float, max_heads: int = 48) -> An
     panel_h = 0.36 * grid.shape[0] + 0.75
     fig, axes = plt.subplots(n_rows, 1, figsize=(label_w + cell_w * per_row + 1.3, panel_h * n_rows + 0.8), squeeze=False)
     fig.set_layout_engine("constrained")
-    import seaborn as sns
-
     for k, ax in enumerate(axes[:, 0]):
         part = grid.iloc[:, k * per_row : (k + 1) * per_row]
         sns.heatmap(part, ax=ax, vmin=0, vmax=1, cmap="viridis", annot=True, fmt=".2f", annot_kws={"size": CELL_PT}, cbar=False)
@@ -150,10 +175,14 @@ def content_figure(content: pd.DataFrame, eps: float, max_heads: int = 48) -> An
         ax.set_ylabel("first token", fontsize=LABEL_PT)
         ax.tick_params(axis="x", labelsize=LABEL_PT, labelrotation=0)
         ax.tick_params(axis="y", labelsize=LABEL_PT, labelrotation=0)
-    from matplotlib.cm import ScalarMappable
-    from matplotlib.colors import Normalize
-
-    fig.colorbar(ScalarMappable(norm=Normalize(0, 1), cmap="viridis"), ax=axes[:, 0].tolist(), label="alpha (attention to position 0)", fraction=0.04, aspect=25 * min(n_rows, 2), pad=0.02)
+    fig.colorbar(
+        ScalarMappable(norm=Normalize(0, 1), cmap="viridis"),
+        ax=axes[:, 0].tolist(),
+        label="alpha (attention to position 0)",
+        fraction=0.04,
+        aspect=25 * min(n_rows, 2),
+        pad=0.02,
+    )
     shown = f"the {grid.shape[1]} strongest of {n_all} heads, strongest first" if n_all > grid.shape[1] else f"all {n_all} heads"
     fig.suptitle(f"Position or content: sink alpha by first token (sink when > {eps:g}); {shown}", fontsize=10)
     return fig
@@ -162,11 +191,9 @@ def content_figure(content: pd.DataFrame, eps: float, max_heads: int = 48) -> An
 def windowed_figure(windowed: pd.DataFrame) -> Any:
     """Loss against window size, one line per number of kept first tokens, full attention dashed."""
     plt = _plt()
-    import seaborn as sns
-
     settings = list(dict.fromkeys(windowed["bos"]))
     fig, axes = plt.subplots(1, len(settings), figsize=(6 * len(settings), 4), squeeze=False)
-    for ax, bos in zip(axes[0], settings):
+    for ax, bos in zip(axes[0], settings, strict=True):
         sub = windowed[windowed["bos"] == bos]
         win = sub[~sub["full_attention"]].copy()
         win["kept first tokens"] = win["keep_first"].astype(str)
@@ -220,8 +247,6 @@ _VISIBLE_PANEL = ("alpha", "alpha over the queries i < w (window layers)", "mean
 
 
 def _layer_colors(layers: list[int]) -> dict[int, Any]:
-    from matplotlib import colormaps
-
     cmap = colormaps["viridis"]
     span = max(len(layers) - 1, 1)
     return {layer: cmap(0.9 * k / span) for k, layer in enumerate(layers)}
@@ -232,8 +257,9 @@ def _lengths_panel(ax: Any, part: pd.DataFrame, panel: tuple[str, str, str, str 
     column, title, ylabel, uniform = panel
     by = part.groupby(["layer", "length"], as_index=False)[[column, *([uniform] if uniform else [])]].mean()
     top = float(by[column].max())
-    for layer, rows in by.groupby("layer"):
-        ax.plot(rows["length"], rows[column], marker="o", markersize=3, linewidth=1.4, color=colors[int(layer)], label=f"layer {int(layer)}")
+    for _, rows in by.groupby("layer"):
+        layer = int(rows["layer"].iloc[0])
+        ax.plot(rows["length"], rows[column], marker="o", markersize=3, linewidth=1.4, color=colors[layer], label=f"layer {layer}")
     if uniform:
         base = by.groupby("length", as_index=False)[uniform].agg(["min", "max"])
         ax.plot(base["length"], base["max"], linestyle="--", color="grey", linewidth=1, label="uniform attention")
@@ -259,37 +285,40 @@ def lengths_figure(table: pd.DataFrame, eps: float) -> Any:
     panels = _LENGTH_PANELS + ((_VISIBLE_PANEL,) if windowed else ())
     layers = sorted(int(x) for x in table["layer"].unique())
     colors = _layer_colors(layers)
-    fig, axes = plt.subplots(len(panels), len(settings), figsize=(4.4 * len(settings) + 1.0, 2.3 * len(panels) + 1.2), squeeze=False, sharex=True)
+    fig, axes = plt.subplots(
+        len(panels), len(settings), figsize=(4.4 * len(settings) + 1.0, 2.3 * len(panels) + 1.2), squeeze=False, sharex=True
+    )
     fig.set_layout_engine("constrained")
     for col, bos in enumerate(settings):
         part = table if bos is None else table[table["bos"] == bos]
-        for ax, panel in zip(axes[:, col], panels):
+        for ax, panel in zip(axes[:, col], panels, strict=True):
             sub = part[part["window"].notna()] if panel is _VISIBLE_PANEL else part
             _lengths_panel(ax, sub, panel, colors)
             if bos is not None:
                 ax.set_title(f"{panel[1]}, {_bos_label(bool(bos))}", fontsize=10)
         axes[-1, col].set_xlabel("sequence length (tokens)", fontsize=9)
     lengths = sorted(int(n) for n in table["length"].unique())
-    for row, panel in zip(axes, panels):  # one y range per quantity, so the BOS settings compare at a glance
+    for row, panel in zip(axes, panels, strict=True):  # one y range per quantity, so the BOS settings compare at a glance
         top = max(ax.get_ylim()[1] for ax in row)
         for ax in row:
             ax.set_ylim(0, top)
             if panel[0] in ("alpha_all", "alpha") and eps <= top:
                 ax.axhline(eps, color="black", linewidth=0.8, linestyle=":", label=f"eps {eps:g}")
             elif panel[0] in ("alpha_all", "alpha"):
-                ax.text(0.98, 0.96, f"eps {eps:g} above the range", transform=ax.transAxes, ha="right", va="top", fontsize=8, color="dimgrey")
+                ax.text(
+                    0.98, 0.96, f"eps {eps:g} above the range", transform=ax.transAxes, ha="right", va="top", fontsize=8, color="dimgrey"
+                )
             ax.set_xticks(lengths, [str(n) for n in lengths])
             ax.minorticks_off()
     entries: dict[str, Any] = {}
     for ax in axes.flat:
-        for handle, label in zip(*ax.get_legend_handles_labels()):
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
             entries.setdefault(label, handle)
     if len(layers) > 12:  # a colour bar instead of a legend entry per layer
-        from matplotlib.cm import ScalarMappable
-        from matplotlib.colors import LinearSegmentedColormap, Normalize
-
         cmap = LinearSegmentedColormap.from_list("layers", [colors[layer] for layer in layers])
-        fig.colorbar(ScalarMappable(norm=Normalize(layers[0], layers[-1]), cmap=cmap), ax=axes, label="layer", fraction=0.03, pad=0.02, shrink=0.6)
+        fig.colorbar(
+            ScalarMappable(norm=Normalize(layers[0], layers[-1]), cmap=cmap), ax=axes, label="layer", fraction=0.03, pad=0.02, shrink=0.6
+        )
         entries = {k: v for k, v in entries.items() if not k.startswith("layer ")}
     fig.legend(list(entries.values()), list(entries), loc="outside lower center", ncol=min(len(entries), 6), fontsize=9, frameon=False)
     fig.suptitle("Attention to the first token against sequence length\n(mean over heads, one line per layer)", fontsize=11)
