@@ -77,7 +77,11 @@ def census_summary(
     lines += ["", "## Roles", ""]
     heads, long = classified.heads, classified.roles
     joined = roles_joined(long, heads, sep=", ")
-    named = [(r.name, text, f"{r.strongest_score:.3f} ({r.strongest_detector})") for r, text in zip(heads.itertuples(), joined) if text]
+    named = [
+        (r.name, text, f"{r.strongest_score:.3f} ({r.strongest_detector})")
+        for r, text in zip(heads.itertuples(), joined, strict=True)
+        if text
+    ]
     if named:
         lines += markdown_table(named, ["head", "roles", "strongest score"]).split("\n")
     else:

@@ -98,4 +98,7 @@ def model_flag_hint(spec: str) -> str | None:
     near = close_names(spec, named_models())
     if not near:
         return None
-    return f"--model {spec}: no such folder, named model or cached Hugging Face model; did you mean {' or '.join(near)}? ('headlens models' lists the named models)"
+    return (
+        f"--model {spec}: no such folder, named model or cached Hugging Face model; did you mean {' or '.join(near)}? "
+        "('headlens models' lists the named models)"
+    )

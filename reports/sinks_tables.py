@@ -8,8 +8,8 @@ from typing import Any
 
 import pandas as pd
 
-from headlens.reports.markdown import markdown_table
 from headlens.probes.outputs import atomic_write
+from headlens.reports.markdown import markdown_table
 
 __all__ = ["write_tables", "summary_markdown", "seed_text_lines"]
 
@@ -17,7 +17,9 @@ __all__ = ["write_tables", "summary_markdown", "seed_text_lines"]
 def write_tables(tables: dict[str, pd.DataFrame], out_dir: str | Path) -> list[Path]:
     """Each table as ``OUT/<name>.csv`` (written atomically)."""
     out = Path(out_dir)
-    return [atomic_write(out / f"{name}.csv", lambda p, df=df: df.to_csv(p, index=False, float_format="%.6g")) for name, df in tables.items()]
+    return [
+        atomic_write(out / f"{name}.csv", lambda p, df=df: df.to_csv(p, index=False, float_format="%.6g")) for name, df in tables.items()
+    ]
 
 
 def _bos(bos: Any) -> str:
@@ -35,7 +37,10 @@ def seed_text_lines(table: pd.DataFrame, top: int | None) -> list[str]:
     for bos, sub in table.groupby("bos", sort=False):
         first = sub.iloc[0]
         n = int(first["n_tokens"])
-        lines.append(f"{_bos(bos)}: {n} tokens, first {first['first_token']!r}, last {first['last_token']!r}; uniform attention gives 1/{n} = {1 / n:.1%}")
+        lines.append(
+            f"{_bos(bos)}: {n} tokens, first {first['first_token']!r}, last {first['last_token']!r}; uniform attention gives 1/{n} = "
+            f"{1 / n:.1%}"
+        )
         lines.append(f"{'head':>6} {'last->first':>12} {'1/n':>7} {'ratio':>7}")
         shown = sub if top is None else sub.head(top)
         for r in shown.itertuples():
@@ -69,7 +74,11 @@ def _target_lines(report: Any) -> list[str]:
         about = info.get(_bos(bos), {})
         suffix = ", ".join(about.get("suffix") or []) or "none"
         punct = " ".join(about.get("punctuation") or []) or "none"
-        out += ["", f"{_bos(bos)}: first position = {about.get('first', 'position 0')}; suffix = {suffix}; punctuation tokens: {punct}.", ""]
+        out += [
+            "",
+            f"{_bos(bos)}: first position = {about.get('first', 'position 0')}; suffix = {suffix}; punctuation tokens: {punct}.",
+            "",
+        ]
         cols = ["layer"]
         for g in ("first", "suffix", "punctuation"):
             if sub[f"{g}_mean"].notna().any():
@@ -86,7 +95,9 @@ def summary_markdown(report: Any, *, model_name: str, figures: Sequence[Path] = 
     out = [f"# Attention sinks: {model_name}", ""]
     framing = report.info.get("framing") or {}
     framed = next((f for f in framing.values() if f.get("suffix")), None)  # an encoder's [CLS] ... [SEP]
-    included = f"{' and '.join([*framed.get('prefix', []), *framed['suffix']])} included when framed" if framed else "BOS included when prepended"
+    included = (
+        f"{' and '.join([*framed.get('prefix', []), *framed['suffix']])} included when framed" if framed else "BOS included when prepended"
+    )
     out.append(
         f"Gu et al. (2024) sink metric: alpha = mean over queries of the attention to position 0, per sequence and head; "
         f"a (sequence, head) sinks when alpha > eps = {cfg.eps:g}. Stimuli: {report.info.get('stimuli', '')}, "
@@ -105,14 +116,22 @@ def summary_markdown(report: Any, *, model_name: str, figures: Sequence[Path] = 
     out += ["", "## Sink rate, beside uniform attention", ""]
     rates = t["sink_rates"].copy()
     rates["bos"] = rates["bos"].map(_bos)
-    out.append(_md(rates[["bos", "n_sequences", "sink_rate", "uniform_sink_rate", "mean_alpha", "uniform_alpha", "n_sink_heads", "n_heads"]]))
+    out.append(
+        _md(rates[["bos", "n_sequences", "sink_rate", "uniform_sink_rate", "mean_alpha", "uniform_alpha", "n_sink_heads", "n_heads"]])
+    )
     for r in t["sink_rates"].itertuples():
         if r.uniform_alpha > cfg.eps:
-            out += ["", f"**Note ({_bos(r.bos)}):** uniform attention itself is above eps here (alpha {r.uniform_alpha:.3f} > {cfg.eps:g}): the sequences are too short for the metric; Gu et al. use 64 tokens."]
+            out += [
+                "",
+                f"**Note ({_bos(r.bos)}):** uniform attention itself is above eps here (alpha {r.uniform_alpha:.3f} > {cfg.eps:g}): the "
+                "sequences are too short for the metric; Gu et al. use 64 tokens.",
+            ]
     census = t["census"]
     for bos in cfg.bos:
         sinks = census[(census["bos"] == bos) & census["is_sink"]].sort_values("alpha_mean", ascending=False)
-        names = ", ".join(f"{r.layer}.{r.head} ({r.alpha_mean:.2f}, {r.alpha_over_uniform:.1f}x uniform)" for r in sinks.head(20).itertuples())
+        names = ", ".join(
+            f"{r.layer}.{r.head} ({r.alpha_mean:.2f}, {r.alpha_over_uniform:.1f}x uniform)" for r in sinks.head(20).itertuples()
+        )
         more = f" and {len(sinks) - 20} more" if len(sinks) > 20 else ""
         out += ["", f"Sink heads ({_bos(bos)}, mean alpha > {cfg.eps:g}): {names or 'none'}{more}."]
     if "sink_targets_by_layer" in t and len(t["sink_targets_by_layer"]):
@@ -120,7 +139,15 @@ def summary_markdown(report: Any, *, model_name: str, figures: Sequence[Path] = 
     if "content_verdicts" in t:
         out += ["", "## Position or content (first token varied)", ""]
         c = t["content"]
-        per_variant = c.groupby("variant", observed=True).agg(sink_rate=("sink_rate", "mean"), mean_alpha=("alpha_first", "mean"), heads_sinking=("alpha_first", lambda s: int((s > cfg.eps).sum()))).reset_index()
+        per_variant = (
+            c.groupby("variant", observed=True)
+            .agg(
+                sink_rate=("sink_rate", "mean"),
+                mean_alpha=("alpha_first", "mean"),
+                heads_sinking=("alpha_first", lambda s: int((s > cfg.eps).sum())),
+            )
+            .reset_index()
+        )
         out.append(_md(per_variant))
         skipped_variants = report.info.get("skipped_variants") or {}
         if skipped_variants:
@@ -128,12 +155,23 @@ def summary_markdown(report: Any, *, model_name: str, figures: Sequence[Path] = 
         v = t["content_verdicts"]
         v = v[v["verdict"] != "none"]
         if len(v):
-            out += ["", "Heads that sink in at least one variant:", "", _md(v[["layer", "head", "verdict", "variants_sinking", "variants", "sinks_in"]])]
+            out += [
+                "",
+                "Heads that sink in at least one variant:",
+                "",
+                _md(v[["layer", "head", "verdict", "variants_sinking", "variants", "sinks_in"]]),
+            ]
     if "secondary_tokens_overall" in t and len(t["secondary_tokens_overall"]):
         out += ["", "## Secondary sinks (tokens receiving attention beyond uniform, positions >= 1)", ""]
         for bos, sub in t["secondary_tokens_overall"].groupby("bos", sort=False):
             top = sub.head(8)
-            out.append(f"- {_bos(bos)}: " + ", ".join(f"{r.token!r} ({r.mean_excess:+.3f} mean over heads, top-{cfg.top_k} in {r.heads_in_top_k} heads)" for r in top.itertuples()))
+            out.append(
+                f"- {_bos(bos)}: "
+                + ", ".join(
+                    f"{r.token!r} ({r.mean_excess:+.3f} mean over heads, top-{cfg.top_k} in {r.heads_in_top_k} heads)"
+                    for r in top.itertuples()
+                )
+            )
     if "value_norm" in t:
         out += ["", "## Does the sink carry anything? (value norms, Kobayashi et al. 2020)", ""]
         vn = t["value_norm"].merge(census[["bos", "layer", "head", "is_sink"]], on=["bos", "layer", "head"])
@@ -141,7 +179,13 @@ def summary_markdown(report: Any, *, model_name: str, figures: Sequence[Path] = 
         if len(vn):
             vn = vn.assign(bos=vn["bos"].map(_bos))
             out.append(_md(vn[["bos", "layer", "head", "attn_share", "value_norm_share", "norm_ratio"]].head(40)))
-            out += ["", "attn_share: mean A[i,0] over queries i >= 1" + (" (every query on bidirectional layers)" if report.info.get("attention_notes") else "") + "; value_norm_share: mean of ||A[i,0] v0 W_O|| / sum_j ||A[i,j] vj W_O||; a large attention share with a small norm share is a no-op sink."]
+            out += [
+                "",
+                "attn_share: mean A[i,0] over queries i >= 1"
+                + (" (every query on bidirectional layers)" if report.info.get("attention_notes") else "")
+                + "; value_norm_share: mean of ||A[i,0] v0 W_O|| / sum_j ||A[i,j] vj W_O||; a large attention share with a small norm "
+                "share is a no-op sink.",
+            ]
         else:
             out.append("No sink heads.")
     if "removal" in t:
@@ -156,7 +200,12 @@ def summary_markdown(report: Any, *, model_name: str, figures: Sequence[Path] = 
             full = sub[sub["full_attention"]]
             piv = sub[~sub["full_attention"]].pivot(index="window", columns="keep_first", values="loss")
             piv.columns = [f"keep {k}" for k in piv.columns]
-            out += [f"{_bos(bos)}, {int(sub['seq_tokens'].iloc[0])}-token sequences, full attention loss {float(full['loss'].iloc[0]):.4f}:", "", _md(piv.reset_index(), floatfmt=".4f"), ""]
+            out += [
+                f"{_bos(bos)}, {int(sub['seq_tokens'].iloc[0])}-token sequences, full attention loss {float(full['loss'].iloc[0]):.4f}:",
+                "",
+                _md(piv.reset_index(), floatfmt=".4f"),
+                "",
+            ]
     skipped = report.info.get("skipped") or {}
     if skipped:
         out += ["", "## Not run", ""] + [f"- {name}: {why}" for name, why in skipped.items()]
@@ -178,15 +227,18 @@ def _window_line(label: str, layer: int, rows: pd.DataFrame) -> str:
     """What a window layer's means averaged, length by length (see :mod:`headlens.analyses.sinks.lengths`)."""
     window = int(rows["window"].iloc[0])
     parts = []
-    for length, sub in rows.groupby("length", sort=True):
+    for _, sub in rows.groupby("length", sort=True):
         first = sub.iloc[0]
+        length = int(sub["length"].iloc[0])
         if first["queries"] == "visible":
             parts.append(
-                f"{int(length)} tokens: {sub['alpha'].mean():.3f} over the {int(first['n_queries'])} queries that see token 0, "
+                f"{length} tokens: {sub['alpha'].mean():.3f} over the {int(first['n_queries'])} queries that see token 0, "
                 f"{sub['alpha_all'].mean():.3f} over all {int(first['n_queries_all'])} queries"
             )
         else:
-            parts.append(f"{int(length)} tokens: {sub['alpha'].mean():.3f} over all {int(first['n_queries'])} queries (the window hides nothing)")
+            parts.append(
+                f"{length} tokens: {sub['alpha'].mean():.3f} over all {int(first['n_queries'])} queries (the window hides nothing)"
+            )
     return f"window: {label}layer {layer} ({window}-key window), mean alpha over heads: " + "; ".join(parts)
 
 
@@ -198,9 +250,9 @@ def lengths_lines(table: pd.DataFrame, eps: float) -> list[str]:
     lines = []
     keys = ["bos", "length"] if "bos" in table else ["length"]
     for key, rows in table.groupby(keys, sort=True):
-        bos, length = key if len(keys) == 2 else (None, key[0] if isinstance(key, tuple) else key)
+        bos = key[0] if len(keys) == 2 else None
         label = "" if bos is None else f"{_bos(bos)}, "
-        line = f"{label}{int(length)} tokens: {_lengths_stats(rows, eps)} [{rows['attention'].iloc[0]}]"
+        line = f"{label}{int(rows['length'].iloc[0])} tokens: {_lengths_stats(rows, eps)} [{rows['attention'].iloc[0]}]"
         if (rows["queries"] == "visible").any():
             line += f"; window layers average the queries that see token 0; all queries: {_lengths_stats(rows, eps, '_all')}"
         lines.append(line)

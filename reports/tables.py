@@ -68,7 +68,7 @@ def roles_joined(roles: pd.DataFrame, heads: pd.DataFrame, sep: str = ";") -> li
     table (:func:`headlens.analyses.heads.classify.roles_of`), never splits this.
     """
     by_head = roles_of(roles)
-    return [sep.join(sorted(by_head.get((int(a), int(b)), ()))) for a, b in zip(heads["layer"], heads["head"])]
+    return [sep.join(sorted(by_head.get((int(a), int(b)), ()))) for a, b in zip(heads["layer"], heads["head"], strict=True)]
 
 
 def head_roles_table(classified) -> pd.DataFrame:

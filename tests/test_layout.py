@@ -61,12 +61,6 @@ FUNCTION_IMPORTS_PENDING: dict[str, str] = {
     "headlens.analyses.heads.*": PHASE_2,
     "headlens.probes.capture": PHASE_2,
     "headlens.probes.sources": PHASE_2,
-    "headlens.reports.cli.*": PHASE_2,
-    "headlens.reports.figures.ablation": PHASE_2,
-    "headlens.reports.figures.common": PHASE_2,
-    "headlens.reports.figures.design": PHASE_2,
-    "headlens.reports.figures.patching": PHASE_2,
-    "headlens.reports.figures.sinks": PHASE_2,
 }
 
 

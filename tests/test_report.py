@@ -68,14 +68,23 @@ def test_quick_report_writes_pages_stage_folders_and_figures(quick_report):
         marker = json.loads((out / stage / "stage.json").read_text())
         assert marker["status"] == "done" and marker["stage"] == stage and marker["key"]["config"]
         assert all((out / stage / f).is_file() for f in marker["files"])
-    figures = ["census/heatmap_induction", "census/heatmap_previous_token", "sinks/sink_alpha", "ablation_zero/delta_heatmap", "ablation_mean/delta_heatmap", "pruning/pruning_curve"]
+    figures = [
+        "census/heatmap_induction",
+        "census/heatmap_previous_token",
+        "sinks/sink_alpha",
+        "ablation_zero/delta_heatmap",
+        "ablation_mean/delta_heatmap",
+        "pruning/pruning_curve",
+    ]
     for stem in figures:
         for ext in ("png", "svg", "pdf"):
             assert (out / f"{stem}.{ext}").stat().st_size > 500, f"{stem}.{ext}"
     assert (out / "pruning/pruning_curve.pdf").read_bytes().startswith(b"%PDF")
     err = res.stderr
     for i, stage in enumerate(STAGES, start=1):
-        assert f"stage {i}/{len(STAGES)} {stage}: running" in err and re.search(rf"stage {i}/{len(STAGES)} {stage}: done in [0-9.]+ s", err), err
+        assert f"stage {i}/{len(STAGES)} {stage}: running" in err and re.search(
+            rf"stage {i}/{len(STAGES)} {stage}: done in [0-9.]+ s", err
+        ), err
     assert f"{len(STAGES)} stages: {len(STAGES)} done" in res.stdout
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["report"]["format"] == "headlens.report" and manifest["report"]["quick"] is True
@@ -88,9 +97,23 @@ def test_report_object_tables(quick_report):
 
     r = load_report(quick_report[0])
     assert r.ok and (r.n_layers, r.n_heads) == (2, 4)
+    assert r.roles is not None and r.scores is not None and r.ablation_zero is not None and r.ablation_mean is not None
+    assert r.pruning_curve is not None
     assert list(r.heads["name"]) == ["0.0", "0.1", "0.2", "0.3", "1.0", "1.1", "1.2", "1.3"]
     assert list(r.roles.columns) == ["layer", "head", "name", "role"]  # the long table: one row per (head, role)
-    for col in ("roles", "previous_token", "induction", "duplicate_token", "sink", "referent", "sink_alpha", "zero_delta", "mean_delta", "importance", "pruned_at"):
+    for col in (
+        "roles",
+        "previous_token",
+        "induction",
+        "duplicate_token",
+        "sink",
+        "referent",
+        "sink_alpha",
+        "zero_delta",
+        "mean_delta",
+        "importance",
+        "pruned_at",
+    ):
         assert col in r.heads.columns, col
     assert r.heads[["previous_token", "sink_alpha", "zero_delta", "mean_delta", "importance"]].notna().all().all()
     assert len(r.scores) == 8 * r.scores["detector"].nunique() and len(r.ablation_zero) == 8 and len(r.ablation_mean) == 8
@@ -121,7 +144,17 @@ def test_html_content(quick_report):
     page = (quick_report[0] / "report.html").read_text()
     rows = re.findall(r'<tr data-head="(\d+\.\d+)"', page)
     assert rows == ["0.0", "0.1", "0.2", "0.3", "1.0", "1.1", "1.2", "1.3"]
-    for map_id in ("hm-previous_token", "hm-induction", "hm-duplicate_token", "hm-sink", "hm-referent", "hm-sink-alpha", "hm-zero-ablation", "hm-mean-ablation", "hm-importance"):
+    for map_id in (
+        "hm-previous_token",
+        "hm-induction",
+        "hm-duplicate_token",
+        "hm-sink",
+        "hm-referent",
+        "hm-sink-alpha",
+        "hm-zero-ablation",
+        "hm-mean-ablation",
+        "hm-importance",
+    ):
         assert f'id="{map_id}"' in page, map_id
     # one pruning chart: the stage's matplotlib figure, inlined (no second, hand-drawn one)
     svg = page.split('<div class="curve">', 1)[1].split("</div>", 1)[0]
@@ -174,7 +207,9 @@ def test_markdown_tables_and_links(quick_report):
     md = (out / "report.md").read_text()
     assert md.startswith("# headlens report: ")
     table = [ln for ln in md.splitlines() if re.match(r"\| \d+\.\d+ \| ", ln)]
-    assert len([ln for ln in table if ln.count("|") > 10]) == 8  # the role table, one row per head (the other tables have at most 5 columns)
+    assert (
+        len([ln for ln in table if ln.count("|") > 10]) == 8
+    )  # the role table, one row per head (the other tables have at most 5 columns)
     links = re.findall(r"\]\(([^)]+)\)", md)
     assert any(link.endswith(".pdf") for link in links) and any(link.endswith(".svg") for link in links)
     for link in links:
@@ -206,6 +241,7 @@ def test_rerun_loads_every_stage(report_copy, tiny_checkpoint, runner):
 
 def test_python_api_resumes_and_returns_dataframes(report_copy, tiny_checkpoint):
     from headlens import reports
+
     seen = []
 
     class Collect(reports.ReportProgress):
@@ -223,6 +259,7 @@ def test_python_api_resumes_and_returns_dataframes(report_copy, tiny_checkpoint)
 
 def test_python_api_accepts_a_loaded_model(report_copy, tiny_model):
     from headlens import reports
+
     r = reports.build_report(tiny_model, report_copy, quick=True, example_prompts=PROMPTS)
     assert r.ok and [s.status for s in r.stages] == ["loaded"] * len(STAGES)
 
@@ -240,7 +277,17 @@ def test_interrupted_stage_is_recomputed_alone(report_copy, tiny_checkpoint, qui
 
 
 def test_changed_settings_rerun_only_the_stages_they_change(report_copy, tiny_checkpoint, runner):
-    args = ["report", "--model", str(tiny_checkpoint), "--out", str(report_copy), "--quick", "--example-prompt", "A short new prompt.", "-q"]
+    args = [
+        "report",
+        "--model",
+        str(tiny_checkpoint),
+        "--out",
+        str(report_copy),
+        "--quick",
+        "--example-prompt",
+        "A short new prompt.",
+        "-q",
+    ]
     res = runner.invoke(cli, args)
     assert res.exit_code == 0, res.output
     meta = json.loads((report_copy / "examples" / "examples.json").read_text())
@@ -266,9 +313,14 @@ def test_failed_stage_is_shown_and_retried(report_copy, tiny_checkpoint, monkeyp
     assert "stage 3/8 sinks: FAILED: RuntimeError: sink probe exploded <b>bold</b>" in res.stderr
     assert res.stderr.count("running") == 1  # the others were loaded
     last = res.stderr.strip().splitlines()[-1]
-    assert last.startswith("headlens: error: 1 stage(s) failed (sinks: RuntimeError: sink probe exploded") and "second line" not in res.stderr
+    assert (
+        last.startswith("headlens: error: 1 stage(s) failed (sinks: RuntimeError: sink probe exploded") and "second line" not in res.stderr
+    )
     page = (report_copy / "report.html").read_text()
-    assert '<span class="status failed">FAILED</span> <span class="error">RuntimeError: sink probe exploded &lt;b&gt;bold&lt;/b&gt;</span>' in page
+    assert (
+        '<span class="status failed">FAILED</span> <span class="error">RuntimeError: sink probe exploded &lt;b&gt;bold&lt;/b&gt;</span>'
+        in page
+    )
     assert 'id="hm-sink-alpha"' not in page and 'id="hm-induction"' in page
     marker = json.loads((report_copy / "sinks" / "stage.json").read_text())
     assert marker["status"] == "failed" and marker["error"].startswith("RuntimeError: sink probe exploded")
@@ -365,7 +417,13 @@ def test_design_stage_in_the_quick_report(quick_report):
     r = load_report(out)
     assert r.stage("design").ok and r.design is not None
     s = r.design["gqa_summary"]
-    assert list(zip(s["grouping"], s["g"])) == [("original", 1), ("adjacent", 2), ("similar", 2), ("adjacent", 4), ("similar", 4)]
+    assert list(zip(s["grouping"], s["g"], strict=True)) == [
+        ("original", 1),
+        ("adjacent", 2),
+        ("similar", 2),
+        ("adjacent", 4),
+        ("similar", 4),
+    ]
     assert s["kv_saved"].tolist() == [0.0, 0.5, 0.5, 0.75, 0.75]
     assert len(r.design["knockout_losses"]) == 1 + 2 * 3  # intact, then 2 layers x (q=k, v=k, q=k=v)
     assert list(r.design["skipped"]["part"]) == ["roles"] and "knockout_roles" not in r.design  # --quick: no census per knockout

@@ -1,8 +1,11 @@
-"""``headlens demo train|card|heldout|replay``: train the demo model, write its card, write its held-out text, replay its log (progress goes to stderr)."""
+"""``headlens demo train|card|heldout|replay``: train the demo model, write its card, write its
+held-out text, replay its log (progress goes to stderr)."""
 
 from __future__ import annotations
 
+import hashlib
 import os
+import platform
 import shutil
 import sys
 from dataclasses import replace
@@ -10,6 +13,16 @@ from pathlib import Path
 from typing import Any
 
 import click
+
+from headlens.analyses.demo import MODEL_DIR
+from headlens.analyses.demo.card import heldout_text, loss_bases
+from headlens.analyses.demo.checkpoints import config_dict, save_checkpoint, save_step_checkpoint, step_folder_name
+from headlens.analyses.demo.data import heldout_documents
+from headlens.analyses.demo.recipe import RECIPE
+from headlens.analyses.demo.replay import replay
+from headlens.analyses.demo.train import train
+from headlens.probes.outputs import atomic_dir, check_out_file, write_text
+from headlens.reports.demo_card import write_model_card
 
 __all__ = ["demo_group", "COMMANDS"]
 
@@ -25,13 +38,29 @@ def demo_group() -> None:
 
 @demo_group.command("train")
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Checkpoint folder to write.")
-@click.option("--steps", type=click.IntRange(min=0), default=None, help="Stop after N steps (the schedule stays the full recipe's). Default: the full recipe.")
+@click.option(
+    "--steps",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Stop after N steps (the schedule stays the full recipe's). Default: the full recipe.",
+)
 @click.option("--seed", type=int, default=None, help="Seed for initialisation, data order and negatives. Default: the recipe's (0).")
-@click.option("--eval-every", type=click.IntRange(min=0), default=None, help="Held-out evaluation interval in steps (0: none). Default: the recipe's.")
-@click.option("--save-every", "keep_every", type=click.IntRange(min=0), default=0, help="Also keep the weights every N steps (and at step 0) as checkpoint folders OUT-checkpoints/step-NNNNNN, each loadable with --model DIR and swept with 'headlens sweep -m OUT-checkpoints'. Default 0: none.")
+@click.option(
+    "--eval-every", type=click.IntRange(min=0), default=None, help="Held-out evaluation interval in steps (0: none). Default: the recipe's."
+)
+@click.option(
+    "--save-every",
+    "keep_every",
+    type=click.IntRange(min=0),
+    default=0,
+    help="Also keep the weights every N steps (and at step 0) as checkpoint folders OUT-checkpoints/step-NNNNNN, "
+    "each loadable with --model DIR and swept with 'headlens sweep -m OUT-checkpoints'. Default 0: none.",
+)
 @click.option("--no-card", is_flag=True, help="Do not run the census and write MODEL_CARD.md.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing output folder (and its kept checkpoints).")
-def train_cmd(out_dir: str, steps: int | None, seed: int | None, eval_every: int | None, keep_every: int, no_card: bool, overwrite: bool) -> None:
+def train_cmd(
+    out_dir: str, steps: int | None, seed: int | None, eval_every: int | None, keep_every: int, no_card: bool, overwrite: bool
+) -> None:
     """Train the demo model on CPU (the recipe fixes the thread count) and save it as a checkpoint folder.
 
     Every 250 steps the training state (not a checkpoint folder) is saved to OUT.state.pt;
@@ -40,12 +69,6 @@ def train_cmd(out_dir: str, steps: int | None, seed: int | None, eval_every: int
     With --save-every N the weights of every N-th step are kept too, in OUT-checkpoints/.
     """
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from headlens.analyses.demo.card import loss_bases
-    from headlens.analyses.demo.checkpoints import config_dict, save_checkpoint, save_step_checkpoint, step_folder_name
-    from headlens.analyses.demo.recipe import RECIPE
-    from headlens.analyses.demo.train import train
-    from headlens.probes.outputs import atomic_dir
-
     out = Path(out_dir)
     kept = out.with_name(out.name + "-checkpoints")
     state_file = out.with_name(out.name + ".state.pt")
@@ -56,7 +79,8 @@ def train_cmd(out_dir: str, steps: int | None, seed: int | None, eval_every: int
             raise click.UsageError(f"{kept} exists and is not empty; pass --overwrite")
         shutil.rmtree(kept)
     config = RECIPE if seed is None else replace(RECIPE, seed=seed)
-    _say(f"demo recipe: {config.n_layer} layers x {config.n_head} heads, d_model {config.d_model}, {steps if steps is not None else config.schedule_steps} steps, seed {config.seed}")
+    n_steps = steps if steps is not None else config.schedule_steps
+    _say(f"demo recipe: {config.n_layer} layers x {config.n_head} heads, d_model {config.d_model}, {n_steps} steps, seed {config.seed}")
     if eval_every != 0 and (eval_every or config.eval_every):
         _say(f"held-out loss below (nats/token, full softmax): {loss_bases(config_dict(config), {})['curve']}")
 
@@ -77,7 +101,15 @@ def train_cmd(out_dir: str, steps: int | None, seed: int | None, eval_every: int
         save_step_checkpoint(model, kept / step_folder_name(step), step=step, run=out.name, row=row, recipe=recipe)
 
     try:
-        result = train(config, steps=steps, eval_every=eval_every, on_log=on_log, state_file=state_file, checkpoint_every=keep_every, on_checkpoint=keep)
+        result = train(
+            config,
+            steps=steps,
+            eval_every=eval_every,
+            on_log=on_log,
+            state_file=state_file,
+            checkpoint_every=keep_every,
+            on_checkpoint=keep,
+        )
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     final = result.summary["final"]
@@ -90,8 +122,6 @@ def train_cmd(out_dir: str, steps: int | None, seed: int | None, eval_every: int
         save_checkpoint(result, tmp)
         if not no_card:
             _say("running the head census for MODEL_CARD.md ...")
-            from headlens.reports.demo_card import write_model_card
-
             write_model_card(tmp)
     state_file.unlink(missing_ok=True)
     _say(f"wrote {out}" + (f"; checkpoints every {keep_every} steps in {kept}" if keep_every else ""))
@@ -102,8 +132,6 @@ def train_cmd(out_dir: str, steps: int | None, seed: int | None, eval_every: int
 def card_cmd(folder: str) -> None:
     """(Re)write MODEL_CARD.md for a checkpoint folder written by `train`."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from headlens.reports.demo_card import write_model_card
-
     path = write_model_card(folder)
     _say(f"wrote {path}")
 
@@ -119,13 +147,6 @@ def heldout_cmd(out_file: str, overwrite: bool) -> None:
     (or `ablate`/`prune --text-file`) to measure the demo model on text from its own domain;
     the report's manifest records the file's SHA-256, which this command prints.
     """
-    import hashlib
-    import platform
-
-    from headlens.analyses.demo.card import heldout_text
-    from headlens.analyses.demo.data import heldout_documents
-    from headlens.probes.outputs import check_out_file, write_text
-
     out = Path(out_file)
     check_out_file(out, overwrite=overwrite)
     docs = heldout_documents()
@@ -136,7 +157,13 @@ def heldout_cmd(out_file: str, overwrite: bool) -> None:
 
 
 @demo_group.command("replay")
-@click.option("--model", "folder", default=None, type=click.Path(exists=True, file_okay=False), help="A folder written by `train`. Default: the shipped demo model.")
+@click.option(
+    "--model",
+    "folder",
+    default=None,
+    type=click.Path(exists=True, file_okay=False),
+    help="A folder written by `train`. Default: the shipped demo model.",
+)
 @click.option("--steps", type=click.IntRange(min=1), default=300, show_default=True, help="How many of the logged steps to rerun.")
 def replay_cmd(folder: str | None, steps: int) -> None:
     """Rerun the first STEPS steps of a logged run and compare its training losses to 3 decimals.
@@ -145,9 +172,6 @@ def replay_cmd(folder: str | None, steps: int) -> None:
     log cannot be replayed here (another Python ships other training text).
     """
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from headlens.analyses.demo import MODEL_DIR
-    from headlens.analyses.demo.replay import replay
-
     target = Path(folder) if folder else MODEL_DIR
     report = replay(target, steps, on_step=lambda done: _say(f"  replayed {done}/{steps} steps") if done and done % 50 == 0 else None)
     _say(report.summary())

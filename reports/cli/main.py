@@ -23,7 +23,8 @@ __all__ = ["cli", "main"]
     "--verbose",
     "-v",
     count=True,
-    help="More messages on stderr: -v info lines, -vv debug lines (library loading chatter included). Before the command: headlens -v capture ...",
+    help="More messages on stderr: -v info lines, -vv debug lines (library loading chatter included). "
+    "Before the command: headlens -v capture ...",
 )
 @click.option("--quiet", "-q", count=True, help="Errors only on stderr: no warnings (a command's own -q silences its progress lines).")
 @click.pass_context

@@ -42,7 +42,8 @@ def _say(msg: str, quiet: bool = False) -> None:
     multiple=True,
     required=True,
     callback=check_model_names,
-    help="Repeatable: a Hub id, demo, a checkpoint folder, or a folder of checkpoint folders (e.g. what 'headlens demo train --save-every' keeps).",
+    help="Repeatable: a Hub id, demo, a checkpoint folder, or a folder of checkpoint folders "
+    "(e.g. what 'headlens demo train --save-every' keeps).",
 )
 @click.option(
     "--revision", "revisions", multiple=True, help="Repeatable or comma-separated: Hub revisions of every Hub --model (e.g. step1000)."
@@ -231,7 +232,8 @@ def sweep_cmd(
                 "sweep_wall_s": round(outcome.wall_s, 2),
                 "ray_resources": outcome.resources,
                 "figures": figures,
-                "heldout_loss_windows": windows,  # per distinct set of windows: the source text, the cut (offsets, BOS in the window) and the tasks scored on it
+                # per distinct set of windows: the source text, the cut (offsets, BOS in the window) and the tasks scored on it
+                "heldout_loss_windows": windows,
             },
         ),
     )

@@ -39,21 +39,34 @@ import time
 import zipfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from headlens.probes.config import ModelConfig
 from headlens.probes.errors import InputError
 from headlens.probes.loading import LoadedModel, load_model, resolve_source
 from headlens.reports.models import named_models
 from headlens.reports.progress import ReportBars
+from headlens.reports.report import stages as _stages
 from headlens.reports.report.context import StageContext
 from headlens.reports.report.folder import check_report_dir, read_manifest, remove_old_report, write_report_manifest
 from headlens.reports.report.join import assemble
-from headlens.reports.report.markers import JOURNAL, MARKER, REPORT_FORMAT, clear_stage_dir, json_key, key_hash, model_fingerprint, model_identity, now_utc, one_line, read_marker, write_marker
+from headlens.reports.report.markers import (
+    JOURNAL,
+    MARKER,
+    REPORT_FORMAT,
+    clear_stage_dir,
+    json_key,
+    key_hash,
+    model_fingerprint,
+    model_identity,
+    now_utc,
+    one_line,
+    read_marker,
+    write_marker,
+)
 from headlens.reports.report.result import Example, Report, StageStatus
 from headlens.reports.report.settings import DEFAULT_EXAMPLE_PROMPTS, MAX_EXAMPLE_PROMPTS, ReportSettings
 from headlens.reports.report.stage_examples import MAX_EXAMPLE_TOKENS
-from headlens.reports.report import stages as _stages
 from headlens.reports.report.stages import STAGES
 
 log = logging.getLogger(__name__)
@@ -75,15 +88,16 @@ __all__ = [
 ]
 
 
-class ReportProgress:
-    """What :func:`build_report` reports while it runs; subclass or pass ``progress=True``.
+class ReportProgress(Protocol):
+    """What :func:`build_report` reports while it runs; subclass, match it (a class with these
+    members, as :class:`headlens.reports.progress.ReportBars`) or pass ``progress=True``.
 
     ``message(text)`` is called once per stage event (``"stage 2/6 sinks: done in 0.8 s"``);
     ``step(label, sub, done, total)`` after each batch of a pass inside a stage.  ``quiet``
     silences the progress lines that the census prints itself.
     """
 
-    quiet = False
+    quiet: bool = False
 
     def message(self, text: str) -> None:  # pragma: no cover - overridden
         pass
@@ -92,8 +106,8 @@ class ReportProgress:
         pass
 
 
-def _StderrProgress() -> ReportProgress:  # noqa: N802 - ``progress=True``: the commands' adapter
-    return ReportBars()  # type: ignore[return-value]
+def _StderrProgress() -> ReportProgress:
+    return ReportBars()
 
 
 def _resolve(model: Any, device: str, dtype: str, revision: str | None) -> tuple[dict[str, Any], str, Any, str]:
@@ -158,7 +172,11 @@ def build_report(
     out = Path(out_dir)
     previous = check_report_dir(out, identity, overwrite=overwrite)
     reporter: ReportProgress | None = _StderrProgress() if progress is True else (progress or None)
-    model_key = {**identity, "dtype": dtype_name, "weights": model_fingerprint(identity["source"], identity["path"], identity["revision"], loaded_model)}
+    model_key = {
+        **identity,
+        "dtype": dtype_name,
+        "weights": model_fingerprint(identity["source"], identity["path"], identity["revision"], loaded_model),
+    }
     keys = {name: _stages.stage_key(name, settings, model_key) for name in STAGES}
 
     def finished(name: str) -> dict[str, Any] | None:
@@ -170,7 +188,7 @@ def build_report(
         return marker
 
     # a stage whose input stage is skipped is skipped too (evidence reads the census's roles)
-    skipped = {n: None for n in STAGES if n in settings.skip}
+    skipped: dict[str, str | None] = {n: None for n in STAGES if n in settings.skip}
     for n in STAGES:
         dep = next((d for d in _stages.STAGE_DEFS[n].needs if d in skipped), None)
         if n not in skipped and dep is not None:
@@ -181,7 +199,10 @@ def build_report(
     def get_model() -> Any:
         if state["loaded"] is None:
             t0 = time.perf_counter()
-            state["loaded"] = load_model(ModelConfig(model=model_name, device=device, dtype=dtype, revision=revision, allow_new_weights=allow_new_weights), named=named_models())
+            state["loaded"] = load_model(
+                ModelConfig(model=model_name, device=device, dtype=dtype, revision=revision, allow_new_weights=allow_new_weights),
+                named=named_models(),
+            )
             if reporter is not None:  # after loading: a model that fails to load leaves one error line
                 reporter.message(f"loaded {model_name} in {time.perf_counter() - t0:.1f} s ({state['loaded'].device}, {dtype})")
         return state["loaded"]
@@ -216,7 +237,9 @@ def build_report(
         if marker is not None:
             try:
                 results[name] = _stages.STAGE_DEFS[name].load(d, marker)
-                statuses.append(StageStatus(name, "loaded", seconds=marker.get("seconds"), files=marker.get("files", []), info=marker.get("info", {})))
+                statuses.append(
+                    StageStatus(name, "loaded", seconds=marker.get("seconds"), files=marker.get("files", []), info=marker.get("info", {}))
+                )
                 say(f"finished earlier, loaded from {d}")
                 continue
             except (OSError, ValueError, KeyError, zipfile.BadZipFile) as exc:  # unreadable outputs: recompute
@@ -231,12 +254,28 @@ def build_report(
                 reporter.step(label, sub, done, total)
 
         quiet = reporter is None or bool(getattr(reporter, "quiet", False))
-        ctx = StageContext(name=name, dir=d, settings=settings, key=keys[name], model=get_model, step=step, command=cmd, quiet=quiet, say=say)
+        ctx = StageContext(
+            name=name, dir=d, settings=settings, key=keys[name], model=get_model, step=step, command=cmd, quiet=quiet, say=say
+        )
         try:
             info = _stages.STAGE_DEFS[name].run(ctx)
             seconds = round(time.perf_counter() - t0, 3)
-            files = sorted(str(p.relative_to(d)) for p in d.rglob("*") if p.is_file() and p.name not in (MARKER, JOURNAL) and not p.name.startswith("."))
-            marker = {"format": f"{REPORT_FORMAT}.stage", "stage": name, "status": "done", "key": keys[name], "key_hash": key_hash(keys[name]), "seconds": seconds, "finished_utc": now_utc(), "files": files, "info": json_key(info)}
+            files = sorted(
+                str(p.relative_to(d))
+                for p in d.rglob("*")
+                if p.is_file() and p.name not in (MARKER, JOURNAL) and not p.name.startswith(".")
+            )
+            marker = {
+                "format": f"{REPORT_FORMAT}.stage",
+                "stage": name,
+                "status": "done",
+                "key": keys[name],
+                "key_hash": key_hash(keys[name]),
+                "seconds": seconds,
+                "finished_utc": now_utc(),
+                "files": files,
+                "info": json_key(info),
+            }
             write_marker(d, marker)
             results[name] = _stages.STAGE_DEFS[name].load(d, marker)
             statuses.append(StageStatus(name, "done", seconds=seconds, files=files, info=marker["info"]))
@@ -246,7 +285,19 @@ def build_report(
         except Exception as exc:  # noqa: BLE001 - a failing stage is reported, the others still run
             seconds = round(time.perf_counter() - t0, 3)
             error = one_line(exc)
-            write_marker(d, {"format": f"{REPORT_FORMAT}.stage", "stage": name, "status": "failed", "key": keys[name], "key_hash": key_hash(keys[name]), "seconds": seconds, "finished_utc": now_utc(), "error": error})
+            write_marker(
+                d,
+                {
+                    "format": f"{REPORT_FORMAT}.stage",
+                    "stage": name,
+                    "status": "failed",
+                    "key": keys[name],
+                    "key_hash": key_hash(keys[name]),
+                    "seconds": seconds,
+                    "finished_utc": now_utc(),
+                    "error": error,
+                },
+            )
             statuses.append(StageStatus(name, "failed", seconds=seconds, error=error))
             say(f"FAILED: {error}")
 
@@ -268,7 +319,8 @@ def load_report(out_dir: str | Path) -> Report:
         raise InputError(f"{out} holds no headlens report (no report manifest.json)", path=str(out))
     info = manifest["report"]
     cfg = dict((manifest.get("config") or {}).get("report") or {})
-    settings = ReportSettings(**{k: tuple(v) if isinstance(v, list) else v for k, v in cfg.items() if k in ReportSettings.__dataclass_fields__})
+    fields: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in cfg.items() if k in ReportSettings.__dataclass_fields__}
+    settings = ReportSettings(**fields)
     statuses, results = [], {}
     for name in STAGES:
         rec = (info.get("stages") or {}).get(name)
@@ -277,9 +329,23 @@ def load_report(out_dir: str | Path) -> Report:
             statuses.append(StageStatus(name, "skipped"))
         elif marker is not None and marker.get("status") == "done":
             results[name] = _stages.STAGE_DEFS[name].load(out / name, marker)
-            statuses.append(StageStatus(name, rec.get("status", "done"), seconds=marker.get("seconds"), files=marker.get("files", []), info=marker.get("info", {})))
+            statuses.append(
+                StageStatus(
+                    name,
+                    rec.get("status", "done"),
+                    seconds=marker.get("seconds"),
+                    files=marker.get("files", []),
+                    info=marker.get("info", {}),
+                )
+            )
         else:
-            statuses.append(StageStatus(name, "failed", seconds=rec.get("seconds"), error=rec.get("error") or (marker or {}).get("error") or "no output"))
+            statuses.append(
+                StageStatus(
+                    name, "failed", seconds=rec.get("seconds"), error=rec.get("error") or (marker or {}).get("error") or "no output"
+                )
+            )
     model_info = manifest.get("model") or {}
     name = model_info.get("model") or str((info.get("identity") or {}).get("path"))
-    return assemble(name, int(model_info.get("n_layers") or 0), int(model_info.get("n_heads") or 0), settings, statuses, results, manifest, out)
+    return assemble(
+        name, int(model_info.get("n_layers") or 0), int(model_info.get("n_heads") or 0), settings, statuses, results, manifest, out
+    )

@@ -79,7 +79,13 @@ class ReportSettings:
 
     def sinks(self) -> SinkConfig:
         if self.quick:
-            return SinkConfig(bos=(self.prepend_bos,), n_prompts=8, seed=self.seed, batch_size=self.batch_size, skip=("content", "secondary", "value_norm", "removal", "windowed"))
+            return SinkConfig(
+                bos=(self.prepend_bos,),
+                n_prompts=8,
+                seed=self.seed,
+                batch_size=self.batch_size,
+                skip=("content", "secondary", "value_norm", "removal", "windowed"),
+            )
         return SinkConfig(bos=(False, True), seed=self.seed, batch_size=self.batch_size)
 
     def eval_data(self, n_ctx: int) -> dict[str, Any]:
@@ -90,7 +96,12 @@ class ReportSettings:
     def sentence_data(self, n_ctx: int) -> dict[str, Any]:
         """Where ablation and pruning measure the embedding change (models without a trained
         output head, encoders): sentences of the shipped evaluation text."""
-        return {"n_sentences": 4 if self.quick else 64, "max_tokens": min(32 if self.quick else 128, n_ctx), "prepend_bos": self.prepend_bos, **self.eval_text_id()}
+        return {
+            "n_sentences": 4 if self.quick else 64,
+            "max_tokens": min(32 if self.quick else 128, n_ctx),
+            "prepend_bos": self.prepend_bos,
+            **self.eval_text_id(),
+        }
 
     def eval_source(self) -> tuple[str, str]:
         """``(text, label)``: the evaluation text of ablation and pruning and how the page names it."""
@@ -107,7 +118,9 @@ class ReportSettings:
         return {"text_file": self.text_file, "text_sha256": hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]}
 
     def ablation(self, method: str) -> AblationConfig:
-        return AblationConfig(method=method, batch_size=self.batch_size, n_bootstrap=200 if self.quick else 1000, seed=self.seed, attribution=not self.quick)
+        return AblationConfig(
+            method=method, batch_size=self.batch_size, n_bootstrap=200 if self.quick else 1000, seed=self.seed, attribution=not self.quick
+        )
 
     def pruning(self) -> PruneConfig:
         return PruneConfig(step=0.5 if self.quick else 0.1, random_seeds=2 if self.quick else 3, seed=self.seed, batch_size=self.batch_size)

@@ -62,7 +62,16 @@ def _read_text(config: SweepConfig) -> tuple[str, str]:
 def _eval_set(loaded: Any, config: SweepConfig) -> Any:
     text, source = _read_text(config)
     window = min(config.loss_window, loaded.n_ctx)
-    return text_eval_set(loaded.tokenizer, text, n_windows=config.loss_windows, window=window, prepend_bos=True, n_ctx=loaded.n_ctx, source=source, frame=loaded.frame(True))
+    return text_eval_set(
+        loaded.tokenizer,
+        text,
+        n_windows=config.loss_windows,
+        window=window,
+        prepend_bos=True,
+        n_ctx=loaded.n_ctx,
+        source=source,
+        frame=loaded.frame(True),
+    )
 
 
 def heldout_loss(loaded: Any, config: SweepConfig, data: Any = None) -> dict[str, Any]:
@@ -74,9 +83,22 @@ def heldout_loss(loaded: Any, config: SweepConfig, data: Any = None) -> dict[str
         return {"heldout_loss": None, "loss_tokens": 0, "loss_note": "encoder: no next-token loss"}
     data = data if data is not None else _eval_set(loaded, config)
     source, window = data.source.get("text"), data.source.get("window")
-    batch = TokenBatch(tokens=data.tokens, lengths=data.lengths, strings=[[] for _ in range(len(data.lengths))], prepend_bos=True, pad_id=loaded.bos_id or 0)
+    batch = TokenBatch(
+        tokens=data.tokens,
+        lengths=data.lengths,
+        strings=[[] for _ in range(len(data.lengths))],
+        prepend_bos=True,
+        pad_id=loaded.bos_id or 0,
+    )
     loss, count = mean_loss(loaded, batch, batch_size=config.census.batch_size)
-    return {"heldout_loss": loss, "loss_tokens": count, "loss_text": source, "loss_windows": int(data.tokens.shape[0]), "loss_window": window, "loss_basis": data.basis()}
+    return {
+        "heldout_loss": loss,
+        "loss_tokens": count,
+        "loss_text": source,
+        "loss_windows": int(data.tokens.shape[0]),
+        "loss_window": window,
+        "loss_basis": data.basis(),
+    }
 
 
 def _role_table(roles: pd.DataFrame) -> pd.DataFrame:
@@ -96,7 +118,9 @@ def _ablation(loaded: Any, config: SweepConfig, data: Any) -> Any:
 
 def _census(task: SweepTask, config: SweepConfig, command: list[str]) -> tuple[LoadedModel, CensusResult, pd.DataFrame, dict[str, Any]]:
     """``headlens classify``'s census of one checkpoint (:func:`headlens.reports.studies.census.census`)."""
-    loaded = load_model(task.model, device=config.device, dtype=config.dtype, revision=task.revision, allow_new_weights=config.allow_new_weights)
+    loaded = load_model(
+        task.model, device=config.device, dtype=config.dtype, revision=task.revision, allow_new_weights=config.allow_new_weights
+    )
     result = census(loaded, config.census, thresholds=dict(config.thresholds), baseline_factor=config.baseline_factor, command=command)
     roles = _role_table(result.roles)
     manifest = {**result.manifest, "sweep_task": asdict(task), "sweep": config.to_dict()}
@@ -110,7 +134,14 @@ def run_task(task: SweepTask, config: SweepConfig, out: str, command: list[str])
     ``failed`` record with its one-line message; anything else propagates (Ray reports it).
     """
     t0, c0 = time.perf_counter(), time.process_time()
-    record: dict[str, Any] = {"key": task.key, "label": task.label, "model": task.model, "revision": task.revision, "step": task.step, "host": os.uname().nodename}
+    record: dict[str, Any] = {
+        "key": task.key,
+        "label": task.label,
+        "model": task.model,
+        "revision": task.revision,
+        "step": task.step,
+        "host": os.uname().nodename,
+    }
     try:
         loaded, result, roles, manifest = _census(task, config, command)
         t_census = time.perf_counter() - t0
@@ -119,12 +150,26 @@ def run_task(task: SweepTask, config: SweepConfig, out: str, command: list[str])
         ablation = _ablation(loaded, config, data) if config.ablation else None
     except HeadlensError as exc:
         log.info("task %s failed: %s", task.label, exc)
-        return {**record, "status": "failed", "error": " ".join(str(exc).split()), "exit_code": exc.exit_code, "wall_s": round(time.perf_counter() - t0, 2)}
+        return {
+            **record,
+            "status": "failed",
+            "error": " ".join(str(exc).split()),
+            "exit_code": exc.exit_code,
+            "wall_s": round(time.perf_counter() - t0, 2),
+        }
     info = {
-        **record, **loss, "run": task.run, "n_layers": loaded.n_layers, "n_heads": loaded.n_heads,
-        "n_params": sum(p.numel() for p in loaded.bridge.parameters()), "device": str(loaded.device),
-        "census_s": round(t_census, 2), "wall_s": round(time.perf_counter() - t0, 2),
-        "cpu_s": round(time.process_time() - c0, 2),  # CPU seconds of this worker (all its threads): a cost that does not depend on the machine's load
+        **record,
+        **loss,
+        "run": task.run,
+        "n_layers": loaded.n_layers,
+        "n_heads": loaded.n_heads,
+        "n_params": sum(p.numel() for p in loaded.bridge.parameters()),
+        "device": str(loaded.device),
+        "census_s": round(t_census, 2),
+        "wall_s": round(time.perf_counter() - t0, 2),
+        "cpu_s": round(
+            time.process_time() - c0, 2
+        ),  # CPU seconds of this worker (all its threads): a cost that does not depend on the machine's load
     }
     # a folder left incomplete by an earlier, interrupted run is replaced
     with atomic_dir(task_folder(out, task)) as tmp:
@@ -134,7 +179,11 @@ def run_task(task: SweepTask, config: SweepConfig, out: str, command: list[str])
             write_table(ablation, tmp / "ablation.csv")
         write_json(tmp / "checkpoint.json", info)
         # how the held-out windows were cut (offsets, BOS counted in the window, source text): the loss by hand
-        manifest["heldout_loss"] = {"value": loss["heldout_loss"], "evalset": data.describe(), "frame_ids": [list(map(int, ids)) for ids in loaded.frame(True)]} if data is not None else {"value": None, "note": loss.get("loss_note", "no loss windows (--loss-windows 0)")}
+        manifest["heldout_loss"] = (
+            {"value": loss["heldout_loss"], "evalset": data.describe(), "frame_ids": [list(map(int, ids)) for ids in loaded.frame(True)]}
+            if data is not None
+            else {"value": None, "note": loss.get("loss_note", "no loss windows (--loss-windows 0)")}
+        )
         write_json(tmp / "manifest.json", manifest)  # last: its presence marks the task done
     return {**info, "status": "done", "error": None, "exit_code": 0}
 
