@@ -1,27 +1,29 @@
 """analyses: detectors, the head census, classification, ablation, pruning, sinks.
 
-Functions here return DataFrames; nothing prints or plots.  Public names are imported
-lazily on first use.
+Functions here return DataFrames; nothing prints or plots.  The public names below are imported
+explicitly, so an IDE and a type checker see their real types.
 """
 
 from __future__ import annotations
 
-from headlens.probes._lazy import lazy_exports
+from headlens.analyses.heads.census import CensusConfig, CensusResult, run_census
+from headlens.analyses.heads.classify import classify_heads, default_thresholds, parse_thresholds
+from headlens.analyses.heads.detectors import get_detectors, registry
+from headlens.analyses.heads.verify import verify_attention
+from headlens.analyses.synthetic.planted import PLANTED_ROLES, build_planted_checkpoint
+from headlens.analyses.synthetic.selftest import run_selftest
 
-_EXPORTS = {
-    "CensusConfig": "headlens.analyses.heads.census",
-    "CensusResult": "headlens.analyses.heads.census",
-    "run_census": "headlens.analyses.heads.census",
-    "classify_heads": "headlens.analyses.heads.classify",
-    "parse_thresholds": "headlens.analyses.heads.classify",
-    "default_thresholds": "headlens.analyses.heads.classify",
-    "registry": "headlens.analyses.heads.detectors",
-    "get_detectors": "headlens.analyses.heads.detectors",
-    "verify_attention": "headlens.analyses.heads.verify",
-    "run_selftest": "headlens.analyses.synthetic.selftest",
-    "build_planted_checkpoint": "headlens.analyses.synthetic.planted",
-    "PLANTED_ROLES": "headlens.analyses.synthetic.planted",
-}
-
-__all__ = sorted(_EXPORTS)  # pyright: ignore[reportUnsupportedDunderAll] - the lazy-export table is the one list of names
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+__all__ = [
+    "CensusConfig",
+    "CensusResult",
+    "run_census",
+    "classify_heads",
+    "parse_thresholds",
+    "default_thresholds",
+    "registry",
+    "get_detectors",
+    "verify_attention",
+    "run_selftest",
+    "build_planted_checkpoint",
+    "PLANTED_ROLES",
+]

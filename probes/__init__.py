@@ -1,28 +1,34 @@
 """probes: load models, attach hooks, capture per-head activations.
 
-The public names below are imported lazily on first use, so ``import probes`` is cheap.
+The public names below are imported explicitly, so an IDE and a type checker see their real types.
+The function :func:`headlens.probes.capture.capture` is not among them: ``headlens.probes.capture``
+stays the module (a function of that name here would shadow it); the notebook verb is
+:func:`headlens.capture`.
 """
 
 from __future__ import annotations
 
-from headlens.probes._lazy import lazy_exports
+from headlens.probes.capture import Capture, hook_name
+from headlens.probes.capture_io import save_capture
+from headlens.probes.config import CaptureConfig, ModelConfig
+from headlens.probes.errors import HeadlensError
+from headlens.probes.hooks import attached
+from headlens.probes.loading import LoadedModel, load_model
+from headlens.probes.manifest import build_manifest
+from headlens.probes.prompts import TokenBatch, read_prompts, tokenize_prompts
 
-_EXPORTS = {
-    "ModelConfig": "headlens.probes.config",
-    "CaptureConfig": "headlens.probes.config",
-    "LoadedModel": "headlens.probes.loading",
-    "load_model": "headlens.probes.loading",
-    "Capture": "headlens.probes.capture",
-    "capture": "headlens.probes.capture",
-    "hook_name": "headlens.probes.capture",
-    "attached": "headlens.probes.hooks",
-    "TokenBatch": "headlens.probes.prompts",
-    "read_prompts": "headlens.probes.prompts",
-    "tokenize_prompts": "headlens.probes.prompts",
-    "save_capture": "headlens.probes.capture_io",
-    "build_manifest": "headlens.probes.manifest",
-    "HeadlensError": "headlens.probes.errors",
-}
-
-__all__ = sorted(_EXPORTS)  # pyright: ignore[reportUnsupportedDunderAll] - the lazy-export table is the one list of names
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+__all__ = [
+    "ModelConfig",
+    "CaptureConfig",
+    "LoadedModel",
+    "load_model",
+    "Capture",
+    "hook_name",
+    "attached",
+    "TokenBatch",
+    "read_prompts",
+    "tokenize_prompts",
+    "save_capture",
+    "build_manifest",
+    "HeadlensError",
+]

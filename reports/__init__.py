@@ -1,21 +1,22 @@
 """reports: the ``headlens`` CLI, tables, figures and the full report.
 
-The public names below are imported lazily on first use, so ``import reports`` is cheap.
+The public names below are imported explicitly, so an IDE and a type checker see their real types.
 """
 
 from __future__ import annotations
 
-from headlens.probes._lazy import lazy_exports
+from headlens.reports.page.html import render_html
+from headlens.reports.page.markdown import render_markdown
+from headlens.reports.report.build import ReportProgress, build_report, load_report
+from headlens.reports.report.result import Report
+from headlens.reports.report.settings import ReportSettings
 
-_EXPORTS = {
-    "build_report": "headlens.reports.report.build",
-    "load_report": "headlens.reports.report.build",
-    "Report": "headlens.reports.report.result",
-    "ReportSettings": "headlens.reports.report.settings",
-    "ReportProgress": "headlens.reports.report.build",
-    "render_html": "headlens.reports.page.html",
-    "render_markdown": "headlens.reports.page.markdown",
-}
-
-__all__ = sorted(_EXPORTS)  # pyright: ignore[reportUnsupportedDunderAll] - the lazy-export table is the one list of names
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+__all__ = [
+    "build_report",
+    "load_report",
+    "Report",
+    "ReportSettings",
+    "ReportProgress",
+    "render_html",
+    "render_markdown",
+]

