@@ -20,7 +20,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from headlens.probes.errors import InputError
-from headlens.reports.figures.common import heatmap_figure
+from headlens.reports.figures.common import NotebookFigure, heatmap_figure
 from headlens.reports.page.attention_component import is_causal
 from headlens.reports.page.heatmaps import head_grid
 
@@ -36,7 +36,7 @@ _CMAP = "viridis"
 
 
 def _figure(width: float, height: float) -> Figure:
-    fig = Figure(figsize=(width, height))
+    fig = NotebookFigure(figsize=(width, height))
     FigureCanvasAgg(fig)
     return fig
 

@@ -80,9 +80,9 @@ def test_sinks_streaming_without_lengths_is_refused(runner, planted_checkpoint, 
 
 
 def test_lengths_config_errors(planted_model):
-    with pytest.raises(InputError, match="--lengths is empty"):
+    with pytest.raises(InputError, match="lengths is empty"):
         sink_lengths(planted_model, LengthsConfig(lengths=()))
-    with pytest.raises(InputError, match="--query-block"):
+    with pytest.raises(InputError, match="query_block must"):
         sink_lengths(planted_model, LengthsConfig(lengths=(16,), attention="streaming", query_block=0))
 
 

@@ -95,7 +95,7 @@ def test_choose_attention_auto_and_bad_mode():
     assert choose_attention("auto", batch=1, n_heads=32, n=16384, budget=2 * 1024**3) == "streaming"
     assert choose_attention("auto", batch=16, n_heads=4, n=64) == "eager"
     assert choose_attention("eager", batch=1, n_heads=32, n=16384) == "eager"
-    with pytest.raises(InputError, match="--attention"):
+    with pytest.raises(InputError, match="attention="):
         choose_attention("flash", batch=1, n_heads=1, n=1)
 
 
@@ -109,7 +109,7 @@ def test_a_family_streaming_cannot_reach_is_refused(family_model, monkeypatch):
 
     model = family_model("llama")
     monkeypatch.setattr(streaming, "_uses_interface", lambda module: False)
-    with pytest.raises(UnsupportedModelError, match="streaming attention on llama: layer 0 .*use --attention eager") as info:
+    with pytest.raises(UnsupportedModelError, match="streaming attention on llama: layer 0 .*use attention='eager'") as info:
         run_census(model, CensusConfig(**SMALL, detectors=("sink",), attention="streaming"))
     assert "\n" not in str(info.value)
 

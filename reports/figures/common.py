@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import io
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,7 +22,31 @@ from headlens.reports.tables import baseline_label
 if TYPE_CHECKING:
     from matplotlib.typing import RcKeyType
 
-__all__ = ["save_heatmap", "heatmap_figure", "save_figure", "detector_heatmaps", "detector_figures", "titled", "figures_text"]
+__all__ = [
+    "NotebookFigure",
+    "save_heatmap",
+    "heatmap_figure",
+    "save_figure",
+    "detector_heatmaps",
+    "detector_figures",
+    "titled",
+    "figures_text",
+]
+
+
+class NotebookFigure(Figure):
+    """A :class:`~matplotlib.figure.Figure` that shows itself as a PNG in a notebook.
+
+    headlens draws without pyplot (below), so Jupyter's inline backend never registers its
+    display hook and a bare Figure would show as ``<Figure size ...>`` text; ``_repr_png_``
+    renders it on its own Agg canvas instead.  Where the inline backend is active its own
+    formatter takes precedence, so a figure is never shown twice.
+    """
+
+    def _repr_png_(self) -> bytes:
+        buffer = io.BytesIO()
+        FigureCanvasAgg(self).print_png(buffer)
+        return buffer.getvalue()
 
 
 class _Figures:
@@ -37,7 +62,7 @@ class _Figures:
 
     @staticmethod
     def subplots(nrows: int = 1, ncols: int = 1, *, figsize=None, squeeze: bool = True, **kwargs):
-        fig = Figure(figsize=figsize)
+        fig = NotebookFigure(figsize=figsize)
         FigureCanvasAgg(fig)
         return fig, fig.subplots(nrows, ncols, squeeze=squeeze, **kwargs)
 
