@@ -244,7 +244,7 @@ def census_config(**kwargs):
     return CensusConfig(**kwargs)
 
 
-def parser(doc: str, *, repeats: bool = True):
+def parser(doc: str | None, *, repeats: bool = True):
     """The options every benchmark shares: --repeats, --device, --dtype, --threads, --shape,
     --cache (and the hidden --mode/--checkpoint its subprocesses are called with)."""
     import argparse

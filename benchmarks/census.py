@@ -31,7 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import _common  # noqa: E402
+import _common
 
 TARGETS = {"census": ("hf_eager", 1.15), "census_streaming": ("hf_sdpa", 1.5)}
 
@@ -65,9 +65,14 @@ def one_mode(args) -> dict:
     n = args.n_prompts * (4 if args.mode == "census_x4" else 1)
     eager, streaming = _config(args, n, "eager"), _config(args, n, "streaming")
     kinds = {"repeated", "natural", "referent"}
+    assert eager is not None  # attention='eager' is always available
     stimuli = build_stimuli(model, eager, kinds)
     batches = [(sub.tokens, batch_attention_mask(sub)) for stim in stimuli.values() for _, sub in iter_batches(stim.batch, 16)]
-    wanted = [args.mode] if args.mode != "paired" else ["hf_eager", "hf_sdpa", "bridge_forward", "census", "census_streaming"] + (["tl_detect_head"] if args.with_tl else [])
+    wanted = (
+        [args.mode]
+        if args.mode != "paired"
+        else ["hf_eager", "hf_sdpa", "bridge_forward", "census", "census_streaming"] + (["tl_detect_head"] if args.with_tl else [])
+    )
     fns = {}
     for mode in wanted:
         if mode == "hf_eager":
@@ -84,7 +89,13 @@ def one_mode(args) -> dict:
             fns[mode] = lambda: run_census(model, streaming)
         elif mode == "tl_detect_head":
             fns[mode] = lambda: _tl_loop(model, stimuli)
-    info = {"device": str(model.device), "threads": torch.get_num_threads(), "n_prompts": n, "n_batches": len(batches), "n_tokens": int(sum(int(m.sum()) for _, m in batches))}
+    info = {
+        "device": str(model.device),
+        "threads": torch.get_num_threads(),
+        "n_prompts": n,
+        "n_batches": len(batches),
+        "n_tokens": int(sum(int(m.sum()) for _, m in batches)),
+    }
     if args.mode != "paired":
         if args.mode not in fns:
             return {"unavailable": True, **info}
@@ -107,7 +118,8 @@ def _tl_loop(model, stimuli) -> None:
         stim = stimuli[kind]
         for i in range(len(stim.batch)):
             tokens = stim.batch.tokens[i : i + 1, : int(stim.batch.lengths[i])].to(model.device)
-            detect_head(_FixedTokens(model.bridge, tokens), "unused", name)
+            fake = _FixedTokens(model.bridge, tokens)
+            detect_head(fake, "unused", name)  # pyright: ignore[reportArgumentType] - a stand-in for HookedTransformer; "unused" never tokenized
 
 
 def main() -> None:
@@ -121,7 +133,9 @@ def main() -> None:
         print(json.dumps(one_mode(args)))
         return
     extra = _common.forwarded(args, ["n_prompts"]) + (["--with-tl"] if args.with_tl else [])
-    modes = ["hf_eager", "hf_sdpa", "bridge_forward", "census", "census_streaming", "census_x4"] + (["tl_detect_head"] if args.with_tl else [])
+    modes = ["hf_eager", "hf_sdpa", "bridge_forward", "census", "census_streaming", "census_x4"] + (
+        ["tl_detect_head"] if args.with_tl else []
+    )
     mem = _common.run_modes(__file__, modes, extra)
     paired = _common.run_modes(__file__, ["paired"], extra)["paired"]
     if "error" in paired:
@@ -142,7 +156,9 @@ def main() -> None:
         if "peak_MiB" in r:
             row.update(peak_MiB=r["peak_MiB"], extra_MiB=r["extra_MiB"])
         rows.append(row)
-    note = "ratio: median of per-round ratios to the floor (the same batches and masks); memory: each mode alone, " + (mem["census"].get("memory", "") if "census" in mem else "")
+    note = "ratio: median of per-round ratios to the floor (the same batches and masks); memory: each mode alone, " + (
+        mem["census"].get("memory", "") if "census" in mem else ""
+    )
     for line in _common.table(rows, floor_note=note):
         print(line)
     if "census_streaming" not in paired["medians_s"]:
@@ -152,7 +168,10 @@ def main() -> None:
     if "census_x4" in mem and "census" in mem and "extra_MiB" in mem["census_x4"] and "extra_MiB" in mem["census"]:
         print(f"peak memory census_x4 - census = {mem['census_x4']['peak_MiB'] - mem['census']['peak_MiB']:+.0f} MiB for 4x the prompts")
     if "tl_detect_head" in paired["medians_s"]:
-        print(f"speed-up over looping detect_head (3 of the detectors) = {paired['medians_s']['tl_detect_head'] / paired['medians_s']['census']:.1f}x")
+        print(
+            "speed-up over looping detect_head (3 of the detectors) = "
+            f"{paired['medians_s']['tl_detect_head'] / paired['medians_s']['census']:.1f}x"
+        )
     _common.write_json(args.json, {"memory": mem, "timing": paired, "rows": rows})
 
 

@@ -27,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import _common  # noqa: E402
+import _common
 
 TARGET_S = 30.0
 #: census / plain HF eager forward with patterns over the same batches (issue 23)
@@ -59,7 +59,14 @@ def main() -> None:
     model = load_model(model=str(folder), device=device, dtype=args.dtype)
 
     def config(n: int):
-        c = _common.census_config(n_prompts=n, seq_len=args.seq_len, window=2 * args.seq_len + 2, batch_size=args.batch_size, n_bootstrap=args.n_bootstrap, attention=args.attention)
+        c = _common.census_config(
+            n_prompts=n,
+            seq_len=args.seq_len,
+            window=2 * args.seq_len + 2,
+            batch_size=args.batch_size,
+            n_bootstrap=args.n_bootstrap,
+            attention=args.attention,
+        )
         if c is None:
             sys.exit(f"--attention {args.attention}: not available in this headlens")
         return c
@@ -88,7 +95,7 @@ def main() -> None:
     times: dict[str, list[float]] = {name: [] for name in fns}
     names = list(fns)
     for rnd in range(max(1, args.repeats)):
-        for name in names[rnd % len(names):] + names[: rnd % len(names)]:
+        for name in names[rnd % len(names) :] + names[: rnd % len(names)]:
             sync()
             t0 = time.perf_counter()
             fns[name]()
@@ -99,17 +106,29 @@ def main() -> None:
     peak = torch.cuda.max_memory_allocated() / 2**20 if device.startswith("cuda") else _common.rss_mib()
     n_used = {k: v["n"] for k, v in result.stimuli.items()}
     out = {
-        "census_s": seconds, "target_s": TARGET_S, "met": seconds <= TARGET_S, "device": device, "dtype": args.dtype,
-        "attention": args.attention, "n_prompts": n_used, "seq_len": args.seq_len, "batch_size": args.batch_size,
-        "threads": torch.get_num_threads(), "peak_MiB": peak, "finite_scores": int(result.scores["score"].notna().sum()),
-        "gpu": torch.cuda.get_device_name() if device.startswith("cuda") else None, "times_s": times,
-        "repeats": max(1, args.repeats), "loadavg": os.getloadavg(), "cpus": os.cpu_count(),
+        "census_s": seconds,
+        "target_s": TARGET_S,
+        "met": seconds <= TARGET_S,
+        "device": device,
+        "dtype": args.dtype,
+        "attention": args.attention,
+        "n_prompts": n_used,
+        "seq_len": args.seq_len,
+        "batch_size": args.batch_size,
+        "threads": torch.get_num_threads(),
+        "peak_MiB": peak,
+        "finite_scores": int(result.scores["score"].notna().sum()),
+        "gpu": torch.cuda.get_device_name() if device.startswith("cuda") else None,
+        "times_s": times,
+        "repeats": max(1, args.repeats),
+        "loadavg": os.getloadavg(),
+        "cpus": os.cpu_count(),
     }
     if not args.no_floor:
         out["n_tokens"] = int(sum(int(m.sum()) for _, m in batches))
         for name in names[1:]:
             out[f"{name}_s"] = statistics.median(times[name])
-        out["census_vs_hf_eager"] = statistics.median(c / h for c, h in zip(times["census"], times["hf_eager"]))
+        out["census_vs_hf_eager"] = statistics.median(c / h for c, h in zip(times["census"], times["hf_eager"], strict=True))
         out["ratio_target"] = RATIO_TARGET
         out["ratio_met"] = out["census_vs_hf_eager"] <= RATIO_TARGET
     print(

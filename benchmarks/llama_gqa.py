@@ -29,9 +29,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import _common  # noqa: E402
+import _common
 
-TARGETS = {"capture": ("hf_eager", 1.2), "capture_pattern": ("hf_eager", 1.2), "census": ("hf_eager", 1.15), "census_streaming": ("hf_sdpa", 1.5)}
+TARGETS = {
+    "capture": ("hf_eager", 1.2),
+    "capture_pattern": ("hf_eager", 1.2),
+    "census": ("hf_eager", 1.15),
+    "census_streaming": ("hf_sdpa", 1.5),
+}
 SHAPE = {"n_layers": 12, "n_heads": 12, "n_kv_heads": 4, "d_model": 768, "d_mlp": 3072, "n_ctx": 1024, "init_std": 0.02}
 #: --shape tiny (smoke tests only)
 TINY = {"n_layers": 2, "n_heads": 4, "n_kv_heads": 2, "d_model": 64, "d_mlp": 128, "n_ctx": 256, "init_std": 0.02}
@@ -51,9 +56,9 @@ def run(args) -> dict:
     import torch
 
     from headlens.analyses.heads.census import build_stimuli, run_census
-    from headlens.probes.engine import batch_attention_mask
     from headlens.probes.capture import capture
     from headlens.probes.config import CaptureConfig
+    from headlens.probes.engine import batch_attention_mask
     from headlens.probes.loading import load_model
     from headlens.probes.prompts import iter_batches
 
@@ -66,6 +71,7 @@ def run(args) -> dict:
     hf_lm = _common.hf_model(folder, attn="eager", device=device, dtype=args.dtype, lm=True)
     config = _common.census_config(n_prompts=args.n_prompts, batch_size=16, n_bootstrap=1000, attention="eager")
     streaming = _common.census_config(n_prompts=args.n_prompts, batch_size=16, n_bootstrap=1000, attention="streaming")
+    assert config is not None  # attention='eager' is always available
     stimuli = build_stimuli(model, config, {"repeated", "natural", "referent"})
     batches = [(sub.tokens, batch_attention_mask(sub)) for stim in stimuli.values() for _, sub in iter_batches(stim.batch, 16)]
 
@@ -89,7 +95,12 @@ def run(args) -> dict:
     floors["hf_sdpa"] = "hf_sdpa"
     timing["ratios"] = _common.ratios(timing, floors)
     timing["floors"] = floors
-    timing.update(device=str(model.device), threads=torch.get_num_threads(), n_batches=len(batches), n_tokens=int(sum(int(m.sum()) for _, m in batches)))
+    timing.update(
+        device=str(model.device),
+        threads=torch.get_num_threads(),
+        n_batches=len(batches),
+        n_tokens=int(sum(int(m.sum()) for _, m in batches)),
+    )
     return timing
 
 
@@ -100,15 +111,19 @@ def main() -> None:
     res = run(args)
     s = SHAPE if args.shape == "small" else TINY
     print(
-        f"llama_gqa benchmark: Llama {s['n_layers']} layers x {s['n_heads']} query heads / {s['n_kv_heads']} KV heads, d_model {s['d_model']}, random weights; "
-        f"{args.n_prompts} prompts per stimulus set ({res['n_batches']} batches, {res['n_tokens']} real tokens), {res['device']}, {args.dtype}, "
+        f"llama_gqa benchmark: Llama {s['n_layers']} layers x {s['n_heads']} query heads / {s['n_kv_heads']} KV heads, d_model "
+        f"{s['d_model']}, random weights; "
+        f"{args.n_prompts} prompts per stimulus set ({res['n_batches']} batches, {res['n_tokens']} real tokens), {res['device']}, "
+        f"{args.dtype}, "
         f"{res['threads']} threads, {args.repeats} interleaved rounds"
     )
     rows = [
         {"mode": m, "median_s": t, "ratio": res["ratios"][m], "floor": res["floors"][m], "target": TARGETS.get(m, (None, None))[1]}
         for m, t in res["medians_s"].items()
     ]
-    for line in _common.table(rows, floor_note="ratio: median of per-round ratios to the floor (same batches and masks); memory not measured here"):
+    for line in _common.table(
+        rows, floor_note="ratio: median of per-round ratios to the floor (same batches and masks); memory not measured here"
+    ):
         print(line)
     if "census_streaming" not in res["medians_s"]:
         print("census_streaming: not available (this headlens' CensusConfig has no attention='streaming')")

@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import _common  # noqa: E402
+import _common
 
 MODES = ["hf_eager", "bridge_forward", "bridge_stop", "census_alpha", "census_full"]
 TARGET = 1.3
@@ -35,9 +35,9 @@ TARGET = 1.3
 def one_mode(args) -> dict:
     import torch
 
-    from headlens.probes.engine_forward import forward_until
     from headlens.analyses.sinks.stream import stream_sink_stats
     from headlens.analyses.stimuli import eval_text, text_windows
+    from headlens.probes.engine_forward import forward_until
     from headlens.probes.loading import load_model
     from headlens.probes.prompts import TokenBatch, iter_batches
 
@@ -89,8 +89,15 @@ def main() -> None:
         return
     extra = _common.forwarded(args, ["prompts", "tokens", "batch_size"])
     mem, paired, rows = _common.measure_against_floor(__file__, MODES, extra, floor="hf_eager", target_mode="census_full", target=TARGET)
-    print(f"sinks benchmark: GPT-2-{args.shape} shape, random weights, {paired['n_sequences']} sequences x {args.tokens} tokens (evaluation text, no BOS), batch {args.batch_size}, {paired['device']}, {args.dtype}, {paired['threads']} threads, {args.repeats} interleaved rounds")
-    for line in _common.table(rows, floor_note="ratio: median of per-round ratios to hf_eager; memory: each mode alone (" + mem["census_full"].get("memory", "?") + ")"):
+    print(
+        f"sinks benchmark: GPT-2-{args.shape} shape, random weights, {paired['n_sequences']} sequences x {args.tokens} tokens (evaluation "
+        f"text, no BOS), batch {args.batch_size}, {paired['device']}, {args.dtype}, {paired['threads']} threads, {args.repeats} "
+        "interleaved rounds"
+    )
+    for line in _common.table(
+        rows,
+        floor_note="ratio: median of per-round ratios to hf_eager; memory: each mode alone (" + mem["census_full"].get("memory", "?") + ")",
+    ):
         print(line)
     print(f"census_full / bridge_stop = {paired['full_vs_stop']:.3f}  (the hooks' own cost: same layers run, no statistics)")
     _common.write_json(args.json, {"memory": mem, "timing": paired, "rows": rows})

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from headlens.probes.attention import attention_spec, rotate
 from headlens.probes.config import CAPTURABLE, CaptureConfig
 from headlens.probes.engine_forward import forward_until
 from headlens.probes.errors import InputError, UnsupportedModelError
@@ -68,7 +69,9 @@ class Capture:
         return self.batch.lengths
 
 
-def tokenize_for(model: LoadedModel, prompts: Sequence[str], *, prepend_bos: bool, truncate: bool = False, n_ctx: int | None = None) -> TokenBatch:
+def tokenize_for(
+    model: LoadedModel, prompts: Sequence[str], *, prepend_bos: bool, truncate: bool = False, n_ctx: int | None = None
+) -> TokenBatch:
     """``prompts`` as the model expects them: each wrapped in :meth:`LoadedModel.frame`, right-padded.
 
     Decoders: ``[BOS] text`` (``text`` alone with ``prepend_bos=False``); encoders (BERT):
@@ -179,7 +182,9 @@ class _Writer:
             # Padded queries are zeroed.  A pattern keeps every key of a real query, padded
             # keys included (0 when the mask reached the attention; verify checks that);
             # scores at padded keys are the mask's fill value and are zeroed too.
-            keep = mask[:, :, None] & (mask[:, None, :] if self.what == "attn_scores" else torch.ones_like(mask[:, None, :]))  # [batch, q, k]
+            keep = mask[:, :, None] & (
+                mask[:, None, :] if self.what == "attn_scores" else torch.ones_like(mask[:, None, :])
+            )  # [batch, q, k]
             sel = torch.where(keep[:, None], sel, torch.zeros((), dtype=sel.dtype, device=sel.device))
             self.out[self.rows, :, :width, :width] = sel.to(self.out.device)
 
@@ -194,13 +199,13 @@ class _Recorder:
         self.value = act.detach()
 
 
-def _plan(model: LoadedModel, layer: int, what: str, hs: list[int], kv_index: list[int]) -> tuple[str, list[int], bool, Any, dict[int, _Recorder], str]:
+def _plan(
+    model: LoadedModel, layer: int, what: str, hs: list[int], kv_index: list[int]
+) -> tuple[str, list[int], bool, Any, dict[int, _Recorder], str]:
     """Where ``what`` of ``layer`` is read from: (hook, head index, all heads?, transform, recorders, source note).
 
     ``hs`` are the chosen query heads, ``kv_index`` the KV-head columns kept for k, v, rot_k.
     """
-    from headlens.probes.attention import attention_spec, rotate
-
     spec = attention_spec(model)
     la = spec.layers[layer]
     index = kv_index if what in _KV else hs
@@ -235,7 +240,8 @@ def _plan(model: LoadedModel, layer: int, what: str, hs: list[int], kv_index: li
             all_heads,
             lambda x: rotate(la, x, cos=rec[0].value, sin=rec[1].value),
             rec,
-            f"hook_{base} rotated by headlens (rotate-half on the first {la.rotary_dim} of {la.d_head} dims, cos/sin from hook_cos/hook_sin)",
+            f"hook_{base} rotated by headlens (rotate-half on the first {la.rotary_dim} of {la.d_head} dims, cos/sin from "
+            "hook_cos/hook_sin)",
         )
     raise UnsupportedModelError(f"cannot capture {what} on {spec.family}: unknown rotary embedding", family=spec.family)
 
@@ -252,8 +258,6 @@ def capture(
 
     ``progress``, when given, is called as ``progress(done, total)`` after each batch.
     """
-    from headlens.probes.attention import attention_spec
-
     config = config or CaptureConfig()
     unknown = [w for w in config.what if w not in CAPTURABLE]
     if unknown or not config.what:
@@ -262,7 +266,9 @@ def capture(
     spec = attention_spec(model)
     # k, v, rot_k columns: the KV heads the chosen query heads read, or one per query head.
     kv_cols = {
-        layer: [spec.layers[layer].kv_head(h) for h in hs] if config.kv_per_query_head else sorted({spec.layers[layer].kv_head(h) for h in hs})
+        layer: [spec.layers[layer].kv_head(h) for h in hs]
+        if config.kv_per_query_head
+        else sorted({spec.layers[layer].kv_head(h) for h in hs})
         for layer, hs in heads.items()
     }
     if isinstance(prompts, TokenBatch):

@@ -6,6 +6,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from safetensors import safe_open
+from safetensors.torch import load_file, save_file
+
 from headlens.probes.capture import Capture
 from headlens.probes.outputs import atomic_write, write_json
 
@@ -14,8 +17,6 @@ __all__ = ["save_capture", "capture_entry", "tokens_entry", "load_activations", 
 
 def save_capture(capture: Capture, out_dir: str | Path, manifest: dict[str, Any]) -> dict[str, Path]:
     """Write ``activations.safetensors``, ``tokens.json`` and ``manifest.json`` atomically."""
-    from safetensors.torch import save_file
-
     out = Path(out_dir)
     tensors = {name: t.contiguous() for name, t in capture.tensors.items()}
     tensors["lengths"] = capture.batch.lengths.contiguous()
@@ -57,13 +58,9 @@ def capture_entry(capture: Capture) -> dict[str, Any]:
 def saved_keys(path: str | Path) -> list[str]:
     """The names of the tensors in a safetensors file (read from its header, no tensor loaded):
     what :func:`save_capture` wrote, the captured tensors plus ``lengths``."""
-    from safetensors import safe_open
-
     with safe_open(str(path), framework="pt") as f:
         return list(f.keys())
 
 
 def load_activations(path: str | Path) -> dict[str, Any]:
-    from safetensors.torch import load_file
-
     return load_file(str(path))

@@ -88,7 +88,9 @@ def resolve_device(device: str = "auto") -> torch.device:
         raise InputError(f"unknown device {device!r}: use auto, cpu, cuda, cuda:N or mps", device=device) from exc
     if dev.type == "cuda":
         if not torch.cuda.is_available():
-            raise DeviceError("device='cuda' asked for, but CUDA is not available on this machine (use device='auto' or device='cpu')", device=device)
+            raise DeviceError(
+                "device='cuda' asked for, but CUDA is not available on this machine (use device='auto' or device='cpu')", device=device
+            )
         if dev.index is not None and dev.index >= torch.cuda.device_count():
             raise DeviceError(f"device={device!r}: only {torch.cuda.device_count()} CUDA device(s) here", device=device)
     elif dev.type == "mps" and not _mps_available():

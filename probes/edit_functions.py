@@ -39,6 +39,7 @@ ATTENTION_IMPLEMENTATION = "headlens_score_edits"
 #: Hugging Face attention classes whose eager function computes ``q . k`` in float32 whatever the dtype.
 _UPCAST_QK = frozenset({"GPTJAttention"})
 
+
 @dataclass
 class LayerState:
     """What headlens' attention function does for one Hugging Face attention module while a ``with`` block holds."""
@@ -90,7 +91,7 @@ def interface_attention(
     groups = int(getattr(module, "num_key_value_groups", 1) or 1)
     key, value = repeat_kv(key, groups, dim=1), repeat_kv(value, groups, dim=1)  # [batch, head, pos, d]
     if scaling is None:
-        scaling = query.shape[-1] ** -0.5
+        scaling = float(query.shape[-1] ** -0.5)
     if type(module).__name__ in _UPCAST_QK:
         scores = torch.matmul(query.float(), key.float().transpose(2, 3)) * scaling
     else:

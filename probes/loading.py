@@ -30,11 +30,19 @@ from typing import Any
 
 import torch
 
+from headlens.probes.boot import boot
 from headlens.probes.config import ModelConfig
 from headlens.probes.devices import resolve_device, resolve_dtype
-from headlens.probes.boot import boot
 from headlens.probes.errors import DeviceError, InputError, ModelLoadError, UnsupportedModelError
-from headlens.probes.placement import Placement, check_module_names, compute_device, input_device, placement_in_force, placement_of, realized
+from headlens.probes.placement import (
+    Placement,
+    check_module_names,
+    compute_device,
+    input_device,
+    placement_in_force,
+    placement_of,
+    realized,
+)
 from headlens.probes.sources import check_weight_files, checkpoint_fingerprint, first_line, hub_snapshot, resolve_source
 from headlens.probes.weight_report import mismatch_message, report_weights, weight_check
 
@@ -175,11 +183,12 @@ def weights_fingerprint(model: LoadedModel) -> str:
     return model._fingerprint
 
 
-
 _CORRUPT_ERRORS = ("SafetensorError", "UnpicklingError", "BadZipFile", "EOFError")
 
 
-def load_model(config: ModelConfig | None = None, /, *, named: Mapping[str, Callable[[], Path]] | None = None, **kwargs: Any) -> LoadedModel:
+def load_model(
+    config: ModelConfig | None = None, /, *, named: Mapping[str, Callable[[], Path]] | None = None, **kwargs: Any
+) -> LoadedModel:
     """Load ``config.model`` (Hub id or local folder) on the chosen device and dtype, in eval mode.
 
     Either pass a :class:`ModelConfig` or its fields as keywords:
@@ -231,7 +240,9 @@ def load_model(config: ModelConfig | None = None, /, *, named: Mapping[str, Call
     except Exception as exc:
         if type(exc).__name__ not in _CORRUPT_ERRORS:
             raise
-        raise ModelLoadError(f"could not load {config.model!r}: a weights file is corrupt or truncated ({first_line(exc)})", model=config.model) from exc
+        raise ModelLoadError(
+            f"could not load {config.model!r}: a weights file is corrupt or truncated ({first_line(exc)})", model=config.model
+        ) from exc
     hf_model = bridge.original_model
     device_map = None if placement is None else realized(hf_model, placement)
     device = device if placement is None else input_device(bridge)
@@ -277,16 +288,21 @@ def _check_analysable(bridge: Any, spec: str) -> None:
     hf_config = getattr(hf_model, "config", None)
     if getattr(hf_config, "is_encoder_decoder", False):
         raise UnsupportedModelError(
-            f"model={spec!r}: {arch} is an encoder-decoder model; headlens analyses decoder-only and encoder-only models", model=spec, architecture=arch
+            f"model={spec!r}: {arch} is an encoder-decoder model; headlens analyses decoder-only and encoder-only models",
+            model=spec,
+            architecture=arch,
         )
     blocks = getattr(bridge, "_modules", {}).get("blocks")
     if not isinstance(blocks, torch.nn.ModuleList) or len(blocks) == 0:
-        raise UnsupportedModelError(f"model={spec!r}: {arch} has no stack of transformer blocks that headlens can hook", model=spec, architecture=arch)
+        raise UnsupportedModelError(
+            f"model={spec!r}: {arch} has no stack of transformer blocks that headlens can hook", model=spec, architecture=arch
+        )
     for i, block in enumerate(blocks):
         attn = getattr(block, "_modules", {}).get("attn")
         if attn is None or getattr(attn, "original_component", None) is None:
             raise UnsupportedModelError(
-                f"model={spec!r}: block {i} of {arch} has no attention component (not a transformer attention layer); headlens cannot analyse it",
+                f"model={spec!r}: block {i} of {arch} has no attention component (not a transformer attention layer); headlens cannot "
+                "analyse it",
                 model=spec,
                 architecture=arch,
             )
@@ -306,7 +322,9 @@ def check_layers_heads(
         if not 0 <= layer < n_l:
             raise InputError(f"head {layer}.{head}: layer {layer} is out of range: this model has layers 0..{n_l - 1}", layer=layer)
         if not 0 <= head < n_h:
-            raise InputError(f"head {layer}.{head}: head {head} is out of range: this model has heads 0..{n_h - 1} in each layer", head=head)
+            raise InputError(
+                f"head {layer}.{head}: head {head} is out of range: this model has heads 0..{n_h - 1} in each layer", head=head
+            )
     if heads:
         chosen: dict[int, list[int]] = {}
         for layer, head in heads:

@@ -23,7 +23,7 @@ def check_out_dir(path: str | Path, *, overwrite: bool) -> Path:
     if p.exists() and not p.is_dir():
         raise OutputExistsError(f"output {path} exists and is not a folder", path=str(path))
     if p.is_dir() and any(p.iterdir()) and not overwrite:
-        raise OutputExistsError(f"output folder {path} is not empty; pass --overwrite to replace its files", path=str(path))
+        raise OutputExistsError(f"output folder {path} is not empty; pass overwrite=True to replace its files", path=str(path))
     return p
 
 
@@ -32,7 +32,7 @@ def check_out_file(path: str | Path, *, overwrite: bool) -> Path:
     if p.is_dir():
         raise OutputExistsError(f"output {path} is a folder, expected a file", path=str(path))
     if p.exists() and not overwrite:
-        raise OutputExistsError(f"output file {path} exists; pass --overwrite to replace it", path=str(path))
+        raise OutputExistsError(f"output file {path} exists; pass overwrite=True to replace it", path=str(path))
     return p
 
 

@@ -27,12 +27,13 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from accelerate import init_empty_weights
 from accelerate.utils import align_module_device, convert_file_size_to_int
 
+from headlens.probes.config import ModelConfig
 from headlens.probes.errors import DeviceError, InputError
 
 __all__ = [
@@ -50,6 +51,8 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+#: A ModelConfig or a subclass: returned as the same type.
+_Config = TypeVar("_Config", bound=ModelConfig)
 
 #: accelerate's placement strategies ``device_map`` accepts by name.
 DEVICE_MAP_KEYWORDS = ("auto", "balanced", "balanced_low_0", "sequential")
@@ -99,12 +102,10 @@ def placement_of(device_map: Any, max_memory: Any = None, offload_folder: str | 
     """
     if device_map is None:
         if max_memory is not None:
-            raise InputError(
-                "max_memory (--max-memory) needs device_map (--device-map auto, balanced or a map file)", max_memory=str(max_memory)
-            )
+            raise InputError("max_memory needs device_map= (auto, balanced or a map file)", max_memory=str(max_memory))
         return None
     if device != "auto":
-        raise InputError(f"device={device!r} (--device) and device_map (--device-map) both place the model; give one", device=device)
+        raise InputError(f"device={device!r} and device_map= both place the model; give one", device=device)
     dmap, source = _parse_device_map(device_map)
     budget = parse_max_memory(max_memory)
     if isinstance(dmap, dict):
@@ -129,21 +130,21 @@ def _parse_device_map(value: Any) -> tuple[str | dict[str, str | int], str]:
     path = Path(text).expanduser()
     if not path.is_file():
         raise InputError(
-            f"--device-map {text}: not {', '.join(DEVICE_MAP_KEYWORDS[:-1])} or {DEVICE_MAP_KEYWORDS[-1]}, and no such file",
+            f"device_map={text!r}: not {', '.join(DEVICE_MAP_KEYWORDS[:-1])} or {DEVICE_MAP_KEYWORDS[-1]}, and no such file",
             device_map=text,
         )
     try:
         loaded = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise InputError(
-            f"--device-map {text}: not a JSON file ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})", device_map=text
+            f"device_map={text!r}: not a JSON file ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})", device_map=text
         ) from exc
     if not isinstance(loaded, dict):
         raise InputError(
-            f'--device-map {text}: the JSON must be an object of module names to devices, e.g. {{"transformer.h.0": 0, "lm_head": "cpu"}}',
+            f'device_map={text!r}: the JSON must be an object of module names to devices, e.g. {{"transformer.h.0": 0, "lm_head": "cpu"}}',
             device_map=text,
         )
-    return _checked_map(loaded, f"--device-map {text}"), str(path.resolve())
+    return _checked_map(loaded, f"device_map={text!r}"), str(path.resolve())
 
 
 def _checked_map(dmap: dict[Any, Any], where: str) -> dict[str, str | int]:
@@ -170,7 +171,7 @@ def _refuse_gpu_with_offload(devices: list[str | int]) -> None:
     offload = [d for d in devices if d in _OFFLOAD]
     if gpu and offload:
         raise DeviceError(
-            f"--device-map puts modules on a GPU ({gpu[0]}) and offloads others ({offload[0]}); transformer-lens {_tl_version()} refuses"
+            f"device_map= puts modules on a GPU ({gpu[0]}) and offloads others ({offload[0]}); transformer-lens {_tl_version()} refuses"
             " to run a GPU with CPU/disk offload: use an all-GPU map (several GPUs) or an all-CPU/disk one",
             device_map="mixed",
         )
@@ -192,7 +193,7 @@ def parse_max_memory(value: Any) -> dict[str | int, int] | None:
         for item in value.split(","):
             dev, sep, size = item.partition("=")
             if not sep or not dev.strip() or not size.strip():
-                raise InputError(f"--max-memory {value}: expected DEVICE=SIZE pairs such as 0=20GiB,cpu=60GiB", max_memory=value)
+                raise InputError(f"max_memory={value!r}: expected DEVICE=SIZE pairs such as 0=20GiB,cpu=60GiB", max_memory=value)
             pairs.append((dev.strip(), size.strip()))
         items: list[tuple[Any, Any]] = pairs
     elif isinstance(value, Mapping):
@@ -224,7 +225,7 @@ def _bytes(size: Any, dev: str | int) -> int:
             n = -1
     if n <= 0:
         raise InputError(
-            f"--max-memory {dev}={size}: not a size; write bytes or a number with a unit such as 20GiB, 500MB", max_memory=str(size)
+            f"max_memory={f'{dev}={size}'!r}: not a size; write bytes or a number with a unit such as 20GiB, 500MB", max_memory=str(size)
         )
     return n
 
@@ -236,7 +237,7 @@ def _check_device(dev: str | int) -> None:
     if dev == "mps":
         backend = getattr(torch.backends, "mps", None)
         if backend is None or not backend.is_available():
-            raise DeviceError("--device-map/--max-memory name 'mps', but MPS is not available on this machine", device=dev)
+            raise DeviceError("device_map= or max_memory= names 'mps', but MPS is not available on this machine", device=dev)
         return
     index: int | None = dev if isinstance(dev, int) else None
     if isinstance(dev, str):
@@ -246,13 +247,14 @@ def _check_device(dev: str | int) -> None:
             index = int(dev[5:])
         else:
             raise InputError(
-                f"--device-map/--max-memory: unknown device {dev!r}; use a GPU index (0), 'cuda:N', 'mps', 'cpu' or 'disk'", device=str(dev)
+                f"device_map= or max_memory=: unknown device {dev!r}; use a GPU index (0), 'cuda:N', 'mps', 'cpu' or 'disk'",
+                device=str(dev),
             )
     assert index is not None
     count = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if index < 0 or index >= count:
         have = f"only {count} CUDA device(s) here" if count else "CUDA is not available on this machine"
-        raise DeviceError(f"--device-map/--max-memory name GPU {index}, but {have}", device=str(dev))
+        raise DeviceError(f"device_map= or max_memory= names GPU {index}, but {have}", device=str(dev))
 
 
 def check_module_names(placement: Placement, path: str, revision: str | None, spec: str) -> None:
@@ -268,7 +270,7 @@ def check_module_names(placement: Placement, path: str, revision: str | None, sp
     unknown = [name for name in placement.device_map if name not in modules]
     if unknown:
         raise InputError(
-            f"--device-map: {_names(unknown)} {'is not a module' if len(unknown) == 1 else 'are not modules'} of {spec} "
+            f"device_map=: {_names(unknown)} {'is not a module' if len(unknown) == 1 else 'are not modules'} of {spec} "
             f"({type(model).__name__});"
             f" its top modules are {_names(sorted(n for n in modules if n and n.count('.') <= 1))}",
             unknown=unknown,
@@ -278,7 +280,7 @@ def check_module_names(placement: Placement, path: str, revision: str | None, sp
     unplaced = [n for n in weights if not any(k == "" or n == k or n.startswith(k + ".") for k in keys)]
     if unplaced:
         raise InputError(
-            f"--device-map: the map places no device for {_names(unplaced)}; map these modules (or a module above them) too",
+            f"device_map=: the map places no device for {_names(unplaced)}; map these modules (or a module above them) too",
             unplaced=unplaced,
         )
 
@@ -317,7 +319,7 @@ def realized(hf_model: Any, placement: Placement) -> dict[str, str]:
         if budgeted and not budgeted & (used | {str(k) for k in used}):
             shown = ",".join(f"{k}={_human(v)}" for k, v in placement.max_memory.items())
             raise DeviceError(
-                f"--max-memory {shown} cannot hold any module of the model (everything went to {', '.join(sorted(used))}); raise the "
+                f"max_memory={shown!r} cannot hold any module of the model (everything went to {', '.join(sorted(used))}); raise the "
                 "budget",
                 max_memory=shown,
             )
@@ -365,7 +367,7 @@ def command_placement(device_map: Any, max_memory: Any) -> Iterator[None]:
         _COMMAND.reset(token)
 
 
-def placement_in_force(config: Any) -> Any:
+def placement_in_force(config: _Config) -> _Config:
     """``config`` with the running command's placement filled in, where it names none itself."""
     command = _COMMAND.get()
     if command is None or config.device_map is not None or config.max_memory is not None:

@@ -148,7 +148,7 @@ def tokenize_prompts(
             total = len(prefix) + len(body) + len(suffix)
             if not truncate:
                 raise InputError(
-                    f"prompt {i + 1} is {total} tokens, longer than the model's context of {n_ctx}; shorten it or pass --truncate",
+                    f"prompt {i + 1} is {total} tokens, longer than the model's context of {n_ctx}; shorten it or pass truncate=True",
                     prompt=i,
                     length=total,
                 )
@@ -188,7 +188,7 @@ def decoder_frame(tokenizer: Any, prepend_bos: bool) -> tuple[list[int], list[in
         return [], []
     bos = getattr(tokenizer, "bos_token_id", None)
     if bos is None:
-        raise InputError("this tokenizer has no BOS token; run with --no-bos")
+        raise InputError("this tokenizer has no BOS token; run with prepend_bos=False")
     return [int(bos)], []
 
 

@@ -20,6 +20,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from safetensors import safe_open
+
 from headlens.probes.errors import ModelLoadError
 
 __all__ = ["resolve_source", "close_names", "checkpoint_fingerprint", "check_weight_files", "hub_snapshot", "first_line", "WEIGHT_SUFFIXES"]
@@ -128,15 +130,18 @@ def resolve_source(spec: str, named: Mapping[str, Callable[[], Path]] | None = N
     path = Path(spec).expanduser()
     if not path.exists() and named and spec in named:
         path = named[spec]()
-        log.debug("--model %s names the local checkpoint %s", spec, path)
+        log.debug("model=%r names the local checkpoint %s", spec, path)
     if path.exists():
         if not path.is_dir():
-            raise ModelLoadError(f"model={spec!r}: is a file; pass a checkpoint folder (Hugging Face save_pretrained layout) or a Hub id", model=spec)
+            raise ModelLoadError(
+                f"model={spec!r}: is a file; pass a checkpoint folder (Hugging Face save_pretrained layout) or a Hub id", model=spec
+            )
         if not (path / "config.json").is_file():
             raise ModelLoadError(f"model={spec!r}: folder has no config.json; it is not a Hugging Face checkpoint folder", model=spec)
         if not any((path / name).is_file() for name in _TOKENIZER_FILES):
             raise ModelLoadError(
-                f"model={spec!r}: folder has no tokenizer (tokenizer.json or vocab.json + merges.txt); save the tokenizer into it with tokenizer.save_pretrained(folder)",
+                f"model={spec!r}: folder has no tokenizer (tokenizer.json or vocab.json + merges.txt); save the tokenizer into it with "
+                "tokenizer.save_pretrained(folder)",
                 model=spec,
             )
         return "local", str(path.resolve())
@@ -170,13 +175,17 @@ def check_weight_files(folder: Path, spec: str, *, complete: bool) -> None:
                 if not all(isinstance(name, str) for name in shards):
                     raise ValueError("weight_map values must be file names")
             except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError) as exc:
-                raise ModelLoadError(f"model={spec!r}: shard index {index} is corrupt ({first_line(exc)})", model=spec, path=str(index)) from exc
+                raise ModelLoadError(
+                    f"model={spec!r}: shard index {index} is corrupt ({first_line(exc)})", model=spec, path=str(index)
+                ) from exc
             for shard in shards:
                 path = folder / shard
                 if path.is_file():
                     files.append(path)
                 elif complete:
-                    raise ModelLoadError(f"model={spec!r}: weights file {path} is missing (listed in {index.name})", model=spec, path=str(path))
+                    raise ModelLoadError(
+                        f"model={spec!r}: weights file {path} is missing (listed in {index.name})", model=spec, path=str(path)
+                    )
         if not files:
             continue
         for path in files:
@@ -187,8 +196,6 @@ def check_weight_files(folder: Path, spec: str, *, complete: bool) -> None:
 def _check_one_file(path: Path, spec: str) -> None:
     why: str | None = None
     if path.suffix == ".safetensors":
-        from safetensors import safe_open
-
         try:
             with safe_open(str(path), framework="pt") as fh:
                 fh.keys()
@@ -204,7 +211,9 @@ def _check_one_file(path: Path, spec: str) -> None:
         except (zipfile.BadZipFile, OSError, EOFError) as exc:
             why = first_line(exc)
     if why is not None:
-        raise ModelLoadError(f"model={spec!r}: weights file {path} is corrupt or truncated ({why}); save or download it again", model=spec, path=str(path))
+        raise ModelLoadError(
+            f"model={spec!r}: weights file {path} is corrupt or truncated ({why}); save or download it again", model=spec, path=str(path)
+        )
 
 
 def hub_snapshot(name: str, revision: str | None) -> Path | None:

@@ -90,7 +90,7 @@ def choose_attention(mode: str, *, batch: int, n_heads: int, n: int, budget: int
     """``eager`` or ``streaming`` for ``mode`` (``auto``: streaming when one layer's eager patterns
     exceed ``budget`` bytes); logs the choice and why."""
     if mode not in ATTENTION_MODES:
-        raise InputError(f"--attention {mode!r}: choose from {', '.join(ATTENTION_MODES)}")
+        raise InputError(f"attention={mode!r}: choose from {', '.join(ATTENTION_MODES)}")
     if mode != "auto":
         return mode
     need = eager_pattern_bytes(batch, n_heads, n)
@@ -122,7 +122,7 @@ def pattern_blocks(
     before asking for the next block.
     """
     if block < 1:
-        raise InputError(f"--query-block must be at least 1, got {block}")
+        raise InputError(f"query_block must be at least 1, got {block}")
     n_q, n_k = q.shape[2], k.shape[2]
     k_full = repeat_kv(k.float().transpose(1, 2), q.shape[1] // k.shape[1]).transpose(1, 2)  # [b, head, k, d]
     k_t = k_full.transpose(-1, -2)
@@ -187,7 +187,7 @@ def _backend(model: Any, layer: int) -> str:
     spec = attention_spec(model)
     raise UnsupportedModelError(
         f"streaming attention on {spec.family}: layer {layer} ({type(module).__name__}) computes attention where headlens cannot reach it;"
-        " use --attention eager",
+        " use attention='eager'",
         family=spec.family,
     )
 
@@ -352,6 +352,6 @@ def streamed_forward(
     missing = sorted(set(range(model.n_layers)) - set(run.calls))
     if missing:
         raise UnsupportedModelError(
-            f"streaming attention on {spec.family}: layers {missing} never reached headlens' attention function; use --attention eager",
+            f"streaming attention on {spec.family}: layers {missing} never reached headlens' attention function; use attention='eager'",
             family=spec.family,
         )

@@ -79,14 +79,13 @@ def report_weights(check: WeightCheck, config: ModelConfig, architecture: str) -
         what = f"{_count(len(check.body_new), 'weight')} of the network body {_are(len(check.body_new))} not in the checkpoint"
         if not config.allow_new_weights:
             raise ModelLoadError(
-                f"--model {spec}: {what} and would be randomly initialised ({_names(check.body_new)}); a partial save, or weights"
-                f" of another architecture than config.json names ({architecture})? Pass --allow-new-weights"
-                " (ModelConfig(allow_new_weights=True)) to load it anyway",
+                f"model={spec!r}: {what} and would be randomly initialised ({_names(check.body_new)}); a partial save, or weights"
+                f" of another architecture than config.json names ({architecture})? Pass allow_new_weights=True to load it anyway",
                 model=spec,
                 new_weights=check.body_new,
             )
         log.warning(
-            "%s: %s and %s randomly initialised, as --allow-new-weights allows (%s); every result depends on them",
+            "%s: %s and %s randomly initialised, as allow_new_weights=True (--allow-new-weights) allows (%s); every result depends on them",
             spec,
             what,
             _were(len(check.body_new)),
@@ -121,5 +120,5 @@ def mismatch_message(spec: str, info: Any) -> str | None:
     more = f", ... ({len(mismatched) - _SHOW} more)" if len(mismatched) > _SHOW else ""
     has = "has" if len(mismatched) == 1 else "have"
     return (
-        f"--model {spec}: {_count(len(mismatched), 'tensor')} in the checkpoint {has} another shape than config.json implies: {shown}{more}"
+        f"model={spec!r}: {_count(len(mismatched), 'tensor')} in the checkpoint {has} another shape than config.json implies: {shown}{more}"
     )

@@ -75,7 +75,7 @@ def untied_head(tiny_checkpoint, tmp_path_factory):
 def test_missing_attention_weight_is_refused(no_attn):
     with pytest.raises(ModelLoadError, match=r"1 weight of the network body is not in the checkpoint") as err:
         load_model(model=str(no_attn), device="cpu")
-    assert ATTN in str(err.value) and "--allow-new-weights" in str(err.value) and "\n" not in str(err.value)
+    assert ATTN in str(err.value) and "allow_new_weights=True" in str(err.value) and "\n" not in str(err.value)
     assert err.value.exit_code == 3 and getattr(err.value, "new_weights", None) == [ATTN]
 
 

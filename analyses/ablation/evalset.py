@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -194,8 +194,11 @@ def _framing_names(tokenizer: Any, prefix: list[int], suffix: list[int]) -> dict
     """How the framing tokens are named in ``cut`` and :meth:`EvalSet.basis`: a lone prefix is the BOS."""
     if len(prefix) == 1 and not suffix:
         return {"prefix": ["BOS"], "suffix": []}
-    names = getattr(tokenizer, "convert_ids_to_tokens", None)
-    name = (lambda ids: [str(t) for t in names(ids)]) if callable(names) else (lambda ids: [str(i) for i in ids])
+    convert: Callable[[list[int]], Iterable[Any]] | None = getattr(tokenizer, "convert_ids_to_tokens", None)
+
+    def name(ids: list[int]) -> list[str]:
+        return [str(t) for t in convert(ids)] if callable(convert) else [str(i) for i in ids]
+
     return {"prefix": name(prefix) if prefix else [], "suffix": name(suffix) if suffix else []}
 
 

@@ -9,7 +9,7 @@ both use them.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Sequence, Set
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -104,7 +104,7 @@ def ablate_hook(layer: int, copies: list[list[int]], reference: Reference | None
     return fn
 
 
-def mask_hooks(mask: HeadMask | None, *, skip: set[int] = frozenset(), from_layer: int = 0) -> list[tuple[str, HookFn]]:
+def mask_hooks(mask: HeadMask | None, *, skip: Set[int] = frozenset(), from_layer: int = 0) -> list[tuple[str, HookFn]]:
     if mask is None:
         return []
     return [

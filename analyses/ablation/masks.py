@@ -199,7 +199,8 @@ def read_mask(path: str | Path, *, n_layers: int | None = None, n_heads: int | N
                 heads=bad,
                 path=str(path),
             )
-    info = obj.get("info") if isinstance(obj.get("info"), dict) else {}
+    raw_info = obj.get("info")
+    info = raw_info if isinstance(raw_info, dict) else {}
     model = obj.get("model") if isinstance(obj.get("model"), str) else None
     mask = HeadMask(n_layers=shape[0], n_heads=shape[1], removed=tuple(heads), model=model, info=info)
     if n_layers is not None and n_heads is not None:

@@ -115,9 +115,11 @@ def kv_cache_table(model: Any, config: KVConfig | None = None, *, removed: tuple
     """One row per variant (the model's own attention, GQA with each group size, MQA, the pruned model):
     KV heads per layer, bytes per token, bytes for ``batch x context`` tokens, the fraction saved and the formula."""
     config = config or KVConfig()
-    context = config.context or int(model.n_ctx)
-    if config.batch < 1 or context < 1:
-        raise InputError(f"batch={config.batch} and context={context}: both must be at least 1", batch=config.batch, context=context)
+    if config.context is not None and config.context < 1:
+        raise InputError(f"context={config.context}: must be at least 1 (None: the model's context)", context=config.context)
+    if config.batch < 1:
+        raise InputError(f"batch={config.batch}: must be at least 1", batch=config.batch)
+    context = int(model.n_ctx) if config.context is None else config.context
     dtype = config.cache_dtype or str(model.dtype).removeprefix("torch.")
     if dtype not in BYTES:
         raise InputError(f"unknown cache dtype {dtype!r}: choose from {', '.join(BYTES)}", dtype=dtype)

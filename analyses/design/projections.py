@@ -185,16 +185,13 @@ def _keeper(store: list[torch.Tensor]) -> Callable[..., None]:
 
 def roles_by_head(scores: pd.DataFrame) -> dict[tuple[int, int], set[str]]:
     """``(layer, head) -> roles`` from census scores (:func:`headlens.analyses.heads.classify.classify_heads`)."""
-    result = classify_heads(scores)
+    roles = classify_heads(scores).roles  # one row per (head, role)
     out: dict[tuple[int, int], set[str]] = {}
-    for layer, head in scores[["layer", "head"]].drop_duplicates().itertuples(index=False):
-        out[(int(layer), int(head))] = set()
-    if hasattr(result, "roles"):  # HeadRoles: one row per (head, role)
-        for r in result.roles.itertuples(index=False):
-            out[(int(r.layer), int(r.head))].add(str(r.role))
-    else:  # one row per head, roles ";"-joined
-        for r in result.itertuples(index=False):
-            out[(int(r.layer), int(r.head))] = {x for x in str(r.roles).split(";") if x}
+    heads = scores[["layer", "head"]].drop_duplicates()
+    for layer, head in zip(heads["layer"].astype(int).tolist(), heads["head"].astype(int).tolist(), strict=True):
+        out[(layer, head)] = set()
+    for layer, head, role in zip(roles["layer"].astype(int).tolist(), roles["head"].astype(int).tolist(), roles["role"], strict=True):
+        out[(layer, head)].add(str(role))
     return out
 
 

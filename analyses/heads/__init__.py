@@ -1,1 +1,2 @@
-"""What each head does: detectors (a registry), the census over stimuli, classification into roles, and the check that patterns follow from Q and K."""
+"""What each head does: detectors (a registry), the census over stimuli, classification into roles,
+and the check that patterns follow from Q and K."""

@@ -40,7 +40,6 @@ info (manifest) records ``attention`` and ``query_block`` per stimulus set.
 
 from __future__ import annotations
 
-import dataclasses
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -49,30 +48,36 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import torch
-from torch import Tensor
 
-from headlens.analyses.stats import bootstrap_mean_ci
+from headlens.analyses.heads.census_notes import bidirectional_notes as _bidirectional_notes
+from headlens.analyses.heads.census_notes import causal_note as _causal_note
+from headlens.analyses.heads.census_notes import window_notes as _window_notes
 from headlens.analyses.heads.detectors import census_detectors
 from headlens.analyses.heads.detectors.referent import REFERENT_COLUMNS, SPLIT_SEED, min_referent_prompts, referent_statistics
-from headlens.analyses.heads.census_notes import bidirectional_notes as _bidirectional_notes, causal_note as _causal_note, window_notes as _window_notes
 from headlens.analyses.heads.passes import run_pass
-from headlens.probes.engine import layer_causal
-from headlens.probes.streaming import choose_attention
+from headlens.analyses.heads.stimulus_sets import StimulusSet, batch_from_rows, model_frame, model_framing, wrap_note
+from headlens.analyses.stats import bootstrap_mean_ci
+from headlens.analyses.stimuli import (
+    eval_text,
+    fit_referent_items,
+    load_referent_file,
+    random_repeated_tokens,
+    referent_items,
+    text_windows,
+)
 from headlens.probes.attention import attention_spec
+from headlens.probes.engine import layer_causal
 from headlens.probes.errors import InputError
 from headlens.probes.loading import LoadedModel
-from headlens.probes.prompts import TokenBatch, token_strings
+from headlens.probes.streaming import choose_attention
 
 __all__ = [
     "CensusConfig",
     "CensusResult",
-    "StimulusSet",
     "build_stimuli",
     "run_census",
     "layer_windows",
     "layer_causal",
-    "model_frame",
-    "model_framing",
     "SCORE_COLUMNS",
     "NOTE_COLUMNS",
 ]
@@ -113,22 +118,6 @@ class CensusConfig:
 
 
 @dataclass
-class StimulusSet:
-    kind: str
-    batch: TokenBatch
-    seq_len: int | None = None
-    positions: dict[str, Tensor] = field(default_factory=dict)
-    source: str = ""
-    #: special tokens before the text (BOS, [CLS]) and after it ([SEP]) in every prompt
-    n_prefix: int = 0
-    n_suffix: int = 0
-    #: per-prompt labels (referent: ``pair``, ``frame``, ``kind`` of each sentence)
-    meta: dict[str, list[Any]] = field(default_factory=dict)
-    #: what else the stimuli info (summary, manifest) should say about this set
-    info: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
 class CensusResult:
     scores: pd.DataFrame
     per_prompt: dict[str, np.ndarray]  # detector -> [prompt, layer, head]
@@ -152,89 +141,37 @@ def layer_windows(model: LoadedModel, max_len: int | None = None) -> list[int | 
     return [w if w is not None and w < max_len else None for w in windows]
 
 
-def model_frame(model: LoadedModel, prepend_bos: bool) -> tuple[list[int], list[int]]:
-    """``(prefix ids, suffix ids)`` that wrap every prompt (:meth:`LoadedModel.frame`; an
-    :class:`InputError` when the tokenizer lacks them)."""
-    frame = getattr(model, "frame", None)
-    if frame is not None:
-        prefix, suffix = frame(prepend_bos)
-        return [int(t) for t in prefix], [int(t) for t in suffix]
-    if not prepend_bos:
-        return [], []
-    if model.bos_id is None:
-        raise InputError("this model's tokenizer has no BOS token; run with --no-bos")
-    return [int(model.bos_id)], []
-
-
-def model_framing(model: LoadedModel, prepend_bos: bool) -> dict[str, Any]:
-    """Manifest entry: the special tokens around every prompt (:meth:`LoadedModel.framing`)."""
-    framing = getattr(model, "framing", None)
-    if framing is not None:
-        return framing(prepend_bos)
-    prefix, suffix = model_frame(model, prepend_bos)
-    return {"prefix_ids": prefix, "suffix_ids": suffix}
-
-
-def _token_batch(**kwargs: Any) -> TokenBatch:
-    """A TokenBatch; ``n_prefix``/``n_suffix`` are dropped where TokenBatch does not have them."""
-    names = {f.name for f in dataclasses.fields(TokenBatch)}
-    return TokenBatch(**{k: v for k, v in kwargs.items() if k in names})
-
-
-def _batch_from_rows(rows: list[list[int]], tokenizer: Any, prepend_bos: bool, n_prefix: int | None = None, n_suffix: int = 0) -> TokenBatch:
-    """Right-padded rows; each distinct id is decoded once (:func:`token_strings` of one id,
-    the same string it gives inside any row)."""
-    width = max(len(r) for r in rows)
-    pad = int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (tokenizer.bos_token_id or 0))
-    if all(len(r) == width for r in rows):
-        tokens = torch.tensor(rows, dtype=torch.long)
-    else:
-        tokens = torch.full((len(rows), width), pad, dtype=torch.long)
-        for i, r in enumerate(rows):
-            tokens[i, : len(r)] = torch.tensor(r, dtype=torch.long)
-    ids = sorted({int(t) for r in rows for t in r})
-    text = dict(zip(ids, token_strings(tokenizer, ids)))
-    return _token_batch(
-        tokens=tokens,
-        lengths=torch.tensor([len(r) for r in rows]),
-        strings=[[text[int(t)] for t in r] for r in rows],
-        prepend_bos=prepend_bos,
-        pad_id=pad,
-        n_prefix=(1 if prepend_bos else 0) if n_prefix is None else n_prefix,
-        n_suffix=n_suffix,
-    )
-
-
 def build_stimuli(model: LoadedModel, config: CensusConfig, kinds: set[str]) -> dict[str, StimulusSet]:
     """Build the stimulus sets the chosen detectors need, checking they fit the model."""
-    from headlens.analyses.stimuli import eval_text, fit_referent_items, load_referent_file, random_repeated_tokens, referent_items, text_windows
-
     tok = model.tokenizer
     prefix, suffix = model_frame(model, config.prepend_bos)
-    framed = {"n_prefix": len(prefix), "n_suffix": len(suffix)}
-    wrap = _wrap_note(model, prefix, suffix)
+    framed: dict[str, Any] = {"n_prefix": len(prefix), "n_suffix": len(suffix)}
+    wrap = wrap_note(model, prefix, suffix)
     out: dict[str, StimulusSet] = {}
     if "repeated" in kinds:
         need = 2 * config.seq_len + len(prefix) + len(suffix)
         if need > model.n_ctx:
-            raise InputError(f"--seq-len {config.seq_len} needs {need} positions; the model's context is {model.n_ctx}")
+            raise InputError(f"seq_len={config.seq_len} needs {need} positions; the model's context is {model.n_ctx}")
         vocab = min(len(tok), int(getattr(model.bridge.cfg, "d_vocab", len(tok))))
         seqs = random_repeated_tokens(config.n_prompts, config.seq_len, config.seed, vocab, exclude=set(tok.all_special_ids), distinct=True)
         rows = [prefix + s.tolist() + suffix for s in seqs]
         out["repeated"] = StimulusSet(
-            "repeated", _batch_from_rows(rows, tok, config.prepend_bos, **framed), seq_len=config.seq_len,
+            "repeated",
+            batch_from_rows(rows, tok, config.prepend_bos, **framed),
+            seq_len=config.seq_len,
             source=f"{config.n_prompts} sequences of {config.seq_len} distinct random tokens, repeated twice (seed {config.seed}){wrap}",
             **framed,
         )
     if "natural" in kinds:
         if config.window > model.n_ctx:
-            raise InputError(f"--window {config.window} is larger than the model's context of {model.n_ctx}")
+            raise InputError(f"window={config.window} is larger than the model's context of {model.n_ctx}")
         if config.window < len(prefix) + len(suffix) + 1:
-            raise InputError(f"--window {config.window} leaves no text token beside {len(prefix) + len(suffix)} special tokens")
+            raise InputError(f"window={config.window} leaves no text token beside {len(prefix) + len(suffix)} special tokens")
         windows = text_windows(tok, eval_text(), config.window, None, frame=(prefix, suffix))[: config.n_prompts]
         rows = [w.tolist() for w in windows]
         out["natural"] = StimulusSet(
-            "natural", _batch_from_rows(rows, tok, config.prepend_bos, **framed),
+            "natural",
+            batch_from_rows(rows, tok, config.prepend_bos, **framed),
             source=f"{len(rows)} consecutive {config.window}-token windows of headlens' evaluation text{wrap}",
             **framed,
         )
@@ -244,18 +181,27 @@ def build_stimuli(model: LoadedModel, config: CensusConfig, kinds: set[str]) -> 
         # head needs to be able to pass the sign test (whole pairs: an odd count takes one
         # more); each sentence is wrapped like every prompt (BOS, or [CLS] ... [SEP]).
         pool = load_referent_file(config.referent_file) if config.referent_file else referent_items(seed=config.seed)
-        fitted = fit_referent_items(pool, tok, wrap=(prefix, suffix), n=max(config.n_prompts, min_referent_prompts(model.n_layers * model.n_heads)))
+        fitted = fit_referent_items(
+            pool, tok, wrap=(prefix, suffix), n=max(config.n_prompts, min_referent_prompts(model.n_layers * model.n_heads))
+        )
         located = fitted.located
         rows = [list(x.token_ids) for x in located]
         too_long = [i for i, r in enumerate(rows) if len(r) > model.n_ctx]
         if too_long:
             raise InputError(f"referent item {too_long[0]} is longer than the model's context of {model.n_ctx}")
         fit = fitted.info()
-        source = config.referent_file or f"{len(rows)} headlens referent sentences in {fit['pairs']} minimal pairs from {fit['frames']} frames (seed {config.seed})"
+        source = (
+            config.referent_file
+            or f"{len(rows)} headlens referent sentences in {fit['pairs']} minimal pairs from {fit['frames']} frames (seed {config.seed})"
+        )
         if fitted.dropped:
-            source += f"; {fitted.dropped} of {fitted.offered} items left out, a word not one token for this tokenizer: {fitted.describe_dropped()}"
+            source += (
+                f"; {fitted.dropped} of {fitted.offered} items left out, a word not one token for this tokenizer: "
+                f"{fitted.describe_dropped()}"
+            )
         out["referent"] = StimulusSet(
-            "referent", _batch_from_rows(rows, tok, config.prepend_bos, **framed),
+            "referent",
+            batch_from_rows(rows, tok, config.prepend_bos, **framed),
             positions={k: torch.tensor([getattr(x, k) for x in located]) for k in ("pronoun", "antecedent", "distractor")},
             source=source + wrap,
             meta={k: [getattr(x, k) for x in located] for k in ("pair", "frame", "kind")},
@@ -265,21 +211,13 @@ def build_stimuli(model: LoadedModel, config: CensusConfig, kinds: set[str]) -> 
     return out
 
 
-def _wrap_note(model: LoadedModel, prefix: list[int], suffix: list[int]) -> str:
-    """``", each [CLS] ... [SEP]"`` for a framing with a suffix (an encoder's); empty for decoders."""
-    if not suffix:
-        return ""
-    conv = model.tokenizer.convert_ids_to_tokens
-    return ", each " + " ".join([*(conv(t) for t in prefix), "...", *(conv(t) for t in suffix)])
-
-
 def _mean0(values: np.ndarray) -> np.ndarray:
     """Mean over prompts (axis 0); cells with NaN prompts (not measurable there) use the others,
     and a cell with none is NaN.  Cells without NaN are exactly ``values.mean(0)``."""
-    if values.ndim == 1:
+    if values.ndim == 1:  # one value, as a 0-d array
         if not np.isnan(values).any():
-            return values.mean()
-        return np.nanmean(values) if (~np.isnan(values)).any() else np.float64("nan")
+            return np.asarray(values.mean())
+        return np.asarray(np.nanmean(values) if (~np.isnan(values)).any() else np.float64("nan"))
     out = values.mean(0)
     bad = np.isnan(out)
     if bad.any():
@@ -295,8 +233,15 @@ def _referent_stats(
     """The referent table and the referent columns of the scores table (``[layer, head]`` each);
     records the selection / held-out split of the frames in the set's info."""
     table, split = referent_statistics(
-        to_ante, extras["distractor"], extras["accuracy"], baselines, stim.meta["pair"], stim.meta["frame"], stim.meta["kind"],
-        n_bootstrap=config.n_bootstrap, seed=config.seed,
+        to_ante,
+        extras["distractor"],
+        extras["accuracy"],
+        baselines,
+        stim.meta["pair"],
+        stim.meta["frame"],
+        stim.meta["kind"],
+        n_bootstrap=config.n_bootstrap,
+        seed=config.seed,
     )
     stim.info["referent_split"] = {"seed": SPLIT_SEED, **split}
     L, H = to_ante.shape[1:]
@@ -315,19 +260,24 @@ def run_census(
     """
     config = config or CensusConfig()
     if config.n_prompts < 1:
-        raise InputError(f"--n-prompts must be at least 1, got {config.n_prompts}")
+        raise InputError(f"n_prompts must be at least 1, got {config.n_prompts}")
     if config.seq_len < 2:
-        raise InputError(f"--seq-len must be at least 2, got {config.seq_len}")
+        raise InputError(f"seq_len must be at least 2, got {config.seq_len}")
     if config.window < 2:
-        raise InputError(f"--window must be at least 2, got {config.window}")
+        raise InputError(f"window must be at least 2, got {config.window}")
     if config.query_block < 1:
-        raise InputError(f"--query-block must be at least 1, got {config.query_block}")
+        raise InputError(f"query_block must be at least 1, got {config.query_block}")
     causal = layer_causal(model)
     detectors = census_detectors(list(config.detectors) if config.detectors is not None else None, all_causal=all(causal))
     kinds = {d.stimulus for d in detectors}
     stimuli = build_stimuli(model, config, kinds)
     width = max((int(s.batch.tokens.shape[1]) for s in stimuli.values()), default=1)
-    mode = choose_attention(config.attention, batch=min(config.batch_size, max((len(s.batch) for s in stimuli.values()), default=1)), n_heads=model.n_heads, n=width)
+    mode = choose_attention(
+        config.attention,
+        batch=min(config.batch_size, max((len(s.batch) for s in stimuli.values()), default=1)),
+        n_heads=model.n_heads,
+        n=width,
+    )
     per_prompt: dict[str, np.ndarray] = {}
     referent: pd.DataFrame | None = None
     rows: list[dict[str, Any]] = []
@@ -338,17 +288,21 @@ def run_census(
     stim_notes: dict[str, list[str]] = {}
     for kind, stim in stimuli.items():
         windows = layer_windows(model, int(stim.batch.lengths.max()))
-        windows = [w if c else None for w, c in zip(windows, causal)]
+        windows = [w if c else None for w, c in zip(windows, causal, strict=True)]
         dets = [d for d in detectors if d.stimulus == kind]
         cb = (lambda done, total, kind=kind: progress(kind, done, total)) if progress else None
         scores, baselines, extras = run_pass(model, stim, dets, config, cb, windows, causal, encoder, attention=mode)
         with warnings.catch_warnings():  # one draw of resamples for the set; each column's interval is its own
             warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN cell's interval is NaN
-            lows, highs = bootstrap_mean_ci(np.stack([scores[d.name] for d in dets], axis=1), n_resamples=config.n_bootstrap, seed=config.seed) if dets else ((), ())
+            lows, highs = (
+                bootstrap_mean_ci(np.stack([scores[d.name] for d in dets], axis=1), n_resamples=config.n_bootstrap, seed=config.seed)
+                if dets
+                else ((), ())
+            )
         if not all(causal):
             prefix, suffix = model_frame(model, config.prepend_bos)
             stim_notes.setdefault(kind, []).extend(_bidirectional_notes(model, dets, causal, prefix, suffix))
-        for det, low, high in zip(dets, lows, highs):
+        for det, low, high in zip(dets, lows, highs, strict=True):
             if det.causal_rule and any(causal):
                 detector_notes[det.name] = _causal_note(det, causal)
                 stim_notes.setdefault(kind, []).append(detector_notes[det.name])
@@ -382,8 +336,21 @@ def run_census(
                     )
     table = pd.DataFrame(rows, columns=SCORE_COLUMNS + (REFERENT_COLUMNS if referent is not None else []))
     order = {d.name: i for i, d in enumerate(detectors)}
-    table = table.sort_values(["detector", "layer", "head"], key=lambda c: c.map(order) if c.name == "detector" else c, kind="stable").reset_index(drop=True)
-    info = {k: {"source": v.source, "n": len(v.batch), "max_len": int(v.batch.lengths.max()), "seq_len": v.seq_len, "attention": mode, "query_block": config.query_block if mode == "streaming" else None, **v.info} for k, v in stimuli.items()}
+    table = table.sort_values(
+        ["detector", "layer", "head"], key=lambda c: c.map(order) if c.name == "detector" else c, kind="stable"
+    ).reset_index(drop=True)
+    info = {
+        k: {
+            "source": v.source,
+            "n": len(v.batch),
+            "max_len": int(v.batch.lengths.max()),
+            "seq_len": v.seq_len,
+            "attention": mode,
+            "query_block": config.query_block if mode == "streaming" else None,
+            **v.info,
+        }
+        for k, v in stimuli.items()
+    }
     if stimuli:
         framing = model_framing(model, config.prepend_bos)
         for k in info:
@@ -396,4 +363,6 @@ def run_census(
         kind_notes = [r["note"] for r in note_rows if stimulus_of[r["detector"]] == kind]
         if kind_notes:
             info[kind]["window_notes"] = kind_notes
-    return CensusResult(scores=table, per_prompt=per_prompt, stimuli=info, config=config, notes=notes, detector_notes=detector_notes, referent=referent)
+    return CensusResult(
+        scores=table, per_prompt=per_prompt, stimuli=info, config=config, notes=notes, detector_notes=detector_notes, referent=referent
+    )

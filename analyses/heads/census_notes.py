@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from headlens.analyses.heads.detectors import Detector
+from headlens.analyses.heads.stimulus_sets import StimulusSet
 from headlens.probes.loading import LoadedModel
-
-if TYPE_CHECKING:
-    from headlens.analyses.heads.census import StimulusSet
 
 __all__ = ["POSITIONAL", "window_notes", "causal_note", "bidirectional_notes"]
 
@@ -27,7 +25,10 @@ def window_notes(windows: list[int | None], stim: StimulusSet, det: Detector, ba
         if measured == 0:
             status = f"{det.name} targets{of} lie outside it: not measurable"
         elif measured < n:
-            status = f"{n - measured} of {n} prompts have no {det.name} target inside it and are left out; baseline uniform over the keys it allows, 1/min(i+1, {w})"
+            status = (
+                f"{n - measured} of {n} prompts have no {det.name} target inside it and are left out; "
+                f"baseline uniform over the keys it allows, 1/min(i+1, {w})"
+            )
         else:
             status = f"baseline uniform over the keys it allows, 1/min(i+1, {w})"
         parts = [f"layer {layer}: sliding window of {w} keys", status]
@@ -49,11 +50,16 @@ def causal_note(det: Detector, causal: tuple[bool, ...]) -> str:
     return f"{det.name}{where}: {det.causal_rule}"
 
 
-def bidirectional_notes(model: LoadedModel, dets: list[Detector], causal: tuple[bool, ...], prefix: list[int], suffix: list[int]) -> list[str]:
+def bidirectional_notes(
+    model: LoadedModel, dets: list[Detector], causal: tuple[bool, ...], prefix: list[int], suffix: list[int]
+) -> list[str]:
     """What the detectors of one stimulus set measure on bidirectional layers (one line each)."""
     bi = [layer for layer, c in enumerate(causal) if not c]
     which = "every layer" if len(bi) == len(causal) else "layers " + ", ".join(map(str, bi))
-    notes = [f"bidirectional attention ({which}): every query sees every real key, so the uniform baseline gives 1/n to each of the n real keys of a prompt"]
+    notes = [
+        f"bidirectional attention ({which}): every query sees every real key, so the uniform baseline gives 1/n to each of the n real keys "
+        "of a prompt"
+    ]
     names = [d.name for d in dets]
     framing = " and ".join(model.tokenizer.convert_ids_to_tokens(t) for t in [*prefix, *suffix])
     positional = [n for n in POSITIONAL if n in names]

@@ -131,7 +131,15 @@ def classify_heads(
         name = f"{int(layer)}.{int(head)}"
         roles = g[g["role"]].sort_values("score", ascending=False)
         best = roles.iloc[0] if len(roles) else g.sort_values("ratio", ascending=False, na_position="last").iloc[0]
-        heads.append({"layer": int(layer), "head": int(head), "name": name, "strongest_detector": best["detector"], "strongest_score": float(best["score"])})
+        heads.append(
+            {
+                "layer": int(layer),
+                "head": int(head),
+                "name": name,
+                "strongest_detector": best["detector"],
+                "strongest_score": float(best["score"]),
+            }
+        )
         long += [{"layer": int(layer), "head": int(head), "name": name, "role": str(det)} for det in sorted(roles["detector"])]
     return HeadRoles(roles=pd.DataFrame(long, columns=ROLE_COLUMNS), heads=pd.DataFrame(heads, columns=HEAD_COLUMNS))
 
@@ -140,14 +148,17 @@ def roles_of(roles: pd.DataFrame) -> dict[tuple[int, int], frozenset[str]]:
     """``{(layer, head): {role, ...}}`` from the long table; heads without a role are absent
     (``roles_of(t).get((l, h), frozenset())``)."""
     out: dict[tuple[int, int], set[str]] = {}
-    for layer, head, role in zip(roles["layer"], roles["head"], roles["role"]):
+    for layer, head, role in zip(roles["layer"], roles["head"], roles["role"], strict=True):
         out.setdefault((int(layer), int(head)), set()).add(str(role))
     return {k: frozenset(v) for k, v in out.items()}
 
 
 def heads_with_role(roles: pd.DataFrame, role: str) -> set[str]:
     """Names (``"L.H"``) of the heads the long table gives ``role``."""
-    return {f"{int(a)}.{int(b)}" for a, b in zip(roles.loc[roles["role"] == role, "layer"], roles.loc[roles["role"] == role, "head"])}
+    return {
+        f"{int(a)}.{int(b)}"
+        for a, b in zip(roles.loc[roles["role"] == role, "layer"], roles.loc[roles["role"] == role, "head"], strict=True)
+    }
 
 
 def roles_from_wide(wide: pd.DataFrame) -> pd.DataFrame:
@@ -156,6 +167,9 @@ def roles_from_wide(wide: pd.DataFrame) -> pd.DataFrame:
     old format, so old census and report folders still load."""
     log.info("reading a role table in the old one-row-per-head format (;-joined roles)")
     long = []
-    for layer, head, joined in zip(wide["layer"], wide["head"], wide["roles"].fillna("").astype(str)):
-        long += [{"layer": int(layer), "head": int(head), "name": f"{int(layer)}.{int(head)}", "role": r} for r in sorted(filter(None, joined.split(";")))]
+    for layer, head, joined in zip(wide["layer"], wide["head"], wide["roles"].fillna("").astype(str), strict=True):
+        long += [
+            {"layer": int(layer), "head": int(head), "name": f"{int(layer)}.{int(head)}", "role": r}
+            for r in sorted(filter(None, joined.split(";")))
+        ]
     return pd.DataFrame(long, columns=ROLE_COLUMNS)

@@ -15,23 +15,33 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
 from torch import Tensor
 
 from headlens.analyses.heads.detectors import BatchContext, Detector, DetectorOutput
+from headlens.analyses.heads.stimulus_sets import StimulusSet
 from headlens.probes.engine import LayerView, batch_attention_mask, reduce_pass
 from headlens.probes.loading import LoadedModel, check_layers_heads
 from headlens.probes.prompts import iter_batches
 
-if TYPE_CHECKING:
-    from headlens.analyses.heads.census import CensusConfig, StimulusSet
-
 __all__ = ["run_pass"]
 
 log = logging.getLogger(__name__)
+
+
+class PassSettings(Protocol):
+    """What a pass reads of its settings (a :class:`~headlens.analyses.heads.census.CensusConfig`)."""
+
+    @property
+    def batch_size(self) -> int: ...
+    @property
+    def ablate(self) -> tuple[tuple[int, int], ...]: ...
+    @property
+    def query_block(self) -> int: ...
+
 
 Arrays = tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, dict[str, np.ndarray]]]
 
@@ -40,7 +50,7 @@ def run_pass(
     model: LoadedModel,
     stim: StimulusSet,
     detectors: list[Detector],
-    config: CensusConfig,
+    config: PassSettings,
     progress: Callable[[int, int], None] | None,
     windows: list[int | None],
     causal: tuple[bool, ...] | None = None,

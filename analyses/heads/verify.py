@@ -59,9 +59,11 @@ def recompute_pattern(
 def applied_rules(layer: LayerAttention) -> str:
     """A short description of what the recomputation applied in ``layer``."""
     parts = [
-        {"hooks": "rotary (hook_rot_q/k)", "neox": f"partial rotary ({layer.rotary_dim}/{layer.d_head} dims)", "gptj": f"GPT-J rotary ({layer.rotary_dim}/{layer.d_head} dims)"}.get(
-            layer.rotary, "no rotary"
-        ),
+        {
+            "hooks": "rotary (hook_rot_q/k)",
+            "neox": f"partial rotary ({layer.rotary_dim}/{layer.d_head} dims)",
+            "gptj": f"GPT-J rotary ({layer.rotary_dim}/{layer.d_head} dims)",
+        }.get(layer.rotary, "no rotary"),
         f"scale {layer.scale:.4g}" + (" (none)" if layer.scale == 1.0 else ""),
     ]
     if layer.group > 1:

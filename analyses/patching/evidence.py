@@ -264,9 +264,9 @@ def _referent(model: LoadedModel, heads: list[tuple[int, int]], *, n: int, seed:
                 result = patch_heads(model, task, PatchConfig(heads=tuple(heads), directions=("denoising",)))
         except HeadlensError as exc:
             why = f"the referent pairs cannot be built for this model ({exc})"
-    if why is None and not result.gap.defined:
+    if why is None and result is not None and not result.gap.defined:
         why = result.gap.reason
-    if why is not None:
+    if why is not None or result is None:  # result is set whenever why is None
         return {h: (NOT_TESTABLE, np.nan, np.nan, np.nan, test, why) for h in heads}
     out = {}
     for _, row in result.table.iterrows():
@@ -331,7 +331,9 @@ def role_evidence(
     per copy, ``prepend_bos`` for the sink windows; ``smoke``: :data:`NO_FINDING` in place of
     every verdict (the figures are kept)."""
     EvidenceConfig(n=n, T=T, seed=seed, smoke=smoke)  # the checks
-    pairs = [(int(r.layer), int(r.head), str(r.role)) for r in roles.itertuples()]
+    pairs = list(
+        zip(roles["layer"].astype(int).tolist(), roles["head"].astype(int).tolist(), roles["role"].astype(str).tolist(), strict=True)
+    )
     by_role: dict[str, list[tuple[int, int]]] = {}
     for layer, head, role in pairs:
         by_role.setdefault(role, []).append((layer, head))

@@ -54,7 +54,18 @@ log = logging.getLogger(__name__)
 __all__ = ["PathConfig", "PathResult", "RECEIVER_INPUTS", "path_patch", "check_receivers", "strongest_edges", "PATH_COLUMNS"]
 
 RECEIVER_INPUTS: tuple[str, ...] = ("q", "k", "v")
-PATH_COLUMNS = ["sender_layer", "sender_head", "sender", "receiver", "receiver_input", "receiver_slot", "effect", "effect_low", "effect_high", "metric"]
+PATH_COLUMNS = [
+    "sender_layer",
+    "sender_head",
+    "sender",
+    "receiver",
+    "receiver_input",
+    "receiver_slot",
+    "effect",
+    "effect_low",
+    "effect_high",
+    "metric",
+]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -96,10 +107,13 @@ def _input_hook(layer: int, which: str) -> str:
 def _frozen(z_rows: Tensor, sender: Sequence[int] = (), clean_rows: Tensor | None = None) -> HookFn:
     """``hook_z``: every head at its corrupted value (``z_rows`` repeated per copy); copy ``c``'s head ``sender[c]`` at its clean value."""
 
-    def fn(z: Tensor, hook: Any = None) -> Tensor:  # noqa: ARG001
+    if sender and clean_rows is None:
+        raise ValueError("a sender at its clean value needs clean_rows")
+
+    def fn(z: Tensor, hook: Any = None) -> Tensor:
         k = z.shape[0] // z_rows.shape[0]
         out = z_rows[:, : z.shape[1]].to(device=z.device, dtype=z.dtype).repeat(k, 1, 1, 1)
-        if sender:
+        if sender and clean_rows is not None:
             ov = out.view(k, z_rows.shape[0], *out.shape[1:])
             src = clean_rows[:, : z.shape[1]].to(device=z.device, dtype=z.dtype)
             for c, h in enumerate(sender):
@@ -112,7 +126,7 @@ def _frozen(z_rows: Tensor, sender: Sequence[int] = (), clean_rows: Tensor | Non
 def _replace_slot(values: Tensor, slot: int) -> HookFn:
     """``hook_q/k/v``: slot ``slot`` replaced by ``values`` ``[copies*batch, pos, d_head]``."""
 
-    def fn(x: Tensor, hook: Any = None) -> Tensor:  # noqa: ARG001
+    def fn(x: Tensor, hook: Any = None) -> Tensor:
         x = x.clone()
         x[:, :, slot] = values[:, : x.shape[1]].to(device=x.device, dtype=x.dtype)
         return x
@@ -120,7 +134,9 @@ def _replace_slot(values: Tensor, slot: int) -> HookFn:
     return fn
 
 
-def _run(model: LoadedModel, tokens: Tensor, resid: dict[int, Tensor], layer: int, rows: list[int], width: int, k: int, hooks: list, **kw: Any) -> Any:
+def _run(
+    model: LoadedModel, tokens: Tensor, resid: dict[int, Tensor], layer: int, rows: list[int], width: int, k: int, hooks: list, **kw: Any
+) -> Any:
     if layer > 0 and layer in resid:
         r = resid[layer][rows, :width].to(model.device).repeat(k, 1, 1)
         return run_from_layer(model, tokens, r, layer, hooks, **kw)
@@ -130,18 +146,22 @@ def _run(model: LoadedModel, tokens: Tensor, resid: dict[int, Tensor], layer: in
 
 def _check_input_edits(model: LoadedModel, data: EvalSet, layer: int, which: str) -> None:
     """Refuse when replacing ``hook_{which}`` of ``layer`` (every slot) does not change the output (a post-hoc hook)."""
-    tokens, lengths, _ = data.batch([0])
+    tokens, _lengths, _ = data.batch([0])
     with torch.inference_mode():
         base = model.bridge(tokens.to(model.device), return_type="logits")
 
-        def scramble(x: Tensor, hook: Any = None) -> Tensor:  # noqa: ARG001
+        def scramble(x: Tensor, hook: Any = None) -> Tensor:
             x = x.flip(1) * 3 + 1
             return x
 
         with attached(model.bridge, [(_input_hook(layer, which), scramble)]):
             moved = model.bridge(tokens.to(model.device), return_type="logits")
     if torch.equal(base, moved):
-        raise InterventionError(f"path patching: replacing hook_{which} of layer {layer} does not change this model's output, so a patch there would not take effect", layer=layer)
+        raise InterventionError(
+            f"path patching: replacing hook_{which} of layer {layer} does not change this model's output, so a patch there would not take "
+            "effect",
+            layer=layer,
+        )
 
 
 def check_receivers(model: LoadedModel, receivers: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -157,7 +177,7 @@ def check_receivers(model: LoadedModel, receivers: Sequence[tuple[int, int]]) ->
 def _replace_slots(values: dict[int, Tensor]) -> HookFn:
     """``hook_q/k/v``: each slot of ``values`` replaced by its ``[copies*batch, pos, d_head]``."""
 
-    def fn(x: Tensor, hook: Any = None) -> Tensor:  # noqa: ARG001
+    def fn(x: Tensor, hook: Any = None) -> Tensor:
         x = x.clone()
         for slot, v in values.items():
             x[:, :, slot] = v[:, : x.shape[1]].to(device=x.device, dtype=x.dtype)
@@ -166,7 +186,18 @@ def _replace_slots(values: dict[int, Tensor]) -> HookFn:
     return fn
 
 
-def _joint_rows(model: LoadedModel, corrupt_set: EvalSet, clean: RunCache, corrupt: RunCache, kept: dict, receivers: list, slots: dict, which: str, gap: Gap, config: PathConfig) -> list[list[Any]]:
+def _joint_rows(
+    model: LoadedModel,
+    corrupt_set: EvalSet,
+    clean: RunCache,
+    corrupt: RunCache,
+    kept: dict,
+    receivers: list,
+    slots: dict,
+    which: str,
+    gap: Gap,
+    config: PathConfig,
+) -> list[list[Any]]:
     """Step 2 with every receiver after the sender's layer patched at once: one row per sender."""
     n, H, bs = clean.values.shape[0], model.n_heads, config.batch_size
     out_rows = []
@@ -185,14 +216,18 @@ def _joint_rows(model: LoadedModel, corrupt_set: EvalSet, clean: RunCache, corru
                 return _run(model, t, corrupt.resid, start, _rows, _w, H, _h, **kw)
 
             values[:, rows] = model_values(model, tokens, lengths, corrupt_set, rows, copies=H, run=run).cpu().view(H, len(rows))
-        eff, low, high = normalised_effects(values.numpy(), clean.values.numpy(), corrupt.values.numpy(), gap, n_resamples=config.n_resamples, seed=config.seed)
+        eff, low, high = normalised_effects(
+            values.numpy(), clean.values.numpy(), corrupt.values.numpy(), gap, n_resamples=config.n_resamples, seed=config.seed
+        )
         label = "+".join(f"{a}.{b}" for a, b in reach)
         for h in range(H):
             out_rows.append([ls, h, f"{ls}.{h}", label, which, -1, eff[h], low[h], high[h], float(values[h].mean())])
     return out_rows
 
 
-def path_patch(model: LoadedModel, task: PairTask, config: PathConfig, *, progress: Callable[[str, int, int], None] | None = None) -> PathResult:
+def path_patch(
+    model: LoadedModel, task: PairTask, config: PathConfig, *, progress: Callable[[str, int, int], None] | None = None
+) -> PathResult:
     """Sender x receiver table (see the module doc); senders are every head before each receiver's layer."""
     receivers = check_receivers(model, config.receivers)
     which, bs = config.receiver_input, config.batch_size
@@ -201,7 +236,9 @@ def path_patch(model: LoadedModel, task: PairTask, config: PathConfig, *, progre
     late = can_start_late(model, clean_set)
     layers = list(range(top))
     clean = cache_run(model, clean_set, z_layers=layers, batch_size=bs)
-    corrupt: RunCache = cache_run(model, corrupt_set, z_layers=layers, resid_layers=[x for x in range(1, top + 1)] if late else [], batch_size=bs)
+    corrupt: RunCache = cache_run(
+        model, corrupt_set, z_layers=layers, resid_layers=[x for x in range(1, top + 1)] if late else [], batch_size=bs
+    )
     gap = task_gap(clean_set.metric, clean.values.numpy(), corrupt.values.numpy(), n_resamples=config.n_resamples, seed=config.seed)
     if not gap.defined:
         log.warning("normalised path-patching effects are undefined: %s", gap.reason)
@@ -224,7 +261,7 @@ def path_patch(model: LoadedModel, task: PairTask, config: PathConfig, *, progre
                 needed = sorted({lr for lr, _ in receivers if lr > ls})
 
                 def keeper(lr: int) -> HookFn:
-                    def fn(x: Tensor, hook: Any = None) -> None:  # noqa: ARG001
+                    def fn(x: Tensor, hook: Any = None) -> None:
                         got[lr] = x.detach().clone()
                         if lr == needed[-1]:
                             raise StopForward  # the rest of the forward is not needed
@@ -262,7 +299,9 @@ def path_patch(model: LoadedModel, task: PairTask, config: PathConfig, *, progre
                         return _run(model, t, corrupt.resid, lr, _rows, _w, H, _h, **kw)
 
                     values[:, rows] = model_values(model, tokens, lengths, corrupt_set, rows, copies=H, run=run).cpu().view(H, len(rows))
-                eff, low, high = normalised_effects(values.numpy(), clean.values.numpy(), corrupt.values.numpy(), gap, n_resamples=config.n_resamples, seed=config.seed)
+                eff, low, high = normalised_effects(
+                    values.numpy(), clean.values.numpy(), corrupt.values.numpy(), gap, n_resamples=config.n_resamples, seed=config.seed
+                )
                 for h in range(H):
                     out_rows.append([ls, h, f"{ls}.{h}", f"{lr}.{r[1]}", which, slots[r], eff[h], low[h], high[h], float(values[h].mean())])
                 done += 1

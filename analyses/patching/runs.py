@@ -82,7 +82,8 @@ def can_start_late(model: LoadedModel, data: EvalSet) -> bool:
         return False
     tokens, lengths, width = data.batch([0])
     mask = attention_mask(model, lengths, width)
-    return check_from_layer(model, tokens, model.n_layers - 1, **({} if mask is None else {"attention_mask": mask}))
+    kwargs: dict[str, Any] = {} if mask is None else {"attention_mask": mask}
+    return check_from_layer(model, tokens, model.n_layers - 1, **kwargs)
 
 
 def patch_z_hook(patches: Sequence[Patch], source: Tensor) -> HookFn:
@@ -135,7 +136,7 @@ def patched_values(
                 chunk = list(patches[first : first + per_forward])
                 k = len(chunk)
                 all_hooks = [(z_hook_name(layer), patch_z_hook(chunk, src)), *hooks]
-                if start_late:
+                if start_late and target_cache is not None:  # start_late implies a cache
                     resid = target_cache.resid[layer][rows, :width].to(model.device).repeat(k, 1, 1)
 
                     def run(t: Tensor, _r: Tensor = resid, _h: list = all_hooks, **kw: Any) -> Tensor:

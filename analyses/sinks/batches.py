@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from headlens.analyses.heads.census import model_frame
+from headlens.analyses.heads.stimulus_sets import model_frame
 from headlens.analyses.sinks.config import DEFAULT_MAX_PROMPTS, SinkConfig
 from headlens.analyses.stimuli import eval_text, text_windows
 from headlens.probes.errors import InputError
@@ -83,7 +83,7 @@ def n_windows(model: LoadedModel, config: SinkConfig) -> int:
         return min(n, DEFAULT_MAX_PROMPTS)
     if config.n_prompts > n:
         raise InputError(
-            f"--n-prompts {config.n_prompts}: the evaluation text holds only {n} windows of {config.window} tokens; ask for at most {n}",
+            f"n_prompts={config.n_prompts}: the evaluation text holds only {n} windows of {config.window} tokens; ask for at most {n}",
             n_prompts=config.n_prompts,
         )
     return config.n_prompts

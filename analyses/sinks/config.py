@@ -59,25 +59,25 @@ class SinkConfig:
 
     def __post_init__(self) -> None:
         if isinstance(self.eps, bool) or not isinstance(self.eps, (int, float)) or not 0 < float(self.eps) < 1 or math.isnan(self.eps):
-            raise InputError(f"--eps must be strictly between 0 and 1, got {self.eps}", eps=self.eps)
-        _positive("--window", self.window, minimum=2)
+            raise InputError(f"eps must be strictly between 0 and 1, got {self.eps}", eps=self.eps)
+        _positive("window", self.window, minimum=2)
         if self.n_prompts is not None:
-            _positive("--n-prompts", self.n_prompts)
+            _positive("n_prompts", self.n_prompts)
         if not self.bos or any(not isinstance(b, bool) for b in self.bos):
             raise InputError("bos must name at least one setting: True (prepend BOS) and/or False", bos=self.bos)
         object.__setattr__(self, "bos", tuple(dict.fromkeys(self.bos)))
         for k in self.keep_first:
             if isinstance(k, bool) or not isinstance(k, int) or k < 0:
-                raise InputError(f"--keep-first k must be a non-negative number of tokens, got {k}", keep_first=k)
+                raise InputError(f"keep_first must hold non-negative numbers of tokens, got {k}", keep_first=k)
         object.__setattr__(self, "keep_first", tuple(sorted({0, *self.keep_first})))
         for w in self.attn_windows or ():
-            _positive("--attn-windows", w)
+            _positive("attn_windows", w)
         if self.attn_windows is not None:
             object.__setattr__(self, "attn_windows", tuple(sorted(set(self.attn_windows))))
         if self.long_tokens is not None:
-            _positive("--long-tokens", self.long_tokens, minimum=2)
+            _positive("long_tokens", self.long_tokens, minimum=2)
         for name in ("n_long", "top_k", "min_count", "batch_size", "max_single"):
-            _positive(f"--{name.replace('_', '-')}", getattr(self, name))
+            _positive(name, getattr(self, name))
         unknown = [s for s in self.skip if s not in ANALYSES or s == "census"]
         if unknown:
             raise InputError(f"cannot skip {', '.join(unknown)}: choose from {', '.join(ANALYSES[1:])}", skip=self.skip)
@@ -88,9 +88,9 @@ class SinkConfig:
         return name not in self.skip
 
 
-def _positive(flag: str, value: Any, *, minimum: int = 1) -> None:
+def _positive(name: str, value: Any, *, minimum: int = 1) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise InputError(f"{flag} must be an integer of at least {minimum}, got {value}", value=value)
+        raise InputError(f"{name} must be an integer of at least {minimum}, got {value}", value=value)
 
 
 def default_attn_windows(long_tokens: int) -> tuple[int, ...]:

@@ -144,7 +144,8 @@ def variant_batches(
 def content_verdicts(table: pd.DataFrame, eps: float) -> pd.DataFrame:
     """One row per head: in how many variants it sinks, and the verdict of the module docstring."""
     rows = []
-    for (layer, head), g in table.groupby(["layer", "head"], sort=True):
+    for _, g in table.groupby(["layer", "head"], sort=True):
+        layer, head = g["layer"].iloc[0], g["head"].iloc[0]
         sinks = g.set_index("variant")["alpha_first"] > eps
         n_sink = int(sinks.sum())
         follows_bos = bool((g.loc[g["variant"] == "bos_second", "alpha_second"] > eps).any())

@@ -85,27 +85,27 @@ def long_text(model: LoadedModel, documents: Sequence[str] | None, prepend_bos: 
 def check_lengths(model: LoadedModel, lengths: Sequence[int], n_sequences: int, eps: float, text: LongText, prepend_bos: bool) -> None:
     """Every check that needs no forward pass; an :class:`InputError` naming the flag and both numbers."""
     if not lengths:
-        raise InputError("--lengths is empty")
+        raise InputError("lengths is empty")
     if n_sequences < 1:
-        raise InputError(f"--n-long must be at least 1, got {n_sequences}")
+        raise InputError(f"n_long must be at least 1, got {n_sequences}")
     if not 0 < eps < 1:
-        raise InputError(f"--eps must be strictly between 0 and 1, got {eps}")
+        raise InputError(f"eps must be strictly between 0 and 1, got {eps}")
     shortest = text.n_special + MIN_TEXT_TOKENS
     for n in lengths:
         if n < shortest:
             held = max(n - text.n_special, 0)
             raise InputError(
-                f"--lengths {n} holds {held} text token{'s' if held != 1 else ''} beside {_special_words(text, prepend_bos)}; "
-                f"each sequence needs at least {MIN_TEXT_TOKENS} text tokens, so --lengths must be at least {shortest}"
+                f"lengths={n} holds {held} text token{'s' if held != 1 else ''} beside {_special_words(text, prepend_bos)}; "
+                f"each sequence needs at least {MIN_TEXT_TOKENS} text tokens, so lengths= must be at least {shortest}"
             )
         if n > model.n_ctx:
-            raise InputError(f"--lengths {n} is beyond the model's context of {model.n_ctx} tokens")
+            raise InputError(f"lengths={n} is beyond the model's context of {model.n_ctx} tokens")
     longest = max(lengths)
     body = longest - text.n_special
     need = n_sequences * body
     if need > len(text.ids):
         raise InputError(
-            f"--lengths {longest} needs {need} text tokens ({n_sequences} sequence(s) of {body}); the text has only {len(text.ids)}"
+            f"lengths={longest} needs {need} text tokens ({n_sequences} sequence(s) of {body}); the text has only {len(text.ids)}"
         )
 
 

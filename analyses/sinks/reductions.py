@@ -90,7 +90,7 @@ def _head_output_weights(model: LoadedModel, layer: int) -> Tensor:
             return w.T.reshape(n_h, d_h, w.shape[0])
     raise InputError(
         f"cannot find the per-head output projection (W_O) of layer {layer} in this model; "
-        "value-norm shares need GPT-2-style Conv1D or nn.Linear output projections (skip them with --skip value_norm)",
+        "value-norm shares need GPT-2-style Conv1D or nn.Linear output projections (skip them with skip='value_norm')",
         layer=layer,
     )
 

@@ -51,7 +51,7 @@ def seed_measurement(model: LoadedModel, text: str, *, prepend_bos: bool = True)
     # the last token: the last text token on an encoder (its [SEP] comes after)
     last = n - 1 - len(frame_tokens(model, prepend_bos)[1])
     if n < 2 or last < 1:
-        raise InputError(f"--text {text!r} is {n} token(s); the measurement needs at least 2 (a first and a last token)", text=text)
+        raise InputError(f"text={text!r} is {n} token(s); the measurement needs at least 2 (a first and a last token)", text=text)
     last_to_first = torch.zeros(model.n_layers, model.n_heads)
 
     def keep(layer: int, out: dict[str, Tensor], ctx: Any) -> None:

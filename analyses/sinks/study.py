@@ -51,7 +51,7 @@ from typing import Any
 
 import pandas as pd
 
-from headlens.analyses.heads.census import model_framing
+from headlens.analyses.heads.stimulus_sets import model_framing
 from headlens.analyses.sinks.batches import census_batch, frame_tokens, long_batch, n_windows
 from headlens.analyses.sinks.config import SinkConfig, default_attn_windows
 from headlens.analyses.sinks.content import VARIANTS, content_verdicts, variant_batches
@@ -101,22 +101,22 @@ def _vocab_size(model: LoadedModel) -> int:
 def _check_against_model(model: LoadedModel, config: SinkConfig) -> None:
     """The checks of ``config`` that need the model (:class:`InputError`): context, framing tokens, heads."""
     if config.window > model.n_ctx:
-        raise InputError(f"--window {config.window} is larger than the model's context of {model.n_ctx} tokens", window=config.window)
+        raise InputError(f"window={config.window} is larger than the model's context of {model.n_ctx} tokens", window=config.window)
     if True in config.bos:
         prefix, suffix = frame_tokens(model, True)  # an InputError when the tokenizer lacks them
         if config.window < len(prefix) + len(suffix) + 1:
             raise InputError(
-                f"--window {config.window} leaves no text token beside {len(prefix) + len(suffix)} special tokens", window=config.window
+                f"window={config.window} leaves no text token beside {len(prefix) + len(suffix)} special tokens", window=config.window
             )
     if config.runs("windowed") and not _is_encoder(model):
         length = config.long_tokens or min(model.n_ctx, 1024)
         if length > model.n_ctx:
-            raise InputError(f"--long-tokens {length} is larger than the model's context of {model.n_ctx} tokens", long_tokens=length)
+            raise InputError(f"long_tokens={length} is larger than the model's context of {model.n_ctx} tokens", long_tokens=length)
         for w in config.attn_windows or ():
             if w > length:
                 raise InputError(
-                    f"--attn-windows {w} is larger than the context the windowed run uses"
-                    f" ({length} tokens; set it with --long-tokens, at most {model.n_ctx})",
+                    f"attn_windows={w} is larger than the context the windowed run uses"
+                    f" ({length} tokens; set it with long_tokens=, at most {model.n_ctx})",
                     window=w,
                 )
     if config.heads:

@@ -45,6 +45,7 @@ FLAG_VALUES: dict[str, str] = {
     "prepend_bos=False": "--no-bos",
     "allow_new_weights=True": "--allow-new-weights",
     "overwrite=True": "--overwrite",
+    "truncate=True": "--truncate",
 }
 #: Parameters whose ``name=value`` in a library message is said as the CLI flag.
 MAPPED_PARAMETERS = (
@@ -95,6 +96,7 @@ MAPPED_PARAMETERS = (
     "max_fraction",
     "batch",
     "context",
+    "truncate",
 )
 _PARAMETER = re.compile(r"(?<![\w.-])(" + "|".join(MAPPED_PARAMETERS) + r")=('(?:[^'\\]|\\.)*'|\"[^\"]*\"|[^\s,;:)]+)?")
 #: A parameter named bare as the subject of a message or clause: ``n_prompts must be at least 1``.

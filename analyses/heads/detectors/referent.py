@@ -61,6 +61,7 @@ import random
 import warnings
 from collections.abc import Sequence
 from functools import lru_cache
+from typing import cast
 
 import numpy as np
 import pandas as pd
@@ -136,6 +137,7 @@ def partial(rows, ctx: BatchContext, q_offset: int) -> Sums:
 
 def finish(sums: Sums, ctx: BatchContext) -> DetectorOutput:
     dev = sums["ante"].device
+    assert ctx.pronoun is not None and ctx.antecedent is not None and ctx.distractor is not None  # referent stimuli carry all three
     p, a, d = (t.to(dev)[:, None] for t in (ctx.pronoun, ctx.antecedent, ctx.distractor))
     count = sums["count"].clamp(min=1)[:, None]
     to_ante, to_dist, accuracy = ((sums[k] / count).float() for k in ("ante", "dist", "win"))
@@ -383,7 +385,9 @@ def referent_ratio(rows: pd.DataFrame, alpha: float | pd.Series = DEFAULT_ALPHA,
         return pd.Series(np.nan, index=rows.index)
     p, pair_acc, low, base = (rows[col].astype(float) for col in need)
     with np.errstate(divide="ignore", invalid="ignore"):
-        parts = pd.concat([np.log(p) / np.log(alpha), pair_acc / MIN_PAIR_ACCURACY, low / (baseline_factor * base)], axis=1)
+        parts = pd.concat(
+            [cast(pd.Series, np.log(p)) / np.log(alpha), pair_acc / MIN_PAIR_ACCURACY, low / (baseline_factor * base)], axis=1
+        )
     return parts.min(axis=1, skipna=False)
 
 
