@@ -13,13 +13,13 @@ from headlens.analyses.heads.classify import parse_thresholds
 from headlens.analyses.patching.evidence import EvidenceConfig
 from headlens.analyses.synthetic.selftest import run_selftest
 from headlens.probes.errors import CheckFailed, InputError
-from headlens.probes.outputs import check_out_dir, check_out_file, write_json
+from headlens.probes.outputs import check_out_dir, check_out_file
 from headlens.reports.cli.census_options import attention_options, census_config, census_options
 from headlens.reports.cli.common import command_line, load, model_options
 from headlens.reports.evidence_text import EVIDENCE_FILE, evidence_lines
 from headlens.reports.progress import progress_bars
-from headlens.reports.studies.census import CensusResult, census, check_census_config
-from headlens.reports.tables import check_table_path, write_table
+from headlens.reports.studies.census import CensusResult, DetectResult, census, check_census_config
+from headlens.reports.tables import check_table_path
 
 
 @click.command("detect")
@@ -56,7 +56,6 @@ def detect_cmd(
     """
     out = check_table_path(out_file)
     check_out_file(out, overwrite=overwrite)
-    manifest_path = out.with_name(out.stem + ".manifest.json")
     config = census_config(
         detectors, n_prompts, seed, seq_len, window, no_bos, batch_size, referent_file, attention=attention, query_block=query_block
     )
@@ -64,8 +63,7 @@ def detect_cmd(
     loaded = load(model, device, dtype, revision, allow_new_weights)
     with progress_bars("census", quiet=quiet) as progress:
         result = census(loaded, config, progress=progress, command=command_line())
-    write_table(result.scores, out)
-    write_json(manifest_path, result.manifest)
+    DetectResult(tables={"scores": result.scores}, manifest=result.manifest).write(out)  # the table, then <stem>.manifest.json
     _echo_notes(result)
     click.echo(
         f"{len(result.scores)} scores ({result.scores['detector'].nunique()} detectors x {loaded.n_layers * loaded.n_heads} heads) -> {out}"

@@ -10,13 +10,13 @@ from headlens.analyses.sinks.config import SinkConfig
 from headlens.analyses.sinks.seed import seed_tables
 from headlens.probes.errors import InputError
 from headlens.probes.manifest import build_manifest
-from headlens.probes.outputs import check_out_dir, write_json
+from headlens.probes.outputs import check_out_dir
 from headlens.probes.prompts import read_prompts
 from headlens.reports.cli.common import HEADS, command_line, load, model_options, parse_csv, parse_ints
 from headlens.reports.figures.common import figures_text
 from headlens.reports.progress import progress_bars
-from headlens.reports.sinks_tables import lengths_lines, seed_text_lines, write_tables
-from headlens.reports.studies.sinks import SinkLengthsResult, SinksResult, sinks
+from headlens.reports.sinks_tables import lengths_lines, seed_text_lines
+from headlens.reports.studies.sinks import SeedTextResult, SinkLengthsResult, SinksResult, sinks
 
 
 @click.command("sinks")
@@ -263,7 +263,6 @@ def _seed_text(model, device, dtype, revision, allow_new_weights, text, settings
         click.echo(line)
     if out_dir is not None:
         out = Path(out_dir)
-        write_tables({"seed_text": table}, out)
         manifest = build_manifest(
             model=loaded,
             command=command_line(),
@@ -271,7 +270,7 @@ def _seed_text(model, device, dtype, revision, allow_new_weights, text, settings
             prepend_bos=settings[0] if len(settings) == 1 else None,
             extra={"sinks": {"text": text, "bos": list(settings)}},
         )
-        write_json(out / "manifest.json", manifest)
+        SeedTextResult(tables={"seed_text": table}, manifest=manifest).write(out)  # the table, then manifest.json
 
 
 COMMANDS = [sinks_cmd]

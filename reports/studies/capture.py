@@ -127,6 +127,8 @@ def capture(
     load = loading_settings(model, kwargs)
     config = study_config("capture", CaptureConfig, config, kwargs)
     texts = prompts if isinstance(prompts, TokenBatch) else list(check_prompts(prompts))
+    if verify and isinstance(texts, TokenBatch):
+        raise InputError("verify=True needs the prompts as texts, not a TokenBatch", prompts=None)
     loaded = as_loaded(model, load, seed=seed)
     cap = run_capture(loaded, texts, config, progress=progress)
     manifest = build_manifest(
@@ -139,9 +141,7 @@ def capture(
     manifest["capture"] = capture_entry(cap)
     tensors = {**cap.tensors, "lengths": cap.batch.lengths}
     tables = {}
-    if verify:
-        if isinstance(texts, TokenBatch):
-            raise InputError("verify=True needs the prompts as texts, not a TokenBatch", prompts=None)
+    if verify and not isinstance(texts, TokenBatch):  # a TokenBatch with verify is refused above
         tables["verify"] = verify_attention(
             loaded, texts, prepend_bos=config.prepend_bos, tolerance=tolerance, batch_size=config.batch_size
         )

@@ -31,6 +31,7 @@ from headlens.reports.census_summary import census_summary
 from headlens.reports.evidence_text import EVIDENCE_FILE, evidence_joined
 from headlens.reports.figures.common import detector_figures
 from headlens.reports.studies.common import loading_settings, python_command, study_config
+from headlens.reports.studies.folder import TableFileResult
 from headlens.reports.studies.models import as_loaded
 from headlens.reports.studies.result import Result, read_csv_table, read_manifest
 from headlens.reports.tables import head_roles_table
@@ -40,7 +41,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["census", "CensusResult", "check_census_config", "SCORES_FILE"]
+__all__ = ["census", "CensusResult", "DetectResult", "check_census_config", "SCORES_FILE"]
 
 SCORES_FILE = "scores.csv"
 SUMMARY_FILE = "summary.md"
@@ -124,6 +125,20 @@ class CensusResult(Result):
         return cls(tables=cls.read_tables(p), manifest=read_manifest(p), summary=summary)
 
 
+@dataclass(kw_only=True, repr=False)
+class DetectResult(TableFileResult):
+    """The scores alone, as ``headlens detect --out FILE`` writes them: ``table`` (one row per
+    (head, detector): score, uniform baseline, bootstrap interval, n) and ``<stem>.manifest.json``."""
+
+    kind = "detect"
+    table_name = "scores"
+
+    @classmethod
+    def recognises(cls, folder: Path, manifest: dict[str, Any]) -> bool:
+        """A scores table written before results had a kind: its manifest holds the census config."""
+        return isinstance(manifest.get("config"), dict) and "census" in manifest["config"] and not folder.is_dir()
+
+
 def _summary(scores: pd.DataFrame, classified: HeadRoles, manifest: Mapping[str, Any], evidence: pd.DataFrame | None = None) -> str:
     model = manifest.get("model") or {}
     return census_summary(
@@ -176,6 +191,11 @@ def census(
     config = study_config("census", CensusConfig, config, kwargs)
     pruned = read_mask(mask) if mask else None
     if pruned is not None:
+        if config.ablate and set(config.ablate) != set(pruned.heads):
+            raise InputError(
+                "ablate= with mask=: the mask's heads are the ones zeroed; give the heads either as ablate= or in the mask, not both",
+                parameter="ablate",
+            )
         if evidence is not None:
             raise InputError(
                 "evidence with mask: the interventions run on the unpruned model, so they would not test the pruned model's roles"

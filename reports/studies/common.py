@@ -5,15 +5,20 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Any, TypeVar
+import numbers
+import os
+import types
+import typing
+from typing import Any, TypeVar, Union
 
+from headlens.analyses.ablation.masks import parse_head
 from headlens.probes.config import ModelConfig
 from headlens.probes.errors import InputError
 from headlens.probes.loading import LoadedModel
 
 log = logging.getLogger(__name__)
 
-__all__ = ["study_config", "loading_settings", "python_command", "LOAD_FIELDS"]
+__all__ = ["study_config", "loading_settings", "python_command", "coerce_setting", "LOAD_FIELDS"]
 
 C = TypeVar("C")
 
@@ -41,7 +46,8 @@ def study_config(verb: str, cls: type[C], config: C | None, kwargs: dict[str, An
         )
     if config is not None and not isinstance(config, cls):
         raise InputError(f"{verb}: config must be a {cls.__name__}, got {type(config).__name__}")
-    own = {k: v for k, v in kwargs.items() if k in fields}
+    hints = typing.get_type_hints(cls)
+    own = {k: coerce_setting(verb, k, hints[k], v) for k, v in kwargs.items() if k in fields}
     if config is None:
         return cls(**own)
     return dataclasses.replace(config, **own) if own else config  # type: ignore[type-var]  # a dataclass instance
@@ -52,3 +58,66 @@ def python_command(verb: str, model: LoadedModel | str, kwargs: dict[str, Any]) 
     name = model.name if isinstance(model, LoadedModel) else model
     args = ", ".join([repr(name), *(f"{k}={v!r}" for k, v in kwargs.items())])
     return ["python", f"headlens.{verb}({args})"]
+
+
+def coerce_setting(verb: str, name: str, hint: Any, value: Any) -> Any:
+    """``value`` as the field typed ``hint`` takes it: for a tuple field a str is its comma-separated
+    items (heads as ``"L.H,L.H"``) and a single value a one-item tuple; items and scalars of the
+    wrong type are a one-line :class:`InputError` naming ``name``."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        rest = [a for a in args if a is not type(None)]
+        return coerce_setting(verb, name, rest[0], value) if len(rest) == 1 else value
+    if origin is tuple:
+        item = args[0] if args else Any
+        if isinstance(value, str):
+            items = [v.strip() for v in value.split(",")]
+            if not all(items):
+                raise InputError(f"{verb}: {name}={value!r} has an empty item; separate items with commas", parameter=name)
+        elif isinstance(value, (list, tuple)):
+            items = list(value)
+        elif isinstance(value, (numbers.Number, bool)):
+            items = [value]
+        else:
+            raise InputError(
+                f"{verb}: {name}= must be a tuple, a list or a comma-separated str, got {type(value).__name__}", parameter=name
+            )
+        return tuple(_coerce_item(verb, name, item, v) for v in items)
+    return _check_scalar(verb, name, hint, value)
+
+
+def _coerce_item(verb: str, name: str, hint: Any, value: Any) -> Any:
+    """One item of a tuple setting; a str item (from a comma-separated str) becomes the item's type."""
+    if typing.get_origin(hint) is tuple:  # a head
+        return parse_head(list(value) if isinstance(value, tuple) else value, where=f"{verb}: {name}")
+    if isinstance(value, str) and hint in (int, float):
+        try:
+            return hint(value)
+        except ValueError:
+            raise InputError(f"{verb}: {name}= item {value!r} is not {'an int' if hint is int else 'a number'}", parameter=name) from None
+    if isinstance(value, str) and hint is bool:
+        words = {"true": True, "false": False}
+        if value.lower() not in words:
+            raise InputError(f"{verb}: {name}= item {value!r} is not true or false", parameter=name)
+        return words[value.lower()]
+    return _check_scalar(verb, name, hint, value)
+
+
+def _check_scalar(verb: str, name: str, hint: Any, value: Any) -> Any:
+    """``value`` when it is of type ``hint`` (an int for a float; a path for a str), else a one-line InputError."""
+    checks: dict[Any, tuple[str, bool]] = {
+        bool: ("true or false", isinstance(value, bool)),
+        int: ("an int", isinstance(value, numbers.Integral) and not isinstance(value, bool)),
+        float: ("a number", isinstance(value, numbers.Real) and not isinstance(value, bool)),
+        str: ("a str", isinstance(value, (str, os.PathLike))),
+    }
+    if hint not in checks:
+        return value
+    what, ok = checks[hint]
+    if not ok:
+        raise InputError(f"{verb}: {name}= must be {what}, got {type(value).__name__} {value!r}", parameter=name)
+    if hint is int:
+        return int(value)
+    return float(value) if hint is float else value

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import pandas as pd
 
-from headlens.probes.errors import InputError
-from headlens.probes.outputs import check_out_file, write_json
+from headlens.probes.errors import InputError, OutputError
+from headlens.probes.outputs import check_out_dir, check_out_file, write_json
 from headlens.reports.figures.common import save_figure
 from headlens.reports.studies.result import TEXT_COLUMNS, Result, read_csv_table
 from headlens.reports.tables import TABLE_FORMATS, read_table, write_table
@@ -102,30 +102,36 @@ class TableFileResult(Result):
         return side
 
     def write(self, folder: str | Path) -> Path:
-        """The files for the table ``folder`` (a table file name, or a folder): the manifest, the
-        figures, then the table.  Returns the table's path."""
+        """The files for the table ``folder`` (a table file name, or a folder): the table, the
+        figures, then the manifest (each atomically).  Returns the table's path."""
         out = self.table_file(folder)
-        out.parent.mkdir(parents=True, exist_ok=True)
         side = self.sidecars(out)
         manifest = self._manifest_out()
         if self.section and isinstance(manifest.get(self.section), dict):
             manifest[self.section] = {**manifest[self.section], "files": {"table": str(out), **{k: str(v) for k, v in side.items()}}}
-        write_json(side["manifest"], manifest)
+        write_table(self.table, out)
         stem = out.with_suffix("")
         makers = self._figure_makers()
         for fig in self.figure_stems:
             save_figure(makers[fig](), stem.with_name(f"{stem.name}.{fig}"), self.figure_formats)
-        write_table(self.table, out)
+        write_json(side["manifest"], manifest)
         return out
 
     def save(self, folder: str | Path, *, overwrite: bool = False) -> Path:
         """Write the table and the files beside it as the CLI command does: ``folder`` is the table
         file (``.csv``, ``.parquet``, ``.json``) or a folder (``<folder>/<table_name>.csv``).
         Raises :class:`~headlens.probes.errors.OutputExistsError` for a file already there without
-        ``overwrite``.  Returns the table's path."""
+        ``overwrite`` (or a file where the folder would be), :class:`~headlens.probes.errors.OutputError`
+        when the folder cannot be made; nothing is written then.  Returns the table's path."""
         out = self.table_file(folder)
+        if out != Path(folder):  # saved into a folder
+            check_out_dir(folder, overwrite=True)  # files there that this result does not write stay
         for path in (out, *self.sidecars(out).values()):
             check_out_file(path, overwrite=overwrite)
+        try:
+            out.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise OutputError(f"cannot write {out}: {exc.strerror or exc}", path=str(out)) from exc
         return self.write(out)
 
     @classmethod

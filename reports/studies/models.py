@@ -18,14 +18,15 @@ log = logging.getLogger(__name__)
 __all__ = ["load_model", "models", "as_loaded"]
 
 
-def load_model(model: str | ModelConfig, /, **kwargs: Any) -> LoadedModel:
+def load_model(model: str | ModelConfig, **kwargs: Any) -> LoadedModel:
     """Load a model: a named model (``"demo"``: the small GPT-2 shipped with headlens, ``"minilm"``;
     :func:`models` lists them), a local checkpoint folder or a Hugging Face id.
 
     ``kwargs`` are :class:`~headlens.probes.config.ModelConfig`'s fields: ``device`` (``"auto"``,
     ``"cpu"``, ``"cuda"``, ``"cuda:1"``, ``"mps"``), ``dtype``, ``revision``, ``allow_new_weights``,
     ``device_map``, ``max_memory``, ``offload_folder``.  A name close to a named model
-    (``"dmeo"``) is refused with the name it is close to.
+    (``"dmeo"``) is refused with the name it is close to.  ``model`` may be given by keyword
+    (``load_model(model="demo")``).
     """
     if isinstance(model, ModelConfig):
         if kwargs:

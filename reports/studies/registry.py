@@ -20,9 +20,10 @@ log = logging.getLogger(__name__)
 __all__ = ["load", "result_class"]
 
 
-def result_class(folder: Path, manifest: dict) -> type[Result]:
+def result_class(folder: Path, manifest: dict, *, manifest_file: str = MANIFEST_FILE) -> type[Result]:
     """The Result subclass for a saved folder: its manifest's ``"result"``, else (folders written
-    before results had a kind) the kind whose marker files are all there."""
+    before results had a kind) the kind that recognises the folder (:meth:`Result.recognises`).
+    ``manifest_file``: the manifest read, as errors name it."""
     kind = manifest.get("result")
     if kind is not None:
         if kind not in RESULT_KINDS:
@@ -33,10 +34,11 @@ def result_class(folder: Path, manifest: dict) -> type[Result]:
             )
         return RESULT_KINDS[kind]
     for cls in RESULT_KINDS.values():
-        if cls.marker_files and all((folder / name).is_file() for name in cls.marker_files):
+        if cls.recognises(folder, manifest):
             return cls
     raise InputError(
-        f"folder={str(folder)!r} holds no headlens result that this headlens can read ({MANIFEST_FILE} names no result kind)",
+        f"folder={str(folder)!r} holds no headlens result that this headlens can read ({manifest_file} names no result kind);"
+        f" load reads the folders and table files that results save and the CLI commands write ({', '.join(sorted(RESULT_KINDS))})",
         folder=str(folder),
     )
 
@@ -44,11 +46,17 @@ def result_class(folder: Path, manifest: dict) -> type[Result]:
 def load(folder: str | Path) -> Result:
     """A result saved by ``result.save(folder)`` or by the matching CLI command, read back."""
     p = Path(folder)
-    single = table_result(p)  # one table file with its manifest beside it (headlens ablate / kv --out FILE)
+    single = table_result(p)  # one table file with its manifest beside it (headlens ablate / kv / detect --out FILE)
     if single is not None:
-        return result_class(p, single[1]).from_folder(single[0])
+        table, manifest = single
+        side = table.with_suffix("").with_name(table.stem + ".manifest.json").name
+        result = result_class(p, manifest, manifest_file=side).from_folder(table)
+        result.restore_dtypes({name: table for name in result.tables})
+        return result
     if not p.is_dir():
         raise InputError(
             f"folder={str(folder)!r} holds no headlens result ({'not a folder' if p.exists() else 'no such folder'})", folder=str(folder)
         )
-    return result_class(p, read_manifest(p)).from_folder(p)
+    result = result_class(p, read_manifest(p)).from_folder(p)
+    result.restore_dtypes({name: p / f"{name}.csv" for name in result.tables})
+    return result

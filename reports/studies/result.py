@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Result", "RESULT_KINDS", "MANIFEST_FILE", "TEXT_COLUMNS", "read_csv_table"]
+__all__ = ["Result", "RESULT_KINDS", "MANIFEST_FILE", "TEXT_COLUMNS", "DTYPES_KEY", "read_csv_table", "table_dtypes", "with_dtypes"]
 
 MANIFEST_FILE = "manifest.json"
 
@@ -48,6 +48,12 @@ TEXT_COLUMNS = ("name", "role", "roles", "detector", "evidence", "variant", "str
 
 #: Rows of each table shown by ``_repr_html_``.
 HTML_ROWS = 5
+
+#: The manifest's record of each table's column dtypes (written by :meth:`Result.save`, restored by ``load``).
+DTYPES_KEY = "table_dtypes"
+
+#: dtypes whose columns are read back as text: an empty cell is ``""``, "1.10" stays "1.10".
+TEXT_DTYPES = ("object", "str", "string")
 
 
 def read_csv_table(path: str | Path, text_columns: tuple[str, ...] = TEXT_COLUMNS) -> pd.DataFrame:
@@ -77,6 +83,12 @@ class Result:
 
     tables: dict[str, pd.DataFrame] = field(default_factory=dict)
     manifest: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def recognises(cls, folder: Path, manifest: dict[str, Any]) -> bool:
+        """Whether ``folder``, whose manifest names no result kind (written before results had one),
+        holds this kind: all of :attr:`marker_files` are there."""
+        return bool(cls.marker_files) and all((folder / name).is_file() for name in cls.marker_files)
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -134,7 +146,21 @@ class Result:
         """Files that are neither tables, figures, texts nor the manifest (none by default)."""
 
     def _manifest_out(self) -> dict[str, Any]:
-        return {"result": self.kind, **{k: v for k, v in self.manifest.items() if k != "result"}}
+        kept = {k: v for k, v in self.manifest.items() if k not in ("result", DTYPES_KEY)}
+        return {"result": self.kind, **kept, DTYPES_KEY: table_dtypes(self.tables)}
+
+    def restore_dtypes(self, files: dict[str, Path]) -> None:
+        """Give each table read back from its CSV in ``files`` (by table name) the column dtypes
+        recorded in the manifest: text columns re-read as text, numbers, booleans and categories
+        cast back; a column that cannot take its dtype (an int column with an empty cell) stays as read."""
+        recorded = self.manifest.get(DTYPES_KEY)
+        if not isinstance(recorded, dict):
+            return
+        for name, table in self.tables.items():
+            columns = recorded.get(name)
+            path = files.get(name)
+            if isinstance(columns, dict) and path is not None and path.suffix.lower() == ".csv" and path.is_file():
+                self.tables[name] = with_dtypes(table, columns, path)
 
     def write(self, folder: str | Path, *, formats: tuple[str, ...] | None = None) -> Path:
         """Write every file into ``folder`` (created if needed), each atomically, the manifest last;
@@ -206,3 +232,41 @@ def read_manifest(folder: Path) -> dict[str, Any]:
     if not isinstance(manifest, dict):
         raise InputError(f"folder={str(folder)!r}: {MANIFEST_FILE} is not a headlens manifest", folder=str(folder))
     return manifest
+
+
+def table_dtypes(tables: dict[str, pd.DataFrame]) -> dict[str, dict[str, Any]]:
+    """Each table's column dtypes, JSON-ready: a dtype's name, or for a category its categories and order."""
+    out: dict[str, dict[str, Any]] = {}
+    for name, table in tables.items():
+        columns: dict[str, Any] = {}
+        for column, dtype in table.dtypes.items():
+            if isinstance(dtype, pd.CategoricalDtype):
+                columns[str(column)] = {"dtype": "category", "categories": dtype.categories.tolist(), "ordered": bool(dtype.ordered)}
+            else:
+                columns[str(column)] = str(dtype)
+        out[name] = columns
+    return out
+
+
+def with_dtypes(table: pd.DataFrame, columns: dict[str, Any], path: Path) -> pd.DataFrame:
+    """``table`` (read from the CSV ``path``) with the dtypes ``columns`` recorded (:func:`table_dtypes`)."""
+    out = table.copy()
+    kinds = {c: (d.get("dtype") if isinstance(d, dict) else d) for c, d in columns.items() if c in out.columns}
+    text = [c for c, kind in kinds.items() if kind in TEXT_DTYPES or kind == "category"]
+    raw = pd.read_csv(path, usecols=text, dtype=str, keep_default_na=False) if text else pd.DataFrame()
+    for column, kind in kinds.items():
+        try:
+            if kind == "category":
+                spec = columns[column]
+                cats = spec.get("categories") or []
+                values = raw[column] if all(isinstance(c, str) for c in cats) else out[column]
+                out[column] = pd.Categorical(values, categories=cats, ordered=bool(spec.get("ordered")))
+            elif kind in TEXT_DTYPES:
+                out[column] = raw[column].astype(kind)
+            elif kind == "bool" and out[column].isin([True, False]).all():
+                out[column] = out[column].astype(bool)
+            elif isinstance(kind, str) and kind != "bool" and kind != str(out[column].dtype):
+                out[column] = out[column].astype(kind)
+        except (ValueError, TypeError, KeyError) as exc:
+            log.debug("%s: column %s stays %s (%s)", path, column, out[column].dtype, exc)
+    return out

@@ -26,7 +26,7 @@ from headlens.probes.manifest import build_manifest
 from headlens.probes.prompts import read_prompts
 from headlens.reports.figures.sinks import lengths_figure, sink_figure_makers
 from headlens.reports.sinks_tables import summary_markdown, write_tables
-from headlens.reports.studies.common import loading_settings, python_command, study_config
+from headlens.reports.studies.common import coerce_setting, loading_settings, python_command, study_config
 from headlens.reports.studies.models import as_loaded
 from headlens.reports.studies.result import Result, read_manifest
 
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["sinks", "SinksResult", "SinkLengthsResult", "LENGTHS_KEYWORDS"]
+__all__ = ["sinks", "SinksResult", "SinkLengthsResult", "SeedTextResult", "LENGTHS_KEYWORDS"]
 
 SUMMARY_FILE = "summary.md"
 
@@ -115,6 +115,22 @@ class SinkLengthsResult(Result):
 
     def _figure_makers(self) -> dict[str, Callable[[], Figure]]:
         return {"sink_lengths": lambda: lengths_figure(self.table, self.eps)}
+
+    def write_tables(self, folder: Path) -> list[Path]:
+        return write_tables(self.tables, folder)
+
+
+@dataclass(kw_only=True, repr=False)
+class SeedTextResult(Result):
+    """``headlens sinks --text ... --out DIR``: ``seed_text`` (per BOS setting and head, the last
+    token's attention to the first against 1/n) and ``manifest.json``."""
+
+    kind = "sink_seed_text"
+    marker_files = ("seed_text.csv",)
+
+    @property
+    def table(self) -> pd.DataFrame:
+        return self["seed_text"]
 
     def write_tables(self, folder: Path) -> list[Path]:
         return write_tables(self.tables, folder)
@@ -225,7 +241,7 @@ def _lengths(
             f"sinks with lengths=: unknown keyword {', '.join(f'{k}=' for k in unknown)}; choose from {', '.join(LENGTHS_KEYWORDS)}",
             keywords=unknown,
         )
-    settings = tuple(kwargs.get("bos", BOTH))
+    settings = coerce_setting("sinks", "bos", tuple[bool, ...], kwargs.get("bos", BOTH))
     seed = int(kwargs.get("seed", 0))
     documents = kwargs.get("prompts")
     loaded = as_loaded(model, load, seed=seed)

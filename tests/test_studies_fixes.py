@@ -1,0 +1,204 @@
+"""The review of the studies' Python API (issue 21): settings given as a str or a single value,
+``load`` of every folder or file a command writes, column dtypes kept by save -> load, the table
+file results saved with the checks of ``Result.save``, ``kv(context=0)``, ``load_model(model=)``,
+``census(ablate=, mask=)`` and ``capture(verify=True)`` with a TokenBatch refused before any work."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from headlens.analyses.ablation.masks import HeadMask
+from headlens.analyses.ablation.study import AblationConfig
+from headlens.analyses.design.gqa import GQAConfig
+from headlens.analyses.heads.census import CensusConfig
+from headlens.analyses.sinks.config import SinkConfig
+from headlens.probes.config import CaptureConfig
+from headlens.probes.errors import InputError, OutputError, OutputExistsError
+from headlens.probes.prompts import tokenize_prompts
+from headlens.reports.cli.main import cli
+from headlens.reports.studies import capture as capture_module
+from headlens.reports.studies.census import DetectResult, census
+from headlens.reports.studies.common import study_config
+from headlens.reports.studies.design import KVResult, kv
+from headlens.reports.studies.folder import TableFileResult
+from headlens.reports.studies.models import load_model
+from headlens.reports.studies.registry import load
+from headlens.reports.studies.sinks import SeedTextResult
+
+# --------------------------------------------------------------------------- 3: one coercion
+
+
+@pytest.mark.parametrize(
+    ("cls", "given", "expected"),
+    [
+        (CensusConfig, {"detectors": "induction"}, ("induction",)),
+        (CensusConfig, {"detectors": "induction, sink"}, ("induction", "sink")),
+        (CaptureConfig, {"what": "pattern"}, ("pattern",)),
+        (CaptureConfig, {"layers": 1}, (1,)),
+        (CaptureConfig, {"layers": "0,1"}, (0, 1)),
+        (SinkConfig, {"skip": "content"}, ("content",)),
+        (SinkConfig, {"bos": True}, (True,)),
+        (AblationConfig, {"heads": "0.1"}, ((0, 1),)),
+        (AblationConfig, {"heads": "0.1,1.2"}, ((0, 1), (1, 2))),
+        (AblationConfig, {"heads": [(0, 1)]}, ((0, 1),)),
+        (AblationConfig, {"layers": 1}, (1,)),
+        (GQAConfig, {"group_sizes": 2}, (2,)),
+    ],
+)
+def test_a_str_or_a_single_value_is_a_tuple_setting(cls, given, expected):
+    config = study_config("study", cls, None, dict(given))
+    assert getattr(config, next(iter(given))) == expected
+
+
+@pytest.mark.parametrize(
+    ("cls", "given", "words"),
+    [
+        (CensusConfig, {"n_prompts": "8"}, "n_prompts= must be an int"),
+        (CensusConfig, {"n_prompts": True}, "n_prompts= must be an int"),
+        (SinkConfig, {"eps": "0.3"}, "eps= must be a number"),
+        (AblationConfig, {"heads": "0.x"}, "heads"),
+        (CaptureConfig, {"layers": "a"}, "layers= item 'a'"),
+        (CaptureConfig, {"layers": object()}, "layers= must be a tuple"),
+        (CaptureConfig, {"prepend_bos": "no"}, "prepend_bos= must be true or false"),
+        (CensusConfig, {"detectors": "induction,,sink"}, "empty item"),
+    ],
+)
+def test_a_setting_of_the_wrong_type_is_one_line_naming_it(cls, given, words):
+    with pytest.raises(InputError) as info:
+        study_config("study", cls, None, dict(given))
+    assert words in str(info.value) and "\n" not in str(info.value)
+
+
+def test_a_study_call_takes_a_str_setting(tiny_model):
+    result = capture_module.capture(tiny_model, prompts="The cat sat on the mat.", what="pattern", layers=1)
+    assert [k for k in result.tensors if k != "lengths"] == ["blocks.1.attn.hook_pattern"]
+    with pytest.raises(InputError, match="n_prompts= must be an int"):
+        census(tiny_model, n_prompts="8")
+
+
+# --------------------------------------------------------------------------- 4: load reads what the CLI writes
+
+
+def test_load_reads_detects_table_and_the_seed_text_folder(tmp_path):
+    runner = CliRunner()
+    scores = tmp_path / "scores.csv"
+    r = runner.invoke(cli, ["detect", "-m", "demo", "--detectors", "induction", "--n-prompts", "2", "-q", "--out", str(scores)])
+    assert r.exit_code == 0, r.output
+    detected = load(scores)
+    assert isinstance(detected, DetectResult) and set(detected.table["detector"]) == {"induction"}
+    assert len(detected.table) == len(pd.read_csv(scores)) > 0
+    st = tmp_path / "st"
+    r = runner.invoke(cli, ["sinks", "-m", "demo", "--text", "The cat sat on the mat and looked at the dog.", "--out", str(st)])
+    assert r.exit_code == 0, r.output
+    seed = load(st)
+    assert isinstance(seed, SeedTextResult) and len(seed.table) > 0
+
+
+def test_a_scores_table_without_its_kind_is_read_and_an_unknown_one_named(tmp_path):
+    """Scores written before results had a kind (the census config in the manifest) load; a table
+    whose manifest says nothing is refused naming the manifest read."""
+    table = pd.DataFrame({"layer": [0], "head": [1], "detector": ["induction"], "score": [0.5]})
+    table.to_csv(tmp_path / "old.csv", index=False)
+    (tmp_path / "old.manifest.json").write_text(json.dumps({"config": {"census": {"n_prompts": 2}}}))
+    assert isinstance(load(tmp_path / "old.csv"), DetectResult)
+    table.to_csv(tmp_path / "other.csv", index=False)
+    (tmp_path / "other.manifest.json").write_text(json.dumps({"seed": 0}))
+    with pytest.raises(InputError, match="other.manifest.json names no result kind"):
+        load(tmp_path / "other.csv")
+
+
+# --------------------------------------------------------------------------- 5: dtypes kept
+
+
+def test_save_then_load_keeps_every_columns_dtype(tmp_path):
+    table = pd.DataFrame(
+        {
+            "heads": pd.Series(["", "1.10"], dtype=object),
+            "sinks_in": pd.Series(["", ""], dtype="str"),
+            "variant": pd.Categorical(["clean", "shuffled"], categories=["shuffled", "clean"]),
+            "tokens_per_sequence": [12.0, 16.0],
+            "count": [1, 2],
+            "is_sink": [True, False],
+            "score": [0.25, float("nan")],
+        }
+    )
+    SeedTextResult(tables={"seed_text": table}, manifest={}).save(tmp_path / "out")
+    back = load(tmp_path / "out").tables["seed_text"]
+    pd.testing.assert_frame_equal(back, table)
+
+
+def test_a_table_file_result_keeps_its_dtypes(tiny_model, tmp_path):
+    result = kv(tiny_model)
+    table = result.table.assign(note=pd.Series([""] * len(result.table), dtype=object))
+    KVResult(tables={"kv": table}, manifest=result.manifest).save(tmp_path / "kv.csv")
+    pd.testing.assert_frame_equal(load(tmp_path / "kv.csv").table, table)
+
+
+# --------------------------------------------------------------------------- 6: table file saves
+
+
+def test_a_table_file_save_is_checked_before_writing(tiny_model, tmp_path):
+    result = kv(tiny_model)
+    afile = tmp_path / "afile"
+    afile.write_text("mine")
+    with pytest.raises(OutputExistsError, match="not a folder"):
+        result.save(afile)
+    assert afile.read_text() == "mine"
+    with pytest.raises(OutputError):
+        result.save("/proc/nope/x.csv")
+
+
+class _FailingFigure(TableFileResult):
+    kind = ""  # not registered
+    table_name = "t"
+    figure_stems = ("broken",)
+
+    def _figure_makers(self):
+        def broken():
+            raise RuntimeError("figure failed")
+
+        return {"broken": broken}
+
+
+def test_a_table_file_is_written_first_and_its_manifest_last(tmp_path):
+    result = _FailingFigure(tables={"t": pd.DataFrame({"a": [1]})}, manifest={})
+    with pytest.raises(RuntimeError, match="figure failed"):
+        result.save(tmp_path / "t.csv")
+    assert (tmp_path / "t.csv").is_file() and not (tmp_path / "t.manifest.json").exists()
+
+
+# --------------------------------------------------------------------------- 7, 8, 9
+
+
+def test_kv_context_zero_is_refused(tiny_model):
+    with pytest.raises(InputError, match="context=0"):
+        kv(tiny_model, context=0)
+    assert kv(tiny_model, context=None).table["tokens"].iloc[0] == tiny_model.n_ctx
+
+
+def test_load_model_takes_model_as_a_keyword():
+    assert load_model(model="demo").name == load_model("demo").name
+
+
+def test_census_refuses_ablate_with_another_masks_heads(tiny_model, tmp_path):
+    mask = tmp_path / "mask.json"
+    mask.write_text(json.dumps(HeadMask(n_layers=2, n_heads=4, removed=((1, 2),)).to_json()))
+    with pytest.raises(InputError, match="ablate= with mask="):
+        census(tiny_model, ablate="0.1", mask=str(mask), n_prompts=2)
+
+
+def test_capture_refuses_verify_with_a_token_batch_before_capturing(tiny_model, monkeypatch):
+    batch = tokenize_prompts(
+        tiny_model.tokenizer, ["The cat sat on the mat."], prepend_bos=True, n_ctx=tiny_model.n_ctx, frame=tiny_model.frame(True)
+    )
+
+    def no_capture(*args, **kwargs):
+        raise AssertionError("captured before refusing")
+
+    monkeypatch.setattr(capture_module, "run_capture", no_capture)
+    with pytest.raises(InputError, match="verify=True needs the prompts as texts"):
+        capture_module.capture(tiny_model, prompts=batch, verify=True)
