@@ -170,7 +170,7 @@ def test_bootstrap_interval():
 
 
 def test_census_input_errors(tiny_model):
-    with pytest.raises(InputError, match="n-prompts"):
+    with pytest.raises(InputError, match="n_prompts must"):
         run_census(tiny_model, CensusConfig(n_prompts=0))
     with pytest.raises(InputError, match="context is 128"):
         run_census(tiny_model, CensusConfig(seq_len=80, detectors=("induction",)))
