@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import numpy as np
 import pytest
 import torch
 
-from headlens.analyses.stats import bootstrap_mean_ci
 from headlens.analyses.heads.census import CensusConfig, build_stimuli, run_census
 from headlens.analyses.heads.detectors import BatchContext, get_detectors, registry
+from headlens.analyses.stats import bootstrap_mean_ci
 from headlens.probes.capture import capture
 from headlens.probes.config import CaptureConfig
 from headlens.probes.errors import InputError
 from tests.helpers import assert_close
+
+if TYPE_CHECKING:
+    from transformer_lens.head_detector import HeadName
 
 
 def uniform_pattern(b: int, h: int, n: int) -> torch.Tensor:
@@ -36,7 +41,14 @@ def test_registry_lists_the_six_detectors():
 
 def test_uniform_head_scores_its_baseline_exactly():
     n, T = 21, 10
-    ctx = BatchContext(lengths=torch.tensor([n, n - 3]), offset=1, seq_len=T, pronoun=torch.tensor([7, 5]), antecedent=torch.tensor([2, 3]), distractor=torch.tensor([4, 1]))
+    ctx = BatchContext(
+        lengths=torch.tensor([n, n - 3]),
+        offset=1,
+        seq_len=T,
+        pronoun=torch.tensor([7, 5]),
+        antecedent=torch.tensor([2, 3]),
+        distractor=torch.tensor([4, 1]),
+    )
     pat = uniform_pattern(2, 3, n)
     for det in registry().values():
         out = det.compute(pat, ctx)
@@ -74,7 +86,14 @@ def test_padding_never_counts():
     garbage = pat.clone()
     garbage[..., n_real:, :] = 7.0  # padded rows hold anything
     for det in registry().values():
-        ctx_full = BatchContext(lengths=torch.tensor([n_real]), offset=1, seq_len=T, pronoun=torch.tensor([6]), antecedent=torch.tensor([2]), distractor=torch.tensor([4]))
+        ctx_full = BatchContext(
+            lengths=torch.tensor([n_real]),
+            offset=1,
+            seq_len=T,
+            pronoun=torch.tensor([6]),
+            antecedent=torch.tensor([2]),
+            distractor=torch.tensor([4]),
+        )
         a = det.compute(pat[..., :n_real, :n_real], ctx_full).score
         b = det.compute(garbage, ctx_full).score
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5, equal_nan=True, msg=det.name)
@@ -90,10 +109,12 @@ def naive_scores(pattern: torch.Tensor, n: int, kind: str, offset: int, T: int |
             out.setdefault("previous_token", []).append(sum(A[i, i - 1].item() for i in range(1, n)) / (n - 1))
             out.setdefault("sink", []).append(sum(A[i, 0].item() for i in range(n)) / n)
         elif kind == "repeated":
+            assert T is not None
             qs = range(offset + T, offset + 2 * T)
             out.setdefault("duplicate_token", []).append(sum(A[i, i - T].item() for i in qs) / T)
             out.setdefault("induction", []).append(sum(A[i, i - T + 1].item() for i in qs) / T)
         else:
+            assert pos is not None
             out.setdefault("referent", []).append(A[pos["pronoun"], pos["antecedent"]].item())
     return out
 
@@ -111,7 +132,9 @@ def test_census_equals_naive_reference_prompt_by_prompt(tiny_model, prepend_bos)
             for layer in range(tiny_model.n_layers):
                 ref = naive_scores(cap.get(layer, "pattern")[i, :, :n, :n], n, kind, int(prepend_bos), stim.seq_len, pos)
                 for det, values in ref.items():
-                    assert_close(result.per_prompt[det][i, layer], torch.tensor(values), "reference", f"{kind} {det} prompt {i} layer {layer}")
+                    assert_close(
+                        result.per_prompt[det][i, layer], torch.tensor(values), "reference", f"{kind} {det} prompt {i} layer {layer}"
+                    )
     # the table's score is the mean of the per-prompt scores
     table = result.scores
     for det, arr in result.per_prompt.items():
@@ -142,15 +165,28 @@ def test_agrees_with_transformer_lens_detect_head(tiny_model, prepend_bos):
     """
     from transformer_lens.head_detector import detect_head
 
-    config = CensusConfig(n_prompts=4, seq_len=10, window=24, prepend_bos=prepend_bos, detectors=("previous_token", "duplicate_token", "induction"), n_bootstrap=20)
+    config = CensusConfig(
+        n_prompts=4,
+        seq_len=10,
+        window=24,
+        prepend_bos=prepend_bos,
+        detectors=("previous_token", "duplicate_token", "induction"),
+        n_bootstrap=20,
+    )
     result = run_census(tiny_model, config)
     stimuli = build_stimuli(tiny_model, config, {"repeated", "natural"})
-    for det, tl_name, kind in [("previous_token", "previous_token_head", "natural"), ("duplicate_token", "duplicate_token_head", "repeated"), ("induction", "induction_head", "repeated")]:
+    cases: list[tuple[str, HeadName, str]] = [
+        ("previous_token", "previous_token_head", "natural"),
+        ("duplicate_token", "duplicate_token_head", "repeated"),
+        ("induction", "induction_head", "repeated"),
+    ]
+    for det, tl_name, kind in cases:
         stim = stimuli[kind]
         for i in range(len(stim.batch)):
             n = int(stim.batch.lengths[i])
             tokens = stim.batch.tokens[i : i + 1, :n]
-            tl = detect_head(_FixedTokens(tiny_model.bridge, tokens), "unused", tl_name, exclude_bos=False, exclude_current_token=False)
+            fixed: Any = _FixedTokens(tiny_model.bridge, tokens)  # stands in for the model detect_head takes
+            tl = detect_head(fixed, "unused", tl_name, exclude_bos=False, exclude_current_token=False)
             rows_with_target = n - 1 if det == "previous_token" else config.seq_len
             converted = tl.double() * n / rows_with_target
             assert_close(result.per_prompt[det][i], converted, "float32", f"{det} prompt {i}")
@@ -192,14 +228,27 @@ def test_detectors_reduce_over_query_blocks_like_the_whole_pattern():
     pat = torch.rand(b, h, n, n, generator=g).tril()
     pat = pat / pat.sum(-1, keepdim=True)
     lengths = torch.tensor([23, 21, 18])
-    ctx = BatchContext(lengths=lengths, offset=1, seq_len=T, pronoun=torch.tensor([9, 20, 5]), antecedent=torch.tensor([2, 4, 1]), distractor=torch.tensor([5, 7, 3]), window=16)
+    ctx = BatchContext(
+        lengths=lengths,
+        offset=1,
+        seq_len=T,
+        pronoun=torch.tensor([9, 20, 5]),
+        antecedent=torch.tensor([2, 4, 1]),
+        distractor=torch.tensor([5, 7, 3]),
+        window=16,
+    )
     for det in registry().values():
         whole = det.compute(pat, ctx)
         for block in (1, 4, 7, 23, 40):
             sums = None
             for q0 in range(0, n, block):
                 sums = add_sums(sums, det.partial(pat[:, :, q0 : q0 + block], ctx, q0))
+            assert sums is not None
             out = det.finish(sums, ctx)
-            for got, want in [(out.score, whole.score), (out.baseline, whole.baseline), *[(out.extra[k], whole.extra[k]) for k in whole.extra]]:
+            for got, want in [
+                (out.score, whole.score),
+                (out.baseline, whole.baseline),
+                *[(out.extra[k], whole.extra[k]) for k in whole.extra],
+            ]:
                 assert torch.equal(got.isnan(), want.isnan()), det.name
                 assert_close(got.nan_to_num(), want.nan_to_num(), "float32", msg=f"{det.name} block {block}")

@@ -15,11 +15,11 @@ import pytest
 import torch
 
 import headlens.reports.studies.models as studies_models
-from headlens.analyses.ablation.study import AblationConfig, ablation_study
 from headlens.analyses.ablation.embedding import embedding_eval_set, hidden_state_hook, sentence_embeddings, split_sentences
 from headlens.analyses.ablation.evalset import text_eval_set
-from headlens.analyses.ablation.metrics import check_metric, default_metric, worse_by
 from headlens.analyses.ablation.gradients import gate_gradients
+from headlens.analyses.ablation.metrics import check_metric, default_metric, worse_by
+from headlens.analyses.ablation.study import AblationConfig, ablation_study
 from headlens.analyses.stimuli import eval_text
 from headlens.probes.errors import InputError, UnsupportedModelError
 from headlens.reports.cli.main import cli
@@ -90,7 +90,7 @@ def test_last_hidden_state_and_pooling_equal_plain_transformers(minilm_model, hf
     ref, hidden, mask = _hf_embeddings(hf_minilm, minilm_model.tokenizer, SENTENCES)
     order = [SENTENCES.index(s) for s in sorted(SENTENCES, key=lambda s: len(minilm_model.tokenizer(s)["input_ids"]))]
     # the stored unablated embeddings (one sentence at a time) and a padded batch through the bridge
-    assert torch.allclose(data.reference, ref[order], atol=1e-5)
+    assert data.reference is not None and torch.allclose(data.reference, ref[order], atol=1e-5)
     with torch.inference_mode():
         batched = sentence_embeddings(minilm_model, data.tokens, data.lengths)
     assert torch.allclose(batched, ref[order], atol=1e-5)
@@ -99,7 +99,10 @@ def test_last_hidden_state_and_pooling_equal_plain_transformers(minilm_model, hf
 
     seen = {}
     enc = minilm_model.tokenizer(SENTENCES, padding=True, return_tensors="pt")
-    with torch.inference_mode(), attached(minilm_model.bridge, [(hidden_state_hook(minilm_model), lambda x, hook=None: seen.setdefault("h", x.clone()))]):
+    with (
+        torch.inference_mode(),
+        attached(minilm_model.bridge, [(hidden_state_hook(minilm_model), lambda x, hook=None: seen.setdefault("h", x.clone()))]),
+    ):
         minilm_model.bridge(enc["input_ids"], return_type=None, attention_mask=enc["attention_mask"])
     assert float((seen["h"].double() - hidden)[mask].abs().max()) < 1e-5
 
@@ -120,9 +123,10 @@ def test_batched_equals_one_by_one_padding_never_counts(minilm_model):
 
 def test_metric_rules_and_refusals(minilm_model):
     assert default_metric(minilm_model)[0] == "embedding"
-    assert "newly initialised" in default_metric(minilm_model)[1]
+    why = default_metric(minilm_model)[1]
+    assert why is not None and "newly initialised" in why
     for metric in ("loss", "logit-diff"):
-        with pytest.raises(UnsupportedModelError, match="newly initialised.*metric='embedding'"):
+        with pytest.raises(UnsupportedModelError, match=r"newly initialised.*metric='embedding'"):
             check_metric(minilm_model, metric)
     check_metric(minilm_model, "embedding")
     decoder = SimpleNamespace(head_is_new=False, is_encoder=False, config=SimpleNamespace(model="gpt2"))
@@ -164,7 +168,25 @@ def test_ablate_metric_embedding_equals_plain_transformers(shared_load, hf_minil
     text.write_text("\n".join(SENTENCES) + "\n")
     out = tmp_path / "abl.csv"
     heads = ",".join(f"{l}.{h}" for l, h in HEADS)
-    res = runner.invoke(cli, ["ablate", "-m", "minilm", "--metric", "embedding", "--text-file", str(text), "--heads", heads, "--batch-size", "2", "--out", str(out), "-q"])
+    res = runner.invoke(
+        cli,
+        [
+            "ablate",
+            "-m",
+            "minilm",
+            "--metric",
+            "embedding",
+            "--text-file",
+            str(text),
+            "--heads",
+            heads,
+            "--batch-size",
+            "2",
+            "--out",
+            str(out),
+            "-q",
+        ],
+    )
     assert res.exit_code == 0, res.output
     table = pd.read_csv(out).set_index(["layer", "head"])
     assert set(table["metric"]) == {"embedding"} and set(table["n"]) == {len(SENTENCES)}
@@ -185,7 +207,11 @@ def test_ablate_default_metric_on_minilm_is_embedding(minilm_dir, tmp_path, runn
     rows = json.loads(out.read_text())
     assert rows[0]["metric"] == "embedding" and rows[0]["value"] > 1e-3
     abl = json.loads((tmp_path / "abl.manifest.json").read_text())["ablation"]
-    assert abl["metric"] == "embedding" and abl["metric_chosen"].startswith("default for this model") and "newly initialised" in abl["metric_chosen"]
+    assert (
+        abl["metric"] == "embedding"
+        and abl["metric_chosen"].startswith("default for this model")
+        and "newly initialised" in abl["metric_chosen"]
+    )
     assert "1 - cos" in abl["metric_definition"] and abl["data"]["n_sentences"] == 3
     assert "unablated embedding change" in res.output
 
@@ -200,7 +226,10 @@ def test_loss_on_minilm_exits_2_with_one_line(minilm_dir, minilm_model, monkeypa
     monkeypatch.setattr(studies_models, "load_model", lambda *a, **k: minilm_model)
     task = tmp_path / "task.jsonl"
     task.write_text(json.dumps({"prompt": "The capital of France is", "correct": " paris", "incorrect": " london"}) + "\n")
-    for args in (["ablate", "--task", str(task), "--out", str(tmp_path / "t.csv")], ["prune", "--metric", "loss", "--out", str(tmp_path / "p")]):
+    for args in (
+        ["ablate", "--task", str(task), "--out", str(tmp_path / "t.csv")],
+        ["prune", "--metric", "loss", "--out", str(tmp_path / "p")],
+    ):
         res = runner.invoke(cli, [args[0], "-m", "minilm", *args[1:]])
         lines = [ln for ln in res.output.splitlines() if ln.strip()]
         assert res.exit_code == 2 and len(lines) == 1 and "newly initialised" in lines[0], res.output
@@ -209,17 +238,43 @@ def test_loss_on_minilm_exits_2_with_one_line(minilm_dir, minilm_model, monkeypa
 
 def test_prune_on_minilm_ranks_heads_by_exact_change(shared_load, tmp_path, runner):
     out = tmp_path / "p"
-    res = runner.invoke(cli, ["prune", "-m", "minilm", "--n-sentences", "3", "--step", "0.5", "--max-fraction", "0.1", "--random-seeds", "1", "--out", str(out), "-q"])
+    res = runner.invoke(
+        cli,
+        [
+            "prune",
+            "-m",
+            "minilm",
+            "--n-sentences",
+            "3",
+            "--step",
+            "0.5",
+            "--max-fraction",
+            "0.1",
+            "--random-seeds",
+            "1",
+            "--out",
+            str(out),
+            "-q",
+        ],
+    )
     assert res.exit_code == 0, res.output
     manifest = json.loads((out / "manifest.json").read_text())["pruning"]
-    assert manifest["metric"] == "embedding" and manifest["importance"].startswith("exact") and manifest["max_increase_is"].startswith("absolute")
+    assert (
+        manifest["metric"] == "embedding"
+        and manifest["importance"].startswith("exact")
+        and manifest["max_increase_is"].startswith("absolute")
+    )
     imp = pd.read_csv(out / "importance.csv")
     assert (imp["importance"] == imp["importance_raw"]).all() and imp["importance"].notna().all()
     curve = pd.read_csv(out / "curve.csv", dtype={"removed_this_step": str})
     assert curve["n_removed"].tolist() == [0, 7]
     least = imp.sort_values(["importance", "layer", "head"]).head(7)
-    assert sorted(curve["removed_this_step"].iloc[1].split()) == sorted(f"{l}.{h}" for l, h in zip(least["layer"], least["head"]))
-    assert abs(curve["value"].iloc[0]) < 1e-9 and curve["relative_change"].iloc[1] == pytest.approx(curve["value"].iloc[1] - curve["value"].iloc[0])
+    assert sorted(curve["removed_this_step"].iloc[1].split()) == sorted(
+        f"{l}.{h}" for l, h in zip(least["layer"], least["head"], strict=True)
+    )
+    assert abs(curve["value"].iloc[0]) < 1e-9 and curve["relative_change"].iloc[1] == pytest.approx(
+        curve["value"].iloc[1] - curve["value"].iloc[0]
+    )
     # importance at step 0 is the exact single-head table on the same sentences
     data = embedding_eval_set(shared_load, split_sentences(eval_text(), complete_only=True), n_sentences=3)
     table = ablation_study(shared_load, data, AblationConfig(heads=((5, 11), (0, 0)), n_bootstrap=0, attribution=False)).table
@@ -234,6 +289,7 @@ def test_embedding_metric_on_a_decoder_uses_the_final_norm(tiny_model, tiny_chec
     assert hidden_state_hook(tiny_model) == "ln_final.hook_out"
     hf = AutoModel.from_pretrained(str(tiny_checkpoint), attn_implementation="eager").eval()
     data = embedding_eval_set(tiny_model, SENTENCES[:3], prepend_bos=True)
+    assert data.reference is not None
     with torch.no_grad():
         for i in range(len(data)):
             n = int(data.lengths[i])

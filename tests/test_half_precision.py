@@ -80,10 +80,12 @@ def test_bfloat16_runs_on_the_cpu_and_an_unsupported_half_is_one_line_exit_5(mon
     assert resolve_dtype("bfloat16", torch.device("cpu")) is torch.bfloat16
     assert cpu_supports(torch.float32)
     monkeypatch.setattr(devices, "cpu_supports", lambda dtype: dtype == torch.float32)
-    with pytest.raises(DeviceError, match="dtype='float16': this torch .* cannot run it on the CPU"):
+    with pytest.raises(DeviceError, match=r"dtype='float16': this torch .* cannot run it on the CPU"):
         resolve_dtype("float16", torch.device("cpu"))
     out = tmp_path / "cap"
-    res = runner.invoke(cli, ["capture", "--model", str(tiny_checkpoint), "--text", "x", "--dtype", "float16", "--device", "cpu", "--out", str(out)])
+    res = runner.invoke(
+        cli, ["capture", "--model", str(tiny_checkpoint), "--text", "x", "--dtype", "float16", "--device", "cpu", "--out", str(out)]
+    )
     lines = [ln for ln in res.output.strip().splitlines() if ln.strip()]
     assert res.exit_code == 5 and len(lines) == 1 and "--dtype float16: this torch" in lines[0], res.output  # the CLI speaks its flag
     assert not out.exists()
@@ -130,7 +132,10 @@ def test_half_precision_against_float32(runs, name, dtype):
 
 def test_detect_in_bfloat16_records_the_dtype_in_its_manifest(runner, planted_checkpoint, tmp_path):
     out = tmp_path / "scores.csv"
-    res = runner.invoke(cli, ["detect", "-m", str(planted_checkpoint), "--device", "cpu", "--dtype", "bfloat16", "--n-prompts", "8", "-q", "--out", str(out)])
+    res = runner.invoke(
+        cli,
+        ["detect", "-m", str(planted_checkpoint), "--device", "cpu", "--dtype", "bfloat16", "--n-prompts", "8", "-q", "--out", str(out)],
+    )
     assert res.exit_code == 0, res.output
     manifest = json.loads((tmp_path / "scores.manifest.json").read_text())
     assert manifest["dtype"] == "bfloat16" and manifest["model"]["dtype"] == "bfloat16"

@@ -55,9 +55,6 @@ DEFERRED_IMPORTS: dict[str, str] = {
     "tokenizing for a model needs it, so `headlens --help`, `headlens models` and reading saved results stay fast",
 }
 
-#: Why a module is pending: issue 21 ran its lint pass while other changes were in flight.
-PHASE_2 = "edited by another change of issue 21 while the lint pass ran; hoisted after it lands"
-
 #: Modules (``fnmatch`` patterns of dotted names) that still import other packages inside functions,
 #: left for a later change, each with its reason.  A pattern is removed once its modules are clean
 #: (the check fails on a stale one).

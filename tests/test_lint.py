@@ -27,53 +27,9 @@ LINK_TREE = ROOT / ".pyright" / "headlens"
 #: The repository folders the link tree serves as headlens' subpackages (setup.py's package_dir).
 LAYERS = ("probes", "analyses", "reports")
 
-#: Why a file is pending: issue 21 ran its lint pass while other changes were in flight.
-PHASE_2 = "edited by another change of issue 21 while the lint pass ran; linted after it lands"
-
 #: Per check, the files whose findings are left for later (``fnmatch`` patterns), each with its
 #: reason.  A pattern is removed once its files are clean (the checks below fail on a stale one).
-PENDING: dict[str, dict[str, str]] = {
-    "ruff check": {
-        "tests/test_detectors.py": PHASE_2,
-        "tests/test_encoder_ablation.py": PHASE_2,
-        "tests/test_half_precision.py": PHASE_2,
-        "tests/test_report.py": PHASE_2,
-        "tests/test_report_roles.py": PHASE_2,
-        "tests/test_sinks.py": PHASE_2,
-        "tests/test_sinks_lengths.py": PHASE_2,
-        "tests/test_sinks_lengths_windows.py": PHASE_2,
-        "tests/test_streaming.py": PHASE_2,
-        "tests/test_sweep.py": PHASE_2,
-        "tests/test_sweep_cluster.py": PHASE_2,
-        "tests/test_windows.py": PHASE_2,
-    },
-    "ruff format": {
-        "tests/test_detectors.py": PHASE_2,
-        "tests/test_encoder_ablation.py": PHASE_2,
-        "tests/test_half_precision.py": PHASE_2,
-        "tests/test_report.py": PHASE_2,
-        "tests/test_report_roles.py": PHASE_2,
-        "tests/test_sinks_lengths.py": PHASE_2,
-        "tests/test_sinks_lengths_windows.py": PHASE_2,
-        "tests/test_streaming.py": PHASE_2,
-        "tests/test_sweep.py": PHASE_2,
-        "tests/test_sweep_cluster.py": PHASE_2,
-        "tests/test_windows.py": PHASE_2,
-    },
-    "pyright": {
-        "tests/test_detectors.py": PHASE_2,
-        "tests/test_encoder_ablation.py": PHASE_2,
-        "tests/test_framing.py": PHASE_2,
-        "tests/test_model_names.py": PHASE_2,
-        "tests/test_pruning.py": PHASE_2,
-        "tests/test_sinks.py": PHASE_2,
-        "tests/test_sinks_lengths.py": PHASE_2,
-        "tests/test_sinks_lengths_windows.py": PHASE_2,
-        "tests/test_streaming.py": PHASE_2,
-        "tests/test_studies_b.py": PHASE_2,
-        "tests/test_windows.py": PHASE_2,
-    },
-}
+PENDING: dict[str, dict[str, str]] = {"ruff check": {}, "ruff format": {}, "pyright": {}}
 
 
 def _tool(name: str) -> str:

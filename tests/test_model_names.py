@@ -43,7 +43,7 @@ def test_library_typo_speaks_the_parameter(elsewhere):
         load_model(model=typo, device="cpu", named=named_models())
     message = str(info.value)
     assert f"model={typo!r}" in message and "--model" not in message
-    assert info.value.suggestions == [MINILM]
+    assert info.value.fields["suggestions"] == [MINILM]  # the error's fields (also set as attributes)
 
 
 def test_what_is_not_taken_for_a_typo(elsewhere, monkeypatch):

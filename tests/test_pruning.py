@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from types import SimpleNamespace
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -21,7 +22,7 @@ from headlens.reports.journal import Journal
 SMALL = ["--n-windows", "3", "--window", "24"]
 
 
-def _fake(n_layers, n_heads, d_head, dtype, n_kv=None):
+def _fake(n_layers, n_heads, d_head, dtype, n_kv=None) -> Any:  # the few LoadedModel fields kv_bytes_saved reads
     return SimpleNamespace(
         n_layers=n_layers, n_heads=n_heads, d_head=d_head, dtype=dtype, bridge=SimpleNamespace(cfg=SimpleNamespace(n_key_value_heads=n_kv))
     )

@@ -138,6 +138,7 @@ def test_full_settings_bring_the_findings_back(quick_report):  # noqa: F811
     r.settings = {**r.settings, "quick": False}
     info = r.stage("design").info
     info["data"] = {**info["data"], "n_windows": 16}
+    assert r.design is not None
     r.design = {**r.design, "gqa_comparison": _gqa()[1]}  # similar minus adjacent at g=2: [-0.1309, -0.0749]
     page, md = r.html(), r.markdown()
     assert "similarity grouping loses less" in _section(page, "design") and "similarity grouping loses less" in md
@@ -149,14 +150,15 @@ def test_full_settings_bring_the_findings_back(quick_report):  # noqa: F811
 
 def test_sink_heads_are_the_census_roles_and_the_stage_count_is_labelled(quick_report):  # noqa: F811
     r = _load(quick_report)
+    assert r.scores is not None and r.sinks is not None and r.sink_rates is not None
     bos = bool(r.settings.get("prepend_bos", True))
     # the census gives 1.3 the sink role (0.310); the sinks stage measures 0.297 on its own sequences
     r.roles = pd.DataFrame({"layer": [1, 1], "head": [0, 3], "name": ["1.0", "1.3"], "role": ["induction", "sink"]})
-    r.scores = r.scores.copy()
-    r.scores.loc[(r.scores["detector"] == "sink") & (r.scores["layer"] == 1) & (r.scores["head"] == 3), "score"] = 0.310
-    r.sinks = r.sinks.copy()
-    alpha = np.where((r.sinks["layer"] == 1) & (r.sinks["head"] == 3), 0.297, 0.05)
-    r.sinks["alpha_mean"], r.sinks["is_sink"] = alpha, alpha > 0.3
+    scores, sinks = r.scores.copy(), r.sinks.copy()
+    scores.loc[(scores["detector"] == "sink") & (scores["layer"] == 1) & (scores["head"] == 3), "score"] = 0.310
+    alpha = np.where((sinks["layer"] == 1) & (sinks["head"] == 3), 0.297, 0.05)
+    sinks["alpha_mean"], sinks["is_sink"] = alpha, alpha > 0.3
+    r.scores, r.sinks = scores, sinks
     r.sink_rates = r.sink_rates.assign(n_sink_heads=0)
     page, md = r.html(), r.markdown()
     sinks = _section(page, "sinks")
@@ -174,6 +176,7 @@ def test_sink_heads_are_the_census_roles_and_the_stage_count_is_labelled(quick_r
 
 def test_no_empty_heatmap_or_column_for_a_detector_without_scores(quick_report):  # noqa: F811
     r = _load(quick_report)
+    assert r.scores is not None
     empty = r.scores[r.scores["detector"] == "induction"].assign(
         detector="next_token", score=float("nan"), ci_low=float("nan"), ci_high=float("nan")
     )

@@ -17,14 +17,42 @@ EVIL = "<script>alert(2)</script>"
 
 def _scores(rows):
     nan = float("nan")
-    return pd.DataFrame([{"layer": l, "head": h, "detector": d, "score": s, "baseline": 0.05, "ci_low": s - 0.05, "ci_high": s + 0.05, "n": 10, "accuracy": nan} for l, h, d, s in rows])
+    return pd.DataFrame(
+        [
+            {
+                "layer": l,
+                "head": h,
+                "detector": d,
+                "score": s,
+                "baseline": 0.05,
+                "ci_low": s - 0.05,
+                "ci_high": s + 0.05,
+                "n": 10,
+                "accuracy": nan,
+            }
+            for l, h, d, s in rows
+        ]
+    )
 
 
 def test_long_table_has_one_row_per_head_and_role():
-    scores = _scores([(0, 0, "sink", 0.9), (0, 0, "previous_token", 0.8), (0, 1, "sink", 0.01), (0, 1, "previous_token", 0.02), (1, 0, "induction", 0.7), (1, 0, "sink", 0.02)])
+    scores = _scores(
+        [
+            (0, 0, "sink", 0.9),
+            (0, 0, "previous_token", 0.8),
+            (0, 1, "sink", 0.01),
+            (0, 1, "previous_token", 0.02),
+            (1, 0, "induction", 0.7),
+            (1, 0, "sink", 0.02),
+        ]
+    )
     got = classify_heads(scores)
     assert list(got.roles.columns) == ["layer", "head", "name", "role"]
-    assert list(zip(got.roles["name"], got.roles["role"])) == [("0.0", "previous_token"), ("0.0", "sink"), ("1.0", "induction")]
+    assert list(zip(got.roles["name"], got.roles["role"], strict=True)) == [
+        ("0.0", "previous_token"),
+        ("0.0", "sink"),
+        ("1.0", "induction"),
+    ]
     assert list(got.heads["name"]) == ["0.0", "0.1", "1.0"]  # every head, with or without a role
     assert got.heads.set_index("name").loc["0.0", "strongest_detector"] == "sink"
     assert roles_of(got.roles) == {(0, 0): frozenset({"previous_token", "sink"}), (1, 0): frozenset({"induction"})}
@@ -34,7 +62,9 @@ def test_long_table_has_one_row_per_head_and_role():
 
 
 def test_old_wide_role_table_converts_to_the_long_one():
-    wide = pd.DataFrame({"layer": [0, 0, 1], "head": [0, 1, 0], "name": ["0.0", "0.1", "1.0"], "roles": ["sink;previous_token", "", "induction"]})
+    wide = pd.DataFrame(
+        {"layer": [0, 0, 1], "head": [0, 1, 0], "name": ["0.0", "0.1", "1.0"], "roles": ["sink;previous_token", "", "induction"]}
+    )
     long = roles_from_wide(wide)
     assert roles_of(long) == {(0, 0): frozenset({"previous_token", "sink"}), (1, 0): frozenset({"induction"})}
     assert roles_joined(long, wide) == ["previous_token;sink", "", "induction"]
@@ -70,6 +100,7 @@ def test_report_reads_a_census_folder_from_before_the_long_table(quick_report, t
     heads.to_csv(census / "roles.csv", index=False)
     (census / "heads.csv").unlink()
     old = load_report(out)
+    assert old.roles is not None and new.roles is not None
     assert list(old.roles.columns) == ["layer", "head", "name", "role"]
     assert roles_of(old.roles) == {**roles_of(new.roles), (1, 2): frozenset({"induction", "sink"})}
     assert old.heads.set_index("name").loc["1.2", "roles"] == "induction;sink"
@@ -82,7 +113,7 @@ def test_pruning_svg_is_cleaned_before_it_is_inlined(tmp_path):
     evil = tmp_path / "evil.svg"
     evil.write_text(
         '<svg xmlns="http://www.w3.org/2000/svg" xmlns:xlink="http://www.w3.org/1999/xlink" onload="alert(1)" width="10" height="10">'
-        '<style>*{fill:red}</style><script>alert(2)</script><foreignObject><div>x</div></foreignObject>'
+        "<style>*{fill:red}</style><script>alert(2)</script><foreignObject><div>x</div></foreignObject>"
         '<a xlink:href="javascript:alert(3)"><rect width="1" height="1"/></a>'
         '<use xlink:href="#p" onclick="alert(4)"/><image href="http://example.com/x.png"/><path id="p" d="M0 0"/></svg>'
     )

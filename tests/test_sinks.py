@@ -10,6 +10,7 @@ as a forward pass written out by hand in plain torch predicts.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
 import torch
@@ -17,13 +18,13 @@ import torch.nn.functional as F
 
 from headlens.analyses.sinks.batches import census_batch
 from headlens.analyses.sinks.config import SinkConfig
-from headlens.analyses.sinks.seed import seed_measurement
-from headlens.analyses.sinks.study import run_sinks
 from headlens.analyses.sinks.intervene import mean_loss, removal_hooks, window_allowed
-from headlens.reports.sinks_tables import summary_markdown
 from headlens.analyses.sinks.reductions import excess_received, head_output_weights, value_norm_share
+from headlens.analyses.sinks.seed import seed_measurement
 from headlens.analyses.sinks.stream import stream_sink_stats
+from headlens.analyses.sinks.study import run_sinks
 from headlens.probes.errors import InputError
+from headlens.reports.sinks_tables import summary_markdown
 from tests.helpers import assert_close
 
 SINK = (0, 1)
@@ -215,7 +216,7 @@ def _zero_sink_value_checkpoint(planted_checkpoint, folder):
     from transformers import AutoTokenizer, GPT2LMHeadModel
 
     hf = GPT2LMHeadModel.from_pretrained(str(planted_checkpoint))
-    tr = hf.transformer
+    tr: Any = hf.transformer  # GPT-2's submodules, reached by name
     d, dh = hf.config.n_embd, hf.config.n_embd // hf.config.n_head
     with torch.no_grad():
         x0 = (tr.wte.weight[hf.config.bos_token_id] + tr.wpe.weight[0]).double()
@@ -244,14 +245,16 @@ def test_value_norm_share_is_zero_when_the_sink_value_vector_is_zero(planted_mod
     base = stream_sink_stats(planted_model, batch, eps=0.3, value_norm=True, batch_size=8)
     with attached(planted_model.bridge, [(f"blocks.{SINK[0]}.attn.hook_v", zero_sink_value)]):
         stats = stream_sink_stats(planted_model, batch, eps=0.3, value_norm=True, batch_size=8)
-    share = stats.value_norm.share_sum / stats.value_norm.queries
-    attn = stats.value_norm.attn_sum / stats.value_norm.queries
-    assert attn[SINK] >= 0.9 and base.value_norm.share_sum[SINK] / base.value_norm.queries >= 0.9
-    assert share[SINK] == 0.0 and stats.value_norm.sink_norm_sum[SINK] == 0.0
+    vn, base_vn = stats.value_norm, base.value_norm
+    assert vn is not None and base_vn is not None
+    share = vn.share_sum / vn.queries
+    attn = vn.attn_sum / vn.queries
+    assert attn[SINK] >= 0.9 and base_vn.share_sum[SINK] / base_vn.queries >= 0.9
+    assert share[SINK] == 0.0 and vn.sink_norm_sum[SINK] == 0.0
     # every other head is untouched (0.1 writes to a slot nothing reads, so layer 1 is unchanged too)
     others = torch.ones_like(share, dtype=torch.bool)
     others[SINK] = False
-    assert_close(share[others], (base.value_norm.share_sum / base.value_norm.queries)[others], "float32")
+    assert_close(share[others], (base_vn.share_sum / base_vn.queries)[others], "float32")
 
 
 def test_value_norm_share_with_the_sink_value_projected_out_of_the_weights(planted_checkpoint, tmp_path):
@@ -265,10 +268,11 @@ def test_value_norm_share_with_the_sink_value_projected_out_of_the_weights(plant
     folder = _zero_sink_value_checkpoint(planted_checkpoint, tmp_path / "zero_v")
     model = load_model(model=str(folder), device="cpu")
     batch = census_batch(model, SinkConfig(n_prompts=4, bos=(True,)), True)
-    stats = stream_sink_stats(model, batch, eps=0.3, value_norm=True, batch_size=8)
-    assert stats.value_norm.attn_sum[SINK] / stats.value_norm.queries >= 0.9
-    assert stats.value_norm.sink_norm_sum[SINK] / stats.value_norm.other_norm_sum[SINK] < 1e-5
-    assert stats.value_norm.share_sum[SINK] / stats.value_norm.queries < 0.01
+    vn = stream_sink_stats(model, batch, eps=0.3, value_norm=True, batch_size=8).value_norm
+    assert vn is not None
+    assert vn.attn_sum[SINK] / vn.queries >= 0.9
+    assert vn.sink_norm_sum[SINK] / vn.other_norm_sum[SINK] < 1e-5
+    assert vn.share_sum[SINK] / vn.queries < 0.01
 
 
 def test_head_output_weights_are_c_proj_rows_by_head(planted_model):

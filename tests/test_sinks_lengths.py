@@ -44,7 +44,27 @@ def test_planted_sink_head_holds_at_every_length(planted_model):
 
 def test_sinks_lengths_cli(runner, planted_checkpoint, tmp_path):
     out = tmp_path / "long"
-    res = runner.invoke(cli, ["sinks", "-m", str(planted_checkpoint), "--out", str(out), "--lengths", "16,48", "--n-long", "2", "--bos", "on", "--attention", "streaming", "--query-block", "7", "-q"])
+    res = runner.invoke(
+        cli,
+        [
+            "sinks",
+            "-m",
+            str(planted_checkpoint),
+            "--out",
+            str(out),
+            "--lengths",
+            "16,48",
+            "--n-long",
+            "2",
+            "--bos",
+            "on",
+            "--attention",
+            "streaming",
+            "--query-block",
+            "7",
+            "-q",
+        ],
+    )
     assert res.exit_code == 0, res.output
     assert {p.name for p in out.iterdir()} == {"sink_lengths.csv", "sink_lengths.png", "sink_lengths.svg", "manifest.json"}
     table = pd.read_csv(out / "sink_lengths.csv")
@@ -68,7 +88,25 @@ def test_sinks_lengths_text_too_short_names_both_numbers(runner, planted_checkpo
     docs = tmp_path / "docs.txt"
     docs.write_text("A short first document.\nAnd a second one, also short.\n")
     n_text = len(planted_model.tokenizer("A short first document.\n\nAnd a second one, also short.", add_special_tokens=False)["input_ids"])
-    res = runner.invoke(cli, ["sinks", "-m", str(planted_checkpoint), "--out", str(tmp_path / "y"), "--lengths", "40", "--n-long", "1", "--bos", "on", "--prompts", str(docs), "-q"])
+    res = runner.invoke(
+        cli,
+        [
+            "sinks",
+            "-m",
+            str(planted_checkpoint),
+            "--out",
+            str(tmp_path / "y"),
+            "--lengths",
+            "40",
+            "--n-long",
+            "1",
+            "--bos",
+            "on",
+            "--prompts",
+            str(docs),
+            "-q",
+        ],
+    )
     assert res.exit_code != 0 and "Traceback" not in res.output
     line = res.output.strip().splitlines()[-1]
     assert "needs 39 text tokens" in line and f"only {n_text}" in line
@@ -92,15 +130,14 @@ def test_block_sums_equal_the_sink_study_functions(window, causal):
     ``sink_alpha`` and ``value_norm_share`` (the functions behind ``headlens sinks``)."""
     import torch
 
-    from headlens.analyses.attention_stats import sink_alpha
-    from headlens.analyses.attention_stats import alpha_sums
+    from headlens.analyses.attention_stats import alpha_sums, sink_alpha
     from headlens.analyses.sinks.lengths import _vn_sums
     from headlens.analyses.sinks.reductions import value_norm_share
 
     g = torch.Generator().manual_seed(1)
     b, h, n = 2, 3, 19
     pat = torch.rand(b, h, n, n, generator=g)
-    pat = (pat.tril() if causal else pat)
+    pat = pat.tril() if causal else pat
     pat = pat / pat.sum(-1, keepdim=True)
     vnorm = torch.rand(b, h, n, generator=g)
     lengths = torch.tensor([n, n])
@@ -113,5 +150,6 @@ def test_block_sums_equal_the_sink_study_functions(window, causal):
             pa, pv = alpha_sums(rows, lengths, q0, window=window, causal=causal), _vn_sums(rows, vnorm, n, q0, window, causal)
             a = pa if a is None else {k: a[k] + pa[k] for k in a}
             v = pv if v is None else {k: v[k] + pv[k] for k in v}
+        assert a is not None and v is not None
         assert_close(a["score"] / a["count"][:, None], want_alpha, "float32")
         assert_close(v["score"] / v["count"][:, None], want_vn / count[:, None], "float32")

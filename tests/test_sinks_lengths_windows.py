@@ -46,7 +46,10 @@ def _by_hand(checkpoint, sequences):
     out = []
     for seq in sequences:
         vs = {}
-        handles = [layer.self_attn.v_proj.register_forward_hook(lambda m, i, o, li=li: vs.__setitem__(li, o.detach())) for li, layer in enumerate(hf.model.layers)]
+        handles = [
+            layer.self_attn.v_proj.register_forward_hook(lambda m, i, o, li=li: vs.__setitem__(li, o.detach()))
+            for li, layer in enumerate(hf.model.layers)
+        ]
         try:
             with torch.no_grad():
                 attn = hf(torch.tensor([seq]), output_attentions=True).attentions
@@ -86,9 +89,12 @@ def test_window_layer_gives_both_conventions_equal_to_transformers(family_checkp
         assert_close(r.alpha, col[:, :WINDOW].mean(1).mean(), "float32", f"alpha {r.layer}.{r.head}")
         assert_close(r.first_share, col[:, 1:WINDOW].mean(1).mean(), "float32")
         assert_close(r.value_norm_share, vns[:, 1:WINDOW].mean(1).mean(), "float32")
-        assert r.sink_rate_all == float((col.mean(1) > 0.3).double().mean()) and r.sink_rate == float((col[:, :WINDOW].mean(1) > 0.3).double().mean())
+        assert r.sink_rate_all == float((col.mean(1) > 0.3).double().mean()) and r.sink_rate == float(
+            (col[:, :WINDOW].mean(1) > 0.3).double().mean()
+        )
         uniform = 1.0 / torch.arange(1, WINDOW + 1, dtype=torch.float64)
-        assert_close(r.uniform_alpha, uniform.mean(), "reference") and assert_close(r.uniform_alpha_all, uniform.sum() / LENGTH, "reference")
+        assert_close(r.uniform_alpha, uniform.mean(), "reference")
+        assert_close(r.uniform_alpha_all, uniform.sum() / LENGTH, "reference")
     # no window in effect when the sequence fits in it: one convention, the same numbers
     short = sink_lengths(model, LengthsConfig(lengths=(WINDOW,), attention=attention, query_block=7)).table
     assert set(short["queries"]) == {"all"} and (short["n_queries"] == short["n_queries_all"]).all()
@@ -101,16 +107,36 @@ def test_cli_says_what_was_averaged_per_window_layer(runner, family_checkpoint, 
     manifest names the conventions and the cuts."""
     model = family_model("gemma2")  # window layers 0 (of 2): a mixed model
     out = tmp_path / "g2"
-    res = runner.invoke(cli, ["sinks", "-m", str(family_checkpoint("gemma2")), "--out", str(out), "--lengths", f"{WINDOW},{LENGTH}", "--n-long", "2", "--bos", "on", "-q"])
+    res = runner.invoke(
+        cli,
+        [
+            "sinks",
+            "-m",
+            str(family_checkpoint("gemma2")),
+            "--out",
+            str(out),
+            "--lengths",
+            f"{WINDOW},{LENGTH}",
+            "--n-long",
+            "2",
+            "--bos",
+            "on",
+            "-q",
+        ],
+    )
     assert res.exit_code == 0, res.output
     table = pd.read_csv(out / "sink_lengths.csv")
     windowed = sorted(set(table.loc[table["window"].notna(), "layer"]))
     assert windowed == [la for la in range(model.n_layers) if la % 2 == 0] and windowed
     lines = [ln for ln in res.output.splitlines() if ln.startswith("window: ")]
     assert len(lines) == len(windowed)
-    for layer, line in zip(windowed, lines):
+    for layer, line in zip(windowed, lines, strict=True):
         sub = table[(table["layer"] == layer) & (table["length"] == LENGTH)]
-        assert f"layer {layer} ({WINDOW}-key window)" in line and f"{WINDOW} queries that see token 0" in line and f"all {LENGTH} queries" in line
+        assert (
+            f"layer {layer} ({WINDOW}-key window)" in line
+            and f"{WINDOW} queries that see token 0" in line
+            and f"all {LENGTH} queries" in line
+        )
         assert f"{sub['alpha'].mean():.3f}" in line and f"{sub['alpha_all'].mean():.3f}" in line
     full = table[table["window"].isna()]
     assert (full["queries"] == "all").all() and (full["alpha"] == full["alpha_all"]).all()
@@ -122,7 +148,9 @@ def test_cli_says_what_was_averaged_per_window_layer(runner, family_checkpoint, 
     assert info["cuts"][str(LENGTH)] == {"text_tokens_per_sequence": LENGTH - 1, "offsets": [0, LENGTH - 1]}
 
 
-def test_lengths_too_short_is_refused_before_any_forward(runner, planted_checkpoint, planted_model, family_checkpoint, family_model, tmp_path, monkeypatch):
+def test_lengths_too_short_is_refused_before_any_forward(
+    runner, planted_checkpoint, planted_model, family_checkpoint, family_model, tmp_path, monkeypatch
+):
     """``--lengths 2`` (and an encoder's ``--lengths 3``): one line naming the framing's real
     counts, exit 2, and not one forward pass (the no-BOS setting used to run in full first)."""
     import headlens.analyses.sinks.lengths as lengths_mod
@@ -153,7 +181,9 @@ def test_manifest_lets_a_reader_rebuild_every_sequence_and_alpha(runner, planted
     import transformers
 
     out = tmp_path / "cuts"
-    res = runner.invoke(cli, ["sinks", "-m", str(planted_checkpoint), "--out", str(out), "--lengths", "16,48", "--n-long", "2", "--bos", "both", "-q"])
+    res = runner.invoke(
+        cli, ["sinks", "-m", str(planted_checkpoint), "--out", str(out), "--lengths", "16,48", "--n-long", "2", "--bos", "both", "-q"]
+    )
     assert res.exit_code == 0, res.output
     manifest = json.loads((out / "manifest.json").read_text())
     table = pd.read_csv(out / "sink_lengths.csv")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 import torch
@@ -13,7 +15,7 @@ from headlens.probes.errors import InputError
 from headlens.probes.streaming import choose_attention, pattern_blocks, streamed_forward
 from tests.helpers import assert_close
 
-SMALL = dict(n_prompts=3, seq_len=9, window=21, batch_size=2, n_bootstrap=20)
+SMALL: dict[str, Any] = dict(n_prompts=3, seq_len=9, window=21, batch_size=2, n_bootstrap=20)
 
 
 def _compare(model, block: int, **kw) -> None:
@@ -67,7 +69,7 @@ def test_streaming_never_builds_an_n_by_n_pattern(tiny_model):
             return out
 
     def on_layer(la, q, k, v):
-        for q0, rows in pattern_blocks(la, q, k, mask.bool(), block):
+        for _q0, rows in pattern_blocks(la, q, k, mask.bool(), block):
             shapes.append(tuple(rows.shape))
 
     with Trace():
@@ -109,7 +111,7 @@ def test_a_family_streaming_cannot_reach_is_refused(family_model, monkeypatch):
 
     model = family_model("llama")
     monkeypatch.setattr(streaming, "_uses_interface", lambda module: False)
-    with pytest.raises(UnsupportedModelError, match="streaming attention on llama: layer 0 .*use attention='eager'") as info:
+    with pytest.raises(UnsupportedModelError, match=r"streaming attention on llama: layer 0 .*use attention='eager'") as info:
         run_census(model, CensusConfig(**SMALL, detectors=("sink",), attention="streaming"))
     assert "\n" not in str(info.value)
 
@@ -132,7 +134,20 @@ def test_detect_cli_attention_flag(runner, tiny_checkpoint, tmp_path):
     from headlens.reports.cli.main import cli
 
     out = tmp_path / "scores.csv"
-    args = ["detect", "-m", str(tiny_checkpoint), "--n-prompts", "2", "--seq-len", "8", "--window", "20", "--detectors", "previous_token,induction", "-q"]
+    args = [
+        "detect",
+        "-m",
+        str(tiny_checkpoint),
+        "--n-prompts",
+        "2",
+        "--seq-len",
+        "8",
+        "--window",
+        "20",
+        "--detectors",
+        "previous_token,induction",
+        "-q",
+    ]
     res = runner.invoke(cli, [*args, "--out", str(out), "--attention", "streaming", "--query-block", "5"])
     assert res.exit_code == 0, res.output
     manifest = json.loads(out.with_name("scores.manifest.json").read_text())

@@ -145,9 +145,13 @@ def test_bad_tasks_fail_in_one_line_and_the_others_finish(local_ray, run_dir, tm
     junk.mkdir()
     (junk / "notes.txt").write_text("hello")
     out = tmp_path / "out"
-    res = runner.invoke(cli, ["sweep", "-m", str(run_dir / "step-0"), "-m", str(junk), *SWEEP, "--ablate", "--no-figures", "--out", str(out)])
+    res = runner.invoke(
+        cli, ["sweep", "-m", str(run_dir / "step-0"), "-m", str(junk), *SWEEP, "--ablate", "--no-figures", "--out", str(out)]
+    )
     assert res.exit_code == 1, res.output
-    assert "1 checkpoint, 16 scores" in res.stdout and "1 of 2 tasks failed" in res.stderr, res.output  # one checkpoint, not "1 checkpoints"
+    assert "1 checkpoint, 16 scores" in res.stdout and "1 of 2 tasks failed" in res.stderr, (
+        res.output
+    )  # one checkpoint, not "1 checkpoints"
     errors = [ln for ln in res.stderr.splitlines() if ln.startswith("headlens: error:")]
     assert any("not-a-checkpoint" in ln and "checkpoint" in ln for ln in errors), res.stderr
     assert "Traceback" not in res.output + res.stderr

@@ -24,7 +24,22 @@ ray = pytest.importorskip("ray")
 pytest.importorskip("pyarrow")
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="finds the worker node's tasks in /proc")
 
-SWEEP = ["--detectors", "previous_token,induction", "--n-prompts", "6", "--seq-len", "20", "--window", "32", "--loss-windows", "2", "--loss-window", "32", "--no-figures", "-q"]
+SWEEP = [
+    "--detectors",
+    "previous_token,induction",
+    "--n-prompts",
+    "6",
+    "--seq-len",
+    "20",
+    "--window",
+    "32",
+    "--loss-windows",
+    "2",
+    "--loss-window",
+    "32",
+    "--no-figures",
+    "-q",
+]
 STEPS = (0, 100, 200)
 #: Seconds for the sweep to put a task on the worker node, and to finish after losing it.
 RUNNING_S, FINISH_S = 180, 300
@@ -103,12 +118,18 @@ def test_a_sweep_on_a_cluster_that_loses_its_worker_node_finishes_with_the_same_
     out = tmp_path / "swept"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "RAY_USAGE_STATS_ENABLED": "0"}
     args = ["sweep", "-m", str(run_dir), *SWEEP, "--address", cluster.address, "--max-retries", "1", "--out", str(out)]
-    proc = subprocess.Popen([sys.executable, "-m", "headlens.reports.cli.main", *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "headlens.reports.cli.main", *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     try:
         deadline = time.monotonic() + RUNNING_S
-        while proc.poll() is None and time.monotonic() < deadline and not any("ray::run_task" in c for c in _children(worker_raylet).values()):
+        while (
+            proc.poll() is None and time.monotonic() < deadline and not any("ray::run_task" in c for c in _children(worker_raylet).values())
+        ):
             time.sleep(0.05)
-        assert proc.poll() is None and time.monotonic() < deadline, f"no task ran on the worker node: {proc.communicate() if proc.poll() is not None else 'timed out'}"
+        assert proc.poll() is None and time.monotonic() < deadline, (
+            f"no task ran on the worker node: {proc.communicate() if proc.poll() is not None else 'timed out'}"
+        )
         done_before = {p.name for p in (out / "tasks").glob("*") if (p / "manifest.json").is_file()} if (out / "tasks").is_dir() else set()
         cluster.remove_node(worker, allow_graceful=False)  # SIGKILL: the worker node is lost with the task it runs
         stdout, stderr = proc.communicate(timeout=FINISH_S)
@@ -126,4 +147,6 @@ def test_a_sweep_on_a_cluster_that_loses_its_worker_node_finishes_with_the_same_
     data, checkpoints = read_dataset(out), pd.read_csv(out / "checkpoints.csv")
     assert len(data) == len(expected) == len(STEPS) * 8 * 2
     pd.testing.assert_frame_equal(data, read_dataset(tmp_path / "undisturbed"), check_exact=False, rtol=1e-5, atol=1e-6)
-    pd.testing.assert_series_equal(checkpoints["heldout_loss"], expected_checkpoints["heldout_loss"].astype(float), check_exact=False, rtol=1e-5, check_names=False)
+    pd.testing.assert_series_equal(
+        checkpoints["heldout_loss"], expected_checkpoints["heldout_loss"].astype(float), check_exact=False, rtol=1e-5, check_names=False
+    )

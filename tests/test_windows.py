@@ -12,24 +12,25 @@ from __future__ import annotations
 import contextlib
 import math
 import warnings
+from typing import Any
 
 import numpy as np
 import pandas as pd
 import pytest
 import torch
 
-from headlens.analyses.stats import bootstrap_mean_ci
 from headlens.analyses.heads.census import CensusConfig, build_stimuli, run_census
 from headlens.analyses.heads.classify import classify_heads, roles_of
 from headlens.analyses.heads.detectors import BatchContext, registry
 from headlens.analyses.heads.detectors.base import mean_attention_at
 from headlens.analyses.sinks.reductions import excess_received, value_norm_share
 from headlens.analyses.sinks.stream import stream_sink_stats
+from headlens.analyses.stats import bootstrap_mean_ci
 from headlens.probes.attention import attention_spec
 from headlens.reports.census_summary import census_summary
 
 WINDOW_FAMILIES = ("mistral", "gemma2", "gpt_neo")
-TOL = {"atol": 2e-5, "rtol": 1e-4}
+TOL: dict[str, Any] = {"atol": 2e-5, "rtol": 1e-4}
 
 
 # ----------------------------------------------------------------------------- the reference
@@ -62,13 +63,16 @@ def mean_over(A: torch.Tensor, pairs: list[tuple[int, int]], w: int | None) -> t
     return sum(A[q, k].item() for q, k in kept) / len(kept), sum(uniform(q, w) for q, _ in kept) / len(kept)
 
 
-def reference(A: torch.Tensor, n: int, w: int | None, kind: str, offset: int, T: int | None, pos: dict) -> dict[str, tuple[float, float, float]]:
+def reference(
+    A: torch.Tensor, n: int, w: int | None, kind: str, offset: int, T: int | None, pos: dict
+) -> dict[str, tuple[float, float, float]]:
     """Per detector: (score, baseline, accuracy) of one head on one prompt, in plain loops."""
     out = {}
     if kind == "natural":
         out["previous_token"] = (*mean_over(A, [(i, i - 1) for i in range(1, n)], w), math.nan)
         out["sink"] = (*mean_over(A, [(i, 0) for i in range(n)], w), math.nan)
     elif kind == "repeated":
+        assert T is not None
         qs = range(offset + T, offset + 2 * T)
         out["duplicate_token"] = (*mean_over(A, [(i, i - T) for i in qs], w), math.nan)
         out["induction"] = (*mean_over(A, [(i, i - T + 1) for i in qs], w), math.nan)
@@ -113,7 +117,11 @@ def reference_tables(model, hf, config: CensusConfig, kinds: set[str]):
                 for h in range(H):
                     for det, (s, b, acc) in reference(A_all[h], n, w, kind, int(config.prepend_bos), stim.seq_len, pos).items():
                         if det not in ref:
-                            ref[det] = (np.full((n_prompts, L, H), np.nan), np.full((n_prompts, L), np.nan), np.full((n_prompts, L, H), np.nan))
+                            ref[det] = (
+                                np.full((n_prompts, L, H), np.nan),
+                                np.full((n_prompts, L), np.nan),
+                                np.full((n_prompts, L, H), np.nan),
+                            )
                         ref[det][0][i, layer, h] = s
                         ref[det][1][i, layer] = b
                         ref[det][2][i, layer, h] = acc
@@ -140,16 +148,28 @@ def check_census_against_reference(model, hf, config: CensusConfig):
     table = result.scores
     for det, (score, base, acc) in ref.items():
         got = result.per_prompt[det]
-        torch.testing.assert_close(torch.from_numpy(got), torch.from_numpy(score), equal_nan=True, msg=lambda m, det=det: f"{det}: {m}", **TOL)
+        torch.testing.assert_close(
+            torch.from_numpy(got), torch.from_numpy(score), equal_nan=True, msg=lambda m, det=det: f"{det}: {m}", **TOL
+        )
         rows = table[table.detector == det].sort_values(["layer", "head"])
         want_base = nanmean0(base)  # [layer]
-        for layer, w in enumerate(windows):
+        for layer in range(len(windows)):
             r = rows[rows.layer == layer]
-            torch.testing.assert_close(torch.tensor(r["baseline"].to_numpy()), torch.full((len(r),), float(want_base[layer]), dtype=torch.float64), equal_nan=True, atol=1e-6, rtol=1e-6)
-            torch.testing.assert_close(torch.tensor(r["score"].to_numpy()), torch.from_numpy(nanmean0(score[:, layer])), equal_nan=True, **TOL)
+            torch.testing.assert_close(
+                torch.tensor(r["baseline"].to_numpy()),
+                torch.full((len(r),), float(want_base[layer]), dtype=torch.float64),
+                equal_nan=True,
+                atol=1e-6,
+                rtol=1e-6,
+            )
+            torch.testing.assert_close(
+                torch.tensor(r["score"].to_numpy()), torch.from_numpy(nanmean0(score[:, layer])), equal_nan=True, **TOL
+            )
             assert r["n"].tolist() == np.isfinite(score[:, layer]).sum(0).tolist()
             if det == "referent":
-                torch.testing.assert_close(torch.tensor(r["accuracy"].to_numpy()), torch.from_numpy(nanmean0(acc[:, layer])), equal_nan=True, **TOL)
+                torch.testing.assert_close(
+                    torch.tensor(r["accuracy"].to_numpy()), torch.from_numpy(nanmean0(acc[:, layer])), equal_nan=True, **TOL
+                )
     return result, ref, windows
 
 
@@ -161,7 +181,7 @@ def test_census_on_window_layers_equals_hugging_face_reference(family, family_mo
     """T = 20 > 16: every induction/duplicate target lies outside the window (NaN, not 0)."""
     model, hf = family_model(family), hf_model(family)
     config = CensusConfig(n_prompts=3, seq_len=20, window=40, batch_size=2, n_bootstrap=50)
-    result, ref, windows = check_census_against_reference(model, hf, config)
+    result, _ref, windows = check_census_against_reference(model, hf, config)
     assert any(w is not None for w in windows) and windows == [layer.window for layer in attention_spec(model).layers]
     table = result.scores
     for layer, w in enumerate(windows):
@@ -203,7 +223,7 @@ def test_targets_inside_the_window_are_measured(family, T, family_model, hf_mode
     """T = 12: both targets inside the window; T = 16: i-T+1 inside (15 back), i-T outside (16 back)."""
     model, hf = family_model(family), hf_model(family)
     config = CensusConfig(n_prompts=3, seq_len=T, batch_size=3, n_bootstrap=50, detectors=("induction", "duplicate_token"))
-    result, ref, windows = check_census_against_reference(model, hf, config)
+    result, _ref, windows = check_census_against_reference(model, hf, config)
     table = result.scores
     for layer, w in enumerate(windows):
         ind = table[(table.layer == layer) & (table.detector == "induction")]
@@ -243,6 +263,7 @@ def test_sink_stream_on_window_layers_equals_hugging_face_reference(family, fami
     windows = hf_windows(hf.config)
     batch = census_batch(model, SinkConfig(n_prompts=3, window=40, bos=(True,)), True)
     stats = stream_sink_stats(model, batch, eps=0.3, keys=(0, 1), secondary=True, value_norm=True, batch_size=2)
+    assert stats.excess is not None and stats.value_norm is not None
     L, H = model.n_layers, model.n_heads
     alpha = {k: np.zeros((L, H)) for k in (0, 1)}
     base = {k: np.zeros(L) for k in (0, 1)}
@@ -275,7 +296,11 @@ def test_sink_stream_on_window_layers_equals_hugging_face_reference(family, fami
     torch.testing.assert_close(stats.excess.pos_queries_layer(), torch.from_numpy(n_q))
     torch.testing.assert_close(stats.excess.pos_excess.double(), torch.from_numpy(excess), atol=2e-4, rtol=1e-4)
     torch.testing.assert_close(stats.value_norm.queries_layer, torch.from_numpy(n_share))
-    torch.testing.assert_close((stats.value_norm.attn_sum / stats.value_norm.queries_layer[:, None]).double(), torch.from_numpy(attn_share / n_share[:, None]), **TOL)
+    torch.testing.assert_close(
+        (stats.value_norm.attn_sum / stats.value_norm.queries_layer[:, None]).double(),
+        torch.from_numpy(attn_share / n_share[:, None]),
+        **TOL,
+    )
     assert len(stats.layers.window_notes()) == sum(w is not None for w in windows)
     # the uniform baseline of key 0 on a window layer is the mean of 1/(i+1) over i < window
     for layer, w in enumerate(windows):
@@ -295,7 +320,15 @@ def _causal_uniform(n: int, w: int | None) -> torch.Tensor:
 def test_uniform_window_head_scores_its_window_baseline():
     """A head uniform over its window scores exactly its baseline, with every detector."""
     n, T, w = 21, 6, 8
-    ctx = BatchContext(lengths=torch.tensor([n]), offset=1, seq_len=T, pronoun=torch.tensor([12]), antecedent=torch.tensor([7]), distractor=torch.tensor([9]), window=w)
+    ctx = BatchContext(
+        lengths=torch.tensor([n]),
+        offset=1,
+        seq_len=T,
+        pronoun=torch.tensor([12]),
+        antecedent=torch.tensor([7]),
+        distractor=torch.tensor([9]),
+        window=w,
+    )
     pat = _causal_uniform(n, w).float()[None, None].expand(1, 2, n, n)
     for det in registry().values():
         out = det.compute(pat, ctx)
@@ -345,8 +378,28 @@ def test_all_nan_cells_stay_nan_and_get_no_role():
     nan = float("nan")
     scores = pd.DataFrame(
         [
-            {"layer": 0, "head": 0, "detector": "induction", "score": nan, "baseline": nan, "ci_low": nan, "ci_high": nan, "n": 0, "accuracy": nan},
-            {"layer": 0, "head": 0, "detector": "previous_token", "score": 0.2, "baseline": 0.1, "ci_low": 0.15, "ci_high": 0.25, "n": 5, "accuracy": nan},
+            {
+                "layer": 0,
+                "head": 0,
+                "detector": "induction",
+                "score": nan,
+                "baseline": nan,
+                "ci_low": nan,
+                "ci_high": nan,
+                "n": 0,
+                "accuracy": nan,
+            },
+            {
+                "layer": 0,
+                "head": 0,
+                "detector": "previous_token",
+                "score": 0.2,
+                "baseline": 0.1,
+                "ci_low": 0.15,
+                "ci_high": 0.25,
+                "n": 5,
+                "accuracy": nan,
+            },
         ]
     )
     roles = classify_heads(scores, {"induction": 1e-9})
