@@ -51,7 +51,7 @@ __all__ = ["LoadedModel", "load_model", "resolve_source", "check_layers_heads", 
 log = logging.getLogger(__name__)
 
 
-@dataclass
+@dataclass(repr=False)
 class LoadedModel:
     """A booted TransformerBridge plus what a manifest needs to know about it."""
 
@@ -87,6 +87,16 @@ class LoadedModel:
     @property
     def name(self) -> str:
         return self.config.model
+
+    def __repr__(self) -> str:
+        """One short line (a notebook shows it; the bridge and tokenizer are not dumped)."""
+        family = getattr(getattr(getattr(self.bridge, "original_model", None), "config", None), "model_type", None)
+        d_model = getattr(getattr(self.bridge, "cfg", None), "d_model", None)
+        dtype = str(self.dtype).removeprefix("torch.")
+        return (
+            f"<LoadedModel {self.name!r} ({family or 'unknown family'}): {self.n_layers} layers x {self.n_heads} heads,"
+            f" d_model {d_model}, {self.device}, {dtype}>"
+        )
 
     @property
     def is_encoder(self) -> bool:

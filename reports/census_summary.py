@@ -7,12 +7,16 @@ from typing import Any
 
 import pandas as pd
 
+from headlens.analyses.heads.classify import without_interval
 from headlens.analyses.heads.detectors import registry
 from headlens.reports.evidence_text import evidence_markdown
 from headlens.reports.markdown import markdown_table
 from headlens.reports.tables import roles_joined
 
-__all__ = ["census_summary"]
+__all__ = ["census_summary", "NO_INTERVAL"]
+
+#: Said where measured scores have no bootstrap interval, so no role can be given.
+NO_INTERVAL = "No interval (too few prompts or resamples: an interval needs at least 2 prompts): roles not assigned"
 
 
 def _fmt(x: float) -> str:
@@ -82,10 +86,15 @@ def census_summary(
         for r, text in zip(heads.itertuples(), joined, strict=True)
         if text
     ]
+    unresolved = without_interval(scores)
     if named:
         lines += markdown_table(named, ["head", "roles", "strongest score"]).split("\n")
+    elif unresolved.any() and not (scores["score"].notna() & ~unresolved).any():
+        lines.append(NO_INTERVAL + ".")
     else:
         lines.append("No head cleared a threshold.")
+    if unresolved.any() and (named or (scores["score"].notna() & ~unresolved).any()):
+        lines += ["", f"{int(unresolved.sum())} of {int(scores['score'].notna().sum())} scores: {NO_INTERVAL.lower()} for them."]
     counts = {det: int((long["role"] == det).sum()) for det in scores["detector"].unique()}
     lines += [
         "",

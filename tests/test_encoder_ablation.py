@@ -194,7 +194,7 @@ def test_ablate_metric_embedding_equals_plain_transformers(shared_load, hf_minil
         assert table.loc[head, "value"] == pytest.approx(_hf_change(hf_minilm, shared_load.tokenizer, SENTENCES, head), abs=1e-5)
     assert table["attribution"].isna().all()
     manifest = json.loads((tmp_path / "abl.manifest.json").read_text())["ablation"]
-    assert manifest["metric"] == "embedding" and manifest["metric_chosen"] == "asked for (--metric embedding)"
+    assert manifest["metric"] == "embedding" and manifest["metric_chosen"] == "asked for (metric='embedding')"
     assert abs(manifest["unablated_value"]) < 1e-9 and manifest["data"]["framing"] == {"prefix": ["[CLS]"], "suffix": ["[SEP]"]}
     assert "attribution off" in res.output
 

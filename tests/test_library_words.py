@@ -27,13 +27,8 @@ FLAG = re.compile(r"(?<![\w-])--[a-z][a-z-]*")
 
 #: Strings that name a CLI flag on purpose, each with its reason.
 ALLOWED: dict[tuple[str, str], str] = {
-    (
-        "analyses/ablation/setup.py",
-        "--text-file",
-    ): "the label of the evaluation text in saved outputs (metric_chosen, figures); not an error",
     ("probes/weight_report.py", "--allow-new-weights"): "a log warning, which the CLI prints as it is (flag_words maps errors): "
     "it names the parameter and the flag",
-    ("analyses/ablation/setup.py", "--metric"): "how the metric was chosen, saved in the manifest (metric_chosen); not an error",
 }
 
 

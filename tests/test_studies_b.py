@@ -66,7 +66,7 @@ def test_eval_setup_is_the_text_windows_of_the_old_call(tiny_model):
     assert setup.metric == "loss" and setup.chosen == "default" and setup.why is None
     assert torch.equal(setup.data.tokens, old.tokens) and setup.data.describe() == old.describe()
     task = eval_setup(tiny_model, EvalSpec(task=TASK, task_file="t.jsonl"))
-    assert task.metric == "logit-diff" and task.chosen == "asked for (--metric logit-diff)" and task.data.describe()["task"] == "t.jsonl"
+    assert task.metric == "logit-diff" and task.chosen == "asked for (metric='logit-diff')" and task.data.describe()["task"] == "t.jsonl"
 
 
 @pytest.mark.parametrize(

@@ -1,24 +1,30 @@
-"""The review of the studies' Python API (issue 21): settings given as a str or a single value,
+"""The review of the studies' Python API (issue 21): a census without intervals says so, one check
+of thresholds and baseline_factor, settings given as a str or a single value,
 ``load`` of every folder or file a command writes, column dtypes kept by save -> load, the table
 file results saved with the checks of ``Result.save``, ``kv(context=0)``, ``load_model(model=)``,
-``census(ablate=, mask=)`` and ``capture(verify=True)`` with a TokenBatch refused before any work."""
+``census(ablate=, mask=)`` and ``capture(verify=True)`` with a TokenBatch refused before any work,
+library labels in parameter words and a short LoadedModel repr."""
 
 from __future__ import annotations
 
 import json
+import math
 
 import pandas as pd
 import pytest
 from click.testing import CliRunner
 
 from headlens.analyses.ablation.masks import HeadMask
+from headlens.analyses.ablation.setup import EvalSpec, eval_setup
 from headlens.analyses.ablation.study import AblationConfig
 from headlens.analyses.design.gqa import GQAConfig
 from headlens.analyses.heads.census import CensusConfig
+from headlens.analyses.heads.classify import classify_heads
 from headlens.analyses.sinks.config import SinkConfig
 from headlens.probes.config import CaptureConfig
 from headlens.probes.errors import InputError, OutputError, OutputExistsError
 from headlens.probes.prompts import tokenize_prompts
+from headlens.reports.census_summary import NO_INTERVAL
 from headlens.reports.cli.main import cli
 from headlens.reports.studies import capture as capture_module
 from headlens.reports.studies.census import DetectResult, census
@@ -28,6 +34,79 @@ from headlens.reports.studies.folder import TableFileResult
 from headlens.reports.studies.models import load_model
 from headlens.reports.studies.registry import load
 from headlens.reports.studies.sinks import SeedTextResult
+
+#: A model name that cannot load: a refusal with it comes before the model loads.
+NO_MODEL = "no-such-model-here"
+
+
+@pytest.fixture(scope="module")
+def demo():
+    return load_model("demo")
+
+
+# --------------------------------------------------------------------------- 1: intervals
+
+
+@pytest.mark.parametrize("n_bootstrap", [0, -3])
+def test_n_bootstrap_below_one_is_refused_before_loading(n_bootstrap):
+    with pytest.raises(InputError, match=f"n_bootstrap must be at least 1.*got {n_bootstrap}"):
+        census(NO_MODEL, n_prompts=8, n_bootstrap=n_bootstrap)
+
+
+def test_a_census_without_intervals_says_so_instead_of_no_head_cleared(demo):
+    """One prompt: no interval; the demo's induction heads score far above the threshold."""
+    result = census(demo, n_prompts=1, detectors="induction")
+    induction = result.scores[result.scores["detector"] == "induction"]
+    assert induction["score"].max() > result.manifest["thresholds"]["induction"] and induction["ci_low"].isna().all()
+    assert result.roles.empty
+    assert NO_INTERVAL in result.summary and "No head cleared a threshold" not in result.summary
+
+
+def test_classify_with_one_prompt_prints_that_roles_need_intervals(tmp_path):
+    r = CliRunner().invoke(
+        cli, ["classify", "-m", "demo", "--detectors", "induction", "--n-prompts", "1", "-q", "--out", str(tmp_path / "c")]
+    )
+    assert r.exit_code == 0, r.output
+    assert NO_INTERVAL.lower() in r.output and NO_INTERVAL in (tmp_path / "c" / "summary.md").read_text()
+
+
+# --------------------------------------------------------------------------- 2: thresholds and baseline_factor
+
+
+@pytest.mark.parametrize(
+    ("settings", "words"),
+    [
+        ({"thresholds": {"inducton": 0.99}}, "thresholds=: unknown detector 'inducton'"),
+        ({"thresholds": {"induction": math.nan}}, "thresholds=: the threshold of induction must be in (0, 1]"),
+        ({"thresholds": {"induction": 1.5}}, "must be in (0, 1]"),
+        ({"thresholds": {"induction": "0.4"}}, "thresholds=: the threshold of induction is not a number"),
+        ({"thresholds": [("induction", 0.4)]}, "thresholds= must map detector names"),
+        ({"baseline_factor": -5}, "baseline_factor=-5 must be a number of at least 1"),
+        ({"baseline_factor": math.nan}, "baseline_factor=nan must be"),
+        ({"baseline_factor": "2"}, "baseline_factor='2' must be"),
+    ],
+)
+def test_thresholds_and_baseline_factor_are_checked_by_the_library(settings, words):
+    with pytest.raises(InputError) as info:  # before the model loads
+        census(NO_MODEL, n_prompts=2, **settings)
+    assert words in str(info.value) and "\n" not in str(info.value)
+    scores = pd.DataFrame({"layer": [0], "head": [0], "detector": ["induction"], "score": [0.5], "baseline": [0.1], "ci_low": [0.4]})
+    with pytest.raises(InputError, match=r"thresholds|baseline_factor"):
+        classify_heads(scores, settings.get("thresholds"), baseline_factor=settings.get("baseline_factor", 2.0))
+
+
+@pytest.mark.parametrize(
+    ("flags", "words"),
+    [
+        (["--threshold", "inducton=0.4"], "--threshold: unknown detector 'inducton'"),
+        (["--threshold", "induction=nan"], "--threshold: the threshold of induction must be in (0, 1]"),
+        (["--baseline-factor", "0.5"], "--baseline-factor 0.5 must be a number of at least 1"),
+    ],
+)
+def test_the_cli_says_the_same_check_in_flags(tmp_path, flags, words):
+    r = CliRunner().invoke(cli, ["classify", "-m", NO_MODEL, *flags, "--out", str(tmp_path / "c")])
+    assert r.exit_code == 2 and words in r.output, r.output
+
 
 # --------------------------------------------------------------------------- 3: one coercion
 
@@ -107,7 +186,7 @@ def test_a_scores_table_without_its_kind_is_read_and_an_unknown_one_named(tmp_pa
     assert isinstance(load(tmp_path / "old.csv"), DetectResult)
     table.to_csv(tmp_path / "other.csv", index=False)
     (tmp_path / "other.manifest.json").write_text(json.dumps({"seed": 0}))
-    with pytest.raises(InputError, match="other.manifest.json names no result kind"):
+    with pytest.raises(InputError, match=r"other\.manifest\.json names no result kind"):
         load(tmp_path / "other.csv")
 
 
@@ -135,7 +214,9 @@ def test_a_table_file_result_keeps_its_dtypes(tiny_model, tmp_path):
     result = kv(tiny_model)
     table = result.table.assign(note=pd.Series([""] * len(result.table), dtype=object))
     KVResult(tables={"kv": table}, manifest=result.manifest).save(tmp_path / "kv.csv")
-    pd.testing.assert_frame_equal(load(tmp_path / "kv.csv").table, table)
+    back = load(tmp_path / "kv.csv")
+    assert isinstance(back, KVResult)
+    pd.testing.assert_frame_equal(back.table, table)
 
 
 # --------------------------------------------------------------------------- 6: table file saves
@@ -180,8 +261,23 @@ def test_kv_context_zero_is_refused(tiny_model):
     assert kv(tiny_model, context=None).table["tokens"].iloc[0] == tiny_model.n_ctx
 
 
-def test_load_model_takes_model_as_a_keyword():
-    assert load_model(model="demo").name == load_model("demo").name
+def test_load_model_takes_model_as_a_keyword(demo):
+    assert load_model(model="demo").name == demo.name == "demo"
+
+
+def test_a_loaded_models_repr_is_one_short_line(demo):
+    text = repr(demo)
+    assert (
+        text
+        == f"<LoadedModel 'demo' (gpt2): {demo.n_layers} layers x {demo.n_heads} heads, d_model {demo.bridge.cfg.d_model}, cpu, float32>"
+    )
+
+
+def test_the_evaluation_sets_labels_name_parameters_not_flags(tiny_model):
+    chosen = eval_setup(tiny_model, EvalSpec(metric="loss", n_windows=2, window=16)).chosen
+    assert chosen == "asked for (metric='loss')"
+    label = EvalSpec(text="Some text. " * 50, text_file="held.txt").source()[1]
+    assert label == "text file held.txt"
 
 
 def test_census_refuses_ablate_with_another_masks_heads(tiny_model, tmp_path):

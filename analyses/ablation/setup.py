@@ -78,7 +78,7 @@ class EvalSpec:
             return list(self.task), self.task_file or "task"
         if self.text is None:
             return eval_text(), BUILTIN_TEXT
-        return self.text, f"--text-file {self.text_file}" if self.text_file else "text"
+        return self.text, f"text file {self.text_file}" if self.text_file else "text"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -104,7 +104,7 @@ def choose_metric(model: Any, metric: str | None) -> tuple[str, str, str | None]
     ``None`` (``why``: the reason when the default is not loss), refused when it means nothing
     on this model (:func:`headlens.analyses.ablation.metrics.check_metric`)."""
     why = None
-    chosen = f"asked for (--metric {metric})"
+    chosen = f"asked for (metric={metric!r})"
     if metric is None:
         metric, why = default_metric(model)
         chosen = "default" if why is None else f"default for this model: {why}"
@@ -121,7 +121,7 @@ def eval_setup(model: Any, spec: EvalSpec, *, check: bool = True) -> EvalSetup:
     """
     source, label = spec.source()
     if not check:
-        metric, chosen, why = "loss", "asked for (--metric loss)", None
+        metric, chosen, why = "loss", "asked for (metric='loss')", None
     else:
         metric, chosen, why = choose_metric(model, spec.asked_metric)
     prepend_bos = spec.prepend_bos

@@ -74,6 +74,7 @@ from headlens.probes.streaming import choose_attention
 __all__ = [
     "CensusConfig",
     "CensusResult",
+    "check_census_settings",
     "build_stimuli",
     "run_census",
     "layer_windows",
@@ -248,6 +249,20 @@ def _referent_stats(
     return table, {col: table[col].to_numpy(dtype=np.float64).reshape(L, H) for col in REFERENT_COLUMNS}
 
 
+def check_census_settings(config: CensusConfig) -> None:
+    """The settings' ranges, before any model work (the one check: the census and the study call run it)."""
+    if config.n_prompts < 1:
+        raise InputError(f"n_prompts must be at least 1, got {config.n_prompts}")
+    if config.n_bootstrap < 1:
+        raise InputError(f"n_bootstrap must be at least 1 (resamples for the intervals), got {config.n_bootstrap}")
+    if config.seq_len < 2:
+        raise InputError(f"seq_len must be at least 2, got {config.seq_len}")
+    if config.window < 2:
+        raise InputError(f"window must be at least 2, got {config.window}")
+    if config.query_block < 1:
+        raise InputError(f"query_block must be at least 1, got {config.query_block}")
+
+
 def run_census(
     model: LoadedModel,
     config: CensusConfig | None = None,
@@ -259,14 +274,7 @@ def run_census(
     ``progress(stage, done, total)`` is called after each batch.
     """
     config = config or CensusConfig()
-    if config.n_prompts < 1:
-        raise InputError(f"n_prompts must be at least 1, got {config.n_prompts}")
-    if config.seq_len < 2:
-        raise InputError(f"seq_len must be at least 2, got {config.seq_len}")
-    if config.window < 2:
-        raise InputError(f"window must be at least 2, got {config.window}")
-    if config.query_block < 1:
-        raise InputError(f"query_block must be at least 1, got {config.query_block}")
+    check_census_settings(config)
     causal = layer_causal(model)
     detectors = census_detectors(list(config.detectors) if config.detectors is not None else None, all_causal=all(causal))
     kinds = {d.stimulus for d in detectors}

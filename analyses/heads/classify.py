@@ -28,6 +28,7 @@ joined column (``"induction;sink"``) exists only as a rendering
 from __future__ import annotations
 
 import logging
+import numbers
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -43,6 +44,9 @@ log = logging.getLogger(__name__)
 __all__ = [
     "default_thresholds",
     "parse_thresholds",
+    "check_thresholds",
+    "check_baseline_factor",
+    "without_interval",
     "classify_heads",
     "HeadRoles",
     "roles_of",
@@ -78,24 +82,61 @@ def default_thresholds() -> dict[str, float]:
 
 
 def parse_thresholds(items: list[str] | tuple[str, ...]) -> dict[str, float]:
-    """``["induction=0.4", ...]`` -> ``{"induction": 0.4}``, validated (0 < t <= 1, known detector)."""
-    known = registry()
+    """``["induction=0.4", ...]`` -> ``{"induction": 0.4}``, validated by :func:`check_thresholds`."""
     out: dict[str, float] = {}
     for item in items:
         name, eq, value = item.partition("=")
         name = name.strip()
         if not eq or not name or not value.strip():
             raise InputError(f"malformed threshold {item!r}: expected DETECTOR=VALUE, e.g. induction=0.4")
-        if name not in known:
-            raise InputError(f"threshold for unknown detector {name!r}: choose from {', '.join(known)}")
         try:
-            t = float(value)
+            out[name] = float(value)
         except ValueError:
             raise InputError(f"malformed threshold {item!r}: {value.strip()!r} is not a number") from None
-        if not (0.0 < t <= 1.0) or np.isnan(t):
-            raise InputError(f"threshold {item!r} must be in (0, 1]")
+    return check_thresholds(out)
+
+
+def check_thresholds(thresholds: Mapping[str, object] | None) -> dict[str, float]:
+    """The one check of detector thresholds (the CLI's ``--threshold`` and the Python calls):
+    each a known detector's name with a number in (0, 1]; a one-line :class:`InputError` naming
+    ``thresholds=`` otherwise."""
+    if thresholds is None:
+        return {}
+    if not isinstance(thresholds, Mapping):
+        raise InputError(
+            f"thresholds= must map detector names to thresholds, e.g. {{'induction': 0.4}}; got {type(thresholds).__name__}",
+            parameter="thresholds",
+        )
+    known = registry()
+    out: dict[str, float] = {}
+    for name, value in thresholds.items():
+        if name not in known:
+            raise InputError(f"thresholds=: unknown detector {name!r}; choose from {', '.join(known)}", parameter="thresholds")
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise InputError(f"thresholds=: the threshold of {name} is not a number ({value!r})", parameter="thresholds")
+        t = float(value)
+        if np.isnan(t) or not 0.0 < t <= 1.0:
+            raise InputError(f"thresholds=: the threshold of {name} must be in (0, 1], got {t:g}", parameter="thresholds")
         out[name] = t
     return out
+
+
+def check_baseline_factor(baseline_factor: object) -> float:
+    """The one check of ``baseline_factor``: a number of at least 1 (a role's interval must clear the baseline)."""
+    ok = isinstance(baseline_factor, numbers.Real) and not isinstance(baseline_factor, bool) and float(baseline_factor) >= 1.0
+    if not ok:
+        raise InputError(
+            f"baseline_factor={baseline_factor!r} must be a number of at least 1"
+            " (a role needs ci_low >= baseline_factor x the uniform baseline)",
+            parameter="baseline_factor",
+        )
+    return float(baseline_factor)  # type: ignore[arg-type]  # a Real, checked above
+
+
+def without_interval(scores: pd.DataFrame) -> pd.Series:
+    """Rows with a measured score but no bootstrap interval (fewer than 2 prompts, or no
+    resample): they cannot get a role, whatever their score."""
+    return scores["score"].notna() & scores["ci_low"].isna()
 
 
 def classify_heads(
@@ -109,7 +150,8 @@ def classify_heads(
     has no role, the detector whose score is the largest fraction of its threshold)."""
     reg = registry()
     th = default_thresholds()
-    th.update(thresholds or {})
+    th.update(check_thresholds(thresholds))
+    baseline_factor = check_baseline_factor(baseline_factor)
     df = scores.copy()
     df["threshold"] = df["detector"].map(th)
     measured = df["score"].notna() & df["ci_low"].notna() & df["baseline"].notna()

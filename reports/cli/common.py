@@ -39,7 +39,7 @@ CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 
 
 #: Library parameters (in error messages as ``name=value``) -> the CLI's flag, where it is not
 #: ``--`` + the name with dashes.  The one place library words become the CLI's.
-FLAG_NAMES: dict[str, str] = {"task_file": "--task", "directions": "--direction"}
+FLAG_NAMES: dict[str, str] = {"task_file": "--task", "directions": "--direction", "thresholds": "--threshold"}
 #: ``name=value`` pairs said by one flag of their own (``prepend_bos=False`` is ``--no-bos``).
 FLAG_VALUES: dict[str, str] = {
     "prepend_bos=False": "--no-bos",
@@ -97,6 +97,8 @@ MAPPED_PARAMETERS = (
     "batch",
     "context",
     "truncate",
+    "thresholds",
+    "baseline_factor",
 )
 _PARAMETER = re.compile(r"(?<![\w.-])(" + "|".join(MAPPED_PARAMETERS) + r")=('(?:[^'\\]|\\.)*'|\"[^\"]*\"|[^\s,;:)]+)?")
 #: A parameter named bare as the subject of a message or clause: ``n_prompts must be at least 1``.

@@ -9,11 +9,12 @@ import click
 import pandas as pd
 
 from headlens.analyses.ablation.masks import read_mask
-from headlens.analyses.heads.classify import parse_thresholds
+from headlens.analyses.heads.classify import check_baseline_factor, parse_thresholds, without_interval
 from headlens.analyses.patching.evidence import EvidenceConfig
 from headlens.analyses.synthetic.selftest import run_selftest
 from headlens.probes.errors import CheckFailed, InputError
 from headlens.probes.outputs import check_out_dir, check_out_file
+from headlens.reports.census_summary import NO_INTERVAL
 from headlens.reports.cli.census_options import attention_options, census_config, census_options
 from headlens.reports.cli.common import command_line, load, model_options
 from headlens.reports.evidence_text import EVIDENCE_FILE, evidence_lines
@@ -85,8 +86,8 @@ def _echo_notes(result: CensusResult) -> None:
     "--baseline-factor",
     default=2.0,
     show_default=True,
-    type=click.FloatRange(min=1.0),
-    help="A role needs ci_low >= this x the uniform baseline.",
+    type=float,
+    help="A role needs ci_low >= this x the uniform baseline (at least 1).",
 )
 @click.option(
     "--mask",
@@ -146,6 +147,7 @@ def classify_cmd(
     evidence_config = _evidence_config(evidence, evidence_n, evidence_seq_len, seed, mask_file, given)
     out = check_out_dir(out_dir, overwrite=overwrite)
     parsed = parse_thresholds(list(thresholds))
+    check_baseline_factor(baseline_factor)
     ablate = list(read_mask(mask_file).heads) if mask_file else []
     config = census_config(
         detectors, n_prompts, seed, seq_len, window, no_bos, batch_size, referent_file, ablate, attention=attention, query_block=query_block
@@ -163,6 +165,9 @@ def classify_cmd(
     roles = result.heads
     _echo_notes(result)
     named = roles[roles["roles"] != ""]
+    unresolved = int(without_interval(result.scores).sum())
+    if unresolved:
+        click.echo(f"note: {unresolved} of {len(result.scores)} scores: {NO_INTERVAL.lower()} for them", err=True)
     click.echo(f"{len(named)} of {len(roles)} heads have a role -> {out}/roles.csv")
     for r in named.itertuples():
         click.echo(f"  {r.name:>6}  {r.roles}")

@@ -17,8 +17,15 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from headlens.analyses.ablation.masks import read_mask
-from headlens.analyses.heads.census import CensusConfig, run_census
-from headlens.analyses.heads.classify import DEFAULT_BASELINE_FACTOR, HeadRoles, classify_heads, default_thresholds
+from headlens.analyses.heads.census import CensusConfig, check_census_settings, run_census
+from headlens.analyses.heads.classify import (
+    DEFAULT_BASELINE_FACTOR,
+    HeadRoles,
+    check_baseline_factor,
+    check_thresholds,
+    classify_heads,
+    default_thresholds,
+)
 from headlens.analyses.heads.detectors import get_detectors
 from headlens.analyses.patching.evidence import EVIDENCE_COLUMNS, EvidenceConfig, evidence_rule
 from headlens.analyses.stimuli import load_referent_file
@@ -156,8 +163,7 @@ def _summary(scores: pd.DataFrame, classified: HeadRoles, manifest: Mapping[str,
 def check_census_config(config: CensusConfig) -> None:
     """Cheap input checks before the model loads (the census repeats them)."""
     get_detectors(list(config.detectors) if config.detectors is not None else None)
-    if config.n_prompts < 1:
-        raise InputError(f"n_prompts must be at least 1, got {config.n_prompts}", n_prompts=config.n_prompts)
+    check_census_settings(config)
     if config.referent_file:
         load_referent_file(config.referent_file)
 
@@ -189,6 +195,8 @@ def census(
     call = dict(kwargs)
     load = loading_settings(model, kwargs)
     config = study_config("census", CensusConfig, config, kwargs)
+    thresholds = check_thresholds(thresholds)
+    baseline_factor = check_baseline_factor(baseline_factor)
     pruned = read_mask(mask) if mask else None
     if pruned is not None:
         if config.ablate and set(config.ablate) != set(pruned.heads):

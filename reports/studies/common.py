@@ -107,6 +107,7 @@ def _coerce_item(verb: str, name: str, hint: Any, value: Any) -> Any:
 
 def _check_scalar(verb: str, name: str, hint: Any, value: Any) -> Any:
     """``value`` when it is of type ``hint`` (an int for a float; a path for a str), else a one-line InputError."""
+    given: Any = value  # the checks below narrow ``value``, not ``given``
     checks: dict[Any, tuple[str, bool]] = {
         bool: ("true or false", isinstance(value, bool)),
         int: ("an int", isinstance(value, numbers.Integral) and not isinstance(value, bool)),
@@ -119,5 +120,5 @@ def _check_scalar(verb: str, name: str, hint: Any, value: Any) -> Any:
     if not ok:
         raise InputError(f"{verb}: {name}= must be {what}, got {type(value).__name__} {value!r}", parameter=name)
     if hint is int:
-        return int(value)
-    return float(value) if hint is float else value
+        return int(given)
+    return float(given) if hint is float else given
