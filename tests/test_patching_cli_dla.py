@@ -4,9 +4,9 @@ from __future__ import annotations
 
 
 def test_dla_refusal_comes_before_patching(runner, tmp_path, tiny_checkpoint, monkeypatch):
-    from headlens.reports.studies import patch as study
     from headlens.probes.errors import UnsupportedModelError
     from headlens.reports.cli.main import cli
+    from headlens.reports.studies import patch as study
 
     patched = []
 
