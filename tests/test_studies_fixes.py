@@ -27,13 +27,14 @@ from headlens.probes.prompts import tokenize_prompts
 from headlens.reports.census_summary import NO_INTERVAL
 from headlens.reports.cli.main import cli
 from headlens.reports.studies import capture as capture_module
+from headlens.reports.studies.ablate import ablate
 from headlens.reports.studies.census import DetectResult, census
 from headlens.reports.studies.common import study_config
 from headlens.reports.studies.design import KVResult, kv
 from headlens.reports.studies.folder import TableFileResult
 from headlens.reports.studies.models import load_model
 from headlens.reports.studies.registry import load
-from headlens.reports.studies.sinks import SeedTextResult
+from headlens.reports.studies.sinks import SeedTextResult, sinks
 
 #: A model name that cannot load: a refusal with it comes before the model loads.
 NO_MODEL = "no-such-model-here"
@@ -152,6 +153,13 @@ def test_a_setting_of_the_wrong_type_is_one_line_naming_it(cls, given, words):
     assert words in str(info.value) and "\n" not in str(info.value)
 
 
+def test_settings_outside_the_config_are_coerced_too(tiny_model):
+    """``sinks(lengths=)`` and the evaluation-set keywords of ablate / prune / gqa / projections."""
+    assert sorted(set(sinks(tiny_model, lengths=16, n_long=1, bos=True).table["length"])) == [16]
+    with pytest.raises(InputError, match="n_windows= must be an int, got str '2'"):
+        ablate(tiny_model, n_windows="2", window=16, layers=0)
+
+
 def test_a_study_call_takes_a_str_setting(tiny_model):
     result = capture_module.capture(tiny_model, prompts="The cat sat on the mat.", what="pattern", layers=1)
     assert [k for k in result.tensors if k != "lengths"] == ["blocks.1.attn.hook_pattern"]
@@ -208,6 +216,15 @@ def test_save_then_load_keeps_every_columns_dtype(tmp_path):
     SeedTextResult(tables={"seed_text": table}, manifest={}).save(tmp_path / "out")
     back = load(tmp_path / "out").tables["seed_text"]
     pd.testing.assert_frame_equal(back, table)
+
+
+def test_a_sinks_result_reads_back_as_it_was_saved(tiny_model, tmp_path):
+    """Every table of a real sinks run (text, categorical, int-valued float columns) after save -> load."""
+    result = sinks(tiny_model, n_prompts=3, window=16)
+    back = load(result.save(tmp_path / "sinks"))
+    assert sorted(back.tables) == sorted(result.tables)
+    for name, table in result.tables.items():  # the CSV holds 6 significant digits
+        pd.testing.assert_frame_equal(back.tables[name], table.reset_index(drop=True), rtol=1e-5, obj=name)
 
 
 def test_a_table_file_result_keeps_its_dtypes(tiny_model, tmp_path):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +26,7 @@ from headlens.probes.errors import InputError
 from headlens.probes.loading import LoadedModel, check_layers_heads, weights_fingerprint
 from headlens.probes.manifest import build_manifest
 from headlens.reports.figures.ablation import ablation_heatmap_figure
-from headlens.reports.studies.common import loading_settings, python_command, study_config
+from headlens.reports.studies.common import coerce_setting, loading_settings, python_command, study_config
 from headlens.reports.studies.folder import TableFileResult
 from headlens.reports.studies.journals import JournalOpener
 from headlens.reports.studies.models import as_loaded
@@ -61,7 +62,8 @@ def metric_label(metric: str) -> str:
 def eval_spec(settings: dict[str, Any]) -> EvalSpec:
     """The :class:`EvalSpec` of a study's data keywords (:data:`DATA_FIELDS`); ``text_file`` and
     ``task_file`` are read here (a bad file: one-line :class:`InputError`)."""
-    s = dict(settings)
+    hints = typing.get_type_hints(EvalSpec)
+    s = {k: coerce_setting("", k, hints[k], v) if k in hints else v for k, v in settings.items()}
     for given, other in (("text", "text_file"), ("task", "task_file")):
         if s.get(given) is not None and s.get(other) is not None:
             raise InputError(f"give either {given}= or {other}=, not both", **{other: s[other]})

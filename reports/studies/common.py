@@ -41,11 +41,11 @@ def study_config(verb: str, cls: type[C], config: C | None, kwargs: dict[str, An
     unknown = [k for k in kwargs if k not in fields and k not in allowed]
     if unknown:
         raise InputError(
-            f"{verb}: unknown keyword {', '.join(f'{k}=' for k in unknown)}; choose from {', '.join(fields + list(allowed))}",
+            f"{_at(verb)}unknown keyword {', '.join(f'{k}=' for k in unknown)}; choose from {', '.join(fields + list(allowed))}",
             keywords=unknown,
         )
     if config is not None and not isinstance(config, cls):
-        raise InputError(f"{verb}: config must be a {cls.__name__}, got {type(config).__name__}")
+        raise InputError(f"{_at(verb)}config must be a {cls.__name__}, got {type(config).__name__}")
     hints = typing.get_type_hints(cls)
     own = {k: coerce_setting(verb, k, hints[k], v) for k, v in kwargs.items() if k in fields}
     if config is None:
@@ -75,14 +75,14 @@ def coerce_setting(verb: str, name: str, hint: Any, value: Any) -> Any:
         if isinstance(value, str):
             items = [v.strip() for v in value.split(",")]
             if not all(items):
-                raise InputError(f"{verb}: {name}={value!r} has an empty item; separate items with commas", parameter=name)
+                raise InputError(f"{_at(verb)}{name}={value!r} has an empty item; separate items with commas", parameter=name)
         elif isinstance(value, (list, tuple)):
             items = list(value)
         elif isinstance(value, (numbers.Number, bool)):
             items = [value]
         else:
             raise InputError(
-                f"{verb}: {name}= must be a tuple, a list or a comma-separated str, got {type(value).__name__}", parameter=name
+                f"{_at(verb)}{name}= must be a tuple, a list or a comma-separated str, got {type(value).__name__}", parameter=name
             )
         return tuple(_coerce_item(verb, name, item, v) for v in items)
     return _check_scalar(verb, name, hint, value)
@@ -91,16 +91,17 @@ def coerce_setting(verb: str, name: str, hint: Any, value: Any) -> Any:
 def _coerce_item(verb: str, name: str, hint: Any, value: Any) -> Any:
     """One item of a tuple setting; a str item (from a comma-separated str) becomes the item's type."""
     if typing.get_origin(hint) is tuple:  # a head
-        return parse_head(list(value) if isinstance(value, tuple) else value, where=f"{verb}: {name}")
+        return parse_head(list(value) if isinstance(value, tuple) else value, where=f"{_at(verb)}{name}")
     if isinstance(value, str) and hint in (int, float):
         try:
             return hint(value)
         except ValueError:
-            raise InputError(f"{verb}: {name}= item {value!r} is not {'an int' if hint is int else 'a number'}", parameter=name) from None
+            what = "an int" if hint is int else "a number"
+            raise InputError(f"{_at(verb)}{name}= item {value!r} is not {what}", parameter=name) from None
     if isinstance(value, str) and hint is bool:
         words = {"true": True, "false": False}
         if value.lower() not in words:
-            raise InputError(f"{verb}: {name}= item {value!r} is not true or false", parameter=name)
+            raise InputError(f"{_at(verb)}{name}= item {value!r} is not true or false", parameter=name)
         return words[value.lower()]
     return _check_scalar(verb, name, hint, value)
 
@@ -118,7 +119,12 @@ def _check_scalar(verb: str, name: str, hint: Any, value: Any) -> Any:
         return value
     what, ok = checks[hint]
     if not ok:
-        raise InputError(f"{verb}: {name}= must be {what}, got {type(value).__name__} {value!r}", parameter=name)
+        raise InputError(f"{_at(verb)}{name}= must be {what}, got {type(value).__name__} {value!r}", parameter=name)
     if hint is int:
         return int(given)
     return float(given) if hint is float else given
+
+
+def _at(verb: str) -> str:
+    """The prefix of a message about one study's settings (none without a study)."""
+    return f"{verb}: " if verb else ""

@@ -160,7 +160,7 @@ def sinks(
     config: None = None,
     /,
     *,
-    lengths: Sequence[int],
+    lengths: Sequence[int] | int | str,
     prompts_file: str | None = None,
     progress: Callable[[str, int, int], None] | None = None,
     command: list[str] | None = None,
@@ -173,7 +173,7 @@ def sinks(
     config: SinkConfig | None = None,
     /,
     *,
-    lengths: Sequence[int] | None = None,
+    lengths: Sequence[int] | int | str | None = None,
     prompts_file: str | None = None,
     progress: Callable[[str, int, int], None] | None = None,
     command: list[str] | None = None,
@@ -194,12 +194,13 @@ def sinks(
     if prompts_file is not None and not given:  # else the texts were read from it already
         kwargs["prompts"] = tuple(read_prompts(prompts_file))
     if lengths is not None:
+        wanted: tuple[int, ...] = coerce_setting("sinks", "lengths", tuple[int, ...], lengths)
         if config is not None:
             raise InputError("sinks: lengths= takes keyword settings (eps=, n_long=, bos=, ...), not a SinkConfig")
         return _lengths(
             model,
             load,
-            lengths,
+            wanted,
             kwargs,
             prompts_file=prompts_file,
             progress=progress,
