@@ -187,8 +187,8 @@ def test_heldout_text_feeds_the_report(tmp_path, runner):
     # the evidence stage reads the census's roles: skipped with it, not failed
     assert manifest["report"]["stages"]["evidence"]["status"] == "skipped"
     info = json.loads((out / "ablation_zero" / "stage.json").read_text())["info"]
-    assert info["data"]["text"] == f"--text-file {text_file}"
+    assert info["data"]["text"] == f"text file {text_file}"
     assert info["unablated_value"] < 6.0  # in its own domain (the built-in English text: about 10.6 nats)
     from headlens.reports.page.markdown import md_text
 
-    assert f"tokens of the evaluation text ({md_text(f'--text-file {text_file}')})" in (out / "report.md").read_text()
+    assert f"tokens of the evaluation text ({md_text(f'text file {text_file}')})" in (out / "report.md").read_text()

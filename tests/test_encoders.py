@@ -154,7 +154,7 @@ def cached_minilm(monkeypatch, minilm_model):
     """The CLI's model loader answering with the session's MiniLM (saves a 4 s boot per command)."""
     import headlens.reports.cli.capture as cmd
 
-    monkeypatch.setattr(cmd, "_load", lambda *args, **kwargs: minilm_model)
+    monkeypatch.setattr(cmd, "load", lambda *args, **kwargs: minilm_model)
     return minilm_model
 
 

@@ -57,11 +57,20 @@ def test_wheel_holds_the_report_page_templates_and_static_files(wheel):
 
 @pytest.mark.slow
 def test_wheel_imports_in_a_fresh_venv(wheel, tmp_path):
-    """No dependencies installed: importing the package and its layers must not need torch."""
+    """The wheel alone in a fresh venv: ``headlens`` and its layers import from the wheel (not this
+    checkout) and install no top-level ``probes``/``analyses``/``reports``.  The dependencies
+    (torch, ...: ``import headlens`` imports its public namespace explicitly) come from the test's
+    own environment through a path file: a directory named in a ``.pth`` file is not a site
+    directory, so the editable install's import hook there is never run."""
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     py = venv / "bin" / "python"
     subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)], check=True)
+    site = subprocess.run(
+        [str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], check=True, capture_output=True, text=True
+    )
+    deps = [p for p in sys.path if p.endswith("site-packages")]
+    (Path(site.stdout.strip()) / "test_deps.pth").write_text("\n".join(deps) + "\n")
     code = (
         "import importlib.util, headlens, headlens.probes, headlens.analyses, headlens.reports\n"
         "print(headlens.__file__)\n"
