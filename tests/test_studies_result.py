@@ -119,3 +119,14 @@ def test_every_registered_result_keeps_the_short_repr() -> None:
     """A subclass declared ``@dataclass`` without ``repr=False`` would print every table."""
     for kind, cls in RESULT_KINDS.items():
         assert cls.__repr__ is Result.__repr__, f"{kind}: declare {cls.__name__} with @dataclass(kw_only=True, repr=False)"
+
+
+def test_load_of_a_folder_missing_a_table_is_one_line_naming_the_folder(tmp_path):
+    """A manifest naming a kind whose tables are partly missing (a partial copy) or unreadable:
+    one InputError naming the folder, never a raw FileNotFoundError/ParserError."""
+    folder = tmp_path / "partial"
+    folder.mkdir()
+    (folder / "manifest.json").write_text('{"result": "census"}')
+    (folder / "scores.csv").write_text("layer,head\n0,0\n")  # roles.csv missing
+    with pytest.raises(InputError, match=r"holds a 'census' result that cannot be read: .*roles\.csv"):
+        load(folder)

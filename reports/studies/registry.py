@@ -8,6 +8,7 @@ one import line below.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 from headlens.probes.errors import InputError
@@ -50,13 +51,22 @@ def load(folder: str | Path) -> Result:
     if single is not None:
         table, manifest = single
         side = table.with_suffix("").with_name(table.stem + ".manifest.json").name
-        result = result_class(p, manifest, manifest_file=side).from_folder(table)
-        result.restore_dtypes({name: table for name in result.tables})
-        return result
+        cls = result_class(p, manifest, manifest_file=side)
+        return _read(cls, p, lambda: cls.from_folder(table), lambda result: {name: table for name in result.tables})
     if not p.is_dir():
         raise InputError(
             f"folder={str(folder)!r} holds no headlens result ({'not a folder' if p.exists() else 'no such folder'})", folder=str(folder)
         )
-    result = result_class(p, read_manifest(p)).from_folder(p)
-    result.restore_dtypes({name: p / f"{name}.csv" for name in result.tables})
+    cls = result_class(p, read_manifest(p))
+    return _read(cls, p, lambda: cls.from_folder(p), lambda result: {name: p / f"{name}.csv" for name in result.tables})
+
+
+def _read(cls: type[Result], folder: Path, read: Callable[[], Result], files: Callable[[Result], dict[str, Path]]) -> Result:
+    """``read()`` and the tables' saved dtypes restored; a file of the folder that is missing or
+    unreadable (a partial copy, a hand edit) is one InputError naming the folder, not a traceback."""
+    try:
+        result = read()
+        result.restore_dtypes(files(result))
+    except (OSError, ValueError, KeyError) as err:  # pandas' ParserError and EmptyDataError are ValueErrors
+        raise InputError(f"folder={str(folder)!r} holds a {cls.kind!r} result that cannot be read: {err}", folder=str(folder)) from err
     return result
