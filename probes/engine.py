@@ -38,7 +38,7 @@ from jaxtyping import Bool, Float
 from torch import Tensor
 
 from headlens.probes.attention import LayerAttention, attention_spec
-from headlens.probes.engine_forward import forward_until
+from headlens.probes.engine_forward import forward_until, from_layer, resid_hook_name
 from headlens.probes.hooks import attached
 from headlens.probes.prompts import TokenBatch
 from headlens.probes.streaming import choose_attention, pattern_blocks, streamed_forward
@@ -160,6 +160,7 @@ def reduce_pass(
     values: bool = False,
     hooks: Sequence[tuple[str, Callable[..., Any]]] = (),
     return_type: str | None = None,
+    start: tuple[int, Tensor] | None = None,
 ) -> PassInfo:
     """Reduce every layer's attention pattern of one batch with ``reducers``.
 
@@ -171,7 +172,10 @@ def reduce_pass(
     only: interventions on ``hook_q``/``hook_k``/``hook_v``); ``values`` hands each layer's
     ``v`` to ``context``.  The pass stops after the last layer's attention unless
     ``return_type`` (eager only, e.g. ``"logits"``) asks for the bridge's output
-    (:attr:`PassInfo.output`).
+    (:attr:`PassInfo.output`).  ``start`` ``(L, resid)`` (eager only) continues the forward from
+    ``resid`` ``[batch, pos, d_model]``, the residual stream entering block ``L``, kept from an
+    earlier pass on the same tokens (:func:`headlens.probes.engine_forward.from_layer`): blocks
+    before ``L`` do not run and their layers are not reduced.
     """
     mode = choose_attention(attention, batch=int(tokens.shape[0]), n_heads=int(model.n_heads), n=int(tokens.shape[1]))
     spec = attention_spec(model)
@@ -183,8 +187,8 @@ def reduce_pass(
     )
     info = PassInfo(attention=mode)
     if mode == "streaming":
-        if hooks or return_type is not None:
-            raise ValueError("streaming attention runs no extra hooks and returns nothing: use attention='eager'")
+        if hooks or return_type is not None or start is not None:
+            raise ValueError("streaming attention runs no extra hooks, returns nothing and starts at block 0: use attention='eager'")
 
         def on_attention(la: LayerAttention, q: Tensor, k: Tensor, v: Tensor) -> None:
             view = LayerView(layer=la, causal=causal[la.layer], key_mask=key_mask, v=v.transpose(1, 2) if values else None)
@@ -212,12 +216,20 @@ def reduce_pass(
 
         return fn
 
+    first = 0 if start is None else start[0]
     pass_hooks = [*hooks, *zero_heads_hooks(ablate or {})]
-    for la in spec.layers:
+    if start is not None:
+        resid = start[1]
+
+        def inject(act: Tensor, hook: Any = None) -> Tensor:
+            return resid.to(device=act.device, dtype=act.dtype)
+
+        pass_hooks.insert(0, (resid_hook_name(first), inject))
+    for la in spec.layers[first:]:
         if values:
             pass_hooks.append((f"blocks.{la.layer}.attn.hook_v", keep_v(la.layer)))
         pass_hooks.append((f"blocks.{la.layer}.attn.hook_pattern", read_pattern(la)))
-    with torch.inference_mode():
+    with torch.inference_mode(), from_layer(model, first):
         if return_type is None:
             forward_until(
                 model, tokens, stop_after=f"blocks.{model.n_layers - 1}.attn.hook_pattern", hooks=pass_hooks, attention_mask=attention_mask

@@ -1,4 +1,6 @@
-"""The one way headlens ends a forward pass early: a hook raises :class:`StopForward`.
+"""Forwards that run part of the model: the one early stop and the one late start.
+
+**Early stop**: a hook raises :class:`StopForward`.
 
 The bridge computes the unembedding even when no logits are asked for (and ``stop_at_layer``
 can only stop *before* a block), so a pass that needs only what happens up to some hook point
@@ -6,11 +8,19 @@ can only stop *before* a block), so a pass that needs only what happens up to so
 :func:`stop_hook` there, after its own hooks, and :func:`forward_until` catches the exception.
 Every early stop in the package raises this one exception (``tests/test_engine_rules.py``
 scans the source for another).
+
+**Late start**: TransformerBridge's ``start_at_layer`` still executes blocks ``0..L-1`` (it
+discards their output), so it saves nothing.  Inside :func:`from_layer` the model's block list is
+cut to ``blocks[L:]``; a hook on ``blocks.L.hook_resid_pre`` (:func:`resid_hook_name`) then swaps
+a stored residual stream in for the embeddings, so blocks before ``L`` never run.  The list is
+restored on exit, also after an exception.  Callers check once that a continued forward
+reproduces a full one (:func:`headlens.analyses.ablation.suffix.check_from_layer`).
 """
 
 from __future__ import annotations
 
 import logging
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -20,7 +30,7 @@ from torch import Tensor
 
 from headlens.probes.hooks import attached
 
-__all__ = ["StopForward", "stop_hook", "stopping", "forward_until"]
+__all__ = ["StopForward", "stop_hook", "stopping", "forward_until", "from_layer", "resid_hook_name"]
 
 log = logging.getLogger(__name__)
 
@@ -59,3 +69,31 @@ def forward_until(
         kwargs["attention_mask"] = attention_mask.to(device=model.device, dtype=torch.long)
     with stopping(), attached(model.bridge, [*hooks, (stop_after, stop_hook)]):
         model.bridge(tokens.to(model.device), return_type=None, **kwargs)
+
+
+def resid_hook_name(layer: int) -> str:
+    """The hook point of the residual stream entering block ``layer``."""
+    return f"blocks.{layer}.hook_resid_pre"
+
+
+def _block_list(model: Any) -> torch.nn.ModuleList:
+    blocks = getattr(model.bridge, "blocks", None)
+    if not isinstance(blocks, torch.nn.ModuleList) or len(blocks) != model.n_layers:
+        raise NotImplementedError("this model has no standard 'blocks' list")
+    return blocks
+
+
+@contextmanager
+def from_layer(model: Any, layer: int) -> Iterator[None]:
+    """Inside the block, the model's forward runs blocks ``layer..n_layers-1`` only."""
+    if layer == 0:
+        yield
+        return
+    blocks = _block_list(model)
+    saved = blocks._modules
+    kept = list(saved.values())[layer:]
+    blocks._modules = OrderedDict((str(i), m) for i, m in enumerate(kept))
+    try:
+        yield
+    finally:
+        blocks._modules = saved

@@ -3,6 +3,9 @@ losses of one full forward per knockout."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+import pandas as pd
 import pytest
 
 from headlens.analyses.ablation.evalset import text_eval_set
@@ -65,3 +68,65 @@ def test_knockouts_run_whole_forwards_when_the_residuals_would_not_fit(deep_mode
     monkeypatch.undo()
     naive = knockout_losses(deep_model, data, ProjectionConfig(batch_size=2, prefix_reuse=False))
     assert (over["loss"] - naive["loss"]).abs().max() <= LOSS_TOL
+
+
+# --------------------------------------------------------------------------- knockout censuses from the knocked layer
+
+from headlens.analyses.design.projections import knockout_roles  # noqa: E402
+from headlens.analyses.heads import census as census_mod  # noqa: E402
+from headlens.analyses.heads.census import CensusConfig, run_census  # noqa: E402
+from headlens.analyses.heads.prefix import CensusPrefix  # noqa: E402
+from headlens.probes import engine as engine_mod  # noqa: E402
+
+CENSUS = CensusConfig(n_prompts=6, n_bootstrap=50, batch_size=4, seq_len=10, window=16)
+
+
+def _starts(monkeypatch) -> list[int]:
+    """The first block each census forward ran (0: the whole model)."""
+    seen: list[int] = []
+    real = engine_mod.from_layer
+
+    def spy(model, layer):
+        seen.append(layer)
+        return real(model, layer)
+
+    monkeypatch.setattr(engine_mod, "from_layer", spy)
+    return seen
+
+
+def test_knockout_censuses_from_the_knocked_layer_equal_full_censuses(deep_model, monkeypatch):
+    """Every census under a knockout of layer L runs blocks L.. only, and its scores (intervals,
+    baselines, n) equal a full census under the same knockout exactly."""
+    starts = _starts(monkeypatch)
+    cfg = ProjectionConfig(kinds=("q=k", "v=k"))
+    fast_changes, fast = knockout_roles(deep_model, CENSUS, cfg)
+    assert set(starts) == {0, 1, 2, 3} and starts.count(3) > 0  # the intact census and layer 0 whole; layers 1.. continued
+    starts.clear()
+    slow_changes, slow = knockout_roles(deep_model, CENSUS, replace(cfg, prefix_reuse=False))
+    assert set(starts) == {0}
+    pd.testing.assert_frame_equal(fast, slow, check_exact=True)
+    pd.testing.assert_frame_equal(fast_changes, slow_changes, check_exact=True)
+    # the knockouts changed scores of their own layer and later, and nothing before it
+    base = fast[fast["kind"] == "none"].set_index(["detector", "layer", "head"])["score"]
+    for layer in (1, 2):
+        knocked = fast[(fast["knocked_layer"] == layer) & (fast["kind"] == "q=k")].set_index(["detector", "layer", "head"])["score"]
+        diff = (knocked - base).abs()
+        assert diff[diff.index.get_level_values("layer") < layer].max() == 0
+        assert diff[diff.index.get_level_values("layer") >= layer].max() > 1e-4
+
+
+def test_census_prefix_falls_back_to_whole_censuses(deep_model, monkeypatch):
+    """No kept streams when they would not fit or the census streams: every census runs whole, same table."""
+    monkeypatch.setattr(census_mod, "MAX_CACHE_BYTES", 1)
+    prefix = CensusPrefix(layers=(2,))
+    intact = run_census(deep_model, CENSUS, prefix=prefix)
+    assert prefix.why_not is not None and "GiB" in prefix.why_not and not prefix.resid
+    starts = _starts(monkeypatch)
+    again = run_census(deep_model, CENSUS, prefix=prefix.starting_at(2))
+    assert starts and set(starts) == {0}
+    pd.testing.assert_frame_equal(intact.scores, again.scores, check_exact=True)
+    streaming = CensusPrefix(layers=(2,))
+    run_census(deep_model, replace(CENSUS, attention="streaming"), prefix=streaming)
+    assert streaming.why_not is not None and "streams" in streaming.why_not
+    with pytest.raises(ValueError, match="settings"):
+        run_census(deep_model, replace(CENSUS, n_prompts=5), prefix=prefix.starting_at(2))

@@ -1,11 +1,8 @@
-"""Run only the blocks from layer ``L`` on, from a stored residual stream.
+"""Run only the blocks from layer ``L`` on, from a stored residual stream, to the logits.
 
-TransformerBridge's ``start_at_layer`` still executes blocks ``0..L-1`` (it discards their
-output), so it saves nothing.  :func:`from_layer` instead runs the Hugging Face forward
-with the model's block list cut to ``blocks[L:]`` and a ``blocks.L.hook_resid_pre`` hook
-that swaps the stored residual in for the embeddings, so blocks before ``L`` never run;
-the final norm, unembedding and anything else the model does after its blocks run as
-usual.  The cut list is restored on exit, also after an exception.
+The cut itself is :func:`headlens.probes.engine_forward.from_layer` (blocks before ``L`` never
+run); the final norm, unembedding and anything else the model does after its blocks run as
+usual.
 
 :func:`check_from_layer` compares one such run against a full forward; callers fall back to
 full forwards when it does not reproduce the logits (an architecture whose forward indexes
@@ -15,48 +12,20 @@ its layers by position, say).
 from __future__ import annotations
 
 import logging
-from collections import OrderedDict
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from headlens.probes.engine_forward import from_layer, resid_hook_name
 from headlens.probes.hooks import HookFn, attached
 from headlens.probes.loading import LoadedModel
 
 __all__ = ["from_layer", "run_from_layer", "check_from_layer", "resid_hook_name"]
 
 log = logging.getLogger(__name__)
-
-
-def resid_hook_name(layer: int) -> str:
-    return f"blocks.{layer}.hook_resid_pre"
-
-
-def _block_list(model: LoadedModel) -> torch.nn.ModuleList:
-    blocks = getattr(model.bridge, "blocks", None)
-    if not isinstance(blocks, torch.nn.ModuleList) or len(blocks) != model.n_layers:
-        raise NotImplementedError("this model has no standard 'blocks' list")
-    return blocks
-
-
-@contextmanager
-def from_layer(model: LoadedModel, layer: int) -> Iterator[None]:
-    """Inside the block, the model's forward runs blocks ``layer..n_layers-1`` only."""
-    blocks = _block_list(model)
-    if layer == 0:
-        yield
-        return
-    saved = blocks._modules
-    kept = list(saved.values())[layer:]
-    blocks._modules = OrderedDict((str(i), m) for i, m in enumerate(kept))
-    try:
-        yield
-    finally:
-        blocks._modules = saved
 
 
 def run_from_layer(

@@ -30,6 +30,7 @@ from headlens.analyses.ablation.suffix import check_from_layer, resid_hook_name,
 from headlens.analyses.design.edits import KINDS, check_knockout, knockout_hooks
 from headlens.analyses.heads.census import CensusConfig, run_census
 from headlens.analyses.heads.classify import classify_heads
+from headlens.analyses.heads.prefix import CensusPrefix
 from headlens.probes.errors import InputError
 from headlens.probes.hooks import attached
 
@@ -52,8 +53,8 @@ ROLE_CHANGE_COLUMNS = ["knocked_layer", "kind", "layer", "head", "roles_before",
 @dataclass(frozen=True, kw_only=True)
 class ProjectionConfig:
     """``kinds`` to run, ``layers`` (default all), ``per_head`` knockouts too, forward ``batch_size``;
-    ``prefix_reuse``: a knockout of layer L runs blocks L.. from the intact pass's residual (off:
-    one full forward per knockout; the losses are the same to float rounding)."""
+    ``prefix_reuse``: a knockout of layer L runs blocks L.. from the intact pass's residual, its
+    loss and its census alike (off: full forwards; the same numbers, to float rounding)."""
 
     kinds: tuple[str, ...] = KINDS
     layers: tuple[int, ...] | None = None
@@ -215,13 +216,21 @@ def knockout_roles(
     targets = knockout_targets(model, config)
     journal = journal if journal is not None else MemoryJournal()
     done = {(int(r["knocked_layer"]), str(r["knockout"])): r for r in records_of(journal, "knockout_census")}
-    if (-1, "none") not in done:
-        journal.append([_census_record(-1, "none", run_census(model, census_config).scores)])
-        done[(-1, "none")] = journal.records[-1]
+    pending = [(layer, kind) for layer, _, kind in targets if (layer, kind) not in done]
+    # A knockout of layer L leaves layers 0..L-1 as they are: the intact census keeps its stimuli,
+    # the stream entering each knocked layer and its per-prompt results, and each knockout's census
+    # runs blocks L.. only (the same table as a full census).
+    prefix = CensusPrefix(layers=tuple(sorted({layer for layer, _ in pending if layer > 0}))) if config.prefix_reuse else None
+    if (-1, "none") not in done or (prefix is not None and pending):  # resumed: the intact census again, for what it keeps
+        scores = run_census(model, census_config, prefix=prefix).scores
+        if (-1, "none") not in done:
+            journal.append([_census_record(-1, "none", scores)])
+            done[(-1, "none")] = journal.records[-1]
     for i, (layer, _, kind) in enumerate(targets, start=1):
         if (layer, kind) not in done:
             with attached(model.bridge, knockout_hooks(model, layer, kind)):
-                journal.append([_census_record(layer, kind, run_census(model, census_config).scores)])
+                result = run_census(model, census_config, prefix=prefix.starting_at(layer) if prefix is not None else None)
+            journal.append([_census_record(layer, kind, result.scores)])
             done[(layer, kind)] = journal.records[-1]
         if progress is not None:
             progress("census", i, len(targets))

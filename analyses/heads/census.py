@@ -49,12 +49,15 @@ import numpy as np
 import pandas as pd
 import torch
 
+from headlens.analyses.ablation.incremental import MAX_CACHE_BYTES
+from headlens.analyses.ablation.suffix import check_from_layer
 from headlens.analyses.heads.census_notes import bidirectional_notes as _bidirectional_notes
 from headlens.analyses.heads.census_notes import causal_note as _causal_note
 from headlens.analyses.heads.census_notes import window_notes as _window_notes
 from headlens.analyses.heads.detectors import census_detectors
 from headlens.analyses.heads.detectors.referent import REFERENT_COLUMNS, SPLIT_SEED, min_referent_prompts, referent_statistics
 from headlens.analyses.heads.passes import run_pass
+from headlens.analyses.heads.prefix import CensusPrefix
 from headlens.analyses.heads.stimulus_sets import StimulusSet, batch_from_rows, model_frame, model_framing, wrap_note
 from headlens.analyses.stats import bootstrap_mean_ci
 from headlens.analyses.stimuli import (
@@ -249,6 +252,27 @@ def _referent_stats(
     return table, {col: table[col].to_numpy(dtype=np.float64).reshape(L, H) for col in REFERENT_COLUMNS}
 
 
+def _start_recording(model: LoadedModel, prefix: CensusPrefix, config: CensusConfig, stimuli: dict[str, StimulusSet], mode: str) -> None:
+    """Keep the stimuli and settings; keep no streams (``prefix.refuse``) where they would not
+    fit, the attention streams, or a continued forward does not reproduce a full one."""
+    prefix.stimuli, prefix.config = stimuli, config
+    if not prefix.layers:
+        return
+    if mode != "eager":
+        prefix.refuse("the census streams its attention (a forward cannot be continued from a kept stream)")
+        return
+    per_value = torch.empty((), dtype=model.dtype).element_size()
+    size = sum(len(s.batch) * int(s.batch.tokens.shape[1]) for s in stimuli.values()) * int(model.bridge.cfg.d_model) * per_value
+    size *= len(prefix.layers)
+    if size > MAX_CACHE_BYTES:
+        prefix.refuse(f"the kept streams would take {size / 2**30:.1f} GiB")
+        return
+    stim = next(iter(stimuli.values()), None)
+    longest = int(stim.batch.lengths.argmax()) if stim is not None else 0  # a prompt with no padding
+    if stim is not None and not check_from_layer(model, stim.batch.tokens[longest : longest + 1], max(prefix.layers)):
+        prefix.refuse("a forward continued from a kept stream does not reproduce a full forward on this model")
+
+
 def check_census_settings(config: CensusConfig) -> None:
     """The settings' ranges, before any model work (the one check: the census and the study call run it)."""
     if config.n_prompts < 1:
@@ -268,17 +292,26 @@ def run_census(
     config: CensusConfig | None = None,
     *,
     progress: Callable[[str, int, int], None] | None = None,
+    prefix: CensusPrefix | None = None,
 ) -> CensusResult:
     """Score every head with every chosen detector; returns the long-form table.
 
-    ``progress(stage, done, total)`` is called after each batch.
+    ``progress(stage, done, total)`` is called after each batch.  ``prefix``
+    (:class:`~headlens.analyses.heads.prefix.CensusPrefix`): record what a later census of the
+    same model changed at block ``L`` or later can reuse, or reuse it (``prefix.starting_at(L)``);
+    the table is the one a full census gives.
     """
     config = config or CensusConfig()
     check_census_settings(config)
     causal = layer_causal(model)
     detectors = census_detectors(list(config.detectors) if config.detectors is not None else None, all_causal=all(causal))
     kinds = {d.stimulus for d in detectors}
-    stimuli = build_stimuli(model, config, kinds)
+    if prefix is not None and not prefix.recording:
+        if prefix.config != config:
+            raise ValueError("a continued census must use the recorded census's settings")
+        stimuli = prefix.stimuli or {}
+    else:
+        stimuli = build_stimuli(model, config, kinds)
     width = max((int(s.batch.tokens.shape[1]) for s in stimuli.values()), default=1)
     mode = choose_attention(
         config.attention,
@@ -286,6 +319,8 @@ def run_census(
         n_heads=model.n_heads,
         n=width,
     )
+    if prefix is not None and prefix.recording:
+        _start_recording(model, prefix, config, stimuli, mode)
     per_prompt: dict[str, np.ndarray] = {}
     referent: pd.DataFrame | None = None
     rows: list[dict[str, Any]] = []
@@ -299,7 +334,7 @@ def run_census(
         windows = [w if c else None for w, c in zip(windows, causal, strict=True)]
         dets = [d for d in detectors if d.stimulus == kind]
         cb = (lambda done, total, kind=kind: progress(kind, done, total)) if progress else None
-        scores, baselines, extras = run_pass(model, stim, dets, config, cb, windows, causal, encoder, attention=mode)
+        scores, baselines, extras = run_pass(model, stim, dets, config, cb, windows, causal, encoder, attention=mode, prefix=prefix)
         with warnings.catch_warnings():  # one draw of resamples for the set; each column's interval is its own
             warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN cell's interval is NaN
             lows, highs = (
@@ -308,8 +343,8 @@ def run_census(
                 else ((), ())
             )
         if not all(causal):
-            prefix, suffix = model_frame(model, config.prepend_bos)
-            stim_notes.setdefault(kind, []).extend(_bidirectional_notes(model, dets, causal, prefix, suffix))
+            frame_prefix, frame_suffix = model_frame(model, config.prepend_bos)
+            stim_notes.setdefault(kind, []).extend(_bidirectional_notes(model, dets, causal, frame_prefix, frame_suffix))
         for det, low, high in zip(dets, lows, highs, strict=True):
             if det.causal_rule and any(causal):
                 detector_notes[det.name] = _causal_note(det, causal)

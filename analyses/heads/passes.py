@@ -22,8 +22,10 @@ import torch
 from torch import Tensor
 
 from headlens.analyses.heads.detectors import BatchContext, Detector, DetectorOutput
+from headlens.analyses.heads.prefix import Arrays, CensusPrefix
 from headlens.analyses.heads.stimulus_sets import StimulusSet
 from headlens.probes.engine import LayerView, batch_attention_mask, reduce_pass
+from headlens.probes.engine_forward import resid_hook_name
 from headlens.probes.loading import LoadedModel, check_layers_heads
 from headlens.probes.prompts import iter_batches
 
@@ -43,9 +45,6 @@ class PassSettings(Protocol):
     def query_block(self) -> int: ...
 
 
-Arrays = tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, dict[str, np.ndarray]]]
-
-
 def run_pass(
     model: LoadedModel,
     stim: StimulusSet,
@@ -57,8 +56,13 @@ def run_pass(
     exclude_frame: bool = False,
     *,
     attention: str = "eager",
+    prefix: CensusPrefix | None = None,
 ) -> Arrays:
-    """Per detector: scores ``[prompt, layer, head]``, baselines ``[prompt, layer]``, extras."""
+    """Per detector: scores ``[prompt, layer, head]``, baselines ``[prompt, layer]``, extras.
+
+    ``prefix`` (eager only): a recording prefix keeps the stream entering each of its blocks per
+    batch and the arrays; a continued one starts each forward at its block from the kept stream
+    and takes the layers before it from the recorded arrays (:mod:`headlens.analyses.heads.prefix`)."""
     n, L, H = len(stim.batch), model.n_layers, model.n_heads
     device = torch.device(model.device)
     kept = torch.float32 if device.type == "mps" else torch.float64
@@ -87,6 +91,16 @@ def run_pass(
                 buf = extras[name].setdefault(key, torch.full((n, L, H), float("nan"), dtype=kept, device=device))
                 buf[rows, layer] = value.to(kept)
 
+    keep = prefix.keeps() if prefix is not None else ()
+    first = prefix.start if prefix is not None and not prefix.recording else 0
+
+    def keeper(b: int, layer: int) -> Callable[..., None]:
+        def fn(x: Tensor, hook: Any = None) -> None:
+            assert prefix is not None
+            prefix.resid[(stim.kind, b, layer)] = x.detach().clone()
+
+        return fn
+
     chunks = iter_batches(stim.batch, config.batch_size)
     with torch.inference_mode():
         for done, (rows, sub) in enumerate(chunks, start=1):
@@ -105,13 +119,16 @@ def run_pass(
                 attention=attention,
                 query_block=config.query_block,
                 ablate=ablate,
+                hooks=[(resid_hook_name(layer), keeper(done - 1, layer)) for layer in keep],
+                start=(first, prefix.resid[(stim.kind, done - 1, first)]) if prefix is not None and first else None,
             )
             widest = max(widest, info.widest_block)
             if progress is not None:
                 progress(done, len(chunks))
     if attention == "streaming":
         log.info("streaming census of %s: widest query block %d of %d positions", stim.kind, widest, int(stim.batch.tokens.shape[1]))
-    return _host(scores), _host(baselines), {name: _host(bufs) for name, bufs in extras.items()}
+    arrays = _host(scores), _host(baselines), {name: _host(bufs) for name, bufs in extras.items()}
+    return prefix.merge(stim.kind, arrays) if prefix is not None else arrays
 
 
 def _host(buffers: dict[str, Tensor]) -> dict[str, np.ndarray]:
