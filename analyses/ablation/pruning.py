@@ -66,6 +66,8 @@ __all__ = [
     "kv_heads",
     "kv_bytes_saved",
     "CURVE_COLUMNS",
+    "step_size",
+    "random_order",
 ]
 
 #: How heads are ranked, by metric kind (``PruneResult.info["importance"]``).
@@ -182,6 +184,18 @@ def _from_list(rows: list[list[float | None]]) -> torch.Tensor:
     return torch.tensor([[float("nan") if v is None else v for v in row] for row in rows], dtype=torch.float64)
 
 
+def step_size(config: PruneConfig, total: int, n_removed: int, limit: int) -> int:
+    """Heads removed by the next step: ``step`` of the remaining heads, at least 1, never past ``limit``."""
+    return min(max(1, round(config.step * (total - n_removed))), limit - n_removed)
+
+
+def random_order(n_layers: int, n_heads: int, seed: int, index: int) -> list[tuple[int, int]]:
+    """The ``index``-th random order of the control (all heads, seeded from ``seed``)."""
+    heads_all = [(layer, h) for layer in range(n_layers) for h in range(n_heads)]
+    gen = torch.Generator().manual_seed(seed * 1000 + index)
+    return [heads_all[i] for i in torch.randperm(len(heads_all), generator=gen).tolist()]
+
+
 def _pick(importance: torch.Tensor, removed: set[tuple[int, int]], n: int) -> list[tuple[int, int]]:
     cands = [
         (float(importance[layer, h]), layer, h)
@@ -257,7 +271,7 @@ def prune_study(
             # the ranking of the model as pruned so far: stored with the previous step (a journal
             # written before rankings were stored has it for step 0 only)
             imp = _from_list(prev["importance"]) if "importance" in prev else importance_and_value(removed)[1]
-            n = min(max(1, round(config.step * (total - len(removed)))), limit - len(removed))
+            n = step_size(config, total, len(removed), limit)
             added = _pick(imp, removed, n)
             new = removed | set(added)
             rec: dict[str, Any] = {"kind": "step", "step": step, "removed": sorted(map(list, new)), "added": [list(h) for h in added]}
@@ -279,8 +293,7 @@ def prune_study(
     heads_all = [(layer, h) for layer in range(model.n_layers) for h in range(model.n_heads)]
     runs = MaskSequence(model, data, batch_size=config.batch_size)  # each order's next mask continues from the last one's residuals
     for s in range(config.random_seeds):
-        gen = torch.Generator().manual_seed(config.seed * 1000 + s)
-        order = [heads_all[i] for i in torch.randperm(total, generator=gen).tolist()]
+        order = random_order(model.n_layers, model.n_heads, config.seed, s)
         runs.reset()
         for st, n in enumerate(grid):
             if (s, st) in rand:
