@@ -22,7 +22,10 @@ import pytest
 
 ray = pytest.importorskip("ray")
 pytest.importorskip("pyarrow")
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="finds the worker node's tasks in /proc")
+pytestmark = [
+    pytest.mark.skipif(not sys.platform.startswith("linux"), reason="finds the worker node's tasks in /proc"),
+    pytest.mark.xdist_group("ray"),  # one worker runs every Ray test (scripts/test.sh runs two)
+]
 
 SWEEP = [
     "--detectors",

@@ -23,7 +23,10 @@ import pytest
 
 pytest.importorskip("ray")
 pytest.importorskip("pyarrow")
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads processes from /proc")
+pytestmark = [
+    pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads processes from /proc"),
+    pytest.mark.xdist_group("ray"),  # one worker runs every Ray test (scripts/test.sh runs two)
+]
 
 #: Seconds a run may take to exit after Ctrl-C (shutting Ray down in order), and to start at all.
 EXIT_S, START_S = 60, 120
@@ -121,6 +124,10 @@ def two_checkpoints(tmp_path_factory):
     return root
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _interrupted_run(args: list[str], out: Path, moment: tuple[str, float]) -> tuple[int, str, list[str], set[str]]:
     """Start the sweep, press Ctrl-C at ``moment``; ``(exit code, stderr, left behind, phases reached)``."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
@@ -131,6 +138,9 @@ def _interrupted_run(args: list[str], out: Path, moment: tuple[str, float]) -> t
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
+        # a terminal's program starts with Ctrl-C at its default; a pytest-xdist worker ignores
+        # SIGINT, and an ignored signal is inherited across exec (Python would then never see it)
+        preexec_fn=_default_sigint,
     )
     seen: dict[tuple[int, int], set[str]] = {}
     wanted, delay = moment
