@@ -105,3 +105,22 @@ def test_scaling_figure_and_memory_estimate(tmp_path):
     assert eager == 4 * shape["n_heads"] * 8192 * 8192 * 4
     assert scaling._estimate_bytes("census_streaming", 8192, shape, "float32") == 0
     assert scaling._estimate_bytes("hf_eager", 8192, shape, "bfloat16") == (shape["n_layers"] + 2) * shape["n_heads"] * 8192 * 8192 * 2
+
+
+def test_report_floor_counts_the_runs_the_pruning_study_makes(tiny_model):
+    """The floor's counts (ranking passes, random-order runs by first layer) are those of a real
+    pruning run with the same settings (its own bookkeeping in ``info``)."""
+    from collections import Counter
+
+    from headlens.analyses.ablation.evalset import text_eval_set
+    from headlens.analyses.ablation.pruning import PruneConfig, prune_study
+    from headlens.analyses.stimuli.natural import eval_text
+
+    floor = _load("report_floor")
+    config = PruneConfig(step=0.3, random_seeds=2, seed=3)
+    data = text_eval_set(tiny_model.tokenizer, eval_text(), n_windows=2, window=16, prepend_bos=True, n_ctx=tiny_model.n_ctx)
+    result = prune_study(tiny_model, data, config)
+    passes, starts = floor.pruning_counts(tiny_model.n_layers, tiny_model.n_heads, config)
+    assert passes == result.info["steps"]
+    assert {str(k): v for k, v in Counter(starts).items()} == result.info["random_runs_from_layer"]
+    assert len(starts) == config.random_seeds * result.info["steps"]
