@@ -13,7 +13,8 @@ scans the source for another).
 discards their output), so it saves nothing.  Inside :func:`from_layer` the model's block list is
 cut to ``blocks[L:]``; a hook on ``blocks.L.hook_resid_pre`` (:func:`resid_hook_name`) then swaps
 a stored residual stream in for the embeddings, so blocks before ``L`` never run.  The list is
-restored on exit, also after an exception.  Callers check once that a continued forward
+restored on exit, also after an exception; so is the Hugging Face config's ``layer_types`` (cut
+alike), which models with sliding and full layers index by the loop's position.  Callers check that a continued forward
 reproduces a full one (:func:`headlens.analyses.ablation.suffix.check_from_layer`).
 """
 
@@ -94,6 +95,23 @@ def from_layer(model: Any, layer: int) -> Iterator[None]:
     kept = list(saved.values())[layer:]
     blocks._modules = OrderedDict((str(i), m) for i, m in enumerate(kept))
     try:
-        yield
+        with _layer_types_from(model, layer, len(saved)):
+            yield
     finally:
         blocks._modules = saved
+
+
+@contextmanager
+def _layer_types_from(model: Any, layer: int, n_layers: int) -> Iterator[None]:
+    """A model that picks each layer's mask by its place in the loop (``config.layer_types[i]``:
+    sliding and full layers) sees the cut list's types inside the block."""
+    config: Any = getattr(getattr(model.bridge, "original_model", None), "config", None)
+    types = getattr(config, "layer_types", None)
+    if not (isinstance(types, list) and len(types) == n_layers):
+        yield
+        return
+    config.layer_types = types[layer:]
+    try:
+        yield
+    finally:
+        config.layer_types = types

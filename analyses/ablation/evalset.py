@@ -104,6 +104,11 @@ class EvalSet:
         width = int(lengths.max())
         return self.tokens[list(rows), :width], lengths, width
 
+    def longest(self) -> tuple[Tensor, Tensor, int]:
+        """:meth:`batch` of the longest item alone (the first of them): no padding, and the input on
+        which a check of a shortcut sees the most positions."""
+        return self.batch([int(self.lengths.argmax())])
+
     def fingerprint(self) -> str:
         """SHA-256 of the token ids, lengths and targets: identifies the data in a journal."""
         h = hashlib.sha256()

@@ -47,7 +47,7 @@ class MaskSequence:
         size = model.n_layers * n * width * int(model.bridge.cfg.d_model) * torch.empty((), dtype=model.dtype).element_size()
         self.reuse = reuse and model.n_layers > 1 and size <= MAX_CACHE_BYTES and data.metric != "embedding"
         if self.reuse:
-            self.reuse = check_from_layer(model, data.batch([0])[0], model.n_layers - 1)
+            self.reuse = check_from_layer(model, data.longest()[0], range(1, model.n_layers))
         self.resid: dict[int, Tensor] = {}
         self.last: frozenset[tuple[int, int]] | None = None
         self.runs: dict[int, int] = {}  # first layer run -> how many runs (for the manifest and tests)

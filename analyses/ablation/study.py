@@ -187,9 +187,7 @@ def ablation_study(
 
     prefix = config.prefix_reuse and any(layer > 0 for layer in heads)
     if prefix:
-        probe_layer = max(layer for layer in heads)
-        tokens, _, _ = data.batch([0])  # the first item alone: no padding
-        prefix = check_from_layer(model, tokens, probe_layer)
+        prefix = check_from_layer(model, data.longest()[0], [layer for layer in heads if layer > 0])
     base = baseline_pass(
         model,
         data,

@@ -49,24 +49,34 @@ def run_from_layer(
         return model.bridge(tokens.to(model.device), return_type="logits", **kwargs)
 
 
-def check_from_layer(model: LoadedModel, tokens: Int[Tensor, "batch pos"], layer: int, *, atol: float = 1e-5, **kwargs: Any) -> bool:
-    """True when continuing from block ``layer`` reproduces a full forward's logits
-    (``kwargs``, e.g. ``attention_mask``, go to both forwards)."""
-    store: dict[str, Tensor] = {}
+def check_from_layer(
+    model: LoadedModel, tokens: Int[Tensor, "batch pos"], layers: int | Sequence[int], *, atol: float = 1e-5, **kwargs: Any
+) -> bool:
+    """True when continuing from each block in ``layers`` reproduces a full forward's logits
+    (``kwargs``, e.g. ``attention_mask``, go to every forward).  Every block a caller will start
+    from must be checked: a model that picks each layer's mask by its position in the loop
+    (sliding and full layers alternating) goes wrong at some cuts and not at others.  ``tokens``
+    should be the longest input the caller runs (a window longer than the sliding one shows it)."""
+    layers = [layers] if isinstance(layers, int) else sorted(set(layers))
+    store: dict[int, Tensor] = {}
 
-    def keep(act: Tensor, hook: Any = None) -> None:
-        store["resid"] = act.detach().clone()
+    def keep(layer: int) -> HookFn:
+        def fn(act: Tensor, hook: Any = None) -> None:
+            store[layer] = act.detach().clone()
+
+        return fn
 
     try:
         with torch.inference_mode():
-            with attached(model.bridge, [(resid_hook_name(layer), keep)]):
+            with attached(model.bridge, [(resid_hook_name(layer), keep(layer)) for layer in layers]):
                 full = model.bridge(tokens.to(model.device), return_type="logits", **kwargs)
-            part = run_from_layer(model, tokens, store["resid"], layer, **kwargs)
+            scale = max(1.0, float(full.abs().max()))
+            for layer in layers:
+                part = run_from_layer(model, tokens, store[layer], layer, **kwargs)
+                if not (part.shape == full.shape and float((part - full).abs().max()) <= atol * scale):
+                    log.info("a forward continued from block %d does not reproduce the full forward: the whole model runs instead", layer)
+                    return False
     except (NotImplementedError, RuntimeError, ValueError, KeyError) as exc:
-        log.debug("cannot continue a forward from block %d (%s: %s): every ablation runs the whole model", layer, type(exc).__name__, exc)
+        log.info("cannot continue a forward from a later block (%s: %s): the whole model runs instead", type(exc).__name__, exc)
         return False
-    scale = max(1.0, float(full.abs().max()))
-    same = bool(part.shape == full.shape and float((part - full).abs().max()) <= atol * scale)
-    if not same:
-        log.debug("a forward continued from block %d does not reproduce the full forward: every ablation runs the whole model", layer)
-    return same
+    return True

@@ -120,7 +120,7 @@ def knockout_losses(
             len(layers),
             size / 2**30,
         )
-    prefix = bool(layers) and config.prefix_reuse and size <= MAX_CACHE_BYTES and check_from_layer(model, data.batch([0])[0], layers[-1])
+    prefix = bool(layers) and config.prefix_reuse and size <= MAX_CACHE_BYTES and check_from_layer(model, data.longest()[0], layers)
     resid: dict[int, list[torch.Tensor]] = {layer: [] for layer in layers} if prefix else {}
 
     def measure(hooks: list[tuple[str, Callable[..., Any]]], layer: int = 0) -> list[float]:

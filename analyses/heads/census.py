@@ -267,9 +267,12 @@ def _start_recording(model: LoadedModel, prefix: CensusPrefix, config: CensusCon
     if size > MAX_CACHE_BYTES:
         prefix.refuse(f"the kept streams would take {size / 2**30:.1f} GiB")
         return
-    stim = next(iter(stimuli.values()), None)
-    longest = int(stim.batch.lengths.argmax()) if stim is not None else 0  # a prompt with no padding
-    if stim is not None and not check_from_layer(model, stim.batch.tokens[longest : longest + 1], max(prefix.layers)):
+    # the longest prompt of any set, alone (no padding): a window longer than a sliding one shows a wrong cut
+    stim = max(stimuli.values(), key=lambda s: int(s.batch.lengths.max()), default=None)
+    longest = int(stim.batch.lengths.argmax()) if stim is not None else 0
+    if stim is not None and not check_from_layer(
+        model, stim.batch.tokens[longest : longest + 1, : int(stim.batch.lengths[longest])], prefix.layers
+    ):
         prefix.refuse("a forward continued from a kept stream does not reproduce a full forward on this model")
 
 

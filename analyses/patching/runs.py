@@ -80,10 +80,10 @@ def can_start_late(model: LoadedModel, data: EvalSet) -> bool:
     """True when a forward continued from a later block reproduces the full one on this model."""
     if model.n_layers < 2:
         return False
-    tokens, lengths, width = data.batch([0])
+    tokens, lengths, width = data.longest()
     mask = attention_mask(model, lengths, width)
     kwargs: dict[str, Any] = {} if mask is None else {"attention_mask": mask}
-    return check_from_layer(model, tokens, model.n_layers - 1, **kwargs)
+    return check_from_layer(model, tokens, range(1, model.n_layers), **kwargs)
 
 
 def patch_z_hook(patches: Sequence[Patch], source: Tensor) -> HookFn:
