@@ -38,7 +38,7 @@ from jaxtyping import Bool, Float
 from torch import Tensor
 
 from headlens.probes.attention import LayerAttention, attention_spec
-from headlens.probes.engine_forward import forward_until, from_layer, resid_hook_name
+from headlens.probes.engine_forward import forward_until, from_layer, resid_injection
 from headlens.probes.hooks import attached
 from headlens.probes.prompts import TokenBatch
 from headlens.probes.streaming import choose_attention, pattern_blocks, streamed_forward
@@ -219,12 +219,7 @@ def reduce_pass(
     first = 0 if start is None else start[0]
     pass_hooks = [*hooks, *zero_heads_hooks(ablate or {})]
     if start is not None:
-        resid = start[1]
-
-        def inject(act: Tensor, hook: Any = None) -> Tensor:
-            return resid.to(device=act.device, dtype=act.dtype)
-
-        pass_hooks.insert(0, (resid_hook_name(first), inject))
+        pass_hooks.insert(0, resid_injection(*start))
     for la in spec.layers[first:]:
         if values:
             pass_hooks.append((f"blocks.{la.layer}.attn.hook_v", keep_v(la.layer)))

@@ -31,7 +31,7 @@ from torch import Tensor
 
 from headlens.probes.hooks import attached
 
-__all__ = ["StopForward", "stop_hook", "stopping", "forward_until", "from_layer", "resid_hook_name"]
+__all__ = ["StopForward", "stop_hook", "stopping", "forward_until", "from_layer", "resid_hook_name", "resid_injection"]
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +75,16 @@ def forward_until(
 def resid_hook_name(layer: int) -> str:
     """The hook point of the residual stream entering block ``layer``."""
     return f"blocks.{layer}.hook_resid_pre"
+
+
+def resid_injection(layer: int, resid: Tensor) -> tuple[str, Callable[..., Tensor]]:
+    """The hook that swaps ``resid`` ``[batch, pos, d_model]`` in for the stream entering block
+    ``layer`` (on the activation's device and dtype): with :func:`from_layer`, the late start."""
+
+    def inject(act: Tensor, hook: Any = None) -> Tensor:
+        return resid.to(device=act.device, dtype=act.dtype)
+
+    return resid_hook_name(layer), inject
 
 
 def _block_list(model: Any) -> torch.nn.ModuleList:

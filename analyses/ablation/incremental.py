@@ -28,12 +28,17 @@ from headlens.analyses.ablation.suffix import check_from_layer, resid_hook_name,
 from headlens.probes.hooks import HookFn, attached
 from headlens.probes.loading import LoadedModel
 
-__all__ = ["MaskSequence", "MAX_CACHE_BYTES"]
+__all__ = ["MaskSequence", "MAX_CACHE_BYTES", "stream_bytes"]
 
 log = logging.getLogger(__name__)
 
 #: The residuals kept between runs (``layers x items x pos x d_model`` values) stay under this.
 MAX_CACHE_BYTES = 2 * 2**30
+
+
+def stream_bytes(model: LoadedModel, positions: int, layers: int) -> int:
+    """Bytes of the residual streams of ``positions`` token positions kept at ``layers`` blocks (the model's dtype)."""
+    return layers * positions * int(model.bridge.cfg.d_model) * torch.empty((), dtype=model.dtype).element_size()
 
 
 class MaskSequence:
@@ -44,7 +49,7 @@ class MaskSequence:
     def __init__(self, model: LoadedModel, data: EvalSet, *, batch_size: int = 8, reuse: bool = True) -> None:
         self.model, self.data, self.batch_size = model, data, batch_size
         n, width = data.tokens.shape
-        size = model.n_layers * n * width * int(model.bridge.cfg.d_model) * torch.empty((), dtype=model.dtype).element_size()
+        size = stream_bytes(model, n * width, model.n_layers)
         self.reuse = reuse and model.n_layers > 1 and size <= MAX_CACHE_BYTES and data.metric != "embedding"
         if self.reuse:
             self.reuse = check_from_layer(model, data.longest()[0], range(1, model.n_layers))

@@ -19,7 +19,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from headlens.probes.engine_forward import from_layer, resid_hook_name
+from headlens.probes.engine_forward import from_layer, resid_hook_name, resid_injection
 from headlens.probes.hooks import HookFn, attached
 from headlens.probes.loading import LoadedModel
 
@@ -41,11 +41,7 @@ def run_from_layer(
     ``tokens`` only set the shape (their embeddings are replaced); ``hooks`` are attached
     for the run (hooks on layers before ``layer`` never fire); ``kwargs`` go to the bridge.
     """
-
-    def inject(act: Tensor, hook: Any = None) -> Tensor:
-        return resid.to(act.dtype)
-
-    with from_layer(model, layer), attached(model.bridge, [(resid_hook_name(layer), inject), *hooks]):
+    with from_layer(model, layer), attached(model.bridge, [resid_injection(layer, resid), *hooks]):
         return model.bridge(tokens.to(model.device), return_type="logits", **kwargs)
 
 

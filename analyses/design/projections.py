@@ -23,7 +23,7 @@ import pandas as pd
 import torch
 
 from headlens.analyses.ablation.evalset import EvalSet
-from headlens.analyses.ablation.incremental import MAX_CACHE_BYTES
+from headlens.analyses.ablation.incremental import MAX_CACHE_BYTES, stream_bytes
 from headlens.analyses.ablation.metrics import item_values
 from headlens.analyses.ablation.records import MemoryJournal, RecordJournal, records_of
 from headlens.analyses.ablation.suffix import check_from_layer, resid_hook_name, run_from_layer
@@ -113,7 +113,7 @@ def knockout_losses(
     # each knockout runs blocks L.. only (checked against a full forward once).
     layers = sorted({layer for layer, _, _ in pending if layer > 0})
     n, width = data.tokens.shape
-    size = len(layers) * n * width * int(model.bridge.cfg.d_model) * torch.empty((), dtype=model.dtype).element_size()
+    size = stream_bytes(model, n * width, len(layers))
     if layers and config.prefix_reuse and size > MAX_CACHE_BYTES:  # the residuals kept on the device would not fit
         log.info(
             "projection knockouts: one full forward per knockout (the residuals of %d layers would take %.1f GiB)",

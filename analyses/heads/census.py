@@ -49,7 +49,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from headlens.analyses.ablation.incremental import MAX_CACHE_BYTES
+from headlens.analyses.ablation.incremental import MAX_CACHE_BYTES, stream_bytes
 from headlens.analyses.ablation.suffix import check_from_layer
 from headlens.analyses.heads.census_notes import bidirectional_notes as _bidirectional_notes
 from headlens.analyses.heads.census_notes import causal_note as _causal_note
@@ -261,9 +261,7 @@ def _start_recording(model: LoadedModel, prefix: CensusPrefix, config: CensusCon
     if mode != "eager":
         prefix.refuse("the census streams its attention (a forward cannot be continued from a kept stream)")
         return
-    per_value = torch.empty((), dtype=model.dtype).element_size()
-    size = sum(len(s.batch) * int(s.batch.tokens.shape[1]) for s in stimuli.values()) * int(model.bridge.cfg.d_model) * per_value
-    size *= len(prefix.layers)
+    size = stream_bytes(model, sum(len(s.batch) * int(s.batch.tokens.shape[1]) for s in stimuli.values()), len(prefix.layers))
     if size > MAX_CACHE_BYTES:
         prefix.refuse(f"the kept streams would take {size / 2**30:.1f} GiB")
         return
