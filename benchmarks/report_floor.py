@@ -76,14 +76,21 @@ def best_rate(d: int, vocab: int, tokens: int, repeats: int) -> tuple[float, dic
     return max(rates.values()), rates
 
 
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--layers", type=int, default=12)
-    ap.add_argument("--heads", type=int, default=12)
-    ap.add_argument("--d-model", type=int, default=768)
-    ap.add_argument("--vocab", type=int, default=50257)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--layers", type=_positive, default=12)
+    ap.add_argument("--heads", type=_positive, default=12)
+    ap.add_argument("--d-model", type=_positive, default=768)
+    ap.add_argument("--vocab", type=_positive, default=50257)
+    ap.add_argument("--threads", type=_positive, default=2)
+    ap.add_argument("--repeats", type=_positive, default=5)
     args = ap.parse_args()
     setup_threads(args.threads)
     L, H, d, V = args.layers, args.heads, args.d_model, args.vocab
