@@ -226,3 +226,36 @@ def test_a_second_ctrl_c_stops_at_once():
         interrupts.record(signal.SIGINT)
     with pytest.raises(KeyboardInterrupt):
         interrupts.check()
+
+
+def test_without_an_address_the_sweep_starts_its_own_ray_even_beside_a_running_cluster(monkeypatch):
+    """With no address Ray joins a cluster it finds in /tmp/ray/ray_current_cluster (a `ray start`
+    on the machine) and then refuses num_cpus with a traceback (seen in a CI run); the sweep asks
+    for a local instance of its own, so that file is never read.  RAY_ADDRESS still joins."""
+    from headlens.reports.sweep import engine
+
+    calls: list[dict] = []
+
+    class FakeRay:
+        def is_initialized(self):
+            return False
+
+        def init(self, **kw):
+            calls.append(kw)
+
+        def cluster_resources(self):
+            return {"CPU": 1.0}
+
+        def shutdown(self):
+            calls.append({"shutdown": True})
+
+    monkeypatch.setattr(engine, "import_ray", FakeRay)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    with engine.ray_session(None, 2):
+        pass
+    assert calls[0]["address"] == "local" and calls[0]["num_cpus"] == 2 and calls[-1] == {"shutdown": True}
+    calls.clear()
+    monkeypatch.setenv("RAY_ADDRESS", "auto")
+    with engine.ray_session(None, 2):
+        pass
+    assert calls[0]["address"] == "auto" and "num_cpus" not in calls[0]

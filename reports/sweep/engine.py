@@ -120,8 +120,15 @@ def ray_session(
                 except (ConnectionError, RuntimeError, ValueError) as exc:
                     raise InputError(f"cannot join the Ray cluster at {address}: {' '.join(str(exc).split())[:300]}") from None
             else:
+                # "local": always a new instance of our own; with no address Ray would join a cluster
+                # it finds in /tmp/ray/ray_current_cluster (a `ray start` on this machine) and then
+                # refuse num_cpus with a traceback (join one with address="auto" or --address auto)
                 ray.init(
-                    num_cpus=num_cpus or os.cpu_count() or 1, include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING
+                    address="local",
+                    num_cpus=num_cpus or os.cpu_count() or 1,
+                    include_dashboard=False,
+                    log_to_driver=False,
+                    logging_level=logging.WARNING,
                 )
         except BaseException:
             _shutdown(ray)  # whatever ray.init had started before it failed
