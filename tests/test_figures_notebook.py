@@ -43,3 +43,38 @@ def test_headlens_figures_display_as_png(make):
     png = _shown(fig).get("image/png")
     assert png is not None, f"{make}: no image/png in the notebook display"
     assert png[:8] == PNG_MAGIC and len(png) > 1000
+
+
+def _edges_are_background(png: bytes) -> dict[str, bool]:
+    """Whether each edge row/column of the image is all background (white): a label or title
+    cut by the image border leaves ink on the edge."""
+    import io
+
+    from matplotlib.image import imread
+
+    rgb = imread(io.BytesIO(png), format="png")[..., :3]
+    ink = (rgb < 0.9).any(axis=-1)
+    return {"top": not ink[0].any(), "bottom": not ink[-1].any(), "left": not ink[:, 0].any(), "right": not ink[:, -1].any()}
+
+
+@pytest.mark.parametrize("make", ["heatmap", "ablation", "plot_heads"])
+def test_notebook_png_is_not_clipped(make):
+    """The notebook PNG is drawn with a tight bounding box, as the files are: the x-label "head"
+    and the title lie inside the image (before, the heatmap's "head" label was cut at the bottom)."""
+    from headlens.reports.figures.ablation import ablation_heatmap_figure
+
+    if make == "heatmap":
+        fig = heatmap_figure(np.arange(8, dtype=float).reshape(2, 4), title="induction score (uniform baseline 0.100)")
+    elif make == "ablation":
+        table = pd.DataFrame(
+            {"layer": [0, 0, 1, 1], "head": [0, 1, 0, 1], "delta": [0.1, -0.2, 0.3, 0.05], "metric": ["loss"] * 4, "method": ["zero"] * 4}
+        )
+        fig = ablation_heatmap_figure(table, n_layers=2, n_heads=2, baseline=4.5)
+    else:
+        table = pd.DataFrame({"layer": [0, 0, 1, 1], "head": [0, 1, 0, 1], "score": [0.1, 0.2, 0.3, 0.4]})
+        fig = plot_heads(table, "score")
+    label = fig.axes[0].xaxis.label
+    assert label.get_text(), "the figure has an x-label to check"
+    png = _shown(fig)["image/png"]
+    edges = _edges_are_background(png)
+    assert all(edges.values()), f"{make}: ink on the image border (clipped): {edges}"

@@ -45,7 +45,11 @@ class NotebookFigure(Figure):
 
     def _repr_png_(self) -> bytes:
         buffer = io.BytesIO()
-        FigureCanvasAgg(self).print_png(buffer)
+        FigureCanvasAgg(self)  # its own canvas, never a pyplot manager's
+        with matplotlib.rc_context(_SAVE_RC):
+            self.savefig(
+                buffer, format="png", bbox_inches="tight", metadata=_STABLE_METADATA["png"]
+            )  # as save_figure: labels and titles whole
         return buffer.getvalue()
 
 
