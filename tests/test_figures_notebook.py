@@ -8,11 +8,14 @@ in a plain IPython display formatter (no inline backend).
 
 from __future__ import annotations
 
+import io
+
 import numpy as np
 import pandas as pd
 import pytest
 from IPython.core.formatters import DisplayFormatter  # the test extra's ipykernel brings IPython
 from matplotlib.figure import Figure
+from matplotlib.image import imread
 
 from headlens.reports.attention_view_plots import plot_heads, plot_pattern
 from headlens.reports.figures.common import heatmap_figure
@@ -48,12 +51,8 @@ def test_headlens_figures_display_as_png(make):
 def _edges_are_background(png: bytes) -> dict[str, bool]:
     """Whether each edge row/column of the image is all background (white): a label or title
     cut by the image border leaves ink on the edge."""
-    import io
-
-    from matplotlib.image import imread
-
-    rgb = imread(io.BytesIO(png), format="png")[..., :3]
-    ink = (rgb < 0.9).any(axis=-1)
+    rgb = np.asarray(imread(io.BytesIO(png), format="png"))[..., :3]
+    ink: np.ndarray = np.asarray((rgb < 0.9).any(axis=-1))
     return {"top": not ink[0].any(), "bottom": not ink[-1].any(), "left": not ink[:, 0].any(), "right": not ink[:, -1].any()}
 
 
