@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import warnings
 from collections.abc import Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from contextvars import ContextVar
@@ -30,6 +31,16 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import torch
+from tqdm import TqdmWarning
+
+# accelerate (here) and transformers import ``tqdm.auto``; its first import, in a Jupyter kernel
+# without ipywidgets, warns "IProgress not found" in red on every `import headlens` and the first
+# model load.  Imported first here with that one warning silenced: the bars then draw as text,
+# which is all the warning says.  Module caching does the rest (no filter stays in force).
+with warnings.catch_warnings():
+    warnings.filterwarnings("ignore", message="IProgress not found", category=TqdmWarning)
+    import tqdm.auto  # noqa: F401
+
 from accelerate import init_empty_weights
 from accelerate.utils import align_module_device, convert_file_size_to_int
 
