@@ -1,0 +1,437 @@
+"""Weight-based composition between heads (no data needed): Q-, K- and V-composition with a random
+baseline, and OV copying scores.
+
+Conventions (TransformerLens' row-vector convention: a residual row ``x`` becomes ``x @ W``):
+
+* a head's OV circuit is ``W_OV = W_V W_O`` ``[d_model, d_model]``, its QK circuit
+  ``W_QK = W_Q W_K^T`` (query rows against key rows);
+* the composition of an earlier head A into a later head B is
+  ``||W_OV^A M_B||_F / (||W_OV^A||_F ||M_B||_F)`` (Elhage et al. 2021) with
+  ``M_B = W_QK^B`` (Q-composition: A writes what B's queries read), ``(W_QK^B)^T``
+  (K-composition: A writes what B's keys read) or ``W_OV^B`` (V-composition) -- the same three
+  scores as TransformerLens' ``all_composition_scores("Q"/"K"/"V")``.  Heads of one layer do
+  not compose (they read the same stream); only ``sender layer < receiver layer`` is scored.
+* grouped-query / multi-query attention: a query head reads its key-value group's ``W_K`` and
+  ``W_V`` (head ``h`` reads KV head ``h // (n_heads / n_kv_heads)``), so two query heads of one
+  group share their K/V matrices but not ``W_Q``/``W_O``.
+* ``fold_ln=True`` (the default) scores the weights as TransformerLens' ``process_weights``
+  leaves them (``fold_ln``, ``center_writing_weights``, ``center_unembed``): the gain of the norm in
+  front of each attention layer is folded into that layer's ``W_Q``, ``W_K``, ``W_V`` (a Gemma
+  norm's ``1 + weight`` included); under LayerNorm the readers are also centred (the norm removes
+  the mean) and the writers ``W_O`` and ``W_E`` centred over ``d_model``; the final norm's gain is
+  folded into ``W_U``, whose mean over the vocabulary is removed (the softmax ignores it).  A
+  post-norm model (BERT, OPT with ``do_layer_norm_before=False``) has no norm in front of its
+  attention to fold: its raw weights are scored and a note says so.  ``fold_ln=False``: the raw
+  weights.  Biases never enter a composition score (they are not part of ``W_OV`` or ``W_QK``).
+* the **baseline** of a score is the same score between matrices of the same shapes drawn i.i.d.
+  Gaussian (seeded, ``n_baseline`` samples): its mean, standard deviation and 99th percentile.
+  A score is *above its baseline* when it exceeds ``mean + BASELINE_Z * sd``.
+* **OV copying** (Elhage et al.; Olsson et al. 2022): the eigenvalues of ``W_E W_OV W_U``
+  ``[vocab, vocab]`` are, apart from zeros, those of ``W_O (W_U W_E) W_V`` ``[d_head, d_head]``
+  (cyclic permutation), computed there.  ``copying = sum(lambda) / sum(|lambda|)`` (real part; +1: all
+  eigenvalues positive, a copying head) and ``positive_share`` = the share of eigenvalue mass
+  ``|lambda|`` with a positive real part.  ``diagonal``: among ``n_tokens`` sampled tokens, the
+  share whose own logit is the largest of the sampled tokens' logits when the token is read through
+  the head's OV circuit (Olsson et al.'s diagonal score, restricted to the sample so it stays cheap).
+  Position embeddings and the norm's scale are left out (the scores are scale-invariant).
+
+Everything is computed in float64 from the factored forms (``d_head x d_head`` matrices), never
+forming a ``d_model x d_model`` product per pair.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+from jaxtyping import Float
+from torch import Tensor
+
+from headlens.probes.errors import InputError, UnsupportedModelError
+from headlens.probes.loading import LoadedModel
+
+__all__ = [
+    "BASELINE_Z",
+    "COMPOSITION_COLUMNS",
+    "COPYING_COLUMNS",
+    "MODES",
+    "CompositionConfig",
+    "CompositionRun",
+    "HeadWeights",
+    "check_composition_config",
+    "composition_note",
+    "composition_scores",
+    "copying_scores",
+    "head_weights",
+    "pair_scores",
+    "random_baseline",
+]
+
+log = logging.getLogger(__name__)
+
+#: The three kinds of composition, by the receiver's input they act on.
+MODES: tuple[str, ...] = ("q", "k", "v")
+#: A score is above its baseline when it exceeds the baseline's mean by this many standard deviations.
+BASELINE_Z = 3.0
+COMPOSITION_COLUMNS = [
+    "sender",
+    "receiver",
+    "input",
+    "sender_layer",
+    "sender_head",
+    "receiver_layer",
+    "receiver_head",
+    "score",
+    "baseline_mean",
+    "baseline_sd",
+    "z",
+    "ratio",
+    "above_baseline",
+]
+COPYING_COLUMNS = ["name", "layer", "head", "copying", "positive_share", "diagonal"]
+#: Largest n_baseline and n_tokens accepted (beyond them the run is minutes of random matrices for no gain).
+MAX_BASELINE = 100_000
+_DT = torch.float64
+
+
+@dataclass(kw_only=True)
+class CompositionConfig:
+    """Settings of :func:`composition_scores` (serialised to the manifest)."""
+
+    modes: tuple[str, ...] = MODES
+    fold_ln: bool = True
+    n_baseline: int = 200  # random samples for each mode's baseline
+    n_tokens: int = 1000  # tokens sampled for the diagonal copying score (0: no diagonal score)
+    copying: bool = True
+    seed: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def check_composition_config(config: CompositionConfig) -> None:
+    """One line per bad setting (parameter names as the library says them)."""
+    modes = tuple(config.modes)
+    if not modes or any(m not in MODES for m in modes):
+        raise InputError(f"modes={modes!r}: choose one or more of {', '.join(MODES)}", modes=modes)
+    if len(set(modes)) != len(modes):
+        raise InputError(f"modes={modes!r} names a mode twice", modes=modes)
+    if not 2 <= config.n_baseline <= MAX_BASELINE:
+        raise InputError(f"n_baseline={config.n_baseline} must be between 2 and {MAX_BASELINE}", n_baseline=config.n_baseline)
+    if not 0 <= config.n_tokens <= MAX_BASELINE:
+        raise InputError(f"n_tokens={config.n_tokens} must be between 0 and {MAX_BASELINE}", n_tokens=config.n_tokens)
+
+
+@dataclass
+class HeadWeights:
+    """Every head's matrices, float64, KV expanded to query heads (``layer``, ``head`` leading)."""
+
+    W_Q: Float[Tensor, "layer head d_model d_head"]
+    W_K: Float[Tensor, "layer head d_model d_head"]
+    W_V: Float[Tensor, "layer head d_model d_head"]
+    W_O: Float[Tensor, "layer head d_head d_model"]
+    n_kv_heads: int
+    folded: bool
+    norm: str  # "LN", "RMS" or "none"
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def shape(self) -> tuple[int, int, int, int]:
+        n_l, n_h, d_model, d_head = self.W_Q.shape
+        return int(n_l), int(n_h), int(d_model), int(d_head)
+
+
+@dataclass
+class CompositionRun:
+    """``scores``: one row per (sender, receiver, input) with ``sender layer < receiver layer``
+    (:data:`COMPOSITION_COLUMNS`); ``baseline``: per mode, the random matrices' mean, sd, 99th
+    percentile; ``copying``: per head (:data:`COPYING_COLUMNS`), or None; ``summary``; ``notes``."""
+
+    scores: pd.DataFrame
+    baseline: pd.DataFrame
+    copying: pd.DataFrame | None
+    summary: dict[str, Any]
+    notes: list[str] = field(default_factory=list)
+
+
+# -- weights --------------------------------------------------------------------------------
+def _module_of(component: Any) -> Any:
+    return getattr(component, "original_component", None) or component
+
+
+def _gain(norm_module: Any, d_model: int) -> Tensor:
+    """The effective gain of an RMS norm module: its output for a constant row (rms = the
+    constant, so the output is the gain; Gemma's ``1 + weight`` and Llama's ``weight`` alike)."""
+    w = next(iter(norm_module.parameters()), None)
+    dtype = w.dtype if w is not None else torch.float32
+    device = w.device if w is not None else torch.device("cpu")
+    x = torch.full((1, 1, d_model), 1e3, dtype=dtype, device=device)
+    return (norm_module(x)[0, 0] / 1e3).detach().to("cpu", _DT)
+
+
+def _norm_gain(bridge: Any, component: Any, kind: str, d_model: int) -> Tensor | None:
+    mod = _module_of(component)
+    if mod is None:
+        return None
+    if kind == "LN":
+        w = getattr(mod, "weight", None)
+        return None if w is None else w.detach().to("cpu", _DT)
+    return _gain(mod, d_model)
+
+
+def _post_norm(model: LoadedModel) -> bool:
+    cfg = getattr(model.bridge.original_model, "config", None)
+    return model.is_encoder or getattr(cfg, "do_layer_norm_before", True) is False
+
+
+def _expand(w: Tensor, n_heads: int) -> Tensor:
+    """KV weights ``[n_kv, ...]`` repeated to the query heads (head h reads KV head h // group)."""
+    if w.shape[0] == n_heads:
+        return w
+    if n_heads % w.shape[0]:
+        raise UnsupportedModelError(f"{n_heads} query heads do not split into {w.shape[0]} key-value groups")
+    return w.repeat_interleave(n_heads // w.shape[0], dim=0)
+
+
+def _centre(w: Tensor, dim: int) -> Tensor:
+    return w - w.mean(dim=dim, keepdim=True)
+
+
+def head_weights(model: LoadedModel, *, fold_ln: bool = True) -> HeadWeights:
+    """Every head's W_Q, W_K, W_V, W_O from the bridge, float64 on the CPU (see the module's conventions)."""
+    bridge = model.bridge
+    n_heads = model.n_heads
+    kind = str(getattr(bridge.cfg, "normalization_type", None) or "none")
+    notes: list[str] = []
+    fold = fold_ln and kind in ("LN", "LNPre", "RMS", "RMSPre")
+    if fold_ln and _post_norm(model):
+        notes.append("post-norm model: no norm in front of the attention to fold; composition scored on the raw weights")
+        fold = False
+    elif fold_ln and not fold:
+        notes.append(f"normalization {kind!r}: nothing to fold; composition scored on the raw weights")
+    is_ln = kind.startswith("LN")
+    stacks: dict[str, list[Tensor]] = {"W_Q": [], "W_K": [], "W_V": [], "W_O": []}
+    n_kv = n_heads
+    with torch.no_grad():
+        for layer in range(model.n_layers):
+            block = bridge.blocks[layer]
+            attn = block.attn
+            got = {name: getattr(attn, name).detach().to("cpu", _DT) for name in stacks}
+            n_kv = int(got["W_K"].shape[0])
+            got["W_K"], got["W_V"] = _expand(got["W_K"], n_heads), _expand(got["W_V"], n_heads)
+            if fold:
+                gain = _norm_gain(bridge, block._modules.get("ln1"), "LN" if is_ln else "RMS", got["W_Q"].shape[1])
+                for name in ("W_Q", "W_K", "W_V"):
+                    w = got[name] if gain is None else got[name] * gain[None, :, None]
+                    got[name] = _centre(w, 1) if is_ln else w
+                if is_ln:
+                    got["W_O"] = _centre(got["W_O"], 2)
+            for name, w in got.items():
+                stacks[name].append(w)
+    return HeadWeights(
+        **{name: torch.stack(ws) for name, ws in stacks.items()},
+        n_kv_heads=n_kv,
+        folded=fold,
+        norm=kind,
+        notes=notes,
+    )
+
+
+# -- scores ---------------------------------------------------------------------------------
+def _right_factors(w: HeadWeights, mode: str) -> tuple[Tensor, Tensor]:
+    """``(X, Y)`` with the receiver's matrix ``M = X Y^T`` (both ``[layer, head, d_model, d_head]``)."""
+    if mode == "q":
+        return w.W_Q, w.W_K
+    if mode == "k":
+        return w.W_K, w.W_Q
+    return w.W_V, w.W_O.transpose(-2, -1)
+
+
+def pair_scores(
+    V: Float[Tensor, "a d_model d_head"],
+    O: Float[Tensor, "a d_head d_model"],
+    X: Float[Tensor, "b d_model d_head"],
+    Y: Float[Tensor, "b d_model d_head"],
+) -> Float[Tensor, "a b"]:
+    """``||V_a O_a X_b Y_b^T||_F / (||V_a O_a||_F ||X_b Y_b^T||_F)`` for every a, b, from ``d_head x d_head`` factors:
+    with ``M = O_a X_b``, ``G = V_a^T V_a`` and ``H = Y_b^T Y_b``, the numerator squared is ``tr(M^T G M H)``."""
+    G = V.transpose(-2, -1) @ V  # [a, r, r]
+    H = Y.transpose(-2, -1) @ Y  # [b, r, r]
+    M = torch.einsum("ard,bds->abrs", O, X)
+    GMH = torch.einsum("art,abts,bsu->abru", G, M, H)
+    num = (M * GMH).sum(dim=(-2, -1)).clamp_min(0).sqrt()
+    left = (G * (O @ O.transpose(-2, -1))).sum(dim=(-2, -1)).clamp_min(0).sqrt()  # ||V O||_F
+    right = ((X.transpose(-2, -1) @ X) * H).sum(dim=(-2, -1)).clamp_min(0).sqrt()  # ||X Y^T||_F
+    return num / (left[:, None] * right[None, :])
+
+
+def random_baseline(d_model: int, d_head: int, *, n: int, seed: int, chunk: int = 32) -> np.ndarray:
+    """The composition score of ``n`` i.i.d. Gaussian quadruples ``(V, O, X, Y)`` of the heads' shapes (seeded)."""
+    gen = torch.Generator().manual_seed(int(seed))
+    out: list[Tensor] = []
+    for start in range(0, n, chunk):
+        k = min(chunk, n - start)
+        V, X, Y = (torch.randn(k, d_model, d_head, generator=gen, dtype=_DT) for _ in range(3))
+        O = torch.randn(k, d_head, d_model, generator=gen, dtype=_DT)
+        # one score per sample: the diagonal of the all-pairs form, computed pair by pair
+        out.append(torch.stack([pair_scores(V[i : i + 1], O[i : i + 1], X[i : i + 1], Y[i : i + 1])[0, 0] for i in range(k)]))
+    return torch.cat(out).numpy()
+
+
+def _head_name(layer: int, head: int) -> str:
+    return f"{layer}.{head}"
+
+
+def mode_scores(w: HeadWeights, mode: str) -> Float[Tensor, "layer head layer head"]:
+    """All-pairs ``[sender layer, sender head, receiver layer, receiver head]`` scores of one mode;
+    pairs with ``sender layer >= receiver layer`` are 0 (as TransformerLens masks them)."""
+    n_l, n_h, _, _ = w.shape
+    X, Y = _right_factors(w, mode)
+    out = torch.zeros(n_l, n_h, n_l, n_h, dtype=_DT)
+    for sl in range(n_l - 1):
+        rx = X[sl + 1 :].reshape(-1, *X.shape[2:])
+        ry = Y[sl + 1 :].reshape(-1, *Y.shape[2:])
+        out[sl, :, sl + 1 :, :] = pair_scores(w.W_V[sl], w.W_O[sl], rx, ry).reshape(n_h, n_l - sl - 1, n_h)
+    return out
+
+
+def copying_scores(model: LoadedModel, w: HeadWeights, *, n_tokens: int, seed: int) -> pd.DataFrame:
+    """Per head: the OV circuit's eigenvalue copying score, its positive share and the sampled diagonal score."""
+    bridge = model.bridge
+    if model.is_encoder or model.head_is_new:
+        raise UnsupportedModelError("OV copying scores read the unembedding, which this model has not (an encoder or a new output head)")
+    with torch.no_grad():
+        W_E = bridge.W_E.detach().to("cpu", _DT)  # [vocab, d_model]
+        W_U = bridge.W_U.detach().to("cpu", _DT)  # [d_model, vocab]
+        if w.folded:
+            kind = "LN" if w.norm.startswith("LN") else "RMS"
+            gain = _norm_gain(bridge, getattr(bridge, "ln_final", None), kind, W_U.shape[0])
+            if gain is not None:
+                W_U = W_U * gain[:, None]
+            W_U = _centre(W_U, 1)
+            if kind == "LN":
+                W_E = _centre(W_E, 1)
+        n_vocab = min(W_E.shape[0], W_U.shape[1])
+        UE = W_U[:, :n_vocab] @ W_E[:n_vocab]  # [d_model, d_model]
+        M = torch.einsum("lhrd,de,lhes->lhrs", w.W_O, UE, w.W_V)  # W_O W_U W_E W_V
+        eig = torch.linalg.eigvals(M)  # [layer, head, d_head]
+        mass = eig.abs().sum(-1)
+        copying = (eig.real.sum(-1) / mass).numpy()
+        positive = ((eig.abs() * (eig.real > 0)).sum(-1) / mass).numpy()
+        diagonal = np.full(copying.shape, np.nan)
+        if n_tokens > 0:
+            gen = torch.Generator().manual_seed(int(seed))
+            k = min(n_tokens, n_vocab)
+            toks = torch.randperm(n_vocab, generator=gen)[:k]
+            E, U = W_E[toks], W_U[:, toks]  # [k, d_model], [d_model, k]
+            logits = torch.einsum("kd,lhdr,lhre,ej->lhkj", E, w.W_V, w.W_O, U)
+            diagonal = (logits.argmax(-1) == torch.arange(k)).double().mean(-1).numpy()
+    n_l, n_h = copying.shape
+    rows = [
+        {
+            "name": _head_name(layer, head),
+            "layer": layer,
+            "head": head,
+            "copying": float(copying[layer, head]),
+            "positive_share": float(positive[layer, head]),
+            "diagonal": float(diagonal[layer, head]),
+        }
+        for layer in range(n_l)
+        for head in range(n_h)
+    ]
+    return pd.DataFrame(rows, columns=COPYING_COLUMNS)
+
+
+def composition_scores(
+    model: LoadedModel, config: CompositionConfig | None = None, *, progress: Callable[..., None] | None = None
+) -> CompositionRun:
+    """Q-, K- and V-composition for every pair of heads beside the random baseline, and OV copying scores."""
+    cfg = config or CompositionConfig()
+    check_composition_config(cfg)
+    w = head_weights(model, fold_ln=cfg.fold_ln)
+    n_l, n_h, d_model, d_head = w.shape
+    notes = list(w.notes)
+    if n_l < 2:
+        notes.append("one layer: no head composes with another (only sender layer < receiver layer is scored)")
+    frames: list[pd.DataFrame] = []
+    base_rows: list[dict[str, Any]] = []
+    idx = torch.arange(n_l)
+    s_l, s_h, r_l, r_h = torch.meshgrid(idx, torch.arange(n_h), idx, torch.arange(n_h), indexing="ij")
+    keep = (s_l < r_l).flatten().numpy()
+    names = np.array([_head_name(la, h) for la in range(n_l) for h in range(n_h)])
+    for i, mode in enumerate(cfg.modes):
+        scores = mode_scores(w, mode).flatten().numpy()[keep]
+        base = random_baseline(d_model, d_head, n=cfg.n_baseline, seed=cfg.seed + 1000 * i)
+        mean, sd = float(base.mean()), float(base.std(ddof=1))
+        base_rows.append(
+            {
+                "input": mode,
+                "mean": mean,
+                "sd": sd,
+                "p99": float(np.quantile(base, 0.99)),
+                "n_samples": cfg.n_baseline,
+                "d_model": d_model,
+                "d_head": d_head,
+            }
+        )
+        sender = (s_l * n_h + s_h).flatten().numpy()[keep]
+        receiver = (r_l * n_h + r_h).flatten().numpy()[keep]
+        frame = pd.DataFrame(
+            {
+                "sender": names[sender],
+                "receiver": names[receiver],
+                "input": mode,
+                "sender_layer": s_l.flatten().numpy()[keep],
+                "sender_head": s_h.flatten().numpy()[keep],
+                "receiver_layer": r_l.flatten().numpy()[keep],
+                "receiver_head": r_h.flatten().numpy()[keep],
+                "score": scores,
+                "baseline_mean": mean,
+                "baseline_sd": sd,
+            }
+        )
+        frame["z"] = (frame["score"] - mean) / sd if sd > 0 else np.nan
+        frame["ratio"] = frame["score"] / mean if mean > 0 else np.nan
+        frame["above_baseline"] = frame["score"] > mean + BASELINE_Z * sd
+        frames.append(frame)
+        if progress is not None:
+            progress("composition", i + 1, len(cfg.modes))
+    table = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=COMPOSITION_COLUMNS)
+    copying = copying_scores(model, w, n_tokens=cfg.n_tokens, seed=cfg.seed) if cfg.copying else None
+    summary = {
+        "n_pairs": int(keep.sum()),
+        "d_model": d_model,
+        "d_head": d_head,
+        "n_kv_heads": w.n_kv_heads,
+        "normalization": w.norm,
+        "folded": w.folded,
+        "baseline_z": BASELINE_Z,
+        "above_baseline": {m: int(table.loc[table["input"] == m, "above_baseline"].sum()) for m in cfg.modes},
+    }
+    return CompositionRun(
+        scores=table[COMPOSITION_COLUMNS], baseline=pd.DataFrame(base_rows), copying=copying, summary=summary, notes=notes
+    )
+
+
+def composition_note(run: CompositionRun, roles: Mapping[str, Iterable[str]]) -> list[str]:
+    """The census's data-free evidence line: each previous-token head's K-composition into each
+    induction head, against the baseline.  ``roles``: head name ("0.0") -> its roles (names as the
+    census gives them: ``previous_token``, ``induction``).  One line per (previous-token, induction)
+    pair with the sender earlier than the receiver; empty when there is no such pair."""
+    prev = {h for h, rs in roles.items() if "previous_token" in set(rs)}
+    ind = {h for h, rs in roles.items() if "induction" in set(rs)}
+    k = run.scores[(run.scores["input"] == "k") & run.scores["sender"].isin(prev) & run.scores["receiver"].isin(ind)]
+    lines = []
+    for row in k.sort_values(["receiver_layer", "receiver_head", "sender_layer", "sender_head"]).itertuples(index=False):
+        verdict = "above" if row.above_baseline else "not above"
+        lines.append(
+            f"composition (weights, no data): previous-token head {row.sender} K-composes into induction head {row.receiver}"
+            f" at {row.score:.3f}, {verdict} its random baseline {row.baseline_mean:.3f} +- {row.baseline_sd:.3f}"
+            f" ({row.ratio:.1f}x, z = {row.z:.1f})"
+        )
+    return lines
