@@ -1,0 +1,175 @@
+"""Hook names and hooks of the edge graph: the senders' outputs, the readers' inputs, the flags.
+
+Readers are the bridge's split-input hook points (``blocks.L.attn.hook_{q,k,v}_input``,
+``[batch, pos, slot, d_model]``, one residual copy per head or key-value head, read before the
+layer norm) and ``blocks.L.hook_mlp_in``; both fire only while the bridge's
+``use_split_qkv_input`` / ``use_hook_mlp_in`` flags are on.  :func:`edge_flags` turns them on
+for a ``with`` block and restores the caller's flags on exit (an exception included).
+:func:`check_edge_model` refuses, in one line, a model on which a reader does not read the
+residual sum of the writers (post-norm blocks, a norm after the head sum such as Gemma2's, or
+an adapter with no split input: GPT-Neo, OPT, GPT-J; encoders).
+
+Senders' outputs of one batch are kept as one tensor ``[batch, sender, pos, d_model]`` in
+sender order (:mod:`headlens.analyses.circuits.graph`): ``blocks.0.hook_resid_pre`` (the
+embeddings), each head's ``z @ W_O`` and each ``hook_mlp_out``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+from jaxtyping import Float
+from torch import Tensor
+
+from headlens.analyses.circuits.graph import EdgeGraph
+from headlens.probes.errors import UnsupportedModelError
+from headlens.probes.hooks import HookFn, attached
+from headlens.probes.loading import LoadedModel
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "edge_flags",
+    "check_edge_model",
+    "reader_hook",
+    "sender_capture",
+    "head_out_weights",
+    "EMBED_HOOK",
+    "ADDITIVITY_RTOL",
+]
+
+EMBED_HOOK = "blocks.0.hook_resid_pre"
+#: Largest position-varying remainder of ``hook_attn_out - sum_h z_h W_O[h]`` (relative to its
+#: norm) for which a head's ``z @ W_O`` is taken as its residual write (float32 measures ~3e-7).
+ADDITIVITY_RTOL = 1e-3
+_FLAGS = ("use_split_qkv_input", "use_hook_mlp_in")
+
+
+def reader_hook(layer: int, which: str, n_layers: int) -> str:
+    """The hook point whose value is a reader's input (``which`` in q, k, v, mlp, logits)."""
+    if which in ("q", "k", "v"):
+        return f"blocks.{layer}.attn.hook_{which}_input"
+    if which == "mlp":
+        return f"blocks.{layer}.hook_mlp_in"
+    return f"blocks.{n_layers - 1}.hook_resid_post"
+
+
+@contextmanager
+def edge_flags(model: LoadedModel) -> Iterator[None]:
+    """The split q/k/v inputs and ``hook_mlp_in`` switched on for the block; the caller's flags restored after."""
+    bridge = model.bridge
+    cfg = bridge.cfg
+    saved = {f: bool(getattr(cfg, f, False)) for f in _FLAGS}
+    saved_attn_in = bool(getattr(cfg, "use_attn_in", False))
+    try:
+        if saved_attn_in:
+            bridge.set_use_attn_in(False)
+        try:
+            if not saved["use_split_qkv_input"]:
+                bridge.set_use_split_qkv_input(True)
+        except (NotImplementedError, ValueError) as exc:
+            first = str(exc).split(".")[0]
+            raise UnsupportedModelError(
+                f"edge scores need a separate q/k/v input per head, which this model's attention adapter does not expose ({first})",
+                model=model.name,
+            ) from None
+        if not saved["use_hook_mlp_in"]:
+            bridge.set_use_hook_mlp_in(True)
+        yield
+    finally:
+        if bool(getattr(cfg, "use_split_qkv_input", False)) != saved["use_split_qkv_input"]:
+            bridge.set_use_split_qkv_input(saved["use_split_qkv_input"])
+        if bool(getattr(cfg, "use_hook_mlp_in", False)) != saved["use_hook_mlp_in"]:
+            bridge.set_use_hook_mlp_in(saved["use_hook_mlp_in"])
+        if saved_attn_in and not bool(getattr(cfg, "use_attn_in", False)):
+            bridge.set_use_attn_in(True)
+
+
+def head_out_weights(model: LoadedModel) -> Float[Tensor, "layer head d_head d_model"]:
+    """``W_O`` of every layer, per head (detached)."""
+    return model.bridge.W_O.detach()
+
+
+def sender_capture(model: LoadedModel, graph: EdgeGraph, store: dict[str, Tensor], *, dtype: torch.dtype = torch.float32) -> list:
+    """Hooks filling ``store["out"]`` ``[batch, sender, pos, d_model]`` with the senders' outputs of a forward."""
+    n_l, n_h = model.n_layers, model.n_heads
+    w_o = head_out_weights(model)
+
+    def alloc(x: Tensor) -> Tensor:
+        if "out" not in store or store["out"].shape[0] != x.shape[0] or store["out"].shape[2] != x.shape[1]:
+            store["out"] = torch.zeros(x.shape[0], len(graph.senders()), x.shape[1], x.shape[-1], dtype=dtype, device=x.device)
+        return store["out"]
+
+    def embed(x: Tensor, hook: Any = None) -> None:
+        alloc(x)[:, 0] = x.detach().to(dtype)
+
+    def heads(layer: int) -> HookFn:
+        first = 1 + layer * (n_h + 1)
+
+        def fn(z: Tensor, hook: Any = None) -> None:
+            out = torch.einsum("bphe,hem->bhpm", z.detach().to(dtype), w_o[layer].to(device=z.device, dtype=dtype))
+            store["out"][:, first : first + n_h] = out
+
+        return fn
+
+    def mlp(layer: int) -> HookFn:
+        idx = 1 + layer * (n_h + 1) + n_h
+
+        def fn(x: Tensor, hook: Any = None) -> None:
+            store["out"][:, idx] = x.detach().to(dtype)
+
+        return fn
+
+    hooks: list = [(EMBED_HOOK, embed)]
+    for layer in range(n_l):
+        hooks += [(f"blocks.{layer}.attn.hook_z", heads(layer)), (f"blocks.{layer}.hook_mlp_out", mlp(layer))]
+    return hooks
+
+
+def check_edge_model(model: LoadedModel, graph: EdgeGraph) -> None:
+    """Refuse (one line, :class:`UnsupportedModelError`) a model whose readers do not read the sum of the writers.
+
+    Run inside :func:`edge_flags`.  On a short random input: each reader's input must equal the
+    sum of the senders before it plus a position-independent constant (the biases), to
+    :data:`ADDITIVITY_RTOL` of its norm."""
+    if model.is_encoder:
+        raise UnsupportedModelError(
+            "edge scores need a causal decoder whose blocks add each head's output to the residual stream; encoders are not supported",
+            model=model.name,
+        )
+    n_l = model.n_layers
+    store: dict[str, Tensor] = {}
+    seen: dict[tuple[int, str], Tensor] = {}
+
+    def keep(layer: int, which: str) -> HookFn:
+        def fn(x: Tensor, hook: Any = None) -> None:
+            seen[(layer, which)] = x.detach().float()
+
+        return fn
+
+    tokens = torch.arange(3, 11, device=model.device)[None, :] % max(2, int(model.bridge.cfg.d_vocab))
+    hooks = sender_capture(model, graph, store)
+    hooks += [(reader_hook(lr, w, n_l), keep(lr, w)) for (lr, w) in graph.blocks]
+    with torch.inference_mode(), attached(model.bridge, hooks):
+        model.bridge(tokens, return_type=None)
+    out = store["out"]
+    for (layer, which), (_first, _slots, n_send) in graph.blocks.items():
+        x = seen[(layer, which)]
+        total = out[:, :n_send].sum(1)  # [batch, pos, d_model]
+        if x.dim() == 4:
+            rest = x - total[:, :, None, :]
+        else:
+            rest = x - total
+        rest = rest - rest.mean(dim=1, keepdim=True)
+        rel = float(rest.norm() / x.norm().clamp_min(1e-30))
+        if rel > ADDITIVITY_RTOL:
+            name = reader_hook(layer, which, n_l)
+            raise UnsupportedModelError(
+                f"edge scores need each reader to read the sum of the writers before it, but {name} differs from that sum by "
+                f"{rel:.2g} of its norm on this model (a norm or scale after the head sum, or post-norm blocks)",
+                model=model.name,
+            )

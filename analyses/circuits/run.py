@@ -1,0 +1,179 @@
+"""A circuit run: edge scores with intervals and stability, the faithfulness curve, the circuit, exact confirmation.
+
+:func:`run_circuit` scores every edge of the graph (:mod:`~headlens.analyses.circuits.scores`
+for ``eap``/``eap-ig``, :mod:`~headlens.analyses.circuits.exact` for ``exact``), measures the
+faithfulness curve of the ranking (:mod:`~headlens.analyses.circuits.faithfulness`), picks the
+circuit (``top_n``, ``threshold``, or else the smallest measured size reaching
+``target_faithfulness``: the curve is refined by bisection between the last size below the
+target and the first one at or above it, so the size found is the smallest of the ranking), then
+computes stability for that selection rule and confirms the top ``confirm`` edges of the circuit
+by exact patching.  An estimate's ``disagree`` is True where the exact value has the other sign
+or the two 95% intervals do not overlap.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from headlens.analyses.circuits.config import CircuitConfig
+from headlens.analyses.circuits.exact import exact_scores
+from headlens.analyses.circuits.faithfulness import circuit_values, curve_points, curve_summary, faithfulness_curve
+from headlens.analyses.circuits.graph import EdgeGraph, build_graph
+from headlens.analyses.circuits.scores import PerPair, attribution_scores
+from headlens.analyses.circuits.summary import edge_table, gap_of, ranking
+from headlens.analyses.patching.effects import normalised_effects
+from headlens.analyses.patching.pairs import PairTask
+from headlens.probes.errors import InputError
+from headlens.probes.loading import LoadedModel
+
+log = logging.getLogger(__name__)
+
+__all__ = ["CircuitRun", "run_circuit", "score_edges", "smallest_reaching"]
+
+
+@dataclass
+class CircuitRun:
+    edges: pd.DataFrame
+    faithfulness: pd.DataFrame
+    summary: dict[str, Any]
+    config: CircuitConfig
+    notes: list[str] = field(default_factory=list)
+    graph: EdgeGraph | None = None
+
+
+def score_edges(model: LoadedModel, task: PairTask, graph: EdgeGraph, config: CircuitConfig, progress: Any = None) -> PerPair:
+    if config.method == "exact":
+        return exact_scores(
+            model, task, graph, direction=config.direction, batch_size=config.batch_size, max_rows=config.max_rows, progress=progress
+        )
+    steps = config.steps if config.method == "eap-ig" else 1
+    return attribution_scores(model, task, graph, steps=steps, direction=config.direction, batch_size=config.batch_size, progress=progress)
+
+
+def smallest_reaching(
+    model: LoadedModel,
+    task: PairTask,
+    graph: EdgeGraph,
+    order: np.ndarray,
+    curve: pd.DataFrame,
+    target: float,
+    clean: np.ndarray,
+    corrupt: np.ndarray,
+    gap: Any,
+    config: CircuitConfig,
+) -> tuple[int | None, pd.DataFrame]:
+    """Smallest ``n`` whose top-``n`` circuit reaches ``target`` (bisection inside the measured curve); new points join the curve."""
+    c = curve.sort_values("n_edges").reset_index(drop=True)
+    f = c["faithfulness"].to_numpy(dtype=float)
+    ok = np.flatnonzero(np.isfinite(f) & (f >= target))
+    if not len(ok):
+        return None, c
+    hi = int(c["n_edges"][ok[0]])
+    below = c[(c["n_edges"] < hi)]
+    lo = int(below["n_edges"].max()) if len(below) else -1
+    added = []
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        vals = circuit_values(model, task, graph, _top_mask(order, mid, len(graph.edges)), batch_size=config.batch_size)
+        eff, low, high = normalised_effects(vals, clean, corrupt, gap, n_resamples=config.n_bootstrap, seed=config.seed)
+        added.append({"n_edges": mid, "fraction": mid / len(graph.edges), "faithfulness": float(eff[0]), "ci_low": float(low[0]),
+                      "ci_high": float(high[0]), "metric": float(vals[0].mean())})  # fmt: skip
+        if np.isfinite(eff[0]) and eff[0] >= target:
+            hi = mid
+        else:
+            lo = mid
+    if added:
+        c = pd.concat([c, pd.DataFrame(added)], ignore_index=True).sort_values("n_edges").reset_index(drop=True)
+    return hi, c
+
+
+def _top_mask(order: np.ndarray, n: int, n_edges: int) -> np.ndarray:
+    m = np.zeros((1, n_edges), dtype=bool)
+    m[0, order[:n]] = True
+    return m
+
+
+def run_circuit(
+    model: LoadedModel, task: PairTask, config: CircuitConfig | None = None, *, graph: EdgeGraph | None = None,
+    progress: Callable[[str, int, int], None] | None = None,
+) -> CircuitRun:  # fmt: skip
+    """Score, select, measure and confirm a circuit of ``task`` on ``model`` (see the module doc)."""
+    config = config or CircuitConfig()
+    graph = graph or build_graph(model)
+    n_edges = len(graph.edges)
+    if config.top_n is not None and config.top_n > n_edges:
+        raise InputError(f"top_n={config.top_n} is above the graph's {n_edges} edges", top_n=config.top_n)
+    notes: list[str] = []
+    per_pair = score_edges(model, task, graph, config, progress)
+    gap = gap_of(per_pair, n_bootstrap=config.n_bootstrap, seed=config.seed)
+    if not gap.defined:
+        notes.append(f"scores are not normalised: {gap.reason}")
+    base = edge_table(graph, per_pair, top_n=config.top_n, threshold=config.threshold, n_bootstrap=config.n_bootstrap, seed=config.seed)
+    order = ranking(base["score"].to_numpy() if gap.defined else base["score_raw"].to_numpy())
+    n_sel: int | None = config.top_n
+    if config.threshold is not None:
+        n_sel = int((np.abs(base["score"].to_numpy()) >= config.threshold).sum())
+    sizes = curve_points(n_edges, config.curve_points, [] if n_sel is None else [n_sel])
+    curve, clean, corrupt = faithfulness_curve(model, task, graph, order, sizes, batch_size=config.batch_size,
+                                               n_bootstrap=config.n_bootstrap, seed=config.seed, progress=progress)  # fmt: skip
+    fgap = gap_of(PerPair(np.zeros((len(task), 0)), clean, corrupt, per_pair.metric, "exact", "noising", np.arange(0)),
+                  n_bootstrap=config.n_bootstrap, seed=config.seed)  # fmt: skip
+    reach, curve = smallest_reaching(model, task, graph, order, curve, config.target_faithfulness, clean, corrupt, fgap, config)
+    if n_sel is None:
+        if reach is None:
+            notes.append(f"no circuit of the ranking reaches faithfulness {config.target_faithfulness}; the circuit is every edge")
+            n_sel = n_edges
+        else:
+            n_sel = reach
+        table = edge_table(graph, per_pair, top_n=n_sel, n_bootstrap=config.n_bootstrap, seed=config.seed)
+    else:
+        table = base
+    in_circuit = np.zeros(n_edges, dtype=bool)
+    in_circuit[order[:n_sel]] = True
+    table["in_circuit"] = in_circuit
+    for col in ("exact", "exact_ci_low", "exact_ci_high"):
+        table[col] = np.nan
+    table["disagree"] = False
+    n_confirm = min(config.confirm, n_sel)
+    confirm_forwards = 0.0
+    if per_pair.method == "exact":
+        table["exact"], table["exact_ci_low"], table["exact_ci_high"] = table["score"], table["ci_low"], table["ci_high"]
+    elif n_confirm > 0:
+        ids = order[:n_confirm]
+        ex = exact_scores(model, task, graph, ids, direction=config.direction, batch_size=config.batch_size, max_rows=config.max_rows)
+        confirm_forwards = ex.forwards
+        et = edge_table(graph, ex, n_bootstrap=config.n_bootstrap, seed=config.seed)
+        table.loc[ids, "exact"] = et["score"].to_numpy()
+        table.loc[ids, "exact_ci_low"] = et["ci_low"].to_numpy()
+        table.loc[ids, "exact_ci_high"] = et["ci_high"].to_numpy()
+        est, ex_v = table.loc[ids, "score"].to_numpy(), et["score"].to_numpy()
+        apart = (table.loc[ids, "ci_high"].to_numpy() < et["ci_low"].to_numpy()) | (
+            et["ci_high"].to_numpy() < table.loc[ids, "ci_low"].to_numpy()
+        )
+        table.loc[ids, "disagree"] = (np.sign(est) != np.sign(ex_v)) | apart
+    row = curve[curve["n_edges"] == n_sel]
+    summary = {
+        "graph": graph.size(),
+        "method": config.method,
+        "steps": config.steps if config.method == "eap-ig" else 1,
+        "direction": config.direction,
+        "estimate": per_pair.estimate,
+        "metric": per_pair.metric,
+        "gap": gap.describe(),
+        "n_circuit": int(n_sel),
+        "circuit_faithfulness": float(row["faithfulness"].iloc[0]) if len(row) else float("nan"),
+        "target_faithfulness": config.target_faithfulness,
+        "smallest_reaching_target": reach,
+        "confirmed": int(n_confirm if per_pair.method != "exact" else n_edges),
+        "disagreements": int(table["disagree"].sum()),
+        "forwards": {"scores": per_pair.forwards, "confirm": confirm_forwards},
+        **curve_summary(curve),
+        "task": task.describe(),
+    }
+    return CircuitRun(edges=table, faithfulness=curve, summary=summary, config=config, notes=notes, graph=graph)

@@ -1,0 +1,176 @@
+"""Edge attribution patching (EAP) and EAP with integrated gradients (EAP-IG): estimates, never exact.
+
+An edge ``s -> r`` (sender ``s``, reader input ``r``) is patched by moving ``s``'s contribution
+to ``r``'s input alone from the base run's value to the other run's.  The first-order estimate
+of the metric change is ``(out_s(other) - out_s(base)) . d metric / d input_r``:
+
+* **EAP** (Syed et al. 2023): the gradient at the base run; one clean forward, one corrupted
+  forward (the senders' outputs) and one backward through the base run.  ``direction="noising"``
+  (default): base = clean, the edge's sender set to its corrupted output;
+  ``"denoising"``: base = corrupt, the edge's sender set to its clean output (TransformerLens
+  4.3's ``attribution_patch`` convention).
+* **EAP-IG** (Hanna et al. 2024, the "inputs" variant): the gradient averaged over ``steps``
+  points of the straight path from the corrupted to the clean input embeddings (the stream
+  entering block 0), at the midpoints ``(k + 1/2) / steps``; its sum over the path is the
+  integrated-gradients attribution, so the estimate does not depend on the direction but for
+  its sign.  Cost: ``steps`` forward+backward passes plus the two forwards.
+
+Gradients are read by backward hooks on the reader hook points
+(:mod:`headlens.analyses.circuits.hooks`) and contracted with the senders' output differences
+as they arrive (one batched matrix product per reader group, ``[batch, sender, pos*d_model] @
+[batch, pos*d_model, slot]``), so no gradient outlives its hook: memory is one forward+backward
+of the batch plus the senders' outputs ``[batch, sender, pos, d_model]`` (twice).  The backward
+reaches the input embeddings only, never the weights.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from headlens.analyses.ablation.metrics import model_values
+from headlens.analyses.circuits.graph import EdgeGraph
+from headlens.analyses.circuits.hooks import EMBED_HOOK, check_edge_model, edge_flags, reader_hook, sender_capture
+from headlens.analyses.patching.pairs import PairTask, pair_eval_sets
+from headlens.probes.errors import InputError
+from headlens.probes.hooks import HookFn, attached
+from headlens.probes.loading import LoadedModel
+
+log = logging.getLogger(__name__)
+
+__all__ = ["PerPair", "attribution_scores", "DIRECTIONS", "check_direction", "senders_of"]
+
+DIRECTIONS: tuple[str, ...] = ("noising", "denoising")
+
+
+@dataclass
+class PerPair:
+    """Each pair's metric change under each edge's patch (``patched - base``, metric units)."""
+
+    values: np.ndarray  # [pair, edge] (columns: edge_ids)
+    clean: np.ndarray  # [pair] metric on the clean inputs
+    corrupt: np.ndarray  # [pair] metric on the corrupted inputs
+    metric: str
+    method: str  # "eap" | "eap-ig" | "exact"
+    direction: str
+    edge_ids: np.ndarray
+    steps: int = 1
+    forwards: float = 0.0  # forward equivalents over the task spent
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def estimate(self) -> bool:
+        return self.method != "exact"
+
+
+def check_direction(direction: str) -> None:
+    if direction not in DIRECTIONS:
+        raise InputError(f"unknown direction {direction!r}: choose from {', '.join(DIRECTIONS)}", direction=direction)
+
+
+def senders_of(
+    model: LoadedModel, graph: EdgeGraph, task: PairTask, rows: Sequence[int], tokens: Tensor, data: Any
+) -> tuple[Tensor, Tensor]:
+    """``(out, values)``: the senders' outputs ``[batch, sender, pos, d_model]`` and the metric of one forward."""
+    store: dict[str, Tensor] = {}
+    lengths = data.lengths[list(rows)]
+    with torch.inference_mode(), attached(model.bridge, sender_capture(model, graph, store)):
+        vals = model_values(model, tokens, lengths, data, rows)
+    return store["out"].clone(), vals.detach().double().cpu()
+
+
+def _contract(block: tuple[int, int, int], delta: Tensor, acc: Tensor, weight: float) -> HookFn:
+    first, k, n_send = block
+
+    def fn(grad: Tensor, hook: Any = None) -> None:
+        g = grad.detach().float()
+        if g.dim() == 3:
+            g = g[:, :, None, :]
+        b, p, slots, d = g.shape
+        if slots != k:
+            raise RuntimeError(f"reader gradient has {slots} slots, the graph {k}")
+        dm = delta[:, :n_send, :p].reshape(b, n_send, p * d)
+        gm = g.permute(0, 1, 3, 2).reshape(b, p * d, slots)
+        out = torch.bmm(dm, gm).transpose(1, 2).reshape(b, k * n_send)  # [b, slot*sender]
+        acc[:, first : first + k * n_send] += out.double().cpu() * weight
+
+    return fn
+
+
+def _alphas(steps: int, direction: str) -> list[float]:
+    if steps == 1:
+        return [1.0 if direction == "noising" else 0.0]
+    return [(k + 0.5) / steps for k in range(steps)]
+
+
+def attribution_scores(
+    model: LoadedModel,
+    task: PairTask,
+    graph: EdgeGraph,
+    *,
+    steps: int = 1,
+    direction: str = "noising",
+    batch_size: int = 8,
+    progress: Callable[[str, int, int], None] | None = None,
+) -> PerPair:
+    """EAP (``steps=1``) or EAP-IG (``steps > 1``) estimates of every edge of ``graph`` (see the module doc)."""
+    check_direction(direction)
+    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
+        raise InputError(f"steps must be a whole number >= 1, got {steps!r}", steps=steps)
+    clean_set, corrupt_set = pair_eval_sets(model, task, batch_size=batch_size)
+    n, n_edges = len(task), len(graph.edges)
+    values = np.zeros((n, n_edges))
+    clean_vals, corrupt_vals = np.zeros(n), np.zeros(n)
+    alphas = _alphas(steps, direction)
+    batches = clean_set.rows(batch_size)
+    with edge_flags(model):
+        check_edge_model(model, graph)
+        for i, rows in enumerate(batches):
+            tok_c, lengths, _width = clean_set.batch(rows)
+            tok_k, _, _ = corrupt_set.batch(rows)
+            out_c, v_c = senders_of(model, graph, task, rows, tok_c, clean_set)
+            out_k, v_k = senders_of(model, graph, task, rows, tok_k, corrupt_set)
+            clean_vals[rows], corrupt_vals[rows] = v_c.numpy(), v_k.numpy()
+            delta = out_k - out_c if direction == "noising" else out_c - out_k
+            emb_c, emb_k = out_c[:, 0], out_k[:, 0]
+            del out_c, out_k
+            acc = torch.zeros(len(rows), n_edges, dtype=torch.float64)
+            bwd = [
+                (reader_hook(lr, w, model.n_layers), _contract(blk, delta, acc, 1.0 / len(alphas))) for (lr, w), blk in graph.blocks.items()
+            ]
+            base_tokens, base_set = (tok_k, corrupt_set) if (steps == 1 and direction == "denoising") else (tok_c, clean_set)
+            for alpha in alphas:
+                leaf = (emb_k + alpha * (emb_c - emb_k)).detach().requires_grad_(True)
+
+                def inject(x: Tensor, hook: Any = None, _leaf: Tensor = leaf) -> Tensor:
+                    return _leaf.to(dtype=x.dtype)
+
+                with torch.enable_grad(), attached(model.bridge, [(EMBED_HOOK, inject)]), attached(model.bridge, bwd, direction="bwd"):
+                    vals = model_values(model, base_tokens, lengths, base_set, rows)
+                    torch.autograd.grad(vals.sum(), [leaf])
+            values[rows] = acc.numpy()
+            if progress is not None:
+                progress("eap-ig" if steps > 1 else "eap", i + 1, len(batches))
+    if clean_set.metric == "embedding" and steps == 1 and float(np.abs(values).max()) == 0.0:
+        raise InputError(
+            "edge attribution: the metric's gradient is zero at the base run (the embedding metric is at its minimum on the clean "
+            "inputs), so no first-order estimate exists; use steps > 1 (EAP-IG) or exact patching"
+        )
+    return PerPair(
+        values=values,
+        clean=clean_vals,
+        corrupt=corrupt_vals,
+        metric=clean_set.metric,
+        method="eap-ig" if steps > 1 else "eap",
+        direction=direction,
+        edge_ids=np.arange(n_edges),
+        steps=steps,
+        forwards=2.0 + 3.0 * len(alphas),  # a backward to the inputs counted as two forwards
+        info={"alphas": alphas, "interpolated_at": EMBED_HOOK},
+    )
