@@ -3,21 +3,18 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
-import pandas as pd
 
 from headlens.analyses.ablation.masks import read_mask
-from headlens.analyses.heads.classify import check_baseline_factor, parse_thresholds, without_interval
+from headlens.analyses.heads.classify import check_baseline_factor, parse_thresholds
 from headlens.analyses.patching.evidence import EvidenceConfig
 from headlens.analyses.synthetic.selftest import run_selftest
 from headlens.probes.errors import CheckFailed, InputError
 from headlens.probes.outputs import check_out_dir, check_out_file
-from headlens.reports.census_summary import NO_INTERVAL
 from headlens.reports.cli.census_options import attention_options, census_config, census_options
 from headlens.reports.cli.common import command_line, load, model_options
-from headlens.reports.evidence_text import EVIDENCE_FILE, evidence_lines
+from headlens.reports.evidence_text import EVIDENCE_FILE
+from headlens.reports.finding_lines import census_findings, evidence_count_line
 from headlens.reports.progress import progress_bars
 from headlens.reports.studies.census import CensusResult, DetectResult, census, check_census_config
 from headlens.reports.tables import check_table_path
@@ -162,17 +159,15 @@ def classify_cmd(
     if evidence_config is not None:
         result = result.with_evidence(loaded, evidence_config)
         result.write(out)
-    roles = result.heads
-    _echo_notes(result)
-    named = roles[roles["roles"] != ""]
-    unresolved = int(without_interval(result.scores).sum())
-    if unresolved:
-        click.echo(f"note: {unresolved} of {len(result.scores)} scores: {NO_INTERVAL.lower()} for them", err=True)
-    click.echo(f"{len(named)} of {len(roles)} heads have a role -> {out}/roles.csv")
-    for r in named.itertuples():
-        click.echo(f"  {r.name:>6}  {r.roles}")
-    if evidence_config is not None:
-        _echo_evidence(out)
+    found = census_findings(result)  # the notebook view's lines (one wording)
+    for note in found.warnings:
+        click.echo(f"note: {note}", err=True)
+    lines = list(found.lines)
+    if lines:
+        click.echo(f"{lines[0]} -> {out}/roles.csv")
+    counted = evidence_count_line(result.evidence) if result.evidence is not None else None
+    for line in lines[1:]:
+        click.echo(f"{line} -> {out}/{EVIDENCE_FILE}" if line == counted else line)
 
 
 def _evidence_config(evidence, n, seq_len, seed, mask_file, given=()) -> EvidenceConfig | None:
@@ -190,15 +185,6 @@ def _evidence_config(evidence, n, seq_len, seed, mask_file, given=()) -> Evidenc
         return EvidenceConfig(n=n, T=seq_len, seed=seed)
     except InputError as exc:
         raise InputError(str(exc).replace("(n=", "(--evidence-n ").replace("(T=", "(--evidence-seq-len ")) from None
-
-
-def _echo_evidence(out: Path) -> None:
-    """One line per (head, role) from evidence.csv."""
-    table = pd.read_csv(out / EVIDENCE_FILE, dtype={"name": str}, keep_default_na=False, na_values=[""])
-    counts = table["evidence"].value_counts()
-    click.echo(f"evidence: {', '.join(f'{v} {k}' for k, v in counts.items()) or 'no role to test'} -> {out}/{EVIDENCE_FILE}")
-    for line in evidence_lines(table):
-        click.echo(line)
 
 
 @click.command("selftest")

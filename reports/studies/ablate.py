@@ -26,6 +26,7 @@ from headlens.probes.errors import InputError
 from headlens.probes.loading import LoadedModel, check_layers_heads, weights_fingerprint
 from headlens.probes.manifest import build_manifest
 from headlens.reports.figures.ablation import ablation_heatmap_figure
+from headlens.reports.finding_lines import Findings, ablation_findings
 from headlens.reports.studies.common import coerce_setting, loading_settings, python_command, study_config
 from headlens.reports.studies.folder import TableFileResult
 from headlens.reports.studies.journals import JournalOpener
@@ -147,6 +148,10 @@ class AblationResult(TableFileResult):
     def spearman(self) -> float | None:
         """Rank correlation of the first-order attribution with the exact delta (None without attribution)."""
         return self.info.get("spearman_attribution_vs_exact")
+
+    def findings(self) -> Findings:
+        """What ``headlens`` prints for this study (:func:`~headlens.reports.finding_lines.ablation_findings`)."""
+        return ablation_findings(self)
 
     def _figure_makers(self) -> dict[str, Callable[[], Figure]]:
         m = self.manifest.get("model") or {}

@@ -27,6 +27,7 @@ from headlens.probes.loading import LoadedModel
 from headlens.probes.manifest import build_manifest
 from headlens.probes.outputs import atomic_write, write_json
 from headlens.probes.prompts import TokenBatch
+from headlens.reports.finding_lines import Findings, capture_findings
 from headlens.reports.studies.common import loading_settings, python_command, study_config
 from headlens.reports.studies.models import as_loaded
 from headlens.reports.studies.result import Result, read_manifest
@@ -60,6 +61,10 @@ class CaptureResult(Result):
         if name in self.tensors:
             return self.tensors[name]
         return super().__getitem__(name)
+
+    def findings(self) -> Findings:
+        """What ``headlens`` prints for this study (:func:`~headlens.reports.finding_lines.capture_findings`)."""
+        return capture_findings(self)
 
     @property
     def lengths(self) -> torch.Tensor:

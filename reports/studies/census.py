@@ -37,6 +37,7 @@ from headlens.reports.census_files import HEADS_FILE, ROLES_FILE, read_roles
 from headlens.reports.census_summary import census_summary
 from headlens.reports.evidence_text import EVIDENCE_FILE, evidence_joined
 from headlens.reports.figures.common import detector_figures
+from headlens.reports.finding_lines import Findings, census_findings, census_warnings
 from headlens.reports.studies.common import loading_settings, python_command, study_config
 from headlens.reports.studies.folder import TableFileResult
 from headlens.reports.studies.models import as_loaded
@@ -93,6 +94,10 @@ class CensusResult(Result):
     def _figure_makers(self) -> dict[str, Callable[[], Figure]]:
         return detector_figures(self.scores, self.roles)
 
+    def findings(self) -> Findings:
+        """What ``headlens`` prints for this study (:func:`~headlens.reports.finding_lines.census_findings`)."""
+        return census_findings(self)
+
     def texts(self) -> dict[str, str]:
         return {SUMMARY_FILE: self.summary}
 
@@ -139,6 +144,15 @@ class DetectResult(TableFileResult):
 
     kind = "detect"
     table_name = "scores"
+
+    def findings(self) -> Findings:
+        """What ``headlens detect`` prints: how many scores, and the census's notes on intervals."""
+        if "scores" not in self.tables:
+            return Findings()
+        scores = self.table
+        n_heads = int(scores[["layer", "head"]].drop_duplicates().shape[0]) if len(scores) else 0
+        line = f"{len(scores)} scores ({scores['detector'].nunique()} detectors x {n_heads} heads)"
+        return Findings((line,), tuple(census_warnings(scores, None)))
 
     @classmethod
     def recognises(cls, folder: Path, manifest: dict[str, Any]) -> bool:

@@ -30,6 +30,7 @@ from headlens.probes.loading import LoadedModel
 from headlens.probes.manifest import build_manifest
 from headlens.reports.design_tables import gqa_markdown, projections_markdown, with_basis
 from headlens.reports.figures.design import knockout_heatmap_figure, loss_vs_cache_figure
+from headlens.reports.finding_lines import Findings, gqa_findings, kv_findings, projections_findings
 from headlens.reports.studies.ablate import data_setup, eval_spec, model_key
 from headlens.reports.studies.common import loading_settings, python_command, study_config
 from headlens.reports.studies.folder import FolderResult, TableFileResult
@@ -119,6 +120,9 @@ class GQAResult(FolderResult):
     @property
     def task(self) -> pd.DataFrame | None:
         return self.tables.get("task")
+
+    def findings(self) -> Findings:
+        return gqa_findings(self)
 
     def _figure_makers(self) -> dict[str, Callable[[], Figure]]:
         return {_GQA_FIGURE: lambda: loss_vs_cache_figure(self.summary, title=f"GQA what-if: {self.model_name}")}
@@ -235,6 +239,9 @@ class ProjectionsResult(FolderResult):
     def census_scores(self) -> pd.DataFrame | None:
         return self.tables.get("census_scores")
 
+    def findings(self) -> Findings:
+        return projections_findings(self)
+
     def _figure_makers(self) -> dict[str, Callable[[], Figure]]:
         return {_KNOCKOUT_FIGURE: lambda: knockout_heatmap_figure(self.losses, title=f"projection knockout: {self.model_name}")}
 
@@ -325,6 +332,9 @@ class KVResult(TableFileResult):
     kind = "kv"
     table_name = "kv"
     text_columns = _KV_TEXT_COLUMNS
+
+    def findings(self) -> Findings:
+        return kv_findings(self)
 
 
 def kv(

@@ -28,6 +28,7 @@ from headlens.probes.manifest import build_manifest
 from headlens.probes.outputs import write_json
 from headlens.reports.figures.common import save_figure
 from headlens.reports.figures.patching import patching_heatmap_figures, path_heatmap_figure
+from headlens.reports.finding_lines import Findings, patching_findings
 from headlens.reports.patching_tables import write_tables
 from headlens.reports.studies.common import loading_settings, python_command, study_config
 from headlens.reports.studies.models import as_loaded
@@ -81,6 +82,10 @@ class PatchingResult(Result):
     @property
     def directions(self) -> tuple[str, ...]:
         return tuple(self.manifest["patching"]["directions"])
+
+    def findings(self) -> Findings:
+        """What ``headlens`` prints for this study (:func:`~headlens.reports.finding_lines.patching_findings`)."""
+        return patching_findings(self)
 
     def _heatmaps(self) -> dict[str, Figure]:
         m = self.manifest.get("model") or {}

@@ -25,6 +25,7 @@ from headlens.probes.loading import LoadedModel
 from headlens.probes.manifest import build_manifest
 from headlens.probes.outputs import write_json
 from headlens.reports.figures.ablation import pruning_curve_figure
+from headlens.reports.finding_lines import Findings, pruning_findings
 from headlens.reports.studies.ablate import DATA_FIELDS, data_setup, eval_spec, model_key
 from headlens.reports.studies.common import loading_settings, python_command, study_config
 from headlens.reports.studies.folder import FolderResult
@@ -109,6 +110,10 @@ class PruneResult(FolderResult):
     @property
     def max_increase(self) -> float:
         return float(self.manifest["config"]["prune"]["max_increase"])
+
+    def findings(self) -> Findings:
+        """What ``headlens`` prints for this study (:func:`~headlens.reports.finding_lines.pruning_findings`)."""
+        return pruning_findings(self)
 
     def _figure_makers(self) -> dict[str, Callable[[], Figure]]:
         return {

@@ -14,7 +14,6 @@ tables, e.g. tensors) and :meth:`Result.from_folder` when it keeps more than tab
 
 from __future__ import annotations
 
-import html
 import json
 import logging
 from collections.abc import Callable
@@ -23,10 +22,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import pandas as pd
+from markupsafe import Markup
 
 from headlens.probes.errors import InputError
 from headlens.probes.outputs import atomic_dir, check_out_dir, write_json, write_text
 from headlens.reports.figures.common import save_figure
+from headlens.reports.finding_lines import Findings
+from headlens.reports.page.html import environment
 from headlens.reports.tables import write_table
 
 if TYPE_CHECKING:
@@ -48,6 +50,8 @@ TEXT_COLUMNS = ("name", "role", "roles", "detector", "evidence", "variant", "str
 
 #: Rows of each table shown by ``_repr_html_``.
 HTML_ROWS = 5
+#: The notebook view's template (reports/page/templates/).
+VIEW_TEMPLATE = "result_view.html.j2"
 
 #: The manifest's record of each table's column dtypes (written by :meth:`Result.save`, restored by ``load``).
 DTYPES_KEY = "table_dtypes"
@@ -113,25 +117,43 @@ class Result:
         """One function per figure the command saves, by file stem (no figure by default)."""
         return {}
 
+    def _label(self) -> str:
+        return f"{self.kind} result" if self.kind else type(self).__name__
+
+    def _available_figures(self) -> tuple[dict[str, Callable[[], Figure]], str]:
+        """The figure makers, and why there are none when the tables they draw from are missing."""
+        try:
+            return self._figure_makers(), ""
+        except KeyError as exc:  # a table (or manifest entry) the figures draw from is not there
+            return {}, str(exc.args[0]) if exc.args else "a table is missing"
+
     def figure_names(self) -> list[str]:
         """The file stems of the figures (:meth:`plot`'s names)."""
-        return list(self._figure_makers())
+        return list(self._available_figures()[0])
 
     def figures(self) -> dict[str, Figure]:
         """Every figure the command saves, by file stem, as matplotlib Figures."""
-        return {stem: make() for stem, make in self._figure_makers().items()}
+        return {stem: make() for stem, make in self._available_figures()[0].items()}
 
     def plot(self, name: str | None = None) -> Figure:
         """One figure: ``name`` is its file stem (``result.plot("heatmap_induction")``); the first
-        figure when ``name`` is None."""
-        makers = self._figure_makers()
+        figure when ``name`` is None.  A name it has not, or a result without the tables a figure
+        is drawn from: one-line :class:`~headlens.probes.errors.InputError` naming the figures there are."""
+        makers, why = self._available_figures()
+        asked = f"name={name!r}: " if name is not None else ""
         if not makers:
-            raise InputError(f"a {self.kind} result has no figure", name=name)
+            because = f" ({why})" if why else ""
+            raise InputError(f"{asked}this {self._label()} has no figure{because}", name=name)
         if name is None:
-            return next(iter(makers.values()))()
+            name = next(iter(makers))
         if name not in makers:
-            raise InputError(f"name={name!r}: no such figure; choose from {', '.join(makers)}", name=name)
-        return makers[name]()
+            raise InputError(f"{asked}no such figure in this {self._label()}; figures: {', '.join(makers)}", name=name)
+        try:
+            return makers[name]()
+        except KeyError as exc:
+            raise InputError(
+                f"{asked}this {self._label()} cannot draw it: {exc.args[0] if exc.args else 'a table is missing'}", name=name
+            ) from None
 
     # -- files ----------------------------------------------------------------------------
     def texts(self) -> dict[str, str]:
@@ -211,13 +233,36 @@ class Result:
     def __repr__(self) -> str:
         return f"<{type(self).__name__} model={self.model_name!r}: {self._shapes()}>"
 
+    def findings(self) -> Findings:
+        """What the study found, in the lines its command prints (``lines``) and its notes
+        (``warnings``): roles by head, the strongest effects with intervals, verdicts.  Empty
+        by default; each study words its own (:mod:`headlens.reports.finding_lines`)."""
+        return Findings()
+
     def _repr_html_(self) -> str:
-        parts = [f"<div><strong>{html.escape(type(self).__name__)}</strong> model <code>{html.escape(str(self.model_name))}</code></div>"]
-        for name, table in self.tables.items():
-            parts.append(f"<details><summary><code>{html.escape(name)}</code>: {table.shape[0]} rows x {table.shape[1]} columns</summary>")
-            parts.append(table.head(HTML_ROWS).to_html(index=False, max_cols=12, border=0))
-            parts.append("</details>")
-        return "\n".join(parts)
+        """The notebook view: the findings first (the command's words), the notes, then each table collapsed."""
+        found = self.findings()
+        tables = [
+            {
+                "name": name,
+                "rows": table.shape[0],
+                "columns": table.shape[1],
+                "html": Markup(table.head(HTML_ROWS).to_html(index=False, max_cols=12, border=0)),
+            }
+            for name, table in self.tables.items()
+        ]
+        return (
+            environment()
+            .get_template(VIEW_TEMPLATE)
+            .render(
+                title=type(self).__name__,
+                model=str(self.model_name),
+                findings=list(found.lines),
+                warnings=list(found.warnings),
+                empty="nothing to report: no table" if not self.tables else f"the first {HTML_ROWS} rows of each table:",
+                tables=tables,
+            )
+        )
 
 
 def read_manifest(folder: Path) -> dict[str, Any]:

@@ -25,6 +25,7 @@ from headlens.probes.loading import LoadedModel
 from headlens.probes.manifest import build_manifest
 from headlens.probes.prompts import read_prompts
 from headlens.reports.figures.sinks import lengths_figure, sink_figure_makers
+from headlens.reports.finding_lines import Findings, seed_text_findings, sink_lengths_findings, sinks_findings
 from headlens.reports.sinks_tables import summary_markdown, write_tables
 from headlens.reports.studies.common import coerce_setting, loading_settings, python_command, study_config
 from headlens.reports.studies.models import as_loaded
@@ -80,6 +81,12 @@ class SinksResult(Result):
         c = c[(c["bos"] == bos) & c["is_sink"]].sort_values("alpha_mean", ascending=False)
         return [(int(r.layer), int(r.head)) for r in c.itertuples()]
 
+    def findings(self) -> Findings:
+        """What ``headlens sinks`` prints (:func:`~headlens.reports.finding_lines.sinks_findings`)."""
+        eps = self.report.config.eps if self.report is not None else _eps(self.manifest)
+        info = self.report.info if self.report is not None else (self.manifest.get("sinks") or {})
+        return sinks_findings(self, eps, info if isinstance(info, dict) else {})
+
     def _figure_makers(self) -> dict[str, Callable[[], Figure]]:
         return sink_figure_makers(self.tables, _eps(self.manifest))
 
@@ -113,6 +120,9 @@ class SinkLengthsResult(Result):
         configs = ((self.manifest.get("config") or {}).get("sink_lengths") or {}).values()
         return float(next(iter(configs), {}).get("eps", 0.3))
 
+    def findings(self) -> Findings:
+        return sink_lengths_findings(self)
+
     def _figure_makers(self) -> dict[str, Callable[[], Figure]]:
         return {"sink_lengths": lambda: lengths_figure(self.table, self.eps)}
 
@@ -131,6 +141,9 @@ class SeedTextResult(Result):
     @property
     def table(self) -> pd.DataFrame:
         return self["seed_text"]
+
+    def findings(self) -> Findings:
+        return seed_text_findings(self)
 
     def write_tables(self, folder: Path) -> list[Path]:
         return write_tables(self.tables, folder)

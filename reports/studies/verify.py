@@ -14,6 +14,7 @@ from headlens.analyses.heads.verify import verify_attention
 from headlens.probes.errors import InputError
 from headlens.probes.loading import LoadedModel
 from headlens.probes.manifest import build_manifest
+from headlens.reports.finding_lines import Findings, verify_findings
 from headlens.reports.studies.common import loading_settings, python_command, study_config
 from headlens.reports.studies.models import as_loaded
 from headlens.reports.studies.result import Result
@@ -69,6 +70,10 @@ class VerifyResult(Result):
     @property
     def table(self) -> pd.DataFrame:
         return self["verify"]
+
+    def findings(self) -> Findings:
+        """What ``headlens`` prints for this study (:func:`~headlens.reports.finding_lines.verify_findings`)."""
+        return verify_findings(self)
 
     @property
     def ok(self) -> bool:
