@@ -15,7 +15,7 @@ from headlens.probes.outputs import check_out_dir, check_out_file
 from headlens.reports.cli.common import HEADS, command_line, model_options, parse_layers
 from headlens.reports.journal import journal_path
 from headlens.reports.progress import progress_bars
-from headlens.reports.studies.ablate import AblationResult, ablate, metric_label
+from headlens.reports.studies.ablate import AblationResult, ablate
 from headlens.reports.studies.journals import JournalFile
 from headlens.reports.studies.prune import PRUNE_FILES, prune
 from headlens.reports.tables import check_table_path
@@ -215,24 +215,8 @@ def ablate_cmd(
         result = ablate(model, config, mask=mask_file, journal=journal, progress=stages, command=command_line(), **data, **load)
     result.write(out)
     journal.finish()
-    table, label = result.table, metric_label(result.metric)
-    click.echo(f"{method} ablation of {len(table)} head(s) on {result.basis}; metric {label}")
-    mask = result.info["mask"]
-    click.echo(
-        f"unablated {label}: {result.unablated_value:.6g}"
-        + (f"; with the {len(mask['removed'])} masked head(s) removed: {result.baseline_value:.6g}" if mask else "")
-    )
-    shown = table.reindex(table["delta"].abs().sort_values(ascending=False).index).head(10)
-    click.echo("heads with the largest |delta|:")
-    run = result.info["run"]
-    cols = ["layer", "head", "value", "delta", "ci_low", "ci_high"] + ([] if "attribution" in run else ["attribution"])
-    click.echo(shown[cols].to_string(index=False, float_format=lambda x: f"{x:.4g}"))
-    if result.spearman is not None:
-        click.echo(
-            f"attribution (first-order estimate) vs exact delta: Spearman rank correlation {result.spearman:.3f} over {len(table)} heads"
-        )
-    if "attribution" in run:
-        click.echo(f"attribution {run['attribution']}")
+    for line in result.findings().lines:  # the notebook view's lines (one wording)
+        click.echo(line)
     click.echo(f"wrote {out}, {', '.join(p.name for p in result.sidecars(out).values())}")
 
 
@@ -318,30 +302,8 @@ def prune_cmd(
         result = prune(model, config, journal=journal, progress=stages, command=command_line(), **data, **load)
     result.write(out)
     journal.finish()
-    curve, metric, info = result.curve, result.metric, result.info
-    how = "exact single-head ablation importance" if metric == "embedding" else "gradient importance"
-    click.echo(
-        f"pruned {result.model_name} by {how} in {len(curve) - 1} step(s) on {result.basis}; metric {metric_label(metric)}, "
-        f"unablated {result.baseline_value:.6g}"
-    )
-    cols = [
-        "step",
-        "n_removed",
-        "fraction_removed",
-        "value",
-        "relative_change",
-        "random_mean",
-        "random_std",
-        "kv_bytes_saved_per_1k_tokens",
-    ]
-    click.echo(curve[cols].to_string(index=False, float_format=lambda x: f"{x:.4g}"))
-    within = f"an embedding change of at most {max_increase:g}" if metric == "embedding" else f"+{max_increase:.0%}"
-    click.echo(
-        f"removable within {within}: {result.removable_fraction:.1%} of heads ({len(result.pruned)}), {metric_label(metric)} "
-        f"{info['value_at_removable']:.6g};"
-        f" KV cache saved: {info['kv_bytes_saved_per_1k_tokens_at_removable']:,} bytes per 1,000 tokens at "
-        f"{result.manifest['dtype'].removeprefix('torch.')}"
-    )
+    for line in result.findings().lines:  # the notebook view's lines (one wording)
+        click.echo(line)
     click.echo(f"wrote {out}/: {', '.join(PRUNE_FILES[:5])}, pruning_curve.png/.svg")
 
 

@@ -15,7 +15,7 @@ from headlens.analyses.design.projections import ProjectionConfig
 from headlens.probes.errors import InputError
 from headlens.probes.outputs import check_out_dir, check_out_file
 from headlens.reports.cli.common import command_line, model_options, parse_csv, parse_ints
-from headlens.reports.design_tables import gqa_reading, knockout_reading, text_table
+from headlens.reports.design_tables import text_table
 from headlens.reports.progress import progress_bars
 from headlens.reports.studies.design import KVResult, gqa, kv, projections
 from headlens.reports.studies.journals import JournalFile
@@ -107,11 +107,8 @@ def kv_cmd(model, device, dtype, revision, allow_new_weights, batch, context, ca
             check_out_file(path, overwrite=overwrite)
     config = KVConfig(batch=batch, context=context, cache_dtype=cache_dtype)
     result = kv(model, config, mask=mask_file, command=command_line(), **_loading(device, dtype, revision, allow_new_weights))
-    table = result.table
-    click.echo(f"KV cache of {model} (2 tensors, K and V, per layer, per KV head, per cached token)")
-    click.echo(text_table(table.drop(columns=["formula"])))
-    for r in table.itertuples(index=False):
-        click.echo(f"  {r.variant}: {r.formula}")
+    for line in result.findings().lines:  # the notebook view's lines (one wording)
+        click.echo(line)
     if out_file is not None:
         result.write(out_file)
         click.echo(f"wrote {out_file}")
@@ -196,10 +193,7 @@ def gqa_cmd(
         )
     res.write(out)
     journal.finish()
-    n_items = res.manifest["gqa"]["data"]["n_windows"]
-    click.echo(f"GQA what-if, loss on {res.basis}; JS in bits, mean over queries")
-    click.echo(text_table(res.summary))
-    for line in gqa_reading(res.summary, res.comparison, n_items=n_items):  # fewer than 10 windows: no finding
+    for line in res.findings().lines:  # the notebook view's lines (one wording); fewer than 10 windows: no finding
         click.echo(line)
     if res.task is not None:
         click.echo(f"task {task_file} ({res.manifest['gqa']['task']['n_prompts']} prompts):")
@@ -277,9 +271,7 @@ def projections_cmd(
         )  # fmt: skip
     res.write(out)
     journal.finish()
-    click.echo(f"projection knockout, loss on {res.basis}")
-    click.echo(text_table(res.losses))
-    for line in knockout_reading(res.losses, res.role_changes):
+    for line in res.findings().lines:  # the notebook view's lines (one wording)
         click.echo(line)
     click.echo(f"wrote {out}")
 

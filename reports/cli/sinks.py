@@ -15,7 +15,7 @@ from headlens.probes.prompts import read_prompts
 from headlens.reports.cli.common import HEADS, command_line, load, model_options, parse_csv, parse_ints
 from headlens.reports.figures.common import figures_text
 from headlens.reports.progress import progress_bars
-from headlens.reports.sinks_tables import lengths_lines, seed_text_lines
+from headlens.reports.sinks_tables import seed_text_lines
 from headlens.reports.studies.sinks import SeedTextResult, SinkLengthsResult, SinksResult, sinks
 
 
@@ -223,25 +223,11 @@ def sinks_cmd(
 
 def _sinks_done(result: SinksResult, out: Path) -> None:
     """The console lines of the full study."""
-    eps = result.report.config.eps if result.report is not None else 0.3
-    info = result.report.info if result.report is not None else {}
-    for r in result.sink_rates.to_dict("records"):
-        heads_found = result.sink_heads(bool(r["bos"]))
-        names = ", ".join(f"{layer}.{head}" for layer, head in heads_found[:10]) + (" ..." if len(heads_found) > 10 else "")
-        click.echo(
-            f"{'BOS' if r['bos'] else 'no BOS'}: sink rate {r['sink_rate']:.3f} (uniform attention {r['uniform_sink_rate']:.3f}), "
-            f"mean alpha {r['mean_alpha']:.3f} (uniform {r['uniform_alpha']:.3f}), sink heads: {names or 'none'}"
-        )
-        if r["uniform_alpha"] > eps:
-            click.echo(
-                f"note: uniform attention is itself above eps ({r['uniform_alpha']:.3f} > {eps:g}) at these lengths; "
-                f"use longer sequences (Gu et al.: 64 tokens)",
-                err=True,
-            )
-    for name, why in (info.get("skipped_variants") or {}).items():
-        click.echo(f"note: first-token variant {name} not run: {why}", err=True)
-    for name, why in (info.get("skipped") or {}).items():
-        click.echo(f"note: {name} {why}", err=True)
+    found = result.findings()  # the notebook view's lines and notes (one wording)
+    for line in found.lines:
+        click.echo(line)
+    for note in found.warnings:
+        click.echo(f"note: {note}", err=True)
     figures = [out / f"{stem}.{fmt}" for stem in result.figure_names() for fmt in result.figure_formats]
     click.echo(f"wrote {len(result.tables)} tables, {figures_text(figures)}, summary.md and manifest.json to {out}")
 
@@ -249,7 +235,7 @@ def _sinks_done(result: SinksResult, out: Path) -> None:
 def _lengths_done(result: SinkLengthsResult, out: Path, overwrite: bool) -> None:
     """``sinks --lengths``: the files, then the summary lines."""
     result.save(out, overwrite=overwrite)
-    for line in lengths_lines(result.table, result.eps):
+    for line in result.findings().lines:
         click.echo(line)
     figures = [out / f"sink_lengths.{fmt}" for fmt in result.figure_formats]
     click.echo(f"wrote sink_lengths.csv, {figures_text(figures)} and manifest.json to {out}")
