@@ -10,7 +10,7 @@ import pandas as pd
 
 from headlens.probes.outputs import atomic_write
 
-__all__ = ["write_tables", "patch_lines", "gap_line", "top_lines", "path_lines", "agreement_line", "dla_lines"]
+__all__ = ["write_tables", "patch_lines", "gap_line", "top_lines", "path_lines", "agreement_lines", "dla_lines"]
 
 
 def write_tables(tables: dict[str, pd.DataFrame], out_dir: str | Path) -> list[Path]:
@@ -52,11 +52,32 @@ def path_lines(table: pd.DataFrame, k: int = 5) -> list[str]:
     return [f"  {r['sender']:>6} -> {r['receiver']} ({r['receiver_input']})  {_ci(r, 'effect')}" for r in (table.iloc[i] for i in order)]
 
 
-def agreement_line(agree: dict[str, Any]) -> str:
-    return (
+def agreement_lines(agree: dict[str, Any]) -> list[str]:
+    """The attribution's agreement with exact denoising (``manifest['attribution']['agreement_with_exact']``,
+    :func:`headlens.analyses.patching.attribution.agreement`): the overlap beside its chance level,
+    the largest disagreement and the heads the estimate misses."""
+    head = (
         f"attribution patching (first-order estimate, not exact) vs exact denoising over {agree['n_heads']} heads: "
         f"Spearman {agree['spearman']:.3f}, top-{agree['top_k']} overlap {agree['top_k_overlap']:.0%}"
     )
+    if not agree.get("n_heads"):
+        return [
+            "attribution patching (first-order estimate, not exact): no head has both an estimate and an exact effect"
+            " (the normalised effects are undefined), so no agreement is reported"
+        ]
+    if "top_k_chance" not in agree:  # a manifest written before the chance level was recorded
+        return [head]
+    k, p = agree["top_k"], agree["top_k_p_chance"]
+    chance = f"{agree['top_k_chance']:.0%} by chance; random top-{k} sets overlap at least this much with P = {p:.3g}"
+    lines = [f"{head} ({chance})" if agree["above_chance"] else f"{head}, no better than chance ({chance})"]
+    worst = agree.get("largest_disagreement")
+    if worst:
+        missed = ", ".join(agree["missed"]) or "none"
+        lines.append(
+            f"  largest disagreement {worst['head']}: estimate {worst['estimate']:+.3f}, exact {worst['exact']:+.3f}"
+            f" (|difference| {worst['abs_difference']:.3f}); of the exact top {agree['top_k']} the estimate misses {missed}"
+        )
+    return lines
 
 
 def dla_lines(table: pd.DataFrame, k: int = 5) -> list[str]:
@@ -71,7 +92,7 @@ def patch_lines(result: Any) -> list[str]:
     lines = [gap_line(result.gap)]
     agree = (result.manifest.get("attribution") or {}).get("agreement_with_exact")
     if agree is not None:
-        lines.append(agreement_line(agree))
+        lines += agreement_lines(agree)
     for col in result.directions:
         top = top_lines(result.table, col)
         if top:

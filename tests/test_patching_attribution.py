@@ -56,7 +56,13 @@ def test_agreement_counts_rank_correlation_and_top_k():
         {"layer": [0, 0, 1, 1], "head": [0, 1, 0, 1], "name": ["0.0", "0.1", "1.0", "1.1"], "denoising": [0.9, 0.1, 0.5, -0.05]}
     )
     same = exact.rename(columns={"denoising": "attribution"})
-    assert agreement(same, exact, k=2) == {"spearman": pytest.approx(1.0), "top_k": 2, "top_k_overlap": 1.0, "n_heads": 4}
+    got = agreement(same, exact, k=2)
+    assert {key: got[key] for key in ("spearman", "top_k", "top_k_overlap", "n_heads")} == {
+        "spearman": pytest.approx(1.0),
+        "top_k": 2,
+        "top_k_overlap": 1.0,
+        "n_heads": 4,
+    }
     flipped = same.assign(attribution=[0.1, 0.9, -0.05, 0.5])
     got = agreement(flipped, exact, k=2)
     assert got["top_k_overlap"] == 0.0 and got["spearman"] < 0
