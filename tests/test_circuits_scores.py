@@ -1,0 +1,181 @@
+"""Exact edge patching against an independent brute force, faithfulness end points, and bad settings.
+
+The brute force computes one edge's patch by hand from the Hugging Face modules: the receiver's
+post-projection input (``hook_q``/``hook_k``/``hook_v``, the MLP's post-norm input, or the final
+norm's input) rebuilt as ``proj(norm(stream + delta))`` with the HF model's own norm and
+projection weights, in a plain forward of the bridge with its split-input flags off and no late
+start.  GPT-2 (MHA, LayerNorm, biases), Llama (GQA: 2 key-value heads for 4 query heads, RMSNorm,
+rotary) and Mistral (GQA and a sliding window of 16 keys, on 21-token inputs).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from headlens.analyses.circuits.config import CircuitConfig
+from headlens.analyses.circuits.exact import exact_scores
+from headlens.analyses.circuits.faithfulness import circuit_values
+from headlens.analyses.circuits.graph import build_graph
+from headlens.analyses.circuits.run import run_circuit
+from headlens.analyses.circuits.scores import attribution_scores
+from headlens.analyses.patching.builtin import induction_task
+from headlens.probes.errors import InputError
+
+#: exact edge patching vs the hand-built brute force (float32 forwards).
+EXACT_ATOL = 2e-4
+
+
+def _capture(bridge, names, tokens):
+    got = {}
+
+    def keep(n):
+        def fn(x, hook=None):
+            got[n] = x.detach().clone()
+
+        return fn
+
+    with torch.no_grad(), bridge.hooks(fwd_hooks=[(n, keep(n)) for n in names]):
+        bridge(tokens)
+    return got
+
+
+def _sender_out(model, fam, got, sender):
+    if sender == "embed":
+        return got["blocks.0.hook_resid_pre"]
+    layer, head = (int(x) for x in sender.split("."))
+    z = got[f"blocks.{layer}.attn.hook_z"][:, :, head]  # [b, p, d_head]
+    hf = model.bridge.original_model
+    dh = model.d_head
+    if fam == "gpt2":
+        w = hf.transformer.h[layer].attn.c_proj.weight[head * dh : (head + 1) * dh]  # Conv1D [in, out]
+        return z @ w
+    w = hf.model.layers[layer].self_attn.o_proj.weight[:, head * dh : (head + 1) * dh]
+    return z @ w.T
+
+
+def _brute(model, fam, task, sender, receiver, which):
+    """Noising patch of one edge, per pair: patched - clean logit difference."""
+    bridge, hf = model.bridge, model.bridge.original_model
+    clean, corrupt = task.clean, task.corrupt
+    names = ["blocks.0.hook_resid_pre"] + [f"blocks.{i}.attn.hook_z" for i in range(model.n_layers)]
+    names += [f"blocks.{i}.hook_resid_pre" for i in range(model.n_layers)] + [f"blocks.{i}.hook_resid_mid" for i in range(model.n_layers)]
+    names += [f"blocks.{model.n_layers - 1}.hook_resid_post"]
+    gc, gk = _capture(bridge, names, clean), _capture(bridge, names, corrupt)
+    delta = _sender_out(model, fam, gk, sender) - _sender_out(model, fam, gc, sender)
+    dh = model.d_head
+    if which == "logits":
+        x = gc[f"blocks.{model.n_layers - 1}.hook_resid_post"] + delta
+        hook, value = "ln_final.hook_in", x
+        slot = None
+    elif which == "mlp":
+        layer = int(receiver[3:])
+        x = gc[f"blocks.{layer}.hook_resid_mid"] + delta
+        ln = hf.transformer.h[layer].ln_2 if fam == "gpt2" else hf.model.layers[layer].post_attention_layernorm
+        hook, value, slot = f"blocks.{layer}.mlp.hook_in", ln(x), None
+    else:
+        layer = int(receiver.split(".")[0])
+        slot = int(receiver.split("+")[0].split(".")[1])
+        n_kv = int(getattr(bridge.cfg, "n_key_value_heads", None) or model.n_heads)
+        if which != "q":
+            slot //= model.n_heads // n_kv
+        x = gc[f"blocks.{layer}.hook_resid_pre"] + delta
+        if fam == "gpt2":
+            blk = hf.transformer.h[layer]
+            d = model.bridge.cfg.d_model
+            i = "qkv".index(which)
+            cols = slice(i * d + slot * dh, i * d + (slot + 1) * dh)
+            y = blk.ln_1(x) @ blk.attn.c_attn.weight[:, cols] + blk.attn.c_attn.bias[cols]
+        else:
+            blk = hf.model.layers[layer]
+            proj = getattr(blk.self_attn, f"{which}_proj")
+            y = (blk.input_layernorm(x) @ proj.weight.T)[..., slot * dh : (slot + 1) * dh]
+        hook, value = f"blocks.{layer}.attn.hook_{which}", y
+    value = value.detach()
+
+    def replace(t, hook=None):
+        t = t.clone()
+        if slot is None:
+            t[:] = value
+        else:
+            t[:, :, slot] = value
+        return t
+
+    with torch.no_grad():
+        base = bridge(clean)
+        with bridge.hooks(fwd_hooks=[(hook, replace)]):
+            patched = bridge(clean)
+    idx = torch.arange(len(task))
+    last = task.lengths - 1
+
+    def ld(lg):
+        return (lg[idx, last, task.correct] - lg[idx, last, task.incorrect]).double().numpy()
+
+    return ld(patched) - ld(base)
+
+
+EDGES = {
+    "gpt2": [("embed", "0.1", "q"), ("0.2", "1.3", "k"), ("0.0", "1.1", "v"), ("1.2", "logits", "logits"), ("0.3", "mlp1", "mlp")],
+    "llama": [
+        ("embed", "0.1", "q"),
+        ("0.2", "1.0+1.1", "k"),
+        ("0.3", "1.2+1.3", "v"),
+        ("1.0", "logits", "logits"),
+        ("embed", "mlp0", "mlp"),
+    ],
+    "mistral": [("0.1", "1.3", "q"), ("0.0", "1.2+1.3", "k"), ("embed", "0.0+0.1", "v"), ("0.3", "logits", "logits")],
+}
+
+
+@pytest.mark.parametrize("fam", ["gpt2", "llama", "mistral"])
+def test_exact_equals_brute_force(family_model, fam):
+    model = family_model(fam)
+    graph = build_graph(model)
+    task = induction_task(model, n=4, T=10)  # 21 tokens: past Mistral's window of 16
+    ids = graph.index(EDGES[fam])
+    got = exact_scores(model, task, graph, ids, max_rows=8)  # two copies per forward: chunks and late starts
+    for j, (s, r, w) in enumerate(EDGES[fam]):
+        want = _brute(model, fam, task, s, r, w)
+        assert np.abs(want).max() > 1e-3, f"{fam} {s}->{r} {w}: the brute-force patch does nothing, the check would be empty"
+        np.testing.assert_allclose(got.values[:, j], want, atol=EXACT_ATOL, err_msg=f"{fam} {s}->{r} {w}")
+    assert not model.bridge.cfg.use_split_qkv_input and not model.bridge.cfg.use_hook_mlp_in  # flags restored
+
+
+def test_identical_inputs_give_zero_scores(family_model):
+    """Clean = corrupt: every sender's difference is 0, so every estimate and every exact patch is exactly 0."""
+    model = family_model("gpt2")
+    graph = build_graph(model)
+    task = induction_task(model, n=3, T=6)
+    task.corrupt[:] = task.clean
+    for got in (
+        attribution_scores(model, task, graph, steps=1),
+        attribution_scores(model, task, graph, steps=3),
+        exact_scores(model, task, graph),
+    ):
+        assert got.values.shape == (3, len(graph.edges))
+        assert np.abs(got.values).max() == 0.0, got.method
+
+
+def test_faithfulness_end_points_are_the_clean_and_corrupted_runs(family_model):
+    model = family_model("llama")
+    graph = build_graph(model)
+    task = induction_task(model, n=4, T=8)
+    n = len(graph.edges)
+    vals = circuit_values(model, task, graph, np.array([np.ones(n, bool), np.zeros(n, bool)]))
+    ex = exact_scores(model, task, graph, [0])
+    np.testing.assert_allclose(vals[0], ex.clean, atol=1e-4)
+    np.testing.assert_allclose(vals[1], ex.corrupt, atol=1e-4)
+    assert np.abs(ex.clean - ex.corrupt).max() > 0.01
+
+
+def test_bad_settings_are_one_line_errors(family_model):
+    model = family_model("gpt2")
+    task = induction_task(model, n=4, T=6)
+    for kw in ({"steps": 0}, {"method": "acdc"}, {"top_n": 0}, {"top_n": 3, "threshold": 0.1}, {"method": "eap-ig", "steps": 1}):
+        with pytest.raises(InputError):
+            CircuitConfig(**kw)  # type: ignore[arg-type]
+    with pytest.raises(InputError, match="top_n=100000 is above"):
+        run_circuit(model, task, CircuitConfig(top_n=100000))
+    with pytest.raises(InputError, match="steps"):
+        attribution_scores(model, task, build_graph(model), steps=0)
