@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from headlens.probes.errors import InputError
-from headlens.reports.studies import ablate, capture, census, design, patch, prune, sinks, verify  # noqa: F401  (importing a study module registers its Result kinds)
+from headlens.reports.studies import ablate, capture, census, circuit, composition, design, patch, prune, sinks, verify  # noqa: F401  (importing a study module registers its Result kinds)
 from headlens.reports.studies.folder import table_result
 from headlens.reports.studies.result import MANIFEST_FILE, RESULT_KINDS, Result, read_manifest
 

@@ -28,6 +28,8 @@ from importlib import metadata
 
 from headlens.analyses.ablation.pruning import PruneConfig
 from headlens.analyses.ablation.study import AblationConfig
+from headlens.analyses.circuits.composition import CompositionConfig
+from headlens.analyses.circuits.config import CircuitConfig
 from headlens.analyses.design.gqa import GQAConfig
 from headlens.analyses.design.kv import KVConfig
 from headlens.analyses.design.projections import ProjectionConfig
@@ -46,6 +48,8 @@ from headlens.reports.report.build import load_report
 from headlens.reports.studies.ablate import AblationResult, ablate
 from headlens.reports.studies.capture import CaptureResult, capture
 from headlens.reports.studies.census import CensusResult, census
+from headlens.reports.studies.circuit import CircuitResult, circuit
+from headlens.reports.studies.composition import CompositionResult, composition
 from headlens.reports.studies.design import GQAResult, KVResult, ProjectionsResult, gqa, kv, projections
 from headlens.reports.studies.models import load_model, models
 from headlens.reports.studies.patch import PatchingResult, patch
@@ -68,6 +72,10 @@ __all__ = [
     "CaptureResult",
     "CensusConfig",
     "CensusResult",
+    "CircuitConfig",
+    "CircuitResult",
+    "CompositionConfig",
+    "CompositionResult",
     "GQAConfig",
     "GQAResult",
     "HeadlensError",
@@ -94,6 +102,8 @@ __all__ = [
     "attention_view",
     "capture",
     "census",
+    "circuit",
+    "composition",
     "gqa",
     "kv",
     "load",
