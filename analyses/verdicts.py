@@ -13,6 +13,14 @@ adjacent grouping) states a finding only when all three hold:
 Otherwise the reports give the figure with its interval and no conclusion: "not
 distinguishable" where the interval includes 0 (the intervals overlap), or "no finding" with
 the reason.  The reports only word a :class:`Verdict` (:mod:`headlens.reports.verdict_text`).
+
+A *directed* test (a role's intervention predicts that its figure rises, or falls) is judged by
+:func:`predicted_verdict`, the one rule for every role's evidence
+(:mod:`headlens.analyses.patching.evidence`): the same finding as above, then its side: a
+finding on the predicted side of 0 that clears the test's bar is ``as_predicted``; one on the
+other side is ``opposite`` however large it is (an effect the role does not predict is no
+support for it: ``|effect| >= bar`` is never the rule); one on the predicted side below the bar
+is ``too_small``.
 """
 
 from __future__ import annotations
@@ -24,7 +32,7 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
-__all__ = ["MIN_ITEMS", "Verdict", "difference_verdict", "overlap_verdict", "finite_float"]
+__all__ = ["MIN_ITEMS", "Verdict", "Prediction", "difference_verdict", "overlap_verdict", "predicted_verdict", "finite_float"]
 
 #: The fewest items (windows, sentences, prompts) whose bootstrap interval may carry a finding.
 MIN_ITEMS = 10
@@ -33,6 +41,8 @@ MIN_ITEMS = 10
 ABOVE, BELOW, NOT_DISTINGUISHABLE, NO_FINDING = "above", "below", "not_distinguishable", "no_finding"
 #: ``Verdict.why`` values for ``no_finding``.
 SMOKE, FEW_ITEMS, NO_INTERVAL = "smoke_test", "few_items", "no_interval"
+#: ``Prediction.kind`` values besides ``not_distinguishable`` and ``no_finding``.
+AS_PREDICTED, OPPOSITE, TOO_SMALL = "as_predicted", "opposite", "too_small"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -105,3 +115,52 @@ def overlap_verdict(
     if gated is not None:
         return gated
     return Verdict(kind=ABOVE if a_lo > b_hi else BELOW, n_items=n_items)  # type: ignore[operator]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Prediction:
+    """What a directed test's figure says about its prediction (:func:`predicted_verdict`).
+
+    ``kind``: ``as_predicted``, ``opposite`` (a finding on the other side of 0), ``too_small``
+    (the predicted side, below the bar), ``not_distinguishable`` or ``no_finding`` (``verdict.why``).
+    ``verdict``: the undirected :class:`Verdict` it starts from.
+    """
+
+    kind: str
+    verdict: Verdict
+
+    @property
+    def holds(self) -> bool:
+        return self.kind == AS_PREDICTED
+
+
+def predicted_verdict(
+    estimate: Any,
+    low: Any,
+    high: Any,
+    *,
+    predicts: int = 1,
+    bar: float = 0.0,
+    bar_on: str = "estimate",
+    n_items: int | None = None,
+    smoke: bool = False,
+    min_items: int = MIN_ITEMS,
+) -> Prediction:
+    """The verdict on a test that predicts its figure lies above 0 (``predicts=1``) or below
+    (``predicts=-1``) by at least ``bar``: ``estimate`` with its interval ``[low, high]`` over
+    ``n_items`` items (see the module doc).  ``bar_on``: ``"estimate"`` (the estimate must clear
+    the bar) or ``"low"`` (the interval's end nearer 0 must: its low end for a predicted rise)."""
+    if predicts not in (1, -1):
+        raise ValueError(f"predicts must be 1 (the figure rises) or -1 (it falls), got {predicts!r}")
+    if bar_on not in ("estimate", "low"):
+        raise ValueError(f"bar_on must be 'estimate' or 'low', got {bar_on!r}")
+    v = difference_verdict(low, high, n_items=n_items, smoke=smoke, min_items=min_items)
+    if not v.finding:
+        return Prediction(kind=v.kind, verdict=v)
+    if (v.kind == ABOVE) != (predicts > 0):
+        return Prediction(kind=OPPOSITE, verdict=v)
+    near = low if predicts > 0 else high
+    size = finite_float(estimate if bar_on == "estimate" else near)
+    if size is None or size * predicts < bar:
+        return Prediction(kind=TOO_SMALL, verdict=v)
+    return Prediction(kind=AS_PREDICTED, verdict=v)

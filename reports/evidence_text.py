@@ -22,19 +22,21 @@ EVIDENCE_FILE = "evidence.csv"
 
 
 def evidence_rule_text() -> str:
-    """One paragraph: what each role is tested by and when it is supported (the thresholds are the analysis's)."""
+    """One paragraph: each role's test, the direction it predicts, when it is supported (the thresholds are the analysis's)."""
     return (
-        f"Each role is tested by the intervention it predicts. Induction: with the head zero-ablated, the loss rise on the second copy of "
-        f"repeated random tokens is at least {MIN_LOSS:g} nats and {COPY_RATIO:g}x the first copy's rise (interval above 0), and the "
-        "head writes "
-        f"at least {MIN_EFFECT:.0%} of the induction logit difference itself. Previous-token: path patching it into the key input of the "
-        f"induction heads, all at once, restores at least {MIN_EFFECT:.0%} of the induction behaviour (interval's low end). "
-        "Duplicate-token and "
-        f"referent: patching the head's output from the pair's other sentence moves the preference by at least {MIN_EFFECT:.0%} of the "
-        "gap, "
-        f"interval excluding 0. Sink: removing its attention to the first token (renormalised) changes the loss by at least {MIN_LOSS:g} "
-        "nats, "
-        f"interval excluding 0. Every verdict needs at least {MIN_ITEMS} items; 'not testable here' gives the reason."
+        "Each role is tested by the intervention it predicts, in the direction it predicts: an effect the other way is not support, "
+        "however large, and says so. "
+        f"Induction: with the head zero-ablated, the loss rises on the second copy of repeated random tokens by at least {MIN_LOSS:g} "
+        f"nats and {COPY_RATIO:g}x the first copy's rise (interval above 0), and the head writes at least {MIN_EFFECT:.0%} of the "
+        "induction logit difference itself. "
+        "Previous-token: path patching it into the key input of the induction heads, all at once, restores at least "
+        f"{MIN_EFFECT:.0%} of the induction behaviour (interval's low end). "
+        "Duplicate-token: masking its attention from each repeated token to the earlier occurrence moves the predictions (KL) "
+        f"by at least {MIN_LOSS:g} nats more than masking the token after it (interval above 0). "
+        "Referent: patching the head's output from the pair's other sentence moves the preference toward the antecedent by at "
+        f"least {MIN_EFFECT:.0%} of the gap (interval above 0). "
+        f"Sink: removing its attention to the first token (renormalised) costs at least {MIN_LOSS:g} nats of loss "
+        f"(interval above 0). Every verdict needs at least {MIN_ITEMS} items; 'not testable here' gives the reason."
     )
 
 

@@ -1,39 +1,54 @@
 """Each census role tested by the intervention it predicts: "supported", "not supported" or
 "not testable here", with the figure.
 
+Every test predicts the DIRECTION of its figure (each figure below is oriented so that the role
+predicts it above 0) and a size.  One rule judges them all (:func:`judge`, on
+:func:`headlens.analyses.verdicts.predicted_verdict`, thresholds in :data:`ROLE_RULES`):
+supported when the figure's 95% interval lies on the predicted side of 0, from at least
+:data:`~headlens.analyses.verdicts.MIN_ITEMS` items, and the figure clears the role's bar; an
+effect in the other direction is "not supported" however large, and the reason says so in
+words ("removing it lowers the loss"); a figure on the predicted side below the bar, or an
+interval that includes 0, is "not supported" with that reason.
+
 * **induction**: zero-ablating the head raises the loss on the second copy of repeated random
   tokens more than on the first copy.  Figure: mean over sequences of
-  ``(loss2_ablated - loss2) - (loss1_ablated - loss1)`` (nats).  Supported when its 95% interval
-  is above 0, the second-copy rise is at least :data:`MIN_LOSS` and at least
-  :data:`COPY_RATIO` times the first-copy rise, AND the head itself writes the copied token:
-  its direct logit attribution on the built-in induction task, clean minus corrupted, is at least
-  :data:`MIN_EFFECT` of the task's clean-corrupted logit-difference gap (an upstream head, e.g.
-  the previous-token head an induction head reads, passes the ablation test but writes nothing
-  to the logits).  The components' clean-minus-corrupted attributions sum to that gap, so the
-  shares sum to 1.  When the gap is undefined (:func:`~headlens.analyses.patching.effects.task_gap`:
-  the model does not do the task) or the attribution cannot run (e.g. a logit softcap), the
-  direct-effect check is not run and the role is not testable, the reason given: the ablation
-  alone does not support it.
+  ``(loss2_ablated - loss2) - (loss1_ablated - loss1)`` (nats), predicted above 0 (bar 0).
+  Supported when that holds, the second-copy rise is at least :data:`MIN_LOSS` (a fall: "ablating
+  it lowers the loss on the second copy") and at least :data:`COPY_RATIO` times the first-copy
+  rise, AND the head itself writes the copied token: its direct logit attribution on the
+  built-in induction task, clean minus corrupted, is at least :data:`MIN_EFFECT` of the task's
+  clean-corrupted logit-difference gap (a negative share: "it writes against the copied token";
+  an upstream head, e.g. the previous-token head an induction head reads, passes the ablation
+  test but writes nothing to the logits).  The components' clean-minus-corrupted attributions
+  sum to that gap, so the shares sum to 1.  When the gap is undefined
+  (:func:`~headlens.analyses.patching.effects.task_gap`: the model does not do the task) or the
+  attribution cannot run (e.g. a logit softcap), the direct-effect check is not run and the
+  role is not testable, the reason given: the ablation alone does not support it.
 * **previous_token**: path patching it into the key input of the heads the table calls induction
   (in later layers), all of them at once (``PathConfig(joint=True)``), on the built-in induction
   task (K-composition).  Figure: the normalised joint path effect (the share of the induction
-  logit difference it restores through their keys).  Supported when its interval's low end is at
-  least :data:`MIN_EFFECT`; no induction head after it: not testable.  The edge is joint because
-  the role's claim is about the induction heads together ("feeds the induction heads' keys"):
-  heads that share the job each restore only part of the behaviour (on the demo model the
+  logit difference it restores through their keys), predicted above 0; bar: its interval's low
+  end at least :data:`MIN_EFFECT`; no induction head after it: not testable.  The edge is joint
+  because the role's claim is about the induction heads together ("feeds the induction heads'
+  keys"): heads that share the job each restore only part of the behaviour (on the demo model the
   previous-token head 0.0 restores at most 0.17 [0.08, 0.26] through any single induction head's
   key, 1.1's, and 0.95 [0.84, 1.04] through the keys of all four, 1.0-1.3, together; 32 pairs).
-* **duplicate_token** and **referent**: denoising activation patching of the head's output on the
-  referent pairs (the partner sentence, which differs in the pronoun only).  Figure: the
-  normalised effect.  Supported when ``|effect| >= MIN_EFFECT`` and its interval excludes 0.
-  Encoders, models whose output head is new, or a model that does not prefer the pronoun's
-  antecedent: not testable, the reason given.
+* **duplicate_token**: attention knockout on repeated random tokens
+  (:mod:`headlens.analyses.patching.duplicate_knockout`): masking the head's attention from each
+  repeated token to its earlier occurrence must move the model's next-token predictions
+  (KL, nats) more than masking the token that followed the earlier occurrence (what an
+  induction head reads).  Figure: ``KL(match) - KL(neighbour)``, predicted above 0; bar
+  :data:`MIN_LOSS` nats.  Encoders and new output heads: not testable.
+* **referent**: denoising activation patching of the head's output on the referent pairs (the
+  partner sentence, which differs in the pronoun only).  Figure: the normalised effect, predicted
+  above 0 (patching the clean sentence's output moves the preference toward the clean
+  antecedent); bar :data:`MIN_EFFECT`.  Encoders, models whose output head is new, or a model
+  that does not prefer the pronoun's antecedent: not testable, the reason given.
 * **sink**: ``headlens sinks``' sink removal (:mod:`headlens.analyses.patching.sink_removal`):
   key 0 masked out of the head's queries, attention renormalised; figure: the mean per-window
-  change in next-token loss (nats) on evaluation-text windows with its 95% interval.  Supported
-  when :func:`headlens.analyses.verdicts.difference_verdict` calls it a finding (interval
-  excludes 0, at least :data:`~headlens.analyses.verdicts.MIN_ITEMS` windows) and the change is
-  at least :data:`MIN_LOSS` nats either way, the same bar an induction head's second-copy rise
+  change in next-token loss (nats) on evaluation-text windows with its 95% interval, predicted
+  above 0 (the head's attention to the first token is a no-op the model relies on, so taking it
+  away costs loss); bar :data:`MIN_LOSS` nats, the same bar an induction head's second-copy rise
   must clear (a head whose output reaches the logits only through the final norm's scale still
   moves the loss by a few thousandths with an interval that excludes 0: the planted sink head
   0.1 gives +0.002 nats).  An encoder has no next-token loss: not testable, the reason given;
@@ -59,12 +74,29 @@ from headlens.analyses.ablation.runs import ablated_logits
 from headlens.analyses.patching.activation import PatchConfig, patch_heads
 from headlens.analyses.patching.builtin import induction_task, referent_task
 from headlens.analyses.patching.dla import direct_logit_attribution
+from headlens.analyses.patching.duplicate_knockout import duplicate_knockout_effects, repeated_batch
 from headlens.analyses.patching.effects import task_gap
+from headlens.analyses.patching.evidence_rules import (
+    COPY_RATIO,
+    EVIDENCE_COLUMNS,
+    MIN_EFFECT,
+    MIN_LOSS,
+    MIN_T,
+    NO_FINDING,
+    NOT_SUPPORTED,
+    NOT_TESTABLE,
+    ROLE_RULES,
+    SUPPORTED,
+    UNITS,
+    RoleRule,
+    evidence_rule,
+    induction_checks,
+    judge,
+)
 from headlens.analyses.patching.path import PathConfig, path_patch
 from headlens.analyses.patching.sink_removal import SINK_WINDOW, sink_removal_effects
 from headlens.analyses.stats import bootstrap_mean_ci
-from headlens.analyses.stimuli.random_tokens import random_repeated_tokens
-from headlens.analyses.verdicts import MIN_ITEMS, difference_verdict
+from headlens.analyses.verdicts import MIN_ITEMS
 from headlens.probes.errors import HeadlensError, InputError, UnsupportedModelError
 from headlens.probes.loading import LoadedModel
 
@@ -73,6 +105,9 @@ log = logging.getLogger(__name__)
 __all__ = [
     "role_evidence",
     "evidence_rule",
+    "judge",
+    "RoleRule",
+    "ROLE_RULES",
     "EvidenceConfig",
     "EVIDENCE_COLUMNS",
     "MIN_EFFECT",
@@ -84,32 +119,6 @@ __all__ = [
     "NO_FINDING",
     "UNITS",
 ]
-
-EVIDENCE_COLUMNS = ["layer", "head", "name", "role", "evidence", "figure", "figure_low", "figure_high", "unit", "n_items", "test", "detail"]
-#: Normalised patching effect a role needs (10% of the clean-corrupted gap).
-MIN_EFFECT = 0.1
-#: Second-copy loss rise (nats) an induction head's ablation needs ...
-MIN_LOSS = 0.01
-#: ... and how many times the first-copy rise it must be.
-COPY_RATIO = 2.0
-#: Random tokens per copy the induction tests need (the built-in induction task's minimum).
-MIN_T = 4
-SUPPORTED, NOT_SUPPORTED, NOT_TESTABLE = "supported", "not supported", "not testable here"
-#: The evidence of a smoke-test run (``smoke=True``): the figures, no verdict.
-NO_FINDING = "no finding"
-#: What each role's figure measures.
-UNITS = {
-    "induction": "nats: second-copy minus first-copy loss rise under ablation",
-    "previous_token": "share of the induction logit difference restored through the induction heads' keys",
-    "duplicate_token": "share of the referent pairs' logit-difference gap restored",
-    "referent": "share of the referent pairs' logit-difference gap restored",
-    "sink": "nats: loss change without attention to the first token",
-}
-
-
-def evidence_rule() -> dict[str, float]:
-    """The thresholds the verdicts use (for manifests)."""
-    return {"min_effect": MIN_EFFECT, "min_loss": MIN_LOSS, "copy_ratio": COPY_RATIO, "min_items": MIN_ITEMS}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -175,11 +184,7 @@ def _induction(model: LoadedModel, heads: list[tuple[int, int]], *, n: int, T: i
     why = _unreadable(model, "loss on the second copy")
     if why is not None:
         return {h: (NOT_TESTABLE, np.nan, np.nan, np.nan, "zero ablation, repeated random tokens", why) for h in heads}
-    special = sorted({int(i) for i in (getattr(model.tokenizer, "all_special_ids", None) or [])})
-    body = random_repeated_tokens(n, T, seed, int(model.bridge.cfg.d_vocab), exclude=special, distinct=True)
-    prefix, _ = model.frame(True) if not model.is_encoder else ([], [])
-    tokens = torch.cat([torch.tensor([prefix] * n, dtype=torch.long).view(n, len(prefix)), body], 1)
-    p = len(prefix)
+    tokens, p = repeated_batch(model, n=n, T=T, seed=seed)
     first = slice(p, p + T - 1)  # predictions of first-copy tokens 2..T
     second = slice(p + T - 1, p + 2 * T - 1)  # predictions of the second copy
     with torch.inference_mode():
@@ -194,14 +199,18 @@ def _induction(model: LoadedModel, heads: list[tuple[int, int]], *, n: int, T: i
         low, high = bootstrap_mean_ci(diff[:, None])
         m1, m2 = float(d1.mean()), float(d2.mean())
         own = direct.get(head, np.nan)
-        ok = float(low[0]) > 0 and m2 >= MIN_LOSS and m2 >= COPY_RATIO * max(m1, 0.0) and own >= MIN_EFFECT
         detail = f"ablation raises the loss by {m2:+.3f} nats on the second copy and {m1:+.3f} on the first"
+        verdict, why = judge("induction", float(diff.mean()), float(low[0]), float(high[0]), n_items=n, min_items=min(n, MIN_ITEMS))
+        if verdict == SUPPORTED:
+            why = induction_checks(m1, m2, own)
+            verdict = NOT_SUPPORTED if why else SUPPORTED
         if no_direct is not None:
             detail += f" (direct-effect check not run: {no_direct})"
             verdict = NOT_TESTABLE
         else:
             detail += f"; its direct logit attribution is {own:.0%} of the induction task's clean-corrupted logit-difference gap"
-            verdict = SUPPORTED if ok else NOT_SUPPORTED
+            if why:
+                detail += f": {why}"
         out[head] = (verdict, float(diff.mean()), float(low[0]), float(high[0]), "zero ablation, repeated random tokens", detail)
     return out
 
@@ -234,19 +243,19 @@ def _previous_token(
     t = result.table
     for h in testable:
         row = t[(t["sender_layer"] == h[0]) & (t["sender_head"] == h[1])].iloc[0]
-        ok = float(row["effect_low"]) >= MIN_EFFECT
-        through = f"the keys of {row['receiver']} together" if "+" in str(row["receiver"]) else f"the key of {row['receiver']}"
-        detail = f"through {through} it restores {row['effect']:.2f} of the induction behaviour"
-        if not ok:
-            detail += "; it feeds no induction head through the key"
-        out[h] = (
-            SUPPORTED if ok else NOT_SUPPORTED,
+        verdict, why = judge(
+            "previous_token",
             float(row["effect"]),
             float(row["effect_low"]),
             float(row["effect_high"]),
-            test,
-            detail,
+            n_items=n,
+            min_items=min(n, MIN_ITEMS),
         )
+        through = f"the keys of {row['receiver']} together" if "+" in str(row["receiver"]) else f"the key of {row['receiver']}"
+        detail = f"through {through} it restores {row['effect']:.2f} of the induction behaviour"
+        if why:
+            detail += f"; {why}"
+        out[h] = (verdict, float(row["effect"]), float(row["effect_low"]), float(row["effect_high"]), test, detail)
     return out
 
 
@@ -271,16 +280,29 @@ def _referent(model: LoadedModel, heads: list[tuple[int, int]], *, n: int, seed:
     out = {}
     for _, row in result.table.iterrows():
         eff, low, high = float(row["denoising"]), float(row["denoising_low"]), float(row["denoising_high"])
-        ok = abs(eff) >= MIN_EFFECT and (low > 0 or high < 0)
-        out[(int(row["layer"]), int(row["head"]))] = (
-            SUPPORTED if ok else NOT_SUPPORTED,
-            eff,
-            low,
-            high,
-            test,
-            f"patching it moves the preference by {eff:+.2f} of the clean-corrupted gap over {k} pairs",
-            k,
-        )
+        verdict, why = judge("referent", eff, low, high, n_items=k, min_items=min(n, MIN_ITEMS))
+        detail = f"patching it moves the preference by {eff:+.2f} of the clean-corrupted gap over {k} pairs" + (f"; {why}" if why else "")
+        out[(int(row["layer"]), int(row["head"]))] = (verdict, eff, low, high, test, detail, k)
+    return out
+
+
+def _duplicate(model: LoadedModel, heads: list[tuple[int, int]], *, n: int, T: int, seed: int) -> dict[tuple[int, int], tuple]:
+    test = "attention knockout on repeated random tokens: the earlier occurrence masked vs the token after it"
+    why = _unreadable(model, "predictions")
+    if why is not None:
+        return {h: (NOT_TESTABLE, np.nan, np.nan, np.nan, test, why) for h in heads}
+    try:
+        found = duplicate_knockout_effects(model, heads, n=n, T=T, seed=seed)
+    except HeadlensError as exc:  # e.g. a family whose attention scores headlens cannot edit
+        return {h: (NOT_TESTABLE, np.nan, np.nan, np.nan, test, f"the knockout cannot run on this model ({exc})") for h in heads}
+    out = {}
+    for h, (fig, low, high, kl_match, kl_next, k) in found.items():
+        verdict, why = judge("duplicate_token", fig, low, high, n_items=k, min_items=min(n, MIN_ITEMS))
+        detail = (
+            f"masking its attention from each repeat to the earlier occurrence moves the predictions by {kl_match:.4f} nats (KL),"
+            f" masking the token after it by {kl_next:.4f}, over {k} sequences of {T} tokens repeated"
+        ) + (f"; {why}" if why else "")
+        out[h] = (verdict, fig, low, high, test, detail, k)
     return out
 
 
@@ -300,7 +322,7 @@ def _sink(model: LoadedModel, heads: list[tuple[int, int]], *, n: int, prepend_b
             f" over {k} windows of {SINK_WINDOW} tokens"
         )
         # fewer windows than asked for: the text is short; fewer than MIN_ITEMS asked for is a smoke run (no verdict, role_evidence)
-        # the count and the interval first: difference_verdict reads a missing interval as "no difference"
+        # the count and the interval first: a short text is not testable, whatever the figure says
         if k < min(n, MIN_ITEMS) or not (np.isfinite(low) and np.isfinite(high)):
             out[h] = (
                 NOT_TESTABLE,
@@ -312,13 +334,10 @@ def _sink(model: LoadedModel, heads: list[tuple[int, int]], *, n: int, prepend_b
                 k,
             )
             continue
-        v = difference_verdict(low, high, n_items=k, min_items=min(n, MIN_ITEMS))
-        ok = v.finding and abs(mean) >= MIN_LOSS
-        if v.finding and not ok:
-            said += f", below the {MIN_LOSS} nats a role needs"
-        elif not v.finding:
-            said += ": not distinguishable from 0"
-        out[h] = (SUPPORTED if ok else NOT_SUPPORTED, mean, low, high, test, said, k)
+        verdict, why = judge("sink", mean, low, high, n_items=k, min_items=min(n, MIN_ITEMS))
+        if why:
+            said += f"; {why}"
+        out[h] = (verdict, mean, low, high, test, said, k)
     return out
 
 
@@ -342,9 +361,10 @@ def role_evidence(
         found["induction"] = _induction(model, by_role["induction"], n=n, T=T, seed=seed)
     if "previous_token" in by_role:
         found["previous_token"] = _previous_token(model, by_role["previous_token"], by_role.get("induction", []), n=n, seed=seed)
-    for role in ("duplicate_token", "referent"):
-        if role in by_role:
-            found[role] = _referent(model, by_role[role], n=n, seed=seed)
+    if "duplicate_token" in by_role:
+        found["duplicate_token"] = _duplicate(model, by_role["duplicate_token"], n=n, T=T, seed=seed)
+    if "referent" in by_role:
+        found["referent"] = _referent(model, by_role["referent"], n=n, seed=seed)
     if "sink" in by_role:
         found["sink"] = _sink(model, by_role["sink"], n=n, prepend_bos=prepend_bos, seed=seed)
     rows: list[list[Any]] = []

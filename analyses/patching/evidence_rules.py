@@ -1,0 +1,152 @@
+"""The role tests' predictions and the one rule that judges them (see
+:mod:`headlens.analyses.patching.evidence` for each test): thresholds, each role's predicted
+direction and bar (:data:`ROLE_RULES`), :func:`judge`, and the verdict words.
+
+Every role's figure is oriented so that the role predicts it above 0; :func:`judge` applies
+:func:`headlens.analyses.verdicts.predicted_verdict`: an effect on the other side of 0 is "not
+supported" however large, and its reason says so in words.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from headlens.analyses.verdicts import FEW_ITEMS, MIN_ITEMS, NOT_DISTINGUISHABLE, OPPOSITE, TOO_SMALL, predicted_verdict
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "evidence_rule",
+    "judge",
+    "induction_checks",
+    "RoleRule",
+    "ROLE_RULES",
+    "EVIDENCE_COLUMNS",
+    "MIN_EFFECT",
+    "MIN_LOSS",
+    "COPY_RATIO",
+    "MIN_T",
+    "SUPPORTED",
+    "NOT_SUPPORTED",
+    "NOT_TESTABLE",
+    "NO_FINDING",
+    "UNITS",
+]
+
+EVIDENCE_COLUMNS = ["layer", "head", "name", "role", "evidence", "figure", "figure_low", "figure_high", "unit", "n_items", "test", "detail"]
+#: Normalised patching effect a role needs (10% of the clean-corrupted gap).
+MIN_EFFECT = 0.1
+#: Second-copy loss rise (nats) an induction head's ablation needs ...
+MIN_LOSS = 0.01
+#: ... and how many times the first-copy rise it must be.
+COPY_RATIO = 2.0
+#: Random tokens per copy the induction tests need (the built-in induction task's minimum).
+MIN_T = 4
+SUPPORTED, NOT_SUPPORTED, NOT_TESTABLE = "supported", "not supported", "not testable here"
+#: The evidence of a smoke-test run (``smoke=True``): the figures, no verdict.
+NO_FINDING = "no finding"
+#: What each role's figure measures.
+UNITS = {
+    "induction": "nats: second-copy minus first-copy loss rise under ablation",
+    "previous_token": "share of the induction logit difference restored through the induction heads' keys",
+    "duplicate_token": "nats: KL of the predictions at repeats, earlier occurrence masked minus its neighbour masked",
+    "referent": "share of the referent pairs' logit-difference gap restored",
+    "sink": "nats: loss change without attention to the first token",
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class RoleRule:
+    """What a role's test predicts: its figure above 0 by at least ``bar`` (on the figure, or on
+    its interval's low end: ``bar_on="low"``), and the words of each way it can fail."""
+
+    bar: float
+    bar_on: str = "estimate"
+    bar_text: str
+    opposite: str  # the figure is on the other side of 0
+    too_small: str  # the predicted side, below the bar
+
+
+#: The one table of the roles' predictions (every figure is oriented so that the role predicts it above 0).
+ROLE_RULES: dict[str, RoleRule] = {
+    "induction": RoleRule(
+        bar=0.0,
+        bar_text="0 nats",
+        opposite="ablating it raises the loss on the first copy more than on the second: it does not act on repeats",
+        too_small="",
+    ),
+    "previous_token": RoleRule(
+        bar=MIN_EFFECT,
+        bar_on="low",
+        bar_text=f"{MIN_EFFECT:.0%} of the induction behaviour (the interval's low end)",
+        opposite="patching it through the induction heads' keys lowers the induction logit difference: it works against them",
+        too_small="it feeds no induction head through the key",
+    ),
+    "duplicate_token": RoleRule(
+        bar=MIN_LOSS,
+        bar_text=f"{MIN_LOSS:g} nats",
+        opposite=(
+            "masking the token after the earlier occurrence moves the predictions more than masking the earlier occurrence:"
+            " the head reads the neighbour (as an induction head does), not the duplicate"
+        ),
+        too_small="the predictions barely depend on its attention to the earlier occurrence",
+    ),
+    "referent": RoleRule(
+        bar=MIN_EFFECT,
+        bar_text=f"{MIN_EFFECT:.0%} of the gap",
+        opposite="patching it moves the preference away from the antecedent, toward the distractor: it works against the role",
+        too_small="it restores too little of the preference for the antecedent",
+    ),
+    "sink": RoleRule(
+        bar=MIN_LOSS,
+        bar_text=f"{MIN_LOSS:g} nats",
+        opposite="removing it lowers the loss: its attention to the first token hurts the predictions",
+        too_small="the loss barely depends on its attention to the first token",
+    ),
+}
+
+
+def judge(role: str, figure: Any, low: Any, high: Any, *, n_items: int, min_items: int = MIN_ITEMS) -> tuple[str, str]:
+    """``(verdict, reason)`` of ``role``'s figure with its interval over ``n_items`` items: the one
+    place a role's prediction (:data:`ROLE_RULES`) is applied (``reason`` is ``""`` when supported)."""
+    rule = ROLE_RULES[role]
+    got = predicted_verdict(figure, low, high, predicts=1, bar=rule.bar, bar_on=rule.bar_on, n_items=n_items, min_items=min_items)
+    if got.holds:
+        return SUPPORTED, ""
+    if got.kind == OPPOSITE:
+        return NOT_SUPPORTED, rule.opposite
+    if got.kind == TOO_SMALL:
+        return NOT_SUPPORTED, f"{rule.too_small} (below the {rule.bar_text} a role needs)" if rule.too_small else f"below {rule.bar_text}"
+    if got.kind == NOT_DISTINGUISHABLE:
+        return NOT_SUPPORTED, "not distinguishable from 0"
+    if got.verdict.why == FEW_ITEMS:
+        return NOT_TESTABLE, f"only {n_items} items; a verdict needs {MIN_ITEMS}"
+    return NOT_TESTABLE, "no interval"
+
+
+def evidence_rule() -> dict[str, Any]:
+    """The thresholds the verdicts use, and each role's predicted direction and bar (for manifests)."""
+    return {
+        "min_effect": MIN_EFFECT,
+        "min_loss": MIN_LOSS,
+        "copy_ratio": COPY_RATIO,
+        "min_items": MIN_ITEMS,
+        "predicted": {role: {"direction": "above 0", "bar": r.bar, "bar_on": r.bar_on} for role, r in ROLE_RULES.items()},
+    }
+
+
+def induction_checks(m1: float, m2: float, own: float) -> str:
+    """Why an induction head whose second-copy excess is above 0 is still not supported ("" when it is)."""
+    if m2 < 0:
+        return "ablating it lowers the loss on the second copy"
+    if m2 < MIN_LOSS:
+        return f"the second-copy rise is below the {MIN_LOSS:g} nats a role needs"
+    if m2 < COPY_RATIO * max(m1, 0.0):
+        return f"the second-copy rise is less than {COPY_RATIO:g}x the first copy's: it is not specific to repeats"
+    if not own >= 0:  # NaN included
+        return "it writes against the copied token"
+    if own < MIN_EFFECT:
+        return f"it writes less than {MIN_EFFECT:.0%} of it itself (an upstream head's ablation passes the loss test)"
+    return ""

@@ -1,0 +1,134 @@
+"""Every role's test states the direction it predicts (issue 28 item 1): an effect in the other
+direction is "not supported", and the reason says so in words.
+
+Two planted checkpoints with one head's weights changed by construction (attention patterns, and
+so the census roles, unchanged):
+
+* the sink head 0.1's output, when it attends to the first token (BOS), writes a large boost of a
+  token the text never holds: the sink hurts every prediction, so removing it LOWERS the loss
+  (the issue's demo model with random layer-1 output weights did the same: -0.042 nats, called
+  "supported");
+* head 1.1 (referent) copies the name it attends to into the token slot, so the model prefers the
+  pronoun's antecedent; head 1.2 gets 1.1's attention and the opposite copy (a third of its size):
+  patching it from the clean sentence moves the preference AWAY from the antecedent.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from headlens.analyses.patching.evidence import MIN_EFFECT, MIN_LOSS, NOT_SUPPORTED, SUPPORTED, role_evidence
+from headlens.analyses.synthetic.planted import BOS_ID
+from headlens.analyses.verdicts import (
+    AS_PREDICTED,
+    MIN_ITEMS,
+    NO_FINDING,
+    NOT_DISTINGUISHABLE,
+    OPPOSITE,
+    TOO_SMALL,
+    predicted_verdict,
+)
+
+D_MODEL, D_HEAD = 256, 64  # the planted checkpoint's shape (PlantedSpec defaults, 4 heads)
+#: A token the built-in evaluation text does not hold (" Magikarp"-like rarity): the harmful sink boosts it.
+RARE = 30212
+
+
+def _table(rows):
+    return pd.DataFrame([(l, h, f"{l}.{h}", r) for l, h, r in rows], columns=["layer", "head", "name", "role"])
+
+
+def _variant(planted_checkpoint: Path, folder: Path, change) -> Path:
+    import torch
+    from transformers import AutoTokenizer, GPT2LMHeadModel
+
+    model = GPT2LMHeadModel.from_pretrained(planted_checkpoint)
+    with torch.no_grad():
+        change(model)
+    model.save_pretrained(folder)
+    AutoTokenizer.from_pretrained(planted_checkpoint).save_pretrained(folder)
+    return folder
+
+
+def _harmful_sink(model) -> None:
+    """Head 0.1 reads the BOS token's direction (1 at position 0, about 0 elsewhere) and writes a
+    3-unit boost of :data:`RARE`: attending to the first token costs every prediction."""
+    attn, wte = model.transformer.h[0].attn, model.transformer.wte.weight
+    v = slice(2 * D_MODEL + D_HEAD, 2 * D_MODEL + 2 * D_HEAD)
+    attn.c_attn.weight[:, v] = 0
+    attn.c_attn.weight[:, v.start] = wte[BOS_ID] / wte[BOS_ID].norm() / (D_MODEL / 2) ** 0.5  # LayerNorm scales x_0 by sqrt(d/2)
+    attn.c_proj.weight[D_HEAD : 2 * D_HEAD] = 0
+    attn.c_proj.weight[D_HEAD] = 3 * wte[RARE] / wte[RARE].norm()
+
+
+def _opposed_referent(model) -> None:
+    """1.1 copies the attended name (head 1.0's copy map); 1.2 = 1.1's attention, minus a third of that copy."""
+    attn = model.transformer.h[1].attn
+    copy = attn.c_proj.weight[0:D_HEAD].clone()
+    attn.c_proj.weight[D_HEAD : 2 * D_HEAD] = copy
+    for part in range(3):  # q | k | v columns of 1.1 -> 1.2
+        attn.c_attn.weight[:, part * D_MODEL + 2 * D_HEAD : part * D_MODEL + 3 * D_HEAD] = attn.c_attn.weight[
+            :, part * D_MODEL + D_HEAD : part * D_MODEL + 2 * D_HEAD
+        ]
+    attn.c_proj.weight[2 * D_HEAD : 3 * D_HEAD] = -copy / 3
+
+
+@pytest.fixture(scope="module")
+def harmful_sink_model(planted_checkpoint, tmp_path_factory):
+    from headlens.probes.loading import load_model
+
+    return load_model(model=str(_variant(planted_checkpoint, tmp_path_factory.mktemp("sink"), _harmful_sink)), device="cpu")
+
+
+@pytest.fixture(scope="module")
+def opposed_referent_model(planted_checkpoint, tmp_path_factory):
+    from headlens.probes.loading import load_model
+
+    return load_model(model=str(_variant(planted_checkpoint, tmp_path_factory.mktemp("ref"), _opposed_referent)), device="cpu")
+
+
+def test_a_sink_whose_removal_lowers_the_loss_is_not_supported(harmful_sink_model):
+    ev = role_evidence(harmful_sink_model, _table([(0, 1, "sink")]), n=MIN_ITEMS)
+    row = ev.iloc[0]
+    assert row.figure_high < -MIN_LOSS, row.detail  # the construction: removal lowers the loss, interval below 0
+    assert row.evidence == NOT_SUPPORTED and "removing it lowers the loss" in row.detail, row.detail
+
+
+def test_a_head_that_pushes_against_the_antecedent_is_not_a_referent_head(opposed_referent_model):
+    ev = role_evidence(opposed_referent_model, _table([(1, 1, "referent"), (1, 2, "referent")]), n=MIN_ITEMS)
+    right, wrong = ev.iloc[0], ev.iloc[1]
+    assert right["evidence"] == SUPPORTED and float(right["figure_low"]) > MIN_EFFECT, right["detail"]
+    assert float(wrong["figure_high"]) < -MIN_EFFECT, wrong["detail"]  # the construction: the opposite copy, interval below 0
+    assert wrong["evidence"] == NOT_SUPPORTED and "away from the antecedent" in str(wrong["detail"]), wrong["detail"]
+
+
+@pytest.mark.parametrize(
+    "estimate, low, high, predicts, bar, bar_on, kind",
+    [
+        (0.5, 0.3, 0.7, 1, 0.1, "estimate", AS_PREDICTED),
+        (-0.5, -0.7, -0.3, 1, 0.1, "estimate", OPPOSITE),  # |effect| is large, the sign is wrong
+        (-0.005, -0.008, -0.002, 1, 0.1, "estimate", OPPOSITE),  # wrong way, however small
+        (0.05, 0.02, 0.08, 1, 0.1, "estimate", TOO_SMALL),
+        (0.15, 0.05, 0.25, 1, 0.1, "low", TOO_SMALL),  # the bar on the interval's low end
+        (0.25, 0.15, 0.35, 1, 0.1, "low", AS_PREDICTED),
+        (0.5, -0.1, 1.1, 1, 0.1, "estimate", NOT_DISTINGUISHABLE),
+        (-0.5, -0.7, -0.3, -1, 0.1, "estimate", AS_PREDICTED),  # a test that predicts a fall
+        (0.5, 0.3, 0.7, -1, 0.1, "estimate", OPPOSITE),
+        (-0.15, -0.25, -0.05, -1, 0.1, "low", TOO_SMALL),  # predicts a fall: the bar is on the high end
+        (0.5, np.nan, np.nan, 1, 0.1, "estimate", NO_FINDING),
+    ],
+)
+def test_predicted_verdict_is_direction_aware(estimate, low, high, predicts, bar, bar_on, kind):
+    got = predicted_verdict(estimate, low, high, predicts=predicts, bar=bar, bar_on=bar_on, n_items=MIN_ITEMS)
+    assert got.kind == kind and got.holds == (kind == AS_PREDICTED)
+
+
+def test_predicted_verdict_needs_the_items_and_no_smoke():
+    assert predicted_verdict(0.5, 0.3, 0.7, bar=0.1, n_items=MIN_ITEMS - 1).kind == NO_FINDING
+    assert predicted_verdict(0.5, 0.3, 0.7, bar=0.1, n_items=MIN_ITEMS, smoke=True).kind == NO_FINDING
+    with pytest.raises(ValueError, match="predicts"):
+        predicted_verdict(0.5, 0.3, 0.7, predicts=0)
