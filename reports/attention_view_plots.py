@@ -21,7 +21,7 @@ from matplotlib.figure import Figure
 
 from headlens.probes.errors import InputError
 from headlens.reports.figures.common import NotebookFigure, heatmap_figure
-from headlens.reports.page.attention_component import is_causal
+from headlens.reports.page.attention_component import is_causal, token_label
 from headlens.reports.page.heatmaps import head_grid
 
 log = logging.getLogger(__name__)
@@ -42,7 +42,7 @@ def _figure(width: float, height: float) -> Figure:
 
 
 def _label(token: str) -> str:
-    return token.replace("\n", "\u21b5").replace("\t", "\u21e5") or "\u2205"
+    return token_label(token)
 
 
 def _as_array(pattern: Any, name: str = "pattern") -> np.ndarray:

@@ -10,6 +10,7 @@ document have distinct ids.  The browser side is tests/test_attention_view_brows
 from __future__ import annotations
 
 import base64
+import io
 import json
 import re
 
@@ -266,3 +267,58 @@ def test_view_data_reads_causality_from_the_weights_and_keeps_an_encoder_s_upper
         view_data(tokens, full[:, :, :4], layers=[3], heads=[0, 1])
     with pytest.raises(InputError, match="NaN"):
         view_data(tokens, np.full((1, 2, 5, 5), np.nan), layers=[3], heads=[0, 1])
+
+
+#: A prompt whose tokens include whitespace alone (a line break, an indentation run).
+CODE_PROMPT = "def f(a):\n    return a\n\nx = 1"
+
+
+def test_token_label_shows_whitespace_as_glyphs():
+    from headlens.reports.page.attention_component import token_label
+
+    assert [token_label(t) for t in ["\n", " ", "    ", "\t", "", "\n\n  ", "\r\n"]] == [
+        "\u21b5",
+        "\u2423",
+        "\u2423" * 4,
+        "\u21e5",
+        "\u2205",
+        "\u21b5\u21b5\u2423\u2423",
+        "\u240d\u21b5",
+    ]
+    assert token_label(" b") == " b" and token_label("a\n") == "a\u21b5" and token_label("x") == "x"
+
+
+def test_whitespace_tokens_are_visible_in_the_view_data_and_the_figure(gpt2):
+    """No blank box in the view, no blank tick label in view.plot(): whitespace-only tokens carry
+    glyphs, given to the script as data (``labels``) by the one Python rule."""
+    view = attention_view(gpt2, CODE_PROMPT, layer=1, head=2)
+    blank = [t for t in view.tokens if t.isspace()]
+    assert blank, f"the prompt has whitespace-only tokens: {view.tokens}"
+    found = re.search(r'<script type="application/json" id="[^"]+">(.*?)</script>', view._repr_html_(), re.S)
+    assert found is not None
+    data = json.loads(found.group(1))
+    assert data["tokens"] == view.tokens
+    assert len(data["labels"]) == len(view.tokens)
+    assert all(label.strip() for label in data["labels"]), data["labels"]
+    assert "\u21b5" in data["labels"] and any(set(x) == {"\u2423"} for x in data["labels"])
+    fig = view.plot()
+    ticks = [t.get_text() for t in fig.axes[0].get_xticklabels()]
+    assert all(t.strip() for t in ticks), ticks
+    assert ticks == data["labels"]
+
+
+def test_whitespace_glyphs_are_in_the_figure_font():
+    """The glyphs draw (matplotlib warns 'Glyph ... missing from font' otherwise)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fig = plot_pattern(np.tril(np.full((4, 4), 0.25)), ["\n", "    ", "\t", " b"])
+        fig.savefig(io.BytesIO(), format="png")
+
+
+def test_the_script_has_no_token_rule_of_its_own():
+    """One rule (attention_component.token_label): the script shows the labels it is given."""
+    script = attention_component.static_text("attention_view.js")
+    assert "d.labels" in script
+    assert "\\u21b5" not in script and "\u21b5" not in script and "\\u2423" not in script

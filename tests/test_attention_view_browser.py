@@ -119,3 +119,17 @@ def test_two_notebook_views_in_one_page_work_apart(browser, family_model, tmp_pa
     assert _info(second).startswith("head 0.1, query ") and "(4) attends" in _info(first)  # the first view kept its query
     assert events["pageerror"] == []
     page.close()
+
+
+def test_whitespace_tokens_show_as_glyphs_in_the_browser(browser, family_model, tmp_path):
+    """A line break or an indentation run is a visible glyph in its token box, never a blank box."""
+    from headlens.reports.page.attention_component import token_label
+
+    view = attention_view(family_model("gpt2"), "def f(a):\n    return a\n\nx = 1", layer=1, head=0)
+    path = view.save(tmp_path / "ws.html")
+    page, events, _ = _open(browser, path)
+    shown = page.locator(".hl-av .hl-av-tok").evaluate_all("els => els.map(e => e.textContent)")
+    assert shown == [token_label(t) for t in view.tokens]
+    assert all(s.strip() for s in shown), shown
+    assert events["pageerror"] == []
+    page.close()

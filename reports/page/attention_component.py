@@ -34,6 +34,8 @@ from headlens.reports.page.inline import json_for_script, static_text
 log = logging.getLogger(__name__)
 
 __all__ = [
+    "token_label",
+    "WHITESPACE_GLYPHS",
     "view_data",
     "fragment_html",
     "standalone_html",
@@ -49,6 +51,29 @@ __all__ = [
 ENCODINGS = ("f32", "u8")
 #: Shown where no script runs (an untrusted notebook, a static render); the script replaces it.
 NOSCRIPT = "headlens attention view: this needs JavaScript (in Jupyter, a trusted notebook)."
+
+
+#: How a whitespace character of a token is shown (the view's token boxes and the figures' tick labels):
+#: a line break, a tab or a carriage return always; a space only in a token of whitespace alone
+#: (" " or an indentation run would otherwise be a blank box; in " b" the space shows as a gap).
+WHITESPACE_GLYPHS = {"\n": "\u21b5", "\t": "\u21e5", "\r": "\u240d"}
+#: A space in a whitespace-only token.
+SPACE_GLYPH = "\u2423"
+#: An empty token.
+EMPTY_GLYPH = "\u2205"
+
+
+def token_label(token: str) -> str:
+    """How a token is shown: ``"\\n"`` -> ``"↵"``, ``"\\t"`` -> ``"⇥"``, ``" "`` -> ``"␣"``, ``"    "`` ->
+    ``"␣␣␣␣"``, ``""`` -> ``"∅"``; ``" b"`` stays ``" b"`` and ``"a\\n"`` is ``"a↵"``.  The one rule: the
+    attention view receives these labels as data (``labels``) and the figures draw them."""
+    text = str(token)
+    if not text:
+        return EMPTY_GLYPH
+    shown = "".join(WHITESPACE_GLYPHS.get(c, c) for c in text)
+    if text.isspace():
+        shown = shown.replace(" ", SPACE_GLYPH).replace("\u00a0", SPACE_GLYPH)
+    return shown
 
 
 #: The most weight bytes one view embeds (before base64's 4/3): a notebook output or a page
@@ -115,6 +140,7 @@ def view_data(
     layers, heads = [int(x) for x in layers], [int(x) for x in heads]
     return {
         "tokens": [str(t) for t in tokens],
+        "labels": [token_label(str(t)) for t in tokens],  # what the script shows (token_label: whitespace as glyphs)
         "layers": layers,
         "heads": heads,
         "layer": layers[0] if layer is None else int(layer),

@@ -12,7 +12,9 @@ var headlensAttention = (function () {
     if (text !== undefined && text !== null) e.textContent = String(text);
     return e;
   }
-  function showTok(t) { return String(t).replace(/\n/g, "\u21b5").replace(/\t/g, "\u21e5") || "\u2205"; }
+  // A token as shown: its label from the data (attention_component.token_label, the one rule:
+  // whitespace as visible glyphs), the raw token only for data written without labels.
+  function label(d, k) { return d.labels ? String(d.labels[k]) : String(d.tokens[k]); }
   // base64 -> weights: "f32" little-endian float32 (exact), "u8" weight * 255 rounded (the report's).
   function decode(d) {
     var b = atob(d.att), bytes = new Uint8Array(b.length);
@@ -46,7 +48,7 @@ var headlensAttention = (function () {
     toks.setAttribute("role", "group");
     toks.setAttribute("aria-label", "tokens: hover, focus or click one to see where it attends");
     v.spans = d.tokens.map(function (t, k) {
-      var s = el("span", "hl-av-tok", showTok(t));
+      var s = el("span", "hl-av-tok", label(d, k));
       s.tabIndex = 0;
       s.setAttribute("role", "button");
       s.dataset.k = String(k);
@@ -114,8 +116,8 @@ var headlensAttention = (function () {
       if (!later) best.push([w, k]);
     });
     best.sort(function (a, b) { return b[0] - a[0] || a[1] - b[1]; });
-    var parts = best.slice(0, 3).map(function (p) { return "\u201c" + showTok(d.tokens[p[1]]) + "\u201d (" + p[1] + ") " + v.percent(p[0]); });
-    v.info.textContent = "head " + d.layers[v.li] + "." + d.heads[v.hi] + ", query \u201c" + showTok(d.tokens[q]) + "\u201d (" + q + ")" +
+    var parts = best.slice(0, 3).map(function (p) { return "\u201c" + label(d, p[1]) + "\u201d (" + p[1] + ") " + v.percent(p[0]); });
+    v.info.textContent = "head " + d.layers[v.li] + "." + d.heads[v.hi] + ", query \u201c" + label(d, q) + "\u201d (" + q + ")" +
       (v.pinned ? " [pinned]" : "") + " attends most to: " + parts.join(", ");
   };
   function mount(root, data, opts) { return new View(root, data, opts); }
