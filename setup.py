@@ -12,9 +12,11 @@ from setuptools import find_packages, setup
 LAYERS = ("probes", "analyses", "reports")
 
 packages = ["headlens"]
-package_dir = {"headlens": "src/headlens"}
+package_dir = {"headlens": "src/headlens", "": "src"}
 for layer in LAYERS:
     package_dir[f"headlens.{layer}"] = layer
     packages += [f"headlens.{layer}"] + [f"headlens.{layer}.{sub}" for sub in find_packages(layer)]
 
-setup(packages=packages, package_dir=package_dir)
+# _headlens_cli: the `headlens` console script's entry point (answers --help and --version without
+# importing the library's namespace); a private module, not an import name for users.
+setup(packages=packages, package_dir=package_dir, py_modules=["_headlens_cli"])

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from headlens.analyses.demo import MODEL_DIR
-from headlens.analyses.synthetic.families import minilm_dir
+from headlens.analyses.synthetic.minilm import minilm_dir
 from headlens.probes.errors import ModelLoadError
 from headlens.probes.sources import close_names
 

@@ -1,13 +1,25 @@
 #!/usr/bin/env bash
-# Set up headlens on a fresh machine: a virtual environment in .venv with everything installed.
-# Safe to re-run (pip skips what is already there). Needs Python 3.10+ and PyPI; downloads no model.
+# Set up headlens on a fresh machine: a virtual environment in .venv with what one purpose needs.
+#
+#   bash scripts/bootstrap.sh runtime   # the library and the `headlens` command only (scripts/demo.sh)
+#   bash scripts/bootstrap.sh test      # also the [test] extra: pytest, ruff, pyright, Ray, ... (scripts/test.sh)
+#   bash scripts/bootstrap.sh           # the same as `test` (what it always did)
+#
+# Safe to re-run (pip skips what is already there); `test` after `runtime` adds only the extra.
+# Needs Python 3.10+ and the package index (PyPI); downloads no model.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+purpose=${1:-test}
+case "$purpose" in
+  runtime) target="." ;;
+  test) target=".[test]" ;;
+  *) echo "bootstrap.sh: unknown purpose '$purpose' (expected runtime or test)" >&2; exit 2 ;;
+esac
 PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
+PIP=(.venv/bin/python -m pip install -q --disable-pip-version-check)
 # torch first, pinned: on these machines pip takes a CPU build from local disk; elsewhere it
 # falls back to PyPI's build for the platform (CUDA on Linux GPU machines).
-.venv/bin/python -m pip install -q --disable-pip-version-check "torch==2.13.0" 2>/dev/null \
-  || .venv/bin/python -m pip install -q --disable-pip-version-check "torch>=2.2"
-.venv/bin/python -m pip install -q --disable-pip-version-check -e ".[test]"
+"${PIP[@]}" "torch==2.13.0" 2>/dev/null || "${PIP[@]}" "torch>=2.2"
+"${PIP[@]}" -e "$target"
 .venv/bin/headlens --version

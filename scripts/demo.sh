@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
-bash scripts/bootstrap.sh
+bash scripts/bootstrap.sh runtime
 H=.venv/bin/headlens
 OUT=demo-out
 start=$SECONDS

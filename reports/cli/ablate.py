@@ -9,16 +9,11 @@ from typing import Any
 
 import click
 
-from headlens.analyses.ablation.pruning import PruneConfig
-from headlens.analyses.ablation.study import AblationConfig
 from headlens.probes.outputs import check_out_dir, check_out_file
 from headlens.reports.cli.common import HEADS, command_line, model_options, parse_layers
 from headlens.reports.journal import journal_path
 from headlens.reports.progress import progress_bars
-from headlens.reports.studies.ablate import AblationResult, ablate
 from headlens.reports.studies.journals import JournalFile
-from headlens.reports.studies.prune import PRUNE_FILES, prune
-from headlens.reports.tables import check_table_path
 
 log = logging.getLogger(__name__)
 
@@ -195,6 +190,10 @@ def ablate_cmd(
     difference are refused when the head is new.
     """
     out = Path(out_file)
+    from headlens.analyses.ablation.study import AblationConfig
+    from headlens.reports.studies.ablate import AblationResult, ablate
+    from headlens.reports.tables import check_table_path
+
     check_table_path(out)
     journal = JournalFile(journal_path(out), "ablate", resume=resume, overwrite=overwrite, on_resume=_say_resumed("head", quiet))
     config = AblationConfig(
@@ -289,6 +288,9 @@ def prune_cmd(
     OUT/pruning_curve.png/.svg.
     """
     out = Path(out_dir)
+    from headlens.analyses.ablation.pruning import PruneConfig
+    from headlens.reports.studies.prune import PRUNE_FILES, prune
+
     journal_file = out / "prune.journal.jsonl"
     if not (out.is_dir() and {p.name for p in out.iterdir()} <= {journal_file.name}):
         check_out_dir(out, overwrite=overwrite)  # a folder holding only a journal is left to Journal (--resume hint)

@@ -6,20 +6,16 @@ from pathlib import Path
 
 import click
 
-from headlens.analyses.synthetic.planted import PLANTED_ROLES, build_planted_checkpoint
-from headlens.analyses.synthetic.tiny import TinySpec, build_tiny_checkpoint
-from headlens.probes.capture_io import saved_keys
 from headlens.probes.config import CaptureConfig
 from headlens.probes.errors import CheckFailed, InputError
 from headlens.probes.outputs import check_out_dir, normal_modes
-from headlens.probes.prompts import read_prompts
 from headlens.reports.cli.common import HEADS, command_line, load, model_options, parse_csv, parse_layers
 from headlens.reports.progress import progress_bars
-from headlens.reports.studies.capture import ACTIVATIONS_FILE, capture
-from headlens.reports.studies.verify import DEFAULT_VERIFY_PROMPTS, verify
 
 
 def _prompts(text: str | None, prompts_file: str | None, *, default: str | tuple[str, ...] | None = None) -> list[str]:
+    from headlens.probes.prompts import read_prompts
+
     if text is not None and prompts_file is not None:
         raise click.UsageError("give either --text or --prompts, not both")
     if prompts_file is not None:
@@ -89,6 +85,9 @@ def capture_cmd(
     Writes OUT/activations.safetensors (keys are TransformerLens hook names, plus
     'lengths'), OUT/tokens.json and OUT/manifest.json.
     """
+    from headlens.probes.capture_io import saved_keys
+    from headlens.reports.studies.capture import ACTIVATIONS_FILE, capture
+
     out = check_out_dir(out_dir, overwrite=overwrite)
     texts = _prompts(text, prompts_file)
     config = CaptureConfig(
@@ -167,6 +166,8 @@ def verify_cmd(model, device, dtype, revision, allow_new_weights, text, prompts_
     on a masked key (padding included), or when a pattern row does not sum to 1; exits 2
     for a family whose attention headlens cannot redo.
     """
+    from headlens.reports.studies.verify import DEFAULT_VERIFY_PROMPTS, verify
+
     texts = _prompts(text, prompts_file, default=DEFAULT_VERIFY_PROMPTS)
     loaded = load(model, device, dtype, revision, allow_new_weights)
     result = verify(loaded, prompts=texts, prepend_bos=not no_bos, tolerance=tolerance, command=command_line())
@@ -201,6 +202,9 @@ def verify_cmd(model, device, dtype, revision, allow_new_weights, text, prompts_
 @click.option("--overwrite", is_flag=True, help="Replace files in a non-empty folder.")
 def tiny_model_cmd(out_dir, n_layer, n_head, d_model, n_ctx, seed, planted, overwrite):
     """Build a small GPT-2-shaped checkpoint (random weights, real GPT-2 tokenizer) offline."""
+    from headlens.analyses.synthetic.planted import PLANTED_ROLES, build_planted_checkpoint
+    from headlens.analyses.synthetic.tiny import TinySpec, build_tiny_checkpoint
+
     if planted:
         check_out_dir(out_dir, overwrite=overwrite)
         path = normal_modes(build_planted_checkpoint(out_dir))

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from headlens.analyses.heads.census import CensusConfig
 from headlens.reports.cli.common import parse_csv
+
+if TYPE_CHECKING:
+    from headlens.analyses.heads.census import CensusConfig
 
 __all__ = ["census_options", "attention_options", "census_config", "ATTENTION_HELP"]
 
@@ -75,6 +77,8 @@ def census_config(
     query_block: int = 256,
 ) -> CensusConfig:
     """The :class:`CensusConfig` of the census flags."""
+    from headlens.analyses.heads.census import CensusConfig
+
     return CensusConfig(
         attention=attention,
         query_block=query_block,

@@ -7,16 +7,18 @@ import logging
 import re
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from headlens.analyses.ablation.masks import parse_heads
 from headlens.probes.errors import HeadlensError, ModelLoadError
-from headlens.probes.loading import LoadedModel
-from headlens.probes.placement import command_placement, placement_of
-from headlens.reports.models import model_flag_hint
-from headlens.reports.studies.models import as_loaded
+
+if TYPE_CHECKING:
+    from headlens.probes.loading import LoadedModel
+
+# Light at module level (click, the standard library, headlens.probes.errors): every command's
+# options import this module, and `headlens CMD --help` must not import torch.  What the helpers
+# below run (model loading, placement, head parsing) they import when called.
 
 __all__ = [
     "HeadlensGroup",
@@ -99,6 +101,16 @@ MAPPED_PARAMETERS = (
     "truncate",
     "thresholds",
     "baseline_factor",
+    "steps",
+    "top_n",
+    "threshold",
+    "confirm",
+    "n_bootstrap",
+    "n_pairs",
+    "target_faithfulness",
+    "modes",
+    "n_baseline",
+    "n_tokens",
 )
 _PARAMETER = re.compile(r"(?<![\w.-])(" + "|".join(MAPPED_PARAMETERS) + r")=('(?:[^'\\]|\\.)*'|\"[^\"]*\"|[^\s,;:)]+)?")
 #: A parameter named bare as the subject of a message or clause: ``n_prompts must be at least 1``.
@@ -161,6 +173,8 @@ def load(
 ) -> LoadedModel:
     """The model of ``--model``, ``--device``, ``--dtype``, ``--revision``, ``--allow-new-weights`` (every command's load);
     with ``seed`` (``--seed``) torch is seeded first, so weights missing from the checkpoint are drawn reproducibly."""
+    from headlens.reports.studies.models import as_loaded
+
     return as_loaded(model, {"device": device, "dtype": dtype, "revision": revision, "allow_new_weights": allow_new_weights}, seed=seed)
 
 
@@ -224,6 +238,7 @@ def _with_placement(fn: Callable[..., Any]) -> Callable[..., Any]:
     def run(*args: Any, device_map: str | None = None, max_memory: str | None = None, **kwargs: Any) -> Any:
         if device_map is None and max_memory is None:
             return fn(*args, **kwargs)
+        from headlens.probes.placement import command_placement, placement_of
 
         placement_of(device_map, max_memory, device=kwargs.get("device", "auto"))  # bad input: one line, before anything loads
         with command_placement(device_map, max_memory):
@@ -235,6 +250,8 @@ def _with_placement(fn: Callable[..., Any]) -> Callable[..., Any]:
 def check_model_names(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
     """``--model`` callback (one value or several): a probable typo of a named model (``dmeo``) is
     refused with the names it is close to (exit 3), before anything loads."""
+    from headlens.reports.models import model_flag_hint
+
     for spec in value if isinstance(value, (tuple, list)) else (value,):
         hint = model_flag_hint(spec) if isinstance(spec, str) else None
         if hint:
@@ -339,6 +356,7 @@ class HeadsType(click.ParamType):
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> tuple[tuple[int, int], ...]:
         if isinstance(value, tuple):
             return value
+        from headlens.analyses.ablation.masks import parse_heads
 
         try:
             return parse_heads(value)

@@ -15,14 +15,7 @@ from typing import Any
 import click
 
 from headlens.analyses.demo import MODEL_DIR
-from headlens.analyses.demo.card import heldout_text, loss_bases
-from headlens.analyses.demo.checkpoints import config_dict, save_checkpoint, save_step_checkpoint, step_folder_name
-from headlens.analyses.demo.data import heldout_documents
-from headlens.analyses.demo.recipe import RECIPE
-from headlens.analyses.demo.replay import replay
-from headlens.analyses.demo.train import train
 from headlens.probes.outputs import atomic_dir, check_out_file, write_text
-from headlens.reports.demo_card import write_model_card
 
 __all__ = ["demo_group", "COMMANDS"]
 
@@ -68,6 +61,12 @@ def train_cmd(
     exactly what an uninterrupted run would). The file is removed when the folder is written.
     With --save-every N the weights of every N-th step are kept too, in OUT-checkpoints/.
     """
+    from headlens.analyses.demo.card import loss_bases
+    from headlens.analyses.demo.checkpoints import config_dict, save_checkpoint, save_step_checkpoint, step_folder_name
+    from headlens.analyses.demo.recipe import RECIPE
+    from headlens.analyses.demo.train import train
+    from headlens.reports.demo_card import write_model_card
+
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     out = Path(out_dir)
     kept = out.with_name(out.name + "-checkpoints")
@@ -131,6 +130,8 @@ def train_cmd(
 @click.option("--model", "folder", required=True, type=click.Path(exists=True, file_okay=False), help="A folder written by `train`.")
 def card_cmd(folder: str) -> None:
     """(Re)write MODEL_CARD.md for a checkpoint folder written by `train`."""
+    from headlens.reports.demo_card import write_model_card
+
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     path = write_model_card(folder)
     _say(f"wrote {path}")
@@ -147,6 +148,9 @@ def heldout_cmd(out_file: str, overwrite: bool) -> None:
     (or `ablate`/`prune --text-file`) to measure the demo model on text from its own domain;
     the report's manifest records the file's SHA-256, which this command prints.
     """
+    from headlens.analyses.demo.card import heldout_text
+    from headlens.analyses.demo.data import heldout_documents
+
     out = Path(out_file)
     check_out_file(out, overwrite=overwrite)
     docs = heldout_documents()
@@ -171,6 +175,8 @@ def replay_cmd(folder: str | None, steps: int) -> None:
     Exit 0 when every rerun loss rounds to the logged one, 1 when one does not, 2 when the
     log cannot be replayed here (another Python ships other training text).
     """
+    from headlens.analyses.demo.replay import replay
+
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     target = Path(folder) if folder else MODEL_DIR
     report = replay(target, steps, on_step=lambda done: _say(f"  replayed {done}/{steps} steps") if done and done % 50 == 0 else None)

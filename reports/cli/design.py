@@ -9,17 +9,12 @@ from typing import Any
 
 import click
 
-from headlens.analyses.design.gqa import GQAConfig
-from headlens.analyses.design.kv import KVConfig
-from headlens.analyses.design.projections import ProjectionConfig
 from headlens.probes.errors import InputError
 from headlens.probes.outputs import check_out_dir, check_out_file
 from headlens.reports.cli.common import command_line, model_options, parse_csv, parse_ints
 from headlens.reports.design_tables import text_table
 from headlens.reports.progress import progress_bars
-from headlens.reports.studies.design import KVResult, gqa, kv, projections
 from headlens.reports.studies.journals import JournalFile
-from headlens.reports.tables import check_table_path
 
 __all__ = ["COMMANDS", "kv_cmd", "gqa_cmd", "projections_cmd"]
 
@@ -101,6 +96,10 @@ def kv_cmd(model, device, dtype, revision, allow_new_weights, batch, context, ca
     KV heads are counted, not query heads (exact for grouped-query families); a sliding-window
     layer caches at most its window.
     """
+    from headlens.analyses.design.kv import KVConfig
+    from headlens.reports.studies.design import KVResult, kv
+    from headlens.reports.tables import check_table_path
+
     if out_file is not None:
         check_table_path(out_file)
         for path in (out_file, *KVResult.sidecars(out_file).values()):
@@ -172,6 +171,9 @@ def gqa_cmd(
     as it finishes (OUT/gqa.journal.jsonl); after an interruption, --resume measures only the
     variants left, with the same result.
     """
+    from headlens.analyses.design.gqa import GQAConfig
+    from headlens.reports.studies.design import gqa
+
     try:
         config = GQAConfig(group_sizes=group_sizes, groupings=tuple(parse_csv(grouping) or ()), batch_size=batch_size)
     except InputError as exc:
@@ -255,6 +257,9 @@ def projections_cmd(
     is journaled as it finishes (OUT/projections.journal.jsonl); after an interruption,
     --resume runs only what is left, with the same result.
     """
+    from headlens.analyses.design.projections import ProjectionConfig
+    from headlens.reports.studies.design import projections
+
     out = _out_dir(out_dir, "projections.journal.jsonl", overwrite=overwrite, resume=resume)
     config = ProjectionConfig(kinds=tuple(parse_csv(kinds) or ()), layers=layers, per_head=per_head, batch_size=batch_size)
     journal = JournalFile(

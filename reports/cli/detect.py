@@ -3,21 +3,19 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
-from headlens.analyses.ablation.masks import read_mask
-from headlens.analyses.heads.classify import check_baseline_factor, parse_thresholds
-from headlens.analyses.patching.evidence import EvidenceConfig
-from headlens.analyses.synthetic.selftest import run_selftest
 from headlens.probes.errors import CheckFailed, InputError
 from headlens.probes.outputs import check_out_dir, check_out_file
 from headlens.reports.cli.census_options import attention_options, census_config, census_options
 from headlens.reports.cli.common import command_line, load, model_options
-from headlens.reports.evidence_text import EVIDENCE_FILE
-from headlens.reports.finding_lines import census_findings, evidence_count_line
 from headlens.reports.progress import progress_bars
-from headlens.reports.studies.census import CensusResult, DetectResult, census, check_census_config
-from headlens.reports.tables import check_table_path
+
+if TYPE_CHECKING:
+    from headlens.analyses.patching.evidence import EvidenceConfig
+    from headlens.reports.studies.census import CensusResult
 
 
 @click.command("detect")
@@ -52,6 +50,9 @@ def detect_cmd(
     Columns: layer, head, detector, score, baseline, ci_low, ci_high, n, accuracy
     (accuracy for referent only).
     """
+    from headlens.reports.studies.census import DetectResult, census, check_census_config
+    from headlens.reports.tables import check_table_path
+
     out = check_table_path(out_file)
     check_out_file(out, overwrite=overwrite)
     config = census_config(
@@ -136,6 +137,12 @@ def classify_cmd(
 ):
     """Give every head its roles: scores.csv, roles.csv, heatmaps, summary.md, manifest.json
     (with --evidence also evidence.csv and an evidence column in heads.csv)."""
+    from headlens.analyses.ablation.masks import read_mask
+    from headlens.analyses.heads.classify import check_baseline_factor, parse_thresholds
+    from headlens.reports.evidence_text import EVIDENCE_FILE
+    from headlens.reports.finding_lines import census_findings, evidence_count_line
+    from headlens.reports.studies.census import census, check_census_config
+
     given = [
         f
         for f, p in (("--evidence-n", "evidence_n"), ("--evidence-seq-len", "evidence_seq_len"))
@@ -173,6 +180,8 @@ def classify_cmd(
 def _evidence_config(evidence, n, seq_len, seed, mask_file, given=()) -> EvidenceConfig | None:
     """The evidence settings (None without --evidence), checked before the model loads; ``given``:
     the evidence flags set on the command line."""
+    from headlens.analyses.patching.evidence import EvidenceConfig
+
     if not evidence:
         if given:
             raise InputError("--evidence-n and --evidence-seq-len need --evidence")
@@ -199,6 +208,8 @@ def selftest_cmd(device, dtype, n_prompts, keep, quiet):
     Exit 0 when every planted role is recovered on its head and no other head gets a
     role; 1 otherwise.
     """
+    from headlens.analyses.synthetic.selftest import run_selftest
+
     with progress_bars("census", quiet=quiet) as progress:
         report = run_selftest(device=device, dtype=dtype, n_prompts=n_prompts, folder=keep, progress=None if quiet else progress)
     for line in report.lines():

@@ -3,22 +3,60 @@
 Exit codes: 0 success; 1 a check failed; 2 bad input or usage; 3 model could not be
 loaded; 4 output exists or cannot be written; 5 device or dtype not available;
 130 interrupted.
+
+The group is lazy (:class:`headlens.reports.cli.lazy.LazyGroup`): :data:`COMMANDS` names each
+command's module, imported only when that command is asked for, so ``--help``, ``--version``,
+``CMD --help`` and usage errors answer without importing torch.
 """
 
 from __future__ import annotations
 
-import importlib
+from collections.abc import Callable
+from importlib import metadata
 
 import click
 
-from headlens.probes.manifest import headlens_version
-from headlens.reports.cli.common import CONTEXT_SETTINGS, HeadlensGroup, setup_logging
+from headlens.reports.cli.common import CONTEXT_SETTINGS, setup_logging
+from headlens.reports.cli.lazy import CommandStart, LazyGroup
 
-__all__ = ["cli", "main"]
+__all__ = ["cli", "main", "COMMANDS"]
+
+#: Every command: its name -> (module, the click command in it).  A new command is one line here;
+#: its module imports heavy modules (studies, torch, pandas) inside the command's function
+#: (tests/test_cli_startup.py checks that ``headlens CMD --help`` imports no torch).
+COMMANDS: dict[str, tuple[str, str]] = {
+    "capture": ("headlens.reports.cli.capture", "capture_cmd"),
+    "verify": ("headlens.reports.cli.capture", "verify_cmd"),
+    "tiny-model": ("headlens.reports.cli.capture", "tiny_model_cmd"),
+    "detect": ("headlens.reports.cli.detect", "detect_cmd"),
+    "classify": ("headlens.reports.cli.detect", "classify_cmd"),
+    "selftest": ("headlens.reports.cli.detect", "selftest_cmd"),
+    "sinks": ("headlens.reports.cli.sinks", "sinks_cmd"),
+    "ablate": ("headlens.reports.cli.ablate", "ablate_cmd"),
+    "prune": ("headlens.reports.cli.ablate", "prune_cmd"),
+    "report": ("headlens.reports.cli.report", "report_cmd"),
+    "demo": ("headlens.reports.cli.demo", "demo_group"),
+    "sweep": ("headlens.reports.cli.sweep", "sweep_cmd"),
+    "kv": ("headlens.reports.cli.design", "kv_cmd"),
+    "gqa": ("headlens.reports.cli.design", "gqa_cmd"),
+    "projections": ("headlens.reports.cli.design", "projections_cmd"),
+    "patch": ("headlens.reports.cli.patch", "patch_cmd"),
+    "circuit": ("headlens.reports.cli.circuit", "circuit_cmd"),
+    "composition": ("headlens.reports.cli.composition", "composition_cmd"),
+    "models": ("headlens.reports.cli.models", "models_cmd"),
+    "tracr-model": ("headlens.reports.cli.tracr", "tracr_model_cmd"),
+}
 
 
-@click.group(cls=HeadlensGroup, context_settings=CONTEXT_SETTINGS)
-@click.version_option(headlens_version(), "--version", "-V", prog_name="headlens")
+def _version() -> str:
+    try:
+        return metadata.version("headlens")
+    except metadata.PackageNotFoundError:  # a source tree that was never installed
+        return "0+unknown"
+
+
+@click.group(cls=LazyGroup, lazy_commands=COMMANDS, context_settings=CONTEXT_SETTINGS)
+@click.version_option(_version(), "--version", "-V", prog_name="headlens")
 @click.option(
     "--verbose",
     "-v",
@@ -40,32 +78,10 @@ def cli(ctx: click.Context, verbose: int, quiet: int) -> None:
     ctx.call_on_close(setup_logging(verbose - quiet))
 
 
-#: Modules whose ``COMMANDS`` list is added to the group (one line each).
-_COMMAND_MODULES = (
-    "headlens.reports.cli.capture",
-    "headlens.reports.cli.detect",
-    "headlens.reports.cli.sinks",
-    "headlens.reports.cli.ablate",
-    "headlens.reports.cli.report",
-    "headlens.reports.cli.demo",
-    "headlens.reports.cli.sweep",
-    "headlens.reports.cli.design",
-    "headlens.reports.cli.patch",
-    "headlens.reports.cli.models",
-)
-
-
-def _register() -> None:
-    for name in _COMMAND_MODULES:
-        for command in importlib.import_module(name).COMMANDS:
-            cli.add_command(command)
-
-
-_register()
-
-
-def main() -> None:
-    cli.main(prog_name="headlens")
+def main(*, before_command: Callable[[], None] | None = None) -> None:
+    """Run ``headlens`` on ``sys.argv``; ``before_command`` runs once a command's arguments have
+    parsed, right before it runs (the console script completes the deferred package imports there)."""
+    cli.main(prog_name="headlens", obj=CommandStart(before_command) if before_command else None)
 
 
 if __name__ == "__main__":

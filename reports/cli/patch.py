@@ -7,15 +7,15 @@ from pathlib import Path
 
 import click
 
-from headlens.analyses.patching.activation import PatchConfig
 from headlens.probes.outputs import check_out_dir
 from headlens.reports.cli.common import HEADS, command_line, model_options
-from headlens.reports.figures.common import figures_text
-from headlens.reports.patching_tables import patch_lines
 from headlens.reports.progress import progress_bars
-from headlens.reports.studies.patch import BUILTINS, patch
 
 log = logging.getLogger(__name__)
+
+#: The built-in tasks of ``--builtin``: :data:`headlens.reports.studies.patch.BUILTINS`, written out so that
+#: ``headlens patch --help`` imports no study (tests/test_cli_startup.py checks the two are equal).
+BUILTIN_TASKS = ("induction", "names", "referent")
 
 
 @click.command("patch")
@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 )
 @click.option(
     "--builtin",
-    type=click.Choice(BUILTINS),
+    type=click.Choice(BUILTIN_TASKS),
     default=None,
     help="A built-in task instead of --task (default: induction): repeated random tokens, an IOI-style name task, or the referent pairs.",
 )
@@ -120,6 +120,11 @@ def patch_cmd(
     (layer, head, denoising and noising with intervals), path_patching.csv with --path,
     heatmaps and manifest.json to --out.
     """
+    from headlens.analyses.patching.activation import PatchConfig
+    from headlens.reports.figures.common import figures_text
+    from headlens.reports.patching_tables import patch_lines
+    from headlens.reports.studies.patch import patch
+
     if path_mode and not receivers:
         raise click.UsageError("--path needs --receivers LAYER.HEAD,...")
     if receivers and not path_mode:

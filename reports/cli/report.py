@@ -9,8 +9,6 @@ import click
 from headlens.probes.errors import CheckFailed
 from headlens.reports.cli.common import model_options, parse_csv
 from headlens.reports.progress import ReportBars
-from headlens.reports.report import build
-from headlens.reports.tables import roles_joined
 
 #: Heads with a role listed on stdout; the rest are counted ("... and 25 more").
 SHOWN_ROLES = 12
@@ -90,6 +88,9 @@ def report_cmd(
     fails is shown in the page as FAILED with its error, the others still run, and the exit
     code is 1.
     """
+    from headlens.reports.report import build
+    from headlens.reports.tables import roles_joined
+
     with ReportBars(quiet=quiet) as bars:
         report = build.build_report(  # through the module: tests replace build.build_report
             model,

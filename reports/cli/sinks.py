@@ -3,20 +3,17 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from headlens.analyses.sinks.config import SinkConfig
-from headlens.analyses.sinks.seed import seed_tables
 from headlens.probes.errors import InputError
-from headlens.probes.manifest import build_manifest
 from headlens.probes.outputs import check_out_dir
-from headlens.probes.prompts import read_prompts
 from headlens.reports.cli.common import HEADS, command_line, load, model_options, parse_csv, parse_ints
-from headlens.reports.figures.common import figures_text
 from headlens.reports.progress import progress_bars
-from headlens.reports.sinks_tables import seed_text_lines
-from headlens.reports.studies.sinks import SeedTextResult, SinkLengthsResult, SinksResult, sinks
+
+if TYPE_CHECKING:
+    from headlens.reports.studies.sinks import SinkLengthsResult, SinksResult
 
 
 @click.command("sinks")
@@ -155,6 +152,10 @@ def sinks_cmd(
     the queries that see the first token and the mean over all queries), sink_lengths.png/.svg
     and manifest.json.
     """
+    from headlens.analyses.sinks.config import SinkConfig
+    from headlens.probes.prompts import read_prompts
+    from headlens.reports.studies.sinks import sinks
+
     if out_dir is None and text is None:
         raise click.UsageError("give --out DIR (or --text TEXT for the seed measurement alone)")
     if text is not None and prompts_file is not None:
@@ -223,6 +224,8 @@ def sinks_cmd(
 
 def _sinks_done(result: SinksResult, out: Path) -> None:
     """The console lines of the full study."""
+    from headlens.reports.figures.common import figures_text
+
     found = result.findings()  # the notebook view's lines and notes (one wording)
     for line in found.lines:
         click.echo(line)
@@ -234,6 +237,8 @@ def _sinks_done(result: SinksResult, out: Path) -> None:
 
 def _lengths_done(result: SinkLengthsResult, out: Path, overwrite: bool) -> None:
     """``sinks --lengths``: the files, then the summary lines."""
+    from headlens.reports.figures.common import figures_text
+
     result.save(out, overwrite=overwrite)
     for line in result.findings().lines:
         click.echo(line)
@@ -243,6 +248,11 @@ def _lengths_done(result: SinkLengthsResult, out: Path, overwrite: bool) -> None
 
 def _seed_text(model, device, dtype, revision, allow_new_weights, text, settings, seed, top, out_dir) -> None:
     """``sinks --text``: per head, the last token's attention to the first vs 1/n (seed_text.csv with --out)."""
+    from headlens.analyses.sinks.seed import seed_tables
+    from headlens.probes.manifest import build_manifest
+    from headlens.reports.sinks_tables import seed_text_lines
+    from headlens.reports.studies.sinks import SeedTextResult
+
     loaded = load(model, device, dtype, revision, allow_new_weights, seed=seed)
     table = seed_tables(loaded, text, settings)
     for line in seed_text_lines(table, top):

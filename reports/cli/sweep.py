@@ -6,19 +6,10 @@ import sys
 from pathlib import Path
 
 import click
-import pandas as pd
 
-from headlens.analyses.heads.classify import default_thresholds, parse_thresholds
-from headlens.probes.manifest import build_manifest
 from headlens.probes.outputs import write_json
 from headlens.reports.cli.census_options import attention_options, census_config, census_options
 from headlens.reports.cli.common import check_model_names, fail, parse_csv
-from headlens.reports.figures.sweep import sweep_figures
-from headlens.reports.studies.census import check_census_config
-from headlens.reports.sweep.engine import check_settings, import_ray, run_sweep
-from headlens.reports.sweep.gather import gather, import_pyarrow, loss_sets
-from headlens.reports.sweep.plan import SweepConfig, parse_steps, plan_tasks
-from headlens.reports.tables import write_table
 from headlens.reports.text_files import read_text_file
 
 __all__ = ["sweep_cmd", "COMMANDS"]
@@ -150,6 +141,15 @@ def sweep_cmd(
     is then 1. The dataset OUT/dataset is partitioned by model: model, revision, step,
     label, layer, head, detector, score, baseline, ci_low, ci_high, n, accuracy, role.
     """
+    from headlens.analyses.heads.classify import default_thresholds, parse_thresholds
+    from headlens.probes.manifest import build_manifest
+    from headlens.reports.figures.sweep import sweep_figures
+    from headlens.reports.studies.census import check_census_config
+    from headlens.reports.sweep.engine import check_settings, import_ray, run_sweep
+    from headlens.reports.sweep.gather import gather, import_pyarrow, loss_sets
+    from headlens.reports.sweep.plan import SweepConfig, parse_steps, plan_tasks
+    from headlens.reports.tables import write_table
+
     import_ray()
     import_pyarrow()
     revs = [r for item in revisions for r in (parse_csv(item) or [])]
@@ -253,6 +253,8 @@ def sweep_cmd(
 
 
 def _status_table(records):
+    import pandas as pd
+
     cols = ["key", "label", "model", "revision", "step", "status", "error", "exit_code", "wall_s", "host"]
     return pd.DataFrame([{c: r.get(c) for c in cols} for r in records], columns=cols)
 

@@ -1,0 +1,130 @@
+"""The ``headlens`` command answers at once (issue 32): ``--version``, ``--help``, ``CMD --help`` and
+usage errors import neither torch nor transformers (nor pandas, matplotlib, transformer_lens); a
+command that runs does so with the library's namespace complete, as after ``import headlens``.
+
+Each check runs in a fresh interpreter and reads its ``sys.modules`` (no timing: the times are in
+``benchmarks/first_minutes.sh``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import click
+import pytest
+
+from headlens.reports.cli.main import COMMANDS, cli
+
+HEAVY = ("torch", "transformers", "transformer_lens", "pandas", "matplotlib", "seaborn", "scipy")
+SCRIPT = Path(sys.executable).parent / "headlens"
+
+#: Runs the console script's entry point on argv[1:], then prints (on the last line of stderr) the
+#: heavy modules that were imported and the exit code.
+_PROBE = """
+import json, sys
+import _headlens_cli
+sys.argv = ["headlens", *sys.argv[1:]]
+try:
+    _headlens_cli.main()
+    code = 0
+except SystemExit as exc:
+    code = exc.code
+heavy = sorted(m for m in {heavy!r} if m in sys.modules)
+sys.stderr.write("\\n" + json.dumps({{"heavy": heavy, "code": code}}) + "\\n")
+"""
+
+
+def _probe(*args: str) -> tuple[dict, str, str]:
+    proc = subprocess.run(
+        [sys.executable, "-c", _PROBE.format(heavy=HEAVY), *args], capture_output=True, text=True, timeout=120, env=_env()
+    )
+    *rest, last = proc.stderr.rstrip("\n").split("\n")
+    return json.loads(last), proc.stdout, "\n".join(rest).strip()
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+
+
+def test_the_console_script_is_the_light_entry_point():
+    """The installed ``headlens`` script calls ``_headlens_cli.main`` (pyproject's [project.scripts])."""
+    assert SCRIPT.exists()
+    assert "from _headlens_cli import main" in SCRIPT.read_text()
+    proc = subprocess.run(
+        [str(SCRIPT), "--version"], capture_output=True, text=True, timeout=60, env={**_env(), "PYTHONPROFILEIMPORTTIME": "1"}
+    )
+    assert proc.returncode == 0 and proc.stdout.startswith("headlens, version ")
+    imported = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
+    assert "click" in imported  # the import log is read
+    assert not imported & set(HEAVY)
+
+
+@pytest.mark.parametrize("args", [("--version",), ("-h",), ("detect", "--help"), ("demo", "heldout", "--help")], ids=" ".join)
+def test_help_and_version_import_nothing_heavy(args):
+    found, out, err = _probe(*args)
+    assert found == {"heavy": [], "code": 0}, err
+    assert out.strip()
+
+
+def test_every_command_module_is_light():
+    """``headlens -h`` lists every command with its short help: every command module is imported."""
+    found, out, _ = _probe("--help")
+    assert found["heavy"] == []
+    for name in COMMANDS:
+        assert f"  {name} " in out
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("detect", "--bogus"), "No such option '--bogus'"),
+        (("classify", "--out", "x"), "Missing option '--model'"),
+        (("frobnicate",), "No such command 'frobnicate'"),
+        # --model's typo check runs first (it reads the named models, not the model)
+        (("capture", "--model", "demo", "--layers", "x", "--out", "o"), "expected comma-separated whole numbers"),
+    ],
+)
+def test_usage_errors_are_one_line_exit_2_and_light(args, message):
+    found, out, err = _probe(*args)
+    assert found == {"heavy": [], "code": 2}
+    assert out == ""
+    assert len(err.splitlines()) == 1 and err.startswith("headlens: error: ") and message in err, err
+
+
+def test_a_command_runs_with_the_namespace_complete():
+    """``headlens models`` through the entry point; afterwards the deferred package namespaces are the full ones."""
+    check = """
+import sys, _headlens_cli
+sys.argv = ["headlens", "models"]
+try:
+    _headlens_cli.main()
+except SystemExit as exc:
+    assert not exc.code, exc.code
+import headlens, headlens.probes, headlens.analyses, headlens.reports
+missing = [n for n in headlens.__all__ if not hasattr(headlens, n)]
+missing += [n for m in (headlens.probes, headlens.analyses, headlens.reports) for n in m.__all__ if not hasattr(m, n)]
+assert not missing, missing
+print("complete")
+"""
+    proc = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=300, env=_env())
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[0].startswith("demo: ") and proc.stdout.splitlines()[-1] == "complete"
+
+
+def test_the_registry_names_each_command_once():
+    ctx = click.Context(cli)
+    assert cli.list_commands(ctx) == sorted(COMMANDS)
+    for name in COMMANDS:
+        command = cli.get_command(ctx, name)
+        assert command is not None and command.name == name
+
+
+def test_the_patch_builtins_written_out_for_its_help_are_the_studys():
+    from headlens.reports.cli.patch import BUILTIN_TASKS
+    from headlens.reports.studies.patch import BUILTINS
+
+    assert BUILTIN_TASKS == BUILTINS
