@@ -142,7 +142,7 @@ def ablation_findings(result: Any) -> Findings:
     cols = [
         c
         for c in ["layer", "head", "value", "delta", "ci_low", "ci_high"] + ([] if "attribution" in run else ["attribution"])
-        if c in shown
+        if c in shown and not (c == "attribution" and shown[c].isna().all())  # attribution off: no column of NaN
     ]
     lines += shown[cols].to_string(index=False, float_format=lambda x: f"{x:.4g}").split("\n")
     if result.spearman is not None:

@@ -68,10 +68,11 @@ def test_patching_view_shows_the_gap_and_the_attribution_agreement(demo):
 
 
 def test_ablation_view_shows_the_strongest_heads_with_intervals(demo):
-    ab = headlens.ablate(demo, method="zero", n_windows=4, window=32, attribution=False, n_bootstrap=50, seed=0)
+    text = "def add(a, b):\n    return a + b\n\n" * 30  # a text of the demo's domain, given: no corpus to read
+    ab = headlens.ablate(demo, method="zero", text=text, n_windows=4, window=32, attribution=False, n_bootstrap=50, seed=0)
     head = _findings_block(ab._repr_html_())
     assert "zero ablation of 8 head(s)" in head and "heads with the largest |delta|:" in head
-    assert "ci_low" in head and "ci_high" in head
+    assert "ci_low" in head and "ci_high" in head and "attribution" not in head  # attribution off: no column of NaN
     assert f"{ab.unablated_value:.6g}" in head
 
 
@@ -108,3 +109,14 @@ def test_plot_without_figures_is_a_one_line_library_error():
 def test_plot_of_an_unknown_name_names_the_figures(demo_census):
     with pytest.raises(HeadlensError, match=r"name='heatmap_nope': no such figure .*figures: heatmap_"):
         demo_census.plot("heatmap_nope")
+
+
+def test_census_with_evidence_view_shows_the_verdicts(demo, demo_census):
+    from headlens.analyses.patching.evidence import EvidenceConfig
+
+    tested = demo_census.with_evidence(demo, EvidenceConfig(n=10, T=16))
+    head = _findings_block(tested._repr_html_())
+    assert tested.evidence is not None and len(tested.evidence)
+    assert re.search(r"evidence: \d+ supported", head)
+    for r in tested.evidence.itertuples():
+        assert re.search(rf"{re.escape(r.name)}\s+{r.role}\s+{re.escape(str(r.evidence))}", head), (r.name, r.role)
