@@ -71,6 +71,7 @@ import pandas as pd
 import torch
 
 from headlens.analyses.ablation.runs import ablated_logits
+from headlens.analyses.ablation.texts import choose_text
 from headlens.analyses.patching.activation import PatchConfig, patch_heads
 from headlens.analyses.patching.builtin import induction_task, referent_task
 from headlens.analyses.patching.dla import direct_logit_attribution
@@ -307,12 +308,13 @@ def _duplicate(model: LoadedModel, heads: list[tuple[int, int]], *, n: int, T: i
 
 
 def _sink(model: LoadedModel, heads: list[tuple[int, int]], *, n: int, prepend_bos: bool, seed: int) -> dict[tuple[int, int], tuple]:
-    test = "sink removal: key 0 masked out of the head's queries, attention renormalised; evaluation-text windows"
+    text = choose_text(model)  # the model's own held-out text when it carries one (the demo), else the built-in text
+    test = f"sink removal: key 0 masked out of the head's queries, attention renormalised; windows of the {text.label} ({text.why})"
     why = _unreadable(model, "loss")
     if why is not None:
         return {h: (NOT_TESTABLE, np.nan, np.nan, np.nan, test, why) for h in heads}
     try:
-        found = sink_removal_effects(model, heads, n=n, prepend_bos=prepend_bos, seed=seed)
+        found = sink_removal_effects(model, heads, n=n, prepend_bos=prepend_bos, seed=seed, text=text.text)
     except (UnsupportedModelError, InputError) as exc:
         return {h: (NOT_TESTABLE, np.nan, np.nan, np.nan, test, str(exc)) for h in heads}
     out = {}
@@ -330,7 +332,7 @@ def _sink(model: LoadedModel, heads: list[tuple[int, int]], *, n: int, prepend_b
                 low,
                 high,
                 test,
-                f"{said}; the evaluation text holds only {k} windows, a finding needs {MIN_ITEMS} and an interval",
+                f"{said}; the {text.label} holds only {k} windows, a finding needs {MIN_ITEMS} and an interval",
                 k,
             )
             continue

@@ -1,0 +1,27 @@
+"""``headlens tracr-model``: compile a tracr program into a GPT-2 checkpoint headlens loads, with its ground truth."""
+
+from __future__ import annotations
+
+import click
+
+#: The program names (a literal here so that --help needs no heavy import; tests check it equals PROGRAMS).
+PROGRAM_NAMES = ("frac_prevs", "hist", "reverse", "sort", "shift", "detect_pattern")
+
+
+@click.command("tracr-model")
+@click.argument("program", type=click.Choice(PROGRAM_NAMES))
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Folder to write the checkpoint into.")
+@click.option("--overwrite", is_flag=True, help="Replace --out if it exists.")
+def tracr_model_cmd(program: str, out_dir: str, overwrite: bool) -> None:
+    """Compile tracr's PROGRAM (causal attention) into a GPT-2 checkpoint in --out.
+
+    The folder is loadable as --model by every command; it holds the word-level tokenizer, program.py,
+    ground_truth.json (each head's and MLP's job, the true edges) and agreement.json (the checkpoint
+    against the RASP program on every input up to the program's length).  Needs the circuits-bench
+    extra.  Exit codes: 0 written, 2 bad input (or a program tracr cannot compile causally: sort),
+    4 --out exists without --overwrite.
+    """
+    from headlens.analyses.tracr.build import build_tracr_model
+
+    built = build_tracr_model(program, out_dir, overwrite=overwrite)
+    click.echo(built.summary())
