@@ -18,15 +18,12 @@ from typing import Any
 from headlens.analyses.ablation.embedding import embedding_eval_set, split_sentences
 from headlens.analyses.ablation.evalset import EMBEDDING_DEFINITION, METRICS, EvalSet, TaskItem, task_eval_set, text_eval_set
 from headlens.analyses.ablation.metrics import check_metric, default_metric
-from headlens.analyses.stimuli import eval_text
+from headlens.analyses.ablation.texts import BUILTIN_TEXT, TextChoice, choose_text
 from headlens.probes.errors import InputError
 
 log = logging.getLogger(__name__)
 
 __all__ = ["BUILTIN_TEXT", "EvalSpec", "EvalSetup", "choose_metric", "eval_setup"]
-
-#: How the evaluation text that ships with headlens is named in manifests and pages.
-BUILTIN_TEXT = "built-in evaluation text"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -34,10 +31,13 @@ class EvalSpec:
     """What an ablation, pruning or design study measures on, as a user gives it.
 
     ``metric``: ``loss``, ``logit-diff``, ``embedding`` or ``None`` (``logit-diff`` with a
-    ``task``, else the model's default, :func:`choose_metric`).  ``text``: the evaluation text
-    (``None``: the built-in one) and ``text_file`` the file it was read from (outputs name the
-    text by it); ``task``: prompts with a correct and an incorrect token (``logit-diff``) and
-    ``task_file`` the file they were read from.
+    ``task``, else the model's default, :func:`choose_metric`).  ``text``: the evaluation text,
+    or a named text (``"heldout"``: the model's own held-out text; ``"builtin"``: the built-in
+    English text); ``None``: the model's own held-out text when it carries one (the demo model),
+    else the built-in text (:func:`headlens.analyses.ablation.texts.choose_text`, the one rule);
+    ``text_file`` the file it was read from (outputs name the text by it); ``task``: prompts
+    with a correct and an incorrect token (``logit-diff``) and ``task_file`` the file they were
+    read from.
     ``n_windows`` x ``window`` tokens for the loss; ``n_sentences`` of at most ``window`` tokens
     for the embedding change, complete sentences only when ``complete_sentences`` (``None``:
     only for the built-in text).  ``prepend_bos``: the model's framing tokens or none.
@@ -72,13 +72,18 @@ class EvalSpec:
         """The metric asked for: ``logit-diff`` with a task, ``None`` when the model decides."""
         return "logit-diff" if self.metric is None and self.task is not None else self.metric
 
-    def source(self) -> tuple[Any, str]:
-        """``(text or task items, label)``: what the items are cut from and how outputs name it."""
+    def text_choice(self, model: Any) -> TextChoice | None:
+        """The text ``model`` is measured on and why (:func:`~headlens.analyses.ablation.texts.choose_text`); None for a task."""
+        return None if self.task is not None else choose_text(model, self.text, text_file=self.text_file)
+
+    def source(self, model: Any = None) -> tuple[Any, str]:
+        """``(text or task items, label)``: what the items are cut from and how outputs name it
+        (``model``: the model the default text is chosen for; None: a model without its own text)."""
         if self.task is not None:
             return list(self.task), self.task_file or "task"
-        if self.text is None:
-            return eval_text(), BUILTIN_TEXT
-        return self.text, f"text file {self.text_file}" if self.text_file else "text"
+        choice = self.text_choice(model)
+        assert choice is not None  # no task
+        return choice.text, choice.label
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -90,12 +95,16 @@ class EvalSetup:
     metric: str
     chosen: str
     why: str | None = None
+    #: the text the items were cut from and why it was chosen (None for a task)
+    text: TextChoice | None = None
 
     def manifest_fields(self) -> dict[str, Any]:
-        """Manifest fields that say what the metric is and why it was chosen."""
+        """Manifest fields that say what the metric is and why it was chosen, and which text and why."""
         out: dict[str, Any] = {"metric_chosen": self.chosen}
         if self.metric == "embedding":
             out["metric_definition"] = EMBEDDING_DEFINITION
+        if self.text is not None:
+            out["text"] = self.text.describe()
         return out
 
 
@@ -119,7 +128,9 @@ def eval_setup(model: Any, spec: EvalSpec, *, check: bool = True) -> EvalSetup:
     what the loss is worth, e.g. the report's design stage, which leaves out the loss parts on a
     model without a trained output head).
     """
-    source, label = spec.source()
+    choice = spec.text_choice(model)
+    source: Any
+    source, label = (choice.text, choice.label) if choice is not None else spec.source(model)
     if not check:
         metric, chosen, why = "loss", "asked for (metric='loss')", None
     else:
@@ -146,4 +157,4 @@ def eval_setup(model: Any, spec: EvalSpec, *, check: bool = True) -> EvalSetup:
             source=label,
             frame=model.frame(prepend_bos),
         )
-    return EvalSetup(data=data, metric=metric, chosen=chosen, why=why)
+    return EvalSetup(data=data, metric=metric, chosen=chosen, why=why, text=choice)

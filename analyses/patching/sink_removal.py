@@ -68,9 +68,11 @@ def sink_removal_effects(
     window: int = SINK_WINDOW,
     batch_size: int = 8,
     seed: int = 0,
+    text: str | None = None,
 ) -> dict[tuple[int, int], tuple[float, float, float, int]]:
     """Per head ``(mean loss change, low, high, n windows)``: the loss with the head's attention to
-    the first token removed minus the loss without the edit, over at most ``n`` windows."""
+    the first token removed minus the loss without the edit, over at most ``n`` windows of ``text``
+    (None: the built-in evaluation text; :func:`headlens.analyses.ablation.texts.choose_text` chooses it)."""
     if model.is_encoder:
         family = attention_spec(model).family
         raise UnsupportedModelError(
@@ -78,9 +80,9 @@ def sink_removal_effects(
             family=family,
         )
     config = SinkConfig(window=min(window, model.n_ctx), bos=(prepend_bos,), batch_size=batch_size, seed=seed)
-    available = n_windows(model, config)
+    available = n_windows(model, config, text)
     config = SinkConfig(window=config.window, bos=(prepend_bos,), batch_size=batch_size, seed=seed, n_prompts=min(n, available))
-    batch = census_batch(model, config, prepend_bos)
+    batch = census_batch(model, config, prepend_bos, text)
     base = window_losses(model, batch, batch_size=batch_size)
     out = {}
     for layer, head in heads:

@@ -55,30 +55,31 @@ def tokenize_framed(model: LoadedModel, prompts: Sequence[str], prepend_bos: boo
     )
 
 
-def _available_windows(model: LoadedModel, window: int, prepend_bos: bool) -> int:
-    n_text = len(model.tokenizer(eval_text(), add_special_tokens=False, verbose=False)["input_ids"])
+def _available_windows(model: LoadedModel, window: int, prepend_bos: bool, text: str | None = None) -> int:
+    n_text = len(model.tokenizer(eval_text() if text is None else text, add_special_tokens=False, verbose=False)["input_ids"])
     prefix, suffix = frame_tokens(model, prepend_bos)
     return n_text // max(window - len(prefix) - len(suffix), 1)
 
 
-def census_batch(model: LoadedModel, config: SinkConfig, prepend_bos: bool) -> TokenBatch:
+def census_batch(model: LoadedModel, config: SinkConfig, prepend_bos: bool, text: str | None = None) -> TokenBatch:
     """The census sequences: ``config.prompts`` cut to ``window`` tokens, or evaluation-text windows.
 
     Without ``n_prompts`` limits, as many evaluation-text windows as the text holds for every
-    BOS setting (the same count for each), at most ``n_prompts``.
+    BOS setting (the same count for each), at most ``n_prompts``.  ``text``: the text the windows
+    are cut from (None: the built-in evaluation text).
     """
     if config.prompts is not None:
         batch = tokenize_framed(model, config.prompts, prepend_bos, config.window, True)
         return batch if config.n_prompts is None else batch.select(slice(0, config.n_prompts))
-    n = n_windows(model, config)
+    n = n_windows(model, config, text)
     frame = frame_tokens(model, prepend_bos)
-    tokens = text_windows(model.tokenizer, eval_text(), config.window, n, frame=frame)
+    tokens = text_windows(model.tokenizer, eval_text() if text is None else text, config.window, n, frame=frame)
     return _tokens_batch(tokens, prepend_bos, frame)
 
 
-def n_windows(model: LoadedModel, config: SinkConfig) -> int:
-    """How many evaluation-text windows the census uses (the same for every BOS setting)."""
-    n = min(_available_windows(model, config.window, b) for b in (*config.bos, False))
+def n_windows(model: LoadedModel, config: SinkConfig, text: str | None = None) -> int:
+    """How many evaluation-text windows the census uses (the same for every BOS setting); ``text``: as :func:`census_batch`."""
+    n = min(_available_windows(model, config.window, b, text) for b in (*config.bos, False))
     if config.n_prompts is None:
         return min(n, DEFAULT_MAX_PROMPTS)
     if config.n_prompts > n:

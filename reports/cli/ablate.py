@@ -65,7 +65,8 @@ def data_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         default=None,
         type=click.Path(dir_okay=False),
         help=(
-            "Evaluation text for --metric loss or embedding (default: the text that ships with headlens, analyses/data/eval_text.txt); "
+            "Evaluation text for --metric loss or embedding (default: the model's own held-out text when it carries one, as the demo "
+            "model does, else the text that ships with headlens, analyses/data/eval_text.txt; the manifest says which and why); "
             "for embedding it is cut into sentences (at line ends and after . ! ?), one item each."
         ),
     )(fn)
@@ -189,11 +190,11 @@ def ablate_cmd(
     as BertForMaskedLM) or an encoder is measured by the embedding change; loss and logit
     difference are refused when the head is new.
     """
-    out = Path(out_file)
     from headlens.analyses.ablation.study import AblationConfig
     from headlens.reports.studies.ablate import AblationResult, ablate
     from headlens.reports.tables import check_table_path
 
+    out = Path(out_file)
     check_table_path(out)
     journal = JournalFile(journal_path(out), "ablate", resume=resume, overwrite=overwrite, on_resume=_say_resumed("head", quiet))
     config = AblationConfig(
@@ -287,10 +288,10 @@ def prune_cmd(
     (the largest set within --max-increase; give it to ablate --mask), OUT/manifest.json and
     OUT/pruning_curve.png/.svg.
     """
-    out = Path(out_dir)
     from headlens.analyses.ablation.pruning import PruneConfig
     from headlens.reports.studies.prune import PRUNE_FILES, prune
 
+    out = Path(out_dir)
     journal_file = out / "prune.journal.jsonl"
     if not (out.is_dir() and {p.name for p in out.iterdir()} <= {journal_file.name}):
         check_out_dir(out, overwrite=overwrite)  # a folder holding only a journal is left to Journal (--resume hint)

@@ -36,8 +36,8 @@ SHOWN_ROLES = 12
     default=None,
     type=click.Path(dir_okay=False),
     help=(
-        "Evaluation text of ablation and pruning (default: the text that ships with headlens, analyses/data/eval_text.txt), "
-        "as for `headlens ablate`; e.g. the demo model's held-out text from `headlens demo heldout`."
+        "Evaluation text of ablation, pruning and design (default: the model's own held-out text when it carries one, as the demo "
+        "model does, else the text that ships with headlens, analyses/data/eval_text.txt), as for `headlens ablate`."
     ),
 )
 @click.option(

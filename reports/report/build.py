@@ -149,8 +149,9 @@ def build_report(
     ``out_dir``: default a new temporary folder.  ``skip``: stages not to run; ``redo``: stages
     to recompute even when finished (``"all"`` for every one).  ``progress=True`` writes
     stage lines to stderr.  Failed stages do not raise: check :attr:`Report.ok`.
-    ``text_file``: the evaluation text of ablation and pruning (default the built-in English
-    text), as ``headlens ablate --text-file``; its SHA-256 goes into the manifest.
+    ``text_file``: the evaluation text of ablation, pruning and design (default the model's own
+    held-out text when it carries one, as the demo does, else the built-in English text), as
+    ``headlens ablate --text-file``; which text, why and its SHA-256 go into the manifest.
     """
     settings = ReportSettings(
         text_file=str(text_file) if text_file is not None else None,

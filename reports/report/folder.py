@@ -85,9 +85,7 @@ def write_report_manifest(
         "version": REPORT_VERSION,
         "identity": identity,
         "quick": settings.quick,
-        "eval_text": {"source": "built-in evaluation text"}
-        if settings.text_file is None
-        else {"source": "--text-file", **settings.eval_text_id()},
+        "eval_text": settings.eval_text_record(loaded, previous),
         "stages": {
             name: {
                 "status": s.status,

@@ -11,9 +11,9 @@ from typing import Any
 
 from headlens.analyses.ablation.pruning import PruneConfig
 from headlens.analyses.ablation.study import AblationConfig
+from headlens.analyses.ablation.texts import TEXT_RULE, choose_text
 from headlens.analyses.heads.census import CensusConfig
 from headlens.analyses.sinks.config import SinkConfig
-from headlens.analyses.stimuli import eval_text
 from headlens.probes.errors import InputError
 from headlens.reports.report.stages import STAGES
 from headlens.reports.text_files import read_text_file
@@ -103,19 +103,35 @@ class ReportSettings:
             **self.eval_text_id(),
         }
 
-    def eval_source(self) -> tuple[str, str]:
-        """``(text, label)``: the evaluation text of ablation and pruning and how the page names it."""
-        if self.text_file is None:
-            return eval_text(), "built-in evaluation text"
-        return read_text_file(self.text_file), f"--text-file {self.text_file}"
+    def eval_source(self, model: Any = None) -> tuple[str, str]:
+        """``(text, label)``: the evaluation text of ablation, pruning and the design stage on
+        ``model`` and how the page names it (:func:`headlens.analyses.ablation.texts.choose_text`:
+        ``--text-file``, else the model's own held-out text when it carries one, else the built-in text)."""
+        choice = self.text_choice(model)
+        return choice.text, choice.label
+
+    def text_choice(self, model: Any = None) -> Any:
+        """The :class:`~headlens.analyses.ablation.texts.TextChoice` of ``model`` (None: a model without its own text)."""
+        text = None if self.text_file is None else read_text_file(self.text_file)
+        return choose_text(model, text, text_file=self.text_file)
 
     def eval_text_id(self) -> dict[str, Any]:
         """``--text-file`` and its text's SHA-256 (first 16 hex digits), for resume keys and the
-        manifest; empty for the built-in text."""
+        manifest; without it the default's rule (:data:`~headlens.analyses.ablation.texts.TEXT_RULE`:
+        which text follows from the model, whose identity the keys hold)."""
         if self.text_file is None:
-            return {}
-        text, _ = self.eval_source()
+            return {"text": TEXT_RULE}
+        text = read_text_file(self.text_file)
         return {"text_file": self.text_file, "text_sha256": hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]}
+
+    def eval_text_record(self, model: Any, previous: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The report manifest's ``eval_text``: the ``--text-file`` and its hash, or the default's
+        rule and the text it chose for ``model`` (no model loaded: the ``previous`` manifest's record)."""
+        if self.text_file is not None:
+            return {"source": "--text-file", **self.eval_text_id()}
+        if model is None:
+            return ((previous or {}).get("report") or {}).get("eval_text") or {"source": "default", "rule": TEXT_RULE}
+        return {"source": "default", "rule": TEXT_RULE, **self.text_choice(model).describe()}
 
     def ablation(self, method: str) -> AblationConfig:
         return AblationConfig(

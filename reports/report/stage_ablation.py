@@ -85,6 +85,7 @@ def _run_ablation(ctx: StageContext, method: str) -> dict[str, Any]:
         "unablated_value": result.unablated_value,
         "spearman_attribution_vs_exact": result.spearman,
         "data": info["data"],
+        "text": info.get("text"),
         "resumed": info["resumed"],
     }
     if "attribution" in info["run"]:
@@ -126,6 +127,7 @@ def _run_pruning(ctx: StageContext) -> dict[str, Any]:
         "random_seeds": config.random_seeds,
         "random_runs_from_layer": info["run"].get("random_runs_from_layer"),
         "data": info["data"],
+        "text": info.get("text"),
         "resumed": info["resumed"],
     }
 

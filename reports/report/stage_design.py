@@ -92,7 +92,8 @@ def _run(ctx: StageContext) -> dict[str, Any]:
             "prepend_bos": d["prepend_bos"],
         }
     )
-    data = eval_setup(loaded, spec, check=False).data  # a model whose loss means nothing still gets its KV table (skip above)
+    setup = eval_setup(loaded, spec, check=False)  # a model whose loss means nothing still gets its KV table (skip above)
+    data = setup.data
     journal = open_journal(ctx.dir / JOURNAL, "report-design", {**ctx.key, "data": data.fingerprint()})
     with journal:
         tables = design_section_tables(
@@ -123,6 +124,7 @@ def _run(ctx: StageContext) -> dict[str, Any]:
     journal.finish()
     return {
         "data": data.describe(),
+        "text": setup.text.describe() if setup.text is not None else None,
         "skipped": tables["skipped"].to_dict("records"),
         "roles": "roles" not in skip and "projections" not in skip,
         "resumed": journal.resumed,

@@ -11,7 +11,7 @@ stage               what it runs (``--quick`` in brackets)
 ``sinks``           attention sinks (:func:`headlens.analyses.sinks.study.run_sinks`), both BOS
                     settings, every part [the sink census only, the report's BOS setting]
 ``ablation_zero``   zero ablation of each head alone: change in loss on the evaluation text (the
-                    built-in English text, or ``text_file``), 16 windows of 128 tokens, with
+                    model's own held-out text, else the built-in English text, or ``text_file``), 16 windows of 128 tokens, with
                     attribution [2 windows of 32, no attribution]
 ``ablation_mean``   the same with mean ablation
 ``pruning``         iterative pruning by gradient importance against random orders, step 0.1,

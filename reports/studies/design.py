@@ -175,7 +175,8 @@ def gqa(
             {"metric": "logit-diff", "prepend_bos": spec.prepend_bos, **{k: kwargs[k] for k in task_fields if k in kwargs}}
         )
     loaded = as_loaded(model, load)
-    data = data_setup(loaded, spec).data
+    setup = data_setup(loaded, spec)
+    data = setup.data
     task = data_setup(loaded, task_spec).data if task_spec is not None else None
     check_gqa(loaded, cfg)  # bad input is refused before the journal exists
     check_pooling(loaded)
@@ -200,6 +201,7 @@ def gqa(
     extra = {
         "gqa": {
             "data": data.describe(),
+            **setup.manifest_fields(),
             "task": task.describe() if task is not None else None,
             "resumed": bool(getattr(opened, "resumed", False)),
         }
@@ -293,7 +295,8 @@ def projections(
     spec = _text_spec(kwargs)
     census = CensusConfig(n_prompts=n_prompts, n_bootstrap=200, prepend_bos=spec.prepend_bos)
     loaded = as_loaded(model, load)
-    data = data_setup(loaded, spec).data
+    setup = data_setup(loaded, spec)
+    data = setup.data
     knockout_targets(loaded, cfg)  # bad input is refused before the journal exists
     opened = (
         journal(
@@ -313,7 +316,7 @@ def projections(
         changes, scores = knockout_roles(loaded, census, cfg, progress=progress, journal=opened) if roles else (None, None)
     tables = {name: t for name, t in {"losses": losses, "role_changes": changes, "census_scores": scores}.items() if t is not None}
     summary_md = with_basis(projections_markdown(losses, changes, loaded.name, figure=f"{_KNOCKOUT_FIGURE}.png"), data.basis())
-    extra = {"projections": {"data": data.describe(), "resumed": bool(getattr(opened, "resumed", False))}}
+    extra = {"projections": {"data": data.describe(), **setup.manifest_fields(), "resumed": bool(getattr(opened, "resumed", False))}}
     manifest = build_manifest(
         model=loaded, command=call, prepend_bos=spec.prepend_bos, configs={"projections": cfg, "census": census}, extra=extra
     )

@@ -28,6 +28,7 @@ from importlib import metadata
 
 from headlens.analyses.ablation.pruning import PruneConfig
 from headlens.analyses.ablation.study import AblationConfig
+from headlens.analyses.ablation.texts import demo_text
 from headlens.analyses.circuits.composition import CompositionConfig
 from headlens.analyses.circuits.config import CircuitConfig
 from headlens.analyses.design.gqa import GQAConfig
@@ -104,6 +105,7 @@ __all__ = [
     "census",
     "circuit",
     "composition",
+    "demo_text",
     "gqa",
     "kv",
     "load",
