@@ -22,6 +22,7 @@ import pandas as pd
 import pytest
 
 from headlens.analyses.patching.evidence import MIN_EFFECT, MIN_LOSS, NOT_SUPPORTED, SUPPORTED, role_evidence
+from headlens.analyses.patching.evidence_rules import induction_checks, judge
 from headlens.analyses.synthetic.planted import BOS_ID
 from headlens.analyses.verdicts import (
     AS_PREDICTED,
@@ -132,3 +133,37 @@ def test_predicted_verdict_needs_the_items_and_no_smoke():
     assert predicted_verdict(0.5, 0.3, 0.7, bar=0.1, n_items=MIN_ITEMS, smoke=True).kind == NO_FINDING
     with pytest.raises(ValueError, match="predicts"):
         predicted_verdict(0.5, 0.3, 0.7, predicts=0)
+
+
+@pytest.mark.parametrize(
+    "role, figure, low, high, said",
+    [
+        ("induction", -0.151, -0.202, -0.099, "raises the loss on the first copy more"),  # the random-output demo, head 1.3
+        ("sink", -0.042, -0.060, -0.025, "removing it lowers the loss"),  # the figure for 1.3 sink
+        ("referent", -0.37, -0.52, -0.23, "away from the antecedent"),
+        ("previous_token", -0.3, -0.4, -0.2, "lowers the induction logit difference"),
+        ("duplicate_token", -4.0, -4.2, -3.9, "reads the neighbour"),
+    ],
+)
+def test_every_role_calls_the_opposite_direction_not_supported(role, figure, low, high, said):
+    verdict, why = judge(role, figure, low, high, n_items=32)
+    assert verdict == NOT_SUPPORTED and said in why
+    verdict, why = judge(role, -figure, -high, -low, n_items=32)  # the same size in the predicted direction
+    assert verdict == SUPPORTED and why == ""
+
+
+@pytest.mark.parametrize(
+    "m1, m2, own, said",
+    [
+        (0.0, -0.05, 0.3, "lowers the loss on the second copy"),
+        (0.0, 0.005, 0.3, "below the"),
+        (0.4, 0.6, 0.3, "not specific to repeats"),
+        (0.0, 1.0, -0.2, "writes against the copied token"),
+        (0.0, 1.0, 0.05, "less than 10%"),
+        (0.0, 1.0, None, ""),  # the direct effect not computed: not checked here
+        (0.0, 1.0, 0.3, ""),
+    ],
+)
+def test_induction_checks_say_which_way_it_fails(m1, m2, own, said):
+    got = induction_checks(m1, m2, own)
+    assert (said in got) if said else got == ""

@@ -23,7 +23,8 @@ interval that includes 0, is "not supported" with that reason.
   sum to that gap, so the shares sum to 1.  When the gap is undefined
   (:func:`~headlens.analyses.patching.effects.task_gap`: the model does not do the task) or the
   attribution cannot run (e.g. a logit softcap), the direct-effect check is not run and the
-  role is not testable, the reason given: the ablation alone does not support it.
+  role is not testable, the reason given: the ablation alone does not support it (it can refute
+  it: an ablation figure that fails its own checks is "not supported" all the same).
 * **previous_token**: path patching it into the key input of the heads the table calls induction
   (in later layers), all of them at once (``PathConfig(joint=True)``), on the built-in induction
   task (K-composition).  Figure: the normalised joint path effect (the share of the induction
@@ -202,16 +203,17 @@ def _induction(model: LoadedModel, heads: list[tuple[int, int]], *, n: int, T: i
         own = direct.get(head, np.nan)
         detail = f"ablation raises the loss by {m2:+.3f} nats on the second copy and {m1:+.3f} on the first"
         verdict, why = judge("induction", float(diff.mean()), float(low[0]), float(high[0]), n_items=n, min_items=min(n, MIN_ITEMS))
-        if verdict == SUPPORTED:
-            why = induction_checks(m1, m2, own)
+        if verdict == SUPPORTED:  # the ablation's own checks, then the direct effect when it could be computed
+            why = induction_checks(m1, m2, None if no_direct is not None else own)
             verdict = NOT_SUPPORTED if why else SUPPORTED
+        if no_direct is None:
+            detail += f"; its direct logit attribution is {own:.0%} of the induction task's clean-corrupted logit-difference gap"
+        if why:
+            detail += f": {why}"
         if no_direct is not None:
             detail += f" (direct-effect check not run: {no_direct})"
-            verdict = NOT_TESTABLE
-        else:
-            detail += f"; its direct logit attribution is {own:.0%} of the induction task's clean-corrupted logit-difference gap"
-            if why:
-                detail += f": {why}"
+            if verdict == SUPPORTED:  # the ablation alone does not support the role; it can refute it
+                verdict = NOT_TESTABLE
         out[head] = (verdict, float(diff.mean()), float(low[0]), float(high[0]), "zero ablation, repeated random tokens", detail)
     return out
 

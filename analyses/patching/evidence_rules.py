@@ -10,6 +10,7 @@ supported" however large, and its reason says so in words.
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -137,15 +138,21 @@ def evidence_rule() -> dict[str, Any]:
     }
 
 
-def induction_checks(m1: float, m2: float, own: float) -> str:
-    """Why an induction head whose second-copy excess is above 0 is still not supported ("" when it is)."""
+def induction_checks(m1: float, m2: float, own: float | None) -> str:
+    """Why an induction head whose second-copy excess is above 0 is still not supported ("" when
+    it is): ``m1``, ``m2`` the first- and second-copy loss rises under ablation, ``own`` its direct
+    logit attribution's share of the induction gap (None: not computed, not checked)."""
     if m2 < 0:
         return "ablating it lowers the loss on the second copy"
     if m2 < MIN_LOSS:
         return f"the second-copy rise is below the {MIN_LOSS:g} nats a role needs"
     if m2 < COPY_RATIO * max(m1, 0.0):
         return f"the second-copy rise is less than {COPY_RATIO:g}x the first copy's: it is not specific to repeats"
-    if not own >= 0:  # NaN included
+    if own is None:
+        return ""
+    if not math.isfinite(own):
+        return "its direct logit attribution is unknown"
+    if own < 0:
         return "it writes against the copied token"
     if own < MIN_EFFECT:
         return f"it writes less than {MIN_EFFECT:.0%} of it itself (an upstream head's ablation passes the loss test)"
