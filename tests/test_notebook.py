@@ -45,6 +45,30 @@ print("HEADLENS-CHECK " + _json.dumps({
     "loaded_heads_equal": bool(again.heads.equals(census.heads)),
     "saved_manifest": (folder / "manifest.json").is_file(),
 }))
+import re as _re
+_ind = census.scores[census.scores["detector"] == "induction"]
+_tok = view.tokens
+_prev = [j for j in range(len(_tok) - 1) if _tok[j] == _tok[-1]]
+_row = view.pattern(1, 3)[-1]
+_ev = tested.evidence.set_index(["name", "role"])
+_ev13 = str(_ev.loc[("1.3", "induction"), "detail"])
+_ab = ablation.table.assign(name=ablation.table["layer"].astype(str) + "." + ablation.table["head"].astype(str)).set_index("name")
+_top = _ab["delta"].idxmax()
+print("HEADLENS-TEXT " + _json.dumps({
+    "roles": {str(r.name): str(r.roles) for r in census.heads.itertuples() if r.roles},
+    "top_induction_head": str(_ind.sort_values("score").iloc[-1][["layer", "head"]].astype(int).astype(str).str.cat(sep=".")),
+    "view_last_token": _tok[-1],
+    "view_target": _tok[_prev[-1] + 1] if _prev else None,
+    "view_target_weight": float(_row[_prev[-1] + 1]) if _prev else None,
+    "view_argmax_is_target": bool(_prev) and int(_row.argmax()) == _prev[-1] + 1,
+    "evidence_13": str(_ev.loc[("1.3", "induction"), "evidence"]),
+    "evidence_13_second_copy_nats": float(_re.search(r"by ([+-][0-9.]+) nats on the second copy", _ev13).group(1)),
+    "ablation_text": ablation.basis,
+    "ablation_top": _top,
+    "ablation_top_delta": float(_ab.loc[_top, "delta"]),
+    "ablation_top_ci_low": float(_ab.loc[_top, "ci_low"]),
+    "ablation_13": [float(_ab.loc["1.3", c]) for c in ("delta", "ci_low", "ci_high")],
+}))
 """
 
 
@@ -111,6 +135,11 @@ def test_tutorial_runs_and_shows_what_it_says(kernel_env: Path) -> None:
     done = execute(nb, kernel_env)
     cells = [c for c in done.cells if c.cell_type == "code"]
 
+    def cell_with(source_start: str):
+        found = [c for c in cells if c.source.lstrip().startswith(source_start)]
+        assert found, f"no cell starts with {source_start!r}"
+        return found[0]
+
     facts_line = [line for line in stream_text(cells[-1]).splitlines() if line.startswith("HEADLENS-CHECK ")]
     assert facts_line, f"the check cell printed nothing: {cells[-1].get('outputs')}"
     facts = json.loads(facts_line[0].removeprefix("HEADLENS-CHECK "))
@@ -120,10 +149,39 @@ def test_tutorial_runs_and_shows_what_it_says(kernel_env: Path) -> None:
     assert facts["figure_is_figure"] and facts["view_plot_is_figure"]
     assert facts["loaded_heads_equal"] and facts["saved_manifest"]
 
-    def cell_with(source_start: str):
-        found = [c for c in cells if c.source.lstrip().startswith(source_start)]
-        assert found, f"no cell starts with {source_start!r}"
-        return found[0]
+    # what the text says, against the numbers the run produced
+    text_line = [line for line in stream_text(cells[-1]).splitlines() if line.startswith("HEADLENS-TEXT ")]
+    assert text_line, f"the check cell printed no text facts: {cells[-1].get('outputs')}"
+    said = json.loads(text_line[0].removeprefix("HEADLENS-TEXT "))
+    # "one previous-token head (0.0) and four induction heads (layer 1), head 1.3 with the highest induction score"
+    assert said["roles"] == {"0.0": "previous_token", "1.0": "induction", "1.1": "induction", "1.2": "induction", "1.3": "induction"}
+    assert said["top_induction_head"] == "1.3"
+    # "at zer ... head 1.3 puts nearly all of its attention on os, the token that followed zer in the first copy"
+    assert said["view_last_token"] == "zer" and said["view_target"] == "os"
+    assert said["view_argmax_is_target"] and said["view_target_weight"] > 0.9
+    # "where removing it raised the loss on the second copy by more than a nat"
+    assert said["evidence_13"] == "supported" and said["evidence_13_second_copy_nats"] > 1.0
+    # the ablation: measured on the demo's held-out text; "0.3 ... about 0.4 nats, an interval well clear of 0";
+    # "1.3 ... about +0.1 nats, an interval that includes 0"
+    assert "held-out" in said["ablation_text"]
+    assert said["ablation_top"] == "0.3" and 0.3 <= said["ablation_top_delta"] <= 0.5 and said["ablation_top_ci_low"] > 0.1
+    delta13, low13, high13 = said["ablation_13"]
+    assert 0.05 <= delta13 <= 0.2 and low13 < 0 < high13
+
+    # each result's view leads with its findings (the CLI's lines), before its collapsed tables
+    def findings_of(source_start: str) -> str:
+        html = outputs_of(cell_with(source_start), "text/html")
+        assert html, f"{source_start}: no HTML view"
+        first_table = html[0].find("<details")
+        assert first_table > 0 and "<table" not in html[0][:first_table]
+        return html[0][:first_table]
+
+    assert re.search(r"\s1\.3\s+induction\s+\(induction 0\.\d{3} \[", findings_of("census = headlens.census"))
+    assert "No interval (too few prompts" in findings_of("headlens.census(model, n_prompts=1")
+    assert re.search(r"evidence: \d+ supported", findings_of("from headlens.analyses.patching.evidence"))
+    patched = findings_of("pt = headlens.patch")
+    assert "; gap " in patched and "attribution patching" in patched and "by chance" in patched
+    assert "heads with the largest |delta|" in findings_of("ablation = headlens.ablate")
 
     # results show as HTML in the notebook; figures as PNG images; the view is self-contained HTML
     assert outputs_of(cell_with("census = headlens.census"), "text/html")
