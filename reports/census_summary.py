@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pandas as pd
@@ -13,7 +13,7 @@ from headlens.reports.evidence_text import evidence_markdown
 from headlens.reports.markdown import markdown_table
 from headlens.reports.tables import roles_joined
 
-__all__ = ["census_summary", "NO_INTERVAL"]
+__all__ = ["census_summary", "composition_markdown", "NO_INTERVAL"]
 
 #: Said where measured scores have no bootstrap interval, so no role can be given.
 NO_INTERVAL = "No interval (too few prompts or resamples: an interval needs at least 2 prompts): roles not assigned"
@@ -35,12 +35,15 @@ def census_summary(
     top: int = 5,
     notes: pd.DataFrame | None = None,
     evidence: pd.DataFrame | None = None,
+    composition: Sequence[str] | None = None,
 ) -> str:
     """The summary of ``scores`` and their roles ``classified``
     (:class:`headlens.analyses.heads.classify.HeadRoles`); ``notes`` (``CensusResult.notes``) are the sliding-window notes, read from
     the stimuli info's ``window_notes`` when not given.  The stimuli info's ``notes`` (bidirectional
     attention, detectors not measurable on causal attention) get a section of their own.  ``evidence``
-    (:func:`headlens.analyses.patching.evidence.role_evidence`'s table) adds an Evidence section."""
+    (:func:`headlens.analyses.patching.evidence.role_evidence`'s table) adds an Evidence section;
+    ``composition`` (:func:`headlens.analyses.circuits.composition.composition_evidence`'s lines) a
+    data-free Composition note after it."""
     reg = registry()
     framing = next((info.get("framing") for info in stimuli.values() if info.get("framing")), None) or {}
     if framing.get("suffix"):  # an encoder's [CLS] ... [SEP]
@@ -103,6 +106,8 @@ def census_summary(
     ]
     if evidence is not None:
         lines += evidence_markdown(evidence)
+    if composition:
+        lines += composition_markdown(composition)
     lines += ["## Strongest heads per detector", ""]
     for det, g in scores.groupby("detector", sort=False):
         d = reg.get(str(det))
@@ -130,3 +135,10 @@ def census_summary(
         "",
     ]
     return "\n".join(lines)
+
+
+def composition_markdown(composition: Sequence[str]) -> list[str]:
+    """The census's composition note: a second, data-free line of evidence (weights only), one bullet per pair."""
+    lines = ["## Composition (weights, no data)", ""]
+    lines += ["Previous-token -> induction heads: K-composition of the weights against random matrices of the same shapes.", ""]
+    return [*lines, *(f"- {line.removeprefix('composition (weights, no data): ')}" for line in composition), ""]

@@ -64,6 +64,7 @@ __all__ = [
     "CompositionRun",
     "HeadWeights",
     "check_composition_config",
+    "composition_evidence",
     "composition_note",
     "composition_scores",
     "copying_scores",
@@ -435,3 +436,36 @@ def composition_note(run: CompositionRun, roles: Mapping[str, Iterable[str]]) ->
             f" ({row.ratio:.1f}x, z = {row.z:.1f})"
         )
     return lines
+
+
+def composition_evidence(model: LoadedModel, roles: pd.DataFrame, *, n_baseline: int = 200, seed: int = 0) -> list[str]:
+    """The census's data-free line for its roles table (``name``, ``layer``, ``role`` per row): each
+    previous-token head's K-composition into each later induction head against the random baseline
+    (:func:`composition_note`), computed for those pairs only; empty when no such pair exists."""
+    if roles.empty or not {"name", "role", "layer"} <= set(roles.columns):
+        return []
+    layer_of = {str(n): int(la) for n, la in zip(roles["name"], roles["layer"], strict=True)}
+    prev = sorted({str(n) for n, r in zip(roles["name"], roles["role"], strict=True) if r == "previous_token"})
+    ind = sorted({str(n) for n, r in zip(roles["name"], roles["role"], strict=True) if r == "induction"})
+    pairs = [(a, b) for a in prev for b in ind if layer_of[a] < layer_of[b]]
+    if not pairs:
+        return []
+    w = head_weights(model, fold_ln=True)
+    _, _, d_model, d_head = w.shape
+    base = random_baseline(d_model, d_head, n=n_baseline, seed=seed)
+    mean, sd = float(base.mean()), float(base.std(ddof=1))
+    X, Y = _right_factors(w, "k")
+    rows = []
+    for a, b in pairs:
+        (la, ha), (lb, hb) = (tuple(int(x) for x in h.split(".")) for h in (a, b))
+        score = float(pair_scores(w.W_V[la, ha : ha + 1], w.W_O[la, ha : ha + 1], X[lb, hb : hb + 1], Y[lb, hb : hb + 1])[0, 0])
+        z = (score - mean) / sd if sd > 0 else float("nan")
+        rows.append(
+            {"sender": a, "receiver": b, "input": "k", "sender_layer": la, "sender_head": ha, "receiver_layer": lb, "receiver_head": hb,
+             "score": score, "baseline_mean": mean, "baseline_sd": sd, "z": z, "ratio": score / mean if mean > 0 else float("nan"),
+             "above_baseline": score > mean + BASELINE_Z * sd}
+        )  # fmt: skip
+    run = CompositionRun(scores=pd.DataFrame(rows, columns=COMPOSITION_COLUMNS), baseline=pd.DataFrame(), copying=None, summary={})
+    return composition_note(
+        run, {h: ["previous_token"] for h in prev} | {h: [*(["previous_token"] if h in prev else []), "induction"] for h in ind}
+    )

@@ -140,7 +140,7 @@ def classify_cmd(
     from headlens.analyses.ablation.masks import read_mask
     from headlens.analyses.heads.classify import check_baseline_factor, parse_thresholds
     from headlens.reports.evidence_text import EVIDENCE_FILE
-    from headlens.reports.finding_lines import census_findings, evidence_count_line
+    from headlens.reports.finding_lines import evidence_count_line
     from headlens.reports.studies.census import census, check_census_config
 
     given = [
@@ -166,7 +166,7 @@ def classify_cmd(
     if evidence_config is not None:
         result = result.with_evidence(loaded, evidence_config)
         result.write(out)
-    found = census_findings(result)  # the notebook view's lines (one wording)
+    found = result.findings()  # the notebook view's lines (one wording), with evidence the composition note too
     for note in found.warnings:
         click.echo(f"note: {note}", err=True)
     lines = list(found.lines)

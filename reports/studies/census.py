@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from headlens.analyses.ablation.masks import read_mask
+from headlens.analyses.circuits.composition import composition_evidence
 from headlens.analyses.heads.census import CensusConfig, check_census_settings, run_census
 from headlens.analyses.heads.classify import (
     DEFAULT_BASELINE_FACTOR,
@@ -95,8 +96,10 @@ class CensusResult(Result):
         return detector_figures(self.scores, self.roles)
 
     def findings(self) -> Findings:
-        """What ``headlens`` prints for this study (:func:`~headlens.reports.finding_lines.census_findings`)."""
-        return census_findings(self)
+        """What ``headlens`` prints for this study (:func:`~headlens.reports.finding_lines.census_findings`),
+        with evidence also the data-free composition note (``manifest["composition_evidence"]``)."""
+        found = census_findings(self)
+        return Findings(found.lines + tuple(self.manifest.get("composition_evidence") or ()), found.warnings)
 
     def texts(self) -> dict[str, str]:
         return {SUMMARY_FILE: self.summary}
@@ -117,8 +120,9 @@ class CensusResult(Result):
             "counts": table["evidence"].value_counts().to_dict(),
         }
         manifest["config"] = {**manifest.get("config", {}), "evidence": to_dict(evidence)}
+        manifest["composition_evidence"] = composition_evidence(model, roles)  # weights only: previous-token -> induction K-composition
         classified = HeadRoles(roles=roles, heads=self.heads.drop(columns=["roles", "evidence"], errors="ignore"))
-        summary = _summary(self.scores, classified, manifest, evidence=table)
+        summary = _summary(self.scores, classified, manifest, evidence=table, composition=manifest["composition_evidence"])
         return CensusResult(tables=tables, manifest=manifest, summary=summary, notes=self.notes)
 
     @classmethod
@@ -160,7 +164,13 @@ class DetectResult(TableFileResult):
         return isinstance(manifest.get("config"), dict) and "census" in manifest["config"] and not folder.is_dir()
 
 
-def _summary(scores: pd.DataFrame, classified: HeadRoles, manifest: Mapping[str, Any], evidence: pd.DataFrame | None = None) -> str:
+def _summary(
+    scores: pd.DataFrame,
+    classified: HeadRoles,
+    manifest: Mapping[str, Any],
+    evidence: pd.DataFrame | None = None,
+    composition: list[str] | None = None,
+) -> str:
     model = manifest.get("model") or {}
     return census_summary(
         scores,
@@ -171,6 +181,7 @@ def _summary(scores: pd.DataFrame, classified: HeadRoles, manifest: Mapping[str,
         baseline_factor=manifest["baseline_factor"],
         stimuli=manifest.get("stimuli") or {},
         evidence=evidence,
+        composition=composition,
     )
 
 

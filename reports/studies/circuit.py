@@ -170,6 +170,18 @@ def circuit_lines(result: CircuitResult) -> list[str]:
     return lines
 
 
+def _edges(n: int) -> str:
+    return f"{n} edge" if n == 1 else f"{n} edges"
+
+
+def _have(n: int) -> str:
+    return "has" if n == 1 else "have"
+
+
+def _are(n: int) -> str:
+    return "is" if n == 1 else "are"
+
+
 def circuit_warnings(result: CircuitResult) -> list[str]:
     """What the circuit cannot say: the run's notes, estimates contradicted by exact patching, wide intervals, few pairs."""
     s, out = result.summary, list(result.notes)
@@ -184,10 +196,14 @@ def circuit_warnings(result: CircuitResult) -> list[str]:
     ce = result.circuit_edges
     wide = ce[(ce["ci_high"] - ce["ci_low"]) > WIDE_INTERVAL]
     if len(wide):
-        out.append(f"{len(wide)} circuit edges have a 95% interval wider than {WIDE_INTERVAL}: too few pairs to place them")
+        out.append(
+            f"{_edges(len(wide))} of the circuit {_have(len(wide))} a 95% interval wider than {WIDE_INTERVAL}: too few pairs to place them"
+        )
     unstable = ce[ce["stability"] < 0.5]
     if len(unstable):
-        out.append(f"{len(unstable)} circuit edges are selected in fewer than half of the bootstrap resamples (stability < 0.5)")
+        out.append(
+            f"{_edges(len(unstable))} of the circuit {_are(len(unstable))} picked in under half the bootstrap resamples (stability < 0.5)"
+        )
     n_pairs = (s.get("task") or {}).get("n_pairs")
     if isinstance(n_pairs, int) and n_pairs < 16:
         out.append(f"only {n_pairs} pairs: intervals and stability rest on few pairs")
