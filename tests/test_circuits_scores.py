@@ -25,6 +25,8 @@ from headlens.probes.errors import InputError
 
 #: exact edge patching vs the hand-built brute force (float32 forwards).
 EXACT_ATOL = 2e-4
+#: a late-started forward in copies against the full forward of the batch (float32).
+ROUNDING_ATOL = 1e-5
 
 
 def _capture(bridge, names, tokens):
@@ -143,7 +145,8 @@ def test_exact_equals_brute_force(family_model, fam):
 
 
 def test_identical_inputs_give_zero_scores(family_model):
-    """Clean = corrupt: every sender's difference is 0, so every estimate and every exact patch is exactly 0."""
+    """Clean = corrupt: every sender's difference is 0, so every estimate is exactly 0 and every exact patch 0 up to
+    float32 rounding (the patched forwards start late, in copies; the base run is one full forward)."""
     model = family_model("gpt2")
     graph = build_graph(model)
     task = induction_task(model, n=3, T=6)
@@ -154,7 +157,8 @@ def test_identical_inputs_give_zero_scores(family_model):
         exact_scores(model, task, graph),
     ):
         assert got.values.shape == (3, len(graph.edges))
-        assert np.abs(got.values).max() == 0.0, got.method
+        tol = ROUNDING_ATOL if got.method == "exact" else 0.0
+        assert np.abs(got.values).max() <= tol, got.method
 
 
 def test_faithfulness_end_points_are_the_clean_and_corrupted_runs(family_model):

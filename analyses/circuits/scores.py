@@ -93,12 +93,15 @@ def _contract(block: tuple[int, int, int], delta: Tensor, acc: Tensor, weight: f
         if g.dim() == 3:
             g = g[:, :, None, :]
         b, p, slots, d = g.shape
+        if delta.shape[2] != p:
+            raise RuntimeError(f"reader gradient covers {p} positions, the senders' outputs {delta.shape[2]}")
         if slots != k:
             raise RuntimeError(f"reader gradient has {slots} slots, the graph {k}")
-        dm = delta[:, :n_send, :p].reshape(b, n_send, p * d)
         gm = g.permute(0, 1, 3, 2).reshape(b, p * d, slots)
-        out = torch.bmm(dm, gm).transpose(1, 2).reshape(b, k * n_send)  # [b, slot*sender]
-        acc[:, first : first + k * n_send] += out.double().cpu() * weight
+        out = torch.empty(b, slots, n_send, dtype=torch.float32, device=g.device)
+        for i in range(b):  # one pair at a time: delta[i, :n_send] is a contiguous view, never copied
+            out[i] = (delta[i, :n_send].reshape(n_send, p * d) @ gm[i]).T
+        acc[:, first : first + k * n_send] += out.reshape(b, k * n_send).double().cpu() * weight
 
     return fn
 
