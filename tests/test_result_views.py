@@ -120,3 +120,18 @@ def test_census_with_evidence_view_shows_the_verdicts(demo, demo_census):
     assert re.search(r"evidence: \d+ supported", head)
     for r in tested.evidence.itertuples():
         assert re.search(rf"{re.escape(r.name)}\s+{r.role}\s+{re.escape(str(r.evidence))}", head), (r.name, r.role)
+
+
+def test_every_empty_result_refuses_plot_in_one_line_and_still_renders():
+    """No result kind raises a raw KeyError from plot() or its view when its tables are missing."""
+    from headlens.reports.studies.result import RESULT_KINDS
+
+    for kind, cls in RESULT_KINDS.items():
+        try:
+            empty = cls()
+        except TypeError:  # a kind with a required field besides its tables (pruning's mask)
+            continue
+        with pytest.raises(HeadlensError) as refused:
+            empty.plot()
+        assert "\n" not in str(refused.value) and kind in str(refused.value), (kind, str(refused.value))
+        assert "<details" not in empty._repr_html_() and not empty.findings()

@@ -120,12 +120,19 @@ class Result:
     def _label(self) -> str:
         return f"{self.kind} result" if self.kind else type(self).__name__
 
+    def _missing(self, exc: KeyError) -> str:
+        """What a figure lacked, in words: the KeyError's own sentence, or the key it missed."""
+        what = str(exc.args[0]) if exc.args else ""
+        if " " in what:
+            return what
+        return f"it holds no {what!r} (tables: {', '.join(self.tables) or 'none'})" if what else "a table is missing"
+
     def _available_figures(self) -> tuple[dict[str, Callable[[], Figure]], str]:
         """The figure makers, and why there are none when the tables they draw from are missing."""
         try:
             return self._figure_makers(), ""
         except KeyError as exc:  # a table (or manifest entry) the figures draw from is not there
-            return {}, str(exc.args[0]) if exc.args else "a table is missing"
+            return {}, self._missing(exc)
 
     def figure_names(self) -> list[str]:
         """The file stems of the figures (:meth:`plot`'s names)."""
@@ -142,7 +149,7 @@ class Result:
         makers, why = self._available_figures()
         asked = f"name={name!r}: " if name is not None else ""
         if not makers:
-            because = f" ({why})" if why else ""
+            because = f": {why}" if why else ""
             raise InputError(f"{asked}this {self._label()} has no figure{because}", name=name)
         if name is None:
             name = next(iter(makers))
@@ -151,9 +158,7 @@ class Result:
         try:
             return makers[name]()
         except KeyError as exc:
-            raise InputError(
-                f"{asked}this {self._label()} cannot draw it: {exc.args[0] if exc.args else 'a table is missing'}", name=name
-            ) from None
+            raise InputError(f"{asked}this {self._label()} cannot draw {name!r}: {self._missing(exc)}", name=name) from None
 
     # -- files ----------------------------------------------------------------------------
     def texts(self) -> dict[str, str]:
