@@ -161,3 +161,19 @@ def test_bad_settings_one_line(settings, word):
     with pytest.raises(InputError) as err:
         check_composition_config(CompositionConfig(**settings))
     assert word in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("family", ["llama", "gemma", "gpt_neox", "gemma2"])
+def test_folded_equal_to_transformer_lens_across_families(family, family_model, family_checkpoint):
+    """GQA + RMSNorm (Llama), MQA + Gemma's 1 + weight norm, parallel attention (GPT-NeoX), Gemma 2's
+    post-attention norm (noted): our folding = TransformerLens' processed weights."""
+    from transformer_lens.model_bridge import TransformerBridge
+
+    model = family_model(family)
+    bridge = TransformerBridge.boot_transformers(str(family_checkpoint(family)), device="cpu")
+    bridge.enable_compatibility_mode()
+    w = head_weights(model, fold_ln=True)
+    for mode in MODES:
+        theirs = bridge.all_composition_scores(mode.upper()).scores.detach().double()
+        assert float((mode_scores(w, mode) - theirs).abs().max()) <= TL_TOL, mode
+    assert any("ln1_post" in n for n in w.notes) == (family == "gemma2")

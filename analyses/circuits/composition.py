@@ -21,7 +21,8 @@ Conventions (TransformerLens' row-vector convention: a residual row ``x`` become
   the mean) and the writers ``W_O`` and ``W_E`` centred over ``d_model``; the final norm's gain is
   folded into ``W_U``, whose mean over the vocabulary is removed (the softmax ignores it).  A
   post-norm model (BERT, OPT with ``do_layer_norm_before=False``) has no norm in front of its
-  attention to fold: its raw weights are scored and a note says so.  ``fold_ln=False``: the raw
+  attention to fold: its raw weights are scored and a note says so; a norm after the attention
+  output (Gemma 2's ``post_attention_layernorm``) is not folded either (a note says so).  ``fold_ln=False``: the raw
   weights.  Biases never enter a composition score (they are not part of ``W_OV`` or ``W_QK``).
 * the **baseline** of a score is the same score between matrices of the same shapes drawn i.i.d.
   Gaussian (seeded, ``n_baseline`` samples): its mean, standard deviation and 99th percentile.
@@ -215,6 +216,11 @@ def head_weights(model: LoadedModel, *, fold_ln: bool = True) -> HeadWeights:
         fold = False
     elif fold_ln and not fold:
         notes.append(f"normalization {kind!r}: nothing to fold; composition scored on the raw weights")
+    if "ln1_post" in bridge.blocks[0]._modules:
+        notes.append(
+            "the norm after each attention output (ln1_post, e.g. Gemma 2) rescales what the heads write; it is not folded into W_O"
+            " (as in TransformerLens), so the scores read W_O as the head writes it before that norm"
+        )
     is_ln = kind.startswith("LN")
     stacks: dict[str, list[Tensor]] = {"W_Q": [], "W_K": [], "W_V": [], "W_O": []}
     n_kv = n_heads
