@@ -17,10 +17,13 @@ of the metric change is ``(out_s(other) - out_s(base)) . d metric / d input_r``:
 
 Gradients are read by backward hooks on the reader hook points
 (:mod:`headlens.analyses.circuits.hooks`) and contracted with the senders' output differences
-as they arrive (one batched matrix product per reader group, ``[batch, sender, pos*d_model] @
-[batch, pos*d_model, slot]``), so no gradient outlives its hook: memory is one forward+backward
-of the batch plus the senders' outputs ``[batch, sender, pos, d_model]`` (twice).  The backward
-reaches the input embeddings only, never the weights.
+as they arrive (per pair, ``[sender, pos*d_model] @ [pos*d_model, slot]`` for each reader
+group), so no gradient outlives its hook.  Memory: one forward+backward of the batch with the
+bridge's split q/k/v inputs (``[batch, pos, head, d_model]`` per layer, the same order as the
+senders' store) plus one store of the senders' output differences ``[batch, sender, pos,
+d_model]`` (the clean and corrupted outputs for a moment while it is formed).  ``batch_size``
+is the chunk: both grow with it, neither with the number of edges.  The backward reaches the
+input embeddings only, never the weights.
 """
 
 from __future__ import annotations
@@ -140,8 +143,8 @@ def attribution_scores(
             out_c, v_c = senders_of(model, graph, task, rows, tok_c, clean_set)
             out_k, v_k = senders_of(model, graph, task, rows, tok_k, corrupt_set)
             clean_vals[rows], corrupt_vals[rows] = v_c.numpy(), v_k.numpy()
-            delta = out_k - out_c if direction == "noising" else out_c - out_k
-            emb_c, emb_k = out_c[:, 0], out_k[:, 0]
+            emb_c, emb_k = out_c[:, 0].clone(), out_k[:, 0].clone()  # copies: views would keep both stores alive
+            delta = out_k.sub_(out_c) if direction == "noising" else out_c.sub_(out_k)  # in place: one store of senders' outputs
             del out_c, out_k
             acc = torch.zeros(len(rows), n_edges, dtype=torch.float64)
             bwd = [
