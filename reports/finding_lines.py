@@ -75,7 +75,7 @@ def census_warnings(scores: pd.DataFrame, notes: dict[str, str] | None) -> list[
     unresolved = without_interval(scores)
     measured = scores["score"].notna()
     if unresolved.any() and not (measured & ~unresolved).any():
-        out.append(NO_INTERVAL)
+        out.append(f"all {int(unresolved.sum())} scores: {NO_INTERVAL.lower()}")
     elif unresolved.any():
         out.append(f"{int(unresolved.sum())} of {len(scores)} scores: {NO_INTERVAL.lower()} for them")
     return out

@@ -52,7 +52,7 @@ def test_one_prompt_census_view_warns_that_no_role_was_given(demo):
     one = headlens.census(demo, n_prompts=1, seed=0, detectors=["induction", "previous_token"])
     head = _findings_block(one._repr_html_())
     assert "0 of 8 heads have a role" in head
-    assert NO_INTERVAL in head  # the summary's sentence: too few prompts, roles not assigned
+    assert f"all 16 scores: {NO_INTERVAL.lower()}" in head  # the summary's sentence: too few prompts, roles not assigned
     assert NO_INTERVAL in one.summary
 
 
