@@ -61,6 +61,7 @@ def test_patching_view_shows_the_gap_and_the_attribution_agreement(demo):
     head = _findings_block(pt._repr_html_())
     assert f"gap {pt.gap['gap']:.3f}" in head
     agree = pt.manifest["attribution"]["agreement_with_exact"]
+    assert pt.attribution_agreement == agree  # a property, not only the manifest
     assert "attribution patching" in head and f"Spearman {agree['spearman']:.3f}" in head
     assert "strongest denoising heads (effect [95% CI])" in head
     top = pt.table.iloc[pt.table["denoising"].abs().argmax()]

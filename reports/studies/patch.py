@@ -80,6 +80,13 @@ class PatchingResult(Result):
         return self.gap.get("undefined_reason") is None
 
     @property
+    def attribution_agreement(self) -> dict[str, Any] | None:
+        """How attribution patching's estimate agrees with exact denoising (Spearman, top-k overlap and
+        its chance level, the largest disagreement, the heads it misses); None without ``attribution``
+        or per position.  The view and ``headlens patch`` print it."""
+        return (self.manifest.get("attribution") or {}).get("agreement_with_exact")
+
+    @property
     def directions(self) -> tuple[str, ...]:
         return tuple(self.manifest["patching"]["directions"])
 
