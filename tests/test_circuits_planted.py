@@ -84,6 +84,7 @@ def test_circuit_at_target_is_the_true_edges(runs, method):
     e = run.edges
     true = e[[k in PLANTED_CIRCUIT_EDGES for k in zip(e["sender"], e["receiver"], e["input"], strict=True)]]
     assert (true["stability"] == 1.0).all()
+    assert (e.loc[~e["in_circuit"], "stability"] < 0.5).all()  # and no false edge is selected in most resamples
     assert (true["ci_low"] > 0.5).all()  # each true edge carries most of the gap, with its interval
     assert np.isfinite(true["exact"]).all()  # confirmed exactly
 

@@ -20,6 +20,7 @@ from headlens.analyses.circuits.faithfulness import circuit_values
 from headlens.analyses.circuits.graph import build_graph
 from headlens.analyses.circuits.run import run_circuit
 from headlens.analyses.circuits.scores import attribution_scores
+from headlens.analyses.circuits.summary import stability
 from headlens.analyses.patching.builtin import induction_task
 from headlens.probes.errors import InputError
 
@@ -183,3 +184,12 @@ def test_bad_settings_are_one_line_errors(family_model):
         run_circuit(model, task, CircuitConfig(top_n=100000))
     with pytest.raises(InputError, match="steps"):
         attribution_scores(model, task, build_graph(model), steps=0)
+
+
+def test_stability_counts_resamples_that_select_the_edge():
+    rng = np.random.default_rng(0)
+    x = np.stack([np.ones(20), 0.95 + rng.normal(0, 0.5, 20), np.zeros(20)], axis=1)  # [pair, edge]
+    st = stability(x, np.ones(20), top_n=1, threshold=None, n_bootstrap=400, seed=0)
+    assert st.sum() == pytest.approx(1.0)  # one edge selected per resample
+    assert 0.5 < st[0] < 1.0 and 0.0 < st[1] < 0.5 and st[2] == 0.0
+    assert (stability(x, np.ones(20), top_n=2, threshold=None, n_bootstrap=50)[:2] == 1.0).all()

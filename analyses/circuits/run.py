@@ -4,8 +4,10 @@
 for ``eap``/``eap-ig``, :mod:`~headlens.analyses.circuits.exact` for ``exact``), measures the
 faithfulness curve of the ranking (:mod:`~headlens.analyses.circuits.faithfulness`), picks the
 circuit (``top_n``, ``threshold``, or else the smallest measured size reaching
-``target_faithfulness``: the curve is refined by bisection between the last size below the
-target and the first one at or above it, so the size found is the smallest of the ranking), then
+``target_faithfulness``: the curve is refined by bisection between the last measured size
+below the target and the first one at or above it, which finds the smallest size when
+faithfulness grows with the size between those two points; every size it measures joins the
+curve), then
 computes stability for that selection rule and confirms the top ``confirm`` edges of the circuit
 by exact patching.  An estimate's ``disagree`` is True where the exact value has the other sign
 or the two 95% intervals do not overlap.
