@@ -167,3 +167,12 @@ def test_every_role_calls_the_opposite_direction_not_supported(role, figure, low
 def test_induction_checks_say_which_way_it_fails(m1, m2, own, said):
     got = induction_checks(m1, m2, own)
     assert (said in got) if said else got == ""
+
+
+def test_every_tested_role_has_one_rule_with_its_direction_in_the_manifest():
+    from headlens.analyses.patching.evidence_rules import ROLE_RULES, UNITS, evidence_rule
+
+    assert set(ROLE_RULES) == set(UNITS)
+    predicted = evidence_rule()["predicted"]
+    for role, rule in ROLE_RULES.items():
+        assert rule.predicts and rule.opposite and predicted[role]["predicts"] == rule.predicts

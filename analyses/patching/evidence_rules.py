@@ -63,6 +63,7 @@ class RoleRule:
     """What a role's test predicts: its figure above 0 by at least ``bar`` (on the figure, or on
     its interval's low end: ``bar_on="low"``), and the words of each way it can fail."""
 
+    predicts: str  # the direction, in words
     bar: float
     bar_on: str = "estimate"
     bar_text: str
@@ -73,19 +74,22 @@ class RoleRule:
 #: The one table of the roles' predictions (every figure is oriented so that the role predicts it above 0).
 ROLE_RULES: dict[str, RoleRule] = {
     "induction": RoleRule(
+        predicts="ablating it raises the loss on the second copy of repeated tokens more than on the first",
         bar=0.0,
         bar_text="0 nats",
         opposite="ablating it raises the loss on the first copy more than on the second: it does not act on repeats",
         too_small="",
     ),
     "previous_token": RoleRule(
+        predicts="patching it into the induction heads' keys restores the induction logit difference",
         bar=MIN_EFFECT,
         bar_on="low",
-        bar_text=f"{MIN_EFFECT:.0%} of the induction behaviour (the interval's low end)",
+        bar_text=f"{MIN_EFFECT:.0%} of the induction behaviour at the interval's low end",
         opposite="patching it through the induction heads' keys lowers the induction logit difference: it works against them",
         too_small="it feeds no induction head through the key",
     ),
     "duplicate_token": RoleRule(
+        predicts="masking its attention to a token's earlier occurrence moves the predictions more than masking the token after it",
         bar=MIN_LOSS,
         bar_text=f"{MIN_LOSS:g} nats",
         opposite=(
@@ -95,12 +99,14 @@ ROLE_RULES: dict[str, RoleRule] = {
         too_small="the predictions barely depend on its attention to the earlier occurrence",
     ),
     "referent": RoleRule(
+        predicts="patching its output from the clean sentence moves the preference toward the antecedent",
         bar=MIN_EFFECT,
         bar_text=f"{MIN_EFFECT:.0%} of the gap",
         opposite="patching it moves the preference away from the antecedent, toward the distractor: it works against the role",
         too_small="it restores too little of the preference for the antecedent",
     ),
     "sink": RoleRule(
+        predicts="removing its attention to the first token raises the loss",
         bar=MIN_LOSS,
         bar_text=f"{MIN_LOSS:g} nats",
         opposite="removing it lowers the loss: its attention to the first token hurts the predictions",
@@ -134,7 +140,9 @@ def evidence_rule() -> dict[str, Any]:
         "min_loss": MIN_LOSS,
         "copy_ratio": COPY_RATIO,
         "min_items": MIN_ITEMS,
-        "predicted": {role: {"direction": "above 0", "bar": r.bar, "bar_on": r.bar_on} for role, r in ROLE_RULES.items()},
+        "predicted": {
+            role: {"predicts": r.predicts, "figure": "above 0", "bar": r.bar, "bar_on": r.bar_on} for role, r in ROLE_RULES.items()
+        },
     }
 
 
