@@ -151,7 +151,8 @@ def check_edge_model(model: LoadedModel, graph: EdgeGraph) -> None:
 
         return fn
 
-    tokens = torch.arange(3, 11, device=model.device)[None, :] % max(2, int(model.bridge.cfg.d_vocab))
+    n_tokens = min(8, int(model.n_ctx))  # within the context (a tracr model's is max_seq_len + 1)
+    tokens = torch.arange(3, 3 + n_tokens, device=model.device)[None, :] % max(2, int(model.bridge.cfg.d_vocab))
     hooks = sender_capture(model, graph, store)
     hooks += [(reader_hook(lr, w, n_l), keep(lr, w)) for (lr, w) in graph.blocks]
     with torch.inference_mode(), attached(model.bridge, hooks):
