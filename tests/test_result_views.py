@@ -30,8 +30,12 @@ def demo_census(demo):
     return headlens.census(demo, n_prompts=8, seed=0)
 
 
-def _findings_block(page: str) -> str:
-    """The findings ``<pre>`` and notes of a view, which must come before the first table."""
+def _findings_block(page: str, *, tables: bool = True) -> str:
+    """The findings ``<pre>`` and notes of a view, which must come before the first table
+    (``tables=False``: a result that holds none, e.g. a capture's tensors: the whole view)."""
+    if not tables:
+        assert "<details" not in page
+        return page
     first_table = page.find("<details")
     assert first_table > 0, "the tables are collapsed (<details>)"
     assert "<table" not in page[:first_table], "no table before the findings"
@@ -136,3 +140,32 @@ def test_every_empty_result_refuses_plot_in_one_line_and_still_renders():
             empty.plot()
         assert "\n" not in str(refused.value) and kind in str(refused.value), (kind, str(refused.value))
         assert "<details" not in empty._repr_html_() and not empty.findings()
+
+
+#: A short text of the demo's domain for the studies that measure a loss (given: no corpus to read).
+CODE_TEXT = "def add(a, b):\n    return a + b\n\n" * 30
+
+STUDIES = {
+    "capture": lambda m: headlens.capture(m, prompts=["a b c a b", "def f(x):\n    return x"]),
+    "verify": lambda m: headlens.verify(m),
+    "kv": lambda m: headlens.kv(m),
+    "sinks": lambda m: headlens.sinks(m, n_prompts=4, window=32, skip=("content", "secondary", "removal", "windowed")),
+    "sink_lengths": lambda m: headlens.sinks(m, lengths=(8, 16), n_long=2),
+    "prune": lambda m: headlens.prune(m, text=CODE_TEXT, n_windows=2, window=32, random_seeds=1, step=0.25),
+    "gqa": lambda m: headlens.gqa(m, text=CODE_TEXT, n_windows=2, window=32),
+    "projections": lambda m: headlens.projections(m, text=CODE_TEXT, n_windows=2, window=32, roles=False),
+}
+
+
+@pytest.mark.parametrize("study", list(STUDIES))
+def test_every_study_view_leads_with_its_command_lines(demo, study):
+    import html
+
+    result = STUDIES[study](demo)
+    found = result.findings()
+    assert found.lines, f"{study}: no findings"
+    head = _findings_block(result._repr_html_(), tables=bool(result.tables))
+    for line in found.lines:
+        assert html.escape(line) in head, (study, line)
+    for note in found.warnings:
+        assert html.escape(note) in head, (study, note)
