@@ -2,71 +2,85 @@
 name for users: ``import headlens`` is the library, ``python -m headlens`` the same command.
 
 Importing any ``headlens.x`` module first runs ``headlens/__init__``, which imports the whole
-explicit public namespace (torch, transformers, pandas, matplotlib: seconds).  So that
-``headlens --help``, ``--version``, ``headlens CMD --help`` and usage errors answer at once, this
-module puts the module objects of the namespace packages (:data:`PACKAGES`) in ``sys.modules``
-from their specs *without* running their ``__init__``; the CLI's light modules (the lazy group,
-the commands' options) then import on their own.  Once a command's arguments have parsed and it is
-about to run, :meth:`DeferredInits.run` executes the deferred ``__init__`` files in those same
-module objects, bottom layer first, so the command runs in a process exactly as after ``import
-headlens``.  Nothing here is global: the deferred list lives in the one :class:`DeferredInits`
-of this run.
+explicit public namespace (torch, transformers, pandas, matplotlib: seconds), and the same holds
+for the three layers' ``__init__``.  So that ``headlens --help``, ``--version``, ``headlens CMD
+--help`` and usage errors answer at once, and each command imports only what it runs, this module
+creates the module objects of those namespace packages (:data:`PACKAGES`) from their specs
+*without* running their ``__init__``: their submodules import as usual (the lazy group, the
+commands' options, then what a command imports).  The first time anything asks one of those
+packages for a name it does not hold yet (``from headlens.probes import load_model``,
+``headlens.census``, ``headlens.__version__``), that package's ``__init__`` runs in the same
+module object and the name is looked up again: the namespace is then exactly the one ``import
+headlens`` gives.  A submodule asked for by name is imported without running the ``__init__``.
+
+Nothing here is global state: the module objects in ``sys.modules`` are the packages themselves.
 """
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import sys
-from types import ModuleType
+import types
+from typing import Any
 
-__all__ = ["PACKAGES", "DeferredInits", "main"]
+__all__ = ["PACKAGES", "DeferredPackage", "defer_packages", "main"]
 
-#: The packages whose ``__init__`` imports a public namespace, in the order they are completed:
-#: bottom layer first (each imports only its own layer and those below, tests/test_layout.py),
-#: ``headlens`` (which imports all three) last.
-PACKAGES = ("headlens.probes", "headlens.analyses", "headlens.reports", "headlens")
+#: The packages whose ``__init__`` imports a public namespace (parents first).
+PACKAGES = ("headlens", "headlens.probes", "headlens.analyses", "headlens.reports")
 
 
-class DeferredInits:
-    """The module objects of ``names`` in ``sys.modules``, their ``__init__`` not yet run.
+class DeferredPackage(types.ModuleType):
+    """A package whose ``__init__`` has not run yet: it runs on the first lookup of a name the
+    package does not hold (a submodule asked for by name is imported instead)."""
 
-    A package already imported is left alone (it is complete)."""
+    def __getattr__(self, name: str) -> Any:
+        full = f"{self.__name__}.{name}"
+        if not name.startswith("__") and importlib.util.find_spec(full) is not None:
+            return importlib.import_module(full)  # a submodule: the namespace is not needed
+        complete(self)
+        return getattr(self, name)
 
-    def __init__(self, names: tuple[str, ...] = PACKAGES) -> None:
-        self._pending: dict[str, ModuleType] = {}
-        for name in sorted(names, key=lambda n: n.count(".")):  # parents first: a child's spec needs its parent's __path__
-            if name in sys.modules:
-                continue
-            spec = importlib.util.find_spec(name)
-            if spec is None or spec.loader is None or spec.submodule_search_locations is None:
-                raise ImportError(f"{name} is not an importable package")
-            module = importlib.util.module_from_spec(spec)
-            sys.modules[name] = module
-            parent, _, child = name.rpartition(".")
-            if parent:
-                setattr(sys.modules[parent], child, module)
-            self._pending[name] = module
-        self._order = [n for n in names if n in self._pending]
 
-    def run(self) -> None:
-        """Run the deferred ``__init__`` files (each once, in :data:`PACKAGES` order)."""
-        while self._order:
-            name = self._order.pop(0)
-            module = self._pending.pop(name)
-            spec = module.__spec__
-            assert spec is not None and spec.loader is not None
-            try:
-                spec.loader.exec_module(module)
-            except BaseException:
-                sys.modules.pop(name, None)  # as a failed import leaves it: not half a namespace
-                raise
+def complete(module: types.ModuleType) -> None:
+    """Run a deferred package's ``__init__`` in its module object (once; a no-op on a complete one)."""
+    if not isinstance(module, DeferredPackage):
+        return
+    object.__setattr__(module, "__class__", types.ModuleType)  # from here on an ordinary (partly initialised) package
+    spec = module.__spec__
+    assert spec is not None and spec.loader is not None
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(module.__name__, None)  # as a failed import leaves it
+        raise
+
+
+def defer_packages(names: tuple[str, ...] = PACKAGES) -> list[DeferredPackage]:
+    """Put ``names`` (parents first) in ``sys.modules`` as :class:`DeferredPackage` objects; a
+    package already imported is left as it is."""
+    made = []
+    for name in names:
+        if name in sys.modules:
+            continue
+        spec = importlib.util.find_spec(name)  # a child's spec reads its (deferred) parent's __path__
+        if spec is None or spec.loader is None or spec.submodule_search_locations is None:
+            raise ImportError(f"{name} is not an importable package")
+        module = importlib.util.module_from_spec(spec)
+        module.__class__ = DeferredPackage
+        sys.modules[name] = module
+        parent, _, child = name.rpartition(".")
+        if parent:
+            setattr(sys.modules[parent], child, module)
+        made.append(module)
+    return made
 
 
 def main() -> None:
-    deferred = DeferredInits()
-    from headlens.reports.cli.main import main as cli_main  # light: the deferred packages' __init__ do not run
+    defer_packages()
+    from headlens.reports.cli.main import main as cli_main  # the deferred packages' __init__ do not run
 
-    cli_main(before_command=deferred.run)
+    cli_main()
 
 
 if __name__ == "__main__":

@@ -95,24 +95,49 @@ def test_usage_errors_are_one_line_exit_2_and_light(args, message):
     assert len(err.splitlines()) == 1 and err.startswith("headlens: error: ") and message in err, err
 
 
-def test_a_command_runs_with_the_namespace_complete():
-    """``headlens models`` through the entry point; afterwards the deferred package namespaces are the full ones."""
+def test_light_commands_run_without_the_library(tmp_path):
+    """``headlens models`` and ``headlens demo heldout`` import only what they run: no torch."""
+    found, out, err = _probe("models")
+    assert found == {"heavy": [], "code": 0}, err
+    assert out.startswith("demo: ")
+    text = tmp_path / "heldout.txt"
+    found, _, err = _probe("demo", "heldout", "--out", str(text))
+    assert found == {"heavy": [], "code": 0}, err
+    assert text.stat().st_size > 100_000 and "held-out documents" in err
+
+
+def test_the_deferred_namespaces_complete_on_first_use():
+    """Under the entry point the packages' ``__init__`` wait; the first name looked up runs it, and the
+    namespaces are then the full ones ``import headlens`` gives (submodules asked by name need no __init__)."""
     check = """
 import sys, _headlens_cli
-sys.argv = ["headlens", "models"]
-try:
-    _headlens_cli.main()
-except SystemExit as exc:
-    assert not exc.code, exc.code
-import headlens, headlens.probes, headlens.analyses, headlens.reports
+_headlens_cli.defer_packages()
+import headlens
+from headlens.probes import errors  # a submodule: no __init__ runs
+assert type(headlens) is _headlens_cli.DeferredPackage and "torch" not in sys.modules
+version = headlens.__version__  # a name: headlens/__init__ runs
+assert type(headlens) is not _headlens_cli.DeferredPackage and "torch" in sys.modules
+import headlens.probes, headlens.analyses, headlens.reports
 missing = [n for n in headlens.__all__ if not hasattr(headlens, n)]
 missing += [n for m in (headlens.probes, headlens.analyses, headlens.reports) for n in m.__all__ if not hasattr(m, n)]
 assert not missing, missing
-print("complete")
+assert headlens.probes.errors is errors and headlens.census.__module__ == "headlens.reports.studies.census"
+print("complete", version)
 """
     proc = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=300, env=_env())
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.splitlines()[0].startswith("demo: ") and proc.stdout.splitlines()[-1] == "complete"
+    assert proc.stdout.split()[0] == "complete"
+
+
+def test_no_public_name_is_also_a_submodule():
+    """A deferred package hands out a submodule for a name without running its ``__init__``: sound only
+    while no name the ``__init__`` exports is also a submodule's."""
+    import importlib
+    import importlib.util
+
+    for package in importlib.import_module("_headlens_cli").PACKAGES:  # src/_headlens_cli.py, installed beside headlens
+        names = importlib.import_module(package).__all__
+        assert not [n for n in names if importlib.util.find_spec(f"{package}.{n}") is not None], package
 
 
 def test_the_registry_names_each_command_once():

@@ -23,7 +23,7 @@ from safetensors import safe_open
 
 from headlens.analyses.ablation.evalset import text_eval_set, window_basis
 from headlens.analyses.ablation.metrics import model_values
-from headlens.analyses.demo.data import heldout_documents
+from headlens.analyses.demo.documents import heldout_text
 from headlens.analyses.demo.replay import read_log
 from headlens.analyses.heads.census import CensusConfig, run_census
 from headlens.analyses.heads.classify import classify_heads, roles_of
@@ -87,12 +87,6 @@ def loss_bases(recipe: dict[str, Any], final: dict[str, Any]) -> dict[str, str]:
             how="every window",
         )
     return out
-
-
-def heldout_text() -> str:
-    """The held-out documents as one text, joined by ``<|endoftext|>``: what ``headlens demo
-    heldout`` writes (its tokens are the held-out stream less the ``<|endoftext|>`` opening it)."""
-    return "<|endoftext|>".join(d.text for d in heldout_documents())
 
 
 def heldout_text_losses(folder: str | Path, windows: Sequence[tuple[str, int, int]], *, batch_size: int = 8) -> list[dict[str, Any]]:

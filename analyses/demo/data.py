@@ -37,28 +37,25 @@ so a log records exactly which text a run saw.
 
 from __future__ import annotations
 
-import ast
 import hashlib
 import logging
 import math
-import sysconfig
 import tempfile
 from dataclasses import dataclass
 from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
 import torch
 
+from headlens.analyses.demo.documents import (
+    MIN_DOCSTRING_CHARS,
+    Document,
+    heldout_documents,
+    is_heldout,
+    pydoc_topic_documents,
+    stdlib_docstring_documents,
+)
 from headlens.probes.tokenizer_files import load_offline_gpt2_tokenizer
-
-_PYDOC_TOPICS: dict[str, str]
-try:
-    from pydoc_data import topics as _pydoc_topics
-
-    _PYDOC_TOPICS = dict(_pydoc_topics.topics)
-except ImportError:  # pragma: no cover - stripped-down Python
-    _PYDOC_TOPICS = {}
 
 __all__ = [
     "BOS_ID",
@@ -83,51 +80,8 @@ log = logging.getLogger(__name__)
 
 BOS_ID = 50256  # GPT-2's <|endoftext|>
 VOCAB_SIZE = 50257
-MIN_DOCSTRING_CHARS = 80
 RANDOM_SPAN = (10, 100)  # default inclusive range of T for the random repeated sequences (log-uniform)
 KINDS = frozenset({"natural", "span", "random"})
-_SKIP_DIRS = {"test", "tests", "idlelib", "site-packages", "__pycache__"}
-
-
-@dataclass(frozen=True)
-class Document:
-    source: str  # "stdlib-docstrings" or "pydoc-topics"
-    name: str  # module name or topic key
-    text: str
-
-
-def stdlib_docstring_documents(stdlib: str | Path | None = None, min_chars: int = MIN_DOCSTRING_CHARS) -> list[Document]:
-    """One document per standard-library module: its docstrings, in source order."""
-    root = Path(stdlib or sysconfig.get_paths()["stdlib"])
-    files = sorted(p for p in root.rglob("*.py") if not _SKIP_DIRS.intersection(p.relative_to(root).parts))
-    docs = []
-    for path in files:
-        try:
-            tree = ast.parse(path.read_bytes())
-        except (SyntaxError, ValueError, OSError) as exc:
-            log.debug("skipping %s: cannot parse it (%s)", path, exc)
-            continue
-        parts = []
-        for node in ast.walk(tree):
-            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
-                doc = ast.get_docstring(node, clean=True)
-                if doc and len(doc) >= min_chars:
-                    parts.append(doc.strip())
-        if parts:
-            rel = path.relative_to(root).with_suffix("")
-            name = ".".join(rel.parts).removesuffix(".__init__")
-            docs.append(Document("stdlib-docstrings", name, "\n\n".join(parts)))
-    return docs
-
-
-def pydoc_topic_documents() -> list[Document]:
-    """One document per topic of ``pydoc_data.topics`` (empty when Python ships without it)."""
-    return [Document("pydoc-topics", key, _PYDOC_TOPICS[key].strip()) for key in sorted(_PYDOC_TOPICS)]
-
-
-def is_heldout(doc: Document) -> bool:
-    digest = hashlib.sha1(f"{doc.source}:{doc.name}".encode()).digest()
-    return int.from_bytes(digest[:8], "big") % 10 == 0
 
 
 @dataclass
@@ -335,8 +289,3 @@ def eval_windows(stream: torch.Tensor, seq_len: int, n: int | None = None) -> to
     n = avail if n is None else min(n, avail)
     body = stream[: n * per].view(n, per)
     return torch.cat([torch.full((n, 1), BOS_ID, dtype=torch.long), body], dim=1)
-
-
-def heldout_documents() -> list[Document]:
-    """The held-out split's documents, in the order of :func:`build_corpus`'s held-out stream."""
-    return [d for d in stdlib_docstring_documents() + pydoc_topic_documents() if is_heldout(d)]

@@ -6,8 +6,10 @@ from __future__ import annotations
 import hashlib
 import os
 import platform
+import shlex
 import shutil
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -148,8 +150,7 @@ def heldout_cmd(out_file: str, overwrite: bool) -> None:
     (or `ablate`/`prune --text-file`) to measure the demo model on text from its own domain;
     the report's manifest records the file's SHA-256, which this command prints.
     """
-    from headlens.analyses.demo.card import heldout_text
-    from headlens.analyses.demo.data import heldout_documents
+    from headlens.analyses.demo.documents import heldout_documents, heldout_text
 
     out = Path(out_file)
     check_out_file(out, overwrite=overwrite)
@@ -183,6 +184,59 @@ def replay_cmd(folder: str | None, steps: int) -> None:
     _say(report.summary())
     if report.mismatches:
         sys.exit(1)
+
+
+#: The main job (scripts/demo.sh): each step as its own command line would be, after ``headlens``;
+#: ``{out}`` is ``--out``.  Ablation and pruning in the report measure the loss on the demo's own
+#: held-out text (documents it never trained on), not the built-in English text it never learned.
+MAIN_JOB: tuple[tuple[str, ...], ...] = (
+    ("verify", "--model", "demo"),
+    ("capture", "--model", "demo", "--text", "Apple raised its price target", "--out", "{out}/capture", "--overwrite"),
+    ("classify", "--model", "demo", "--out", "{out}/census", "--overwrite"),
+    ("demo", "heldout", "--out", "{out}/heldout.txt", "--overwrite"),
+    ("report", "--model", "demo", "--quick", "--text-file", "{out}/heldout.txt", "--out", "{out}/report", "--overwrite"),
+)
+
+
+_RUN_HELP = (
+    "The main job in one process (scripts/demo.sh): verify the demo model, capture one text, its head census, its held-out "
+    "text and a quick report, into OUT; the library is imported once for all five steps.  Each step is the command below, "
+    "parsed and run as on its own command line:\n\n"
+    + "\n\n".join("\b\n  headlens " + " ".join(shlex.quote(a.format(out="OUT")) for a in line) for line in MAIN_JOB)
+)
+
+
+@demo_group.command("run", help=_RUN_HELP)
+@click.option(
+    "--out",
+    "out_dir",
+    default="demo-out",
+    show_default=True,
+    type=click.Path(file_okay=False),
+    help="Output folder (its steps' files are replaced).",
+)
+@click.pass_context
+def run_cmd(ctx: click.Context, out_dir: str) -> None:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    root = ctx.find_root()
+    group = root.command
+    assert isinstance(group, click.Group)
+    start = time.perf_counter()
+    for line in MAIN_JOB:
+        args = [a.format(out=out_dir) for a in line]
+        _say(f"demo: headlens {' '.join(shlex.quote(a) for a in args)}")
+        step = time.perf_counter()
+        _invoke(root, group, args)
+        _say(f"demo: {args[0] if args[0] != 'demo' else 'demo ' + args[1]} done in {time.perf_counter() - step:.1f} s")
+    _say(f"demo: done in {time.perf_counter() - start:.0f} s; see {out_dir}/census/summary.md and {out_dir}/report/report.html")
+
+
+def _invoke(parent: click.Context, group: click.Group, args: list[str]) -> None:
+    """Run ``headlens ARGS`` inside this process: parsed and checked as on the command line."""
+    name, command, rest = group.resolve_command(parent, args)
+    assert command is not None and name is not None
+    with command.make_context(name, rest, parent=parent) as sub:
+        command.invoke(sub)
 
 
 COMMANDS = [demo_group]

@@ -11,13 +11,12 @@ command's module, imported only when that command is asked for, so ``--help``, `
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from importlib import metadata
 
 import click
 
 from headlens.reports.cli.common import CONTEXT_SETTINGS, setup_logging
-from headlens.reports.cli.lazy import CommandStart, LazyGroup
+from headlens.reports.cli.lazy import LazyGroup
 
 __all__ = ["cli", "main", "COMMANDS"]
 
@@ -78,10 +77,8 @@ def cli(ctx: click.Context, verbose: int, quiet: int) -> None:
     ctx.call_on_close(setup_logging(verbose - quiet))
 
 
-def main(*, before_command: Callable[[], None] | None = None) -> None:
-    """Run ``headlens`` on ``sys.argv``; ``before_command`` runs once a command's arguments have
-    parsed, right before it runs (the console script completes the deferred package imports there)."""
-    cli.main(prog_name="headlens", obj=CommandStart(before_command) if before_command else None)
+def main() -> None:
+    cli.main(prog_name="headlens")
 
 
 if __name__ == "__main__":
