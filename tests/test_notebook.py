@@ -68,6 +68,8 @@ print("HEADLENS-TEXT " + _json.dumps({
     "ablation_top_delta": float(_ab.loc[_top, "delta"]),
     "ablation_top_ci_low": float(_ab.loc[_top, "ci_low"]),
     "ablation_13": [float(_ab.loc["1.3", c]) for c in ("delta", "ci_low", "ci_high")],
+    "circuit_k_edges": {f"{r.sender}->{r.receiver}": float(r.ci_low)
+                        for r in result.circuit_edges.query("sender in ['0.0', 'mlp0'] and input == 'k'").itertuples()},
 }))
 """
 
@@ -167,6 +169,9 @@ def test_tutorial_runs_and_shows_what_it_says(kernel_env: Path) -> None:
     assert said["ablation_top"] == "0.3" and 0.3 <= said["ablation_top_delta"] <= 0.5 and said["ablation_top_ci_low"] > 0.1
     delta13, low13, high13 = said["ablation_13"]
     assert 0.05 <= delta13 <= 0.2 and low13 < 0 < high13
+    # "the previous-token head 0.0 feeds the induction heads 1.x through their keys (directly and through MLP 0)"
+    wanted = {f"{s}->1.{h}" for s in ("0.0", "mlp0") for h in range(4)}
+    assert wanted <= set(said["circuit_k_edges"]) and all(said["circuit_k_edges"][e] > 0 for e in wanted), said["circuit_k_edges"]
 
     # each result's view leads with its findings (the CLI's lines), before its collapsed tables
     def findings_of(source_start: str) -> str:
@@ -182,6 +187,7 @@ def test_tutorial_runs_and_shows_what_it_says(kernel_env: Path) -> None:
     patched = findings_of("pt = headlens.patch")
     assert "; gap " in patched and "attribution patching" in patched and "by chance" in patched
     assert "heads with the largest |delta|" in findings_of("ablation = headlens.ablate")
+    assert "faithfulness" in findings_of("result = headlens.circuit")
 
     # results show as HTML in the notebook; figures as PNG images; the view is self-contained HTML
     assert outputs_of(cell_with("census = headlens.census"), "text/html")
