@@ -280,8 +280,8 @@ def check_census_settings(config: CensusConfig) -> None:
         raise InputError(f"n_prompts must be at least 1, got {config.n_prompts}")
     if config.n_bootstrap < 1:
         raise InputError(f"n_bootstrap must be at least 1 (resamples for the intervals), got {config.n_bootstrap}")
-    if config.seq_len < 2:
-        raise InputError(f"seq_len must be at least 2, got {config.seq_len}")
+    if config.seq_len < 3:  # at T = 2 the induction target i - T + 1 is the previous token: the two roles coincide
+        raise InputError(f"seq_len must be at least 3 (at 2 induction and previous-token targets are the same token), got {config.seq_len}")
     if config.window < 2:
         raise InputError(f"window must be at least 2, got {config.window}")
     if config.query_block < 1:

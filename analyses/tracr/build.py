@@ -4,7 +4,9 @@ The folder holds the checkpoint (``config.json``, ``model.safetensors``, the wor
 ``program.py`` (the builder and the source of the tracr library functions it calls), ``ground_truth.json``
 (:func:`headlens.analyses.tracr.ground_truth.ground_truth`), ``agreement.json`` (the check of
 :mod:`headlens.analyses.tracr.agreement` on every input of the stated set), ``residual_labels.json`` and
-``tracr_manifest.json`` (program, versions, layout, norm tolerance).  Everything is written into a
+``tracr_manifest.json`` (program, versions, layout, norm tolerance) and ``pairs.jsonl`` (clean/corrupt pairs from
+the program's input space, :func:`headlens.analyses.tracr.scoring.tracr_pairs`: a task file for
+``patch --task``).  Everything is written into a
 temporary sibling folder and moved into place only after the check passes, so a refused program leaves
 nothing behind and an existing folder is replaced only with ``overwrite=True``.
 """
@@ -15,7 +17,7 @@ import inspect
 import json
 import shutil
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
@@ -23,13 +25,17 @@ from typing import Any
 from headlens.analyses.tracr.agreement import Agreement, check_agreement
 from headlens.analyses.tracr.compile import compile_program
 from headlens.analyses.tracr.convert import LN_EPS, LN_WEIGHT, word_of, write_checkpoint
-from headlens.analyses.tracr.ground_truth import ground_truth
-from headlens.analyses.tracr.programs import ProgramSpec, program_spec, require_tracr
+from headlens.analyses.tracr.ground_truth import ground_truth, mark_input_dependence, sender_writes
+from headlens.analyses.tracr.programs import ProgramSpec, all_inputs, program_spec, require_tracr
+from headlens.analyses.tracr.scoring import tracr_pairs
 from headlens.probes.errors import InputError, OutputExistsError
 from headlens.probes.loading import load_model
 from headlens.probes.manifest import package_versions
 
 __all__ = ["TracrModel", "build_tracr_model", "read_ground_truth"]
+
+#: Clean/corrupt pairs written to pairs.jsonl (seed 0) for `headlens patch --task` and `headlens circuit`.
+PAIRS = 32
 
 
 @dataclass(kw_only=True)
@@ -80,13 +86,21 @@ def _tracr_own(compiled: Any, agreement: Agreement) -> int:
     return wrong
 
 
-def build_tracr_model(program: str, out: str | Path, *, overwrite: bool = False, mlp_exactness: int = 100) -> TracrModel:
+def build_tracr_model(
+    program: str, out: str | Path, *, overwrite: bool = False, max_seq_len: int | None = None, mlp_exactness: int = 100
+) -> TracrModel:
     """Compile ``program`` (a name of :data:`~headlens.analyses.tracr.programs.PROGRAMS`) and write it into ``out``.
 
+    ``max_seq_len`` replaces the program's default length (the model's context is one more, for BOS; every
+    input up to it is checked, 3**n of each length n).
     Raises :class:`InputError` for an unknown program, for a program whose causal compilation does not
     compute it (tracr's own model disagrees with RASP as the checkpoint does), and :class:`OutputExistsError`
     when ``out`` exists and ``overwrite`` is False."""
     spec = program_spec(program)
+    if max_seq_len is not None:
+        if isinstance(max_seq_len, bool) or not isinstance(max_seq_len, int) or not 1 <= max_seq_len <= 8:
+            raise InputError(f"max_seq_len must be a whole number from 1 to 8 (every input is checked), got {max_seq_len!r}")
+        spec = replace(spec, max_seq_len=max_seq_len)
     dest = Path(out)
     if dest.exists() and not overwrite:
         raise OutputExistsError(f"{dest} exists; pass overwrite=True to replace it")
@@ -110,6 +124,14 @@ def build_tracr_model(program: str, out: str | Path, *, overwrite: bool = False,
                     f"RASP {ex.get('rasp')}, model {ex.get('model')}"
                 )
             raise RuntimeError(f"conversion of {program!r} disagrees with tracr's own model on {agreement.n_disagree} positions: {ex}")
+        full = [[str(v) for v in x] for x in all_inputs(spec) if len(x) == spec.max_seq_len]
+        mark_input_dependence(truth, sender_writes(str(tmp), full), lay.labels(compiled.residual))
+        pairs = tracr_pairs(spec, compiled.program, numerical=not compiled.categorical, n_pairs=PAIRS, seed=0)
+        lines = [
+            json.dumps({"clean": p.clean, "corrupt": p.corrupt, "correct": p.correct, "incorrect": p.incorrect, "where": p.where})
+            for p in pairs
+        ]
+        (tmp / "pairs.jsonl").write_text("\n".join(lines) + "\n")
         (tmp / "ground_truth.json").write_text(json.dumps(truth, indent=1) + "\n")
         (tmp / "agreement.json").write_text(json.dumps(agreement.describe(), indent=1) + "\n")
         (tmp / "program.py").write_text(_source(spec))

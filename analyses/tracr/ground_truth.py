@@ -12,9 +12,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from headlens.analyses.tracr.compile import Compiled
 
-__all__ = ["ground_truth", "true_edges"]
+__all__ = ["ground_truth", "true_edges", "sender_writes", "mark_input_dependence", "varying_edges"]
+
+#: A sender's write into a direction "varies" when it differs by more than this between two inputs.
+VARY_TOL = 1e-3
 
 
 def _order(kind: str, layer: int) -> float:
@@ -65,3 +70,57 @@ def ground_truth(compiled: Compiled) -> dict[str, Any]:
 def true_edges(truth: dict[str, Any]) -> set[tuple[str, str, str]]:
     """``(sender, receiver, input)`` of every true edge of a ``ground_truth.json`` record."""
     return {(e["sender"], e["receiver"], e["input"]) for e in truth["edges"]}
+
+
+def sender_writes(folder: str, inputs: list[list[str]]) -> dict[str, np.ndarray]:
+    """What each sender writes into the residual on each input (same length): ``{node: [input, pos, d_model]}``.
+
+    Read from the checkpoint with plain PyTorch hooks on the GPT-2 modules (the head outputs from the
+    input of ``c_proj`` split by head, the MLPs' outputs, the embeddings' sum)."""
+    import torch
+    from transformers import AutoTokenizer, GPT2LMHeadModel
+
+    model: Any = GPT2LMHeadModel.from_pretrained(folder).eval()  # HF submodules typed loosely
+    tok = AutoTokenizer.from_pretrained(folder)
+    cfg = model.config
+    hd = cfg.n_embd // cfg.n_head
+    ids = torch.tensor([[tok.bos_token_id, *tok.convert_tokens_to_ids(x)] for x in inputs])
+    got: dict[str, Any] = {}
+    handles = []
+    blocks: list[Any] = list(model.transformer.h)
+    for layer, block in enumerate(blocks):
+        w_o = block.attn.c_proj.weight.detach()  # [H*hd, d]
+
+        def pre(_mod: Any, args: Any, layer: int = layer, w_o: Any = w_o) -> None:
+            z = args[0].detach()
+            for h in range(cfg.n_head):
+                got[f"{layer}.{h}"] = z[..., h * hd : (h + 1) * hd] @ w_o[h * hd : (h + 1) * hd]
+
+        def post(_mod: Any, _args: Any, out: Any, layer: int = layer) -> None:
+            got[f"mlp{layer}"] = out.detach()
+
+        handles += [block.attn.c_proj.register_forward_pre_hook(pre), block.mlp.register_forward_hook(post)]
+    try:
+        with torch.no_grad():
+            hidden = model(ids, output_hidden_states=True).hidden_states
+    finally:
+        for h in handles:
+            h.remove()
+    got["embed"] = hidden[0]
+    return {k: v.numpy() for k, v in got.items()}
+
+
+def mark_input_dependence(truth: dict[str, Any], writes: dict[str, np.ndarray], residual: list[str], *, tol: float = VARY_TOL) -> None:
+    """Add ``varies`` to each edge: whether the sender's write into a shared direction changes between inputs
+    at some position (an edge whose signal is the same on every input -- BOS, ``one``, the position
+    directions -- carries nothing any clean/corrupt patch can see).  ``edges_varying`` counts them."""
+    index = {lab: i for i, lab in enumerate(residual)}
+    for e in truth["edges"]:
+        w = writes[e["sender"]][:, :, [index[d] for d in e["via"]]]
+        e["varies"] = bool((w.max(axis=0) - w.min(axis=0)).max() > tol)
+    truth["edges_varying"] = sum(e["varies"] for e in truth["edges"])
+
+
+def varying_edges(truth: dict[str, Any]) -> set[tuple[str, str, str]]:
+    """The true edges whose signal changes between inputs of the program's full length."""
+    return {(e["sender"], e["receiver"], e["input"]) for e in truth["edges"] if e.get("varies")}

@@ -70,7 +70,7 @@ def _sort() -> Any:
     from tracr.compiler import lib
     from tracr.rasp import rasp
 
-    return lib.make_sort(rasp.tokens, rasp.tokens, max_seq_len=4, min_key=1)
+    return lib.make_sort(rasp.tokens, rasp.tokens, max_seq_len=8, min_key=1)
 
 
 def _shift() -> Any:

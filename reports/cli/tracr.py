@@ -11,8 +11,9 @@ PROGRAM_NAMES = ("frac_prevs", "hist", "reverse", "sort", "shift", "detect_patte
 @click.command("tracr-model")
 @click.argument("program", type=click.Choice(PROGRAM_NAMES))
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Folder to write the checkpoint into.")
+@click.option("--max-seq-len", type=int, default=None, help="Longest input (1-8; default: the program's own, 5 for most).")
 @click.option("--overwrite", is_flag=True, help="Replace --out if it exists.")
-def tracr_model_cmd(program: str, out_dir: str, overwrite: bool) -> None:
+def tracr_model_cmd(program: str, out_dir: str, max_seq_len: int | None, overwrite: bool) -> None:
     """Compile tracr's PROGRAM (causal attention) into a GPT-2 checkpoint in --out.
 
     The folder is loadable as --model by every command; it holds the word-level tokenizer, program.py,
@@ -23,5 +24,5 @@ def tracr_model_cmd(program: str, out_dir: str, overwrite: bool) -> None:
     """
     from headlens.analyses.tracr.build import build_tracr_model
 
-    built = build_tracr_model(program, out_dir, overwrite=overwrite)
+    built = build_tracr_model(program, out_dir, overwrite=overwrite, max_seq_len=max_seq_len)
     click.echo(built.summary())
