@@ -177,3 +177,12 @@ def test_folded_equal_to_transformer_lens_across_families(family, family_model, 
         theirs = bridge.all_composition_scores(mode.upper()).scores.detach().double()
         assert float((mode_scores(w, mode) - theirs).abs().max()) <= TL_TOL, mode
     assert any("ln1_post" in n for n in w.notes) == (family == "gemma2")
+
+
+def test_paired_scores_are_the_diagonal():
+    from headlens.analyses.circuits.composition import paired_scores
+
+    gen = torch.Generator().manual_seed(5)
+    V, X, Y = (torch.randn(4, 16, 3, generator=gen, dtype=torch.float64) for _ in range(3))
+    O = torch.randn(4, 3, 16, generator=gen, dtype=torch.float64)
+    assert_close(paired_scores(V, O, X, Y), torch.diagonal(pair_scores(V, O, X, Y)), "reference")

@@ -71,6 +71,7 @@ __all__ = [
     "copying_scores",
     "head_weights",
     "pair_scores",
+    "paired_scores",
     "random_baseline",
 ]
 
@@ -285,9 +286,24 @@ def random_baseline(d_model: int, d_head: int, *, n: int, seed: int, chunk: int 
         k = min(chunk, n - start)
         V, X, Y = (torch.randn(k, d_model, d_head, generator=gen, dtype=_DT) for _ in range(3))
         O = torch.randn(k, d_head, d_model, generator=gen, dtype=_DT)
-        # one score per sample: the diagonal of the all-pairs form, computed pair by pair
-        out.append(torch.stack([pair_scores(V[i : i + 1], O[i : i + 1], X[i : i + 1], Y[i : i + 1])[0, 0] for i in range(k)]))
+        out.append(paired_scores(V, O, X, Y))
     return torch.cat(out).numpy()
+
+
+def paired_scores(
+    V: Float[Tensor, "n d_model d_head"],
+    O: Float[Tensor, "n d_head d_model"],
+    X: Float[Tensor, "n d_model d_head"],
+    Y: Float[Tensor, "n d_model d_head"],
+) -> Float[Tensor, " n"]:
+    """:func:`pair_scores` of the i-th sender with the i-th receiver only (the diagonal), batched."""
+    G = V.transpose(-2, -1) @ V
+    H = Y.transpose(-2, -1) @ Y
+    M = O @ X
+    num = (M * (G @ M @ H)).sum(dim=(-2, -1)).clamp_min(0).sqrt()
+    left = (G * (O @ O.transpose(-2, -1))).sum(dim=(-2, -1)).clamp_min(0).sqrt()
+    right = ((X.transpose(-2, -1) @ X) * H).sum(dim=(-2, -1)).clamp_min(0).sqrt()
+    return num / (left * right)
 
 
 def _head_name(layer: int, head: int) -> str:
