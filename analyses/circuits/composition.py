@@ -53,6 +53,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from headlens.analyses.circuits.weights import HeadWeights, centre, head_weights, norm_gain
 from headlens.probes.errors import InputError, UnsupportedModelError
 from headlens.probes.loading import LoadedModel
 
@@ -131,25 +132,6 @@ def check_composition_config(config: CompositionConfig) -> None:
 
 
 @dataclass
-class HeadWeights:
-    """Every head's matrices, float64, KV expanded to query heads (``layer``, ``head`` leading)."""
-
-    W_Q: Float[Tensor, "layer head d_model d_head"]
-    W_K: Float[Tensor, "layer head d_model d_head"]
-    W_V: Float[Tensor, "layer head d_model d_head"]
-    W_O: Float[Tensor, "layer head d_head d_model"]
-    n_kv_heads: int
-    folded: bool
-    norm: str  # "LN", "RMS" or "none"
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def shape(self) -> tuple[int, int, int, int]:
-        n_l, n_h, d_model, d_head = self.W_Q.shape
-        return int(n_l), int(n_h), int(d_model), int(d_head)
-
-
-@dataclass
 class CompositionRun:
     """``scores``: one row per (sender, receiver, input) with ``sender layer < receiver layer``
     (:data:`COMPOSITION_COLUMNS`); ``baseline``: per mode, the random matrices' mean, sd, 99th
@@ -160,94 +142,6 @@ class CompositionRun:
     copying: pd.DataFrame | None
     summary: dict[str, Any]
     notes: list[str] = field(default_factory=list)
-
-
-# -- weights --------------------------------------------------------------------------------
-def _module_of(component: Any) -> Any:
-    return getattr(component, "original_component", None) or component
-
-
-def _gain(norm_module: Any, d_model: int) -> Tensor:
-    """The effective gain of an RMS norm module: its output for a constant row (rms = the
-    constant, so the output is the gain; Gemma's ``1 + weight`` and Llama's ``weight`` alike)."""
-    w = next(iter(norm_module.parameters()), None)
-    dtype = w.dtype if w is not None else torch.float32
-    device = w.device if w is not None else torch.device("cpu")
-    x = torch.full((1, 1, d_model), 1e3, dtype=dtype, device=device)
-    return (norm_module(x)[0, 0] / 1e3).detach().to("cpu", _DT)
-
-
-def _norm_gain(bridge: Any, component: Any, kind: str, d_model: int) -> Tensor | None:
-    mod = _module_of(component)
-    if mod is None:
-        return None
-    if kind == "LN":
-        w = getattr(mod, "weight", None)
-        return None if w is None else w.detach().to("cpu", _DT)
-    return _gain(mod, d_model)
-
-
-def _post_norm(model: LoadedModel) -> bool:
-    cfg = getattr(model.bridge.original_model, "config", None)
-    return model.is_encoder or getattr(cfg, "do_layer_norm_before", True) is False
-
-
-def _expand(w: Tensor, n_heads: int) -> Tensor:
-    """KV weights ``[n_kv, ...]`` repeated to the query heads (head h reads KV head h // group)."""
-    if w.shape[0] == n_heads:
-        return w
-    if n_heads % w.shape[0]:
-        raise UnsupportedModelError(f"{n_heads} query heads do not split into {w.shape[0]} key-value groups")
-    return w.repeat_interleave(n_heads // w.shape[0], dim=0)
-
-
-def _centre(w: Tensor, dim: int) -> Tensor:
-    return w - w.mean(dim=dim, keepdim=True)
-
-
-def head_weights(model: LoadedModel, *, fold_ln: bool = True) -> HeadWeights:
-    """Every head's W_Q, W_K, W_V, W_O from the bridge, float64 on the CPU (see the module's conventions)."""
-    bridge = model.bridge
-    n_heads = model.n_heads
-    kind = str(getattr(bridge.cfg, "normalization_type", None) or "none")
-    notes: list[str] = []
-    fold = fold_ln and kind in ("LN", "LNPre", "RMS", "RMSPre")
-    if fold_ln and _post_norm(model):
-        notes.append("post-norm model: no norm in front of the attention to fold; composition scored on the raw weights")
-        fold = False
-    elif fold_ln and not fold:
-        notes.append(f"normalization {kind!r}: nothing to fold; composition scored on the raw weights")
-    if "ln1_post" in bridge.blocks[0]._modules:
-        notes.append(
-            "the norm after each attention output (ln1_post, e.g. Gemma 2) rescales what the heads write; it is not folded into W_O"
-            " (as in TransformerLens), so the scores read W_O as the head writes it before that norm"
-        )
-    is_ln = kind.startswith("LN")
-    stacks: dict[str, list[Tensor]] = {"W_Q": [], "W_K": [], "W_V": [], "W_O": []}
-    n_kv = n_heads
-    with torch.no_grad():
-        for layer in range(model.n_layers):
-            block = bridge.blocks[layer]
-            attn = block.attn
-            got = {name: getattr(attn, name).detach().to("cpu", _DT) for name in stacks}
-            n_kv = int(got["W_K"].shape[0])
-            got["W_K"], got["W_V"] = _expand(got["W_K"], n_heads), _expand(got["W_V"], n_heads)
-            if fold:
-                gain = _norm_gain(bridge, block._modules.get("ln1"), "LN" if is_ln else "RMS", got["W_Q"].shape[1])
-                for name in ("W_Q", "W_K", "W_V"):
-                    w = got[name] if gain is None else got[name] * gain[None, :, None]
-                    got[name] = _centre(w, 1) if is_ln else w
-                if is_ln:
-                    got["W_O"] = _centre(got["W_O"], 2)
-            for name, w in got.items():
-                stacks[name].append(w)
-    return HeadWeights(
-        **{name: torch.stack(ws) for name, ws in stacks.items()},
-        n_kv_heads=n_kv,
-        folded=fold,
-        norm=kind,
-        notes=notes,
-    )
 
 
 # -- scores ---------------------------------------------------------------------------------
@@ -333,12 +227,12 @@ def copying_scores(model: LoadedModel, w: HeadWeights, *, n_tokens: int, seed: i
         W_U = bridge.W_U.detach().to("cpu", _DT)  # [d_model, vocab]
         if w.folded:
             kind = "LN" if w.norm.startswith("LN") else "RMS"
-            gain = _norm_gain(bridge, getattr(bridge, "ln_final", None), kind, W_U.shape[0])
+            gain = norm_gain(bridge, getattr(bridge, "ln_final", None), kind, W_U.shape[0])
             if gain is not None:
                 W_U = W_U * gain[:, None]
-            W_U = _centre(W_U, 1)
+            W_U = centre(W_U, 1)
             if kind == "LN":
-                W_E = _centre(W_E, 1)
+                W_E = centre(W_E, 1)
         n_vocab = min(W_E.shape[0], W_U.shape[1])
         UE = W_U[:, :n_vocab] @ W_E[:n_vocab]  # [d_model, d_model]
         M = torch.einsum("lhrd,de,lhes->lhrs", w.W_O, UE, w.W_V)  # W_O W_U W_E W_V
