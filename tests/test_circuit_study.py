@@ -31,7 +31,7 @@ def test_circuit_result_leads_with_the_circuit(demo_circuit):
     assert any("exact" in line for line in found.lines)
     assert any("estimates" in w for w in found.warnings)  # an estimate is labelled as one
     html = r._repr_html_()
-    assert html.index("circuit: ") < html.index("<details")  # the circuit first, tables after
+    assert html.index("circuit: ") < html.index("data:image/png;base64,") < html.index("<details")  # the circuit, its diagram, the tables
 
 
 def test_demo_induction_circuit_through_k(demo_circuit):

@@ -11,6 +11,7 @@ size, 0 = corrupted .. 1 = clean), ``circuit.png``/``circuit.svg`` (the circuit 
 
 from __future__ import annotations
 
+import base64
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -98,6 +99,19 @@ class CircuitResult(Result):
         if "edges" not in self.tables:
             return Findings()
         return Findings(tuple(circuit_lines(self)), tuple(circuit_warnings(self)))
+
+    def _repr_html_(self) -> str:
+        """The findings first (the circuit, its faithfulness, its top edges with intervals, the notes),
+        then the circuit diagram, then the tables collapsed."""
+        page = super()._repr_html_()
+        if not self.figure_names():
+            return page
+        png = getattr(self.plot("circuit"), "_repr_png_", None)
+        if png is None:
+            return page
+        img = f'<img alt="circuit diagram" style="max-width: 100%" src="data:image/png;base64,{base64.b64encode(png()).decode()}"/>'
+        at = page.find("<details")
+        return page[:at] + img + "\n" + page[at:] if at >= 0 else page + img
 
     @classmethod
     def read_tables(cls, folder: Path) -> dict[str, pd.DataFrame]:
