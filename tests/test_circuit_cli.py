@@ -65,8 +65,9 @@ def test_circuit_bad_input_one_line(runner, tmp_path, extra, word):
 
 def test_circuit_task_file_of_unequal_pairs(runner, tmp_path):
     task = tmp_path / "t.jsonl"
-    row = {"clean": "When Mary and John went", "corrupt": "When Mary and John and Tom went", "correct": " Mary", "incorrect": " John"}
-    task.write_text(json.dumps(row) + "\n")
+    good = {"clean": "When Mary and John went", "corrupt": "When Mary and Tom went", "correct": " Mary", "incorrect": " John"}
+    bad = {**good, "corrupt": "When Mary and John and Tom went"}  # a longer corrupt side
+    task.write_text(json.dumps(good) + "\n" + json.dumps(bad) + "\n")
     out = tmp_path / "never"
     result = _run(runner, ["circuit", "-m", "demo", "--device", "cpu", "--task", str(task), "--out", str(out), "-q"])
     assert result.exit_code == 2

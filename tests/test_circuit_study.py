@@ -85,7 +85,10 @@ def test_circuit_bad_settings_one_line(demo, settings, word):
 def test_circuit_pairs_of_different_lengths(demo, tmp_path):
     task = _jsonl(
         tmp_path / "t.jsonl",
-        [{"clean": "When Mary and John went", "corrupt": "When Mary and John and Tom went", "correct": " Mary", "incorrect": " John"}],
+        [
+            {"clean": "When Mary and John went", "corrupt": "When Mary and Tom went", "correct": " Mary", "incorrect": " John"},
+            {"clean": "When Mary and John went", "corrupt": "When Mary and John and Tom went", "correct": " Mary", "incorrect": " John"},
+        ],
     )
     with pytest.raises(InputError) as err:
         headlens.circuit(demo, task=task)
