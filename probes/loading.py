@@ -34,6 +34,7 @@ from headlens.probes.boot import boot
 from headlens.probes.config import ModelConfig
 from headlens.probes.devices import resolve_device, resolve_dtype
 from headlens.probes.errors import DeviceError, InputError, ModelLoadError, UnsupportedModelError
+from headlens.probes.head_lists import as_heads
 from headlens.probes.placement import (
     Placement,
     check_module_names,
@@ -321,9 +322,11 @@ def _check_analysable(bridge: Any, spec: str) -> None:
 def check_layers_heads(
     model: LoadedModel,
     layers: tuple[int, ...] | None,
-    heads: tuple[tuple[int, int], ...] | None,
+    heads: Any,
 ) -> dict[int, list[int]]:
-    """Validate layer and head indices; return ``{layer: [heads...]}`` in order."""
+    """Validate layer and head indices; return ``{layer: [heads...]}`` in order.  ``heads``: any
+    head list :func:`headlens.probes.head_lists.as_heads` takes (``"1.3,1.2"``, ``[(1, 3)]``, ...)."""
+    heads = as_heads(heads, name="heads") if heads is not None else None
     n_l, n_h = model.n_layers, model.n_heads
     for layer in layers or ():
         if not 0 <= layer < n_l:

@@ -63,7 +63,7 @@ def test_patch_path_on_the_planted_checkpoint(planted_checkpoint, tmp_path, runn
 
 def test_patch_bad_input_is_one_line_exit_2(tiny_checkpoint, tmp_path, runner):
     bad = tmp_path / "bad.jsonl"
-    bad.write_text('{"clean": "a b", "corrupt": "a b c", "correct": " x", "incorrect": " y"}\n')
+    bad.write_text('{"clean": "a b", "corrupt": "a b c", "correct": " x", "incorrect": " y"}\n' * 2)  # two pairs: one is refused as too few
     cases = [
         (["--task", str(bad)], "same token length"),
         (["--path", "--receivers", "9.0"], "out of range"),

@@ -36,6 +36,7 @@ from jaxtyping import Bool
 from torch import Tensor
 
 from headlens.probes.errors import InputError
+from headlens.probes.head_lists import parse_head, parse_heads
 
 __all__ = ["MASK_FORMAT", "MASK_VERSION", "HeadMask", "read_mask", "parse_head", "parse_heads", "head_name"]
 
@@ -46,34 +47,6 @@ MASK_VERSION = 1
 def head_name(layer: int, head: int) -> str:
     """``"5.1"`` for layer 5, head 1."""
     return f"{layer}.{head}"
-
-
-def parse_head(item: Any, *, where: str = "mask") -> tuple[int, int]:
-    """``"5.1"`` or ``[5, 1]`` -> ``(5, 1)``; anything else is an :class:`InputError`.
-
-    The one head parser: mask files, the report's tables, the self-test and (through
-    :func:`parse_heads`) the commands' ``--heads`` option all go through it.  ``where``
-    prefixes the error (empty: no prefix).
-    """
-    if isinstance(item, str):
-        layer, dot, head = item.strip().partition(".")
-        if dot and layer.isdigit() and head.isdigit():
-            return int(layer), int(head)
-    elif (
-        isinstance(item, (list, tuple)) and len(item) == 2 and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in item)
-    ):
-        return int(item[0]), int(item[1])
-    prefix = f"{where}: " if where else ""
-    raise InputError(f'{prefix}{item!r} is not a head; write heads as "LAYER.HEAD", e.g. "5.1"', item=str(item))
-
-
-def parse_heads(text: str, *, where: str = "") -> tuple[tuple[int, int], ...]:
-    """``"5.1,5.5"`` -> ``((5, 1), (5, 5))`` (order kept); an empty item or a bad head is an :class:`InputError`."""
-    items = [v.strip() for v in str(text).split(",")]
-    if not all(items):
-        prefix = f"{where}: " if where else ""
-        raise InputError(f'{prefix}empty item in {text!r}; write heads as "LAYER.HEAD,...", e.g. "5.1,5.5"', item=str(text))
-    return tuple(parse_head(item, where=where) for item in items)
 
 
 @dataclass(frozen=True)

@@ -54,6 +54,7 @@ from headlens.analyses.ablation.metrics import check_metric, worse_by
 from headlens.analyses.ablation.records import RecordJournal
 from headlens.analyses.ablation.runs import ablated_values
 from headlens.analyses.ablation.study import AblationConfig, ablation_study
+from headlens.probes.counts import check_count
 from headlens.probes.errors import InputError
 from headlens.probes.loading import LoadedModel
 
@@ -112,8 +113,7 @@ class PruneConfig:
             raise InputError(f"step must be in (0, 1], got {self.step}", step=self.step)
         if self.max_increase < 0:
             raise InputError(f"max_increase must be >= 0, got {self.max_increase}", max_increase=self.max_increase)
-        if self.random_seeds < 0:
-            raise InputError(f"random_seeds must be >= 0, got {self.random_seeds}", random_seeds=self.random_seeds)
+        check_count("random_seeds", self.random_seeds, minimum=0)
         if not 0 < self.max_fraction <= 1:
             raise InputError(f"max_fraction must be in (0, 1], got {self.max_fraction}", max_fraction=self.max_fraction)
         if self.batch_size < 1:

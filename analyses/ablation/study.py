@@ -54,7 +54,9 @@ from headlens.analyses.ablation.runs import (
 )
 from headlens.analyses.ablation.suffix import check_from_layer
 from headlens.analyses.stats import bootstrap_mean_ci, spearman
+from headlens.probes.counts import check_count
 from headlens.probes.errors import InputError
+from headlens.probes.head_lists import as_heads
 from headlens.probes.loading import LoadedModel, check_layers_heads
 
 __all__ = [
@@ -114,6 +116,8 @@ class AblationConfig:
     attribution: bool = True
 
     def __post_init__(self) -> None:
+        if self.heads is not None:
+            object.__setattr__(self, "heads", as_heads(self.heads, name="heads"))
         if self.method not in METHODS:
             raise InputError(f"unknown ablation method {self.method!r}: choose from {', '.join(METHODS)}", method=self.method)
         if self.batch_size < 1:
@@ -122,8 +126,7 @@ class AblationConfig:
             raise InputError(f"heads per forward must be at least 1, got {self.heads_per_forward}")
         if not 0 < self.ci < 1:
             raise InputError(f"confidence level must be between 0 and 1, got {self.ci}")
-        if self.n_bootstrap < 0:
-            raise InputError(f"bootstrap resamples must be >= 0, got {self.n_bootstrap}")
+        check_count("n_bootstrap", self.n_bootstrap, minimum=0)
 
 
 # --------------------------------------------------------------------------- the study

@@ -69,6 +69,7 @@ from headlens.analyses.stimuli import (
     text_windows,
 )
 from headlens.probes.attention import attention_spec
+from headlens.probes.counts import check_count
 from headlens.probes.engine import layer_causal
 from headlens.probes.errors import InputError
 from headlens.probes.loading import LoadedModel
@@ -276,10 +277,8 @@ def _start_recording(model: LoadedModel, prefix: CensusPrefix, config: CensusCon
 
 def check_census_settings(config: CensusConfig) -> None:
     """The settings' ranges, before any model work (the one check: the census and the study call run it)."""
-    if config.n_prompts < 1:
-        raise InputError(f"n_prompts must be at least 1, got {config.n_prompts}")
-    if config.n_bootstrap < 1:
-        raise InputError(f"n_bootstrap must be at least 1 (resamples for the intervals), got {config.n_bootstrap}")
+    check_count("n_prompts", config.n_prompts, bytes_each=4 * 8 * (2 * max(int(config.seq_len), 1) + 2))  # token rows of the sets
+    check_count("n_bootstrap", config.n_bootstrap, why="resamples for the intervals")
     if config.seq_len < 3:  # at T = 2 the induction target i - T + 1 is the previous token: the two roles coincide
         raise InputError(f"seq_len must be at least 3 (at 2 induction and previous-token targets are the same token), got {config.seq_len}")
     if config.window < 2:

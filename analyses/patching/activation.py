@@ -25,7 +25,9 @@ import pandas as pd
 from headlens.analyses.patching.effects import Gap, normalised_effects, subset_counts, task_gap
 from headlens.analyses.patching.pairs import PairTask, pair_eval_sets
 from headlens.analyses.patching.runs import Patch, cache_run, can_start_late, patched_values
+from headlens.probes.counts import check_count
 from headlens.probes.errors import InputError
+from headlens.probes.head_lists import as_heads
 from headlens.probes.loading import LoadedModel, check_layers_heads
 
 log = logging.getLogger(__name__)
@@ -49,11 +51,14 @@ class PatchConfig:
     start_late: bool = True  # start each layer's forwards at that block when the model allows
 
     def __post_init__(self) -> None:
+        if self.heads is not None:
+            object.__setattr__(self, "heads", as_heads(self.heads, name="heads"))
         bad = [d for d in self.directions if d not in DIRECTIONS]
         if bad or not self.directions:
             raise InputError(f"unknown patching direction {bad[0] if bad else '(none)'!r}: choose from {', '.join(DIRECTIONS)}")
         if self.batch_size < 1 or self.max_rows < 1:
             raise InputError("batch_size and max_rows must be at least 1")
+        check_count("n_resamples", self.n_resamples, minimum=0)
 
 
 @dataclass

@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from headlens.analyses.patching.pairs import PairItem, PairTask, padded_pairs, tokenize_pairs
+from headlens.analyses.patching.pairs import PairItem, PairTask, check_pairs, padded_pairs, tokenize_pairs
 from headlens.analyses.stimuli.random_tokens import random_repeated_tokens
 from headlens.analyses.stimuli.referent import pair_units, referent_items
 from headlens.analyses.stimuli.referent_frames import FEMALE_NAMES, MALE_NAMES
@@ -42,12 +42,15 @@ NAME_TEMPLATES: tuple[str, ...] = (
     "Then{A} and{B} had lunch at the cafe, and{S} gave a book to",
     "Once{A} and{B} arrived at the house,{S} threw the keys to",
 )
+#: Tokens per names or referent pair the count bound reckons with (their sentences are shorter).
+NAMES_WIDTH = 32
 
 
 def induction_task(model: Any, *, n: int = 64, T: int = 20, seed: int = 0, prepend_bos: bool = True) -> PairTask:
     """``n`` induction pairs of ``T`` random tokens (see the module doc)."""
     if T < 4:
         raise InputError(f"the induction task needs at least 4 tokens per sequence, got {T}")
+    check_pairs(n, width=T + T // 2 + 2)
     vocab = int(getattr(model.bridge.cfg, "d_vocab", 0) or len(model.tokenizer))
     special = {int(i) for i in (getattr(model.tokenizer, "all_special_ids", None) or [])}
     draw = random_repeated_tokens(n, T + 2, seed, vocab, exclude=sorted(special), distinct=True)[:, : T + 2]
@@ -79,6 +82,7 @@ def _single(tokenizer: Any, words: tuple[str, ...]) -> list[str]:
 
 def names_task(model: Any, *, n: int = 64, seed: int = 0, prepend_bos: bool = True) -> PairTask:
     """``n`` IOI-style pairs (see the module doc); names that are not one token are skipped."""
+    check_pairs(n, width=NAMES_WIDTH)
     names = _single(model.tokenizer, MALE_NAMES + FEMALE_NAMES)
     if len(names) < 3:
         raise InputError(f"the names task needs at least 3 single-token names for this tokenizer, found {len(names)}")
@@ -101,6 +105,7 @@ def names_task(model: Any, *, n: int = 64, seed: int = 0, prepend_bos: bool = Tr
 
 def referent_task(model: Any, *, n: int = 64, seed: int = 0, prepend_bos: bool = True) -> PairTask:
     """Up to ``n`` referent pairs, both orders of each minimal pair (see the module doc)."""
+    check_pairs(n, width=NAMES_WIDTH)
     prefix, suffix = model.frame(prepend_bos)
     fitted = fit_referent_items(referent_items(None, seed=seed), model.tokenizer, wrap=(prefix, []), n=n)
     clean_rows, corrupt_rows, correct, incorrect = [], [], [], []
@@ -126,6 +131,12 @@ BUILTIN_TASKS = {"induction": induction_task, "names": names_task, "referent": r
 
 
 def builtin_task(model: Any, name: str, *, n: int = 64, seed: int = 0, prepend_bos: bool = True) -> PairTask:
+    """The built-in task ``name`` with ``n`` pairs (``n_pairs``: at least 2, within the bounds of
+    :func:`headlens.analyses.patching.pairs.check_pairs`, checked before any pair is built).
+
+    Rows are right-padded with the tokenizer's pad id (its ``pad_token_id``; 0 when it has none,
+    as GPT-2's has not): the padding follows each row's last real token, where every effect is
+    read, and is masked out of attention."""
     if name not in BUILTIN_TASKS:
         raise InputError(f"unknown built-in task {name!r}: choose from {', '.join(BUILTIN_TASKS)}", task=name)
     return BUILTIN_TASKS[name](model, n=n, seed=seed, prepend_bos=prepend_bos)

@@ -28,14 +28,44 @@ from torch import Tensor
 from headlens.analyses.ablation.embedding import sentence_embeddings
 from headlens.analyses.ablation.evalset import EvalSet
 from headlens.analyses.ablation.metrics import default_metric
+from headlens.probes.counts import check_count
 from headlens.probes.errors import InputError
 from headlens.probes.jsonl import read_jsonl
 
 log = logging.getLogger(__name__)
 
-__all__ = ["PairItem", "PairTask", "read_pair_file", "tokenize_pairs", "padded_pairs", "pair_task", "pair_eval_sets"]
+__all__ = [
+    "MIN_PAIRS",
+    "PairItem",
+    "PairTask",
+    "check_pairs",
+    "read_pair_file",
+    "tokenize_pairs",
+    "padded_pairs",
+    "pair_task",
+    "pair_eval_sets",
+]
 
 _KEYS = ("clean", "corrupt", "correct", "incorrect")
+#: The fewest pairs a task may hold: an effect's interval over pairs needs two.
+MIN_PAIRS = 2
+#: Bytes a pair costs besides its token rows (its Python objects, its values per head).
+_PAIR_OVERHEAD = 2048
+
+
+def check_pairs(n: object, *, width: int = 64, subject: str | None = None) -> int:
+    """The one rule on how many pairs a task holds, a built-in task's ``n_pairs`` or a task
+    file's lines alike: at least :data:`MIN_PAIRS`, and within
+    :func:`headlens.probes.counts.check_count`'s bounds for pairs of ``width`` tokens
+    (``subject``: how the error names the count, e.g. ``"task file t.jsonl holds 1 pair"``)."""
+    return check_count(
+        "n_pairs",
+        n,
+        minimum=MIN_PAIRS,
+        bytes_each=4 * 8 * max(int(width), 1) + _PAIR_OVERHEAD,
+        why="an effect's interval over pairs needs two",
+        subject=subject,
+    )
 
 
 @dataclass(frozen=True)
@@ -170,8 +200,11 @@ def padded_pairs(
 
 
 def pair_task(model: Any, path: str | Path, *, prepend_bos: bool = True) -> PairTask:
-    """:func:`read_pair_file` then :func:`tokenize_pairs`."""
-    return tokenize_pairs(model, read_pair_file(path), prepend_bos=prepend_bos, source={"kind": "file", "task": str(path)})
+    """:func:`read_pair_file` then :func:`tokenize_pairs`; a file of fewer than :data:`MIN_PAIRS`
+    pairs is refused by the rule that refuses ``n_pairs=1`` (:func:`check_pairs`)."""
+    items = read_pair_file(path)
+    check_pairs(len(items), subject=f"task file {path} holds {len(items)} pair{'s' if len(items) != 1 else ''}")
+    return tokenize_pairs(model, items, prepend_bos=prepend_bos, source={"kind": "file", "task": str(path)})
 
 
 def pair_eval_sets(model: Any, task: PairTask, *, batch_size: int = 8) -> tuple[EvalSet, EvalSet]:

@@ -44,8 +44,10 @@ from headlens.analyses.ablation.suffix import run_from_layer
 from headlens.analyses.patching.effects import Gap, normalised_effects, task_gap
 from headlens.analyses.patching.pairs import PairTask, pair_eval_sets
 from headlens.analyses.patching.runs import RunCache, cache_run, can_start_late
+from headlens.probes.counts import check_count
 from headlens.probes.engine_forward import StopForward, stopping
 from headlens.probes.errors import InputError, InterventionError
+from headlens.probes.head_lists import as_heads
 from headlens.probes.hooks import HookFn, attached
 from headlens.probes.loading import LoadedModel, check_layers_heads
 
@@ -82,8 +84,10 @@ class PathConfig:
     def __post_init__(self) -> None:
         if self.receiver_input not in RECEIVER_INPUTS:
             raise InputError(f"unknown receiver input {self.receiver_input!r}: choose from {', '.join(RECEIVER_INPUTS)}")
+        object.__setattr__(self, "receivers", as_heads(self.receivers, name="receivers"))
         if not self.receivers:
             raise InputError("path patching needs at least one receiver head")
+        check_count("n_resamples", self.n_resamples, minimum=0)
 
 
 @dataclass
@@ -166,7 +170,7 @@ def _check_input_edits(model: LoadedModel, data: EvalSet, layer: int, which: str
 
 def check_receivers(model: LoadedModel, receivers: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
     """The receivers without repeats; one-line :class:`InputError` for a head the model lacks or one in layer 0."""
-    receivers = list(dict.fromkeys(receivers))
+    receivers = list(dict.fromkeys(as_heads(receivers, name="receivers")))
     check_layers_heads(model, None, tuple(receivers))
     for layer, head in receivers:
         if layer == 0:

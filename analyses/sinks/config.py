@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from headlens.probes.errors import InputError
+from headlens.probes.head_lists import as_heads
 
 __all__ = ["ANALYSES", "SinkConfig", "default_attn_windows", "DEFAULT_MAX_PROMPTS"]
 
@@ -58,6 +59,8 @@ class SinkConfig:
     skip: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        if self.heads is not None:
+            object.__setattr__(self, "heads", as_heads(self.heads, name="heads"))
         if isinstance(self.eps, bool) or not isinstance(self.eps, (int, float)) or not 0 < float(self.eps) < 1 or math.isnan(self.eps):
             raise InputError(f"eps must be strictly between 0 and 1, got {self.eps}", eps=self.eps)
         _positive("window", self.window, minimum=2)

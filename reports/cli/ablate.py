@@ -128,6 +128,8 @@ def _say_resumed(what: str, quiet: bool) -> Callable[[Any], None]:
 )
 @click.option(
     "--bootstrap",
+    "--n-bootstrap",
+    "bootstrap",
     default=1000,
     show_default=True,
     type=click.IntRange(min=0),

@@ -111,6 +111,8 @@ MAPPED_PARAMETERS = (
     "modes",
     "n_baseline",
     "n_tokens",
+    "n_resamples",
+    "receivers",
 )
 _PARAMETER = re.compile(r"(?<![\w.-])(" + "|".join(MAPPED_PARAMETERS) + r")=('(?:[^'\\]|\\.)*'|\"[^\"]*\"|[^\s,;:)]+)?")
 #: A parameter named bare as the subject of a message or clause: ``n_prompts must be at least 1``.

@@ -36,7 +36,17 @@ BUILTIN_TASKS = ("induction", "names", "referent")
     default=None,
     help="A built-in task instead of --task (default: induction): repeated random tokens, an IOI-style name task, or the referent pairs.",
 )
-@click.option("--n-pairs", default=64, show_default=True, type=click.IntRange(min=2), help="Pairs of a built-in task.")
+@click.option(
+    "--n-pairs",
+    default=64,
+    show_default=True,
+    type=int,
+    help=(
+        "Pairs of a built-in task: at least 2 (the rule a --task file's pairs meet too), at most 1,000,000. Built-in rows are padded "
+        "with the tokenizer's pad id (0 when it has none, as GPT-2's), after each row's last real token, where effects are read; "
+        "padding is masked out of attention."
+    ),
+)
 @click.option("--heads", type=HEADS, default=None, help="Only these heads (LAYER.HEAD,...); default every head.")
 @click.option(
     "--direction",

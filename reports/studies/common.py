@@ -11,9 +11,9 @@ import types
 import typing
 from typing import Any, TypeVar, Union
 
-from headlens.analyses.ablation.masks import parse_head
 from headlens.probes.config import ModelConfig
 from headlens.probes.errors import InputError
+from headlens.probes.head_lists import as_heads
 from headlens.probes.loading import LoadedModel
 
 log = logging.getLogger(__name__)
@@ -72,6 +72,11 @@ def coerce_setting(verb: str, name: str, hint: Any, value: Any) -> Any:
         return coerce_setting(verb, name, rest[0], value) if len(rest) == 1 else value
     if origin is tuple:
         item = args[0] if args else Any
+        if typing.get_origin(item) is tuple:  # heads: the one head-list parser
+            try:
+                return as_heads(value, name=name)
+            except InputError as exc:
+                raise InputError(f"{_at(verb)}{exc}", parameter=name) from None
         if isinstance(value, str):
             items = [v.strip() for v in value.split(",")]
             if not all(items):
@@ -90,8 +95,6 @@ def coerce_setting(verb: str, name: str, hint: Any, value: Any) -> Any:
 
 def _coerce_item(verb: str, name: str, hint: Any, value: Any) -> Any:
     """One item of a tuple setting; a str item (from a comma-separated str) becomes the item's type."""
-    if typing.get_origin(hint) is tuple:  # a head
-        return parse_head(list(value) if isinstance(value, tuple) else value, where=f"{_at(verb)}{name}")
     if isinstance(value, str) and hint in (int, float):
         try:
             return hint(value)

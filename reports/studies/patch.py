@@ -9,7 +9,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -20,9 +20,10 @@ from headlens.analyses.patching.activation import PatchConfig, patch_heads
 from headlens.analyses.patching.attribution import agreement, attribution_patch
 from headlens.analyses.patching.builtin import builtin_task
 from headlens.analyses.patching.dla import direct_logit_attribution
-from headlens.analyses.patching.pairs import pair_task
+from headlens.analyses.patching.pairs import check_pairs, pair_task
 from headlens.analyses.patching.path import PathConfig, check_receivers, path_patch
 from headlens.probes.errors import InputError
+from headlens.probes.head_lists import HeadList, as_heads
 from headlens.probes.loading import LoadedModel
 from headlens.probes.manifest import build_manifest
 from headlens.probes.outputs import write_json
@@ -159,7 +160,7 @@ def patch(
     task: str | Path | None = None,
     builtin: str | None = None,
     n_pairs: int = 64,
-    receivers: Sequence[tuple[int, int]] | None = None,
+    receivers: HeadList | None = None,
     receiver_input: str = "k",
     attribution: bool = False,
     dla: bool = False,
@@ -172,7 +173,9 @@ def patch(
 
     ``task``: a JSONL file of pairs (``clean``, ``corrupt``, ``correct``, ``incorrect``), or
     ``builtin``: ``"induction"`` (the default), ``"names"`` or ``"referent"`` with ``n_pairs``
-    pairs.  ``config`` and keywords: :class:`PatchConfig`'s fields (``directions``,
+    pairs (2 to 1,000,000; a task file's pairs meet the same rule; built-in rows are right-padded
+    with the tokenizer's pad id, 0 when it has none, after each row's last real token, where
+    effects are read).  ``config`` and keywords: :class:`PatchConfig`'s fields (``directions``,
     ``per_position``, ``heads``, ``batch_size``, ``n_resamples``, ``seed`` ...).  ``receivers``:
     also path patching (every earlier head -> each receiver's ``receiver_input``, ``q``/``k``/``v``);
     ``attribution``: also attribution patching (a first-order estimate of denoising); ``dla``:
@@ -187,6 +190,9 @@ def patch(
         raise InputError(f"builtin={builtin!r} is not a built-in task: choose from {', '.join(BUILTINS)}", builtin=builtin)
     if attribution and "denoising" not in cfg.directions:
         raise InputError("attribution= estimates denoising: use directions= with 'denoising'", attribution=attribution)
+    receivers = as_heads(receivers, name="receivers") if receivers is not None else None  # before the model loads
+    if task is None:
+        check_pairs(n_pairs)  # the rule a task file's pairs meet too (pair_task)
     loaded = as_loaded(model, load)
     if receivers:
         check_receivers(loaded, receivers)  # before any forward

@@ -1,0 +1,70 @@
+"""The one bound on every count a run takes (pairs, prompts, windows, resamples, random orders).
+
+A count is checked before any work, in one line naming its parameter:
+
+* it is an int (not a bool) of at least its ``minimum`` (what the statistic needs: an interval
+  needs 2 items);
+* it is at most :data:`MAX_COUNT`: no headlens run needs more than a million of anything, and a
+  count past that is a typing slip (``--n-pairs 1000000000``) that would run for days;
+* what it costs in memory (``bytes_each`` per unit, as the caller knows its arrays) fits in
+  :func:`memory_budget`, half of this machine's memory.
+
+What the *task* can hold (windows a text has, pairs that fit a tokenizer) is the caller's: it
+knows the text and says so in its own line.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from headlens.probes.errors import InputError
+
+log = logging.getLogger(__name__)
+
+__all__ = ["MAX_COUNT", "check_count", "memory_budget"]
+
+#: The largest count any setting takes.
+MAX_COUNT = 1_000_000
+#: The memory budget when the machine's memory cannot be read.
+_FALLBACK_BYTES = 8 * 2**30
+
+
+def memory_budget() -> int:
+    """Bytes a run's arrays may take: half the machine's physical memory."""
+    try:
+        total = int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError) as exc:  # not a POSIX machine
+        log.debug("cannot read the machine's memory (%s): budget %d bytes", exc, _FALLBACK_BYTES)
+        return _FALLBACK_BYTES
+    return max(total // 2, 1)
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2**30:,.1f} GiB"
+
+
+def check_count(name: str, value: object, *, minimum: int = 1, bytes_each: int = 0, why: str = "", subject: str | None = None) -> int:
+    """``value`` as an int when it is a count ``name`` may take (see the module doc), else a
+    one-line :class:`InputError` naming ``name`` (``subject``: how the line names the count in
+    place of ``name=value``, e.g. ``"task file t.jsonl holds 1 pair"``); ``why``: what the
+    minimum is for."""
+    said = subject or f"{name}={value!r}"
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InputError(f"{name} must be a whole number, got {value!r}", parameter=name)
+    if value < minimum:
+        because = f" ({why})" if why else ""
+        if subject:
+            raise InputError(f"{subject}; at least {minimum} needed{because}", parameter=name)
+        raise InputError(f"{name} must be at least {minimum}{because}, got {value}", parameter=name)
+    if value > MAX_COUNT:
+        raise InputError(f"{said}: at most {MAX_COUNT:,} (headlens' bound on any count)", parameter=name)
+    need, budget = value * max(bytes_each, 0), memory_budget()
+    if need > budget:
+        most = max(budget // bytes_each, minimum)
+        raise InputError(
+            f"{said}: needs about {_gib(need)} of memory, more than the {_gib(budget)} (half of this machine's) a run may take;"
+            f" at most {most:,}",
+            parameter=name,
+        )
+    return int(value)
