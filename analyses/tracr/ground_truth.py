@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import torch
 
 from headlens.analyses.tracr.compile import Compiled
 
@@ -77,7 +78,6 @@ def sender_writes(folder: str, inputs: list[list[str]]) -> dict[str, np.ndarray]
 
     Read from the checkpoint with plain PyTorch hooks on the GPT-2 modules (the head outputs from the
     input of ``c_proj`` split by head, the MLPs' outputs, the embeddings' sum)."""
-    import torch
     from transformers import AutoTokenizer, GPT2LMHeadModel
 
     model: Any = GPT2LMHeadModel.from_pretrained(folder).eval()  # HF submodules typed loosely
