@@ -134,7 +134,8 @@ def main() -> None:
             rows.append(
                 {"program": program, "tool": "auto-circuit 1.0.1", "method": method, "note": "not run (below)" if ac else "", "why": ac}
             )
-    head = f"{'program':<15}{'tool':<22}{'method':<8}{'auc':>7}{'auc_var':>9}{'edges':>7}{'true':>6}{'var':>5}{'wall s':>9}  note"
+    head = f"{'program':<15}{'tool':<22}{'method':<8}{'auc':>7}{'auc_var':>9}{'95% CI (pairs)':>16}"
+    head += f"{'edges':>7}{'true':>6}{'var':>5}{'wall s':>9}  note"
     print(head)
     for r in rows:
 
@@ -142,7 +143,8 @@ def main() -> None:
             v = r.get(key)
             return "-" if v is None or v != v else format(v, fmt)
 
-        counts = f"{f('n_edges', 'd'):>7}{f('n_true', 'd'):>6}{f('n_varying', 'd'):>5}"
+        ci = f"[{f('auc_varying_low', '.3f')}, {f('auc_varying_high', '.3f')}]" if r.get("auc_varying_low") is not None else "-"
+        counts = f"{ci:>16}{f('n_edges', 'd'):>7}{f('n_true', 'd'):>6}{f('n_varying', 'd'):>5}"
         print(f"{r['program']:<15}{r['tool']:<22}{r['method']:<8}{f('auc', '.3f'):>7}{f('auc_varying', '.3f'):>9}"
               f"{counts}{f('wall_s', '.3f'):>9}  {r.get('note', '')}")  # fmt: skip
     if ac:

@@ -76,6 +76,7 @@ def test_exact_edge_patching_auc_on_the_compiled_edges(shift6):
     table = score_methods(model, truth, task, methods=("exact",))
     row = table.iloc[0]
     assert row["auc_varying"] == 1.0
+    assert row["auc_varying_low"] == 1.0 and row["auc_varying_high"] == 1.0  # every resample ranks them the same
     assert row["auc"] == pytest.approx(0.75)  # the two constant edges tie with the four false ones at 0
     with pytest.raises(InputError, match="max_seq_len must be"):
         build_tracr_model("shift", shift6.folder.parent / "bad", max_seq_len=12)

@@ -29,7 +29,7 @@ from headlens.analyses.tracr.programs import ProgramSpec, rasp_outputs
 from headlens.probes.errors import InputError
 from headlens.probes.loading import LoadedModel
 
-__all__ = ["tracr_pairs", "tracr_task", "edge_scores", "score_methods"]
+__all__ = ["tracr_pairs", "tracr_task", "edge_scores", "auc_interval", "score_methods"]
 
 
 def tracr_pairs(spec: ProgramSpec, program: Any, *, numerical: bool, n_pairs: int = 32, seed: int = 0) -> list[PairItem]:
@@ -61,30 +61,54 @@ def tracr_task(model: LoadedModel, spec: ProgramSpec, program: Any, *, numerical
     return tokenize_pairs(model, items, source={"kind": "tracr", "program": spec.name, "n_pairs": len(items), "seed": seed})
 
 
-def edge_scores(model: LoadedModel, task: PairTask, config: CircuitConfig) -> tuple[pd.DataFrame, float]:
-    """Every edge's mean metric change over the pairs under ``config.method``, and the wall time (s)."""
+def edge_scores(model: LoadedModel, task: PairTask, config: CircuitConfig) -> tuple[pd.DataFrame, np.ndarray, float]:
+    """Every edge's mean metric change over the pairs under ``config.method``, the per-pair values
+    ``[pair, edge]`` (rows of the table) and the wall time (s)."""
     graph = build_graph(model)
     t0 = time.perf_counter()
     per_pair = score_edges(model, task, graph, config)
     wall = time.perf_counter() - t0
     table = graph.edges[["sender", "receiver", "input"]].iloc[per_pair.edge_ids].reset_index(drop=True)
     table["score"] = per_pair.values.mean(axis=0)
-    return table, wall
+    return table, np.asarray(per_pair.values, dtype=float), wall
+
+
+def auc_interval(
+    table: pd.DataFrame, values: np.ndarray, truth: set[tuple[str, str, str]], *, n_bootstrap: int, seed: int
+) -> tuple[float, float]:
+    """Percentile 95% interval of the AUC over pairs resampled with replacement (the edge scores re-averaged)."""
+    rng = np.random.default_rng(seed)
+    n = values.shape[0]
+    aucs = []
+    for _ in range(n_bootstrap):
+        t = table.copy()
+        t["score"] = values[rng.integers(0, n, size=n)].mean(axis=0)
+        aucs.append(edge_roc_auc(t, truth))
+    a = np.asarray(aucs, dtype=float)
+    a = a[np.isfinite(a)]
+    if not len(a):
+        return float("nan"), float("nan")
+    return float(np.quantile(a, 0.025)), float(np.quantile(a, 0.975))
 
 
 def score_methods(
-    model: LoadedModel, truth: dict[str, Any], task: PairTask, methods: tuple[str, ...] = ("eap", "eap-ig", "exact")
-) -> pd.DataFrame:
+    model: LoadedModel, truth: dict[str, Any], task: PairTask, methods: tuple[str, ...] = ("eap", "eap-ig", "exact"),
+    *, n_bootstrap: int = 200, seed: int = 0,
+) -> pd.DataFrame:  # fmt: skip
     """One row per method: edge ROC AUC against all compiled edges (``auc``) and against the input-dependent ones
-    (``auc_varying``: constant true edges left out), the edge counts, wall time."""
+    (``auc_varying``: constant true edges left out) with its 95% bootstrap interval over pairs
+    (``auc_varying_low``/``_high``), the edge counts, wall time."""
     edges, varying = true_edges(truth), varying_edges(truth)
     rows = []
     for method in methods:
-        table, wall = edge_scores(model, task, CircuitConfig(method=method))
+        table, values, wall = edge_scores(model, task, CircuitConfig(method=method))
         # Against every compiled edge, and against those whose signal changes between inputs (the rest are
         # constant -- BOS, `one`, positions -- and invisible to any patch); the false edges are the same.
-        kept = table[[k not in edges or k in varying for k in zip(table["sender"], table["receiver"], table["input"], strict=True)]]
+        keep = np.array([k not in edges or k in varying for k in zip(table["sender"], table["receiver"], table["input"], strict=True)])
+        kept = table[keep]
+        low, high = auc_interval(kept.reset_index(drop=True), values[:, keep], varying, n_bootstrap=n_bootstrap, seed=seed)
         rows.append({"program": truth["program"]["name"], "method": method, "auc": edge_roc_auc(table, edges),
-                     "auc_varying": edge_roc_auc(kept, varying), "n_edges": len(table), "n_true": len(edges),
+                     "auc_varying": edge_roc_auc(kept, varying), "auc_varying_low": low, "auc_varying_high": high,
+                     "n_edges": len(table), "n_true": len(edges),
                      "n_varying": len(varying), "n_pairs": len(task), "wall_s": wall})  # fmt: skip
     return pd.DataFrame(rows)
