@@ -1,12 +1,18 @@
 #!/usr/bin/env bash
-# Set up (if needed) and run the whole test suite offline. Extra arguments go to pytest.
+# Set up (if needed) and run the test suite offline. Extra arguments go to pytest.
+# Set-up: `scripts/bootstrap.sh test` (the package with its test extra); HEADLENS_SETUP=0 skips it
+# (.ci/run sets up once, then runs this beside scripts/lint.sh and the stress tests).
+# A plain run leaves out the `lint` and `stress` markers (pyproject.toml's addopts); `-m lint` or
+# `-m stress` runs those instead.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
-bash scripts/bootstrap.sh >/dev/null
+if [ "${HEADLENS_SETUP:-1}" != 0 ]; then
+  bash scripts/bootstrap.sh test >/dev/null
+fi
 # Two worker processes (pytest-xdist), each with one torch thread: the 2-core machines then run two
 # tests at once instead of one test on two threads (much of the suite waits on subprocesses, Ray
 # and Chromium).  Tests marked with one xdist_group (Ray's) run on the same worker, one after another.
 # HEADLENS_TEST_WORKERS=0 runs everything in this process.
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} MKL_NUM_THREADS=${MKL_NUM_THREADS:-1}
-.venv/bin/python -m pytest -q -n "${HEADLENS_TEST_WORKERS:-2}" --dist loadgroup --durations=15 "$@"
+exec .venv/bin/python -m pytest -q -n "${HEADLENS_TEST_WORKERS:-2}" --dist loadgroup --durations=15 "$@"

@@ -1,11 +1,17 @@
-"""Shared fixtures: tiny checkpoints built from config once per test session, seeded.
+"""Shared fixtures: tiny checkpoints built from config once per test session, seeded; one quick
+report per family.
 
 No test downloads anything: the Hub is switched off before transformers is imported.
+
+Tests marked ``png_figures`` write their figures as PNG only (:func:`tests.helpers.figure_formats`;
+the SVG and PDF copies are most of a quick report's savefig time); session- and module-scoped
+fixtures are set up before the marker's switch, so they ask for PNG themselves (``family_report``).
 """
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -124,3 +130,36 @@ def runner():
     from click.testing import CliRunner
 
     return CliRunner()
+
+
+@pytest.fixture(autouse=True)
+def _png_figures(request):
+    """Figures as PNG only in tests marked ``png_figures`` (see the module docstring)."""
+    if request.node.get_closest_marker("png_figures") is None:
+        yield
+        return
+    from tests.helpers import figure_formats
+
+    with figure_formats():
+        yield
+
+
+@pytest.fixture(scope="session")
+def family_report(family_checkpoint, runner, tmp_path_factory):
+    """``family_report(name)``: ``headlens report --quick`` on the tiny checkpoint of ``name`` (figures
+    as PNG), run once per session: ``(folder, click Result)``.  Every analysis of the report
+    (census, evidence, sinks, zero and mean ablation, pruning, examples, design) runs on the family."""
+    from headlens.reports.cli.main import cli
+    from tests.helpers import figure_formats
+
+    done: dict[str, tuple[Path, object]] = {}
+
+    def get(family: str):
+        if family not in done:
+            out = tmp_path_factory.mktemp(f"report_{family}") / "report"
+            with figure_formats():
+                res = runner.invoke(cli, ["report", "-m", str(family_checkpoint(family)), "--quick", "-q", "--out", str(out)])
+            done[family] = (out, res)
+        return done[family]
+
+    return get

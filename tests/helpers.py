@@ -1,7 +1,11 @@
-"""Test helpers: one ``assert_close`` with named tolerances."""
+"""Test helpers: one ``assert_close`` with named tolerances; the figure formats the tests write."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
 import torch
 
 #: Named tolerances (absolute, relative).
@@ -19,3 +23,24 @@ def assert_close(actual, expected, tol: str = "float32", msg: str = "") -> None:
     actual_t = torch.as_tensor(actual).detach().float().cpu()
     expected_t = torch.as_tensor(expected).detach().float().cpu()
     torch.testing.assert_close(actual_t, expected_t, atol=atol, rtol=rtol, msg=(lambda m: f"{msg} [{tol}] {m}") if msg else None)
+
+
+#: What tests marked ``png_figures`` write figures as (tests/conftest.py's ``_png_figures``): savefig
+#: is half of a quick report's time, and the SVG and PDF copies are most of it.
+TEST_FIGURE_FORMATS = ("png",)
+
+
+@contextmanager
+def figure_formats(formats: tuple[str, ...] = TEST_FIGURE_FORMATS) -> Iterator[None]:
+    """Within the block, study results (:attr:`headlens.reports.studies.result.Result.figure_formats`)
+    and the report's figures (``FIGURE_FORMATS``) are written in ``formats`` only; the manifests and
+    file lists, which read the same attributes, agree.  For tests: the library's defaults stay."""
+    from headlens.reports.figures import report as report_figures
+    from headlens.reports.report import stage_census
+    from headlens.reports.studies.result import Result
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(Result, "figure_formats", tuple(formats))
+        mp.setattr(report_figures, "FIGURE_FORMATS", tuple(formats))
+        mp.setattr(stage_census, "FIGURE_FORMATS", tuple(formats))
+        yield

@@ -1,8 +1,9 @@
-"""The family matrix, continued: ablation against plain Hugging Face, KV-cache arithmetic, every command.
+"""The family matrix, continued: ablation against plain Hugging Face, KV-cache arithmetic, every analysis.
 
 Each family's zero and mean ablation (on ``hook_z``) is checked against an independent edit:
-a forward pre-hook on the Hugging Face output projection's input.  Then every CLI command
-runs on every family's tiny checkpoint.
+a forward pre-hook on the Hugging Face output projection's input.  Then every analysis runs on
+every family's tiny checkpoint: the quick report once per family (shared, conftest.family_report)
+and the parts of the sink study it leaves out; the one-study commands' CLI layer on one family.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from headlens.analyses.stimuli.natural import eval_text
 from headlens.analyses.synthetic.families import FAMILIES
 from headlens.probes.attention import attention_spec
 from headlens.reports.cli.main import cli
+
+pytestmark = pytest.mark.png_figures  # no test here reads a figure file (test_sinks_cli, test_report do)
 
 #: The Hugging Face output projection (input = concatenated heads, i.e. hook_z) of layer L.
 OUT_PROJ = {
@@ -108,11 +111,45 @@ def test_kv_bytes_saved_by_pruning_counted_by_hand_under_gqa(family_model):
 
 CENSUS = ["--n-prompts", "4", "--seq-len", "10", "--window", "24", "-q"]
 EVAL = ["--n-windows", "2", "--window", "24"]
+#: The sink study's settings for the matrix: every part (removal, windowed attention, keep-first).
+SINKS = {"n_prompts": 2, "batch_size": 8, "long_tokens": 32, "attn_windows": (4, 16), "keep_first": (1,)}
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-def test_every_command_runs_on_every_family(family, family_checkpoint, tmp_path, runner):
-    m = ["-m", str(family_checkpoint(family))]
+def test_the_quick_report_runs_on_every_family(family, family_report):
+    """``report --quick`` runs every analysis on the family (census and classify, evidence, sinks, zero and
+    mean ablation, pruning, examples, design): one run per family, shared (conftest.family_report)."""
+    out, res = family_report(family)
+    assert res.exit_code == 0, f"{family} report: {res.output}"
+    assert "Traceback" not in res.output
+    assert (out / "report.html").is_file()
+    manifest = json.loads((out / "census" / "manifest.json").read_text())
+    assert manifest["model"]["architecture"].lower().startswith(family.replace("_", "")[:4])
+    for stage in ("census", "evidence", "sinks", "ablation_zero", "ablation_mean", "pruning", "examples", "design"):
+        assert (out / stage / "stage.json").is_file(), f"{family}: the report's {stage} stage did not run"
+    assert list(out.rglob("*.png")) and not list(out.rglob("*.pdf"))  # figures as PNG only (tests.helpers.figure_formats)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_every_part_of_the_sink_study_runs_on_every_family(family, family_model, tmp_path):
+    """The parts ``report --quick`` leaves out of its sink stage (both BOS settings, removal, windowed
+    attention with keep-first), through the api ``headlens sinks`` calls, written as the command writes them."""
+    from headlens.analyses.sinks.config import SinkConfig
+    from headlens.reports.studies.sinks import sinks
+
+    result = sinks(family_model(family), SinkConfig(**SINKS))
+    assert {"census", "removal", "windowed"} <= set(result.tables), sorted(result.tables)
+    assert all(len(table) for table in result.tables.values()), {k: len(v) for k, v in result.tables.items()}
+    result.findings()  # the console lines of `headlens sinks`
+    result.save(tmp_path / "sinks")
+    assert (tmp_path / "sinks" / "manifest.json").is_file() and (tmp_path / "sinks" / "summary.md").is_file()
+    assert list((tmp_path / "sinks").glob("*.png")) and not list((tmp_path / "sinks").glob("*.svg"))  # the png_figures mark
+
+
+def test_every_command_runs_on_a_gqa_family(family_checkpoint, tmp_path, runner):
+    """The one-study commands' CLI layer on a family other than GPT-2 (GQA); their analyses run on
+    every family in the quick report and the sink study above."""
+    m = ["-m", str(family_checkpoint("llama"))]
     commands = {
         "detect": ["detect", *m, *CENSUS, "--out", str(tmp_path / "scores.csv")],
         "classify": ["classify", *m, *CENSUS, "--out", str(tmp_path / "census")],
@@ -121,26 +158,13 @@ def test_every_command_runs_on_every_family(family, family_checkpoint, tmp_path,
         "sinks": [
             "sinks",
             *m,
-            "--n-prompts",
-            "2",
-            "--batch-size",
-            "8",
-            "--long-tokens",
-            "32",
-            "--attn-windows",
-            "4,16",
-            "--keep-first",
-            "1",
-            "-q",
-            "--out",
-            str(tmp_path / "sinks"),
+            *("--n-prompts", "2", "--batch-size", "8", "--long-tokens", "32", "--attn-windows", "4,16", "--keep-first", "1"),
+            *("-q", "--out", str(tmp_path / "sinks")),
         ],
-        "report": ["report", *m, "--quick", "-q", "--out", str(tmp_path / "report")],
     }
     for name, args in commands.items():
         res = runner.invoke(cli, args)
-        assert res.exit_code == 0, f"{family} {name}: {res.output}"
+        assert res.exit_code == 0, f"llama {name}: {res.output}"
         assert "Traceback" not in res.output
-    assert (tmp_path / "report" / "report.html").is_file()
     manifest = json.loads((tmp_path / "census" / "manifest.json").read_text())
-    assert manifest["model"]["architecture"].lower().startswith(family.replace("_", "")[:4])
+    assert manifest["model"]["architecture"] == "LlamaForCausalLM"

@@ -7,6 +7,11 @@ that pyright resolves ``headlens.*`` to that tree's own folders, not to an insta
 ``build/lib`` copy.
 
 :data:`PENDING` names the files whose findings are left for a later change, each with its reason.
+
+The whole-tree checks are marked ``lint``: a plain ``pytest`` leaves them out, and ``scripts/lint.sh``
+(``pytest -m lint tests/test_lint.py``) runs them, which ``.ci/run`` does in a process of its own
+beside the suite (pyright over the tree takes over a minute).  The planted-finding checks, which
+prove each tool can fail here, run in every plain ``pytest``.
 """
 
 from __future__ import annotations
@@ -165,17 +170,34 @@ def test_the_link_tree_serves_the_repository_folders():
 # --------------------------------------------------------------------------- the tree
 
 
+@pytest.mark.lint
 def test_ruff_check_finds_nothing():
     msg = _failures(ruff_findings(ROOT), "ruff check")
     assert not msg, msg
 
 
+@pytest.mark.lint
 def test_ruff_format_changes_nothing():
     msg = _failures({f: [f] for f in unformatted(ROOT)}, "ruff format", " (run `ruff format <file>`)")
     assert not msg, msg
 
 
 @pytest.mark.slow
+@pytest.mark.lint
 def test_pyright_finds_nothing():
     msg = _failures(pyright_findings(ROOT), "pyright")
     assert not msg, msg
+
+
+def test_ci_runs_the_lint_checks_and_the_stress_run_beside_the_suite():
+    """The whole-tree checks left out of a plain run are still run by CI: ``.ci/run`` starts
+    ``scripts/lint.sh`` (which selects exactly the ``lint``-marked tests here) and the ``stress`` run."""
+    ci = (ROOT / ".ci/run").read_text()
+    assert "bash scripts/lint.sh" in ci and "bash scripts/test.sh -m stress" in ci and "bash scripts/test.sh\n" in ci
+    assert "-m lint tests/test_lint.py" in (ROOT / "scripts/lint.sh").read_text()
+    marked = sorted(
+        name for name, f in globals().items() if name.startswith("test_") and any(m.name == "lint" for m in getattr(f, "pytestmark", []))
+    )
+    assert marked == ["test_pyright_finds_nothing", "test_ruff_check_finds_nothing", "test_ruff_format_changes_nothing"]
+    addopts = next(line for line in (ROOT / "pyproject.toml").read_text().splitlines() if line.startswith("addopts"))
+    assert "-m 'not stress and not lint'" in addopts

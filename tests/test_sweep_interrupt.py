@@ -7,6 +7,10 @@ and their agents (where the unwinding used to skip ``ray.shutdown`` and leave th
 running for about 90 s, or crash the interpreter on exit), and while tasks run.  Processes
 are read from ``/proc`` (Linux): every process of the run's process group and every
 descendant seen while it ran must be gone when it has exited.
+
+The default run interrupts three times (one moment of each kind: before Ray, while raylet and its
+agents start, while tasks run); the ten-moment stress run is marked ``stress`` (``pytest -m stress``;
+``.ci/run`` runs it in a process of its own beside the suite).
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ pytestmark = [
 #: Seconds a run may take to exit after Ctrl-C (shutting Ray down in order), and to start at all.
 EXIT_S, START_S = 60, 120
 #: Ten interrupts in a row, each at (what must exist first, seconds after it): ``settings`` only
-#: in the first run (later runs find the first one's OUT/sweep.json at once).
+#: in the first run (later runs find the first one's OUT/sweep.json at once).  The stress run.
 MOMENTS = [
     ("settings", 0.0),
     ("raylet", 0.0),
@@ -44,6 +48,9 @@ MOMENTS = [
     ("raylet", 0.3),
     ("agent", 1.0),
 ]
+#: The default run's three interrupts: before Ray starts, while ``ray.init`` brings up raylet's agents
+#: (where the unwinding used to skip ``ray.shutdown``), while a task runs.
+FEW_MOMENTS = [("settings", 0.0), ("agent", 0.3), ("worker", 0.0)]
 #: Seconds between looks at /proc (each look reads every process: kept cheap on a 2-core machine).
 POLL_S = 0.1
 SWEEP = [
@@ -167,15 +174,16 @@ def _interrupted_run(args: list[str], out: Path, moment: tuple[str, float]) -> t
     return proc.returncode, err, _left_behind(proc.pid, seen), _phase(seen, out)
 
 
-@pytest.mark.slow
-def test_ctrl_c_exits_130_every_time_leaves_no_process_and_the_sweep_resumes(two_checkpoints, tmp_path, runner):
+def _interrupt_then_resume(moments: list[tuple[str, float]], two_checkpoints: Path, tmp_path: Path, runner) -> None:
+    """Ctrl-C at each of ``moments`` in turn (exit 130, one line, nothing left running), then the same
+    command completes the dataset, equal to single-checkpoint ``detect`` runs."""
     from headlens.reports.cli.main import cli
     from headlens.reports.sweep.gather import read_dataset
 
     out = tmp_path / "out"
     args = ["sweep", "-m", str(two_checkpoints), *SWEEP, "--out", str(out)]
     reached = set()
-    for i, moment in enumerate(MOMENTS):
+    for i, moment in enumerate(moments):
         code, err, left, phases = _interrupted_run(args, out, moment)
         reached |= phases
         assert code == 130, f"run {i} (Ctrl-C at {moment}): exit {code}\n{err[-2000:]}"
@@ -199,3 +207,14 @@ def test_ctrl_c_exits_130_every_time_leaves_no_process_and_the_sweep_resumes(two
         single = pd.read_csv(table).sort_values(["detector", "layer", "head"]).reset_index(drop=True)
         mine = data[data["step"] == step].sort_values(["detector", "layer", "head"]).reset_index(drop=True)
         pd.testing.assert_series_equal(mine["score"], single["score"], check_exact=False, rtol=1e-5, atol=1e-6, check_names=False)
+
+
+@pytest.mark.slow
+def test_ctrl_c_at_three_moments_exits_130_leaves_no_process_and_the_sweep_resumes(two_checkpoints, tmp_path, runner):
+    _interrupt_then_resume(FEW_MOMENTS, two_checkpoints, tmp_path, runner)
+
+
+@pytest.mark.slow
+@pytest.mark.stress
+def test_ctrl_c_ten_times_exits_130_every_time_leaves_no_process_and_the_sweep_resumes(two_checkpoints, tmp_path, runner):
+    _interrupt_then_resume(MOMENTS, two_checkpoints, tmp_path, runner)
