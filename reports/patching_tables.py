@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from headlens.probes.outputs import atomic_write
+from headlens.reports.tables import write_table
 
 __all__ = ["write_tables", "patch_lines", "gap_line", "top_lines", "path_lines", "agreement_lines", "dla_lines"]
 
@@ -16,7 +16,8 @@ __all__ = ["write_tables", "patch_lines", "gap_line", "top_lines", "path_lines",
 def write_tables(tables: dict[str, pd.DataFrame], out_dir: str | Path) -> list[Path]:
     out = Path(out_dir)
     return [
-        atomic_write(out / f"{name}.csv", lambda p, df=df: df.to_csv(p, index=False, float_format="%.6g")) for name, df in tables.items()
+        write_table(df, out / f"{name}.csv")
+        for name, df in tables.items()  # every float in its shortest exact form
     ]
 
 

@@ -8,8 +8,8 @@ from typing import Any
 
 import pandas as pd
 
-from headlens.probes.outputs import atomic_write
 from headlens.reports.markdown import markdown_table
+from headlens.reports.tables import write_table
 
 __all__ = ["write_tables", "summary_markdown", "seed_text_lines"]
 
@@ -18,7 +18,8 @@ def write_tables(tables: dict[str, pd.DataFrame], out_dir: str | Path) -> list[P
     """Each table as ``OUT/<name>.csv`` (written atomically)."""
     out = Path(out_dir)
     return [
-        atomic_write(out / f"{name}.csv", lambda p, df=df: df.to_csv(p, index=False, float_format="%.6g")) for name, df in tables.items()
+        write_table(df, out / f"{name}.csv")
+        for name, df in tables.items()  # every float in its shortest exact form
     ]
 
 

@@ -28,7 +28,11 @@ def check_table_path(path: str | Path) -> Path:
 
 
 def write_table(df: pd.DataFrame, path: str | Path) -> Path:
-    """CSV, Parquet or JSON (records, one object per row) by ``path``'s extension."""
+    """CSV, Parquet or JSON (records, one object per row) by ``path``'s extension.
+
+    A CSV holds each float in its shortest form that reads back to the same float (Python's
+    ``repr``; never rounded to a few digits), so :func:`read_table` and
+    :func:`headlens.reports.studies.result.read_csv_table` give back exactly the numbers written."""
     p = check_table_path(path)
     suffix = p.suffix.lower()
     if suffix == ".csv":
@@ -42,7 +46,7 @@ def read_table(path: str | Path) -> pd.DataFrame:
     p = check_table_path(path)
     suffix = p.suffix.lower()
     if suffix == ".csv":
-        return pd.read_csv(p)
+        return pd.read_csv(p, float_precision="round_trip")
     if suffix == ".parquet":
         return pd.read_parquet(p)
     return pd.read_json(p, orient="records")

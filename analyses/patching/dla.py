@@ -158,6 +158,7 @@ def direct_logit_attribution(model: LoadedModel, task: PairTask, *, batch_size: 
         labels += [(f"attn_bias.{l}", "bias", l, None), (f"mlp.{l}", "mlp", l, None)]
     labels.append(("final_biases", "bias", None, None))
     table = pd.DataFrame(labels, columns=["component", "kind", "layer", "head"])
+    table = table.astype({"layer": "Int64", "head": "Int64"})  # whole numbers; <NA> where a component has no layer or head
     table["dla"] = values.mean(1)
     table["dla_sd"] = values.std(1, ddof=1) if values.shape[1] > 1 else np.nan
     info = {"tokens": tokens, "final_norm": kind, "scale": "frozen at its value in the run", "n_pairs": len(task), "sum_tolerance": SUM_TOL}

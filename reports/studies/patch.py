@@ -133,7 +133,7 @@ class PatchingResult(Result):
         return {**super()._manifest_out(), "files": self.file_names()}
 
     def write(self, folder: str | Path) -> Path:
-        """The tables (6 significant digits), the heatmaps, then the manifest."""
+        """The tables (each float in its shortest exact form), the heatmaps, then the manifest."""
         out = Path(folder)
         out.mkdir(parents=True, exist_ok=True)
         write_tables(self.tables, out)

@@ -69,7 +69,7 @@ def read_csv_table(path: str | Path, text_columns: tuple[str, ...] = TEXT_COLUMN
         return pd.DataFrame()
     text = [c for c in header if c in text_columns]
     na = {c: [""] for c in header if c not in text}
-    return pd.read_csv(path, dtype={c: str for c in text}, keep_default_na=False, na_values=na)
+    return pd.read_csv(path, dtype={c: str for c in text}, keep_default_na=False, na_values=na, float_precision="round_trip")
 
 
 @dataclass(kw_only=True, repr=False)

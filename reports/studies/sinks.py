@@ -1,7 +1,7 @@
 """``headlens.sinks``: attention sinks (which heads sink, onto what, does the sink carry anything,
 what breaks without it), and with ``lengths=`` the long-context study.
 
-The files are ``headlens sinks``'s: the tables as CSV (6 significant digits), their figures,
+The files are ``headlens sinks``'s: the tables as CSV (each float in its shortest exact form), their figures,
 ``summary.md`` and ``manifest.json``; with ``lengths`` those of ``headlens sinks --lengths``:
 ``sink_lengths.csv``, ``sink_lengths.png/.svg`` and ``manifest.json``.
 """
