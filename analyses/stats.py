@@ -28,7 +28,6 @@ import warnings
 from typing import Any
 
 import numpy as np
-from scipy.stats import spearmanr
 
 __all__ = ["bootstrap_mean_ci", "spearman", "BLOCK"]
 
@@ -93,6 +92,8 @@ def spearman(a: Any, b: Any) -> float:
 
     Pairs with a NaN are dropped; fewer than two pairs, or a constant side, give NaN.
     """
+    from scipy.stats import spearmanr  # deferred: scipy.stats is about 0.8 s of `import headlens`
+
     x = np.asarray(a, dtype=np.float64).ravel()
     y = np.asarray(b, dtype=np.float64).ravel()
     ok = np.isfinite(x) & np.isfinite(y)

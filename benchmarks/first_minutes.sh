@@ -80,4 +80,11 @@ base=$(best "$PY" -c "import torch, pandas, matplotlib.pyplot")
 full=$(best "$PY" -c "import headlens")
 row "python -c 'import torch, pandas, matplotlib.pyplot'" "$base" "best of $REPEATS"
 row "python -c 'import headlens'" "$full" "$(printf 'that + %.2f s (bound: + 0.5 s)' "$(echo "$full - $base" | bc -l)")"
+on_top=$("$PY" -c "
+import time
+import torch, pandas, matplotlib.pyplot
+t = time.perf_counter()
+import headlens
+print(f'{time.perf_counter() - t:.2f}')")
+row "import headlens after torch, pandas, matplotlib (one process)" "$on_top" "the part over the three (bound: 0.5 s)"
 echo "first_minutes: load average at the end $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -6,7 +6,6 @@ from collections.abc import Iterable
 
 import numpy as np
 import pandas as pd
-from scipy.stats import rankdata
 
 from headlens.probes.errors import InputError
 
@@ -18,6 +17,8 @@ def edge_roc_auc(scores: pd.DataFrame, true_edges: Iterable[tuple[str, str, str]
 
     ``scores`` has ``sender, receiver, input`` and ``column``; NaN scores rank lowest.  Every true
     edge must be in ``scores``; NaN when either class is empty."""
+    from scipy.stats import rankdata  # deferred: scipy.stats is about 0.8 s of `import headlens`
+
     truth = {tuple(e) for e in true_edges}
     keys = list(zip(scores["sender"], scores["receiver"], scores["input"], strict=True))
     missing = truth - set(keys)

@@ -28,7 +28,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import torch
-from scipy.stats import hypergeom
 from torch import Tensor
 
 from headlens.analyses.ablation.hooks import z_hook_name
@@ -135,6 +134,8 @@ def agreement(estimated: pd.DataFrame, exact: pd.DataFrame, *, k: int = TOP_K) -
     the estimate's top ``k`` lacks, by exact rank); ``largest_disagreement`` (``head``,
     ``estimate``, ``exact``, ``abs_difference`` of the head where they differ most); ``n_heads``.
     """
+    from scipy.stats import hypergeom  # deferred: scipy.stats is about 0.8 s of `import headlens`
+
     joined = estimated.merge(exact, on=["layer", "head"], how="inner")
     a = joined["attribution"].to_numpy(dtype=float)
     b = joined["denoising"].to_numpy(dtype=float)

@@ -12,7 +12,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import seaborn as sns
 
 from headlens.analyses.ablation.evalset import METRIC_LABELS
 from headlens.reports.figures.common import _pyplot, save_figure, titled
@@ -53,6 +52,8 @@ def ablation_heatmap_figure(
     change from the unablated model already: 0 there by construction).  ``note``: a second
     title line (the smoke-test mark).
     """
+    import seaborn as sns  # deferred: seaborn (with scipy.stats) is about 1 s of `import headlens`
+
     plt = _plt()
     grid = pd.DataFrame(np.nan, index=pd.RangeIndex(n_layers, name="layer"), columns=pd.RangeIndex(n_heads, name="head"))
     cells = zip(table["layer"].tolist(), table["head"].tolist(), table["delta"].tolist(), strict=True)

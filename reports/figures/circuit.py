@@ -17,7 +17,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import seaborn as sns
 from matplotlib.lines import Line2D
 
 from headlens.reports.figures.common import _pyplot
@@ -110,6 +109,8 @@ def circuit_figure(edges: pd.DataFrame, *, n_layers: int, n_heads: int, title: s
 
 def composition_figure(scores: pd.DataFrame, mode: str) -> Any:
     """Senders x receivers: one mode's composition score over its baseline mean (1 = random)."""
+    import seaborn as sns  # deferred: seaborn (with scipy.stats) is about 1 s of `import headlens`
+
     rows = scores[scores["input"] == mode]
     wide = rows.pivot(index="sender", columns="receiver", values="ratio")
 

@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Any
 import matplotlib
 import numpy as np
 import pandas as pd
-import seaborn as sns
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
@@ -157,6 +156,8 @@ def heatmap_figure(
 
     ``marked`` (bool, same shape) outlines cells, e.g. heads that got the role.
     """
+    import seaborn as sns  # deferred: seaborn (with scipy.stats) is about 1 s of `import headlens`
+
     plt = _pyplot()
     n_layers, n_heads = values.shape
     fig, ax = plt.subplots(figsize=(max(4.0, 0.45 * n_heads + 2), max(3.0, 0.38 * n_layers + 1.5)))

@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import seaborn as sns
 
 from headlens.reports.figures.common import _pyplot, save_figure, titled
 
@@ -70,6 +69,8 @@ def knockout_heatmap(losses: pd.DataFrame, stem: str | Path, *, title: str = "",
 
 def knockout_heatmap_figure(losses: pd.DataFrame, *, title: str = "") -> Any:
     """Loss change of each whole-layer knockout: layers as rows, kinds as columns, annotated."""
+    import seaborn as sns  # deferred: seaborn (with scipy.stats) is about 1 s of `import headlens`
+
     whole = losses[(losses["head"] == -1) & (losses["kind"] != "none")]
     table = whole.pivot(index="layer", columns="kind", values="loss_change")
     table = table[[k for k in ("q=k", "v=k", "q=k=v") if k in table.columns]]

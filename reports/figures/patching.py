@@ -8,7 +8,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import seaborn as sns
 
 from headlens.reports.figures.common import _pyplot, heatmap_figure, save_figure
 
@@ -63,6 +62,8 @@ def path_heatmap(table: pd.DataFrame, out_dir: str | Path, *, formats: Sequence[
 
 def path_heatmap_figure(table: pd.DataFrame) -> Any:
     """Senders (rows) x receivers (columns) of path patching."""
+    import seaborn as sns  # deferred: seaborn (with scipy.stats) is about 1 s of `import headlens`
+
     wide = table.pivot(index="sender", columns="receiver", values="effect")
     order = sorted(wide.index, key=lambda s: tuple(int(x) for x in s.split(".")))
     wide = wide.loc[order]

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import seaborn as sns
 from matplotlib import colormaps
 from matplotlib.cm import ScalarMappable
 from matplotlib.colors import LinearSegmentedColormap, Normalize
@@ -51,6 +50,8 @@ def _panel_size(df: pd.DataFrame) -> tuple[float, float]:
 def _heatmap(
     ax: Any, grid: pd.DataFrame, *, title: str, vmin: float = 0.0, vmax: float = 1.0, cmap: str = "viridis", label: str = ""
 ) -> None:
+    import seaborn as sns  # deferred: seaborn (with scipy.stats) is about 1 s of `import headlens`
+
     annot = grid.size <= 16 * 16
     sns.heatmap(
         grid,
@@ -89,6 +90,8 @@ def alpha_figure(census: pd.DataFrame, eps: float) -> Any:
 
 def layer_rate_figure(by_layer: pd.DataFrame, eps: float) -> Any:
     """Line plot of the sink rate by layer, one line per BOS setting, with the uniform baseline."""
+    import seaborn as sns  # deferred: seaborn (with scipy.stats) is about 1 s of `import headlens`
+
     plt = _plt()
     df = by_layer.copy()
     df["setting"] = df["bos"].map(_bos_label)
@@ -150,6 +153,8 @@ def content_figure(content: pd.DataFrame, eps: float, max_heads: int = 48) -> An
 
     Heads are wrapped into rows of at most :data:`CONTENT_COLUMNS_PER_ROW` (one shared colour
     bar), so the figure keeps a readable width and its labels a fixed size (:data:`LABEL_PT`)."""
+    import seaborn as sns  # deferred: seaborn (with scipy.stats) is about 1 s of `import headlens`
+
     plt = _plt()
     df = content.copy()
     df["name"] = df["layer"].astype(str) + "." + df["head"].astype(str)
@@ -190,6 +195,8 @@ def content_figure(content: pd.DataFrame, eps: float, max_heads: int = 48) -> An
 
 def windowed_figure(windowed: pd.DataFrame) -> Any:
     """Loss against window size, one line per number of kept first tokens, full attention dashed."""
+    import seaborn as sns  # deferred: seaborn (with scipy.stats) is about 1 s of `import headlens`
+
     plt = _plt()
     settings = list(dict.fromkeys(windowed["bos"]))
     fig, axes = plt.subplots(1, len(settings), figsize=(6 * len(settings), 4), squeeze=False)
