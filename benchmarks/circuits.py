@@ -16,6 +16,11 @@ eap_ig's peak memory / fwd_bwd's <= 3, each mode alone in its own process (``ext
 resident set above the one before the mode ran, weights and imports left out).  Timing runs the
 modes in turn in one process (a warm-up round, then --repeats rounds; ratios are medians of
 per-round ratios).  On a shared machine the times carry its load: say so beside any figure.
+
+Measured 2026-12-03 on the shared 2-core machine under a load average of 10-14 (so absolute
+times are several times a quiet machine's; ratios interleaved in one process): eap_ig 5.76x
+fwd_bwd (235 s / 40.8 s), exact_top 18.8 forward equivalents by time (58.2 counted), eap_ig's
+extra memory 1.66x fwd_bwd's (+2545 / +1538 MiB, before the single sender store of commit 7c7a163).
 """
 
 from __future__ import annotations
