@@ -19,6 +19,7 @@ from headlens.reports.report.markers import JOURNAL, open_journal
 from headlens.reports.studies.ablate import ablate
 from headlens.reports.studies.journals import KeptJournal
 from headlens.reports.studies.prune import prune
+from headlens.reports.studies.result import read_csv_table
 from headlens.reports.verdict_text import figure_smoke_note
 
 log = logging.getLogger(__name__)
@@ -94,7 +95,7 @@ def _run_ablation(ctx: StageContext, method: str) -> dict[str, Any]:
 
 
 def _load_ablation(d: Path, marker: dict[str, Any]) -> dict[str, Any]:
-    return {"table": pd.read_csv(d / "ablation.csv")}
+    return {"table": read_csv_table(d / "ablation.csv")}  # exact floats; head names stay text
 
 
 def _run_pruning(ctx: StageContext) -> dict[str, Any]:
@@ -134,9 +135,9 @@ def _run_pruning(ctx: StageContext) -> dict[str, Any]:
 
 def _load_pruning(d: Path, marker: dict[str, Any]) -> dict[str, Any]:
     return {
-        "curve": pd.read_csv(d / "curve.csv", keep_default_na=True, dtype={"removed_this_step": str}),
-        "random": pd.read_csv(d / "random_orders.csv"),
-        "importance": pd.read_csv(d / "importance.csv"),
+        "curve": pd.read_csv(d / "curve.csv", keep_default_na=True, dtype={"removed_this_step": str}, float_precision="round_trip"),
+        "random": read_csv_table(d / "random_orders.csv"),
+        "importance": read_csv_table(d / "importance.csv"),
     }
 
 
