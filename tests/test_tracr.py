@@ -83,6 +83,8 @@ def test_refusals(hist_build, runner):
     res = runner.invoke(cli, ["tracr-model", "hist", "--out", str(hist_build.folder)])
     assert res.exit_code == 4 and "--overwrite" in res.output
     assert (hist_build.folder / "ground_truth.json").is_file()  # nothing lost
+    res = runner.invoke(cli, ["tracr-model", "hist", "--out", str(hist_build.folder.parent / "y"), "--max-seq-len", "20"])
+    assert res.exit_code == 2 and "--max-seq-len must be a whole number from 1 to 8" in res.output, res.output
 
 
 @pytest.mark.slow

@@ -118,7 +118,7 @@ def build_tracr_model(
             ex = agreement.examples[0] if agreement.examples else {}
             if own == len(agreement.examples):
                 raise InputError(
-                    f"program={program!r} cannot be compiled causally: tracr's causal model disagrees with the RASP program "
+                    f"tracr program {program!r} cannot be compiled causally: tracr's causal model disagrees with the RASP program "
                     f"({'on prefixes' if spec.semantics == 'prefix' else 'exactly'}) on {agreement.n_disagree} of {agreement.n_positions} "
                     f"positions, e.g. {' '.join(ex.get('input', []))} at {ex.get('position')}: "
                     f"RASP {ex.get('rasp')}, model {ex.get('model')}"

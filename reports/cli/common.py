@@ -63,6 +63,7 @@ MAPPED_PARAMETERS = (
     "n_prompts",
     "batch_size",
     "seq_len",
+    "max_seq_len",
     "window",
     "seed",
     "detectors",
