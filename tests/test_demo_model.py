@@ -15,7 +15,10 @@ from headlens.probes.errors import ModelLoadError
 from headlens.probes.loading import load_model, resolve_source
 from headlens.reports.models import named_models
 
-pytestmark = pytest.mark.skipif(not (MODEL_DIR / "model.safetensors").is_file(), reason="the demo checkpoint is not shipped in this tree")
+pytestmark = [
+    pytest.mark.skipif(not (MODEL_DIR / "model.safetensors").is_file(), reason="the demo checkpoint is not shipped in this tree"),
+    pytest.mark.png_figures,  # no test here reads a figure file
+]
 
 
 @pytest.fixture(scope="module")
