@@ -154,7 +154,9 @@ def test_no_public_name_is_also_a_submodule():
     import importlib.util
 
     loader = importlib.machinery.SourceFileLoader("launcher", str(LAUNCHER))
-    launcher = importlib.util.module_from_spec(importlib.util.spec_from_loader("launcher", loader))
+    spec = importlib.util.spec_from_loader("launcher", loader)
+    assert spec is not None
+    launcher = importlib.util.module_from_spec(spec)
     loader.exec_module(launcher)
     for package in launcher.PACKAGES:
         names = importlib.import_module(package).__all__

@@ -79,4 +79,5 @@ def test_a_report_read_back_keeps_the_ablation_table_exactly(demo, tmp_path):
     headlens.report(demo, tmp_path / "r", quick=True, skip=skip)
     read = headlens.load_report(tmp_path / "r").ablation_zero
     fresh = headlens.ablate(demo, n_windows=2, window=32, n_bootstrap=200, attribution=False).table
-    assert read is not None and read.equals(fresh), (read, fresh.dtypes)
+    assert read is not None and fresh is not None
+    assert read.equals(fresh), (read, fresh.dtypes)
