@@ -9,7 +9,8 @@ import click
 from headlens.probes.config import CaptureConfig
 from headlens.probes.errors import CheckFailed, InputError
 from headlens.probes.outputs import check_out_dir, normal_modes
-from headlens.reports.cli.common import HEADS, command_line, load, model_options, parse_csv, parse_layers
+from headlens.reports.cli.common import HEADS, command_line, model_options, parse_csv, parse_layers
+from headlens.reports.cli.shared import load
 from headlens.reports.progress import progress_bars
 
 

@@ -18,6 +18,7 @@ import click
 
 from headlens.analyses.demo import MODEL_DIR
 from headlens.probes.outputs import atomic_dir, check_out_file, write_text
+from headlens.reports.cli.shared import sharing
 
 __all__ = ["demo_group", "COMMANDS"]
 
@@ -222,13 +223,18 @@ def run_cmd(ctx: click.Context, out_dir: str) -> None:
     group = root.command
     assert isinstance(group, click.Group)
     start = time.perf_counter()
-    for line in MAIN_JOB:
-        args = [a.format(out=out_dir) for a in line]
-        _say(f"demo: headlens {' '.join(shlex.quote(a) for a in args)}")
-        step = time.perf_counter()
-        _invoke(root, group, args)
-        _say(f"demo: {args[0] if args[0] != 'demo' else 'demo ' + args[1]} done in {time.perf_counter() - step:.1f} s")
-    _say(f"demo: done in {time.perf_counter() - start:.0f} s; see {out_dir}/census/summary.md and {out_dir}/report/report.html")
+    # the steps share what they load: the model once (the first step to need it loads it), classify's census for the report
+    with sharing(ctx) as box:
+        for line in MAIN_JOB:
+            args = [a.format(out=out_dir) for a in line]
+            _say(f"demo: headlens {' '.join(shlex.quote(a) for a in args)}")
+            step = time.perf_counter()
+            _invoke(root, group, args)
+            _say(f"demo: {args[0] if args[0] != 'demo' else 'demo ' + args[1]} done in {time.perf_counter() - step:.1f} s")
+    _say(
+        f"demo: done in {time.perf_counter() - start:.0f} s (the model loaded {box.loads} time{'s' if box.loads != 1 else ''}); "
+        f"see {out_dir}/census/summary.md and {out_dir}/report/report.html"
+    )
 
 
 def _invoke(parent: click.Context, group: click.Group, args: list[str]) -> None:

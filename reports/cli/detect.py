@@ -10,7 +10,8 @@ import click
 from headlens.probes.errors import CheckFailed, InputError
 from headlens.probes.outputs import check_out_dir, check_out_file
 from headlens.reports.cli.census_options import attention_options, census_config, census_options
-from headlens.reports.cli.common import command_line, load, model_options
+from headlens.reports.cli.common import command_line, model_options
+from headlens.reports.cli.shared import load, shared
 from headlens.reports.progress import progress_bars
 
 if TYPE_CHECKING:
@@ -163,6 +164,9 @@ def classify_cmd(
             loaded, config, thresholds=parsed, baseline_factor=baseline_factor, mask=mask_file, progress=progress, command=command_line()
         )
     result.save(out, overwrite=overwrite)  # the census files first: a failing evidence run loses none of them
+    box = shared()
+    if box is not None:  # inside `demo run`: the report's census stage reuses it when its settings are equal
+        box.census = (loaded, result)
     if evidence_config is not None:
         result = result.with_evidence(loaded, evidence_config)
         result.write(out)

@@ -8,6 +8,7 @@ import click
 
 from headlens.probes.errors import CheckFailed
 from headlens.reports.cli.common import model_options, parse_csv
+from headlens.reports.cli.shared import reuse, shared
 from headlens.reports.progress import ReportBars
 
 #: Heads with a role listed on stdout; the rest are counted ("... and 25 more").
@@ -91,9 +92,13 @@ def report_cmd(
     from headlens.reports.report import build
     from headlens.reports.tables import roles_joined
 
+    # inside `demo run`: the model an earlier step loaded with these flags, and classify's census of it
+    loaded = reuse(model, device, dtype, revision, allow_new_weights)
+    box = shared()
+    given = box.census if box is not None and loaded is not None else None
     with ReportBars(quiet=quiet) as bars:
         report = build.build_report(  # through the module: tests replace build.build_report
-            model,
+            loaded if loaded is not None else model,
             out_dir,
             quick=quick,
             text_file=text_file,
@@ -110,6 +115,7 @@ def report_cmd(
             allow_new_weights=allow_new_weights,
             progress=bars,
             command=["headlens", *sys.argv[1:]],
+            census=given[1] if given is not None and given[0] is loaded else None,
         )
     counts: dict[str, int] = {}
     for s in report.stages:

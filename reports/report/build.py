@@ -141,6 +141,7 @@ def build_report(
     progress: ReportProgress | bool | None = None,
     command: list[str] | None = None,
     text_file: str | Path | None = None,
+    census: Any = None,
 ) -> Report:
     """Run (or resume) every stage for ``model`` into ``out_dir``; write ``report.html``,
     ``report.md`` and ``manifest.json``; return the :class:`Report`.
@@ -152,6 +153,9 @@ def build_report(
     ``text_file``: the evaluation text of ablation, pruning and design (default the model's own
     held-out text when it carries one, as the demo does, else the built-in English text), as
     ``headlens ablate --text-file``; which text, why and its SHA-256 go into the manifest.
+    ``census``: a :class:`~headlens.reports.studies.census.CensusResult` already computed on the loaded
+    ``model`` (as ``headlens classify`` does): the census stage reuses it when its settings equal the
+    stage's (checked there; else it computes its own), so the roles are that census's.
     """
     settings = ReportSettings(
         text_file=str(text_file) if text_file is not None else None,
@@ -256,7 +260,16 @@ def build_report(
 
         quiet = reporter is None or bool(getattr(reporter, "quiet", False))
         ctx = StageContext(
-            name=name, dir=d, settings=settings, key=keys[name], model=get_model, step=step, command=cmd, quiet=quiet, say=say
+            name=name,
+            dir=d,
+            settings=settings,
+            key=keys[name],
+            model=get_model,
+            step=step,
+            command=cmd,
+            quiet=quiet,
+            say=say,
+            census=census if loaded_model is not None else None,  # a census of a loaded model only
         )
         try:
             info = _stages.STAGE_DEFS[name].run(ctx)

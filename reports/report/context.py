@@ -31,6 +31,8 @@ class StageContext:
     command: list[str]
     quiet: bool
     say: Callable[[str], None] = lambda text: None
+    #: a census already computed on this model (``build_report(census=)``): the census stage reuses it when its settings are equal
+    census: Any = None
 
 
 @dataclass(frozen=True)
