@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 import headlens
-from headlens.analyses.circuits.composition import composition_evidence, composition_scores
+from headlens.analyses.circuits.composition import CompositionConfig, composition_evidence, composition_scores
 from headlens.analyses.patching.evidence import EvidenceConfig
 
 
@@ -52,3 +52,11 @@ def test_classify_evidence_prints_the_composition_note(runner, tmp_path):
     assert result.exit_code == 0, result.output
     assert "composition (weights, no data): previous-token head 0.0 K-composes into induction head 1." in result.stdout
     assert "## Composition (weights, no data)" in (out / "summary.md").read_text()
+
+
+def test_composition_evidence_baseline_is_the_full_runs_baseline(demo):
+    """One baseline rule and one seed rule: the census's K baseline is ``headlens composition``'s K baseline."""
+    roles = pd.DataFrame({"name": ["0.0", "1.0"], "layer": [0, 1], "head": [0, 0], "role": ["previous_token", "induction"]})
+    (line,) = composition_evidence(demo, roles)
+    k = composition_scores(demo, CompositionConfig(copying=False)).baseline.set_index("input").loc["k"]
+    assert f"baseline {float(k['mean']):.3f} (sd {float(k['sd']):.3f} over {int(k['n_samples'])} random samples)" in line

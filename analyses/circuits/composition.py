@@ -25,7 +25,9 @@ Conventions (TransformerLens' row-vector convention: a residual row ``x`` become
   output (Gemma 2's ``post_attention_layernorm``) is not folded either (a note says so).  ``fold_ln=False``: the raw
   weights.  Biases never enter a composition score (they are not part of ``W_OV`` or ``W_QK``).
 * the **baseline** of a score is the same score between matrices of the same shapes drawn i.i.d.
-  Gaussian (seeded, ``n_baseline`` samples): its mean, standard deviation and 99th percentile.
+  Gaussian (``n_baseline`` samples, seeded ``seed + 1000 * MODES.index(mode)``: :func:`mode_baseline`,
+  the one rule every caller uses): its mean, standard deviation and 99th percentile.  The sd is the
+  spread of the random samples' scores (printed "sd over N random samples"), not an error bar.
   A score is *above its baseline* when it exceeds ``mean + BASELINE_Z * sd``.
 * **OV copying** (Elhage et al.; Olsson et al. 2022): the eigenvalues of ``W_E W_OV W_U``
   ``[vocab, vocab]`` are, apart from zeros, those of ``W_O (W_U W_E) W_V`` ``[d_head, d_head]``
@@ -71,6 +73,7 @@ __all__ = [
     "composition_scores",
     "copying_scores",
     "head_weights",
+    "mode_baseline",
     "pair_scores",
     "paired_scores",
     "random_baseline",
@@ -184,6 +187,14 @@ def random_baseline(d_model: int, d_head: int, *, n: int, seed: int, chunk: int 
     return torch.cat(out).numpy()
 
 
+def mode_baseline(d_model: int, d_head: int, mode: str, *, n: int, seed: int) -> dict[str, Any]:
+    """The baseline row of ``mode`` (``input, mean, sd, p99, n_samples, d_model, d_head``): the random
+    samples seeded ``seed + 1000 * MODES.index(mode)``, so every caller gets the same numbers."""
+    base = random_baseline(d_model, d_head, n=n, seed=seed + 1000 * MODES.index(mode))
+    return {"input": mode, "mean": float(base.mean()), "sd": float(base.std(ddof=1)), "p99": float(np.quantile(base, 0.99)),
+            "n_samples": n, "d_model": d_model, "d_head": d_head}  # fmt: skip
+
+
 def paired_scores(
     V: Float[Tensor, "n d_model d_head"],
     O: Float[Tensor, "n d_head d_model"],
@@ -283,19 +294,9 @@ def composition_scores(
     names = np.array([_head_name(la, h) for la in range(n_l) for h in range(n_h)])
     for i, mode in enumerate(cfg.modes):
         scores = mode_scores(w, mode).flatten().numpy()[keep]
-        base = random_baseline(d_model, d_head, n=cfg.n_baseline, seed=cfg.seed + 1000 * i)
-        mean, sd = float(base.mean()), float(base.std(ddof=1))
-        base_rows.append(
-            {
-                "input": mode,
-                "mean": mean,
-                "sd": sd,
-                "p99": float(np.quantile(base, 0.99)),
-                "n_samples": cfg.n_baseline,
-                "d_model": d_model,
-                "d_head": d_head,
-            }
-        )
+        b = mode_baseline(d_model, d_head, mode, n=cfg.n_baseline, seed=cfg.seed)
+        mean, sd = b["mean"], b["sd"]
+        base_rows.append(b)
         sender = (s_l * n_h + s_h).flatten().numpy()[keep]
         receiver = (r_l * n_h + r_h).flatten().numpy()[keep]
         frame = pd.DataFrame(
@@ -342,13 +343,15 @@ def composition_note(run: CompositionRun, roles: Mapping[str, Iterable[str]]) ->
     pair with the sender earlier than the receiver; empty when there is no such pair."""
     prev = {h for h, rs in roles.items() if "previous_token" in set(rs)}
     ind = {h for h, rs in roles.items() if "induction" in set(rs)}
+    n_k = run.baseline.set_index("input")["n_samples"].get("k") if "input" in run.baseline else None
+    samples = f" over {int(n_k)} random samples" if n_k is not None else ""
     k = run.scores[(run.scores["input"] == "k") & run.scores["sender"].isin(prev) & run.scores["receiver"].isin(ind)]
     lines = []
     for row in k.sort_values(["receiver_layer", "receiver_head", "sender_layer", "sender_head"]).itertuples(index=False):
         verdict = "above" if row.above_baseline else "not above"
         lines.append(
             f"composition (weights, no data): previous-token head {row.sender} K-composes into induction head {row.receiver}"
-            f" at {row.score:.3f}, {verdict} its random baseline {row.baseline_mean:.3f} +- {row.baseline_sd:.3f}"
+            f" at {row.score:.3f}, {verdict} its random baseline {row.baseline_mean:.3f} (sd {row.baseline_sd:.3f}{samples})"
             f" ({row.ratio:.1f}x, z = {row.z:.1f})"
         )
     return lines
@@ -368,8 +371,8 @@ def composition_evidence(model: LoadedModel, roles: pd.DataFrame, *, n_baseline:
         return []
     w = head_weights(model, fold_ln=True)
     _, _, d_model, d_head = w.shape
-    base = random_baseline(d_model, d_head, n=n_baseline, seed=seed)
-    mean, sd = float(base.mean()), float(base.std(ddof=1))
+    kb = mode_baseline(d_model, d_head, "k", n=n_baseline, seed=seed)
+    mean, sd = kb["mean"], kb["sd"]
     X, Y = _right_factors(w, "k")
     rows = []
     for a, b in pairs:
@@ -381,7 +384,7 @@ def composition_evidence(model: LoadedModel, roles: pd.DataFrame, *, n_baseline:
              "score": score, "baseline_mean": mean, "baseline_sd": sd, "z": z, "ratio": score / mean if mean > 0 else float("nan"),
              "above_baseline": score > mean + BASELINE_Z * sd}
         )  # fmt: skip
-    run = CompositionRun(scores=pd.DataFrame(rows, columns=COMPOSITION_COLUMNS), baseline=pd.DataFrame(), copying=None, summary={})
+    run = CompositionRun(scores=pd.DataFrame(rows, columns=COMPOSITION_COLUMNS), baseline=pd.DataFrame([kb]), copying=None, summary={})
     return composition_note(
         run, {h: ["previous_token"] for h in prev} | {h: [*(["previous_token"] if h in prev else []), "induction"] for h in ind}
     )

@@ -96,8 +96,8 @@ def composition_lines(result: CompositionResult) -> list[str]:
         above = rows[rows["above_baseline"].astype(bool)].sort_values("score", ascending=False)
         lines.append(
             f"{str(mode).upper()}-composition: {len(above)} of {len(rows)} head pairs above the random baseline"
-            f" {float(b['mean']):.3f} +- {float(b['sd']):.3f} (d_model {int(b['d_model'])}, d_head {int(b['d_head'])},"
-            f" {int(b['n_samples'])} samples; above = mean + {BASELINE_Z:g} sd)"
+            f" {float(b['mean']):.3f} (sd {float(b['sd']):.3f} over {int(b['n_samples'])} random samples; d_model {int(b['d_model'])},"
+            f" d_head {int(b['d_head'])}; above = mean + {BASELINE_Z:g} sd)"
         )
         for row in above.head(TOP_PAIRS).to_dict("records"):
             score, ratio, z = float(row["score"]), float(row["ratio"]), float(row["z"])
