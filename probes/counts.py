@@ -44,11 +44,21 @@ def _gib(n: float) -> str:
     return f"{n / 2**30:,.1f} GiB"
 
 
-def check_count(name: str, value: object, *, minimum: int = 1, bytes_each: int = 0, why: str = "", subject: str | None = None) -> int:
+def check_count(
+    name: str,
+    value: object,
+    *,
+    minimum: int = 1,
+    bytes_each: int = 0,
+    why: str = "",
+    subject: str | None = None,
+    maximum: int | None = None,
+    why_most: str = "",
+) -> int:
     """``value`` as an int when it is a count ``name`` may take (see the module doc), else a
     one-line :class:`InputError` naming ``name`` (``subject``: how the line names the count in
     place of ``name=value``, e.g. ``"task file t.jsonl holds 1 pair"``); ``why``: what the
-    minimum is for."""
+    minimum is for; ``maximum`` (at most :data:`MAX_COUNT`): a caller's lower cap, ``why_most`` its reason."""
     said = subject or f"{name}={value!r}"
     if isinstance(value, bool) or not isinstance(value, int):
         raise InputError(f"{name} must be a whole number, got {value!r}", parameter=name)
@@ -57,8 +67,10 @@ def check_count(name: str, value: object, *, minimum: int = 1, bytes_each: int =
         if subject:
             raise InputError(f"{subject}; at least {minimum} needed{because}", parameter=name)
         raise InputError(f"{name} must be at least {minimum}{because}, got {value}", parameter=name)
-    if value > MAX_COUNT:
-        raise InputError(f"{said}: at most {MAX_COUNT:,} (headlens' bound on any count)", parameter=name)
+    most = MAX_COUNT if maximum is None else min(int(maximum), MAX_COUNT)
+    if value > most:
+        because = (why_most or "a bound of this run") if most < MAX_COUNT else "headlens' bound on any count"
+        raise InputError(f"{said}: at most {most:,} ({because})", parameter=name)
     need, budget = value * max(bytes_each, 0), memory_budget()
     if need > budget:
         most = max(budget // bytes_each, minimum)

@@ -111,4 +111,30 @@ def test_circuit_reuses_patch_task_options():
     ours = {p.name: p for p in circuit_cmd.params}
     theirs = {p.name: p for p in patch_cmd.params}
     for name in TASK_OPTIONS:
-        assert ours[name] is theirs[name]
+        if name == "n_pairs":  # the same option with the circuit's own cap in its help
+            assert ours[name] is not theirs[name] and ours[name].opts == theirs[name].opts and ours[name].default == theirs[name].default
+        else:
+            assert ours[name] is theirs[name]
+
+
+def test_circuit_help_states_its_own_bounds(runner):
+    """--n-pairs says the circuit's cap (not patch's 1,000,000); --steps' range and text agree."""
+    from headlens.reports.cli import circuit as cli_circuit
+    from headlens.reports.studies.circuit import MAX_PAIRS
+
+    assert cli_circuit.MAX_PAIRS == MAX_PAIRS
+
+    result = _run(runner, ["circuit", "--help"])
+    assert result.exit_code == 0
+    text = " ".join(result.stdout.split())
+    assert f"at most {MAX_PAIRS:,}" in text and "1,000,000" not in text
+    steps = text[text.index("--steps") : text.index("--top-n")]
+    assert "at least 2" in steps and "x>=2" in steps and "x>=1" not in steps
+
+
+def test_circuit_n_pairs_over_the_cap_in_the_count_rules_words(runner, tmp_path):
+    out = tmp_path / "never"
+    result = _run(runner, ["circuit", "-m", "demo", "--device", "cpu", "--n-pairs", "5000", "--out", str(out), "-q"])
+    assert result.exit_code == 2
+    assert "--n-pairs 5000: at most 4,096" in _one_error_line(result)
+    assert not out.exists() or not any(out.iterdir())

@@ -72,7 +72,9 @@ def _jsonl(path, rows):
         ({"method": "acdc"}, "method"),
         ({"top_n": 10**6}, "top_n=1000000"),
         ({"n_pairs": 10**9}, "n_pairs=1000000000"),
-        ({"n_pairs": 1}, "n_pairs=1"),
+        ({"n_pairs": 1}, "n_pairs must be at least 2"),
+        ({"n_pairs": 5000}, "n_pairs=5000: at most 4,096"),
+        ({"method": "eap", "steps": 1}, "steps must be a whole number >= 2"),
         ({"frobnicate": 1}, "frobnicate="),
     ],
 )

@@ -22,7 +22,7 @@ def _whole(name: str, value: Any, low: int) -> None:
 @dataclass(frozen=True, kw_only=True)
 class CircuitConfig:
     method: str = "eap-ig"
-    #: Integrated-gradient steps (``method="eap-ig"``).
+    #: Integrated-gradient steps (``method="eap-ig"``): at least 2 (one step is ``method="eap"``).
     steps: int = 5
     direction: str = "noising"
     #: The circuit: the ``top_n`` edges by ``|score|``, or those with ``|score| >= threshold``;
@@ -44,9 +44,8 @@ class CircuitConfig:
         if self.method not in METHODS:
             raise InputError(f"unknown method {self.method!r}: choose from {', '.join(METHODS)}", method=self.method)
         check_direction(self.direction)
-        _whole("steps", self.steps, 1)
-        if self.method == "eap-ig" and self.steps < 2:
-            raise InputError(f"method='eap-ig' needs steps >= 2 (steps=1 is method='eap'), got {self.steps}", steps=self.steps)
+        if isinstance(self.steps, bool) or not isinstance(self.steps, int) or self.steps < 2:
+            raise InputError(f"steps must be a whole number >= 2 (one step is method='eap'), got {self.steps!r}", steps=self.steps)
         if self.top_n is not None and self.threshold is not None:
             raise InputError("give top_n or threshold, not both", top_n=self.top_n, threshold=self.threshold)
         if self.top_n is not None:

@@ -7,6 +7,7 @@ Module level is light (click and the CLI's light modules); the study is imported
 
 from __future__ import annotations
 
+import copy
 import logging
 from pathlib import Path
 
@@ -25,12 +26,20 @@ __all__ = ["circuit_cmd", "METHODS", "TASK_OPTIONS", "with_task_options"]
 METHODS = ("eap", "eap-ig", "exact")
 #: ``headlens patch``'s options that say which pairs a run reads, by parameter name.
 TASK_OPTIONS = ("task_file", "builtin", "n_pairs", "no_bos", "batch_size", "seed")
+#: ``--n-pairs``' cap, :data:`headlens.reports.studies.circuit.MAX_PAIRS` (written out so that ``--help`` imports no study; a test checks).
+MAX_PAIRS = 4096
 _MODEL_OPTIONS = ("model", "device", "dtype", "revision", "allow_new_weights", "device_map", "max_memory")
 
 
 def with_task_options(command: click.Command) -> click.Command:
     """``command`` with ``headlens patch``'s task options (:data:`TASK_OPTIONS`) after its model options."""
     theirs = {p.name: p for p in patch_cmd.params}
+    n_pairs = copy.copy(theirs["n_pairs"])  # patch's option, with the circuit's own cap in its help
+    n_pairs.help = (
+        f"Pairs of a built-in task: at least 2 (the rule a --task file's pairs meet too), at most {MAX_PAIRS:,}"
+        " (a circuit run keeps pairs x edges values and bootstraps them)."
+    )
+    theirs = {**theirs, "n_pairs": n_pairs}
     at = max(i for i, p in enumerate(command.params) if p.name in _MODEL_OPTIONS) + 1
     command.params[at:at] = [theirs[name] for name in TASK_OPTIONS]
     return command
@@ -47,7 +56,11 @@ def with_task_options(command: click.Command) -> click.Command:
     "exact (every edge patched: exact, ~one forward per edge).",
 )
 @click.option(
-    "--steps", default=5, show_default=True, type=click.IntRange(min=1), help="Integrated-gradient steps (--method eap-ig, >= 2)."
+    "--steps",
+    default=5,
+    show_default=True,
+    type=click.IntRange(min=2),
+    help="Integrated-gradient steps of --method eap-ig: at least 2 (one step is --method eap).",
 )
 @click.option(
     "--top-n",
@@ -111,8 +124,6 @@ def circuit_cmd(
     from headlens.analyses.circuits.config import CircuitConfig
     from headlens.reports.studies.circuit import circuit
 
-    if method == "eap-ig" and steps < 2:
-        raise click.BadParameter("--method eap-ig needs --steps >= 2 (--steps 1 is --method eap)", param_hint="'--steps'")
     out = check_out_dir(out_dir, overwrite=overwrite)
     config = CircuitConfig(
         method=method,

@@ -27,6 +27,7 @@ from headlens.analyses.circuits.hooks import check_edge_model, edge_flags
 from headlens.analyses.circuits.run import run_circuit
 from headlens.analyses.patching.builtin import builtin_task
 from headlens.analyses.patching.pairs import pair_task
+from headlens.probes.counts import check_count
 from headlens.probes.errors import InputError
 from headlens.probes.loading import LoadedModel
 from headlens.probes.manifest import build_manifest
@@ -224,6 +225,14 @@ def circuit_warnings(result: CircuitResult) -> list[str]:
     return out
 
 
+def _check_pairs(n: object, *, subject: str | None = None) -> int:
+    """The circuit's pair count: the count rule (:func:`~headlens.probes.counts.check_count`) with :data:`MAX_PAIRS` as its cap."""
+    why = "an interval over pairs needs two"
+    return check_count(
+        "n_pairs", n, minimum=2, why=why, subject=subject, maximum=MAX_PAIRS, why_most="a circuit run keeps pairs x edges values"
+    )
+
+
 def circuit(
     model: LoadedModel | str,
     config: CircuitConfig | None = None,
@@ -254,8 +263,8 @@ def circuit(
         raise InputError("give either task= (a pair file) or builtin=, not both", task=str(task), builtin=builtin)
     if builtin is not None and builtin not in BUILTINS:
         raise InputError(f"builtin={builtin!r} is not a built-in task: choose from {', '.join(BUILTINS)}", builtin=builtin)
-    if task is None and (isinstance(n_pairs, bool) or not isinstance(n_pairs, int) or not 2 <= n_pairs <= MAX_PAIRS):
-        raise InputError(f"n_pairs={n_pairs!r} must be a whole number from 2 to {MAX_PAIRS}", n_pairs=n_pairs)
+    if task is None:
+        _check_pairs(n_pairs)
     loaded = as_loaded(model, load)
     graph = build_graph(loaded)
     n_edges = len(graph.edges)
@@ -265,8 +274,7 @@ def circuit(
         check_edge_model(loaded, graph)
     if task is not None:
         pairs = pair_task(loaded, task, prepend_bos=prepend_bos)
-        if len(pairs) > MAX_PAIRS:
-            raise InputError(f"task={str(task)!r} holds {len(pairs)} pairs, above {MAX_PAIRS}", task=str(task))
+        _check_pairs(len(pairs), subject=f"task={str(task)!r} holds {len(pairs)} pairs")
     else:
         pairs = builtin_task(loaded, builtin or "induction", n=n_pairs, seed=cfg.seed, prepend_bos=prepend_bos)
     run = run_circuit(loaded, pairs, cfg, graph=graph, progress=progress)
