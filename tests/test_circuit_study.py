@@ -124,3 +124,66 @@ def test_composition_bad_settings(settings, word):
     with pytest.raises(InputError) as err:
         headlens.composition("demo", **settings)
     assert word in str(err.value) and "\n" not in str(err.value)
+
+
+def _synthetic_circuit():
+    """A hand-made circuit result: the reviewer's numbers (a 21-edge circuit 0.941 [0.897, 0.995], eap-ig's fall 0.944 -> 0.898, a
+    non-monotone curve, an edge whose interval spans 0, an estimate 3x under its exact value)."""
+    import pandas as pd
+
+    from headlens.analyses.circuits.run import reach_evidence
+
+    curve = pd.DataFrame({"n_edges": [0, 10, 20, 21, 22, 25, 30], "faithfulness": [0.0, 0.6, 0.944, 0.941, 0.898, 0.966, 1.0],
+                          "ci_low": [0.0, 0.5, 0.9, 0.897, 0.85, 0.93, 1.0],
+                          "ci_high": [0.0, 0.7, 0.99, 0.995, 0.94, 1.0, 1.0]})  # fmt: skip
+    curve["fraction"], curve["metric"] = curve["n_edges"] / 30, 0.0
+    edges = pd.DataFrame({"sender": ["mlp1", "0.0"], "receiver": ["logits", "1.0"], "input": ["x", "k"], "score": [0.27, 0.5],
+                          "ci_low": [-0.58, 0.4], "ci_high": [1.01, 0.6], "stability": [0.55, 1.0], "exact": [0.84, 0.52],
+                          "exact_ci_low": [0.7, 0.45], "exact_ci_high": [0.95, 0.6], "disagree": [False, False],
+                          "estimate_over_exact": [0.27 / 0.84, 0.5 / 0.52], "in_circuit": [True, True], "rank": [1, 2]})  # fmt: skip
+    summary = {"n_circuit": 25, "target_faithfulness": 0.95, "smallest_reaching_target": 25, "method": "eap", "direction": "noising",
+               "reach": reach_evidence(curve, 25, 0.95), "confirmed": 2, "disagreements": 0, "graph": {}}  # fmt: skip
+    manifest = {"result": "circuit", "circuit": {"summary": summary, "notes": []}}
+    return headlens.CircuitResult(tables={"edges": edges, "faithfulness": curve}, manifest=manifest)
+
+
+def test_reach_is_a_point_estimate_with_its_interval_and_caveats():
+    r = _synthetic_circuit()
+    reach = r.summary["reach"]
+    assert reach["indistinguishable_from"] == 20 and reach["monotone"] is False and reach["in_sample"] is True
+    assert (reach["drop_from"], reach["drop_to"]) == (20, 22)
+    text = "\n".join(r.findings().lines)
+    assert "smallest circuit reaching 0.95 (point estimate): 25 edges" in text
+    assert "25 edges at faithfulness 0.966 [0.93, 1.00]" in text and "in-sample" in text and "same pairs that ranked the edges" in text
+    assert "not distinguishable from 20 edges" in text
+    assert "not monotone (20 edges 0.944, 22 edges 0.898)" in text and "may not be the smallest" in text
+
+
+def test_findings_flag_sign_unknown_edges_and_estimates_off_exact():
+    found = _synthetic_circuit().findings()
+    (mlp,) = [line for line in found.lines if line.startswith("  mlp1 -> logits")]
+    assert "[-0.58, 1.01]  (spans 0: sign not established)" in mlp and "estimate/exact 0.32" in mlp
+    (head,) = [line for line in found.lines if line.startswith("  0.0 -> 1.0")]
+    assert "spans 0" not in head and "estimate/exact 0.96" in head
+    assert any("1 edge of the circuit has a 95% interval spanning 0" in w for w in found.warnings)
+    assert any("more than 2x off exact" in w and "mlp1 -> logits (x) 0.32" in w for w in found.warnings)
+
+
+def test_run_records_reach_and_the_estimate_over_exact(demo_circuit):
+    s, e = demo_circuit.summary, demo_circuit.edges
+    assert s["reach"]["n"] == s["smallest_reaching_target"] and s["reach"]["in_sample"] is True and "monotone" in s["reach"]
+    confirmed = e[e["exact"].notna()]
+    assert len(confirmed) == 8
+    assert (confirmed["estimate_over_exact"] - confirmed["score"] / confirmed["exact"]).abs().max() < 1e-12
+
+
+def test_reach_monotone_within_noise():
+    import pandas as pd
+
+    from headlens.analyses.circuits.run import MONOTONE_TOLERANCE, reach_evidence
+
+    curve = pd.DataFrame(
+        {"n_edges": [0, 2, 6, 10], "faithfulness": [0.0, 1e-9, -1e-9, 0.97], "ci_low": [0.0, 0, 0, 0.9], "ci_high": [0.0, 0, 0, 1.0]}
+    )
+    r = reach_evidence(curve, 10, 0.95)
+    assert r["monotone"] is True and r["drop"] < MONOTONE_TOLERANCE and r["indistinguishable_from"] is None

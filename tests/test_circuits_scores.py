@@ -193,3 +193,16 @@ def test_stability_counts_resamples_that_select_the_edge():
     assert st.sum() == pytest.approx(1.0)  # one edge selected per resample
     assert 0.5 < st[0] < 1.0 and 0.0 < st[1] < 0.5 and st[2] == 0.0
     assert (stability(x, np.ones(20), top_n=2, threshold=None, n_bootstrap=50)[:2] == 1.0).all()
+
+
+def test_stability_needs_the_full_samples_sign():
+    """An edge picked by |score| in every resample but whose sign flips is not stable: a resample
+    counts only when it selects the edge with the sign the edge has on all pairs."""
+    rng = np.random.default_rng(1)
+    flip = np.tile([5.0, -4.6], 4) + rng.normal(0, 0.01, 8)  # mean ~ +0.2, resampled means of either sign
+    x = np.stack([flip, np.full(8, 0.01)], axis=1)  # [pair, edge]
+    for rule in ({"top_n": 1, "threshold": None}, {"top_n": None, "threshold": 0.05}):
+        st = stability(x, np.ones(8), n_bootstrap=400, seed=0, **rule)
+        boot = rng.multinomial(8, np.full(8, 1 / 8), size=4000) @ flip
+        assert st[0] == pytest.approx(float((boot > 0).mean()), abs=0.08) and st[0] < 0.8
+    assert (stability(-x, np.ones(8), top_n=2, threshold=None, n_bootstrap=50)[1] == 1.0).all()  # one sign throughout: stable

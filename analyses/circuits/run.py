@@ -8,9 +8,14 @@ circuit (``top_n``, ``threshold``, or else the smallest measured size reaching
 below the target and the first one at or above it, which finds the smallest size when
 faithfulness grows with the size between those two points; every size it measures joins the
 curve), then
-computes stability for that selection rule and confirms the top ``confirm`` edges of the circuit
+computes stability for that selection rule (a circuit chosen by ``target_faithfulness`` is
+resampled as the ``top_n`` rule at the chosen size: the size is not searched again) and confirms the top ``confirm`` edges of the circuit
 by exact patching.  An estimate's ``disagree`` is True where the exact value has the other sign
-or the two 95% intervals do not overlap.
+or the two 95% intervals do not overlap; ``estimate_over_exact`` is the ratio of the two, so a
+3x discrepancy that wide intervals hide from ``disagree`` is still in the table.  The smallest
+size reaching the target is a point estimate on the pairs that ranked the edges (in-sample):
+:func:`reach_evidence` records its interval, smaller sizes whose intervals also include the
+target, and whether the measured curve is monotone (the bisection's assumption).
 """
 
 from __future__ import annotations
@@ -36,7 +41,10 @@ from headlens.probes.loading import LoadedModel
 
 log = logging.getLogger(__name__)
 
-__all__ = ["CircuitRun", "run_circuit", "score_edges", "smallest_reaching"]
+#: A fall of the measured faithfulness curve larger than this (0 corrupted .. 1 clean) makes it not monotone; smaller is noise.
+MONOTONE_TOLERANCE = 0.01
+
+__all__ = ["MONOTONE_TOLERANCE", "CircuitRun", "reach_evidence", "run_circuit", "score_edges", "smallest_reaching"]
 
 
 @dataclass
@@ -95,6 +103,35 @@ def smallest_reaching(
     return hi, c
 
 
+def reach_evidence(curve: pd.DataFrame, reach: int | None, target: float) -> dict[str, Any]:
+    """What the smallest size reaching ``target`` rests on: it is a point estimate (``faithfulness`` and its
+    interval at that size), measured in-sample (on the pairs that ranked the edges); ``indistinguishable_from``:
+    the smallest measured size below it whose 95% interval also includes ``target`` (None when none);
+    ``monotone``: False when the measured curve falls by more than :data:`MONOTONE_TOLERANCE` somewhere up to
+    that size (``drop``: the largest fall,
+    from ``drop_from`` edges to ``drop_to`` edges), so the bisection's answer may not be the smallest."""
+    out: dict[str, Any] = {"n": reach, "target": float(target), "point_estimate": True, "in_sample": True}
+    if reach is None:
+        return out
+    c = curve.sort_values("n_edges").drop_duplicates("n_edges")
+    at = c[c["n_edges"] == reach].iloc[0]
+    out |= {"faithfulness": float(at["faithfulness"]), "ci_low": float(at["ci_low"]), "ci_high": float(at["ci_high"])}
+    below = c[(c["n_edges"] < reach) & (c["ci_high"] >= target)]
+    out["indistinguishable_from"] = int(below["n_edges"].min()) if len(below) else None
+    upto = c[c["n_edges"] <= reach]
+    f, n = upto["faithfulness"].to_numpy(dtype=float), upto["n_edges"].to_numpy()
+    best, best_n, drop, frm, to = -np.inf, None, 0.0, None, None
+    for fi, ni in zip(f, n, strict=True):
+        if not np.isfinite(fi):
+            continue
+        if best - fi > drop:
+            drop, frm, to = float(best - fi), best_n, int(ni)
+        if fi > best:
+            best, best_n = float(fi), int(ni)
+    out |= {"monotone": drop <= MONOTONE_TOLERANCE, "drop": drop, "drop_from": frm, "drop_to": to}
+    return out
+
+
 def _top_mask(order: np.ndarray, n: int, n_edges: int) -> np.ndarray:
     m = np.zeros((1, n_edges), dtype=bool)
     m[0, order[:n]] = True
@@ -142,6 +179,7 @@ def run_circuit(
     for col in ("exact", "exact_ci_low", "exact_ci_high"):
         table[col] = np.nan
     table["disagree"] = False
+    table["estimate_over_exact"] = np.nan  # an estimate's size against exact patching, where confirmed
     n_confirm = min(config.confirm, n_sel)
     confirm_forwards = 0.0
     if per_pair.method == "exact":
@@ -159,6 +197,8 @@ def run_circuit(
             et["ci_high"].to_numpy() < table.loc[ids, "ci_low"].to_numpy()
         )
         table.loc[ids, "disagree"] = (np.sign(est) != np.sign(ex_v)) | apart
+        with np.errstate(invalid="ignore", divide="ignore"):
+            table.loc[ids, "estimate_over_exact"] = est / ex_v
     row = curve[curve["n_edges"] == n_sel]
     summary = {
         "graph": graph.size(),
@@ -172,6 +212,7 @@ def run_circuit(
         "circuit_faithfulness": float(row["faithfulness"].iloc[0]) if len(row) else float("nan"),
         "target_faithfulness": config.target_faithfulness,
         "smallest_reaching_target": reach,
+        "reach": reach_evidence(curve, reach, config.target_faithfulness),
         "confirmed": int(n_confirm if per_pair.method != "exact" else n_edges),
         "disagreements": int(table["disagree"].sum()),
         "forwards": {"scores": per_pair.forwards, "confirm": confirm_forwards},

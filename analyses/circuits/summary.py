@@ -7,8 +7,12 @@ edge carries the behaviour.  Its 95% interval is the package's bootstrap over pa
 linearised ratio, exactly as :func:`headlens.analyses.patching.effects.normalised_effects`
 does for head patches; undefined gaps give NaN scores (``score_raw``, the mean metric change,
 stays).  ``stability`` is the fraction of ``n_bootstrap`` resamples of the pairs (seeded) in
-which the edge is selected into the circuit by the same rule: the ``top_n`` edges by ``|score|``
-or those with ``|score| >= threshold`` (by ``|score_raw|`` when the gap is undefined).
+which the edge is selected by the selection rule *and* keeps the sign it has on all pairs: the
+``top_n`` edges by ``|score|`` or those with ``|score| >= threshold`` (by ``|score_raw|`` when the
+gap is undefined).  Selection is by ``|score|``, so without the sign an edge whose sign the pairs
+cannot settle (its interval spans 0) would read as stable; an edge whose score is 0 on all pairs
+is never stable.  A circuit chosen as the smallest reaching a target faithfulness is resampled
+as the ``top_n`` rule at the chosen size (the size is not searched again in each resample).
 """
 
 from __future__ import annotations
@@ -63,20 +67,22 @@ def _select(means: np.ndarray, top_n: int | None, threshold: float | None) -> np
 def stability(
     x: np.ndarray, g: np.ndarray, *, top_n: int | None, threshold: float | None, n_bootstrap: int = 1000, seed: int = 0, chunk: int = 100
 ) -> np.ndarray:
-    """Fraction of bootstrap resamples of the pairs in which each edge is selected (module doc)."""
+    """Fraction of bootstrap resamples of the pairs in which each edge is selected with its all-pairs sign (module doc)."""
     n, n_edges = x.shape
     if n_bootstrap <= 0 or (top_n is None and threshold is None):
         return np.full(n_edges, np.nan)
     rng = np.random.default_rng(seed)
     hits = np.zeros(n_edges)
     xs = np.where(np.isfinite(x), x, 0.0)
+    sign = np.sign(xs.sum(0)) * np.sign(float(np.sum(g)))  # the sign of each edge's score on all pairs
     for b0 in range(0, n_bootstrap, chunk):
         b = min(chunk, n_bootstrap - b0)
         counts = rng.multinomial(n, np.full(n, 1.0 / n), size=b).astype(np.float64)  # [b, pair]
         gm = counts @ g / n
         with np.errstate(invalid="ignore", divide="ignore"):
             means = (counts @ xs / n) / np.where(gm > 0, gm, np.nan)[:, None] if threshold is not None else counts @ xs
-        hits += _select(means, top_n, threshold).sum(0)
+        same = (np.sign(counts @ xs) * np.sign(gm)[:, None] == sign[None, :]) & (sign != 0)[None, :]
+        hits += (_select(means, top_n, threshold) & same).sum(0)
     return hits / n_bootstrap
 
 

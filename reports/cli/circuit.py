@@ -118,7 +118,7 @@ def circuit_cmd(
     take the circuit, measure its faithfulness and confirm its top edges by exact patching.
 
     Scores are shares of the clean-corrupt gap with 95% bootstrap intervals over pairs and a
-    stability (how often the edge is selected over resamples).  Writes edges.csv,
+    stability (how often the edge is selected, with its sign, over resamples).  Writes edges.csv,
     faithfulness.csv, circuit.png/svg and manifest.json to --out.
     """
     from headlens.analyses.circuits.config import CircuitConfig

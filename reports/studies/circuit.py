@@ -4,7 +4,7 @@ The analysis is :func:`headlens.analyses.circuits.run.run_circuit` (edge graph, 
 exact edge scores, faithfulness curve, the circuit, exact confirmation of its top edges).
 ``headlens circuit --out DIR`` is this call and :meth:`CircuitResult.save`: ``edges.csv`` (every
 edge of the graph: sender, receiver, input, score with its 95% interval, stability, exact with
-its interval where confirmed, disagree, in_circuit), ``faithfulness.csv`` (the curve over circuit
+its interval where confirmed, estimate_over_exact, disagree, in_circuit), ``faithfulness.csv`` (the curve over circuit
 size, 0 = corrupted .. 1 = clean), ``circuit.png``/``circuit.svg`` (the circuit diagram) and
 ``manifest.json``.
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import base64
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -52,6 +52,8 @@ MAX_PAIRS = 4096
 TOP_EDGES = 12
 #: An interval wider than this (in the normalised 0 .. 1 units) is called wide.
 WIDE_INTERVAL = 0.5
+#: A confirmed estimate more than this factor off its exact value (either way) is called off.
+OFF_FACTOR = 2.0
 _TEXT = ("sender", "receiver", "input", "sender_kind")
 _TABLES = ("edges", "faithfulness")
 
@@ -156,25 +158,33 @@ def circuit_lines(result: CircuitResult) -> list[str]:
         faith = f"faithfulness {float(r['faithfulness']):.2f} {_interval(r['ci_low'], r['ci_high'])}"
     reach = s.get("smallest_reaching_target")
     target = s.get("target_faithfulness")
-    reach_words = f"smallest circuit reaching {target}: {reach} edges" if reach is not None else f"no circuit reaches {target}"
+    reach_words = (
+        f"smallest circuit reaching {target} (point estimate): {reach} edges" if reach is not None else f"no circuit reaches {target}"
+    )
     lines.append(f"circuit: {s.get('n_circuit')} of {n_total} edges ({_method_words(s)}, {s.get('direction')}), {faith}; {reach_words}")
+    lines.extend(_reach_lines(s.get("reach") or {}, result.faithfulness))
     auc = s.get("auc")
     if isinstance(auc, int | float):
         lines.append(f"faithfulness curve: area {float(auc):.3f} (MIB-style, over the fraction of edges kept)")
     top = result.circuit_edges.head(TOP_EDGES)
     if len(top):
         lines.append(
-            "edges (score: the share of the clean-corrupt gap it carries, 95% interval over pairs; stability; exact where confirmed):"
+            "edges (score: the share of the clean-corrupt gap it carries, 95% interval over pairs; stability: share of resamples"
+            " selecting it with this sign; exact where confirmed, estimate/exact):"
         )
     for row in top.to_dict("records"):
         exact = ""
         if np.isfinite(float(row.get("exact", np.nan))):
             exact = f"  exact {float(row['exact']):.2f} {_interval(row['exact_ci_low'], row['exact_ci_high'])}"
+            ratio = float(row.get("estimate_over_exact", np.nan))
+            if np.isfinite(ratio):
+                exact += f"  estimate/exact {ratio:.2f}"
             if bool(row.get("disagree", False)):
                 exact += "  DISAGREES"
+        sign = "  (spans 0: sign not established)" if _spans_zero(row) else ""
         lines.append(
             f"  {row['sender']} -> {row['receiver']} ({row['input']})  {float(row['score']):.2f} {_interval(row['ci_low'], row['ci_high'])}"
-            f"  stability {float(row['stability']):.2f}{exact}"
+            f"{sign}  stability {float(row['stability']):.2f}{exact}"
         )
     more = int(result.circuit_edges.shape[0]) - len(top)
     if more > 0:
@@ -183,6 +193,33 @@ def circuit_lines(result: CircuitResult) -> list[str]:
     by = ", ".join(f"{k} {v}" for k, v in (g.get("by_input") or {}).items())
     lines.append(f"graph: {g.get('n_nodes')} nodes, {g.get('n_edges')} edges ({by})")
     return lines
+
+
+def _spans_zero(row: Mapping[Any, Any]) -> bool:
+    lo, hi = float(row.get("ci_low", np.nan)), float(row.get("ci_high", np.nan))
+    return bool(np.isfinite(lo) and np.isfinite(hi) and lo <= 0 <= hi)
+
+
+def _reach_lines(reach: dict[str, Any], curve: pd.DataFrame) -> list[str]:
+    """What the smallest size reaching the target rests on (:func:`~headlens.analyses.circuits.run.reach_evidence`)."""
+    if reach.get("n") is None or "faithfulness" not in reach:
+        return []
+    n, target = int(reach["n"]), reach.get("target")
+    words = (
+        f"smallest circuit: {n} edges at faithfulness {float(reach['faithfulness']):.3f} {_interval(reach['ci_low'], reach['ci_high'])}"
+        " (point estimate; in-sample: faithfulness measured on the same pairs that ranked the edges)"
+    )
+    m = reach.get("indistinguishable_from")
+    if m is not None:
+        words += f"; not distinguishable from {int(m)} edges, whose interval also includes {target}"
+    if reach.get("monotone") is False and reach.get("drop_from") is not None:
+        f = curve.drop_duplicates("n_edges").set_index("n_edges")["faithfulness"]
+        a, b = int(reach["drop_from"]), int(reach["drop_to"])
+        words += (
+            f"; the measured curve is not monotone ({a} edges {float(f.get(a, np.nan)):.3f}, {b} edges {float(f.get(b, np.nan)):.3f}),"
+            " so the bisection's answer may not be the smallest"
+        )
+    return [words]
 
 
 def _edges(n: int) -> str:
@@ -209,6 +246,21 @@ def circuit_warnings(result: CircuitResult) -> list[str]:
         names = ", ".join(f"{r['sender']} -> {r['receiver']} ({r['input']})" for r in apart)
         out.append(f"{n_dis} of {s.get('confirmed')} confirmed edges: estimate and exact disagree ({names})")
     ce = result.circuit_edges
+    spans = [r for r in ce.to_dict("records") if _spans_zero(r)]
+    if spans:
+        out.append(
+            f"{_edges(len(spans))} of the circuit {_have(len(spans))} a 95% interval spanning 0: "
+            f"{'its' if len(spans) == 1 else 'their'} sign is not established"
+        )
+    if "estimate_over_exact" in ce:
+        ratio = ce["estimate_over_exact"].to_numpy(dtype=float)
+        off = ce[np.isfinite(ratio) & ((np.abs(ratio) > OFF_FACTOR) | (np.abs(ratio) < 1 / OFF_FACTOR))]
+        if len(off):
+            names = ", ".join(
+                f"{r['sender']} -> {r['receiver']} ({r['input']}) {float(r['estimate_over_exact']):.2f}"
+                for r in off.head(6).to_dict("records")
+            )
+            out.append(f"{_edges(len(off))} confirmed: estimate more than {OFF_FACTOR:g}x off exact (estimate/exact {names})")
     wide = ce[(ce["ci_high"] - ce["ci_low"]) > WIDE_INTERVAL]
     if len(wide):
         out.append(
@@ -217,7 +269,8 @@ def circuit_warnings(result: CircuitResult) -> list[str]:
     unstable = ce[ce["stability"] < 0.5]
     if len(unstable):
         out.append(
-            f"{_edges(len(unstable))} of the circuit {_are(len(unstable))} picked in under half the bootstrap resamples (stability < 0.5)"
+            f"{_edges(len(unstable))} of the circuit {_are(len(unstable))} picked with the same sign in under half the bootstrap resamples"
+            " (stability < 0.5)"
         )
     n_pairs = (s.get("task") or {}).get("n_pairs")
     if isinstance(n_pairs, int) and n_pairs < 16:
