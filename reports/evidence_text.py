@@ -26,9 +26,10 @@ def evidence_rule_text() -> str:
     return (
         "Each role is tested by the intervention it predicts, in the direction it predicts: an effect the other way is not support, "
         "however large, and says so. "
-        f"Induction: with the head zero-ablated, the loss rises on the second copy of repeated random tokens by at least {MIN_LOSS:g} "
-        f"nats and {COPY_RATIO:g}x the first copy's rise (interval above 0), and the head writes at least {MIN_EFFECT:.0%} of the "
-        "induction logit difference itself. "
+        "Induction: with the head zero-ablated, the loss rises on the second copy of repeated random tokens more than on the first "
+        f"(interval above 0), the second-copy rise is itself a finding (interval above 0) of at least {MIN_LOSS:g} nats and "
+        f"{COPY_RATIO:g}x the size of the first copy's change (a first copy that gets better does not count), and the head writes "
+        f"at least {MIN_EFFECT:.0%} of the induction logit difference itself. "
         "Previous-token: path patching it into the key input of the induction heads, all at once, restores at least "
         f"{MIN_EFFECT:.0%} of the induction behaviour (interval's low end). "
         "Duplicate-token: masking its attention from each repeated token to the earlier occurrence moves the predictions (KL) "

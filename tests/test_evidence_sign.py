@@ -153,20 +153,49 @@ def test_every_role_calls_the_opposite_direction_not_supported(role, figure, low
 
 
 @pytest.mark.parametrize(
-    "m1, m2, own, said",
+    "m1, m2, low2, high2, own, said",
     [
-        (0.0, -0.05, 0.3, "lowers the loss on the second copy"),
-        (0.0, 0.005, 0.3, "below the"),
-        (0.4, 0.6, 0.3, "not specific to repeats"),
-        (0.0, 1.0, -0.2, "writes against the copied token"),
-        (0.0, 1.0, 0.05, "less than 10%"),
-        (0.0, 1.0, None, ""),  # the direct effect not computed: not checked here
-        (0.0, 1.0, 0.3, ""),
+        (0.0, -0.05, -0.08, -0.02, 0.3, "lowers the loss on the second copy"),
+        (0.0, 0.005, 0.002, 0.008, 0.3, "too small (below the"),
+        (0.0, 0.05, -0.01, 0.11, 0.3, "+0.050 nats [-0.010, +0.110]: not distinguishable from 0"),  # the point value clears the bar
+        (0.0, 0.05, np.nan, np.nan, 0.3, "no interval"),
+        (0.4, 0.6, 0.5, 0.7, 0.3, "not specific to repeats"),
+        # the reviewer's random-output demo, head 1.3: the excess came from the first copy getting better
+        (-0.296, 0.026, 0.004, 0.048, 0.76, "less than 2x the first copy's fall (-0.296)"),
+        (-0.009, 1.21, 1.1, 1.3, 0.2, ""),  # the demo's head 1.0: a first copy slightly better does not hide a real rise
+        (0.0, 1.0, 0.9, 1.1, -0.2, "writes against the copied token"),
+        (0.0, 1.0, 0.9, 1.1, 0.05, "less than 10%"),
+        (0.0, 1.0, 0.9, 1.1, None, ""),  # the direct effect not computed: not checked here
+        (0.0, 1.0, 0.9, 1.1, 0.3, ""),
     ],
 )
-def test_induction_checks_say_which_way_it_fails(m1, m2, own, said):
-    got = induction_checks(m1, m2, own)
-    assert (said in got) if said else got == ""
+def test_induction_checks_say_which_way_it_fails(m1, m2, low2, high2, own, said):
+    got = induction_checks(m1, m2, own, m2_low=low2, m2_high=high2)
+    assert (said in got) if said else got == "", got
+
+
+def _random_layer1_output(model) -> None:
+    """The issue's construction: layer 1's output weights random, of the same norm (seed 1)."""
+    import torch
+
+    w = model.transformer.h[1].attn.c_proj.weight
+    torch.manual_seed(1)
+    r = torch.randn_like(w)
+    w.copy_(r * w.norm() / r.norm())
+
+
+@pytest.mark.slow
+def test_an_induction_excess_from_the_first_copy_getting_better_is_not_support(tmp_path):
+    from headlens.analyses.demo import MODEL_DIR
+    from headlens.probes.loading import load_model
+
+    model = load_model(model=str(_variant(MODEL_DIR, tmp_path / "rand", _random_layer1_output)), device="cpu")
+    row = role_evidence(model, _table([(1, 3, "induction")]), n=32).iloc[0]
+    assert row.figure_low > 0, row.detail  # the construction: the excess is a finding (0.322 [0.255, 0.394]) ...
+    assert "-0.296 on the first" in row.detail and "+0.026 nats on the second" in row.detail, row.detail  # ... from the first copy
+    # was "supported": the second-copy rise is judged on its own interval (here it includes 0)
+    assert row.evidence == NOT_SUPPORTED and "the second-copy rise is +0.026 nats [" in row.detail, row.detail
+    assert "not distinguishable from 0" in row.detail, row.detail
 
 
 def test_every_tested_role_has_one_rule_with_its_direction_in_the_manifest():

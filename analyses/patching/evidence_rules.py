@@ -146,16 +146,33 @@ def evidence_rule() -> dict[str, Any]:
     }
 
 
-def induction_checks(m1: float, m2: float, own: float | None) -> str:
+def induction_checks(m1: float, m2: float, own: float | None, *, m2_low: float, m2_high: float) -> str:
     """Why an induction head whose second-copy excess is above 0 is still not supported ("" when
-    it is): ``m1``, ``m2`` the first- and second-copy loss rises under ablation, ``own`` its direct
-    logit attribution's share of the induction gap (None: not computed, not checked)."""
+    it is): ``m1``, ``m2`` the first- and second-copy loss rises under ablation (means over
+    sequences), ``m2_low``, ``m2_high`` the 95% interval of ``m2`` over sequences, ``own`` its
+    direct logit attribution's share of the induction gap (None: not computed, not checked).
+
+    The role predicts the second-copy rise, so that rise must be a finding on its own (interval
+    above 0) of at least :data:`MIN_LOSS`, and at least :data:`COPY_RATIO` times the size of the
+    first-copy change either way: a first copy that gets better under ablation inflates the
+    excess without any effect on repeats, so it counts against support, never toward it."""
+    change = f"{m2:+.3f} nats [{m2_low:+.3f}, {m2_high:+.3f}]"
+    rise = f"the second-copy rise is {change}"
+    if not (math.isfinite(m2_low) and math.isfinite(m2_high)):
+        return f"the second-copy rise is {m2:+.3f} nats with no interval"
     if m2 < 0:
-        return "ablating it lowers the loss on the second copy"
+        return f"ablating it lowers the loss on the second copy ({change})"
+    if m2_low <= 0:
+        return f"{rise}: not distinguishable from 0"
     if m2 < MIN_LOSS:
-        return f"the second-copy rise is below the {MIN_LOSS:g} nats a role needs"
-    if m2 < COPY_RATIO * max(m1, 0.0):
-        return f"the second-copy rise is less than {COPY_RATIO:g}x the first copy's: it is not specific to repeats"
+        return f"{rise}: too small (below the {MIN_LOSS:g} nats a role needs)"
+    if m2 < COPY_RATIO * abs(m1):
+        if m1 < 0:
+            return (
+                f"{rise}: less than {COPY_RATIO:g}x the first copy's fall ({m1:+.3f}): the excess comes from the first copy"
+                " getting better, not from repeats"
+            )
+        return f"{rise}: less than {COPY_RATIO:g}x the first copy's rise ({m1:+.3f}): it is not specific to repeats"
     if own is None:
         return ""
     if not math.isfinite(own):
