@@ -13,10 +13,12 @@ interval that includes 0, is "not supported" with that reason.
 * **induction**: zero-ablating the head raises the loss on the second copy of repeated random
   tokens more than on the first copy.  Figure: mean over sequences of
   ``(loss2_ablated - loss2) - (loss1_ablated - loss1)`` (nats), predicted above 0 (bar 0).
-  Supported when that holds, the second-copy rise is at least :data:`MIN_LOSS` (a fall: "ablating
-  it lowers the loss on the second copy") and at least :data:`COPY_RATIO` times the first-copy
-  rise, AND the head itself writes the copied token: its direct logit attribution on the
-  built-in induction task, clean minus corrupted, is at least :data:`MIN_EFFECT` of the task's
+  Supported when that holds, the second-copy rise is a finding of its own (its 95% interval over
+  sequences above 0; a fall: "ablating it lowers the loss on the second copy"), at least
+  :data:`MIN_LOSS`, and at least :data:`COPY_RATIO` times the size of the first-copy change (a
+  first copy that gets better under ablation counts against support, not toward it), AND the
+  head itself writes the copied token: its direct logit attribution on the built-in induction
+  task, clean minus corrupted, is at least :data:`MIN_EFFECT` of the task's
   clean-corrupted logit-difference gap (a negative share: "it writes against the copied token";
   an upstream head, e.g. the previous-token head an induction head reads, passes the ablation
   test but writes nothing to the logits).  The components' clean-minus-corrupted attributions
@@ -72,7 +74,7 @@ import pandas as pd
 import torch
 
 from headlens.analyses.ablation.runs import ablated_logits
-from headlens.analyses.ablation.texts import choose_text
+from headlens.analyses.ablation.texts import TextChoice, choose_text
 from headlens.analyses.patching.activation import PatchConfig, patch_heads
 from headlens.analyses.patching.builtin import induction_task, referent_task
 from headlens.analyses.patching.dla import direct_logit_attribution
@@ -106,6 +108,7 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "role_evidence",
+    "sink_text",
     "evidence_rule",
     "judge",
     "RoleRule",
@@ -199,12 +202,13 @@ def _induction(model: LoadedModel, heads: list[tuple[int, int]], *, n: int, T: i
         d2 = (abl[:, second] - base[:, second]).mean(1).numpy()
         diff = d2 - d1
         low, high = bootstrap_mean_ci(diff[:, None])
+        low2, high2 = bootstrap_mean_ci(d2[:, None])  # the second-copy rise must be a finding of its own
         m1, m2 = float(d1.mean()), float(d2.mean())
         own = direct.get(head, np.nan)
         detail = f"ablation raises the loss by {m2:+.3f} nats on the second copy and {m1:+.3f} on the first"
         verdict, why = judge("induction", float(diff.mean()), float(low[0]), float(high[0]), n_items=n, min_items=min(n, MIN_ITEMS))
         if verdict == SUPPORTED:  # the ablation's own checks, then the direct effect when it could be computed
-            why = induction_checks(m1, m2, None if no_direct is not None else own)
+            why = induction_checks(m1, m2, None if no_direct is not None else own, m2_low=float(low2[0]), m2_high=float(high2[0]))
             verdict = NOT_SUPPORTED if why else SUPPORTED
         if no_direct is None:
             detail += f"; its direct logit attribution is {own:.0%} of the induction task's clean-corrupted logit-difference gap"
@@ -309,8 +313,15 @@ def _duplicate(model: LoadedModel, heads: list[tuple[int, int]], *, n: int, T: i
     return out
 
 
+def sink_text(model: LoadedModel) -> TextChoice:
+    """The text the sink test measures on: the model's own held-out text when it carries one (the
+    demo), else the built-in text (:func:`~headlens.analyses.ablation.texts.choose_text`'s
+    default); its ``describe()`` is what the census manifest records."""
+    return choose_text(model)
+
+
 def _sink(model: LoadedModel, heads: list[tuple[int, int]], *, n: int, prepend_bos: bool, seed: int) -> dict[tuple[int, int], tuple]:
-    text = choose_text(model)  # the model's own held-out text when it carries one (the demo), else the built-in text
+    text = sink_text(model)
     test = f"sink removal: key 0 masked out of the head's queries, attention renormalised; windows of the {text.label} ({text.why})"
     why = _unreadable(model, "loss")
     if why is not None:

@@ -28,7 +28,7 @@ from headlens.analyses.heads.classify import (
     default_thresholds,
 )
 from headlens.analyses.heads.detectors import get_detectors
-from headlens.analyses.patching.evidence import EVIDENCE_COLUMNS, EvidenceConfig, evidence_rule
+from headlens.analyses.patching.evidence import EVIDENCE_COLUMNS, EvidenceConfig, evidence_rule, sink_text
 from headlens.analyses.stimuli import load_referent_file
 from headlens.probes.config import to_dict
 from headlens.probes.errors import InputError
@@ -118,6 +118,7 @@ class CensusResult(Result):
             "prepend_bos": prepend_bos,
             "rule": evidence_rule(),
             "counts": table["evidence"].value_counts().to_dict(),
+            "sink_text": sink_text(model).describe(),  # which text the sink test read, why, its sha256 and length
         }
         manifest["config"] = {**manifest.get("config", {}), "evidence": to_dict(evidence)}
         manifest["composition_evidence"] = composition_evidence(model, roles)  # weights only: previous-token -> induction K-composition
