@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pandas as pd
+import pytest
 
 from headlens.reports.cli.main import cli
 
@@ -76,3 +77,18 @@ def test_patch_bad_input_is_one_line_exit_2(tiny_checkpoint, tmp_path, runner):
         )
         assert res.exit_code == 2, (extra, res.output)
         assert words in res.output and len(res.output.strip().splitlines()) == 1, res.output
+
+
+def test_receivers_alone_runs_path_patching_in_the_cli_as_in_the_library(tiny_checkpoint, tmp_path, runner):
+    # issue 28 review item 9: the CLI refused --receivers without --path ("--receivers is for --path")
+    # while headlens.patch(receivers=...) ran path patching: one rule, receivers imply path patching
+    import headlens
+
+    out = tmp_path / "recv"
+    args = ["patch", "-m", str(tiny_checkpoint), "--n-pairs", "4", "--n-resamples", "20", "--receivers", "1.0", "-q", "--out", str(out)]
+    res = runner.invoke(cli, args)
+    assert res.exit_code == 0, res.output
+    cli_edges = pd.read_csv(out / "path_patching.csv", dtype={"sender": str, "receiver": str})
+    lib = headlens.patch(str(tiny_checkpoint), builtin="induction", n_pairs=4, n_resamples=20, receivers="1.0", device="cpu")
+    assert lib.path_patching is not None and set(cli_edges["receiver"]) == {"1.0"}
+    assert cli_edges["effect"].to_numpy() == pytest.approx(lib.path_patching["effect"].to_numpy(), abs=1e-6, nan_ok=True)

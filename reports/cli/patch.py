@@ -62,7 +62,7 @@ BUILTIN_TASKS = ("induction", "names", "referent")
     is_flag=True,
     help="Also path patching: every earlier head -> each --receivers head's --receiver-input, other heads frozen at their corrupted value.",
 )
-@click.option("--receivers", type=HEADS, default=None, help="--path: receiver heads, LAYER.HEAD,...")
+@click.option("--receivers", type=HEADS, default=None, help="Receiver heads of path patching, LAYER.HEAD,... (implies --path).")
 @click.option(
     "--receiver-input",
     type=click.Choice(["q", "k", "v"]),
@@ -137,8 +137,8 @@ def patch_cmd(
 
     if path_mode and not receivers:
         raise click.UsageError("--path needs --receivers LAYER.HEAD,...")
-    if receivers and not path_mode:
-        raise click.UsageError("--receivers is for --path")
+    # --receivers alone runs path patching, as headlens.patch(receivers=...) does (the library has no
+    # path switch: receivers= is it); --path only says so explicitly
     directions = ("denoising", "noising") if direction == "both" else (direction,)
     out = check_out_dir(out_dir, overwrite=overwrite)
     config = PatchConfig(
@@ -151,7 +151,7 @@ def patch_cmd(
             task=task_file,
             builtin=builtin,
             n_pairs=n_pairs,
-            receivers=receivers if path_mode else None,
+            receivers=receivers,
             receiver_input=receiver_input,
             attribution=attribution,
             dla=dla,
