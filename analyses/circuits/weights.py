@@ -12,6 +12,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from headlens.probes.attention import repeat_kv
 from headlens.probes.errors import UnsupportedModelError
 from headlens.probes.loading import LoadedModel
 
@@ -78,7 +79,7 @@ def _expand(w: Tensor, n_heads: int) -> Tensor:
         return w
     if n_heads % w.shape[0]:
         raise UnsupportedModelError(f"{n_heads} query heads do not split into {w.shape[0]} key-value groups")
-    return w.repeat_interleave(n_heads // w.shape[0], dim=0)
+    return repeat_kv(w, n_heads // w.shape[0], dim=0)
 
 
 def centre(w: Tensor, dim: int) -> Tensor:
