@@ -41,9 +41,6 @@ with warnings.catch_warnings():
     warnings.filterwarnings("ignore", message="IProgress not found", category=TqdmWarning)
     import tqdm.auto  # noqa: F401
 
-from accelerate import init_empty_weights
-from accelerate.utils import align_module_device, convert_file_size_to_int
-
 from headlens.probes.config import ModelConfig
 from headlens.probes.errors import DeviceError, InputError
 
@@ -230,6 +227,8 @@ def _bytes(size: Any, dev: str | int) -> int:
     elif isinstance(size, str) and size.isdigit():
         n = int(size)
     else:
+        from accelerate.utils import convert_file_size_to_int
+
         try:
             n = convert_file_size_to_int(str(size))
         except ValueError:
@@ -304,6 +303,8 @@ def _meta_model(path: str, revision: str | None) -> Any:
     cls = getattr(transformers, arch, None) if isinstance(arch, str) else None
     if cls is None:
         cls = transformers.AutoModelForCausalLM
+    from accelerate import init_empty_weights
+
     with init_empty_weights():
         return cls._from_config(config)  # pyright: ignore[reportAttributeAccessIssue] - every model class has it
 
@@ -394,6 +395,8 @@ def materialized(module: Any) -> Iterator[None]:
     placeholders that only its forward hooks fill).  For code that reads weights outside a
     forward (``W_O`` of a head); a no-op on a model that is not offloaded.  Tensors read inside
     stay valid after the block."""
+    from accelerate.utils import align_module_device
+
     with ExitStack() as stack:
         for sub in module.modules():
             stack.enter_context(align_module_device(sub))

@@ -57,6 +57,9 @@ DEFERRED_IMPORTS: dict[str, str] = {
     "the figure functions that draw with it import it",
     "scipy": "scipy.stats costs about 0.8 s to import (issue 32, as seaborn): its uses (a rank correlation, a hypergeometric "
     "tail, ranks with ties) import it where they run",
+    "accelerate": "about 0.07 s to import (issue 32 bounds `import headlens` by torch + pandas + matplotlib + 0.5 s): only "
+    "placing a model over devices (probes/placement.py) runs it",
+    "jinja2": "about 0.14 s to import (issue 32, as accelerate): only rendering a page or a view (reports/page/html.py) needs it",
     "transformers": "seconds to import (transformers.modeling_utils about 4 s over torch): only building, booting or "
     "tokenizing for a model needs it, so `headlens --help`, `headlens models` and reading saved results stay fast",
 }

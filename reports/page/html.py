@@ -29,14 +29,16 @@ import base64
 import functools
 import hashlib
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import jinja2
 from markupsafe import Markup
 
 from headlens.reports.page.inline import json_for_script, static_text
 from headlens.reports.page.script_data import script_data
 from headlens.reports.page.view import page_context
+
+if TYPE_CHECKING:
+    import jinja2
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +50,8 @@ _PACKAGE = "headlens.reports.page"
 @functools.lru_cache(maxsize=1)
 def environment() -> jinja2.Environment:
     """The Jinja2 environment of the page: the package's templates, autoescape on."""
+    import jinja2
+
     return jinja2.Environment(
         loader=jinja2.PackageLoader(_PACKAGE, "templates"),
         autoescape=True,
