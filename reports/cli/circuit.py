@@ -14,7 +14,7 @@ from pathlib import Path
 import click
 
 from headlens.probes.outputs import check_out_dir
-from headlens.reports.cli.common import command_line, model_options
+from headlens.reports.cli.common import command_line, echo_findings, model_options
 from headlens.reports.cli.patch import patch_cmd
 from headlens.reports.progress import progress_bars
 
@@ -153,11 +153,7 @@ def circuit_cmd(
             allow_new_weights=allow_new_weights,
         )
     result.save(out, overwrite=overwrite)
-    found = result.findings()
-    for line in found.lines:
-        click.echo(line)
-    for note in found.warnings:
-        click.echo(f"note: {note}", err=True)
+    echo_findings(result)
     click.echo(f"wrote edges.csv, faithfulness.csv, circuit.png/svg and manifest.json to {Path(out)}")
 
 

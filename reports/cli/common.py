@@ -181,6 +181,16 @@ def load(
     return as_loaded(model, {"device": device, "dtype": dtype, "revision": revision, "allow_new_weights": allow_new_weights}, seed=seed)
 
 
+def echo_findings(result: Any) -> None:
+    """A result's findings as the command prints them: its lines on stdout, its notes on stderr
+    (``note: ...``); the same lines its notebook view leads with."""
+    found = result.findings()
+    for line in found.lines:
+        click.echo(line)
+    for note in found.warnings:
+        click.echo(f"note: {note}", err=True)
+
+
 def command_line() -> list[str]:
     """The command as typed, for manifests: ``["headlens", "classify", ...]``."""
     return ["headlens", *sys.argv[1:]]

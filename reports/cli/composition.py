@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 
 from headlens.probes.outputs import check_out_dir
-from headlens.reports.cli.common import command_line, model_options, parse_csv
+from headlens.reports.cli.common import command_line, echo_findings, model_options, parse_csv
 from headlens.reports.progress import progress_bars
 
 log = logging.getLogger(__name__)
@@ -87,11 +87,7 @@ def composition_cmd(
             allow_new_weights=allow_new_weights,
         )
     result.save(out, overwrite=overwrite)
-    found = result.findings()
-    for line in found.lines:
-        click.echo(line)
-    for note in found.warnings:
-        click.echo(f"note: {note}", err=True)
+    echo_findings(result)
     click.echo(f"wrote {', '.join(f'{n}.csv' for n in result.tables)}, heatmaps and manifest.json to {Path(out)}")
 
 

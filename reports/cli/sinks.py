@@ -9,7 +9,7 @@ import click
 
 from headlens.probes.errors import InputError
 from headlens.probes.outputs import check_out_dir
-from headlens.reports.cli.common import HEADS, command_line, load, model_options, parse_csv, parse_ints
+from headlens.reports.cli.common import HEADS, command_line, echo_findings, load, model_options, parse_csv, parse_ints
 from headlens.reports.progress import progress_bars
 
 if TYPE_CHECKING:
@@ -226,11 +226,7 @@ def _sinks_done(result: SinksResult, out: Path) -> None:
     """The console lines of the full study."""
     from headlens.reports.figures.common import figures_text
 
-    found = result.findings()  # the notebook view's lines and notes (one wording)
-    for line in found.lines:
-        click.echo(line)
-    for note in found.warnings:
-        click.echo(f"note: {note}", err=True)
+    echo_findings(result)  # the notebook view's lines and notes (one wording)
     figures = [out / f"{stem}.{fmt}" for stem in result.figure_names() for fmt in result.figure_formats]
     click.echo(f"wrote {len(result.tables)} tables, {figures_text(figures)}, summary.md and manifest.json to {out}")
 
