@@ -75,6 +75,8 @@ def _jsonl(path, rows):
         ({"n_pairs": 1}, "n_pairs must be at least 2"),
         ({"n_pairs": 5000}, "n_pairs=5000: at most 4,096"),
         ({"method": "eap", "steps": 1}, "steps must be a whole number >= 2"),
+        ({"n_bootstrap": 10**9}, "n_bootstrap=1000000000: at most 1,000,000"),
+        ({"confirm": -1}, "confirm must be at least 0"),
         ({"frobnicate": 1}, "frobnicate="),
     ],
 )

@@ -6,17 +6,13 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from headlens.analyses.circuits.scores import check_direction
+from headlens.probes.counts import check_count
 from headlens.probes.errors import InputError
 
 __all__ = ["CircuitConfig", "METHODS"]
 
 #: Edge scorers: first-order estimate, integrated gradients, exact patching of every edge.
 METHODS: tuple[str, ...] = ("eap", "eap-ig", "exact")
-
-
-def _whole(name: str, value: Any, low: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise InputError(f"{name} must be a whole number >= {low}, got {value!r}", **{name: value})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -49,16 +45,16 @@ class CircuitConfig:
         if self.top_n is not None and self.threshold is not None:
             raise InputError("give top_n or threshold, not both", top_n=self.top_n, threshold=self.threshold)
         if self.top_n is not None:
-            _whole("top_n", self.top_n, 1)
+            check_count("top_n", self.top_n)
         if self.threshold is not None and (
             isinstance(self.threshold, bool) or not isinstance(self.threshold, int | float) or not self.threshold > 0
         ):
             raise InputError(f"threshold must be a number > 0, got {self.threshold!r}", threshold=self.threshold)
-        _whole("confirm", self.confirm, 0)
-        _whole("n_bootstrap", self.n_bootstrap, 1)
-        _whole("batch_size", self.batch_size, 1)
-        _whole("max_rows", self.max_rows, 1)
-        _whole("curve_points", self.curve_points, 0)
+        check_count("confirm", self.confirm, minimum=0)
+        check_count("n_bootstrap", self.n_bootstrap)
+        check_count("batch_size", self.batch_size)
+        check_count("max_rows", self.max_rows)
+        check_count("curve_points", self.curve_points, minimum=0)
         if not 0 < float(self.target_faithfulness) <= 1.5:
             raise InputError(
                 f"target_faithfulness must lie in (0, 1.5], got {self.target_faithfulness!r}", target_faithfulness=self.target_faithfulness
