@@ -169,10 +169,23 @@ def pair_scores(
     H = Y.transpose(-2, -1) @ Y  # [b, r, r]
     M = torch.einsum("ard,bds->abrs", O, X)
     GMH = torch.einsum("art,abts,bsu->abru", G, M, H)
-    num = (M * GMH).sum(dim=(-2, -1)).clamp_min(0).sqrt()
-    left = (G * (O @ O.transpose(-2, -1))).sum(dim=(-2, -1)).clamp_min(0).sqrt()  # ||V O||_F
-    right = ((X.transpose(-2, -1) @ X) * H).sum(dim=(-2, -1)).clamp_min(0).sqrt()  # ||X Y^T||_F
-    return num / (left[:, None] * right[None, :])
+    num = _root_of_sum(M * GMH)
+    return num / (_norm_vo(G, O)[:, None] * _norm_xy(X, H)[None, :])
+
+
+def _root_of_sum(t: Tensor) -> Tensor:
+    """``sqrt(sum over the last two dimensions)``, clamped at 0 against rounding: a Frobenius norm from its square."""
+    return t.sum(dim=(-2, -1)).clamp_min(0).sqrt()
+
+
+def _norm_vo(G: Tensor, O: Tensor) -> Tensor:
+    """``||V O||_F`` from ``G = V^T V``: ``tr(O^T G O)``."""
+    return _root_of_sum(G * (O @ O.transpose(-2, -1)))
+
+
+def _norm_xy(X: Tensor, H: Tensor) -> Tensor:
+    """``||X Y^T||_F`` from ``H = Y^T Y``: ``tr(X^T X H)``."""
+    return _root_of_sum((X.transpose(-2, -1) @ X) * H)
 
 
 def random_baseline(d_model: int, d_head: int, *, n: int, seed: int, chunk: int = 32) -> np.ndarray:
@@ -205,10 +218,7 @@ def paired_scores(
     G = V.transpose(-2, -1) @ V
     H = Y.transpose(-2, -1) @ Y
     M = O @ X
-    num = (M * (G @ M @ H)).sum(dim=(-2, -1)).clamp_min(0).sqrt()
-    left = (G * (O @ O.transpose(-2, -1))).sum(dim=(-2, -1)).clamp_min(0).sqrt()
-    right = ((X.transpose(-2, -1) @ X) * H).sum(dim=(-2, -1)).clamp_min(0).sqrt()
-    return num / (left * right)
+    return _root_of_sum(M * (G @ M @ H)) / (_norm_vo(G, O) * _norm_xy(X, H))
 
 
 def _head_name(layer: int, head: int) -> str:
