@@ -12,7 +12,7 @@ adjacent grouping) states a finding only when all three hold:
 
 Otherwise the reports give the figure with its interval and no conclusion: "not
 distinguishable" where the interval includes 0 (the intervals overlap), or "no finding" with
-the reason.  The reports only word a :class:`Verdict` (:mod:`headlens.reports.verdict_text`).
+the reason.  The reports only word a :class:`Verdict` (:mod:`headlens.reports.render.verdict_text`).
 
 A *directed* test (a role's intervention predicts that its figure rises, or falls) is judged by
 :func:`predicted_verdict`, the one rule for every role's evidence

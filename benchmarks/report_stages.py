@@ -37,9 +37,9 @@ STAGES = ("census", "sinks", "ablation_zero", "ablation_mean", "pruning", "examp
 
 _RUN_ONE = r"""
 import json, os, sys, time
-from headlens.reports.report.build import build_report
-from headlens.reports.report.settings import ReportSettings
-from headlens.reports.report.stages import STAGES
+from headlens.reports.runs.report.build import build_report
+from headlens.reports.runs.report.settings import ReportSettings
+from headlens.reports.runs.report.stages import STAGES
 model, out, stage = sys.argv[1], sys.argv[2], sys.argv[3]
 if os.environ.get("REPORT_STAGES_WINDOWS"):  # --n-windows: fewer evaluation windows (a reduced benchmark, old and new alike)
     _eval = ReportSettings.eval_data

@@ -6,7 +6,7 @@ The bridge computes the unembedding even when no logits are asked for (and ``sto
 can only stop *before* a block), so a pass that needs only what happens up to some hook point
 (the last layer's attention pattern, a hidden state, a receiver's input) attaches
 :func:`stop_hook` there, after its own hooks, and :func:`forward_until` catches the exception.
-Every early stop in the package raises this one exception (``tests/test_engine_rules.py``
+Every early stop in the package raises this one exception (``tests/probes/test_engine_rules.py``
 scans the source for another).
 
 **Late start**: TransformerBridge's ``start_at_layer`` still executes blocks ``0..L-1`` (it

@@ -205,7 +205,7 @@ def load_model(
     Either pass a :class:`ModelConfig` or its fields as keywords:
     ``load_model(model="gpt2", device="auto", dtype="float32")``.  ``named`` resolves model
     names to local folders (:func:`headlens.probes.sources.resolve_source`; the CLI passes
-    :func:`headlens.reports.models.named_models` for ``demo`` and ``minilm``).
+    :func:`headlens.reports.api.named_models.named_models` for ``demo`` and ``minilm``).
     ``device_map``/``max_memory``/``offload_folder`` place a model larger than one device with
     accelerate (:mod:`headlens.probes.placement`); ``LoadedModel.device`` is then where inputs
     go (the embedding's device) and ``LoadedModel.device_map`` where each module went.

@@ -2,7 +2,7 @@
 
 * :func:`resolve_source`: a ``--model`` value -> ``("local", folder)`` or ``("hub", id)``;
   named models (``demo``, ``minilm``) are resolved by the caller's ``named`` mapping (the
-  CLI passes :func:`headlens.reports.models.named_models`), so this layer knows no model by name.
+  CLI passes :func:`headlens.reports.api.named_models.named_models`), so this layer knows no model by name.
 * the weight files' headers (safetensors, shard indexes, zip directories): a truncated or
   corrupt file is a one-line :class:`ModelLoadError` naming it;
 * :func:`checkpoint_fingerprint`: the one full-file fingerprint of a checkpoint's weights.

@@ -5,11 +5,11 @@ The public names below are imported explicitly, so an IDE and a type checker see
 
 from __future__ import annotations
 
-from headlens.reports.page.html import render_html
-from headlens.reports.page.markdown import render_markdown
-from headlens.reports.report.build import ReportProgress, build_report, load_report
-from headlens.reports.report.result import Report
-from headlens.reports.report.settings import ReportSettings
+from headlens.reports.render.page.html import render_html
+from headlens.reports.render.page.markdown import render_markdown
+from headlens.reports.runs.report.build import ReportProgress, build_report, load_report
+from headlens.reports.runs.report.result import Report
+from headlens.reports.runs.report.settings import ReportSettings
 
 __all__ = [
     "build_report",

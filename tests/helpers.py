@@ -32,12 +32,12 @@ TEST_FIGURE_FORMATS = ("png",)
 
 @contextmanager
 def figure_formats(formats: tuple[str, ...] = TEST_FIGURE_FORMATS) -> Iterator[None]:
-    """Within the block, study results (:attr:`headlens.reports.studies.result.Result.figure_formats`)
+    """Within the block, study results (:attr:`headlens.reports.api.result.Result.figure_formats`)
     and the report's figures (``FIGURE_FORMATS``) are written in ``formats`` only; the manifests and
     file lists, which read the same attributes, agree.  For tests: the library's defaults stay."""
-    from headlens.reports.figures import report as report_figures
-    from headlens.reports.report import stage_census
-    from headlens.reports.studies.result import Result
+    from headlens.reports.api.result import Result
+    from headlens.reports.render.figures import report as report_figures
+    from headlens.reports.runs.report import stage_census
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(Result, "figure_formats", tuple(formats))

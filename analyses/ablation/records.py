@@ -3,7 +3,7 @@
 A sweep hands each finished unit of work (a record: a JSON-ready dict with a ``"kind"``) to a
 :class:`RecordJournal` and, when resumed, reads the records of the interrupted run back from it;
 it never touches a file.  The durable journal (an fsync'd JSONL file that survives ``kill -9``)
-is :class:`headlens.reports.journal.Journal`; :class:`MemoryJournal` keeps the records in memory
+is :class:`headlens.reports.api.journal.Journal`; :class:`MemoryJournal` keeps the records in memory
 (tests, or a caller that stores them its own way).
 """
 

@@ -22,7 +22,7 @@ stored by the baseline pass and each ablation of a head in layer ``L`` runs only
 one forward, one head per copy of the batch.  The first-order estimate (attribution, see
 :mod:`headlens.analyses.ablation.gradients`) comes with it.  The sweep is resumable: ``journal`` (a
 :class:`headlens.analyses.ablation.records.RecordJournal`, e.g. the file journal
-:class:`headlens.reports.journal.Journal`) receives each finished job and hands back those of an
+:class:`headlens.reports.api.journal.Journal`) receives each finished job and hands back those of an
 interrupted run.
 """
 

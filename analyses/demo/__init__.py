@@ -6,7 +6,7 @@
 * :mod:`headlens.analyses.demo.train`: the recipe (``headlens demo train --out DIR``);
 * :mod:`headlens.analyses.demo.replay`: replay of a training log;
 * :mod:`headlens.analyses.demo.card`: the model card's facts, and ``model_card.md.j2``, its
-  Markdown template (rendered by :mod:`headlens.reports.demo_card`).
+  Markdown template (rendered by :mod:`headlens.reports.runs.demo_card`).
 
 Importing this package is cheap (no torch).
 """

@@ -5,7 +5,7 @@ The census is the one ``headlens classify --model demo`` runs (default settings)
 without BOS, on the checkpoint as saved: loaded back through
 :func:`headlens.probes.loading.load_model` like any local folder.  The card's text is the
 template ``model_card.md.j2`` next to this module, rendered by
-:func:`headlens.reports.demo_card.render_model_card` (nothing here formats text).
+:func:`headlens.reports.runs.demo_card.render_model_card` (nothing here formats text).
 """
 
 from __future__ import annotations

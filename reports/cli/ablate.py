@@ -10,10 +10,10 @@ from typing import Any
 import click
 
 from headlens.probes.outputs import check_out_dir, check_out_file
+from headlens.reports.api.journal import journal_path
+from headlens.reports.api.journals import JournalFile
 from headlens.reports.cli.common import HEADS, command_line, model_options, parse_layers
-from headlens.reports.journal import journal_path
-from headlens.reports.progress import progress_bars
-from headlens.reports.studies.journals import JournalFile
+from headlens.reports.render.progress import progress_bars
 
 log = logging.getLogger(__name__)
 
@@ -193,8 +193,8 @@ def ablate_cmd(
     difference are refused when the head is new.
     """
     from headlens.analyses.ablation.study import AblationConfig
-    from headlens.reports.studies.ablate import AblationResult, ablate
-    from headlens.reports.tables import check_table_path
+    from headlens.reports.api.ablate import AblationResult, ablate
+    from headlens.reports.render.tables import check_table_path
 
     out = Path(out_file)
     check_table_path(out)
@@ -291,7 +291,7 @@ def prune_cmd(
     OUT/pruning_curve.png/.svg.
     """
     from headlens.analyses.ablation.pruning import PruneConfig
-    from headlens.reports.studies.prune import PRUNE_FILES, prune
+    from headlens.reports.api.prune import PRUNE_FILES, prune
 
     out = Path(out_dir)
     journal_file = out / "prune.journal.jsonl"

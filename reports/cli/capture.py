@@ -11,7 +11,7 @@ from headlens.probes.errors import CheckFailed, InputError
 from headlens.probes.outputs import check_out_dir, normal_modes
 from headlens.reports.cli.common import HEADS, command_line, model_options, parse_csv, parse_layers
 from headlens.reports.cli.shared import load
-from headlens.reports.progress import progress_bars
+from headlens.reports.render.progress import progress_bars
 
 
 def _prompts(text: str | None, prompts_file: str | None, *, default: str | tuple[str, ...] | None = None) -> list[str]:
@@ -87,7 +87,7 @@ def capture_cmd(
     'lengths'), OUT/tokens.json and OUT/manifest.json.
     """
     from headlens.probes.capture_io import saved_keys
-    from headlens.reports.studies.capture import ACTIVATIONS_FILE, capture
+    from headlens.reports.api.capture import ACTIVATIONS_FILE, capture
 
     out = check_out_dir(out_dir, overwrite=overwrite)
     texts = _prompts(text, prompts_file)
@@ -167,7 +167,7 @@ def verify_cmd(model, device, dtype, revision, allow_new_weights, text, prompts_
     on a masked key (padding included), or when a pattern row does not sum to 1; exits 2
     for a family whose attention headlens cannot redo.
     """
-    from headlens.reports.studies.verify import DEFAULT_VERIFY_PROMPTS, verify
+    from headlens.reports.api.verify import DEFAULT_VERIFY_PROMPTS, verify
 
     texts = _prompts(text, prompts_file, default=DEFAULT_VERIFY_PROMPTS)
     loaded = load(model, device, dtype, revision, allow_new_weights)

@@ -16,7 +16,7 @@ import click
 from headlens.probes.outputs import check_out_dir
 from headlens.reports.cli.common import command_line, echo_findings, model_options
 from headlens.reports.cli.patch import patch_cmd
-from headlens.reports.progress import progress_bars
+from headlens.reports.render.progress import progress_bars
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +26,7 @@ __all__ = ["circuit_cmd", "METHODS", "TASK_OPTIONS", "with_task_options"]
 METHODS = ("eap", "eap-ig", "exact")
 #: ``headlens patch``'s options that say which pairs a run reads, by parameter name.
 TASK_OPTIONS = ("task_file", "builtin", "n_pairs", "no_bos", "batch_size", "seed")
-#: ``--n-pairs``' cap, :data:`headlens.reports.studies.circuit.MAX_PAIRS` (written out so that ``--help`` imports no study; a test checks).
+#: ``--n-pairs``' cap, :data:`headlens.reports.api.circuit.MAX_PAIRS` (written out so that ``--help`` imports no study; a test checks).
 MAX_PAIRS = 4096
 _MODEL_OPTIONS = ("model", "device", "dtype", "revision", "allow_new_weights", "device_map", "max_memory")
 
@@ -122,7 +122,7 @@ def circuit_cmd(
     faithfulness.csv, circuit.png/svg and manifest.json to --out.
     """
     from headlens.analyses.circuits.config import CircuitConfig
-    from headlens.reports.studies.circuit import circuit
+    from headlens.reports.api.circuit import circuit
 
     out = check_out_dir(out_dir, overwrite=overwrite)
     config = CircuitConfig(

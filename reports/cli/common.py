@@ -1,4 +1,4 @@
-"""Shared pieces of the click CLI: the group, option sets, parsers, errors (progress: :mod:`headlens.reports.progress`)."""
+"""Shared pieces of the click CLI: the group, option sets, parsers, errors (progress: :mod:`headlens.reports.render.progress`)."""
 
 from __future__ import annotations
 
@@ -176,7 +176,7 @@ def load(
 ) -> LoadedModel:
     """The model of ``--model``, ``--device``, ``--dtype``, ``--revision``, ``--allow-new-weights`` (every command's load);
     with ``seed`` (``--seed``) torch is seeded first, so weights missing from the checkpoint are drawn reproducibly."""
-    from headlens.reports.studies.models import as_loaded
+    from headlens.reports.api.models import as_loaded
 
     return as_loaded(model, {"device": device, "dtype": dtype, "revision": revision, "allow_new_weights": allow_new_weights}, seed=seed)
 
@@ -263,7 +263,7 @@ def _with_placement(fn: Callable[..., Any]) -> Callable[..., Any]:
 def check_model_names(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
     """``--model`` callback (one value or several): a probable typo of a named model (``dmeo``) is
     refused with the names it is close to (exit 3), before anything loads."""
-    from headlens.reports.models import model_flag_hint
+    from headlens.reports.api.named_models import model_flag_hint
 
     for spec in value if isinstance(value, (tuple, list)) else (value,):
         hint = model_flag_hint(spec) if isinstance(spec, str) else None

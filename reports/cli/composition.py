@@ -12,7 +12,7 @@ import click
 
 from headlens.probes.outputs import check_out_dir
 from headlens.reports.cli.common import command_line, echo_findings, model_options, parse_csv
-from headlens.reports.progress import progress_bars
+from headlens.reports.render.progress import progress_bars
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +69,7 @@ def composition_cmd(
     Writes composition.csv, baseline.csv, copying.csv, one heatmap per mode and manifest.json to --out.
     """
     from headlens.analyses.circuits.composition import CompositionConfig
-    from headlens.reports.studies.composition import composition
+    from headlens.reports.api.composition import composition
 
     out = check_out_dir(out_dir, overwrite=overwrite)
     config = CompositionConfig(

@@ -68,7 +68,7 @@ def train_cmd(
     from headlens.analyses.demo.checkpoints import config_dict, save_checkpoint, save_step_checkpoint, step_folder_name
     from headlens.analyses.demo.recipe import RECIPE
     from headlens.analyses.demo.train import train
-    from headlens.reports.demo_card import write_model_card
+    from headlens.reports.runs.demo_card import write_model_card
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     out = Path(out_dir)
@@ -133,7 +133,7 @@ def train_cmd(
 @click.option("--model", "folder", required=True, type=click.Path(exists=True, file_okay=False), help="A folder written by `train`.")
 def card_cmd(folder: str) -> None:
     """(Re)write MODEL_CARD.md for a checkpoint folder written by `train`."""
-    from headlens.reports.demo_card import write_model_card
+    from headlens.reports.runs.demo_card import write_model_card
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     path = write_model_card(folder)

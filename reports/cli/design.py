@@ -11,10 +11,10 @@ import click
 
 from headlens.probes.errors import InputError
 from headlens.probes.outputs import check_out_dir, check_out_file
+from headlens.reports.api.journals import JournalFile
 from headlens.reports.cli.common import command_line, model_options, parse_csv, parse_ints
-from headlens.reports.design_tables import text_table
-from headlens.reports.progress import progress_bars
-from headlens.reports.studies.journals import JournalFile
+from headlens.reports.render.design_tables import text_table
+from headlens.reports.render.progress import progress_bars
 
 __all__ = ["COMMANDS", "kv_cmd", "gqa_cmd", "projections_cmd"]
 
@@ -97,8 +97,8 @@ def kv_cmd(model, device, dtype, revision, allow_new_weights, batch, context, ca
     layer caches at most its window.
     """
     from headlens.analyses.design.kv import KVConfig
-    from headlens.reports.studies.design import KVResult, kv
-    from headlens.reports.tables import check_table_path
+    from headlens.reports.api.design import KVResult, kv
+    from headlens.reports.render.tables import check_table_path
 
     if out_file is not None:
         check_table_path(out_file)
@@ -172,7 +172,7 @@ def gqa_cmd(
     variants left, with the same result.
     """
     from headlens.analyses.design.gqa import GQAConfig
-    from headlens.reports.studies.design import gqa
+    from headlens.reports.api.design import gqa
 
     try:
         config = GQAConfig(group_sizes=group_sizes, groupings=tuple(parse_csv(grouping) or ()), batch_size=batch_size)
@@ -258,7 +258,7 @@ def projections_cmd(
     --resume runs only what is left, with the same result.
     """
     from headlens.analyses.design.projections import ProjectionConfig
-    from headlens.reports.studies.design import projections
+    from headlens.reports.api.design import projections
 
     out = _out_dir(out_dir, "projections.journal.jsonl", overwrite=overwrite, resume=resume)
     config = ProjectionConfig(kinds=tuple(parse_csv(kinds) or ()), layers=layers, per_head=per_head, batch_size=batch_size)

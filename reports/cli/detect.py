@@ -1,5 +1,5 @@
 """``headlens detect``, ``headlens classify`` and ``headlens selftest``: a few lines over
-:func:`headlens.reports.studies.census.census`."""
+:func:`headlens.reports.api.census.census`."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ from headlens.probes.outputs import check_out_dir, check_out_file
 from headlens.reports.cli.census_options import attention_options, census_config, census_options
 from headlens.reports.cli.common import command_line, model_options
 from headlens.reports.cli.shared import load, shared
-from headlens.reports.progress import progress_bars
+from headlens.reports.render.progress import progress_bars
 
 if TYPE_CHECKING:
     from headlens.analyses.patching.evidence import EvidenceConfig
-    from headlens.reports.studies.census import CensusResult
+    from headlens.reports.api.census import CensusResult
 
 
 @click.command("detect")
@@ -51,8 +51,8 @@ def detect_cmd(
     Columns: layer, head, detector, score, baseline, ci_low, ci_high, n, accuracy
     (accuracy for referent only).
     """
-    from headlens.reports.studies.census import DetectResult, census, check_census_config
-    from headlens.reports.tables import check_table_path
+    from headlens.reports.api.census import DetectResult, census, check_census_config
+    from headlens.reports.render.tables import check_table_path
 
     out = check_table_path(out_file)
     check_out_file(out, overwrite=overwrite)
@@ -140,9 +140,9 @@ def classify_cmd(
     (with --evidence also evidence.csv and an evidence column in heads.csv)."""
     from headlens.analyses.ablation.masks import read_mask
     from headlens.analyses.heads.classify import check_baseline_factor, parse_thresholds
-    from headlens.reports.evidence_text import EVIDENCE_FILE
-    from headlens.reports.finding_lines import evidence_count_line
-    from headlens.reports.studies.census import census, check_census_config
+    from headlens.reports.api.census import census, check_census_config
+    from headlens.reports.render.evidence_text import EVIDENCE_FILE
+    from headlens.reports.render.finding_lines import evidence_count_line
 
     given = [
         f

@@ -4,7 +4,7 @@
 transformers, pandas or matplotlib: the group knows its commands by name (module, attribute) and
 imports a command's module when the command is resolved (to run it, or to print its help).  The
 command modules import at module level only light modules (click, the standard library, the CLI's
-option sets); what a command runs, it imports inside its function (tests/test_cli_startup.py).
+option sets); what a command runs, it imports inside its function (tests/reports/cli/test_startup.py).
 """
 
 from __future__ import annotations

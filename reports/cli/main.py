@@ -22,7 +22,7 @@ __all__ = ["cli", "main", "COMMANDS"]
 
 #: Every command: its name -> (module, the click command in it).  A new command is one line here;
 #: its module imports heavy modules (studies, torch, pandas) inside the command's function
-#: (tests/test_cli_startup.py checks that ``headlens CMD --help`` imports no torch).
+#: (tests/reports/cli/test_startup.py checks that ``headlens CMD --help`` imports no torch).
 COMMANDS: dict[str, tuple[str, str]] = {
     "capture": ("headlens.reports.cli.capture", "capture_cmd"),
     "verify": ("headlens.reports.cli.capture", "verify_cmd"),

@@ -9,7 +9,7 @@ import click
 def models_cmd() -> None:
     """List the named models (--model demo, --model minilm): what each is, and where its files are
     here or why it cannot be loaded.  Any Hugging Face id or local checkpoint folder works too."""
-    from headlens.reports.models import named_model_list
+    from headlens.reports.api.named_models import named_model_list
 
     for m in named_model_list():
         click.echo(f"{m.name}: {m.what}")

@@ -9,12 +9,12 @@ import click
 
 from headlens.probes.outputs import check_out_dir
 from headlens.reports.cli.common import HEADS, command_line, model_options
-from headlens.reports.progress import progress_bars
+from headlens.reports.render.progress import progress_bars
 
 log = logging.getLogger(__name__)
 
-#: The built-in tasks of ``--builtin``: :data:`headlens.reports.studies.patch.BUILTINS`, written out so that
-#: ``headlens patch --help`` imports no study (tests/test_cli_startup.py checks the two are equal).
+#: The built-in tasks of ``--builtin``: :data:`headlens.reports.api.patch.BUILTINS`, written out so that
+#: ``headlens patch --help`` imports no study (tests/reports/cli/test_startup.py checks the two are equal).
 BUILTIN_TASKS = ("induction", "names", "referent")
 
 
@@ -131,9 +131,9 @@ def patch_cmd(
     heatmaps and manifest.json to --out.
     """
     from headlens.analyses.patching.activation import PatchConfig
-    from headlens.reports.figures.common import figures_text
-    from headlens.reports.patching_tables import patch_lines
-    from headlens.reports.studies.patch import patch
+    from headlens.reports.api.patch import patch
+    from headlens.reports.render.figures.common import figures_text
+    from headlens.reports.render.patching_tables import patch_lines
 
     if path_mode and not receivers:
         raise click.UsageError("--path needs --receivers LAYER.HEAD,...")

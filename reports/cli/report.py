@@ -9,7 +9,7 @@ import click
 from headlens.probes.errors import CheckFailed
 from headlens.reports.cli.common import model_options, parse_csv
 from headlens.reports.cli.shared import reuse, shared
-from headlens.reports.progress import ReportBars
+from headlens.reports.render.progress import ReportBars
 
 #: Heads with a role listed on stdout; the rest are counted ("... and 25 more").
 SHOWN_ROLES = 12
@@ -89,8 +89,8 @@ def report_cmd(
     fails is shown in the page as FAILED with its error, the others still run, and the exit
     code is 1.
     """
-    from headlens.reports.report import build
-    from headlens.reports.tables import roles_joined
+    from headlens.reports.render.tables import roles_joined
+    from headlens.reports.runs.report import build
 
     # inside `demo run`: the model an earlier step loaded with these flags, and classify's census of it
     loaded = reuse(model, device, dtype, revision, allow_new_weights)

@@ -10,10 +10,10 @@ import click
 from headlens.probes.errors import InputError
 from headlens.probes.outputs import check_out_dir
 from headlens.reports.cli.common import HEADS, command_line, echo_findings, load, model_options, parse_csv, parse_ints
-from headlens.reports.progress import progress_bars
+from headlens.reports.render.progress import progress_bars
 
 if TYPE_CHECKING:
-    from headlens.reports.studies.sinks import SinkLengthsResult, SinksResult
+    from headlens.reports.api.sinks import SinkLengthsResult, SinksResult
 
 
 @click.command("sinks")
@@ -154,7 +154,7 @@ def sinks_cmd(
     """
     from headlens.analyses.sinks.config import SinkConfig
     from headlens.probes.prompts import read_prompts
-    from headlens.reports.studies.sinks import sinks
+    from headlens.reports.api.sinks import sinks
 
     if out_dir is None and text is None:
         raise click.UsageError("give --out DIR (or --text TEXT for the seed measurement alone)")
@@ -224,7 +224,7 @@ def sinks_cmd(
 
 def _sinks_done(result: SinksResult, out: Path) -> None:
     """The console lines of the full study."""
-    from headlens.reports.figures.common import figures_text
+    from headlens.reports.render.figures.common import figures_text
 
     echo_findings(result)  # the notebook view's lines and notes (one wording)
     figures = [out / f"{stem}.{fmt}" for stem in result.figure_names() for fmt in result.figure_formats]
@@ -233,7 +233,7 @@ def _sinks_done(result: SinksResult, out: Path) -> None:
 
 def _lengths_done(result: SinkLengthsResult, out: Path, overwrite: bool) -> None:
     """``sinks --lengths``: the files, then the summary lines."""
-    from headlens.reports.figures.common import figures_text
+    from headlens.reports.render.figures.common import figures_text
 
     result.save(out, overwrite=overwrite)
     for line in result.findings().lines:
@@ -246,8 +246,8 @@ def _seed_text(model, device, dtype, revision, allow_new_weights, text, settings
     """``sinks --text``: per head, the last token's attention to the first vs 1/n (seed_text.csv with --out)."""
     from headlens.analyses.sinks.seed import seed_tables
     from headlens.probes.manifest import build_manifest
-    from headlens.reports.sinks_tables import seed_text_lines
-    from headlens.reports.studies.sinks import SeedTextResult
+    from headlens.reports.api.sinks import SeedTextResult
+    from headlens.reports.render.sinks_tables import seed_text_lines
 
     loaded = load(model, device, dtype, revision, allow_new_weights, seed=seed)
     table = seed_tables(loaded, text, settings)

@@ -8,9 +8,9 @@ from pathlib import Path
 import click
 
 from headlens.probes.outputs import write_json
+from headlens.reports.api.text_files import read_text_file
 from headlens.reports.cli.census_options import attention_options, census_config, census_options
 from headlens.reports.cli.common import check_model_names, fail, parse_csv
-from headlens.reports.text_files import read_text_file
 
 __all__ = ["sweep_cmd", "COMMANDS"]
 
@@ -143,12 +143,12 @@ def sweep_cmd(
     """
     from headlens.analyses.heads.classify import default_thresholds, parse_thresholds
     from headlens.probes.manifest import build_manifest
-    from headlens.reports.figures.sweep import sweep_figures
-    from headlens.reports.studies.census import check_census_config
-    from headlens.reports.sweep.engine import check_settings, import_ray, run_sweep
-    from headlens.reports.sweep.gather import gather, import_pyarrow, loss_sets
-    from headlens.reports.sweep.plan import SweepConfig, parse_steps, plan_tasks
-    from headlens.reports.tables import write_table
+    from headlens.reports.api.census import check_census_config
+    from headlens.reports.render.figures.sweep import sweep_figures
+    from headlens.reports.render.tables import write_table
+    from headlens.reports.runs.sweep.engine import check_settings, import_ray, run_sweep
+    from headlens.reports.runs.sweep.gather import gather, import_pyarrow, loss_sets
+    from headlens.reports.runs.sweep.plan import SweepConfig, parse_steps, plan_tasks
 
     import_ray()
     import_pyarrow()

@@ -1,0 +1,238 @@
+"""``headlens.ablate``: each head ablated alone (zero, mean or resample), the change in the metric.
+
+The evaluation set and metric come from :mod:`headlens.analyses.ablation.setup`; the sweep from
+:func:`headlens.analyses.ablation.study.ablation_study`.  ``headlens ablate --out FILE`` is this
+call and :meth:`AblationResult.save`: the table (``.csv``, ``.parquet`` or ``.json``) with
+``<stem>.manifest.json`` and ``<stem>.heatmap.png/.svg`` beside it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from headlens.analyses.ablation.evalset import METRIC_LABELS, EvalSet, TaskItem, read_task
+from headlens.analyses.ablation.masks import HeadMask, read_mask
+from headlens.analyses.ablation.setup import EvalSetup, EvalSpec, eval_setup
+from headlens.analyses.ablation.study import AblationConfig, ablation_study
+from headlens.probes.errors import InputError
+from headlens.probes.loading import LoadedModel, check_layers_heads, weights_fingerprint
+from headlens.probes.manifest import build_manifest
+from headlens.reports.api.common import coerce_setting, loading_settings, python_command, study_config
+from headlens.reports.api.folder import TableFileResult
+from headlens.reports.api.journals import JournalOpener
+from headlens.reports.api.models import as_loaded
+from headlens.reports.api.text_files import read_text_file
+from headlens.reports.render.figures.ablation import ablation_heatmap_figure
+from headlens.reports.render.finding_lines import Findings, ablation_findings
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+log = logging.getLogger(__name__)
+
+__all__ = ["ablate", "AblationResult", "DATA_FIELDS", "eval_spec", "data_setup", "model_key", "metric_label"]
+
+#: Keyword arguments of ablate / prune (and, for text, gqa / projections) that say what is measured on.
+DATA_FIELDS = (
+    "metric",
+    "text",
+    "text_file",
+    "task",
+    "task_file",
+    "n_windows",
+    "window",
+    "n_sentences",
+    "prepend_bos",
+    "complete_sentences",
+)
+
+
+def metric_label(metric: str) -> str:
+    """How a metric is named in printed lines (``embedding change (1 - cosine)``)."""
+    return METRIC_LABELS.get(metric, metric)
+
+
+def eval_spec(settings: dict[str, Any]) -> EvalSpec:
+    """The :class:`EvalSpec` of a study's data keywords (:data:`DATA_FIELDS`); ``text_file`` and
+    ``task_file`` are read here (a bad file: one-line :class:`InputError`)."""
+    hints = typing.get_type_hints(EvalSpec)
+    s = {k: coerce_setting("", k, hints[k], v) if k in hints else v for k, v in settings.items()}
+    for given, other in (("text", "text_file"), ("task", "task_file")):
+        if s.get(given) is not None and s.get(other) is not None:
+            raise InputError(f"give either {given}= or {other}=, not both", **{other: s[other]})
+    if s.get("text_file") is not None:
+        s["text_file"] = str(s["text_file"])
+        s["text"] = read_text_file(s["text_file"])
+    if s.get("task_file") is not None:
+        s["task_file"] = str(s["task_file"])
+        s["task"] = read_task(s["task_file"])
+    elif s.get("task") is not None:
+        s["task"] = [t if isinstance(t, TaskItem) else TaskItem(**t) for t in s["task"]]
+    return EvalSpec(**s)
+
+
+def data_setup(loaded: LoadedModel, spec: EvalSpec) -> EvalSetup:
+    """:func:`eval_setup`, saying in a log line when the metric chosen for this model is not loss."""
+    setup = eval_setup(loaded, spec)
+    if setup.why is not None:
+        log.warning(
+            "metric: embedding change (1 - cosine of the mean-pooled sentence embedding to the unablated one), not loss: %s", setup.why
+        )
+    return setup
+
+
+def model_key(loaded: LoadedModel) -> dict[str, Any]:
+    """The model part of a journal's key: a journal written with other weights is not resumed."""
+    d = loaded.describe()
+    key = {k: d.get(k) for k in ("model", "path", "revision", "commit", "architecture", "n_layers", "n_heads", "d_head", "dtype", "device")}
+    return {**key, "weights": weights_fingerprint(loaded)}
+
+
+@dataclass(kw_only=True, repr=False)
+class AblationResult(TableFileResult):
+    """Each head ablated alone: ``table`` (one row per head: layer, head, method, metric, value,
+    delta, ci_low, ci_high, n, attribution), the unablated value, the attribution's agreement.
+
+    Saved as ``headlens ablate --out FILE`` writes: the table, ``<stem>.manifest.json`` and
+    ``<stem>.heatmap.png/.svg``."""
+
+    kind = "ablation"
+    table_name = "ablation"
+    section = "ablation"
+    figure_stems = ("heatmap",)
+
+    #: the evaluation set and why its metric was chosen (in memory only; ``None`` when read back from files)
+    setup: EvalSetup | None = field(default=None)
+
+    @property
+    def data(self) -> EvalSet | None:
+        """The evaluation set (``None`` when read back from files)."""
+        return self.setup.data if self.setup is not None else None
+
+    @property
+    def basis(self) -> str:
+        """What the metric was measured on (``16 windows x 128 tokens ...``; ``""`` when read back from files)."""
+        return self.setup.data.basis() if self.setup is not None else ""
+
+    @property
+    def info(self) -> dict[str, Any]:
+        """The manifest's ``ablation`` section."""
+        return self.manifest.get("ablation", {})
+
+    @property
+    def method(self) -> str:
+        return str(self.info.get("method"))
+
+    @property
+    def metric(self) -> str:
+        return str(self.info.get("metric"))
+
+    @property
+    def unablated_value(self) -> float:
+        return float(self.info["unablated_value"])
+
+    @property
+    def baseline_value(self) -> float:
+        """The metric with the mask's heads removed (the unablated value without a mask)."""
+        return float(self.info["baseline_value"])
+
+    @property
+    def spearman(self) -> float | None:
+        """Rank correlation of the first-order attribution with the exact delta (None without attribution)."""
+        return self.info.get("spearman_attribution_vs_exact")
+
+    def findings(self) -> Findings:
+        """What ``headlens`` prints for this study (:func:`~headlens.reports.render.finding_lines.ablation_findings`)."""
+        return ablation_findings(self)
+
+    def _figure_makers(self) -> dict[str, Callable[[], Figure]]:
+        m = self.manifest.get("model") or {}
+        return {
+            "heatmap": lambda: ablation_heatmap_figure(
+                self.table, n_layers=int(m["n_layers"]), n_heads=int(m["n_heads"]), baseline=self.baseline_value
+            )
+        }
+
+
+def ablate(
+    model: LoadedModel | str,
+    config: AblationConfig | None = None,
+    /,
+    *,
+    mask: HeadMask | str | Path | None = None,
+    journal: JournalOpener | None = None,
+    progress: Callable[..., None] | None = None,
+    command: list[str] | None = None,
+    **kwargs: Any,
+) -> AblationResult:
+    """Ablate each head alone and measure the change in the metric.
+
+    ``model``: a loaded model or a name (``"demo"``), folder or Hugging Face id (then ``device``,
+    ``dtype``, ... load it).  ``config`` and keywords: :class:`AblationConfig`'s fields (``method``
+    ``"zero"``/``"mean"``/``"resample"``, ``heads``, ``layers``, ``batch_size``, ``n_bootstrap``,
+    ``seed``, ``attribution`` ...) and what to measure on (:data:`DATA_FIELDS`: ``metric``
+    ``"loss"``/``"logit-diff"``/``"embedding"`` (default: the model's), ``text`` or
+    ``text_file``, ``task`` (prompts with ``correct`` and ``incorrect``) or ``task_file``,
+    ``n_windows``, ``window``, ``n_sentences``, ``prepend_bos``).  ``mask``: heads removed
+    throughout (a :class:`HeadMask` or a mask file from :func:`prune`).
+    """
+    call = command or python_command("ablate", model, kwargs)
+    load = loading_settings(model, kwargs)
+    cfg = study_config("ablate", AblationConfig, config, kwargs, allowed=DATA_FIELDS)
+    spec = eval_spec({k: v for k, v in kwargs.items() if k in DATA_FIELDS})
+    mask_file = None if mask is None or isinstance(mask, HeadMask) else str(mask)
+    if mask_file is not None:
+        read_mask(mask_file)  # syntax first, before the model loads
+    if not isinstance(model, LoadedModel):
+        torch.manual_seed(cfg.seed)  # a newly initialised output head is drawn reproducibly
+    loaded = as_loaded(model, load)
+    setup = data_setup(loaded, spec)
+    data = setup.data
+    if mask_file is not None:
+        mask = read_mask(mask_file, n_layers=loaded.n_layers, n_heads=loaded.n_heads)
+    head_mask = mask if isinstance(mask, HeadMask) else None
+    check_layers_heads(loaded, cfg.layers, cfg.heads)
+    removed = head_mask.to_json()["removed"] if head_mask else None
+    opened = (
+        journal(
+            {
+                "model": model_key(loaded),
+                "data": data.describe(),
+                "data_fingerprint": data.fingerprint(),
+                "config": vars(cfg),
+                "mask": removed,
+            }
+        )
+        if journal
+        else None
+    )
+    with opened or contextlib.nullcontext():
+        run = ablation_study(loaded, data, cfg, mask=head_mask, journal=opened, progress=progress)
+    extra = {
+        "ablation": {
+            "method": cfg.method,
+            "metric": setup.metric,
+            **setup.manifest_fields(),
+            "attribution": run.info.get("attribution", "on" if cfg.attribution else "off (--no-attribution)"),
+            "unablated_value": run.unablated_value,
+            "baseline_value": run.baseline_value,
+            "mask": {"file": mask_file, "removed": removed} if head_mask else None,
+            "data": data.describe(),
+            "spearman_attribution_vs_exact": run.spearman,
+            "ci": {"level": cfg.ci, "bootstrap": cfg.n_bootstrap, "over": "items (windows, prompts or sentences)"},
+            "run": run.info,
+            "resumed": bool(getattr(opened, "resumed", False)),
+        }
+    }
+    manifest = build_manifest(
+        model=loaded, command=call, seed=cfg.seed, prepend_bos=spec.prepend_bos, configs={"ablation": cfg}, extra=extra
+    )
+    return AblationResult(tables={"ablation": run.table}, manifest={"result": AblationResult.kind, **manifest}, setup=setup)

@@ -1,0 +1,153 @@
+"""``headlens.capture``: per-head Q, K, V and attention patterns of a model on prompts.
+
+The files are ``headlens capture``'s: ``activations.safetensors`` (TransformerLens hook names, plus
+``lengths``), ``tokens.json`` and ``manifest.json``; with ``verify=True`` also ``verify.csv``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import torch
+from safetensors.torch import save_file
+
+from headlens.analyses.heads.verify import verify_attention
+from headlens.probes.capture import Capture
+from headlens.probes.capture import capture as run_capture
+from headlens.probes.capture_io import capture_entry, load_activations, save_capture, tokens_entry
+from headlens.probes.config import CaptureConfig
+from headlens.probes.errors import InputError
+from headlens.probes.loading import LoadedModel
+from headlens.probes.manifest import build_manifest
+from headlens.probes.outputs import atomic_write, write_json
+from headlens.probes.prompts import TokenBatch
+from headlens.reports.api.common import loading_settings, python_command, study_config
+from headlens.reports.api.models import as_loaded
+from headlens.reports.api.result import Result, read_manifest
+from headlens.reports.api.verify import check_prompts
+from headlens.reports.render.finding_lines import Findings, capture_findings
+
+log = logging.getLogger(__name__)
+
+__all__ = ["capture", "CaptureResult", "ACTIVATIONS_FILE", "TOKENS_FILE"]
+
+ACTIVATIONS_FILE = "activations.safetensors"
+TOKENS_FILE = "tokens.json"
+
+
+@dataclass(kw_only=True, repr=False)
+class CaptureResult(Result):
+    """Captured tensors by hook name (``blocks.0.attn.hook_pattern``: ``[prompt, head, query, key]``;
+    q, k, v, z: ``[prompt, pos, head, d_head]``), the prompts' tokens, and with ``verify`` the
+    verify table.  ``capture`` is the :class:`~headlens.probes.capture.Capture` itself (None when
+    read back from a folder)."""
+
+    kind = "capture"
+    marker_files = (ACTIVATIONS_FILE, TOKENS_FILE)
+
+    tensors: dict[str, torch.Tensor] = field(default_factory=dict)
+    #: ``tokens.json``: ``prepend_bos`` and per prompt its token strings and ids
+    tokens: dict[str, Any] = field(default_factory=dict)
+    capture: Capture | None = None
+
+    def __getitem__(self, name: str) -> Any:
+        """A table (``result["verify"]``) or a captured tensor by hook name (``result["blocks.0.attn.hook_pattern"]``)."""
+        if name in self.tensors:
+            return self.tensors[name]
+        return super().__getitem__(name)
+
+    def findings(self) -> Findings:
+        """What ``headlens`` prints for this study (:func:`~headlens.reports.render.finding_lines.capture_findings`)."""
+        return capture_findings(self)
+
+    @property
+    def lengths(self) -> torch.Tensor:
+        """Real tokens of each prompt (the rest is padding)."""
+        return self.tensors["lengths"]
+
+    @property
+    def verify(self) -> pd.DataFrame | None:
+        return self.tables.get("verify")
+
+    def pattern(self, layer: int) -> torch.Tensor:
+        """``[prompt, head, query, key]`` attention pattern of one layer (the captured heads)."""
+        name = f"blocks.{layer}.attn.hook_pattern"
+        if name not in self.tensors:
+            raise InputError(
+                f"layer={layer}: no pattern captured there (captured: {', '.join(k for k in self.tensors if k != 'lengths')})", layer=layer
+            )
+        return self.tensors[name]
+
+    def _shapes(self) -> str:
+        captured = [k for k in self.tensors if k != "lengths"]
+        tables = super()._shapes() if self.tables else ""
+        return f"{len(captured)} tensors on {len(self.tokens.get('prompts', []))} prompt(s)" + (f", {tables}" if tables else "")
+
+    def _write_extra(self, folder: Path) -> None:
+        if self.capture is not None:
+            save_capture(self.capture, folder, self.manifest)
+            return
+        entry = self.manifest.get("capture") or {}
+        meta = {
+            "heads": json.dumps(entry.get("heads", {})),
+            "kv_heads": json.dumps(entry.get("kv_heads", {})),
+            "prepend_bos": str(self.tokens.get("prepend_bos")),
+        }
+        tensors = {k: t.contiguous() for k, t in self.tensors.items()}
+        atomic_write(folder / ACTIVATIONS_FILE, lambda p: save_file(tensors, str(p), metadata=meta))
+        write_json(folder / TOKENS_FILE, self.tokens)
+
+    @classmethod
+    def from_folder(cls, folder: str | Path) -> CaptureResult:
+        p = Path(folder)
+        tokens = json.loads((p / TOKENS_FILE).read_text(encoding="utf-8"))
+        return cls(tables=cls.read_tables(p), manifest=read_manifest(p), tensors=load_activations(p / ACTIVATIONS_FILE), tokens=tokens)
+
+
+def capture(
+    model: LoadedModel | str,
+    config: CaptureConfig | None = None,
+    /,
+    *,
+    prompts: str | Sequence[str] | TokenBatch,
+    seed: int = 0,
+    verify: bool = False,
+    tolerance: float | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    command: list[str] | None = None,
+    **kwargs: Any,
+) -> CaptureResult:
+    """Capture what ``config`` asks for (``what=("q", "k", "v", "pattern")``, ``layers=``, ``heads=``,
+    ``prepend_bos=`` ...: :class:`~headlens.probes.config.CaptureConfig`'s fields as keywords) on
+    ``prompts`` (one text, several, or a tokenized ``TokenBatch``): a :class:`CaptureResult`.  ``verify=True`` also checks the
+    model's attention on the same prompts (``result.verify``; ``tolerance``).  ``seed`` seeds torch
+    and is recorded in the manifest; ``progress(done, total)`` is called after each batch."""
+    call = {"prompts": prompts, **kwargs}
+    load = loading_settings(model, kwargs)
+    config = study_config("capture", CaptureConfig, config, kwargs)
+    texts = prompts if isinstance(prompts, TokenBatch) else list(check_prompts(prompts))
+    if verify and isinstance(texts, TokenBatch):
+        raise InputError("verify=True needs the prompts as texts, not a TokenBatch", prompts=None)
+    loaded = as_loaded(model, load, seed=seed)
+    cap = run_capture(loaded, texts, config, progress=progress)
+    manifest = build_manifest(
+        model=loaded,
+        command=command or python_command("capture", model, call),
+        seed=seed,
+        prepend_bos=config.prepend_bos,
+        configs={"capture": config},
+    )
+    manifest["capture"] = capture_entry(cap)
+    tensors = {**cap.tensors, "lengths": cap.batch.lengths}
+    tables = {}
+    if verify and not isinstance(texts, TokenBatch):  # a TokenBatch with verify is refused above
+        tables["verify"] = verify_attention(
+            loaded, texts, prepend_bos=config.prepend_bos, tolerance=tolerance, batch_size=config.batch_size
+        )
+    return CaptureResult(tables=tables, manifest=manifest, tensors=tensors, tokens=tokens_entry(cap), capture=cap)

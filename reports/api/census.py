@@ -1,0 +1,258 @@
+"""``headlens.census``: score every head with the detectors and give it its roles.
+
+The files are ``headlens classify``'s: ``scores.csv`` (long: layer, head, detector, score, baseline,
+interval, n), ``roles.csv`` (long: one row per (head, role)), ``heads.csv`` (one row per head, roles
+joined for reading, the strongest detector), ``heatmap_<detector>.png/.svg``, ``summary.md`` and
+``manifest.json``; with ``evidence`` also ``evidence.csv`` and an ``evidence`` column in ``heads.csv``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+
+from headlens.analyses.ablation.masks import read_mask
+from headlens.analyses.circuits.composition import composition_evidence
+from headlens.analyses.heads.census import CensusConfig, check_census_settings, run_census
+from headlens.analyses.heads.classify import (
+    DEFAULT_BASELINE_FACTOR,
+    HeadRoles,
+    check_baseline_factor,
+    check_thresholds,
+    classify_heads,
+    default_thresholds,
+)
+from headlens.analyses.heads.detectors import get_detectors
+from headlens.analyses.patching.evidence import EVIDENCE_COLUMNS, EvidenceConfig, evidence_rule, sink_text
+from headlens.analyses.stimuli import load_referent_file
+from headlens.probes.config import to_dict
+from headlens.probes.errors import InputError
+from headlens.probes.loading import LoadedModel
+from headlens.probes.manifest import build_manifest
+from headlens.reports.api.common import loading_settings, python_command, study_config
+from headlens.reports.api.folder import TableFileResult
+from headlens.reports.api.models import as_loaded
+from headlens.reports.api.result import Result, read_csv_table, read_manifest
+from headlens.reports.render.census_files import HEADS_FILE, ROLES_FILE, read_roles
+from headlens.reports.render.census_summary import census_summary
+from headlens.reports.render.evidence_text import EVIDENCE_FILE, evidence_joined
+from headlens.reports.render.figures.common import detector_figures
+from headlens.reports.render.finding_lines import Findings, census_findings, census_warnings
+from headlens.reports.render.tables import head_roles_table
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+log = logging.getLogger(__name__)
+
+__all__ = ["census", "CensusResult", "DetectResult", "check_census_config", "SCORES_FILE"]
+
+SCORES_FILE = "scores.csv"
+SUMMARY_FILE = "summary.md"
+
+
+@dataclass(kw_only=True, repr=False)
+class CensusResult(Result):
+    """A head census and its roles: ``scores``, ``roles`` (long), ``heads`` (one row per head) and,
+    with evidence, ``evidence``; ``notes`` says what a detector cannot measure on this model."""
+
+    kind = "census"
+    marker_files = (SCORES_FILE, ROLES_FILE)
+
+    summary: str = ""
+    #: detector -> what it cannot measure on this model (e.g. next_token on causal attention)
+    notes: dict[str, str] | None = None
+
+    @property
+    def scores(self) -> pd.DataFrame:
+        """One row per (head, detector): score, uniform baseline, bootstrap interval, n."""
+        return self["scores"]
+
+    @property
+    def roles(self) -> pd.DataFrame:
+        """One row per (head, role): ``layer, head, name, role``; heads without a role have no row."""
+        return self["roles"]
+
+    @property
+    def heads(self) -> pd.DataFrame:
+        """One row per head: ``layer, head, name, roles`` (``;``-joined, for reading), the strongest detector."""
+        return self["heads"]
+
+    @property
+    def evidence(self) -> pd.DataFrame | None:
+        """One row per (head, role) tested by its intervention, or None when evidence was not run."""
+        return self.tables.get("evidence")
+
+    @property
+    def stimuli(self) -> dict[str, Any]:
+        return self.manifest.get("stimuli") or {}
+
+    def _figure_makers(self) -> dict[str, Callable[[], Figure]]:
+        return detector_figures(self.scores, self.roles)
+
+    def findings(self) -> Findings:
+        """What ``headlens`` prints for this study (:func:`~headlens.reports.render.finding_lines.census_findings`),
+        with evidence also the data-free composition note (``manifest["composition_evidence"]``)."""
+        found = census_findings(self)
+        return Findings(found.lines + tuple(self.manifest.get("composition_evidence") or ()), found.warnings)
+
+    def texts(self) -> dict[str, str]:
+        return {SUMMARY_FILE: self.summary}
+
+    def with_evidence(self, model: LoadedModel, evidence: EvidenceConfig) -> CensusResult:
+        """This census with each role tested by the intervention it predicts (``evidence.csv``)."""
+        prepend_bos = bool(self.manifest.get("prepend_bos", True))
+        roles = self.roles
+        table = evidence.run(model, roles, prepend_bos=prepend_bos) if len(roles) else pd.DataFrame(columns=EVIDENCE_COLUMNS)
+        heads = self.heads.copy()
+        heads["evidence"] = evidence_joined(table, heads)
+        tables = {**self.tables, "heads": heads, "evidence": table}
+        manifest = dict(self.manifest)
+        manifest["evidence"] = {
+            "file": EVIDENCE_FILE,
+            "prepend_bos": prepend_bos,
+            "rule": evidence_rule(),
+            "counts": table["evidence"].value_counts().to_dict(),
+            "sink_text": sink_text(model).describe(),  # which text the sink test read, why, its sha256 and length
+        }
+        manifest["config"] = {**manifest.get("config", {}), "evidence": to_dict(evidence)}
+        manifest["composition_evidence"] = composition_evidence(model, roles)  # weights only: previous-token -> induction K-composition
+        classified = HeadRoles(roles=roles, heads=self.heads.drop(columns=["roles", "evidence"], errors="ignore"))
+        summary = _summary(self.scores, classified, manifest, evidence=table, composition=manifest["composition_evidence"])
+        return CensusResult(tables=tables, manifest=manifest, summary=summary, notes=self.notes)
+
+    @classmethod
+    def read_tables(cls, folder: Path) -> dict[str, pd.DataFrame]:
+        tables = {"scores": read_csv_table(folder / SCORES_FILE), "roles": read_roles(folder)}
+        if (folder / HEADS_FILE).is_file():
+            tables["heads"] = read_csv_table(folder / HEADS_FILE)
+        if (folder / EVIDENCE_FILE).is_file():
+            tables["evidence"] = read_csv_table(folder / EVIDENCE_FILE)
+        return tables
+
+    @classmethod
+    def from_folder(cls, folder: str | Path) -> CensusResult:
+        p = Path(folder)
+        summary = (p / SUMMARY_FILE).read_text(encoding="utf-8") if (p / SUMMARY_FILE).is_file() else ""
+        return cls(tables=cls.read_tables(p), manifest=read_manifest(p), summary=summary)
+
+
+@dataclass(kw_only=True, repr=False)
+class DetectResult(TableFileResult):
+    """The scores alone, as ``headlens detect --out FILE`` writes them: ``table`` (one row per
+    (head, detector): score, uniform baseline, bootstrap interval, n) and ``<stem>.manifest.json``."""
+
+    kind = "detect"
+    table_name = "scores"
+
+    def findings(self) -> Findings:
+        """What ``headlens detect`` prints: how many scores, and the census's notes on intervals."""
+        if "scores" not in self.tables:
+            return Findings()
+        scores = self.table
+        n_heads = int(scores[["layer", "head"]].drop_duplicates().shape[0]) if len(scores) else 0
+        line = f"{len(scores)} scores ({scores['detector'].nunique()} detectors x {n_heads} heads)"
+        return Findings((line,), tuple(census_warnings(scores, None)))
+
+    @classmethod
+    def recognises(cls, folder: Path, manifest: dict[str, Any]) -> bool:
+        """A scores table written before results had a kind: its manifest holds the census config."""
+        return isinstance(manifest.get("config"), dict) and "census" in manifest["config"] and not folder.is_dir()
+
+
+def _summary(
+    scores: pd.DataFrame,
+    classified: HeadRoles,
+    manifest: Mapping[str, Any],
+    evidence: pd.DataFrame | None = None,
+    composition: list[str] | None = None,
+) -> str:
+    model = manifest.get("model") or {}
+    return census_summary(
+        scores,
+        classified,
+        model=str(model.get("model")),
+        prepend_bos=bool(manifest.get("prepend_bos")),
+        thresholds=manifest["thresholds"],
+        baseline_factor=manifest["baseline_factor"],
+        stimuli=manifest.get("stimuli") or {},
+        evidence=evidence,
+        composition=composition,
+    )
+
+
+def check_census_config(config: CensusConfig) -> None:
+    """Cheap input checks before the model loads (the census repeats them)."""
+    get_detectors(list(config.detectors) if config.detectors is not None else None)
+    check_census_settings(config)
+    if config.referent_file:
+        load_referent_file(config.referent_file)
+
+
+def census(
+    model: LoadedModel | str,
+    config: CensusConfig | None = None,
+    /,
+    *,
+    thresholds: Mapping[str, float] | None = None,
+    baseline_factor: float = DEFAULT_BASELINE_FACTOR,
+    evidence: EvidenceConfig | None = None,
+    mask: str | None = None,
+    progress: Callable[[str, int, int], None] | None = None,
+    command: list[str] | None = None,
+    **kwargs: Any,
+) -> CensusResult:
+    """Score every head with every detector (or ``detectors=``) and classify it: a :class:`CensusResult`.
+
+    ``model``: a loaded model, or a named model, folder or Hub id (loaded with
+    :func:`headlens.load_model`; ``device=``, ``dtype=`` ... go to it).  ``kwargs`` are
+    :class:`~headlens.analyses.heads.census.CensusConfig`'s fields (``n_prompts``, ``seed``,
+    ``detectors``, ``prepend_bos``, ...).  ``thresholds`` overrides detector thresholds
+    (``{"induction": 0.4}``); a role needs ``ci_low >= baseline_factor x`` the uniform baseline.
+    ``mask``: a pruned-head set (JSON from ``headlens prune``) censused with those heads zeroed.
+    ``evidence``: then test each role with its intervention (``evidence.csv``).
+    ``progress(stage, done, total)`` is called after each batch.
+    """
+    call = dict(kwargs)
+    load = loading_settings(model, kwargs)
+    config = study_config("census", CensusConfig, config, kwargs)
+    thresholds = check_thresholds(thresholds)
+    baseline_factor = check_baseline_factor(baseline_factor)
+    pruned = read_mask(mask) if mask else None
+    if pruned is not None:
+        if config.ablate and set(config.ablate) != set(pruned.heads):
+            raise InputError(
+                "ablate= with mask=: the mask's heads are the ones zeroed; give the heads either as ablate= or in the mask, not both",
+                parameter="ablate",
+            )
+        if evidence is not None:
+            raise InputError(
+                "evidence with mask: the interventions run on the unpruned model, so they would not test the pruned model's roles"
+            )
+        config = study_config("census", CensusConfig, config, {"ablate": tuple(pruned.heads)})
+    check_census_config(config)
+    loaded = as_loaded(model, load)
+    if pruned is not None:
+        pruned.check(loaded.n_layers, loaded.n_heads)
+    result = run_census(loaded, config, progress=progress)
+    classified = classify_heads(result.scores, thresholds, baseline_factor=baseline_factor)
+    used = {k: v for k, v in {**default_thresholds(), **(thresholds or {})}.items() if k in set(result.scores["detector"])}
+    extra = {"stimuli": result.stimuli, "thresholds": used, "baseline_factor": baseline_factor, "mask": mask}
+    manifest = build_manifest(
+        model=loaded,
+        command=command or python_command("census", model, call),
+        seed=config.seed,
+        prepend_bos=config.prepend_bos,
+        configs={"census": config},
+        extra=extra,
+    )
+    tables = {"scores": result.scores, "roles": classified.roles, "heads": head_roles_table(classified)}
+    out = CensusResult(
+        tables=tables, manifest=manifest, summary=_summary(result.scores, classified, manifest), notes=dict(result.detector_notes)
+    )
+    return out.with_evidence(loaded, evidence) if evidence is not None else out

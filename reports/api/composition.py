@@ -1,0 +1,144 @@
+"""``headlens.composition``: weight-based Q-, K- and V-composition between heads beside a random baseline, and OV copying.
+
+No data: the scores come from the weights alone (:mod:`headlens.analyses.circuits.composition`
+states the conventions: TransformerLens' ``all_composition_scores``, LayerNorm folded as its
+``process_weights`` folds it, GQA through each query head's key-value group).
+``headlens composition --out DIR`` is this call and :meth:`CompositionResult.save`:
+``composition.csv`` (one row per earlier -> later head pair and mode: score, baseline mean and
+sd, z, ratio, above_baseline), ``baseline.csv``, ``copying.csv``, one heatmap per mode and
+``manifest.json``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+
+from headlens.analyses.circuits.composition import BASELINE_Z, CompositionConfig, check_composition_config, composition_scores
+from headlens.probes.loading import LoadedModel
+from headlens.probes.manifest import build_manifest
+from headlens.reports.api.common import loading_settings, python_command, study_config
+from headlens.reports.api.models import as_loaded
+from headlens.reports.api.result import Result, read_csv_table, read_manifest
+from headlens.reports.render.figures.circuit import composition_figure
+from headlens.reports.render.finding_lines import Findings
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+log = logging.getLogger(__name__)
+
+__all__ = ["composition", "CompositionResult", "composition_lines", "TOP_PAIRS", "COPYING_AT"]
+
+#: Pairs listed per mode in the findings (the strongest above the baseline).
+TOP_PAIRS = 5
+#: A head whose OV eigenvalue copying score is at least this is listed as a copying head.
+COPYING_AT = 0.9
+_TEXT = ("sender", "receiver", "input", "name")
+_TABLES = ("composition", "baseline", "copying")
+
+
+@dataclass(kw_only=True, repr=False)
+class CompositionResult(Result):
+    """``composition`` (head pairs x modes with the baseline), ``baseline`` (per mode) and ``copying`` (per head)."""
+
+    kind = "composition"
+    marker_files = ("composition.csv", "baseline.csv")
+
+    @property
+    def scores(self) -> pd.DataFrame:
+        """One row per (earlier head, later head, mode): score, baseline_mean, baseline_sd, z, ratio, above_baseline."""
+        return self.tables["composition"]
+
+    @property
+    def baseline(self) -> pd.DataFrame:
+        """Per mode: the random matrices' score mean, sd, 99th percentile, samples and shapes."""
+        return self.tables["baseline"]
+
+    @property
+    def copying(self) -> pd.DataFrame | None:
+        """Per head: copying (sum of eigenvalues over their absolute sum), positive_share, diagonal."""
+        return self.tables.get("copying")
+
+    def _figure_makers(self) -> dict[str, Callable[[], Figure]]:
+        scores = self.tables["composition"]
+        modes = [m for m in ("q", "k", "v") if (scores["input"] == m).any()]
+        return {f"composition_{m}": (lambda m=m: composition_figure(scores, m)) for m in modes}
+
+    def findings(self) -> Findings:
+        """What ``headlens composition`` prints (:func:`composition_lines`) and the run's notes."""
+        if "composition" not in self.tables:
+            return Findings()
+        return Findings(tuple(composition_lines(self)), tuple(str(n) for n in (self.manifest.get("composition") or {}).get("notes", [])))
+
+    @classmethod
+    def read_tables(cls, folder: Path) -> dict[str, pd.DataFrame]:
+        return {name: read_csv_table(folder / f"{name}.csv", _TEXT) for name in _TABLES if (folder / f"{name}.csv").is_file()}
+
+    @classmethod
+    def from_folder(cls, folder: str | Path) -> CompositionResult:
+        p = Path(folder)
+        return cls(tables=cls.read_tables(p), manifest=read_manifest(p))
+
+
+def composition_lines(result: CompositionResult) -> list[str]:
+    """Per mode: how many pairs clear the baseline, the strongest of them; the copying heads."""
+    scores, base = result.scores, result.baseline.set_index("input")
+    lines = []
+    for mode in base.index:
+        rows = scores[scores["input"] == mode]
+        b = base.loc[mode]
+        above = rows[rows["above_baseline"].astype(bool)].sort_values("score", ascending=False)
+        lines.append(
+            f"{str(mode).upper()}-composition: {len(above)} of {len(rows)} head pairs above the random baseline"
+            f" {float(b['mean']):.3f} (sd {float(b['sd']):.3f} over {int(b['n_samples'])} random samples; d_model {int(b['d_model'])},"
+            f" d_head {int(b['d_head'])}; above = mean + {BASELINE_Z:g} sd)"
+        )
+        for row in above.head(TOP_PAIRS).to_dict("records"):
+            score, ratio, z = float(row["score"]), float(row["ratio"]), float(row["z"])
+            lines.append(f"  {row['sender']} -> {row['receiver']}  {score:.3f}  ({ratio:.1f}x, z {z:.1f})")
+    cop = result.copying
+    if cop is not None and len(cop):
+        top = cop[cop["copying"] >= COPYING_AT].sort_values("copying", ascending=False)
+        listed = ", ".join(f"{r['name']} {float(r['copying']):.2f}" for r in top.head(12).to_dict("records"))
+        lines.append(
+            f"copying heads (OV eigenvalues, copying >= {COPYING_AT:g}): {listed or 'none'}"
+            + (f" (+{len(top) - 12} more)" if len(top) > 12 else "")
+        )
+    return lines
+
+
+def composition(
+    model: LoadedModel | str,
+    config: CompositionConfig | None = None,
+    /,
+    *,
+    progress: Callable[..., None] | None = None,
+    command: list[str] | None = None,
+    **kwargs: Any,
+) -> CompositionResult:
+    """Which heads compose, from the weights alone: Q-, K- and V-composition for every pair of
+    heads in different layers, each beside the score of random matrices of the same shapes, and
+    each head's OV copying score.
+
+    ``config`` and keywords: :class:`~headlens.analyses.circuits.composition.CompositionConfig`'s
+    fields (``modes``, ``fold_ln``, ``n_baseline``, ``n_tokens``, ``copying``, ``seed``).
+    """
+    call = command or python_command("composition", model, kwargs)
+    load = loading_settings(model, kwargs)
+    cfg = study_config("composition", CompositionConfig, config, kwargs)
+    check_composition_config(cfg)  # before the model loads
+    loaded = as_loaded(model, load)
+    run = composition_scores(loaded, cfg, progress=progress)
+    tables = {"composition": run.scores, "baseline": run.baseline}
+    if run.copying is not None:
+        tables["copying"] = run.copying
+    manifest = build_manifest(
+        model=loaded, command=call, seed=cfg.seed, configs={"composition": cfg}, extra={"composition": {**run.summary, "notes": run.notes}}
+    )
+    return CompositionResult(tables=tables, manifest={"result": CompositionResult.kind, **manifest})

@@ -1,0 +1,368 @@
+"""``headlens.gqa``, ``headlens.projections`` and ``headlens.kv``: the design questions, measured.
+
+* :func:`gqa`: K and V mean-pooled per group of KV heads (Ainslie et al. 2023, no retraining):
+  loss, KV cache saved, how far each head's pattern moves (``headlens gqa``);
+* :func:`projections`: one projection tied to another in each layer (``q=k``, ``v=k``,
+  ``q=k=v``): loss change and each head's roles on the census (``headlens projections``);
+* :func:`kv`: KV-cache bytes of the model, of GQA with each group size, of MQA and of a pruned
+  model (``headlens kv``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+
+from headlens.analyses.ablation.masks import HeadMask, read_mask
+from headlens.analyses.ablation.setup import EvalSpec
+from headlens.analyses.design.edits import check_pooling
+from headlens.analyses.design.gqa import GQAConfig, check_gqa, gqa_study
+from headlens.analyses.design.kv import KVConfig, check_kv, kv_cache_table
+from headlens.analyses.design.projections import ProjectionConfig, knockout_losses, knockout_roles, knockout_targets
+from headlens.analyses.heads.census import CensusConfig
+from headlens.probes.loading import LoadedModel
+from headlens.probes.manifest import build_manifest
+from headlens.reports.api.ablate import data_setup, eval_spec, model_key
+from headlens.reports.api.common import loading_settings, python_command, study_config
+from headlens.reports.api.folder import FolderResult, TableFileResult
+from headlens.reports.api.journals import JournalOpener
+from headlens.reports.api.models import as_loaded
+from headlens.reports.api.result import TEXT_COLUMNS, read_csv_table, read_manifest
+from headlens.reports.render.design_tables import gqa_markdown, projections_markdown, with_basis
+from headlens.reports.render.figures.design import knockout_heatmap_figure, loss_vs_cache_figure
+from headlens.reports.render.finding_lines import Findings, gqa_findings, kv_findings, projections_findings
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+log = logging.getLogger(__name__)
+
+__all__ = ["gqa", "projections", "kv", "GQAResult", "ProjectionsResult", "KVResult", "TEXT_FIELDS"]
+
+#: Columns of the design tables read back as text (a formula, a grouping, roles lost).
+_TEXT_COLUMNS = (*TEXT_COLUMNS, "formula", "grouping", "kind", "lost", "gained", "roles_before", "roles_after")
+#: ... and in the tables whose ``kv_heads`` is text ("4,4,2" per layer; "0+1 2+3" groups)
+_KV_TEXT_COLUMNS = (*_TEXT_COLUMNS, "kv_heads")
+#: Keyword arguments of gqa / projections that say which text the loss is measured on.
+TEXT_FIELDS = ("text", "text_file", "n_windows", "window", "prepend_bos")
+_SUMMARY = "summary.md"
+_GQA_TABLES = ("summary", "heads", "groups", "comparison", "kv", "task")
+_GQA_FIGURE = "gqa_loss_vs_cache"
+_KNOCKOUT_FIGURE = "knockout"
+
+
+def _text_spec(kwargs: dict[str, Any]) -> EvalSpec:
+    return eval_spec({"metric": "loss", **{k: v for k, v in kwargs.items() if k in TEXT_FIELDS}})
+
+
+def _figure_files(folder: Path, stem: str, formats: tuple[str, ...]) -> list[str]:
+    return [str(folder / f"{stem}.{fmt}") for fmt in formats]
+
+
+def _basis(summary_md: str) -> str:
+    """What the loss was measured on, as ``summary.md`` says it (``Loss on <basis>.``)."""
+    line = next((ln for ln in summary_md.splitlines() if ln.startswith("Loss on ")), "")
+    return line.removeprefix("Loss on ").removesuffix(".")
+
+
+def _read_text(folder: Path, name: str) -> str:
+    path = folder / name
+    return path.read_text(encoding="utf-8") if path.is_file() else ""
+
+
+# ----------------------------------------------------------------------------- gqa
+
+
+@dataclass(kw_only=True, repr=False)
+class GQAResult(FolderResult):
+    """``summary`` (loss, KV cache and JS per grouping and group size), ``heads`` (JS per head),
+    ``groups``, ``comparison`` (similar vs adjacent, both groupings run), ``kv`` and ``task``
+    (the task's logit difference, with a task)."""
+
+    kind = "gqa"
+    section = "gqa"
+    marker_files = ("summary.csv", "heads.csv", "groups.csv", "kv.csv")
+
+    #: ``summary.md`` as written
+    summary_md: str = ""
+
+    @property
+    def basis(self) -> str:
+        """What the loss is measured on (``16 windows x 128 tokens ... of the built-in evaluation text``)."""
+        return _basis(self.summary_md)
+
+    @property
+    def summary(self) -> pd.DataFrame:
+        return self.tables["summary"]
+
+    @property
+    def heads(self) -> pd.DataFrame:
+        return self.tables["heads"]
+
+    @property
+    def groups(self) -> pd.DataFrame:
+        return self.tables["groups"]
+
+    @property
+    def comparison(self) -> pd.DataFrame | None:
+        return self.tables.get("comparison")
+
+    @property
+    def kv(self) -> pd.DataFrame:
+        return self.tables["kv"]
+
+    @property
+    def task(self) -> pd.DataFrame | None:
+        return self.tables.get("task")
+
+    def findings(self) -> Findings:
+        return gqa_findings(self)
+
+    def _figure_makers(self) -> dict[str, Callable[[], Figure]]:
+        return {_GQA_FIGURE: lambda: loss_vs_cache_figure(self.summary, title=f"GQA what-if: {self.model_name}")}
+
+    def texts(self) -> dict[str, str]:
+        return {_SUMMARY: self.summary_md}
+
+    def files(self, folder: Path) -> dict[str, Any]:
+        return {
+            **{name: str(folder / f"{name}.csv") for name in self.tables},
+            "figures": _figure_files(folder, _GQA_FIGURE, self.figure_formats),
+        }
+
+    @classmethod
+    def read_tables(cls, folder: Path) -> dict[str, pd.DataFrame]:
+        text = {n: _KV_TEXT_COLUMNS if n in ("kv", "groups") else _TEXT_COLUMNS for n in _GQA_TABLES}
+        return {n: read_csv_table(folder / f"{n}.csv", text[n]) for n in _GQA_TABLES if (folder / f"{n}.csv").is_file()}
+
+    @classmethod
+    def from_folder(cls, folder: str | Path) -> GQAResult:
+        p = Path(folder)
+        return cls(tables=cls.read_tables(p), manifest=read_manifest(p), summary_md=_read_text(p, _SUMMARY))
+
+
+def gqa(
+    model: LoadedModel | str,
+    config: GQAConfig | None = None,
+    /,
+    *,
+    journal: JournalOpener | None = None,
+    progress: Callable[..., None] | None = None,
+    command: list[str] | None = None,
+    **kwargs: Any,
+) -> GQAResult:
+    """Turn the model into a grouped-query one without retraining and measure what it costs.
+
+    ``config`` and keywords: :class:`GQAConfig`'s fields (``group_sizes``, ``groupings``,
+    ``batch_size``, ``cache_dtype``), the text the loss is measured on (``text`` or
+    ``text_file``, ``n_windows``, ``window``, ``prepend_bos``) and ``task`` or ``task_file``
+    (prompts with ``correct`` and ``incorrect``: their logit difference is measured too).
+    """
+    call = command or python_command("gqa", model, kwargs)
+    load = loading_settings(model, kwargs)
+    task_fields = ("task", "task_file")
+    cfg = study_config("gqa", GQAConfig, config, kwargs, allowed=(*TEXT_FIELDS, *task_fields))
+    spec = _text_spec(kwargs)
+    task_spec = None
+    if kwargs.get("task") is not None or kwargs.get("task_file") is not None:
+        task_spec = eval_spec(
+            {"metric": "logit-diff", "prepend_bos": spec.prepend_bos, **{k: kwargs[k] for k in task_fields if k in kwargs}}
+        )
+    loaded = as_loaded(model, load)
+    setup = data_setup(loaded, spec)
+    data = setup.data
+    task = data_setup(loaded, task_spec).data if task_spec is not None else None
+    check_gqa(loaded, cfg)  # bad input is refused before the journal exists
+    check_pooling(loaded)
+    opened = (
+        journal({"model": model_key(loaded), "data": data.describe(), "data_fingerprint": data.fingerprint(), "gqa": asdict(cfg)})
+        if journal
+        else None
+    )
+    with opened or contextlib.nullcontext():
+        res = gqa_study(loaded, data, cfg, task=task, progress=progress, journal=opened)
+    kv_table = kv_cache_table(loaded, KVConfig())
+    found = {
+        "summary": res.summary,
+        "heads": res.heads,
+        "groups": res.groups,
+        "comparison": res.comparison,
+        "kv": kv_table,
+        "task": res.task,
+    }
+    tables = {name: found[name] for name in _GQA_TABLES if found[name] is not None}
+    summary_md = with_basis(gqa_markdown(res, loaded.name, figure=f"{_GQA_FIGURE}.png", n_items=len(data)), data.basis())
+    extra = {
+        "gqa": {
+            "data": data.describe(),
+            **setup.manifest_fields(),
+            "task": task.describe() if task is not None else None,
+            "resumed": bool(getattr(opened, "resumed", False)),
+        }
+    }
+    manifest = build_manifest(model=loaded, command=call, prepend_bos=spec.prepend_bos, configs={"gqa": cfg}, extra=extra)
+    return GQAResult(tables=tables, manifest={"result": GQAResult.kind, **manifest}, summary_md=summary_md)
+
+
+# ----------------------------------------------------------------------------- projections
+
+
+@dataclass(kw_only=True, repr=False)
+class ProjectionsResult(FolderResult):
+    """``losses`` (loss change of each knockout), ``role_changes`` and ``census_scores`` (the
+    census under each knockout; absent with ``roles=False``)."""
+
+    kind = "projections"
+    section = "projections"
+    marker_files = ("losses.csv",)
+
+    summary_md: str = ""
+
+    @property
+    def basis(self) -> str:
+        """What the loss is measured on."""
+        return _basis(self.summary_md)
+
+    @property
+    def losses(self) -> pd.DataFrame:
+        return self.tables["losses"]
+
+    @property
+    def role_changes(self) -> pd.DataFrame | None:
+        return self.tables.get("role_changes")
+
+    @property
+    def census_scores(self) -> pd.DataFrame | None:
+        return self.tables.get("census_scores")
+
+    def findings(self) -> Findings:
+        return projections_findings(self)
+
+    def _figure_makers(self) -> dict[str, Callable[[], Figure]]:
+        return {_KNOCKOUT_FIGURE: lambda: knockout_heatmap_figure(self.losses, title=f"projection knockout: {self.model_name}")}
+
+    def texts(self) -> dict[str, str]:
+        return {_SUMMARY: self.summary_md}
+
+    def files(self, folder: Path) -> dict[str, Any]:
+        return {
+            **{name: str(folder / f"{name}.csv") for name in self.tables},
+            "figures": _figure_files(folder, _KNOCKOUT_FIGURE, self.figure_formats),
+        }
+
+    @classmethod
+    def read_tables(cls, folder: Path) -> dict[str, pd.DataFrame]:
+        return {
+            n: read_csv_table(folder / f"{n}.csv", _TEXT_COLUMNS)
+            for n in ("losses", "role_changes", "census_scores")
+            if (folder / f"{n}.csv").is_file()
+        }
+
+    @classmethod
+    def from_folder(cls, folder: str | Path) -> ProjectionsResult:
+        p = Path(folder)
+        return cls(tables=cls.read_tables(p), manifest=read_manifest(p), summary_md=_read_text(p, _SUMMARY))
+
+
+def projections(
+    model: LoadedModel | str,
+    config: ProjectionConfig | None = None,
+    /,
+    *,
+    roles: bool = True,
+    n_prompts: int = 32,
+    journal: JournalOpener | None = None,
+    progress: Callable[..., None] | None = None,
+    command: list[str] | None = None,
+    **kwargs: Any,
+) -> ProjectionsResult:
+    """Tie one attention projection to another in each layer (and head) and measure what breaks.
+
+    ``config`` and keywords: :class:`ProjectionConfig`'s fields (``kinds``, ``layers``,
+    ``per_head``, ``batch_size``) and the text (``text`` or ``text_file``, ``n_windows``,
+    ``window``, ``prepend_bos``).  ``roles``: also the census under each knockout
+    (``n_prompts`` per stimulus set, 200 bootstrap resamples).
+    """
+    call = command or python_command("projections", model, {**kwargs, **({} if roles else {"roles": False})})
+    load = loading_settings(model, kwargs)
+    cfg = study_config("projections", ProjectionConfig, config, kwargs, allowed=TEXT_FIELDS)
+    spec = _text_spec(kwargs)
+    census = CensusConfig(n_prompts=n_prompts, n_bootstrap=200, prepend_bos=spec.prepend_bos)
+    loaded = as_loaded(model, load)
+    setup = data_setup(loaded, spec)
+    data = setup.data
+    knockout_targets(loaded, cfg)  # bad input is refused before the journal exists
+    opened = (
+        journal(
+            {
+                "model": model_key(loaded),
+                "data": data.describe(),
+                "data_fingerprint": data.fingerprint(),
+                "projections": asdict(cfg),
+                "census": asdict(census),
+            }
+        )
+        if journal
+        else None
+    )
+    with opened or contextlib.nullcontext():
+        losses = knockout_losses(loaded, data, cfg, progress=progress, journal=opened)
+        changes, scores = knockout_roles(loaded, census, cfg, progress=progress, journal=opened) if roles else (None, None)
+    tables = {name: t for name, t in {"losses": losses, "role_changes": changes, "census_scores": scores}.items() if t is not None}
+    summary_md = with_basis(projections_markdown(losses, changes, loaded.name, figure=f"{_KNOCKOUT_FIGURE}.png"), data.basis())
+    extra = {"projections": {"data": data.describe(), **setup.manifest_fields(), "resumed": bool(getattr(opened, "resumed", False))}}
+    manifest = build_manifest(
+        model=loaded, command=call, prepend_bos=spec.prepend_bos, configs={"projections": cfg, "census": census}, extra=extra
+    )
+    return ProjectionsResult(tables=tables, manifest={"result": ProjectionsResult.kind, **manifest}, summary_md=summary_md)
+
+
+# ----------------------------------------------------------------------------- kv
+
+
+@dataclass(kw_only=True, repr=False)
+class KVResult(TableFileResult):
+    """``table``: KV-cache bytes per token and for ``batch`` x ``context`` tokens of each variant
+    (the model's own attention, GQA with each group size, MQA, a pruned model), with the formula.
+    Saved as ``headlens kv --out FILE`` writes: the table and ``<stem>.manifest.json``."""
+
+    kind = "kv"
+    table_name = "kv"
+    text_columns = _KV_TEXT_COLUMNS
+
+    def findings(self) -> Findings:
+        return kv_findings(self)
+
+
+def kv(
+    model: LoadedModel | str,
+    config: KVConfig | None = None,
+    /,
+    *,
+    mask: HeadMask | str | Path | None = None,
+    command: list[str] | None = None,
+    **kwargs: Any,
+) -> KVResult:
+    """KV-cache bytes per token and for ``batch`` x ``context`` tokens: the model's own attention,
+    GQA with each group size, MQA, and the model pruned by ``mask`` (a :class:`HeadMask` or mask
+    file; a KV head goes when no query head reads it).  ``config`` and keywords: :class:`KVConfig`'s
+    fields (``batch``, ``context``, ``cache_dtype``)."""
+    call = command or python_command("kv", model, kwargs)
+    load = loading_settings(model, kwargs)
+    cfg = study_config("kv", KVConfig, config, kwargs)
+    mask_file = None if mask is None or isinstance(mask, HeadMask) else str(mask)
+    if mask_file is not None:
+        read_mask(mask_file)  # syntax first, before the model loads
+    loaded = as_loaded(model, load)
+    if mask_file is not None:
+        mask = read_mask(mask_file, n_layers=loaded.n_layers, n_heads=loaded.n_heads)
+    check_kv(loaded, cfg)
+    table = kv_cache_table(loaded, cfg, removed=mask.heads if isinstance(mask, HeadMask) else None)
+    manifest = build_manifest(model=loaded, command=call, configs={"kv": cfg}, extra={"kv": {"mask": mask_file}})
+    return KVResult(tables={"kv": table}, manifest={"result": KVResult.kind, **manifest})

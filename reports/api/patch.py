@@ -1,0 +1,234 @@
+"""``headlens.patch``: activation patching per head, path patching, attribution patching and direct logit attribution.
+
+``headlens patch --out DIR`` is this call and :meth:`PatchingResult.save`: ``patching.csv``
+(denoising and noising per head, 0 = corrupted .. 1 = clean, with 95% intervals),
+``path_patching.csv`` (with ``receivers``), ``attribution.csv`` (attribution per position),
+``dla.csv`` (with ``dla``), the heatmaps and ``manifest.json``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+
+from headlens.analyses.patching.activation import PatchConfig, patch_heads
+from headlens.analyses.patching.attribution import agreement, attribution_patch
+from headlens.analyses.patching.builtin import builtin_task
+from headlens.analyses.patching.dla import direct_logit_attribution
+from headlens.analyses.patching.pairs import check_pairs, pair_task
+from headlens.analyses.patching.path import PathConfig, check_receivers, path_patch
+from headlens.probes.errors import InputError
+from headlens.probes.head_lists import HeadList, as_heads
+from headlens.probes.loading import LoadedModel
+from headlens.probes.manifest import build_manifest
+from headlens.probes.outputs import write_json
+from headlens.reports.api.common import loading_settings, python_command, study_config
+from headlens.reports.api.models import as_loaded
+from headlens.reports.api.result import MANIFEST_FILE, Result, read_csv_table, read_manifest
+from headlens.reports.render.figures.common import save_figure
+from headlens.reports.render.figures.patching import patching_heatmap_figures, path_heatmap_figure
+from headlens.reports.render.finding_lines import Findings, patching_findings
+from headlens.reports.render.patching_tables import write_tables
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+log = logging.getLogger(__name__)
+
+__all__ = ["patch", "PatchingResult", "BUILTINS", "EFFECT_COLUMNS"]
+
+#: The built-in pair tasks.
+BUILTINS = ("induction", "names", "referent")
+#: Effect columns drawn as layer x head heatmaps, in this order.
+EFFECT_COLUMNS = ("denoising", "noising", "attribution")
+_TABLES = ("patching", "attribution", "path_patching", "dla")
+_TEXT = ("name", "sender", "receiver", "receiver_input", "component", "kind", "undefined")
+
+
+@dataclass(kw_only=True, repr=False)
+class PatchingResult(Result):
+    """``patching`` (one row per head, or per head and position: denoising and noising with
+    intervals, attribution when asked), ``path_patching`` (sender -> receiver effects),
+    ``attribution`` (per position) and ``dla`` (direct logit attribution per component)."""
+
+    kind = "patching"
+    marker_files = ("patching.csv",)
+
+    @property
+    def table(self) -> pd.DataFrame:
+        return self.tables["patching"]
+
+    @property
+    def path_patching(self) -> pd.DataFrame | None:
+        return self.tables.get("path_patching")
+
+    @property
+    def dla(self) -> pd.DataFrame | None:
+        return self.tables.get("dla")
+
+    @property
+    def gap(self) -> dict[str, Any]:
+        """Clean, corrupted and their gap (``undefined_reason``: why effects are not normalised, or None)."""
+        return self.manifest["patching"]["gap"]
+
+    @property
+    def gap_defined(self) -> bool:
+        return self.gap.get("undefined_reason") is None
+
+    @property
+    def attribution_agreement(self) -> dict[str, Any] | None:
+        """How attribution patching's estimate agrees with exact denoising (Spearman, top-k overlap and
+        its chance level, the largest disagreement, the heads it misses); None without ``attribution``
+        or per position.  The view and ``headlens patch`` print it."""
+        return (self.manifest.get("attribution") or {}).get("agreement_with_exact")
+
+    @property
+    def directions(self) -> tuple[str, ...]:
+        return tuple(self.manifest["patching"]["directions"])
+
+    def findings(self) -> Findings:
+        """What ``headlens`` prints for this study (:func:`~headlens.reports.render.finding_lines.patching_findings`)."""
+        return patching_findings(self)
+
+    def _heatmaps(self) -> dict[str, Figure]:
+        m = self.manifest.get("model") or {}
+        cols = [c for c in EFFECT_COLUMNS if c in self.table]
+        return patching_heatmap_figures(self.table, n_layers=int(m["n_layers"]), n_heads=int(m["n_heads"]), columns=cols) if cols else {}
+
+    def _figure_stems(self) -> list[str]:
+        if not self.gap_defined:
+            return []
+        stems = [f"heatmap_{c}" for c in EFFECT_COLUMNS if c in self.table and not self.table[c].isna().all()]
+        return stems + (["heatmap_path"] if self.path_patching is not None else [])
+
+    def _figure_makers(self) -> dict[str, Callable[[], Figure]]:
+        makers: dict[str, Callable[[], Figure]] = {}
+        for stem in self._figure_stems():
+            if stem == "heatmap_path":
+                makers[stem] = lambda: path_heatmap_figure(self.tables["path_patching"])
+            else:
+                col = stem.removeprefix("heatmap_")
+                makers[stem] = lambda col=col: self._heatmaps()[col]
+        return makers
+
+    def figures(self) -> dict[str, Figure]:
+        if not self.gap_defined:
+            return {}
+        out = {f"heatmap_{c}": fig for c, fig in self._heatmaps().items()}
+        if self.path_patching is not None:
+            out["heatmap_path"] = path_heatmap_figure(self.path_patching)
+        return out
+
+    def file_names(self) -> list[str]:
+        """The tables' and figures' file names, sorted (the manifest's ``files``)."""
+        files = [f"{name}.csv" for name in self.tables] + [f"{stem}.{fmt}" for stem in self._figure_stems() for fmt in self.figure_formats]
+        return sorted(files)
+
+    def _manifest_out(self) -> dict[str, Any]:
+        return {**super()._manifest_out(), "files": self.file_names()}
+
+    def write(self, folder: str | Path) -> Path:
+        """The tables (each float in its shortest exact form), the heatmaps, then the manifest."""
+        out = Path(folder)
+        out.mkdir(parents=True, exist_ok=True)
+        write_tables(self.tables, out)
+        for stem, fig in self.figures().items():
+            save_figure(fig, out / stem, self.figure_formats)
+        write_json(out / MANIFEST_FILE, self._manifest_out())
+        return out
+
+    @classmethod
+    def read_tables(cls, folder: Path) -> dict[str, pd.DataFrame]:
+        return {name: read_csv_table(folder / f"{name}.csv", _TEXT) for name in _TABLES if (folder / f"{name}.csv").is_file()}
+
+    @classmethod
+    def from_folder(cls, folder: str | Path) -> PatchingResult:
+        p = Path(folder)
+        return cls(tables=cls.read_tables(p), manifest=read_manifest(p))
+
+
+def patch(
+    model: LoadedModel | str,
+    config: PatchConfig | None = None,
+    /,
+    *,
+    task: str | Path | None = None,
+    builtin: str | None = None,
+    n_pairs: int = 64,
+    receivers: HeadList | None = None,
+    receiver_input: str = "k",
+    attribution: bool = False,
+    dla: bool = False,
+    prepend_bos: bool = True,
+    progress: Callable[..., None] | None = None,
+    command: list[str] | None = None,
+    **kwargs: Any,
+) -> PatchingResult:
+    """Which heads carry a task: patch each head's output between clean and corrupted inputs.
+
+    ``task``: a JSONL file of pairs (``clean``, ``corrupt``, ``correct``, ``incorrect``), or
+    ``builtin``: ``"induction"`` (the default), ``"names"`` or ``"referent"`` with ``n_pairs``
+    pairs (2 to 1,000,000; a task file's pairs meet the same rule; built-in rows are right-padded
+    with the tokenizer's pad id, 0 when it has none, after each row's last real token, where
+    effects are read).  ``config`` and keywords: :class:`PatchConfig`'s fields (``directions``,
+    ``per_position``, ``heads``, ``batch_size``, ``n_resamples``, ``seed`` ...).  ``receivers``:
+    also path patching (every earlier head -> each receiver's ``receiver_input``, ``q``/``k``/``v``);
+    ``attribution``: also attribution patching (a first-order estimate of denoising); ``dla``:
+    also direct logit attribution per head on the clean inputs.
+    """
+    call = command or python_command("patch", model, kwargs)
+    load = loading_settings(model, kwargs)
+    cfg = study_config("patch", PatchConfig, config, kwargs)
+    if task is not None and builtin is not None:
+        raise InputError("give either task= (a pair file) or builtin=, not both", task=str(task), builtin=builtin)
+    if builtin is not None and builtin not in BUILTINS:
+        raise InputError(f"builtin={builtin!r} is not a built-in task: choose from {', '.join(BUILTINS)}", builtin=builtin)
+    if attribution and "denoising" not in cfg.directions:
+        raise InputError("attribution= estimates denoising: use directions= with 'denoising'", attribution=attribution)
+    receivers = as_heads(receivers, name="receivers") if receivers is not None else None  # before the model loads
+    if task is None:
+        check_pairs(n_pairs)  # the rule a task file's pairs meet too (pair_task)
+    loaded = as_loaded(model, load)
+    if receivers:
+        check_receivers(loaded, receivers)  # before any forward
+    if task is not None:
+        pairs = pair_task(loaded, task, prepend_bos=prepend_bos)
+    else:
+        pairs = builtin_task(loaded, builtin or "induction", n=n_pairs, seed=cfg.seed, prepend_bos=prepend_bos)
+    tables: dict[str, pd.DataFrame] = {}
+    extra: dict[str, Any] = {}
+    # first: a model it refuses (e.g. a logit softcap) is refused before any patching runs
+    d = direct_logit_attribution(loaded, pairs, batch_size=cfg.batch_size) if dla else None
+    if d is not None:
+        extra["dla"] = d.info
+    result = patch_heads(loaded, pairs, cfg, progress=progress)
+    table = result.table
+    extra["patching"] = result.info
+    if attribution:
+        est = attribution_patch(loaded, pairs, batch_size=cfg.batch_size, n_resamples=cfg.n_resamples, seed=cfg.seed, progress=progress)
+        if not cfg.per_position:
+            table = table.merge(est.table.drop(columns=["name"]), on=["layer", "head"], how="left")
+            extra["attribution"] = {**est.info, "agreement_with_exact": agreement(est.table, result.table)}
+        else:
+            tables["attribution"] = est.table
+            extra["attribution"] = est.info
+    tables = {"patching": table, **tables}
+    if receivers:
+        path_config = PathConfig(
+            receivers=tuple(receivers), receiver_input=receiver_input, batch_size=cfg.batch_size, n_resamples=cfg.n_resamples, seed=cfg.seed
+        )
+        path = path_patch(loaded, pairs, path_config, progress=progress)
+        tables["path_patching"] = path.table
+        extra["path_patching"] = path.info
+    if d is not None:
+        tables["dla"] = d.table
+    task_file = str(task) if task is not None else None
+    manifest = build_manifest(
+        model=loaded, command=call, seed=cfg.seed, prepend_bos=prepend_bos, configs={"patch": cfg}, extra={**extra, "task_file": task_file}
+    )
+    return PatchingResult(tables=tables, manifest={"result": PatchingResult.kind, **manifest})

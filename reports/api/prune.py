@@ -1,0 +1,203 @@
+"""``headlens.prune``: heads pruned iteratively by importance against random orders (Michel et al. 2019).
+
+``headlens prune --out DIR`` is this call and :meth:`PruneResult.save`: ``curve.csv``,
+``random_orders.csv``, ``importance.csv``, ``pruned_heads.json`` (a head mask for
+``ablate(mask=...)``), ``pruning_curve.png/.svg`` and ``manifest.json``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+import torch
+
+from headlens.analyses.ablation.evalset import EvalSet
+from headlens.analyses.ablation.masks import HeadMask, read_mask
+from headlens.analyses.ablation.pruning import PruneConfig, prune_study
+from headlens.analyses.ablation.setup import EvalSetup
+from headlens.probes.loading import LoadedModel
+from headlens.probes.manifest import build_manifest
+from headlens.probes.outputs import write_json
+from headlens.reports.api.ablate import DATA_FIELDS, data_setup, eval_spec, model_key
+from headlens.reports.api.common import loading_settings, python_command, study_config
+from headlens.reports.api.folder import FolderResult
+from headlens.reports.api.journals import JournalOpener
+from headlens.reports.api.models import as_loaded
+from headlens.reports.api.result import TEXT_COLUMNS, read_csv_table, read_manifest
+from headlens.reports.render.figures.ablation import pruning_curve_figure
+from headlens.reports.render.finding_lines import Findings, pruning_findings
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+log = logging.getLogger(__name__)
+
+__all__ = ["prune", "PruneResult", "PRUNE_FILES"]
+
+#: Every file ``headlens prune`` writes into its folder.
+PRUNE_FILES = (
+    "curve.csv",
+    "random_orders.csv",
+    "importance.csv",
+    "pruned_heads.json",
+    "manifest.json",
+    "pruning_curve.png",
+    "pruning_curve.svg",
+)
+_MASK_FILE = "pruned_heads.json"
+
+
+@dataclass(kw_only=True, repr=False)
+class PruneResult(FolderResult):
+    """``curve`` (metric, KV-cache bytes saved and the random orders' mean and spread per step),
+    ``random`` (each random order's steps), ``importance`` (per head, at step 0) and ``pruned``
+    (the largest set of heads within ``max_increase``)."""
+
+    kind = "pruning"
+    section = "pruning"
+    marker_files = ("curve.csv", "importance.csv", _MASK_FILE)
+
+    pruned: HeadMask
+    #: the evaluation set and why its metric was chosen (in memory only; ``None`` when read back from files)
+    setup: EvalSetup | None = field(default=None)
+
+    @property
+    def data(self) -> EvalSet | None:
+        """The evaluation set (``None`` when read back from files)."""
+        return self.setup.data if self.setup is not None else None
+
+    @property
+    def basis(self) -> str:
+        """What the metric was measured on (``16 windows x 128 tokens ...``; ``""`` when read back from files)."""
+        return self.setup.data.basis() if self.setup is not None else ""
+
+    @property
+    def curve(self) -> pd.DataFrame:
+        return self.tables["curve"]
+
+    @property
+    def random(self) -> pd.DataFrame:
+        return self.tables["random_orders"]
+
+    @property
+    def importance(self) -> pd.DataFrame:
+        return self.tables["importance"]
+
+    @property
+    def info(self) -> dict[str, Any]:
+        """The manifest's ``pruning`` section."""
+        return self.manifest.get("pruning", {})
+
+    @property
+    def metric(self) -> str:
+        return str(self.info.get("metric"))
+
+    @property
+    def baseline_value(self) -> float:
+        """The unablated value of the metric."""
+        return float(self.info["unablated_value"])
+
+    @property
+    def removable_fraction(self) -> float:
+        return float(self.info["removable_fraction"])
+
+    @property
+    def max_increase(self) -> float:
+        return float(self.manifest["config"]["prune"]["max_increase"])
+
+    def findings(self) -> Findings:
+        """What ``headlens`` prints for this study (:func:`~headlens.reports.render.finding_lines.pruning_findings`)."""
+        return pruning_findings(self)
+
+    def _figure_makers(self) -> dict[str, Callable[[], Figure]]:
+        return {
+            "pruning_curve": lambda: pruning_curve_figure(
+                self.curve,
+                metric=self.metric,
+                baseline=self.baseline_value,
+                max_increase=self.max_increase,
+                removable=self.removable_fraction,
+            )
+        }
+
+    def _write_extra(self, folder: Path) -> None:
+        write_json(folder / _MASK_FILE, self.pruned.to_json())
+
+    def files(self, folder: Path) -> dict[str, Any]:
+        return {name: str(folder / name) for name in PRUNE_FILES}
+
+    @classmethod
+    def read_tables(cls, folder: Path) -> dict[str, pd.DataFrame]:
+        text = (*TEXT_COLUMNS, "removed_this_step")
+        return {name: read_csv_table(folder / f"{name}.csv", text) for name in ("curve", "random_orders", "importance")}
+
+    @classmethod
+    def from_folder(cls, folder: str | Path) -> PruneResult:
+        p = Path(folder)
+        return cls(tables=cls.read_tables(p), manifest=read_manifest(p), pruned=read_mask(p / _MASK_FILE))
+
+
+def prune(
+    model: LoadedModel | str,
+    config: PruneConfig | None = None,
+    /,
+    *,
+    journal: JournalOpener | None = None,
+    progress: Callable[..., None] | None = None,
+    command: list[str] | None = None,
+    **kwargs: Any,
+) -> PruneResult:
+    """Prune heads step by step by importance (gradient importance, Michel et al. 2019; the exact
+    single-head change for the embedding metric, whose gradient is zero) against random orders.
+
+    ``config`` and keywords: :class:`PruneConfig`'s fields (``step``, ``max_increase``,
+    ``random_seeds``, ``seed``, ``max_fraction``, ``batch_size``) and what to measure on, as
+    :func:`headlens.reports.api.ablate.ablate` takes it (``metric``, ``text``/``text_file``,
+    ``task``/``task_file``, ``n_windows``, ``window``, ``n_sentences``, ``prepend_bos``).
+    """
+    call = command or python_command("prune", model, kwargs)
+    load = loading_settings(model, kwargs)
+    cfg = study_config("prune", PruneConfig, config, kwargs, allowed=DATA_FIELDS)
+    spec = eval_spec({k: v for k, v in kwargs.items() if k in DATA_FIELDS})
+    if not isinstance(model, LoadedModel):
+        torch.manual_seed(cfg.seed)  # a newly initialised output head is drawn reproducibly
+    loaded = as_loaded(model, load)
+    setup = data_setup(loaded, spec)
+    data = setup.data
+    opened = (
+        journal({"model": model_key(loaded), "data": data.describe(), "data_fingerprint": data.fingerprint(), "config": vars(cfg)})
+        if journal
+        else None
+    )
+    with opened or contextlib.nullcontext():
+        run = prune_study(loaded, data, cfg, journal=opened, progress=progress)
+    best = run.curve.loc[run.curve["fraction_removed"] == run.removable_fraction].iloc[-1]
+    metric = setup.metric
+    extra = {
+        "pruning": {
+            "metric": metric,
+            **setup.manifest_fields(),
+            "max_increase_is": "absolute (the unablated embedding change is 0)"
+            if metric == "embedding"
+            else "relative to the unablated value",
+            "unablated_value": run.baseline_value,
+            "removable_fraction": run.removable_fraction,
+            "removable_heads": len(run.pruned),
+            "value_at_removable": float(best["value"]),
+            "kv_bytes_saved_per_1k_tokens_at_removable": int(best["kv_bytes_saved_per_1k_tokens"]),
+            "kv_formula": "2 x kv_heads_removed x d_head x 1000 x bytes_per_value",
+            "importance": run.info["importance"],
+            "data": data.describe(),
+            "run": run.info,
+            "resumed": bool(getattr(opened, "resumed", False)),
+        }
+    }
+    manifest = build_manifest(model=loaded, command=call, seed=cfg.seed, prepend_bos=spec.prepend_bos, configs={"prune": cfg}, extra=extra)
+    tables = {"curve": run.curve, "random_orders": run.random, "importance": run.importance}
+    return PruneResult(tables=tables, manifest={"result": PruneResult.kind, **manifest}, pruned=run.pruned, setup=setup)

@@ -1,0 +1,1 @@
+"""render: tables, figures, the HTML page and Markdown; imports nothing from api, runs or cli."""

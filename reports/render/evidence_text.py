@@ -1,0 +1,81 @@
+"""Words for the census's role evidence (the table of
+:func:`headlens.analyses.patching.evidence.role_evidence`; the rules are there, this only words
+them): the per-head evidence column, the terminal lines, the Markdown section."""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any
+
+import pandas as pd
+
+from headlens.analyses.patching.evidence import COPY_RATIO, MIN_EFFECT, MIN_LOSS
+from headlens.analyses.verdicts import MIN_ITEMS
+from headlens.reports.render.markdown import markdown_table
+
+log = logging.getLogger(__name__)
+
+__all__ = ["EVIDENCE_FILE", "evidence_joined", "figure_text", "evidence_lines", "evidence_markdown", "evidence_rule_text"]
+
+EVIDENCE_FILE = "evidence.csv"
+
+
+def evidence_rule_text() -> str:
+    """One paragraph: each role's test, the direction it predicts, when it is supported (the thresholds are the analysis's)."""
+    return (
+        "Each role is tested by the intervention it predicts, in the direction it predicts: an effect the other way is not support, "
+        "however large, and says so. "
+        "Induction: with the head zero-ablated, the loss rises on the second copy of repeated random tokens more than on the first "
+        f"(interval above 0), the second-copy rise is itself a finding (interval above 0) of at least {MIN_LOSS:g} nats and "
+        f"{COPY_RATIO:g}x the size of the first copy's change (a first copy that gets better does not count), and the head writes "
+        f"at least {MIN_EFFECT:.0%} of the induction logit difference itself. "
+        "Previous-token: path patching it into the key input of the induction heads, all at once, restores at least "
+        f"{MIN_EFFECT:.0%} of the induction behaviour (interval's low end). "
+        "Duplicate-token: masking its attention from each repeated token to the earlier occurrence moves the predictions (KL) "
+        f"by at least {MIN_LOSS:g} nats more than masking the token after it (interval above 0). "
+        "Referent: patching the head's output from the pair's other sentence moves the preference toward the antecedent by at "
+        f"least {MIN_EFFECT:.0%} of the gap (interval above 0). "
+        f"Sink: removing its attention to the first token (renormalised) costs at least {MIN_LOSS:g} nats of loss "
+        f"(interval above 0). Every verdict needs at least {MIN_ITEMS} items; 'not testable here' gives the reason."
+    )
+
+
+def _fmt(x: Any, digits: int = 3) -> str:
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return "n/a"
+    return "n/a" if not math.isfinite(v) else f"{v:.{digits}f}"
+
+
+def figure_text(row: Any) -> str:
+    """``"1.218 [1.110, 1.350]"``, or ``"n/a"`` without a figure."""
+    if _fmt(row.figure) == "n/a":
+        return "n/a"
+    return f"{_fmt(row.figure)} [{_fmt(row.figure_low)}, {_fmt(row.figure_high)}]"
+
+
+def evidence_joined(evidence: pd.DataFrame, heads: pd.DataFrame, sep: str = "; ") -> list[str]:
+    """For each row of ``heads`` (``layer, head``): ``"induction: supported; sink: not testable here"``, ``""`` without a role."""
+    by_head: dict[tuple[int, int], list[str]] = {}
+    for r in evidence.sort_values(["layer", "head", "role"]).itertuples():
+        by_head.setdefault((int(r.layer), int(r.head)), []).append(f"{r.role}: {r.evidence}")
+    return [sep.join(by_head.get((int(a), int(b)), ())) for a, b in zip(heads["layer"], heads["head"], strict=True)]
+
+
+def evidence_lines(evidence: pd.DataFrame) -> list[str]:
+    """One terminal line per (head, role)."""
+    return [f"  {r.name:>6}  {r.role:<16} {r.evidence:<18} {figure_text(r)}  {r.detail}" for r in evidence.itertuples()]
+
+
+def evidence_markdown(evidence: pd.DataFrame, *, smoke_note: str | None = None) -> list[str]:
+    """The Markdown lines of an evidence section (a ``##`` heading, the rule, the table)."""
+    lines = ["## Evidence", ""]
+    if smoke_note:
+        lines += [f"**{smoke_note}**", ""]
+    lines += [evidence_rule_text(), ""]
+    if evidence.empty:
+        return [*lines, "No head has a role, so nothing was tested.", ""]
+    rows = [[r.name, r.role, r.evidence, figure_text(r), r.unit, r.detail] for r in evidence.itertuples()]
+    return [*lines, *markdown_table(rows, ["head", "role", "evidence", "figure [95% CI]", "figure measures", "why"]).split("\n"), ""]

@@ -1,0 +1,291 @@
+"""What a study found, in the lines its command prints: one wording for the terminal and the notebook.
+
+Each ``*_findings`` function takes a study's Result and returns :class:`Findings`: the ``lines`` the
+command prints on stdout (roles by head, the strongest effects with their intervals, verdicts) and
+the ``warnings`` it prints on stderr as ``note: ...`` (too few prompts for an interval, a detector
+that cannot measure the model, a skipped variant).  The CLI prints them (adding where it wrote
+the files); a Result's ``_repr_html_`` shows them above its tables.  A Result read back from a
+folder words what its tables and manifest still hold.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from headlens.analyses.ablation.evalset import METRIC_LABELS
+from headlens.analyses.heads.classify import without_interval
+from headlens.reports.render.census_summary import NO_INTERVAL
+from headlens.reports.render.design_tables import gqa_reading, knockout_reading, text_table
+from headlens.reports.render.evidence_text import evidence_lines
+from headlens.reports.render.patching_tables import patch_lines
+from headlens.reports.render.sinks_tables import lengths_lines, seed_text_lines
+
+__all__ = [
+    "Findings",
+    "census_findings",
+    "evidence_count_line",
+    "patching_findings",
+    "ablation_findings",
+    "pruning_findings",
+    "sinks_findings",
+    "sink_lengths_findings",
+    "seed_text_findings",
+    "gqa_findings",
+    "projections_findings",
+    "kv_findings",
+    "verify_findings",
+    "capture_findings",
+]
+
+#: Rows of the strongest-effect listings (ablation's ``|delta|``).
+TOP_HEADS = 10
+
+
+@dataclass(frozen=True)
+class Findings:
+    """``lines``: what the command prints on stdout; ``warnings``: its ``note:`` lines (without the prefix)."""
+
+    lines: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.lines or self.warnings)
+
+
+def _label(metric: str) -> str:
+    return METRIC_LABELS.get(metric, metric)
+
+
+# -- census -----------------------------------------------------------------------------------
+def evidence_count_line(evidence: pd.DataFrame) -> str:
+    """``evidence: 2 supported, 1 not testable here`` (``no role to test`` for an empty table)."""
+    counts = evidence["evidence"].value_counts()
+    return f"evidence: {', '.join(f'{v} {k}' for k, v in counts.items()) or 'no role to test'}"
+
+
+def census_warnings(scores: pd.DataFrame, notes: dict[str, str] | None) -> list[str]:
+    """What a census cannot say: a detector that cannot measure the model, scores without an
+    interval (no role given from them; every score without one: no role assigned at all, as the summary says)."""
+    out = [str(note) for note in (notes or {}).values()]
+    if scores.empty or "ci_low" not in scores:
+        return out
+    unresolved = without_interval(scores)
+    measured = scores["score"].notna()
+    if unresolved.any() and not (measured & ~unresolved).any():
+        out.append(f"all {int(unresolved.sum())} scores: {NO_INTERVAL.lower()}")
+    elif unresolved.any():
+        out.append(f"{int(unresolved.sum())} of {len(scores)} scores: {NO_INTERVAL.lower()} for them")
+    return out
+
+
+def _strongest(row: Any, scores: pd.DataFrame) -> str:
+    """``  (induction 0.912 [0.881, 0.940])``: the head's strongest score with its interval; ``""`` when not in ``scores``."""
+    det = getattr(row, "strongest_detector", None)
+    if not det or scores.empty or not {"layer", "head", "detector", "score", "ci_low", "ci_high"} <= set(scores.columns):
+        return ""
+    hit = scores[(scores["layer"] == row.layer) & (scores["head"] == row.head) & (scores["detector"] == det)]
+    if hit.empty or pd.isna(hit["score"].iloc[0]):
+        return ""
+    r = hit.iloc[0]
+    interval = f" [{r['ci_low']:.3f}, {r['ci_high']:.3f}]" if pd.notna(r["ci_low"]) else ""
+    return f"  ({det} {r['score']:.3f}{interval})"
+
+
+def census_findings(result: Any) -> Findings:
+    """``headlens classify``: how many heads have a role, each head's roles, then the evidence verdicts."""
+    tables = result.tables
+    if "heads" not in tables:
+        return Findings()
+    heads = tables["heads"]
+    named = heads[heads["roles"].astype(str) != ""]
+    scores = tables.get("scores", pd.DataFrame())
+    lines = [f"{len(named)} of {len(heads)} heads have a role"]
+    lines += [f"  {r.name:>6}  {r.roles}{_strongest(r, scores)}" for r in named.itertuples()]
+    evidence = tables.get("evidence")
+    if evidence is not None:
+        lines.append(evidence_count_line(evidence))
+        lines += evidence_lines(evidence)
+    return Findings(tuple(lines), tuple(census_warnings(scores, getattr(result, "notes", None))))
+
+
+# -- patching ---------------------------------------------------------------------------------
+def patching_findings(result: Any) -> Findings:
+    """``headlens patch``: the gap, the attribution's agreement, the strongest heads, paths and DLA."""
+    if "patching" not in result.tables or "patching" not in result.manifest:
+        return Findings()
+    lines = patch_lines(result)
+    reason = result.gap.get("undefined_reason")
+    return Findings(tuple(lines), (f"normalised effects are not reported: {reason}",) if reason else ())
+
+
+# -- ablation and pruning ---------------------------------------------------------------------
+def ablation_findings(result: Any) -> Findings:
+    """``headlens ablate``: what was measured, the unablated value, the heads with the largest
+    ``|delta|`` (with the interval), the attribution's agreement."""
+    if "ablation" not in result.tables or "unablated_value" not in result.info:
+        return Findings()
+    table, info = result.table, result.info
+    label = _label(result.metric)
+    on = f" on {result.basis}" if result.basis else ""
+    mask = info.get("mask")
+    lines = [
+        f"{result.method} ablation of {len(table)} head(s){on}; metric {label}",
+        f"unablated {label}: {result.unablated_value:.6g}"
+        + (f"; with the {len(mask['removed'])} masked head(s) removed: {result.baseline_value:.6g}" if mask else ""),
+        "heads with the largest |delta|:",
+    ]
+    shown = table.reindex(table["delta"].abs().sort_values(ascending=False).index).head(TOP_HEADS)
+    run = info.get("run") or {}
+    cols = [
+        c
+        for c in ["layer", "head", "value", "delta", "ci_low", "ci_high"] + ([] if "attribution" in run else ["attribution"])
+        if c in shown and not (c == "attribution" and shown[c].isna().all())  # attribution off: no column of NaN
+    ]
+    lines += shown[cols].to_string(index=False, float_format=lambda x: f"{x:.4g}").split("\n")
+    if result.spearman is not None:
+        lines.append(
+            f"attribution (first-order estimate) vs exact delta: Spearman rank correlation {result.spearman:.3f} over {len(table)} heads"
+        )
+    if "attribution" in run:
+        lines.append(f"attribution {run['attribution']}")
+    return Findings(tuple(lines))
+
+
+#: The pruning curve's columns the command prints.
+CURVE_COLUMNS = (
+    "step",
+    "n_removed",
+    "fraction_removed",
+    "value",
+    "relative_change",
+    "random_mean",
+    "random_std",
+    "kv_bytes_saved_per_1k_tokens",
+)
+
+
+def pruning_findings(result: Any) -> Findings:
+    """``headlens prune``: how it ranked, the curve against random orders, the removable fraction."""
+    if "curve" not in result.tables or "removable_fraction" not in result.info:
+        return Findings()
+    curve, metric, info = result.curve, result.metric, result.info
+    how = "exact single-head ablation importance" if metric == "embedding" else "gradient importance"
+    on = f" on {result.basis}" if result.basis else ""
+    lines = [
+        f"pruned {result.model_name} by {how} in {len(curve) - 1} step(s){on}; metric {_label(metric)}, "
+        f"unablated {result.baseline_value:.6g}"
+    ]
+    cols = [c for c in CURVE_COLUMNS if c in curve]
+    lines += curve[cols].to_string(index=False, float_format=lambda x: f"{x:.4g}").split("\n")
+    max_increase = result.max_increase
+    within = f"an embedding change of at most {max_increase:g}" if metric == "embedding" else f"+{max_increase:.0%}"
+    lines.append(
+        f"removable within {within}: {result.removable_fraction:.1%} of heads ({len(result.pruned)}), {_label(metric)} "
+        f"{info['value_at_removable']:.6g};"
+        f" KV cache saved: {info['kv_bytes_saved_per_1k_tokens_at_removable']:,} bytes per 1,000 tokens at "
+        f"{str(result.manifest.get('dtype', '')).removeprefix('torch.')}"
+    )
+    return Findings(tuple(lines))
+
+
+# -- sinks ------------------------------------------------------------------------------------
+def sinks_findings(result: Any, eps: float, info: dict[str, Any]) -> Findings:
+    """``headlens sinks``: per BOS setting the sink rate and mean alpha against uniform attention
+    and the sink heads; notes for uniform attention above ``eps`` and variants not run (``info``: the analysis')."""
+    if "sink_rates" not in result.tables or "census" not in result.tables:
+        return Findings()
+    lines: list[str] = []
+    warnings: list[str] = []
+    for r in result.sink_rates.to_dict("records"):
+        found = result.sink_heads(bool(r["bos"]))
+        names = ", ".join(f"{layer}.{head}" for layer, head in found[:10]) + (" ..." if len(found) > 10 else "")
+        lines.append(
+            f"{'BOS' if r['bos'] else 'no BOS'}: sink rate {r['sink_rate']:.3f} (uniform attention {r['uniform_sink_rate']:.3f}), "
+            f"mean alpha {r['mean_alpha']:.3f} (uniform {r['uniform_alpha']:.3f}), sink heads: {names or 'none'}"
+        )
+        if r["uniform_alpha"] > eps:
+            warnings.append(
+                f"uniform attention is itself above eps ({r['uniform_alpha']:.3f} > {eps:g}) at these lengths; "
+                "use longer sequences (Gu et al.: 64 tokens)"
+            )
+    warnings += [f"first-token variant {name} not run: {why}" for name, why in (info.get("skipped_variants") or {}).items()]
+    warnings += [f"{name} {why}" for name, why in (info.get("skipped") or {}).items()]
+    return Findings(tuple(lines), tuple(warnings))
+
+
+def sink_lengths_findings(result: Any) -> Findings:
+    """``headlens sinks --lengths``: the summary lines."""
+    return Findings(tuple(lengths_lines(result.table, result.eps))) if "sink_lengths" in result.tables else Findings()
+
+
+def seed_text_findings(result: Any, top: int = 5) -> Findings:
+    """``headlens sinks --text``: per head, the last token's attention to the first against 1/n."""
+    return Findings(tuple(seed_text_lines(result.table, top))) if "seed_text" in result.tables else Findings()
+
+
+# -- design -----------------------------------------------------------------------------------
+def gqa_findings(result: Any) -> Findings:
+    """``headlens gqa``: loss, KV cache and JS per grouping, and what they say (no finding from fewer than 10 windows)."""
+    if "summary" not in result.tables:
+        return Findings()
+    n_items = ((result.manifest.get("gqa") or {}).get("data") or {}).get("n_windows")
+    on = f" on {result.basis}" if result.basis else ""
+    lines = [f"GQA what-if, loss{on}; JS in bits, mean over queries", *text_table(result.summary).split("\n")]
+    lines += gqa_reading(result.summary, result.comparison, n_items=n_items)
+    return Findings(tuple(lines))
+
+
+def projections_findings(result: Any) -> Findings:
+    """``headlens projections``: the loss change of each knockout and what it says."""
+    if "losses" not in result.tables:
+        return Findings()
+    on = f" on {result.basis}" if result.basis else ""
+    lines = [f"projection knockout, loss{on}", *text_table(result.losses).split("\n")]
+    lines += knockout_reading(result.losses, result.role_changes)
+    return Findings(tuple(lines))
+
+
+def kv_findings(result: Any) -> Findings:
+    """``headlens kv``: the bytes of each variant, and the formula beside each."""
+    if "kv" not in result.tables:
+        return Findings()
+    table = result.table
+    lines = [
+        f"KV cache of {result.model_name} (2 tensors, K and V, per layer, per KV head, per cached token)",
+        *text_table(table.drop(columns=["formula"], errors="ignore")).split("\n"),
+    ]
+    if "formula" in table:
+        lines += [f"  {r.variant}: {r.formula}" for r in table.itertuples(index=False)]
+    return Findings(tuple(lines))
+
+
+def verify_findings(result: Any) -> Findings:
+    """``headlens verify``: per layer the error of the hooked forward against the plain one; ok or which layers fail."""
+    if "verify" not in result.tables:
+        return Findings()
+    table = result.tables["verify"]
+    lines = table.to_string(index=False, float_format=lambda x: f"{x:.2e}").split("\n")
+    bad = table[~table["ok"].astype(bool)] if "ok" in table else table.iloc[:0]
+    errors = [c for c in ("max_err_pattern", "max_err_z", "max_row_sum_err") if c in table]
+    if len(bad):
+        lines.append(
+            f"verify failed on layer(s) {', '.join(str(v) for v in bad['layer'])}: error above tolerance {table['tolerance'].iloc[0]:.1e}"
+        )
+    elif errors and len(table):
+        lines.append(f"verify: ok ({len(table)} layers, worst error {table[errors].to_numpy().max():.2e})")
+    return Findings(tuple(lines))
+
+
+def capture_findings(result: Any) -> Findings:
+    """``headlens capture``: which tensors were captured, with their shapes, and the verify table's lines."""
+    tensors = {k: v for k, v in result.tensors.items() if k != "lengths"}
+    if not tensors:
+        return Findings()
+    n = len((result.tokens or {}).get("prompts") or []) or (int(result.tensors["lengths"].shape[0]) if "lengths" in result.tensors else 0)
+    lines = [f"{len(tensors)} captured tensor(s) for {n} prompt(s):"]
+    lines += [f"  {name}  {list(t.shape)}" for name, t in tensors.items()]
+    verify = verify_findings(result) if "verify" in result.tables else Findings()
+    return Findings(tuple(lines) + verify.lines, verify.warnings)

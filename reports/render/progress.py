@@ -1,0 +1,135 @@
+"""The one progress adapter: library ``progress`` callbacks -> tqdm bars (or plain lines) on stderr.
+
+Library code (``headlens.probes``, ``headlens.analyses``) takes a plain callback,
+``progress(done, total)`` or ``progress(stage, done, total)``, and never imports tqdm.  The
+commands hand it a :class:`ProgressBars`::
+
+    with progress_bars("census", quiet=quiet) as progress:
+        run_census(loaded, config, progress=progress)
+
+On a terminal each label gets a tqdm bar on stderr; when stderr is not a terminal (CI logs,
+pipes, click's test runner) it writes plain ``label: done/total`` lines instead, one per tenth
+of a pass, so logs stay readable.  ``quiet`` (the commands' ``-q``) silences it.  A pass with
+``total <= 1`` shows nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, TextIO, TypeVar
+
+from tqdm import tqdm
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["ProgressBars", "ReportBars", "progress_bars"]
+
+_Bars = TypeVar("_Bars", bound="ProgressBars")
+
+
+class ProgressBars:
+    """A progress callback: ``bars(done, total)`` or ``bars(stage, done, total)``.
+
+    ``label`` prefixes every line (``"census: induction 3/10"``); ``stream`` defaults to the
+    ``sys.stderr`` of the moment it is made; ``tty`` overrides the terminal check.
+    """
+
+    def __init__(self, label: str | None = None, *, quiet: bool = False, stream: TextIO | None = None, tty: bool | None = None) -> None:
+        self.label = label
+        self.quiet = quiet
+        self.stream = stream if stream is not None else sys.stderr
+        if tty is None:
+            isatty = getattr(self.stream, "isatty", None)
+            tty = bool(isatty()) if callable(isatty) else False
+        self.tty = tty
+        self._bars: dict[str, Any] = {}  # tqdm bars (terminal) by label
+        self._tenth: dict[str, int] = {}  # last tenth written (plain lines) by label
+
+    def _name(self, stage: str | None) -> str:
+        """``label: stage``; a stage named like the label (``gqa`` under ``gqa``) is said once."""
+        parts = [p for p in (self.label, stage) if p]
+        if len(parts) == 2 and parts[0] == parts[1]:
+            parts = parts[:1]
+        return ": ".join(parts) or "progress"
+
+    def __call__(self, *args: Any) -> None:
+        if len(args) == 3:
+            stage, done, total = args
+        elif len(args) == 2:
+            stage, (done, total) = None, args
+        else:
+            raise TypeError(f"progress callback takes (done, total) or (stage, done, total), got {len(args)} arguments")
+        self.update(None if stage is None else str(stage), int(done), int(total))
+
+    def update(self, stage: str | None, done: int, total: int) -> None:
+        if self.quiet or total <= 1:
+            return
+        name = self._name(stage)
+        if self.tty:
+            self._update_bar(name, done, total)
+            return
+        tenth = (10 * min(done, total)) // total
+        if done == total or tenth != self._tenth.get(name, 0):
+            self._tenth[name] = tenth
+            self.stream.write(f"{name}: {done}/{total}\n")
+            self.stream.flush()
+        if done >= total:
+            self._tenth.pop(name, None)
+
+    def _update_bar(self, name: str, done: int, total: int) -> None:
+        bar = self._bars.get(name)
+        if bar is not None and (bar.total != total or done < bar.n):  # a new pass under the same label
+            bar.close()
+            bar = None
+        if bar is None:
+            bar = self._bars[name] = tqdm(total=total, desc=name, file=self.stream, leave=True, dynamic_ncols=True)
+        bar.update(done - bar.n)
+        if done >= total:
+            bar.close()
+            del self._bars[name]
+
+    def write(self, text: str) -> None:
+        """A message line (unless quiet) that does not break a bar being drawn."""
+        if self.quiet:
+            return
+        if self._bars:
+            tqdm.write(text, file=self.stream)
+        else:
+            self.stream.write(text + "\n")
+            self.stream.flush()
+
+    def close(self) -> None:
+        for bar in self._bars.values():
+            bar.close()
+        self._bars.clear()
+        self._tenth.clear()
+
+    def __enter__(self: _Bars) -> _Bars:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+@contextmanager
+def progress_bars(label: str | None = None, *, quiet: bool = False) -> Iterator[ProgressBars]:
+    """A :class:`ProgressBars` on stderr whose bars are closed on the way out (also on errors)."""
+    bars = ProgressBars(label, quiet=quiet)
+    try:
+        yield bars
+    finally:
+        bars.close()
+
+
+class ReportBars(ProgressBars):
+    """The :class:`headlens.reports.runs.report.build.ReportProgress` protocol on top of the same bars:
+    ``message(text)`` per stage event, ``step(label, sub, done, total)`` per pass."""
+
+    def message(self, text: str) -> None:
+        self.write(text)
+
+    def step(self, label: str, sub: str, done: int, total: int) -> None:
+        self.update(f"{label}: {sub}", done, total)

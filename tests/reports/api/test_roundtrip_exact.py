@@ -1,0 +1,83 @@
+"""``result.save(d); headlens.load(d)`` gives back the same tables, value for value and dtype for
+dtype, for every study's Result on the demo model (issue 28 item 8: CSVs were written with
+``%.6g``, 4.7e-6 off; ``dla`` had float layer/head columns; a head name "1.0" came back a float)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+import pytest
+
+import headlens
+from headlens.analyses.demo import MODEL_DIR
+from headlens.reports.api.result import read_csv_table
+from headlens.reports.render.tables import write_table
+
+pytestmark = pytest.mark.skipif(not (MODEL_DIR / "model.safetensors").is_file(), reason="the demo checkpoint is not shipped in this tree")
+
+#: Small runs: the round trip is under test, not the statistics.
+SMALL: dict[str, Any] = {"n_windows": 2, "window": 32}
+
+
+@pytest.fixture(scope="module")
+def demo():
+    return headlens.load_model("demo", device="cpu")
+
+
+def _studies(demo):
+    yield "census", lambda: headlens.census(demo, n_prompts=12, n_bootstrap=50)
+    yield "sinks", lambda: headlens.sinks(demo, n_prompts=12, skip=("content", "secondary", "value_norm", "removal", "windowed"))
+    yield "ablate", lambda: headlens.ablate(demo, n_bootstrap=20, **SMALL)
+    yield "prune", lambda: headlens.prune(demo, step=0.5, random_seeds=1, **SMALL)
+    yield (
+        "patch",
+        lambda: headlens.patch(demo, builtin="induction", n_pairs=6, n_resamples=20, receivers="1.0", attribution=True, dla=True),
+    )
+    yield "capture", lambda: headlens.capture(demo, prompts="The cat sat on the mat. The cat sat on the mat.", what=("q", "pattern"))
+    yield "kv", lambda: headlens.kv(demo)
+    yield "gqa", lambda: headlens.gqa(demo, **SMALL)
+    yield "verify", lambda: headlens.verify(demo)
+
+
+STUDIES = ["census", "sinks", "ablate", "prune", "patch", "capture", "kv", "gqa", "verify"]
+
+
+@pytest.mark.parametrize("name", STUDIES)
+def test_every_result_round_trips_exactly(demo, tmp_path, name):
+    make = dict(_studies(demo))[name]
+    result = make()
+    out = tmp_path / (f"{name}.csv" if name in ("ablate", "kv") else name)
+    result.save(out)
+    back = headlens.load(out)
+    assert set(back.tables) == set(result.tables)
+    for table, df in result.tables.items():
+        got = back.tables[table]
+        assert dict(got.dtypes) == dict(df.dtypes), (table, got.dtypes, df.dtypes)
+        assert got.equals(df), (table, got.compare(df) if got.shape == df.shape else got.shape)
+
+
+def test_dla_layer_and_head_are_integers_at_the_source(demo):
+    result = headlens.patch(demo, builtin="induction", n_pairs=4, n_resamples=10, dla=True)
+    dla = result.dla
+    assert dla is not None
+    for column in ("layer", "head"):
+        assert pd.api.types.is_integer_dtype(dla[column]), dla.dtypes
+
+
+def test_a_float_survives_the_csv_exactly_and_text_stays_text(tmp_path):
+    df = pd.DataFrame({"name": ["1.0", "1.10", ""], "value": [4.7e-6 + 1 / 3, 0.1 + 0.2, float("nan")], "n": [1, 2, 3]})
+    write_table(df, tmp_path / "t.csv")
+    back = read_csv_table(tmp_path / "t.csv")
+    assert back["value"].equals(df["value"]) and back["n"].equals(df["n"])
+    assert back["name"].tolist() == ["1.0", "1.10", ""]
+
+
+def test_a_report_read_back_keeps_the_ablation_table_exactly(demo, tmp_path):
+    """The quick report's zero ablation, read back from its folder, is the study's table value for value."""
+    skip = ("census", "evidence", "sinks", "ablation_mean", "pruning", "examples", "design")
+    headlens.report(demo, tmp_path / "r", quick=True, skip=skip)
+    read = headlens.load_report(tmp_path / "r").ablation_zero
+    fresh = headlens.ablate(demo, n_windows=2, window=32, n_bootstrap=200, attribution=False).table
+    assert read is not None and fresh is not None
+    assert read.equals(fresh), (read, fresh.dtypes)
