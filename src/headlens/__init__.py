@@ -42,23 +42,23 @@ from headlens.analyses.sinks.lengths import LengthsConfig
 from headlens.probes.config import CaptureConfig, ModelConfig
 from headlens.probes.errors import HeadlensError
 from headlens.probes.loading import LoadedModel
-from headlens.reports.attention_view import AttentionView, attention_view
-from headlens.reports.attention_view_plots import plot_heads, plot_pattern, plot_patterns
-from headlens.reports.report.build import build_report as report
-from headlens.reports.report.build import load_report
-from headlens.reports.studies.ablate import AblationResult, ablate
-from headlens.reports.studies.capture import CaptureResult, capture
-from headlens.reports.studies.census import CensusResult, census
-from headlens.reports.studies.circuit import CircuitResult, circuit
-from headlens.reports.studies.composition import CompositionResult, composition
-from headlens.reports.studies.design import GQAResult, KVResult, ProjectionsResult, gqa, kv, projections
-from headlens.reports.studies.models import load_model, models
-from headlens.reports.studies.patch import PatchingResult, patch
-from headlens.reports.studies.prune import PruneResult, prune
-from headlens.reports.studies.registry import load
-from headlens.reports.studies.result import Result
-from headlens.reports.studies.sinks import SinkLengthsResult, SinksResult, sinks
-from headlens.reports.studies.verify import VerifyConfig, VerifyResult, verify
+from headlens.reports.api.ablate import AblationResult, ablate
+from headlens.reports.api.attention_view import AttentionView, attention_view
+from headlens.reports.api.capture import CaptureResult, capture
+from headlens.reports.api.census import CensusResult, census
+from headlens.reports.api.circuit import CircuitResult, circuit
+from headlens.reports.api.composition import CompositionResult, composition
+from headlens.reports.api.design import GQAResult, KVResult, ProjectionsResult, gqa, kv, projections
+from headlens.reports.api.models import load_model, models
+from headlens.reports.api.patch import PatchingResult, patch
+from headlens.reports.api.prune import PruneResult, prune
+from headlens.reports.api.registry import load
+from headlens.reports.api.result import Result
+from headlens.reports.api.sinks import SinkLengthsResult, SinksResult, sinks
+from headlens.reports.api.verify import VerifyConfig, VerifyResult, verify
+from headlens.reports.render.attention_view_plots import plot_heads, plot_pattern, plot_patterns
+from headlens.reports.runs.report.build import build_report as report
+from headlens.reports.runs.report.build import load_report
 
 try:
     __version__ = metadata.version("headlens")
