@@ -32,6 +32,10 @@ class BlockInfo:
     job: str
     reads: dict[str, tuple[str, ...]]  # input ("q"|"k"|"v"|"mlp") -> residual direction labels read
     writes: tuple[str, ...]
+    #: Inputs whose values the block's RASP expression does not use, with the reason: a head whose selector's
+    #: predicate is constant (``Comparison.TRUE``/``FALSE``) selects the same keys whatever its queries and keys
+    #: hold, so its ``q`` and ``k`` inputs carry nothing (tracr still wires them: nonzero weights).
+    ignores: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(kw_only=True)
@@ -70,6 +74,18 @@ def _support(labels: list[str], matrix: np.ndarray, axis: int) -> tuple[str, ...
 
 def _op(selector: Any) -> str:
     return str(getattr(selector.predicate, "value", "custom predicate"))
+
+
+def _ignored_inputs(expr: Any) -> dict[str, str]:
+    """The head inputs ``expr``'s selector does not depend on (see :attr:`BlockInfo.ignores`)."""
+    from tracr.rasp import rasp
+
+    sel = getattr(expr, "selector", None)
+    if isinstance(expr, (rasp.Aggregate, rasp.SelectorWidth)) and isinstance(sel, rasp.Select):
+        if sel.predicate in (rasp.Comparison.TRUE, rasp.Comparison.FALSE):
+            why = f"selector predicate {sel.predicate.name} ignores its query and key values"
+            return {"q": why, "k": why}
+    return {}
 
 
 def _describe(expr: Any) -> str:
@@ -124,6 +140,7 @@ def compile_program(spec: ProgramSpec, *, mlp_exactness: int = 100) -> Compiled:
 
     # Which RASP expression each craft block computes (identity of the block objects).
     owner: dict[int, str] = {}
+    ignores: dict[int, dict[str, str]] = {}
     mlp_parts: list[tuple[str, frozenset[str]]] = []  # (job, output directions) of each RASP MLP
     for _, node in graph.nodes.items():
         block = node.get(nodes.MODEL_BLOCK)
@@ -133,8 +150,10 @@ def compile_program(spec: ProgramSpec, *, mlp_exactness: int = 100) -> Compiled:
         parts = block.blocks if isinstance(block, transformers.SeriesWithResiduals) else [block]
         for part in parts:
             owner[id(part)] = _describe(expr)
+            ignores[id(part)] = _ignored_inputs(expr)
             for sub in getattr(part, "sub_blocks", []):
                 owner[id(sub)] = _describe(expr)
+                ignores[id(sub)] = _ignored_inputs(expr)
             if isinstance(part, transformers.MLP):
                 mlp_parts.append((_describe(expr), frozenset(_label(d) for d in part.snd.output_space.basis)))
 
@@ -161,7 +180,7 @@ def compile_program(spec: ProgramSpec, *, mlp_exactness: int = 100) -> Compiled:
                 kind="head", layer=layer, head=h, labels=(job,), job=job,
                 reads={"q": _support(left, head.w_qk.matrix, axis=1), "k": _support(right, head.w_qk.matrix, axis=0),
                        "v": _support(ov_in, head.w_ov.matrix, axis=1)},
-                writes=_support(ov_out, head.w_ov.matrix, axis=0),
+                writes=_support(ov_out, head.w_ov.matrix, axis=0), ignores=ignores.get(id(head), {}),
             ))  # fmt: skip
     for b in blocks:
         unknown = [lab for lab in (*b.writes, *sum(b.reads.values(), ())) if lab not in index]

@@ -6,6 +6,18 @@ before layer ``l``'s MLP and everything after; an MLP before the next layers).  
 directions, so the sets are read off the craft blocks exactly (a weight row or column counts when it is
 nonzero).  Node names are those of :mod:`headlens.analyses.circuits.graph`: ``embed``, ``L.H``, ``mlpL``,
 ``logits``; inputs ``q``, ``k``, ``v``, ``mlp``, ``logits``.
+
+Every compiled edge is kept and labelled (:func:`mark_input_dependence`) ``input-dependent`` or
+``constant``.  An edge is constant when no input of the program's input space (every sequence of the full
+length) changes what flows along it into what the receiver computes, for one of two reasons read off the
+program: the sender's write on the shared directions is the same on every input (BOS, ``one``, position
+directions, and values computed from them only, such as the length of a full-length input), or the
+receiver's RASP expression ignores that input (a selector whose predicate is ``TRUE``/``FALSE`` selects the
+same keys whatever its queries and keys hold, so its ``q``/``k`` edges carry nothing although tracr wires
+them with nonzero weights).  No clean/corrupt patch from the input space can see a constant edge, so
+discovery under corrupted-input (resample) patching is scored against the input-dependent edges; the score
+against every compiled edge is the one comparable with ACDC's tracr table (its reference circuits are the
+zero-ablation ones, which keep the constant edges).
 """
 
 from __future__ import annotations
@@ -36,6 +48,7 @@ def ground_truth(compiled: Compiled) -> dict[str, Any]:
     )
     senders: list[tuple[str, str, int, set[str]]] = [("embed", "embed", -1, set(embed_writes))]
     receivers: list[tuple[str, str, str, int, set[str]]] = []
+    ignored: dict[tuple[str, str], str] = {}
     components: list[dict[str, Any]] = [
         {"node": "embed", "kind": "embed", "job": "token and position one-hot directions", "writes": embed_writes}
     ]
@@ -44,8 +57,10 @@ def ground_truth(compiled: Compiled) -> dict[str, Any]:
         senders.append((name, b.kind, b.layer, set(b.writes)))
         for inp, dirs in b.reads.items():
             receivers.append((name, b.kind, inp, b.layer, set(dirs)))
+        ignored.update({(name, inp): why for inp, why in b.ignores.items()})
         components.append({"node": name, "kind": b.kind, "layer": b.layer, "head": b.head, "job": b.job, "rasp": list(b.labels),
-                           "reads": {k: list(v) for k, v in b.reads.items()}, "writes": list(b.writes)})  # fmt: skip
+                           "reads": {k: list(v) for k, v in b.reads.items()}, "writes": list(b.writes),
+                           "ignores": dict(b.ignores)})  # fmt: skip
     out_dirs = {c.residual[i] for i in c.output_dims}
     receivers.append(("logits", "logits", "logits", c.n_layers, out_dirs))
     edges = []
@@ -53,7 +68,10 @@ def ground_truth(compiled: Compiled) -> dict[str, Any]:
         r_at = _order(r_kind, r_layer)
         for s_name, s_kind, s_layer, writes in senders:
             if _order(s_kind, s_layer) < r_at and writes & reads:
-                edges.append({"sender": s_name, "receiver": r_name, "input": inp, "via": sorted(writes & reads)})
+                edge = {"sender": s_name, "receiver": r_name, "input": inp, "via": sorted(writes & reads)}
+                if (r_name, inp) in ignored:
+                    edge["receiver_ignores"] = ignored[(r_name, inp)]
+                edges.append(edge)
     used = {b_name for b_name in (f"{b.layer}.{b.head}" if b.kind == "head" else f"mlp{b.layer}" for b in c.blocks)}
     return {
         "program": c.spec.describe(),
@@ -111,16 +129,29 @@ def sender_writes(folder: str, inputs: list[list[str]]) -> dict[str, np.ndarray]
 
 
 def mark_input_dependence(truth: dict[str, Any], writes: dict[str, np.ndarray], residual: list[str], *, tol: float = VARY_TOL) -> None:
-    """Add ``varies`` to each edge: whether the sender's write into a shared direction changes between inputs
-    at some position (an edge whose signal is the same on every input -- BOS, ``one``, the position
-    directions -- carries nothing any clean/corrupt patch can see).  ``edges_varying`` counts them."""
+    """Label each edge ``input-dependent`` or ``constant`` (``signal``; ``varies`` the same as a bool; ``why``
+    for a constant edge; see the module doc).  ``sender_varies``: whether the sender's write into a shared
+    direction differs by more than ``tol`` between two inputs of ``writes`` at some position.
+    ``edges_varying`` counts the input-dependent edges."""
     index = {lab: i for i, lab in enumerate(residual)}
     for e in truth["edges"]:
         w = writes[e["sender"]][:, :, [index[d] for d in e["via"]]]
-        e["varies"] = bool((w.max(axis=0) - w.min(axis=0)).max() > tol)
+        e["sender_varies"] = bool((w.max(axis=0) - w.min(axis=0)).max() > tol)
+        e["varies"] = e["sender_varies"] and "receiver_ignores" not in e
+        e["signal"] = "input-dependent" if e["varies"] else "constant"
+        if not e["sender_varies"]:
+            e["why"] = f"{e['sender']} writes the same on {', '.join(e['via'][:3])}{' ...' if len(e['via']) > 3 else ''} on every input"
+        elif not e["varies"]:
+            e["why"] = e["receiver_ignores"]
+        else:
+            e.pop("why", None)
     truth["edges_varying"] = sum(e["varies"] for e in truth["edges"])
+    truth["signal_rule"] = (
+        "input-dependent: the sender's write on the shared directions differs between two full-length inputs "
+        f"(by more than {tol}) and the receiver's RASP expression uses that input (a TRUE/FALSE selector ignores q and k)"
+    )
 
 
 def varying_edges(truth: dict[str, Any]) -> set[tuple[str, str, str]]:
-    """The true edges whose signal changes between inputs of the program's full length."""
+    """The input-dependent true edges (``signal`` of :func:`mark_input_dependence`): those a clean/corrupt patch can see."""
     return {(e["sender"], e["receiver"], e["input"]) for e in truth["edges"] if e.get("varies")}

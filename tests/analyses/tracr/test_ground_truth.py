@@ -1,0 +1,79 @@
+"""The ground truth's edge labels: every compiled edge kept, each input-dependent or constant, with the reason.
+
+A constant edge is one no input of the program's input space changes: its sender writes the same on every
+input, or its receiver's RASP expression ignores it (a TRUE selector's q and k).  On tracr's reverse the
+input-dependent edges are exactly the two of Miller et al.'s resample-ablation circuit that auto-circuit
+ships (``Resid Start->A3.0.V``, ``A3.0->Resid End``), and the length head's pattern is the same on every input
+(checked on the checkpoint with plain transformers, apart from headlens' patching).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from headlens.analyses.tracr.ground_truth import mark_input_dependence, varying_edges
+
+
+def _truth() -> dict:
+    return {"edges": [
+        {"sender": "embed", "receiver": "0.0", "input": "q", "via": ["tokens:a"], "receiver_ignores": "selector predicate TRUE ..."},
+        {"sender": "embed", "receiver": "0.0", "input": "v", "via": ["bos"]},
+        {"sender": "0.0", "receiver": "logits", "input": "logits", "via": ["out"]},
+    ]}  # fmt: skip
+
+
+def test_labels_apply_both_reasons():
+    residual = ["tokens:a", "bos", "out"]
+    writes = {"embed": np.zeros((2, 3, 3)), "0.0": np.zeros((2, 3, 3))}
+    writes["embed"][1, :, 0] = 1.0  # tokens:a differs between the two inputs
+    writes["0.0"][0, 2, 2] = 0.5  # the head's output differs at the last position
+    truth = _truth()
+    mark_input_dependence(truth, writes, residual)
+    q, v, out = truth["edges"]
+    assert (q["sender_varies"], q["signal"], q["why"]) == (True, "constant", "selector predicate TRUE ...")
+    assert (v["sender_varies"], v["signal"]) == (False, "constant") and "same on bos on every input" in v["why"]
+    assert (out["signal"], "why" in out) == ("input-dependent", False)
+    assert varying_edges(truth) == {("0.0", "logits", "logits")} and truth["edges_varying"] == 1
+    # Below the tolerance a difference does not count.
+    writes["0.0"][0, 2, 2] = 1e-4
+    mark_input_dependence(truth, writes, residual)
+    assert truth["edges_varying"] == 0
+
+
+@pytest.mark.slow
+def test_reverse_input_dependent_edges_are_the_resample_circuit(tmp_path_factory):
+    pytest.importorskip("tracr", reason="tracr-pypi is not installed (pip install 'headlens[circuits-bench]')")
+    import itertools
+
+    import torch
+    from transformers import GPT2LMHeadModel
+
+    from headlens.analyses.tracr.build import build_tracr_model
+    from headlens.analyses.tracr.ground_truth import true_edges
+    from headlens.analyses.tracr.programs import PROGRAMS
+    from headlens.analyses.tracr.scoring import score_methods, tracr_task
+    from headlens.probes.loading import load_model
+
+    built = build_tracr_model("reverse", tmp_path_factory.mktemp("tracr") / "reverse")
+    truth = built.truth
+    assert varying_edges(truth) == {("embed", "3.0", "v"), ("3.0", "logits", "logits")}
+    assert len(true_edges(truth)) == 13  # every compiled edge kept
+    by_key = {(e["sender"], e["receiver"], e["input"]): e for e in truth["edges"]}
+    for inp in ("q", "k"):  # the tokens vary, but the length selector is TRUE
+        e = by_key[("embed", "0.0", inp)]
+        assert e["sender_varies"] and e["signal"] == "constant" and "TRUE" in e["why"]
+    assert by_key[("mlp0", "mlp1", "mlp")]["signal"] == "constant"  # the length of a full-length input
+    # Independently of the labels: head 0.0's pattern is the same on every full-length input.
+    hf = GPT2LMHeadModel.from_pretrained(built.folder, attn_implementation="eager").eval()
+    bos = hf.config.bos_token_id
+    vocab = __import__("json").loads((built.folder / "tokenizer.json").read_text())["model"]["vocab"]
+    ids = torch.tensor([[bos, *(vocab[w] for w in x)] for x in itertools.product("abc", repeat=5)])
+    with torch.no_grad():
+        pattern = hf(ids, output_attentions=True).attentions[0][:, 0]
+    assert float((pattern - pattern[0]).abs().max()) < 1e-6
+    # Exact patching ranks the two input-dependent edges above every false edge.
+    spec = PROGRAMS["reverse"]
+    model = load_model(model=str(built.folder), device="cpu", dtype="float32")
+    row = score_methods(model, truth, tracr_task(model, spec, spec.build(), numerical=False, n_pairs=8), methods=("exact",)).iloc[0]
+    assert row["auc_varying"] == 1.0 and row["auc_varying_low"] == 1.0
