@@ -6,6 +6,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from headlens.probes.settings import setting
+
 __all__ = ["ModelConfig", "CaptureConfig", "CAPTURABLE", "to_dict"]
 
 #: Short names accepted by ``--what`` and the hook each one reads.
@@ -36,14 +38,35 @@ class ModelConfig:
     accelerate (:mod:`headlens.probes.placement`); ``offload_folder`` holds disk-offloaded weights.
     """
 
-    model: str
-    device: str = "auto"
-    dtype: str = "float32"
-    revision: str | None = None
-    allow_new_weights: bool = False
-    device_map: Any = None
-    max_memory: Any = None
-    offload_folder: str | None = None
+    model: str = setting(
+        help="Hugging Face id (gpt2, EleutherAI/pythia-70m), a local checkpoint folder, or a named model: demo (the "
+        "small GPT-2 shipped with headlens), minilm ('headlens models' lists them)."
+    )
+    device: str = setting("auto", help="auto (CUDA, then MPS, then CPU), cpu, cuda, cuda:N or mps.")
+    dtype: str = setting(
+        "float32",
+        help="Weights and activations dtype; bfloat16/float16 on the CPU where this torch runs them.",
+        choices=("float32", "bfloat16", "float16"),
+    )
+    revision: str | None = setting(None, help="Hub revision (branch, tag or commit) of the model.")
+    allow_new_weights: bool = setting(
+        False,
+        help="Load the model even when weights of the network body are missing from the checkpoint (they are randomly "
+        "initialised and listed in the manifest); without it that fails with exit 3. A missing output head is always "
+        "allowed, with a warning.",
+    )
+    device_map: Any = setting(
+        None,
+        help="Place a model larger than one device with accelerate: auto, balanced, sequential, or a JSON file mapping module names to "
+        "devices (0, cuda:1, cpu, disk); replaces --device. Offloaded layers (cpu, disk) give the same numbers, slower.",
+        metavar="auto|balanced|FILE",
+    )
+    max_memory: Any = setting(
+        None,
+        help="With --device-map: the most memory accelerate may use per device, e.g. 0=20GiB,cpu=60GiB (GPU index, cpu, mps).",
+        metavar="DEVICE=SIZE,...",
+    )
+    offload_folder: str | None = setting(None, help="Folder for weights offloaded to disk by --device-map.", cli=False)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,29 +1,131 @@
 """What every study call shares: its config from ``config`` and keyword arguments, the model from a
-name or a loaded model, and the command recorded in the manifest."""
+name or a loaded model, and the command recorded in the manifest.
+
+A study's signature lists its settings as keyword parameters whose names, types and defaults are its
+config dataclass's fields (plus the loading keywords, :class:`~headlens.probes.config.ModelConfig`'s
+fields) and :func:`study` checks and completes a call of it (``tests/meta/test_settings_once.py``
+compares the signature with the fields)::
+
+    @study("census", CensusConfig)
+    def census(model, config=None, /, *, n_prompts: int = 100, ..., device: str = "auto", ...,
+               progress: Progress | None = None, command: list[str] | None = None) -> CensusResult:
+        config = config_of(CensusConfig, locals())
+        load = loading_of(locals())
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import inspect
 import logging
 import numbers
 import os
 import types
 import typing
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar, Union
 
 from headlens.probes.config import ModelConfig
 from headlens.probes.errors import InputError
 from headlens.probes.head_lists import as_heads
 from headlens.probes.loading import LoadedModel
+from headlens.probes.settings import settings_of
 
 log = logging.getLogger(__name__)
 
-__all__ = ["study_config", "loading_settings", "python_command", "coerce_setting", "LOAD_FIELDS"]
+__all__ = [
+    "study",
+    "config_of",
+    "loading_of",
+    "study_config",
+    "loading_settings",
+    "python_command",
+    "coerce_setting",
+    "LOAD_FIELDS",
+    "UNRECORDED",
+]
 
 C = TypeVar("C")
+F = TypeVar("F", bound=Callable[..., Any])
 
 #: Keyword arguments of a study that load the model when it is given by name (ModelConfig's fields).
 LOAD_FIELDS = tuple(f for f in ModelConfig.__dataclass_fields__ if f != "model")
+_LOAD_DEFAULTS = {info.name: info.default for info in settings_of(ModelConfig) if info.name != "model"}
+
+#: Keywords of a study that the manifest's Python command does not record (callables, the command itself).
+UNRECORDED = ("progress", "command")
+
+
+def study(verb: str, config: type | None = None) -> Callable[[F], F]:
+    """Check and complete each call of a study function ``fn(model, config=None, /, *, settings...)``.
+
+    The wrapped function keeps its signature (editors complete it, ``help()`` shows the defaults);
+    on each call:
+
+    * a keyword that is not a parameter is a one-line :class:`InputError` naming it (``census:
+      unknown keyword n_promts=; choose from ...``), and a ``config`` that is not a ``config``
+      instance is one too;
+    * loading keywords (``device=``, ``dtype=``, ...: :data:`LOAD_FIELDS`) with a loaded model are refused;
+    * each given setting of ``config`` is coerced to its field's type (:func:`coerce_setting`: a
+      comma-separated str for a tuple, ``"5.1,5.5"`` for heads);
+    * with a ``config`` given positionally, every setting not given by keyword takes its value
+      from it (keywords override the config), so the body sees the call's settings in its parameters
+      and builds its config with :func:`config_of`;
+    * ``command`` (when the function has one and it is None) becomes the Python call as the
+      manifest records it (:func:`python_command`: the keywords given, less :data:`UNRECORDED`).
+    """
+
+    def decorate(fn: F) -> F:
+        params = inspect.signature(fn).parameters
+        keywords = [n for n, p in params.items() if p.kind is inspect.Parameter.KEYWORD_ONLY]
+        fields = {info.name: info for info in settings_of(config)} if config is not None else {}
+        missing = [n for n in fields if n not in keywords]
+        if missing:  # a study whose signature lacks a setting of its config (the meta test says the same)
+            raise TypeError(f"{fn.__name__}: no keyword parameter for {config.__name__}.{', '.join(missing)}")  # type: ignore[union-attr]
+
+        @functools.wraps(fn)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            unknown = [k for k in kwargs if k not in keywords]
+            if unknown:
+                raise InputError(
+                    f"{_at(verb)}unknown keyword {', '.join(f'{k}=' for k in unknown)}; choose from {', '.join(keywords)}",
+                    keywords=unknown,
+                )
+            model = args[0] if args else None
+            given_config = args[1] if len(args) > 1 else None
+            if given_config is not None and config is not None and not isinstance(given_config, config):
+                raise InputError(f"{_at(verb)}config must be a {config.__name__}, got {type(given_config).__name__}")
+            load = [k for k in kwargs if k in LOAD_FIELDS]
+            if load and isinstance(model, LoadedModel):
+                raise InputError(
+                    f"{', '.join(f'{k}=' for k in load)}: loading settings apply to a model given by name, not to a loaded model"
+                )
+            recorded = {k: v for k, v in kwargs.items() if k not in UNRECORDED}
+            for name, value in list(kwargs.items()):
+                if name in fields:
+                    kwargs[name] = coerce_setting(verb, name, fields[name].type, value)
+            if given_config is not None:
+                for name in fields:
+                    kwargs.setdefault(name, getattr(given_config, name))
+            if "command" in keywords and kwargs.get("command") is None and isinstance(model, (str, LoadedModel)):
+                kwargs["command"] = python_command(verb, model, recorded)
+            return fn(*args, **kwargs)
+
+        return call  # type: ignore[return-value]  # functools.wraps keeps fn's signature
+
+    return decorate
+
+
+def config_of(cls: type[C], values: Mapping[str, Any], **extra: Any) -> C:
+    """``cls`` built from the fields of ``cls`` found in ``values`` (a study's ``locals()``), plus ``extra``."""
+    names = [info.name for info in settings_of(cls)]
+    return cls(**{**{n: values[n] for n in names if n in values}, **extra})
+
+
+def loading_of(values: Mapping[str, Any]) -> dict[str, Any]:
+    """The loading keywords in ``values`` (a study's ``locals()``) that differ from ModelConfig's defaults."""
+    return {k: values[k] for k in LOAD_FIELDS if k in values and values[k] != _LOAD_DEFAULTS[k]}
 
 
 def loading_settings(model: LoadedModel | str, kwargs: dict[str, Any]) -> dict[str, Any]:

@@ -11,7 +11,9 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from headlens.probes.config import ModelConfig
 from headlens.probes.errors import HeadlensError, ModelLoadError
+from headlens.probes.settings import settings_of
 
 if TYPE_CHECKING:
     from headlens.probes.loading import LoadedModel
@@ -198,50 +200,32 @@ def command_line() -> list[str]:
 
 def model_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """``--model`` (required), ``--device``, ``--dtype``, ``--revision``, ``--allow-new-weights``,
-    ``--device-map``, ``--max-memory`` (checked before anything loads; they reach the command's
-    loads through :func:`headlens.probes.placement.command_placement`)."""
+    ``--device-map``, ``--max-memory``: :class:`~headlens.probes.config.ModelConfig`'s settings
+    (help, defaults and choices from its fields), checked before anything loads; they reach the
+    command's loads through :func:`headlens.probes.placement.command_placement`."""
+    infos = {info.name: info for info in settings_of(ModelConfig)}
+
+    def option(name: str, *decls: str, **kwargs: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        info = infos[name]
+        extra: dict[str, Any] = {"help": info.help}
+        if info.metavar:
+            extra["metavar"] = info.metavar
+        if info.choices is not None:
+            extra["type"] = click.Choice(list(info.choices))
+        if isinstance(info.default, bool):
+            extra["is_flag"] = True
+        elif info.required:
+            pass
+        elif info.default is not None:
+            extra.update(default=info.default, show_default=True)
+        else:
+            extra["default"] = None
+        return click.option(*(decls or ("--" + name.replace("_", "-"),)), name, **{**extra, **kwargs})
+
     fn = _with_placement(fn)
-    fn = click.option(
-        "--max-memory",
-        default=None,
-        metavar="DEVICE=SIZE,...",
-        help="With --device-map: the most memory accelerate may use per device, e.g. 0=20GiB,cpu=60GiB (GPU index, cpu, mps).",
-    )(fn)
-    fn = click.option(
-        "--device-map",
-        default=None,
-        metavar="auto|balanced|FILE",
-        help="Place a model larger than one device with accelerate: auto, balanced, sequential, or a JSON file mapping module names to "
-        "devices (0, cuda:1, cpu, disk); replaces --device. Offloaded layers (cpu, disk) give the same numbers, slower.",
-    )(fn)
-    fn = click.option(
-        "--allow-new-weights",
-        is_flag=True,
-        help="Load the model even when weights of the network body are missing from the checkpoint (they are randomly "
-        "initialised and listed in the manifest); without it that fails with exit 3. A missing output head is always "
-        "allowed, with a warning.",
-    )(fn)
-    fn = click.option("--revision", default=None, help="Hub revision (branch, tag or commit) of the model.")(fn)
-    fn = click.option(
-        "--dtype",
-        type=click.Choice(["float32", "bfloat16", "float16"]),
-        default="float32",
-        show_default=True,
-        help="Weights and activations dtype; bfloat16/float16 on the CPU where this torch runs them.",
-    )(fn)
-    fn = click.option("--device", default="auto", show_default=True, help="auto (CUDA, then MPS, then CPU), cpu, cuda, cuda:N or mps.")(fn)
-    fn = click.option(
-        "--model",
-        "-m",
-        "model",
-        required=True,
-        callback=check_model_names,
-        help=(
-            "Hugging Face id (gpt2, EleutherAI/pythia-70m), a local checkpoint folder, or a named model: demo (the "
-            "small GPT-2 shipped with headlens), minilm ('headlens models' lists them)."
-        ),
-    )(fn)
-    return fn
+    for name in ("max_memory", "device_map", "allow_new_weights", "revision", "dtype", "device"):
+        fn = option(name)(fn)
+    return option("model", "--model", "-m", required=True, callback=check_model_names)(fn)
 
 
 def _with_placement(fn: Callable[..., Any]) -> Callable[..., Any]:
