@@ -6,7 +6,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from headlens.probes.settings import setting
+from headlens.probes.settings import check_range, setting
 
 __all__ = ["ModelConfig", "CaptureConfig", "CAPTURABLE", "to_dict"]
 
@@ -86,13 +86,28 @@ class CaptureConfig:
     to ``q``/``k`` in families without one.
     """
 
-    what: tuple[str, ...] = ("q", "k", "v", "pattern")
-    layers: tuple[int, ...] | None = None
-    heads: tuple[tuple[int, int], ...] | None = None
-    prepend_bos: bool = True
-    batch_size: int = 8
-    truncate: bool = False
-    kv_per_query_head: bool = False
+    what: tuple[str, ...] = setting(
+        ("q", "k", "v", "pattern"),
+        help="Any of q,k,v,rot_q,rot_k,pattern,attn_scores,z. q,k are before the rotary embedding; rot_q,rot_k are what enters q.k.",
+    )
+    layers: tuple[int, ...] | None = setting(None, help="Comma-separated layers, e.g. 0,3 (default: all).")
+    heads: tuple[tuple[int, int], ...] | None = setting(None, help="Comma-separated heads as LAYER.HEAD, e.g. 5.1,5.5 (default: all).")
+    prepend_bos: bool = setting(
+        True,
+        help="Do not prepend BOS (TransformerLens prepends it; Hugging Face and most papers do not). On encoders (BERT): "
+        "no [CLS]/[SEP] around the text.",
+        flag="--no-bos",
+    )
+    batch_size: int = setting(8, help="Prompts per forward pass.", minimum=1)
+    truncate: bool = setting(False, help="Cut prompts longer than the context instead of failing.")
+    kv_per_query_head: bool = setting(
+        False,
+        help="Under grouped-query attention, store k/v/rot_k once per chosen query head (its KV head repeated) "
+        "instead of once per KV head.",
+    )
+
+    def __post_init__(self) -> None:
+        check_range(self, "batch_size")
 
 
 def to_dict(config: Any) -> dict[str, Any]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,8 +26,9 @@ from headlens.probes.errors import InputError
 from headlens.probes.loading import LoadedModel
 from headlens.probes.manifest import build_manifest
 from headlens.probes.outputs import atomic_write, write_json
+from headlens.probes.progress import Progress, stage_step
 from headlens.probes.prompts import TokenBatch
-from headlens.reports.api.common import loading_settings, python_command, study_config
+from headlens.reports.api.common import config_of, loading_of, study
 from headlens.reports.api.models import as_loaded
 from headlens.reports.api.result import Result, read_manifest
 from headlens.reports.api.verify import check_prompts
@@ -110,39 +111,48 @@ class CaptureResult(Result):
         return cls(tables=cls.read_tables(p), manifest=read_manifest(p), tensors=load_activations(p / ACTIVATIONS_FILE), tokens=tokens)
 
 
+@study("capture", CaptureConfig)
 def capture(
     model: LoadedModel | str,
     config: CaptureConfig | None = None,
     /,
     *,
     prompts: str | Sequence[str] | TokenBatch,
+    what: tuple[str, ...] = ("q", "k", "v", "pattern"),
+    layers: tuple[int, ...] | None = None,
+    heads: tuple[tuple[int, int], ...] | None = None,
+    prepend_bos: bool = True,
+    batch_size: int = 8,
+    truncate: bool = False,
+    kv_per_query_head: bool = False,
+    device: str = "auto",
+    dtype: str = "float32",
+    revision: str | None = None,
+    allow_new_weights: bool = False,
+    device_map: Any = None,
+    max_memory: Any = None,
+    offload_folder: str | None = None,
     seed: int = 0,
     verify: bool = False,
     tolerance: float | None = None,
-    progress: Callable[[int, int], None] | None = None,
+    progress: Progress | None = None,
     command: list[str] | None = None,
-    **kwargs: Any,
 ) -> CaptureResult:
-    """Capture what ``config`` asks for (``what=("q", "k", "v", "pattern")``, ``layers=``, ``heads=``,
-    ``prepend_bos=`` ...: :class:`~headlens.probes.config.CaptureConfig`'s fields as keywords) on
-    ``prompts`` (one text, several, or a tokenized ``TokenBatch``): a :class:`CaptureResult`.  ``verify=True`` also checks the
+    """Capture ``what`` (hook names' short forms: q, k, v, rot_q, rot_k, pattern, attn_scores, z) of
+    ``layers`` and ``heads`` (default all) on ``prompts`` (one text, several, or a tokenized
+    ``TokenBatch``): a :class:`CaptureResult`.  The settings are
+    :class:`~headlens.probes.config.CaptureConfig`'s fields (or ``config``, keywords overriding it);
+    ``device=``, ``dtype=`` ... load a model given by name.  ``verify=True`` also checks the
     model's attention on the same prompts (``result.verify``; ``tolerance``).  ``seed`` seeds torch
-    and is recorded in the manifest; ``progress(done, total)`` is called after each batch."""
-    call = {"prompts": prompts, **kwargs}
-    load = loading_settings(model, kwargs)
-    config = study_config("capture", CaptureConfig, config, kwargs)
+    and is recorded in the manifest; ``progress("capture", done, total)`` is called after each batch."""
+    config = config_of(CaptureConfig, locals())
+    load = loading_of(locals())
     texts = prompts if isinstance(prompts, TokenBatch) else list(check_prompts(prompts))
     if verify and isinstance(texts, TokenBatch):
         raise InputError("verify=True needs the prompts as texts, not a TokenBatch", prompts=None)
     loaded = as_loaded(model, load, seed=seed)
-    cap = run_capture(loaded, texts, config, progress=progress)
-    manifest = build_manifest(
-        model=loaded,
-        command=command or python_command("capture", model, call),
-        seed=seed,
-        prepend_bos=config.prepend_bos,
-        configs={"capture": config},
-    )
+    cap = run_capture(loaded, texts, config, progress=stage_step(progress, "capture"))
+    manifest = build_manifest(model=loaded, command=command, seed=seed, prepend_bos=config.prepend_bos, configs={"capture": config})
     manifest["capture"] = capture_entry(cap)
     tensors = {**cap.tensors, "lengths": cap.batch.lengths}
     tables = {}

@@ -6,10 +6,12 @@ from pathlib import Path
 
 import click
 
+from headlens.analyses.heads.verify_config import DEFAULT_VERIFY_PROMPTS, VerifyConfig
 from headlens.probes.config import CaptureConfig
 from headlens.probes.errors import CheckFailed, InputError
 from headlens.probes.outputs import check_out_dir, normal_modes
-from headlens.reports.cli.common import HEADS, command_line, model_options, parse_csv, parse_layers
+from headlens.reports.cli.common import command_line, model_options
+from headlens.reports.cli.options import config_from, config_options
 from headlens.reports.cli.shared import load
 from headlens.reports.render.progress import progress_bars
 
@@ -34,53 +36,12 @@ def _prompts(text: str | None, prompts_file: str | None, *, default: str | tuple
 @model_options
 @click.option("--text", "-t", default=None, help="One prompt.")
 @click.option("--prompts", "prompts_file", default=None, help="Prompt file: one prompt a line, or JSONL with a 'text' field (.jsonl).")
-@click.option("--layers", callback=parse_layers, default=None, help="Comma-separated layers, e.g. 0,3 (default: all).")
-@click.option("--heads", type=HEADS, default=None, help="Comma-separated heads as LAYER.HEAD, e.g. 5.1,5.5 (default: all).")
-@click.option(
-    "--what",
-    default="q,k,v,pattern",
-    show_default=True,
-    help="Any of q,k,v,rot_q,rot_k,pattern,attn_scores,z. q,k are before the rotary embedding; rot_q,rot_k are what enters q.k.",
-)
-@click.option(
-    "--kv-per-query-head",
-    is_flag=True,
-    help="Under grouped-query attention, store k/v/rot_k once per chosen query head (its KV head repeated) instead of once per KV head.",
-)
-@click.option(
-    "--no-bos",
-    is_flag=True,
-    help=(
-        "Do not prepend BOS (TransformerLens prepends it; Hugging Face and most papers do not). On encoders (BERT): "
-        "no [CLS]/[SEP] around the text."
-    ),
-)
-@click.option("--batch-size", default=8, show_default=True, type=click.IntRange(min=1))
-@click.option("--truncate", is_flag=True, help="Cut prompts longer than the context instead of failing.")
+@config_options(CaptureConfig, ("layers", "heads", "what", "kv_per_query_head", "prepend_bos", "batch_size", "truncate"))
 @click.option("--seed", default=0, show_default=True, type=int, help="Torch seed (recorded in the manifest).")
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Output folder.")
 @click.option("--overwrite", is_flag=True, help="Replace files in a non-empty output folder.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress lines.")
-def capture_cmd(
-    model,
-    device,
-    dtype,
-    revision,
-    allow_new_weights,
-    text,
-    prompts_file,
-    layers,
-    heads,
-    what,
-    kv_per_query_head,
-    no_bos,
-    batch_size,
-    truncate,
-    seed,
-    out_dir,
-    overwrite,
-    quiet,
-):
+def capture_cmd(model, device, dtype, revision, allow_new_weights, text, prompts_file, seed, out_dir, overwrite, quiet, **settings):
     """Capture per-head Q, K, V and attention patterns into OUT/activations.safetensors.
 
     Writes OUT/activations.safetensors (keys are TransformerLens hook names, plus
@@ -91,15 +52,7 @@ def capture_cmd(
 
     out = check_out_dir(out_dir, overwrite=overwrite)
     texts = _prompts(text, prompts_file)
-    config = CaptureConfig(
-        what=tuple(parse_csv(what) or ()),
-        layers=layers,
-        heads=heads,
-        prepend_bos=not no_bos,
-        batch_size=batch_size,
-        truncate=truncate,
-        kv_per_query_head=kv_per_query_head,
-    )
+    config = config_from(CaptureConfig, settings)
     loaded = load(model, device, dtype, revision, allow_new_weights, seed=seed)
     with progress_bars("capture", quiet=quiet) as progress:
         result = capture(loaded, config, prompts=texts, seed=seed, progress=progress, command=command_line())
@@ -150,14 +103,8 @@ def describe_kv(cap) -> list[str]:
     "--text", "-t", default=None, help="Text to check on (default: two built-in prompts of different lengths, so padding is checked too)."
 )
 @click.option("--prompts", "prompts_file", default=None, help="Prompt file, as for capture.")
-@click.option("--no-bos", is_flag=True, help="Do not prepend BOS (encoders: no [CLS]/[SEP]).")
-@click.option(
-    "--tolerance",
-    type=click.FloatRange(min=0, min_open=True),
-    default=None,
-    help="Largest absolute error accepted (default 1e-4 in float32, 3e-2 bfloat16, 5e-3 float16).",
-)
-def verify_cmd(model, device, dtype, revision, allow_new_weights, text, prompts_file, no_bos, tolerance):
+@config_options(VerifyConfig)
+def verify_cmd(model, device, dtype, revision, allow_new_weights, text, prompts_file, prepend_bos, tolerance):
     """Check captured patterns against the family's own attention redone from rotated q and k, and z against pattern @ V.
 
     The recomputation applies what each layer does (rotary embedding, KV heads shared
@@ -167,15 +114,15 @@ def verify_cmd(model, device, dtype, revision, allow_new_weights, text, prompts_
     on a masked key (padding included), or when a pattern row does not sum to 1; exits 2
     for a family whose attention headlens cannot redo.
     """
-    from headlens.reports.api.verify import DEFAULT_VERIFY_PROMPTS, verify
+    from headlens.reports.api.verify import verify
 
     texts = _prompts(text, prompts_file, default=DEFAULT_VERIFY_PROMPTS)
     loaded = load(model, device, dtype, revision, allow_new_weights)
-    result = verify(loaded, prompts=texts, prepend_bos=not no_bos, tolerance=tolerance, command=command_line())
+    result = verify(loaded, prompts=tuple(texts), prepend_bos=prepend_bos, tolerance=tolerance, command=command_line())
     table = result.table
     attention = ", bidirectional attention" if loaded.is_encoder else ""
     click.echo(
-        f"model {model} on {loaded.device} in {str(loaded.dtype).removeprefix('torch.')}, {framing_note(loaded, not no_bos)}{attention}"
+        f"model {model} on {loaded.device} in {str(loaded.dtype).removeprefix('torch.')}, {framing_note(loaded, prepend_bos)}{attention}"
     )
     click.echo(table.to_string(index=False, float_format=lambda x: f"{x:.2e}"))
     bad = table[~table["ok"]]

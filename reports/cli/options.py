@@ -58,7 +58,7 @@ class CommaList(click.ParamType):
         self.minimum = minimum
         self.maximum = maximum
         self.choices = tuple(choices) if choices is not None else None
-        self.name = {int: "N,...", float: "X,..."}.get(item, "A,...")
+        self.name = {int: "N,...", float: "X,..."}.get(item, "NAME,...")
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> tuple[Any, ...] | None:
         if value is None or isinstance(value, tuple):
