@@ -6,7 +6,7 @@ explicitly, so an IDE and a type checker see their real types.
 
 from __future__ import annotations
 
-from headlens.analyses.heads.census import CensusConfig, CensusResult, run_census
+from headlens.analyses.heads.census import CensusConfig, CensusRun, run_census
 from headlens.analyses.heads.classify import classify_heads, default_thresholds, parse_thresholds
 from headlens.analyses.heads.detectors import get_detectors, registry
 from headlens.analyses.heads.verify import verify_attention
@@ -15,7 +15,7 @@ from headlens.analyses.synthetic.selftest import run_selftest
 
 __all__ = [
     "CensusConfig",
-    "CensusResult",
+    "CensusRun",
     "run_census",
     "classify_heads",
     "parse_thresholds",

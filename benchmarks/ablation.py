@@ -14,7 +14,7 @@ its own):
                to the logits over the same windows and masks
   bridge       the bridge's own forward over the windows, no head ablated (beside, not the floor)
   naive        the table the naive way: for each of the 144 heads, one full forward with the head ablated
-  exact        headlens' exact table (analyses.ablation.ablation_study without attribution):
+  exact        headlens' exact table (analyses.ablation.run_ablation without attribution):
                baseline pass storing each layer's residual, then every head's ablation runs
                only blocks L..11, several heads of a layer per forward (one per batch copy)
   attribution  the first-order estimate for all heads (gate gradients: one forward + backward)
@@ -80,7 +80,7 @@ def one_mode(args) -> dict:
 
     from headlens.analyses.ablation.evalset import text_eval_set
     from headlens.analyses.ablation.gradients import attribution_estimates
-    from headlens.analyses.ablation.study import AblationConfig, ablated_values, ablation_study, baseline_pass, naive_single_head_values
+    from headlens.analyses.ablation.study import AblationConfig, ablated_values, baseline_pass, naive_single_head_values, run_ablation
     from headlens.analyses.stimuli import eval_text
     from headlens.probes.loading import load_model
 
@@ -113,7 +113,7 @@ def one_mode(args) -> dict:
         cfg = AblationConfig(method="zero", batch_size=args.batch_size, attribution=False, heads_per_forward=args.heads_per_forward)
 
         def exact():
-            out = ablation_study(model, data, cfg)
+            out = run_ablation(model, data, cfg)
             return {"delta": out.table["delta"].tolist(), "info": out.info}
 
         res = _timed(exact, device=dev, warmup=warm)

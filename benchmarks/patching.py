@@ -9,9 +9,9 @@ rounds; ratios are medians of per-round ratios):
   forward      one forward of the bridge over the corrupted pairs (the forward-pass unit)
   naive        the loop a user would write: the clean z cached, then for each of the 144 heads one
                hooked full forward per batch with that head's z replaced by the clean one
-  exact        headlens.analyses.patching.activation.patch_heads (denoising only, no bootstrap):
+  exact        headlens.analyses.patching.activation.run_patching (denoising only, no bootstrap):
                each layer's heads as copies of the batch, started at their block from the stored residual
-  attribution  headlens.analyses.patching.attribution.attribution_patch (clean forward, corrupted
+  attribution  headlens.analyses.patching.attribution.run_attribution_patching (clean forward, corrupted
                forward + backward to the gates)
 Targets: exact / naive <= 1.1; attribution / forward <= 3 (forward-equivalents).  The script also
 checks that the exact and the naive tables agree.  Memory is not measured here.
@@ -38,8 +38,8 @@ def main() -> None:
     args = p.parse_args()
     _common.setup_threads(args.threads)
     from headlens.analyses.ablation.hooks import z_hook_name
-    from headlens.analyses.patching.activation import PatchConfig, patch_heads
-    from headlens.analyses.patching.attribution import attribution_patch
+    from headlens.analyses.patching.activation import PatchConfig, run_patching
+    from headlens.analyses.patching.attribution import run_attribution_patching
     from headlens.analyses.patching.builtin import induction_task
     from headlens.probes.hooks import attached
     from headlens.probes.loading import load_model
@@ -92,9 +92,9 @@ def main() -> None:
         "forward": forward,
         "naive": lambda: results.__setitem__("naive", naive()),
         "exact": lambda: results.__setitem__(
-            "exact", patch_heads(model, task, PatchConfig(directions=("denoising",), n_resamples=0, batch_size=bs)).per_item["denoising"]
+            "exact", run_patching(model, task, PatchConfig(directions=("denoising",), n_resamples=0, batch_size=bs)).per_item["denoising"]
         ),
-        "attribution": lambda: attribution_patch(model, task, batch_size=bs, n_resamples=0),
+        "attribution": lambda: run_attribution_patching(model, task, batch_size=bs, n_resamples=0),
     }
     timing = _common.interleaved(fns, repeats=args.repeats, device=dev)
     agree = float(np.abs(results["exact"] - results["naive"]).max())

@@ -95,7 +95,7 @@ def gate_gradients_and_values(
         raise InputError(
             "no gradient estimate from the embedding metric: 1 - cos is at its minimum (0) in the unablated model, "
             "so its gradient is zero; "
-            "measure heads exactly (ablation_study) instead",
+            "measure heads exactly (run_ablation) instead",
             metric=data.metric,
         )
     if reference is not None and reference.method == "zero":

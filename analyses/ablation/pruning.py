@@ -1,6 +1,6 @@
 """Iterative head pruning (Michel et al. 2019) with a random-order control and KV-cache savings.
 
-Procedure (:func:`prune_study`):
+Procedure (:func:`run_pruning`):
 
 1. ``step 0``: nothing removed; the metric of the full model is the baseline ``v0``.
 2. Each step computes Michel importance (:func:`headlens.analyses.ablation.gradients.head_importance`,
@@ -53,15 +53,15 @@ from headlens.analyses.ablation.masks import HeadMask, head_name
 from headlens.analyses.ablation.metrics import check_metric, worse_by
 from headlens.analyses.ablation.records import RecordJournal
 from headlens.analyses.ablation.runs import ablated_values
-from headlens.analyses.ablation.study import AblationConfig, ablation_study
+from headlens.analyses.ablation.study import AblationConfig, run_ablation
 from headlens.probes.counts import check_count
 from headlens.probes.errors import InputError
 from headlens.probes.loading import LoadedModel
 
 __all__ = [
     "PruneConfig",
-    "PruneResult",
-    "prune_study",
+    "PruneRun",
+    "run_pruning",
     "exact_importance",
     "importance_kind",
     "kv_heads",
@@ -71,7 +71,7 @@ __all__ = [
     "random_order",
 ]
 
-#: How heads are ranked, by metric kind (``PruneResult.info["importance"]``).
+#: How heads are ranked, by metric kind (``PruneRun.info["importance"]``).
 GRADIENT_IMPORTANCE = "Michel et al. 2019: mean over items of |d metric / d gate| on z, L2-normalised per layer"
 EXACT_IMPORTANCE = (
     "exact: the change in the metric when the head alone is zero-ablated from the model as pruned so far "
@@ -141,7 +141,7 @@ def kv_bytes_saved(model: LoadedModel, removed: set[tuple[int, int]]) -> tuple[i
 
 
 @dataclass
-class PruneResult:
+class PruneRun:
     curve: pd.DataFrame  # CURVE_COLUMNS, one row per step (step 0 = nothing removed)
     random: pd.DataFrame  # seed, step, n_removed, value
     importance: pd.DataFrame  # layer, head, importance (normalised), importance_raw at step 0
@@ -160,7 +160,7 @@ def importance_kind(metric: str) -> str:
 def exact_importance(model: LoadedModel, data: EvalSet, *, mask: HeadMask | None = None, batch_size: int = 8) -> torch.Tensor:
     """``[layer, head]`` (float64): the change in the metric when each head alone is zero-ablated
     from the model with ``mask`` heads removed (the exact single-head table,
-    :func:`headlens.analyses.ablation.study.ablation_study`); removed heads are NaN."""
+    :func:`headlens.analyses.ablation.study.run_ablation`); removed heads are NaN."""
     return _exact_importance_and_value(model, data, mask=mask, batch_size=batch_size)[0]
 
 
@@ -168,7 +168,7 @@ def _exact_importance_and_value(model: LoadedModel, data: EvalSet, *, mask: Head
     """:func:`exact_importance` and the metric of the model with ``mask`` heads removed (the
     study's baseline pass: the same forward ``value_of`` would run)."""
     config = AblationConfig(method="zero", batch_size=batch_size, n_bootstrap=0, attribution=False)
-    result = ablation_study(model, data, config, mask=mask)
+    result = run_ablation(model, data, config, mask=mask)
     out = torch.full((model.n_layers, model.n_heads), float("nan"), dtype=torch.float64)
     for layer, head, delta in zip(result.table["layer"], result.table["head"], result.table["delta"], strict=True):
         out[int(layer), int(head)] = float(delta)
@@ -211,14 +211,14 @@ def _mask(model: LoadedModel, heads: set[tuple[int, int]] | list[tuple[int, int]
     return HeadMask.from_heads(heads, n_layers=model.n_layers, n_heads=model.n_heads, model=model.name)
 
 
-def prune_study(
+def run_pruning(
     model: LoadedModel,
     data: EvalSet,
     config: PruneConfig | None = None,
     *,
     journal: RecordJournal | None = None,
     progress: Callable[[str, int, int], None] | None = None,
-) -> PruneResult:
+) -> PruneRun:
     """Run the iterative pruning and its random control (see module doc); resumable via ``journal``."""
     config = config or PruneConfig()
     check_metric(model, data.metric)
@@ -368,7 +368,7 @@ def prune_study(
             "kv_bytes_saved_per_1k_tokens": kv_bytes_saved(model, set(best_removed))[1],
         },
     )
-    return PruneResult(
+    return PruneRun(
         curve=curve,
         random=random_df,
         importance=importance_df,

@@ -15,7 +15,7 @@ stream, apart from the shared bias ``b_O``, is removed or replaced):
 Replacement values always come from the baseline model (the unablated model, or the model with
 ``mask`` heads removed), computed in one pass before any ablation.
 
-The single-head table (:func:`ablation_study`) is exact: every head is ablated alone and the
+The single-head table (:func:`run_ablation`) is exact: every head is ablated alone and the
 model is run to the metric.  It is fast because (1) the residual stream entering each layer is
 stored by the baseline pass and each ablation of a head in layer ``L`` runs only blocks
 ``L..n-1`` (:mod:`headlens.analyses.ablation.suffix`), and (2) several heads of one layer are ablated in
@@ -66,14 +66,14 @@ __all__ = [
     "AblationConfig",
     "Reference",
     "Baseline",
-    "AblationResult",
+    "AblationRun",
     "z_hook_name",
     "baseline_pass",
     "ablated_values",
     "ablated_logits",
     "single_head_values",
     "naive_single_head_values",
-    "ablation_study",
+    "run_ablation",
     "study_jobs",
 ]
 
@@ -83,7 +83,7 @@ TABLE_COLUMNS = ["layer", "head", "method", "metric", "value", "delta", "ci_low"
 #: Copies of a batch stacked into one forward (several heads at once) stay under this many tokens.
 AUTO_TOKENS_PER_FORWARD = 2048
 
-#: Why the embedding metric has no attribution column (recorded in ``AblationResult.info``).
+#: Why the embedding metric has no attribution column (recorded in ``AblationRun.info``).
 NO_EMBEDDING_ATTRIBUTION = (
     "off: the embedding change 1 - cos is at its minimum (0) in the unablated model, so its gradient "
     "with respect to a head's gate is zero and a first-order estimate says nothing"
@@ -101,7 +101,7 @@ class AblationConfig:
     layer on (checked against a full forward once; off = one full forward per head).
     ``n_bootstrap`` resamples of the items give the ``ci`` interval of each delta (``seed``).
     ``seed`` also draws the resample sources.  ``attribution`` is skipped, with a note in
-    ``AblationResult.info["attribution"]``, for the embedding metric (its gradient is zero).
+    ``AblationRun.info["attribution"]``, for the embedding metric (its gradient is zero).
     """
 
     method: str = "zero"
@@ -133,7 +133,7 @@ class AblationConfig:
 
 
 @dataclass
-class AblationResult:
+class AblationRun:
     """The single-head table plus what the manifest needs."""
 
     table: pd.DataFrame
@@ -157,7 +157,7 @@ def _auto_heads_per_forward(data: EvalSet, batch_size: int, n_heads: int) -> int
     return max(1, min(n_heads, AUTO_TOKENS_PER_FORWARD // max(tokens, 1)))
 
 
-def ablation_study(
+def run_ablation(
     model: LoadedModel,
     data: EvalSet,
     config: AblationConfig | None = None,
@@ -165,7 +165,7 @@ def ablation_study(
     mask: HeadMask | None = None,
     journal: RecordJournal | None = None,
     progress: Callable[[str, int, int], None] | None = None,
-) -> AblationResult:
+) -> AblationRun:
     """The exact single-head table: one row per head ablated alone (``TABLE_COLUMNS``).
 
     ``value`` = mean over items of the metric with the head ablated; ``delta`` = mean over items
@@ -285,4 +285,4 @@ def ablation_study(
     }
     if attribution_note is not None:
         info["attribution"] = attribution_note
-    return AblationResult(table=table, baseline_value=float(base_v.mean()), unablated_value=unablated, spearman=rho, info=info)
+    return AblationRun(table=table, baseline_value=float(base_v.mean()), unablated_value=unablated, spearman=rho, info=info)

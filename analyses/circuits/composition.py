@@ -70,7 +70,7 @@ __all__ = [
     "check_composition_config",
     "composition_evidence",
     "composition_note",
-    "composition_scores",
+    "run_composition",
     "copying_scores",
     "head_weights",
     "mode_baseline",
@@ -108,7 +108,7 @@ _DT = torch.float64
 
 @dataclass(kw_only=True)
 class CompositionConfig:
-    """Settings of :func:`composition_scores` (serialised to the manifest)."""
+    """Settings of :func:`run_composition` (serialised to the manifest)."""
 
     modes: tuple[str, ...] = MODES
     fold_ln: bool = True
@@ -285,7 +285,7 @@ def copying_scores(model: LoadedModel, w: HeadWeights, *, n_tokens: int, seed: i
     return pd.DataFrame(rows, columns=COPYING_COLUMNS)
 
 
-def composition_scores(
+def run_composition(
     model: LoadedModel, config: CompositionConfig | None = None, *, progress: Callable[..., None] | None = None
 ) -> CompositionRun:
     """Q-, K- and V-composition for every pair of heads beside the random baseline, and OV copying scores."""

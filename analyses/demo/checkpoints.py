@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from headlens.analyses.demo.data import gpt2_tokenizer
-from headlens.analyses.demo.recipe import RecipeConfig, TrainResult
+from headlens.analyses.demo.recipe import RecipeConfig, TrainRun
 from headlens.probes.outputs import atomic_dir
 
 __all__ = ["save_checkpoint", "save_step_checkpoint", "config_from_summary", "config_dict", "step_folder_name", "CHECKPOINT_INFO"]
@@ -57,7 +57,7 @@ def config_dict(config: RecipeConfig) -> dict[str, Any]:
     return d
 
 
-def save_checkpoint(result: TrainResult, out: str | Path) -> Path:
+def save_checkpoint(result: TrainRun, out: str | Path) -> Path:
     """Write the checkpoint folder: weights, config, tokenizer, log and summary."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)

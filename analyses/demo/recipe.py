@@ -11,7 +11,7 @@ from typing import Any
 
 from headlens.analyses.demo.data import Corpus
 
-__all__ = ["RecipeConfig", "RECIPE", "TrainResult"]
+__all__ = ["RecipeConfig", "RECIPE", "TrainRun"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -70,7 +70,7 @@ RECIPE = RecipeConfig()
 
 
 @dataclass
-class TrainResult:
+class TrainRun:
     model: Any
     log: list[dict[str, Any]]
     summary: dict[str, Any]

@@ -43,7 +43,7 @@ from headlens.analyses.demo.checkpoints import config_dict
 from headlens.analyses.demo.data import BOS_ID, VOCAB_SIZE, BatchSampler, Corpus, build_corpus, eval_windows, gpt2_tokenizer
 from headlens.analyses.demo.losses import full_loss, sampled_softmax_loss, unigram_loss
 from headlens.analyses.demo.monitor import head_monitor, monitor_stimuli
-from headlens.analyses.demo.recipe import RECIPE, RecipeConfig, TrainResult
+from headlens.analyses.demo.recipe import RECIPE, RecipeConfig, TrainRun
 from headlens.analyses.stimuli import eval_text
 from headlens.probes.outputs import atomic_write
 from headlens.probes.scoped import keeps_torch_rng, keeps_torch_threads
@@ -138,7 +138,7 @@ def train(
     state_every: int = 250,
     checkpoint_every: int = 0,
     on_checkpoint: Callable[[int, Any, dict[str, Any]], None] | None = None,
-) -> TrainResult:
+) -> TrainRun:
     """Train the demo model; returns the model (eval mode), the log rows and a summary.
 
     ``steps`` stops after that many steps (default ``config.schedule_steps``) without
@@ -289,7 +289,7 @@ def train(
         "versions": _versions(),
         "platform": platform.platform(),
     }
-    return TrainResult(model=model, log=rows, summary=summary, corpus=corpus)
+    return TrainRun(model=model, log=rows, summary=summary, corpus=corpus)
 
 
 def _final_losses(model: Any, corpus: Corpus, tokenizer: Any, config: RecipeConfig) -> dict[str, Any]:

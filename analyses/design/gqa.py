@@ -40,7 +40,7 @@ from headlens.probes.engine import LayerView, Sums, reduce_pass
 from headlens.probes.errors import InputError
 from headlens.probes.hooks import attached
 
-__all__ = ["GQAConfig", "GQAResult", "check_gqa", "GROUPINGS", "gqa_study", "js_divergence", "variant_groups", "SUMMARY_COLUMNS"]
+__all__ = ["GQAConfig", "GQARun", "check_gqa", "GROUPINGS", "run_gqa", "js_divergence", "variant_groups", "SUMMARY_COLUMNS"]
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +85,7 @@ class GQAConfig:
 
 
 @dataclass
-class GQAResult:
+class GQARun:
     summary: pd.DataFrame  # one row per (grouping, g), plus the original (g = 1)
     heads: pd.DataFrame  # grouping, g, layer, head, js
     groups: pd.DataFrame  # grouping, g, layer, kv_heads ("0+1 2+3")
@@ -186,7 +186,7 @@ def _clean_cache_fits(model: Any, data: EvalSet, config: GQAConfig) -> bool:
     return need <= CLEAN_CACHE_BYTES
 
 
-def gqa_study(
+def run_gqa(
     model: Any,
     data: EvalSet,
     config: GQAConfig | None = None,
@@ -194,7 +194,7 @@ def gqa_study(
     task: EvalSet | None = None,
     progress: Callable[[str, int, int], None] | None = None,
     journal: RecordJournal | None = None,
-) -> GQAResult:
+) -> GQARun:
     """Loss, KV cache and per-head pattern movement of every pooled variant (see the module docstring).
 
     Resumable: ``journal`` (:class:`~headlens.analyses.ablation.records.RecordJournal`) receives one
@@ -344,7 +344,7 @@ def gqa_study(
             )
     task_table = _task_values(model, task, variants, config) if task is not None else None
     comparison = pd.DataFrame(comp, columns=COMPARISON_COLUMNS) if comp else None
-    return GQAResult(
+    return GQARun(
         summary=summary,
         heads=pd.DataFrame(head_rows),
         groups=pd.DataFrame(group_rows),

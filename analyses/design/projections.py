@@ -5,7 +5,7 @@ Kinds (:data:`headlens.analyses.design.edits.KINDS`): ``q=k`` (queries from the 
 over ``j = i + 1`` by content alone: the causal mask is all that breaks the symmetry), ``v=k``
 (values from the key projection: what a head moves is what it matches on) and ``q=k=v``.
 
-:func:`knockout_losses` gives the loss change of each knockout (one layer at a time, all its heads,
+:func:`run_knockouts` gives the loss change of each knockout (one layer at a time, all its heads,
 or with ``per_head`` each head alone); :func:`knockout_roles` re-runs the census with each layer's
 knockout in place and lists, per head, the roles it had and has.  Every knockout is first checked
 to take effect on this family (:func:`headlens.analyses.design.edits.check_knockout`).
@@ -37,7 +37,7 @@ from headlens.probes.hooks import attached
 __all__ = [
     "ProjectionConfig",
     "knockout_targets",
-    "knockout_losses",
+    "run_knockouts",
     "knockout_roles",
     "roles_by_head",
     "LOSS_COLUMNS",
@@ -83,7 +83,7 @@ def knockout_targets(model: Any, config: ProjectionConfig) -> list[tuple[int, in
     return out
 
 
-def knockout_losses(
+def run_knockouts(
     model: Any,
     data: EvalSet,
     config: ProjectionConfig | None = None,
@@ -209,7 +209,7 @@ def knockout_roles(
     Role changes: one row per (knocked layer, kind, head of any layer) whose roles differ from the
     intact model's, plus one row per head for the intact model (``kind = "none"``).  Scores: the
     census tables stacked, with ``knocked_layer`` and ``kind`` columns.  Resumable as
-    :func:`knockout_losses`: one ``knockout_census`` record (the census scores) per knockout.
+    :func:`run_knockouts`: one ``knockout_census`` record (the census scores) per knockout.
     """
     config = replace(config or ProjectionConfig(), per_head=False)
     census_config = census_config or CensusConfig(n_prompts=32, n_bootstrap=200)

@@ -10,9 +10,9 @@ import pandas as pd
 
 from headlens.analyses.ablation.evalset import EvalSet
 from headlens.analyses.ablation.records import RecordJournal
-from headlens.analyses.design.gqa import GQAConfig, gqa_study
+from headlens.analyses.design.gqa import GQAConfig, run_gqa
 from headlens.analyses.design.kv import KVConfig, kv_cache_table
-from headlens.analyses.design.projections import ProjectionConfig, knockout_losses, knockout_roles
+from headlens.analyses.design.projections import ProjectionConfig, knockout_roles, run_knockouts
 from headlens.probes.attention import attention_spec
 from headlens.probes.errors import HeadlensError
 
@@ -49,7 +49,7 @@ def design_section_tables(
         out["kv"] = kv_cache_table(model, KVConfig())
     if "gqa" not in skip and attention_spec(model).n_kv_heads > 1:
         try:
-            res = gqa_study(model, data, gqa, journal=journal, progress=progress)
+            res = run_gqa(model, data, gqa, journal=journal, progress=progress)
         except HeadlensError as exc:
             log.warning("design section: GQA what-if skipped: %s", exc)
             skipped.append({"part": "gqa", "reason": str(exc)})
@@ -61,7 +61,7 @@ def design_section_tables(
         skipped.append({"part": "gqa", "reason": "the model is already multi-query (1 KV head per layer)"})
     try:
         if "projections" not in skip:
-            out["knockout_losses"] = knockout_losses(model, data, projections, journal=journal, progress=progress)
+            out["knockout_losses"] = run_knockouts(model, data, projections, journal=journal, progress=progress)
             if roles and "roles" not in skip:
                 out["knockout_roles"] = knockout_roles(model, census_config, projections, journal=journal, progress=progress)[0]
     except HeadlensError as exc:

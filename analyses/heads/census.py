@@ -10,7 +10,7 @@ the detectors in ``BatchContext.window`` (unless it is at least as long as the l
 when it changes nothing).  On a window layer baselines are uniform over the
 keys the window allows, and positions whose target lies outside it are not measurable: a
 prompt with none left scores NaN, table means skip NaN prompts (``n`` counts the measured
-ones), a cell with no measured prompt is NaN (never a role), and ``CensusResult.notes`` says
+ones), a cell with no measured prompt is NaN (never a role), and ``CensusRun.notes`` says
 per window layer and detector what was and was not measured (also in the stimuli info as
 ``window_notes``, which the summary and the manifest carry).
 
@@ -25,7 +25,7 @@ alpha averages over every query; on encoders the framing tokens are neither quer
 targets of the positional detectors (``exclude_frame``).  A detector that only measures
 bidirectional attention (``Detector.causal_rule``: next-token) is not run by default when every
 layer is causal; asked for by name, or on a model with some bidirectional layers, it is NaN on
-causal layers, with a note in ``CensusResult.detector_notes`` and the stimuli info's ``notes``.
+causal layers, with a note in ``CensusRun.detector_notes`` and the stimuli info's ``notes``.
 
 Eager or streaming (``CensusConfig.attention``; :mod:`headlens.analyses.heads.passes`): the
 eager pass reads ``hook_pattern`` (``batch x head x n x n`` floats per layer); the streaming pass
@@ -77,7 +77,7 @@ from headlens.probes.streaming import choose_attention
 
 __all__ = [
     "CensusConfig",
-    "CensusResult",
+    "CensusRun",
     "check_census_settings",
     "build_stimuli",
     "run_census",
@@ -123,7 +123,7 @@ class CensusConfig:
 
 
 @dataclass
-class CensusResult:
+class CensusRun:
     scores: pd.DataFrame
     per_prompt: dict[str, np.ndarray]  # detector -> [prompt, layer, head]
     stimuli: dict[str, dict[str, Any]]
@@ -293,7 +293,7 @@ def run_census(
     *,
     progress: Callable[[str, int, int], None] | None = None,
     prefix: CensusPrefix | None = None,
-) -> CensusResult:
+) -> CensusRun:
     """Score every head with every chosen detector; returns the long-form table.
 
     ``progress(stage, done, total)`` is called after each batch.  ``prefix``
@@ -406,6 +406,6 @@ def run_census(
         kind_notes = [r["note"] for r in note_rows if stimulus_of[r["detector"]] == kind]
         if kind_notes:
             info[kind]["window_notes"] = kind_notes
-    return CensusResult(
+    return CensusRun(
         scores=table, per_prompt=per_prompt, stimuli=info, config=config, notes=notes, detector_notes=detector_notes, referent=referent
     )

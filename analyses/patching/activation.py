@@ -32,7 +32,7 @@ from headlens.probes.loading import LoadedModel, check_layers_heads
 
 log = logging.getLogger(__name__)
 
-__all__ = ["PatchConfig", "PatchResult", "DIRECTIONS", "patch_heads", "PATCH_COLUMNS"]
+__all__ = ["PatchConfig", "PatchRun", "DIRECTIONS", "run_patching", "PATCH_COLUMNS"]
 
 DIRECTIONS: tuple[str, ...] = ("denoising", "noising")
 #: Columns of the head table (per position: ``pos`` after ``name``).
@@ -62,7 +62,7 @@ class PatchConfig:
 
 
 @dataclass
-class PatchResult:
+class PatchRun:
     """The head table and everything needed to read it."""
 
     table: pd.DataFrame  # PATCH_COLUMNS (plus ``pos``)
@@ -77,9 +77,9 @@ def _patches(selection: dict[int, list[int]], width: int, per_position: bool) ->
     return {layer: [(h, p) for h in heads for p in range(width)] for layer, heads in selection.items()}
 
 
-def patch_heads(
+def run_patching(
     model: LoadedModel, task: PairTask, config: PatchConfig | None = None, *, progress: Callable[[str, int, int], None] | None = None
-) -> PatchResult:
+) -> PatchRun:
     """Activation patching of the selected heads (see the module doc).
 
     ``progress(stage, done, total)`` is called after each layer of each direction.
@@ -161,4 +161,4 @@ def patch_heads(
         "interval": "95% percentile bootstrap over pairs of the linearised ratio of means (headlens.analyses.patching.effects)",
         "task": task.describe(),
     }
-    return PatchResult(table=table, gap=gap, per_item=per_item, info=info)
+    return PatchRun(table=table, gap=gap, per_item=per_item, info=info)

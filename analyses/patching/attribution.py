@@ -40,7 +40,7 @@ from headlens.probes.errors import InputError
 from headlens.probes.hooks import HookFn, attached
 from headlens.probes.loading import LoadedModel
 
-__all__ = ["AttributionResult", "attribution_patch", "agreement", "ATTRIBUTION_COLUMNS", "TOP_K", "CHANCE_P"]
+__all__ = ["AttributionRun", "run_attribution_patching", "agreement", "ATTRIBUTION_COLUMNS", "TOP_K", "CHANCE_P"]
 
 ATTRIBUTION_COLUMNS = ["layer", "head", "name", "attribution", "attribution_low", "attribution_high", "attribution_metric"]
 #: Heads compared by the top-k overlap.
@@ -50,7 +50,7 @@ CHANCE_P = 0.05
 
 
 @dataclass
-class AttributionResult:
+class AttributionRun:
     table: pd.DataFrame  # ATTRIBUTION_COLUMNS
     gap: Gap
     per_item: np.ndarray  # [layer * head, item] estimated patched metric
@@ -65,7 +65,7 @@ def _gate_hook(layer: int, gates: Tensor, source: Tensor) -> HookFn:
     return fn
 
 
-def attribution_patch(
+def run_attribution_patching(
     model: LoadedModel,
     task: PairTask,
     *,
@@ -73,7 +73,7 @@ def attribution_patch(
     n_resamples: int = 1000,
     seed: int = 0,
     progress: Callable[[str, int, int], None] | None = None,
-) -> AttributionResult:
+) -> AttributionRun:
     """Estimated denoising effect of every head (see the module doc)."""
     clean_set, corrupt_set = pair_eval_sets(model, task, batch_size=batch_size)
     n_l, n_h = model.n_layers, model.n_heads
@@ -120,7 +120,7 @@ def attribution_patch(
         "seed": seed,
         "task": task.describe(),
     }
-    return AttributionResult(table=table, gap=gap, per_item=estimated, info=info)
+    return AttributionRun(table=table, gap=gap, per_item=estimated, info=info)
 
 
 def agreement(estimated: pd.DataFrame, exact: pd.DataFrame, *, k: int = TOP_K) -> dict[str, Any]:

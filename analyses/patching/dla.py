@@ -30,7 +30,7 @@ from headlens.probes.errors import UnsupportedModelError
 from headlens.probes.hooks import attached
 from headlens.probes.loading import LoadedModel
 
-__all__ = ["DLAResult", "direct_logit_attribution", "DLA_COLUMNS", "SUM_TOL"]
+__all__ = ["DLARun", "run_dla", "DLA_COLUMNS", "SUM_TOL"]
 
 DLA_COLUMNS = ["component", "kind", "layer", "head", "dla", "dla_sd"]
 #: The components must sum to the model's logit difference within this (relative to max(1, |LD|)).
@@ -38,7 +38,7 @@ SUM_TOL = 1e-4
 
 
 @dataclass
-class DLAResult:
+class DLARun:
     table: pd.DataFrame  # DLA_COLUMNS: mean and standard deviation over pairs
     per_item: np.ndarray  # [component, item]
     logit_diff: np.ndarray  # [item] the model's own
@@ -59,7 +59,7 @@ def _final_norm_kind(x: Tensor, normed: Tensor, scale: Tensor) -> str:
     )
 
 
-def direct_logit_attribution(model: LoadedModel, task: PairTask, *, batch_size: int = 8, tokens: str = "clean") -> DLAResult:
+def run_dla(model: LoadedModel, task: PairTask, *, batch_size: int = 8, tokens: str = "clean") -> DLARun:
     """Per-component direct logit attribution on the ``tokens`` ("clean" or "corrupt") side of ``task``."""
     if model.is_encoder or model.head_is_new:
         raise UnsupportedModelError(
@@ -162,4 +162,4 @@ def direct_logit_attribution(model: LoadedModel, task: PairTask, *, batch_size: 
     table["dla"] = values.mean(1)
     table["dla_sd"] = values.std(1, ddof=1) if values.shape[1] > 1 else np.nan
     info = {"tokens": tokens, "final_norm": kind, "scale": "frozen at its value in the run", "n_pairs": len(task), "sum_tolerance": SUM_TOL}
-    return DLAResult(table=table, per_item=values, logit_diff=np.concatenate(model_ld), info=info)
+    return DLARun(table=table, per_item=values, logit_diff=np.concatenate(model_ld), info=info)

@@ -75,9 +75,9 @@ import torch
 
 from headlens.analyses.ablation.runs import ablated_logits
 from headlens.analyses.ablation.texts import TextChoice, choose_text
-from headlens.analyses.patching.activation import PatchConfig, patch_heads
+from headlens.analyses.patching.activation import PatchConfig, run_patching
 from headlens.analyses.patching.builtin import induction_task, referent_task
-from headlens.analyses.patching.dla import direct_logit_attribution
+from headlens.analyses.patching.dla import run_dla
 from headlens.analyses.patching.duplicate_knockout import duplicate_knockout_effects, repeated_batch
 from headlens.analyses.patching.effects import task_gap
 from headlens.analyses.patching.evidence_rules import (
@@ -97,7 +97,7 @@ from headlens.analyses.patching.evidence_rules import (
     induction_checks,
     judge,
 )
-from headlens.analyses.patching.path import PathConfig, path_patch
+from headlens.analyses.patching.path import PathConfig, run_path_patching
 from headlens.analyses.patching.sink_removal import SINK_WINDOW, sink_removal_effects
 from headlens.analyses.stats import bootstrap_mean_ci
 from headlens.analyses.verdicts import MIN_ITEMS
@@ -172,8 +172,8 @@ def _direct_shares(model: LoadedModel, *, n: int, T: int, seed: int) -> tuple[di
     task's clean-corrupted logit-difference gap; or ``({}, why)`` when that cannot be computed."""
     try:
         task = induction_task(model, n=n, T=T, seed=seed)
-        clean = direct_logit_attribution(model, task)
-        corrupt = direct_logit_attribution(model, task, tokens="corrupt")
+        clean = run_dla(model, task)
+        corrupt = run_dla(model, task, tokens="corrupt")
     except HeadlensError as exc:
         log.info("induction evidence without the direct-effect check: %s", exc)
         return {}, str(exc)
@@ -239,7 +239,7 @@ def _previous_token(
     receivers = tuple(r for r in induction if r[0] > min(h[0] for h in testable))
     try:
         task = induction_task(model, n=n, seed=seed)
-        result = path_patch(model, task, PathConfig(receivers=receivers, receiver_input="k", joint=True, seed=seed))
+        result = run_path_patching(model, task, PathConfig(receivers=receivers, receiver_input="k", joint=True, seed=seed))
     except HeadlensError as exc:
         return {
             **out,
@@ -277,7 +277,7 @@ def _referent(model: LoadedModel, heads: list[tuple[int, int]], *, n: int, seed:
             if k < min(n, MIN_ITEMS):
                 why = f"only {k} referent pairs fit this tokenizer; a verdict needs {MIN_ITEMS}"
             else:
-                result = patch_heads(model, task, PatchConfig(heads=tuple(heads), directions=("denoising",)))
+                result = run_patching(model, task, PatchConfig(heads=tuple(heads), directions=("denoising",)))
         except HeadlensError as exc:
             why = f"the referent pairs cannot be built for this model ({exc})"
     if why is None and result is not None and not result.gap.defined:

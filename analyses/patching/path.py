@@ -53,7 +53,7 @@ from headlens.probes.loading import LoadedModel, check_layers_heads
 
 log = logging.getLogger(__name__)
 
-__all__ = ["PathConfig", "PathResult", "RECEIVER_INPUTS", "path_patch", "check_receivers", "strongest_edges", "PATH_COLUMNS"]
+__all__ = ["PathConfig", "PathRun", "RECEIVER_INPUTS", "run_path_patching", "check_receivers", "strongest_edges", "PATH_COLUMNS"]
 
 RECEIVER_INPUTS: tuple[str, ...] = ("q", "k", "v")
 PATH_COLUMNS = [
@@ -91,7 +91,7 @@ class PathConfig:
 
 
 @dataclass
-class PathResult:
+class PathRun:
     table: pd.DataFrame  # PATH_COLUMNS
     gap: Gap
     info: dict[str, Any] = field(default_factory=dict)
@@ -229,9 +229,9 @@ def _joint_rows(
     return out_rows
 
 
-def path_patch(
+def run_path_patching(
     model: LoadedModel, task: PairTask, config: PathConfig, *, progress: Callable[[str, int, int], None] | None = None
-) -> PathResult:
+) -> PathRun:
     """Sender x receiver table (see the module doc); senders are every head before each receiver's layer."""
     receivers = check_receivers(model, config.receivers)
     which, bs = config.receiver_input, config.batch_size
@@ -324,7 +324,7 @@ def path_patch(
         "seed": config.seed,
         "task": task.describe(),
     }
-    return PathResult(table=table, gap=gap, info=info)
+    return PathRun(table=table, gap=gap, info=info)
 
 
 def strongest_edges(table: pd.DataFrame, k: int = 5) -> pd.DataFrame:

@@ -58,7 +58,7 @@ from headlens.probes.engine import LayerView, Sums, layer_causal, reduce_pass
 from headlens.probes.loading import LoadedModel
 from headlens.probes.streaming import choose_attention
 
-__all__ = ["LengthsConfig", "LengthsResult", "sink_lengths", "validate_lengths", "LENGTH_COLUMNS", "QUERY_CONVENTIONS"]
+__all__ = ["LengthsConfig", "LengthsRun", "run_sink_lengths", "validate_lengths", "LENGTH_COLUMNS", "QUERY_CONVENTIONS"]
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +93,7 @@ class LengthsConfig:
 
 
 @dataclass
-class LengthsResult:
+class LengthsRun:
     table: pd.DataFrame
     info: dict[str, Any]
 
@@ -195,13 +195,13 @@ def _layer_rows(
     return rows
 
 
-def sink_lengths(
+def run_sink_lengths(
     model: LoadedModel,
     config: LengthsConfig,
     *,
     documents: Sequence[str] | None = None,
     progress: Callable[[int, int], None] | None = None,
-) -> LengthsResult:
+) -> LengthsRun:
     """The long-context sink table (:data:`LENGTH_COLUMNS`) and what was run (``info``)."""
     text = long_text(model, documents, config.prepend_bos)
     check_lengths(model, config.lengths, config.n_sequences, config.eps, text, config.prepend_bos)
@@ -251,4 +251,4 @@ def sink_lengths(
     info = {**cut_plan(text, config.lengths, config.n_sequences, config.prepend_bos), "lengths": list(config.lengths),
             "attention": {str(k): v for k, v in modes.items()}, "query_block": config.query_block,
             "windows": windows, "queries": QUERY_CONVENTIONS}  # fmt: skip
-    return LengthsResult(table=table, info=info)
+    return LengthsRun(table=table, info=info)

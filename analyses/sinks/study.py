@@ -1,7 +1,7 @@
 """Attention-sink investigations: which heads sink, onto what, position or content, does the
 sink carry anything, and what breaks without it.
 
-``run_sinks(model, SinkConfig(...))`` returns a :class:`SinkReport` whose ``tables`` are the
+``run_sinks(model, SinkConfig(...))`` returns a :class:`SinksRun` whose ``tables`` are the
 DataFrames that ``headlens sinks`` writes as CSV files:
 
 ==========================  =====================================================================
@@ -64,7 +64,7 @@ from headlens.probes.errors import InputError
 from headlens.probes.loading import LoadedModel, check_layers_heads
 from headlens.probes.prompts import TokenBatch, tokenize_prompts
 
-__all__ = ["SinkReport", "run_sinks"]
+__all__ = ["SinksRun", "run_sinks"]
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +77,7 @@ def _bos_label(bos: bool) -> str:
 
 
 @dataclass
-class SinkReport:
+class SinksRun:
     """Every table of the investigation (see the module docstring) plus what produced them."""
 
     config: SinkConfig
@@ -131,14 +131,14 @@ def run_sinks(
     config: SinkConfig | None = None,
     *,
     progress: StageProgress | None = None,
-) -> SinkReport:
+) -> SinksRun:
     """Run every analysis ``config`` asks for and return the tables.
 
     ``progress(stage, done, total)`` is called after each batch of each pass.
     """
     config = config or SinkConfig()
     _check_against_model(model, config)
-    report = SinkReport(config=config)
+    report = SinksRun(config=config)
     report.info = {"n_layers": model.n_layers, "n_heads": model.n_heads, "n_ctx": model.n_ctx}
 
     def prog(stage: str) -> Callable[[int, int], None] | None:
@@ -232,7 +232,7 @@ class _Steps:
         return lambda done, total: report(offset * total + done, self.n_passes * total)
 
 
-def _run_content(model: LoadedModel, config: SinkConfig, report: SinkReport, prog: Callable[[str], Any]) -> None:
+def _run_content(model: LoadedModel, config: SinkConfig, report: SinksRun, prog: Callable[[str], Any]) -> None:
     prefix, suffix = frame_tokens(model, True) if _is_encoder(model) else ([model.bos_id] if model.bos_id is not None else [], [])
     if config.prompts is not None:
         body_batch = tokenize_prompts(
@@ -287,7 +287,7 @@ def _run_content(model: LoadedModel, config: SinkConfig, report: SinkReport, pro
     report.tables["content_verdicts"] = content_verdicts(table, config.eps)
 
 
-def _removal_plan(model: LoadedModel, config: SinkConfig, report: SinkReport, bos: bool) -> list[tuple[str, dict[int, list[int]]]]:
+def _removal_plan(model: LoadedModel, config: SinkConfig, report: SinksRun, bos: bool) -> list[tuple[str, dict[int, list[int]]]]:
     plan: list[tuple[str, dict[int, list[int]]]] = [("all heads", {layer: list(range(model.n_heads)) for layer in range(model.n_layers)})]
     if config.heads:
         chosen = list(dict.fromkeys(config.heads))
@@ -309,7 +309,7 @@ def _removal_plan(model: LoadedModel, config: SinkConfig, report: SinkReport, bo
 
 
 def _run_removal(
-    model: LoadedModel, config: SinkConfig, report: SinkReport, batches: dict[bool, TokenBatch], prog: Callable[[str], Any]
+    model: LoadedModel, config: SinkConfig, report: SinksRun, batches: dict[bool, TokenBatch], prog: Callable[[str], Any]
 ) -> None:
     rows = []
     for bos in config.bos:
@@ -335,7 +335,7 @@ def _run_removal(
     report.tables["removal"] = pd.DataFrame(rows)
 
 
-def _run_windowed(model: LoadedModel, config: SinkConfig, report: SinkReport, prog: Callable[[str], Any]) -> None:
+def _run_windowed(model: LoadedModel, config: SinkConfig, report: SinksRun, prog: Callable[[str], Any]) -> None:
     rows = []
     for bos in config.bos:
         batch = long_batch(model, config, bos)

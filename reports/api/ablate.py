@@ -1,7 +1,7 @@
 """``headlens.ablate``: each head ablated alone (zero, mean or resample), the change in the metric.
 
 The evaluation set and metric come from :mod:`headlens.analyses.ablation.setup`; the sweep from
-:func:`headlens.analyses.ablation.study.ablation_study`.  ``headlens ablate --out FILE`` is this
+:func:`headlens.analyses.ablation.study.run_ablation`.  ``headlens ablate --out FILE`` is this
 call and :meth:`AblationResult.save`: the table (``.csv``, ``.parquet`` or ``.json``) with
 ``<stem>.manifest.json`` and ``<stem>.heatmap.png/.svg`` beside it.
 """
@@ -21,7 +21,7 @@ import torch
 from headlens.analyses.ablation.evalset import METRIC_LABELS, EvalSet, TaskItem, read_task
 from headlens.analyses.ablation.masks import HeadMask, read_mask
 from headlens.analyses.ablation.setup import EvalSetup, EvalSpec, eval_setup
-from headlens.analyses.ablation.study import AblationConfig, ablation_study
+from headlens.analyses.ablation.study import AblationConfig, run_ablation
 from headlens.probes.errors import InputError
 from headlens.probes.loading import LoadedModel, check_layers_heads, weights_fingerprint
 from headlens.probes.manifest import build_manifest
@@ -215,7 +215,7 @@ def ablate(
         else None
     )
     with opened or contextlib.nullcontext():
-        run = ablation_study(loaded, data, cfg, mask=head_mask, journal=opened, progress=progress)
+        run = run_ablation(loaded, data, cfg, mask=head_mask, journal=opened, progress=progress)
     extra = {
         "ablation": {
             "method": cfg.method,

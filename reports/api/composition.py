@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from headlens.analyses.circuits.composition import BASELINE_Z, CompositionConfig, check_composition_config, composition_scores
+from headlens.analyses.circuits.composition import BASELINE_Z, CompositionConfig, check_composition_config, run_composition
 from headlens.probes.loading import LoadedModel
 from headlens.probes.manifest import build_manifest
 from headlens.reports.api.common import loading_settings, python_command, study_config
@@ -134,7 +134,7 @@ def composition(
     cfg = study_config("composition", CompositionConfig, config, kwargs)
     check_composition_config(cfg)  # before the model loads
     loaded = as_loaded(model, load)
-    run = composition_scores(loaded, cfg, progress=progress)
+    run = run_composition(loaded, cfg, progress=progress)
     tables = {"composition": run.scores, "baseline": run.baseline}
     if run.copying is not None:
         tables["copying"] = run.copying

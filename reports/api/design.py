@@ -22,9 +22,9 @@ import pandas as pd
 from headlens.analyses.ablation.masks import HeadMask, read_mask
 from headlens.analyses.ablation.setup import EvalSpec
 from headlens.analyses.design.edits import check_pooling
-from headlens.analyses.design.gqa import GQAConfig, check_gqa, gqa_study
+from headlens.analyses.design.gqa import GQAConfig, check_gqa, run_gqa
 from headlens.analyses.design.kv import KVConfig, check_kv, kv_cache_table
-from headlens.analyses.design.projections import ProjectionConfig, knockout_losses, knockout_roles, knockout_targets
+from headlens.analyses.design.projections import ProjectionConfig, knockout_roles, knockout_targets, run_knockouts
 from headlens.analyses.heads.census import CensusConfig
 from headlens.probes.loading import LoadedModel
 from headlens.probes.manifest import build_manifest
@@ -186,7 +186,7 @@ def gqa(
         else None
     )
     with opened or contextlib.nullcontext():
-        res = gqa_study(loaded, data, cfg, task=task, progress=progress, journal=opened)
+        res = run_gqa(loaded, data, cfg, task=task, progress=progress, journal=opened)
     kv_table = kv_cache_table(loaded, KVConfig())
     found = {
         "summary": res.summary,
@@ -312,7 +312,7 @@ def projections(
         else None
     )
     with opened or contextlib.nullcontext():
-        losses = knockout_losses(loaded, data, cfg, progress=progress, journal=opened)
+        losses = run_knockouts(loaded, data, cfg, progress=progress, journal=opened)
         changes, scores = knockout_roles(loaded, census, cfg, progress=progress, journal=opened) if roles else (None, None)
     tables = {name: t for name, t in {"losses": losses, "role_changes": changes, "census_scores": scores}.items() if t is not None}
     summary_md = with_basis(projections_markdown(losses, changes, loaded.name, figure=f"{_KNOCKOUT_FIGURE}.png"), data.basis())

@@ -16,12 +16,12 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from headlens.analyses.patching.activation import PatchConfig, patch_heads
-from headlens.analyses.patching.attribution import agreement, attribution_patch
+from headlens.analyses.patching.activation import PatchConfig, run_patching
+from headlens.analyses.patching.attribution import agreement, run_attribution_patching
 from headlens.analyses.patching.builtin import builtin_task
-from headlens.analyses.patching.dla import direct_logit_attribution
+from headlens.analyses.patching.dla import run_dla
 from headlens.analyses.patching.pairs import check_pairs, pair_task
-from headlens.analyses.patching.path import PathConfig, check_receivers, path_patch
+from headlens.analyses.patching.path import PathConfig, check_receivers, run_path_patching
 from headlens.probes.errors import InputError
 from headlens.probes.head_lists import HeadList, as_heads
 from headlens.probes.loading import LoadedModel
@@ -203,14 +203,16 @@ def patch(
     tables: dict[str, pd.DataFrame] = {}
     extra: dict[str, Any] = {}
     # first: a model it refuses (e.g. a logit softcap) is refused before any patching runs
-    d = direct_logit_attribution(loaded, pairs, batch_size=cfg.batch_size) if dla else None
+    d = run_dla(loaded, pairs, batch_size=cfg.batch_size) if dla else None
     if d is not None:
         extra["dla"] = d.info
-    result = patch_heads(loaded, pairs, cfg, progress=progress)
+    result = run_patching(loaded, pairs, cfg, progress=progress)
     table = result.table
     extra["patching"] = result.info
     if attribution:
-        est = attribution_patch(loaded, pairs, batch_size=cfg.batch_size, n_resamples=cfg.n_resamples, seed=cfg.seed, progress=progress)
+        est = run_attribution_patching(
+            loaded, pairs, batch_size=cfg.batch_size, n_resamples=cfg.n_resamples, seed=cfg.seed, progress=progress
+        )
         if not cfg.per_position:
             table = table.merge(est.table.drop(columns=["name"]), on=["layer", "head"], how="left")
             extra["attribution"] = {**est.info, "agreement_with_exact": agreement(est.table, result.table)}
@@ -222,7 +224,7 @@ def patch(
         path_config = PathConfig(
             receivers=tuple(receivers), receiver_input=receiver_input, batch_size=cfg.batch_size, n_resamples=cfg.n_resamples, seed=cfg.seed
         )
-        path = path_patch(loaded, pairs, path_config, progress=progress)
+        path = run_path_patching(loaded, pairs, path_config, progress=progress)
         tables["path_patching"] = path.table
         extra["path_patching"] = path.info
     if d is not None:

@@ -19,7 +19,7 @@ import torch
 
 from headlens.analyses.ablation.evalset import EvalSet
 from headlens.analyses.ablation.masks import HeadMask, read_mask
-from headlens.analyses.ablation.pruning import PruneConfig, prune_study
+from headlens.analyses.ablation.pruning import PruneConfig, run_pruning
 from headlens.analyses.ablation.setup import EvalSetup
 from headlens.probes.loading import LoadedModel
 from headlens.probes.manifest import build_manifest
@@ -176,7 +176,7 @@ def prune(
         else None
     )
     with opened or contextlib.nullcontext():
-        run = prune_study(loaded, data, cfg, journal=opened, progress=progress)
+        run = run_pruning(loaded, data, cfg, journal=opened, progress=progress)
     best = run.curve.loc[run.curve["fraction_removed"] == run.removable_fraction].iloc[-1]
     metric = setup.metric
     extra = {

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any, overload
 import pandas as pd
 
 from headlens.analyses.sinks.config import SinkConfig
-from headlens.analyses.sinks.lengths import LengthsConfig, sink_lengths, validate_lengths
-from headlens.analyses.sinks.study import SinkReport, run_sinks
+from headlens.analyses.sinks.lengths import LengthsConfig, run_sink_lengths, validate_lengths
+from headlens.analyses.sinks.study import SinksRun, run_sinks
 from headlens.probes.errors import InputError
 from headlens.probes.loading import LoadedModel
 from headlens.probes.manifest import build_manifest
@@ -63,7 +63,7 @@ class SinksResult(Result):
 
     summary: str = ""
     #: The analysis' own report (config and info included); None when read back from a folder.
-    report: SinkReport | None = None
+    report: SinksRun | None = None
 
     @property
     def census(self) -> pd.DataFrame:
@@ -248,7 +248,7 @@ def _lengths(
     progress: Callable[[str, int, int], None] | None,
     command: list[str],
 ) -> SinkLengthsResult:
-    """``sinks(lengths=...)``: the long-context table, one :func:`sink_lengths` per BOS setting."""
+    """``sinks(lengths=...)``: the long-context table, one :func:`run_sink_lengths` per BOS setting."""
     unknown = [k for k in kwargs if k not in LENGTHS_KEYWORDS]
     if unknown:
         raise InputError(
@@ -277,7 +277,7 @@ def _lengths(
         bos = config.prepend_bos
         stage = f"lengths, {'BOS' if bos else 'no BOS'}"
         step = None if progress is None else (lambda done, total, stage=stage: progress(stage, done, total))
-        result = sink_lengths(loaded, config, documents=documents, progress=step)
+        result = run_sink_lengths(loaded, config, documents=documents, progress=step)
         parts.append(result.table.assign(bos=bos))
         infos["bos" if bos else "no_bos"] = result.info
         configs["bos" if bos else "no_bos"] = dataclasses.asdict(config)

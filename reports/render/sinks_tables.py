@@ -1,4 +1,4 @@
-"""Writing a :class:`~headlens.analyses.sinks.study.SinkReport`: CSV tables and a short Markdown summary."""
+"""Writing a :class:`~headlens.analyses.sinks.study.SinksRun`: CSV tables and a short Markdown summary."""
 
 from __future__ import annotations
 
@@ -90,7 +90,7 @@ def _target_lines(report: Any) -> list[str]:
 
 
 def summary_markdown(report: Any, *, model_name: str, figures: Sequence[Path] = ()) -> str:
-    """A short Markdown summary of a :class:`~headlens.analyses.sinks.study.SinkReport`."""
+    """A short Markdown summary of a :class:`~headlens.analyses.sinks.study.SinksRun`."""
     cfg = report.config
     t = report.tables
     out = [f"# Attention sinks: {model_name}", ""]

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 
 from headlens.analyses.ablation.evalset import text_eval_set
 from headlens.analyses.ablation.pruning import kv_bytes_saved
-from headlens.analyses.ablation.study import AblationConfig, ablation_study
+from headlens.analyses.ablation.study import AblationConfig, run_ablation
 from headlens.analyses.stimuli.natural import eval_text
 from headlens.analyses.synthetic.families import FAMILIES
 from headlens.probes.attention import attention_spec
@@ -84,7 +84,7 @@ def test_zero_and_mean_ablation_equal_a_hugging_face_pre_hook(family, family_mod
         clean = _losses(hf(tokens).logits, tokens)
     heads = ((0, 1), (1, model.n_heads - 1))
     for method in ("zero", "mean"):
-        result = ablation_study(model, data, AblationConfig(method=method, heads=heads, attribution=False, n_bootstrap=0))
+        result = run_ablation(model, data, AblationConfig(method=method, heads=heads, attribution=False, n_bootstrap=0))
         assert abs(result.baseline_value - clean.mean().item()) <= 1e-5
         for layer, head in heads:
             repl = None

@@ -114,13 +114,13 @@ def test_report_floor_counts_the_runs_the_pruning_study_makes(tiny_model):
     from collections import Counter
 
     from headlens.analyses.ablation.evalset import text_eval_set
-    from headlens.analyses.ablation.pruning import PruneConfig, prune_study
+    from headlens.analyses.ablation.pruning import PruneConfig, run_pruning
     from headlens.analyses.stimuli.natural import eval_text
 
     floor = _load("report_floor")
     config = PruneConfig(step=0.3, random_seeds=2, seed=3)
     data = text_eval_set(tiny_model.tokenizer, eval_text(), n_windows=2, window=16, prepend_bos=True, n_ctx=tiny_model.n_ctx)
-    result = prune_study(tiny_model, data, config)
+    result = run_pruning(tiny_model, data, config)
     passes, starts = floor.pruning_counts(tiny_model.n_layers, tiny_model.n_heads, config)
     assert passes == result.info["steps"]
     assert {str(k): v for k, v in Counter(starts).items()} == result.info["random_runs_from_layer"]

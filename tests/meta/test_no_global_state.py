@@ -65,7 +65,7 @@ def odd_globals():
 def test_census_report_and_ablation_leave_global_state_alone(odd_globals, tiny_model, tmp_path):
     from headlens import reports
     from headlens.analyses.ablation.evalset import text_eval_set
-    from headlens.analyses.ablation.study import AblationConfig, ablation_study
+    from headlens.analyses.ablation.study import AblationConfig, run_ablation
     from headlens.analyses.heads.census import CensusConfig, run_census
     from headlens.analyses.stimuli import eval_text
 
@@ -79,7 +79,7 @@ def test_census_report_and_ablation_leave_global_state_alone(odd_globals, tiny_m
     _assert_same(before, _snapshot())
 
     windows = text_eval_set(tiny_model.tokenizer, eval_text(), n_windows=2, window=16, prepend_bos=True, n_ctx=tiny_model.n_ctx)
-    ablation_study(tiny_model, windows, AblationConfig(method="mean", attribution=False, n_bootstrap=0))
+    run_ablation(tiny_model, windows, AblationConfig(method="mean", attribution=False, n_bootstrap=0))
     _assert_same(before, _snapshot())
 
 

@@ -17,10 +17,10 @@ import pytest
 import torch
 
 from headlens.analyses.ablation.evalset import text_eval_set
-from headlens.analyses.ablation.study import AblationConfig, ablation_study
+from headlens.analyses.ablation.study import AblationConfig, run_ablation
 from headlens.analyses.heads.census import CensusConfig, run_census
 from headlens.analyses.sinks.intervene import mean_loss, removal_edits, window_edits
-from headlens.analyses.sinks.lengths import LengthsConfig, sink_lengths
+from headlens.analyses.sinks.lengths import LengthsConfig, run_sink_lengths
 from headlens.analyses.sinks.reductions import head_output_weights
 from headlens.analyses.stimuli import eval_text
 from headlens.analyses.synthetic.families import build_family_checkpoint
@@ -119,7 +119,7 @@ def test_ablation_losses_and_attribution_equal_the_unsplit_model(pair, family, m
     plain, split = pair(family)
     data = text_eval_set(plain.tokenizer, eval_text(), n_windows=3, window=24, prepend_bos=True, n_ctx=plain.n_ctx)
     config = AblationConfig(method=method, attribution=True, n_bootstrap=0)
-    a, b = ablation_study(plain, data, config), ablation_study(split, data, config)
+    a, b = run_ablation(plain, data, config), run_ablation(split, data, config)
     _frames_equal(a.table, b.table, f"ablation {method}")
     assert abs(a.baseline_value - b.baseline_value) <= SPLIT_TOL
 
@@ -134,7 +134,7 @@ def test_sinks_lengths_and_w_o_equal_the_unsplit_model(pair, family):
         assert torch.equal(w_split, head_output_weights(plain, layer)), layer
     for attention in ("eager", "streaming"):
         config = LengthsConfig(lengths=(16, 32), n_sequences=2, attention=attention, query_block=7)
-        _frames_equal(sink_lengths(plain, config).table, sink_lengths(split, config).table, f"sinks --lengths {attention}")
+        _frames_equal(run_sink_lengths(plain, config).table, run_sink_lengths(split, config).table, f"sinks --lengths {attention}")
 
 
 @pytest.mark.parametrize("family", FAMILIES)

@@ -39,7 +39,7 @@ def _paths(planted_checkpoint, family_checkpoint) -> dict:
 def _run(path, dtype: str) -> dict:
     """Census, roles, verify, captured patterns and a zero ablation of layer 0, in ``dtype``."""
     from headlens.analyses.ablation.evalset import text_eval_set
-    from headlens.analyses.ablation.study import AblationConfig, ablation_study
+    from headlens.analyses.ablation.study import AblationConfig, run_ablation
     from headlens.analyses.heads.census import CensusConfig, run_census
     from headlens.analyses.heads.classify import classify_heads
     from headlens.analyses.heads.verify import verify_attention
@@ -57,7 +57,7 @@ def _run(path, dtype: str) -> dict:
         "roles": classify_heads(census.scores).roles[["layer", "head", "role"]].reset_index(drop=True),
         "verify": verify_attention(m, PROMPTS),
         "patterns": capture(m, PROMPTS, CaptureConfig(what=("pattern",), prepend_bos=True)).tensors,
-        "ablation": ablation_study(m, data, AblationConfig(attribution=False, n_bootstrap=0, layers=(0,))).table,
+        "ablation": run_ablation(m, data, AblationConfig(attribution=False, n_bootstrap=0, layers=(0,))).table,
     }
 
 

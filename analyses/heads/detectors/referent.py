@@ -43,7 +43,7 @@ only (``select_*`` columns) and ``heldout_accuracy`` is the head's accuracy on t
 
 Where the numbers live: the census adds :data:`REFERENT_COLUMNS` to the scores table (NaN on
 other detectors' rows, absent when the referent detector did not run) and keeps the full
-per-head table (:data:`REFERENT_TABLE_COLUMNS`) as ``CensusResult.referent``.  That table's
+per-head table (:data:`REFERENT_TABLE_COLUMNS`) as ``CensusRun.referent``.  That table's
 ``ci_low`` resamples pairs; the scores table's ``ci_low``/``ci_high`` resample sentences, as
 for every detector, and ``classify_heads`` uses those.
 
@@ -108,7 +108,7 @@ def min_referent_prompts(n_heads: int, alpha: float = DEFAULT_ALPHA) -> int:
     return 2 * max(1, math.ceil(math.log2(max(n_heads, 1) / alpha)))
 
 
-#: Columns of the per-head referent table (``CensusResult.referent``).
+#: Columns of the per-head referent table (``CensusRun.referent``).
 REFERENT_TABLE_COLUMNS = [
     "layer", "head", "n_units", "wins", "losses", "ties", "accuracy", "pair_accuracy", "antecedent",
     "distractor", "baseline", "ci_low", "diff", "diff_ci_low", "diff_ci_high", "p_raw", "p_value",

@@ -5,7 +5,7 @@ The census is the study ``headlens detect`` and ``headlens classify`` run
 ``headlens detect --out scores.csv`` writes for the same model and settings.  The folder
 ``OUT/tasks/KEY/`` is written under a temporary name and renamed when complete:
 ``manifest.json`` in it means the task is done, and a rerun skips it.  With ``ablation`` the
-task also runs ``headlens ablate``'s study (:func:`ablation_study`, zero ablation of each
+task also runs ``headlens ablate``'s study (:func:`run_ablation`, zero ablation of each
 head alone) on the windows of the held-out loss and writes ``ablation.csv``.
 
 This module imports neither Ray nor pyarrow: it runs the same in a Ray worker and in-process.
@@ -24,7 +24,7 @@ from typing import Any
 import pandas as pd
 
 from headlens.analyses.ablation.evalset import text_eval_set
-from headlens.analyses.ablation.study import AblationConfig, ablation_study
+from headlens.analyses.ablation.study import AblationConfig, run_ablation
 from headlens.analyses.sinks.intervene import mean_loss
 from headlens.analyses.stimuli import eval_text
 from headlens.probes.errors import HeadlensError, InputError
@@ -110,7 +110,7 @@ def _ablation(loaded: Any, config: SweepConfig, data: Any) -> Any:
     """``headlens ablate``'s exact single-head table (zero ablation, loss on the held-out windows)."""
     if data is None:
         raise InputError("--ablate needs the held-out loss windows (--loss-windows above 0, a decoder)")
-    result = ablation_study(loaded, data, AblationConfig(method="zero", seed=config.census.seed, batch_size=config.census.batch_size))
+    result = run_ablation(loaded, data, AblationConfig(method="zero", seed=config.census.seed, batch_size=config.census.batch_size))
     table = result.table.copy()
     table["unablated_value"] = result.unablated_value
     return table

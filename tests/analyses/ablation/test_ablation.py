@@ -18,9 +18,9 @@ from headlens.analyses.ablation.study import (
     AblationConfig,
     ablated_logits,
     ablated_values,
-    ablation_study,
     baseline_pass,
     naive_single_head_values,
+    run_ablation,
     single_head_values,
 )
 from headlens.analyses.ablation.suffix import check_from_layer
@@ -84,7 +84,7 @@ def test_zero_ablation_equals_hugging_face_reference_hook(tiny_model, hf_model, 
     """Logits within 1e-6 absolute; per-window losses and deltas within 1e-6 absolute, through
     both the one-forward-per-head path and the fast table."""
     tokens = windows.tokens
-    result = ablation_study(tiny_model, windows, AblationConfig(method="zero", attribution=False, n_bootstrap=0))
+    result = run_ablation(tiny_model, windows, AblationConfig(method="zero", attribution=False, n_bootstrap=0))
     assert result.info["prefix_reuse"] is True
     clean_logits = _hf_logits(hf_model, tokens)
     assert (ablated_logits(tiny_model, tokens, []) - clean_logits).abs().max() <= 1e-6
@@ -123,8 +123,8 @@ def test_fast_table_equals_naive_loop(tiny_model, windows, task, method):
 
 def test_prefix_reuse_check_and_off_switch(tiny_model, windows):
     assert check_from_layer(tiny_model, windows.tokens[:1], 1)
-    on = ablation_study(tiny_model, windows, AblationConfig(attribution=False, n_bootstrap=0))
-    off = ablation_study(tiny_model, windows, AblationConfig(attribution=False, n_bootstrap=0, prefix_reuse=False, heads_per_forward=1))
+    on = run_ablation(tiny_model, windows, AblationConfig(attribution=False, n_bootstrap=0))
+    off = run_ablation(tiny_model, windows, AblationConfig(attribution=False, n_bootstrap=0, prefix_reuse=False, heads_per_forward=1))
     assert off.info["prefix_reuse"] is False and off.info["heads_per_forward"] == 1
     assert_close(torch.tensor(on.table["value"].to_numpy()), torch.tensor(off.table["value"].to_numpy()), "reference")
     # the block list is intact afterwards
@@ -175,7 +175,7 @@ def test_set_ablation_and_mask_agree(tiny_model, windows):
     a = ablated_values(tiny_model, windows, [(0, 2), (1, 3)])
     b = ablated_values(tiny_model, windows, [], mask=mask)
     assert torch.equal(a, b)
-    result = ablation_study(tiny_model, windows, AblationConfig(attribution=False, n_bootstrap=0), mask=mask)
+    result = run_ablation(tiny_model, windows, AblationConfig(attribution=False, n_bootstrap=0), mask=mask)
     assert len(result.table) == 6 and (0, 2) not in set(zip(result.table["layer"], result.table["head"], strict=True))
     assert_close(result.baseline_value, a.double().mean(), "exact")
     assert result.unablated_value != result.baseline_value
@@ -183,8 +183,8 @@ def test_set_ablation_and_mask_agree(tiny_model, windows):
 
 def test_table_columns_ci_and_determinism(tiny_model, windows):
     cfg = AblationConfig(method="zero", seed=1, n_bootstrap=200)
-    a = ablation_study(tiny_model, windows, cfg).table
-    b = ablation_study(tiny_model, windows, cfg).table
+    a = run_ablation(tiny_model, windows, cfg).table
+    b = run_ablation(tiny_model, windows, cfg).table
     assert list(a.columns) == ["layer", "head", "method", "metric", "value", "delta", "ci_low", "ci_high", "n", "attribution"]
     assert a.equals(b)
     assert (a["ci_low"] <= a["delta"] + 1e-12).all() and (a["delta"] <= a["ci_high"] + 1e-12).all()
@@ -208,7 +208,7 @@ def test_bootstrap_ci_properties():
 
 def test_attribution_and_importance_definitions(tiny_model, windows):
     est = attribution_estimates(tiny_model, windows)
-    exact = ablation_study(tiny_model, windows, AblationConfig(attribution=False, n_bootstrap=0)).table
+    exact = run_ablation(tiny_model, windows, AblationConfig(attribution=False, n_bootstrap=0)).table
     rho = spearman(est.flatten().numpy(), exact["delta"].to_numpy())
     assert rho > 0.8  # random weights: ablations are small, so first order is close
     raw = head_importance(tiny_model, windows, normalise=False)
@@ -237,7 +237,7 @@ def test_planted_induction_head_matters_most_and_attribution_ranks_it_first(plan
 
     assert PLANTED_ROLES["1.0"] == "induction" and not set(NO_ROLE) & set(PLANTED_ROLES)
     data = repeated_tokens_eval_set(n=4, T=12, seed=0, vocab_size=int(planted_model.bridge.cfg.d_vocab), bos_id=planted_model.bos_id)
-    result = ablation_study(planted_model, data, AblationConfig(method="zero", n_bootstrap=200))
+    result = run_ablation(planted_model, data, AblationConfig(method="zero", n_bootstrap=200))
     t = result.table.assign(name=lambda d: d["layer"].astype(str) + "." + d["head"].astype(str)).set_index("name")
     no_role_max = t.loc[list(NO_ROLE), "delta"].max()
     assert t.loc["1.0", "delta"] > 1.0 > 100 * no_role_max

@@ -19,7 +19,7 @@ from headlens.analyses.ablation.embedding import embedding_eval_set, hidden_stat
 from headlens.analyses.ablation.evalset import text_eval_set
 from headlens.analyses.ablation.gradients import gate_gradients
 from headlens.analyses.ablation.metrics import check_metric, default_metric, worse_by
-from headlens.analyses.ablation.study import AblationConfig, ablation_study
+from headlens.analyses.ablation.study import AblationConfig, run_ablation
 from headlens.analyses.stimuli import eval_text
 from headlens.probes.errors import InputError, UnsupportedModelError
 from headlens.reports.cli.main import cli
@@ -114,7 +114,7 @@ def test_batched_equals_one_by_one_padding_never_counts(minilm_model):
     for bs in (1, 5):
         for method in ("zero", "mean"):
             cfg = AblationConfig(method=method, heads=tuple(HEADS), batch_size=bs, n_bootstrap=0, attribution=False)
-            tables[bs, method] = ablation_study(minilm_model, data, cfg).table
+            tables[bs, method] = run_ablation(minilm_model, data, cfg).table
     for method in ("zero", "mean"):
         a, b = tables[1, method], tables[5, method]
         assert (a["value"] - b["value"]).abs().max() < 1e-6, method
@@ -142,12 +142,12 @@ def test_metric_rules_and_refusals(minilm_model):
     # the library raises, before any forward
     loss_set = text_eval_set(minilm_model.tokenizer, eval_text(), n_windows=2, window=16, prepend_bos=False, n_ctx=minilm_model.n_ctx)
     with pytest.raises(UnsupportedModelError, match="newly initialised"):
-        ablation_study(minilm_model, loss_set, AblationConfig(heads=((0, 0),)))
+        run_ablation(minilm_model, loss_set, AblationConfig(heads=((0, 0),)))
     # the embedding change has no gradient in the unablated model: refused, and attribution is switched off with a note
     data = embedding_eval_set(minilm_model, SENTENCES[:2])
     with pytest.raises(InputError, match="gradient is zero"):
         gate_gradients(minilm_model, data)
-    res = ablation_study(minilm_model, data, AblationConfig(heads=((5, 11),), n_bootstrap=0))
+    res = run_ablation(minilm_model, data, AblationConfig(heads=((5, 11),), n_bootstrap=0))
     assert res.table["attribution"].isna().all() and res.spearman is None and "gradient" in res.info["attribution"]
     # the pruning threshold is an absolute change: the unablated value is 0
     assert worse_by("embedding", 0.03, 0.0) == pytest.approx(0.03)
@@ -277,7 +277,7 @@ def test_prune_on_minilm_ranks_heads_by_exact_change(shared_load, tmp_path, runn
     )
     # importance at step 0 is the exact single-head table on the same sentences
     data = embedding_eval_set(shared_load, split_sentences(eval_text(), complete_only=True), n_sentences=3)
-    table = ablation_study(shared_load, data, AblationConfig(heads=((5, 11), (0, 0)), n_bootstrap=0, attribution=False)).table
+    table = run_ablation(shared_load, data, AblationConfig(heads=((5, 11), (0, 0)), n_bootstrap=0, attribution=False)).table
     got = imp.set_index(["layer", "head"])["importance"]
     for r in table.itertuples():
         assert got.loc[(r.layer, r.head)] == pytest.approx(r.delta, abs=1e-12)

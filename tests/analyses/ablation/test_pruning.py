@@ -13,7 +13,7 @@ import torch
 import headlens.analyses.ablation.pruning as pruning_mod
 from headlens.analyses.ablation.evalset import repeated_tokens_eval_set, text_eval_set
 from headlens.analyses.ablation.masks import read_mask
-from headlens.analyses.ablation.pruning import CURVE_COLUMNS, PruneConfig, kv_bytes_saved, prune_study
+from headlens.analyses.ablation.pruning import CURVE_COLUMNS, PruneConfig, kv_bytes_saved, run_pruning
 from headlens.analyses.stimuli import eval_text
 from headlens.probes.errors import InputError
 from headlens.reports.api.journal import Journal
@@ -42,7 +42,7 @@ def test_kv_cache_bytes_formula():
 @pytest.mark.slow
 def test_planted_pruning_removes_the_no_role_heads_first_and_keeps_the_induction_circuit(planted_model):
     data = repeated_tokens_eval_set(n=3, T=10, seed=1, vocab_size=int(planted_model.bridge.cfg.d_vocab), bos_id=planted_model.bos_id)
-    result = prune_study(planted_model, data, PruneConfig(step=0.25, random_seeds=2, seed=0))
+    result = run_pruning(planted_model, data, PruneConfig(step=0.25, random_seeds=2, seed=0))
     curve = result.curve
     assert list(curve.columns) == CURVE_COLUMNS
     # importance order: the previous-token (0.0) and induction (1.0) heads go last
@@ -60,7 +60,7 @@ def test_planted_pruning_removes_the_no_role_heads_first_and_keeps_the_induction
 def test_prune_resume_after_an_exception_is_identical(tiny_model, tmp_path, monkeypatch):
     data = text_eval_set(tiny_model.tokenizer, eval_text(), n_windows=2, window=20, prepend_bos=True, n_ctx=tiny_model.n_ctx)
     cfg = PruneConfig(step=0.5, random_seeds=2, seed=3, max_fraction=0.75)
-    reference = prune_study(tiny_model, data, cfg)
+    reference = run_pruning(tiny_model, data, cfg)
     real = pruning_mod.ablated_values  # the last step's value (earlier steps' come from the ranking passes)
     calls = {"n": 0}
 
@@ -73,11 +73,11 @@ def test_prune_resume_after_an_exception_is_identical(tiny_model, tmp_path, monk
     monkeypatch.setattr(pruning_mod, "ablated_values", flaky)
     path = tmp_path / "p.jsonl"
     with pytest.raises(RuntimeError), Journal(path, "prune", {"k": 1}, resume=False, overwrite=False) as j:
-        prune_study(tiny_model, data, cfg, journal=j)
+        run_pruning(tiny_model, data, cfg, journal=j)
     monkeypatch.setattr(pruning_mod, "ablated_values", real)
     with Journal(path, "prune", {"k": 1}, resume=True, overwrite=False) as j:
         assert sum(r["kind"] == "step" for r in j.records) == 2
-        resumed = prune_study(tiny_model, data, cfg, journal=j)
+        resumed = run_pruning(tiny_model, data, cfg, journal=j)
     assert resumed.curve["n_removed"].tolist() == [0, 4, 6]
     pd.testing.assert_frame_equal(resumed.curve, reference.curve, check_exact=True)
     pd.testing.assert_frame_equal(resumed.random, reference.random, check_exact=True)

@@ -13,7 +13,7 @@ import contextlib
 import pytest
 
 from headlens.analyses.ablation.evalset import text_eval_set
-from headlens.analyses.ablation.study import AblationConfig, ablation_study
+from headlens.analyses.ablation.study import AblationConfig, run_ablation
 from headlens.analyses.ablation.suffix import check_from_layer
 from headlens.analyses.stimuli.natural import eval_text
 from headlens.analyses.synthetic.families import WINDOW, build_family_checkpoint
@@ -42,8 +42,8 @@ def test_cuts_carry_the_layer_types_and_the_table_equals_full_forwards(gemma2_od
     data = _data(gemma2_odd)
     assert gemma2_odd.bridge.original_model.config.layer_types == ["sliding_attention", "full_attention", "sliding_attention"]
     assert check_from_layer(gemma2_odd, data.longest()[0], [1, 2])
-    fast = ablation_study(gemma2_odd, data, AblationConfig(attribution=False, n_bootstrap=0))
-    slow = ablation_study(gemma2_odd, data, AblationConfig(attribution=False, n_bootstrap=0, prefix_reuse=False))
+    fast = run_ablation(gemma2_odd, data, AblationConfig(attribution=False, n_bootstrap=0))
+    slow = run_ablation(gemma2_odd, data, AblationConfig(attribution=False, n_bootstrap=0, prefix_reuse=False))
     assert fast.info["prefix_reuse"] is True
     assert (fast.table["value"] - slow.table["value"]).abs().max() <= TOL
     assert gemma2_odd.bridge.original_model.config.layer_types[1] == "full_attention"  # restored after every cut
@@ -58,7 +58,7 @@ def test_a_cut_wrong_at_one_block_is_refused_everywhere(gemma2_odd, monkeypatch)
     assert check_from_layer(gemma2_odd, tokens, 2)
     assert not check_from_layer(gemma2_odd, tokens, 1)
     assert not check_from_layer(gemma2_odd, tokens, [1, 2])
-    fast = ablation_study(gemma2_odd, data, AblationConfig(attribution=False, n_bootstrap=0))
-    slow = ablation_study(gemma2_odd, data, AblationConfig(attribution=False, n_bootstrap=0, prefix_reuse=False))
+    fast = run_ablation(gemma2_odd, data, AblationConfig(attribution=False, n_bootstrap=0))
+    slow = run_ablation(gemma2_odd, data, AblationConfig(attribution=False, n_bootstrap=0, prefix_reuse=False))
     assert fast.info["prefix_reuse"] is False
     assert (fast.table["value"] - slow.table["value"]).abs().max() <= TOL

@@ -13,11 +13,11 @@ from headlens.analyses.circuits.composition import (
     CompositionConfig,
     check_composition_config,
     composition_note,
-    composition_scores,
     head_weights,
     mode_scores,
     pair_scores,
     random_baseline,
+    run_composition,
 )
 from headlens.probes.errors import InputError
 from tests.helpers import assert_close
@@ -111,7 +111,7 @@ def test_pair_scores_dense_and_baseline_reproducible():
 def test_planted_circuit(planted_model):
     """Planted heads: 0.0 (previous token) feeds 1.0 (induction) through its key; the heads without
     a role have QK = 0, so nothing Q- or K-composes into them."""
-    run = composition_scores(planted_model, CompositionConfig(n_baseline=50, n_tokens=0))
+    run = run_composition(planted_model, CompositionConfig(n_baseline=50, n_tokens=0))
     k = run.scores[run.scores["input"] == "k"].set_index(["sender", "receiver"])["score"]
     assert k[("0.0", "1.0")] == k.max()
     assert bool(run.scores.set_index(["sender", "receiver", "input"]).loc[("0.0", "1.0", "k"), "above_baseline"])
@@ -125,7 +125,7 @@ def test_demo_induction_circuit_above_baseline():
     import headlens
 
     model = headlens.load_model("demo")
-    run = composition_scores(model, CompositionConfig(n_baseline=100, n_tokens=200))
+    run = run_composition(model, CompositionConfig(n_baseline=100, n_tokens=200))
     rows = run.scores[run.scores["sender"] == "0.0"].set_index(["receiver", "input"])
     for r in ("1.0", "1.1", "1.2", "1.3"):
         assert bool(rows.loc[(r, "k"), "above_baseline"]) and rows.loc[(r, "k"), "z"] > 10
@@ -140,7 +140,7 @@ def test_demo_induction_circuit_above_baseline():
 
 def test_copying_equals_dense_eigenvalues(tiny_model):
     """The d_head x d_head eigenvalue form = the eigenvalues of the dense W_OV (W_U W_E) [d_model, d_model]."""
-    run = composition_scores(tiny_model, CompositionConfig(fold_ln=False, n_baseline=10, n_tokens=50))
+    run = run_composition(tiny_model, CompositionConfig(fold_ln=False, n_baseline=10, n_tokens=50))
     w = head_weights(tiny_model, fold_ln=False)
     b = tiny_model.bridge
     ue = b.W_U.detach().double() @ b.W_E.detach().double()

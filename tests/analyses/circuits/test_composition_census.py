@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 import headlens
-from headlens.analyses.circuits.composition import CompositionConfig, composition_evidence, composition_scores
+from headlens.analyses.circuits.composition import CompositionConfig, composition_evidence, run_composition
 from headlens.analyses.patching.evidence import EvidenceConfig
 
 
@@ -21,7 +21,7 @@ def test_composition_evidence_lines_match_the_full_scores(demo):
                           "role": ["previous_token", "induction", "induction", "sink"]})  # fmt: skip
     lines = composition_evidence(demo, roles)
     assert len(lines) == 2  # 0.0 -> 1.0 and 0.0 -> 1.2; the sink is not part of it
-    full = composition_scores(demo).scores.set_index(["sender", "receiver", "input"])
+    full = run_composition(demo).scores.set_index(["sender", "receiver", "input"])
     for line, receiver in zip(lines, ["1.0", "1.2"], strict=True):
         assert line.startswith("composition (weights, no data): previous-token head 0.0 K-composes into induction head " + receiver)
         assert f"at {full.loc[('0.0', receiver, 'k'), 'score']:.3f}," in line and "above its random baseline" in line
@@ -58,5 +58,5 @@ def test_composition_evidence_baseline_is_the_full_runs_baseline(demo):
     """One baseline rule and one seed rule: the census's K baseline is ``headlens composition``'s K baseline."""
     roles = pd.DataFrame({"name": ["0.0", "1.0"], "layer": [0, 1], "head": [0, 0], "role": ["previous_token", "induction"]})
     (line,) = composition_evidence(demo, roles)
-    k = composition_scores(demo, CompositionConfig(copying=False)).baseline.set_index("input").loc["k"]
+    k = run_composition(demo, CompositionConfig(copying=False)).baseline.set_index("input").loc["k"]
     assert f"baseline {float(k['mean']):.3f} (sd {float(k['sd']):.3f} over {int(k['n_samples'])} random samples)" in line

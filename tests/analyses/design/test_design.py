@@ -114,9 +114,9 @@ def test_similar_groups_finds_alike_heads():
 
 
 def test_gqa_study_on_tiny(tiny_model):
-    from headlens.analyses.design.gqa import GQAConfig, gqa_study
+    from headlens.analyses.design.gqa import GQAConfig, run_gqa
 
-    res = gqa_study(tiny_model, _text_set(tiny_model), GQAConfig(batch_size=2))
+    res = run_gqa(tiny_model, _text_set(tiny_model), GQAConfig(batch_size=2))
     s = res.summary
     assert list(zip(s["grouping"], s["g"], strict=True)) == [
         ("original", 1),
@@ -135,14 +135,14 @@ def test_gqa_study_on_tiny(tiny_model):
 
 
 def test_gqa_bad_input(tiny_model, family_model):
-    from headlens.analyses.design.gqa import GQAConfig, gqa_study
+    from headlens.analyses.design.gqa import GQAConfig, run_gqa
     from headlens.probes.errors import InputError
 
     with pytest.raises(InputError, match="does not divide"):
-        gqa_study(tiny_model, _text_set(tiny_model), GQAConfig(group_sizes=(3,)))
+        run_gqa(tiny_model, _text_set(tiny_model), GQAConfig(group_sizes=(3,)))
     gemma = family_model("gemma")  # one KV head
     with pytest.raises(InputError, match="already multi-query"):
-        gqa_study(gemma, _text_set(gemma))
+        run_gqa(gemma, _text_set(gemma))
 
 
 # ----------------------------------------------------------------------------- knockouts
@@ -328,30 +328,30 @@ class _DyingJournal:
 def test_gqa_and_knockouts_resume_equal_an_uninterrupted_run(tiny_model):
     import pandas as pd
 
-    from headlens.analyses.design.gqa import GQAConfig, gqa_study
-    from headlens.analyses.design.projections import ProjectionConfig, knockout_losses, knockout_roles
+    from headlens.analyses.design.gqa import GQAConfig, run_gqa
+    from headlens.analyses.design.projections import ProjectionConfig, knockout_roles, run_knockouts
     from headlens.analyses.heads.census import CensusConfig
 
     data = _text_set(tiny_model, n_windows=3, window=16)
     cfg = GQAConfig(batch_size=2)  # g = 2, 4 x adjacent, similar: 4 variants, 2 batches each
-    whole = gqa_study(tiny_model, data, cfg)
+    whole = run_gqa(tiny_model, data, cfg)
     dying = _DyingJournal(after=3)  # the original and 2 variants finish, then the run dies
     with pytest.raises(_Interrupted):
-        gqa_study(tiny_model, data, cfg, journal=dying)
+        run_gqa(tiny_model, data, cfg, journal=dying)
     assert [r["kind"] for r in dying.records] == ["gqa_original", "gqa_variant", "gqa_variant"]
     seen = []
     resumed = _DyingJournal(dying.records)
-    again = gqa_study(tiny_model, data, cfg, journal=resumed, progress=lambda s, d, t: seen.append((d, t)))
+    again = run_gqa(tiny_model, data, cfg, journal=resumed, progress=lambda s, d, t: seen.append((d, t)))
     assert seen == [(3, 4), (4, 4)]  # only the 2 variants left were measured
     for name in ("summary", "heads", "groups", "comparison"):
         pd.testing.assert_frame_equal(getattr(whole, name), getattr(again, name))
 
     pcfg = ProjectionConfig(kinds=("q=k", "v=k"), batch_size=2)
-    losses = knockout_losses(tiny_model, data, pcfg)
+    losses = run_knockouts(tiny_model, data, pcfg)
     dying = _DyingJournal(after=2)
     with pytest.raises(_Interrupted):
-        knockout_losses(tiny_model, data, pcfg, journal=dying)
-    pd.testing.assert_frame_equal(losses, knockout_losses(tiny_model, data, pcfg, journal=_DyingJournal(dying.records)))
+        run_knockouts(tiny_model, data, pcfg, journal=dying)
+    pd.testing.assert_frame_equal(losses, run_knockouts(tiny_model, data, pcfg, journal=_DyingJournal(dying.records)))
 
     census = CensusConfig(n_prompts=4, n_bootstrap=20, detectors=("previous_token",))
     rcfg = ProjectionConfig(kinds=("q=k",), layers=(0, 1))

@@ -87,13 +87,13 @@ def test_encoder_roles_are_not_testable_with_the_reason(family_model):
 
 def test_joint_path_equals_single_receiver_path(planted_model):
     from headlens.analyses.patching.builtin import induction_task
-    from headlens.analyses.patching.path import PathConfig, path_patch
+    from headlens.analyses.patching.path import PathConfig, run_path_patching
 
     task = induction_task(planted_model, n=6, T=8, seed=0)
-    one = path_patch(planted_model, task, PathConfig(receivers=((1, 0),), n_resamples=50)).table
-    joint = path_patch(planted_model, task, PathConfig(receivers=((1, 0),), joint=True, n_resamples=50)).table
+    one = run_path_patching(planted_model, task, PathConfig(receivers=((1, 0),), n_resamples=50)).table
+    joint = run_path_patching(planted_model, task, PathConfig(receivers=((1, 0),), joint=True, n_resamples=50)).table
     assert np.allclose(one["effect"], joint["effect"], atol=PATH_TOL)
-    both = path_patch(planted_model, task, PathConfig(receivers=((1, 0), (1, 1)), joint=True, n_resamples=50)).table
+    both = run_path_patching(planted_model, task, PathConfig(receivers=((1, 0), (1, 1)), joint=True, n_resamples=50)).table
     assert len(both) == planted_model.n_heads and (both["receiver"] == "1.0+1.1").all()
     assert both["sender"].iloc[both["effect"].abs().to_numpy().argmax()] == "0.0"
 

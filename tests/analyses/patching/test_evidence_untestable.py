@@ -34,7 +34,7 @@ def test_induction_without_dla_is_not_testable(planted_model, monkeypatch):
     def refuse(*a, **k):
         raise UnsupportedModelError("direct logit attribution: a logit softcap")
 
-    monkeypatch.setattr(ev_mod, "direct_logit_attribution", refuse)
+    monkeypatch.setattr(ev_mod, "run_dla", refuse)
     ev = role_evidence(planted_model, _table([(1, 0, "induction"), (1, 1, "induction")]), n=MIN_ITEMS, T=8)
     assert ev["detail"].str.contains("direct-effect check not run: direct logit attribution: a logit softcap").all()
     assert np.isfinite(ev["figure"]).all()  # the ablation figure is still shown
@@ -63,7 +63,7 @@ def test_previous_token_path_patch_error_is_not_testable(tiny_model, monkeypatch
     def refuse(*a, **k):
         raise InterventionError("the hook_k edit did not take effect")
 
-    monkeypatch.setattr(ev_mod, "path_patch", refuse)
+    monkeypatch.setattr(ev_mod, "run_path_patching", refuse)
     ev = role_evidence(tiny_model, _table([(0, 0, "previous_token"), (1, 0, "induction")]), n=MIN_ITEMS, T=8)
     row = ev[ev["role"] == "previous_token"].iloc[0]
     assert row["evidence"] == NOT_TESTABLE and "hook_k edit did not take effect" in row["detail"]

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from headlens.analyses.patching.activation import PatchConfig, patch_heads
+from headlens.analyses.patching.activation import PatchConfig, run_patching
 from headlens.analyses.patching.builtin import builtin_task, induction_task
 from headlens.analyses.patching.effects import normalised_effects, task_gap
 from headlens.analyses.patching.pairs import pair_task
@@ -42,7 +42,7 @@ def _tl_per_item(model, task, direction: str) -> torch.Tensor:
 @pytest.mark.parametrize("direction", ["denoising", "noising"])
 def test_exact_patching_equals_transformer_lens(tiny_model, direction):
     task = induction_task(tiny_model, n=6, T=10, seed=3)
-    result = patch_heads(tiny_model, task, PatchConfig(directions=(direction,), n_resamples=0, batch_size=4))
+    result = run_patching(tiny_model, task, PatchConfig(directions=(direction,), n_resamples=0, batch_size=4))
     ours = torch.from_numpy(result.per_item[direction]).view(tiny_model.n_layers, tiny_model.n_heads, len(task))
     theirs = _tl_per_item(tiny_model, task, direction)
     assert float((ours - theirs).abs().max()) <= EXACT_TOL
@@ -86,7 +86,7 @@ def test_patching_equals_a_hugging_face_pre_hook_on_every_family(family, family_
     task = induction_task(model, n=3, T=8, seed=1)
     d_head = attention_spec(model).layers[0].d_head
     heads = ((0, 1), (model.n_layers - 1, model.n_heads - 1))
-    result = patch_heads(model, task, PatchConfig(heads=heads, n_resamples=0, batch_size=2))
+    result = run_patching(model, task, PatchConfig(heads=heads, n_resamples=0, batch_size=2))
     for direction in ("denoising", "noising"):
         for i, (layer, head) in enumerate(heads):
             ref = _hf_patched_ld(hf, family, task, layer, head, d_head, direction)
@@ -97,7 +97,7 @@ def test_patching_equals_a_hugging_face_pre_hook_on_every_family(family, family_
 
 def test_per_position_patching_changes_nothing_before_the_first_differing_token(tiny_model):
     task = induction_task(tiny_model, n=4, T=8, seed=2)
-    per = patch_heads(tiny_model, task, PatchConfig(heads=((0, 0),), per_position=True, directions=("denoising",), n_resamples=0))
+    per = run_patching(tiny_model, task, PatchConfig(heads=((0, 0),), per_position=True, directions=("denoising",), n_resamples=0))
     width = int(task.lengths.max())
     assert list(per.table["pos"]) == list(range(width))
     changed = (task.clean != task.corrupt).any(0).nonzero().flatten().tolist()

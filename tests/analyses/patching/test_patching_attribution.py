@@ -9,9 +9,9 @@ import pandas as pd
 import pytest
 import torch
 
-from headlens.analyses.patching.attribution import agreement, attribution_patch
+from headlens.analyses.patching.attribution import agreement, run_attribution_patching
 from headlens.analyses.patching.builtin import induction_task
-from headlens.analyses.patching.dla import SUM_TOL, direct_logit_attribution
+from headlens.analyses.patching.dla import SUM_TOL, run_dla
 from headlens.analyses.patching.pairs import pair_eval_sets
 from headlens.analyses.patching.runs import cache_run, patched_values
 
@@ -34,7 +34,7 @@ def _matches(ours: np.ndarray, fd: np.ndarray) -> bool:
 def test_attribution_is_the_derivative_of_exact_patching(tiny_model):
     model = tiny_model
     task = induction_task(model, n=4, T=8, seed=5)
-    est = attribution_patch(model, task, n_resamples=0)
+    est = run_attribution_patching(model, task, n_resamples=0)
     clean_set, corrupt_set = pair_eval_sets(model, task)
     clean = cache_run(model, clean_set, z_layers=range(model.n_layers))
     corrupt = cache_run(model, corrupt_set, z_layers=range(model.n_layers))
@@ -72,7 +72,7 @@ def test_agreement_counts_rank_correlation_and_top_k():
 def test_direct_logit_attribution_sums_to_the_logit_difference(family, family_model):
     model = family_model(family)
     task = induction_task(model, n=5, T=8, seed=2)
-    result = direct_logit_attribution(model, task, batch_size=3)
+    result = run_dla(model, task, batch_size=3)
     total = result.per_item.sum(0)
     assert np.abs(total - result.logit_diff).max() <= SUM_TOL * max(1.0, float(np.abs(result.logit_diff).max()))
     heads = result.table[result.table["kind"] == "head"]
@@ -86,7 +86,7 @@ def test_one_heads_dla_by_hand_from_a_plain_transformers_forward(tiny_model, tin
     from transformers import GPT2LMHeadModel
 
     task = induction_task(tiny_model, n=5, T=8, seed=3)
-    result = direct_logit_attribution(tiny_model, task, batch_size=2)
+    result = run_dla(tiny_model, task, batch_size=2)
     hf: Any = GPT2LMHeadModel.from_pretrained(str(tiny_checkpoint)).double().eval()  # submodules by name
     cfg = hf.config
     n_h, d_head = cfg.n_head, cfg.n_embd // cfg.n_head

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from headlens.analyses.patching.builtin import induction_task
-from headlens.analyses.patching.path import PathConfig, path_patch, strongest_edges
+from headlens.analyses.patching.path import PathConfig, run_path_patching, strongest_edges
 from headlens.probes.errors import InputError
 
 #: The planted edge restores (almost) all of the clean behaviour; every other edge (almost) none.
@@ -18,7 +18,7 @@ def planted_task(planted_model):
 
 
 def test_planted_k_composition_is_the_largest_edge(planted_model, planted_task):
-    result = path_patch(planted_model, planted_task, PathConfig(receivers=((1, 0), (1, 1)), receiver_input="k", n_resamples=200))
+    result = run_path_patching(planted_model, planted_task, PathConfig(receivers=((1, 0), (1, 1)), receiver_input="k", n_resamples=200))
     table = result.table
     assert len(table) == 8  # 4 senders x 2 receivers
     top = strongest_edges(table, 2)
@@ -29,14 +29,14 @@ def test_planted_k_composition_is_the_largest_edge(planted_model, planted_task):
 
 
 def test_the_planted_edge_goes_through_the_key_not_the_query(planted_model, planted_task):
-    result = path_patch(planted_model, planted_task, PathConfig(receivers=((1, 0),), receiver_input="q", n_resamples=0))
+    result = run_path_patching(planted_model, planted_task, PathConfig(receivers=((1, 0),), receiver_input="q", n_resamples=0))
     assert result.table["effect"].abs().max() <= WEAK
 
 
 def test_unknown_or_impossible_receivers_are_refused(planted_model, planted_task):
     with pytest.raises(InputError, match="layer 7 is out of range"):
-        path_patch(planted_model, planted_task, PathConfig(receivers=((7, 0),)))
+        run_path_patching(planted_model, planted_task, PathConfig(receivers=((7, 0),)))
     with pytest.raises(InputError, match="layer 0: no head sends"):
-        path_patch(planted_model, planted_task, PathConfig(receivers=((0, 1),)))
+        run_path_patching(planted_model, planted_task, PathConfig(receivers=((0, 1),)))
     with pytest.raises(InputError, match="receiver input"):
         PathConfig(receivers=((1, 0),), receiver_input="x")

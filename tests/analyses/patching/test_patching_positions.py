@@ -53,9 +53,9 @@ def test_a_subset_with_enough_pairs_but_no_gap_is_nan():
 
 
 def test_per_position_table_counts_the_pairs_of_each_row(tiny_model):
-    from headlens.analyses.patching.activation import PatchConfig, patch_heads
+    from headlens.analyses.patching.activation import PatchConfig, run_patching
     from headlens.analyses.patching.builtin import induction_task
 
     task = induction_task(tiny_model, n=4, T=6, seed=1)
-    result = patch_heads(tiny_model, task, PatchConfig(heads=((0, 0),), per_position=True, directions=("denoising",), n_resamples=50))
+    result = run_patching(tiny_model, task, PatchConfig(heads=((0, 0),), per_position=True, directions=("denoising",), n_resamples=50))
     assert (result.table["n_pairs"] == len(task)).all() and len(result.table) == int(task.lengths.max())

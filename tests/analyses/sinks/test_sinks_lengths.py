@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from headlens.analyses.sinks.lengths import LENGTH_COLUMNS, LengthsConfig, sink_lengths
+from headlens.analyses.sinks.lengths import LENGTH_COLUMNS, LengthsConfig, run_sink_lengths
 from headlens.analyses.synthetic.families import FAMILIES
 from headlens.probes.errors import InputError
 from headlens.reports.cli.main import cli
@@ -19,8 +19,8 @@ STATS += [f"{s}_all" for s in STATS]
 
 
 def _both(model, lengths, block):
-    eager = sink_lengths(model, LengthsConfig(lengths=lengths, n_sequences=2, attention="eager"))
-    stream = sink_lengths(model, LengthsConfig(lengths=lengths, n_sequences=2, attention="streaming", query_block=block))
+    eager = run_sink_lengths(model, LengthsConfig(lengths=lengths, n_sequences=2, attention="eager"))
+    stream = run_sink_lengths(model, LengthsConfig(lengths=lengths, n_sequences=2, attention="streaming", query_block=block))
     assert list(eager.table.columns) == LENGTH_COLUMNS
     assert set(eager.table["attention"]) == {"eager"} and set(stream.table["attention"]) == {"streaming"}
     assert_close(stream.table[STATS].to_numpy(float, copy=True), eager.table[STATS].to_numpy(float, copy=True), "float32")
@@ -119,9 +119,9 @@ def test_sinks_streaming_without_lengths_is_refused(runner, planted_checkpoint, 
 
 def test_lengths_config_errors(planted_model):
     with pytest.raises(InputError, match="lengths is empty"):
-        sink_lengths(planted_model, LengthsConfig(lengths=()))
+        run_sink_lengths(planted_model, LengthsConfig(lengths=()))
     with pytest.raises(InputError, match="query_block must"):
-        sink_lengths(planted_model, LengthsConfig(lengths=(16,), attention="streaming", query_block=0))
+        run_sink_lengths(planted_model, LengthsConfig(lengths=(16,), attention="streaming", query_block=0))
 
 
 @pytest.mark.parametrize("window, causal", [(None, True), (6, True), (None, False)])

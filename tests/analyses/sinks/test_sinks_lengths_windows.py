@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 import torch
 
-from headlens.analyses.sinks.lengths import LENGTH_COLUMNS, LengthsConfig, sink_lengths
+from headlens.analyses.sinks.lengths import LENGTH_COLUMNS, LengthsConfig, run_sink_lengths
 from headlens.analyses.stimuli.natural import eval_text
 from headlens.analyses.synthetic.families import WINDOW
 from headlens.reports.cli.main import cli
@@ -72,7 +72,7 @@ def _by_hand(checkpoint, sequences):
 @pytest.mark.parametrize("attention", ["eager", "streaming"])
 def test_window_layer_gives_both_conventions_equal_to_transformers(family_checkpoint, family_model, attention):
     model = family_model("mistral")
-    result = sink_lengths(model, LengthsConfig(lengths=(LENGTH,), n_sequences=2, attention=attention, query_block=7))
+    result = run_sink_lengths(model, LengthsConfig(lengths=(LENGTH,), n_sequences=2, attention=attention, query_block=7))
     table = result.table
     assert list(table.columns) == LENGTH_COLUMNS
     assert result.info["windows"] == {str(layer): WINDOW for layer in range(model.n_layers)}
@@ -96,7 +96,7 @@ def test_window_layer_gives_both_conventions_equal_to_transformers(family_checkp
         assert_close(r.uniform_alpha, uniform.mean(), "reference")
         assert_close(r.uniform_alpha_all, uniform.sum() / LENGTH, "reference")
     # no window in effect when the sequence fits in it: one convention, the same numbers
-    short = sink_lengths(model, LengthsConfig(lengths=(WINDOW,), attention=attention, query_block=7)).table
+    short = run_sink_lengths(model, LengthsConfig(lengths=(WINDOW,), attention=attention, query_block=7)).table
     assert set(short["queries"]) == {"all"} and (short["n_queries"] == short["n_queries_all"]).all()
     for name in ("alpha", "first_share", "value_norm_share", "uniform_alpha", "sink_rate"):
         assert (short[name] == short[f"{name}_all"]).all(), name

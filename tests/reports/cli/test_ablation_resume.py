@@ -16,7 +16,7 @@ import pytest
 import headlens.analyses.ablation.study as ablation_mod
 from headlens.analyses.ablation.evalset import text_eval_set
 from headlens.analyses.ablation.records import MemoryJournal, RecordJournal
-from headlens.analyses.ablation.study import AblationConfig, ablation_study
+from headlens.analyses.ablation.study import AblationConfig, run_ablation
 from headlens.analyses.stimuli import eval_text
 from headlens.probes.errors import InputError, OutputExistsError
 from headlens.reports.api.journal import Journal, journal_path
@@ -61,7 +61,7 @@ def test_journal_round_trip_torn_line_and_mismatch(tmp_path):
 
 def test_resume_after_an_exception_gives_the_identical_table(tiny_model, windows, tmp_path, monkeypatch):
     cfg = AblationConfig(method="resample", heads=((0, 0), (0, 3), (1, 0), (1, 1), (1, 2)), heads_per_forward=1, seed=4, n_bootstrap=300)
-    reference = ablation_study(tiny_model, windows, cfg).table
+    reference = run_ablation(tiny_model, windows, cfg).table
     key = {"test": 1}
     path = tmp_path / "j.jsonl"
     real = ablation_mod.single_head_values
@@ -75,12 +75,12 @@ def test_resume_after_an_exception_gives_the_identical_table(tiny_model, windows
 
     monkeypatch.setattr(ablation_mod, "single_head_values", flaky)
     with pytest.raises(RuntimeError, match="simulated"), Journal(path, "ablate", key, resume=False, overwrite=False) as j:
-        ablation_study(tiny_model, windows, cfg, journal=j)
+        run_ablation(tiny_model, windows, cfg, journal=j)
     heads_done = [json.loads(x) for x in path.read_text().splitlines() if '"kind":"head"' in x]
     assert len(heads_done) == 3
     monkeypatch.setattr(ablation_mod, "single_head_values", real)
     with Journal(path, "ablate", key, resume=True, overwrite=False) as j:
-        resumed = ablation_study(tiny_model, windows, cfg, journal=j)
+        resumed = run_ablation(tiny_model, windows, cfg, journal=j)
     assert resumed.info["jobs_resumed"] == 3 and resumed.info["jobs"] == 5
     pd.testing.assert_frame_equal(resumed.table, reference, check_exact=True)
 
@@ -90,10 +90,10 @@ def test_the_sweep_takes_any_record_journal(tiny_model, windows, tmp_path):
     journal resumes exactly like the file journal of reports/api/journal.py."""
     cfg = AblationConfig(heads=((0, 0), (1, 1)), heads_per_forward=1, n_bootstrap=0)
     mem = MemoryJournal()
-    first = ablation_study(tiny_model, windows, cfg, journal=mem)
+    first = run_ablation(tiny_model, windows, cfg, journal=mem)
     assert [r["kind"] for r in mem.records] == ["baseline", "attribution", "head", "head"]
     assert list(tmp_path.iterdir()) == []
-    resumed = ablation_study(tiny_model, windows, cfg, journal=MemoryJournal(mem.records))
+    resumed = run_ablation(tiny_model, windows, cfg, journal=MemoryJournal(mem.records))
     assert resumed.info["jobs_resumed"] == 2
     pd.testing.assert_frame_equal(resumed.table, first.table, check_exact=True)
     assert isinstance(Journal(tmp_path / "j.jsonl", "ablate", {}, resume=False, overwrite=False), RecordJournal)

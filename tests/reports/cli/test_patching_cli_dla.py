@@ -15,8 +15,8 @@ def test_dla_refusal_comes_before_patching(runner, tmp_path, tiny_checkpoint, mo
             "direct logit attribution: the components do not sum to the model's logit difference (a logit softcap?)"
         )
 
-    monkeypatch.setattr(study, "direct_logit_attribution", refuse)
-    monkeypatch.setattr(study, "patch_heads", lambda *a, **k: patched.append(1))
+    monkeypatch.setattr(study, "run_dla", refuse)
+    monkeypatch.setattr(study, "run_patching", lambda *a, **k: patched.append(1))
     res = runner.invoke(
         cli,
         [

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 import headlens.reports.render.figures.sinks as sink_figs
-from headlens.analyses.sinks.lengths import LengthsConfig, sink_lengths
+from headlens.analyses.sinks.lengths import LengthsConfig, run_sink_lengths
 
 #: Smallest font a label may have (points) once the figure is shown at its own width.
 MIN_LABEL_PT = 8
@@ -37,7 +37,7 @@ def captured(monkeypatch):
 
 def test_sink_lengths_figure_is_one_quantity_per_panel(family_model, captured, tmp_path):
     model = family_model("mistral")  # sliding windows of 16 keys on every layer
-    table = sink_lengths(model, LengthsConfig(lengths=(16, 32, 64), n_sequences=1, attention="eager")).table
+    table = run_sink_lengths(model, LengthsConfig(lengths=(16, 32, 64), n_sequences=1, attention="eager")).table
     table = pd.concat([table.assign(bos=True), table.assign(bos=False)], ignore_index=True)
     sink_figs.lengths_plot(table, tmp_path, 0.3)
     (fig,) = captured

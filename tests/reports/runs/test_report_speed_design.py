@@ -11,7 +11,7 @@ import pytest
 from headlens.analyses.ablation.evalset import text_eval_set
 from headlens.analyses.ablation.records import MemoryJournal
 from headlens.analyses.design import projections as projections_mod
-from headlens.analyses.design.projections import ProjectionConfig, knockout_losses
+from headlens.analyses.design.projections import ProjectionConfig, run_knockouts
 from headlens.analyses.stimuli import eval_text
 
 #: The same blocks continued from a stored residual: float rounding only.
@@ -34,10 +34,10 @@ def test_knockout_losses_from_the_knocked_layer_equal_full_forwards(deep_model, 
     monkeypatch.setattr(
         projections_mod, "run_from_layer", lambda m, t, r, layer, hooks: starts.append(layer) or real(m, t, r, layer, hooks)
     )
-    fast = knockout_losses(deep_model, data, ProjectionConfig(batch_size=2))
+    fast = run_knockouts(deep_model, data, ProjectionConfig(batch_size=2))
     assert sorted(set(starts)) == [1, 2, 3]  # every knockout of layers 1.. continued from its layer
     starts.clear()
-    naive = knockout_losses(deep_model, data, ProjectionConfig(batch_size=2, prefix_reuse=False))
+    naive = run_knockouts(deep_model, data, ProjectionConfig(batch_size=2, prefix_reuse=False))
     assert starts == []
     assert fast[["layer", "head", "kind"]].equals(naive[["layer", "head", "kind"]])
     assert (fast["loss"] - naive["loss"]).abs().max() <= LOSS_TOL
@@ -46,11 +46,11 @@ def test_knockout_losses_from_the_knocked_layer_equal_full_forwards(deep_model, 
 
     # resumed after the intact pass and two knockouts: the intact pass runs again for its residuals
     cfg = ProjectionConfig(batch_size=2)
-    whole = knockout_losses(deep_model, data, cfg, journal=MemoryJournal())
+    whole = run_knockouts(deep_model, data, cfg, journal=MemoryJournal())
     journal = MemoryJournal()
-    knockout_losses(deep_model, data, cfg, journal=journal)
+    run_knockouts(deep_model, data, cfg, journal=journal)
     partial = MemoryJournal(journal.records[:3])
-    resumed = knockout_losses(deep_model, data, cfg, journal=partial)
+    resumed = run_knockouts(deep_model, data, cfg, journal=partial)
     assert resumed.equals(whole)
 
 
@@ -63,10 +63,10 @@ def test_knockouts_run_whole_forwards_when_the_residuals_would_not_fit(deep_mode
         projections_mod, "run_from_layer", lambda m, t, r, layer, hooks: starts.append(layer) or real(m, t, r, layer, hooks)
     )
     monkeypatch.setattr(projections_mod, "MAX_CACHE_BYTES", 1)
-    over = knockout_losses(deep_model, data, ProjectionConfig(batch_size=2))
+    over = run_knockouts(deep_model, data, ProjectionConfig(batch_size=2))
     assert starts == []
     monkeypatch.undo()
-    naive = knockout_losses(deep_model, data, ProjectionConfig(batch_size=2, prefix_reuse=False))
+    naive = run_knockouts(deep_model, data, ProjectionConfig(batch_size=2, prefix_reuse=False))
     assert (over["loss"] - naive["loss"]).abs().max() <= LOSS_TOL
 
 

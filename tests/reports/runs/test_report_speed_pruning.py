@@ -16,7 +16,7 @@ from headlens.analyses.ablation.evalset import text_eval_set
 from headlens.analyses.ablation.gradients import gate_gradients, gate_gradients_and_values, head_importance
 from headlens.analyses.ablation.incremental import MaskSequence
 from headlens.analyses.ablation.masks import HeadMask
-from headlens.analyses.ablation.pruning import PruneConfig, _pick, prune_study
+from headlens.analyses.ablation.pruning import PruneConfig, _pick, run_pruning
 from headlens.analyses.ablation.runs import ablated_values
 from headlens.analyses.stimuli import eval_text
 
@@ -66,7 +66,7 @@ def test_mask_sequence_equals_a_full_forward_per_mask(deep_model, windows):
 
 def test_prune_study_equals_the_naive_sweep(deep_model, windows):
     cfg = PruneConfig(step=0.3, random_seeds=2, seed=5, batch_size=2)
-    result = prune_study(deep_model, windows, cfg)
+    result = run_pruning(deep_model, windows, cfg)
     curve = result.curve
     total = deep_model.n_layers * deep_model.n_heads
     removed: set = set()
@@ -98,7 +98,7 @@ def test_prune_resume_reads_the_stored_ranking(deep_model, windows, tmp_path, mo
     from headlens.reports.api.journal import Journal
 
     cfg = PruneConfig(step=0.3, random_seeds=1, seed=2, batch_size=2)
-    reference = prune_study(deep_model, windows, cfg)
+    reference = run_pruning(deep_model, windows, cfg)
     real = pruning_mod.gate_gradients_and_values
     calls = {"n": 0}
 
@@ -111,7 +111,7 @@ def test_prune_resume_reads_the_stored_ranking(deep_model, windows, tmp_path, mo
     monkeypatch.setattr(pruning_mod, "gate_gradients_and_values", flaky)
     path = tmp_path / "p.jsonl"
     with pytest.raises(RuntimeError), Journal(path, "prune", {"k": 1}, resume=False, overwrite=False) as j:
-        prune_study(deep_model, windows, cfg, journal=j)
+        run_pruning(deep_model, windows, cfg, journal=j)
     counted = {"n": 0}
 
     def counting(*args, **kwargs):
@@ -121,7 +121,7 @@ def test_prune_resume_reads_the_stored_ranking(deep_model, windows, tmp_path, mo
     monkeypatch.setattr(pruning_mod, "gate_gradients_and_values", counting)
     with Journal(path, "prune", {"k": 1}, resume=True, overwrite=False) as j:
         assert sum(r["kind"] == "step" for r in j.records) == 2
-        resumed = prune_study(deep_model, windows, cfg, journal=j)
+        resumed = run_pruning(deep_model, windows, cfg, journal=j)
     assert counted["n"] == len(reference.curve) - 1 - 2  # steps 2.. only: the stored steps' rankings are read, not recomputed
     import pandas as pd
 
@@ -136,7 +136,7 @@ def test_prune_study_embedding_metric_values_equal_full_forwards(deep_model):
 
     data = embedding_eval_set(deep_model, split_sentences(eval_text(), complete_only=True), n_sentences=3, max_tokens=12, prepend_bos=True)
     cfg = PruneConfig(step=0.25, random_seeds=1, seed=1, batch_size=2, max_fraction=0.75)
-    result = prune_study(deep_model, data, cfg)
+    result = run_pruning(deep_model, data, cfg)
     removed: set = set()
     for st in range(1, len(result.curve)):
         imp = exact_importance(deep_model, data, mask=_mask(deep_model, removed), batch_size=2)
