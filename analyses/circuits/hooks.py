@@ -4,10 +4,11 @@ Readers are the bridge's split-input hook points (``blocks.L.attn.hook_{q,k,v}_i
 ``[batch, pos, slot, d_model]``, one residual copy per head or key-value head, read before the
 layer norm) and ``blocks.L.hook_mlp_in``; both fire only while the bridge's
 ``use_split_qkv_input`` / ``use_hook_mlp_in`` flags are on.  :func:`edge_flags` turns them on
-for a ``with`` block and restores the caller's flags on exit (an exception included).
+for a ``with`` block and restores the caller's flags on exit (an exception included); on the
+adapters whose attention runs inside Hugging Face (GPT-Neo, OPT, GPT-J) the same split inputs
+come from hooks of our own (:mod:`headlens.analyses.circuits.split`).
 :func:`check_edge_model` refuses, in one line, a model on which a reader does not read the
-residual sum of the writers (post-norm blocks, a norm after the head sum such as Gemma2's, or
-an adapter with no split input: GPT-Neo, OPT, GPT-J; encoders).
+residual sum of the writers (post-norm blocks; encoders).
 
 Senders' outputs of one batch are kept as one tensor ``[batch, sender, pos, d_model]`` in
 sender order (:mod:`headlens.analyses.circuits.graph`): ``blocks.0.hook_resid_pre`` (the
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from typing import Any
 
 import torch
@@ -47,6 +48,7 @@ EMBED_HOOK = "blocks.0.hook_resid_pre"
 #: norm) for which a head's ``z @ W_O`` is taken as its residual write (float32 measures ~3e-7).
 ADDITIVITY_RTOL = 1e-3
 _FLAGS = ("use_split_qkv_input", "use_hook_mlp_in")
+ENCODER_REFUSAL = "edge scores need a causal decoder whose blocks add each head's output to the residual stream; encoders are not supported"
 
 
 def reader_hook(layer: int, which: str, n_layers: int) -> str:
@@ -60,33 +62,48 @@ def reader_hook(layer: int, which: str, n_layers: int) -> str:
 
 @contextmanager
 def edge_flags(model: LoadedModel) -> Iterator[None]:
-    """The split q/k/v inputs and ``hook_mlp_in`` switched on for the block; the caller's flags restored after."""
+    """The split q/k/v inputs and ``hook_mlp_in`` switched on for the block; the caller's flags restored after.
+
+    On adapters whose attention runs inside Hugging Face (no split input of the bridge's own:
+    GPT-Neo, OPT, GPT-J) the same readers come from :func:`~headlens.analyses.circuits.split.own_split_inputs`."""
+    from headlens.analyses.circuits.split import own_split_inputs
+
     bridge = model.bridge
     cfg = bridge.cfg
     saved = {f: bool(getattr(cfg, f, False)) for f in _FLAGS}
     saved_attn_in = bool(getattr(cfg, "use_attn_in", False))
-    try:
-        if saved_attn_in:
-            bridge.set_use_attn_in(False)
+    with ExitStack() as stack:
         try:
-            if not saved["use_split_qkv_input"]:
-                bridge.set_use_split_qkv_input(True)
-        except (NotImplementedError, ValueError) as exc:
-            first = str(exc).split(".")[0]
-            raise UnsupportedModelError(
-                f"edge scores need a separate q/k/v input per head, which this model's attention adapter does not expose ({first})",
-                model=model.name,
-            ) from None
-        if not saved["use_hook_mlp_in"]:
-            bridge.set_use_hook_mlp_in(True)
-        yield
-    finally:
-        if bool(getattr(cfg, "use_split_qkv_input", False)) != saved["use_split_qkv_input"]:
-            bridge.set_use_split_qkv_input(saved["use_split_qkv_input"])
-        if bool(getattr(cfg, "use_hook_mlp_in", False)) != saved["use_hook_mlp_in"]:
-            bridge.set_use_hook_mlp_in(saved["use_hook_mlp_in"])
-        if saved_attn_in and not bool(getattr(cfg, "use_attn_in", False)):
-            bridge.set_use_attn_in(True)
+            if model.is_encoder:
+                raise UnsupportedModelError(ENCODER_REFUSAL, model=model.name)
+            if saved_attn_in:
+                bridge.set_use_attn_in(False)
+            if not saved["use_hook_mlp_in"]:
+                bridge.set_use_hook_mlp_in(True)
+            native = True
+            try:
+                if not saved["use_split_qkv_input"]:
+                    bridge.set_use_split_qkv_input(True)
+            except (NotImplementedError, ValueError) as exc:
+                native = False
+                log.info("no split q/k/v input in the bridge (%s); splitting with our own hooks", str(exc).split(".")[0])
+            if not native:
+                stack.enter_context(own_split_inputs(model, probe_tokens(model)))
+            yield
+        finally:
+            stack.close()
+            if bool(getattr(cfg, "use_split_qkv_input", False)) != saved["use_split_qkv_input"]:
+                bridge.set_use_split_qkv_input(saved["use_split_qkv_input"])
+            if bool(getattr(cfg, "use_hook_mlp_in", False)) != saved["use_hook_mlp_in"]:
+                bridge.set_use_hook_mlp_in(saved["use_hook_mlp_in"])
+            if saved_attn_in and not bool(getattr(cfg, "use_attn_in", False)):
+                bridge.set_use_attn_in(True)
+
+
+def probe_tokens(model: LoadedModel) -> Tensor:
+    """A short input ``[1, pos]`` for the checks: within the context (a tracr model's is max_seq_len + 1) and the vocabulary."""
+    n_tokens = min(8, int(model.n_ctx))
+    return torch.arange(3, 3 + n_tokens, device=model.device)[None, :] % max(2, int(model.bridge.cfg.d_vocab))
 
 
 def head_out_weights(model: LoadedModel) -> Float[Tensor, "layer head d_head d_model"]:
@@ -137,10 +154,7 @@ def check_edge_model(model: LoadedModel, graph: EdgeGraph) -> None:
     sum of the senders before it plus a position-independent constant (the biases), to
     :data:`ADDITIVITY_RTOL` of its norm."""
     if model.is_encoder:
-        raise UnsupportedModelError(
-            "edge scores need a causal decoder whose blocks add each head's output to the residual stream; encoders are not supported",
-            model=model.name,
-        )
+        raise UnsupportedModelError(ENCODER_REFUSAL, model=model.name)
     n_l = model.n_layers
     store: dict[str, Tensor] = {}
     seen: dict[tuple[int, str], Tensor] = {}
@@ -151,8 +165,7 @@ def check_edge_model(model: LoadedModel, graph: EdgeGraph) -> None:
 
         return fn
 
-    n_tokens = min(8, int(model.n_ctx))  # within the context (a tracr model's is max_seq_len + 1)
-    tokens = torch.arange(3, 3 + n_tokens, device=model.device)[None, :] % max(2, int(model.bridge.cfg.d_vocab))
+    tokens = probe_tokens(model)
     hooks = sender_capture(model, graph, store)
     hooks += [(reader_hook(lr, w, n_l), keep(lr, w)) for (lr, w) in graph.blocks]
     with torch.inference_mode(), attached(model.bridge, hooks):

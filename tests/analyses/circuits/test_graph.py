@@ -54,9 +54,9 @@ def test_same_edges_as_transformer_lens(tiny_model):
     assert len(edges) == len(g.edges)
 
 
-@pytest.mark.parametrize("fam", ["gpt_neo", "gemma2"])
+@pytest.mark.parametrize("fam", ["gemma2"])
 def test_unpatchable_models_are_refused(family_model, fam):
-    """GPT-Neo's adapter has no split q/k/v input; Gemma2 normalises the head sum before adding it."""
+    """Gemma2 normalises the head sum before adding it."""
     model = family_model(fam)
     task = induction_task(model, n=2, T=6)
     with pytest.raises(UnsupportedModelError) as err:
