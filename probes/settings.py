@@ -153,7 +153,7 @@ def setting(
 def settings_of(cls: Any) -> tuple[SettingInfo, ...]:
     """Every init field of the config dataclass ``cls`` (a class or an instance), in order:
     name, resolved type, default, and the help, range and choices :func:`setting` gave it (a
-    plain field has an empty help and no range)."""
+    plain field has an empty help, no range and ``cli=False``)."""
     klass = cls if isinstance(cls, type) else type(cls)
     if not dataclasses.is_dataclass(klass):
         raise TypeError(f"{klass.__name__} is not a dataclass")
@@ -168,7 +168,7 @@ def settings_of(cls: Any) -> tuple[SettingInfo, ...]:
             default = f.default_factory()
         else:
             default = REQUIRED
-        meta: Setting = f.metadata.get(KEY) or Setting(help="")
+        meta: Setting = f.metadata.get(KEY) or Setting(help="", cli=False)  # a plain field: no option of its own
         out.append(
             SettingInfo(
                 name=f.name,

@@ -51,6 +51,7 @@ import torch
 
 from headlens.analyses.ablation.incremental import MAX_CACHE_BYTES, stream_bytes
 from headlens.analyses.ablation.suffix import check_from_layer
+from headlens.analyses.heads.census_config import CensusConfig
 from headlens.analyses.heads.census_notes import bidirectional_notes as _bidirectional_notes
 from headlens.analyses.heads.census_notes import causal_note as _causal_note
 from headlens.analyses.heads.census_notes import window_notes as _window_notes
@@ -90,36 +91,6 @@ __all__ = [
 SCORE_COLUMNS = ["layer", "head", "detector", "score", "baseline", "ci_low", "ci_high", "n", "accuracy"]
 #: One row per (sliding-window layer, detector): ``n_measured`` of ``n`` prompts had a target inside the window.
 NOTE_COLUMNS = ["layer", "detector", "window", "n_measured", "n", "note"]
-
-
-@dataclass(frozen=True, kw_only=True)
-class CensusConfig:
-    """Settings of a census run; all of them go into the manifest.
-
-    ``n_prompts`` is per stimulus set; natural-text windows and the referent sentences
-    are capped at what the text and the sentence set hold (the table's ``n`` says how
-    many were used), and the referent sentences are at least as many as a head needs to be
-    able to pass the referent sign test (:func:`~headlens.analyses.heads.detectors.referent.min_referent_prompts`:
-    16 on 8 heads, 24 on GPT-2's 144).  ``ablate`` lists heads zeroed on ``hook_z`` during the census (to
-    census a pruned model).
-    """
-
-    detectors: tuple[str, ...] | None = None
-    n_prompts: int = 100
-    seq_len: int = 50
-    window: int = 64
-    prepend_bos: bool = True
-    seed: int = 0
-    batch_size: int = 16
-    n_bootstrap: int = 1000
-    referent_file: str | None = None
-    ablate: tuple[tuple[int, int], ...] = ()
-    #: ``eager`` reads ``hook_pattern``; ``streaming`` recomputes the pattern from q and k in
-    #: blocks of ``query_block`` queries inside the model's SDPA forward
-    #: (:mod:`headlens.analyses.heads.passes`); ``auto`` streams when one layer's eager patterns
-    #: would exceed :data:`headlens.probes.streaming.DEFAULT_MEMORY_BUDGET`
-    attention: str = "auto"
-    query_block: int = 256
 
 
 @dataclass

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from headlens.analyses.heads.census_config import DEFAULT_BASELINE_FACTOR
 from headlens.analyses.heads.detectors import registry
 from headlens.analyses.heads.detectors.referent import referent_passes, referent_ratio
 from headlens.probes.errors import InputError
@@ -57,7 +58,6 @@ __all__ = [
     "DEFAULT_BASELINE_FACTOR",
 ]
 
-DEFAULT_BASELINE_FACTOR = 2.0
 #: The long role table: one row per (head, role).
 ROLE_COLUMNS = ["layer", "head", "name", "role"]
 #: One row per head: its strongest detector (see :func:`classify_heads`).

@@ -80,12 +80,12 @@ from headlens.analyses.patching.builtin import induction_task, referent_task
 from headlens.analyses.patching.dla import run_dla
 from headlens.analyses.patching.duplicate_knockout import duplicate_knockout_effects, repeated_batch
 from headlens.analyses.patching.effects import task_gap
+from headlens.analyses.patching.evidence_config import EvidenceSettings
 from headlens.analyses.patching.evidence_rules import (
     COPY_RATIO,
     EVIDENCE_COLUMNS,
     MIN_EFFECT,
     MIN_LOSS,
-    MIN_T,
     NO_FINDING,
     NOT_SUPPORTED,
     NOT_TESTABLE,
@@ -127,27 +127,9 @@ __all__ = [
 
 
 @dataclass(frozen=True, kw_only=True)
-class EvidenceConfig:
-    """How :func:`role_evidence` runs: ``n`` pairs, sequences or windows per test, ``T`` random
-    tokens per copy (at least :data:`MIN_T`), ``seed``, ``smoke`` (no verdicts: a smoke test)."""
-
-    n: int = 32
-    T: int = 20
-    seed: int = 0
-    smoke: bool = False
-
-    def __post_init__(self) -> None:
-        if not self.smoke and self.n < MIN_ITEMS:
-            raise InputError(
-                f"evidence needs at least {MIN_ITEMS} items per test to state a verdict (n={self.n}); fewer is a smoke test", n=self.n
-            )
-        if self.n < 2:
-            raise InputError(f"evidence needs at least 2 items per test for an interval (n={self.n})", n=self.n)
-        if self.T < MIN_T:
-            raise InputError(
-                f"evidence needs at least {MIN_T} random tokens per copy (T={self.T}): the induction task's direct-effect check needs them",
-                T=self.T,
-            )
+class EvidenceConfig(EvidenceSettings):
+    """How :func:`role_evidence` runs: :class:`~headlens.analyses.patching.evidence_config.EvidenceSettings`'s
+    fields (``n``, ``T``, ``seed``, ``smoke``) and the run."""
 
     def run(self, model: LoadedModel, roles: pd.DataFrame, *, prepend_bos: bool = True) -> pd.DataFrame:
         return role_evidence(model, roles, n=self.n, T=self.T, seed=self.seed, prepend_bos=prepend_bos, smoke=self.smoke)

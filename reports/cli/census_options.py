@@ -1,66 +1,23 @@
-"""The census flags shared by ``detect``, ``classify`` and ``sweep``, and the config they make."""
+"""The census flags shared by ``detect``, ``classify`` and ``sweep``, generated from
+:class:`~headlens.analyses.heads.census_config.CensusConfig`'s fields, and the config they make."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import click
-
+from headlens.analyses.heads.census_config import ATTENTION_HELP, CensusConfig
 from headlens.reports.cli.common import parse_csv
+from headlens.reports.cli.options import config_options
 
-if TYPE_CHECKING:
-    from headlens.analyses.heads.census import CensusConfig
+__all__ = ["census_options", "attention_options", "census_config", "ATTENTION_HELP", "CENSUS_FLAGS", "ATTENTION_FLAGS"]
 
-__all__ = ["census_options", "attention_options", "census_config", "ATTENTION_HELP"]
+#: The census settings every census command takes, in their ``--help`` order.
+CENSUS_FLAGS = ("detectors", "n_prompts", "seed", "seq_len", "window", "prepend_bos", "batch_size", "referent_file")
+#: ``--attention auto|eager|streaming`` and ``--query-block``.
+ATTENTION_FLAGS = ("attention", "query_block")
 
-
-def census_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    opts = [
-        click.option(
-            "--referent-file",
-            default=None,
-            type=click.Path(dir_okay=False),
-            help="JSONL: text plus character spans of pronoun, antecedent and distractor.",
-        ),
-        click.option("--batch-size", default=16, show_default=True, type=click.IntRange(min=1)),
-        click.option(
-            "--no-bos",
-            is_flag=True,
-            help="Do not prepend BOS (Hugging Face / paper convention); on encoders, no [CLS] ... [SEP] around the text.",
-        ),
-        click.option("--window", default=64, show_default=True, type=int, help="Tokens per natural-text window (previous-token, sink)."),
-        click.option(
-            "--seq-len",
-            default=50,
-            show_default=True,
-            type=int,
-            help="T: random tokens per sequence, repeated twice (duplicate, induction).",
-        ),
-        click.option("--seed", default=0, show_default=True, type=int),
-        click.option("--n-prompts", default=100, show_default=True, type=int, help="Prompts per stimulus set."),
-        click.option("--detectors", default=None, help="Comma-separated detector names (default: all)."),
-    ]
-    for opt in opts:
-        fn = opt(fn)
-    return fn
-
-
-ATTENTION_HELP = (
-    "eager: read the attention patterns (batch x heads x n x n per layer); streaming: recompute them from q and k in blocks"
-    " of --query-block queries inside the model's SDPA forward (memory linear in n); auto: streaming when one layer's"
-    " eager patterns would exceed 2 GiB."
-)
-
-
-def attention_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """``--attention auto|eager|streaming`` and ``--query-block``."""
-    fn = click.option(
-        "--query-block", default=256, show_default=True, type=click.IntRange(min=1), help="Queries per block on the streaming path."
-    )(fn)
-    return click.option(
-        "--attention", type=click.Choice(["auto", "eager", "streaming"]), default="auto", show_default=True, help=ATTENTION_HELP
-    )(fn)
+census_options = config_options(CensusConfig, CENSUS_FLAGS)
+attention_options = config_options(CensusConfig, ATTENTION_FLAGS)
 
 
 def census_config(
@@ -76,9 +33,7 @@ def census_config(
     attention: str = "auto",
     query_block: int = 256,
 ) -> CensusConfig:
-    """The :class:`CensusConfig` of the census flags."""
-    from headlens.analyses.heads.census import CensusConfig
-
+    """The :class:`CensusConfig` of the census flags given as their text (``detectors`` comma-separated)."""
     return CensusConfig(
         attention=attention,
         query_block=query_block,

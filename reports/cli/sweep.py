@@ -7,10 +7,13 @@ from pathlib import Path
 
 import click
 
+from headlens.analyses.heads.census_config import CensusConfig
 from headlens.probes.outputs import write_json
 from headlens.reports.api.text_files import read_text_file
-from headlens.reports.cli.census_options import attention_options, census_config, census_options
+from headlens.reports.cli.census_options import attention_options, census_options
 from headlens.reports.cli.common import check_model_names, fail, parse_csv
+from headlens.reports.cli.options import config_from, config_options
+from headlens.reports.runs.sweep.config import SweepConfig
 
 __all__ = ["sweep_cmd", "COMMANDS"]
 
@@ -45,38 +48,16 @@ def _say(msg: str, quiet: bool = False) -> None:
     multiple=True,
     help="Repeatable: Pythia-style revisions stepN, START:STOP:EVERY (1000:143000:1000) or a list (0,1,2,4,...,512).",
 )
-@click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda, mps; in a task with a GPU, auto is that GPU.")
-@click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float16"]), default="float32", show_default=True)
-@click.option("--allow-new-weights", is_flag=True, help="Load checkpoints with missing body weights (see headlens detect -h).")
+@config_options(SweepConfig, ("device", "dtype", "allow_new_weights"))
 @census_options
 @attention_options
-@click.option("--threshold", "thresholds", multiple=True, help="DETECTOR=VALUE for the role column, repeatable.")
-@click.option("--baseline-factor", default=2.0, show_default=True, type=click.FloatRange(min=1.0))
-@click.option(
-    "--text-file",
-    default=None,
-    type=click.Path(exists=True, dir_okay=False),
-    help="Held-out text for each checkpoint's loss (default: the built-in evaluation text; the demo's: 'headlens demo heldout').",
-)
-@click.option(
-    "--loss-windows",
-    default=32,
-    show_default=True,
-    type=click.IntRange(min=0),
-    help="Windows of held-out text scored per checkpoint (0: no loss).",
-)
-@click.option(
-    "--loss-window",
-    default=128,
-    show_default=True,
-    type=click.IntRange(min=3),
-    help="Tokens per loss window (capped at the model's context).",
-)
-@click.option(
-    "--ablate",
-    "ablation",
-    is_flag=True,
-    help="Also ablate each head alone (zero) on the held-out windows: OUT/ablation.parquet, the loss increase per head and checkpoint.",
+@config_options(
+    SweepConfig,
+    ("thresholds", "baseline_factor", "text_file", "loss_windows", "loss_window", "ablation"),
+    overrides={
+        "thresholds": {"multiple": True, "type": click.STRING, "default": ()},
+        "text_file": {"type": click.Path(exists=True, dir_okay=False)},  # an existing file, checked before Ray starts
+    },
 )
 @click.option(
     "--address", default=None, help="Ray cluster to run on (HOST:PORT, ray://HOST:PORT or auto); default $RAY_ADDRESS, else local Ray."
@@ -106,16 +87,6 @@ def sweep_cmd(
     device,
     dtype,
     allow_new_weights,
-    detectors,
-    n_prompts,
-    seed,
-    seq_len,
-    window,
-    no_bos,
-    batch_size,
-    referent_file,
-    attention,
-    query_block,
     thresholds,
     baseline_factor,
     text_file,
@@ -131,6 +102,7 @@ def sweep_cmd(
     out_dir,
     overwrite,
     quiet,
+    **settings,
 ):
     """Census every model x revision (or checkpoint folder) as a Ray task and gather one Parquet dataset.
 
@@ -148,7 +120,7 @@ def sweep_cmd(
     from headlens.reports.render.tables import write_table
     from headlens.reports.runs.sweep.engine import check_settings, import_ray, run_sweep
     from headlens.reports.runs.sweep.gather import gather, import_pyarrow, loss_sets
-    from headlens.reports.runs.sweep.plan import SweepConfig, parse_steps, plan_tasks
+    from headlens.reports.runs.sweep.plan import parse_steps, plan_tasks
 
     import_ray()
     import_pyarrow()
@@ -157,9 +129,7 @@ def sweep_cmd(
         revs += parse_steps(item)
     if text_file:
         read_text_file(text_file)  # a text every task would fail on is refused before Ray starts
-    census = census_config(
-        detectors, n_prompts, seed, seq_len, window, no_bos, batch_size, referent_file, attention=attention, query_block=query_block
-    )
+    census = config_from(CensusConfig, settings)
     check_census_config(census)
     config = SweepConfig(
         census=census,
@@ -220,7 +190,7 @@ def sweep_cmd(
         out / "manifest.json",
         build_manifest(
             command=command,
-            seed=seed,
+            seed=census.seed,
             prepend_bos=census.prepend_bos,
             configs={"sweep": config},
             extra={

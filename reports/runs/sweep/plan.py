@@ -21,13 +21,13 @@ import hashlib
 import json
 import logging
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from headlens.analyses.heads.census import CensusConfig
 from headlens.probes.errors import InputError
 from headlens.reports.api.named_models import named_models
+from headlens.reports.runs.sweep.config import SweepConfig
 
 log = logging.getLogger(__name__)
 
@@ -52,32 +52,6 @@ class SweepTask:
     label: str
     #: folder name under ``OUT/tasks/``: the label made safe, plus a hash of model and revision
     key: str
-
-
-@dataclass(frozen=True, kw_only=True)
-class SweepConfig:
-    """Everything a task does besides which model it loads; written to ``OUT/sweep.json``."""
-
-    census: CensusConfig = field(default_factory=CensusConfig)
-    device: str = "auto"
-    dtype: str = "float32"
-    allow_new_weights: bool = False
-    #: ``{detector: threshold}`` overriding the defaults for the ``role`` column
-    thresholds: tuple[tuple[str, float], ...] = ()
-    baseline_factor: float = 2.0
-    #: held-out text for the per-checkpoint loss (UTF-8 file); None: the built-in evaluation text
-    text_file: str | None = None
-    #: windows of ``loss_window`` tokens (BOS included) scored for the held-out loss; 0: no loss
-    loss_windows: int = 32
-    loss_window: int = 128
-    #: also the single-head zero-ablation table on the same held-out windows (``headlens ablate``'s study)
-    ablation: bool = False
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["census"] = asdict(self.census)
-        d["thresholds"] = dict(self.thresholds)
-        return json.loads(json.dumps(d))  # tuples -> lists: the form sweep.json reads back as
 
 
 def step_of_revision(revision: str | None) -> int | None:

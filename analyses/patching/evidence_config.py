@@ -1,0 +1,41 @@
+"""The role-evidence settings (:class:`EvidenceSettings`): light (no torch), so ``headlens classify
+--help`` reads its ``--evidence-n`` and ``--evidence-seq-len`` from these fields.
+
+:class:`headlens.analyses.patching.evidence.EvidenceConfig` is this dataclass with the run attached.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from headlens.analyses.patching.evidence_rules import MIN_T
+from headlens.analyses.verdicts import MIN_ITEMS
+from headlens.probes.errors import InputError
+from headlens.probes.settings import setting
+
+__all__ = ["EvidenceSettings"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class EvidenceSettings:
+    """How the role evidence runs: ``n`` pairs, sequences or windows per test, ``T`` random tokens
+    per copy (at least :data:`~headlens.analyses.patching.evidence_rules.MIN_T`), ``seed``,
+    ``smoke`` (no verdicts: a smoke test)."""
+
+    n: int = setting(32, help=f"Pairs, sequences or windows per evidence test (at least {MIN_ITEMS}).")
+    T: int = setting(20, help=f"Random tokens per copy in the induction evidence (at least {MIN_T}).")
+    seed: int = setting(0, help="Seed of the evidence's random tokens and pairs.")
+    smoke: bool = setting(False, help="A smoke test: run every test on few items and state no verdict.", cli=False)
+
+    def __post_init__(self) -> None:
+        if not self.smoke and self.n < MIN_ITEMS:
+            raise InputError(
+                f"evidence needs at least {MIN_ITEMS} items per test to state a verdict (n={self.n}); fewer is a smoke test", n=self.n
+            )
+        if self.n < 2:
+            raise InputError(f"evidence needs at least 2 items per test for an interval (n={self.n})", n=self.n)
+        if self.T < MIN_T:
+            raise InputError(
+                f"evidence needs at least {MIN_T} random tokens per copy (T={self.T}): the induction task's direct-effect check needs them",
+                T=self.T,
+            )
