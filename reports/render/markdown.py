@@ -1,13 +1,14 @@
 """The one GitHub-Markdown table writer of headlens.
 
-It lives in the bottom layer (``headlens.probes``) because both the library
-(``headlens.reports.render.sinks_tables``: the sinks summary) and the reports (``report.md``, the
-census summary, the demo model card) write Markdown tables, and the library never imports
-``headlens.reports``.
+It lives in the rendering floor (``headlens.reports.render``), below everything that writes
+Markdown tables: the studies' summaries (the sinks summary, the census summary, the design
+tables), ``report.md`` (its template writes each row with :func:`markdown_row`) and the demo
+model card.
 
 Cells are escaped by default: ``|`` becomes ``\\|`` and line breaks become a literal ``\\n``
 (a cell is one line); floats are formatted with ``floatfmt``.  Pass ``escape=False`` for cells
-that are already Markdown (bold, code spans, text escaped by ``report_md.md_text``).
+that are already Markdown (bold, code spans, text escaped by
+:func:`headlens.reports.render.page.markdown.md_text`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["markdown_table", "markdown_cell"]
+__all__ = ["markdown_table", "markdown_cell", "markdown_row", "markdown_header"]
 
 
 def markdown_cell(value: Any, *, floatfmt: str = ".3f", escape: bool = True) -> str:
@@ -57,15 +58,19 @@ def markdown_table(
         body: Iterable[Sequence[Any]] = rows.itertuples(index=False, name=None)
     else:
         body = rows
-    head = [markdown_cell(h, floatfmt=floatfmt, escape=escape) for h in header]
-    lines = [_line(head), "|" + "|".join("---" for _ in head) + "|"]
+    lines = [markdown_header(header, floatfmt=floatfmt, escape=escape)]
     for row in body:
-        cells = [markdown_cell(v, floatfmt=floatfmt, escape=escape) for v in row]
-        if len(cells) != len(head):
-            raise ValueError(f"markdown_table: a row has {len(cells)} cells, the header {len(head)}")
-        lines.append(_line(cells))
+        if len(row) != len(header):
+            raise ValueError(f"markdown_table: a row has {len(row)} cells, the header {len(header)}")
+        lines.append(markdown_row(row, floatfmt=floatfmt, escape=escape))
     return "\n".join(lines)
 
 
-def _line(cells: Sequence[str]) -> str:
-    return "|" + "|".join(f" {c} " if c else " " for c in cells) + "|"
+def markdown_header(header: Sequence[Any], *, floatfmt: str = ".3f", escape: bool = True) -> str:
+    """A table's header line and its ``|---|`` rule, joined by ``\\n``."""
+    return markdown_row(header, floatfmt=floatfmt, escape=escape) + "\n|" + "|".join("---" for _ in header) + "|"
+
+
+def markdown_row(cells: Sequence[Any], *, floatfmt: str = ".3f", escape: bool = True) -> str:
+    """One table line (``| a | b |``; an empty cell is ``| |``), cells as :func:`markdown_cell` writes them."""
+    return "|" + "|".join(f" {c} " if c else " " for c in (markdown_cell(v, floatfmt=floatfmt, escape=escape) for v in cells)) + "|"

@@ -16,6 +16,7 @@ from headlens.reports.render.page.design_view import design_view
 from headlens.reports.render.page.evidence_view import evidence_view
 from headlens.reports.render.page.figure import inline_svg
 from headlens.reports.render.page.heatmaps import heatmaps, scored_detectors
+from headlens.reports.render.page.markdown_view import ablation_view, design_markdown, manifest_summary
 from headlens.reports.render.page.sink_counts import sink_disagreement, sink_rate_rows
 from headlens.reports.render.page.smoke import smoke_columns_note, smoke_note
 from headlens.reports.render.page.values import finite, metric_label, num, signed, sortval
@@ -94,9 +95,9 @@ def _role_table(report: Any) -> dict[str, Any]:
     dets = scored_detectors(report.scores)[0]
     cols = [(d, SHORT.get(d, d.replace("_", " ")), "score") for d in dets] + [c for c in _EXTRA if c[0] in heads.columns]
     header = []
-    for k, (col, label, _) in enumerate(cols, start=2):
+    for k, (col, label, kind) in enumerate(cols, start=2):
         title = EXACT_IMPORTANCE_TITLE if col == "importance" and _exact_importance(report) else COLUMN_TITLES.get(col, col + " score")
-        header.append({"k": k, "label": label, "title": f"{title}; click to sort"})
+        header.append({"k": k, "col": col, "kind": kind, "label": label, "title": f"{title}; click to sort"})
     has = roles_of(report.roles) if report.roles is not None else {}
     rows = []
     for d in heads.to_dict("records"):
@@ -110,7 +111,7 @@ def _role_table(report: Any) -> dict[str, Any]:
                 text = "n/a" if finite(v) is None else f"{100 * float(v):.0f}%"
             else:
                 text = num(v)
-            cells.append({"v": sortval(v), "text": text})
+            cells.append({"v": sortval(v), "text": text, "x": v})
         rows.append(
             {
                 "name": str(d["name"]),
@@ -149,12 +150,16 @@ def _pruning(report: Any) -> dict[str, Any] | None:
                 "random": "n/a" if finite(d["random_mean"]) is None else f"{num(d['random_mean'], 4)} \u00b1 {num(d['random_std'], 4)}",
                 "kv": f"{int(d['kv_bytes_saved_per_1k_tokens']):,}",
                 "removed": removed if isinstance(removed, str) else "",
+                "raw": d,
             }
         )
     return {
         "embedding": embedding,
         "metric": metric_label(str(info.get("metric", "loss"))),
+        "metric_name": str(info.get("metric", "loss")),
         "unablated": num(info.get("unablated_value"), 4),
+        "unablated_value": info.get("unablated_value"),
+        "random_seeds": info.get("random_seeds", "?"),
         "max_increase": float(info.get("max_increase") or 0),
         "removable": f"{100 * float(info.get('removable_fraction') or 0):.0f}%",
         "finding": not report.smoke_test("pruning"),  # a smoke test's removable fraction is not shown as a result
@@ -176,17 +181,23 @@ def _figure_links(report: Any) -> list[dict[str, Any]]:
                     for ext in ("png", "svg", "pdf")
                     if f"{stem}.{ext}" in s.files
                 ]
-                items.append({"path": f"{s.name}/{stem}", "links": links})
+                items.append({"stage": s.name, "stem": stem, "path": f"{s.name}/{stem}", "links": links})
     return items
 
 
 def page_context(report: Any) -> dict[str, Any]:
-    """Everything the templates need, for a :class:`headlens.reports.runs.report.result.Report`."""
+    """Everything the templates of ``report.html`` and ``report.md`` need, for a
+    :class:`headlens.reports.runs.report.result.Report`: the one context both are rendered from."""
     quick = bool(report.settings.get("quick"))
     bos = bool(report.settings.get("prepend_bos", True))
     exact = _exact_importance(report)
+    dets = scored_detectors(report.scores)[0]
     return {
         "model": str(report.model),
+        "n_layers": report.n_layers,
+        "n_heads": report.n_heads,
+        "bos": bos,
+        "quick": quick,
         "sub": f"{report.n_layers} layers \u00d7 {report.n_heads} heads \u00b7 BOS {'prepended' if bos else 'not prepended'} \u00b7 "
         + ("quick run (smoke-test settings: few prompts and windows)" if quick else "full run"),
         "failed": [s.name for s in report.failed],
@@ -199,6 +210,8 @@ def page_context(report: Any) -> dict[str, Any]:
                 "sinks": ("sinks",),
                 "heatmaps": ("census", "sinks", "ablation_zero", "ablation_mean", "pruning"),
                 "design": ("design",),
+                "ablation_zero": ("ablation_zero",),
+                "ablation_mean": ("ablation_mean",),
             }.items()
         },
         "metric": metric_label(_data_metric(report)),
@@ -210,10 +223,14 @@ def page_context(report: Any) -> dict[str, Any]:
         "sinks_note": report.sinks_note,
         "table": _role_table(report),
         "unscored": scored_detectors(report.scores)[1],
-        "smoke_notes": {name: smoke_note(report, name) for name in ("sinks", "pruning", "design")},
+        "smoke_notes": {name: smoke_note(report, name) for name in ("sinks", "pruning", "design", "ablation_zero", "ablation_mean")},
         "smoke_columns": smoke_columns_note(
             report, {"zero_delta": "zero \u0394", "mean_delta": "mean \u0394", "importance": "import.", "pruned_at": "pruned at"}
         ),
+        "smoke_columns_by_name": smoke_columns_note(report, {}),  # the columns named as report.md's header names them
+        "thresholds": dict(report.thresholds),
+        "scores": report.scores.to_dict("records") if dets else [],
+        "ablation": {name: ablation_view(report, name) for name in ("ablation_zero", "ablation_mean")},
         "n_heads_total": len(report.heads),
         "examples": [{"prompt": e.prompt, "n_tokens": len(e.tokens), "truncated": bool(e.truncated)} for e in report.examples],
         "heatmaps": heatmaps(report, exact),
@@ -225,5 +242,7 @@ def page_context(report: Any) -> dict[str, Any]:
         "design": design_view(report),
         "evidence": evidence_view(report),
         "stages": _stages(report),
+        "design_markdown": design_markdown(report),
         "manifest": json.dumps(report.manifest, indent=2, sort_keys=False, default=str),
+        "manifest_summary": manifest_summary(report.manifest),
     }

@@ -33,9 +33,10 @@ stage               what it runs (``--quick`` in brackets)
    (its resume key: change it and the stage reruns);
 2. append it to :data:`STAGE_DEFS` below (the order is the run order; ``--skip`` and
    ``--redo`` accept its name at once);
-3. add the new ``Report`` field(s) in ``result.py``, and the page section: a template in
-   ``reports/render/page/templates/sections/`` included from ``report.html.j2``, with its view data
-   built in ``reports/render/page/view.py`` (and a Markdown section in ``reports/render/page/markdown.py``).
+3. add the new ``Report`` field(s) in ``result.py``, and the section: its data in the one context
+   both pages are rendered from (``reports/render/page/view.py``), and a template for each page in
+   ``reports/render/page/templates/sections/`` (``<name>.html.j2`` included from ``report.html.j2``,
+   ``<name>.md.j2`` from ``report.md.j2``).
 """
 
 from __future__ import annotations
