@@ -17,30 +17,28 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from headlens.analyses.ablation.masks import read_mask
-from headlens.analyses.circuits.composition import composition_evidence
 from headlens.analyses.heads.census import CensusConfig, check_census_settings, run_census
 from headlens.analyses.heads.classify import (
     DEFAULT_BASELINE_FACTOR,
-    HeadRoles,
     check_baseline_factor,
     check_thresholds,
     classify_heads,
     default_thresholds,
 )
 from headlens.analyses.heads.detectors import get_detectors
-from headlens.analyses.patching.evidence import EVIDENCE_COLUMNS, EvidenceConfig, evidence_rule, sink_text
+from headlens.analyses.patching.evidence import EvidenceConfig
 from headlens.analyses.stimuli import load_referent_file
-from headlens.probes.config import to_dict
 from headlens.probes.errors import InputError
 from headlens.probes.loading import LoadedModel
 from headlens.probes.manifest import build_manifest
+from headlens.reports.api.census_text import census_summary_of
 from headlens.reports.api.common import loading_settings, python_command, study_config
+from headlens.reports.api.evidence import evidence as run_evidence
 from headlens.reports.api.folder import TableFileResult
 from headlens.reports.api.models import as_loaded
 from headlens.reports.api.result import Result, read_csv_table, read_manifest
 from headlens.reports.render.census_files import HEADS_FILE, ROLES_FILE, read_roles
-from headlens.reports.render.census_summary import census_summary
-from headlens.reports.render.evidence_text import EVIDENCE_FILE, evidence_joined
+from headlens.reports.render.evidence_text import EVIDENCE_FILE
 from headlens.reports.render.figures.common import detector_figures
 from headlens.reports.render.finding_lines import Findings, census_findings, census_warnings
 from headlens.reports.render.tables import head_roles_table
@@ -104,28 +102,6 @@ class CensusResult(Result):
     def texts(self) -> dict[str, str]:
         return {SUMMARY_FILE: self.summary}
 
-    def with_evidence(self, model: LoadedModel, evidence: EvidenceConfig) -> CensusResult:
-        """This census with each role tested by the intervention it predicts (``evidence.csv``)."""
-        prepend_bos = bool(self.manifest.get("prepend_bos", True))
-        roles = self.roles
-        table = evidence.run(model, roles, prepend_bos=prepend_bos) if len(roles) else pd.DataFrame(columns=EVIDENCE_COLUMNS)
-        heads = self.heads.copy()
-        heads["evidence"] = evidence_joined(table, heads)
-        tables = {**self.tables, "heads": heads, "evidence": table}
-        manifest = dict(self.manifest)
-        manifest["evidence"] = {
-            "file": EVIDENCE_FILE,
-            "prepend_bos": prepend_bos,
-            "rule": evidence_rule(),
-            "counts": table["evidence"].value_counts().to_dict(),
-            "sink_text": sink_text(model).describe(),  # which text the sink test read, why, its sha256 and length
-        }
-        manifest["config"] = {**manifest.get("config", {}), "evidence": to_dict(evidence)}
-        manifest["composition_evidence"] = composition_evidence(model, roles)  # weights only: previous-token -> induction K-composition
-        classified = HeadRoles(roles=roles, heads=self.heads.drop(columns=["roles", "evidence"], errors="ignore"))
-        summary = _summary(self.scores, classified, manifest, evidence=table, composition=manifest["composition_evidence"])
-        return CensusResult(tables=tables, manifest=manifest, summary=summary, notes=self.notes)
-
     @classmethod
     def read_tables(cls, folder: Path) -> dict[str, pd.DataFrame]:
         tables = {"scores": read_csv_table(folder / SCORES_FILE), "roles": read_roles(folder)}
@@ -163,27 +139,6 @@ class DetectResult(TableFileResult):
     def recognises(cls, folder: Path, manifest: dict[str, Any]) -> bool:
         """A scores table written before results had a kind: its manifest holds the census config."""
         return isinstance(manifest.get("config"), dict) and "census" in manifest["config"] and not folder.is_dir()
-
-
-def _summary(
-    scores: pd.DataFrame,
-    classified: HeadRoles,
-    manifest: Mapping[str, Any],
-    evidence: pd.DataFrame | None = None,
-    composition: list[str] | None = None,
-) -> str:
-    model = manifest.get("model") or {}
-    return census_summary(
-        scores,
-        classified,
-        model=str(model.get("model")),
-        prepend_bos=bool(manifest.get("prepend_bos")),
-        thresholds=manifest["thresholds"],
-        baseline_factor=manifest["baseline_factor"],
-        stimuli=manifest.get("stimuli") or {},
-        evidence=evidence,
-        composition=composition,
-    )
 
 
 def check_census_config(config: CensusConfig) -> None:
@@ -253,6 +208,6 @@ def census(
     )
     tables = {"scores": result.scores, "roles": classified.roles, "heads": head_roles_table(classified)}
     out = CensusResult(
-        tables=tables, manifest=manifest, summary=_summary(result.scores, classified, manifest), notes=dict(result.detector_notes)
+        tables=tables, manifest=manifest, summary=census_summary_of(result.scores, classified, manifest), notes=dict(result.detector_notes)
     )
-    return out.with_evidence(loaded, evidence) if evidence is not None else out
+    return run_evidence(loaded, out, evidence) if evidence is not None else out

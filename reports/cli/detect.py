@@ -141,6 +141,7 @@ def classify_cmd(
     from headlens.analyses.ablation.masks import read_mask
     from headlens.analyses.heads.classify import check_baseline_factor, parse_thresholds
     from headlens.reports.api.census import census, check_census_config
+    from headlens.reports.api.evidence import evidence as run_evidence
     from headlens.reports.render.evidence_text import EVIDENCE_FILE
     from headlens.reports.render.finding_lines import evidence_count_line
 
@@ -168,7 +169,7 @@ def classify_cmd(
     if box is not None:  # inside `demo run`: the report's census stage reuses it when its settings are equal
         box.census = (loaded, result)
     if evidence_config is not None:
-        result = result.with_evidence(loaded, evidence_config)
+        result = run_evidence(loaded, result, evidence_config)
         result.write(out)
     found = result.findings()  # the notebook view's lines (one wording), with evidence the composition note too
     for note in found.warnings:

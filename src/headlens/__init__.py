@@ -36,6 +36,7 @@ from headlens.analyses.design.kv import KVConfig
 from headlens.analyses.design.projections import ProjectionConfig
 from headlens.analyses.heads.census import CensusConfig
 from headlens.analyses.patching.activation import PatchConfig
+from headlens.analyses.patching.evidence import EvidenceConfig
 from headlens.analyses.patching.path import PathConfig
 from headlens.analyses.sinks.config import SinkConfig
 from headlens.analyses.sinks.lengths import LengthsConfig
@@ -49,6 +50,7 @@ from headlens.reports.api.census import CensusResult, census
 from headlens.reports.api.circuit import CircuitResult, circuit
 from headlens.reports.api.composition import CompositionResult, composition
 from headlens.reports.api.design import GQAResult, KVResult, ProjectionsResult, gqa, kv, projections
+from headlens.reports.api.evidence import evidence
 from headlens.reports.api.models import load_model, models
 from headlens.reports.api.patch import PatchingResult, patch
 from headlens.reports.api.prune import PruneResult, prune
@@ -77,6 +79,7 @@ __all__ = [
     "CircuitResult",
     "CompositionConfig",
     "CompositionResult",
+    "EvidenceConfig",
     "GQAConfig",
     "GQAResult",
     "HeadlensError",
@@ -106,6 +109,7 @@ __all__ = [
     "circuit",
     "composition",
     "demo_text",
+    "evidence",
     "gqa",
     "kv",
     "load",

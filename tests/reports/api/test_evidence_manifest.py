@@ -29,7 +29,7 @@ def _sink_only(census: CensusResult) -> CensusResult:
 
 def test_evidence_manifest_records_the_sink_text(demo):
     census = _sink_only(headlens.census(demo, n_prompts=8, seed=0))
-    tested = census.with_evidence(demo, EvidenceConfig(n=10, T=16))
+    tested = headlens.evidence(demo, census, EvidenceConfig(n=10, T=16))
     got = tested.manifest["evidence"]["sink_text"]
     held = demo_text("heldout")
     assert got["name"] == "heldout" and "held-out text" in got["why"], got

@@ -119,7 +119,7 @@ def test_plot_of_an_unknown_name_names_the_figures(demo_census):
 def test_census_with_evidence_view_shows_the_verdicts(demo, demo_census):
     from headlens.analyses.patching.evidence import EvidenceConfig
 
-    tested = demo_census.with_evidence(demo, EvidenceConfig(n=10, T=16))
+    tested = headlens.evidence(demo, demo_census, EvidenceConfig(n=10, T=16))
     head = _findings_block(tested._repr_html_())
     assert tested.evidence is not None and len(tested.evidence)
     assert re.search(r"evidence: \d+ supported", head)
