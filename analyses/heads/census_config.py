@@ -10,18 +10,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from headlens.probes.settings import setting
+from headlens.probes.settings import setting, setting_of
 
 __all__ = ["CensusConfig", "ClassifyConfig", "ATTENTION_HELP", "DEFAULT_BASELINE_FACTOR"]
 
 #: A role needs ``ci_low >= DEFAULT_BASELINE_FACTOR x`` the uniform baseline.
 DEFAULT_BASELINE_FACTOR = 2.0
-
-ATTENTION_HELP = (
-    "eager: read the attention patterns (batch x heads x n x n per layer); streaming: recompute them from q and k in blocks"
-    " of --query-block queries inside the model's SDPA forward (memory linear in n); auto: streaming when one layer's"
-    " eager patterns would exceed 2 GiB."
-)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -54,7 +48,13 @@ class CensusConfig:
     n_bootstrap: int = setting(1000, help="Bootstrap resamples for each score's interval.", cli=False)
     referent_file: str | None = setting(None, help="JSONL: text plus character spans of pronoun, antecedent and distractor.", path="file")
     ablate: tuple[tuple[int, int], ...] = setting((), help="Heads zeroed on hook_z during the census (a pruned model).", cli=False)
-    attention: str = setting("auto", help=ATTENTION_HELP, choices=("auto", "eager", "streaming"))
+    attention: str = setting(
+        "auto",
+        help="eager: read the attention patterns (batch x heads x n x n per layer); streaming: recompute them from q and k in blocks"
+        " of --query-block queries inside the model's SDPA forward (memory linear in n); auto: streaming when one layer's"
+        " eager patterns would exceed 2 GiB.",
+        choices=("auto", "eager", "streaming"),
+    )
     query_block: int = setting(256, help="Queries per block on the streaming path.", minimum=1)
 
 
@@ -68,3 +68,7 @@ class ClassifyConfig:
         None, help="Detector thresholds overriding the defaults, e.g. {'induction': 0.4}.", flag="--threshold"
     )
     baseline_factor: float = setting(DEFAULT_BASELINE_FACTOR, help="A role needs ci_low >= this x the uniform baseline (at least 1).")
+
+
+#: ``--attention``'s help (the field's).
+ATTENTION_HELP = setting_of(CensusConfig, "attention").help

@@ -13,8 +13,9 @@ from typing import Any
 
 from headlens.probes.errors import InputError
 from headlens.probes.head_lists import as_heads
+from headlens.probes.settings import setting
 
-__all__ = ["ANALYSES", "SinkConfig", "default_attn_windows", "DEFAULT_MAX_PROMPTS"]
+__all__ = ["ANALYSES", "SinkConfig", "LengthsConfig", "default_attn_windows", "DEFAULT_MAX_PROMPTS"]
 
 log = logging.getLogger(__name__)
 
@@ -41,22 +42,37 @@ class SinkConfig:
     ``skip``: names from :data:`ANALYSES` not to run (the census always runs).
     """
 
-    eps: float = 0.3
-    window: int = 64
-    n_prompts: int | None = None
-    bos: tuple[bool, ...] = (False, True)
-    prompts: tuple[str, ...] | None = None
-    heads: tuple[tuple[int, int], ...] | None = None
-    max_single: int = 8
-    keep_first: tuple[int, ...] = (0, 1, 4)
-    attn_windows: tuple[int, ...] | None = None
-    long_tokens: int | None = None
-    n_long: int = 2
-    top_k: int = 5
-    min_count: int = 3
-    batch_size: int = 8
-    seed: int = 0
-    skip: tuple[str, ...] = ()
+    eps: float = setting(0.3, help="Sink threshold on alpha (Gu et al. 2024), strictly between 0 and 1.")
+    window: int = setting(64, help="Tokens per census sequence, BOS (an encoder's [CLS] and [SEP]) included (Gu et al.: 64).")
+    n_prompts: int | None = setting(
+        None, help=f"Number of sequences (default: every window of the evaluation text, at most {DEFAULT_MAX_PROMPTS})."
+    )
+    bos: tuple[bool, ...] = setting(
+        (False, True), help="Prepend BOS (encoders: wrap in [CLS] ... [SEP]): run both settings, only with, or only without."
+    )
+    prompts: tuple[str, ...] | None = setting(
+        None, help="Your own texts instead of the evaluation text (each cut to window tokens).", cli=False
+    )
+    heads: tuple[tuple[int, int], ...] | None = setting(
+        None,
+        help="Heads whose sink is removed, together and one by one, as LAYER.HEAD,... (default: the sink heads the census finds).",
+    )
+    max_single: int = setting(8, help="At most this many heads are also removed one by one (strongest sinks first).")
+    keep_first: tuple[int, ...] = setting(
+        (0, 1, 4), help="First tokens kept by windowed attention, comma-separated (0, none kept, always runs)."
+    )
+    attn_windows: tuple[int, ...] | None = setting(
+        None, help="Window sizes for windowed attention, comma-separated (default: 8, 32, 128, 512, up to half of --long-tokens)."
+    )
+    long_tokens: int | None = setting(
+        None, help="Length of the long sequences for windowed attention (default: the context, at most 1024)."
+    )
+    n_long: int = setting(2, help="Number of long sequences.")
+    top_k: int = setting(5, help="Secondary sinks: the tokens listed per head, strongest first.", cli=False)
+    min_count: int = setting(3, help="Secondary sinks: a token is scored when it occurs at least this often.", cli=False)
+    batch_size: int = setting(8, help="Sequences per forward pass.")
+    seed: int = setting(0, help="Seed of the random first tokens (recorded in the manifest).")
+    skip: tuple[str, ...] = setting((), help="Parts not to run, comma-separated: content, secondary, value_norm, removal, windowed.")
 
     def __post_init__(self) -> None:
         if self.heads is not None:
@@ -89,6 +105,26 @@ class SinkConfig:
 
     def runs(self, name: str) -> bool:
         return name not in self.skip
+
+
+@dataclass(frozen=True, kw_only=True)
+class LengthsConfig:
+    """Settings of the long-context sink study (:mod:`headlens.analyses.sinks.lengths`; all go into the manifest)."""
+
+    lengths: tuple[int, ...] = setting(
+        help="Only the long-context study: sink alpha, sink rate and first-token share per head at these sequence lengths, "
+        "e.g. 256,1024,4096 (--n-long sequences each, cut from the evaluation text or the --prompts documents concatenated)."
+    )
+    eps: float = setting(0.3, help="Sink threshold on alpha (Gu et al. 2024), strictly between 0 and 1.")
+    n_sequences: int = setting(1, help="Sequences per length.")
+    prepend_bos: bool = setting(True, help="Prepend BOS (an encoder's [CLS] ... [SEP]) to each sequence.")
+    attention: str = setting(
+        "auto",
+        help="With --lengths: eager reads the patterns, streaming recomputes them from q and k in query blocks inside "
+        "the SDPA forward, auto streams when one layer's patterns exceed 2 GiB. The full study is eager.",
+        choices=("auto", "eager", "streaming"),
+    )
+    query_block: int = setting(256, help="Queries per block on the streaming path.", minimum=1)
 
 
 def _positive(name: str, value: Any, *, minimum: int = 1) -> None:

@@ -51,6 +51,7 @@ import torch
 from torch import Tensor
 
 from headlens.analyses.attention_stats import alpha_sums, uniform_sink_alpha
+from headlens.analyses.sinks.config import LengthsConfig
 from headlens.analyses.sinks.long_text import check_lengths, cut_plan, long_text, sequence_ids
 from headlens.analyses.sinks.reductions import output_grams, value_norm_block, value_norms
 from headlens.probes.attention import LayerAttention, attention_spec
@@ -78,18 +79,6 @@ QUERY_CONVENTIONS = {
     "(value_norm_share every query on a bidirectional layer); on a window layer the masked-out A[i, 0] of queries i >= w count as 0 "
     "(Gu et al.'s definition). The *_all columns always use it; without a window in effect the unsuffixed columns equal them",
 }
-
-
-@dataclass(frozen=True, kw_only=True)
-class LengthsConfig:
-    """Settings of the long-context sink study (all go into the manifest)."""
-
-    lengths: tuple[int, ...]
-    eps: float = 0.3
-    n_sequences: int = 1
-    prepend_bos: bool = True
-    attention: str = "auto"
-    query_block: int = 256
 
 
 @dataclass

@@ -8,8 +8,9 @@ joined for reading, the strongest detector), ``heatmap_<detector>.png/.svg``, ``
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -17,9 +18,9 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from headlens.analyses.ablation.masks import read_mask
-from headlens.analyses.heads.census import CensusConfig, check_census_settings, run_census
+from headlens.analyses.heads.census import check_census_settings, run_census
+from headlens.analyses.heads.census_config import DEFAULT_BASELINE_FACTOR, CensusConfig
 from headlens.analyses.heads.classify import (
-    DEFAULT_BASELINE_FACTOR,
     check_baseline_factor,
     check_thresholds,
     classify_heads,
@@ -31,8 +32,9 @@ from headlens.analyses.stimuli import load_referent_file
 from headlens.probes.errors import InputError
 from headlens.probes.loading import LoadedModel
 from headlens.probes.manifest import build_manifest
+from headlens.probes.progress import Progress
 from headlens.reports.api.census_text import census_summary_of
-from headlens.reports.api.common import loading_settings, python_command, study_config
+from headlens.reports.api.common import config_of, loading_of, study
 from headlens.reports.api.evidence import evidence as run_evidence
 from headlens.reports.api.folder import TableFileResult
 from headlens.reports.api.models import as_loaded
@@ -48,7 +50,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["census", "CensusResult", "DetectResult", "check_census_config", "SCORES_FILE"]
+__all__ = ["census", "CensusResult", "DetectResult", "check_census_config", "used_thresholds", "SCORES_FILE"]
 
 SCORES_FILE = "scores.csv"
 SUMMARY_FILE = "summary.md"
@@ -141,6 +143,13 @@ class DetectResult(TableFileResult):
         return isinstance(manifest.get("config"), dict) and "census" in manifest["config"] and not folder.is_dir()
 
 
+def used_thresholds(detectors: Iterable[str], thresholds: Mapping[str, float] | None = None) -> dict[str, float]:
+    """The thresholds a census records in its manifest (``thresholds``): the default of each detector
+    it ran, overridden by ``thresholds``."""
+    ran = set(detectors)
+    return {k: v for k, v in {**default_thresholds(), **(thresholds or {})}.items() if k in ran}
+
+
 def check_census_config(config: CensusConfig) -> None:
     """Cheap input checks before the model loads (the census repeats them)."""
     get_detectors(list(config.detectors) if config.detectors is not None else None)
@@ -149,33 +158,53 @@ def check_census_config(config: CensusConfig) -> None:
         load_referent_file(config.referent_file)
 
 
+@study("census", CensusConfig)
 def census(
     model: LoadedModel | str,
     config: CensusConfig | None = None,
     /,
     *,
+    detectors: tuple[str, ...] | None = None,
+    n_prompts: int = 100,
+    seq_len: int = 50,
+    window: int = 64,
+    prepend_bos: bool = True,
+    seed: int = 0,
+    batch_size: int = 16,
+    n_bootstrap: int = 1000,
+    referent_file: str | None = None,
+    ablate: tuple[tuple[int, int], ...] = (),
+    attention: str = "auto",
+    query_block: int = 256,
     thresholds: Mapping[str, float] | None = None,
     baseline_factor: float = DEFAULT_BASELINE_FACTOR,
+    device: str = "auto",
+    dtype: str = "float32",
+    revision: str | None = None,
+    allow_new_weights: bool = False,
+    device_map: Any = None,
+    max_memory: Any = None,
+    offload_folder: str | None = None,
     evidence: EvidenceConfig | None = None,
     mask: str | None = None,
-    progress: Callable[[str, int, int], None] | None = None,
+    progress: Progress | None = None,
     command: list[str] | None = None,
-    **kwargs: Any,
 ) -> CensusResult:
     """Score every head with every detector (or ``detectors=``) and classify it: a :class:`CensusResult`.
 
     ``model``: a loaded model, or a named model, folder or Hub id (loaded with
-    :func:`headlens.load_model`; ``device=``, ``dtype=`` ... go to it).  ``kwargs`` are
-    :class:`~headlens.analyses.heads.census.CensusConfig`'s fields (``n_prompts``, ``seed``,
-    ``detectors``, ``prepend_bos``, ...).  ``thresholds`` overrides detector thresholds
-    (``{"induction": 0.4}``); a role needs ``ci_low >= baseline_factor x`` the uniform baseline.
+    :func:`headlens.load_model`; ``device=``, ``dtype=`` ... go to it).  The settings are
+    :class:`~headlens.analyses.heads.census_config.CensusConfig`'s fields (or ``config``, keywords
+    overriding it): ``n_prompts`` per stimulus set, ``seq_len`` random tokens repeated twice,
+    ``window`` tokens of natural text, ``detectors``, ``prepend_bos``, ...  ``thresholds`` overrides
+    detector thresholds (``{"induction": 0.4}``); a role needs ``ci_low >= baseline_factor x`` the
+    uniform baseline (:class:`~headlens.analyses.heads.census_config.ClassifyConfig`).
     ``mask``: a pruned-head set (JSON from ``headlens prune``) censused with those heads zeroed.
     ``evidence``: then test each role with its intervention (``evidence.csv``).
     ``progress(stage, done, total)`` is called after each batch.
     """
-    call = dict(kwargs)
-    load = loading_settings(model, kwargs)
-    config = study_config("census", CensusConfig, config, kwargs)
+    config = config_of(CensusConfig, locals())
+    load = loading_of(locals())
     thresholds = check_thresholds(thresholds)
     baseline_factor = check_baseline_factor(baseline_factor)
     pruned = read_mask(mask) if mask else None
@@ -189,18 +218,18 @@ def census(
             raise InputError(
                 "evidence with mask: the interventions run on the unpruned model, so they would not test the pruned model's roles"
             )
-        config = study_config("census", CensusConfig, config, {"ablate": tuple(pruned.heads)})
+        config = dataclasses.replace(config, ablate=tuple(pruned.heads))
     check_census_config(config)
     loaded = as_loaded(model, load)
     if pruned is not None:
         pruned.check(loaded.n_layers, loaded.n_heads)
     result = run_census(loaded, config, progress=progress)
     classified = classify_heads(result.scores, thresholds, baseline_factor=baseline_factor)
-    used = {k: v for k, v in {**default_thresholds(), **(thresholds or {})}.items() if k in set(result.scores["detector"])}
+    used = used_thresholds(result.scores["detector"], thresholds)
     extra = {"stimuli": result.stimuli, "thresholds": used, "baseline_factor": baseline_factor, "mask": mask}
     manifest = build_manifest(
         model=loaded,
-        command=command or python_command("census", model, call),
+        command=command,
         seed=config.seed,
         prepend_bos=config.prepend_bos,
         configs={"census": config},

@@ -17,14 +17,16 @@ from typing import TYPE_CHECKING, Any, overload
 
 import pandas as pd
 
-from headlens.analyses.sinks.config import SinkConfig
-from headlens.analyses.sinks.lengths import LengthsConfig, run_sink_lengths, validate_lengths
+from headlens.analyses.sinks.config import LengthsConfig, SinkConfig
+from headlens.analyses.sinks.lengths import run_sink_lengths, validate_lengths
 from headlens.analyses.sinks.study import SinksRun, run_sinks
 from headlens.probes.errors import InputError
 from headlens.probes.loading import LoadedModel
 from headlens.probes.manifest import build_manifest
+from headlens.probes.progress import Progress, stage_step
 from headlens.probes.prompts import read_prompts
-from headlens.reports.api.common import coerce_setting, loading_settings, python_command, study_config
+from headlens.probes.settings import settings_of
+from headlens.reports.api.common import coerce_setting, config_of, loading_of, study
 from headlens.reports.api.models import as_loaded
 from headlens.reports.api.result import Result, read_manifest
 from headlens.reports.render.figures.sinks import lengths_figure, sink_figure_makers
@@ -43,8 +45,9 @@ SUMMARY_FILE = "summary.md"
 #: What ``sinks(..., lengths=...)`` takes besides ``lengths`` (``n_long``: sequences per length).
 LENGTHS_KEYWORDS = ("eps", "n_long", "bos", "attention", "query_block", "seed", "prompts")
 
-#: The CLI's settings by default: both BOS settings, without first.
-BOTH = (False, True)
+#: SinkConfig's fields and defaults (those of the full study; ``lengths=`` refuses them changed).
+_SINK_DEFAULTS = {info.name: info.default for info in settings_of(SinkConfig)}
+_SINK_FIELDS = tuple(_SINK_DEFAULTS)
 
 
 def _eps(manifest: dict[str, Any], default: float = 0.3) -> float:
@@ -159,11 +162,35 @@ def sinks(
     config: SinkConfig | None = None,
     /,
     *,
+    eps: float = ...,
+    window: int = ...,
+    n_prompts: int | None = ...,
+    bos: tuple[bool, ...] = ...,
+    prompts: tuple[str, ...] | None = ...,
+    heads: tuple[tuple[int, int], ...] | None = ...,
+    max_single: int = ...,
+    keep_first: tuple[int, ...] = ...,
+    attn_windows: tuple[int, ...] | None = ...,
+    long_tokens: int | None = ...,
+    n_long: int = ...,
+    top_k: int = ...,
+    min_count: int = ...,
+    batch_size: int = ...,
+    seed: int = ...,
+    skip: tuple[str, ...] = ...,
     lengths: None = None,
-    prompts_file: str | None = None,
-    progress: Callable[[str, int, int], None] | None = None,
-    command: list[str] | None = None,
-    **kwargs: Any,
+    attention: str = ...,
+    query_block: int = ...,
+    device: str = ...,
+    dtype: str = ...,
+    revision: str | None = ...,
+    allow_new_weights: bool = ...,
+    device_map: Any = ...,
+    max_memory: Any = ...,
+    offload_folder: str | None = ...,
+    prompts_file: str | None = ...,
+    progress: Progress | None = ...,
+    command: list[str] | None = ...,
 ) -> SinksResult: ...
 
 
@@ -173,53 +200,105 @@ def sinks(
     config: None = None,
     /,
     *,
-    lengths: Sequence[int] | int | str,
-    prompts_file: str | None = None,
-    progress: Callable[[str, int, int], None] | None = None,
-    command: list[str] | None = None,
-    **kwargs: Any,
+    eps: float = ...,
+    window: int = ...,
+    n_prompts: int | None = ...,
+    bos: tuple[bool, ...] = ...,
+    prompts: tuple[str, ...] | None = ...,
+    heads: tuple[tuple[int, int], ...] | None = ...,
+    max_single: int = ...,
+    keep_first: tuple[int, ...] = ...,
+    attn_windows: tuple[int, ...] | None = ...,
+    long_tokens: int | None = ...,
+    n_long: int = ...,
+    top_k: int = ...,
+    min_count: int = ...,
+    batch_size: int = ...,
+    seed: int = ...,
+    skip: tuple[str, ...] = ...,
+    lengths: tuple[int, ...] | int | str,
+    attention: str = ...,
+    query_block: int = ...,
+    device: str = ...,
+    dtype: str = ...,
+    revision: str | None = ...,
+    allow_new_weights: bool = ...,
+    device_map: Any = ...,
+    max_memory: Any = ...,
+    offload_folder: str | None = ...,
+    prompts_file: str | None = ...,
+    progress: Progress | None = ...,
+    command: list[str] | None = ...,
 ) -> SinkLengthsResult: ...
 
 
+@study("sinks", SinkConfig)
 def sinks(
     model: LoadedModel | str,
     config: SinkConfig | None = None,
     /,
     *,
-    lengths: Sequence[int] | int | str | None = None,
+    eps: float = 0.3,
+    window: int = 64,
+    n_prompts: int | None = None,
+    bos: tuple[bool, ...] = (False, True),
+    prompts: tuple[str, ...] | None = None,
+    heads: tuple[tuple[int, int], ...] | None = None,
+    max_single: int = 8,
+    keep_first: tuple[int, ...] = (0, 1, 4),
+    attn_windows: tuple[int, ...] | None = None,
+    long_tokens: int | None = None,
+    n_long: int = 2,
+    top_k: int = 5,
+    min_count: int = 3,
+    batch_size: int = 8,
+    seed: int = 0,
+    skip: tuple[str, ...] = (),
+    lengths: tuple[int, ...] | int | str | None = None,
+    attention: str = "auto",
+    query_block: int = 256,
+    device: str = "auto",
+    dtype: str = "float32",
+    revision: str | None = None,
+    allow_new_weights: bool = False,
+    device_map: Any = None,
+    max_memory: Any = None,
+    offload_folder: str | None = None,
     prompts_file: str | None = None,
-    progress: Callable[[str, int, int], None] | None = None,
+    progress: Progress | None = None,
     command: list[str] | None = None,
-    **kwargs: Any,
 ) -> SinksResult | SinkLengthsResult:
     """Attention sinks (Gu et al. 2024): a :class:`SinksResult`; with ``lengths`` (e.g.
     ``(256, 1024, 4096)``) the long-context study instead, a :class:`SinkLengthsResult`.
 
     ``model``: a loaded model, or a named model, folder or Hub id (``device=``, ``dtype=`` ... load
-    it).  ``kwargs`` are :class:`~headlens.analyses.sinks.config.SinkConfig`'s fields (``eps``,
-    ``window``, ``n_prompts``, ``bos``, ``heads``, ``skip`` ...); with ``lengths`` only
-    :data:`LENGTHS_KEYWORDS`.  ``prompts_file``: texts to use instead of the evaluation text (one a
-    line, or JSONL with ``text``; recorded in the manifest).  ``progress(stage, done, total)`` is called after each batch.
+    it).  The settings are :class:`~headlens.analyses.sinks.config.SinkConfig`'s fields (``eps``,
+    ``window``, ``n_prompts``, ``bos``, ``heads``, ``skip`` ...; or ``config``, keywords overriding
+    it); with ``lengths`` only :data:`LENGTHS_KEYWORDS` apply (``n_long`` sequences per length;
+    ``attention`` and ``query_block``: :class:`~headlens.analyses.sinks.config.LengthsConfig`'s).
+    ``prompts_file``: texts to use instead of the evaluation text (one a line, or JSONL with
+    ``text``; recorded in the manifest).  ``progress(stage, done, total)`` is called after each batch.
     """
-    call = dict(kwargs)
-    load = loading_settings(model, kwargs)
-    given = kwargs.get("prompts") is not None or (config is not None and config.prompts is not None)
-    if prompts_file is not None and not given:  # else the texts were read from it already
-        kwargs["prompts"] = tuple(read_prompts(prompts_file))
+    if prompts_file is not None and prompts is None:  # else the texts were read from it already
+        prompts = tuple(read_prompts(prompts_file))
     if lengths is not None:
         wanted: tuple[int, ...] = coerce_setting("sinks", "lengths", tuple[int, ...], lengths)
         if config is not None:
             raise InputError("sinks: lengths= takes keyword settings (eps=, n_long=, bos=, ...), not a SinkConfig")
         return _lengths(
             model,
-            load,
+            loading_of(locals()),
             wanted,
-            kwargs,
+            {k: v for k, v in locals().items() if k in LENGTHS_KEYWORDS},
+            {k: v for k, v in locals().items() if k in _SINK_FIELDS and k not in LENGTHS_KEYWORDS},
             prompts_file=prompts_file,
             progress=progress,
-            command=command or python_command("sinks", model, {"lengths": lengths, **call}),
+            command=command or [],
         )
-    config = study_config("sinks", SinkConfig, config, kwargs)
+    config = config_of(SinkConfig, locals())
+    load = loading_of(locals())
+    if attention != "auto" or query_block != 256:
+        raise InputError("sinks: attention= and query_block= apply with lengths= (the full study reads the patterns, eager)")
     loaded = as_loaded(model, load, seed=config.seed)
     report = run_sinks(loaded, config, progress=progress)
     settings = config.bos
@@ -228,7 +307,7 @@ def sinks(
     files = [*sorted(_file_names(result, report.tables)), SUMMARY_FILE]
     result.manifest = build_manifest(
         model=loaded,
-        command=command or python_command("sinks", model, call),
+        command=command,
         seed=config.seed,
         prepend_bos=settings[0] if len(settings) == 1 else None,
         configs={"sinks": {k: v for k, v in dataclasses.asdict(config).items() if k != "prompts"}},
@@ -242,33 +321,35 @@ def _lengths(
     model: LoadedModel | str,
     load: dict[str, Any],
     lengths: Sequence[int],
-    kwargs: dict[str, Any],
+    settings: dict[str, Any],
+    others: dict[str, Any],
     *,
     prompts_file: str | None,
-    progress: Callable[[str, int, int], None] | None,
+    progress: Progress | None,
     command: list[str],
 ) -> SinkLengthsResult:
-    """``sinks(lengths=...)``: the long-context table, one :func:`run_sink_lengths` per BOS setting."""
-    unknown = [k for k in kwargs if k not in LENGTHS_KEYWORDS]
-    if unknown:
+    """``sinks(lengths=...)``: the long-context table, one :func:`run_sink_lengths` per BOS setting;
+    ``settings``: the :data:`LENGTHS_KEYWORDS`, ``others``: the full study's settings (refused unless at their defaults)."""
+    changed = [k for k, v in others.items() if v != _SINK_DEFAULTS[k]]
+    if changed:
         raise InputError(
-            f"sinks with lengths=: unknown keyword {', '.join(f'{k}=' for k in unknown)}; choose from {', '.join(LENGTHS_KEYWORDS)}",
-            keywords=unknown,
+            f"sinks with lengths=: unknown keyword {', '.join(f'{k}=' for k in changed)}; choose from {', '.join(LENGTHS_KEYWORDS)}",
+            keywords=changed,
         )
-    settings = coerce_setting("sinks", "bos", tuple[bool, ...], kwargs.get("bos", BOTH))
-    seed = int(kwargs.get("seed", 0))
-    documents = kwargs.get("prompts")
+    settings_bos: tuple[bool, ...] = settings["bos"]
+    seed = int(settings["seed"])
+    documents = settings["prompts"]
     loaded = as_loaded(model, load, seed=seed)
     plan = [
         LengthsConfig(
             lengths=tuple(lengths),
-            eps=kwargs.get("eps", 0.3),
-            n_sequences=kwargs.get("n_long", 2),
+            eps=settings["eps"],
+            n_sequences=settings["n_long"],
             prepend_bos=bos,
-            attention=kwargs.get("attention", "auto"),
-            query_block=kwargs.get("query_block", 256),
+            attention=settings["attention"],
+            query_block=settings["query_block"],
         )
-        for bos in settings
+        for bos in settings_bos
     ]
     for config in plan:  # every setting is checked before the first forward
         validate_lengths(loaded, config, documents=documents)
@@ -276,8 +357,7 @@ def _lengths(
     for config in plan:
         bos = config.prepend_bos
         stage = f"lengths, {'BOS' if bos else 'no BOS'}"
-        step = None if progress is None else (lambda done, total, stage=stage: progress(stage, done, total))
-        result = run_sink_lengths(loaded, config, documents=documents, progress=step)
+        result = run_sink_lengths(loaded, config, documents=documents, progress=stage_step(progress, stage))
         parts.append(result.table.assign(bos=bos))
         infos["bos" if bos else "no_bos"] = result.info
         configs["bos" if bos else "no_bos"] = dataclasses.asdict(config)
@@ -287,7 +367,7 @@ def _lengths(
         model=loaded,
         command=command,
         seed=seed,
-        prepend_bos=settings[0] if len(settings) == 1 else None,
+        prepend_bos=settings_bos[0] if len(settings_bos) == 1 else None,
         configs={"sink_lengths": configs},
         extra={"sink_lengths": {**infos, "files": sorted(_file_names(out, out.tables)), "prompts_file": prompts_file}},
     )

@@ -7,12 +7,25 @@ from typing import TYPE_CHECKING
 
 import click
 
+from headlens.analyses.heads.census_config import CensusConfig, ClassifyConfig
+from headlens.analyses.patching.evidence_config import EvidenceSettings
 from headlens.probes.errors import CheckFailed, InputError
 from headlens.probes.outputs import check_out_dir, check_out_file
-from headlens.reports.cli.census_options import attention_options, census_config, census_options
+from headlens.reports.cli.census_options import attention_options, census_options
 from headlens.reports.cli.common import command_line, model_options
+from headlens.reports.cli.options import config_from, config_options
 from headlens.reports.cli.shared import load, shared
 from headlens.reports.render.progress import progress_bars
+
+#: The evidence settings' flags (their fields' names are the library's, ``n`` and ``T``).
+EVIDENCE_FLAGS = {"n": "--evidence-n", "T": "--evidence-seq-len"}
+#: ``--threshold DETECTOR=VALUE``, repeatable: the CLI's form of ``thresholds={"induction": 0.4}``.
+THRESHOLD_OPTION = {
+    "multiple": True,
+    "type": click.STRING,
+    "default": (),
+    "help": "DETECTOR=VALUE, repeatable, e.g. --threshold induction=0.4.",
+}
 
 if TYPE_CHECKING:
     from headlens.analyses.patching.evidence import EvidenceConfig
@@ -26,26 +39,7 @@ if TYPE_CHECKING:
 @click.option("--out", "out_file", required=True, help="Scores table: .csv, .parquet or .json (a manifest is written beside it).")
 @click.option("--overwrite", is_flag=True, help="Replace an existing output file.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress lines.")
-def detect_cmd(
-    model,
-    device,
-    dtype,
-    revision,
-    allow_new_weights,
-    detectors,
-    n_prompts,
-    seed,
-    seq_len,
-    window,
-    no_bos,
-    batch_size,
-    referent_file,
-    attention,
-    query_block,
-    out_file,
-    overwrite,
-    quiet,
-):
+def detect_cmd(model, device, dtype, revision, allow_new_weights, out_file, overwrite, quiet, **settings):
     """Score every head with the chosen detectors; write the long-form scores table.
 
     Columns: layer, head, detector, score, baseline, ci_low, ci_high, n, accuracy
@@ -56,9 +50,7 @@ def detect_cmd(
 
     out = check_table_path(out_file)
     check_out_file(out, overwrite=overwrite)
-    config = census_config(
-        detectors, n_prompts, seed, seq_len, window, no_bos, batch_size, referent_file, attention=attention, query_block=query_block
-    )
+    config = config_from(CensusConfig, settings)
     check_census_config(config)
     loaded = load(model, device, dtype, revision, allow_new_weights)
     with progress_bars("census", quiet=quiet) as progress:
@@ -80,14 +72,7 @@ def _echo_notes(result: CensusResult) -> None:
 @model_options
 @census_options
 @attention_options
-@click.option("--threshold", "thresholds", multiple=True, help="DETECTOR=VALUE, repeatable, e.g. --threshold induction=0.4.")
-@click.option(
-    "--baseline-factor",
-    default=2.0,
-    show_default=True,
-    type=float,
-    help="A role needs ci_low >= this x the uniform baseline (at least 1).",
-)
+@config_options(ClassifyConfig, ("thresholds", "baseline_factor"), overrides={"thresholds": THRESHOLD_OPTION})
 @click.option(
     "--mask",
     "mask_file",
@@ -103,10 +88,7 @@ def _echo_notes(result: CensusResult) -> None:
         "here, with the figure)."
     ),
 )
-@click.option("--evidence-n", default=32, show_default=True, type=int, help="Pairs, sequences or windows per evidence test (at least 10).")
-@click.option(
-    "--evidence-seq-len", default=20, show_default=True, type=int, help="Random tokens per copy in the induction evidence (at least 4)."
-)
+@config_options(EvidenceSettings, ("n", "T"), rename=EVIDENCE_FLAGS)
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Output folder.")
 @click.option("--overwrite", is_flag=True, help="Replace files in a non-empty output folder.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress lines.")
@@ -116,25 +98,16 @@ def classify_cmd(
     dtype,
     revision,
     allow_new_weights,
-    detectors,
-    n_prompts,
-    seed,
-    seq_len,
-    window,
-    no_bos,
-    batch_size,
-    referent_file,
-    attention,
-    query_block,
     thresholds,
     baseline_factor,
     mask_file,
     evidence,
-    evidence_n,
-    evidence_seq_len,
+    n,
+    T,
     out_dir,
     overwrite,
     quiet,
+    **settings,
 ):
     """Give every head its roles: scores.csv, roles.csv, heatmaps, summary.md, manifest.json
     (with --evidence also evidence.csv and an evidence column in heads.csv)."""
@@ -146,18 +119,16 @@ def classify_cmd(
     from headlens.reports.render.finding_lines import evidence_count_line
 
     given = [
-        f
-        for f, p in (("--evidence-n", "evidence_n"), ("--evidence-seq-len", "evidence_seq_len"))
+        flag
+        for p, flag in EVIDENCE_FLAGS.items()
         if click.get_current_context().get_parameter_source(p) != click.core.ParameterSource.DEFAULT
     ]
-    evidence_config = _evidence_config(evidence, evidence_n, evidence_seq_len, seed, mask_file, given)
+    evidence_config = _evidence_config(evidence, n, T, settings["seed"], mask_file, given)
     out = check_out_dir(out_dir, overwrite=overwrite)
     parsed = parse_thresholds(list(thresholds))
     check_baseline_factor(baseline_factor)
     ablate = list(read_mask(mask_file).heads) if mask_file else []
-    config = census_config(
-        detectors, n_prompts, seed, seq_len, window, no_bos, batch_size, referent_file, ablate, attention=attention, query_block=query_block
-    )
+    config = config_from(CensusConfig, settings, ablate=tuple(ablate))
     check_census_config(config)
     loaded = load(model, device, dtype, revision, allow_new_weights)
     with progress_bars("census", quiet=quiet) as progress:
@@ -198,7 +169,7 @@ def _evidence_config(evidence, n, seq_len, seed, mask_file, given=()) -> Evidenc
     try:
         return EvidenceConfig(n=n, T=seq_len, seed=seed)
     except InputError as exc:
-        raise InputError(str(exc).replace("(n=", "(--evidence-n ").replace("(T=", "(--evidence-seq-len ")) from None
+        raise InputError(str(exc).replace("(n=", f"({EVIDENCE_FLAGS['n']} ").replace("(T=", f"({EVIDENCE_FLAGS['T']} ")) from None
 
 
 @click.command("selftest")

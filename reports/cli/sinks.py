@@ -7,39 +7,25 @@ from typing import TYPE_CHECKING
 
 import click
 
+from headlens.analyses.sinks.config import LengthsConfig, SinkConfig
 from headlens.probes.errors import InputError
 from headlens.probes.outputs import check_out_dir
-from headlens.reports.cli.common import HEADS, command_line, echo_findings, load, model_options, parse_csv, parse_ints
+from headlens.reports.cli.common import command_line, echo_findings, load, model_options
+from headlens.reports.cli.options import config_from, config_options
 from headlens.reports.render.progress import progress_bars
 
 if TYPE_CHECKING:
     from headlens.reports.api.sinks import SinkLengthsResult, SinksResult
 
+#: ``--bos both|on|off``: the CLI's words for ``bos=(False, True)``, ``(True,)`` and ``(False,)``.
+BOS_SETTINGS = {"both": (False, True), "on": (True,), "off": (False,)}
+BOS_OPTION = {"type": click.Choice(list(BOS_SETTINGS)), "default": "both", "show_default": True}
+
 
 @click.command("sinks")
 @model_options
 @click.option("--out", "out_dir", default=None, type=click.Path(file_okay=False), help="Output folder (required unless --text).")
-@click.option(
-    "--eps", default=0.3, show_default=True, type=float, help="Sink threshold on alpha (Gu et al. 2024), strictly between 0 and 1."
-)
-@click.option(
-    "--window",
-    default=64,
-    show_default=True,
-    type=int,
-    help="Tokens per census sequence, BOS (an encoder's [CLS] and [SEP]) included (Gu et al.: 64).",
-)
-@click.option(
-    "--n-prompts", default=None, type=int, help="Number of sequences (default: every window of the evaluation text, at most 100)."
-)
-@click.option(
-    "--bos",
-    "bos",
-    type=click.Choice(["both", "on", "off"]),
-    default="both",
-    show_default=True,
-    help="Prepend BOS (encoders: wrap in [CLS] ... [SEP]): run both settings, only with, or only without.",
-)
+@config_options(SinkConfig, ("eps", "window", "n_prompts", "bos"), overrides={"bos": BOS_OPTION})
 @click.option("--no-bos", is_flag=True, help="Same as --bos off (Hugging Face and most papers do not prepend BOS).")
 @click.option(
     "--prompts",
@@ -47,66 +33,13 @@ if TYPE_CHECKING:
     default=None,
     help="Your own texts instead of the evaluation text: one a line, or JSONL with 'text' (each cut to --window tokens).",
 )
-@click.option(
-    "--heads",
-    type=HEADS,
-    default=None,
-    help="Heads whose sink is removed, together and one by one, as LAYER.HEAD,... (default: the sink heads the census finds).",
-)
-@click.option(
-    "--max-single",
-    default=8,
-    show_default=True,
-    type=int,
-    help="At most this many heads are also removed one by one (strongest sinks first).",
-)
-@click.option(
-    "--keep-first",
-    callback=parse_ints,
-    default="1,4",
-    show_default=True,
-    help="First tokens kept by windowed attention, comma-separated (0, none kept, always runs).",
-)
-@click.option(
-    "--attn-windows",
-    callback=parse_ints,
-    default=None,
-    help="Window sizes for windowed attention, comma-separated (default: 8, 32, 128, 512, up to half of --long-tokens).",
-)
-@click.option(
-    "--long-tokens",
-    default=None,
-    type=int,
-    help="Length of the long sequences for windowed attention (default: the context, at most 1024).",
-)
-@click.option("--n-long", default=2, show_default=True, type=int, help="Number of long sequences.")
-@click.option("--skip", default=None, help="Parts not to run, comma-separated: content, secondary, value_norm, removal, windowed.")
+@config_options(SinkConfig, ("heads", "max_single", "keep_first", "attn_windows", "long_tokens", "n_long", "skip"))
 @click.option(
     "--text", "-t", default=None, help="Only the seed measurement on this text: per head, the last token's attention to the first vs 1/n."
 )
 @click.option("--top", default=20, show_default=True, type=click.IntRange(min=1), help="Heads printed per BOS setting with --text.")
-@click.option(
-    "--lengths",
-    callback=parse_ints,
-    default=None,
-    help=(
-        "Only the long-context study: sink alpha, sink rate and first-token share per head at these sequence lengths, "
-        "e.g. 256,1024,4096 (--n-long sequences each, cut from the evaluation text or the --prompts documents concatenated)."
-    ),
-)
-@click.option(
-    "--attention",
-    type=click.Choice(["auto", "eager", "streaming"]),
-    default="auto",
-    show_default=True,
-    help=(
-        "With --lengths: eager reads the patterns, streaming recomputes them from q and k in query blocks inside "
-        "the SDPA forward, auto streams when one layer's patterns exceed 2 GiB. The full study is eager."
-    ),
-)
-@click.option("--query-block", default=256, show_default=True, type=click.IntRange(min=1), help="Queries per block on the streaming path.")
-@click.option("--batch-size", default=8, show_default=True, type=int)
-@click.option("--seed", default=0, show_default=True, type=int, help="Seed of the random first tokens (recorded in the manifest).")
+@config_options(LengthsConfig, ("lengths", "attention", "query_block"), overrides={"lengths": {"required": False}})
+@config_options(SinkConfig, ("batch_size", "seed"))
 @click.option("--overwrite", is_flag=True, help="Replace files in a non-empty output folder.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress lines.")
 def sinks_cmd(
@@ -116,28 +49,17 @@ def sinks_cmd(
     revision,
     allow_new_weights,
     out_dir,
-    eps,
-    window,
-    n_prompts,
     bos,
     no_bos,
     prompts_file,
-    heads,
-    max_single,
-    keep_first,
-    attn_windows,
-    long_tokens,
-    n_long,
-    skip,
     text,
     top,
     lengths,
     attention,
     query_block,
-    batch_size,
-    seed,
     overwrite,
     quiet,
+    **settings,
 ):
     """Attention sinks: which heads sink, onto what, position or content, does the sink carry
     anything, and what breaks without it.
@@ -152,7 +74,6 @@ def sinks_cmd(
     the queries that see the first token and the mean over all queries), sink_lengths.png/.svg
     and manifest.json.
     """
-    from headlens.analyses.sinks.config import SinkConfig
     from headlens.probes.prompts import read_prompts
     from headlens.reports.api.sinks import sinks
 
@@ -166,22 +87,22 @@ def sinks_cmd(
         if bos == "on":
             raise click.UsageError("--no-bos contradicts --bos on")
         bos = "off"
-    settings = {"both": (False, True), "on": (True,), "off": (False,)}[bos]
+    bos_settings = BOS_SETTINGS[bos]
     if lengths is not None:
         if text is not None:
             raise click.UsageError("give either --text or --lengths, not both")
         documents = tuple(read_prompts(prompts_file)) if prompts_file is not None else None
-        loaded = load(model, device, dtype, revision, allow_new_weights, seed=seed)
+        loaded = load(model, device, dtype, revision, allow_new_weights, seed=settings["seed"])
         with progress_bars("sinks", quiet=quiet) as progress:
             result = sinks(
                 loaded,
                 lengths=lengths,
-                eps=eps,
-                n_long=n_long,
-                bos=settings,
+                eps=settings["eps"],
+                n_long=settings["n_long"],
+                bos=bos_settings,
                 attention=attention,
                 query_block=query_block,
-                seed=seed,
+                seed=settings["seed"],
                 prompts=documents,
                 prompts_file=prompts_file,
                 progress=progress,
@@ -194,26 +115,13 @@ def sinks_cmd(
         raise click.UsageError("--attention streaming needs --lengths: the full sink study reads the attention patterns (eager)")
     if text is not None and not text.strip():
         raise InputError("--text is empty")
-    config = SinkConfig(
-        eps=eps,
-        window=window,
-        n_prompts=n_prompts,
-        bos=settings,
-        prompts=tuple(read_prompts(prompts_file)) if prompts_file is not None else None,
-        heads=heads,
-        max_single=max_single,
-        keep_first=keep_first if keep_first is not None else (),
-        attn_windows=attn_windows,
-        long_tokens=long_tokens,
-        n_long=n_long,
-        batch_size=batch_size,
-        seed=seed,
-        skip=tuple(parse_csv(skip) or ()),
+    config = config_from(
+        SinkConfig, settings, bos=bos_settings, prompts=tuple(read_prompts(prompts_file)) if prompts_file is not None else None
     )
     if text is not None:
-        _seed_text(model, device, dtype, revision, allow_new_weights, text, settings, seed, top, out_dir)
+        _seed_text(model, device, dtype, revision, allow_new_weights, text, bos_settings, config.seed, top, out_dir)
         return
-    loaded = load(model, device, dtype, revision, allow_new_weights, seed=seed)
+    loaded = load(model, device, dtype, revision, allow_new_weights, seed=config.seed)
     with progress_bars("sinks", quiet=quiet) as progress:
         result = sinks(loaded, config, prompts_file=prompts_file, progress=progress, command=command_line())
     assert out_dir is not None  # checked above: --out unless --text

@@ -43,10 +43,22 @@ def _docstrings(tree: ast.AST) -> set[int]:
     return out
 
 
+def _settings(tree: ast.AST) -> set[int]:
+    """ids of the strings inside ``setting(...)`` calls (:mod:`headlens.probes.settings`): a config
+    field's help and flag are the CLI's words by design (``--help`` shows them)."""
+    return {
+        id(inner)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) == "setting"
+        for inner in ast.walk(node)
+    }
+
+
 def flags_in_strings(source: str) -> list[tuple[int, str]]:
-    """``(line, flag)`` for each ``--flag`` in a string of ``source`` (f-string parts too), docstrings aside."""
+    """``(line, flag)`` for each ``--flag`` in a string of ``source`` (f-string parts too), docstrings
+    and settings' help aside."""
     tree = ast.parse(source)
-    skip = _docstrings(tree)
+    skip = _docstrings(tree) | _settings(tree)
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in skip:
@@ -61,6 +73,7 @@ def test_the_scan_finds_a_planted_flag():
         '    """So is --device here."""\n'
         "    # and --dtype in a comment\n"
         '    raise ValueError(f"--window {x} is too long; a-b--c and x--y are not flags")\n'
+        'n: int = setting(1, help="the help of --n, as --help shows it", flag="--n")\n'
     )
     assert flags_in_strings(source) == [(5, "--window")]
 
