@@ -11,11 +11,11 @@ from typing import Any
 import jinja2
 import pandas as pd
 
+from headlens.analyses.ablation.config import EvalSpec
 from headlens.analyses.demo.card import card_facts, census_of, heldout_text_losses, template_text
 from headlens.analyses.demo.replay import read_log
 from headlens.probes.outputs import write_text
-from headlens.reports.cli.ablate import ablate_cmd, prune_cmd
-from headlens.reports.cli.design import gqa_cmd, projections_cmd
+from headlens.probes.settings import settings_of
 from headlens.reports.render.markdown import markdown_table
 from headlens.reports.render.tables import roles_joined
 from headlens.reports.runs.report.settings import ReportSettings
@@ -123,15 +123,20 @@ def render_model_card(
     return env.from_string(template_text()).render(**facts, **_tables(facts))
 
 
+#: The commands that measure a loss on windows of an evaluation text (:class:`EvalSpec`'s ``n_windows`` x ``window``).
+EVAL_TEXT_COMMANDS = ("ablate", "prune", "gqa", "projections")
+
+
 def command_windows(summary: dict[str, Any]) -> list[tuple[str, int, int]]:
     """``(commands, n_windows, window)``: the windows each command cuts from a ``--text-file`` by
-    default (read from the commands' own defaults), and every window of the held-out text."""
+    default (read from the settings they take them from: :class:`EvalSpec`'s fields, whose defaults
+    are the commands' options, tests/meta/test_settings_once.py), and every window of the held-out text."""
     rec, final = summary["recipe"], summary["final"]
     n_ctx = int(rec["n_ctx"])
     found: dict[tuple[int, int], list[str]] = {}
-    for cmd in (ablate_cmd, prune_cmd, gqa_cmd, projections_cmd):
-        d: dict[str, Any] = {p.name: p.default for p in cmd.params}
-        found.setdefault((int(d["n_windows"]), min(int(d["window"]), n_ctx)), []).append(f"`{cmd.name}`")
+    spec = {info.name: info.default for info in settings_of(EvalSpec)}
+    for name in EVAL_TEXT_COMMANDS:
+        found.setdefault((int(spec["n_windows"]), min(int(spec["window"]), n_ctx)), []).append(f"`{name}`")
     for label, settings in (("`report`", ReportSettings()), ("`report --quick`", ReportSettings(quick=True))):
         d = settings.eval_data(n_ctx)
         found.setdefault((int(d["n_windows"]), int(d["window"])), []).append(label)
