@@ -1,13 +1,17 @@
-"""The API reference (``mkdocs.yml``, ``docs/``) builds with ``mkdocs build --strict``: a docstring
-or page that mkdocs or mkdocstrings warns about fails the suite.
+"""The manual (``mkdocs.yml``, ``docs/``) builds with ``mkdocs build --strict``: a docstring, page or
+link that mkdocs or mkdocstrings warns about fails the suite.
 
 The build runs into a temporary folder (nothing in the repository is written); a planted broken
-page proves that ``--strict`` turns a warning into a failure, and the public names of
-``headlens`` (its ``__all__``) must each have an entry in the reference.
+page proves that ``--strict`` turns a warning into a failure. The public names of ``headlens`` (its
+``__all__``) must each have an entry in the API reference; no page loads anything from the network
+(scripts, styles, images, fonts: the site works offline); code is highlighted at build time; the
+CLI reference holds every command and option that click defines; the README's links lead to pages
+that exist.
 """
 
 from __future__ import annotations
 
+import html
 import importlib.util
 import re
 import shutil
@@ -29,6 +33,10 @@ BUILD_TIMEOUT_S = 300
 #: ``headlens`` names that are not API objects: the three layers and the version string.
 NOT_DOCUMENTED = {"probes", "analyses", "reports", "__version__"}
 DIRECTIVE = re.compile(r"^:::\s*(\S+)", re.MULTILINE)
+#: A resource a page would load from elsewhere: src= of any element, href= of a <link> (styles, icons), url() in CSS.
+REMOTE_LOAD = re.compile(r"""(?:\bsrc=["']|<link\b[^>]*\bhref=["']|url\(["']?)(?:https?:)?//""", re.IGNORECASE)
+#: A relative Markdown link target in the README: [text](path) or [text](path#anchor).
+README_LINK = re.compile(r"\]\((?!https?:|#|mailto:)([^)#\s]+)(?:#[^)]*)?\)")
 
 
 def build(config: Path, site: Path) -> subprocess.CompletedProcess[str]:
@@ -116,3 +124,54 @@ def test_sphinx_roles_become_markdown_code() -> None:
     roles = _roles_module()
     text = "See :class:`~headlens.reports.api.result.Result`, :func:`headlens.load` and :mod:`x`; ``literal``."
     assert roles.markdown_roles(text) == "See `Result`, `headlens.load` and `x`; ``literal``."
+
+
+def test_the_site_loads_nothing_from_the_network(site: Path) -> None:
+    loads = []
+    for path in sorted([*site.rglob("*.html"), *site.rglob("*.css"), *site.rglob("*.js")]):
+        for m in REMOTE_LOAD.finditer(path.read_text(encoding="utf-8", errors="replace")):
+            loads.append(f"{path.relative_to(site)}: {m.group(0)}...")
+    assert not loads, "the site loads resources from the network:\n" + "\n".join(loads[:20])
+    assert REMOTE_LOAD.search('<script src="https://cdnjs.cloudflare.com/x.js">')  # the pattern bites
+    assert REMOTE_LOAD.search('<link rel="stylesheet" href="//fonts.example/x.css">')
+    assert not REMOTE_LOAD.search('<a href="https://www.mkdocs.org/">')  # a link to follow is not a load
+
+
+def test_code_is_highlighted_at_build_time(site: Path) -> None:
+    page = (site / "getting-started" / "index.html").read_text(encoding="utf-8")
+    assert '<span class="kn">import</span>' in page, "Python blocks were not highlighted by Pygments"
+    assert (site / "css" / "pygments.css").is_file()
+
+
+def test_the_cli_reference_holds_every_command_and_option(site: Path) -> None:
+    import click
+
+    from headlens.reports.cli.main import COMMANDS, cli
+
+    page = (site / "cli" / "index.html").read_text(encoding="utf-8")
+    root = click.Context(cli, info_name="headlens")
+
+    def check(command: click.Command, path: list[str], parent: click.Context) -> list[str]:
+        ctx = click.Context(command, info_name=path[-1], parent=parent)
+        missing = [] if f"<code>{' '.join(path)}</code>" in page else [" ".join(path)]
+        for param in command.get_params(ctx):
+            record = param.get_help_record(ctx) if isinstance(param, click.Option) else None
+            if record is not None and f"<code>{html.escape(record[0], quote=False)}</code>" not in page:
+                missing.append(f"{' '.join(path)} {record[0]}")
+        if isinstance(command, click.Group):
+            for sub in command.list_commands(ctx):
+                subcommand = command.get_command(ctx, sub)
+                if subcommand is not None and not subcommand.hidden:
+                    missing += check(subcommand, [*path, sub], ctx)
+        return missing
+
+    missing = [m for name in COMMANDS for m in check(cli.get_command(root, name), ["headlens", name], root)]  # type: ignore[arg-type]
+    assert not missing, f"the CLI reference lacks: {', '.join(missing)}"
+
+
+def test_readme_links_lead_to_files() -> None:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    targets = README_LINK.findall(text)
+    assert targets, "the README links to no page of the manual"
+    missing = sorted({t for t in targets if not (ROOT / t).exists()})
+    assert not missing, f"README.md links to files that do not exist: {', '.join(missing)}"

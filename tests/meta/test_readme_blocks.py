@@ -1,82 +1,58 @@
 """The README's Python code blocks run as written.
 
-Every ```` ```python ```` block of ``README.md`` is executed in order, in one namespace (a later
-block may use what an earlier one made), in a temporary working folder, offline.  A block that
-cannot run here (it needs the Hugging Face Hub, a GPU or a checkpoint folder of your own) starts
-with a comment line ``# needs: <what>``: it is compiled (so it cannot rot into a syntax error)
-but not run.
+Every Python block of ``README.md`` is executed in order, in one namespace (a later block may use
+what an earlier one made), in a temporary working folder, offline.  A block whose fence says
+```` ```python skip="why" ```` is compiled but not run (``tests/meta/code_blocks.py``).  The pages of
+the manual are run by ``tests/meta/test_docs_blocks.py`` the same way.
 """
 
 from __future__ import annotations
 
-import re
-import textwrap
-from dataclasses import dataclass
 from pathlib import Path
 
 import matplotlib.pyplot as plt
 import pytest
 
+from tests.meta.code_blocks import python_blocks, run_blocks
 from tests.paths import REPO_ROOT
 
-ROOT = REPO_ROOT
-README = ROOT / "README.md"
-#: The first line of a block that the test compiles but does not run, e.g. ``# needs: the Hugging Face Hub``.
-NEEDS_MARK = "# needs:"
-#: A Python fence (```` ```python ````, ```` ```py ````, ```` ```python3 ````), also indented (in a list item).
-FENCE = re.compile(r"^([ \t]*)```(?:python3?|py)[ \t]*\n(.*?)^\1```[ \t]*$", re.MULTILINE | re.DOTALL)
+README = REPO_ROOT / "README.md"
+#: The README is the front door: at most this many lines (the manual is docs/).
+README_MAX_LINES = 250
 
 
-@dataclass(frozen=True)
-class Block:
-    line: int  # 1-based line of the block's first code line in the Markdown file
-    source: str
-    needs: str | None  # what a block marked with NEEDS_MARK needs; None: it runs
-
-    @property
-    def filename(self) -> str:
-        return f"README.md, block at line {self.line}"
-
-
-def python_blocks(markdown: str) -> list[Block]:
-    """The ```` ```python ```` blocks of ``markdown``, in order."""
-    blocks = []
-    for m in FENCE.finditer(markdown):
-        source = textwrap.dedent(m.group(2))
-        first = source.lstrip("\n").split("\n", 1)[0].strip()
-        needs = (first[len(NEEDS_MARK) :].strip() or "unspecified") if first.startswith(NEEDS_MARK) else None
-        blocks.append(Block(line=markdown.count("\n", 0, m.start(2)) + 1, source=source, needs=needs))
-    return blocks
-
-
-def run_blocks(blocks: list[Block], namespace: dict) -> list[Block]:
-    """Compile every block and run those without ``# needs:``, in order, in ``namespace``; return the ones run."""
-    ran = []
-    for block in blocks:
-        code = compile(block.source, block.filename, "exec")
-        if block.needs is None:
-            exec(code, namespace)  # running the README's own code is the point of this test
-            ran.append(block)
-    return ran
-
-
-def test_parser_finds_blocks_lines_and_marks() -> None:
-    md = "# t\n\n```bash\nls\n```\n\n```python\nx = 1\n```\ntext\n```python\n# needs: the Hugging Face Hub\ny = 2\n```\n"
+def test_parser_finds_blocks_lines_and_skip_options() -> None:
+    md = '# t\n\n```bash\nls\n```\n\n```python\nx = 1\n```\ntext\n```python skip="needs the Hugging Face Hub"\ny = 2\n```\n'
     blocks = python_blocks(md)
     assert [b.line for b in blocks] == [8, 12]
-    assert [b.needs for b in blocks] == [None, "the Hugging Face Hub"]
+    assert [b.skip for b in blocks] == [None, "needs the Hugging Face Hub"]
     assert blocks[0].source == "x = 1\n"
     indented = python_blocks("- item:\n\n  ```py\n  if True:\n      z = 3\n  ```\n")
     assert [(b.line, b.source) for b in indented] == [(4, "if True:\n    z = 3\n")]
 
 
-def test_a_failing_block_fails_with_its_readme_line() -> None:
+def test_parser_refuses_unknown_options_and_reasonless_skips() -> None:
+    with pytest.raises(ValueError, match="unknown fence option skp"):
+        python_blocks('```python skp="typo"\nx = 1\n```\n')
+    with pytest.raises(ValueError, match="gives no reason"):
+        python_blocks('```python skip=""\nx = 1\n```\n')
+
+
+def test_a_failing_block_fails_with_its_file_and_line() -> None:
     blocks = python_blocks("```python\nx = 1\n```\n\n```python\nraise ValueError(x)\n```\n")
     with pytest.raises(ValueError) as caught:
         run_blocks(blocks, {})
     assert caught.traceback[-1].frame.code.raw.co_filename == "README.md, block at line 6"
-    with pytest.raises(SyntaxError):  # a marked block is still compiled
-        run_blocks(python_blocks("```python\n# needs: a GPU\nx = (\n```\n"), {})
+    with pytest.raises(SyntaxError):  # a skipped block is still compiled
+        run_blocks(python_blocks('```python skip="a GPU"\nx = (\n```\n'), {})
+
+
+def test_readme_is_a_front_door() -> None:
+    text = README.read_text(encoding="utf-8")
+    n_lines = text.count("\n")
+    assert n_lines <= README_MAX_LINES, f"README.md has {n_lines} lines; at most {README_MAX_LINES} (the manual is docs/)"
+    blocks = python_blocks(text)
+    assert blocks and all(b.skip is None for b in blocks), "the README's Python example must run as written"
 
 
 @pytest.mark.slow
