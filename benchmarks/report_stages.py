@@ -44,7 +44,7 @@ model, out, stage = sys.argv[1], sys.argv[2], sys.argv[3]
 if os.environ.get("REPORT_STAGES_WINDOWS"):  # --n-windows: fewer evaluation windows (a reduced benchmark, old and new alike)
     _eval = ReportSettings.eval_data
     ReportSettings.eval_data = lambda self, n_ctx: {**_eval(self, n_ctx), "n_windows": int(os.environ["REPORT_STAGES_WINDOWS"])}
-r = build_report(model, out, skip=[s for s in STAGES if s != stage], redo=[stage], device="cpu")
+r = build_report(model, out_dir=out, skip=[s for s in STAGES if s != stage], redo=[stage], device="cpu")
 st = {s.name: s for s in r.stages}[stage]
 print(json.dumps({"stage": stage, "status": st.status, "seconds": st.seconds, "error": st.error}))
 """

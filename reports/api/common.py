@@ -108,7 +108,7 @@ def study(verb: str, config: type | None = None) -> Callable[[F], F]:
             if given_config is not None:
                 for name in fields:
                     kwargs.setdefault(name, getattr(given_config, name))
-            if "command" in keywords and kwargs.get("command") is None and isinstance(model, (str, LoadedModel)):
+            if "command" in keywords and kwargs.get("command") is None and model is not None:
                 kwargs["command"] = python_command(verb, model, recorded)
             return fn(*args, **kwargs)
 
@@ -155,9 +155,9 @@ def study_config(verb: str, cls: type[C], config: C | None, kwargs: dict[str, An
     return dataclasses.replace(config, **own) if own else config  # type: ignore[type-var]  # a dataclass instance
 
 
-def python_command(verb: str, model: LoadedModel | str, kwargs: dict[str, Any]) -> list[str]:
+def python_command(verb: str, model: LoadedModel | str | os.PathLike, kwargs: dict[str, Any]) -> list[str]:
     """The manifest's ``command`` for a call from Python: ``["python", "headlens.census('demo', n_prompts=20)"]``."""
-    name = model.name if isinstance(model, LoadedModel) else model
+    name = model.name if isinstance(model, LoadedModel) else str(model)
     args = ", ".join([repr(name), *(f"{k}={v!r}" for k, v in kwargs.items())])
     return ["python", f"headlens.{verb}({args})"]
 

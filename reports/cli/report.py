@@ -8,11 +8,22 @@ import click
 
 from headlens.probes.errors import CheckFailed
 from headlens.reports.cli.common import model_options, parse_csv
+from headlens.reports.cli.options import config_options
 from headlens.reports.cli.shared import reuse, shared
 from headlens.reports.render.progress import ReportBars
+from headlens.reports.runs.report.report_config import ReportConfig
 
 #: Heads with a role listed on stdout; the rest are counted ("... and 25 more").
 SHOWN_ROLES = 12
+#: ``--example-prompt``, repeatable: one of ``example_prompts``.
+EXAMPLE_OPTION = {
+    "decls": ("--example-prompt",),
+    "multiple": True,
+    "type": click.STRING,
+    "default": (),
+    "show_default": False,
+    "help": "A prompt whose attention the page shows head by head (repeatable; default: three built-in prompts).",
+}
 
 
 @click.command("report")
@@ -24,38 +35,11 @@ SHOWN_ROLES = 12
     type=click.Path(file_okay=False),
     help="Report folder: report.html, report.md, manifest.json and one folder per stage.",
 )
-@click.option(
-    "--quick",
-    is_flag=True,
-    help=(
-        "Smoke-test settings (few windows and prompts, the sink census only; the head census keeps classify's defaults, "
-        "so the roles are classify's): seconds on a small model."
-    ),
-)
-@click.option(
-    "--text-file",
-    default=None,
-    type=click.Path(dir_okay=False),
-    help=(
-        "Evaluation text of ablation, pruning and design (default: the model's own held-out text when it carries one, as the demo "
-        "model does, else the text that ships with headlens, analyses/data/eval_text.txt), as for `headlens ablate`."
-    ),
-)
-@click.option(
-    "--example-prompt",
-    "example_prompts",
-    multiple=True,
-    help="A prompt whose attention the page shows head by head (repeatable; default: three built-in prompts).",
-)
-@click.option("--no-bos", is_flag=True, help="Do not prepend BOS (Hugging Face / paper convention).")
-@click.option(
-    "--skip",
-    default=None,
-    help="Stages not to run, comma-separated: census, sinks, ablation_zero, ablation_mean, pruning, examples, design.",
+@config_options(
+    ReportConfig, ("quick", "text_file", "example_prompts", "prepend_bos", "skip"), overrides={"example_prompts": EXAMPLE_OPTION}
 )
 @click.option("--redo", default=None, help="Stages to recompute even if finished, comma-separated, or 'all'.")
-@click.option("--batch-size", default=8, show_default=True, type=click.IntRange(min=1), help="Sequences per forward pass.")
-@click.option("--seed", default=0, show_default=True, type=int)
+@config_options(ReportConfig, ("batch_size", "seed"))
 @click.option(
     "--overwrite",
     is_flag=True,
@@ -69,16 +53,10 @@ def report_cmd(
     revision,
     allow_new_weights,
     out_dir,
-    quick,
-    text_file,
-    example_prompts,
-    no_bos,
-    skip,
     redo,
-    batch_size,
-    seed,
     overwrite,
     quiet,
+    **settings,
 ):
     """Run the head census, attention sinks, zero and mean ablation, pruning and example
     attention patterns; write OUT/report.html (one self-contained page), OUT/report.md and
@@ -99,20 +77,15 @@ def report_cmd(
     with ReportBars(quiet=quiet) as bars:
         report = build.build_report(  # through the module: tests replace build.build_report
             loaded if loaded is not None else model,
-            out_dir,
-            quick=quick,
-            text_file=text_file,
-            example_prompts=example_prompts or None,
-            prepend_bos=not no_bos,
-            seed=seed,
-            batch_size=batch_size,
-            skip=tuple(parse_csv(skip) or ()),
+            **{k: v for k, v in settings.items() if v not in (None, ())},  # ReportConfig's fields; left out: their defaults
+            out_dir=out_dir,
             redo=tuple(parse_csv(redo) or ()),
             overwrite=overwrite,
-            device=device,
-            dtype=dtype,
-            revision=revision,
-            allow_new_weights=allow_new_weights,
+            **(
+                {}
+                if loaded is not None
+                else {"device": device, "dtype": dtype, "revision": revision, "allow_new_weights": allow_new_weights}
+            ),
             progress=bars,
             command=["headlens", *sys.argv[1:]],
             census=given[1] if given is not None and given[0] is loaded else None,

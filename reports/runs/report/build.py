@@ -44,6 +44,7 @@ from typing import Any, Protocol
 from headlens.probes.config import ModelConfig
 from headlens.probes.errors import InputError
 from headlens.probes.loading import LoadedModel, load_model, resolve_source
+from headlens.reports.api.common import config_of, loading_of, study
 from headlens.reports.api.named_models import named_models
 from headlens.reports.render.progress import ReportBars
 from headlens.reports.runs.report import stages as _stages
@@ -110,7 +111,7 @@ def _StderrProgress() -> ReportProgress:
     return ReportBars()
 
 
-def _resolve(model: Any, device: str, dtype: str, revision: str | None) -> tuple[dict[str, Any], str, Any, str]:
+def _resolve(model: Any, dtype: str, revision: str | None) -> tuple[dict[str, Any], str, Any, str]:
     """``(identity, display name, LoadedModel or None, dtype)`` without loading anything."""
     if isinstance(model, LoadedModel):
         return model_identity(model.source, model.path, model.config.revision), model.name, model, str(model.dtype).removeprefix("torch.")
@@ -122,56 +123,58 @@ def _resolve(model: Any, device: str, dtype: str, revision: str | None) -> tuple
     return model_identity(source, path, revision), model, None, dtype
 
 
+@study("report", ReportSettings)
 def build_report(
-    model: Any,
-    out_dir: str | Path | None = None,
+    model: LoadedModel | str | Path,
+    config: ReportSettings | None = None,
+    /,
     *,
     quick: bool = False,
-    example_prompts: Sequence[str] | None = None,
     prepend_bos: bool = True,
     seed: int = 0,
     batch_size: int = 8,
-    skip: Sequence[str] = (),
-    redo: Sequence[str] = (),
-    overwrite: bool = False,
+    example_prompts: tuple[str, ...] = DEFAULT_EXAMPLE_PROMPTS,
+    skip: tuple[str, ...] = (),
+    text_file: str | None = None,
     device: str = "auto",
     dtype: str = "float32",
     revision: str | None = None,
     allow_new_weights: bool = False,
+    device_map: Any = None,
+    max_memory: Any = None,
+    offload_folder: str | None = None,
+    out_dir: str | Path | None = None,
+    redo: Sequence[str] = (),
+    overwrite: bool = False,
     progress: ReportProgress | bool | None = None,
     command: list[str] | None = None,
-    text_file: str | Path | None = None,
     census: Any = None,
 ) -> Report:
     """Run (or resume) every stage for ``model`` into ``out_dir``; write ``report.html``,
     ``report.md`` and ``manifest.json``; return the :class:`Report`.
 
-    ``model``: a Hub id, a local checkpoint folder, or a :class:`headlens.probes.loading.LoadedModel`.
-    ``out_dir``: default a new temporary folder.  ``skip``: stages not to run; ``redo``: stages
-    to recompute even when finished (``"all"`` for every one).  ``progress=True`` writes
-    stage lines to stderr.  Failed stages do not raise: check :attr:`Report.ok`.
-    ``text_file``: the evaluation text of ablation, pruning and design (default the model's own
-    held-out text when it carries one, as the demo does, else the built-in English text), as
-    ``headlens ablate --text-file``; which text, why and its SHA-256 go into the manifest.
-    ``census``: a :class:`~headlens.reports.api.census.CensusResult` already computed on the loaded
-    ``model`` (as ``headlens classify`` does): the census stage reuses it when its settings equal the
-    stage's (checked there; else it computes its own), so the roles are that census's.
+    ``model``: a Hub id, a local checkpoint folder, a named model (``"demo"``) or a
+    :class:`headlens.probes.loading.LoadedModel`; ``device=``, ``dtype=`` ... load a model given by
+    name.  The settings are :class:`ReportSettings`' fields (or ``config``, keywords overriding it):
+    ``quick`` smoke-test settings, ``prepend_bos``, ``seed``, ``batch_size``, ``example_prompts``,
+    ``skip`` (stages not to run), ``text_file`` (the evaluation text of ablation, pruning and design;
+    default the model's own held-out text when it carries one, as the demo does, else the built-in
+    English text, as ``headlens ablate --text-file``; which text, why and its SHA-256 go into the manifest).
+    ``out_dir``: default a new temporary folder.  ``redo``: stages to recompute even when finished
+    (``"all"`` for every one).  ``progress=True`` writes stage lines to stderr.  Failed stages do not
+    raise: check :attr:`Report.ok`.  ``census``: a :class:`~headlens.reports.api.census.CensusResult`
+    already computed on the loaded ``model`` (as ``headlens classify`` does): the census stage reuses
+    it when its settings equal the stage's (checked there; else it computes its own), so the roles
+    are that census's.
     """
-    settings = ReportSettings(
-        text_file=str(text_file) if text_file is not None else None,
-        quick=quick,
-        prepend_bos=prepend_bos,
-        seed=seed,
-        batch_size=batch_size,
-        example_prompts=tuple(example_prompts) if example_prompts is not None else DEFAULT_EXAMPLE_PROMPTS,
-        skip=tuple(skip),
-    )
+    settings = config_of(ReportSettings, locals(), text_file=str(text_file) if text_file is not None else None)
+    load = loading_of(locals())
     settings.eval_text_id()  # a missing or empty --text-file fails here, before anything loads or is written
     redo_set = set(STAGES) if "all" in redo else set(redo)
     bad = redo_set - set(STAGES)
     if bad:
         raise InputError(f"cannot redo {', '.join(map(repr, sorted(bad)))}: choose from all, {', '.join(STAGES)}")
-    identity, model_name, loaded_model, dtype_name = _resolve(model, device, dtype, revision)
+    identity, model_name, loaded_model, dtype_name = _resolve(model, dtype, revision)
     if out_dir is None:
         out_dir = tempfile.mkdtemp(prefix="headlens-report-")
     out = Path(out_dir)
@@ -204,10 +207,7 @@ def build_report(
     def get_model() -> Any:
         if state["loaded"] is None:
             t0 = time.perf_counter()
-            state["loaded"] = load_model(
-                ModelConfig(model=model_name, device=device, dtype=dtype, revision=revision, allow_new_weights=allow_new_weights),
-                named=named_models(),
-            )
+            state["loaded"] = load_model(ModelConfig(model=model_name, **load), named=named_models())
             if reporter is not None:  # after loading: a model that fails to load leaves one error line
                 reporter.message(f"loaded {model_name} in {time.perf_counter() - t0:.1f} s ({state['loaded'].device}, {dtype})")
         return state["loaded"]
@@ -219,7 +219,7 @@ def build_report(
         if stale is None or stale["report"].get("identity") != identity:
             remove_old_report(out)
     out.mkdir(parents=True, exist_ok=True)
-    cmd = command if command is not None else ["headlens", *sys.argv[1:]]
+    cmd = command if command is not None else ["headlens", *sys.argv[1:]]  # @study records a Python call as the command
     if previous is None:  # claim the folder before the first stage runs
         write_report_manifest(out, state["loaded"], identity, settings, cmd, {}, previous=None)
 

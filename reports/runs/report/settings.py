@@ -16,20 +16,13 @@ from headlens.analyses.heads.census import CensusConfig
 from headlens.analyses.sinks.config import SinkConfig
 from headlens.probes.errors import InputError
 from headlens.reports.api.text_files import read_text_file
+from headlens.reports.runs.report.report_config import DEFAULT_EXAMPLE_PROMPTS, MAX_EXAMPLE_PROMPTS, ReportConfig
 from headlens.reports.runs.report.stages import STAGES
 
 log = logging.getLogger(__name__)
 
 __all__ = ["ReportSettings", "DEFAULT_EXAMPLE_PROMPTS", "MAX_EXAMPLE_PROMPTS", "SMOKE_STAGES", "check_example_prompts"]
 
-#: Shown when no ``--example-prompt`` is given: natural text, a repeated phrase (induction,
-#: duplicate-token) and a pronoun with two candidate antecedents (referent).
-DEFAULT_EXAMPLE_PROMPTS: tuple[str, ...] = (
-    "Apple raised its price target on the shares after the strong quarter.",
-    "The old keeper fed his grey cat at dawn. The old keeper fed his grey cat at dawn.",
-    "Mary thanked John because she had finished the report early.",
-)
-MAX_EXAMPLE_PROMPTS = 8
 #: The stages whose ``--quick`` settings are a smoke test (a few windows, prompts or orders):
 #: they show that the stage runs and state no finding (:mod:`headlens.analyses.verdicts`).  The
 #: census keeps classify's defaults under ``--quick``; the examples hold no statistic.
@@ -37,17 +30,9 @@ SMOKE_STAGES = ("evidence", "sinks", "ablation_zero", "ablation_mean", "pruning"
 
 
 @dataclass(frozen=True, kw_only=True)
-class ReportSettings:
-    """What the stages run with.  ``quick`` shrinks every stage to a smoke run (tests, CI)."""
-
-    quick: bool = False
-    prepend_bos: bool = True
-    seed: int = 0
-    batch_size: int = 8
-    example_prompts: tuple[str, ...] = DEFAULT_EXAMPLE_PROMPTS
-    skip: tuple[str, ...] = ()
-    #: Evaluation text of ablation and pruning (``--text-file``); default the built-in English text.
-    text_file: str | None = None
+class ReportSettings(ReportConfig):
+    """What the stages run with (:class:`~headlens.reports.runs.report.report_config.ReportConfig`'s
+    fields: ``quick`` shrinks every stage to a smoke run) and each stage's configuration derived from them."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "example_prompts", tuple(self.example_prompts))

@@ -76,7 +76,7 @@ def test_a_float_survives_the_csv_exactly_and_text_stays_text(tmp_path):
 def test_a_report_read_back_keeps_the_ablation_table_exactly(demo, tmp_path):
     """The quick report's zero ablation, read back from its folder, is the study's table value for value."""
     skip = ("census", "evidence", "sinks", "ablation_mean", "pruning", "examples", "design")
-    headlens.report(demo, tmp_path / "r", quick=True, skip=skip)
+    headlens.report(demo, out_dir=tmp_path / "r", quick=True, skip=skip)
     read = headlens.load_report(tmp_path / "r").ablation_zero
     fresh = headlens.ablate(demo, n_windows=2, window=32, n_bootstrap=200, attribution=False).table
     assert read is not None and fresh is not None
