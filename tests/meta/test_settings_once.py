@@ -110,6 +110,26 @@ STUDIES: tuple[Study, ...] = (
         ),
     ),
     Study(
+        "report",
+        function="headlens.reports.runs.report.build:build_report",
+        config="headlens.reports.runs.report.settings:ReportSettings",
+        extra=("out_dir", "redo", "overwrite", "progress", "command", "census"),
+        commands=(
+            Command(
+                "report",
+                config="headlens.reports.runs.report.report_config:ReportConfig",
+                differs={
+                    "example_prompts": {
+                        "flag": "--example-prompt, repeatable: one prompt each",
+                        "type": "one text per --example-prompt (a prompt may hold commas)",
+                        "default": "no --example-prompt: the built-in prompts",
+                        "help": "says one prompt per flag",
+                    }
+                },
+            ),
+        ),
+    ),
+    Study(
         "sinks",
         function="headlens.reports.api.sinks:sinks",
         config="headlens.analyses.sinks.config:SinkConfig",
@@ -161,7 +181,7 @@ COMMAND_ONLY: tuple[tuple[str, Command], ...] = (
 
 #: Studies whose signatures still take ``**kwargs`` (converted by another line of work): remove a
 #: name when its entry is in :data:`STUDIES`.
-PENDING = {"ablate", "prune", "gqa", "kv", "projections", "patch", "circuit", "composition", "report"}
+PENDING = {"ablate", "prune", "gqa", "kv", "projections", "patch", "circuit", "composition"}
 
 #: Every study verb of ``headlens``.
 VERBS = {"ablate", "prune", "gqa", "kv", "projections", "patch", "circuit", "composition", "census", "sinks", "capture", "verify", "report"}
