@@ -146,7 +146,7 @@ class PruneRun:
     random: pd.DataFrame  # seed, step, n_removed, value
     importance: pd.DataFrame  # layer, head, importance (normalised), importance_raw at step 0
     pruned: HeadMask  # the largest set within max_increase
-    baseline_value: float
+    unablated_value: float  # the metric of the model as loaded (step 0: nothing removed)
     removable_fraction: float
     info: dict[str, Any] = field(default_factory=dict)
 
@@ -172,7 +172,7 @@ def _exact_importance_and_value(model: LoadedModel, data: EvalSet, *, mask: Head
     out = torch.full((model.n_layers, model.n_heads), float("nan"), dtype=torch.float64)
     for layer, head, delta in zip(result.table["layer"], result.table["head"], result.table["delta"], strict=True):
         out[int(layer), int(head)] = float(delta)
-    return out, result.baseline_value
+    return out, result.masked_value
 
 
 def _to_list(t: torch.Tensor) -> list[list[float | None]]:
@@ -373,7 +373,7 @@ def run_pruning(
         random=random_df,
         importance=importance_df,
         pruned=pruned,
-        baseline_value=v0,
+        unablated_value=v0,
         removable_fraction=fraction,
         info={
             "steps": n_steps,

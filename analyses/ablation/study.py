@@ -137,8 +137,8 @@ class AblationRun:
     """The single-head table plus what the manifest needs."""
 
     table: pd.DataFrame
-    baseline_value: float  # metric of the baseline model (mask heads removed, if any)
-    unablated_value: float  # metric of the model with no head removed
+    masked_value: float  # the metric with the mask's heads removed (unablated_value without a mask): each delta is measured from it
+    unablated_value: float  # the metric of the model as loaded (no head removed)
     spearman: float | None  # rank correlation of attribution with the exact delta
     info: dict[str, Any] = field(default_factory=dict)
 
@@ -285,4 +285,4 @@ def run_ablation(
     }
     if attribution_note is not None:
         info["attribution"] = attribution_note
-    return AblationRun(table=table, baseline_value=float(base_v.mean()), unablated_value=unablated, spearman=rho, info=info)
+    return AblationRun(table=table, masked_value=float(base_v.mean()), unablated_value=unablated, spearman=rho, info=info)

@@ -140,8 +140,9 @@ class AblationResult(TableFileResult):
         return float(self.info["unablated_value"])
 
     @property
-    def baseline_value(self) -> float:
-        """The metric with the mask's heads removed (the unablated value without a mask)."""
+    def masked_value(self) -> float:
+        """The metric with the mask's heads removed (:attr:`unablated_value` without a mask): each head's
+        ``delta`` is measured from it.  Recorded in the manifest as ``ablation.baseline_value``."""
         return float(self.info["baseline_value"])
 
     @property
@@ -157,7 +158,7 @@ class AblationResult(TableFileResult):
         m = self.manifest.get("model") or {}
         return {
             "heatmap": lambda: ablation_heatmap_figure(
-                self.table, n_layers=int(m["n_layers"]), n_heads=int(m["n_heads"]), baseline=self.baseline_value
+                self.table, n_layers=int(m["n_layers"]), n_heads=int(m["n_heads"]), baseline=self.masked_value
             )
         }
 
@@ -223,7 +224,7 @@ def ablate(
             **setup.manifest_fields(),
             "attribution": run.info.get("attribution", "on" if cfg.attribution else "off (--no-attribution)"),
             "unablated_value": run.unablated_value,
-            "baseline_value": run.baseline_value,
+            "baseline_value": run.masked_value,  # the manifest key of masked_value (files unchanged)
             "mask": {"file": mask_file, "removed": removed} if head_mask else None,
             "data": data.describe(),
             "spearman_attribution_vs_exact": run.spearman,

@@ -99,8 +99,8 @@ class PruneResult(FolderResult):
         return str(self.info.get("metric"))
 
     @property
-    def baseline_value(self) -> float:
-        """The unablated value of the metric."""
+    def unablated_value(self) -> float:
+        """The metric of the model as loaded (step 0 of the curve: nothing removed)."""
         return float(self.info["unablated_value"])
 
     @property
@@ -120,7 +120,7 @@ class PruneResult(FolderResult):
             "pruning_curve": lambda: pruning_curve_figure(
                 self.curve,
                 metric=self.metric,
-                baseline=self.baseline_value,
+                baseline=self.unablated_value,
                 max_increase=self.max_increase,
                 removable=self.removable_fraction,
             )
@@ -186,7 +186,7 @@ def prune(
             "max_increase_is": "absolute (the unablated embedding change is 0)"
             if metric == "embedding"
             else "relative to the unablated value",
-            "unablated_value": run.baseline_value,
+            "unablated_value": run.unablated_value,
             "removable_fraction": run.removable_fraction,
             "removable_heads": len(run.pruned),
             "value_at_removable": float(best["value"]),

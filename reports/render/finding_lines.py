@@ -134,7 +134,7 @@ def ablation_findings(result: Any) -> Findings:
     lines = [
         f"{result.method} ablation of {len(table)} head(s){on}; metric {label}",
         f"unablated {label}: {result.unablated_value:.6g}"
-        + (f"; with the {len(mask['removed'])} masked head(s) removed: {result.baseline_value:.6g}" if mask else ""),
+        + (f"; with the {len(mask['removed'])} masked head(s) removed: {result.masked_value:.6g}" if mask else ""),
         "heads with the largest |delta|:",
     ]
     shown = table.reindex(table["delta"].abs().sort_values(ascending=False).index).head(TOP_HEADS)
@@ -176,7 +176,7 @@ def pruning_findings(result: Any) -> Findings:
     on = f" on {result.basis}" if result.basis else ""
     lines = [
         f"pruned {result.model_name} by {how} in {len(curve) - 1} step(s){on}; metric {_label(metric)}, "
-        f"unablated {result.baseline_value:.6g}"
+        f"unablated {result.unablated_value:.6g}"
     ]
     cols = [c for c in CURVE_COLUMNS if c in curve]
     lines += curve[cols].to_string(index=False, float_format=lambda x: f"{x:.4g}").split("\n")

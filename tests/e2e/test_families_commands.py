@@ -85,7 +85,7 @@ def test_zero_and_mean_ablation_equal_a_hugging_face_pre_hook(family, family_mod
     heads = ((0, 1), (1, model.n_heads - 1))
     for method in ("zero", "mean"):
         result = run_ablation(model, data, AblationConfig(method=method, heads=heads, attribution=False, n_bootstrap=0))
-        assert abs(result.baseline_value - clean.mean().item()) <= 1e-5
+        assert abs(result.masked_value - clean.mean().item()) <= 1e-5
         for layer, head in heads:
             repl = None
             if method == "mean":

@@ -76,7 +76,7 @@ def _run_ablation(ctx: StageContext, method: str) -> dict[str, Any]:
         ctx.dir / "delta_heatmap",
         n_layers=loaded.n_layers,
         n_heads=loaded.n_heads,
-        baseline=result.baseline_value,
+        baseline=result.masked_value,
         note=_smoke_note(ctx, result.data),
     )
     journal.finish()
@@ -113,7 +113,7 @@ def _run_pruning(ctx: StageContext) -> dict[str, Any]:
         result.curve,
         ctx.dir / "pruning_curve",
         metric=result.metric,
-        baseline=result.baseline_value,
+        baseline=result.unablated_value,
         max_increase=config.max_increase,
         removable=result.removable_fraction,
         note=note,
@@ -122,7 +122,7 @@ def _run_pruning(ctx: StageContext) -> dict[str, Any]:
     return {
         **about,
         "importance": info["importance"],
-        "unablated_value": result.baseline_value,
+        "unablated_value": result.unablated_value,
         "removable_fraction": result.removable_fraction,
         "max_increase": config.max_increase,
         "random_seeds": config.random_seeds,

@@ -89,7 +89,7 @@ def test_zero_ablation_equals_hugging_face_reference_hook(tiny_model, hf_model, 
     clean_logits = _hf_logits(hf_model, tokens)
     assert (ablated_logits(tiny_model, tokens, []) - clean_logits).abs().max() <= 1e-6
     clean = _losses(clean_logits, tokens)
-    assert abs(result.baseline_value - clean.mean().item()) <= 1e-6
+    assert abs(result.masked_value - clean.mean().item()) <= 1e-6
     base = baseline_pass(tiny_model, windows, resid_layers=[0, 1])
     for layer in range(2):
         per_item = single_head_values(tiny_model, windows, layer, [0, 1, 2, 3], base)
@@ -177,8 +177,8 @@ def test_set_ablation_and_mask_agree(tiny_model, windows):
     assert torch.equal(a, b)
     result = run_ablation(tiny_model, windows, AblationConfig(attribution=False, n_bootstrap=0), mask=mask)
     assert len(result.table) == 6 and (0, 2) not in set(zip(result.table["layer"], result.table["head"], strict=True))
-    assert_close(result.baseline_value, a.double().mean(), "exact")
-    assert result.unablated_value != result.baseline_value
+    assert_close(result.masked_value, a.double().mean(), "exact")
+    assert result.unablated_value != result.masked_value
 
 
 def test_table_columns_ci_and_determinism(tiny_model, windows):

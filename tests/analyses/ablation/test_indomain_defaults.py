@@ -60,7 +60,7 @@ def test_text_heldout_and_demo_text_are_the_text_demo_heldout_writes(demo):
 def test_prune_on_the_demo_defaults_to_its_held_out_text(demo):
     result = headlens.prune(demo, step=0.5, random_seeds=1, n_windows=2, window=64)
     assert result.info["data"]["text"] == HELDOUT_TEXT and result.info["text"]["name"] == "heldout"
-    assert result.baseline_value < IN_DOMAIN_MAX
+    assert result.unablated_value < IN_DOMAIN_MAX
 
 
 def test_a_model_without_its_own_text_gets_the_built_in_text_recorded(tiny_model):

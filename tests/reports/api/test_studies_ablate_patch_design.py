@@ -143,7 +143,7 @@ def test_prune_save_load(tiny_model, tmp_path):
     )
     assert json.loads((folder / "manifest.json").read_text())["pruning"]["files"]["curve.csv"] == str(folder / "curve.csv")
     back = load(folder)
-    assert isinstance(back, PruneResult) and back.pruned.heads == res.pruned.heads and back.baseline_value == res.baseline_value
+    assert isinstance(back, PruneResult) and back.pruned.heads == res.pruned.heads and back.unablated_value == res.unablated_value
     _same_tables(back, res)
     _displays(back)
 
