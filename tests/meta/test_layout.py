@@ -11,6 +11,9 @@
   nothing from ``reports`` (imports anywhere in a module, inside functions too, and strings that
   name a module, as ``importlib.import_module`` takes);
 * below ``reports`` no module imports matplotlib or seaborn, or calls ``print()``.
+* ``reports/runs`` and ``reports/cli`` call only the api: from ``analyses`` they import settings
+  (dataclasses) and constants, never a function or another class (:data:`API_ONLY_PENDING` lists
+  those still being converted).
 
 Each check first proves on a small synthetic tree that it can fail.
 """
@@ -36,10 +39,49 @@ LAYERS = ("probes", "analyses", "reports")  # bottom to top
 #: report builder, the sweep, the demo card) <- cli (click commands).
 FLOORS = ("render", "api", "runs", "cli")
 #: ``"a imports b"`` floor crossings still being removed, each removed once fixed (a stale entry fails).
-FLOOR_PENDING: set[str] = {
-    "headlens.reports.runs.demo_card imports headlens.reports.cli.ablate",
-    "headlens.reports.runs.demo_card imports headlens.reports.cli.design",
+FLOOR_PENDING: set[str] = set()
+#: Floors of reports/ that call only the api: what they import from headlens.analyses is limited to
+#: settings and constants (issue 29: "runs and CLI call only the api").
+API_ONLY_FLOORS = ("runs", "cli")
+#: ``"a imports b.name (kind)"``: imports by runs/ and cli/ of analyses that are not settings or
+#: constants, still being converted to api calls (helpers remove theirs as they convert; a stale entry fails).
+API_ONLY_PENDING: set[str] = {
+    "headlens.reports.cli.capture imports headlens.analyses.synthetic.planted.build_planted_checkpoint (function)",
+    "headlens.reports.cli.capture imports headlens.analyses.synthetic.tiny.build_tiny_checkpoint (function)",
+    "headlens.reports.cli.demo imports headlens.analyses.demo.card.loss_bases (function)",
+    "headlens.reports.cli.demo imports headlens.analyses.demo.checkpoints.config_dict (function)",
+    "headlens.reports.cli.demo imports headlens.analyses.demo.checkpoints.save_checkpoint (function)",
+    "headlens.reports.cli.demo imports headlens.analyses.demo.checkpoints.save_step_checkpoint (function)",
+    "headlens.reports.cli.demo imports headlens.analyses.demo.checkpoints.step_folder_name (function)",
+    "headlens.reports.cli.demo imports headlens.analyses.demo.documents.heldout_documents (function)",
+    "headlens.reports.cli.demo imports headlens.analyses.demo.documents.heldout_text (function)",
+    "headlens.reports.cli.demo imports headlens.analyses.demo.replay.replay (function)",
+    "headlens.reports.cli.demo imports headlens.analyses.demo.train.train (function)",
+    "headlens.reports.cli.detect imports headlens.analyses.ablation.masks.read_mask (function)",
+    "headlens.reports.cli.detect imports headlens.analyses.heads.classify.check_baseline_factor (function)",
+    "headlens.reports.cli.detect imports headlens.analyses.heads.classify.parse_thresholds (function)",
+    "headlens.reports.cli.detect imports headlens.analyses.synthetic.selftest.run_selftest (function)",
+    "headlens.reports.cli.sinks imports headlens.analyses.sinks.seed.seed_tables (function)",
+    "headlens.reports.cli.sweep imports headlens.analyses.heads.classify.default_thresholds (function)",
+    "headlens.reports.cli.sweep imports headlens.analyses.heads.classify.parse_thresholds (function)",
+    "headlens.reports.cli.tracr imports headlens.analyses.tracr.build.build_tracr_model (function)",
+    "headlens.reports.runs.demo_card imports headlens.analyses.demo.card.card_facts (function)",
+    "headlens.reports.runs.demo_card imports headlens.analyses.demo.card.census_of (function)",
+    "headlens.reports.runs.demo_card imports headlens.analyses.demo.card.heldout_text_losses (function)",
+    "headlens.reports.runs.demo_card imports headlens.analyses.demo.card.template_text (function)",
+    "headlens.reports.runs.demo_card imports headlens.analyses.demo.replay.read_log (function)",
+    "headlens.reports.runs.report.settings imports headlens.analyses.ablation.texts.choose_text (function)",
+    "headlens.reports.runs.report.stage_census imports headlens.analyses.heads.classify.default_thresholds (function)",
+    "headlens.reports.runs.report.stage_design imports headlens.analyses.ablation.metrics.default_metric (function)",
+    "headlens.reports.runs.report.stage_design imports headlens.analyses.ablation.setup.eval_setup (function)",
+    "headlens.reports.runs.report.stage_design imports headlens.analyses.design.section.design_section_tables (function)",
+    "headlens.reports.runs.report.stage_evidence imports headlens.analyses.patching.evidence_rules.evidence_rule (function)",
+    "headlens.reports.runs.sweep.task imports headlens.analyses.ablation.evalset.text_eval_set (function)",
+    "headlens.reports.runs.sweep.task imports headlens.analyses.ablation.study.run_ablation (function)",
+    "headlens.reports.runs.sweep.task imports headlens.analyses.sinks.intervene.mean_loss (function)",
+    "headlens.reports.runs.sweep.task imports headlens.analyses.stimuli.natural.eval_text (function)",
 }
+
 MAX_LINES = 420
 
 #: Modules allowed over MAX_LINES, each with its reason.  Only for files whose split is still in
@@ -319,6 +361,72 @@ def floor_violations(modules: dict[str, Module]) -> list[str]:
     return sorted(out)
 
 
+def _is_dataclass(node: ast.ClassDef) -> bool:
+    for dec in node.decorator_list:
+        target = dec.func if isinstance(dec, ast.Call) else dec
+        if (isinstance(target, ast.Name) and target.id == "dataclass") or (
+            isinstance(target, ast.Attribute) and target.attr == "dataclass"
+        ):
+            return True
+    return False
+
+
+def _kind_of(modules: dict[str, Module], module: str, name: str, seen: frozenset[str] = frozenset()) -> tuple[str, str]:
+    """``(defining module, kind)`` of ``name`` as ``module`` has it: kind ``"setting"`` (a dataclass),
+    ``"constant"`` (an UPPER_CASE module-level name), ``"function"``, ``"class"``, ``"module"`` or
+    ``"unknown"``; a name ``module`` imports is followed to where it is defined."""
+    if f"{module}.{name}" in modules:
+        return f"{module}.{name}", "module"
+    m = modules.get(module)
+    if m is None or module in seen:
+        return module, "unknown"
+    for node in m.tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
+            return module, "function"
+        if isinstance(node, ast.ClassDef) and node.name == name:
+            return module, "setting" if _is_dataclass(node) else "class"
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        if name in {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}:
+            return module, "constant" if name.lstrip("_").isupper() else "unknown"
+    for node in _runtime_imports(m.tree):
+        if isinstance(node, ast.ImportFrom):
+            for alias in node.names:
+                if (alias.asname or alias.name) == name:
+                    source = node.module or ""
+                    if node.level:  # relative: from this package
+                        base = module.split(".") if m.is_package else module.split(".")[:-1]
+                        source = ".".join(base[: len(base) - (node.level - 1)] + ([node.module] if node.module else []))
+                    return _kind_of(modules, source, alias.name, seen | {module})
+    return module, "unknown"
+
+
+def api_only_violations(modules: dict[str, Module]) -> list[str]:
+    """``"a imports b.name (kind)"`` for every runtime import, by a module of reports/runs or reports/cli,
+    of something of headlens.analyses that is neither a setting (a dataclass) nor a constant:
+    a function, another class, a whole module.  Imports under ``if TYPE_CHECKING`` (types only) pass."""
+    out = set()
+    for name, m in sorted(modules.items()):
+        if m.floor not in API_ONLY_FLOORS:
+            continue
+        for node in _runtime_imports(m.tree):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.name.startswith("headlens.analyses"):
+                        out.add(f"{name} imports {alias.name} (module)")
+                continue
+            if node.level or not (node.module or "").startswith("headlens.analyses"):
+                continue
+            for alias in node.names:
+                where, kind = _kind_of(modules, node.module or "", alias.name)
+                if where in modules and modules[where].layer != "analyses":  # re-exported from probes: not an analysis
+                    continue
+                if kind == "module":
+                    out.add(f"{name} imports {where} (module)")
+                elif kind not in ("setting", "constant"):
+                    out.add(f"{name} imports {where}.{alias.name} ({kind})")
+    return sorted(out)
+
+
 def lazy_namespaces(modules: dict[str, Module]) -> list[str]:
     """``"name (line n)"`` for each module that defines or assigns a module-level ``__getattr__``
     (PEP 562: names loaded on first use, which an IDE and a type checker cannot see)."""
@@ -500,3 +608,49 @@ def test_no_lazy_namespaces(modules):
 def test_nothing_below_reports_plots_or_prints(modules):
     bad = output_violations(modules)
     assert not bad, "\n".join(bad)
+
+
+def test_the_api_only_check_finds_what_it_looks_for(tmp_path):
+    """runs/ and cli/ may take settings and constants from analyses/, nothing that runs an analysis."""
+    modules = _tree(
+        tmp_path,
+        {
+            "analyses/__init__.py": "from headlens.analyses.study import run_study\n",
+            "analyses/study.py": (
+                "from dataclasses import dataclass\n\nLIMIT = 3\nhelper = print\n\n"
+                "@dataclass\nclass StudyConfig:\n    n: int = 1\n\nclass Engine:\n    pass\n\ndef run_study():\n    pass\n"
+            ),
+            "reports/__init__.py": "",
+            "reports/runs/__init__.py": "",
+            # settings and constants: fine; a function, a plain class, a name bound by a call, a module, a re-export: not
+            "reports/runs/ok.py": "from headlens.analyses.study import LIMIT, StudyConfig\n",
+            "reports/runs/stage.py": (
+                "from typing import TYPE_CHECKING\nfrom headlens.analyses.study import Engine, StudyConfig, helper\n"
+                "if TYPE_CHECKING:\n    from headlens.analyses.study import run_study  # types only: fine\n"
+            ),
+            "reports/cli/__init__.py": "",
+            "reports/cli/cmd.py": "def f():\n    from headlens.analyses import run_study\n    import headlens.analyses.study\n",
+            "reports/cli/sub.py": "from headlens.analyses import study\n",
+            "reports/api/__init__.py": "",
+            "reports/api/verb.py": "from headlens.analyses.study import run_study  # the api may run analyses\n",
+        },
+    )
+    assert api_only_violations(modules) == [
+        "headlens.reports.cli.cmd imports headlens.analyses.study (module)",
+        "headlens.reports.cli.cmd imports headlens.analyses.study.run_study (function)",
+        "headlens.reports.cli.sub imports headlens.analyses.study (module)",
+        "headlens.reports.runs.stage imports headlens.analyses.study.Engine (class)",
+        "headlens.reports.runs.stage imports headlens.analyses.study.helper (unknown)",
+    ]
+
+
+def test_runs_and_cli_call_only_the_api(modules):
+    """reports/runs and reports/cli take from headlens.analyses only settings (dataclasses) and constants;
+    what runs an analysis they reach through the api (reports/api)."""
+    found = set(api_only_violations(modules))
+    assert not (found - API_ONLY_PENDING), "runs/ or cli/ calling analyses (call the api instead):\n" + "\n".join(
+        sorted(found - API_ONLY_PENDING)
+    )
+    assert not (API_ONLY_PENDING - found), "stale API_ONLY_PENDING entries (fixed: remove them):\n" + "\n".join(
+        sorted(API_ONLY_PENDING - found)
+    )
