@@ -18,6 +18,8 @@ import torch
 from safetensors.torch import save_file
 
 from headlens.analyses.heads.verify import verify_attention
+from headlens.analyses.synthetic.planted import PLANTED_ROLES, build_planted_checkpoint
+from headlens.analyses.synthetic.tiny import TinySpec, build_tiny_checkpoint
 from headlens.probes.capture import Capture
 from headlens.probes.capture import capture as run_capture
 from headlens.probes.capture_io import capture_entry, load_activations, save_capture, tokens_entry
@@ -36,7 +38,7 @@ from headlens.reports.render.finding_lines import Findings, capture_findings
 
 log = logging.getLogger(__name__)
 
-__all__ = ["capture", "CaptureResult", "ACTIVATIONS_FILE", "TOKENS_FILE"]
+__all__ = ["capture", "CaptureResult", "tiny_checkpoint", "planted_checkpoint", "PLANTED_ROLES", "ACTIVATIONS_FILE", "TOKENS_FILE"]
 
 ACTIVATIONS_FILE = "activations.safetensors"
 TOKENS_FILE = "tokens.json"
@@ -161,3 +163,17 @@ def capture(
             loaded, texts, prepend_bos=config.prepend_bos, tolerance=tolerance, batch_size=config.batch_size
         )
     return CaptureResult(tables=tables, manifest=manifest, tensors=tensors, tokens=tokens_entry(cap), capture=cap)
+
+
+def tiny_checkpoint(folder: str | Path, *, n_layer: int = 2, n_head: int = 4, d_model: int = 64, n_ctx: int = 128, seed: int = 0) -> Path:
+    """A small GPT-2-shaped checkpoint in ``folder`` (random weights seeded by ``seed``, the real GPT-2
+    tokenizer), built offline (``headlens tiny-model``); its path."""
+    if d_model % n_head:
+        raise InputError(f"d_model={d_model} must be a multiple of n_head={n_head}", parameter="d_model")
+    return Path(build_tiny_checkpoint(folder, TinySpec(n_layer=n_layer, n_head=n_head, d_model=d_model, n_ctx=n_ctx, seed=seed)))
+
+
+def planted_checkpoint(folder: str | Path) -> Path:
+    """The planted-head checkpoint in ``folder`` (2 layers x 4 heads whose roles,
+    :data:`PLANTED_ROLES`, are set by hand; ``headlens tiny-model --planted``); its path."""
+    return Path(build_planted_checkpoint(folder))

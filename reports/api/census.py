@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,6 +25,7 @@ from headlens.analyses.heads.classify import (
     check_thresholds,
     classify_heads,
     default_thresholds,
+    parse_thresholds,
 )
 from headlens.analyses.heads.detectors import get_detectors
 from headlens.analyses.patching.evidence import EvidenceConfig
@@ -50,7 +51,17 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["census", "CensusResult", "DetectResult", "check_census_config", "used_thresholds", "SCORES_FILE"]
+__all__ = [
+    "census",
+    "CensusResult",
+    "DetectResult",
+    "check_census_config",
+    "check_classify_settings",
+    "used_thresholds",
+    "default_thresholds",
+    "parse_thresholds",
+    "SCORES_FILE",
+]
 
 SCORES_FILE = "scores.csv"
 SUMMARY_FILE = "summary.md"
@@ -148,6 +159,16 @@ def used_thresholds(detectors: Iterable[str], thresholds: Mapping[str, float] | 
     it ran, overridden by ``thresholds``."""
     ran = set(detectors)
     return {k: v for k, v in {**default_thresholds(), **(thresholds or {})}.items() if k in ran}
+
+
+def check_classify_settings(thresholds: Sequence[str], baseline_factor: float, mask: str | None = None) -> dict[str, float]:
+    """``headlens classify``'s checks before the model loads: its ``DETECTOR=VALUE`` threshold items
+    parsed (:func:`~headlens.analyses.heads.classify.parse_thresholds`), ``baseline_factor`` and the mask file checked."""
+    parsed = parse_thresholds(list(thresholds))
+    check_baseline_factor(baseline_factor)
+    if mask:
+        read_mask(mask)
+    return parsed
 
 
 def check_census_config(config: CensusConfig) -> None:

@@ -19,6 +19,7 @@ import pandas as pd
 
 from headlens.analyses.sinks.config import LengthsConfig, SinkConfig
 from headlens.analyses.sinks.lengths import run_sink_lengths, validate_lengths
+from headlens.analyses.sinks.seed import seed_tables
 from headlens.analyses.sinks.study import SinksRun, run_sinks
 from headlens.probes.errors import InputError
 from headlens.probes.loading import LoadedModel
@@ -26,7 +27,7 @@ from headlens.probes.manifest import build_manifest
 from headlens.probes.progress import Progress, stage_step
 from headlens.probes.prompts import read_prompts
 from headlens.probes.settings import settings_of
-from headlens.reports.api.common import coerce_setting, config_of, loading_of, study
+from headlens.reports.api.common import coerce_setting, config_of, loading_of, python_command, study
 from headlens.reports.api.models import as_loaded
 from headlens.reports.api.result import Result, read_manifest
 from headlens.reports.render.figures.sinks import lengths_figure, sink_figure_makers
@@ -38,7 +39,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["sinks", "SinksResult", "SinkLengthsResult", "SeedTextResult", "LENGTHS_KEYWORDS"]
+__all__ = ["sinks", "seed_text", "SinksResult", "SinkLengthsResult", "SeedTextResult", "LENGTHS_KEYWORDS"]
 
 SUMMARY_FILE = "summary.md"
 
@@ -150,6 +151,22 @@ class SeedTextResult(Result):
 
     def write_tables(self, folder: Path) -> list[Path]:
         return write_tables(self.tables, folder)
+
+
+def seed_text(
+    model: LoadedModel, text: str, *, bos: tuple[bool, ...] = (False, True), seed: int = 0, command: list[str] | None = None
+) -> SeedTextResult:
+    """``headlens sinks --text``: per BOS setting and head, the last token's attention to the first
+    token of ``text`` against ``1/n`` (:func:`~headlens.analyses.sinks.seed.seed_tables`), with its manifest."""
+    table = seed_tables(model, text, bos)
+    manifest = build_manifest(
+        model=model,
+        command=command or python_command("sinks", model, {"text": text, "bos": bos}),
+        seed=seed,
+        prepend_bos=bos[0] if len(bos) == 1 else None,
+        extra={"sinks": {"text": text, "bos": list(bos)}},
+    )
+    return SeedTextResult(tables={"seed_text": table}, manifest=manifest)
 
 
 def _file_names(result: Result, tables: dict[str, pd.DataFrame]) -> list[str]:

@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from headlens.analyses.heads.verify import verify_attention
 from headlens.analyses.heads.verify_config import DEFAULT_VERIFY_PROMPTS, DEFAULT_VERIFY_TEXT, VerifyConfig, check_prompts
+from headlens.analyses.synthetic.selftest import SelftestReport, run_selftest
 from headlens.probes.loading import LoadedModel
 from headlens.probes.manifest import build_manifest
+from headlens.probes.progress import Progress
 from headlens.reports.api.common import config_of, loading_of, study
 from headlens.reports.api.models import as_loaded
 from headlens.reports.api.result import Result
@@ -20,7 +23,16 @@ from headlens.reports.render.finding_lines import Findings, verify_findings
 
 log = logging.getLogger(__name__)
 
-__all__ = ["verify", "VerifyConfig", "VerifyResult", "DEFAULT_VERIFY_PROMPTS", "DEFAULT_VERIFY_TEXT", "check_prompts"]
+__all__ = [
+    "verify",
+    "selftest",
+    "SelftestReport",
+    "VerifyConfig",
+    "VerifyResult",
+    "DEFAULT_VERIFY_PROMPTS",
+    "DEFAULT_VERIFY_TEXT",
+    "check_prompts",
+]
 
 #: The columns whose largest value is the worst error.
 ERROR_COLUMNS = ["max_err_pattern", "max_err_z", "max_row_sum_err"]
@@ -85,3 +97,17 @@ def verify(
     )
     manifest = build_manifest(model=loaded, command=command, prepend_bos=config.prepend_bos, configs={"verify": config})
     return VerifyResult(tables={"verify": table}, manifest=manifest)
+
+
+def selftest(
+    *,
+    device: str = "auto",
+    dtype: str = "float32",
+    n_prompts: int = 40,
+    folder: str | Path | None = None,
+    progress: Progress | None = None,
+) -> SelftestReport:
+    """Build a model with planted heads and check that the census finds each one, and nothing else
+    (``headlens selftest``): a :class:`~headlens.analyses.synthetic.selftest.SelftestReport`
+    (``ok``, ``lines()``).  ``folder`` keeps the planted checkpoint and its census."""
+    return run_selftest(device=device, dtype=dtype, n_prompts=n_prompts, folder=folder, progress=progress)

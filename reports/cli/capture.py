@@ -150,18 +150,17 @@ def verify_cmd(model, device, dtype, revision, allow_new_weights, text, prompts_
 @click.option("--overwrite", is_flag=True, help="Replace files in a non-empty folder.")
 def tiny_model_cmd(out_dir, n_layer, n_head, d_model, n_ctx, seed, planted, overwrite):
     """Build a small GPT-2-shaped checkpoint (random weights, real GPT-2 tokenizer) offline."""
-    from headlens.analyses.synthetic.planted import PLANTED_ROLES, build_planted_checkpoint
-    from headlens.analyses.synthetic.tiny import TinySpec, build_tiny_checkpoint
+    from headlens.reports.api.capture import PLANTED_ROLES, planted_checkpoint, tiny_checkpoint
 
     if planted:
         check_out_dir(out_dir, overwrite=overwrite)
-        path = normal_modes(build_planted_checkpoint(out_dir))
+        path = normal_modes(planted_checkpoint(out_dir))
         click.echo(f"wrote the planted-head checkpoint to {Path(path)}: " + ", ".join(f"{k} {v}" for k, v in PLANTED_ROLES.items()))
         return
     if d_model % n_head:
         raise click.BadParameter(f"--d-model {d_model} must be a multiple of --heads {n_head}", param_hint="--d-model")
     check_out_dir(out_dir, overwrite=overwrite)
-    path = normal_modes(build_tiny_checkpoint(out_dir, TinySpec(n_layer=n_layer, n_head=n_head, d_model=d_model, n_ctx=n_ctx, seed=seed)))
+    path = normal_modes(tiny_checkpoint(out_dir, n_layer=n_layer, n_head=n_head, d_model=d_model, n_ctx=n_ctx, seed=seed))
     click.echo(f"wrote a {n_layer}-layer, {n_head}-head GPT-2-shaped checkpoint to {Path(path)}")
 
 

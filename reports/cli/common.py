@@ -13,6 +13,7 @@ import click
 
 from headlens.probes.config import ModelConfig
 from headlens.probes.errors import HeadlensError, ModelLoadError
+from headlens.probes.head_lists import parse_heads
 from headlens.probes.settings import settings_of
 
 if TYPE_CHECKING:
@@ -344,7 +345,7 @@ parse_layers = parse_ints
 class HeadsType(click.ParamType):
     """``--heads 5.1,5.5`` -> ``((5, 1), (5, 5))``; a bad head is a one-line usage error (exit 2).
 
-    Each head goes through :func:`headlens.analyses.ablation.masks.parse_head`, the parser that mask
+    Each head goes through :func:`headlens.probes.head_lists.parse_head`, the parser that mask
     files and the report use too.
     """
 
@@ -353,8 +354,6 @@ class HeadsType(click.ParamType):
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> tuple[tuple[int, int], ...]:
         if isinstance(value, tuple):
             return value
-        from headlens.analyses.ablation.masks import parse_heads
-
         try:
             return parse_heads(value)
         except HeadlensError as exc:

@@ -111,9 +111,7 @@ def classify_cmd(
 ):
     """Give every head its roles: scores.csv, roles.csv, heatmaps, summary.md, manifest.json
     (with --evidence also evidence.csv and an evidence column in heads.csv)."""
-    from headlens.analyses.ablation.masks import read_mask
-    from headlens.analyses.heads.classify import check_baseline_factor, parse_thresholds
-    from headlens.reports.api.census import census, check_census_config
+    from headlens.reports.api.census import census, check_census_config, check_classify_settings
     from headlens.reports.api.evidence import evidence as run_evidence
     from headlens.reports.render.evidence_text import EVIDENCE_FILE
     from headlens.reports.render.finding_lines import evidence_count_line
@@ -125,10 +123,8 @@ def classify_cmd(
     ]
     evidence_config = _evidence_config(evidence, n, T, settings["seed"], mask_file, given)
     out = check_out_dir(out_dir, overwrite=overwrite)
-    parsed = parse_thresholds(list(thresholds))
-    check_baseline_factor(baseline_factor)
-    ablate = list(read_mask(mask_file).heads) if mask_file else []
-    config = config_from(CensusConfig, settings, ablate=tuple(ablate))
+    parsed = check_classify_settings(thresholds, baseline_factor, mask_file)
+    config = config_from(CensusConfig, settings)  # with --mask, census(mask=) zeroes the mask's heads
     check_census_config(config)
     loaded = load(model, device, dtype, revision, allow_new_weights)
     with progress_bars("census", quiet=quiet) as progress:
@@ -184,10 +180,10 @@ def selftest_cmd(device, dtype, n_prompts, keep, quiet):
     Exit 0 when every planted role is recovered on its head and no other head gets a
     role; 1 otherwise.
     """
-    from headlens.analyses.synthetic.selftest import run_selftest
+    from headlens.reports.api.verify import selftest
 
     with progress_bars("census", quiet=quiet) as progress:
-        report = run_selftest(device=device, dtype=dtype, n_prompts=n_prompts, folder=keep, progress=None if quiet else progress)
+        report = selftest(device=device, dtype=dtype, n_prompts=n_prompts, folder=keep, progress=None if quiet else progress)
     for line in report.lines():
         click.echo(line)
     if not report.ok:

@@ -152,25 +152,15 @@ def _lengths_done(result: SinkLengthsResult, out: Path, overwrite: bool) -> None
 
 def _seed_text(model, device, dtype, revision, allow_new_weights, text, settings, seed, top, out_dir) -> None:
     """``sinks --text``: per head, the last token's attention to the first vs 1/n (seed_text.csv with --out)."""
-    from headlens.analyses.sinks.seed import seed_tables
-    from headlens.probes.manifest import build_manifest
-    from headlens.reports.api.sinks import SeedTextResult
+    from headlens.reports.api.sinks import seed_text
     from headlens.reports.render.sinks_tables import seed_text_lines
 
     loaded = load(model, device, dtype, revision, allow_new_weights, seed=seed)
-    table = seed_tables(loaded, text, settings)
-    for line in seed_text_lines(table, top):
+    result = seed_text(loaded, text, bos=settings, seed=seed, command=command_line())
+    for line in seed_text_lines(result.table, top):
         click.echo(line)
     if out_dir is not None:
-        out = Path(out_dir)
-        manifest = build_manifest(
-            model=loaded,
-            command=command_line(),
-            seed=seed,
-            prepend_bos=settings[0] if len(settings) == 1 else None,
-            extra={"sinks": {"text": text, "bos": list(settings)}},
-        )
-        SeedTextResult(tables={"seed_text": table}, manifest=manifest).write(out)  # the table, then manifest.json
+        result.write(Path(out_dir))  # the table, then manifest.json
 
 
 COMMANDS = [sinks_cmd]

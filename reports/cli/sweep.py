@@ -113,9 +113,8 @@ def sweep_cmd(
     is then 1. The dataset OUT/dataset is partitioned by model: model, revision, step,
     label, layer, head, detector, score, baseline, ci_low, ci_high, n, accuracy, role.
     """
-    from headlens.analyses.heads.classify import default_thresholds, parse_thresholds
     from headlens.probes.manifest import build_manifest
-    from headlens.reports.api.census import check_census_config
+    from headlens.reports.api.census import check_census_config, default_thresholds, parse_thresholds
     from headlens.reports.render.figures.sweep import sweep_figures
     from headlens.reports.render.tables import write_table
     from headlens.reports.runs.sweep.engine import check_settings, import_ray, run_sweep
