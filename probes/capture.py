@@ -19,6 +19,7 @@ from headlens.probes.engine_forward import forward_until
 from headlens.probes.errors import InputError, UnsupportedModelError
 from headlens.probes.hooks import attached
 from headlens.probes.loading import LoadedModel, check_layers_heads
+from headlens.probes.progress import Progress
 from headlens.probes.prompts import TokenBatch, iter_batches, tokenize_prompts
 
 __all__ = ["Capture", "capture", "hook_name", "tokenize_for", "run_forward"]
@@ -252,11 +253,11 @@ def capture(
     config: CaptureConfig | None = None,
     *,
     out_device: str | torch.device = "cpu",
-    progress: Any = None,
+    progress: Progress | None = None,
 ) -> Capture:
     """Run ``prompts`` through the model in batches and keep only what ``config`` asks for.
 
-    ``progress``, when given, is called as ``progress(done, total)`` after each batch.
+    ``progress``, when given, is called as ``progress("capture", done, total)`` after each batch.
     """
     config = config or CaptureConfig()
     unknown = [w for w in config.what if w not in CAPTURABLE]
@@ -307,7 +308,7 @@ def capture(
             for w in writers:
                 w.flush()
             if progress is not None:
-                progress(done, len(chunks))
+                progress("capture", done, len(chunks))
     info = {
         "family": spec.family,
         "n_heads": spec.layers[0].n_heads,

@@ -41,7 +41,6 @@ info (manifest) records ``attention`` and ``query_block`` per stimulus set.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -74,6 +73,7 @@ from headlens.probes.counts import check_count
 from headlens.probes.engine import layer_causal
 from headlens.probes.errors import InputError
 from headlens.probes.loading import LoadedModel
+from headlens.probes.progress import Progress
 from headlens.probes.streaming import choose_attention
 
 __all__ = [
@@ -262,7 +262,7 @@ def run_census(
     model: LoadedModel,
     config: CensusConfig | None = None,
     *,
-    progress: Callable[[str, int, int], None] | None = None,
+    progress: Progress | None = None,
     prefix: CensusPrefix | None = None,
 ) -> CensusRun:
     """Score every head with every chosen detector; returns the long-form table.

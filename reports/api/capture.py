@@ -28,7 +28,7 @@ from headlens.probes.errors import InputError
 from headlens.probes.loading import LoadedModel
 from headlens.probes.manifest import build_manifest
 from headlens.probes.outputs import atomic_write, write_json
-from headlens.probes.progress import Progress, stage_step
+from headlens.probes.progress import Progress
 from headlens.probes.prompts import TokenBatch
 from headlens.reports.api.common import config_of, loading_of, study
 from headlens.reports.api.models import as_loaded
@@ -153,7 +153,7 @@ def capture(
     if verify and isinstance(texts, TokenBatch):
         raise InputError("verify=True needs the prompts as texts, not a TokenBatch", prompts=None)
     loaded = as_loaded(model, load, seed=seed)
-    cap = run_capture(loaded, texts, config, progress=stage_step(progress, "capture"))
+    cap = run_capture(loaded, texts, config, progress=progress)
     manifest = build_manifest(model=loaded, command=command, seed=seed, prepend_bos=config.prepend_bos, configs={"capture": config})
     manifest["capture"] = capture_entry(cap)
     tensors = {**cap.tensors, "lengths": cap.batch.lengths}

@@ -44,6 +44,7 @@ from typing import Any, Protocol
 from headlens.probes.config import ModelConfig
 from headlens.probes.errors import InputError
 from headlens.probes.loading import LoadedModel, load_model, resolve_source
+from headlens.probes.progress import Progress
 from headlens.reports.api.common import config_of, loading_of, study
 from headlens.reports.api.named_models import named_models
 from headlens.reports.render.progress import ReportBars
@@ -89,21 +90,21 @@ __all__ = [
 ]
 
 
-class ReportProgress(Protocol):
-    """What :func:`build_report` reports while it runs; subclass, match it (a class with these
-    members, as :class:`headlens.reports.render.progress.ReportBars`) or pass ``progress=True``.
-
-    ``message(text)`` is called once per stage event (``"stage 2/6 sinks: done in 0.8 s"``);
-    ``step(label, sub, done, total)`` after each batch of a pass inside a stage.  ``quiet``
+class ReportProgress(Progress, Protocol):
+    """What :func:`build_report` reports while it runs: a :class:`~headlens.probes.progress.Progress`
+    (``progress(stage, done, total)`` after each batch of a pass inside a stage, ``stage`` as
+    ``"stage 2/6 sinks: census"``) that also takes ``message(text)``, once per stage event
+    (``"stage 2/6 sinks: done in 0.8 s"``).  Subclass it, match it (as
+    :class:`headlens.reports.render.progress.ReportBars`) or pass ``progress=True``.  ``quiet``
     silences the progress lines that the census prints itself.
     """
 
     quiet: bool = False
 
-    def message(self, text: str) -> None:  # pragma: no cover - overridden
+    def __call__(self, stage: str, done: int, total: int, /) -> None:  # pragma: no cover - overridden
         pass
 
-    def step(self, label: str, sub: str, done: int, total: int) -> None:  # pragma: no cover - overridden
+    def message(self, text: str) -> None:  # pragma: no cover - overridden
         pass
 
 
@@ -146,7 +147,7 @@ def build_report(
     out_dir: str | Path | None = None,
     redo: Sequence[str] = (),
     overwrite: bool = False,
-    progress: ReportProgress | bool | None = None,
+    progress: ReportProgress | Progress | bool | None = None,
     command: list[str] | None = None,
     census: Any = None,
 ) -> Report:
@@ -161,7 +162,9 @@ def build_report(
     default the model's own held-out text when it carries one, as the demo does, else the built-in
     English text, as ``headlens ablate --text-file``; which text, why and its SHA-256 go into the manifest).
     ``out_dir``: default a new temporary folder.  ``redo``: stages to recompute even when finished
-    (``"all"`` for every one).  ``progress=True`` writes stage lines to stderr.  Failed stages do not
+    (``"all"`` for every one).  ``progress=True`` writes stage lines to stderr; a
+    :class:`~headlens.probes.progress.Progress` gets each pass's ``(stage, done, total)`` and, when it
+    has ``message`` (a :class:`ReportProgress`), the stage lines.  Failed stages do not
     raise: check :attr:`Report.ok`.  ``census``: a :class:`~headlens.reports.api.census.CensusResult`
     already computed on the loaded ``model`` (as ``headlens classify`` does): the census stage reuses
     it when its settings equal the stage's (checked there; else it computes its own), so the roles
@@ -179,7 +182,16 @@ def build_report(
         out_dir = tempfile.mkdtemp(prefix="headlens-report-")
     out = Path(out_dir)
     previous = check_report_dir(out, identity, overwrite=overwrite)
-    reporter: ReportProgress | None = _StderrProgress() if progress is True else (progress or None)
+    reporter: Progress | None = _StderrProgress() if progress is True else (progress or None)
+
+    def tell(text: str) -> None:
+        """A stage event: ``reporter.message(text)`` where it has one (a plain Progress: a log line)."""
+        message = getattr(reporter, "message", None)
+        if callable(message):
+            message(text)
+        elif reporter is not None:
+            log.info("%s", text)
+
     model_key = {
         **identity,
         "dtype": dtype_name,
@@ -209,7 +221,7 @@ def build_report(
             t0 = time.perf_counter()
             state["loaded"] = load_model(ModelConfig(model=model_name, **load), named=named_models())
             if reporter is not None:  # after loading: a model that fails to load leaves one error line
-                reporter.message(f"loaded {model_name} in {time.perf_counter() - t0:.1f} s ({state['loaded'].device}, {dtype})")
+                tell(f"loaded {model_name} in {time.perf_counter() - t0:.1f} s ({state['loaded'].device}, {dtype})")
         return state["loaded"]
 
     if to_run or previous is None:
@@ -231,8 +243,7 @@ def build_report(
         d = out / name
 
         def say(text: str, label: str = label) -> None:
-            if reporter is not None:
-                reporter.message(f"{label}: {text}")
+            tell(f"{label}: {text}")
 
         if name in skipped:
             statuses.append(StageStatus(name, "skipped"))
@@ -256,7 +267,7 @@ def build_report(
 
         def step(sub: str, done: int, total: int, label: str = label) -> None:
             if reporter is not None:
-                reporter.step(label, sub, done, total)
+                reporter(f"{label}: {sub}", done, total)
 
         quiet = reporter is None or bool(getattr(reporter, "quiet", False))
         ctx = StageContext(
