@@ -50,7 +50,8 @@ class Setting:
     a tuple of str) may take.  ``flag``: the CLI's flag where it is not ``--`` + the field name with
     dashes (``"--no-bos"`` for ``prepend_bos``: a bool whose default is True is set off by the flag).
     ``metavar``: the CLI's placeholder of the value.  ``path``: ``"file"`` or ``"dir"`` for a str
-    naming a file or a folder (the CLI checks its kind).  ``cli=False``: a library-only setting that no
+    naming a file or a folder (the CLI checks its kind).  ``split=False``: a tuple of str given one
+    str holds it as one item (a prompt, which may hold commas), not split at its commas.  ``cli=False``: a library-only setting that no
     command exposes by default (a command may still add it).
     """
 
@@ -63,6 +64,7 @@ class Setting:
     flag: str | None = None
     metavar: str | None = None
     path: str | None = None
+    split: bool = True
     cli: bool = True
 
 
@@ -84,6 +86,7 @@ class SettingInfo:
     flag: str | None = None
     metavar: str | None = None
     path: str | None = None
+    split: bool = True
     cli: bool = True
 
     @property
@@ -120,6 +123,7 @@ def setting(
     flag: str | None = None,
     metavar: str | None = None,
     path: str | None = None,
+    split: bool = True,
     cli: bool = True,
 ) -> Any:
     """A dataclass field with its default and :class:`Setting` (help, range, choices, CLI flag).
@@ -138,6 +142,7 @@ def setting(
         flag=flag,
         metavar=metavar,
         path=path,
+        split=split,
         cli=cli,
     )
     if path not in (None, "file", "dir"):
@@ -183,6 +188,7 @@ def settings_of(cls: Any) -> tuple[SettingInfo, ...]:
                 flag=meta.flag,
                 metavar=meta.metavar,
                 path=meta.path,
+                split=meta.split,
                 cli=meta.cli,
             )
         )

@@ -29,6 +29,7 @@ class VerifyConfig:
     prompts: tuple[str, ...] = setting(
         DEFAULT_VERIFY_PROMPTS,
         help="Texts to check on (default: two built-in prompts of different lengths, so padding is checked too).",
+        split=False,
         cli=False,  # the command's --text / --prompts FILE
     )
     prepend_bos: bool = setting(True, help="Do not prepend BOS (encoders: no [CLS]/[SEP]).", flag="--no-bos")

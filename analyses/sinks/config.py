@@ -51,7 +51,7 @@ class SinkConfig:
         (False, True), help="Prepend BOS (encoders: wrap in [CLS] ... [SEP]): run both settings, only with, or only without."
     )
     prompts: tuple[str, ...] | None = setting(
-        None, help="Your own texts instead of the evaluation text (each cut to window tokens).", cli=False
+        None, help="Your own texts instead of the evaluation text (each cut to window tokens).", split=False, cli=False
     )
     heads: tuple[tuple[int, int], ...] | None = setting(
         None,

@@ -68,7 +68,8 @@ def study(verb: str, config: type | None = None) -> Callable[[F], F]:
       instance is one too;
     * loading keywords (``device=``, ``dtype=``, ...: :data:`LOAD_FIELDS`) with a loaded model are refused;
     * each given setting of ``config`` is coerced to its field's type (:func:`coerce_setting`: a
-      comma-separated str for a tuple, ``"5.1,5.5"`` for heads);
+      comma-separated str for a tuple, ``"5.1,5.5"`` for heads; one str is one item of a field
+      whose setting has ``split=False``, as prompts);
     * with a ``config`` given positionally, every setting not given by keyword takes its value
       from it (keywords override the config), so the body sees the call's settings in its parameters
       and builds its config with :func:`config_of`;
@@ -104,6 +105,8 @@ def study(verb: str, config: type | None = None) -> Callable[[F], F]:
             recorded = {k: v for k, v in kwargs.items() if k not in UNRECORDED}
             for name, value in list(kwargs.items()):
                 if name in fields:
+                    if isinstance(value, str) and not fields[name].split:
+                        value = (value,)  # one text (a prompt may hold commas)
                     kwargs[name] = coerce_setting(verb, name, fields[name].type, value)
             if given_config is not None:
                 for name in fields:

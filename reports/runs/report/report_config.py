@@ -35,6 +35,7 @@ class ReportConfig:
     example_prompts: tuple[str, ...] = setting(
         DEFAULT_EXAMPLE_PROMPTS,
         help=f"Prompts whose attention the page shows head by head (at most {MAX_EXAMPLE_PROMPTS}; default: three built-in prompts).",
+        split=False,
     )
     skip: tuple[str, ...] = setting(
         (), help="Stages not to run, comma-separated: census, sinks, ablation_zero, ablation_mean, pruning, examples, design."
