@@ -71,15 +71,6 @@ API_ONLY_PENDING: set[str] = {
     "headlens.reports.runs.demo_card imports headlens.analyses.demo.card.template_text (function)",
     "headlens.reports.runs.demo_card imports headlens.analyses.demo.replay.read_log (function)",
     "headlens.reports.runs.report.settings imports headlens.analyses.ablation.texts.choose_text (function)",
-    "headlens.reports.runs.report.stage_census imports headlens.analyses.heads.classify.default_thresholds (function)",
-    "headlens.reports.runs.report.stage_design imports headlens.analyses.ablation.metrics.default_metric (function)",
-    "headlens.reports.runs.report.stage_design imports headlens.analyses.ablation.setup.eval_setup (function)",
-    "headlens.reports.runs.report.stage_design imports headlens.analyses.design.section.design_section_tables (function)",
-    "headlens.reports.runs.report.stage_evidence imports headlens.analyses.patching.evidence_rules.evidence_rule (function)",
-    "headlens.reports.runs.sweep.task imports headlens.analyses.ablation.evalset.text_eval_set (function)",
-    "headlens.reports.runs.sweep.task imports headlens.analyses.ablation.study.run_ablation (function)",
-    "headlens.reports.runs.sweep.task imports headlens.analyses.sinks.intervene.mean_loss (function)",
-    "headlens.reports.runs.sweep.task imports headlens.analyses.stimuli.natural.eval_text (function)",
 }
 
 MAX_LINES = 420

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from headlens.analyses.ablation.masks import parse_head
+from headlens.probes.head_lists import parse_head
 from headlens.reports.render.tables import roles_joined
 from headlens.reports.runs.report.result import Report, StageStatus
 from headlens.reports.runs.report.stages import STAGE_DEFS

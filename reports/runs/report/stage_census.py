@@ -11,8 +11,7 @@ from typing import Any
 
 import pandas as pd
 
-from headlens.analyses.heads.classify import default_thresholds
-from headlens.reports.api.census import CensusResult, census
+from headlens.reports.api.census import CensusResult, census, used_thresholds
 from headlens.reports.render.census_files import HEADS_FILE, ROLES_FILE, read_roles
 from headlens.reports.render.figures.report import FIGURE_FORMATS
 from headlens.reports.render.progress import progress_bars
@@ -59,7 +58,7 @@ def _reusable(given: Any, config: Any, command: list[str]) -> bool:
     if not isinstance(given, CensusResult) or given.evidence is not None:
         return False
     m = given.manifest
-    used = {k: v for k, v in default_thresholds().items() if k in set(given.scores["detector"])}
+    used = used_thresholds(given.scores["detector"])
     return (
         _plain((m.get("config") or {}).get("census")) == _plain(config)
         and json_key(m.get("thresholds")) == json_key(used)

@@ -1,5 +1,5 @@
 """The ``design`` stage: the seeds' design questions measured on the model
-(:func:`headlens.analyses.design.section.design_section_tables`).
+(:func:`headlens.reports.api.design_section.design_section`), written and drawn.
 
 * the KV cache of the model's own attention, of GQA with each group size and of MQA;
 * the GQA what-if: K and V mean-pooled per group of KV heads, both groupings (``adjacent`` and
@@ -22,14 +22,12 @@ from typing import Any
 
 import pandas as pd
 
-from headlens.analyses.ablation.metrics import default_metric
-from headlens.analyses.ablation.setup import eval_setup
 from headlens.analyses.design.gqa import GQAConfig
 from headlens.analyses.design.projections import ProjectionConfig
-from headlens.analyses.design.section import design_section_tables
 from headlens.analyses.heads.census import CensusConfig
 from headlens.probes.outputs import write_text
-from headlens.reports.api.ablate import eval_spec
+from headlens.reports.api.design_section import design_section
+from headlens.reports.api.journals import KeptJournal
 from headlens.reports.render.design_tables import design_section_markdown
 from headlens.reports.render.figures.design import knockout_heatmap, loss_vs_cache
 from headlens.reports.render.page.smoke import data_where
@@ -41,7 +39,7 @@ log = logging.getLogger(__name__)
 
 __all__ = ["STAGE", "TABLES", "QUICK_ROLES_NOTE"]
 
-#: The stage's tables, one CSV each (``<name>.csv``), as :func:`design_section_tables` names them.
+#: The stage's tables, one CSV each (``<name>.csv``), as :func:`design_section` names them.
 TABLES = ("kv", "gqa_summary", "gqa_heads", "gqa_groups", "gqa_comparison", "knockout_losses", "knockout_roles", "skipped")
 _TEXT_TABLES = {"knockout_roles", "skipped"}  # empty strings stay empty strings
 QUICK_ROLES_NOTE = (
@@ -74,39 +72,25 @@ def _config(settings: Any) -> dict[str, Any]:
 def _run(ctx: StageContext) -> dict[str, Any]:
     loaded = ctx.model()
     config = _config(ctx.settings)
-    skip: dict[str, str] = {}
-    metric, why = default_metric(loaded)
-    if metric != "loss":
-        reason = f"it measures next-token loss, which is not meaningful here: {why}"
-        skip = {"gqa": reason, "projections": reason}
-        ctx.say(f"GQA what-if and projection knockouts left out: {why}")
-    elif not config["roles"]:
-        skip["roles"] = QUICK_ROLES_NOTE
     d = ctx.settings.eval_data(loaded.n_ctx)
-    spec = eval_spec(
-        {
-            "metric": "loss",
-            "text_file": ctx.settings.text_file,
-            "n_windows": d["n_windows"],
-            "window": d["window"],
-            "prepend_bos": d["prepend_bos"],
-        }
+    journal = KeptJournal(lambda key: open_journal(ctx.dir / JOURNAL, "report-design", {**ctx.key, "data": key["data_fingerprint"]}))
+    result = design_section(
+        loaded,
+        gqa=config["gqa"],
+        projections=config["projections"],
+        census=config["census"],
+        text_file=ctx.settings.text_file,
+        n_windows=d["n_windows"],
+        window=d["window"],
+        prepend_bos=d["prepend_bos"],
+        skip=None if config["roles"] else {"roles": QUICK_ROLES_NOTE},
+        journal=journal,
+        progress=ctx.step,
     )
-    setup = eval_setup(loaded, spec, check=False)  # a model whose loss means nothing still gets its KV table (skip above)
+    if result.loss_why is not None:
+        ctx.say(f"GQA what-if and projection knockouts left out: {result.loss_why}")
+    tables, setup = result.tables, result.setup
     data = setup.data
-    journal = open_journal(ctx.dir / JOURNAL, "report-design", {**ctx.key, "data": data.fingerprint()})
-    with journal:
-        tables = design_section_tables(
-            loaded,
-            data,
-            gqa=config["gqa"],
-            projections=config["projections"],
-            census_config=config["census"],
-            roles=config["roles"],
-            skip=skip,
-            journal=journal,
-            progress=ctx.step,
-        )
     for name in TABLES:
         if name in tables:
             write_csv(tables[name], ctx.dir / f"{name}.csv")
@@ -126,8 +110,8 @@ def _run(ctx: StageContext) -> dict[str, Any]:
         "data": data.describe(),
         "text": setup.text.describe() if setup.text is not None else None,
         "skipped": tables["skipped"].to_dict("records"),
-        "roles": "roles" not in skip and "projections" not in skip,
-        "resumed": journal.resumed,
+        "roles": bool(config["roles"]) and result.loss_why is None,  # asked for, and the knockouts measured
+        "resumed": bool(journal.journal is not None and journal.journal.resumed),
     }
 
 

@@ -1,5 +1,5 @@
 """The ``evidence`` stage: each role of the census stage tested by the intervention it predicts
-(:func:`headlens.analyses.patching.evidence.role_evidence`, as ``headlens classify --evidence``):
+(:func:`headlens.reports.api.evidence.evidence` on the census stage's folder, as ``headlens classify --evidence``):
 ``evidence.csv``, one row per (head, role) with "supported", "not supported" or "not testable
 here", the figure with its interval and the reason.
 
@@ -17,9 +17,11 @@ from typing import Any
 
 import pandas as pd
 
-from headlens.analyses.patching.evidence import EvidenceConfig, evidence_rule
+from headlens.analyses.patching.evidence import EvidenceConfig
 from headlens.probes.errors import InputError
-from headlens.reports.render.census_files import ROLES_FILE, read_roles
+from headlens.reports.api.census import CensusResult
+from headlens.reports.api.evidence import evidence
+from headlens.reports.render.census_files import ROLES_FILE
 from headlens.reports.render.evidence_text import EVIDENCE_FILE
 from headlens.reports.render.tables import write_table
 from headlens.reports.runs.report.context import Stage, StageContext
@@ -41,17 +43,13 @@ def _run(ctx: StageContext) -> dict[str, Any]:
     census = ctx.dir.parent / "census"
     if not (census / ROLES_FILE).is_file():
         raise InputError("the evidence stage tests the census stage's roles: run the census stage (do not --skip census)")
-    roles = read_roles(census)
     config = evidence_config(ctx.settings)
-    table = config.run(ctx.model(), roles[["layer", "head", "name", "role"]], prepend_bos=ctx.settings.prepend_bos)
+    tested = evidence(ctx.model(), CensusResult.from_folder(census), config)
+    table = tested.evidence
+    assert table is not None  # the verb always adds it
     write_table(table, ctx.dir / EVIDENCE_FILE)
-    return {
-        "n_items": config.n,
-        "T": config.T,
-        "smoke": config.smoke,
-        "rule": evidence_rule(),
-        "counts": table["evidence"].value_counts().to_dict(),
-    }
+    about = tested.manifest["evidence"]
+    return {"n_items": config.n, "T": config.T, "smoke": config.smoke, "rule": about["rule"], "counts": about["counts"]}
 
 
 def _load(d: Path, marker: dict[str, Any]) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""The ``sinks`` stage: attention sinks (:func:`headlens.analyses.sinks.study.run_sinks`); on a
+"""The ``sinks`` stage: attention sinks (:func:`headlens.reports.api.sinks.sinks`); on a
 model without a trained output head, or an encoder, the loss-based parts are left out."""
 
 from __future__ import annotations

@@ -6,9 +6,9 @@ stage               what it runs (``--quick`` in brackets)
 ``census``          head census and roles (:func:`headlens.reports.api.census.census`);
                     100 prompts per stimulus set, 1000 bootstrap resamples [the same: roles
                     equal ``headlens classify``'s]
-``evidence``        each census role tested by its intervention (:mod:`headlens.reports.runs.report.stage_evidence`),
+``evidence``        each census role tested by its intervention (:func:`headlens.reports.api.evidence.evidence`),
                     32 items per test [8: a smoke test, no verdicts]
-``sinks``           attention sinks (:func:`headlens.analyses.sinks.study.run_sinks`), both BOS
+``sinks``           attention sinks (:func:`headlens.reports.api.sinks.sinks`), both BOS
                     settings, every part [the sink census only, the report's BOS setting]
 ``ablation_zero``   zero ablation of each head alone: change in loss on the evaluation text (the
                     model's own held-out text, else the built-in English text, or ``text_file``), 16 windows of 128 tokens, with
@@ -17,7 +17,7 @@ stage               what it runs (``--quick`` in brackets)
 ``pruning``         iterative pruning by gradient importance against random orders, step 0.1,
                     3 random orders [step 0.5, 2 orders]
 ``examples``        attention patterns of every head on 2-3 example prompts (or yours)
-``design``          design questions (:mod:`headlens.reports.runs.report.stage_design`): KV cache,
+``design``          design questions (:func:`headlens.reports.api.design_section.design_section`): KV cache,
                     GQA what-if with both groupings, projection knockouts with the role changes
                     under each, on the ablation stages' windows [their quick windows, no role
                     changes]

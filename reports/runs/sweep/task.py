@@ -5,8 +5,8 @@ The census is the study ``headlens detect`` and ``headlens classify`` run
 ``headlens detect --out scores.csv`` writes for the same model and settings.  The folder
 ``OUT/tasks/KEY/`` is written under a temporary name and renamed when complete:
 ``manifest.json`` in it means the task is done, and a rerun skips it.  With ``ablation`` the
-task also runs ``headlens ablate``'s study (:func:`run_ablation`, zero ablation of each
-head alone) on the windows of the held-out loss and writes ``ablation.csv``.
+task also runs ``headlens ablate``'s study (zero ablation of each head alone) on the windows of
+the held-out loss (:func:`headlens.reports.api.heldout.heldout`) and writes ``ablation.csv``.
 
 This module imports neither Ray nor pyarrow: it runs the same in a Ray worker and in-process.
 """
@@ -23,17 +23,13 @@ from typing import Any
 
 import pandas as pd
 
-from headlens.analyses.ablation.evalset import text_eval_set
-from headlens.analyses.ablation.study import AblationConfig, run_ablation
-from headlens.analyses.sinks.intervene import mean_loss
-from headlens.analyses.stimuli import eval_text
+from headlens.analyses.ablation.study import AblationConfig
 from headlens.probes.errors import HeadlensError, InputError
 from headlens.probes.loading import LoadedModel
 from headlens.probes.outputs import atomic_dir, write_json
-from headlens.probes.prompts import TokenBatch
 from headlens.reports.api.census import CensusResult, census
+from headlens.reports.api.heldout import HeldoutLoss, heldout
 from headlens.reports.api.models import load_model
-from headlens.reports.api.text_files import read_text_file
 from headlens.reports.render.tables import write_table
 from headlens.reports.runs.sweep.plan import SweepConfig, SweepTask
 
@@ -53,50 +49,34 @@ def is_done(out: str | Path, task: SweepTask) -> bool:
     return all((folder / name).is_file() for name in TASK_FILES)
 
 
-def _read_text(config: SweepConfig) -> tuple[str, str]:
-    if config.text_file:
-        return read_text_file(config.text_file), config.text_file
-    return eval_text(), "built-in evaluation text"
-
-
-def _eval_set(loaded: Any, config: SweepConfig) -> Any:
-    text, source = _read_text(config)
-    window = min(config.loss_window, loaded.n_ctx)
-    return text_eval_set(
-        loaded.tokenizer,
-        text,
+def heldout_loss(loaded: Any, config: SweepConfig) -> HeldoutLoss:
+    """The held-out loss (and with ``config.ablation`` the zero-ablation table) of one checkpoint
+    (:func:`headlens.reports.api.heldout.heldout`)."""
+    ablation = AblationConfig(method="zero", seed=config.census.seed, batch_size=config.census.batch_size) if config.ablation else None
+    result = heldout(
+        loaded,
+        text_file=config.text_file,
         n_windows=config.loss_windows,
-        window=window,
-        prepend_bos=True,
-        n_ctx=loaded.n_ctx,
-        source=source,
-        frame=loaded.frame(True),
+        window=config.loss_window,
+        batch_size=config.census.batch_size,
+        ablation=ablation,
     )
+    if ablation is not None and result.ablation is None:
+        raise InputError("--ablate needs the held-out loss windows (--loss-windows above 0, a decoder)")
+    return result
 
 
-def heldout_loss(loaded: Any, config: SweepConfig, data: Any = None) -> dict[str, Any]:
-    """Mean next-token loss (nats) over ``loss_windows`` windows of the held-out text; None on encoders."""
-    if config.loss_windows == 0:
-        return {"heldout_loss": None, "loss_tokens": 0}
-    if getattr(loaded, "is_encoder", False):
-        log.info("%s is an encoder: no next-token loss to measure", loaded.name)
-        return {"heldout_loss": None, "loss_tokens": 0, "loss_note": "encoder: no next-token loss"}
-    data = data if data is not None else _eval_set(loaded, config)
-    source, window = data.source.get("text"), data.source.get("window")
-    batch = TokenBatch(
-        tokens=data.tokens,
-        lengths=data.lengths,
-        strings=[[] for _ in range(len(data.lengths))],
-        prepend_bos=True,
-        pad_id=loaded.bos_id or 0,
-    )
-    loss, count = mean_loss(loaded, batch, batch_size=config.census.batch_size)
+def _loss_fields(loss: HeldoutLoss) -> dict[str, Any]:
+    """The held-out loss's columns of ``checkpoint.json`` (and of the dataset's rows)."""
+    data = loss.data
+    if data is None:
+        return {"heldout_loss": None, "loss_tokens": 0, **({"loss_note": loss.note} if loss.note else {})}
     return {
-        "heldout_loss": loss,
-        "loss_tokens": count,
-        "loss_text": source,
+        "heldout_loss": loss.loss,
+        "loss_tokens": loss.tokens,
+        "loss_text": data.source.get("text"),
         "loss_windows": int(data.tokens.shape[0]),
-        "loss_window": window,
+        "loss_window": data.source.get("window"),
         "loss_basis": data.basis(),
     }
 
@@ -104,16 +84,6 @@ def heldout_loss(loaded: Any, config: SweepConfig, data: Any = None) -> dict[str
 def _role_table(roles: pd.DataFrame) -> pd.DataFrame:
     """``layer, head, role``: one row per (head, role) it has, from the census' long role table."""
     return roles[["layer", "head", "role"]].reset_index(drop=True)
-
-
-def _ablation(loaded: Any, config: SweepConfig, data: Any) -> Any:
-    """``headlens ablate``'s exact single-head table (zero ablation, loss on the held-out windows)."""
-    if data is None:
-        raise InputError("--ablate needs the held-out loss windows (--loss-windows above 0, a decoder)")
-    result = run_ablation(loaded, data, AblationConfig(method="zero", seed=config.census.seed, batch_size=config.census.batch_size))
-    table = result.table.copy()
-    table["unablated_value"] = result.unablated_value
-    return table
 
 
 def _census(task: SweepTask, config: SweepConfig, command: list[str]) -> tuple[LoadedModel, CensusResult, pd.DataFrame, dict[str, Any]]:
@@ -145,9 +115,7 @@ def run_task(task: SweepTask, config: SweepConfig, out: str, command: list[str])
     try:
         loaded, result, roles, manifest = _census(task, config, command)
         t_census = time.perf_counter() - t0
-        data = _eval_set(loaded, config) if config.loss_windows and not getattr(loaded, "is_encoder", False) else None
-        loss = heldout_loss(loaded, config, data)
-        ablation = _ablation(loaded, config, data) if config.ablation else None
+        measured = heldout_loss(loaded, config)
     except HeadlensError as exc:
         log.info("task %s failed: %s", task.label, exc)
         return {
@@ -157,9 +125,10 @@ def run_task(task: SweepTask, config: SweepConfig, out: str, command: list[str])
             "exit_code": exc.exit_code,
             "wall_s": round(time.perf_counter() - t0, 2),
         }
+    data, ablation = measured.data, measured.ablation
     info = {
         **record,
-        **loss,
+        **_loss_fields(measured),
         "run": task.run,
         "n_layers": loaded.n_layers,
         "n_heads": loaded.n_heads,
@@ -180,9 +149,9 @@ def run_task(task: SweepTask, config: SweepConfig, out: str, command: list[str])
         write_json(tmp / "checkpoint.json", info)
         # how the held-out windows were cut (offsets, BOS counted in the window, source text): the loss by hand
         manifest["heldout_loss"] = (
-            {"value": loss["heldout_loss"], "evalset": data.describe(), "frame_ids": [list(map(int, ids)) for ids in loaded.frame(True)]}
+            {"value": measured.loss, "evalset": data.describe(), "frame_ids": [list(map(int, ids)) for ids in loaded.frame(True)]}
             if data is not None
-            else {"value": None, "note": loss.get("loss_note", "no loss windows (--loss-windows 0)")}
+            else {"value": None, "note": measured.note or "no loss windows (--loss-windows 0)"}
         )
         write_json(tmp / "manifest.json", manifest)  # last: its presence marks the task done
     return {**info, "status": "done", "error": None, "exit_code": 0}
