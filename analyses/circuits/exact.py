@@ -29,6 +29,7 @@ from headlens.analyses.ablation.suffix import resid_hook_name, run_from_layer
 from headlens.analyses.circuits.graph import EdgeGraph
 from headlens.analyses.circuits.hooks import check_edge_model, edge_flags, reader_hook, sender_capture
 from headlens.analyses.circuits.scores import PerPair, check_direction
+from headlens.analyses.circuits.writes import head_sum_norms, sender_deltas
 from headlens.analyses.patching.pairs import PairTask, pair_eval_sets
 from headlens.analyses.patching.runs import can_start_late
 from headlens.probes.errors import InputError
@@ -110,6 +111,7 @@ def exact_scores(
     clean_vals, corrupt_vals = np.zeros(n), np.zeros(n)
     rows_run = 0.0
     batches = base_set.rows(batch_size)
+    norms = head_sum_norms(model)
     with edge_flags(model):
         check_edge_model(model, graph)
         for bi, rows in enumerate(batches):
@@ -120,7 +122,7 @@ def exact_scores(
             out_o, v_o, _ = _capture(model, graph, tok_o, other_set, rows, [])
             (clean_vals if direction == "noising" else corrupt_vals)[rows] = v_b.numpy()
             (corrupt_vals if direction == "noising" else clean_vals)[rows] = v_o.numpy()
-            delta = out_o - out_b
+            delta = sender_deltas(graph, norms, out_b, out_o)
             del out_b, out_o
             per_forward = max(1, max_rows // len(rows))
             with torch.inference_mode():

@@ -30,6 +30,7 @@ from headlens.analyses.ablation.metrics import model_values
 from headlens.analyses.circuits.graph import EdgeGraph
 from headlens.analyses.circuits.hooks import check_edge_model, edge_flags, reader_hook, sender_capture
 from headlens.analyses.circuits.scores import senders_of
+from headlens.analyses.circuits.writes import HeadSumNorm, head_sum_norms, normed_change
 from headlens.analyses.patching.effects import normalised_effects, task_gap
 from headlens.analyses.patching.pairs import PairTask, pair_eval_sets
 from headlens.probes.errors import InputError
@@ -43,16 +44,31 @@ __all__ = ["circuit_values", "faithfulness_curve", "curve_summary", "curve_point
 FAITHFULNESS_COLUMNS = ["n_edges", "fraction", "faithfulness", "ci_low", "ci_high", "metric"]
 
 
-def _rebuild(graph: EdgeGraph, layer: int, which: str, live: dict[str, Tensor], corrupt: Tensor, masks: Tensor) -> HookFn:
-    """Reader hook: copy ``c``'s input minus ``sum_s masks[c, slot, s] (live_s - corrupt_s)``."""
+def _rebuild(
+    graph: EdgeGraph, layer: int, which: str, live: dict[str, Tensor], corrupt: Tensor, masks: Tensor, norms: list[HeadSumNorm | None]
+) -> HookFn:
+    """Reader hook: copy ``c``'s input minus ``sum_s masks[c, slot, s] (live_s - corrupt_s)``; the heads of a
+    layer whose head sum is normalised change the input by ``N(a_live) - N(a_mix)`` instead (:func:`normed_change`)."""
     _first, k, n_send = graph.blocks[(layer, which)]
+    n_h = int(graph.info["n_heads"])
+    normed = [(lr, slice(1 + lr * (n_h + 1), 1 + lr * (n_h + 1) + n_h)) for lr, hsn in enumerate(norms) if hsn is not None]
+    normed = [(lr, sl) for lr, sl in normed if sl.stop <= n_send]
 
     def fn(x: Tensor, hook: Any = None) -> Tensor:
         copies = masks.shape[0]
         d = live["out"][:, :n_send] - corrupt[:, :n_send].repeat(copies, 1, 1, 1)  # [copies*b, S, p, d]
         d = d.view(copies, -1, *d.shape[1:])
         m = masks[:, :k, :n_send].to(d.dtype)  # [copies, slot, S]
+        if normed:
+            m = m.clone()
+            for _lr, sl in normed:
+                m[:, :, sl] = 0
         change = torch.einsum("cbspd,cgs->cbpgd", d, m)
+        for lr, sl in normed:
+            hsn = norms[lr]
+            assert hsn is not None
+            lv = live["out"][:, sl].view(copies, -1, n_h, *d.shape[3:])
+            change = change + normed_change(hsn, lv, corrupt[None, :, sl], masks[:, :k, sl])
         out = x.clone()
         if out.dim() == 4:
             out.view(copies, -1, *out.shape[1:]).sub_(change.to(out.dtype))
@@ -80,6 +96,7 @@ def circuit_values(
         raise InputError(f"a circuit mask needs one entry per edge ({len(graph.edges)}), got {circuits.shape[1]}")
     clean_set, corrupt_set = pair_eval_sets(model, task, batch_size=batch_size)
     out = np.zeros((len(circuits), len(task)))
+    norms = head_sum_norms(model)
     with edge_flags(model):
         check_edge_model(model, graph)
         for rows in clean_set.rows(batch_size):
@@ -97,7 +114,7 @@ def circuit_values(
                     if not excluded.any():
                         continue
                     masks = torch.as_tensor(excluded.reshape(k, slots, n_send), device=model.device)
-                    hooks.append((reader_hook(layer, which, model.n_layers), _rebuild(graph, layer, which, live, corrupt, masks)))
+                    hooks.append((reader_hook(layer, which, model.n_layers), _rebuild(graph, layer, which, live, corrupt, masks, norms)))
                 with torch.inference_mode(), attached(model.bridge, hooks):
                     vals = model_values(model, tok_c, lengths, clean_set, rows, copies=k)
                 out[c0 : c0 + k, rows] = vals.detach().double().cpu().view(k, len(rows)).numpy()

@@ -15,6 +15,8 @@ input (the residual copy that head's projection reads, before the layer norm:
 MLP's input (``hook_mlp_in``) and the logits.  Under grouped-query attention ``k`` and ``v``
 have one input per key-value head, shared by its group of query heads: the edge goes to that
 group's slot (``receiver_slot``; the receiver is named by the group's heads joined with ``+``).
+On models that normalise each layer's head sum before adding it (Gemma 2) a head's edge is
+defined in :mod:`~headlens.analyses.circuits.writes` (the norm recomputed in the reader's copy).
 On models whose attention and MLP read the same layer input (``parallel_attn_mlp``: GPT-NeoX,
 GPT-J) a layer's heads do not feed its own MLP.
 
@@ -42,7 +44,17 @@ from headlens.probes.loading import LoadedModel
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Node", "EdgeGraph", "build_graph", "expected_edge_count", "INPUTS", "EDGE_COLUMNS", "n_kv_heads", "is_parallel"]
+__all__ = [
+    "Node",
+    "EdgeGraph",
+    "build_graph",
+    "expected_edge_count",
+    "INPUTS",
+    "EDGE_COLUMNS",
+    "n_kv_heads",
+    "is_parallel",
+    "has_head_sum_norm",
+]
 
 #: Reader inputs, in scoring order within a layer.
 INPUTS: tuple[str, ...] = ("q", "k", "v", "mlp", "logits")
@@ -68,6 +80,11 @@ def is_parallel(model: LoadedModel) -> bool:
     return bool(getattr(model.bridge.cfg, "parallel_attn_mlp", False))
 
 
+def has_head_sum_norm(model: LoadedModel) -> bool:
+    """True when a block normalises its heads' sum before adding it (Gemma 2; :mod:`~headlens.analyses.circuits.writes`)."""
+    return any("ln1_post" in (getattr(b, "submodules", None) or {}) for b in model.bridge.blocks)
+
+
 def expected_edge_count(n_layers: int, n_heads: int, n_kv_heads: int | None = None, parallel: bool = False) -> int:
     """The edge count of the module doc's formula."""
     g = n_heads if n_kv_heads is None else n_kv_heads
@@ -88,7 +105,9 @@ class EdgeGraph:
 
     def size(self) -> dict[str, Any]:
         counts = self.edges["input"].value_counts()
-        return {"n_nodes": len(self.nodes), "n_edges": len(self.edges), "by_input": {k: int(counts.get(k, 0)) for k in INPUTS}}
+        by_input = {k: int(counts.get(k, 0)) for k in INPUTS}
+        norm = bool(self.info.get("head_sum_norm"))
+        return {"n_nodes": len(self.nodes), "n_edges": len(self.edges), "by_input": by_input, "head_sum_norm": norm}
 
     def keys(self) -> list[tuple[str, str, str]]:
         """``(sender, receiver, input)`` of every edge, in row order."""
@@ -159,7 +178,7 @@ def build_graph(model: LoadedModel) -> EdgeGraph:
     edges = pd.DataFrame({c: np.concatenate([p[c] for p in parts]) for c in EDGE_COLUMNS})
     for c in ("sender", "receiver", "input", "sender_kind"):
         edges[c] = edges[c].astype(str)
-    info = {"n_layers": n_l, "n_heads": n_h, "n_kv_heads": n_kv, "parallel_attn_mlp": parallel}
+    info = {"n_layers": n_l, "n_heads": n_h, "n_kv_heads": n_kv, "parallel_attn_mlp": parallel, "head_sum_norm": has_head_sum_norm(model)}
     graph = EdgeGraph(nodes=nodes, edges=edges, info=info, blocks=blocks)
     expected = expected_edge_count(n_l, n_h, n_kv, parallel)
     if len(edges) != expected:  # the enumeration and the formula are two statements of one graph

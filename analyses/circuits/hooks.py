@@ -27,6 +27,8 @@ from jaxtyping import Float
 from torch import Tensor
 
 from headlens.analyses.circuits.graph import EdgeGraph
+from headlens.analyses.circuits.split import own_split_inputs
+from headlens.analyses.circuits.writes import head_sum_norms, stream_writes
 from headlens.probes.errors import UnsupportedModelError
 from headlens.probes.hooks import HookFn, attached
 from headlens.probes.loading import LoadedModel
@@ -66,8 +68,6 @@ def edge_flags(model: LoadedModel) -> Iterator[None]:
 
     On adapters whose attention runs inside Hugging Face (no split input of the bridge's own:
     GPT-Neo, OPT, GPT-J) the same readers come from :func:`~headlens.analyses.circuits.split.own_split_inputs`."""
-    from headlens.analyses.circuits.split import own_split_inputs
-
     bridge = model.bridge
     cfg = bridge.cfg
     saved = {f: bool(getattr(cfg, f, False)) for f in _FLAGS}
@@ -165,6 +165,7 @@ def check_edge_model(model: LoadedModel, graph: EdgeGraph) -> None:
 
         return fn
 
+    norms = head_sum_norms(model)
     tokens = probe_tokens(model)
     hooks = sender_capture(model, graph, store)
     hooks += [(reader_hook(lr, w, n_l), keep(lr, w)) for (lr, w) in graph.blocks]
@@ -173,7 +174,7 @@ def check_edge_model(model: LoadedModel, graph: EdgeGraph) -> None:
     out = store["out"]
     for (layer, which), (_first, _slots, n_send) in graph.blocks.items():
         x = seen[(layer, which)]
-        total = out[:, :n_send].sum(1)  # [batch, pos, d_model]
+        total = stream_writes(graph, norms, out, n_send)  # [batch, pos, d_model]
         if x.dim() == 4:
             rest = x - total[:, :, None, :]
         else:

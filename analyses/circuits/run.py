@@ -34,6 +34,7 @@ from headlens.analyses.circuits.faithfulness import circuit_values, curve_points
 from headlens.analyses.circuits.graph import EdgeGraph, build_graph
 from headlens.analyses.circuits.scores import PerPair, attribution_scores
 from headlens.analyses.circuits.summary import edge_table, gap_of, ranking
+from headlens.analyses.circuits.writes import HEAD_SUM_NORM_NOTE
 from headlens.analyses.patching.effects import normalised_effects
 from headlens.analyses.patching.pairs import PairTask
 from headlens.probes.errors import InputError
@@ -149,6 +150,8 @@ def run_circuit(
     if config.top_n is not None and config.top_n > n_edges:
         raise InputError(f"top_n={config.top_n} is above the graph's {n_edges} edges", top_n=config.top_n)
     notes: list[str] = []
+    if graph.info.get("head_sum_norm"):
+        notes.append(HEAD_SUM_NORM_NOTE)
     per_pair = score_edges(model, task, graph, config, progress)
     gap = gap_of(per_pair, n_bootstrap=config.n_bootstrap, seed=config.seed)
     if not gap.defined:

@@ -40,6 +40,7 @@ from torch import Tensor
 from headlens.analyses.ablation.metrics import model_values
 from headlens.analyses.circuits.graph import EdgeGraph
 from headlens.analyses.circuits.hooks import EMBED_HOOK, check_edge_model, edge_flags, reader_hook, sender_capture
+from headlens.analyses.circuits.writes import head_sum_norms, sender_deltas
 from headlens.analyses.patching.pairs import PairTask, pair_eval_sets
 from headlens.probes.errors import InputError
 from headlens.probes.hooks import HookFn, attached
@@ -135,6 +136,7 @@ def attribution_scores(
     clean_vals, corrupt_vals = np.zeros(n), np.zeros(n)
     alphas = _alphas(steps, direction)
     batches = clean_set.rows(batch_size)
+    norms = head_sum_norms(model)
     with edge_flags(model):
         check_edge_model(model, graph)
         for i, rows in enumerate(batches):
@@ -144,7 +146,9 @@ def attribution_scores(
             out_k, v_k = senders_of(model, graph, task, rows, tok_k, corrupt_set)
             clean_vals[rows], corrupt_vals[rows] = v_c.numpy(), v_k.numpy()
             emb_c, emb_k = out_c[:, 0].clone(), out_k[:, 0].clone()  # copies: views would keep both stores alive
-            delta = out_k.sub_(out_c) if direction == "noising" else out_c.sub_(out_k)  # in place: one store of senders' outputs
+            base_out, other_out = (out_c, out_k) if direction == "noising" else (out_k, out_c)
+            delta = sender_deltas(graph, norms, base_out, other_out)  # in place: one store of senders' outputs
+            del base_out, other_out
             del out_c, out_k
             acc = torch.zeros(len(rows), n_edges, dtype=torch.float64)
             bwd = [

@@ -1,5 +1,5 @@
 """The edge graph: its size formula against the enumeration and against TransformerLens' own graph, GQA and
-parallel blocks, and the one-line refusals of models whose edges cannot be patched."""
+parallel blocks on every family of the test matrix, and the one-line refusal of encoders."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import pytest
 from headlens.analyses.circuits.graph import build_graph, expected_edge_count
 from headlens.analyses.circuits.scores import attribution_scores
 from headlens.analyses.patching.builtin import induction_task
+from headlens.analyses.synthetic.families import FAMILIES
 from headlens.probes.errors import UnsupportedModelError
 
 
@@ -17,7 +18,7 @@ def test_gpt2_small_size():
     assert expected_edge_count(12, 12) == 32_491
 
 
-@pytest.mark.parametrize("fam", ["gpt2", "llama", "gpt_neox"])
+@pytest.mark.parametrize("fam", FAMILIES)
 def test_enumeration_matches_formula(family_model, fam):
     model = family_model(fam)
     g = build_graph(model)
@@ -31,7 +32,9 @@ def test_enumeration_matches_formula(family_model, fam):
     if fam == "llama":  # GQA: 2 kv heads for 4 query heads
         assert info["n_kv_heads"] == 2
         assert set(g.edges.loc[g.edges["input"] == "k", "receiver"]) == {"0.0+0.1", "0.2+0.3", "1.0+1.1", "1.2+1.3"}
-    if fam == "gpt_neox":  # parallel attention and MLP: a layer's heads do not feed its MLP
+    assert info["parallel_attn_mlp"] == (fam in ("gpt_neox", "gptj"))
+    assert info["head_sum_norm"] == (fam == "gemma2")
+    if fam in ("gpt_neox", "gptj"):  # parallel attention and MLP: a layer's heads do not feed its MLP
         assert info["parallel_attn_mlp"]
         assert not ((g.edges["input"] == "mlp") & (g.edges["sender_layer"] == g.edges["receiver_layer"])).any()
 
@@ -54,12 +57,11 @@ def test_same_edges_as_transformer_lens(tiny_model):
     assert len(edges) == len(g.edges)
 
 
-@pytest.mark.parametrize("fam", ["gemma2"])
-def test_unpatchable_models_are_refused(family_model, fam):
-    """Gemma2 normalises the head sum before adding it."""
-    model = family_model(fam)
+def test_encoders_are_refused(family_model):
+    """An encoder's heads read the whole sequence and its blocks are post-norm: no edge graph, in one line."""
+    model = family_model("bert")
     task = induction_task(model, n=2, T=6)
-    with pytest.raises(UnsupportedModelError) as err:
+    with pytest.raises(UnsupportedModelError, match="encoders are not supported") as err:
         attribution_scores(model, task, build_graph(model))
     assert "\n" not in str(err.value)
-    assert not model.bridge.cfg.use_split_qkv_input and not model.bridge.cfg.use_hook_mlp_in  # flags restored
+    assert not model.bridge.cfg.use_split_qkv_input and not model.bridge.cfg.use_hook_mlp_in  # flags untouched
