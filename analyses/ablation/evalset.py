@@ -18,6 +18,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from headlens.analyses.ablation.config import METRICS, TaskItem
 from headlens.analyses.stimuli import random_repeated_tokens, text_windows
 from headlens.probes.errors import InputError, StimulusError
 from headlens.probes.jsonl import read_jsonl
@@ -39,8 +40,6 @@ __all__ = [
     "task_eval_set",
 ]
 
-#: Metric name -> +1 when a higher value is worse (loss), -1 when a lower value is worse.
-METRICS: dict[str, int] = {"loss": +1, "logit-diff": -1, "embedding": +1}
 #: Metrics computed from the output head's logits (meaningless when the head is new).
 HEAD_METRICS: tuple[str, ...] = ("loss", "logit-diff")
 #: How each metric is named in printed lines and pages.
@@ -311,15 +310,6 @@ def repeated_tokens_eval_set(
             "loss_from_position": start,
         },
     )
-
-
-@dataclass(frozen=True)
-class TaskItem:
-    """One task prompt and its two single-token continuations."""
-
-    prompt: str
-    correct: str
-    incorrect: str
 
 
 def read_task(path: str | Path) -> list[TaskItem]:

@@ -46,6 +46,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from headlens.analyses.ablation.config import PruneConfig
 from headlens.analyses.ablation.evalset import EvalSet
 from headlens.analyses.ablation.gradients import gate_gradients_and_values, importance_from_gradients
 from headlens.analyses.ablation.incremental import MaskSequence
@@ -54,7 +55,6 @@ from headlens.analyses.ablation.metrics import check_metric, worse_by
 from headlens.analyses.ablation.records import RecordJournal
 from headlens.analyses.ablation.runs import ablated_values
 from headlens.analyses.ablation.study import AblationConfig, run_ablation
-from headlens.probes.counts import check_count
 from headlens.probes.errors import InputError
 from headlens.probes.loading import LoadedModel
 
@@ -93,31 +93,6 @@ CURVE_COLUMNS = [
     "random_max",
     "removed_this_step",
 ]
-
-
-@dataclass(frozen=True, kw_only=True)
-class PruneConfig:
-    """``step``: fraction of the remaining heads removed per step; ``max_increase``: largest
-    relative degradation accepted for the removable fraction; ``random_seeds``: random orders
-    in the control (seeded from ``seed``); ``max_fraction``: stop once this fraction is removed."""
-
-    step: float = 0.1
-    max_increase: float = 0.05
-    random_seeds: int = 3
-    seed: int = 0
-    max_fraction: float = 1.0
-    batch_size: int = 8
-
-    def __post_init__(self) -> None:
-        if not 0 < self.step <= 1:
-            raise InputError(f"step must be in (0, 1], got {self.step}", step=self.step)
-        if self.max_increase < 0:
-            raise InputError(f"max_increase must be >= 0, got {self.max_increase}", max_increase=self.max_increase)
-        check_count("random_seeds", self.random_seeds, minimum=0)
-        if not 0 < self.max_fraction <= 1:
-            raise InputError(f"max_fraction must be in (0, 1], got {self.max_fraction}", max_fraction=self.max_fraction)
-        if self.batch_size < 1:
-            raise InputError(f"batch size must be at least 1, got {self.batch_size}")
 
 
 def kv_heads(model: LoadedModel) -> int:

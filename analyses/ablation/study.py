@@ -38,6 +38,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from headlens.analyses.ablation.config import METHODS, AblationConfig
 from headlens.analyses.ablation.evalset import EvalSet
 from headlens.analyses.ablation.gradients import attribution_estimates
 from headlens.analyses.ablation.hooks import Reference, z_hook_name
@@ -54,9 +55,7 @@ from headlens.analyses.ablation.runs import (
 )
 from headlens.analyses.ablation.suffix import check_from_layer
 from headlens.analyses.stats import bootstrap_mean_ci, spearman
-from headlens.probes.counts import check_count
 from headlens.probes.errors import InputError
-from headlens.probes.head_lists import as_heads
 from headlens.probes.loading import LoadedModel, check_layers_heads
 
 __all__ = [
@@ -77,7 +76,6 @@ __all__ = [
     "study_jobs",
 ]
 
-METHODS = ("zero", "mean", "resample")
 TABLE_COLUMNS = ["layer", "head", "method", "metric", "value", "delta", "ci_low", "ci_high", "n", "attribution"]
 
 #: Copies of a batch stacked into one forward (several heads at once) stay under this many tokens.
@@ -88,45 +86,6 @@ NO_EMBEDDING_ATTRIBUTION = (
     "off: the embedding change 1 - cos is at its minimum (0) in the unablated model, so its gradient "
     "with respect to a head's gate is zero and a first-order estimate says nothing"
 )
-
-
-@dataclass(frozen=True, kw_only=True)
-class AblationConfig:
-    """How to run an ablation study.
-
-    ``heads``/``layers`` restrict the table (default: every head not removed by the mask).
-    ``batch_size`` items go through the model at once; ``heads_per_forward`` heads of one layer
-    are ablated in one forward (one per copy of the batch; ``None`` = as many as keep a forward
-    under ``AUTO_TOKENS_PER_FORWARD`` tokens).  ``prefix_reuse`` runs each ablation from its
-    layer on (checked against a full forward once; off = one full forward per head).
-    ``n_bootstrap`` resamples of the items give the ``ci`` interval of each delta (``seed``).
-    ``seed`` also draws the resample sources.  ``attribution`` is skipped, with a note in
-    ``AblationRun.info["attribution"]``, for the embedding metric (its gradient is zero).
-    """
-
-    method: str = "zero"
-    heads: tuple[tuple[int, int], ...] | None = None
-    layers: tuple[int, ...] | None = None
-    batch_size: int = 8
-    heads_per_forward: int | None = None
-    prefix_reuse: bool = True
-    n_bootstrap: int = 1000
-    ci: float = 0.95
-    seed: int = 0
-    attribution: bool = True
-
-    def __post_init__(self) -> None:
-        if self.heads is not None:
-            object.__setattr__(self, "heads", as_heads(self.heads, name="heads"))
-        if self.method not in METHODS:
-            raise InputError(f"unknown ablation method {self.method!r}: choose from {', '.join(METHODS)}", method=self.method)
-        if self.batch_size < 1:
-            raise InputError(f"batch size must be at least 1, got {self.batch_size}")
-        if self.heads_per_forward is not None and self.heads_per_forward < 1:
-            raise InputError(f"heads per forward must be at least 1, got {self.heads_per_forward}")
-        if not 0 < self.ci < 1:
-            raise InputError(f"confidence level must be between 0 and 1, got {self.ci}")
-        check_count("n_bootstrap", self.n_bootstrap, minimum=0)
 
 
 # --------------------------------------------------------------------------- the study

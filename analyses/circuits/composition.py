@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -55,6 +55,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from headlens.analyses.circuits.config import MAX_BASELINE, MODES, CompositionConfig
 from headlens.analyses.circuits.weights import HeadWeights, centre, head_weights, norm_gain
 from headlens.probes.errors import InputError, UnsupportedModelError
 from headlens.probes.loading import LoadedModel
@@ -81,8 +82,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-#: The three kinds of composition, by the receiver's input they act on.
-MODES: tuple[str, ...] = ("q", "k", "v")
 #: A score is above its baseline when it exceeds the baseline's mean by this many standard deviations.
 BASELINE_Z = 3.0
 COMPOSITION_COLUMNS = [
@@ -101,24 +100,7 @@ COMPOSITION_COLUMNS = [
     "above_baseline",
 ]
 COPYING_COLUMNS = ["name", "layer", "head", "copying", "positive_share", "diagonal"]
-#: Largest n_baseline and n_tokens accepted (beyond them the run is minutes of random matrices for no gain).
-MAX_BASELINE = 100_000
 _DT = torch.float64
-
-
-@dataclass(kw_only=True)
-class CompositionConfig:
-    """Settings of :func:`run_composition` (serialised to the manifest)."""
-
-    modes: tuple[str, ...] = MODES
-    fold_ln: bool = True
-    n_baseline: int = 200  # random samples for each mode's baseline
-    n_tokens: int = 1000  # tokens sampled for the diagonal copying score (0: no diagonal score)
-    copying: bool = True
-    seed: int = 0
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def check_composition_config(config: CompositionConfig) -> None:

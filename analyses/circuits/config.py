@@ -1,40 +1,76 @@
-"""The settings of a circuit run (keyword-only, serialised to the manifest by :meth:`CircuitConfig.describe`)."""
+"""The settings of a circuit run and of weight-based composition (keyword-only, serialised to the manifest).
+
+Each field carries its type, default, help text and range (:func:`headlens.probes.settings.setting`):
+the study signatures of :mod:`headlens.reports.api` repeat them and the click options of
+``headlens circuit`` and ``headlens composition`` are generated from them.  Light (``--help`` reads
+it); :mod:`~headlens.analyses.circuits.composition` re-exports :class:`CompositionConfig`.
+"""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from headlens.analyses.circuits.scores import check_direction
 from headlens.probes.counts import check_count
 from headlens.probes.errors import InputError
+from headlens.probes.settings import setting
 
-__all__ = ["CircuitConfig", "METHODS"]
+__all__ = ["CircuitConfig", "CompositionConfig", "METHODS", "DIRECTIONS", "MODES", "MAX_BASELINE", "MAX_PAIRS", "check_direction"]
 
 #: Edge scorers: first-order estimate, integrated gradients, exact patching of every edge.
 METHODS: tuple[str, ...] = ("eap", "eap-ig", "exact")
+#: Which run an edge is patched in: the clean run with the sender corrupted, or the reverse.
+DIRECTIONS: tuple[str, ...] = ("noising", "denoising")
+#: The three kinds of composition, by the receiver's input they act on.
+MODES: tuple[str, ...] = ("q", "k", "v")
+#: Most pairs a circuit run takes: per-pair edge values are ``pairs x edges`` (32k edges at GPT-2 small) and bootstrapped.
+MAX_PAIRS = 4096
+#: Largest n_baseline and n_tokens accepted (beyond them the run is minutes of random matrices for no gain).
+MAX_BASELINE = 100_000
+
+
+def check_direction(direction: str) -> None:
+    if direction not in DIRECTIONS:
+        raise InputError(f"unknown direction {direction!r}: choose from {', '.join(DIRECTIONS)}", direction=direction)
 
 
 @dataclass(frozen=True, kw_only=True)
 class CircuitConfig:
-    method: str = "eap-ig"
+    method: str = setting(
+        "eap-ig",
+        help="Edge scores: eap (one backward, a first-order ESTIMATE), eap-ig (integrated gradients over --steps, an ESTIMATE), "
+        "exact (every edge patched: exact, ~one forward per edge).",
+        choices=METHODS,
+    )
     #: Integrated-gradient steps (``method="eap-ig"``): at least 2 (one step is ``method="eap"``).
-    steps: int = 5
-    direction: str = "noising"
+    steps: int = setting(5, help="Integrated-gradient steps of --method eap-ig: at least 2 (one step is --method eap).", minimum=2)
+    direction: str = setting(
+        "noising",
+        help="noising: clean run, the edge's sender set to its corrupted value; denoising: the reverse.",
+        choices=DIRECTIONS,
+    )
     #: The circuit: the ``top_n`` edges by ``|score|``, or those with ``|score| >= threshold``;
     #: neither: the smallest circuit of the faithfulness curve reaching ``target_faithfulness``.
-    top_n: int | None = None
-    threshold: float | None = None
+    top_n: int | None = setting(None, help="The circuit: the N strongest edges (default: the smallest reaching the target).", minimum=1)
+    threshold: float | None = setting(None, help="The circuit: every edge with |score| >= T.", minimum=0, min_open=True)
     #: Top edges of the circuit confirmed by exact patching.
-    confirm: int = 20
-    n_bootstrap: int = 1000
-    seed: int = 0
-    target_faithfulness: float = 0.95
-    batch_size: int = 8
+    confirm: int = setting(20, help="Top circuit edges confirmed by exact patching.", minimum=0)
+    n_bootstrap: int = setting(1000, help="Bootstrap resamples of the pairs (intervals).", minimum=1)
+    seed: int = setting(0, help="Seed of the built-in task and of the bootstrap.")
+    target_faithfulness: float = setting(
+        0.95,
+        help="Without --top-n/--threshold: the smallest circuit reaching this faithfulness (0 corrupted .. 1 clean).",
+        minimum=0,
+        maximum=1.5,
+        min_open=True,
+    )
+    batch_size: int = setting(8, help="Pairs per forward (each holds one copy per patched head).", minimum=1)
     #: Copies x pairs per forward of exact patching (the chunk size).
-    max_rows: int = 256
+    max_rows: int = setting(256, help="Copies x pairs per forward of exact patching.", minimum=1, cli=False)
     #: Sizes measured on the faithfulness curve (besides 0, the whole graph and the circuit).
-    curve_points: int = 12
+    curve_points: int = setting(
+        12, help="Sizes measured on the faithfulness curve (besides 0, the whole graph and the circuit).", minimum=0, cli=False
+    )
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -61,4 +97,28 @@ class CircuitConfig:
             )
 
     def describe(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(kw_only=True)
+class CompositionConfig:
+    """Settings of :func:`~headlens.analyses.circuits.composition.run_composition` (serialised to the manifest)."""
+
+    modes: tuple[str, ...] = setting(MODES, help="Which compositions: q, k and/or v, comma-separated.", choices=MODES)
+    fold_ln: bool = setting(
+        True,
+        help="Score the raw weights; by default the norm gains are folded in and LayerNorm writers centred (TransformerLens' "
+        "process_weights).",
+        flag="--no-fold-ln",
+    )
+    #: random samples for each mode's baseline
+    n_baseline: int = setting(
+        200, help="Random matrix samples per mode for the baseline (mean, sd, 99th percentile).", minimum=2, maximum=MAX_BASELINE
+    )
+    #: tokens sampled for the diagonal copying score (0: no diagonal score)
+    n_tokens: int = setting(1000, help="Tokens sampled for the diagonal copying score (0: none).", minimum=0, maximum=MAX_BASELINE)
+    copying: bool = setting(True, help="No OV copying scores (they read the unembedding).", flag="--no-copying")
+    seed: int = setting(0, help="Seed of the baseline's random matrices and of the token sample.")
+
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)

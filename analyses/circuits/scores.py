@@ -38,6 +38,7 @@ import torch
 from torch import Tensor
 
 from headlens.analyses.ablation.metrics import model_values
+from headlens.analyses.circuits.config import DIRECTIONS, check_direction
 from headlens.analyses.circuits.graph import EdgeGraph
 from headlens.analyses.circuits.hooks import EMBED_HOOK, check_edge_model, edge_flags, reader_hook, sender_capture
 from headlens.analyses.circuits.writes import head_sum_norms, sender_deltas
@@ -49,8 +50,6 @@ from headlens.probes.loading import LoadedModel
 log = logging.getLogger(__name__)
 
 __all__ = ["PerPair", "attribution_scores", "DIRECTIONS", "check_direction", "senders_of"]
-
-DIRECTIONS: tuple[str, ...] = ("noising", "denoising")
 
 
 @dataclass
@@ -71,11 +70,6 @@ class PerPair:
     @property
     def estimate(self) -> bool:
         return self.method != "exact"
-
-
-def check_direction(direction: str) -> None:
-    if direction not in DIRECTIONS:
-        raise InputError(f"unknown direction {direction!r}: choose from {', '.join(DIRECTIONS)}", direction=direction)
 
 
 def senders_of(

@@ -28,6 +28,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from headlens.analyses.design.config import KINDS
 from headlens.probes.attention import attention_spec, repeat_kv
 from headlens.probes.errors import InputError, InterventionError
 from headlens.probes.hooks import attached
@@ -35,9 +36,6 @@ from headlens.probes.hooks import attached
 __all__ = ["KINDS", "Groups", "kv_group", "pool_hooks", "knockout_hooks", "check_knockout", "check_pooling"]
 
 log = logging.getLogger(__name__)
-
-#: Projection knockouts: which projection is replaced by the key projection.
-KINDS: tuple[str, ...] = ("q=k", "v=k", "q=k=v")
 
 #: Per layer, a partition of the layer's KV heads into groups that share one pooled KV head.
 Groups = dict[int, tuple[tuple[int, ...], ...]]

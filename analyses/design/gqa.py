@@ -31,6 +31,7 @@ from torch import Tensor
 from headlens.analyses.ablation.evalset import EvalSet
 from headlens.analyses.ablation.metrics import item_values, model_values
 from headlens.analyses.ablation.records import MemoryJournal, RecordJournal, records_of
+from headlens.analyses.design.config import GROUPINGS, GQAConfig
 from headlens.analyses.design.edits import Groups, check_pooling, pool_hooks
 from headlens.analyses.design.grouping import adjacent_groups, kv_distances, scatter, similar_groups
 from headlens.analyses.design.kv import KVConfig, group_sizes, kv_cache_table
@@ -44,7 +45,6 @@ __all__ = ["GQAConfig", "GQARun", "check_gqa", "GROUPINGS", "run_gqa", "js_diver
 
 log = logging.getLogger(__name__)
 
-GROUPINGS: tuple[str, ...] = ("adjacent", "similar")
 SUMMARY_COLUMNS = [
     "grouping",
     "g",
@@ -63,25 +63,6 @@ SUMMARY_COLUMNS = [
 #: Unpooled attention patterns kept between variants up to this size (bytes); beyond it each variant recomputes them.
 CLEAN_CACHE_BYTES = 512 * 2**20
 COMPARISON_COLUMNS = ["g", "similar_minus_adjacent", "ci_low", "ci_high", "same_groups"]
-
-
-@dataclass(frozen=True, kw_only=True)
-class GQAConfig:
-    """``group_sizes`` (default: every divisor > 1 of the KV heads), ``groupings``, forward ``batch_size``."""
-
-    group_sizes: tuple[int, ...] | None = None
-    groupings: tuple[str, ...] = GROUPINGS
-    batch_size: int = 8
-    cache_dtype: str | None = None
-
-    def __post_init__(self) -> None:
-        for g in self.group_sizes or ():
-            if isinstance(g, bool) or not isinstance(g, int) or g < 2:
-                raise InputError(
-                    f"group size {g!r}: the rule is g > 1 (a group pools g KV heads into one;"
-                    " g = 1 is the model itself, always measured as the baseline)",
-                    group=g,
-                )
 
 
 @dataclass

@@ -11,11 +11,11 @@ reads it (on grouped-query models a KV head goes when all its query heads are re
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
 
+from headlens.analyses.design.config import BYTES, KVConfig
 from headlens.probes.attention import attention_spec
 from headlens.probes.errors import InputError
 
@@ -23,19 +23,8 @@ __all__ = ["KVConfig", "KV_COLUMNS", "BYTES", "check_kv", "kv_cache_table", "gro
 
 log = logging.getLogger(__name__)
 
-#: Bytes per cached value by dtype name.
-BYTES: dict[str, int] = {"float32": 4, "bfloat16": 2, "float16": 2, "float8": 1, "int8": 1}
 
 KV_COLUMNS = ["variant", "kv_heads", "kv_heads_total", "bytes_per_token", "tokens", "batch", "bytes", "saved", "formula"]
-
-
-@dataclass(frozen=True, kw_only=True)
-class KVConfig:
-    """``batch`` sequences of ``context`` tokens (default: the model's context), ``cache_dtype`` (default: the model's dtype)."""
-
-    batch: int = 1
-    context: int | None = None
-    cache_dtype: str | None = None
 
 
 def group_sizes(n: int) -> list[int]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -27,7 +27,8 @@ from headlens.analyses.ablation.incremental import MAX_CACHE_BYTES, stream_bytes
 from headlens.analyses.ablation.metrics import item_values
 from headlens.analyses.ablation.records import MemoryJournal, RecordJournal, records_of
 from headlens.analyses.ablation.suffix import check_from_layer, resid_hook_name, run_from_layer
-from headlens.analyses.design.edits import KINDS, check_knockout, knockout_hooks
+from headlens.analyses.design.config import KINDS, ProjectionConfig
+from headlens.analyses.design.edits import check_knockout, knockout_hooks
 from headlens.analyses.heads.census import CensusConfig, run_census
 from headlens.analyses.heads.classify import classify_heads
 from headlens.analyses.heads.prefix import CensusPrefix
@@ -48,19 +49,6 @@ log = logging.getLogger(__name__)
 
 LOSS_COLUMNS = ["layer", "head", "kind", "loss", "loss_change", "relative_change"]
 ROLE_CHANGE_COLUMNS = ["knocked_layer", "kind", "layer", "head", "roles_before", "roles_after", "lost", "gained"]
-
-
-@dataclass(frozen=True, kw_only=True)
-class ProjectionConfig:
-    """``kinds`` to run, ``layers`` (default all), ``per_head`` knockouts too, forward ``batch_size``;
-    ``prefix_reuse``: a knockout of layer L runs blocks L.. from the intact pass's residual, its
-    loss and its census alike (off: full forwards; the same numbers, to float rounding)."""
-
-    kinds: tuple[str, ...] = KINDS
-    layers: tuple[int, ...] | None = None
-    per_head: bool = False
-    batch_size: int = 8
-    prefix_reuse: bool = True
 
 
 def knockout_targets(model: Any, config: ProjectionConfig) -> list[tuple[int, int | None, str]]:

@@ -22,43 +22,18 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from headlens.analyses.patching.config import DIRECTIONS, PatchConfig
 from headlens.analyses.patching.effects import Gap, normalised_effects, subset_counts, task_gap
 from headlens.analyses.patching.pairs import PairTask, pair_eval_sets
 from headlens.analyses.patching.runs import Patch, cache_run, can_start_late, patched_values
-from headlens.probes.counts import check_count
-from headlens.probes.errors import InputError
-from headlens.probes.head_lists import as_heads
 from headlens.probes.loading import LoadedModel, check_layers_heads
 
 log = logging.getLogger(__name__)
 
 __all__ = ["PatchConfig", "PatchRun", "DIRECTIONS", "run_patching", "PATCH_COLUMNS"]
 
-DIRECTIONS: tuple[str, ...] = ("denoising", "noising")
 #: Columns of the head table (per position: ``pos`` after ``name``).
 PATCH_COLUMNS = ["layer", "head", "name"] + [f"{d}{s}" for d in DIRECTIONS for s in ("", "_low", "_high", "_metric")]
-
-
-@dataclass(frozen=True, kw_only=True)
-class PatchConfig:
-    directions: tuple[str, ...] = DIRECTIONS
-    per_position: bool = False
-    heads: tuple[tuple[int, int], ...] | None = None  # None: every head
-    batch_size: int = 8
-    max_rows: int = 256  # rows (copies x pairs) per forward
-    n_resamples: int = 1000
-    seed: int = 0
-    start_late: bool = True  # start each layer's forwards at that block when the model allows
-
-    def __post_init__(self) -> None:
-        if self.heads is not None:
-            object.__setattr__(self, "heads", as_heads(self.heads, name="heads"))
-        bad = [d for d in self.directions if d not in DIRECTIONS]
-        if bad or not self.directions:
-            raise InputError(f"unknown patching direction {bad[0] if bad else '(none)'!r}: choose from {', '.join(DIRECTIONS)}")
-        if self.batch_size < 1 or self.max_rows < 1:
-            raise InputError("batch_size and max_rows must be at least 1")
-        check_count("n_resamples", self.n_resamples, minimum=0)
 
 
 @dataclass

@@ -41,10 +41,10 @@ from headlens.analyses.ablation.evalset import EvalSet
 from headlens.analyses.ablation.hooks import z_hook_name
 from headlens.analyses.ablation.metrics import model_values
 from headlens.analyses.ablation.suffix import run_from_layer
+from headlens.analyses.patching.config import RECEIVER_INPUTS, PathConfig
 from headlens.analyses.patching.effects import Gap, normalised_effects, task_gap
 from headlens.analyses.patching.pairs import PairTask, pair_eval_sets
 from headlens.analyses.patching.runs import RunCache, cache_run, can_start_late
-from headlens.probes.counts import check_count
 from headlens.probes.engine_forward import StopForward, stopping
 from headlens.probes.errors import InputError, InterventionError
 from headlens.probes.head_lists import as_heads
@@ -55,7 +55,6 @@ log = logging.getLogger(__name__)
 
 __all__ = ["PathConfig", "PathRun", "RECEIVER_INPUTS", "run_path_patching", "check_receivers", "strongest_edges", "PATH_COLUMNS"]
 
-RECEIVER_INPUTS: tuple[str, ...] = ("q", "k", "v")
 PATH_COLUMNS = [
     "sender_layer",
     "sender_head",
@@ -68,26 +67,6 @@ PATH_COLUMNS = [
     "effect_high",
     "metric",
 ]
-
-
-@dataclass(frozen=True, kw_only=True)
-class PathConfig:
-    receivers: tuple[tuple[int, int], ...]
-    receiver_input: str = "k"
-    #: Patch each sender into every receiver's input at once (one row per sender, ``receiver``
-    #: lists them joined by ``+``): what a sender feeds a set of heads that share one job.
-    joint: bool = False
-    batch_size: int = 8
-    n_resamples: int = 1000
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        if self.receiver_input not in RECEIVER_INPUTS:
-            raise InputError(f"unknown receiver input {self.receiver_input!r}: choose from {', '.join(RECEIVER_INPUTS)}")
-        object.__setattr__(self, "receivers", as_heads(self.receivers, name="receivers"))
-        if not self.receivers:
-            raise InputError("path patching needs at least one receiver head")
-        check_count("n_resamples", self.n_resamples, minimum=0)
 
 
 @dataclass

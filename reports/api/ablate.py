@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,7 +25,9 @@ from headlens.analyses.ablation.study import AblationConfig, run_ablation
 from headlens.probes.errors import InputError
 from headlens.probes.loading import LoadedModel, check_layers_heads, weights_fingerprint
 from headlens.probes.manifest import build_manifest
-from headlens.reports.api.common import coerce_setting, loading_settings, python_command, study_config
+from headlens.probes.progress import Progress
+from headlens.probes.settings import settings_of
+from headlens.reports.api.common import coerce_setting, config_of, loading_of, study
 from headlens.reports.api.folder import TableFileResult
 from headlens.reports.api.journals import JournalOpener
 from headlens.reports.api.models import as_loaded
@@ -40,19 +42,8 @@ log = logging.getLogger(__name__)
 
 __all__ = ["ablate", "AblationResult", "DATA_FIELDS", "eval_spec", "data_setup", "model_key", "metric_label"]
 
-#: Keyword arguments of ablate / prune (and, for text, gqa / projections) that say what is measured on.
-DATA_FIELDS = (
-    "metric",
-    "text",
-    "text_file",
-    "task",
-    "task_file",
-    "n_windows",
-    "window",
-    "n_sentences",
-    "prepend_bos",
-    "complete_sentences",
-)
+#: Keyword arguments of ablate / prune (and, for text, gqa / projections) that say what is measured on: :class:`EvalSpec`'s fields.
+DATA_FIELDS = tuple(info.name for info in settings_of(EvalSpec))
 
 
 def metric_label(metric: str) -> str:
@@ -163,32 +154,59 @@ class AblationResult(TableFileResult):
         }
 
 
+@study("ablate", AblationConfig)
 def ablate(
     model: LoadedModel | str,
     config: AblationConfig | None = None,
     /,
     *,
+    method: str = "zero",
+    heads: tuple[tuple[int, int], ...] | None = None,
+    layers: tuple[int, ...] | None = None,
+    batch_size: int = 8,
+    heads_per_forward: int | None = None,
+    prefix_reuse: bool = True,
+    n_bootstrap: int = 1000,
+    ci: float = 0.95,
+    seed: int = 0,
+    attribution: bool = True,
+    metric: str | None = None,
+    text: str | None = None,
+    text_file: str | None = None,
+    task: Sequence[TaskItem] | None = None,
+    task_file: str | None = None,
+    n_windows: int = 16,
+    window: int = 128,
+    n_sentences: int = 64,
+    prepend_bos: bool = True,
+    complete_sentences: bool | None = None,
+    device: str = "auto",
+    dtype: str = "float32",
+    revision: str | None = None,
+    allow_new_weights: bool = False,
+    device_map: Any = None,
+    max_memory: Any = None,
+    offload_folder: str | None = None,
     mask: HeadMask | str | Path | None = None,
     journal: JournalOpener | None = None,
-    progress: Callable[..., None] | None = None,
+    progress: Progress | None = None,
     command: list[str] | None = None,
-    **kwargs: Any,
 ) -> AblationResult:
     """Ablate each head alone and measure the change in the metric.
 
     ``model``: a loaded model or a name (``"demo"``), folder or Hugging Face id (then ``device``,
     ``dtype``, ... load it).  ``config`` and keywords: :class:`AblationConfig`'s fields (``method``
     ``"zero"``/``"mean"``/``"resample"``, ``heads``, ``layers``, ``batch_size``, ``n_bootstrap``,
-    ``seed``, ``attribution`` ...) and what to measure on (:data:`DATA_FIELDS`: ``metric``
+    ``seed``, ``attribution`` ...) and what to measure on, :class:`EvalSpec`'s fields (``metric``
     ``"loss"``/``"logit-diff"``/``"embedding"`` (default: the model's), ``text`` or
     ``text_file``, ``task`` (prompts with ``correct`` and ``incorrect``) or ``task_file``,
     ``n_windows``, ``window``, ``n_sentences``, ``prepend_bos``).  ``mask``: heads removed
     throughout (a :class:`HeadMask` or a mask file from :func:`prune`).
     """
-    call = command or python_command("ablate", model, kwargs)
-    load = loading_settings(model, kwargs)
-    cfg = study_config("ablate", AblationConfig, config, kwargs, allowed=DATA_FIELDS)
-    spec = eval_spec({k: v for k, v in kwargs.items() if k in DATA_FIELDS})
+    values = locals()
+    cfg = config_of(AblationConfig, values)
+    spec = eval_spec({k: values[k] for k in DATA_FIELDS})
+    load = loading_of(values)
     mask_file = None if mask is None or isinstance(mask, HeadMask) else str(mask)
     if mask_file is not None:
         read_mask(mask_file)  # syntax first, before the model loads
@@ -234,6 +252,6 @@ def ablate(
         }
     }
     manifest = build_manifest(
-        model=loaded, command=call, seed=cfg.seed, prepend_bos=spec.prepend_bos, configs={"ablation": cfg}, extra=extra
+        model=loaded, command=command, seed=cfg.seed, prepend_bos=spec.prepend_bos, configs={"ablation": cfg}, extra=extra
     )
     return AblationResult(tables={"ablation": run.table}, manifest={"result": AblationResult.kind, **manifest}, setup=setup)

@@ -21,17 +21,19 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from headlens.analyses.circuits.config import CircuitConfig
+from headlens.analyses.circuits.config import MAX_PAIRS, CircuitConfig
 from headlens.analyses.circuits.graph import build_graph
 from headlens.analyses.circuits.hooks import check_edge_model, edge_flags
 from headlens.analyses.circuits.run import run_circuit
 from headlens.analyses.patching.builtin import builtin_task
+from headlens.analyses.patching.config import BUILTINS
 from headlens.analyses.patching.pairs import pair_task
 from headlens.probes.counts import check_count
 from headlens.probes.errors import InputError
 from headlens.probes.loading import LoadedModel
 from headlens.probes.manifest import build_manifest
-from headlens.reports.api.common import loading_settings, python_command, study_config
+from headlens.probes.progress import Progress
+from headlens.reports.api.common import config_of, loading_of, study
 from headlens.reports.api.models import as_loaded
 from headlens.reports.api.result import Result, read_csv_table, read_manifest
 from headlens.reports.render.figures.circuit import circuit_figure
@@ -44,10 +46,6 @@ log = logging.getLogger(__name__)
 
 __all__ = ["circuit", "CircuitResult", "circuit_lines", "circuit_warnings", "BUILTINS", "MAX_PAIRS", "TOP_EDGES", "WIDE_INTERVAL"]
 
-#: The built-in pair tasks (as ``headlens patch`` has them).
-BUILTINS = ("induction", "names", "referent")
-#: Most pairs a run takes: per-pair edge values are ``pairs x edges`` (32k edges at GPT-2 small) and bootstrapped.
-MAX_PAIRS = 4096
 #: Edges of the circuit listed in the findings.
 TOP_EDGES = 12
 #: An interval wider than this (in the normalised 0 .. 1 units) is called wide.
@@ -286,32 +284,52 @@ def _check_pairs(n: object, *, subject: str | None = None) -> int:
     )
 
 
+@study("circuit", CircuitConfig)
 def circuit(
     model: LoadedModel | str,
     config: CircuitConfig | None = None,
     /,
     *,
-    task: str | Path | None = None,
+    method: str = "eap-ig",
+    steps: int = 5,
+    direction: str = "noising",
+    top_n: int | None = None,
+    threshold: float | None = None,
+    confirm: int = 20,
+    n_bootstrap: int = 1000,
+    seed: int = 0,
+    target_faithfulness: float = 0.95,
+    batch_size: int = 8,
+    max_rows: int = 256,
+    curve_points: int = 12,
+    task: str | None = None,
     builtin: str | None = None,
     n_pairs: int = 64,
     prepend_bos: bool = True,
-    progress: Callable[..., None] | None = None,
+    device: str = "auto",
+    dtype: str = "float32",
+    revision: str | None = None,
+    allow_new_weights: bool = False,
+    device_map: Any = None,
+    max_memory: Any = None,
+    offload_folder: str | None = None,
+    progress: Progress | None = None,
     command: list[str] | None = None,
-    **kwargs: Any,
 ) -> CircuitResult:
     """Which edges carry a task: score every edge of the model's graph on clean/corrupted pairs,
     take the circuit, measure its faithfulness and confirm its top edges by exact patching.
 
-    ``task``: a JSONL file of pairs (``clean``, ``corrupt``, ``correct``, ``incorrect``, as
-    ``headlens patch`` reads them), or ``builtin``: ``"induction"`` (the default), ``"names"`` or
-    ``"referent"`` with ``n_pairs`` pairs.  ``config`` and keywords:
-    :class:`~headlens.analyses.circuits.config.CircuitConfig`'s fields (``method`` ``"eap"``,
-    ``"eap-ig"`` or ``"exact"``, ``steps``, ``top_n`` or ``threshold``, ``confirm``,
-    ``n_bootstrap``, ``target_faithfulness``, ``direction``, ``batch_size``, ``seed`` ...).
+    ``config`` and keywords: :class:`~headlens.analyses.circuits.config.CircuitConfig`'s fields
+    (``method`` ``"eap"``, ``"eap-ig"`` or ``"exact"``, ``steps``, ``top_n`` or ``threshold``,
+    ``confirm``, ``n_bootstrap``, ``target_faithfulness``, ``direction``, ``batch_size``, ``seed``
+    ...).  The pairs, :class:`~headlens.analyses.patching.config.PairSource`'s fields as
+    :func:`headlens.reports.api.patch.patch` takes them: ``task``, a JSONL file of pairs
+    (``clean``, ``corrupt``, ``correct``, ``incorrect``), or ``builtin``: ``"induction"`` (the
+    default), ``"names"`` or ``"referent"`` with ``n_pairs`` pairs (2 to :data:`MAX_PAIRS`).
     """
-    call = command or python_command("circuit", model, kwargs)
-    load = loading_settings(model, kwargs)
-    cfg = study_config("circuit", CircuitConfig, config, kwargs)
+    values = locals()
+    cfg = config_of(CircuitConfig, values)
+    load = loading_of(values)
     if task is not None and builtin is not None:
         raise InputError("give either task= (a pair file) or builtin=, not both", task=str(task), builtin=builtin)
     if builtin is not None and builtin not in BUILTINS:
@@ -334,7 +352,7 @@ def circuit(
     tables = {"edges": run.edges, "faithfulness": run.faithfulness}
     manifest = build_manifest(
         model=loaded,
-        command=call,
+        command=command,
         seed=cfg.seed,
         prepend_bos=prepend_bos,
         configs={"circuit": cfg.describe()},

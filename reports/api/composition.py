@@ -19,10 +19,11 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from headlens.analyses.circuits.composition import BASELINE_Z, CompositionConfig, check_composition_config, run_composition
+from headlens.analyses.circuits.composition import BASELINE_Z, MODES, CompositionConfig, check_composition_config, run_composition
 from headlens.probes.loading import LoadedModel
 from headlens.probes.manifest import build_manifest
-from headlens.reports.api.common import loading_settings, python_command, study_config
+from headlens.probes.progress import Progress
+from headlens.reports.api.common import config_of, loading_of, study
 from headlens.reports.api.models import as_loaded
 from headlens.reports.api.result import Result, read_csv_table, read_manifest
 from headlens.reports.render.figures.circuit import composition_figure
@@ -113,14 +114,27 @@ def composition_lines(result: CompositionResult) -> list[str]:
     return lines
 
 
+@study("composition", CompositionConfig)
 def composition(
     model: LoadedModel | str,
     config: CompositionConfig | None = None,
     /,
     *,
-    progress: Callable[..., None] | None = None,
+    modes: tuple[str, ...] = MODES,
+    fold_ln: bool = True,
+    n_baseline: int = 200,
+    n_tokens: int = 1000,
+    copying: bool = True,
+    seed: int = 0,
+    device: str = "auto",
+    dtype: str = "float32",
+    revision: str | None = None,
+    allow_new_weights: bool = False,
+    device_map: Any = None,
+    max_memory: Any = None,
+    offload_folder: str | None = None,
+    progress: Progress | None = None,
     command: list[str] | None = None,
-    **kwargs: Any,
 ) -> CompositionResult:
     """Which heads compose, from the weights alone: Q-, K- and V-composition for every pair of
     heads in different layers, each beside the score of random matrices of the same shapes, and
@@ -129,9 +143,9 @@ def composition(
     ``config`` and keywords: :class:`~headlens.analyses.circuits.composition.CompositionConfig`'s
     fields (``modes``, ``fold_ln``, ``n_baseline``, ``n_tokens``, ``copying``, ``seed``).
     """
-    call = command or python_command("composition", model, kwargs)
-    load = loading_settings(model, kwargs)
-    cfg = study_config("composition", CompositionConfig, config, kwargs)
+    values = locals()
+    cfg = config_of(CompositionConfig, values)
+    load = loading_of(values)
     check_composition_config(cfg)  # before the model loads
     loaded = as_loaded(model, load)
     run = run_composition(loaded, cfg, progress=progress)
@@ -139,6 +153,10 @@ def composition(
     if run.copying is not None:
         tables["copying"] = run.copying
     manifest = build_manifest(
-        model=loaded, command=call, seed=cfg.seed, configs={"composition": cfg}, extra={"composition": {**run.summary, "notes": run.notes}}
+        model=loaded,
+        command=command,
+        seed=cfg.seed,
+        configs={"composition": cfg},
+        extra={"composition": {**run.summary, "notes": run.notes}},
     )
     return CompositionResult(tables=tables, manifest={"result": CompositionResult.kind, **manifest})

@@ -12,15 +12,17 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from headlens.analyses.ablation.config import TaskItem
 from headlens.analyses.ablation.masks import HeadMask, read_mask
 from headlens.analyses.ablation.setup import EvalSpec
+from headlens.analyses.design.config import GROUPINGS, KINDS, KnockoutRoles
 from headlens.analyses.design.edits import check_pooling
 from headlens.analyses.design.gqa import GQAConfig, check_gqa, run_gqa
 from headlens.analyses.design.kv import KVConfig, check_kv, kv_cache_table
@@ -28,8 +30,9 @@ from headlens.analyses.design.projections import ProjectionConfig, knockout_role
 from headlens.analyses.heads.census import CensusConfig
 from headlens.probes.loading import LoadedModel
 from headlens.probes.manifest import build_manifest
+from headlens.probes.progress import Progress
 from headlens.reports.api.ablate import data_setup, eval_spec, model_key
-from headlens.reports.api.common import loading_settings, python_command, study_config
+from headlens.reports.api.common import config_of, loading_of, study
 from headlens.reports.api.folder import FolderResult, TableFileResult
 from headlens.reports.api.journals import JournalOpener
 from headlens.reports.api.models import as_loaded
@@ -57,8 +60,9 @@ _GQA_FIGURE = "gqa_loss_vs_cache"
 _KNOCKOUT_FIGURE = "knockout"
 
 
-def _text_spec(kwargs: dict[str, Any]) -> EvalSpec:
-    return eval_spec({"metric": "loss", **{k: v for k, v in kwargs.items() if k in TEXT_FIELDS}})
+def _text_spec(values: Mapping[str, Any]) -> EvalSpec:
+    """The loss's :class:`EvalSpec` from a study's text keywords (:data:`TEXT_FIELDS`)."""
+    return eval_spec({"metric": "loss", **{k: values[k] for k in TEXT_FIELDS if k in values}})
 
 
 def _figure_files(folder: Path, stem: str, formats: tuple[str, ...]) -> list[str]:
@@ -147,37 +151,52 @@ class GQAResult(FolderResult):
         return cls(tables=cls.read_tables(p), manifest=read_manifest(p), summary_md=_read_text(p, _SUMMARY))
 
 
+@study("gqa", GQAConfig)
 def gqa(
     model: LoadedModel | str,
     config: GQAConfig | None = None,
     /,
     *,
+    group_sizes: tuple[int, ...] | None = None,
+    groupings: tuple[str, ...] = GROUPINGS,
+    batch_size: int = 8,
+    cache_dtype: str | None = None,
+    text: str | None = None,
+    text_file: str | None = None,
+    n_windows: int = 16,
+    window: int = 128,
+    prepend_bos: bool = True,
+    task: Sequence[TaskItem] | None = None,
+    task_file: str | None = None,
+    device: str = "auto",
+    dtype: str = "float32",
+    revision: str | None = None,
+    allow_new_weights: bool = False,
+    device_map: Any = None,
+    max_memory: Any = None,
+    offload_folder: str | None = None,
     journal: JournalOpener | None = None,
-    progress: Callable[..., None] | None = None,
+    progress: Progress | None = None,
     command: list[str] | None = None,
-    **kwargs: Any,
 ) -> GQAResult:
     """Turn the model into a grouped-query one without retraining and measure what it costs.
 
     ``config`` and keywords: :class:`GQAConfig`'s fields (``group_sizes``, ``groupings``,
-    ``batch_size``, ``cache_dtype``), the text the loss is measured on (``text`` or
-    ``text_file``, ``n_windows``, ``window``, ``prepend_bos``) and ``task`` or ``task_file``
-    (prompts with ``correct`` and ``incorrect``: their logit difference is measured too).
+    ``batch_size``, ``cache_dtype``), the text the loss is measured on (:class:`EvalSpec`'s
+    ``text`` or ``text_file``, ``n_windows``, ``window``, ``prepend_bos``) and ``task`` or
+    ``task_file`` (prompts with ``correct`` and ``incorrect``: their logit difference is measured too).
     """
-    call = command or python_command("gqa", model, kwargs)
-    load = loading_settings(model, kwargs)
-    task_fields = ("task", "task_file")
-    cfg = study_config("gqa", GQAConfig, config, kwargs, allowed=(*TEXT_FIELDS, *task_fields))
-    spec = _text_spec(kwargs)
+    values = locals()
+    cfg = config_of(GQAConfig, values)
+    spec = _text_spec(values)
     task_spec = None
-    if kwargs.get("task") is not None or kwargs.get("task_file") is not None:
-        task_spec = eval_spec(
-            {"metric": "logit-diff", "prepend_bos": spec.prepend_bos, **{k: kwargs[k] for k in task_fields if k in kwargs}}
-        )
+    if task is not None or task_file is not None:
+        task_spec = eval_spec({"metric": "logit-diff", "prepend_bos": spec.prepend_bos, "task": task, "task_file": task_file})
+    load = loading_of(values)
     loaded = as_loaded(model, load)
     setup = data_setup(loaded, spec)
     data = setup.data
-    task = data_setup(loaded, task_spec).data if task_spec is not None else None
+    task_set = data_setup(loaded, task_spec).data if task_spec is not None else None
     check_gqa(loaded, cfg)  # bad input is refused before the journal exists
     check_pooling(loaded)
     opened = (
@@ -186,7 +205,7 @@ def gqa(
         else None
     )
     with opened or contextlib.nullcontext():
-        res = run_gqa(loaded, data, cfg, task=task, progress=progress, journal=opened)
+        res = run_gqa(loaded, data, cfg, task=task_set, progress=progress, journal=opened)
     kv_table = kv_cache_table(loaded, KVConfig())
     found = {
         "summary": res.summary,
@@ -202,11 +221,11 @@ def gqa(
         "gqa": {
             "data": data.describe(),
             **setup.manifest_fields(),
-            "task": task.describe() if task is not None else None,
+            "task": task_set.describe() if task_set is not None else None,
             "resumed": bool(getattr(opened, "resumed", False)),
         }
     }
-    manifest = build_manifest(model=loaded, command=call, prepend_bos=spec.prepend_bos, configs={"gqa": cfg}, extra=extra)
+    manifest = build_manifest(model=loaded, command=command, prepend_bos=spec.prepend_bos, configs={"gqa": cfg}, extra=extra)
     return GQAResult(tables=tables, manifest={"result": GQAResult.kind, **manifest}, summary_md=summary_md)
 
 
@@ -270,30 +289,48 @@ class ProjectionsResult(FolderResult):
         return cls(tables=cls.read_tables(p), manifest=read_manifest(p), summary_md=_read_text(p, _SUMMARY))
 
 
+@study("projections", ProjectionConfig)
 def projections(
     model: LoadedModel | str,
     config: ProjectionConfig | None = None,
     /,
     *,
+    kinds: tuple[str, ...] = KINDS,
+    layers: tuple[int, ...] | None = None,
+    per_head: bool = False,
+    batch_size: int = 8,
+    prefix_reuse: bool = True,
     roles: bool = True,
     n_prompts: int = 32,
+    text: str | None = None,
+    text_file: str | None = None,
+    n_windows: int = 16,
+    window: int = 128,
+    prepend_bos: bool = True,
+    device: str = "auto",
+    dtype: str = "float32",
+    revision: str | None = None,
+    allow_new_weights: bool = False,
+    device_map: Any = None,
+    max_memory: Any = None,
+    offload_folder: str | None = None,
     journal: JournalOpener | None = None,
-    progress: Callable[..., None] | None = None,
+    progress: Progress | None = None,
     command: list[str] | None = None,
-    **kwargs: Any,
 ) -> ProjectionsResult:
     """Tie one attention projection to another in each layer (and head) and measure what breaks.
 
     ``config`` and keywords: :class:`ProjectionConfig`'s fields (``kinds``, ``layers``,
-    ``per_head``, ``batch_size``) and the text (``text`` or ``text_file``, ``n_windows``,
-    ``window``, ``prepend_bos``).  ``roles``: also the census under each knockout
-    (``n_prompts`` per stimulus set, 200 bootstrap resamples).
+    ``per_head``, ``batch_size``) and the text (:class:`EvalSpec`'s ``text`` or ``text_file``,
+    ``n_windows``, ``window``, ``prepend_bos``).  :class:`KnockoutRoles`' ``roles``: also the
+    census under each knockout (``n_prompts`` per stimulus set, 200 bootstrap resamples).
     """
-    call = command or python_command("projections", model, {**kwargs, **({} if roles else {"roles": False})})
-    load = loading_settings(model, kwargs)
-    cfg = study_config("projections", ProjectionConfig, config, kwargs, allowed=TEXT_FIELDS)
-    spec = _text_spec(kwargs)
-    census = CensusConfig(n_prompts=n_prompts, n_bootstrap=200, prepend_bos=spec.prepend_bos)
+    values = locals()
+    cfg = config_of(ProjectionConfig, values)
+    spec = _text_spec(values)
+    under = config_of(KnockoutRoles, values)  # checked before the model loads
+    load = loading_of(values)
+    census = CensusConfig(n_prompts=under.n_prompts, n_bootstrap=200, prepend_bos=spec.prepend_bos)
     loaded = as_loaded(model, load)
     setup = data_setup(loaded, spec)
     data = setup.data
@@ -313,12 +350,12 @@ def projections(
     )
     with opened or contextlib.nullcontext():
         losses = run_knockouts(loaded, data, cfg, progress=progress, journal=opened)
-        changes, scores = knockout_roles(loaded, census, cfg, progress=progress, journal=opened) if roles else (None, None)
+        changes, scores = knockout_roles(loaded, census, cfg, progress=progress, journal=opened) if under.roles else (None, None)
     tables = {name: t for name, t in {"losses": losses, "role_changes": changes, "census_scores": scores}.items() if t is not None}
     summary_md = with_basis(projections_markdown(losses, changes, loaded.name, figure=f"{_KNOCKOUT_FIGURE}.png"), data.basis())
     extra = {"projections": {"data": data.describe(), **setup.manifest_fields(), "resumed": bool(getattr(opened, "resumed", False))}}
     manifest = build_manifest(
-        model=loaded, command=call, prepend_bos=spec.prepend_bos, configs={"projections": cfg, "census": census}, extra=extra
+        model=loaded, command=command, prepend_bos=spec.prepend_bos, configs={"projections": cfg, "census": census}, extra=extra
     )
     return ProjectionsResult(tables=tables, manifest={"result": ProjectionsResult.kind, **manifest}, summary_md=summary_md)
 
@@ -340,22 +377,32 @@ class KVResult(TableFileResult):
         return kv_findings(self)
 
 
+@study("kv", KVConfig)
 def kv(
     model: LoadedModel | str,
     config: KVConfig | None = None,
     /,
     *,
+    batch: int = 1,
+    context: int | None = None,
+    cache_dtype: str | None = None,
+    device: str = "auto",
+    dtype: str = "float32",
+    revision: str | None = None,
+    allow_new_weights: bool = False,
+    device_map: Any = None,
+    max_memory: Any = None,
+    offload_folder: str | None = None,
     mask: HeadMask | str | Path | None = None,
     command: list[str] | None = None,
-    **kwargs: Any,
 ) -> KVResult:
     """KV-cache bytes per token and for ``batch`` x ``context`` tokens: the model's own attention,
     GQA with each group size, MQA, and the model pruned by ``mask`` (a :class:`HeadMask` or mask
     file; a KV head goes when no query head reads it).  ``config`` and keywords: :class:`KVConfig`'s
     fields (``batch``, ``context``, ``cache_dtype``)."""
-    call = command or python_command("kv", model, kwargs)
-    load = loading_settings(model, kwargs)
-    cfg = study_config("kv", KVConfig, config, kwargs)
+    values = locals()
+    cfg = config_of(KVConfig, values)
+    load = loading_of(values)
     mask_file = None if mask is None or isinstance(mask, HeadMask) else str(mask)
     if mask_file is not None:
         read_mask(mask_file)  # syntax first, before the model loads
@@ -364,5 +411,5 @@ def kv(
         mask = read_mask(mask_file, n_layers=loaded.n_layers, n_heads=loaded.n_heads)
     check_kv(loaded, cfg)
     table = kv_cache_table(loaded, cfg, removed=mask.heads if isinstance(mask, HeadMask) else None)
-    manifest = build_manifest(model=loaded, command=call, configs={"kv": cfg}, extra={"kv": {"mask": mask_file}})
+    manifest = build_manifest(model=loaded, command=command, configs={"kv": cfg}, extra={"kv": {"mask": mask_file}})
     return KVResult(tables={"kv": table}, manifest={"result": KVResult.kind, **manifest})

@@ -19,15 +19,17 @@ import pandas as pd
 from headlens.analyses.patching.activation import PatchConfig, run_patching
 from headlens.analyses.patching.attribution import agreement, run_attribution_patching
 from headlens.analyses.patching.builtin import builtin_task
+from headlens.analyses.patching.config import BUILTINS, DIRECTIONS
 from headlens.analyses.patching.dla import run_dla
 from headlens.analyses.patching.pairs import check_pairs, pair_task
 from headlens.analyses.patching.path import PathConfig, check_receivers, run_path_patching
 from headlens.probes.errors import InputError
-from headlens.probes.head_lists import HeadList, as_heads
+from headlens.probes.head_lists import as_heads
 from headlens.probes.loading import LoadedModel
 from headlens.probes.manifest import build_manifest
 from headlens.probes.outputs import write_json
-from headlens.reports.api.common import loading_settings, python_command, study_config
+from headlens.probes.progress import Progress
+from headlens.reports.api.common import config_of, loading_of, study
 from headlens.reports.api.models import as_loaded
 from headlens.reports.api.result import MANIFEST_FILE, Result, read_csv_table, read_manifest
 from headlens.reports.render.figures.common import save_figure
@@ -42,8 +44,6 @@ log = logging.getLogger(__name__)
 
 __all__ = ["patch", "PatchingResult", "BUILTINS", "EFFECT_COLUMNS"]
 
-#: The built-in pair tasks.
-BUILTINS = ("induction", "names", "referent")
 #: Effect columns drawn as layer x head heatmaps, in this order.
 EFFECT_COLUMNS = ("denoising", "noising", "attribution")
 _TABLES = ("patching", "attribution", "path_patching", "dla")
@@ -152,38 +152,57 @@ class PatchingResult(Result):
         return cls(tables=cls.read_tables(p), manifest=read_manifest(p))
 
 
+@study("patch", PatchConfig)
 def patch(
     model: LoadedModel | str,
     config: PatchConfig | None = None,
     /,
     *,
-    task: str | Path | None = None,
+    directions: tuple[str, ...] = DIRECTIONS,
+    per_position: bool = False,
+    heads: tuple[tuple[int, int], ...] | None = None,
+    batch_size: int = 8,
+    max_rows: int = 256,
+    n_resamples: int = 1000,
+    seed: int = 0,
+    start_late: bool = True,
+    task: str | None = None,
     builtin: str | None = None,
     n_pairs: int = 64,
-    receivers: HeadList | None = None,
+    prepend_bos: bool = True,
+    receivers: tuple[tuple[int, int], ...] | None = None,
     receiver_input: str = "k",
+    joint: bool = False,
     attribution: bool = False,
     dla: bool = False,
-    prepend_bos: bool = True,
-    progress: Callable[..., None] | None = None,
+    device: str = "auto",
+    dtype: str = "float32",
+    revision: str | None = None,
+    allow_new_weights: bool = False,
+    device_map: Any = None,
+    max_memory: Any = None,
+    offload_folder: str | None = None,
+    progress: Progress | None = None,
     command: list[str] | None = None,
-    **kwargs: Any,
 ) -> PatchingResult:
     """Which heads carry a task: patch each head's output between clean and corrupted inputs.
 
-    ``task``: a JSONL file of pairs (``clean``, ``corrupt``, ``correct``, ``incorrect``), or
-    ``builtin``: ``"induction"`` (the default), ``"names"`` or ``"referent"`` with ``n_pairs``
+    ``config`` and keywords: :class:`PatchConfig`'s fields (``directions``, ``per_position``,
+    ``heads``, ``batch_size``, ``n_resamples``, ``seed`` ...).  The pairs, :class:`PairSource`'s
+    fields: ``task``, a JSONL file of pairs (``clean``, ``corrupt``, ``correct``, ``incorrect``),
+    or ``builtin``: ``"induction"`` (the default), ``"names"`` or ``"referent"`` with ``n_pairs``
     pairs (2 to 1,000,000; a task file's pairs meet the same rule; built-in rows are right-padded
     with the tokenizer's pad id, 0 when it has none, after each row's last real token, where
-    effects are read).  ``config`` and keywords: :class:`PatchConfig`'s fields (``directions``,
-    ``per_position``, ``heads``, ``batch_size``, ``n_resamples``, ``seed`` ...).  ``receivers``:
-    also path patching (every earlier head -> each receiver's ``receiver_input``, ``q``/``k``/``v``);
-    ``attribution``: also attribution patching (a first-order estimate of denoising); ``dla``:
-    also direct logit attribution per head on the clean inputs.
+    effects are read).  Path patching, :class:`PathConfig`'s fields: ``receivers`` (also path
+    patching: every earlier head -> each receiver's ``receiver_input``, ``q``/``k``/``v``;
+    ``joint``: into every receiver at once), with this call's ``batch_size``, ``n_resamples`` and
+    ``seed``.  :class:`PatchExtras`' fields: ``attribution`` (also attribution patching, a
+    first-order estimate of denoising) and ``dla`` (also direct logit attribution per head on the
+    clean inputs).
     """
-    call = command or python_command("patch", model, kwargs)
-    load = loading_settings(model, kwargs)
-    cfg = study_config("patch", PatchConfig, config, kwargs)
+    values = locals()
+    cfg = config_of(PatchConfig, values)
+    load = loading_of(values)
     if task is not None and builtin is not None:
         raise InputError("give either task= (a pair file) or builtin=, not both", task=str(task), builtin=builtin)
     if builtin is not None and builtin not in BUILTINS:
@@ -221,8 +240,8 @@ def patch(
             extra["attribution"] = est.info
     tables = {"patching": table, **tables}
     if receivers:
-        path_config = PathConfig(
-            receivers=tuple(receivers), receiver_input=receiver_input, batch_size=cfg.batch_size, n_resamples=cfg.n_resamples, seed=cfg.seed
+        path_config = config_of(
+            PathConfig, values, receivers=receivers, batch_size=cfg.batch_size, n_resamples=cfg.n_resamples, seed=cfg.seed
         )
         path = run_path_patching(loaded, pairs, path_config, progress=progress)
         tables["path_patching"] = path.table
@@ -231,6 +250,11 @@ def patch(
         tables["dla"] = d.table
     task_file = str(task) if task is not None else None
     manifest = build_manifest(
-        model=loaded, command=call, seed=cfg.seed, prepend_bos=prepend_bos, configs={"patch": cfg}, extra={**extra, "task_file": task_file}
+        model=loaded,
+        command=command,
+        seed=cfg.seed,
+        prepend_bos=prepend_bos,
+        configs={"patch": cfg},
+        extra={**extra, "task_file": task_file},
     )
     return PatchingResult(tables=tables, manifest={"result": PatchingResult.kind, **manifest})

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 import torch
 
+from headlens.analyses.ablation.config import TaskItem
 from headlens.analyses.ablation.evalset import EvalSet
 from headlens.analyses.ablation.masks import HeadMask, read_mask
 from headlens.analyses.ablation.pruning import PruneConfig, run_pruning
@@ -24,8 +25,9 @@ from headlens.analyses.ablation.setup import EvalSetup
 from headlens.probes.loading import LoadedModel
 from headlens.probes.manifest import build_manifest
 from headlens.probes.outputs import write_json
+from headlens.probes.progress import Progress
 from headlens.reports.api.ablate import DATA_FIELDS, data_setup, eval_spec, model_key
-from headlens.reports.api.common import loading_settings, python_command, study_config
+from headlens.reports.api.common import config_of, loading_of, study
 from headlens.reports.api.folder import FolderResult
 from headlens.reports.api.journals import JournalOpener
 from headlens.reports.api.models import as_loaded
@@ -143,28 +145,52 @@ class PruneResult(FolderResult):
         return cls(tables=cls.read_tables(p), manifest=read_manifest(p), pruned=read_mask(p / _MASK_FILE))
 
 
+@study("prune", PruneConfig)
 def prune(
     model: LoadedModel | str,
     config: PruneConfig | None = None,
     /,
     *,
+    step: float = 0.1,
+    max_increase: float = 0.05,
+    random_seeds: int = 3,
+    seed: int = 0,
+    max_fraction: float = 1.0,
+    batch_size: int = 8,
+    metric: str | None = None,
+    text: str | None = None,
+    text_file: str | None = None,
+    task: Sequence[TaskItem] | None = None,
+    task_file: str | None = None,
+    n_windows: int = 16,
+    window: int = 128,
+    n_sentences: int = 64,
+    prepend_bos: bool = True,
+    complete_sentences: bool | None = None,
+    device: str = "auto",
+    dtype: str = "float32",
+    revision: str | None = None,
+    allow_new_weights: bool = False,
+    device_map: Any = None,
+    max_memory: Any = None,
+    offload_folder: str | None = None,
     journal: JournalOpener | None = None,
-    progress: Callable[..., None] | None = None,
+    progress: Progress | None = None,
     command: list[str] | None = None,
-    **kwargs: Any,
 ) -> PruneResult:
     """Prune heads step by step by importance (gradient importance, Michel et al. 2019; the exact
     single-head change for the embedding metric, whose gradient is zero) against random orders.
 
     ``config`` and keywords: :class:`PruneConfig`'s fields (``step``, ``max_increase``,
-    ``random_seeds``, ``seed``, ``max_fraction``, ``batch_size``) and what to measure on, as
-    :func:`headlens.reports.api.ablate.ablate` takes it (``metric``, ``text``/``text_file``,
-    ``task``/``task_file``, ``n_windows``, ``window``, ``n_sentences``, ``prepend_bos``).
+    ``random_seeds``, ``seed``, ``max_fraction``, ``batch_size``) and what to measure on,
+    :class:`EvalSpec`'s fields as :func:`headlens.reports.api.ablate.ablate` takes them (``metric``,
+    ``text``/``text_file``, ``task``/``task_file``, ``n_windows``, ``window``, ``n_sentences``,
+    ``prepend_bos``).
     """
-    call = command or python_command("prune", model, kwargs)
-    load = loading_settings(model, kwargs)
-    cfg = study_config("prune", PruneConfig, config, kwargs, allowed=DATA_FIELDS)
-    spec = eval_spec({k: v for k, v in kwargs.items() if k in DATA_FIELDS})
+    values = locals()
+    cfg = config_of(PruneConfig, values)
+    spec = eval_spec({k: values[k] for k in DATA_FIELDS})
+    load = loading_of(values)
     if not isinstance(model, LoadedModel):
         torch.manual_seed(cfg.seed)  # a newly initialised output head is drawn reproducibly
     loaded = as_loaded(model, load)
@@ -198,6 +224,8 @@ def prune(
             "resumed": bool(getattr(opened, "resumed", False)),
         }
     }
-    manifest = build_manifest(model=loaded, command=call, seed=cfg.seed, prepend_bos=spec.prepend_bos, configs={"prune": cfg}, extra=extra)
+    manifest = build_manifest(
+        model=loaded, command=command, seed=cfg.seed, prepend_bos=spec.prepend_bos, configs={"prune": cfg}, extra=extra
+    )
     tables = {"curve": run.curve, "random_orders": run.random, "importance": run.importance}
     return PruneResult(tables=tables, manifest={"result": PruneResult.kind, **manifest}, pruned=run.pruned, setup=setup)

@@ -9,10 +9,14 @@ from typing import Any
 
 import click
 
+from headlens.analyses.ablation.config import EvalSpec
+from headlens.analyses.design.config import GQAConfig, KnockoutRoles, KVConfig, ProjectionConfig
 from headlens.probes.errors import InputError
 from headlens.probes.outputs import check_out_dir, check_out_file
+from headlens.probes.settings import settings_of
 from headlens.reports.api.journals import JournalFile
-from headlens.reports.cli.common import command_line, model_options, parse_csv, parse_ints
+from headlens.reports.cli.common import command_line, model_options
+from headlens.reports.cli.options import config_from, config_options
 from headlens.reports.render.design_tables import text_table
 from headlens.reports.render.progress import progress_bars
 
@@ -20,20 +24,29 @@ __all__ = ["COMMANDS", "kv_cmd", "gqa_cmd", "projections_cmd"]
 
 log = logging.getLogger(__name__)
 
+#: ``gqa --task``: :class:`EvalSpec`'s ``task_file``, which gqa measures beside the loss.
+GQA_TASK_HELP = "JSONL task (prompt, correct, incorrect): also measure its logit difference."
 
-def _text_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    fn = click.option("--batch-size", default=8, show_default=True, type=click.IntRange(min=1), help="Windows per forward.")(fn)
-    fn = click.option("--no-bos", is_flag=True, help="Do not prepend BOS to the windows.")(fn)
-    fn = click.option(
-        "--window", default=128, show_default=True, type=click.IntRange(min=3), help="Tokens per evaluation window (BOS included)."
-    )(fn)
-    fn = click.option(
-        "--n-windows", default=16, show_default=True, type=click.IntRange(min=1), help="Evaluation windows cut from the text."
-    )(fn)
-    fn = click.option(
-        "--text-file", default=None, type=click.Path(dir_okay=False), help="Evaluation text (default: the text that ships with headlens)."
-    )(fn)
-    return fn
+
+#: The text the loss is measured on: :class:`EvalSpec`'s fields that ``gqa`` and ``projections`` expose.
+TEXT_OPTIONS = ("text_file", "n_windows", "window", "prepend_bos")
+#: ``--window`` of ``gqa`` and ``projections``: at least 3 tokens (ablate's and prune's: 2).
+WINDOW_RANGE = click.IntRange(min=3)
+
+
+def _text_options(config: type) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``--text-file``, ``--n-windows``, ``--window``, ``--no-bos`` (:class:`EvalSpec`'s fields), then ``config``'s ``--batch-size``."""
+
+    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
+        fn = config_options(config, ("batch_size",))(fn)
+        return config_options(EvalSpec, TEXT_OPTIONS, overrides={"window": {"type": WINDOW_RANGE}})(fn)
+
+    return decorate
+
+
+def _text(settings: dict[str, Any]) -> dict[str, Any]:
+    """The study's text keywords taken out of a command's settings."""
+    return {name: settings.pop(name) for name in TEXT_OPTIONS}
 
 
 def _out_dir(out_dir: str, journal_name: str, *, overwrite: bool, resume: bool) -> Path:
@@ -57,10 +70,6 @@ def _say_resumed(what: str, kinds: tuple[str, ...], quiet: bool) -> Callable[[An
     return say
 
 
-def _text(text_file: str | None, n_windows: int, window: int, no_bos: bool) -> dict[str, Any]:
-    return {"text_file": text_file, "n_windows": n_windows, "window": window, "prepend_bos": not no_bos}
-
-
 def _loading(device: str, dtype: str, revision: str | None, allow_new_weights: bool) -> dict[str, Any]:
     return {"device": device, "dtype": dtype, "revision": revision, "allow_new_weights": allow_new_weights}
 
@@ -70,14 +79,7 @@ def _loading(device: str, dtype: str, revision: str | None, allow_new_weights: b
 
 @click.command("kv")
 @model_options
-@click.option("--batch", default=1, show_default=True, type=click.IntRange(min=1), help="Sequences held in the cache at once.")
-@click.option("--context", default=None, type=click.IntRange(min=1), help="Tokens per sequence (default: the model's context).")
-@click.option(
-    "--cache-dtype",
-    type=click.Choice(["float32", "bfloat16", "float16", "float8", "int8"]),
-    default=None,
-    help="Dtype of the cached keys and values (default: the model's --dtype).",
-)
+@config_options(KVConfig)
 @click.option(
     "--mask",
     "mask_file",
@@ -89,14 +91,13 @@ def _loading(device: str, dtype: str, revision: str | None, allow_new_weights: b
     "--out", "out_file", default=None, type=click.Path(dir_okay=False), help="Also write the table as CSV (and OUT-stem.manifest.json)."
 )
 @click.option("--overwrite", is_flag=True, help="Replace existing output files.")
-def kv_cmd(model, device, dtype, revision, allow_new_weights, batch, context, cache_dtype, mask_file, out_file, overwrite):
+def kv_cmd(model, device, dtype, revision, allow_new_weights, mask_file, out_file, overwrite, **settings):
     """KV-cache bytes per token and for --batch x --context tokens: the model's own attention, GQA
     with each group size, MQA, and the pruned model of --mask; the formula beside each number.
 
     KV heads are counted, not query heads (exact for grouped-query families); a sliding-window
     layer caches at most its window.
     """
-    from headlens.analyses.design.kv import KVConfig
     from headlens.reports.api.design import KVResult, kv
     from headlens.reports.render.tables import check_table_path
 
@@ -104,7 +105,7 @@ def kv_cmd(model, device, dtype, revision, allow_new_weights, batch, context, ca
         check_table_path(out_file)
         for path in (out_file, *KVResult.sidecars(out_file).values()):
             check_out_file(path, overwrite=overwrite)
-    config = KVConfig(batch=batch, context=context, cache_dtype=cache_dtype)
+    config = config_from(KVConfig, settings)
     result = kv(model, config, mask=mask_file, command=command_line(), **_loading(device, dtype, revision, allow_new_weights))
     for line in result.findings().lines:  # the notebook view's lines (one wording)
         click.echo(line)
@@ -118,51 +119,16 @@ def kv_cmd(model, device, dtype, revision, allow_new_weights, batch, context, ca
 
 @click.command("gqa")
 @model_options
-@_text_options
-@click.option(
-    "--group-sizes",
-    callback=parse_ints,
-    default=None,
-    help="KV heads pooled into one, comma-separated (default: every divisor > 1 of the KV heads, up to MQA).",
-)
-@click.option(
-    "--grouping",
-    default="adjacent,similar",
-    show_default=True,
-    help="adjacent (heads 0-1, 2-3, ...), similar (least scatter of keys and values on the text), or both.",
-)
-@click.option(
-    "--task",
-    "task_file",
-    default=None,
-    type=click.Path(dir_okay=False),
-    help="JSONL task (prompt, correct, incorrect): also measure its logit difference.",
-)
+@_text_options(GQAConfig)
+@config_options(GQAConfig, ("group_sizes", "groupings"))
+@config_options(EvalSpec, ("task_file",), overrides={"task_file": {"help": GQA_TASK_HELP}})
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Output folder.")
 @click.option("--resume", is_flag=True, help="Finish an interrupted run from its journal (OUT/gqa.journal.jsonl).")
 @click.option(
     "--overwrite", is_flag=True, help="Replace files in a non-empty output folder (and an unfinished run's journal, unless --resume)."
 )
 @click.option("--quiet", "-q", is_flag=True, help="No progress lines.")
-def gqa_cmd(
-    model,
-    device,
-    dtype,
-    revision,
-    allow_new_weights,
-    text_file,
-    n_windows,
-    window,
-    no_bos,
-    batch_size,
-    group_sizes,
-    grouping,
-    task_file,
-    out_dir,
-    resume,
-    overwrite,
-    quiet,
-):
+def gqa_cmd(model, device, dtype, revision, allow_new_weights, out_dir, resume, overwrite, quiet, **settings):
     """Turn the model into a grouped-query one without retraining (K and V mean-pooled per group,
     Ainslie et al. 2023) and measure loss, KV cache saved and how far each head's pattern moves.
 
@@ -171,11 +137,12 @@ def gqa_cmd(
     as it finishes (OUT/gqa.journal.jsonl); after an interruption, --resume measures only the
     variants left, with the same result.
     """
-    from headlens.analyses.design.gqa import GQAConfig
     from headlens.reports.api.design import gqa
 
+    text = _text(settings)
+    task_file = settings.pop("task_file")
     try:
-        config = GQAConfig(group_sizes=group_sizes, groupings=tuple(parse_csv(grouping) or ()), batch_size=batch_size)
+        config = config_from(GQAConfig, settings)
     except InputError as exc:
         raise click.BadParameter(str(exc), param_hint="--group-sizes") from None
     out = _out_dir(out_dir, "gqa.journal.jsonl", overwrite=overwrite, resume=resume)
@@ -190,7 +157,7 @@ def gqa_cmd(
             journal=journal,
             progress=progress,
             command=command_line(),
-            **_text(text_file, n_windows, window, no_bos),
+            **text,
             **_loading(device, dtype, revision, allow_new_weights),
         )
     res.write(out)
@@ -208,46 +175,16 @@ def gqa_cmd(
 
 @click.command("projections")
 @model_options
-@_text_options
-@click.option(
-    "--kinds",
-    default="q=k,v=k,q=k=v",
-    show_default=True,
-    help="Knockouts: q=k (queries from the key projection), v=k (values from it), q=k=v.",
-)
-@click.option("--layers", callback=parse_ints, default=None, help="Only these layers, e.g. 0,3 (default: all).")
-@click.option("--per-head", is_flag=True, help="Also knock out each head alone (loss only).")
-@click.option("--no-roles", is_flag=True, help="Skip the census under each knockout.")
-@click.option(
-    "--n-prompts", default=32, show_default=True, type=click.IntRange(min=2), help="Census prompts per stimulus set under each knockout."
-)
+@_text_options(ProjectionConfig)
+@config_options(ProjectionConfig, ("kinds", "layers", "per_head"))
+@config_options(KnockoutRoles)
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Output folder.")
 @click.option("--resume", is_flag=True, help="Finish an interrupted run from its journal (OUT/projections.journal.jsonl).")
 @click.option(
     "--overwrite", is_flag=True, help="Replace files in a non-empty output folder (and an unfinished run's journal, unless --resume)."
 )
 @click.option("--quiet", "-q", is_flag=True, help="No progress lines.")
-def projections_cmd(
-    model,
-    device,
-    dtype,
-    revision,
-    allow_new_weights,
-    text_file,
-    n_windows,
-    window,
-    no_bos,
-    batch_size,
-    kinds,
-    layers,
-    per_head,
-    no_roles,
-    n_prompts,
-    out_dir,
-    resume,
-    overwrite,
-    quiet,
-):
+def projections_cmd(model, device, dtype, revision, allow_new_weights, out_dir, resume, overwrite, quiet, **settings):
     """Tie one attention projection to another in each layer (and head) and measure what breaks:
     the loss, and each head's roles on the census.
 
@@ -257,11 +194,12 @@ def projections_cmd(
     is journaled as it finishes (OUT/projections.journal.jsonl); after an interruption,
     --resume runs only what is left, with the same result.
     """
-    from headlens.analyses.design.projections import ProjectionConfig
     from headlens.reports.api.design import projections
 
     out = _out_dir(out_dir, "projections.journal.jsonl", overwrite=overwrite, resume=resume)
-    config = ProjectionConfig(kinds=tuple(parse_csv(kinds) or ()), layers=layers, per_head=per_head, batch_size=batch_size)
+    text = _text(settings)
+    config = config_from(ProjectionConfig, settings)
+    roles = {info.name: settings[info.name] for info in settings_of(KnockoutRoles)}
     journal = JournalFile(
         out / "projections.journal.jsonl",
         "projections",
@@ -271,8 +209,8 @@ def projections_cmd(
     )
     with progress_bars("projections", quiet=quiet) as progress:
         res = projections(
-            model, config, roles=not no_roles, n_prompts=n_prompts, journal=journal, progress=progress, command=command_line(),
-            **_text(text_file, n_windows, window, no_bos), **_loading(device, dtype, revision, allow_new_weights),
+            model, config, journal=journal, progress=progress, command=command_line(),
+            **roles, **text, **_loading(device, dtype, revision, allow_new_weights),
         )  # fmt: skip
     res.write(out)
     journal.finish()

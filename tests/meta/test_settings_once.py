@@ -73,6 +73,15 @@ class Study:
     commands: tuple[Command, ...] = ()
 
 
+#: EvalSpec's fields that a loss-only study (gqa, projections) does not take.
+_NO_METRIC = {
+    "metric": "the loss on text windows (gqa: and a task's logit difference beside it)",
+    "n_sentences": "no embedding metric",
+    "complete_sentences": "no embedding metric",
+}
+#: gqa's and projections' --window range.
+_WINDOW_3 = "at least 3 tokens per window, as these commands have always taken (ablate and prune: 2)"
+
 STUDIES: tuple[Study, ...] = (
     Study(
         "capture",
@@ -108,6 +117,121 @@ STUDIES: tuple[Study, ...] = (
                 rename={"n": "--evidence-n", "T": "--evidence-seq-len"},
             ),
         ),
+    ),
+    Study(
+        "ablate",
+        function="headlens.reports.api.ablate:ablate",
+        config="headlens.analyses.ablation.config:AblationConfig",
+        others=("headlens.analyses.ablation.config:EvalSpec",),
+        extra=("mask", "journal", "progress", "command"),
+        commands=(Command("ablate"), Command("ablate", config="headlens.analyses.ablation.config:EvalSpec")),
+    ),
+    Study(
+        "prune",
+        function="headlens.reports.api.prune:prune",
+        config="headlens.analyses.ablation.config:PruneConfig",
+        others=("headlens.analyses.ablation.config:EvalSpec",),
+        extra=("journal", "progress", "command"),
+        commands=(Command("prune"), Command("prune", config="headlens.analyses.ablation.config:EvalSpec")),
+    ),
+    Study(
+        "kv",
+        function="headlens.reports.api.design:kv",
+        config="headlens.analyses.design.config:KVConfig",
+        extra=("mask", "command"),
+        commands=(Command("kv"),),
+    ),
+    Study(
+        "gqa",
+        function="headlens.reports.api.design:gqa",
+        config="headlens.analyses.design.config:GQAConfig",
+        others=("headlens.analyses.ablation.config:EvalSpec",),
+        unchecked=_NO_METRIC,
+        extra=("journal", "progress", "command"),
+        commands=(
+            Command("gqa"),
+            Command(
+                "gqa",
+                config="headlens.analyses.ablation.config:EvalSpec",
+                fields=("text_file", "n_windows", "window", "prepend_bos", "task_file"),
+                differs={
+                    "window": {"type": _WINDOW_3},
+                    "task_file": {"help": "gqa measures the task's logit difference beside the loss (no --metric)"},
+                },
+            ),
+        ),
+    ),
+    Study(
+        "projections",
+        function="headlens.reports.api.design:projections",
+        config="headlens.analyses.design.config:ProjectionConfig",
+        others=("headlens.analyses.design.config:KnockoutRoles", "headlens.analyses.ablation.config:EvalSpec"),
+        unchecked={**_NO_METRIC, "task": "knockouts are measured on text (loss)", "task_file": "knockouts are measured on text (loss)"},
+        extra=("journal", "progress", "command"),
+        commands=(
+            Command("projections"),
+            Command("projections", config="headlens.analyses.design.config:KnockoutRoles"),
+            Command(
+                "projections",
+                config="headlens.analyses.ablation.config:EvalSpec",
+                fields=("text_file", "n_windows", "window", "prepend_bos"),
+                differs={"window": {"type": _WINDOW_3}},
+            ),
+        ),
+    ),
+    Study(
+        "patch",
+        function="headlens.reports.api.patch:patch",
+        config="headlens.analyses.patching.config:PatchConfig",
+        others=(
+            "headlens.analyses.patching.config:PairSource",
+            "headlens.analyses.patching.config:PathConfig",
+            "headlens.analyses.patching.config:PatchExtras",
+        ),
+        unchecked={
+            "receivers": "optional (None: no path patching), PathConfig requires receivers",
+            "batch_size": "PathConfig's batch_size, n_resamples and seed are the call's (PatchConfig's)",
+            "n_resamples": "PatchConfig's, as batch_size",
+            "seed": "PatchConfig's, as batch_size",
+        },
+        extra=("progress", "command"),
+        commands=(
+            Command(
+                "patch",
+                rename={"directions": "--direction"},
+                differs={
+                    "directions": {
+                        "type": "--direction both|denoising|noising: one direction or both, not a comma list",
+                        "default": "both: every direction",
+                    }
+                },
+            ),
+            Command("patch", config="headlens.analyses.patching.config:PairSource"),
+            Command("patch", config="headlens.analyses.patching.config:PathConfig", fields=("receivers", "receiver_input")),
+            Command("patch", config="headlens.analyses.patching.config:PatchExtras"),
+        ),
+    ),
+    Study(
+        "circuit",
+        function="headlens.reports.api.circuit:circuit",
+        config="headlens.analyses.circuits.config:CircuitConfig",
+        others=("headlens.analyses.patching.config:PairSource",),
+        extra=("progress", "command"),
+        commands=(
+            Command("circuit"),
+            Command(
+                "circuit",
+                config="headlens.analyses.patching.config:PairSource",
+                differs={"n_pairs": {"help": "states the circuit's own cap (MAX_PAIRS), not patch's 1,000,000"}},
+            ),
+        ),
+    ),
+    Study(
+        "composition",
+        function="headlens.reports.api.composition:composition",
+        config="headlens.analyses.circuits.config:CompositionConfig",
+        extra=("progress", "command"),
+        commands=(Command("composition"),),
     ),
     Study(
         "report",
@@ -181,7 +305,7 @@ COMMAND_ONLY: tuple[tuple[str, Command], ...] = (
 
 #: Studies whose signatures still take ``**kwargs`` (converted by another line of work): remove a
 #: name when its entry is in :data:`STUDIES`.
-PENDING = {"ablate", "prune", "gqa", "kv", "projections", "patch", "circuit", "composition"}
+PENDING: set[str] = set()
 
 #: Every study verb of ``headlens``.
 VERBS = {"ablate", "prune", "gqa", "kv", "projections", "patch", "circuit", "composition", "census", "sinks", "capture", "verify", "report"}

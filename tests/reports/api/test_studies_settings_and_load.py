@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from headlens.analyses.ablation.masks import HeadMask
-from headlens.analyses.ablation.setup import EvalSpec, eval_setup
+from headlens.analyses.ablation.setup import EvalSpec, eval_setup, eval_source
 from headlens.analyses.ablation.study import AblationConfig
 from headlens.analyses.design.gqa import GQAConfig
 from headlens.analyses.heads.census import CensusConfig
@@ -293,7 +293,7 @@ def test_a_loaded_models_repr_is_one_short_line(demo):
 def test_the_evaluation_sets_labels_name_parameters_not_flags(tiny_model):
     chosen = eval_setup(tiny_model, EvalSpec(metric="loss", n_windows=2, window=16)).chosen
     assert chosen == "asked for (metric='loss')"
-    label = EvalSpec(text="Some text. " * 50, text_file="held.txt").source()[1]
+    label = eval_source(EvalSpec(text="Some text. " * 50, text_file="held.txt"))[1]
     assert label == "text file held.txt"
 
 

@@ -103,7 +103,7 @@ _DRIVER = textwrap.dedent(
     """
     import os, sys, time
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from headlens.reports import journal as resume
+    from headlens.reports.api import journal as resume
 
     _append = resume.Journal.append
 

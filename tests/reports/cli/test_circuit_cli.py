@@ -104,17 +104,18 @@ def test_composition_bad_input_one_line(runner, tmp_path, extra, word):
     assert not out.exists()
 
 
-def test_circuit_reuses_patch_task_options():
-    from headlens.reports.cli.circuit import TASK_OPTIONS, circuit_cmd
+def test_circuit_reads_pairs_with_patch_options():
+    """--task, --builtin, --n-pairs and --no-bos of both commands come from PairSource's fields: the
+    same flags, defaults, types and help (--n-pairs' help states the circuit's own cap)."""
+    from headlens.reports.cli.circuit import circuit_cmd
     from headlens.reports.cli.patch import patch_cmd
 
     ours = {p.name: p for p in circuit_cmd.params}
     theirs = {p.name: p for p in patch_cmd.params}
-    for name in TASK_OPTIONS:
-        if name == "n_pairs":  # the same option with the circuit's own cap in its help
-            assert ours[name] is not theirs[name] and ours[name].opts == theirs[name].opts and ours[name].default == theirs[name].default
-        else:
-            assert ours[name] is theirs[name]
+    for name in ("task", "builtin", "n_pairs", "prepend_bos"):
+        a, b = ours[name], theirs[name]
+        assert (a.opts, a.default, a.type.to_info_dict(), a.is_flag) == (b.opts, b.default, b.type.to_info_dict(), b.is_flag), name
+        assert (a.help == b.help) is (name != "n_pairs"), name
 
 
 def test_circuit_help_states_its_own_bounds(runner):
