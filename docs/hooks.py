@@ -3,8 +3,8 @@
 - ``<!-- cli-reference -->`` on a page becomes the reference of every ``headlens`` command, read from
   the click commands named in :data:`headlens.reports.cli.main.COMMANDS` (usage, help text, and each
   option as ``headlens CMD -h`` prints it, defaults and ranges included): nothing is copied by hand.
-- ``<!-- columns: Result.table -->`` becomes the table of that result table's columns (name, dtype)
-  as a run on the demo model produces them (:func:`column_rows`).
+- ``<!-- columns: Result -->`` (or ``Result.table``) becomes the tables of that result's columns
+  (name, dtype, meaning, when present) from the schema the result declares (:func:`column_tables`).
 - A Python fence's own options (```` ```python skip="why" ````) are for the docs' tests
   (``tests/meta/test_docs_blocks.py``); they are dropped from the fence before Markdown sees it.
 """
@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import html
 import inspect
-import json
 import re
-from pathlib import Path
 from typing import Any
 
 import click
@@ -24,7 +22,6 @@ import click
 FENCE_OPTIONS = re.compile(r'^([ \t]*```(?:python3?|py))((?:[ \t]+[\w-]+="[^"]*")+)[ \t]*$', re.MULTILINE)
 CLI_MARKER = re.compile(r"^<!-- cli-reference -->[ \t]*$", re.MULTILINE)
 COLUMNS_MARKER = re.compile(r"^<!-- columns: ([\w.]+) -->[ \t]*$", re.MULTILINE)
-COLUMNS_FILE = Path(__file__).resolve().parent / "columns.json"
 
 
 def cell(text: str) -> str:
@@ -89,15 +86,33 @@ def cli_reference() -> str:
     return "\n".join(lines)
 
 
-def column_rows(spec: str) -> str:
-    """The column table of ``Result.table`` (e.g. ``CensusResult.scores``) from ``docs/columns.json``,
-    the columns and dtypes a run on the demo model produces (``docs/gen_columns.py`` writes it;
-    ``tests/meta/test_docs_blocks.py`` checks it against the pages' own runs)."""
-    columns = json.loads(COLUMNS_FILE.read_text(encoding="utf-8"))
-    if spec not in columns:
-        raise KeyError(f"{spec} is not in {COLUMNS_FILE.name}: run `python docs/gen_columns.py`")
-    rows = [f"| `{name}` | {dtype} |" for name, dtype in columns[spec]]
-    return "\n".join(["| column | dtype |", "|---|---|", *rows])
+def column_tables(spec: str) -> str:
+    """The column tables of ``Result`` (every table it has) or of ``Result.table`` (one), e.g.
+    ``CensusResult`` or ``CensusResult.evidence``: from the schema the result declares
+    (``headlens.X.schema()``, ``headlens.reports.api.schema``), which also gives every saved table
+    its dtypes and is checked against real runs by ``tests/reports/api/test_column_schema.py``."""
+    import headlens
+
+    cls_name, _, only = spec.partition(".")
+    result_cls = getattr(headlens, cls_name, None)
+    if result_cls is None or not hasattr(result_cls, "schema"):
+        raise LookupError(f"<!-- columns: {spec} -->: headlens.{cls_name} is not a result with a schema")
+    tables = result_cls.schema()
+    if only and only not in tables:
+        raise LookupError(f"<!-- columns: {spec} -->: {cls_name} has no table {only!r} (it has {', '.join(tables)})")
+    out = []
+    for name, table in tables.items():
+        if only and name != only:
+            continue
+        if not only:
+            out += [f"### `{table.file}`", ""]
+        out += [f"One row per {cell(table.row)}." + (f" Present {cell(table.when)}." if table.when else ""), ""]
+        optional = any(c.when for c in table.columns)
+        out += ["| column | dtype | meaning |" + (" present |" if optional else ""), "|---|---|---|" + ("---|" if optional else "")]
+        for c in table.columns:
+            out.append(f"| `{c.name}` | {c.dtype} | {cell(c.meaning)} |" + (f" {cell(c.when) or 'always'} |" if optional else ""))
+        out.append("")
+    return "\n".join(out)
 
 
 def strip_fence_options(markdown: str) -> str:
@@ -109,5 +124,5 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
     if CLI_MARKER.search(markdown):
         markdown = CLI_MARKER.sub(lambda _: cli_reference(), markdown)
     if COLUMNS_MARKER.search(markdown):
-        markdown = COLUMNS_MARKER.sub(lambda m: column_rows(m.group(1)), markdown)
+        markdown = COLUMNS_MARKER.sub(lambda m: column_tables(m.group(1)), markdown)
     return markdown

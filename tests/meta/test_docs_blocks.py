@@ -9,7 +9,6 @@ there are).  ``tests/meta/code_blocks.py`` holds the parser; the README's blocks
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -20,8 +19,6 @@ from tests.meta.code_blocks import markdown_blocks, run_blocks
 from tests.paths import REPO_ROOT
 
 DOCS = REPO_ROOT / "docs"
-#: The column tables of the study pages (``docs/gen_columns.py`` writes it, ``docs/hooks.py`` renders it).
-COLUMNS = json.loads((DOCS / "columns.json").read_text(encoding="utf-8"))
 PAGES = sorted(DOCS.rglob("*.md"))
 #: At most this many blocks of the manual may be skipped (each says why in its fence).
 MAX_SKIPPED = 3
@@ -52,31 +49,7 @@ def test_page_python_blocks_run(page: Path, tmp_path: Path, monkeypatch: pytest.
 
 
 def undocumented_columns(namespace: dict) -> None:
-    """Every column of every table a page's results hold, for the tables the pages document, is in
-    ``docs/columns.json`` with the same dtype (a column added, renamed or retyped fails here)."""
-    wrong = []
-    for value in namespace.values():
-        if not isinstance(value, Result):
-            continue
-        for spec, documented in COLUMNS.items():
-            cls, table = spec.split(".")
-            frame = getattr(value, table, None) if type(value).__name__ == cls else None
-            if frame is None:
-                continue
-            dtypes = dict(documented)
-            wrong += [f"{spec}.{name}: {dtype}" for name, dtype in frame.dtypes.astype(str).items() if dtypes.get(str(name)) != dtype]
-    assert not wrong, "columns not in docs/columns.json as produced (run `python docs/gen_columns.py`): " + ", ".join(wrong)
-
-
-def test_a_changed_column_is_caught() -> None:
-    import pandas as pd
-
-    class FakeResult(Result):
-        pass
-
-    spec = next(iter(COLUMNS))
-    cls, table = spec.split(".")
-    documented = pd.DataFrame({name: pd.Series(dtype="float64") for name, _ in COLUMNS[spec]})
-    fake = type(cls, (FakeResult,), {table: documented.assign(renamed=1.0)})
-    with pytest.raises(AssertionError, match="renamed"):
-        undocumented_columns({"x": fake.__new__(fake)})
+    """Every result a page's examples made has the columns its page documents: the tables of its
+    schema (``headlens.X.schema()``, which ``docs/hooks.py`` renders), same order and dtypes."""
+    wrong = [f"{name}: {m}" for name, value in namespace.items() if isinstance(value, Result) for m in value.schema_mismatches()]
+    assert not wrong, "results differ from the columns their pages document:\n" + "\n".join(wrong)
