@@ -26,6 +26,7 @@ from markupsafe import Markup
 
 from headlens.probes.errors import InputError
 from headlens.probes.outputs import atomic_dir, check_out_dir, write_json, write_text
+from headlens.reports.api.schema import Table, mismatches, schema_of
 from headlens.reports.render.figures.common import save_figure
 from headlens.reports.render.finding_lines import Findings
 from headlens.reports.render.page.html import environment
@@ -87,6 +88,16 @@ class Result:
 
     tables: dict[str, pd.DataFrame] = field(default_factory=dict)
     manifest: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def schema(cls) -> dict[str, Table]:
+        """This kind's tables as :mod:`headlens.reports.api.schema` declares them: by table name, its file,
+        what a row is and its columns (name, dtype, meaning, when present)."""
+        return schema_of(cls.kind)
+
+    def schema_mismatches(self) -> list[str]:
+        """How this result's tables differ from :meth:`schema` (``[]``: the same columns, order and dtypes)."""
+        return mismatches(self.kind, {name: {str(c): str(d) for c, d in t.dtypes.items()} for name, t in self.tables.items()})
 
     @classmethod
     def recognises(cls, folder: Path, manifest: dict[str, Any]) -> bool:
@@ -177,16 +188,20 @@ class Result:
         return {"result": self.kind, **kept, DTYPES_KEY: table_dtypes(self.tables)}
 
     def restore_dtypes(self, files: dict[str, Path]) -> None:
-        """Give each table read back from its CSV in ``files`` (by table name) the column dtypes
-        recorded in the manifest: text columns re-read as text, numbers, booleans and categories
-        cast back; a column that cannot take its dtype (an int column with an empty cell) stays as read."""
+        """Give each table read back from its CSV in ``files`` (by table name) its columns' dtypes: those
+        :meth:`schema` declares, and where the manifest recorded this run's own (a category's categories,
+        an int column that held a missing value) the recorded ones; text columns re-read as text,
+        numbers, booleans and categories cast back; a column that cannot take its dtype stays as read."""
         recorded = self.manifest.get(DTYPES_KEY)
-        if not isinstance(recorded, dict):
-            return
+        recorded = recorded if isinstance(recorded, dict) else {}
+        declared = self.schema()
         for name, table in self.tables.items():
-            columns = recorded.get(name)
+            spec = declared.get(name)
+            columns = {c.name: c.dtype for c in spec.columns if c.dtype != "category"} if spec is not None else {}
+            own = recorded.get(name)
+            columns.update(own if isinstance(own, dict) else {})
             path = files.get(name)
-            if isinstance(columns, dict) and path is not None and path.suffix.lower() == ".csv" and path.is_file():
+            if columns and path is not None and path.suffix.lower() == ".csv" and path.is_file():
                 self.tables[name] = with_dtypes(table, columns, path)
 
     def write(self, folder: str | Path, *, formats: tuple[str, ...] | None = None) -> Path:
