@@ -46,8 +46,6 @@ API_ONLY_FLOORS = ("runs", "cli")
 #: ``"a imports b.name (kind)"``: imports by runs/ and cli/ of analyses that are not settings or
 #: constants, still being converted to api calls (helpers remove theirs as they convert; a stale entry fails).
 API_ONLY_PENDING: set[str] = {
-    "headlens.reports.cli.capture imports headlens.analyses.synthetic.planted.build_planted_checkpoint (function)",
-    "headlens.reports.cli.capture imports headlens.analyses.synthetic.tiny.build_tiny_checkpoint (function)",
     "headlens.reports.cli.demo imports headlens.analyses.demo.card.loss_bases (function)",
     "headlens.reports.cli.demo imports headlens.analyses.demo.checkpoints.config_dict (function)",
     "headlens.reports.cli.demo imports headlens.analyses.demo.checkpoints.save_checkpoint (function)",
@@ -57,13 +55,6 @@ API_ONLY_PENDING: set[str] = {
     "headlens.reports.cli.demo imports headlens.analyses.demo.documents.heldout_text (function)",
     "headlens.reports.cli.demo imports headlens.analyses.demo.replay.replay (function)",
     "headlens.reports.cli.demo imports headlens.analyses.demo.train.train (function)",
-    "headlens.reports.cli.detect imports headlens.analyses.ablation.masks.read_mask (function)",
-    "headlens.reports.cli.detect imports headlens.analyses.heads.classify.check_baseline_factor (function)",
-    "headlens.reports.cli.detect imports headlens.analyses.heads.classify.parse_thresholds (function)",
-    "headlens.reports.cli.detect imports headlens.analyses.synthetic.selftest.run_selftest (function)",
-    "headlens.reports.cli.sinks imports headlens.analyses.sinks.seed.seed_tables (function)",
-    "headlens.reports.cli.sweep imports headlens.analyses.heads.classify.default_thresholds (function)",
-    "headlens.reports.cli.sweep imports headlens.analyses.heads.classify.parse_thresholds (function)",
     "headlens.reports.cli.tracr imports headlens.analyses.tracr.build.build_tracr_model (function)",
     "headlens.reports.runs.demo_card imports headlens.analyses.demo.card.card_facts (function)",
     "headlens.reports.runs.demo_card imports headlens.analyses.demo.card.census_of (function)",
