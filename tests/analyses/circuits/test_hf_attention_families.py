@@ -192,3 +192,19 @@ def test_projection_that_does_not_read_the_block_norm_is_refused(family_model):
         shift.remove()
     assert "\n" not in str(err.value)
     assert _hook_count(model) == before
+
+
+def test_bfloat16_is_not_refused(family_checkpoint):
+    """In bfloat16 the split projections and the readers' sums carry rounding of ~2e-3: the checks' bounds
+    scale with the dtype's epsilon, so a bfloat16 GPT-J is scored, close to its float32 scores."""
+    from headlens.probes.loading import load_model
+
+    folder = str(family_checkpoint("gptj"))
+    scores = {}
+    for dtype in ("float32", "bfloat16"):
+        model = load_model(model=folder, device="cpu", dtype=dtype)
+        task = induction_task(model, n=2, T=6)
+        scores[dtype] = attribution_scores(model, task, build_graph(model)).values.mean(0)
+    ref, low = scores["float32"], scores["bfloat16"]
+    assert np.isfinite(low).all()
+    assert np.corrcoef(ref, low)[0, 1] > 0.95
