@@ -2,6 +2,8 @@
 
 * :mod:`~headlens.analyses.circuits.graph` -- the edge graph (embeddings, heads, MLPs, logits; q/k/v, MLP and logits inputs).
 * :mod:`~headlens.analyses.circuits.hooks` -- reader and sender hook points, the bridge flags, the additivity check.
+* :mod:`~headlens.analyses.circuits.split` -- per-head q/k/v readers where attention runs inside Hugging Face (GPT-Neo, OPT, GPT-J).
+* :mod:`~headlens.analyses.circuits.writes` -- what a sender's edge adds to a reader's copy; Gemma 2's post-attention norm recomputed.
 * :mod:`~headlens.analyses.circuits.scores` -- EAP and EAP-IG estimates (per pair).
 * :mod:`~headlens.analyses.circuits.exact` -- exact edge patching (per pair, batched, late-started).
 * :mod:`~headlens.analyses.circuits.summary` -- normalised scores, bootstrap intervals, stability.
