@@ -13,7 +13,9 @@ shape (2 x 4, d_model 64) and 4 pairs, for development only.  Modes:
   exact_top    headlens.analyses.circuits.exact.exact_scores of the --confirm best EAP-IG edges
 Targets: eap_ig / fwd_bwd <= 10 (time); exact_top in forward equivalents (time / forward) <= 100;
 eap_ig's peak memory / fwd_bwd's <= 3, each mode alone in its own process (``extra_MiB``: the peak
-resident set above the one before the mode ran, weights and imports left out).  Timing runs the
+resident set above the one before the mode ran, weights and imports left out; on CUDA the peak
+allocated above the allocation before it).  ``--device cuda`` runs everything on the GPU
+(benchmarks/gpu.sh's ``circuits`` piece).  Timing runs the
 modes in turn in one process (a warm-up round, then --repeats rounds; ratios are medians of
 per-round ratios).  On a shared machine the times carry its load: say so beside any figure.
 
@@ -90,10 +92,11 @@ def _one_mode(args) -> None:
     import numpy as np
 
     fns, state, _graph, _task = _modes(args)
+    device = _common.resolve_device(args.device)
     if args.mode == "paired":
         import torch
 
-        timing = _common.interleaved(fns, repeats=args.repeats, device="cpu")
+        timing = _common.interleaved(fns, repeats=args.repeats, device=device)
         timing["ratios"] = {
             "eap_ig": _common.round_ratio(timing, "eap_ig", "fwd_bwd"),
             "exact_top": _common.round_ratio(timing, "exact_top", "forward"),
@@ -107,7 +110,7 @@ def _one_mode(args) -> None:
     if args.mode == "exact_top":  # the EAP-IG ranking is not part of this mode's memory
         fns["eap_ig"]()
     fn = fns[args.mode]
-    print(json.dumps(_common.measure(fn, repeats=1, device="cpu", warmup=False)))
+    print(json.dumps(_common.measure(fn, repeats=1, device=device, warmup=False)))
 
 
 def main() -> None:

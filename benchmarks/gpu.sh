@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU measurements of issue 14 in one run (at most 7 minutes of pieces on one H200, plus start-up), from the repository root:
+# The GPU measurements of issues 14 and 30 in one run (at most 9 minutes of pieces on one H200, plus start-up), from the repository root:
 #
 #     OUT=/some/folder bash benchmarks/gpu.sh
 #
@@ -9,9 +9,12 @@
 #   1. census over 10,000 prompts of 127 tokens, GPT-2-small shape, float32 and bfloat16 (target <= 30 s each)
 #   2. benchmarks/census.py on CUDA: census / plain HF eager, streaming census / plain HF SDPA
 #   3. benchmarks/scaling.py on CUDA from 512 to 16,384 tokens (eager vs streaming census, memory and time)
-# Writes under "$OUT" (at most 8 files): gpu.log, census_large_float32.json, census_large_bfloat16.json,
-# census.json, scaling.csv, scaling.json, scaling.png.
-# PIECES="large ratios scaling" (the default) picks pieces 1, 2, 3.  Without CUDA it prints so and exits 0.  SMOKE=1 runs every piece on the CPU with tiny settings
+#   4. benchmarks/circuits.py on CUDA (issue 30): EAP-IG over the GPT-2-small graph (32,491 edges), 16 pairs x 20
+#      tokens, against one forward+backward (time <= 10x, peak allocated memory <= 3x) and exact confirmation of
+#      the top 100 edges (<= 100 forward equivalents)
+# Writes under "$OUT" (at most 9 files): gpu.log, census_large_float32.json, census_large_bfloat16.json,
+# census.json, scaling.csv, scaling.json, scaling.png, circuits.json.
+# PIECES="large ratios scaling circuits" (the default) picks pieces 1, 2, 3, 4.  Without CUDA it prints so and exits 0.  SMOKE=1 runs every piece on the CPU with tiny settings
 # (a check of this script, not a measurement; float32 only, to keep it short).
 set -u
 cd "$(dirname "$0")/.."
@@ -44,17 +47,17 @@ fi
 "$PY" -c 'import headlens.probes.loading' || { log "cannot import headlens: stop"; exit 1; }
 
 if [ "${SMOKE:-0}" = 1 ]; then
-  DEV=cpu; SHAPE=tiny; BIG=64; BATCH=16; LENGTHS=128,256; REP=1; DTYPES=float32; L1=300; L2=300; L3=300
+  DEV=cpu; SHAPE=tiny; BIG=64; BATCH=16; LENGTHS=128,256; REP=1; DTYPES=float32; L1=300; L2=300; L3=300; L4=300; CIRC="--pairs 4 --confirm 10 --steps 2"
   log "SMOKE=1: every piece on the CPU with tiny settings (not a measurement)"
 elif "$PY" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)'; then
-  DEV=cuda; SHAPE=small; BIG=10000; BATCH=256; LENGTHS=512,1024,2048,4096,8192,16384; REP=3; DTYPES='float32 bfloat16'; L1=70; L2=110; L3=170
+  DEV=cuda; SHAPE=small; BIG=10000; BATCH=256; LENGTHS=512,1024,2048,4096,8192,16384; REP=3; DTYPES='float32 bfloat16'; L1=70; L2=110; L3=170; L4=120; CIRC=""
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | tee -a "$LOG"
 else
   log "no CUDA device: nothing to measure here (SMOKE=1 checks this script on the CPU)"
   exit 0
 fi
 
-PIECES="${PIECES:-large ratios scaling}"  # a subset to fit what device time is left, e.g. PIECES=large
+PIECES="${PIECES:-large ratios scaling circuits}"  # a subset to fit what device time is left, e.g. PIECES=large
 want() { case " $PIECES " in *" $1 "*) return 0;; esac; return 1; }
 
 want large && for dt in $DTYPES; do
@@ -65,4 +68,6 @@ want ratios && piece "$L2" "census ratios" "$PY" benchmarks/census.py --device "
   --cache "$CACHE" --json "$OUT/census.json"
 want scaling && piece "$L3" "scaling" "$PY" benchmarks/scaling.py --device "$DEV" --shape "$SHAPE" --lengths "$LENGTHS" --mode-timeout 60 \
   --cache "$CACHE" --out "$OUT"
+want circuits && piece "$L4" "circuits" "$PY" benchmarks/circuits.py --device "$DEV" --shape "$SHAPE" --repeats "$REP" $CIRC \
+  --cache "$CACHE" --json "$OUT/circuits.json"
 log "done in $SECONDS s; files: $(ls "$OUT" | tr '\n' ' ')"
