@@ -39,7 +39,7 @@ def test_markdown_rows_match_the_table_writer():
 def test_markdown_templates_ship_and_escape_nothing_by_themselves():
     page = resources.files("headlens.reports.render.page")
     for name in ("report.md.j2", "macros.md.j2", *(f"sections/{s}.md.j2" for s in SECTIONS)):
-        assert page.joinpath("templates", name).is_file(), name
+        assert page.joinpath(f"templates/{name}").is_file(), name
     env = md_environment()
     assert env.autoescape is False
     assert env.from_string("{{ x }} {{ x|md }}").render(x="<b>|") == "<b>| &lt;b&gt;\\|"
