@@ -115,25 +115,39 @@ def head_out_weights(model: LoadedModel) -> Float[Tensor, "layer head d_head d_m
     return model.bridge.W_O.detach()
 
 
-def sender_capture(model: LoadedModel, graph: EdgeGraph, store: dict[str, Tensor], *, dtype: torch.dtype = torch.float32) -> list:
-    """Hooks filling ``store["out"]`` ``[batch, sender, pos, d_model]`` with the senders' outputs of a forward."""
+def sender_capture(
+    model: LoadedModel,
+    graph: EdgeGraph,
+    store: dict[str, Tensor],
+    *,
+    dtype: torch.dtype = torch.float32,
+    window: tuple[int, int] | None = None,
+) -> list:
+    """Hooks filling ``store["out"]`` ``[batch, sender, pos, d_model]`` with the senders' outputs of a forward.
+
+    ``window=(lo, hi)``: only senders ``lo .. hi-1`` (in sender order), stored at ``0 .. hi-lo-1``."""
     n_l, n_h = model.n_layers, model.n_heads
+    lo, hi = window or (0, len(graph.senders()))
     w_o = head_out_weights(model)
 
     def alloc(x: Tensor) -> Tensor:
         if "out" not in store or store["out"].shape[0] != x.shape[0] or store["out"].shape[2] != x.shape[1]:
-            store["out"] = torch.zeros(x.shape[0], len(graph.senders()), x.shape[1], x.shape[-1], dtype=dtype, device=x.device)
+            store["out"] = torch.zeros(x.shape[0], hi - lo, x.shape[1], x.shape[-1], dtype=dtype, device=x.device)
         return store["out"]
 
     def embed(x: Tensor, hook: Any = None) -> None:
-        alloc(x)[:, 0] = x.detach().to(dtype)
+        out = alloc(x)
+        if lo == 0:
+            out[:, 0] = x.detach().to(dtype)
 
     def heads(layer: int) -> HookFn:
         first = 1 + layer * (n_h + 1)
+        a, b = max(first, lo), min(first + n_h, hi)
 
         def fn(z: Tensor, hook: Any = None) -> None:
-            out = torch.einsum("bphe,hem->bhpm", z.detach().to(dtype), w_o[layer].to(device=z.device, dtype=dtype))
-            store["out"][:, first : first + n_h] = out
+            zs = z.detach()[:, :, a - first : b - first].to(dtype)
+            w = w_o[layer, a - first : b - first].to(device=z.device, dtype=dtype)
+            store["out"][:, a - lo : b - lo] = torch.einsum("bphe,hem->bhpm", zs, w)
 
         return fn
 
@@ -141,13 +155,17 @@ def sender_capture(model: LoadedModel, graph: EdgeGraph, store: dict[str, Tensor
         idx = 1 + layer * (n_h + 1) + n_h
 
         def fn(x: Tensor, hook: Any = None) -> None:
-            store["out"][:, idx] = x.detach().to(dtype)
+            store["out"][:, idx - lo] = x.detach().to(dtype)
 
         return fn
 
-    hooks: list = [(EMBED_HOOK, embed)]
+    hooks: list = [(EMBED_HOOK, embed)]  # always: it allocates the store
     for layer in range(n_l):
-        hooks += [(f"blocks.{layer}.attn.hook_z", heads(layer)), (f"blocks.{layer}.hook_mlp_out", mlp(layer))]
+        first = 1 + layer * (n_h + 1)
+        if max(first, lo) < min(first + n_h, hi):
+            hooks.append((f"blocks.{layer}.attn.hook_z", heads(layer)))
+        if lo <= first + n_h < hi:
+            hooks.append((f"blocks.{layer}.hook_mlp_out", mlp(layer)))
     return hooks
 
 

@@ -28,6 +28,7 @@ input embeddings only, never the weights.
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -43,13 +44,14 @@ from headlens.analyses.circuits.graph import EdgeGraph
 from headlens.analyses.circuits.hooks import EMBED_HOOK, check_edge_model, edge_flags, reader_hook, sender_capture
 from headlens.analyses.circuits.writes import head_sum_norms, sender_deltas
 from headlens.analyses.patching.pairs import PairTask, pair_eval_sets
+from headlens.probes.counts import check_count
 from headlens.probes.errors import InputError
 from headlens.probes.hooks import HookFn, attached
 from headlens.probes.loading import LoadedModel
 
 log = logging.getLogger(__name__)
 
-__all__ = ["PerPair", "attribution_scores", "DIRECTIONS", "check_direction", "senders_of"]
+__all__ = ["PerPair", "attribution_scores", "DIRECTIONS", "check_direction", "senders_of", "sender_windows"]
 
 
 @dataclass
@@ -73,18 +75,50 @@ class PerPair:
 
 
 def senders_of(
-    model: LoadedModel, graph: EdgeGraph, task: PairTask, rows: Sequence[int], tokens: Tensor, data: Any
+    model: LoadedModel,
+    graph: EdgeGraph,
+    task: PairTask,
+    rows: Sequence[int],
+    tokens: Tensor,
+    data: Any,
+    *,
+    window: tuple[int, int] | None = None,
 ) -> tuple[Tensor, Tensor]:
-    """``(out, values)``: the senders' outputs ``[batch, sender, pos, d_model]`` and the metric of one forward."""
+    """``(out, values)``: the senders' outputs ``[batch, sender, pos, d_model]`` and the metric of one forward
+    (``window=(lo, hi)``: those senders only)."""
     store: dict[str, Tensor] = {}
     lengths = data.lengths[list(rows)]
-    with torch.inference_mode(), attached(model.bridge, sender_capture(model, graph, store)):
+    with torch.inference_mode(), attached(model.bridge, sender_capture(model, graph, store, window=window)):
         vals = model_values(model, tokens, lengths, data, rows)
     return store["out"].clone(), vals.detach().double().cpu()
 
 
-def _contract(block: tuple[int, int, int], delta: Tensor, acc: Tensor, weight: float) -> HookFn:
-    first, k, n_send = block
+def sender_windows(graph: EdgeGraph, max_senders: int | None) -> list[tuple[int, int]]:
+    """Consecutive sender ranges ``(lo, hi)`` of at most ``max_senders`` senders each (None: one range of all),
+    cut only between whole units (the embeddings, one layer's heads, one MLP), so a layer's heads stay together."""
+    n_s = len(graph.senders())
+    if max_senders is None:
+        return [(0, n_s)]
+    check_count("max_senders", max_senders)
+    n_h = int(graph.info["n_heads"])
+    cuts = [0, 1]
+    for layer in range(int(graph.info["n_layers"])):
+        first = 1 + layer * (n_h + 1)
+        cuts += [first + n_h, first + n_h + 1]
+    out: list[tuple[int, int]] = []
+    lo = 0
+    for a, b in itertools.pairwise(cuts):
+        if b - lo > max_senders and a > lo:
+            out.append((lo, a))
+            lo = a
+    out.append((lo, n_s))
+    return out
+
+
+def _contract(block: tuple[int, int, int], delta: Tensor, acc: Tensor, weight: float, lo: int = 0) -> HookFn:
+    """Backward hook: the edges of one reader group whose senders are rows ``lo ..`` of ``delta`` (a window)."""
+    first, k, n_rows = block
+    n_send = min(n_rows - lo, delta.shape[1])
 
     def fn(grad: Tensor, hook: Any = None) -> None:
         g = grad.detach().float()
@@ -99,7 +133,8 @@ def _contract(block: tuple[int, int, int], delta: Tensor, acc: Tensor, weight: f
         out = torch.empty(b, slots, n_send, dtype=torch.float32, device=g.device)
         for i in range(b):  # one pair at a time: delta[i, :n_send] is a contiguous view, never copied
             out[i] = (delta[i, :n_send].reshape(n_send, p * d) @ gm[i]).T
-        acc[:, first : first + k * n_send] += out.reshape(b, k * n_send).double().cpu() * weight
+        block_acc = acc[:, first : first + k * n_rows].view(b, k, n_rows)
+        block_acc[:, :, lo : lo + n_send] += out.double().cpu() * weight
 
     return fn
 
@@ -118,9 +153,15 @@ def attribution_scores(
     steps: int = 1,
     direction: str = "noising",
     batch_size: int = 8,
+    max_senders: int | None = None,
     progress: Callable[[str, int, int], None] | None = None,
 ) -> PerPair:
-    """EAP (``steps=1``) or EAP-IG (``steps > 1``) estimates of every edge of ``graph`` (see the module doc)."""
+    """EAP (``steps=1``) or EAP-IG (``steps > 1``) estimates of every edge of ``graph`` (see the module doc).
+
+    ``max_senders``: the edges are scored in chunks of edge subsets, the senders of at most that many
+    (:func:`sender_windows`) at a time, so the senders' store is ``[batch, max_senders, pos, d_model]``
+    instead of ``[batch, sender, pos, d_model]``; each chunk repeats the two forwards and the backward
+    passes (cost x the number of chunks, the same values)."""
     check_direction(direction)
     if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
         raise InputError(f"steps must be a whole number >= 1, got {steps!r}", steps=steps)
@@ -131,33 +172,39 @@ def attribution_scores(
     alphas = _alphas(steps, direction)
     batches = clean_set.rows(batch_size)
     norms = head_sum_norms(model)
+    windows = sender_windows(graph, max_senders)
     with edge_flags(model):
         check_edge_model(model, graph)
         for i, rows in enumerate(batches):
             tok_c, lengths, _width = clean_set.batch(rows)
             tok_k, _, _ = corrupt_set.batch(rows)
-            out_c, v_c = senders_of(model, graph, task, rows, tok_c, clean_set)
-            out_k, v_k = senders_of(model, graph, task, rows, tok_k, corrupt_set)
-            clean_vals[rows], corrupt_vals[rows] = v_c.numpy(), v_k.numpy()
-            emb_c, emb_k = out_c[:, 0].clone(), out_k[:, 0].clone()  # copies: views would keep both stores alive
-            base_out, other_out = (out_c, out_k) if direction == "noising" else (out_k, out_c)
-            delta = sender_deltas(graph, norms, base_out, other_out)  # in place: one store of senders' outputs
-            del base_out, other_out
-            del out_c, out_k
             acc = torch.zeros(len(rows), n_edges, dtype=torch.float64)
-            bwd = [
-                (reader_hook(lr, w, model.n_layers), _contract(blk, delta, acc, 1.0 / len(alphas))) for (lr, w), blk in graph.blocks.items()
-            ]
             base_tokens, base_set = (tok_k, corrupt_set) if (steps == 1 and direction == "denoising") else (tok_c, clean_set)
-            for alpha in alphas:
-                leaf = (emb_k + alpha * (emb_c - emb_k)).detach().requires_grad_(True)
+            for wi, (lo, hi) in enumerate(windows):
+                out_c, v_c = senders_of(model, graph, task, rows, tok_c, clean_set, window=(lo, hi))
+                out_k, v_k = senders_of(model, graph, task, rows, tok_k, corrupt_set, window=(lo, hi))
+                if wi == 0:  # the first window holds the embeddings (sender 0)
+                    clean_vals[rows], corrupt_vals[rows] = v_c.numpy(), v_k.numpy()
+                    emb_c, emb_k = out_c[:, 0].clone(), out_k[:, 0].clone()  # copies: views would keep both stores alive
+                base_out, other_out = (out_c, out_k) if direction == "noising" else (out_k, out_c)
+                delta = sender_deltas(graph, norms, base_out, other_out, first=lo)  # in place: one store of senders' outputs
+                del base_out, other_out
+                del out_c, out_k
+                bwd = [
+                    (reader_hook(lr, w, model.n_layers), _contract(blk, delta, acc, 1.0 / len(alphas), lo))
+                    for (lr, w), blk in graph.blocks.items()
+                    if blk[2] > lo
+                ]
+                for alpha in alphas:
+                    leaf = (emb_k + alpha * (emb_c - emb_k)).detach().requires_grad_(True)
 
-                def inject(x: Tensor, hook: Any = None, _leaf: Tensor = leaf) -> Tensor:
-                    return _leaf.to(dtype=x.dtype)
+                    def inject(x: Tensor, hook: Any = None, _leaf: Tensor = leaf) -> Tensor:
+                        return _leaf.to(dtype=x.dtype)
 
-                with torch.enable_grad(), attached(model.bridge, [(EMBED_HOOK, inject)]), attached(model.bridge, bwd, direction="bwd"):
-                    vals = model_values(model, base_tokens, lengths, base_set, rows)
-                    torch.autograd.grad(vals.sum(), [leaf])
+                    with torch.enable_grad(), attached(model.bridge, [(EMBED_HOOK, inject)]), attached(model.bridge, bwd, direction="bwd"):
+                        vals = model_values(model, base_tokens, lengths, base_set, rows)
+                        torch.autograd.grad(vals.sum(), [leaf])
+                del delta
             values[rows] = acc.numpy()
             if progress is not None:
                 progress("eap-ig" if steps > 1 else "eap", i + 1, len(batches))
@@ -175,6 +222,6 @@ def attribution_scores(
         direction=direction,
         edge_ids=np.arange(n_edges),
         steps=steps,
-        forwards=2.0 + 3.0 * len(alphas),  # a backward to the inputs counted as two forwards
-        info={"alphas": alphas, "interpolated_at": EMBED_HOOK},
+        forwards=len(windows) * (2.0 + 3.0 * len(alphas)),  # a backward to the inputs counted as two forwards
+        info={"alphas": alphas, "interpolated_at": EMBED_HOOK, "sender_windows": windows},
     )

@@ -86,21 +86,24 @@ def _heads(layer: int, n_heads: int) -> slice:
     return slice(first, first + n_heads)
 
 
-def sender_deltas(graph: EdgeGraph, norms: list[HeadSumNorm | None], base: Tensor, other: Tensor) -> Tensor:
+def sender_deltas(graph: EdgeGraph, norms: list[HeadSumNorm | None], base: Tensor, other: Tensor, *, first: int = 0) -> Tensor:
     """What each sender's edge adds to a reader's input, ``[batch, sender, pos, d_model]``: ``other - base``,
-    and ``D_h`` (module doc) for the heads of a normalised layer.  Reuses ``other``'s storage."""
+    and ``D_h`` (module doc) for the heads of a normalised layer.  Reuses ``other``'s storage.  ``first``:
+    the sender index of the stores' row 0 (a window of senders; a normalised layer's heads lie all inside it or all outside)."""
     n_h = int(graph.info["n_heads"])
+    n = base.shape[1]
     with torch.no_grad():
-        normed = {}
+        normed: list[tuple[slice, Tensor]] = []
         for layer, hsn in enumerate(norms):
-            if hsn is not None:
-                sl = _heads(layer, n_h)
+            full = _heads(layer, n_h)
+            if hsn is not None and first <= full.start and full.stop <= first + n:
+                sl = slice(full.start - first, full.stop - first)
                 a = hsn.total(base[:, sl])  # [b, p, d]
                 moved = a[:, None] - base[:, sl] + other[:, sl]  # [b, head, p, d]
-                normed[layer] = hsn(moved) - hsn(a)[:, None]
+                normed.append((sl, hsn(moved) - hsn(a)[:, None]))
         delta = other.sub_(base)
-        for layer, d in normed.items():
-            delta[:, _heads(layer, n_h)] = d
+        for sl, d in normed:
+            delta[:, sl] = d
     return delta
 
 

@@ -206,3 +206,25 @@ def test_stability_needs_the_full_samples_sign():
         boot = rng.multinomial(8, np.full(8, 1 / 8), size=4000) @ flip
         assert st[0] == pytest.approx(float((boot > 0).mean()), abs=0.08) and st[0] < 0.8
     assert (stability(-x, np.ones(8), top_n=2, threshold=None, n_bootstrap=50)[1] == 1.0).all()  # one sign throughout: stable
+
+
+@pytest.mark.parametrize("fam", ["gpt2", "gemma2"])
+def test_sender_chunks_give_the_same_scores(family_model, fam):
+    """Edges scored in chunks of edge subsets (the senders of at most max_senders at a time; Gemma 2's normalised
+    heads kept together) equal the one-pass scores, at one pass of forwards and backwards per chunk."""
+    from headlens.analyses.circuits.scores import sender_windows
+
+    model = family_model(fam)
+    graph = build_graph(model)
+    task = induction_task(model, n=3, T=8)
+    windows = sender_windows(graph, 3)  # 4 heads per layer: every unit alone, the embeddings with nothing else
+    assert windows == [(0, 1), (1, 5), (5, 6), (6, 10), (10, 11)]
+    assert sender_windows(graph, 6) == [(0, 6), (6, 11)] and sender_windows(graph, None) == [(0, 11)]
+    for steps in (1, 3):
+        whole = attribution_scores(model, task, graph, steps=steps)
+        chunked = attribution_scores(model, task, graph, steps=steps, max_senders=3)
+        np.testing.assert_allclose(chunked.values, whole.values, atol=1e-6, rtol=1e-5)
+        assert np.abs(whole.values).max() > 1e-2
+        assert chunked.forwards == 5 * whole.forwards
+    with pytest.raises(InputError):
+        attribution_scores(model, task, graph, max_senders=0)
