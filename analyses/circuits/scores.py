@@ -180,6 +180,7 @@ def attribution_scores(
             tok_k, _, _ = corrupt_set.batch(rows)
             acc = torch.zeros(len(rows), n_edges, dtype=torch.float64)
             base_tokens, base_set = (tok_k, corrupt_set) if (steps == 1 and direction == "denoising") else (tok_c, clean_set)
+            emb_c = emb_k = torch.empty(0)  # set by the first window
             for wi, (lo, hi) in enumerate(windows):
                 out_c, v_c = senders_of(model, graph, task, rows, tok_c, clean_set, window=(lo, hi))
                 out_k, v_k = senders_of(model, graph, task, rows, tok_k, corrupt_set, window=(lo, hi))
