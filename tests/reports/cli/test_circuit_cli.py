@@ -77,12 +77,22 @@ def test_circuit_task_file_of_unequal_pairs(runner, tmp_path):
 
 def test_circuit_family_that_cannot_be_patched(runner, tmp_path, family_checkpoint):
     out = tmp_path / "never"
-    result = _run(
-        runner, ["circuit", "-m", str(family_checkpoint("gpt_neo")), "--device", "cpu", "--n-pairs", "4", "--out", str(out), "-q"]
-    )
+    result = _run(runner, ["circuit", "-m", str(family_checkpoint("bert")), "--device", "cpu", "--n-pairs", "4", "--out", str(out), "-q"])
     assert result.exit_code == 2
     assert "edge scores need" in _one_error_line(result)
     assert not out.exists() or not any(out.iterdir())
+
+
+@pytest.mark.parametrize("family", ["gptj", "gemma2"])
+def test_circuit_runs_on_split_and_normed_families(runner, tmp_path, family_checkpoint, family):
+    """GPT-J (q/k/v split by headlens' own hooks, parallel block) and Gemma 2 (post-attention norm, its note in the manifest)."""
+    out = tmp_path / family
+    args = ["circuit", "-m", str(family_checkpoint(family)), "--device", "cpu", "--method", "eap", "--n-pairs", "4"]
+    result = _run(runner, [*args, "--n-bootstrap", "20", "--confirm", "2", "--out", str(out), "-q"])
+    assert result.exit_code == 0, result.output
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["circuit"]["summary"]["graph"]["head_sum_norm"] is (family == "gemma2")
+    assert any("post-attention norm" in n for n in manifest["circuit"]["notes"]) is (family == "gemma2")
 
 
 def test_circuit_keeps_an_existing_folder(runner, tmp_path):
