@@ -3,9 +3,15 @@ report per family.
 
 No test downloads anything: the Hub is switched off before transformers is imported.
 
-Tests marked ``png_figures`` write their figures as PNG only (:func:`tests.helpers.figure_formats`;
-the SVG and PDF copies are most of a quick report's savefig time); session- and module-scoped
-fixtures are set up before the marker's switch, so they ask for PNG themselves (``family_report``).
+Figures are written as PNG only, for the whole session (:func:`tests.helpers.figure_formats`; the
+SVG and PDF copies are most of a quick report's savefig time): session fixtures too.  Tests marked
+``all_figure_formats`` (those that read an SVG or PDF file, or check the file lists that name them)
+write the library's own formats; what they check must be built inside them or in function-scoped
+fixtures (a session fixture is built before the mark's switch, as PNG).
+
+The demo corpus (``headlens.analyses.demo.data.build_corpus()``: the standard library's docstrings
+read and tokenized, tens of seconds) is built once per run for all xdist workers: the
+``demo_corpus`` fixture (:func:`tests.helpers.shared_demo_corpus`).
 """
 
 from __future__ import annotations
@@ -55,6 +61,14 @@ def planted_model(planted_checkpoint):
     from headlens.probes.loading import load_model
 
     return load_model(model=str(planted_checkpoint), device="cpu")
+
+
+@pytest.fixture(scope="session")
+def demo_model():
+    """The demo model (``--model demo``) loaded on the CPU once per session, for the modules that only read it."""
+    import headlens
+
+    return headlens.load_model("demo", device="cpu")
 
 
 @pytest.fixture(scope="session")
@@ -132,33 +146,73 @@ def runner():
     return CliRunner()
 
 
-@pytest.fixture(autouse=True)
+@pytest.fixture(scope="session")
+def library_figure_formats():
+    """The library's own figure formats, read before the session's switch to PNG: give it to
+    ``tests.helpers.figure_formats`` in a session fixture whose tests read SVG or PDF files."""
+    from tests.helpers import library_figure_formats as read
+
+    return read()
+
+
+@pytest.fixture(scope="session", autouse=True)
 def _png_figures(request):
-    """Figures as PNG only in tests marked ``png_figures`` (see the module docstring)."""
-    if request.node.get_closest_marker("png_figures") is None:
+    """Figures as PNG only for the whole session (see the module docstring).  A session of ``lint``
+    tests only (ruff and pyright, no figure) leaves the library unimported."""
+    if all(item.get_closest_marker("lint") for item in request.session.items):
         yield
         return
     from tests.helpers import figure_formats
 
+    request.getfixturevalue("library_figure_formats")  # read before the switch
     with figure_formats():
         yield
+
+
+@pytest.fixture(autouse=True)
+def _all_figure_formats(request, _png_figures):
+    """The library's own figure formats in tests marked ``all_figure_formats``."""
+    if request.node.get_closest_marker("all_figure_formats") is None:
+        yield
+        return
+    from tests.helpers import figure_formats
+
+    with figure_formats(request.getfixturevalue("library_figure_formats")):
+        yield
+
+
+def _run_temp(tmp_path_factory) -> Path:
+    """A folder every xdist worker of this run shares (the workers' base temps lie in it); this
+    run's own base temp without xdist."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+@pytest.fixture(scope="session")
+def demo_corpus(tmp_path_factory):
+    """The demo model's corpus, tokenized once per run for all workers (a file cache keyed by the
+    corpus's and tokenizer's inputs, under a lock); within the session ``build_corpus()`` returns it
+    wherever the demo modules call it (``train``, ``replay``)."""
+    from tests.helpers import demo_corpus_installed, shared_demo_corpus
+
+    corpus = shared_demo_corpus(_run_temp(tmp_path_factory) / "demo-corpus")
+    with demo_corpus_installed(corpus):
+        yield corpus
 
 
 @pytest.fixture(scope="session")
 def family_report(family_checkpoint, runner, tmp_path_factory):
     """``family_report(name)``: ``headlens report --quick`` on the tiny checkpoint of ``name`` (figures
-    as PNG), run once per session: ``(folder, click Result)``.  Every analysis of the report
-    (census, evidence, sinks, zero and mean ablation, pruning, examples, design) runs on the family."""
+    as PNG, as in every test), run once per session: ``(folder, click Result)``.  Every analysis of the
+    report (census, evidence, sinks, zero and mean ablation, pruning, examples, design) runs on the family."""
     from headlens.reports.cli.main import cli
-    from tests.helpers import figure_formats
 
     done: dict[str, tuple[Path, object]] = {}
 
     def get(family: str):
         if family not in done:
             out = tmp_path_factory.mktemp(f"report_{family}") / "report"
-            with figure_formats():
-                res = runner.invoke(cli, ["report", "-m", str(family_checkpoint(family)), "--quick", "-q", "--out", str(out)])
+            res = runner.invoke(cli, ["report", "-m", str(family_checkpoint(family)), "--quick", "-q", "--out", str(out)])
             done[family] = (out, res)
         return done[family]
 

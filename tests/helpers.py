@@ -25,22 +25,114 @@ def assert_close(actual, expected, tol: str = "float32", msg: str = "") -> None:
     torch.testing.assert_close(actual_t, expected_t, atol=atol, rtol=rtol, msg=(lambda m: f"{msg} [{tol}] {m}") if msg else None)
 
 
-#: What tests marked ``png_figures`` write figures as (tests/conftest.py's ``_png_figures``): savefig
-#: is half of a quick report's time, and the SVG and PDF copies are most of it.
+#: What tests write figures as (tests/conftest.py's session-wide ``_png_figures``): savefig is half
+#: of a quick report's time, and the SVG and PDF copies are most of it.  Tests marked
+#: ``all_figure_formats`` (those that read an SVG or PDF, or the file lists that name them) get
+#: the library's own formats back.
 TEST_FIGURE_FORMATS = ("png",)
 
 
-@contextmanager
-def figure_formats(formats: tuple[str, ...] = TEST_FIGURE_FORMATS) -> Iterator[None]:
-    """Within the block, study results (:attr:`headlens.reports.api.result.Result.figure_formats`)
-    and the report's figures (``FIGURE_FORMATS``) are written in ``formats`` only; the manifests and
-    file lists, which read the same attributes, agree.  For tests: the library's defaults stay."""
+def _format_targets() -> list[tuple[object, str]]:
+    """The attributes that decide which formats study results and the report write."""
     from headlens.reports.api.result import Result
     from headlens.reports.render.figures import report as report_figures
     from headlens.reports.runs.report import stage_census
 
+    return [(Result, "figure_formats"), (report_figures, "FIGURE_FORMATS"), (stage_census, "FIGURE_FORMATS")]
+
+
+def library_figure_formats() -> dict[tuple[int, str], tuple[str, ...]]:
+    """The formats the library writes by default, attribute by attribute (for :func:`figure_formats`)."""
+    return {(id(owner), name): tuple(getattr(owner, name)) for owner, name in _format_targets()}
+
+
+@contextmanager
+def figure_formats(formats: tuple[str, ...] | dict[tuple[int, str], tuple[str, ...]] = TEST_FIGURE_FORMATS) -> Iterator[None]:
+    """Within the block, study results (:attr:`headlens.reports.api.result.Result.figure_formats`)
+    and the report's figures (``FIGURE_FORMATS``) are written in ``formats`` only (or, given the
+    dict of :func:`library_figure_formats`, in those); the manifests and file lists, which read the
+    same attributes, agree.  For tests: the library's defaults stay."""
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(Result, "figure_formats", tuple(formats))
-        mp.setattr(report_figures, "FIGURE_FORMATS", tuple(formats))
-        mp.setattr(stage_census, "FIGURE_FORMATS", tuple(formats))
+        for owner, name in _format_targets():
+            mp.setattr(owner, name, tuple(formats[(id(owner), name)] if isinstance(formats, dict) else formats))
+        yield
+
+
+def _demo_corpus_key() -> str:
+    """sha256 of what the demo corpus is made from: the code that reads and tokenizes it, the
+    standard library's files (path, size, mtime) and pydoc topics it reads, the GPT-2 BPE files and
+    the tokenizer library's version."""
+    import hashlib
+    import importlib.metadata
+    import sys
+    import sysconfig
+    from pathlib import Path
+
+    from headlens.analyses.demo import data, documents
+    from headlens.probes import tokenizer_files
+
+    h = hashlib.sha256()
+    for module in (data, documents, tokenizer_files):
+        h.update(Path(str(module.__file__)).read_bytes())
+    versions = [importlib.metadata.version(name) for name in ("transformers", "tokenizers")]
+    h.update(f"{sys.version}|transformers {versions[0]}|tokenizers {versions[1]}".encode())
+    root = Path(sysconfig.get_paths()["stdlib"])
+    h.update(str(root).encode())
+    for path in sorted(p for p in root.rglob("*.py") if not documents._SKIP_DIRS.intersection(p.relative_to(root).parts)):
+        st = path.stat()
+        h.update(f"{path.relative_to(root)}|{st.st_size}|{st.st_mtime_ns}\n".encode())
+    bpe = tokenizer_files._data_dir()
+    for name in ("encoder.json", "vocab.bpe"):
+        h.update((bpe / name).read_bytes())
+    return h.hexdigest()[:24]
+
+
+def shared_demo_corpus(cache_dir):
+    """:func:`headlens.analyses.demo.data.build_corpus`'s corpus, built by the first process that
+    asks and read from ``cache_dir/<key>.pt`` by the others (a file lock around it; every xdist
+    worker of a run shares ``cache_dir``), keyed by :func:`_demo_corpus_key`."""
+    from pathlib import Path
+
+    import torch
+    from filelock import FileLock
+
+    from headlens.analyses.demo.data import Corpus, build_corpus
+
+    cache_dir = Path(cache_dir)
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    key = _demo_corpus_key()
+    path = cache_dir / f"demo-corpus-{key}.pt"
+    with FileLock(str(path) + ".lock"):
+        if not path.is_file():
+            corpus = build_corpus()
+            tmp = path.with_suffix(".tmp")
+            torch.save({"train": corpus.train, "heldout": corpus.heldout, "n_docs": corpus.n_docs, "n_chars": corpus.n_chars}, tmp)
+            tmp.replace(path)
+            return corpus
+    saved = torch.load(path, weights_only=True)
+    return Corpus(train=saved["train"], heldout=saved["heldout"], n_docs=dict(saved["n_docs"]), n_chars=dict(saved["n_chars"]))
+
+
+@contextmanager
+def demo_corpus_installed(corpus) -> Iterator[None]:
+    """Within the block, ``build_corpus()`` (no tokenizer folder: the default corpus) returns
+    ``corpus`` wherever the demo modules call it; with a tokenizer folder it builds as usual."""
+    import importlib
+    import pkgutil
+    import sys
+
+    import headlens.analyses.demo as demo_pkg
+    from headlens.analyses.demo import data
+
+    for info in pkgutil.iter_modules(demo_pkg.__path__):  # every module that may have imported it by name
+        importlib.import_module(f"{demo_pkg.__name__}.{info.name}")
+    original = data.build_corpus
+
+    def build_corpus(tokenizer_dir: str | None = None):
+        return corpus if tokenizer_dir is None else original(tokenizer_dir)
+
+    with pytest.MonkeyPatch.context() as mp:
+        for name, module in list(sys.modules.items()):
+            if name.startswith("headlens.") and getattr(module, "build_corpus", None) is original:
+                mp.setattr(module, "build_corpus", build_corpus)
         yield

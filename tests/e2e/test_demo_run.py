@@ -4,7 +4,6 @@ run as its own command line would be."""
 from __future__ import annotations
 
 import click
-import pytest
 from click.testing import CliRunner
 
 from headlens.reports.cli.demo import MAIN_JOB, demo_group
@@ -89,7 +88,6 @@ def _files(root) -> dict[str, bytes]:
     }
 
 
-@pytest.mark.png_figures
 def test_run_loads_the_model_once_and_writes_what_the_separate_commands_write(tiny_checkpoint, tmp_path, monkeypatch):
     """The steps run one by one (each its own invocation, as five processes would) boot the model four times
     and compute the census twice (classify, the report's census stage); ``demo run`` boots it once and its
@@ -126,7 +124,6 @@ def test_run_loads_the_model_once_and_writes_what_the_separate_commands_write(ti
     assert (together / "report/census/roles.csv").read_bytes() == (together / "census/roles.csv").read_bytes()
 
 
-@pytest.mark.png_figures
 def test_the_report_computes_its_own_census_when_classify_ran_with_other_settings(tiny_checkpoint, tmp_path, monkeypatch):
     """classify with --n-prompts 20 is not the report's census (100 prompts): the stage computes its own; the model still loads once."""
     import headlens.probes.loading as loading

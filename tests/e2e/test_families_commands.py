@@ -22,8 +22,6 @@ from headlens.analyses.synthetic.families import FAMILIES
 from headlens.probes.attention import attention_spec
 from headlens.reports.cli.main import cli
 
-pytestmark = pytest.mark.png_figures  # no test here reads a figure file (test_sinks_cli, test_report do)
-
 #: The Hugging Face output projection (input = concatenated heads, i.e. hook_z) of layer L.
 OUT_PROJ = {
     "gpt2": lambda m, L: m.transformer.h[L].attn.c_proj,
@@ -143,7 +141,7 @@ def test_every_part_of_the_sink_study_runs_on_every_family(family, family_model,
     result.findings()  # the console lines of `headlens sinks`
     result.save(tmp_path / "sinks")
     assert (tmp_path / "sinks" / "manifest.json").is_file() and (tmp_path / "sinks" / "summary.md").is_file()
-    assert list((tmp_path / "sinks").glob("*.png")) and not list((tmp_path / "sinks").glob("*.svg"))  # the png_figures mark
+    assert list((tmp_path / "sinks").glob("*.png")) and not list((tmp_path / "sinks").glob("*.svg"))  # PNG only in tests
 
 
 def test_every_command_runs_on_a_gqa_family(family_checkpoint, tmp_path, runner):

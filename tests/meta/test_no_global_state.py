@@ -62,6 +62,7 @@ def odd_globals():
     torch.set_num_threads(threads)
 
 
+@pytest.mark.all_figure_formats  # reads the SVG files (or the file list naming them)
 def test_census_report_and_ablation_leave_global_state_alone(odd_globals, tiny_model, tmp_path):
     from headlens import reports
     from headlens.analyses.ablation.evalset import text_eval_set
@@ -73,7 +74,7 @@ def test_census_report_and_ablation_leave_global_state_alone(odd_globals, tiny_m
     run_census(tiny_model, CensusConfig(n_prompts=4, seq_len=8, window=16, batch_size=4, n_bootstrap=20))
     _assert_same(before, _snapshot())
 
-    r = reports.build_report(tiny_model, tmp_path / "report", quick=True, example_prompts=PROMPTS)
+    r = reports.build_report(tiny_model, out_dir=tmp_path / "report", quick=True, example_prompts=PROMPTS)
     assert r.ok
     assert list((tmp_path / "report").rglob("*.svg")) and list((tmp_path / "report").rglob("*.png"))
     _assert_same(before, _snapshot())

@@ -29,8 +29,8 @@ FAST = {"n_bootstrap": 20, "attribution": False, "n_windows": 4, "window": 64}
 
 
 @pytest.fixture(scope="module")
-def demo():
-    return headlens.load_model("demo", device="cpu")
+def demo(demo_model):
+    return demo_model  # loaded once per session (tests/conftest.py)
 
 
 def test_ablate_on_the_demo_defaults_to_its_held_out_text_and_says_so(demo):

@@ -86,6 +86,7 @@ def test_prune_resume_after_an_exception_is_identical(tiny_model, tmp_path, monk
         PruneConfig(step=0)
 
 
+@pytest.mark.all_figure_formats  # reads the SVG files (or the file list naming them)
 def test_prune_cli_outputs_and_mask_round_trip_into_ablate(tiny_checkpoint, tmp_path, runner):
     out = tmp_path / "prune"
     res = runner.invoke(

@@ -12,8 +12,8 @@ from headlens.analyses.patching.evidence import EvidenceConfig
 
 
 @pytest.fixture(scope="module")
-def demo():
-    return headlens.load_model("demo")
+def demo(demo_model):
+    return demo_model  # loaded once per session (tests/conftest.py)
 
 
 def test_composition_evidence_lines_match_the_full_scores(demo):

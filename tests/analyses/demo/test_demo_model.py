@@ -17,7 +17,6 @@ from headlens.reports.api.named_models import named_models
 
 pytestmark = [
     pytest.mark.skipif(not (MODEL_DIR / "model.safetensors").is_file(), reason="the demo checkpoint is not shipped in this tree"),
-    pytest.mark.png_figures,  # no test here reads a figure file
 ]
 
 
@@ -80,12 +79,12 @@ def test_learned_heads(census):
 
 
 @pytest.mark.slow
-def test_heldout_loss_clearly_below_unigram(demo, summary):
+def test_heldout_loss_clearly_below_unigram(demo, summary, demo_corpus):
     """Recomputed on 24 held-out windows, with the unigram model of the training split."""
-    from headlens.analyses.demo.data import build_corpus, eval_windows
+    from headlens.analyses.demo.data import eval_windows
     from headlens.analyses.demo.losses import full_loss, unigram_loss
 
-    corpus = build_corpus()
+    corpus = demo_corpus
     windows = eval_windows(corpus.heldout, 256, 24)
     model = demo.bridge.original_model
     loss, unigram = full_loss(model, windows), unigram_loss(corpus.train, windows)
@@ -111,6 +110,7 @@ def test_training_log_has_the_curves():
     assert len(evals) >= 3 and evals[-1]["heldout_loss"] < evals[0]["heldout_loss"] - 3
 
 
+@pytest.mark.usefixtures("demo_corpus")  # replay reads the corpus through build_corpus()
 def test_recipe_reproduces_the_logged_losses():
     """A short rerun of the recipe (same seed, data order, 2 threads) repeats the log to 3 decimals.
 
@@ -164,10 +164,10 @@ def test_quick_report_roles_are_classify_s(tmp_path, runner):
     assert "sink" in census["1.3"], census  # the borderline head the two used to disagree on
 
 
-def test_heldout_text_feeds_the_report(tmp_path, runner):
+def test_heldout_text_feeds_the_report(tmp_path, runner, demo_corpus):
     """``demo heldout`` writes the held-out stream as text (token for token); the report measures
     ablation on it when given --text-file, says so, and records the file's fingerprint."""
-    from headlens.analyses.demo.data import build_corpus, gpt2_tokenizer
+    from headlens.analyses.demo.data import gpt2_tokenizer
     from headlens.reports.cli.main import cli
 
     text_file = tmp_path / "heldout.txt"
@@ -177,7 +177,7 @@ def test_heldout_text_feeds_the_report(tmp_path, runner):
     sha = hashlib.sha256(text.encode()).hexdigest()[:16]
     assert f"sha256 {sha}" in res.output
     ids = gpt2_tokenizer()(text, add_special_tokens=False, verbose=False)["input_ids"]
-    assert ids == build_corpus().heldout[1:].tolist()
+    assert ids == demo_corpus.heldout[1:].tolist()
 
     out = tmp_path / "report"
     skip = "census,sinks,ablation_mean,pruning,examples"

@@ -115,6 +115,7 @@ class _Interrupt(Exception):
     pass
 
 
+@pytest.mark.usefixtures("demo_corpus")  # train() reads the corpus through build_corpus()
 def test_an_interrupted_run_resumes_to_the_same_losses(tmp_path):
     """Save every 2 steps, die at step 5, rerun: the log equals an uninterrupted run's."""
     from headlens.analyses.demo.train import train
@@ -149,6 +150,7 @@ def test_random_rows_can_score_the_first_copy_too():
     assert bool(scored.loss_mask.all()) and not bool(masked.loss_mask.all())
 
 
+@pytest.mark.usefixtures("demo_corpus")  # train() reads the corpus through build_corpus()
 def test_train_command_writes_a_loadable_checkpoint(tmp_path, runner):
     import json
 

@@ -42,6 +42,7 @@ def test_planted_sink_head_holds_at_every_length(planted_model):
     assert np.all(np.diff(uniform) < 0)
 
 
+@pytest.mark.all_figure_formats  # reads the SVG files (or the file list naming them)
 def test_sinks_lengths_cli(runner, planted_checkpoint, tmp_path):
     out = tmp_path / "long"
     res = runner.invoke(

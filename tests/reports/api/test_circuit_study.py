@@ -12,8 +12,8 @@ from headlens.probes.errors import InputError, UnsupportedModelError
 
 
 @pytest.fixture(scope="module")
-def demo():
-    return headlens.load_model("demo")
+def demo(demo_model):
+    return demo_model  # loaded once per session (tests/conftest.py)
 
 
 @pytest.fixture(scope="module")
@@ -45,6 +45,7 @@ def test_demo_induction_circuit_through_k(demo_circuit):
     assert len(heads_to_logits) >= 1
 
 
+@pytest.mark.all_figure_formats  # reads the SVG files (or the file list naming them)
 def test_circuit_save_load_round_trip(demo_circuit, tmp_path):
     out = demo_circuit.save(tmp_path / "c")
     names = sorted(p.name for p in out.iterdir())

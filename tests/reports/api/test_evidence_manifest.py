@@ -16,8 +16,8 @@ from headlens.reports.api.census import CensusResult
 
 
 @pytest.fixture(scope="module")
-def demo():
-    return headlens.load_model("demo", device="cpu")
+def demo(demo_model):
+    return demo_model  # loaded once per session (tests/conftest.py)
 
 
 def _sink_only(census: CensusResult) -> CensusResult:

@@ -50,6 +50,7 @@ def test_registered_and_getitem() -> None:
         result["nope"]
 
 
+@pytest.mark.all_figure_formats  # reads the SVG files (or the file list naming them)
 def test_save_writes_files_and_load_reads_them_back(tmp_path: Path) -> None:
     result = _toy()
     out = result.save(tmp_path / "run")

@@ -21,8 +21,8 @@ from headlens.reports.render.census_summary import NO_INTERVAL
 
 
 @pytest.fixture(scope="module")
-def demo():
-    return headlens.load_model("demo", device="cpu")
+def demo(demo_model):
+    return demo_model  # loaded once per session (tests/conftest.py)
 
 
 @pytest.fixture(scope="module")

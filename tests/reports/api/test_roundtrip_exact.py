@@ -21,8 +21,8 @@ SMALL: dict[str, Any] = {"n_windows": 2, "window": 32}
 
 
 @pytest.fixture(scope="module")
-def demo():
-    return headlens.load_model("demo", device="cpu")
+def demo(demo_model):
+    return demo_model  # loaded once per session (tests/conftest.py)
 
 
 def _studies(demo):

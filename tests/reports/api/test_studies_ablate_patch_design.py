@@ -134,6 +134,7 @@ def test_ablate_save_load_and_the_cli_files(tiny_model, tiny_checkpoint, runner,
     _same_tables(from_cli, res)
 
 
+@pytest.mark.all_figure_formats  # reads the SVG files (or the file list naming them)
 def test_prune_save_load(tiny_model, tmp_path):
     res = prune(tiny_model, step=0.5, random_seeds=1, max_fraction=0.5, **TEXT)
     assert isinstance(res, PruneResult) and len(res.curve) == 2 and 0 <= res.removable_fraction <= 0.5
@@ -171,6 +172,7 @@ def test_gqa_cli_folder_loads_and_equals_the_call(tiny_model, tiny_checkpoint, r
     _displays(back)
 
 
+@pytest.mark.all_figure_formats  # reads the SVG files (or the file list naming them)
 def test_projections_and_kv_round_trip(tiny_model, tmp_path):
     res = projections(tiny_model, roles=False, kinds=("q=k",), layers=(1,), **TEXT)
     assert isinstance(res, ProjectionsResult) and res.role_changes is None and set(res.losses["kind"]) == {"none", "q=k"}
@@ -193,6 +195,7 @@ def test_projections_and_kv_round_trip(tiny_model, tmp_path):
 # --------------------------------------------------------------------------- patch
 
 
+@pytest.mark.all_figure_formats  # reads the SVG files (or the file list naming them)
 def test_patch_cli_folder_loads_and_equals_the_call(planted_model, planted_checkpoint, runner, tmp_path):
     res = patch(planted_model, builtin="induction", n_pairs=6, n_resamples=20, receivers=((1, 0),), dla=True)
     n_heads = planted_model.n_layers * planted_model.n_heads

@@ -41,8 +41,8 @@ NO_MODEL = "no-such-model-here"
 
 
 @pytest.fixture(scope="module")
-def demo():
-    return load_model("demo")
+def demo(demo_model):
+    return demo_model  # loaded once per session (tests/conftest.py)
 
 
 # --------------------------------------------------------------------------- 1: intervals

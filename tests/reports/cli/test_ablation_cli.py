@@ -14,6 +14,7 @@ from headlens.reports.cli.main import cli
 SMALL = ["--n-windows", "3", "--window", "24"]
 
 
+@pytest.mark.all_figure_formats  # reads the SVG files (or the file list naming them)
 def test_ablate_writes_table_manifest_heatmap(runner, tiny_checkpoint, tmp_path):
     out = tmp_path / "abl.csv"
     res = runner.invoke(

@@ -21,6 +21,7 @@ def _one_error_line(result) -> str:
     return lines[0]
 
 
+@pytest.mark.all_figure_formats  # reads the SVG files (or the file list naming them)
 def test_circuit_writes_its_files(runner, tmp_path):
     out = tmp_path / "c"
     args = ["circuit", "-m", "demo", "--device", "cpu", "--method", "eap", "--n-pairs", "8", "--n-bootstrap", "50", "--confirm", "4"]

@@ -26,6 +26,7 @@ def test_detect_writes_table_by_extension(runner, tiny_checkpoint, tmp_path, ext
     assert "repeated" in manifest["stimuli"]
 
 
+@pytest.mark.all_figure_formats  # reads the SVG files (or the file list naming them)
 def test_classify_writes_everything(runner, tiny_checkpoint, tmp_path):
     out = tmp_path / "census"
     res = runner.invoke(cli, ["classify", "-m", str(tiny_checkpoint), *SMALL, "--threshold", "induction=0.4", "--out", str(out)])

@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 
 import pandas as pd
+import pytest
 
 from headlens.reports.cli.main import cli
 
 SMALL = ["--n-prompts", "2", "--batch-size", "8", "--long-tokens", "32", "--attn-windows", "4,16", "--keep-first", "1", "-q"]
 
 
+@pytest.mark.all_figure_formats  # reads the SVG files (or the file list naming them)
 def test_sinks_end_to_end(runner, planted_checkpoint, tmp_path):
     out = tmp_path / "sinks"
     res = runner.invoke(cli, ["sinks", "--model", str(planted_checkpoint), "--out", str(out), *SMALL])

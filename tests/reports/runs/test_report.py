@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 
 from headlens.reports.cli.main import cli
+from tests.helpers import figure_formats
 
 XSS = "<script>alert(1)</script> & \"quotes\" 'too' | pipes"
 PROMPTS = ("When Mary and John went to the store, John gave a drink to", XSS)
@@ -28,15 +29,17 @@ def report_args(model: Path, out: Path, *extra: str) -> list[str]:
 
 
 @pytest.fixture(scope="session")
-def quick_report(tiny_checkpoint, tmp_path_factory, runner):
-    """``(folder, CliRunner result)`` of ``headlens report --quick`` on the tiny checkpoint.
+def quick_report(tiny_checkpoint, tmp_path_factory, runner, library_figure_formats):
+    """``(folder, CliRunner result)`` of ``headlens report --quick`` on the tiny checkpoint, its
+    figures in the library's formats (PNG, SVG, PDF: its tests read them).
 
     Cached at module level, so the browser tests that import this fixture share the one build.
     """
     key = str(tiny_checkpoint)
     if key not in _BUILT:
         out = tmp_path_factory.mktemp("report") / "r"
-        res = runner.invoke(cli, report_args(tiny_checkpoint, out))
+        with figure_formats(library_figure_formats):
+            res = runner.invoke(cli, report_args(tiny_checkpoint, out))
         assert res.exit_code == 0, res.output
         _BUILT[key] = (out, res)
     return _BUILT[key]
@@ -260,7 +263,7 @@ def test_python_api_resumes_and_returns_dataframes(report_copy, tiny_checkpoint)
 def test_python_api_accepts_a_loaded_model(report_copy, tiny_model):
     from headlens import reports
 
-    r = reports.build_report(tiny_model, report_copy, quick=True, example_prompts=PROMPTS)
+    r = reports.build_report(tiny_model, out_dir=report_copy, quick=True, example_prompts=PROMPTS)
     assert r.ok and [s.status for s in r.stages] == ["loaded"] * len(STAGES)
 
 
