@@ -22,8 +22,10 @@ lines; not compared).  DIR/_logs/run.json records DIR and the source tree, whose
 - ``.csv`` cell by cell as text (exact), without the columns of :data:`VOLATILE_COLUMNS`;
 - ``.md``, ``.html`` and ``.txt`` line by line without the lines that show one of
   :data:`VOLATILE_KEYS` as a JSON key (``"created_utc": ...`` of a manifest summary, HTML-escaped
-  in the page);
-- everything else (PNG, SVG, PDF, safetensors, parquet, ...) byte for byte.  The figures are
+  in the page), and with the time cell of the report's stage table written ``<time>``;
+- ``.safetensors``: the JSON header parsed (its ``__metadata__`` key order changes from run to
+  run), the tensor bytes byte for byte;
+- everything else (PNG, SVG, PDF, parquet, npz, ...) byte for byte.  The figures are
   deterministic by the library's own savefig settings (reports/render/figures/common.py:
   ``svg.hashsalt``, no Date / CreationDate / ModDate / Software metadata), so SVG and PDF are not
   filtered at all.
@@ -49,6 +51,8 @@ from typing import Any
 VOLATILE_KEYS = frozenset(
     {
         "created_utc",  # every manifest: when it was written
+        "finished_utc",  # report stage.json: when the stage finished
+        "key_hash",  # report stage.json: hash of its "key", which holds the --text-file path (the key is compared)
         "seconds",  # report stage.json and the report manifest's stages: a stage's wall time
         "wall_s",  # sweep task: wall time
         "cpu_s",  # sweep task: CPU time
@@ -62,8 +66,15 @@ VOLATILE_KEYS = frozenset(
     }
 )
 
-#: CSV columns left out, for the same reasons (sweep/tasks.csv).
-VOLATILE_COLUMNS = frozenset({"wall_s", "host"})
+#: CSV columns left out, for the same reasons (sweep/tasks.csv, sweep/checkpoints.csv).
+VOLATILE_COLUMNS = frozenset({"wall_s", "cpu_s", "census_s", "host"})
+
+#: The report's stage table shows each stage's wall time (report.md and report.html): that cell
+#: is written ``<time>`` before comparing; nothing else on those lines is changed.
+_STAGE_TIME = (
+    re.compile(r"^(\| \d+ \| `[a-z_]+` \|.*\| )\d+(?:\.\d+)? s( \|)$"),
+    re.compile(r'^(<tr id="stage-[a-z_]+".*<td class="num">)\d+(?:\.\d+)? s(</td></tr>)$'),
+)
 
 #: A checkpoint's Hugging Face files: JSON compared whole (after the path substitution), since
 #: their keys are vocabulary or config names, not volatile fields.
@@ -316,7 +327,26 @@ _VOLATILE_LINE = re.compile(rf'^\s*(?:"|&#34;|&quot;)(?:{"|".join(sorted(VOLATIL
 
 
 def _text_lines(text: str) -> list[str]:
-    return [line for line in text.split("\n") if not _VOLATILE_LINE.match(line)]
+    lines = [line for line in text.split("\n") if not _VOLATILE_LINE.match(line)]
+    for pattern in _STAGE_TIME:
+        lines = [pattern.sub(r"\1<time>\2", line) for line in lines]
+    return lines
+
+
+def _safetensors_difference(da: bytes, db: bytes) -> str | None:
+    """A .safetensors file: its JSON header as a parsed object (the safetensors library writes the
+    ``__metadata__`` keys in a different order from run to run), the tensor bytes byte for byte."""
+    import struct
+
+    def split(data: bytes) -> tuple[Any, bytes]:
+        n = struct.unpack("<Q", data[:8])[0]
+        return json.loads(data[8 : 8 + n]), data[8 + n :]
+
+    (ha, ta), (hb, tb) = split(da), split(db)
+    found = _first_json_difference(ha, hb, "header")
+    if found:
+        return found
+    return None if ta == tb else f"tensor bytes differ ({len(ta)} vs {len(tb)} bytes)"
 
 
 def compare_file(rel: str, a: Side, b: Side) -> str | None:
@@ -324,6 +354,8 @@ def compare_file(rel: str, a: Side, b: Side) -> str | None:
     ta, tb = a.text(rel), b.text(rel)
     if ta is None or tb is None:
         da, db = (a.root / rel).read_bytes(), (b.root / rel).read_bytes()
+        if rel.endswith(".safetensors") and da != db:
+            return _safetensors_difference(da, db)
         return None if da == db else f"binary: {len(da)} vs {len(db)} bytes" + ("" if len(da) != len(db) else ", same size")
     name = Path(rel).name
     suffix = Path(rel).suffix
