@@ -61,6 +61,7 @@ from headlens.reports.api.verify import VerifyConfig, VerifyResult, verify
 from headlens.reports.render.attention_view_plots import plot_heads, plot_pattern, plot_patterns
 from headlens.reports.runs.report.build import build_report as report
 from headlens.reports.runs.report.build import load_report
+from headlens.reports.runs.report.settings import ReportSettings
 
 try:
     __version__ = metadata.version("headlens")
@@ -100,6 +101,7 @@ __all__ = [
     "SinkLengthsResult",
     "SinksResult",
     "VerifyConfig",
+    "ReportSettings",
     "VerifyResult",
     "__version__",
     "ablate",
