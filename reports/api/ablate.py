@@ -133,8 +133,9 @@ class AblationResult(TableFileResult):
     @property
     def masked_value(self) -> float:
         """The metric with the mask's heads removed (:attr:`unablated_value` without a mask): each head's
-        ``delta`` is measured from it.  Recorded in the manifest as ``ablation.baseline_value``."""
-        return float(self.info["baseline_value"])
+        ``delta`` is measured from it.  Recorded in the manifest as ``ablation.masked_value`` (and, as
+        before, ``ablation.baseline_value``: a manifest written before ``masked_value`` has only that key)."""
+        return float(self.info.get("masked_value", self.info["baseline_value"]))
 
     @property
     def spearman(self) -> float | None:
@@ -242,7 +243,8 @@ def ablate(
             **setup.manifest_fields(),
             "attribution": run.info.get("attribution", "on" if cfg.attribution else "off (--no-attribution)"),
             "unablated_value": run.unablated_value,
-            "baseline_value": run.masked_value,  # the manifest key of masked_value (files unchanged)
+            "masked_value": run.masked_value,
+            "baseline_value": run.masked_value,  # the older key of masked_value, kept so older readers still work
             "mask": {"file": mask_file, "removed": removed} if head_mask else None,
             "data": data.describe(),
             "spearman_attribution_vs_exact": run.spearman,
