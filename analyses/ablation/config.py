@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from headlens.probes.counts import check_count
 from headlens.probes.errors import InputError
 from headlens.probes.head_lists import as_heads
-from headlens.probes.settings import setting
+from headlens.probes.settings import check_range, setting
 
 __all__ = ["METHODS", "METRICS", "AblationConfig", "PruneConfig", "EvalSpec", "TaskItem"]
 
@@ -79,12 +79,8 @@ class AblationConfig:
             object.__setattr__(self, "heads", as_heads(self.heads, name="heads"))
         if self.method not in METHODS:
             raise InputError(f"unknown ablation method {self.method!r}: choose from {', '.join(METHODS)}", method=self.method)
-        if self.batch_size < 1:
-            raise InputError(f"batch size must be at least 1, got {self.batch_size}")
-        if self.heads_per_forward is not None and self.heads_per_forward < 1:
-            raise InputError(f"heads per forward must be at least 1, got {self.heads_per_forward}")
-        if not 0 < self.ci < 1:
-            raise InputError(f"confidence level must be between 0 and 1, got {self.ci}")
+        for name in ("batch_size", "heads_per_forward", "ci"):  # the declared ranges, in the parameters' names
+            check_range(self, name)
         check_count("n_bootstrap", self.n_bootstrap, minimum=0)
 
 
@@ -114,8 +110,7 @@ class PruneConfig:
         check_count("random_seeds", self.random_seeds, minimum=0)
         if not 0 < self.max_fraction <= 1:
             raise InputError(f"max_fraction must be in (0, 1], got {self.max_fraction}", max_fraction=self.max_fraction)
-        if self.batch_size < 1:
-            raise InputError(f"batch size must be at least 1, got {self.batch_size}")
+        check_range(self, "batch_size")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -186,6 +181,8 @@ class EvalSpec:
     )
 
     def __post_init__(self) -> None:
+        for name in ("n_windows", "window", "n_sentences"):  # the declared ranges, before any text is cut
+            check_range(self, name)
         text, task = ("text_file" if self.text_file else "text"), ("task_file" if self.task_file else "task")
         if self.metric is not None and self.metric not in METRICS:
             raise InputError(f"metric={self.metric!r} is not a metric: choose from {', '.join(METRICS)}", metric=self.metric)
