@@ -1,7 +1,7 @@
 """Every error headlens raises on purpose, in one place.
 
 Each exception carries the fields a caller needs and an ``exit_code`` that the CLI
-turns into the process exit status (documented in the README):
+turns into the process exit status (documented in docs/cli.md, "Exit codes"):
 
 ====  =============================================================
 code  meaning

@@ -130,7 +130,7 @@ def census_summary(
         f"A head gets a role when its score is at least the threshold and the lower end of its interval is at least "
         f"{baseline_factor:g} x the uniform baseline. Referent heads instead need a one-sided sign test over sentence pairs with "
         "Holm-corrected p at most the referent threshold, more than half the pairs won, and an antecedent - distractor interval above 0 "
-        "(README, 'The referent rule'). "
+        "(docs/methods.md, 'The referent rule'). "
         "Thresholds: " + ", ".join(f"{k}={v:g}" for k, v in thresholds.items() if k in set(scores["detector"].astype(str))) + ".",
         "",
     ]

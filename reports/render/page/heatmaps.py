@@ -19,7 +19,7 @@ log = logging.getLogger(__name__)
 
 __all__ = ["heatmaps", "head_grid", "scored_detectors", "ablation_wording", "DETECTOR_NOTES"]
 
-#: Short definitions shown under each detector's heatmap (README "Head scores").
+#: Short definitions shown under each detector's heatmap (docs/methods.md, "Head scores").
 DETECTOR_NOTES = {
     "previous_token": "mean attention from each token to the one before it",
     "next_token": "mean attention from each token to the one after it (encoders; not measurable on causal attention)",
