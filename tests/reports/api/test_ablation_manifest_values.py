@@ -27,7 +27,8 @@ def test_the_manifest_names_the_masked_value_beside_the_unablated_one(tiny_model
     out = res.save(tmp_path / "abl.csv")
     written = json.loads((tmp_path / "abl.manifest.json").read_text())["ablation"]
     assert written["masked_value"] == written["baseline_value"] == res.masked_value
-    assert load(out).masked_value == res.masked_value
+    back = load(out)
+    assert isinstance(back, AblationResult) and back.masked_value == res.masked_value
 
 
 def test_a_manifest_written_before_masked_value_still_reads(tiny_model, tmp_path):
