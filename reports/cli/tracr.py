@@ -22,7 +22,7 @@ def tracr_model_cmd(program: str, out_dir: str, max_seq_len: int | None, overwri
     extra.  Exit codes: 0 written, 2 bad input (or a program tracr cannot compile causally: sort),
     4 --out exists without --overwrite.
     """
-    from headlens.analyses.tracr.build import build_tracr_model
+    from headlens.reports.api.tracr import tracr_model
 
-    built = build_tracr_model(program, out_dir, overwrite=overwrite, max_seq_len=max_seq_len)
+    built = tracr_model(program, out_dir, overwrite=overwrite, max_seq_len=max_seq_len)
     click.echo(built.summary())

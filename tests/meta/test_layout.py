@@ -45,23 +45,14 @@ FLOOR_PENDING: set[str] = set()
 API_ONLY_FLOORS = ("runs", "cli")
 #: ``"a imports b.name (kind)"``: imports by runs/ and cli/ of analyses that are not settings or
 #: constants, still being converted to api calls (helpers remove theirs as they convert; a stale entry fails).
-API_ONLY_PENDING: set[str] = {
-    "headlens.reports.cli.demo imports headlens.analyses.demo.card.loss_bases (function)",
-    "headlens.reports.cli.demo imports headlens.analyses.demo.checkpoints.config_dict (function)",
-    "headlens.reports.cli.demo imports headlens.analyses.demo.checkpoints.save_checkpoint (function)",
-    "headlens.reports.cli.demo imports headlens.analyses.demo.checkpoints.save_step_checkpoint (function)",
-    "headlens.reports.cli.demo imports headlens.analyses.demo.checkpoints.step_folder_name (function)",
-    "headlens.reports.cli.demo imports headlens.analyses.demo.documents.heldout_documents (function)",
-    "headlens.reports.cli.demo imports headlens.analyses.demo.documents.heldout_text (function)",
-    "headlens.reports.cli.demo imports headlens.analyses.demo.replay.replay (function)",
-    "headlens.reports.cli.demo imports headlens.analyses.demo.train.train (function)",
-    "headlens.reports.cli.tracr imports headlens.analyses.tracr.build.build_tracr_model (function)",
-    "headlens.reports.runs.demo_card imports headlens.analyses.demo.card.card_facts (function)",
-    "headlens.reports.runs.demo_card imports headlens.analyses.demo.card.census_of (function)",
-    "headlens.reports.runs.demo_card imports headlens.analyses.demo.card.heldout_text_losses (function)",
-    "headlens.reports.runs.demo_card imports headlens.analyses.demo.card.template_text (function)",
-    "headlens.reports.runs.demo_card imports headlens.analyses.demo.replay.read_log (function)",
-    "headlens.reports.runs.report.settings imports headlens.analyses.ablation.texts.choose_text (function)",
+API_ONLY_PENDING: set[str] = set()
+#: Modules of reports/runs and reports/cli exempt from "call only the api", each with its reason.  Not
+#: pending work: a design rule, like DEFERRED_IN_MODULES (the check fails on an entry that no longer needs it).
+API_ONLY_EXEMPT: dict[str, str] = {
+    "headlens.reports.cli.demo": "`headlens demo train/replay/heldout`: the shipped demo checkpoint's own maintenance "
+    "(training it, replaying its log, writing its held-out text), no study: it has no Result and no api verb to go through",
+    "headlens.reports.runs.demo_card": "the demo checkpoint's MODEL_CARD.md: renders the facts analyses/demo/card.py gathers "
+    "about the checkpoint it describes (the card is written by `demo train`, above), no study",
 }
 
 MAX_LINES = 420
@@ -630,6 +621,10 @@ def test_runs_and_cli_call_only_the_api(modules):
     """reports/runs and reports/cli take from headlens.analyses only settings (dataclasses) and constants;
     what runs an analysis they reach through the api (reports/api)."""
     found = set(api_only_violations(modules))
+    exempt = {v for v in found if v.split(" imports ")[0] in API_ONLY_EXEMPT}
+    stale = sorted(m for m in API_ONLY_EXEMPT if not any(v.startswith(m + " imports ") for v in exempt))
+    assert not stale, "API_ONLY_EXEMPT entries that no longer need it (remove them):\n" + "\n".join(stale)
+    found -= exempt
     assert not (found - API_ONLY_PENDING), "runs/ or cli/ calling analyses (call the api instead):\n" + "\n".join(
         sorted(found - API_ONLY_PENDING)
     )

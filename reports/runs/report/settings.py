@@ -11,11 +11,11 @@ from typing import Any
 
 from headlens.analyses.ablation.pruning import PruneConfig
 from headlens.analyses.ablation.study import AblationConfig
-from headlens.analyses.ablation.texts import TEXT_RULE, choose_text
+from headlens.analyses.ablation.texts import TEXT_RULE
 from headlens.analyses.heads.census import CensusConfig
 from headlens.analyses.sinks.config import SinkConfig
 from headlens.probes.errors import InputError
-from headlens.reports.api.text_files import read_text_file
+from headlens.reports.api.text_files import read_text_file, text_choice
 from headlens.reports.runs.report.report_config import DEFAULT_EXAMPLE_PROMPTS, MAX_EXAMPLE_PROMPTS, ReportConfig
 from headlens.reports.runs.report.stages import STAGES
 
@@ -97,8 +97,7 @@ class ReportSettings(ReportConfig):
 
     def text_choice(self, model: Any = None) -> Any:
         """The :class:`~headlens.analyses.ablation.texts.TextChoice` of ``model`` (None: a model without its own text)."""
-        text = None if self.text_file is None else read_text_file(self.text_file)
-        return choose_text(model, text, text_file=self.text_file)
+        return text_choice(model, self.text_file)
 
     def eval_text_id(self) -> dict[str, Any]:
         """``--text-file`` and its text's SHA-256 (first 16 hex digits), for resume keys and the
