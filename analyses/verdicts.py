@@ -10,9 +10,11 @@ adjacent grouping) states a finding only when all three hold:
   the two windows and their mean), so its "interval" says nothing about the spread;
 * its interval excludes 0; for two estimates, their intervals do not overlap.
 
-Otherwise the reports give the figure with its interval and no conclusion: "not
-distinguishable" where the interval includes 0 (the intervals overlap), or "no finding" with
-the reason.  The reports only word a :class:`Verdict` (:mod:`headlens.reports.render.verdict_text`).
+Otherwise the reports give the figure with its interval and no conclusion: "no finding (smoke
+test)" on every estimate of a smoke test, whatever its interval (over a few windows "not
+distinguishable" is as empty as a difference); else "not distinguishable" where the interval
+includes 0 (the intervals overlap), or "no finding" with the reason.  The reports only word a
+:class:`Verdict` (:mod:`headlens.reports.render.verdict_text`).
 
 A *directed* test (a role's intervention predicts that its figure rises, or falls) is judged by
 :func:`predicted_verdict`, the one rule for every role's evidence
@@ -86,12 +88,15 @@ def difference_verdict(low: Any, high: Any, *, n_items: int | None = None, smoke
     """The verdict on a difference whose interval is ``[low, high]``, over ``n_items`` items
     (``None``: unknown, the item count is not checked); ``smoke``: a smoke-test run.
 
-    An interval that includes 0 is ``not_distinguishable`` whatever the run (that says no more
-    than the numbers); one that excludes 0 is a finding only past the smoke and item checks.
+    A smoke test states no finding whatever the interval (``no_finding``, ``smoke_test``); else an
+    interval that includes 0 is ``not_distinguishable`` (that says no more than the numbers), and
+    one that excludes 0 is a finding only past the item check.
     """
     lo, hi = finite_float(low), finite_float(high)
     if lo is None or hi is None:
         return Verdict(kind=NO_FINDING, why=NO_INTERVAL, n_items=n_items)
+    if smoke:  # before the interval's reading: a smoke test states none
+        return _gate(n_items, True, min_items) or Verdict(kind=NO_FINDING, why=SMOKE, n_items=n_items)
     if lo <= 0.0 <= hi:
         return Verdict(kind=NOT_DISTINGUISHABLE, n_items=n_items)
     gated = _gate(n_items, smoke, min_items)
@@ -109,6 +114,8 @@ def overlap_verdict(
     a_lo, a_hi, b_lo, b_hi = (finite_float(x) for x in (*a, *b))
     if None in (a_lo, a_hi, b_lo, b_hi):
         return Verdict(kind=NO_FINDING, why=NO_INTERVAL, n_items=n_items)
+    if smoke:  # before the interval's reading: a smoke test states none
+        return _gate(n_items, True, min_items) or Verdict(kind=NO_FINDING, why=SMOKE, n_items=n_items)
     if a_lo <= b_hi and b_lo <= a_hi:  # type: ignore[operator]
         return Verdict(kind=NOT_DISTINGUISHABLE, n_items=n_items)
     gated = _gate(n_items, smoke, min_items)

@@ -33,7 +33,7 @@ from headlens.reports.api.journals import JournalOpener
 from headlens.reports.api.models import as_loaded
 from headlens.reports.api.text_files import read_text_file
 from headlens.reports.render.figures.ablation import ablation_heatmap_figure
-from headlens.reports.render.finding_lines import Findings, ablation_findings
+from headlens.reports.render.finding_lines import Findings, ablation_findings, ablation_small_sample_note
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -253,6 +253,9 @@ def ablate(
             "resumed": bool(getattr(opened, "resumed", False)),
         }
     }
+    small = ablation_small_sample_note(extra["ablation"])
+    if small:
+        extra["ablation"]["small_sample_note"] = small  # intervals over fewer than MIN_ITEMS items under-cover
     manifest = build_manifest(
         model=loaded, command=command, seed=cfg.seed, prepend_bos=spec.prepend_bos, configs={"ablation": cfg}, extra=extra
     )

@@ -23,6 +23,7 @@ from headlens.analyses.patching.config import BUILTINS, DIRECTIONS
 from headlens.analyses.patching.dla import run_dla
 from headlens.analyses.patching.pairs import check_pairs, pair_task
 from headlens.analyses.patching.path import PathConfig, check_receivers, run_path_patching
+from headlens.analyses.stats import small_sample_note
 from headlens.probes.errors import InputError
 from headlens.probes.head_lists import as_heads
 from headlens.probes.loading import LoadedModel
@@ -227,7 +228,8 @@ def patch(
         extra["dla"] = d.info
     result = run_patching(loaded, pairs, cfg, progress=progress)
     table = result.table
-    extra["patching"] = result.info
+    small = small_sample_note(len(pairs), items="pairs") if cfg.n_resamples > 0 else None  # intervals over few pairs under-cover
+    extra["patching"] = {**result.info, "small_sample_note": small} if small else result.info
     if attribution:
         est = run_attribution_patching(
             loaded, pairs, batch_size=cfg.batch_size, n_resamples=cfg.n_resamples, seed=cfg.seed, progress=progress

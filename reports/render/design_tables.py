@@ -8,7 +8,7 @@ import html
 import logging
 from typing import Any
 
-from headlens.analyses.verdicts import difference_verdict
+from headlens.analyses.verdicts import NO_FINDING, SMOKE, Verdict, difference_verdict
 from headlens.reports.render.markdown import markdown_cell, markdown_table
 from headlens.reports.render.verdict_text import smoke_sentence, verdict_words
 
@@ -84,12 +84,14 @@ def gqa_reading(s: Any, comparison: Any = None, *, n_items: int | None = None, s
     return out
 
 
-def knockout_reading(losses: Any, roles: Any | None) -> list[str]:
-    """A few lines saying what each whole-layer knockout did to the loss and to the roles."""
+def knockout_reading(losses: Any, roles: Any | None, *, n_items: int | None = None, smoke: bool = False) -> list[str]:
+    """A few lines saying what each whole-layer knockout did to the loss and to the roles
+    (``smoke``: a ``--quick`` run, each loss change marked as stating no finding, from ``n_items`` windows)."""
     out = []
     whole = losses[(losses["head"] == -1) & (losses["kind"] != "none")]
+    mark = f", {verdict_words(Verdict(kind=NO_FINDING, why=SMOKE, n_items=n_items), above='', below='')}" if smoke else ""
     for r in whole.sort_values("loss_change", ascending=False).itertuples(index=False):
-        line = f"- layer {r.layer}, {r.kind}: loss {r.loss_change:+.4f} nats ({r.relative_change:+.1%})"
+        line = f"- layer {r.layer}, {r.kind}: loss {r.loss_change:+.4f} nats ({r.relative_change:+.1%}){mark}"
         if roles is not None:
             ch = roles[(roles["knocked_layer"] == r.layer) & (roles["kind"] == r.kind)]
             lost = [f"{x.layer}.{x.head} {x.lost}" for x in ch.itertuples(index=False) if x.lost]
@@ -158,7 +160,7 @@ def design_section_markdown(
             "",
             markdown_table(tables["knockout_losses"], floatfmt=".4g"),
             "",
-            *knockout_reading(tables["knockout_losses"], roles),
+            *knockout_reading(tables["knockout_losses"], roles, n_items=n_items, smoke=bool(smoke)),
             "",
         ]
     return "\n".join(lines)

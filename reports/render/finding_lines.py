@@ -17,9 +17,11 @@ import pandas as pd
 
 from headlens.analyses.ablation.evalset import METRIC_LABELS
 from headlens.analyses.heads.classify import without_interval
+from headlens.analyses.stats import small_sample_note
 from headlens.reports.render.census_summary import NO_INTERVAL
 from headlens.reports.render.design_tables import gqa_reading, knockout_reading, text_table
 from headlens.reports.render.evidence_text import evidence_lines
+from headlens.reports.render.page.smoke import data_items
 from headlens.reports.render.patching_tables import patch_lines
 from headlens.reports.render.sinks_tables import lengths_lines, seed_text_lines
 
@@ -118,7 +120,10 @@ def patching_findings(result: Any) -> Findings:
         return Findings()
     lines = patch_lines(result)
     reason = result.gap.get("undefined_reason")
-    return Findings(tuple(lines), (f"normalised effects are not reported: {reason}",) if reason else ())
+    notes = [f"normalised effects are not reported: {reason}"] if reason else []
+    info = result.manifest["patching"]
+    small = small_sample_note((info.get("task") or {}).get("n_pairs"), items="pairs") if info.get("n_resamples", 1) > 0 else None
+    return Findings(tuple(lines), tuple(notes + ([small] if small else [])))
 
 
 # -- ablation and pruning ---------------------------------------------------------------------
@@ -151,7 +156,17 @@ def ablation_findings(result: Any) -> Findings:
         )
     if "attribution" in run:
         lines.append(f"attribution {run['attribution']}")
-    return Findings(tuple(lines))
+    return Findings(tuple(lines), tuple(filter(None, [ablation_small_sample_note(info)])))
+
+
+def ablation_small_sample_note(info: dict[str, Any]) -> str | None:
+    """:func:`headlens.analyses.stats.small_sample_note` for an ablation's intervals (``info``: the
+    manifest's ``ablation`` section): their items and level as the run recorded them."""
+    ci = info.get("ci") or {}
+    if ci.get("bootstrap") == 0:
+        return None  # no interval to warn about
+    n, unit = data_items(info)
+    return small_sample_note(n, items=unit, level=float(ci.get("level", 0.95)))
 
 
 #: The pruning curve's columns the command prints.

@@ -42,7 +42,8 @@ def test_the_rule_gives_a_finding_only_past_every_check():
     few = difference_verdict(-0.13, -0.07, n_items=2)
     assert not few.finding and few.why == "few_items"  # 2 windows: the bootstrap takes 3 values
     assert difference_verdict(-0.62, 0.49, n_items=many).kind == "not_distinguishable"
-    assert difference_verdict(-0.62, 0.49, n_items=2, smoke=True).kind == "not_distinguishable"
+    assert difference_verdict(-0.62, 0.49, n_items=2, smoke=True).why == "smoke_test"  # the smoke label wins on every row
+    assert difference_verdict(-0.62, 0.49, n_items=2).kind == "not_distinguishable"
     assert difference_verdict(float("nan"), 0.1, n_items=many).why == "no_interval"
     assert overlap_verdict((1.0, 2.0), (1.5, 3.0), n_items=many).kind == "not_distinguishable"
     assert overlap_verdict((3.1, 4.0), (1.5, 3.0), n_items=many).kind == "above"
@@ -93,7 +94,8 @@ def test_gqa_reading_states_no_finding_from_two_windows_or_a_smoke_test():
     for kwargs in cases:
         text = " ".join(gqa_reading(s, comp, **kwargs))
         assert not any(c in text for c in CONCLUSIONS), text
-        assert "-0.0664 [-0.6239, +0.4910] adjacent (not distinguishable from 0)" in text
+        adjacent = "not distinguishable from 0" if "smoke" not in kwargs else "no finding (smoke test: 16 windows)"
+        assert f"-0.0664 [-0.6239, +0.4910] adjacent ({adjacent})" in text
         assert "similar minus adjacent -0.1029 [-0.1309, -0.0749]: no finding" in text
     full = " ".join(gqa_reading(s, comp, n_items=16))  # the same numbers from 16 windows are findings
     assert "similarity grouping loses less" in full and "similar (lowers the loss)" in full
