@@ -79,7 +79,7 @@ class CircuitConfig:
         if isinstance(self.steps, bool) or not isinstance(self.steps, int) or self.steps < 2:
             raise InputError(f"steps must be a whole number >= 2 (one step is method='eap'), got {self.steps!r}", steps=self.steps)
         if self.top_n is not None and self.threshold is not None:
-            raise InputError("give top_n or threshold, not both", top_n=self.top_n, threshold=self.threshold)
+            raise InputError("give top_n= or threshold=, not both", top_n=self.top_n, threshold=self.threshold)
         if self.top_n is not None:
             check_count("top_n", self.top_n)
         if self.threshold is not None and (

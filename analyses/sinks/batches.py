@@ -1,6 +1,7 @@
 """The token batches of a sink investigation: census sequences, long sequences, framed prompts.
 
-* **Stimuli**: ``window`` tokens (64 in Gu et al.) cut from the project's evaluation text, with
+* **Stimuli**: ``window`` tokens (64 in Gu et al.) cut from the evaluation text (the one
+  :func:`headlens.analyses.ablation.texts.choose_text` chooses, passed in as ``text``), with
   and without a prepended BOS (the BOS counts toward the window), up to ``n_prompts`` sequences
   (Gu et al. used about 100); or the user's prompts, each cut to ``window`` tokens.
 * **Encoders** (BERT): every sequence is ``[CLS] text [SEP]`` (``window`` tokens in all;
@@ -24,7 +25,7 @@ from headlens.probes.errors import InputError
 from headlens.probes.loading import LoadedModel
 from headlens.probes.prompts import TokenBatch, tokenize_prompts
 
-__all__ = ["census_batch", "long_batch", "frame_tokens", "tokenize_framed", "n_windows"]
+__all__ = ["census_batch", "long_batch", "long_length", "frame_tokens", "tokenize_framed", "n_windows"]
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +81,8 @@ def census_batch(model: LoadedModel, config: SinkConfig, prepend_bos: bool, text
 def n_windows(model: LoadedModel, config: SinkConfig, text: str | None = None) -> int:
     """How many evaluation-text windows the census uses (the same for every BOS setting); ``text``: as :func:`census_batch`."""
     n = min(_available_windows(model, config.window, b, text) for b in (*config.bos, False))
+    if n < 1:
+        raise InputError(f"the evaluation text holds no window of window={config.window} tokens; give a longer text=", window=config.window)
     if config.n_prompts is None:
         return min(n, DEFAULT_MAX_PROMPTS)
     if config.n_prompts > n:
@@ -90,10 +93,16 @@ def n_windows(model: LoadedModel, config: SinkConfig, text: str | None = None) -
     return config.n_prompts
 
 
-def long_batch(model: LoadedModel, config: SinkConfig, prepend_bos: bool) -> TokenBatch:
-    """Long evaluation sequences for windowed attention: ``n_long`` windows of ``long_tokens``."""
-    length = config.long_tokens or min(model.n_ctx, 1024)
-    n = min(config.n_long, max(1, _available_windows(model, length, prepend_bos)))
+def long_length(model: LoadedModel, config: SinkConfig) -> int:
+    """Tokens per long sequence of windowed attention: ``long_tokens``, default the context (at most 1024)."""
+    return config.long_tokens or min(model.n_ctx, 1024)
+
+
+def long_batch(model: LoadedModel, config: SinkConfig, prepend_bos: bool, text: str | None = None) -> TokenBatch:
+    """Long evaluation sequences for windowed attention: ``n_long`` windows of ``long_tokens``
+    (fewer when ``text`` holds fewer; ``text``: as :func:`census_batch`)."""
+    length = long_length(model, config)
+    n = min(config.n_long, max(1, _available_windows(model, length, prepend_bos, text)))
     frame = frame_tokens(model, prepend_bos)
-    tokens = text_windows(model.tokenizer, eval_text(), length, n, frame=frame)
+    tokens = text_windows(model.tokenizer, eval_text() if text is None else text, length, n, frame=frame)
     return _tokens_batch(tokens, prepend_bos, frame)

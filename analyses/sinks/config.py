@@ -53,6 +53,13 @@ class SinkConfig:
     prompts: tuple[str, ...] | None = setting(
         None, help="Your own texts instead of the evaluation text (each cut to window tokens).", split=False, cli=False
     )
+    text: str | None = setting(
+        None,
+        help="The text the windows are cut from: the text itself, or heldout (the model's own held-out text) or builtin (the "
+        "shipped text); default: the model's own held-out text when it carries one (the demo model), else the built-in text "
+        "(headlens.analyses.ablation.texts.choose_text, the rule ablate uses; the manifest records which and why).",
+        cli=False,
+    )
     heads: tuple[tuple[int, int], ...] | None = setting(
         None,
         help="Heads whose sink is removed, together and one by one, as LAYER.HEAD,... (default: the sink heads the census finds).",
@@ -102,6 +109,8 @@ class SinkConfig:
             raise InputError(f"cannot skip {', '.join(unknown)}: choose from {', '.join(ANALYSES[1:])}", skip=self.skip)
         if self.prompts is not None and not self.prompts:
             raise InputError("no prompt given")
+        if self.text is not None and not self.text.strip():
+            raise InputError("text= is empty", text=self.text)
 
     def runs(self, name: str) -> bool:
         return name not in self.skip

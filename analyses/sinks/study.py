@@ -29,7 +29,10 @@ Definitions live with the code that computes them:
 * Sink alpha, sink rate, sink heads and the uniform baseline: :mod:`headlens.analyses.sinks.rows`
   (computed by the reducers of :mod:`headlens.analyses.sinks.reducers`; which queries count on
   window and bidirectional layers: :mod:`headlens.analyses.sinks.layers`).
-* Stimuli (evaluation-text windows, BOS settings, encoder framing): :mod:`headlens.analyses.sinks.batches`.
+* Stimuli (evaluation-text windows, BOS settings, encoder framing): :mod:`headlens.analyses.sinks.batches`;
+  which text the windows are cut from: :func:`headlens.analyses.ablation.texts.choose_text`, the
+  rule ablate uses (``config.text``; the default is the model's own held-out text when it carries
+  one, else the built-in text; ``info["text"]`` records which, why, its SHA-256 and length).
 * Secondary sinks and value-norm shares: :mod:`headlens.analyses.sinks.reductions`; sink targets:
   :mod:`headlens.analyses.sinks.targets`.
 * **Encoders** (BERT): every statistic is bidirectional (uniform baseline ``1/n``, alpha over
@@ -51,14 +54,15 @@ from typing import Any
 
 import pandas as pd
 
+from headlens.analyses.ablation.texts import TextChoice, choose_text
 from headlens.analyses.heads.stimulus_sets import model_framing
-from headlens.analyses.sinks.batches import census_batch, frame_tokens, long_batch, n_windows
+from headlens.analyses.sinks.batches import census_batch, frame_tokens, long_batch, long_length, n_windows
 from headlens.analyses.sinks.config import SinkConfig, default_attn_windows
 from headlens.analyses.sinks.content import VARIANTS, content_verdicts, variant_batches
 from headlens.analyses.sinks.intervene import mean_loss, removal_hooks, window_hooks
 from headlens.analyses.sinks.rows import census_rows, layer_rows, rate_row, secondary_rows, target_info, target_rows, value_norm_rows
 from headlens.analyses.sinks.stream import stream_sink_stats
-from headlens.analyses.stimuli import eval_text, text_windows
+from headlens.analyses.stimuli import text_windows
 from headlens.probes.engine import layer_causal
 from headlens.probes.errors import InputError
 from headlens.probes.loading import LoadedModel, check_layers_heads
@@ -109,9 +113,16 @@ def _check_against_model(model: LoadedModel, config: SinkConfig) -> None:
                 f"window={config.window} leaves no text token beside {len(prefix) + len(suffix)} special tokens", window=config.window
             )
     if config.runs("windowed") and not _is_encoder(model):
-        length = config.long_tokens or min(model.n_ctx, 1024)
+        length = long_length(model, config)
         if length > model.n_ctx:
             raise InputError(f"long_tokens={length} is larger than the model's context of {model.n_ctx} tokens", long_tokens=length)
+        beyond = [k for k in config.keep_first if k >= length]
+        if beyond:
+            raise InputError(
+                f"keep_first={beyond[0]} is beyond the {length}-token sequences of windowed attention (it would keep every"
+                f" position, the same as full attention): give keep_first= below {length}",
+                keep_first=beyond[0],
+            )
         for w in config.attn_windows or ():
             if w > length:
                 raise InputError(
@@ -138,8 +149,12 @@ def run_sinks(
     """
     config = config or SinkConfig()
     _check_against_model(model, config)
+    choice = choose_text(model, config.text)
     report = SinksRun(config=config)
-    report.info = {"n_layers": model.n_layers, "n_heads": model.n_heads, "n_ctx": model.n_ctx}
+    report.info = {"n_layers": model.n_layers, "n_heads": model.n_heads, "n_ctx": model.n_ctx, "vocab_size": _vocab_size(model)}
+    if config.prompts is None or (config.runs("windowed") and not _is_encoder(model)):
+        report.info["text"] = choice.describe()
+        log.info("sinks: evaluation windows cut from the %s (%s)", choice.label, choice.why)
 
     def prog(stage: str) -> Callable[[int, int], None] | None:
         report_to = progress
@@ -152,7 +167,7 @@ def run_sinks(
     batches: dict[bool, TokenBatch] = {}
     report.info["framing"] = {_bos_label(b): _framing(model, b) for b in config.bos}
     for bos in config.bos:
-        batch = census_batch(model, config, bos)
+        batch = census_batch(model, config, bos, choice.text)
         batches[bos] = batch
         stats = stream_sink_stats(
             model,
@@ -185,7 +200,7 @@ def run_sinks(
     report.tables["sink_targets"] = pd.DataFrame(head_target_rows)
     report.tables["sink_targets_by_layer"] = pd.DataFrame(layer_target_rows)
     report.info["n_sequences"] = {_bos_label(b): len(batches[b]) for b in config.bos}
-    report.info["stimuli"] = "prompts" if config.prompts is not None else "evaluation text windows"
+    report.info["stimuli"] = "prompts" if config.prompts is not None else f"windows of the {choice.label}"
     if config.runs("secondary"):
         report.tables["secondary_positions"] = pd.DataFrame(pos_rows)
         report.tables["secondary_tokens"] = pd.DataFrame(tok_rows)
@@ -193,7 +208,7 @@ def run_sinks(
     if config.runs("value_norm"):
         report.tables["value_norm"] = pd.DataFrame(vn_rows)
     if config.runs("content"):
-        _run_content(model, config, report, prog)
+        _run_content(model, config, report, prog, choice)
     encoder = _is_encoder(model)
     for name in ("removal", "windowed"):
         if config.runs(name) and encoder:
@@ -204,7 +219,7 @@ def run_sinks(
     if config.runs("removal") and not encoder:
         _run_removal(model, config, report, batches, prog)
     if config.runs("windowed") and not encoder:
-        _run_windowed(model, config, report, prog)
+        _run_windowed(model, config, report, prog, choice)
     return report
 
 
@@ -232,7 +247,7 @@ class _Steps:
         return lambda done, total: report(offset * total + done, self.n_passes * total)
 
 
-def _run_content(model: LoadedModel, config: SinkConfig, report: SinksRun, prog: Callable[[str], Any]) -> None:
+def _run_content(model: LoadedModel, config: SinkConfig, report: SinksRun, prog: Callable[[str], Any], choice: TextChoice) -> None:
     prefix, suffix = frame_tokens(model, True) if _is_encoder(model) else ([model.bos_id] if model.bos_id is not None else [], [])
     if config.prompts is not None:
         body_batch = tokenize_prompts(
@@ -246,8 +261,8 @@ def _run_content(model: LoadedModel, config: SinkConfig, report: SinksRun, prog:
         if config.n_prompts is not None:
             body = body[: config.n_prompts]
     else:
-        n = n_windows(model, config)
-        body = text_windows(model.tokenizer, eval_text(), config.window - 1 - len(suffix), n, frame=([], []))
+        n = n_windows(model, config, choice.text)
+        body = text_windows(model.tokenizer, choice.text, config.window - 1 - len(suffix), n, frame=([], []))
     rows = []
     skipped: dict[str, str] = {}
     first = prefix[0] if prefix else None
@@ -335,10 +350,11 @@ def _run_removal(
     report.tables["removal"] = pd.DataFrame(rows)
 
 
-def _run_windowed(model: LoadedModel, config: SinkConfig, report: SinksRun, prog: Callable[[str], Any]) -> None:
+def _run_windowed(model: LoadedModel, config: SinkConfig, report: SinksRun, prog: Callable[[str], Any], choice: TextChoice) -> None:
     rows = []
     for bos in config.bos:
-        batch = long_batch(model, config, bos)
+        batch = long_batch(model, config, bos, choice.text)
+        report.info.setdefault("n_long_sequences", {})[_bos_label(bos)] = len(batch)
         length = int(batch.tokens.shape[1])
         windows = config.attn_windows or default_attn_windows(length)
         step = _Steps(prog(f"windowed attention, {_bos_label(bos)}"), 1 + len(windows) * len(config.keep_first))

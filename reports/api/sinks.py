@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, overload
 
 import pandas as pd
 
+from headlens.analyses.ablation.texts import TEXT_NAMES
 from headlens.analyses.sinks.config import LengthsConfig, SinkConfig
 from headlens.analyses.sinks.lengths import run_sink_lengths, validate_lengths
 from headlens.analyses.sinks.seed import seed_tables
@@ -32,7 +33,7 @@ from headlens.reports.api.models import as_loaded
 from headlens.reports.api.result import Result, read_manifest
 from headlens.reports.render.figures.sinks import lengths_figure, sink_figure_makers
 from headlens.reports.render.finding_lines import Findings, seed_text_findings, sink_lengths_findings, sinks_findings
-from headlens.reports.render.sinks_tables import summary_markdown, write_tables
+from headlens.reports.render.sinks_tables import sinks_loss_notes, summary_markdown, write_tables
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -89,7 +90,10 @@ class SinksResult(Result):
         """What ``headlens sinks`` prints (:func:`~headlens.reports.render.finding_lines.sinks_findings`)."""
         eps = self.report.config.eps if self.report is not None else _eps(self.manifest)
         info = self.report.info if self.report is not None else (self.manifest.get("sinks") or {})
-        return sinks_findings(self, eps, info if isinstance(info, dict) else {})
+        info = info if isinstance(info, dict) else {}
+        found = sinks_findings(self, eps, info)
+        lines, warnings = sinks_loss_notes(self.tables, info)
+        return Findings(found.lines + tuple(lines), found.warnings + tuple(warnings))
 
     def _figure_makers(self) -> dict[str, Callable[[], Figure]]:
         return sink_figure_makers(self.tables, _eps(self.manifest))
@@ -184,6 +188,7 @@ def sinks(
     n_prompts: int | None = ...,
     bos: tuple[bool, ...] = ...,
     prompts: tuple[str, ...] | None = ...,
+    text: str | None = ...,
     heads: tuple[tuple[int, int], ...] | None = ...,
     max_single: int = ...,
     keep_first: tuple[int, ...] = ...,
@@ -222,6 +227,7 @@ def sinks(
     n_prompts: int | None = ...,
     bos: tuple[bool, ...] = ...,
     prompts: tuple[str, ...] | None = ...,
+    text: str | None = ...,
     heads: tuple[tuple[int, int], ...] | None = ...,
     max_single: int = ...,
     keep_first: tuple[int, ...] = ...,
@@ -260,6 +266,7 @@ def sinks(
     n_prompts: int | None = None,
     bos: tuple[bool, ...] = (False, True),
     prompts: tuple[str, ...] | None = None,
+    text: str | None = None,
     heads: tuple[tuple[int, int], ...] | None = None,
     max_single: int = 8,
     keep_first: tuple[int, ...] = (0, 1, 4),
@@ -293,6 +300,10 @@ def sinks(
     ``window``, ``n_prompts``, ``bos``, ``heads``, ``skip`` ...; or ``config``, keywords overriding
     it); with ``lengths`` only :data:`LENGTHS_KEYWORDS` apply (``n_long`` sequences per length;
     ``attention`` and ``query_block``: :class:`~headlens.analyses.sinks.config.LengthsConfig`'s).
+    ``text``: what the evaluation windows are cut from (a text, ``"heldout"`` or ``"builtin"``;
+    default the model's own held-out text when it carries one, else the built-in text: the rule
+    ablate uses, :func:`~headlens.analyses.ablation.texts.choose_text`; the manifest's
+    ``sinks.text`` records which, why, SHA-256 and length).
     ``prompts_file``: texts to use instead of the evaluation text (one a line, or JSONL with
     ``text``; recorded in the manifest).  ``progress(stage, done, total)`` is called after each batch.
     """
@@ -327,11 +338,20 @@ def sinks(
         command=command,
         seed=config.seed,
         prepend_bos=settings[0] if len(settings) == 1 else None,
-        configs={"sinks": {k: v for k, v in dataclasses.asdict(config).items() if k != "prompts"}},
+        configs={"sinks": _config_record(config)},
         extra={"sinks": {**report.info, "bos_settings": list(settings), "files": files, "prompts_file": prompts_file}},
     )
     result.summary = summary_markdown(report, model_name=loaded.name, figures=figures)
     return result
+
+
+def _config_record(config: SinkConfig) -> dict[str, Any]:
+    """The manifest's ``config.sinks``: every field but the prompts; ``text`` by name when named
+    (a text given is recorded by its SHA-256 and length in ``sinks.text``)."""
+    record = {k: v for k, v in dataclasses.asdict(config).items() if k != "prompts"}
+    if record["text"] is not None and record["text"] not in TEXT_NAMES:
+        record["text"] = "given (see sinks.text)"
+    return record
 
 
 def _lengths(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,14 @@ import pandas as pd
 from headlens.reports.render.markdown import markdown_table
 from headlens.reports.render.tables import write_table
 
-__all__ = ["write_tables", "summary_markdown", "seed_text_lines"]
+__all__ = ["write_tables", "summary_markdown", "seed_text_lines", "sinks_loss_notes", "FEW_SEQUENCES", "NEAR_CHANCE", "DEFINITIONS_PAGE"]
+
+#: Windowed attention on fewer sequences than this (no interval) is flagged as one measurement.
+FEW_SEQUENCES = 20
+#: A loss above this share of log(vocabulary) is flagged: the model is near chance on the text.
+NEAR_CHANCE = 0.8
+#: Where the definitions of the sinks study live (the docs page, not the source).
+DEFINITIONS_PAGE = "docs/studies/sinks.md (and docs/methods.md)"
 
 
 def write_tables(tables: dict[str, pd.DataFrame], out_dir: str | Path) -> list[Path]:
@@ -49,6 +57,40 @@ def seed_text_lines(table: pd.DataFrame, top: int | None) -> list[str]:
         if top is not None and len(sub) > top:
             lines.append(f"... {len(sub) - top} more heads (--top to show them)")
     return lines
+
+
+def sinks_loss_notes(tables: dict[str, pd.DataFrame], info: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """``(lines, warnings)`` on the losses of sink removal and windowed attention: which text they
+    were measured on; windowed attention resting on fewer than :data:`FEW_SEQUENCES` sequences with
+    no interval; a full-attention loss near chance (above :data:`NEAR_CHANCE` x log(vocabulary))."""
+    if "removal" not in tables and "windowed" not in tables:
+        return [], []
+    lines: list[str] = []
+    warnings: list[str] = []
+    text = info.get("text") or {}
+    if text:
+        lines.append(f"losses (sink removal, windowed attention) measured on the {text.get('label')} ({text.get('why')})")
+    vocab = info.get("vocab_size")
+    chance = math.log(vocab) if isinstance(vocab, int) and vocab > 1 else None
+    base = pd.concat(
+        [t[t["removed"] == "none"] for t in [tables.get("removal")] if t is not None]
+        + [t[t["full_attention"]] for t in [tables.get("windowed")] if t is not None]
+    )
+    if chance is not None and len(base) and float(base["loss"].min()) > NEAR_CHANCE * chance:
+        warnings.append(
+            f"the unablated loss ({float(base['loss'].min()):.2f} nats or more) is near chance (log of the vocabulary: {chance:.2f}):"
+            " the model barely predicts this text, so the removal and windowed deltas say little about what the sink does"
+        )
+    if "windowed" in tables:
+        w = tables["windowed"]
+        for bos, n in (info.get("n_long_sequences") or {}).items():
+            if int(n) < FEW_SEQUENCES:
+                length = int(w["seq_tokens"].iloc[0]) if len(w) else 0
+                warnings.append(
+                    f"windowed attention ({bos}) rests on {n} sequence{'s' if int(n) != 1 else ''} of {length} tokens, with no interval:"
+                    " one measurement, not an estimate (more with --n-long)"
+                )
+    return lines, warnings
 
 
 def _frame_text(framing: dict[str, Any]) -> str:
@@ -194,6 +236,9 @@ def summary_markdown(report: Any, *, model_name: str, figures: Sequence[Path] = 
         r = t["removal"].copy()
         r["bos"] = r["bos"].map(_bos)
         out.append(_md(r[["bos", "removed", "n_heads", "loss", "delta_loss"]], floatfmt=".4f"))
+    if "removal" in t or "windowed" in t:
+        lines, warnings = sinks_loss_notes(t, report.info)
+        out += [""] + [f"{line[:1].upper()}{line[1:]}." for line in lines] + [f"**Note**: {w}." for w in warnings]
     if "windowed" in t:
         out += ["", "## Windowed attention (StreamingLLM-style, every head)", ""]
         w = t["windowed"]
@@ -212,7 +257,7 @@ def summary_markdown(report: Any, *, model_name: str, figures: Sequence[Path] = 
         out += ["", "## Not run", ""] + [f"- {name}: {why}" for name, why in skipped.items()]
     if figures:
         out += ["", "## Figures", ""] + [f"- [{p.name}]({p.name})" for p in figures if p.suffix == ".png"]
-    out += ["", "Tables: " + ", ".join(f"{name}.csv" for name in t) + ". Definitions: `analyses/sinks/study.py`.", ""]
+    out += ["", "Tables: " + ", ".join(f"{name}.csv" for name in t) + f". Definitions: {DEFINITIONS_PAGE}.", ""]
     return "\n".join(out)
 
 
