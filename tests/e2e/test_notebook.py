@@ -185,7 +185,7 @@ def test_tutorial_runs_and_shows_what_it_says(kernel_env: Path) -> None:
 
     assert re.search(r"\s1\.3\s+induction\s+\(induction 0\.\d{3} \[", findings_of("census = headlens.census"))
     assert "scores: no interval (too few prompts" in findings_of("headlens.census(model, n_prompts=1")
-    assert re.search(r"evidence: \d+ supported", findings_of("from headlens.analyses.patching.evidence"))
+    assert re.search(r"evidence: \d+ supported", findings_of("tested = headlens.evidence("))
     patched = findings_of("pt = headlens.patch")
     assert "; gap " in patched and "attribution patching" in patched and "by chance" in patched
     assert "heads with the largest |delta|" in findings_of("ablation = headlens.ablate")

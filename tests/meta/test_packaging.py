@@ -51,11 +51,11 @@ def test_wheel_holds_only_the_headlens_package(wheel):
 def test_wheel_holds_the_report_page_templates_and_static_files(wheel):
     """report.html is rendered from template files and inlines CSS/JS files: they must ship."""
     names = set(zipfile.ZipFile(wheel).namelist())
-    page = ROOT / "reports" / "page"
+    page = ROOT / "reports" / "render" / "page"
     shipped = sorted(str(p.relative_to(page)) for d in ("templates", "static") for p in (page / d).rglob("*") if p.is_file())
     assert {"templates/report.html.j2", "templates/macros.html.j2", "static/report.css", "static/report.js"} <= set(shipped)
     for rel in shipped:
-        assert f"headlens/reports/page/{rel}" in names, rel
+        assert f"headlens/reports/render/page/{rel}" in names, rel
 
 
 @pytest.mark.slow

@@ -18,7 +18,7 @@ from headlens.reports.render.page.attention_component import token_label, view_d
 from tests.paths import REPO_ROOT
 
 ROOT = REPO_ROOT
-SCRIPT = ROOT / "reports" / "page" / "static" / "attention_view.js"
+SCRIPT = ROOT / "reports" / "render" / "page" / "static" / "attention_view.js"
 
 #: A stub of the few DOM calls the component makes; prints the token boxes' text as JSON.
 RUNNER = r"""
