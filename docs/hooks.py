@@ -46,7 +46,7 @@ def help_paragraphs(text: str | None) -> str:
 def command_reference(command: click.Command, path: list[str], parent: click.Context | None) -> list[str]:
     """The Markdown of one command (and, for a group, of each of its subcommands)."""
     name = " ".join(path)
-    ctx = click.Context(command, info_name=path[-1], parent=parent)
+    ctx = click.Context(command, info_name=path[-1], parent=parent, **command.context_settings)
     usage = " ".join(command.collect_usage_pieces(ctx))
     lines = [f"{'#' * min(len(path) + 1, 4)} `{name}`", "", f"```text\n{name} {usage}\n```", ""]
     if command.help:
@@ -69,7 +69,7 @@ def cli_reference() -> str:
     """Every command of ``headlens``, in the order of :data:`COMMANDS`."""
     from headlens.reports.cli.main import COMMANDS, cli
 
-    root = click.Context(cli, info_name="headlens")
+    root = click.Context(cli, info_name="headlens", **cli.context_settings)  # -h as well as --help, as the command has
     lines = ["## `headlens`", "", "```text\nheadlens " + " ".join(cli.collect_usage_pieces(root)) + "\n```", ""]
     lines += [help_paragraphs(cli.help), ""]
     lines += ["| option | meaning |", "|---|---|"]

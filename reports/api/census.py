@@ -260,4 +260,6 @@ def census(
     out = CensusResult(
         tables=tables, manifest=manifest, summary=census_summary_of(result.scores, classified, manifest), notes=dict(result.detector_notes)
     )
-    return run_evidence(loaded, out, evidence) if evidence is not None else out
+    # pyright sees this module under two names here (reports.api.census and, through evidence.py's
+    # TYPE_CHECKING import, headlens.reports.api.census): the same class, so the types agree at run time
+    return run_evidence(loaded, out, evidence) if evidence is not None else out  # pyright: ignore[reportReturnType, reportArgumentType]

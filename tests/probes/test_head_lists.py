@@ -1,3 +1,5 @@
+# pyright: reportArgumentType=false, reportCallIssue=false
+# (these tests pass strings, lists and single values where the signatures declare tuples: the studies coerce them)
 """One head-list parser everywhere a head list is accepted (issue 28 item 5):
 ``headlens.patch(model, receivers="1.3")`` raised a raw ``ValueError: not enough values to unpack``
 (probes/loading.py), and "1.3,1.2", ["1.3"] and (1, 3) failed too; only [(1, 3)] worked."""

@@ -15,7 +15,8 @@ from headlens.analyses.ablation.texts import TEXT_RULE
 from headlens.analyses.heads.census import CensusConfig
 from headlens.analyses.sinks.config import SinkConfig
 from headlens.probes.errors import InputError
-from headlens.reports.api.text_files import read_text_file, text_choice
+from headlens.reports.api.eval_text import text_choice
+from headlens.reports.api.text_files import read_text_file
 from headlens.reports.runs.report.report_config import DEFAULT_EXAMPLE_PROMPTS, MAX_EXAMPLE_PROMPTS, ReportConfig
 from headlens.reports.runs.report.stages import STAGES
 

@@ -1,3 +1,5 @@
+# pyright: reportArgumentType=false, reportCallIssue=false
+# (these tests pass strings, lists and single values where the signatures declare tuples: the studies coerce them)
 """A Result's notebook view leads with what its command prints (issue 28 item 6), and ``plot()``
 on a result without figures is a one-line library error (item 10).
 

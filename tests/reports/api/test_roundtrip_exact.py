@@ -1,3 +1,5 @@
+# pyright: reportArgumentType=false, reportCallIssue=false
+# (these tests pass strings, lists and single values where the signatures declare tuples: the studies coerce them)
 """``result.save(d); headlens.load(d)`` gives back the same tables, value for value and dtype for
 dtype, for every study's Result on the demo model (issue 28 item 8: CSVs were written with
 ``%.6g``, 4.7e-6 off; ``dla`` had float layer/head columns; a head name "1.0" came back a float)."""

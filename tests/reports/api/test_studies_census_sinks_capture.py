@@ -1,3 +1,5 @@
+# pyright: reportArgumentType=false, reportCallIssue=false
+# (these tests pass strings, lists and single values where the signatures declare tuples: the studies coerce them)
 """The study calls from Python: ``census``, ``sinks`` (and ``lengths=``), ``capture``, ``verify``.
 
 Each returns a typed Result whose ``save`` writes exactly the files of the matching CLI command

@@ -1,3 +1,5 @@
+# pyright: reportArgumentType=false, reportCallIssue=false
+# (these tests pass strings, lists and single values where the signatures declare tuples: the studies coerce them)
 """The review of the studies' Python API (issue 21): a census without intervals says so, one check
 of thresholds and baseline_factor, settings given as a str or a single value,
 ``load`` of every folder or file a command writes, column dtypes kept by save -> load, the table

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import click
 import pytest
 
 from headlens.reports.cli.main import cli
@@ -125,6 +126,7 @@ def test_circuit_reads_pairs_with_patch_options():
     theirs = {p.name: p for p in patch_cmd.params}
     for name in ("task", "builtin", "n_pairs", "prepend_bos"):
         a, b = ours[name], theirs[name]
+        assert isinstance(a, click.Option) and isinstance(b, click.Option), name
         assert (a.opts, a.default, a.type.to_info_dict(), a.is_flag) == (b.opts, b.default, b.type.to_info_dict(), b.is_flag), name
         assert (a.help == b.help) is (name != "n_pairs"), name
 

@@ -1,3 +1,5 @@
+# pyright: reportArgumentType=false, reportCallIssue=false
+# (these tests pass strings, lists and single values where the signatures declare tuples: the studies coerce them)
 """``headlens patch``: files, one-line errors with their exit codes, --path on the planted checkpoint."""
 
 from __future__ import annotations
