@@ -26,8 +26,8 @@ N_INPUTS = 3 + 9 + 27 + 81 + 243  # every sequence over 3 words, lengths 1..5
 
 
 @pytest.fixture(scope="session")
-def hist_build(tmp_path_factory):
-    return build_tracr_model("hist", tmp_path_factory.mktemp("tracr") / "hist")
+def hist_build(tracr_build):
+    return tracr_build("hist")
 
 
 def test_hist_checkpoint_agrees_with_rasp_on_every_input(hist_build):
@@ -89,8 +89,8 @@ def test_refusals(hist_build, runner):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("program", ["frac_prevs", "reverse", "shift", "detect_pattern"])
-def test_program_checkpoint_agrees_with_rasp(program, tmp_path):
-    built = build_tracr_model(program, tmp_path / program)
+def test_program_checkpoint_agrees_with_rasp(program, tracr_build):
+    built = tracr_build(program)  # built here, or by the first test that asked for it (tests/analyses/tracr/conftest.py)
     assert built.agreement.agrees and built.agreement.n_disagree == 0
     assert built.agreement.n_positions > 0
     truth = read_ground_truth(built.folder)

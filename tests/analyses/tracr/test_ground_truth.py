@@ -42,20 +42,19 @@ def test_labels_apply_both_reasons():
 
 
 @pytest.mark.slow
-def test_reverse_input_dependent_edges_are_the_resample_circuit(tmp_path_factory):
+def test_reverse_input_dependent_edges_are_the_resample_circuit(tracr_build):
     pytest.importorskip("tracr", reason="tracr-pypi is not installed (pip install 'headlens[circuits-bench]')")
     import itertools
 
     import torch
     from transformers import GPT2LMHeadModel
 
-    from headlens.analyses.tracr.build import build_tracr_model
     from headlens.analyses.tracr.ground_truth import true_edges
     from headlens.analyses.tracr.programs import PROGRAMS
     from headlens.analyses.tracr.scoring import score_methods, tracr_task
     from headlens.probes.loading import load_model
 
-    built = build_tracr_model("reverse", tmp_path_factory.mktemp("tracr") / "reverse")
+    built = tracr_build("reverse")
     truth = built.truth
     assert varying_edges(truth) == {("embed", "3.0", "v"), ("3.0", "logits", "logits")}
     assert len(true_edges(truth)) == 13  # every compiled edge kept

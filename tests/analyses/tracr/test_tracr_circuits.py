@@ -23,9 +23,9 @@ from headlens.probes.loading import load_model
 
 
 @pytest.fixture(scope="session")
-def shift6(tmp_path_factory):
+def shift6(tracr_build):
     """shift with inputs up to 6 tokens: context 7 = two copies of 3 random tokens and BOS (the census' shortest)."""
-    return build_tracr_model("shift", tmp_path_factory.mktemp("tracr") / "shift6", max_seq_len=6)
+    return tracr_build("shift", max_seq_len=6)
 
 
 def test_census_names_the_compiled_job_and_nothing_else(shift6, runner, tmp_path):
