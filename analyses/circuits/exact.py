@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from jaxtyping import Float
 from torch import Tensor
 
 from headlens.analyses.ablation.metrics import model_values
@@ -41,18 +42,23 @@ log = logging.getLogger(__name__)
 __all__ = ["exact_scores"]
 
 
-def _add_hook(patches: list[tuple[int, int, int]], delta: Tensor, k: int) -> HookFn:
-    """Reader hook: copy ``c`` of the batch gets ``delta[:, s]`` added to slot ``slot`` (-1: no slot dim)."""
+#: Device memory (bytes) for one group of pairs' stored senders' outputs, deltas and residuals: pairs are
+#: taken together (at least ``batch_size`` of them) while their stores fit, so that the patched forwards
+#: fill ``max_rows`` rows from every pair of the group instead of ``batch_size`` at a time.
+GROUP_BYTES = 512 * 2**20
+
+
+def _add_hook(at: Tensor, slot: Tensor | None, d: Float[Tensor, "row pos d_model"]) -> HookFn:
+    """Reader hook: batch row ``at[i]`` gets ``d[i]`` added (to its slot ``slot[i]`` when the hook point has a slot dim)."""
 
     def fn(x: Tensor, hook: Any = None) -> Tensor:
         x = x.clone()
-        xv = x.view(k, x.shape[0] // k, *x.shape[1:])
-        for c, slot, s in patches:
-            d = delta[:, s, : x.shape[1]].to(device=x.device, dtype=x.dtype)
-            if slot < 0:
-                xv[c] += d
-            else:
-                xv[c, :, :, slot] += d
+        dd = d[:, : x.shape[1]].to(device=x.device, dtype=x.dtype)
+        idx = at.to(x.device)
+        if slot is None:
+            x[idx] += dd
+        else:
+            x[idx, :, slot.to(x.device)] += dd
         return x
 
     return fn
@@ -72,6 +78,28 @@ def _capture(model: LoadedModel, graph: EdgeGraph, tokens: Tensor, data: Any, ro
     with torch.inference_mode(), attached(model.bridge, hooks):
         vals = model_values(model, tokens, data.lengths[list(rows)], data, rows)
     return store["out"].clone(), vals.detach().double().cpu(), resid
+
+
+def _capture_group(
+    model: LoadedModel, graph: EdgeGraph, tokens: Tensor, data: Any, rows: Sequence[int], resid_layers: Sequence[int], per_forward: int
+) -> tuple[Tensor, Tensor, dict[int, Tensor]]:
+    """:func:`_capture` of a group of pairs, ``per_forward`` pairs per forward, the stores concatenated."""
+    parts = [_capture(model, graph, tokens[i : i + per_forward], data, rows[i : i + per_forward], resid_layers)
+             for i in range(0, len(rows), per_forward)]  # fmt: skip
+    out = torch.cat([p[0] for p in parts]) if len(parts) > 1 else parts[0][0]
+    vals = torch.cat([p[1] for p in parts])
+    resid = {layer: torch.cat([p[2][layer] for p in parts]) for layer in resid_layers}
+    return out, vals, resid
+
+
+def _pair_groups(model: LoadedModel, graph: EdgeGraph, data: Any, batch_size: int, n_resid: int) -> list[list[int]]:
+    """Consecutive groups of pairs whose stores (:data:`GROUP_BYTES`) fit; at least ``batch_size`` pairs each."""
+    n = len(data)
+    width = int(data.lengths.max()) if n else 1
+    d_model = int(model.bridge.cfg.d_model)
+    per_pair = 4 * width * d_model * (3 * len(graph.senders()) + 2 * n_resid)  # float32: out_b, out_o/delta, a gathered copy; resid
+    size = max(batch_size, GROUP_BYTES // max(1, per_pair))
+    return [list(range(i, min(i + size, n))) for i in range(0, n, size)]
 
 
 def exact_scores(
@@ -106,52 +134,73 @@ def exact_scores(
     which = e["input"].to_numpy()[ids]
     slot = e["receiver_slot"].to_numpy()[ids]
     sender_idx = _sender_index(graph)[ids]
+    hook_of = np.array([reader_hook(int(r_layer[j]), str(which[j]), n_l) for j in range(len(ids))], dtype=object)
     n = len(task)
     values = np.full((n, len(ids)), np.nan)
     clean_vals, corrupt_vals = np.zeros(n), np.zeros(n)
     rows_run = 0.0
-    batches = base_set.rows(batch_size)
+    needed = sorted({int(s) for s in start if s > 0})
+    groups = _pair_groups(model, graph, base_set, batch_size, len(needed))
     norms = head_sum_norms(model)
     with edge_flags(model):
         check_edge_model(model, graph)
-        for bi, rows in enumerate(batches):
+        for gi, rows in enumerate(groups):
             tok_b, lengths, _width = base_set.batch(rows)
             tok_o, _, _ = other_set.batch(rows)
-            needed = sorted({int(s) for s in start if s > 0})
-            out_b, v_b, resid = _capture(model, graph, tok_b, base_set, rows, needed)
-            out_o, v_o, _ = _capture(model, graph, tok_o, other_set, rows, [])
+            per_forward = max(batch_size, max_rows)
+            if _same_targets(base_set, other_set):  # both runs in one capture: the metric reads the same targets
+                g = len(rows)
+                out, v, resid = _capture_group(model, graph, torch.cat([tok_b, tok_o]), base_set, rows + rows, needed, per_forward)
+                out_b, out_o, v_b, v_o = out[:g], out[g:], v[:g], v[g:]
+                resid = {layer: r[:g] for layer, r in resid.items()}
+                del out
+            else:
+                out_b, v_b, resid = _capture_group(model, graph, tok_b, base_set, rows, needed, per_forward)
+                out_o, v_o, _ = _capture_group(model, graph, tok_o, other_set, rows, [], per_forward)
             (clean_vals if direction == "noising" else corrupt_vals)[rows] = v_b.numpy()
             (corrupt_vals if direction == "noising" else clean_vals)[rows] = v_o.numpy()
             delta = sender_deltas(graph, norms, out_b, out_o)
             del out_b, out_o
-            per_forward = max(1, max_rows // len(rows))
+            # A sender whose output is the same in both runs (delta exactly 0 at every position) patches nothing:
+            # those (edge, pair) values are exactly 0 and their rows are not run.
+            moves = (delta != 0).flatten(2).any(-1).cpu().numpy()  # [pair, sender]
+            rows_arr = np.asarray(rows)
+            # Every moved (edge, pair) row, ordered by start layer (edge-major within a layer), max_rows per forward;
+            # a forward starts at its first row's layer: a row of a later reader runs the blocks between from the
+            # base run's stream, which they leave as in the base run (the patch is at the reader).
+            order = np.argsort(start, kind="stable")
+            pair_of, col_of = np.nonzero(moves[:, sender_idx[order]].T)[::-1]
+            col_of = order[col_of]
+            values[np.ix_(rows_arr, np.arange(len(ids)))] = 0.0
             with torch.inference_mode():
-                for layer in sorted(set(start.tolist())):
-                    cols = np.flatnonzero(start == layer)
-                    for c0 in range(0, len(cols), per_forward):
-                        chunk = cols[c0 : c0 + per_forward]
-                        k = len(chunk)
-                        by_hook: dict[str, list[tuple[int, int, int]]] = {}
-                        for c, j in enumerate(chunk):
-                            by_hook.setdefault(reader_hook(int(r_layer[j]), str(which[j]), n_l), []).append(
-                                (c, int(slot[j]), int(sender_idx[j]))
-                            )
-                        hooks = [(name, _add_hook(p, delta, k)) for name, p in by_hook.items()]
-                        if layer > 0:
-                            r0 = resid[layer].repeat(k, 1, 1)
+                for c0 in range(0, len(pair_of), max_rows):
+                    p_i, c_j = pair_of[c0 : c0 + max_rows], col_of[c0 : c0 + max_rows]
+                    layer = int(start[c_j].min())
+                    hooks = []
+                    for name in dict.fromkeys(hook_of[c_j].tolist()):
+                        at = np.flatnonzero(hook_of[c_j] == name)
+                        sl = slot[c_j[at]]
+                        if (sl < 0).any() != (sl < 0).all():  # a hook point has a slot dim for every reader or for none
+                            raise RuntimeError(f"readers of {name} with and without a slot")
+                        d = delta[torch.from_numpy(p_i[at]).to(delta.device), torch.from_numpy(sender_idx[c_j[at]]).to(delta.device)]
+                        hooks.append((name, _add_hook(torch.from_numpy(at), None if sl[0] < 0 else torch.from_numpy(sl), d)))
+                    g_rows = rows_arr[p_i].tolist()
+                    pick = torch.from_numpy(p_i)
+                    toks, lens = tok_b[pick], lengths[pick]
+                    if layer > 0:
+                        r0 = resid[layer][pick.to(resid[layer].device)]
 
-                            def run(t: Tensor, _r: Tensor = r0, _h: list = hooks, _l: int = int(layer), **kw: Any) -> Any:
-                                return run_from_layer(model, t, _r, _l, _h, **kw)
+                        def run(t: Tensor, _r: Tensor = r0, _h: list = hooks, _l: int = layer, **kw: Any) -> Any:
+                            return run_from_layer(model, t, _r, _l, _h, **kw)
 
-                            vals = model_values(model, tok_b, lengths, base_set, rows, copies=k, run=run)
-                        else:
-                            with attached(model.bridge, hooks):
-                                vals = model_values(model, tok_b, lengths, base_set, rows, copies=k)
-                        vals = vals.detach().double().cpu().view(k, len(rows))
-                        values[np.ix_(np.asarray(rows), chunk)] = (vals - v_b[None, :]).T.numpy()
-                        rows_run += k * len(rows) * (n_l - layer) / n_l
+                        vals = model_values(model, toks, lens, base_set, g_rows, run=run)
+                    else:
+                        with attached(model.bridge, hooks):
+                            vals = model_values(model, toks, lens, base_set, g_rows)
+                    values[rows_arr[p_i], c_j] = (vals.detach().double().cpu() - v_b[pick]).numpy()
+                    rows_run += len(p_i) * (n_l - layer) / n_l
             if progress is not None:
-                progress("exact", bi + 1, len(batches))
+                progress("exact", gi + 1, len(groups))
     return PerPair(
         values=values,
         clean=clean_vals,
@@ -163,6 +212,16 @@ def exact_scores(
         forwards=2.0 + rows_run / max(1, n),
         info={"started_late": late},
     )
+
+
+def _same_targets(a: Any, b: Any) -> bool:
+    """True when two evaluation sets differ only in their tokens (one metric of the same targets)."""
+
+    def same(x: Tensor | None, y: Tensor | None) -> bool:
+        return (x is None and y is None) or (x is not None and y is not None and x.shape == y.shape and bool(torch.equal(x, y)))
+
+    return (a.metric == b.metric and a.loss_start == b.loss_start and same(a.lengths, b.lengths) and same(a.correct, b.correct)
+            and same(a.incorrect, b.incorrect) and same(a.reference, b.reference))  # fmt: skip
 
 
 def _sender_index(graph: EdgeGraph) -> np.ndarray:
