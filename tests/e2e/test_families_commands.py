@@ -8,6 +8,7 @@ and the parts of the sink study it leaves out; the one-study commands' CLI layer
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -128,41 +129,71 @@ def test_the_quick_report_runs_on_every_family(family, family_report):
     assert list(out.rglob("*.png")) and not list(out.rglob("*.pdf"))  # figures as PNG only (tests.helpers.figure_formats)
 
 
-@pytest.mark.parametrize("family", FAMILIES)
-def test_every_part_of_the_sink_study_runs_on_every_family(family, family_model, tmp_path):
-    """The parts ``report --quick`` leaves out of its sink stage (both BOS settings, removal, windowed
-    attention with keep-first), through the api ``headlens sinks`` calls, written as the command writes them."""
-    from headlens.analyses.sinks.config import SinkConfig
-    from headlens.reports.api.sinks import sinks
+#: ``headlens sinks`` with :data:`SINKS` (the GQA family's run of the command below).
+SINKS_ARGS = ["--n-prompts", "2", "--batch-size", "8", "--long-tokens", "32", "--attn-windows", "4,16", "--keep-first", "1"]
+#: The family whose sink study runs through the command, not the api (once, shared by the two tests that need it).
+CLI_FAMILY = "llama"
+#: Keeps the two tests that share the command's run on one xdist worker (``--dist loadgroup``).
+SHARED_SINKS_RUN = pytest.mark.xdist_group("families_llama_sinks")
 
-    result = sinks(family_model(family), SinkConfig(**SINKS))
+
+def _set(config: dict) -> dict:
+    """A configuration's settings that are set (the manifest leaves out those that are None)."""
+    return {k: v for k, v in config.items() if v is not None}
+
+
+@pytest.fixture(scope="module")
+def cli_sinks(family_checkpoint, runner, tmp_path_factory):
+    """``headlens sinks -m <llama> <SINKS> -q --out <folder>``, run once: ``(folder, click Result)``.  Its
+    analysis is the api's with :data:`SINKS` (the command calls it); the sink-study test reads its folder
+    back, the every-command test checks the command."""
+    out = tmp_path_factory.mktemp("sinks_cli") / "sinks"
+    res = runner.invoke(cli, ["sinks", "-m", str(family_checkpoint(CLI_FAMILY)), *SINKS_ARGS, "-q", "--out", str(out)])
+    return out, res
+
+
+@pytest.mark.parametrize("family", [pytest.param(f, marks=SHARED_SINKS_RUN) if f == CLI_FAMILY else f for f in FAMILIES])
+def test_every_part_of_the_sink_study_runs_on_every_family(family, family_model, tmp_path, request):
+    """The parts ``report --quick`` leaves out of its sink stage (both BOS settings, removal, windowed
+    attention with keep-first), through the api ``headlens sinks`` calls, written as the command writes them
+    (on :data:`CLI_FAMILY`: written by the command itself, shared with the every-command test, and read back)."""
+    from headlens.analyses.sinks.config import SinkConfig
+    from headlens.reports.api.sinks import SinksResult, sinks
+
+    if family == CLI_FAMILY:
+        folder, res = request.getfixturevalue("cli_sinks")
+        assert res.exit_code == 0, f"{family} sinks: {res.output}"
+        result = SinksResult.from_folder(folder)
+        ran, api = result.manifest["config"]["sinks"], json.loads(json.dumps(dataclasses.asdict(SinkConfig(**SINKS))))
+        assert _set(ran) == _set(api), (ran, api)  # the command ran the api's study with SINKS
+    else:
+        folder = tmp_path / "sinks"
+        result = sinks(family_model(family), SinkConfig(**SINKS))
     assert {"census", "removal", "windowed"} <= set(result.tables), sorted(result.tables)
     assert all(len(table) for table in result.tables.values()), {k: len(v) for k, v in result.tables.items()}
     result.findings()  # the console lines of `headlens sinks`
-    result.save(tmp_path / "sinks")
-    assert (tmp_path / "sinks" / "manifest.json").is_file() and (tmp_path / "sinks" / "summary.md").is_file()
-    assert list((tmp_path / "sinks").glob("*.png")) and not list((tmp_path / "sinks").glob("*.svg"))  # PNG only in tests
+    if family != CLI_FAMILY:
+        result.save(folder)
+    assert (folder / "manifest.json").is_file() and (folder / "summary.md").is_file()
+    assert list(folder.glob("*.png")) and not list(folder.glob("*.svg"))  # PNG only in tests
 
 
-def test_every_command_runs_on_a_gqa_family(family_checkpoint, tmp_path, runner):
+@SHARED_SINKS_RUN
+def test_every_command_runs_on_a_gqa_family(family_checkpoint, tmp_path, runner, cli_sinks):
     """The one-study commands' CLI layer on a family other than GPT-2 (GQA); their analyses run on
-    every family in the quick report and the sink study above."""
-    m = ["-m", str(family_checkpoint("llama"))]
+    every family in the quick report and the sink study above (``sinks``: the run it shares, :func:`cli_sinks`)."""
+    m = ["-m", str(family_checkpoint(CLI_FAMILY))]
     commands = {
         "detect": ["detect", *m, *CENSUS, "--out", str(tmp_path / "scores.csv")],
         "classify": ["classify", *m, *CENSUS, "--out", str(tmp_path / "census")],
         "ablate": ["ablate", *m, *EVAL, "--method", "mean", "--out", str(tmp_path / "abl.csv")],
         "prune": ["prune", *m, *EVAL, "--step", "0.5", "--max-fraction", "0.5", "--random-seeds", "1", "--out", str(tmp_path / "prune")],
-        "sinks": [
-            "sinks",
-            *m,
-            *("--n-prompts", "2", "--batch-size", "8", "--long-tokens", "32", "--attn-windows", "4,16", "--keep-first", "1"),
-            *("-q", "--out", str(tmp_path / "sinks")),
-        ],
     }
-    for name, args in commands.items():
-        res = runner.invoke(cli, args)
+    results = {name: runner.invoke(cli, args) for name, args in commands.items()}
+    results["sinks"] = cli_sinks[1]
+    for name, res in results.items():
         assert res.exit_code == 0, f"llama {name}: {res.output}"
         assert "Traceback" not in res.output
+    assert (cli_sinks[0] / "manifest.json").is_file()
     manifest = json.loads((tmp_path / "census" / "manifest.json").read_text())
     assert manifest["model"]["architecture"] == "LlamaForCausalLM"

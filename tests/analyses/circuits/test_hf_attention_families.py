@@ -194,15 +194,17 @@ def test_projection_that_does_not_read_the_block_norm_is_refused(family_model):
     assert _hook_count(model) == before
 
 
-def test_bfloat16_is_not_refused(family_checkpoint):
+def test_bfloat16_is_not_refused(family_checkpoint, family_model):
     """In bfloat16 the split projections and the readers' sums carry rounding of ~2e-3: the checks' bounds
-    scale with the dtype's epsilon, so a bfloat16 GPT-J is scored, close to its float32 scores."""
+    scale with the dtype's epsilon, so a bfloat16 GPT-J is scored, close to its float32 scores (the
+    session's float32 GPT-J: ``load_model``'s default dtype)."""
     from headlens.probes.loading import load_model
 
     folder = str(family_checkpoint("gptj"))
     scores = {}
     for dtype in ("float32", "bfloat16"):
-        model = load_model(model=folder, device="cpu", dtype=dtype)
+        model = family_model("gptj") if dtype == "float32" else load_model(model=folder, device="cpu", dtype=dtype)
+        assert next(model.bridge.parameters()).dtype == getattr(torch, dtype)
         task = induction_task(model, n=2, T=6)
         scores[dtype] = attribution_scores(model, task, build_graph(model)).values.mean(0)
     ref, low = scores["float32"], scores["bfloat16"]
