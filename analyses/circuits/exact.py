@@ -32,7 +32,6 @@ from headlens.analyses.circuits.hooks import check_edge_model, edge_flags, reade
 from headlens.analyses.circuits.scores import PerPair, check_direction
 from headlens.analyses.circuits.writes import head_sum_norms, sender_deltas
 from headlens.analyses.patching.pairs import PairTask, pair_eval_sets
-from headlens.analyses.patching.runs import can_start_late
 from headlens.probes.errors import InputError
 from headlens.probes.hooks import HookFn, attached
 from headlens.probes.loading import LoadedModel
@@ -102,6 +101,16 @@ def _pair_groups(model: LoadedModel, graph: EdgeGraph, data: Any, batch_size: in
     return [list(range(i, min(i + size, n))) for i in range(0, n, size)]
 
 
+#: A late start is taken to reproduce the full forward when the control row's metric value (module doc)
+#: is within this of the full forward's, relative to ``max(1, |value|)`` (as
+#: :func:`headlens.analyses.ablation.suffix.check_from_layer` bounds the logits).
+LATE_START_ATOL = 1e-5
+
+
+class _LateStartMismatch(Exception):
+    """A forward continued from a later block did not reproduce the full forward's value."""
+
+
 def exact_scores(
     model: LoadedModel,
     task: PairTask,
@@ -126,28 +135,24 @@ def exact_scores(
     n_l = model.n_layers
     e = graph.edges
     r_layer = e["receiver_layer"].to_numpy()[ids]
-    start = np.minimum(r_layer, n_l - 1)
-    late = can_start_late(model, base_set)
-    if not late:
-        log.info("exact edge patching: a late start does not reproduce this model's forward; every block runs")
-        start = np.zeros_like(start)
     which = e["input"].to_numpy()[ids]
     slot = e["receiver_slot"].to_numpy()[ids]
     sender_idx = _sender_index(graph)[ids]
     hook_of = np.array([reader_hook(int(r_layer[j]), str(which[j]), n_l) for j in range(len(ids))], dtype=object)
     n = len(task)
-    values = np.full((n, len(ids)), np.nan)
-    clean_vals, corrupt_vals = np.zeros(n), np.zeros(n)
-    rows_run = 0.0
-    needed = sorted({int(s) for s in start if s > 0})
-    groups = _pair_groups(model, graph, base_set, batch_size, len(needed))
     norms = head_sum_norms(model)
-    with edge_flags(model):
-        check_edge_model(model, graph)
+
+    def sweep(late: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+        start = np.minimum(r_layer, n_l - 1) if late else np.zeros_like(r_layer)
+        values = np.full((n, len(ids)), np.nan)
+        clean_vals, corrupt_vals = np.zeros(n), np.zeros(n)
+        rows_run = 0.0
+        needed = sorted({int(s) for s in start if s > 0})
+        groups = _pair_groups(model, graph, base_set, batch_size, len(needed))
+        per_forward = max(batch_size, max_rows)
         for gi, rows in enumerate(groups):
             tok_b, lengths, _width = base_set.batch(rows)
             tok_o, _, _ = other_set.batch(rows)
-            per_forward = max(batch_size, max_rows)
             if _same_targets(base_set, other_set):  # both runs in one capture: the metric reads the same targets
                 g = len(rows)
                 out, v, resid = _capture_group(model, graph, torch.cat([tok_b, tok_o]), base_set, rows + rows, needed, per_forward)
@@ -165,11 +170,9 @@ def exact_scores(
             # those (edge, pair) values are exactly 0 and their rows are not run.
             moves = (delta != 0).flatten(2).any(-1).cpu().numpy()  # [pair, sender]
             rows_arr = np.asarray(rows)
-            # Every moved (edge, pair) row, ordered by start layer (edge-major within a layer), max_rows per forward;
-            # a forward starts at its first row's layer: a row of a later reader runs the blocks between from the
-            # base run's stream, which they leave as in the base run (the patch is at the reader).
+            control = int(lengths.argmax())  # the group's longest pair: the late start's check (module doc)
             order = np.argsort(start, kind="stable")
-            pair_of, col_of = np.nonzero(moves[:, sender_idx[order]].T)[::-1]
+            pair_of, col_of = np.nonzero(moves[:, sender_idx[order]].T)[::-1]  # edge-major within a start layer
             col_of = order[col_of]
             values[np.ix_(rows_arr, np.arange(len(ids)))] = 0.0
             with torch.inference_mode():
@@ -184,23 +187,42 @@ def exact_scores(
                             raise RuntimeError(f"readers of {name} with and without a slot")
                         d = delta[torch.from_numpy(p_i[at]).to(delta.device), torch.from_numpy(sender_idx[c_j[at]]).to(delta.device)]
                         hooks.append((name, _add_hook(torch.from_numpy(at), None if sl[0] < 0 else torch.from_numpy(sl), d)))
-                    g_rows = rows_arr[p_i].tolist()
-                    pick = torch.from_numpy(p_i)
-                    toks, lens = tok_b[pick], lengths[pick]
                     if layer > 0:
+                        p_run = np.append(p_i, control)  # the control row: no patch, last in the batch
+                        pick = torch.from_numpy(p_run)
                         r0 = resid[layer][pick.to(resid[layer].device)]
 
                         def run(t: Tensor, _r: Tensor = r0, _h: list = hooks, _l: int = layer, **kw: Any) -> Any:
                             return run_from_layer(model, t, _r, _l, _h, **kw)
 
-                        vals = model_values(model, toks, lens, base_set, g_rows, run=run)
+                        vals = model_values(model, tok_b[pick], lengths[pick], base_set, rows_arr[p_run].tolist(), run=run)
+                        vals = vals.detach().double().cpu()
+                        want, got = float(v_b[control]), float(vals[-1])
+                        if not abs(got - want) <= LATE_START_ATOL * max(1.0, abs(want)):
+                            raise _LateStartMismatch(f"from block {layer}: {got!r} against the full forward's {want!r}")
+                        vals = vals[:-1]
                     else:
+                        pick = torch.from_numpy(p_i)
                         with attached(model.bridge, hooks):
-                            vals = model_values(model, toks, lens, base_set, g_rows)
-                    values[rows_arr[p_i], c_j] = (vals.detach().double().cpu() - v_b[pick]).numpy()
+                            vals = model_values(model, tok_b[pick], lengths[pick], base_set, rows_arr[p_i].tolist())
+                        vals = vals.detach().double().cpu()
+                    values[rows_arr[p_i], c_j] = (vals - v_b[torch.from_numpy(p_i)]).numpy()
                     rows_run += len(p_i) * (n_l - layer) / n_l
             if progress is not None:
                 progress("exact", gi + 1, len(groups))
+        return values, clean_vals, corrupt_vals, rows_run
+
+    late = n_l >= 2
+    with edge_flags(model):
+        check_edge_model(model, graph)
+        try:
+            values, clean_vals, corrupt_vals, rows_run = sweep(late)
+        except _LateStartMismatch as exc:
+            if not late:
+                raise
+            log.info("exact edge patching: a late start does not reproduce this model's forward (%s); every block runs", exc)
+            late = False
+            values, clean_vals, corrupt_vals, rows_run = sweep(late)
     return PerPair(
         values=values,
         clean=clean_vals,
