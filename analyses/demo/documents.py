@@ -14,7 +14,8 @@ import ast
 import hashlib
 import logging
 import sysconfig
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -76,7 +77,7 @@ def stdlib_docstring_documents(
             log.debug("skipping %s: cannot parse it (%s)", path, exc)
             continue
         parts = []
-        for node in ast.walk(tree):
+        for node in _statements(tree):
             if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
                 doc = ast.get_docstring(node, clean=True)
                 if doc and len(doc) >= min_chars:
@@ -84,6 +85,21 @@ def stdlib_docstring_documents(
         if parts:
             docs.append(Document(STDLIB_DOCSTRINGS, name, "\n\n".join(parts)))
     return docs
+
+
+#: The nodes whose fields hold statements: a docstring's owner (a module, class or function) is a
+#: statement, so it lies under these alone, never under an expression.
+_BLOCKS = (ast.mod, ast.stmt, ast.excepthandler, ast.match_case)
+
+
+def _statements(tree: ast.AST) -> Iterator[ast.AST]:
+    """``ast.walk``'s nodes (breadth first, the same order) less every expression and the like:
+    those hold no statement, and walking them was most of the reading."""
+    todo = deque([tree])
+    while todo:
+        node = todo.popleft()
+        todo.extend(child for child in ast.iter_child_nodes(node) if isinstance(child, _BLOCKS))
+        yield node
 
 
 def pydoc_topic_documents() -> list[Document]:

@@ -43,14 +43,20 @@ def chromium_binary() -> str | None:
     return None
 
 
+#: One worker runs this file: one browser and one page for all its tests (split between the two
+#: workers of scripts/test.sh, each launched its own, and built the report if it had not yet).
+pytestmark = pytest.mark.xdist_group("report_browser")
+
+
 @pytest.fixture(scope="module")
-def browser_page(quick_report):  # noqa: F811
+def browser_page(request):
     binary = chromium_binary()
     if binary is None:
         pytest.skip(
             "no Chromium binary found (/usr/bin/chromium, chromium on PATH, or $HEADLENS_CHROMIUM); "
             "install Debian's chromium: apt-get install chromium"
         )
+    report = request.getfixturevalue("quick_report")  # built only where a browser will read it
     from playwright.sync_api import sync_playwright
 
     events: dict[str, list] = {"console": [], "pageerror": [], "dialog": [], "requests": []}
@@ -67,7 +73,7 @@ def browser_page(quick_report):  # noqa: F811
 
             page.on("dialog", dismiss)
             page.on("request", lambda r: events["requests"].append(r.url))
-            url = (quick_report[0] / "report.html").resolve().as_uri()
+            url = (report[0] / "report.html").resolve().as_uri()
             page.goto(url)
             page.wait_for_selector("#detail-body table")
             yield page, events, url

@@ -13,6 +13,9 @@ from tests.paths import REPO_ROOT
 
 ROOT = REPO_ROOT
 
+#: One worker builds the wheel once for every test of this file (scripts/test.sh runs two workers).
+pytestmark = pytest.mark.xdist_group("wheel")
+
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
@@ -66,9 +69,10 @@ def test_wheel_imports_in_a_fresh_venv(wheel, tmp_path):
     own environment through a path file: a directory named in a ``.pth`` file is not a site
     directory, so the editable install's import hook there is never run."""
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    # the venv gets no pip of its own (ensurepip is most of a venv's making): this pip installs into it
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     py = venv / "bin" / "python"
-    subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)], check=True)
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(py), "install", "-q", "--no-deps", "--no-index", str(wheel)], check=True)
     site = subprocess.run(
         [str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], check=True, capture_output=True, text=True
     )

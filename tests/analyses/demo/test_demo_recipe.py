@@ -91,6 +91,24 @@ def test_sampled_softmax_with_every_token_as_negative_is_the_full_softmax():
     assert_close(only, F.cross_entropy(hidden @ weight[pos].T, torch.searchsorted(pos, targets)), tol="float32")
 
 
+def test_window_losses_are_the_full_softmax_cross_entropy():
+    """The blocked log-sum-exp over the vocabulary is the plain full-softmax cross-entropy, window by
+    window (189 targets: a full and a partial block of targets; 50,257 ids: a partial last vocabulary block)."""
+    from headlens.analyses.demo.losses import full_loss, window_losses
+    from headlens.analyses.demo.train import build_model
+
+    model = build_model(replace(RECIPE, n_layer=1, n_head=2, d_model=16, n_ctx=64, wte_std=1.0)).eval()
+    windows = torch.randint(0, BOS_ID, (3, 64), generator=torch.Generator().manual_seed(0))
+    windows[:, 0] = BOS_ID
+    with torch.no_grad():
+        logits = model(input_ids=windows).logits[:, :-1]
+    want = F.cross_entropy(logits.transpose(1, 2), windows[:, 1:], reduction="none").mean(dim=1)
+    got = window_losses(model, windows, batch_size=2)
+    assert got.dtype == torch.float64 and got.shape == (3,)
+    assert_close(got, want, tol="float32")
+    assert_close(full_loss(model, windows), want.mean(), tol="float32")
+
+
 def test_schedule_is_set_by_the_recipe_not_by_the_stopping_step():
     assert lr_at(1, RECIPE) == pytest.approx(RECIPE.lr / RECIPE.warmup_steps)
     assert lr_at(RECIPE.warmup_steps, RECIPE) == pytest.approx(RECIPE.lr)
