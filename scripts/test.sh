@@ -12,7 +12,11 @@ if [ "${HEADLENS_SETUP:-1}" != 0 ]; then
 fi
 # Two worker processes (pytest-xdist), each with one torch thread: the 2-core machines then run two
 # tests at once instead of one test on two threads (much of the suite waits on subprocesses, Ray
-# and Chromium).  Tests marked with one xdist_group (Ray's) run on the same worker, one after another.
+# and Chromium).  `--dist loadfile`: every test module runs on one worker, so a module-scoped
+# fixture (a checkpoint, a local Ray, a study run shared by a module's tests) is built once, not
+# once per worker.  (`--dist loadgroup` did not group: pytest-xdist 3.8 marks a group by setting
+# item._nodeid, which pytest 9 no longer reads, so the xdist_group marks were ignored and every
+# test went to whichever worker was free.)
 # HEADLENS_TEST_WORKERS=0 runs everything in this process.
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} MKL_NUM_THREADS=${MKL_NUM_THREADS:-1}
-exec .venv/bin/python -m pytest -q -n "${HEADLENS_TEST_WORKERS:-2}" --dist loadgroup --durations=15 "$@"
+exec .venv/bin/python -m pytest -q -n "${HEADLENS_TEST_WORKERS:-2}" --dist loadfile --durations=15 "$@"
