@@ -13,6 +13,7 @@ Each scan is also run on a small bad snippet, so that it is seen to fail.
 from __future__ import annotations
 
 import ast
+import functools
 
 from tests.paths import REPO_ROOT
 
@@ -21,6 +22,12 @@ LAYERS = ("probes", "analyses", "reports", "src/headlens")
 
 
 def _modules() -> dict[str, ast.Module]:
+    """The package's modules, parsed once per session (every scan reads them; none changes a tree): a new dict each call."""
+    return dict(_parsed())
+
+
+@functools.cache
+def _parsed() -> dict[str, ast.Module]:
     out = {}
     for layer in LAYERS:
         for path in sorted((ROOT / layer).rglob("*.py")):
@@ -63,20 +70,20 @@ def _calls(fn: ast.AST) -> set[str]:
 
 
 def visibility_violations(modules: dict[str, ast.Module]) -> list[str]:
-    fns = [(rel, fn) for rel, tree in modules.items() for fn in _functions(tree)]
+    fns = [(rel, fn, _calls(fn)) for rel, tree in modules.items() for fn in _functions(tree)]  # each function's calls, found once
     # the functions that reach probes.attention.visible, directly or through one that does
     reach = {"visible"}
     while True:
-        more = {fn.name for _, fn in fns if _calls(fn) & reach} - reach
+        more = {fn.name for _, fn, calls in fns if calls & reach} - reach
         if not more:
             break
         reach |= more
     bad = []
-    for rel, fn in fns:
+    for rel, fn, calls in fns:
         one = rel == "probes/attention.py" and fn.name == "visible"
         if not one and any(_window_compare(n) for n in ast.walk(fn)):
             bad.append(f"{rel}: {fn.name} writes the window rule itself")
-        if not one and ("visible" in fn.name.lower() or "allowed" in fn.name.lower()) and not _calls(fn) & reach:
+        if not one and ("visible" in fn.name.lower() or "allowed" in fn.name.lower()) and not calls & reach:
             bad.append(f"{rel}: {fn.name} decides visibility without probes.attention.visible")
     return bad
 

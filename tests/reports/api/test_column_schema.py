@@ -34,6 +34,7 @@ from headlens.reports.api.census import DetectResult
 from headlens.reports.api.result import RESULT_KINDS
 from headlens.reports.api.schema import DTYPES, SCHEMAS, Column, mismatches, schema_of
 from headlens.reports.api.sinks import SeedTextResult
+from tests.reports.api.conftest import DEMO_STUDIES, SMALL
 
 demo_only = pytest.mark.skipif(not (MODEL_DIR / "model.safetensors").is_file(), reason="the demo checkpoint is not shipped in this tree")
 
@@ -106,44 +107,29 @@ def test_the_comparison_finds_every_kind_of_difference():
 
 # --------------------------------------------------------------------------- every table on the demo
 
-SMALL: dict[str, Any] = {"n_windows": 2, "window": 32}
 TASK = [TaskItem(prompt="When Mary and John went to the store, John gave a drink to", correct=" Mary", incorrect=" John")]
 
 
-@pytest.fixture(scope="module")
-def demo():
-    return headlens.load_model("demo", device="cpu")
+#: Kinds whose run (same study, same settings) test_roundtrip_exact.py checks too: the result and its
+#: saved-and-read copy are shared with it (``demo_saved``, tests/reports/api/conftest.py).
+SHARED = {"sinks": "sinks", "ablation": "ablate", "pruning": "prune", "patching": "patch", "verify": "verify", "kv": "kv"}
 
 
-def _studies(demo) -> dict[str, Any]:
-    """Each study with small settings and every optional table and column on."""
+def _studies(demo, shared) -> dict[str, Any]:
+    """The other studies, each with small settings and every optional table and column on (census
+    and detect read the shared plain census, ``demo_study("census")``)."""
 
     def census():
-        return headlens.evidence(demo, headlens.census(demo, n_prompts=8, n_bootstrap=20), n=4, T=8, smoke=True)
+        return headlens.evidence(demo, shared("census"), n=4, T=8, smoke=True)  # a new result: the shared census is left as it was
 
     return {
         "census": census,
-        "detect": lambda: DetectResult(tables={"scores": headlens.census(demo, n_prompts=8, n_bootstrap=20).scores}),
-        "sinks": lambda: headlens.sinks(demo, n_prompts=4, n_long=1, long_tokens=64, attn_windows=(8,), max_single=1),
+        "detect": lambda: DetectResult(tables={"scores": shared("census").scores}),
         "sink_lengths": lambda: headlens.sinks(demo, lengths=(32,), n_long=1),
         "sink_seed_text": lambda: SeedTextResult(tables={"seed_text": seed_tables(demo, "The cat sat on the mat.", (True, False))}),
-        "ablation": lambda: headlens.ablate(demo, n_bootstrap=20, **SMALL),
-        "pruning": lambda: headlens.prune(demo, step=0.5, random_seeds=1, **SMALL),
-        "patching": lambda: headlens.patch(
-            demo,
-            builtin="induction",
-            n_pairs=6,
-            n_resamples=20,
-            receivers=((1, 0),),
-            attribution=True,
-            dla=True,
-            directions=("denoising", "noising"),
-        ),
         "circuit": lambda: headlens.circuit(demo, builtin="induction", n_pairs=4, n_bootstrap=10, confirm=2, curve_points=2, steps=2),
         "composition": lambda: headlens.composition(demo, n_baseline=20, n_tokens=50),
         "capture": lambda: headlens.capture(demo, prompts="The cat sat on the mat. The cat sat on the mat.", what=("q",), verify=True),
-        "verify": lambda: headlens.verify(demo),
-        "kv": lambda: headlens.kv(demo),
         "gqa": lambda: headlens.gqa(demo, task=TASK, **SMALL),
         "projections": lambda: headlens.projections(demo, n_windows=1, window=16, n_prompts=4),
     }
@@ -151,16 +137,21 @@ def _studies(demo) -> dict[str, Any]:
 
 @demo_only
 @pytest.mark.slow
+@pytest.mark.xdist_group(DEMO_STUDIES)
 @pytest.mark.parametrize("kind", sorted(SCHEMAS))
-def test_every_table_of_every_study_has_the_schemas_columns_and_dtypes(demo, kind, tmp_path):
-    result = _studies(demo)[kind]()
+def test_every_table_of_every_study_has_the_schemas_columns_and_dtypes(demo_model, demo_study, demo_saved, kind, tmp_path):
+    if kind in SHARED:
+        result, back = demo_saved(SHARED[kind])
+    else:
+        result, back = _studies(demo_model, demo_study)[kind](), None
     assert result.kind == kind and result.tables
     assert result.schema_mismatches() == []
     if kind in ("detect", "sink_seed_text"):
         return  # written by their commands, not by a study's save
-    out = tmp_path / (f"{kind}.csv" if kind in ("ablation", "kv") else kind)
-    result.save(out)
-    back = headlens.load(out)
+    if back is None:
+        out = tmp_path / (f"{kind}.csv" if kind in ("ablation", "kv") else kind)
+        result.save(out)
+        back = headlens.load(out)
     assert back.schema_mismatches() == [] and {n: dict(t.dtypes) for n, t in back.tables.items()} == {
         n: dict(t.dtypes) for n, t in result.tables.items()
     }

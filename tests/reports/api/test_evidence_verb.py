@@ -20,9 +20,16 @@ def planted_census(planted_model) -> CensusResult:
     return headlens.census(planted_model, n_prompts=8, seed=0)
 
 
-def test_evidence_returns_a_new_result_and_leaves_the_census_alone(planted_model, planted_census):
+@pytest.fixture(scope="module")
+def verb_run(planted_model, planted_census) -> tuple[dict[str, pd.DataFrame], CensusResult]:
+    """``headlens.evidence(planted_model, planted_census, **SMOKE)`` run once for the two tests that read
+    it, with the census's tables as they were just before it: ``(before, tested)``."""
     before = {name: table.copy() for name, table in planted_census.tables.items()}
-    tested = headlens.evidence(planted_model, planted_census, **SMOKE)
+    return before, headlens.evidence(planted_model, planted_census, **SMOKE)
+
+
+def test_evidence_returns_a_new_result_and_leaves_the_census_alone(planted_census, verb_run):
+    before, tested = verb_run
     assert isinstance(tested, CensusResult) and tested is not planted_census
     assert planted_census.evidence is None and "evidence" not in planted_census.heads.columns
     for name, table in before.items():
@@ -36,9 +43,9 @@ def test_evidence_returns_a_new_result_and_leaves_the_census_alone(planted_model
     assert "evidence" not in planted_census.manifest and "## Evidence" in tested.summary
 
 
-def test_census_with_evidence_is_the_verb(planted_model, planted_census):
+def test_census_with_evidence_is_the_verb(planted_model, verb_run):
     via_census = headlens.census(planted_model, n_prompts=8, seed=0, evidence=EvidenceConfig(**SMOKE))
-    via_verb = headlens.evidence(planted_model, planted_census, EvidenceConfig(**SMOKE))
+    _, via_verb = verb_run  # the verb on the same census with the same settings (SMOKE as keywords: EvidenceConfig(**SMOKE))
     assert via_census.evidence is not None and via_verb.evidence is not None
     pd.testing.assert_frame_equal(via_census.evidence, via_verb.evidence)
     pd.testing.assert_frame_equal(via_census.heads, via_verb.heads)

@@ -1,12 +1,8 @@
-# pyright: reportArgumentType=false, reportCallIssue=false
-# (these tests pass strings, lists and single values where the signatures declare tuples: the studies coerce them)
 """``result.save(d); headlens.load(d)`` gives back the same tables, value for value and dtype for
 dtype, for every study's Result on the demo model (issue 28 item 8: CSVs were written with
 ``%.6g``, 4.7e-6 off; ``dla`` had float layer/head columns; a head name "1.0" came back a float)."""
 
 from __future__ import annotations
-
-from typing import Any
 
 import pandas as pd
 import pytest
@@ -15,11 +11,9 @@ import headlens
 from headlens.analyses.demo import MODEL_DIR
 from headlens.reports.api.result import read_csv_table
 from headlens.reports.render.tables import write_table
+from tests.reports.api.conftest import DEMO_STUDIES, SMALL
 
 pytestmark = pytest.mark.skipif(not (MODEL_DIR / "model.safetensors").is_file(), reason="the demo checkpoint is not shipped in this tree")
-
-#: Small runs: the round trip is under test, not the statistics.
-SMALL: dict[str, Any] = {"n_windows": 2, "window": 32}
 
 
 @pytest.fixture(scope="module")
@@ -27,31 +21,31 @@ def demo(demo_model):
     return demo_model  # loaded once per session (tests/conftest.py)
 
 
+#: Small runs: the round trip is under test, not the statistics.  These are the runs test_column_schema.py
+#: checks too (census; sinks with every part on; ablate; prune; patch with path patching, attribution,
+#: DLA and both directions; kv; verify): each is run, saved and read back once for both
+#: (``demo_saved``, tests/reports/api/conftest.py).
+SHARED = ("census", "sinks", "ablate", "prune", "patch", "kv", "verify")
+
+
 def _studies(demo):
-    yield "census", lambda: headlens.census(demo, n_prompts=12, n_bootstrap=50)
-    yield "sinks", lambda: headlens.sinks(demo, n_prompts=12, skip=("content", "secondary", "value_norm", "removal", "windowed"))
-    yield "ablate", lambda: headlens.ablate(demo, n_bootstrap=20, **SMALL)
-    yield "prune", lambda: headlens.prune(demo, step=0.5, random_seeds=1, **SMALL)
-    yield (
-        "patch",
-        lambda: headlens.patch(demo, builtin="induction", n_pairs=6, n_resamples=20, receivers="1.0", attribution=True, dla=True),
-    )
     yield "capture", lambda: headlens.capture(demo, prompts="The cat sat on the mat. The cat sat on the mat.", what=("q", "pattern"))
-    yield "kv", lambda: headlens.kv(demo)
     yield "gqa", lambda: headlens.gqa(demo, **SMALL)
-    yield "verify", lambda: headlens.verify(demo)
 
 
 STUDIES = ["census", "sinks", "ablate", "prune", "patch", "capture", "kv", "gqa", "verify"]
 
 
+@pytest.mark.xdist_group(DEMO_STUDIES)
 @pytest.mark.parametrize("name", STUDIES)
-def test_every_result_round_trips_exactly(demo, tmp_path, name):
-    make = dict(_studies(demo))[name]
-    result = make()
-    out = tmp_path / (f"{name}.csv" if name in ("ablate", "kv") else name)
-    result.save(out)
-    back = headlens.load(out)
+def test_every_result_round_trips_exactly(demo, demo_saved, tmp_path, name):
+    if name in SHARED:
+        result, back = demo_saved(name)
+    else:
+        result = dict(_studies(demo))[name]()
+        out = tmp_path / name
+        result.save(out)
+        back = headlens.load(out)
     assert set(back.tables) == set(result.tables)
     for table, df in result.tables.items():
         got = back.tables[table]
@@ -59,8 +53,9 @@ def test_every_result_round_trips_exactly(demo, tmp_path, name):
         assert got.equals(df), (table, got.compare(df) if got.shape == df.shape else got.shape)
 
 
-def test_dla_layer_and_head_are_integers_at_the_source(demo):
-    result = headlens.patch(demo, builtin="induction", n_pairs=4, n_resamples=10, dla=True)
+@pytest.mark.xdist_group(DEMO_STUDIES)
+def test_dla_layer_and_head_are_integers_at_the_source(demo_study):
+    result = demo_study("patch")  # the shared patch run (dla=True), before any save
     dla = result.dla
     assert dla is not None
     for column in ("layer", "head"):
