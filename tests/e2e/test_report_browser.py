@@ -116,11 +116,12 @@ def test_clicking_a_head_shows_its_detail(browser_page):
     assert events["pageerror"] == []
 
 
-def test_example_view_shows_the_saved_pattern_row(browser_page, quick_report):  # noqa: F811
+def test_example_view_shows_the_saved_pattern_row(browser_page, request):
     """The page's example prompts are the attention view component: hovering a token shades each
     key by the weight the examples stage saved (one byte per weight: within 1/510)."""
     page, events, _ = browser_page
-    with np.load(quick_report[0] / "examples" / "patterns.npz") as z:
+    report = request.getfixturevalue("quick_report")  # after browser_page: its skip comes first (a session fixture would not wait)
+    with np.load(report[0] / "examples" / "patterns.npz") as z:
         pattern = z["p0"]  # [layer, head, q, k] of the first prompt
     page.click('#role-table tbody tr[data-head="1.2"]')
     example = page.locator("#detail-body .example >> nth=0")
