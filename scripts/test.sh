@@ -16,7 +16,8 @@ fi
 # fixture (a checkpoint, a local Ray, a study run shared by a module's tests) is built once, not
 # once per worker.  (`--dist loadgroup` did not group: pytest-xdist 3.8 marks a group by setting
 # item._nodeid, which pytest 9 no longer reads, so the xdist_group marks were ignored and every
-# test went to whichever worker was free.)
+# test went to whichever worker was free; the suite uses no xdist_group: tests of different modules,
+# the Ray tests' local clusters too, may run at the same time on the two workers.)
 # HEADLENS_TEST_WORKERS=0 runs everything in this process.
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} MKL_NUM_THREADS=${MKL_NUM_THREADS:-1}
 exec .venv/bin/python -m pytest -q -n "${HEADLENS_TEST_WORKERS:-2}" --dist loadfile --durations=15 "$@"

@@ -133,8 +133,6 @@ def test_the_quick_report_runs_on_every_family(family, family_report):
 SINKS_ARGS = ["--n-prompts", "2", "--batch-size", "8", "--long-tokens", "32", "--attn-windows", "4,16", "--keep-first", "1"]
 #: The family whose sink study runs through the command, not the api (once, shared by the two tests that need it).
 CLI_FAMILY = "llama"
-#: Keeps the two tests that share the command's run on one xdist worker (``--dist loadgroup``).
-SHARED_SINKS_RUN = pytest.mark.xdist_group("families_llama_sinks")
 
 
 def _set(config: dict) -> dict:
@@ -152,7 +150,7 @@ def cli_sinks(family_checkpoint, runner, tmp_path_factory):
     return out, res
 
 
-@pytest.mark.parametrize("family", [pytest.param(f, marks=SHARED_SINKS_RUN) if f == CLI_FAMILY else f for f in FAMILIES])
+@pytest.mark.parametrize("family", FAMILIES)
 def test_every_part_of_the_sink_study_runs_on_every_family(family, family_model, tmp_path, request):
     """The parts ``report --quick`` leaves out of its sink stage (both BOS settings, removal, windowed
     attention with keep-first), through the api ``headlens sinks`` calls, written as the command writes them
@@ -178,7 +176,6 @@ def test_every_part_of_the_sink_study_runs_on_every_family(family, family_model,
     assert list(folder.glob("*.png")) and not list(folder.glob("*.svg"))  # PNG only in tests
 
 
-@SHARED_SINKS_RUN
 def test_every_command_runs_on_a_gqa_family(family_checkpoint, tmp_path, runner, cli_sinks):
     """The one-study commands' CLI layer on a family other than GPT-2 (GQA); their analyses run on
     every family in the quick report and the sink study above (``sinks``: the run it shares, :func:`cli_sinks`)."""

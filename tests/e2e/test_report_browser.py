@@ -43,11 +43,6 @@ def chromium_binary() -> str | None:
     return None
 
 
-#: One worker runs this file: one browser and one page for all its tests (split between the two
-#: workers of scripts/test.sh, each launched its own, and built the report if it had not yet).
-pytestmark = pytest.mark.xdist_group("report_browser")
-
-
 @pytest.fixture(scope="module")
 def browser_page(request):
     binary = chromium_binary()

@@ -38,10 +38,6 @@ REMOTE_LOAD = re.compile(r"""(?:\bsrc=["']|<link\b[^>]*\bhref=["']|url\(["']?)(?
 #: A relative Markdown link target in the README: [text](path) or [text](path#anchor).
 README_LINK = re.compile(r"\]\((?!https?:|#|mailto:)([^)#\s]+)(?:#[^)]*)?\)")
 
-#: One worker runs this file's builds: the module's one site serves every test that reads it
-#: (scripts/test.sh runs two workers; split between them, each built its own).
-pytestmark = pytest.mark.xdist_group("docs_site")
-
 
 def build(config: Path, site: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(

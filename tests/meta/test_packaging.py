@@ -13,9 +13,6 @@ from tests.paths import REPO_ROOT
 
 ROOT = REPO_ROOT
 
-#: One worker builds the wheel once for every test of this file (scripts/test.sh runs two workers).
-pytestmark = pytest.mark.xdist_group("wheel")
-
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:

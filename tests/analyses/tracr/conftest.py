@@ -3,26 +3,16 @@
 ``tracr_build(program, max_seq_len=None)`` returns :func:`headlens.analyses.tracr.build.build_tracr_model`'s
 result for that program, built on first use into a session folder; later calls (the conversion,
 ground-truth and circuit tests ask for hist, reverse and shift more than once) get the same build.  Every
-build still runs the whole path (compile, convert, the agreement check against RASP) once.  The tracr
-tests run on one xdist worker (the ``tracr`` group): jax's import and its first compilations, and each
-build, then happen in one process instead of both.
+build still runs the whole path (compile, convert, the agreement check against RASP) once per xdist
+worker that asks for it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
-
-HERE = Path(__file__).parent
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    for item in items:
-        if HERE in Path(str(item.path)).parents:
-            item.add_marker(pytest.mark.xdist_group("tracr"))
 
 
 @pytest.fixture(scope="session")

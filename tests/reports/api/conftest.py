@@ -4,9 +4,9 @@ test_column_schema.py and test_roundtrip_exact.py both check tables of the studi
 demo model (their columns and dtypes; their exact round trip through ``save``/``load``) on small
 runs: where both ran the same study with the same settings, :func:`demo_study` runs it once and
 :func:`demo_saved` saves it once into a new folder and reads it back, and both modules check that
-one result and that one copy (``save`` writes files and leaves the result as it was).  Their tests carry
-the xdist group :data:`DEMO_STUDIES` so that under ``--dist loadgroup`` one worker runs them all and
-the runs are shared there too.
+one result and that one copy (``save`` writes files and leaves the result as it was).  A session
+fixture is per xdist worker: when the two modules run on different workers, each worker makes its
+own runs.
 """
 
 from __future__ import annotations
@@ -15,9 +15,6 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-
-#: The xdist group of the tests that read :func:`demo_study` (one worker runs them, one run each).
-DEMO_STUDIES = "demo_studies"
 
 #: Small runs: the tables' schema and their round trip are under test, not the statistics.
 SMALL: dict[str, Any] = {"n_windows": 2, "window": 32}

@@ -34,7 +34,7 @@ from headlens.reports.api.census import DetectResult
 from headlens.reports.api.result import RESULT_KINDS
 from headlens.reports.api.schema import DTYPES, SCHEMAS, Column, mismatches, schema_of
 from headlens.reports.api.sinks import SeedTextResult
-from tests.reports.api.conftest import DEMO_STUDIES, SMALL
+from tests.reports.api.conftest import SMALL
 
 demo_only = pytest.mark.skipif(not (MODEL_DIR / "model.safetensors").is_file(), reason="the demo checkpoint is not shipped in this tree")
 
@@ -137,7 +137,6 @@ def _studies(demo, shared) -> dict[str, Any]:
 
 @demo_only
 @pytest.mark.slow
-@pytest.mark.xdist_group(DEMO_STUDIES)
 @pytest.mark.parametrize("kind", sorted(SCHEMAS))
 def test_every_table_of_every_study_has_the_schemas_columns_and_dtypes(demo_model, demo_study, demo_saved, kind, tmp_path):
     if kind in SHARED:

@@ -11,7 +11,7 @@ import headlens
 from headlens.analyses.demo import MODEL_DIR
 from headlens.reports.api.result import read_csv_table
 from headlens.reports.render.tables import write_table
-from tests.reports.api.conftest import DEMO_STUDIES, SMALL
+from tests.reports.api.conftest import SMALL
 
 pytestmark = pytest.mark.skipif(not (MODEL_DIR / "model.safetensors").is_file(), reason="the demo checkpoint is not shipped in this tree")
 
@@ -36,7 +36,6 @@ def _studies(demo):
 STUDIES = ["census", "sinks", "ablate", "prune", "patch", "capture", "kv", "gqa", "verify"]
 
 
-@pytest.mark.xdist_group(DEMO_STUDIES)
 @pytest.mark.parametrize("name", STUDIES)
 def test_every_result_round_trips_exactly(demo, demo_saved, tmp_path, name):
     if name in SHARED:
@@ -53,7 +52,6 @@ def test_every_result_round_trips_exactly(demo, demo_saved, tmp_path, name):
         assert got.equals(df), (table, got.compare(df) if got.shape == df.shape else got.shape)
 
 
-@pytest.mark.xdist_group(DEMO_STUDIES)
 def test_dla_layer_and_head_are_integers_at_the_source(demo_study):
     result = demo_study("patch")  # the shared patch run (dla=True), before any save
     dla = result.dla

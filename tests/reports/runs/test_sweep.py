@@ -17,8 +17,6 @@ from tests.helpers import assert_close
 
 ray = pytest.importorskip("ray")
 pytest.importorskip("pyarrow")
-#: Ray's tests run one after another on one xdist worker (scripts/test.sh runs two): local clusters never overlap.
-pytestmark = pytest.mark.xdist_group("ray")
 
 #: Census settings small enough for CI; the same for the sweep and for ``headlens detect``.
 CENSUS = ["--detectors", "previous_token,induction", "--n-prompts", "6", "--seq-len", "20", "--window", "32"]

@@ -24,7 +24,6 @@ ray = pytest.importorskip("ray")
 pytest.importorskip("pyarrow")
 pytestmark = [
     pytest.mark.skipif(not sys.platform.startswith("linux"), reason="finds the worker node's tasks in /proc"),
-    pytest.mark.xdist_group("ray"),  # one worker runs every Ray test (scripts/test.sh runs two)
 ]
 
 SWEEP = [

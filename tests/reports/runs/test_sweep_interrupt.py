@@ -29,7 +29,6 @@ pytest.importorskip("ray")
 pytest.importorskip("pyarrow")
 pytestmark = [
     pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads processes from /proc"),
-    pytest.mark.xdist_group("ray"),  # one worker runs every Ray test (scripts/test.sh runs two)
 ]
 
 #: Seconds a run may take to exit after Ctrl-C (shutting Ray down in order), and to start at all.
