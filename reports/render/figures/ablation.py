@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from headlens.analyses.ablation.evalset import METRIC_LABELS
-from headlens.reports.render.figures.common import _pyplot, save_figure, seaborn_heatmap, titled
+from headlens.reports.render.figures.common import _pyplot, save_figure, titled
 
 __all__ = ["ablation_heatmap", "ablation_heatmap_figure", "pruning_curve", "pruning_curve_figure"]
 
@@ -52,6 +52,8 @@ def ablation_heatmap_figure(
     change from the unablated model already: 0 there by construction).  ``note``: a second
     title line (the smoke-test mark).
     """
+    import seaborn as sns  # deferred: seaborn (with scipy.stats) is about 1 s of `import headlens`
+
     plt = _plt()
     grid = pd.DataFrame(np.nan, index=pd.RangeIndex(n_layers, name="layer"), columns=pd.RangeIndex(n_heads, name="head"))
     cells = zip(table["layer"].tolist(), table["head"].tolist(), table["delta"].tolist(), strict=True)
@@ -69,7 +71,7 @@ def ablation_heatmap_figure(
         default_title, cbar = f"{method} ablation of each head: change in {metric} (unablated {baseline:.4f})", f"change in {metric}"
     fig, ax = plt.subplots(figsize=(max(5.0, 2.5 + 0.55 * n_heads), max(2.8, 1.6 + 0.42 * n_layers)))
     annot = n_layers * n_heads <= 16 * 16
-    seaborn_heatmap(
+    sns.heatmap(
         grid,
         ax=ax,
         cmap="RdBu_r",

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.lines import Line2D
 
-from headlens.reports.render.figures.common import _pyplot, seaborn_heatmap
+from headlens.reports.render.figures.common import _pyplot
 
 __all__ = ["circuit_figure", "composition_figure", "INPUT_COLOURS", "MAX_DRAWN"]
 
@@ -109,6 +109,8 @@ def circuit_figure(edges: pd.DataFrame, *, n_layers: int, n_heads: int, title: s
 
 def composition_figure(scores: pd.DataFrame, mode: str) -> Any:
     """Senders x receivers: one mode's composition score over its baseline mean (1 = random)."""
+    import seaborn as sns  # deferred: seaborn (with scipy.stats) is about 1 s of `import headlens`
+
     rows = scores[scores["input"] == mode]
     wide = rows.pivot(index="sender", columns="receiver", values="ratio")
 
@@ -119,7 +121,7 @@ def composition_figure(scores: pd.DataFrame, mode: str) -> Any:
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(min(18.0, max(4.5, 0.25 * wide.shape[1] + 2.5)), min(16.0, max(3.5, 0.25 * wide.shape[0] + 1.5))))
     top = float(np.nanmax(wide.to_numpy())) if wide.size else 1.0
-    seaborn_heatmap(
+    sns.heatmap(
         wide,
         ax=ax,
         cmap="RdBu_r",

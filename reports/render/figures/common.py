@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import functools
 import io
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -15,7 +14,6 @@ import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
-from matplotlib.transforms import Bbox
 
 from headlens.probes.outputs import atomic_write
 from headlens.reports.render.tables import baseline_label
@@ -27,8 +25,6 @@ __all__ = [
     "NotebookFigure",
     "save_heatmap",
     "heatmap_figure",
-    "laid_out_only",
-    "seaborn_heatmap",
     "save_figure",
     "detector_heatmaps",
     "detector_figures",
@@ -50,10 +46,9 @@ class NotebookFigure(Figure):
         buffer = io.BytesIO()
         FigureCanvasAgg(self)  # its own canvas, never a pyplot manager's
         with matplotlib.rc_context(_SAVE_RC):
-            dpi = matplotlib.rcParams["savefig.dpi"]
-            dpi = self.dpi if dpi == "figure" else dpi  # savefig's own default
-            # as save_figure: labels and titles whole
-            self.savefig(buffer, format="png", dpi=dpi, bbox_inches=_tight_box(self, "png", dpi), metadata=_STABLE_METADATA["png"])
+            self.savefig(
+                buffer, format="png", bbox_inches="tight", metadata=_STABLE_METADATA["png"]
+            )  # as save_figure: labels and titles whole
         return buffer.getvalue()
 
 
@@ -77,38 +72,6 @@ class _Figures:
     @staticmethod
     def close(fig) -> None:
         fig.clear()
-
-
-class _LayoutCanvas(FigureCanvasAgg):
-    """An Agg canvas whose :meth:`draw` lays the figure out without rendering any pixels."""
-
-    def draw(self) -> None:
-        self.figure.draw_without_rendering()
-
-
-@contextmanager
-def laid_out_only(fig: Figure) -> Iterator[Figure]:
-    """Within the block, ``fig.canvas.draw()`` lays ``fig`` out (text sizes, ticks, positions)
-    without rendering it; the figure's own canvas is back afterwards.
-
-    seaborn's ``heatmap`` draws the whole figure once, at once, only to measure its tick labels
-    (and turn them when they overlap): a full Agg render of every cell and annotation that
-    nothing ever shows, since saving draws the figure again.  Measuring needs the layout only.
-    """
-    canvas = fig.canvas
-    _LayoutCanvas(fig)
-    try:
-        yield fig
-    finally:
-        fig.set_canvas(canvas)
-
-
-def seaborn_heatmap(data: Any, *, ax: Any, **kwargs: Any) -> Any:
-    """``seaborn.heatmap(data, ax=ax, **kwargs)``, its measuring draw a layout only (:func:`laid_out_only`)."""
-    import seaborn as sns  # deferred: seaborn (with scipy.stats) is about 1 s of `import headlens`
-
-    with laid_out_only(ax.get_figure(root=True)):
-        return sns.heatmap(data, ax=ax, **kwargs)
 
 
 def _pyplot() -> _Figures:
@@ -141,39 +104,6 @@ def titled(title: str, note: str | None) -> str:
     return f"{title}\n{note}" if note else title
 
 
-#: the figure files' resolution
-FILE_DPI = 150
-
-
-def _savefig(fig: Figure, target: Any, fmt: str, metadata: dict | None) -> None:
-    fig.savefig(target, format=fmt, dpi=FILE_DPI, bbox_inches=_tight_box(fig, fmt, FILE_DPI), metadata=metadata)
-
-
-def _tight_box(fig: Figure, fmt: str, dpi: float) -> Bbox | str:
-    """What ``savefig(..., bbox_inches="tight")`` crops ``fig`` to, measured without its extra draw.
-
-    ``bbox_inches="tight"`` lays the whole figure out once more (every artist's ``draw`` with the
-    renderer switched off) before measuring it, and then draws it for the file: a third of a
-    PNG's time.  The measuring needs no such pass: :meth:`Figure.get_tightbbox` places each Axes
-    itself (axes locators, ticks, tick labels, titles), so on the Agg renderer the file is drawn
-    with, at the file's dpi, it gives the same box and the file the same bytes
-    (checked on every PNG of a quick demo report: byte for byte as before).  The box is padded by
-    ``savefig.pad_inches`` as savefig pads it.  Anything else (a vector format, whose renderer
-    measures text unhinted; a figure with a layout engine, which savefig must lay out first;
-    a canvas other than Agg) gets ``"tight"`` itself.
-    """
-    if fmt != "png" or fig.get_layout_engine() is not None or type(fig.canvas) is not FigureCanvasAgg:
-        return "tight"
-    screen_dpi = fig.dpi
-    fig.dpi = dpi  # as savefig sets it while it saves
-    try:
-        box = fig.get_tightbbox(fig.canvas.get_renderer())
-    finally:
-        fig.dpi = screen_dpi
-    pad = matplotlib.rcParams["savefig.pad_inches"]
-    return box.padded(pad, pad)
-
-
 def save_figure(fig, stem: str | Path, formats: Sequence[str] = ("png", "svg")) -> list[Path]:
     """Save ``fig`` as ``stem.<fmt>`` for each format (atomically, no dates inside) and close it."""
     plt = _pyplot()
@@ -183,7 +113,11 @@ def save_figure(fig, stem: str | Path, formats: Sequence[str] = ("png", "svg")) 
             for fmt in formats:
                 path = Path(f"{stem}.{fmt}")
                 meta = _STABLE_METADATA.get(fmt)
-                paths.append(atomic_write(path, lambda t, fmt=fmt, meta=meta: _savefig(fig, t, fmt, meta)))
+                paths.append(
+                    atomic_write(
+                        path, lambda t, fmt=fmt, meta=meta: fig.savefig(t, format=fmt, dpi=150, bbox_inches="tight", metadata=meta)
+                    )
+                )
     finally:
         plt.close(fig)
     return paths
@@ -222,11 +156,13 @@ def heatmap_figure(
 
     ``marked`` (bool, same shape) outlines cells, e.g. heads that got the role.
     """
+    import seaborn as sns  # deferred: seaborn (with scipy.stats) is about 1 s of `import headlens`
+
     plt = _pyplot()
     n_layers, n_heads = values.shape
     fig, ax = plt.subplots(figsize=(max(4.0, 0.45 * n_heads + 2), max(3.0, 0.38 * n_layers + 1.5)))
     annot = n_layers * n_heads <= 64
-    seaborn_heatmap(
+    sns.heatmap(
         pd.DataFrame(values, index=range(n_layers), columns=range(n_heads)),
         ax=ax,
         vmin=vmin,

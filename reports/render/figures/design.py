@@ -8,7 +8,7 @@ from typing import Any
 
 import pandas as pd
 
-from headlens.reports.render.figures.common import _pyplot, save_figure, seaborn_heatmap, titled
+from headlens.reports.render.figures.common import _pyplot, save_figure, titled
 
 __all__ = ["loss_vs_cache", "loss_vs_cache_figure", "knockout_heatmap", "knockout_heatmap_figure"]
 
@@ -69,12 +69,14 @@ def knockout_heatmap(losses: pd.DataFrame, stem: str | Path, *, title: str = "",
 
 def knockout_heatmap_figure(losses: pd.DataFrame, *, title: str = "") -> Any:
     """Loss change of each whole-layer knockout: layers as rows, kinds as columns, annotated."""
+    import seaborn as sns  # deferred: seaborn (with scipy.stats) is about 1 s of `import headlens`
+
     whole = losses[(losses["head"] == -1) & (losses["kind"] != "none")]
     table = whole.pivot(index="layer", columns="kind", values="loss_change")
     table = table[[k for k in ("q=k", "v=k", "q=k=v") if k in table.columns]]
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(1.6 + 1.3 * table.shape[1], 0.9 + 0.45 * table.shape[0]))
-    seaborn_heatmap(table, annot=True, fmt=".3f", cmap="rocket_r", ax=ax, cbar_kws={"label": "loss change (nats)"})
+    sns.heatmap(table, annot=True, fmt=".3f", cmap="rocket_r", ax=ax, cbar_kws={"label": "loss change (nats)"})
     ax.set_xlabel("knockout (whole layer)")
     ax.set_ylabel("layer")
     ax.set_title(title or "projection knockout: loss change", fontsize=10)

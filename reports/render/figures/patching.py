@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from headlens.reports.render.figures.common import _pyplot, heatmap_figure, save_figure, seaborn_heatmap
+from headlens.reports.render.figures.common import _pyplot, heatmap_figure, save_figure
 
 __all__ = ["patching_heatmaps", "patching_heatmap_figures", "path_heatmap", "path_heatmap_figure"]
 
@@ -62,12 +62,14 @@ def path_heatmap(table: pd.DataFrame, out_dir: str | Path, *, formats: Sequence[
 
 def path_heatmap_figure(table: pd.DataFrame) -> Any:
     """Senders (rows) x receivers (columns) of path patching."""
+    import seaborn as sns  # deferred: seaborn (with scipy.stats) is about 1 s of `import headlens`
+
     wide = table.pivot(index="sender", columns="receiver", values="effect")
     order = sorted(wide.index, key=lambda s: tuple(int(x) for x in s.split(".")))
     wide = wide.loc[order]
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(max(4.0, 0.8 * wide.shape[1] + 2), max(3.0, 0.3 * wide.shape[0] + 1.5)))
-    seaborn_heatmap(
+    sns.heatmap(
         wide,
         ax=ax,
         vmin=-1.0,

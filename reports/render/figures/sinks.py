@@ -18,7 +18,7 @@ from matplotlib.cm import ScalarMappable
 from matplotlib.colors import LinearSegmentedColormap, Normalize
 from matplotlib.ticker import MaxNLocator
 
-from headlens.reports.render.figures.common import _pyplot, save_figure, seaborn_heatmap
+from headlens.reports.render.figures.common import _pyplot, save_figure
 
 __all__ = [
     "sink_figures", "sink_figure_makers", "alpha_figure", "layer_rate_figure", "value_norm_figure", "content_figure", "content_heatmap",
@@ -50,8 +50,10 @@ def _panel_size(df: pd.DataFrame) -> tuple[float, float]:
 def _heatmap(
     ax: Any, grid: pd.DataFrame, *, title: str, vmin: float = 0.0, vmax: float = 1.0, cmap: str = "viridis", label: str = ""
 ) -> None:
+    import seaborn as sns  # deferred: seaborn (with scipy.stats) is about 1 s of `import headlens`
+
     annot = grid.size <= 16 * 16
-    seaborn_heatmap(
+    sns.heatmap(
         grid,
         ax=ax,
         vmin=vmin,
@@ -151,6 +153,8 @@ def content_figure(content: pd.DataFrame, eps: float, max_heads: int = 48) -> An
 
     Heads are wrapped into rows of at most :data:`CONTENT_COLUMNS_PER_ROW` (one shared colour
     bar), so the figure keeps a readable width and its labels a fixed size (:data:`LABEL_PT`)."""
+    import seaborn as sns  # deferred: seaborn (with scipy.stats) is about 1 s of `import headlens`
+
     plt = _plt()
     df = content.copy()
     df["name"] = df["layer"].astype(str) + "." + df["head"].astype(str)
@@ -171,7 +175,7 @@ def content_figure(content: pd.DataFrame, eps: float, max_heads: int = 48) -> An
     fig.set_layout_engine("constrained")
     for k, ax in enumerate(axes[:, 0]):
         part = grid.iloc[:, k * per_row : (k + 1) * per_row]
-        seaborn_heatmap(part, ax=ax, vmin=0, vmax=1, cmap="viridis", annot=True, fmt=".2f", annot_kws={"size": CELL_PT}, cbar=False)
+        sns.heatmap(part, ax=ax, vmin=0, vmax=1, cmap="viridis", annot=True, fmt=".2f", annot_kws={"size": CELL_PT}, cbar=False)
         ax.set_xlabel("head (layer.head)" if k == n_rows - 1 else "", fontsize=LABEL_PT)
         ax.set_ylabel("first token", fontsize=LABEL_PT)
         ax.tick_params(axis="x", labelsize=LABEL_PT, labelrotation=0)
