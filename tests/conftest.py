@@ -71,27 +71,6 @@ def demo_model():
     return headlens.load_model("demo", device="cpu")
 
 
-def _family_checkpoint_key(family: str) -> str:
-    """sha256 of what a tiny family checkpoint is made from: the builder's code (and the tokenizer
-    files' code and BPE files it writes), the family, and the versions of the libraries that build
-    and save it."""
-    import hashlib
-    import importlib.metadata
-    import sys
-
-    from headlens.analyses.synthetic import families, minilm
-    from headlens.probes import scoped, tokenizer_files
-
-    h = hashlib.sha256(f"{family}|{sys.version}".encode())
-    for module in (families, minilm, scoped, tokenizer_files):
-        h.update(Path(str(module.__file__)).read_bytes())
-    for name in ("encoder.json", "vocab.bpe"):
-        h.update((tokenizer_files._data_dir() / name).read_bytes())
-    for dist in ("torch", "transformers", "tokenizers", "safetensors"):
-        h.update(f"|{dist} {importlib.metadata.version(dist)}".encode())
-    return h.hexdigest()[:24]
-
-
 def _shared_family_checkpoint(cache_dir: Path, family: str) -> Path:
     """``build_family_checkpoint(folder, family)``'s folder, built by the first xdist worker that asks
     (into a temporary folder, renamed when complete) and reused by the others, under a file lock."""
@@ -102,7 +81,7 @@ def _shared_family_checkpoint(cache_dir: Path, family: str) -> Path:
     from headlens.analyses.synthetic.families import build_family_checkpoint
 
     cache_dir.mkdir(parents=True, exist_ok=True)
-    folder = cache_dir / f"{family}-{_family_checkpoint_key(family)}"
+    folder = cache_dir / family  # cache_dir is this run's own (see _run_temp): nothing older to tell apart
     with FileLock(str(folder) + ".lock"):
         if not (folder / "headlens_family.json").is_file():  # the builder's last file
             tmp = folder.with_name(folder.name + ".tmp")
@@ -116,8 +95,8 @@ def _shared_family_checkpoint(cache_dir: Path, family: str) -> Path:
 @pytest.fixture(scope="session")
 def family_checkpoint(tmp_path_factory):
     """``family_checkpoint(name)``: a tiny checkpoint of one family of ``headlens.analyses.synthetic.families.FAMILIES``,
-    built once per run for all xdist workers (a folder cache keyed by the builder's code, the family
-    and the libraries' versions, under a lock: :func:`_shared_family_checkpoint`)."""
+    built once per run for all xdist workers (a folder in this run's temporary folder, under a lock:
+    :func:`_shared_family_checkpoint`)."""
     built: dict[str, Path] = {}
     cache = _run_temp(tmp_path_factory) / "family-checkpoints"
 

@@ -58,39 +58,10 @@ def figure_formats(formats: tuple[str, ...] | dict[tuple[int, str], tuple[str, .
         yield
 
 
-def _demo_corpus_key() -> str:
-    """sha256 of what the demo corpus is made from: the code that reads and tokenizes it, the
-    standard library's files (path, size, mtime) and pydoc topics it reads, the GPT-2 BPE files and
-    the tokenizer library's version."""
-    import hashlib
-    import importlib.metadata
-    import sys
-    import sysconfig
-    from pathlib import Path
-
-    from headlens.analyses.demo import data, documents
-    from headlens.probes import tokenizer_files
-
-    h = hashlib.sha256()
-    for module in (data, documents, tokenizer_files):
-        h.update(Path(str(module.__file__)).read_bytes())
-    versions = [importlib.metadata.version(name) for name in ("transformers", "tokenizers")]
-    h.update(f"{sys.version}|transformers {versions[0]}|tokenizers {versions[1]}".encode())
-    root = Path(sysconfig.get_paths()["stdlib"])
-    h.update(str(root).encode())
-    for path in sorted(p for p in root.rglob("*.py") if not documents._SKIP_DIRS.intersection(p.relative_to(root).parts)):
-        st = path.stat()
-        h.update(f"{path.relative_to(root)}|{st.st_size}|{st.st_mtime_ns}\n".encode())
-    bpe = tokenizer_files._data_dir()
-    for name in ("encoder.json", "vocab.bpe"):
-        h.update((bpe / name).read_bytes())
-    return h.hexdigest()[:24]
-
-
 def shared_demo_corpus(cache_dir):
     """:func:`headlens.analyses.demo.data.build_corpus`'s corpus, built by the first process that
-    asks and read from ``cache_dir/<key>.pt`` by the others (a file lock around it; every xdist
-    worker of a run shares ``cache_dir``), keyed by :func:`_demo_corpus_key`."""
+    asks and read from ``cache_dir/demo-corpus.pt`` by the others (a file lock around it; every xdist
+    worker of a run shares ``cache_dir``, a folder of this run's own, so nothing older is in it)."""
     from pathlib import Path
 
     import torch
@@ -100,8 +71,7 @@ def shared_demo_corpus(cache_dir):
 
     cache_dir = Path(cache_dir)
     cache_dir.mkdir(parents=True, exist_ok=True)
-    key = _demo_corpus_key()
-    path = cache_dir / f"demo-corpus-{key}.pt"
+    path = cache_dir / "demo-corpus.pt"
     with FileLock(str(path) + ".lock"):
         if not path.is_file():
             corpus = build_corpus()

@@ -25,8 +25,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from tests.paths import REPO_ROOT
+
 pytest.importorskip("ray")
 pytest.importorskip("pyarrow")
+
+
 pytestmark = [
     pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads processes from /proc"),
 ]
@@ -250,7 +254,7 @@ def test_the_default_moments_are_among_the_stress_runs_and_ci_leaves_out_only_th
     ``settings``, first in both) and .ci/run names this module's test."""
     assert set(FEW_MOMENTS) <= set(MOMENTS), sorted(set(FEW_MOMENTS) - set(MOMENTS))
     assert FEW_MOMENTS[0] == MOMENTS[0] == ("settings", 0.0)
-    ci = (Path(__file__).resolve().parents[3] / ".ci" / "run").read_text()
+    ci = (REPO_ROOT / ".ci" / "run").read_text()
     name = test_ctrl_c_at_three_moments_exits_130_leaves_no_process_and_the_sweep_resumes.__name__
     assert f"THREE_MOMENTS=tests/reports/runs/test_sweep_interrupt.py::{name}\n" in ci
     assert '--deselect "$THREE_MOMENTS"' in ci and ci.count("--deselect") == 1
