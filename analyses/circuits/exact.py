@@ -142,11 +142,11 @@ def exact_scores(
     n = len(task)
     norms = head_sum_norms(model)
 
-    def sweep(late: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+    def sweep(late: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, float, bool]:
         start = np.minimum(r_layer, n_l - 1) if late else np.zeros_like(r_layer)
         values = np.full((n, len(ids)), np.nan)
         clean_vals, corrupt_vals = np.zeros(n), np.zeros(n)
-        rows_run = 0.0
+        rows_run, ran_late = 0.0, False
         needed = sorted({int(s) for s in start if s > 0})
         groups = _pair_groups(model, graph, base_set, batch_size, len(needed))
         per_forward = max(batch_size, max_rows)
@@ -201,6 +201,7 @@ def exact_scores(
                         if not abs(got - want) <= LATE_START_ATOL * max(1.0, abs(want)):
                             raise _LateStartMismatch(f"from block {layer}: {got!r} against the full forward's {want!r}")
                         vals = vals[:-1]
+                        ran_late = True
                     else:
                         pick = torch.from_numpy(p_i)
                         with attached(model.bridge, hooks):
@@ -210,19 +211,19 @@ def exact_scores(
                     rows_run += len(p_i) * (n_l - layer) / n_l
             if progress is not None:
                 progress("exact", gi + 1, len(groups))
-        return values, clean_vals, corrupt_vals, rows_run
+        return values, clean_vals, corrupt_vals, rows_run, ran_late
 
     late = n_l >= 2
     with edge_flags(model):
         check_edge_model(model, graph)
         try:
-            values, clean_vals, corrupt_vals, rows_run = sweep(late)
+            values, clean_vals, corrupt_vals, rows_run, ran_late = sweep(late)
         except _LateStartMismatch as exc:
             if not late:
                 raise
             log.info("exact edge patching: a late start does not reproduce this model's forward (%s); every block runs", exc)
             late = False
-            values, clean_vals, corrupt_vals, rows_run = sweep(late)
+            values, clean_vals, corrupt_vals, rows_run, ran_late = sweep(late)
     return PerPair(
         values=values,
         clean=clean_vals,
@@ -232,7 +233,7 @@ def exact_scores(
         direction=direction,
         edge_ids=ids,
         forwards=2.0 + rows_run / max(1, n),
-        info={"started_late": late},
+        info={"started_late": ran_late},  # True when some forward started after block 0 (and matched its control row)
     )
 
 

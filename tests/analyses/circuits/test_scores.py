@@ -142,6 +142,7 @@ def test_exact_equals_brute_force(family_model, fam):
         want = _brute(model, fam, task, s, r, w)
         assert np.abs(want).max() > 1e-3, f"{fam} {s}->{r} {w}: the brute-force patch does nothing, the check would be empty"
         np.testing.assert_allclose(got.values[:, j], want, atol=EXACT_ATOL, err_msg=f"{fam} {s}->{r} {w}")
+    assert got.info["started_late"] is True  # readers at layer 1: those forwards start there, checked by their control row
     assert not model.bridge.cfg.use_split_qkv_input and not model.bridge.cfg.use_hook_mlp_in  # flags restored
 
 
@@ -160,6 +161,8 @@ def test_identical_inputs_give_zero_scores(family_model):
         assert got.values.shape == (3, len(graph.edges))
         tol = ROUNDING_ATOL if got.method == "exact" else 0.0
         assert np.abs(got.values).max() <= tol, got.method
+        if got.method == "exact":  # no sender moves, so no patched forward ran: none started late
+            assert got.info["started_late"] is False
 
 
 def test_faithfulness_end_points_are_the_clean_and_corrupted_runs(family_model):
