@@ -33,8 +33,14 @@ def demo(demo_model):
     return demo_model  # loaded once per session (tests/conftest.py)
 
 
-def test_ablate_on_the_demo_defaults_to_its_held_out_text_and_says_so(demo):
-    result = headlens.ablate(demo, **FAST)
+@pytest.fixture(scope="module")
+def default_ablation(demo):
+    """``headlens.ablate(demo, **FAST)`` at its default text: run once, read by two tests."""
+    return headlens.ablate(demo, **FAST)
+
+
+def test_ablate_on_the_demo_defaults_to_its_held_out_text_and_says_so(demo, default_ablation):
+    result = default_ablation
     assert result.unablated_value < IN_DOMAIN_MAX
     info = result.info
     assert info["data"]["text"] == HELDOUT_TEXT
@@ -45,11 +51,11 @@ def test_ablate_on_the_demo_defaults_to_its_held_out_text_and_says_so(demo):
     assert out_of_domain.info["text"]["name"] == "builtin" and out_of_domain.info["text"]["why"] == "asked for (text='builtin')"
 
 
-def test_text_heldout_and_demo_text_are_the_text_demo_heldout_writes(demo):
+def test_text_heldout_and_demo_text_are_the_text_demo_heldout_writes(demo, default_ablation):
     text = headlens.demo_text("heldout")
     assert text.count("<|endoftext|>") > 10 and len(text) > 100_000  # its documents, joined as `headlens demo heldout` writes them
     asked = headlens.ablate(demo, text="heldout", **FAST)
-    default = headlens.ablate(demo, **FAST)
+    default = default_ablation
     assert asked.unablated_value == default.unablated_value
     assert asked.info["text"]["why"] == "asked for (text='heldout')"
     assert asked.info["text"]["sha256"] == hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]

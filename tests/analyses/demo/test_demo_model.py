@@ -12,7 +12,7 @@ import torch
 
 from headlens.analyses.demo import MODEL_DIR
 from headlens.probes.errors import ModelLoadError
-from headlens.probes.loading import load_model, resolve_source
+from headlens.probes.loading import resolve_source
 from headlens.reports.api.named_models import named_models
 
 pytestmark = [
@@ -21,8 +21,10 @@ pytestmark = [
 
 
 @pytest.fixture(scope="module")
-def demo():
-    return load_model(model="demo", device="cpu", named=named_models())
+def demo(demo_model):
+    """``--model demo``'s load (``load_model(model="demo", device="cpu", named=named_models())``, the
+    path ``headlens.load_model("demo")`` takes), once per session (tests/conftest.py)."""
+    return demo_model
 
 
 @pytest.fixture(scope="module")
@@ -189,7 +191,7 @@ def test_heldout_text_feeds_the_report(tmp_path, runner, demo_corpus):
     assert ids == demo_corpus.heldout[1:].tolist()
 
     out = tmp_path / "report"
-    skip = "census,sinks,ablation_mean,pruning,examples"
+    skip = "census,sinks,ablation_mean,pruning,examples,design"  # design: not what is checked here
     res = runner.invoke(
         cli, ["report", "--model", "demo", "--quick", "--text-file", str(text_file), "--skip", skip, "-q", "--out", str(out)]
     )

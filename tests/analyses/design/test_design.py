@@ -15,6 +15,24 @@ TOKS = torch.tensor(
 )
 
 
+@pytest.fixture()
+def tiny_loads(tiny_checkpoint, tiny_model):
+    """The design commands given ``-m tiny_checkpoint`` get the session's tiny model instead of
+    booting it again (half a second a load, 11 loads in this module's CLI tests); any other model
+    loads as usual.  Its own MonkeyPatch: the tests' ``monkeypatch.undo()`` leaves it in place.
+    ``test_cli_kv_gqa_projections``'s first command loads the checkpoint for real."""
+    import headlens.reports.api.models as studies_models
+
+    real = studies_models.load_model
+
+    def load(model, **kwargs):
+        return tiny_model if model == str(tiny_checkpoint) and not kwargs else real(model, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(studies_models, "load_model", load)
+        yield
+
+
 def _text_set(model, n_windows=2, window=32):
     from headlens.analyses.ablation.evalset import text_eval_set
     from headlens.analyses.stimuli import eval_text
@@ -242,13 +260,14 @@ def test_planted_q_equals_k_removes_previous_token_role(planted_model):
 # ----------------------------------------------------------------------------- CLI
 
 
-def test_cli_kv_gqa_projections(tiny_checkpoint, runner, tmp_path):
+def test_cli_kv_gqa_projections(tiny_checkpoint, runner, tmp_path, request):
     from headlens.reports.cli.main import cli
 
     r = runner.invoke(cli, ["kv", "-m", str(tiny_checkpoint), "--context", "64", "--out", str(tmp_path / "kv.csv")])
     assert r.exit_code == 0, r.stderr
     assert "2 x 2 layers x 4 kv_heads x 16 head_dim x 64 tokens x 4 bytes = 64.00 KiB" in r.stdout
     assert (tmp_path / "kv.manifest.json").is_file()
+    request.getfixturevalue("tiny_loads")  # loaded for real once above; the session's model from here on
     common = ["-m", str(tiny_checkpoint), "--n-windows", "2", "--window", "24", "-q"]
     task = tmp_path / "task.jsonl"
     task.write_text(
@@ -368,6 +387,7 @@ def test_gqa_and_knockouts_resume_equal_an_uninterrupted_run(tiny_model):
     pd.testing.assert_frame_equal(scores, scores2)
 
 
+@pytest.mark.usefixtures("tiny_loads")
 def test_cli_gqa_resume_after_a_crash(tiny_checkpoint, runner, tmp_path, monkeypatch):
     from headlens.reports.api.journal import Journal
     from headlens.reports.cli.main import cli
@@ -399,6 +419,7 @@ def test_cli_gqa_resume_after_a_crash(tiny_checkpoint, runner, tmp_path, monkeyp
     assert json.loads((out / "manifest.json").read_text())["gqa"]["resumed"] is True
 
 
+@pytest.mark.usefixtures("tiny_loads")
 def test_cli_projections_resume_after_a_crash(tiny_checkpoint, runner, tmp_path, monkeypatch):
     from headlens.reports.api.journal import Journal
     from headlens.reports.cli.main import cli
