@@ -303,12 +303,8 @@ def test_embedding_metric_on_a_decoder_uses_the_final_norm(tiny_model, tiny_chec
 
 @pytest.mark.slow
 def test_quick_report_on_minilm_uses_the_embedding_metric(minilm_dir, tmp_path, runner):
-    """The report's ablation and pruning stages on MiniLM (the stages the metric choice touches;
-    the census, 7 of the report's 15 s, and the stages that read it are skipped: MiniLM's census is
-    tests/analyses/heads/test_encoder_detectors.py's, an encoder's whole quick report the bert family's)."""
     out = tmp_path / "r"
-    skip = "census,evidence,sinks,examples,design"
-    res = runner.invoke(cli, ["report", "--quick", "--model", str(minilm_dir), "--skip", skip, "--out", str(out)])
+    res = runner.invoke(cli, ["report", "--quick", "--model", str(minilm_dir), "--out", str(out)])
     assert res.exit_code == 0, res.output
     assert "measured by the embedding change, not loss" in res.output
     for stage in ("ablation_zero", "ablation_mean", "pruning"):
