@@ -34,7 +34,7 @@ from headlens.reports.api.census import DetectResult
 from headlens.reports.api.result import RESULT_KINDS
 from headlens.reports.api.schema import DTYPES, SCHEMAS, Column, mismatches, schema_of
 from headlens.reports.api.sinks import SeedTextResult
-from tests.reports.api.conftest import SMALL
+from tests.reports.api.conftest import BUILTIN, SMALL, tables_saved
 
 demo_only = pytest.mark.skipif(not (MODEL_DIR / "model.safetensors").is_file(), reason="the demo checkpoint is not shipped in this tree")
 
@@ -131,7 +131,7 @@ def _studies(demo, shared) -> dict[str, Any]:
         "composition": lambda: headlens.composition(demo, n_baseline=20, n_tokens=50),
         "capture": lambda: headlens.capture(demo, prompts="The cat sat on the mat. The cat sat on the mat.", what=("q",), verify=True),
         "gqa": lambda: headlens.gqa(demo, task=TASK, **SMALL),
-        "projections": lambda: headlens.projections(demo, n_windows=1, window=16, n_prompts=4),
+        "projections": lambda: headlens.projections(demo, n_windows=1, window=16, n_prompts=4, **BUILTIN),
     }
 
 
@@ -149,8 +149,7 @@ def test_every_table_of_every_study_has_the_schemas_columns_and_dtypes(demo_mode
         return  # written by their commands, not by a study's save
     if back is None:
         out = tmp_path / (f"{kind}.csv" if kind in ("ablation", "kv") else kind)
-        result.save(out)
-        back = headlens.load(out)
+        back = headlens.load(tables_saved(result, out))  # the figures drawn, no figure file written
     assert back.schema_mismatches() == [] and {n: dict(t.dtypes) for n, t in back.tables.items()} == {
         n: dict(t.dtypes) for n, t in result.tables.items()
     }

@@ -20,6 +20,8 @@ from headlens.probes.errors import HeadlensError
 from headlens.reports.api.census import CensusResult
 from headlens.reports.api.result import Result
 from headlens.reports.render.census_summary import NO_INTERVAL
+from tests.helpers import figure_formats
+from tests.reports.api.conftest import session_models
 
 
 @pytest.fixture(scope="module")
@@ -90,12 +92,14 @@ def test_view_escapes_what_it_shows_and_the_repr_stays_short(demo_census):
     assert "\n" not in repr(demo_census) and len(repr(demo_census)) < 200
 
 
-def test_the_cli_prints_the_view_lines(demo_census, runner, tmp_path):
-    """One wording: ``headlens classify`` prints exactly the lines the view leads with."""
+def test_the_cli_prints_the_view_lines(demo, demo_census, runner, tmp_path):
+    """One wording: ``headlens classify`` prints exactly the lines the view leads with (the command
+    is given the session's demo model; its figures are drawn, not written: the test reads its lines)."""
     from headlens.reports.cli.main import cli
 
     out = tmp_path / "c"
-    res = runner.invoke(cli, ["classify", "-m", "demo", "--n-prompts", "8", "--seed", "0", "--out", str(out), "-q"])
+    with session_models({"demo": demo}), figure_formats(()):
+        res = runner.invoke(cli, ["classify", "-m", "demo", "--n-prompts", "8", "--seed", "0", "--out", str(out), "-q"])
     assert res.exit_code == 0, res.output
     stdout = res.stdout.split("\n")
     lines = headlens.load(out).findings().lines

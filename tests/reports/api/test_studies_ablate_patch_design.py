@@ -22,6 +22,7 @@ from headlens.reports.api.patch import PatchingResult, patch
 from headlens.reports.api.prune import PruneResult, prune
 from headlens.reports.api.registry import load
 from headlens.reports.cli.main import cli
+from tests.reports.api.conftest import session_models
 
 #: Windows of the evaluation text every study here measures on (small: a smoke-sized run).
 TEXT: dict[str, Any] = {"n_windows": 2, "window": 16}
@@ -126,7 +127,8 @@ def test_ablate_save_load_and_the_cli_files(tiny_model, tiny_checkpoint, runner,
         "16",
         "-q",
     ]
-    r = runner.invoke(cli, [*args, "--out", str(cli_out)])
+    with session_models({str(tiny_checkpoint): tiny_model}):  # the session's tiny model, not a second load
+        r = runner.invoke(cli, [*args, "--out", str(cli_out)])
     assert r.exit_code == 0, r.output
     assert _files(cli_out.parent) == _files(out.parent)
     from_cli = load(cli_out)
@@ -160,7 +162,8 @@ def test_gqa_cli_folder_loads_and_equals_the_call(tiny_model, tiny_checkpoint, r
     args = ["gqa", "-m", str(tiny_checkpoint), "--group-sizes", "2", "--grouping", "adjacent", "--n-windows", "2", "--window", "16", "-q"]
     task = tmp_path / "task.jsonl"
     task.write_text(json.dumps({"prompt": TASK[0].prompt, "correct": " Mary", "incorrect": " John"}) + "\n")
-    r = runner.invoke(cli, [*args, "--task", str(task), "--out", str(tmp_path / "cli")])
+    with session_models({str(tiny_checkpoint): tiny_model}):  # the session's tiny model, not a second load
+        r = runner.invoke(cli, [*args, "--task", str(task), "--out", str(tmp_path / "cli")])
     assert r.exit_code == 0, r.output
     assert _files(tmp_path / "cli") == _files(folder)
     from_cli, back = load(tmp_path / "cli"), load(folder)
@@ -203,7 +206,8 @@ def test_patch_cli_folder_loads_and_equals_the_call(planted_model, planted_check
     assert res.gap_defined  # the planted model does the induction task: effects are normalised, heatmaps drawn
     folder = res.save(tmp_path / "py")
     args = ["patch", "-m", str(planted_checkpoint), "--builtin", "induction", "--n-pairs", "6", "--n-resamples", "20", "--dla"]
-    r = runner.invoke(cli, [*args, "--path", "--receivers", "1.0", "-q", "--out", str(tmp_path / "cli")])
+    with session_models({str(planted_checkpoint): planted_model}):  # the session's planted model, not a second load
+        r = runner.invoke(cli, [*args, "--path", "--receivers", "1.0", "-q", "--out", str(tmp_path / "cli")])
     assert r.exit_code == 0, r.output
     assert _files(tmp_path / "cli") == _files(folder)
     assert {"heatmap_denoising.png", "heatmap_noising.svg", "heatmap_path.png", "dla.csv", "path_patching.csv"} <= set(_files(folder))

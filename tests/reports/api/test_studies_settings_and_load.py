@@ -37,6 +37,8 @@ from headlens.reports.api.registry import load
 from headlens.reports.api.sinks import SeedTextResult, sinks
 from headlens.reports.cli.main import cli
 from headlens.reports.render.census_summary import NO_INTERVAL
+from tests.helpers import figure_formats
+from tests.reports.api.conftest import session_models, tables_saved
 
 #: A model name that cannot load: a refusal with it comes before the model loads.
 NO_MODEL = "no-such-model-here"
@@ -65,10 +67,11 @@ def test_a_census_without_intervals_says_so_instead_of_no_head_cleared(demo):
     assert NO_INTERVAL in result.summary and "No head cleared a threshold" not in result.summary
 
 
-def test_classify_with_one_prompt_prints_that_roles_need_intervals(tmp_path):
-    r = CliRunner().invoke(
-        cli, ["classify", "-m", "demo", "--detectors", "induction", "--n-prompts", "1", "-q", "--out", str(tmp_path / "c")]
-    )
+def test_classify_with_one_prompt_prints_that_roles_need_intervals(demo, tmp_path):
+    with session_models({"demo": demo}), figure_formats(()):  # the session's demo model; figures drawn, not written
+        r = CliRunner().invoke(
+            cli, ["classify", "-m", "demo", "--detectors", "induction", "--n-prompts", "1", "-q", "--out", str(tmp_path / "c")]
+        )
     assert r.exit_code == 0, r.output
     assert NO_INTERVAL.lower() in r.output and NO_INTERVAL in (tmp_path / "c" / "summary.md").read_text()
 
@@ -172,16 +175,18 @@ def test_a_study_call_takes_a_str_setting(tiny_model):
 # --------------------------------------------------------------------------- 4: load reads what the CLI writes
 
 
-def test_load_reads_detects_table_and_the_seed_text_folder(tmp_path):
+def test_load_reads_detects_table_and_the_seed_text_folder(demo, tmp_path):
     runner = CliRunner()
     scores = tmp_path / "scores.csv"
-    r = runner.invoke(cli, ["detect", "-m", "demo", "--detectors", "induction", "--n-prompts", "2", "-q", "--out", str(scores)])
+    with session_models({"demo": demo}), figure_formats(()):  # the session's demo model; figures drawn, not written
+        r = runner.invoke(cli, ["detect", "-m", "demo", "--detectors", "induction", "--n-prompts", "2", "-q", "--out", str(scores)])
     assert r.exit_code == 0, r.output
     detected = load(scores)
     assert isinstance(detected, DetectResult) and set(detected.table["detector"]) == {"induction"}
     assert len(detected.table) == len(pd.read_csv(scores)) > 0
     st = tmp_path / "st"
-    r = runner.invoke(cli, ["sinks", "-m", "demo", "--text", "The cat sat on the mat and looked at the dog.", "--out", str(st)])
+    with session_models({"demo": demo}), figure_formats(()):
+        r = runner.invoke(cli, ["sinks", "-m", "demo", "--text", "The cat sat on the mat and looked at the dog.", "--out", str(st)])
     assert r.exit_code == 0, r.output
     seed = load(st)
     assert isinstance(seed, SeedTextResult) and len(seed.table) > 0
@@ -221,9 +226,11 @@ def test_save_then_load_keeps_every_columns_dtype(tmp_path):
 
 
 def test_a_sinks_result_reads_back_as_it_was_saved(tiny_model, tmp_path):
-    """Every table of a real sinks run (text, categorical, int-valued float columns) after save -> load."""
-    result = sinks(tiny_model, n_prompts=3, window=16)
-    back = load(result.save(tmp_path / "sinks"))
+    """Every table of a real sinks run (text, categorical, int-valued float columns) after save -> load.
+    Every part runs; windowed attention on one long sequence of 32 tokens with one window, and one
+    head removed alone (every table as with the defaults, fewer rows); figures drawn, not written."""
+    result = sinks(tiny_model, n_prompts=3, window=16, n_long=1, long_tokens=32, attn_windows=(8,), max_single=1)
+    back = load(tables_saved(result, tmp_path / "sinks"))
     assert sorted(back.tables) == sorted(result.tables)
     for name, table in result.tables.items():  # the CSV holds 6 significant digits
         pd.testing.assert_frame_equal(back.tables[name], table.reset_index(drop=True), rtol=1e-5, obj=name)

@@ -1,7 +1,11 @@
 """``headlens sweep`` on local Ray: three tiny checkpoints, equality with ``headlens detect``,
 resume after an interruption, one-line failures that leave the other tasks alone.
 
-One local Ray instance (2 CPUs, no dashboard, no usage reporting) serves the whole module.
+One local Ray instance (no dashboard, no usage reporting) serves the whole module, with one CPU: the
+tasks run one after another in one worker process, so the module starts one worker where two CPUs
+started two (each worker imports the library and its torch: ~5 s of CPU), and the resume after an
+interruption starts one again, not two.  Tasks running side by side into one OUT are the cluster test's
+(test_sweep_cluster.py: the head and the worker node) and the Ctrl-C test's (``--num-cpus 2``).
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ STEPS = (0, 100, 200)
 def local_ray():
     saved = os.environ.get("RAY_USAGE_STATS_ENABLED")
     os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="WARNING")
+    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False, logging_level="WARNING")
     try:
         yield ray
     finally:

@@ -1,11 +1,14 @@
 """``headlens sweep --address`` on a real two-node Ray cluster that loses its worker node mid-sweep.
 
 Ray's own multi-node harness (:class:`ray.cluster_utils.Cluster`) starts a head node (GCS and a
-raylet, 1 CPU) and a separate worker node (its own raylet, 2 CPUs) on this machine; the sweep
+raylet, 1 CPU) and a separate worker node (its own raylet, 1 CPU) on this machine; the sweep
 is a ``headlens sweep --address HEAD`` process, as a user would run it against a cluster.  As
 soon as a task runs on the worker node, the node is removed (its raylet and workers killed,
 what a lost machine does): the task is retried on the head (``--max-retries 1``), the sweep
-exits 0, and the dataset equals an undisturbed run of the same tasks.
+exits 0, and the dataset equals an undisturbed run of the same tasks.  One CPU a node: one task
+on each at a time, side by side, and one worker process a node (each imports the library and its
+torch, ~5 s of CPU: a worker node of 2 CPUs started two, and the head then a third and fourth for
+the retried tasks).
 """
 
 from __future__ import annotations
@@ -47,25 +50,32 @@ STEPS = (0, 100, 200)
 RUNNING_S, FINISH_S = 180, 300
 #: Object store of each node: small, the tasks pass only their records through it.
 STORE_BYTES = 80 * 1024**2
+#: Seconds between looks at /proc for a task on the worker node (each look reads every process's ``stat``).
+POLL_S = 0.1
 
 
 def _children(pid: int) -> dict[int, str]:
-    """``{pid: command line}`` of every descendant of ``pid`` (from /proc)."""
-    table = {}
-    for entry in Path("/proc").iterdir():
+    """``{pid: command line}`` of every descendant of ``pid`` (from /proc: every process's ``stat``,
+    and only the descendants' command lines, so that a look every :data:`POLL_S` seconds stays cheap)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.scandir("/proc"):
         if entry.name.isdigit():
             try:
-                stat = (entry / "stat").read_text()
-                cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                with open(f"/proc/{entry.name}/stat", "rb") as f:
+                    stat = f.read().decode(errors="replace")
             except OSError:
                 continue
-            table[int(entry.name)] = (int(stat[stat.rindex(")") + 2 :].split()[1]), cmd)
-    found, frontier = {}, [pid]
+            children.setdefault(int(stat[stat.rindex(")") + 2 :].split()[1]), []).append(int(entry.name))
+    found: dict[int, str] = {}
+    frontier = [pid]
     while frontier:
-        parent = frontier.pop()
-        for child, (ppid, cmd) in table.items():
-            if ppid == parent and child not in found:
-                found[child] = cmd
+        for child in children.get(frontier.pop(), ()):
+            if child not in found:
+                try:
+                    with open(f"/proc/{child}/cmdline", "rb") as f:
+                        found[child] = f.read().replace(b"\0", b" ").decode(errors="replace")
+                except OSError:
+                    found[child] = ""
                 frontier.append(child)
     return found
 
@@ -114,7 +124,7 @@ def _undisturbed(run_dir: Path, out: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
 def test_a_sweep_on_a_cluster_that_loses_its_worker_node_finishes_with_the_same_dataset(cluster, run_dir, tmp_path):
     from headlens.reports.runs.sweep.gather import read_dataset
 
-    worker = cluster.add_node(num_cpus=2, object_store_memory=STORE_BYTES)
+    worker = cluster.add_node(num_cpus=1, object_store_memory=STORE_BYTES)
     cluster.wait_for_nodes()
     worker_raylet = worker.all_processes["raylet"][0].process.pid
     out = tmp_path / "swept"
@@ -128,7 +138,7 @@ def test_a_sweep_on_a_cluster_that_loses_its_worker_node_finishes_with_the_same_
         while (
             proc.poll() is None and time.monotonic() < deadline and not any("ray::run_task" in c for c in _children(worker_raylet).values())
         ):
-            time.sleep(0.05)
+            time.sleep(POLL_S)
         assert proc.poll() is None and time.monotonic() < deadline, (
             f"no task ran on the worker node: {proc.communicate() if proc.poll() is not None else 'timed out'}"
         )
