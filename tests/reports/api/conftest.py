@@ -9,7 +9,7 @@ one result and that one copy (``save`` writes files and leaves the result as it 
 fixture is per xdist worker: when the two modules run on different workers, each worker makes its
 own runs.
 
-:func:`tables_saved` is ``result.save(out)`` with every figure drawn (each maker runs, as in any
+:func:`tables_saved` is ``result.save(out)`` with every figure made (each maker runs, as in any
 save) but no figure file written: for the tests of tables, files read back and manifests, which
 never open a figure (each study's figure files are checked by its own figure and CLI tests).
 :func:`session_models` hands a command given ``-m`` a model the session has loaded already (a
@@ -59,7 +59,7 @@ def _makers(demo) -> dict[str, Callable[[], Any]]:
 
 
 def tables_saved(result: Any, out: str | Path) -> Path:
-    """``result.save(out)`` with the figures drawn but not written (no PNG or SVG file; the
+    """``result.save(out)`` with the figures made (their makers run) but neither rendered nor written (no PNG or SVG file; the
     manifest's file lists agree): for the tests that read back tables and manifests only."""
     from tests.helpers import figure_formats
 
@@ -109,7 +109,7 @@ def demo_study(demo_model) -> Callable[[str], Any]:
 @pytest.fixture(scope="session")
 def demo_saved(demo_study, tmp_path_factory) -> Callable[[str], tuple[Any, Any]]:
     """``demo_saved(name)``: ``(result, back)``: :func:`demo_study`'s result, saved once per session
-    into a new folder (a table file for ablate and kv, as their commands write; figures drawn, no
+    into a new folder (a table file for ablate and kv, as their commands write; figures made, no
     figure file: :func:`tables_saved`) and read back with ``headlens.load``."""
     import headlens
 

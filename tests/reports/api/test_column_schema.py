@@ -149,7 +149,7 @@ def test_every_table_of_every_study_has_the_schemas_columns_and_dtypes(demo_mode
         return  # written by their commands, not by a study's save
     if back is None:
         out = tmp_path / (f"{kind}.csv" if kind in ("ablation", "kv") else kind)
-        back = headlens.load(tables_saved(result, out))  # the figures drawn, no figure file written
+        back = headlens.load(tables_saved(result, out))  # the figures made, none rendered or written
     assert back.schema_mismatches() == [] and {n: dict(t.dtypes) for n, t in back.tables.items()} == {
         n: dict(t.dtypes) for n, t in result.tables.items()
     }

@@ -94,7 +94,7 @@ def test_view_escapes_what_it_shows_and_the_repr_stays_short(demo_census):
 
 def test_the_cli_prints_the_view_lines(demo, demo_census, runner, tmp_path):
     """One wording: ``headlens classify`` prints exactly the lines the view leads with (the command
-    is given the session's demo model; its figures are drawn, not written: the test reads its lines)."""
+    is given the session's demo model; its figures are made, not rendered or written: the test reads its lines)."""
     from headlens.reports.cli.main import cli
 
     out = tmp_path / "c"

@@ -43,7 +43,7 @@ def test_every_result_round_trips_exactly(demo, demo_saved, tmp_path, name):
         result, back = demo_saved(name)
     else:
         result = dict(_studies(demo))[name]()
-        back = headlens.load(tables_saved(result, tmp_path / name))  # the figures drawn, no figure file written
+        back = headlens.load(tables_saved(result, tmp_path / name))  # the figures made, none rendered or written
     assert set(back.tables) == set(result.tables)
     for table, df in result.tables.items():
         got = back.tables[table]
@@ -70,7 +70,7 @@ def test_a_float_survives_the_csv_exactly_and_text_stays_text(tmp_path):
 def test_a_report_read_back_keeps_the_ablation_table_exactly(demo, tmp_path):
     """The quick report's zero ablation, read back from its folder, is the study's table value for value."""
     skip = ("census", "evidence", "sinks", "ablation_mean", "pruning", "examples", "design")
-    with figure_formats(()):  # its figures drawn, no figure file written: the table is read back
+    with figure_formats(()):  # its figures made, none rendered or written: the table is read back
         headlens.report(demo, out_dir=tmp_path / "r", quick=True, skip=skip)
     read = headlens.load_report(tmp_path / "r").ablation_zero
     fresh = headlens.ablate(demo, n_windows=2, window=32, n_bootstrap=200, attribution=False).table

@@ -68,7 +68,7 @@ def test_a_census_without_intervals_says_so_instead_of_no_head_cleared(demo):
 
 
 def test_classify_with_one_prompt_prints_that_roles_need_intervals(demo, tmp_path):
-    with session_models({"demo": demo}), figure_formats(()):  # the session's demo model; figures drawn, not written
+    with session_models({"demo": demo}), figure_formats(()):  # the session's demo model; figures made, not rendered or written
         r = CliRunner().invoke(
             cli, ["classify", "-m", "demo", "--detectors", "induction", "--n-prompts", "1", "-q", "--out", str(tmp_path / "c")]
         )
@@ -178,7 +178,7 @@ def test_a_study_call_takes_a_str_setting(tiny_model):
 def test_load_reads_detects_table_and_the_seed_text_folder(demo, tmp_path):
     runner = CliRunner()
     scores = tmp_path / "scores.csv"
-    with session_models({"demo": demo}), figure_formats(()):  # the session's demo model; figures drawn, not written
+    with session_models({"demo": demo}), figure_formats(()):  # the session's demo model; figures made, not rendered or written
         r = runner.invoke(cli, ["detect", "-m", "demo", "--detectors", "induction", "--n-prompts", "2", "-q", "--out", str(scores)])
     assert r.exit_code == 0, r.output
     detected = load(scores)
@@ -228,7 +228,7 @@ def test_save_then_load_keeps_every_columns_dtype(tmp_path):
 def test_a_sinks_result_reads_back_as_it_was_saved(tiny_model, tmp_path):
     """Every table of a real sinks run (text, categorical, int-valued float columns) after save -> load.
     Every part runs; windowed attention on one long sequence of 32 tokens with one window, and one
-    head removed alone (every table as with the defaults, fewer rows); figures drawn, not written."""
+    head removed alone (every table as with the defaults, fewer rows); figures made, not rendered or written."""
     result = sinks(tiny_model, n_prompts=3, window=16, n_long=1, long_tokens=32, attn_windows=(8,), max_single=1)
     back = load(tables_saved(result, tmp_path / "sinks"))
     assert sorted(back.tables) == sorted(result.tables)

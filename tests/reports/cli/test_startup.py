@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import click
@@ -52,9 +53,10 @@ sys.stderr.write("\\n" + json.dumps({{"heavy": heavy, "code": code}}) + "\\n")
 
 
 def _probe(*args: str) -> tuple[dict, str, str]:
-    proc = subprocess.run(
-        [sys.executable, "-c", _PROBE.format(heavy=HEAVY), *args], capture_output=True, text=True, timeout=120, env=_env()
-    )
+    with tempfile.TemporaryDirectory() as cwd:  # relative paths (``--out x``) land in an empty folder, not the caller's
+        proc = subprocess.run(
+            [sys.executable, "-c", _PROBE.format(heavy=HEAVY), *args], capture_output=True, text=True, timeout=120, env=_env(), cwd=cwd
+        )
     *rest, last = proc.stderr.rstrip("\n").split("\n")
     return json.loads(last), proc.stdout, "\n".join(rest).strip()
 
