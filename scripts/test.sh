@@ -18,6 +18,8 @@ fi
 # item._nodeid, which pytest 9 no longer reads, so the xdist_group marks were ignored and every
 # test went to whichever worker was free; the suite uses no xdist_group: tests of different modules,
 # the Ray tests' local clusters too, may run at the same time on the two workers.)
+# `--no-loadscope-reorder`: the modules go to the workers in tests/conftest.py's order (the longest
+# first), not xdist's (most tests first, which left a one-test module of a minute for the end).
 # HEADLENS_TEST_WORKERS=0 runs everything in this process.
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} MKL_NUM_THREADS=${MKL_NUM_THREADS:-1}
-exec .venv/bin/python -m pytest -q -n "${HEADLENS_TEST_WORKERS:-2}" --dist loadfile --durations=15 "$@"
+exec .venv/bin/python -m pytest -q -n "${HEADLENS_TEST_WORKERS:-2}" --dist loadfile --no-loadscope-reorder --durations=15 "$@"

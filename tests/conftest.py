@@ -45,6 +45,54 @@ def pytest_configure(config):
     gc.set_threshold(*GC_THRESHOLD)
 
 
+#: The modules that took longest in a full two-worker run (wall seconds, 2026-12-04: 164 to 17),
+#: handed to the workers first, longest first; every other module follows, those with more tests
+#: first (pytest-xdist's own order, which scripts/test.sh turns off with ``--no-loadscope-reorder``
+#: so that this one holds).  xdist's order put a module with one long test (the Ray cluster's, a
+#: minute) among the last, and one worker waited alone at the end.  Only the order depends on this
+#: list: a stale or missing name costs time, never a test.
+FIRST_MODULES = (
+    "tests/e2e/test_families_commands.py",
+    "tests/reports/runs/test_sweep_interrupt.py",
+    "tests/meta/test_docs_blocks.py",
+    "tests/reports/runs/test_sweep_cluster.py",
+    "tests/e2e/test_notebook.py",
+    "tests/meta/test_no_global_state.py",
+    "tests/e2e/test_evidence_demo.py",
+    "tests/analyses/demo/test_demo_model.py",
+    "tests/meta/test_readme_blocks.py",
+    "tests/analyses/ablation/test_encoder_ablation.py",
+    "tests/analyses/patching/test_patching_evidence.py",
+    "tests/reports/cli/test_sinks_cli.py",
+    "tests/reports/cli/test_ablation_resume.py",
+    "tests/reports/runs/test_sweep.py",
+    "tests/reports/runs/test_report_speed_design.py",
+    "tests/analyses/tracr/test_conversion.py",
+    "tests/meta/test_packaging.py",
+    "tests/analyses/demo/test_demo_recipe.py",
+    "tests/e2e/test_demo_run.py",
+    "tests/probes/test_fingerprint.py",
+    "tests/meta/test_import_quiet.py",
+    "tests/analyses/ablation/test_suffix_cuts.py",
+)
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """:data:`FIRST_MODULES` first, then the other modules by their number of tests, most first;
+    within a module, its own order (the sort is stable)."""
+    first = {name: i for i, name in enumerate(FIRST_MODULES)}
+    counts: dict[str, int] = {}
+    for item in items:
+        module = item.nodeid.split("::", 1)[0]
+        counts[module] = counts.get(module, 0) + 1
+
+    def rank(item) -> tuple[int, int]:
+        module = item.nodeid.split("::", 1)[0]
+        return (first[module], 0) if module in first else (len(first), -counts[module])
+
+    items.sort(key=rank)
+
+
 def pytest_collection_finish(session):
     """Collection and the imports it made are done: keep their objects out of every later walk."""
     gc.collect()
