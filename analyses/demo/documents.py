@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import logging
+import os
 import sysconfig
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -64,7 +65,7 @@ def stdlib_docstring_documents(
     ``keep``: only the modules it accepts, asked before their file is read with the document's
     source and name (its text empty), so a split reads only its own files."""
     root = Path(stdlib or sysconfig.get_paths()["stdlib"])
-    files = sorted(p for p in root.rglob("*.py") if not _SKIP_DIRS.intersection(p.relative_to(root).parts))
+    files = _python_files(root)
     docs = []
     for path in files:
         rel = path.relative_to(root).with_suffix("")
@@ -85,6 +86,39 @@ def stdlib_docstring_documents(
         if parts:
             docs.append(Document(STDLIB_DOCSTRINGS, name, "\n\n".join(parts)))
     return docs
+
+
+def _python_files(root: Path) -> list[Path]:
+    """The ``*.py`` entries under ``root`` outside the skipped folders, sorted: the files
+    ``sorted(root.rglob("*.py"))`` lists (Python 3.11: every entry whose name matches, symlinked
+    folders not entered) less those under a skipped folder, without walking into the skipped
+    folders at all (site-packages alone holds most of an installation's files, and walking it was
+    most of the held-out split's reading).  A folder that cannot be listed is passed over."""
+    found: list[Path] = []
+    todo = [root]
+    while todo:
+        folder = todo.pop()
+        try:
+            with os.scandir(folder) as it:
+                entries = list(it)
+        except OSError as exc:
+            log.debug("skipping %s: cannot list it (%s)", folder, exc)
+            continue
+        for entry in entries:
+            path = folder / entry.name
+            if entry.name.endswith(".py"):
+                found.append(path)
+            if entry.name not in _SKIP_DIRS and _is_real_dir(entry):
+                todo.append(path)
+    return sorted(found)
+
+
+def _is_real_dir(entry: os.DirEntry[str]) -> bool:
+    """A folder that is not a symlink (``rglob`` enters those only)."""
+    try:
+        return entry.is_dir() and not entry.is_symlink()
+    except OSError:
+        return False
 
 
 #: The nodes whose fields hold statements: a docstring's owner (a module, class or function) is a
