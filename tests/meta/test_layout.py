@@ -3,8 +3,10 @@
 * no import cycle among headlens modules, counting every import that runs: at module level and
   inside functions (not those under ``if TYPE_CHECKING``); ``from headlens.probes import name`` of a
   name (not a submodule) counts as an import of the package, whose ``__init__`` imports it;
-* no package namespace is lazy (a module-level ``__getattr__``): the public names are imported
-  explicitly, so an IDE and a type checker see their real types;
+* no package namespace is lazy (a module-level ``__getattr__``) unless a type checker still sees
+  every public name: each name of its ``__all__`` is imported under ``if TYPE_CHECKING`` (or bound
+  at module level), so an IDE and a type checker see their real types (``headlens`` itself loads
+  its names on first use: tests/meta/test_public_namespace.py);
 * imports inside functions only of :data:`DEFERRED_IMPORTS` (optional or deferred dependencies);
 * no module over :data:`MAX_LINES` lines in ``probes/``, ``analyses/``, ``reports/``;
 * data flows one way: ``probes`` imports nothing from ``analyses`` or ``reports``, ``analyses``
@@ -400,16 +402,49 @@ def api_only_violations(modules: dict[str, Module]) -> list[str]:
     return sorted(out)
 
 
+def _dunder_all(tree: ast.Module) -> list[str] | None:
+    """The names of a module-level ``__all__ = [...]`` (or tuple) of string literals; None without one."""
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
+            elts = node.value.elts if isinstance(node.value, (ast.List, ast.Tuple)) else []
+            names = [e.value for e in elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+            return names if len(names) == len(elts) else None
+    return None
+
+
+def _typed_names(tree: ast.Module) -> set[str]:
+    """The names a type checker sees bound in a module without running it: module-level
+    assignments, definitions and imports, and the imports under ``if TYPE_CHECKING``."""
+    out: set[str] = set()
+    for node in tree.body:
+        body = node.body if isinstance(node, ast.If) and _is_type_checking(node) else [node]
+        for stmt in body:
+            if isinstance(stmt, (ast.Import, ast.ImportFrom)):
+                out |= {(a.asname or a.name).split(".")[0] for a in stmt.names}
+            elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                out.add(stmt.name)
+            elif isinstance(stmt, (ast.Assign, ast.AnnAssign)):
+                targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+                out |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+            elif isinstance(stmt, ast.Try):  # try: __version__ = ... except ...: __version__ = ...
+                out |= _typed_names(ast.Module(body=[*stmt.body, *(s for h in stmt.handlers for s in h.body)], type_ignores=[]))
+    return out
+
+
 def lazy_namespaces(modules: dict[str, Module]) -> list[str]:
     """``"name (line n)"`` for each module that defines or assigns a module-level ``__getattr__``
-    (PEP 562: names loaded on first use, which an IDE and a type checker cannot see)."""
+    (PEP 562: names loaded on first use) and does not show a type checker every name it serves:
+    it has no literal ``__all__``, or some name of ``__all__`` is neither bound at module level nor
+    imported under ``if TYPE_CHECKING`` (a name that an IDE and a type checker cannot see)."""
     out = []
     for name, m in sorted(modules.items()):
+        public = _dunder_all(m.tree)
+        typed = public is not None and set(public) <= _typed_names(m.tree)
         for node in m.tree.body:
             defined = isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == "__getattr__"
             targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
             names = {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
-            if defined or "__getattr__" in names:
+            if (defined or "__getattr__" in names) and not typed:
                 out.append(f"{name} (line {node.lineno})")
     return out
 
@@ -466,6 +501,12 @@ def test_the_checks_find_what_they_look_for(tmp_path):
             "probes/__init__.py": 'from headlens.probes.g import g_fn\n\n_NAMES = {"Tiny": "headlens.analyses.tiny"}\n',
             "probes/lazy.py": "def __getattr__(name):\n    raise AttributeError(name)\n",
             "probes/lazy2.py": "from x import make\n\n__getattr__, __dir__ = make()\n",
+            # lazy, but every name of __all__ is imported under TYPE_CHECKING (or bound here): a type checker sees them all
+            "probes/lazy3.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from headlens.probes.a import A\n"
+            "v = 1\n__all__ = ['A', 'v']\n\ndef __getattr__(name):\n    raise AttributeError(name)\n",
+            # lazy, and one name of __all__ ('B') is nowhere for a type checker to see
+            "probes/lazy4.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from headlens.probes.a import A\n"
+            "__all__ = ['A', 'B']\n\ndef __getattr__(name):\n    raise AttributeError(name)\n",
             "probes/a.py": "from headlens.probes import b\n",
             "probes/b.py": "from . import c\n",
             "probes/c.py": "import headlens.probes.a\n\ndef f():\n    from headlens.reports import r\n",
@@ -519,7 +560,7 @@ def test_the_checks_find_what_they_look_for(tmp_path):
         "headlens.reports.render.table imports headlens.reports.api.verb",
     ]
     assert long_modules(modules, tmp_path) == {"analyses/plot.py": 433}
-    assert lazy_namespaces(modules) == ["headlens.probes.lazy (line 1)", "headlens.probes.lazy2 (line 3)"]
+    assert lazy_namespaces(modules) == ["headlens.probes.lazy (line 1)", "headlens.probes.lazy2 (line 3)", "headlens.probes.lazy4 (line 6)"]
 
 
 # --------------------------------------------------------------------------- the package
