@@ -133,8 +133,8 @@ launcher.defer_packages()
 import headlens
 from headlens.probes import errors  # a submodule: no __init__ runs
 assert type(headlens) is launcher.DeferredPackage and "torch" not in sys.modules
-version = headlens.__version__  # a name: headlens/__init__ runs
-assert type(headlens) is not launcher.DeferredPackage and "torch" in sys.modules
+version = headlens.__version__  # a name: headlens/__init__ runs (it defines the table of lazy names)
+assert type(headlens) is not launcher.DeferredPackage and "_HOMES" in vars(headlens)
 import headlens.probes, headlens.analyses, headlens.reports
 missing = [n for n in headlens.__all__ if not hasattr(headlens, n)]
 missing += [n for m in (headlens.probes, headlens.analyses, headlens.reports) for n in m.__all__ if not hasattr(m, n)]
