@@ -10,8 +10,18 @@ import pytest
 from headlens.analyses.ablation.masks import HeadMask
 from headlens.probes.outputs import write_json
 from headlens.reports.cli.main import cli
+from tests.reports.api.conftest import session_models
 
 SMALL = ["--n-windows", "3", "--window", "24"]
+
+
+@pytest.fixture()
+def tiny_loaded(tiny_checkpoint, tiny_model):
+    """``-m TINY`` gets the session's tiny model (a load is half a second of CPU): for the tests
+    that check what ``ablate`` writes and refuses, not how it loads (the first test loads it for
+    real; a missing folder is still loaded, and refused, for real)."""
+    with session_models({str(tiny_checkpoint): tiny_model}):
+        yield
 
 
 @pytest.mark.all_figure_formats  # reads the SVG files (or the file list naming them)
@@ -37,7 +47,7 @@ def test_ablate_writes_table_manifest_heatmap(runner, tiny_checkpoint, tmp_path)
     assert "unablated loss" in res.output
 
 
-def test_ablate_formats_task_metric_and_mask(runner, tiny_checkpoint, tmp_path):
+def test_ablate_formats_task_metric_and_mask(runner, tiny_checkpoint, tmp_path, tiny_loaded):
     task = tmp_path / "ioi.jsonl"
     task.write_text(
         "\n".join(
@@ -113,7 +123,7 @@ def _bad_cases(ckpt, tmp_path):
     ]
 
 
-def test_bad_input_one_line_error_and_nothing_overwritten(runner, tiny_checkpoint, tmp_path):
+def test_bad_input_one_line_error_and_nothing_overwritten(runner, tiny_checkpoint, tmp_path, tiny_loaded):
     out = tmp_path / "keep.csv"
     out.write_text("precious")
     for args, code, needle in _bad_cases(tiny_checkpoint, tmp_path):

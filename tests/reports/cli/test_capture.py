@@ -8,6 +8,16 @@ import pytest
 from safetensors.torch import load_file
 
 from headlens.reports.cli.main import cli
+from tests.reports.api.conftest import session_models
+
+
+@pytest.fixture()
+def tiny_loaded(tiny_checkpoint, tiny_model):
+    """``-m TINY`` gets the session's tiny model (a load is half a second of CPU) in the tests that
+    check what the command writes or refuses, not how it loads (the first capture and verify load it for real; a missing folder is still
+    loaded, and refused, for real)."""
+    with session_models({str(tiny_checkpoint): tiny_model}):
+        yield
 
 
 def test_help_and_version(runner):
@@ -59,7 +69,7 @@ def test_capture_writes_activations_tokens_manifest(runner, tiny_checkpoint, tmp
     assert manifest["model"]["tokenizer"]["class"].startswith("GPT2Tokenizer")
 
 
-def test_capture_no_bos(runner, tiny_checkpoint, tmp_path):
+def test_capture_no_bos(runner, tiny_checkpoint, tmp_path, tiny_loaded):
     out = tmp_path / "nobos"
     res = runner.invoke(
         cli,
@@ -100,7 +110,7 @@ def _bad_cases(tiny_checkpoint, tmp_path):
     ]
 
 
-def test_bad_input_one_line_error_and_nothing_overwritten(runner, tiny_checkpoint, tmp_path):
+def test_bad_input_one_line_error_and_nothing_overwritten(runner, tiny_checkpoint, tmp_path, tiny_loaded):
     import torch
 
     if torch.cuda.is_available():

@@ -9,6 +9,16 @@ import click
 import pytest
 
 from headlens.reports.cli.main import cli
+from tests.reports.api.conftest import session_models
+
+
+@pytest.fixture()
+def demo_loaded(demo_model):
+    """``-m demo`` gets the session's demo model (a load is a second of CPU) in the tests that check
+    what ``circuit`` and ``composition`` write or refuse, not how they load (the first test loads it
+    for real)."""
+    with session_models({"demo": demo_model}):
+        yield
 
 
 def _run(runner, args):
@@ -36,7 +46,7 @@ def test_circuit_writes_its_files(runner, tmp_path):
     assert manifest["config"]["circuit"]["confirm"] == 4 and manifest["config"]["circuit"]["method"] == "eap"
 
 
-def test_composition_writes_its_files(runner, tmp_path):
+def test_composition_writes_its_files(runner, tmp_path, demo_loaded):
     out = tmp_path / "k"
     result = _run(runner, ["composition", "-m", "demo", "--device", "cpu", "--modes", "k", "--n-baseline", "20", "--out", str(out), "-q"])
     assert result.exit_code == 0, result.output
@@ -57,7 +67,7 @@ def test_composition_writes_its_files(runner, tmp_path):
         (["--threshold", "0"], "--threshold"),
     ],
 )
-def test_circuit_bad_input_one_line(runner, tmp_path, extra, word):
+def test_circuit_bad_input_one_line(runner, tmp_path, extra, word, demo_loaded):
     out = tmp_path / "never"
     result = _run(runner, ["circuit", "-m", "demo", "--device", "cpu", *extra, "--out", str(out), "-q"])
     assert result.exit_code == 2
@@ -65,7 +75,7 @@ def test_circuit_bad_input_one_line(runner, tmp_path, extra, word):
     assert not out.exists() or not any(out.iterdir())
 
 
-def test_circuit_task_file_of_unequal_pairs(runner, tmp_path):
+def test_circuit_task_file_of_unequal_pairs(runner, tmp_path, demo_loaded):
     task = tmp_path / "t.jsonl"
     good = {"clean": "When Mary and John went", "corrupt": "When Mary and Tom went", "correct": " Mary", "incorrect": " John"}
     bad = {**good, "corrupt": "When Mary and John and Tom went"}  # a longer corrupt side
@@ -97,7 +107,7 @@ def test_circuit_runs_on_split_and_normed_families(runner, tmp_path, family_chec
     assert any("post-attention norm" in n for n in manifest["circuit"]["notes"]) is (family == "gemma2")
 
 
-def test_circuit_keeps_an_existing_folder(runner, tmp_path):
+def test_circuit_keeps_an_existing_folder(runner, tmp_path, demo_loaded):
     out = tmp_path / "full"
     out.mkdir()
     (out / "mine.txt").write_text("kept")
@@ -108,7 +118,7 @@ def test_circuit_keeps_an_existing_folder(runner, tmp_path):
 
 
 @pytest.mark.parametrize(("extra", "word"), [(["--modes", "k,x"], "--modes"), (["--n-baseline", "1"], "--n-baseline")])
-def test_composition_bad_input_one_line(runner, tmp_path, extra, word):
+def test_composition_bad_input_one_line(runner, tmp_path, extra, word, demo_loaded):
     out = tmp_path / "never"
     result = _run(runner, ["composition", "-m", "demo", *extra, "--out", str(out), "-q"])
     assert result.exit_code == 2
@@ -146,7 +156,7 @@ def test_circuit_help_states_its_own_bounds(runner):
     assert "at least 2" in steps and "x>=2" in steps and "x>=1" not in steps
 
 
-def test_circuit_n_pairs_over_the_cap_in_the_count_rules_words(runner, tmp_path):
+def test_circuit_n_pairs_over_the_cap_in_the_count_rules_words(runner, tmp_path, demo_loaded):
     out = tmp_path / "never"
     result = _run(runner, ["circuit", "-m", "demo", "--device", "cpu", "--n-pairs", "5000", "--out", str(out), "-q"])
     assert result.exit_code == 2

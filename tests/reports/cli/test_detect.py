@@ -8,12 +8,22 @@ import pandas as pd
 import pytest
 
 from headlens.reports.cli.main import cli
+from tests.reports.api.conftest import session_models
 
 SMALL = ["--n-prompts", "4", "--seq-len", "10", "--window", "24", "-q"]
 
 
+@pytest.fixture()
+def tiny_loaded(tiny_checkpoint, tiny_model):
+    """``-m TINY`` gets the session's tiny model (a load is half a second of CPU) in the tests that
+    check what the command writes or refuses, not how it loads (classify loads it for real; a missing folder is still
+    loaded, and refused, for real)."""
+    with session_models({str(tiny_checkpoint): tiny_model}):
+        yield
+
+
 @pytest.mark.parametrize("ext", ["csv", "json", "parquet"])
-def test_detect_writes_table_by_extension(runner, tiny_checkpoint, tmp_path, ext):
+def test_detect_writes_table_by_extension(runner, tiny_checkpoint, tmp_path, ext, tiny_loaded):
     out = tmp_path / f"scores.{ext}"
     res = runner.invoke(cli, ["detect", "-m", str(tiny_checkpoint), "--detectors", "sink,induction", *SMALL, "--out", str(out)])
     assert res.exit_code == 0, res.output
@@ -46,7 +56,7 @@ def test_classify_writes_everything(runner, tiny_checkpoint, tmp_path):
     assert manifest["thresholds"]["induction"] == 0.4
 
 
-def test_bad_input(runner, tiny_checkpoint, tmp_path):
+def test_bad_input(runner, tiny_checkpoint, tmp_path, tiny_loaded):
     m = ["-m", str(tiny_checkpoint)]
     bad_span = tmp_path / "bad_span.jsonl"
     bad_span.write_text(

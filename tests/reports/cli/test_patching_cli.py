@@ -10,6 +10,16 @@ import pandas as pd
 import pytest
 
 from headlens.reports.cli.main import cli
+from tests.reports.api.conftest import session_models
+
+
+@pytest.fixture()
+def tiny_loaded(tiny_checkpoint, tiny_model):
+    """``-m TINY`` gets the session's tiny model (a load is half a second of CPU) in the tests that
+    check what the command writes or refuses, not how it loads (the first test loads it for real; a missing folder is still
+    loaded, and refused, for real)."""
+    with session_models({str(tiny_checkpoint): tiny_model}):
+        yield
 
 
 def test_patch_writes_table_heatmap_and_manifest(tiny_checkpoint, tmp_path, runner):
@@ -64,7 +74,7 @@ def test_patch_path_on_the_planted_checkpoint(planted_checkpoint, tmp_path, runn
     assert (out / "heatmap_path.png").exists()
 
 
-def test_patch_bad_input_is_one_line_exit_2(tiny_checkpoint, tmp_path, runner):
+def test_patch_bad_input_is_one_line_exit_2(tiny_checkpoint, tmp_path, runner, tiny_loaded):
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"clean": "a b", "corrupt": "a b c", "correct": " x", "incorrect": " y"}\n' * 2)  # two pairs: one is refused as too few
     cases = [
@@ -81,7 +91,7 @@ def test_patch_bad_input_is_one_line_exit_2(tiny_checkpoint, tmp_path, runner):
         assert words in res.output and len(res.output.strip().splitlines()) == 1, res.output
 
 
-def test_receivers_alone_runs_path_patching_in_the_cli_as_in_the_library(tiny_checkpoint, tmp_path, runner):
+def test_receivers_alone_runs_path_patching_in_the_cli_as_in_the_library(tiny_checkpoint, tmp_path, runner, tiny_loaded):
     # issue 28 review item 9: the CLI refused --receivers without --path ("--receivers is for --path")
     # while headlens.patch(receivers=...) ran path patching: one rule, receivers imply path patching
     import headlens

@@ -8,8 +8,18 @@ import pandas as pd
 import pytest
 
 from headlens.reports.cli.main import cli
+from tests.reports.api.conftest import session_models
 
 SMALL = ["--n-prompts", "2", "--batch-size", "8", "--long-tokens", "32", "--attn-windows", "4,16", "--keep-first", "1", "-q"]
+
+
+@pytest.fixture()
+def planted_loaded(planted_checkpoint, planted_model):
+    """``-m PLANTED`` gets the session's planted model (a load is half a second of CPU) in the tests
+    that check what ``sinks`` prints, writes or refuses, not how it loads (the end-to-end test loads
+    it for real; a missing folder is still loaded, and refused, for real)."""
+    with session_models({str(planted_checkpoint): planted_model}):
+        yield
 
 
 @pytest.mark.all_figure_formats  # reads the SVG files (or the file list naming them)
@@ -50,7 +60,7 @@ def test_sinks_end_to_end(runner, planted_checkpoint, tmp_path):
     assert (out / "sink_alpha_heatmap.svg").read_text().lstrip().startswith("<?xml")
 
 
-def test_sinks_text_prints_the_seed_measurement(runner, planted_checkpoint, tmp_path):
+def test_sinks_text_prints_the_seed_measurement(runner, planted_checkpoint, tmp_path, planted_loaded):
     res = runner.invoke(cli, ["sinks", "-m", str(planted_checkpoint), "--text", "Apple raised its price target", "--top", "2"])
     assert res.exit_code == 0, res.output
     lines = res.output.splitlines()
@@ -67,7 +77,7 @@ def test_sinks_text_prints_the_seed_measurement(runner, planted_checkpoint, tmp_
     assert sorted(p.name for p in out.iterdir()) == ["manifest.json", "seed_text.csv"]
 
 
-def test_sinks_bad_input_one_line_error_and_nothing_overwritten(runner, planted_checkpoint, tmp_path):
+def test_sinks_bad_input_one_line_error_and_nothing_overwritten(runner, planted_checkpoint, tmp_path, planted_loaded):
     m = ["sinks", "--model", str(planted_checkpoint)]
     fresh = ["--out", str(tmp_path / "fresh")]
     cases = [
