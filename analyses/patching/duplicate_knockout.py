@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from jaxtyping import Float, Int
@@ -37,6 +38,7 @@ from torch import Tensor
 
 from headlens.analyses.stats import bootstrap_mean_ci
 from headlens.analyses.stimuli.random_tokens import random_repeated_tokens
+from headlens.probes.hooks import attached
 from headlens.probes.interventions import Edit, score_edits
 from headlens.probes.loading import LoadedModel
 
@@ -54,6 +56,22 @@ def repeated_batch(model: LoadedModel, *, n: int, T: int, seed: int) -> tuple[In
     body = random_repeated_tokens(n, T, seed, int(model.bridge.cfg.d_vocab), exclude=special, distinct=True)
     prefix, _ = model.frame(True)
     return torch.cat([torch.tensor([prefix] * n, dtype=torch.long).view(n, len(prefix)), body], 1), len(prefix)
+
+
+def logits_at(model: LoadedModel, tokens: Int[Tensor, "batch pos"], positions: slice) -> Float[Tensor, "batch kept vocab"]:
+    """The logits of one forward at ``positions`` only: the unembedding's input is cut to them
+    (a hook on ``unembed.hook_in``), so the output head, most of a small model's forward on a 50k
+    vocabulary, runs on those positions alone; everything before it runs as in a full forward.
+    Each kept row of the matrix product is the full forward's row (checked bit for bit on the
+    evidence tables); a model without that hook point runs the full forward and keeps the slice."""
+    if "unembed.hook_in" not in model.bridge.hook_dict:
+        return model.bridge(tokens, return_type="logits")[:, positions]
+
+    def cut(x: Tensor, hook: Any = None) -> Tensor:
+        return x[:, positions]
+
+    with attached(model.bridge, [("unembed.hook_in", cut)]):
+        return model.bridge(tokens, return_type="logits")
 
 
 def knockout_edit(head: int, *, p: int, T: int, offset: int) -> Edit:
@@ -87,8 +105,8 @@ def duplicate_knockout_effects(
     def logp(edits: dict[int, Edit] | None, rows: slice) -> Tensor:
         """Next-token log-probabilities at the second-copy positions, float64."""
         with score_edits(model, edits or {}), torch.inference_mode():
-            out = model.bridge(tokens[rows].to(model.device), return_type="logits")
-            return torch.log_softmax(out[:, second].double(), -1)
+            out = logits_at(model, tokens[rows].to(model.device), second)
+            return torch.log_softmax(out.double(), -1)
 
     clean = [logp(None, rows) for rows in chunks]
     out = {}
