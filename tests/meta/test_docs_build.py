@@ -15,8 +15,10 @@ import contextlib
 import html
 import importlib.util
 import logging
+import os
 import re
 import shutil
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -57,6 +59,17 @@ class _Lines(logging.Handler):
         self.lines.append(f"{record.levelname}: {record.getMessage()}")
 
 
+@contextlib.contextmanager
+def _in_folder(folder: Path) -> Iterator[None]:
+    """The working folder is ``folder`` within the block (``contextlib.chdir`` is Python 3.11+; 3.10 is supported)."""
+    before = os.getcwd()
+    os.chdir(folder)
+    try:
+        yield
+    finally:
+        os.chdir(before)
+
+
 def build(config: Path, site: Path) -> Built:
     """``mkdocs build --strict --config-file config --site-dir site``, run in-process through mkdocs'
     own API (what its CLI calls: ``load_config(strict=True)``, the plugins' startup, ``build``), from
@@ -74,7 +87,7 @@ def build(config: Path, site: Path) -> Built:
     logger.setLevel(logging.INFO)
     logger.addHandler(lines)
     try:
-        with contextlib.chdir(config.parent):
+        with _in_folder(config.parent):
             cfg = load_config(config_file=str(config), site_dir=str(site), strict=True)
             cfg.plugins.on_startup(command="build", dirty=False)
             try:
