@@ -69,7 +69,7 @@ def test_wheel_holds_the_report_page_templates_and_static_files(wheel):
 def test_wheel_imports_in_a_fresh_venv(wheel, tmp_path):
     """The wheel alone in a fresh venv: ``headlens`` and its layers import from the wheel (not this
     checkout) and install no top-level ``probes``/``analyses``/``reports``.  The dependencies
-    (torch, ...: ``import headlens`` imports its public namespace explicitly) come from the test's
+    (torch, ...: the layers' ``__init__`` import their public namespaces explicitly) come from the test's
     own environment through a path file: a directory named in a ``.pth`` file is not a site
     directory, so the editable install's import hook there is never run."""
     venv = tmp_path / "venv"
