@@ -19,14 +19,15 @@ __all__ = ["HookFn", "attached", "hook_point"]
 HookFn = Callable[..., Any]
 
 
-def hook_point(bridge: Any, name: str) -> Any:
-    """The hook point called ``name`` (TransformerLens naming), or a clear error."""
-    points = bridge.hook_dict
-    if name not in points:
-        close = difflib.get_close_matches(name, list(points), n=3)
+def hook_point(bridge: Any, name: str, points: dict[str, Any] | None = None) -> Any:
+    """The hook point called ``name`` (TransformerLens naming), or a clear error.  ``points``: the bridge's
+    ``hook_dict`` when the caller already holds it (the bridge rebuilds that dict on every read)."""
+    known: dict[str, Any] = bridge.hook_dict if points is None else points
+    if name not in known:
+        close = difflib.get_close_matches(name, list(known), n=3)
         hint = f"; did you mean {', '.join(close)}?" if close else ""
         raise InputError(f"the model has no hook point {name!r}{hint}", hook=name)
-    return points[name]
+    return known[name]
 
 
 @contextmanager
@@ -34,8 +35,9 @@ def attached(bridge: Any, hooks: Sequence[tuple[str, HookFn]], *, direction: str
     """Attach ``hooks`` for the duration of the ``with`` block, then remove exactly them."""
     added: list[tuple[Any, Any]] = []
     try:
+        points = bridge.hook_dict if hooks else None  # read once: each read rebuilds the dict with its aliases
         for name, fn in hooks:
-            point = hook_point(bridge, name)
+            point = hook_point(bridge, name, points)
             handle = point.add_hook(fn, dir=direction)
             added.append((point, handle))
         yield

@@ -65,8 +65,11 @@ class CircuitConfig:
         min_open=True,
     )
     batch_size: int = setting(8, help="Pairs per forward (each holds one copy per patched head).", minimum=1)
-    #: Copies x pairs per forward of exact patching (the chunk size).
-    max_rows: int = setting(256, help="Copies x pairs per forward of exact patching.", minimum=1, cli=False)
+    #: Copies x pairs per forward of exact patching (the chunk size); None: as many as fit in
+    #: :data:`~headlens.analyses.circuits.exact.ROW_BYTES`, at least 256 (:func:`~headlens.analyses.circuits.exact.auto_rows`).
+    max_rows: int | None = setting(
+        None, help="Copies x pairs per forward of exact patching (default: as many as fit in 256 MiB, at least 256).", minimum=1, cli=False
+    )
     #: Sizes measured on the faithfulness curve (besides 0, the whole graph and the circuit).
     curve_points: int = setting(
         12, help="Sizes measured on the faithfulness curve (besides 0, the whole graph and the circuit).", minimum=0, cli=False
@@ -89,7 +92,8 @@ class CircuitConfig:
         check_count("confirm", self.confirm, minimum=0)
         check_count("n_bootstrap", self.n_bootstrap)
         check_count("batch_size", self.batch_size)
-        check_count("max_rows", self.max_rows)
+        if self.max_rows is not None:
+            check_count("max_rows", self.max_rows)
         check_count("curve_points", self.curve_points, minimum=0)
         if not 0 < float(self.target_faithfulness) <= 1.5:
             raise InputError(

@@ -10,12 +10,19 @@ logits.  The metric change ``patched - base`` of each pair is what the estimates
 Batching: a patch at a reader of layer ``l`` leaves blocks ``0..l-1`` as in the base run, so
 the forward starts at block ``l`` from the base run's stored stream (logits edges at the last
 block, from its output hook), with one copy of the batch per edge, at most ``max_rows`` rows
-(copies x pairs) per forward: an edge at layer ``l`` costs ``(L - l) / L`` of a forward.
-Models on which a late start does not reproduce the full forward run every block.
+(copies x pairs) per forward, every row of a forward starting at the same block: an edge at layer ``l``
+costs ``(L - l) / L`` of a forward.
+Models on which a late start does not reproduce the full forward run every block.  The default
+``max_rows`` (:func:`auto_rows`) is as many rows as fit in :data:`ROW_BYTES` (at least 256): on a small
+model every (edge, pair) row of one start block goes into one forward, whose fixed cost is most of its time.
+
+The additivity check of :func:`~headlens.analyses.circuits.hooks.check_edge_model` runs on the first
+capture forward (one pair's readers' inputs against its senders' outputs), not on a forward of its own.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -28,7 +35,7 @@ from torch import Tensor
 from headlens.analyses.ablation.metrics import model_values
 from headlens.analyses.ablation.suffix import resid_hook_name, run_from_layer
 from headlens.analyses.circuits.graph import EdgeGraph
-from headlens.analyses.circuits.hooks import check_edge_model, edge_flags, reader_hook, sender_capture
+from headlens.analyses.circuits.hooks import additivity_hooks, check_additivity, edge_flags, reader_hook, refuse_encoder, sender_capture
 from headlens.analyses.circuits.scores import PerPair, check_direction
 from headlens.analyses.circuits.writes import head_sum_norms, sender_deltas
 from headlens.analyses.patching.pairs import PairTask, pair_eval_sets
@@ -38,13 +45,34 @@ from headlens.probes.loading import LoadedModel
 
 log = logging.getLogger(__name__)
 
-__all__ = ["exact_scores"]
+__all__ = ["exact_scores", "auto_rows", "ROW_BYTES", "MIN_AUTO_ROWS", "MAX_AUTO_ROWS"]
 
 
 #: Device memory (bytes) for one group of pairs' stored senders' outputs, deltas and residuals: pairs are
 #: taken together (at least ``batch_size`` of them) while their stores fit, so that the patched forwards
 #: fill ``max_rows`` rows from every pair of the group instead of ``batch_size`` at a time.
 GROUP_BYTES = 512 * 2**20
+
+
+#: Device memory (bytes) the activations of one patched forward may take when ``max_rows`` is not given.
+ROW_BYTES = 256 * 2**20
+#: The default ``max_rows`` is at least this (what it was before it depended on the model) and at most
+#: :data:`MAX_AUTO_ROWS` (past that a forward's fixed cost is long amortised).
+MIN_AUTO_ROWS, MAX_AUTO_ROWS = 256, 8192
+
+
+def auto_rows(model: LoadedModel, width: int) -> int:
+    """Rows of ``width`` positions per patched forward whose activations fit in :data:`ROW_BYTES`.
+
+    A row's peak, in float32: the split q/k/v inputs of a block (``3 * n_heads`` residual copies) and the
+    reader hook's copy of them, the residual stream and its patch, the MLP's hidden layer, one head's
+    pattern row per head, and the logits."""
+    cfg = model.bridge.cfg
+    n_h, d_model = int(cfg.n_heads), int(cfg.d_model)
+    d_mlp = int(getattr(cfg, "d_mlp", None) or 4 * d_model)
+    d_vocab = int(cfg.d_vocab)
+    per_row = 4 * max(1, width) * (6 * n_h * d_model + 4 * d_model + d_mlp + n_h * max(1, width) + d_vocab)
+    return int(min(MAX_AUTO_ROWS, max(MIN_AUTO_ROWS, ROW_BYTES // per_row)))
 
 
 def _add_hook(at: Tensor, slot: Tensor | None, d: Float[Tensor, "row pos d_model"]) -> HookFn:
@@ -63,7 +91,9 @@ def _add_hook(at: Tensor, slot: Tensor | None, d: Float[Tensor, "row pos d_model
     return fn
 
 
-def _capture(model: LoadedModel, graph: EdgeGraph, tokens: Tensor, data: Any, rows: Sequence[int], resid_layers: Sequence[int]) -> tuple:
+def _capture(
+    model: LoadedModel, graph: EdgeGraph, tokens: Tensor, data: Any, rows: Sequence[int], resid_layers: Sequence[int], extra: Sequence = ()
+) -> tuple:
     store: dict[str, Tensor] = {}
     resid: dict[int, Tensor] = {}
 
@@ -73,17 +103,25 @@ def _capture(model: LoadedModel, graph: EdgeGraph, tokens: Tensor, data: Any, ro
 
         return fn
 
-    hooks = sender_capture(model, graph, store) + [(resid_hook_name(layer), keep(layer)) for layer in resid_layers]
+    hooks = sender_capture(model, graph, store) + [(resid_hook_name(layer), keep(layer)) for layer in resid_layers] + list(extra)
     with torch.inference_mode(), attached(model.bridge, hooks):
         vals = model_values(model, tokens, data.lengths[list(rows)], data, rows)
     return store["out"].clone(), vals.detach().double().cpu(), resid
 
 
 def _capture_group(
-    model: LoadedModel, graph: EdgeGraph, tokens: Tensor, data: Any, rows: Sequence[int], resid_layers: Sequence[int], per_forward: int
+    model: LoadedModel,
+    graph: EdgeGraph,
+    tokens: Tensor,
+    data: Any,
+    rows: Sequence[int],
+    resid_layers: Sequence[int],
+    per_forward: int,
+    extra: Sequence = (),
 ) -> tuple[Tensor, Tensor, dict[int, Tensor]]:
-    """:func:`_capture` of a group of pairs, ``per_forward`` pairs per forward, the stores concatenated."""
-    parts = [_capture(model, graph, tokens[i : i + per_forward], data, rows[i : i + per_forward], resid_layers)
+    """:func:`_capture` of a group of pairs, ``per_forward`` pairs per forward, the stores concatenated (``extra``
+    hooks: attached to the first forward only)."""
+    parts = [_capture(model, graph, tokens[i : i + per_forward], data, rows[i : i + per_forward], resid_layers, extra if i == 0 else ())
              for i in range(0, len(rows), per_forward)]  # fmt: skip
     out = torch.cat([p[0] for p in parts]) if len(parts) > 1 else parts[0][0]
     vals = torch.cat([p[1] for p in parts])
@@ -119,17 +157,19 @@ def exact_scores(
     *,
     direction: str = "noising",
     batch_size: int = 8,
-    max_rows: int = 256,
+    max_rows: int | None = None,
     progress: Callable[[str, int, int], None] | None = None,
 ) -> PerPair:
-    """Each pair's metric change under each edge's exact patch (see the module doc); ``edge_ids`` default: every edge."""
+    """Each pair's metric change under each edge's exact patch (see the module doc); ``edge_ids`` default: every edge;
+    ``max_rows`` default: :func:`auto_rows`."""
     check_direction(direction)
     n_edges = len(graph.edges)
     ids = np.arange(n_edges) if edge_ids is None else np.asarray(edge_ids, dtype=np.int64)
     if len(ids) and (ids.min() < 0 or ids.max() >= n_edges):
         raise InputError(f"edge ids must lie in 0..{n_edges - 1}", edge_ids=list(ids[:3]))
-    if max_rows < 1:
+    if max_rows is not None and max_rows < 1:
         raise InputError(f"max_rows must be >= 1, got {max_rows}", max_rows=max_rows)
+    refuse_encoder(model)
     clean_set, corrupt_set = pair_eval_sets(model, task, batch_size=batch_size)
     base_set, other_set = (clean_set, corrupt_set) if direction == "noising" else (corrupt_set, clean_set)
     n_l = model.n_layers
@@ -141,6 +181,9 @@ def exact_scores(
     hook_of = np.array([reader_hook(int(r_layer[j]), str(which[j]), n_l) for j in range(len(ids))], dtype=object)
     n = len(task)
     norms = head_sum_norms(model)
+    if max_rows is None:
+        max_rows = auto_rows(model, int(base_set.lengths.max()) if n else 1)
+    checked: list[bool] = []  # the additivity check has run (on the first capture forward)
 
     def sweep(late: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, float, bool]:
         start = np.minimum(r_layer, n_l - 1) if late else np.zeros_like(r_layer)
@@ -153,15 +196,20 @@ def exact_scores(
         for gi, rows in enumerate(groups):
             tok_b, lengths, _width = base_set.batch(rows)
             tok_o, _, _ = other_set.batch(rows)
+            seen: dict = {}
+            extra = [] if checked else additivity_hooks(model, graph, seen)  # row 0 of the first forward: a base row
             if _same_targets(base_set, other_set):  # both runs in one capture: the metric reads the same targets
                 g = len(rows)
-                out, v, resid = _capture_group(model, graph, torch.cat([tok_b, tok_o]), base_set, rows + rows, needed, per_forward)
+                out, v, resid = _capture_group(model, graph, torch.cat([tok_b, tok_o]), base_set, rows + rows, needed, per_forward, extra)
                 out_b, out_o, v_b, v_o = out[:g], out[g:], v[:g], v[g:]
                 resid = {layer: r[:g] for layer, r in resid.items()}
                 del out
             else:
-                out_b, v_b, resid = _capture_group(model, graph, tok_b, base_set, rows, needed, per_forward)
+                out_b, v_b, resid = _capture_group(model, graph, tok_b, base_set, rows, needed, per_forward, extra)
                 out_o, v_o, _ = _capture_group(model, graph, tok_o, other_set, rows, [], per_forward)
+            if not checked:
+                check_additivity(model, graph, out_b, seen)  # refuses the model before any patched forward
+                checked.append(True)
             (clean_vals if direction == "noising" else corrupt_vals)[rows] = v_b.numpy()
             (corrupt_vals if direction == "noising" else clean_vals)[rows] = v_o.numpy()
             delta = sender_deltas(graph, norms, out_b, out_o)
@@ -176,8 +224,8 @@ def exact_scores(
             col_of = order[col_of]
             values[np.ix_(rows_arr, np.arange(len(ids)))] = 0.0
             with torch.inference_mode():
-                for c0 in range(0, len(pair_of), max_rows):
-                    p_i, c_j = pair_of[c0 : c0 + max_rows], col_of[c0 : c0 + max_rows]
+                for c0, c1 in _chunks(start[col_of], max_rows):
+                    p_i, c_j = pair_of[c0:c1], col_of[c0:c1]
                     layer = int(start[c_j].min())
                     hooks = []
                     for name in dict.fromkeys(hook_of[c_j].tolist()):
@@ -215,7 +263,6 @@ def exact_scores(
 
     late = n_l >= 2
     with edge_flags(model):
-        check_edge_model(model, graph)
         try:
             values, clean_vals, corrupt_vals, rows_run, ran_late = sweep(late)
         except _LateStartMismatch as exc:
@@ -233,8 +280,16 @@ def exact_scores(
         direction=direction,
         edge_ids=ids,
         forwards=2.0 + rows_run / max(1, n),
-        info={"started_late": ran_late},  # True when some forward started after block 0 (and matched its control row)
+        # started_late: True when some forward started after block 0 (and matched its control row); max_rows: the chunk size used
+        info={"started_late": ran_late, "max_rows": int(max_rows)},
     )
+
+
+def _chunks(starts: np.ndarray, max_rows: int) -> list[tuple[int, int]]:
+    """``(begin, end)`` of each forward over rows sorted by start layer: at most ``max_rows`` rows, one start layer each
+    (a forward spanning two would run the later layer's rows through blocks they do not need)."""
+    cuts = [0, *np.flatnonzero(np.diff(starts)) + 1, len(starts)]
+    return [(c0, min(c0 + max_rows, b)) for a, b in itertools.pairwise(cuts) for c0 in range(a, b, max_rows)]
 
 
 def _same_targets(a: Any, b: Any) -> bool:

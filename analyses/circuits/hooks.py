@@ -38,6 +38,9 @@ log = logging.getLogger(__name__)
 __all__ = [
     "edge_flags",
     "check_edge_model",
+    "additivity_hooks",
+    "check_additivity",
+    "refuse_encoder",
     "reader_hook",
     "sender_capture",
     "head_out_weights",
@@ -172,32 +175,55 @@ def sender_capture(
 def check_edge_model(model: LoadedModel, graph: EdgeGraph) -> None:
     """Refuse (one line, :class:`UnsupportedModelError`) a model whose readers do not read the sum of the writers.
 
-    Run inside :func:`edge_flags`.  On a short random input: each reader's input must equal the
+    Run inside :func:`edge_flags`.  On a short input (:func:`probe_tokens`): each reader's input must equal the
     sum of the senders before it plus a position-independent constant (the biases), to
-    :data:`ADDITIVITY_RTOL` of its norm (:data:`ADDITIVITY_EPS_FACTOR` epsilons of a lower-precision dtype)."""
-    if model.is_encoder:
-        raise UnsupportedModelError(ENCODER_REFUSAL, model=model.name)
-    n_l = model.n_layers
+    :data:`ADDITIVITY_RTOL` of its norm (:data:`ADDITIVITY_EPS_FACTOR` epsilons of a lower-precision dtype).
+    A caller that runs a capture forward of its own can check there instead (:func:`additivity_hooks`,
+    :func:`check_additivity`): the same rule, without this forward."""
+    refuse_encoder(model)
     store: dict[str, Tensor] = {}
     seen: dict[tuple[int, str], Tensor] = {}
+    hooks = sender_capture(model, graph, store) + additivity_hooks(model, graph, seen)
+    with torch.inference_mode(), attached(model.bridge, hooks):
+        model.bridge(probe_tokens(model), return_type=None)
+    check_additivity(model, graph, store["out"], seen)
+
+
+def refuse_encoder(model: LoadedModel) -> None:
+    if model.is_encoder:
+        raise UnsupportedModelError(ENCODER_REFUSAL, model=model.name)
+
+
+def additivity_hooks(model: LoadedModel, graph: EdgeGraph, seen: dict[tuple[int, str], Tensor], *, row: int = 0) -> list:
+    """Hooks keeping batch row ``row`` of every reader's input in ``seen`` (for :func:`check_additivity`)."""
+    n_l = model.n_layers
 
     def keep(layer: int, which: str) -> HookFn:
         def fn(x: Tensor, hook: Any = None) -> None:
-            seen[(layer, which)] = x.detach().float()
+            seen[(layer, which)] = x.detach()[row : row + 1].float()
 
         return fn
 
+    return [(reader_hook(lr, w, n_l), keep(lr, w)) for (lr, w) in graph.blocks]
+
+
+def check_additivity(
+    model: LoadedModel,
+    graph: EdgeGraph,
+    out: Float[Tensor, "batch sender pos d_model"],
+    seen: dict[tuple[int, str], Tensor],
+    *,
+    row: int = 0,
+) -> None:
+    """The rule of :func:`check_edge_model` on one forward's senders' outputs ``out`` (row ``row`` of it) and the
+    readers' inputs ``seen`` of the same row (:func:`additivity_hooks`)."""
+    n_l = model.n_layers
     norms = head_sum_norms(model)
-    tokens = probe_tokens(model)
-    hooks = sender_capture(model, graph, store)
-    hooks += [(reader_hook(lr, w, n_l), keep(lr, w)) for (lr, w) in graph.blocks]
-    with torch.inference_mode(), attached(model.bridge, hooks):
-        model.bridge(tokens, return_type=None)
-    out = store["out"]
+    out = out[row : row + 1].float()
     dtype = next(iter(model.bridge.parameters())).dtype
     tol = max(ADDITIVITY_RTOL, ADDITIVITY_EPS_FACTOR * torch.finfo(dtype).eps) if dtype.is_floating_point else ADDITIVITY_RTOL
     for (layer, which), (_first, _slots, n_send) in graph.blocks.items():
-        x = seen[(layer, which)]
+        x = seen[(layer, which)].to(out.device)
         total = stream_writes(graph, norms, out, n_send)  # [batch, pos, d_model]
         if x.dim() == 4:
             rest = x - total[:, :, None, :]

@@ -185,12 +185,14 @@ def run_circuit(
     table["estimate_over_exact"] = np.nan  # an estimate's size against exact patching, where confirmed
     n_confirm = min(config.confirm, n_sel)
     confirm_forwards = 0.0
+    exact_rows = per_pair.info.get("max_rows")  # rows per patched forward of exact patching (its default depends on the model)
     if per_pair.method == "exact":
         table["exact"], table["exact_ci_low"], table["exact_ci_high"] = table["score"], table["ci_low"], table["ci_high"]
     elif n_confirm > 0:
         ids = order[:n_confirm]
         ex = exact_scores(model, task, graph, ids, direction=config.direction, batch_size=config.batch_size, max_rows=config.max_rows)
         confirm_forwards = ex.forwards
+        exact_rows = ex.info.get("max_rows")
         et = edge_table(graph, ex, n_bootstrap=config.n_bootstrap, seed=config.seed)
         table.loc[ids, "exact"] = et["score"].to_numpy()
         table.loc[ids, "exact_ci_low"] = et["ci_low"].to_numpy()
@@ -218,7 +220,7 @@ def run_circuit(
         "reach": reach_evidence(curve, reach, config.target_faithfulness),
         "confirmed": int(n_confirm if per_pair.method != "exact" else n_edges),
         "disagreements": int(table["disagree"].sum()),
-        "forwards": {"scores": per_pair.forwards, "confirm": confirm_forwards},
+        "forwards": {"scores": per_pair.forwards, "confirm": confirm_forwards, "exact_rows_per_forward": exact_rows},
         **curve_summary(curve),
         "task": task.describe(),
     }

@@ -300,7 +300,7 @@ def circuit(
     seed: int = 0,
     target_faithfulness: float = 0.95,
     batch_size: int = 8,
-    max_rows: int = 256,
+    max_rows: int | None = None,
     curve_points: int = 12,
     task: str | None = None,
     builtin: str | None = None,

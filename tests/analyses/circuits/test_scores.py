@@ -15,14 +15,16 @@ import pytest
 import torch
 
 from headlens.analyses.circuits.config import CircuitConfig
-from headlens.analyses.circuits.exact import exact_scores
+from headlens.analyses.circuits.exact import MAX_AUTO_ROWS, MIN_AUTO_ROWS, auto_rows, exact_scores
 from headlens.analyses.circuits.faithfulness import circuit_values
 from headlens.analyses.circuits.graph import build_graph
+from headlens.analyses.circuits.hooks import check_edge_model, edge_flags
 from headlens.analyses.circuits.run import run_circuit
 from headlens.analyses.circuits.scores import attribution_scores
 from headlens.analyses.circuits.summary import stability
 from headlens.analyses.patching.builtin import induction_task
-from headlens.probes.errors import InputError
+from headlens.probes.errors import InputError, UnsupportedModelError
+from headlens.probes.hooks import attached
 
 #: exact edge patching vs the hand-built brute force (float32 forwards).
 EXACT_ATOL = 2e-4
@@ -144,6 +146,44 @@ def test_exact_equals_brute_force(family_model, fam):
         np.testing.assert_allclose(got.values[:, j], want, atol=EXACT_ATOL, err_msg=f"{fam} {s}->{r} {w}")
     assert got.info["started_late"] is True  # readers at layer 1: those forwards start there, checked by their control row
     assert not model.bridge.cfg.use_split_qkv_input and not model.bridge.cfg.use_hook_mlp_in  # flags restored
+
+
+def test_default_rows_match_small_chunks(family_model):
+    """The default chunk size (every row of a start block in one forward on these tiny models) gives the values of
+    2-copy chunks; auto_rows stays within its bounds and shrinks as the inputs grow."""
+    model = family_model("gpt2")
+    graph = build_graph(model)
+    task = induction_task(model, n=4, T=8)
+    small = exact_scores(model, task, graph, max_rows=8)
+    auto = exact_scores(model, task, graph)
+    assert small.info["max_rows"] == 8 and auto.info["max_rows"] == auto_rows(model, int(task.lengths.max()))
+    assert auto.info["max_rows"] > len(task) * len(graph.edges) / (model.n_layers + 1)  # few forwards: one per start block here
+    np.testing.assert_allclose(auto.values, small.values, atol=ROUNDING_ATOL)
+    np.testing.assert_array_equal(auto.clean, small.clean)
+    sizes = [auto_rows(model, w) for w in (1, 64, 4096)]
+    assert all(MIN_AUTO_ROWS <= r <= MAX_AUTO_ROWS for r in sizes) and sizes == sorted(sizes, reverse=True) and sizes[0] > sizes[-1]
+
+
+@pytest.mark.parametrize("via", ["check_edge_model", "exact_scores"])
+def test_readers_that_do_not_read_the_writers_sum_are_refused(family_model, via):
+    """A stream scaled between the blocks (the kind of model the additivity check exists for): refused in one line,
+    by the check's own probe forward and by exact patching's capture forward, which runs that check in its place."""
+    model = family_model("gpt2")
+    graph = build_graph(model)
+    task = induction_task(model, n=2, T=6)
+
+    def double(x, hook=None):
+        return 2 * x
+
+    with attached(model.bridge, [("blocks.1.hook_resid_pre", double)]), pytest.raises(UnsupportedModelError) as err:
+        if via == "check_edge_model":
+            with edge_flags(model):
+                check_edge_model(model, graph)
+        else:
+            exact_scores(model, task, graph)
+    assert "read the sum of the writers" in str(err.value) and "blocks.1." in str(err.value) and "\n" not in str(err.value)
+    assert not model.bridge.cfg.use_split_qkv_input and not model.bridge.cfg.use_hook_mlp_in  # flags restored
+    assert exact_scores(model, task, graph).values.shape == (2, len(graph.edges))  # the hook is gone: the model is accepted again
 
 
 def test_identical_inputs_give_zero_scores(family_model):
