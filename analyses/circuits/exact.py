@@ -16,12 +16,18 @@ Models on which a late start does not reproduce the full forward run every block
 ``max_rows`` (:func:`auto_rows`) is as many rows as fit in :data:`ROW_BYTES` (at least 256): on a small
 model every (edge, pair) row of one start block goes into one forward, whose fixed cost is most of its time.
 
+Under ``metric="logit-diff"`` the patched forwards stop at the output head's input and the two logits are
+read from it (:mod:`~headlens.analyses.circuits.readout`); each such forward carries the unpatched control
+row, whose value must match the full forward's to :data:`LATE_START_ATOL`, else the head runs (and, if the
+late start is then what fails, every block).
+
 The additivity check of :func:`~headlens.analyses.circuits.hooks.check_edge_model` runs on the first
 capture forward (one pair's readers' inputs against its senders' outputs), not on a forward of its own.
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 from collections.abc import Callable, Sequence
@@ -36,6 +42,7 @@ from headlens.analyses.ablation.metrics import model_values
 from headlens.analyses.ablation.suffix import resid_hook_name, run_from_layer
 from headlens.analyses.circuits.graph import EdgeGraph
 from headlens.analyses.circuits.hooks import additivity_hooks, check_additivity, edge_flags, reader_hook, refuse_encoder, sender_capture
+from headlens.analyses.circuits.readout import Readout, readout_hook, readout_of
 from headlens.analyses.circuits.scores import PerPair, check_direction
 from headlens.analyses.circuits.writes import head_sum_norms, sender_deltas
 from headlens.analyses.patching.pairs import PairTask, pair_eval_sets
@@ -149,6 +156,10 @@ class _LateStartMismatch(Exception):
     """A forward continued from a later block did not reproduce the full forward's value."""
 
 
+class _ReadoutMismatch(Exception):
+    """A logit difference read from the output head's input did not reproduce the full forward's value."""
+
+
 def exact_scores(
     model: LoadedModel,
     task: PairTask,
@@ -185,7 +196,7 @@ def exact_scores(
         max_rows = auto_rows(model, int(base_set.lengths.max()) if n else 1)
     checked: list[bool] = []  # the additivity check has run (on the first capture forward)
 
-    def sweep(late: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, float, bool]:
+    def sweep(late: bool, readout: Readout | None) -> tuple[np.ndarray, np.ndarray, np.ndarray, float, bool]:
         start = np.minimum(r_layer, n_l - 1) if late else np.zeros_like(r_layer)
         values = np.full((n, len(ids)), np.nan)
         clean_vals, corrupt_vals = np.zeros(n), np.zeros(n)
@@ -235,26 +246,39 @@ def exact_scores(
                             raise RuntimeError(f"readers of {name} with and without a slot")
                         d = delta[torch.from_numpy(p_i[at]).to(delta.device), torch.from_numpy(sender_idx[c_j[at]]).to(delta.device)]
                         hooks.append((name, _add_hook(torch.from_numpy(at), None if sl[0] < 0 else torch.from_numpy(sl), d)))
-                    if layer > 0:
-                        p_run = np.append(p_i, control)  # the control row: no patch, last in the batch
-                        pick = torch.from_numpy(p_run)
-                        r0 = resid[layer][pick.to(resid[layer].device)]
-
-                        def run(t: Tensor, _r: Tensor = r0, _h: list = hooks, _l: int = layer, **kw: Any) -> Any:
-                            return run_from_layer(model, t, _r, _l, _h, **kw)
-
-                        vals = model_values(model, tok_b[pick], lengths[pick], base_set, rows_arr[p_run].tolist(), run=run)
-                        vals = vals.detach().double().cpu()
+                    checked_row = layer > 0 or readout is not None  # the control row: no patch, last in the batch
+                    p_run = np.append(p_i, control) if checked_row else p_i
+                    pick = torch.from_numpy(p_run)
+                    r0 = resid[layer][pick.to(resid[layer].device)] if layer > 0 else None
+                    if readout is not None:
+                        kept: dict[str, Tensor] = {}
+                        hooks.append(readout_hook(lengths[pick] - 1, kept))
+                        try:
+                            if r0 is not None:
+                                run_from_layer(model, tok_b[pick], r0, layer, hooks)
+                            else:
+                                with attached(model.bridge, hooks):
+                                    model.bridge(tok_b[pick].to(model.device), return_type="logits")
+                        except ValueError as exc:  # the head's input is not [row, pos, d_model] here
+                            raise _ReadoutMismatch(str(exc)) from exc
+                        r_ids = torch.from_numpy(rows_arr[p_run])
+                        assert base_set.correct is not None and base_set.incorrect is not None  # logit-diff (readout_of)
+                        vals = readout.values(kept["h"], base_set.correct[r_ids], base_set.incorrect[r_ids])
+                    elif r0 is not None:
+                        late_run = functools.partial(run_from_layer, model, resid=r0, layer=layer, hooks=hooks)
+                        vals = model_values(model, tok_b[pick], lengths[pick], base_set, rows_arr[p_run].tolist(), run=late_run)
+                    else:
+                        with attached(model.bridge, hooks):
+                            vals = model_values(model, tok_b[pick], lengths[pick], base_set, rows_arr[p_run].tolist())
+                    vals = vals.detach().double().cpu()
+                    if checked_row:
                         want, got = float(v_b[control]), float(vals[-1])
                         if not abs(got - want) <= LATE_START_ATOL * max(1.0, abs(want)):
+                            if readout is not None:
+                                raise _ReadoutMismatch(f"from block {layer}: {got!r} against the full forward's {want!r}")
                             raise _LateStartMismatch(f"from block {layer}: {got!r} against the full forward's {want!r}")
                         vals = vals[:-1]
-                        ran_late = True
-                    else:
-                        pick = torch.from_numpy(p_i)
-                        with attached(model.bridge, hooks):
-                            vals = model_values(model, tok_b[pick], lengths[pick], base_set, rows_arr[p_i].tolist())
-                        vals = vals.detach().double().cpu()
+                    ran_late = ran_late or layer > 0
                     values[rows_arr[p_i], c_j] = (vals - v_b[torch.from_numpy(p_i)]).numpy()
                     rows_run += len(p_i) * (n_l - layer) / n_l
             if progress is not None:
@@ -262,15 +286,21 @@ def exact_scores(
         return values, clean_vals, corrupt_vals, rows_run, ran_late
 
     late = n_l >= 2
+    readout = readout_of(model, base_set.metric)
     with edge_flags(model):
-        try:
-            values, clean_vals, corrupt_vals, rows_run, ran_late = sweep(late)
-        except _LateStartMismatch as exc:
-            if not late:
-                raise
-            log.info("exact edge patching: a late start does not reproduce this model's forward (%s); every block runs", exc)
-            late = False
-            values, clean_vals, corrupt_vals, rows_run, ran_late = sweep(late)
+        while True:
+            try:
+                values, clean_vals, corrupt_vals, rows_run, ran_late = sweep(late, readout)
+                break
+            except _ReadoutMismatch as exc:
+                log.info("exact edge patching: the logit difference read from the output head's input does not reproduce "
+                         "this model's (%s); the head runs", exc)  # fmt: skip
+                readout = None
+            except _LateStartMismatch as exc:
+                if not late:
+                    raise
+                log.info("exact edge patching: a late start does not reproduce this model's forward (%s); every block runs", exc)
+                late = False
     return PerPair(
         values=values,
         clean=clean_vals,
@@ -280,8 +310,9 @@ def exact_scores(
         direction=direction,
         edge_ids=ids,
         forwards=2.0 + rows_run / max(1, n),
-        # started_late: True when some forward started after block 0 (and matched its control row); max_rows: the chunk size used
-        info={"started_late": ran_late, "max_rows": int(max_rows)},
+        # started_late: some forward started after block 0 (and matched its control row); max_rows: the chunk size used;
+        # head_skipped: the patched forwards' logit differences were read from the output head's input (module doc)
+        info={"started_late": ran_late, "max_rows": int(max_rows), "head_skipped": readout is not None},
     )
 
 

@@ -145,6 +145,7 @@ def test_exact_equals_brute_force(family_model, fam):
         assert np.abs(want).max() > 1e-3, f"{fam} {s}->{r} {w}: the brute-force patch does nothing, the check would be empty"
         np.testing.assert_allclose(got.values[:, j], want, atol=EXACT_ATOL, err_msg=f"{fam} {s}->{r} {w}")
     assert got.info["started_late"] is True  # readers at layer 1: those forwards start there, checked by their control row
+    assert got.info["head_skipped"] is True  # logit-diff read from the head's input: the output head never ran on a patch
     assert not model.bridge.cfg.use_split_qkv_input and not model.bridge.cfg.use_hook_mlp_in  # flags restored
 
 
@@ -184,6 +185,25 @@ def test_readers_that_do_not_read_the_writers_sum_are_refused(family_model, via)
     assert "read the sum of the writers" in str(err.value) and "blocks.1." in str(err.value) and "\n" not in str(err.value)
     assert not model.bridge.cfg.use_split_qkv_input and not model.bridge.cfg.use_hook_mlp_in  # flags restored
     assert exact_scores(model, task, graph).values.shape == (2, len(graph.edges))  # the hook is gone: the model is accepted again
+
+
+def test_a_scale_after_the_head_makes_the_head_run(family_model):
+    """Logits doubled after the output head (what soft-capping or a logit scale does to the readout's assumption): the
+    control row sees the logit difference read from the head's input miss, so the head runs, and every value is the
+    doubled one; without the fallback the patched values would be the undoubled ones."""
+    model = family_model("gpt2")
+    graph = build_graph(model)
+    task = induction_task(model, n=3, T=8)
+    plain = exact_scores(model, task, graph)
+
+    def double(x, hook=None):
+        return 2 * x
+
+    with attached(model.bridge, [("unembed.hook_out", double)]):
+        got = exact_scores(model, task, graph)
+    assert plain.info["head_skipped"] is True and got.info["head_skipped"] is False
+    assert np.abs(plain.values).max() > 1e-2  # the comparison below is not between zeros
+    np.testing.assert_allclose(got.values, 2 * plain.values, atol=2 * ROUNDING_ATOL)
 
 
 def test_identical_inputs_give_zero_scores(family_model):

@@ -1,0 +1,76 @@
+"""A logit difference read from the output head's input: exact patching's forwards skip the vocabulary.
+
+Under ``metric="logit-diff"`` an item's value is ``logits[last, correct] - logits[last, incorrect]``.
+When the logits are a plain linear map of the head's input ``h`` (``unembed.hook_in``; the head a
+``torch.nn.Linear``, nothing after it), that is ``h[last] . W[correct] + b[correct] - (h[last] .
+W[incorrect] + b[incorrect])``: two rows of the head's weight per item instead of the whole
+vocabulary (50257 rows on GPT-2, most of a small model's patched forward).  :func:`readout_hook`
+keeps ``h`` at each row's last position and hands the head zero positions, so it does no work.
+
+Whether "nothing after it" holds (logit soft-capping, a scale after the head) is not read from the
+config: exact patching runs one unpatched control row in every forward that reads this way and
+compares its value with the full forward's (:mod:`headlens.analyses.circuits.exact`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from jaxtyping import Float, Int
+from torch import Tensor
+
+from headlens.probes.hooks import HookFn
+from headlens.probes.loading import LoadedModel
+
+__all__ = ["READOUT_HOOK", "Readout", "readout_of", "readout_hook"]
+
+READOUT_HOOK = "unembed.hook_in"
+
+
+class Readout:
+    """The head's weight ``[d_vocab, d_model]`` and bias of a model whose logits are ``h @ W.T + b``."""
+
+    def __init__(self, weight: Tensor, bias: Tensor | None) -> None:
+        self.weight, self.bias = weight.detach(), None if bias is None else bias.detach()
+
+    def values(
+        self, h: Float[Tensor, "row d_model"], correct: Int[Tensor, " row"], incorrect: Int[Tensor, " row"]
+    ) -> Float[Tensor, " row"]:
+        """Each row's ``logit[correct] - logit[incorrect]`` (float64, each logit rounded to the head's dtype first, as
+        the full forward's are)."""
+        dev = self.weight.device
+        h = h.to(device=dev, dtype=self.weight.dtype)
+        c, w = correct.to(dev), incorrect.to(dev)
+
+        def logit(tok: Tensor) -> Tensor:
+            x = (h.float() * self.weight[tok].float()).sum(-1)
+            if self.bias is not None:
+                x = x + self.bias[tok].float()
+            return x.to(self.weight.dtype)
+
+        return logit(c).double() - logit(w).double()
+
+
+def readout_of(model: LoadedModel, metric: str) -> Readout | None:
+    """The model's :class:`Readout` under ``metric``, or None: another metric, no ``unembed.hook_in``, or a head
+    that is not a ``torch.nn.Linear``."""
+    if metric != "logit-diff":
+        return None
+    head = getattr(getattr(model.bridge, "unembed", None), "original_component", None)
+    if not isinstance(head, torch.nn.Linear) or READOUT_HOOK not in model.bridge.hook_dict:
+        return None
+    return Readout(head.weight, head.bias)
+
+
+def readout_hook(last: Int[Tensor, " row"], store: dict[str, Tensor]) -> tuple[str, HookFn]:
+    """Hook on the head's input: keeps ``h[row, last[row]]`` in ``store["h"]`` and passes on zero positions."""
+
+    def fn(x: Tensor, hook: Any = None) -> Tensor:
+        if x.shape[0] != last.shape[0] or int(last.max()) >= x.shape[1]:
+            raise ValueError(f"the output head's input has shape {tuple(x.shape)}, not one row per item with every position")
+        idx = torch.arange(x.shape[0], device=x.device)
+        store["h"] = x[idx, last.to(x.device)].detach()
+        return x[:, :0]
+
+    return READOUT_HOOK, fn
