@@ -17,9 +17,9 @@ Models on which a late start does not reproduce the full forward run every block
 model every (edge, pair) row of one start block goes into one forward, whose fixed cost is most of its time.
 
 Under ``metric="logit-diff"`` the patched forwards stop at the output head's input and the two logits are
-read from it (:mod:`~headlens.analyses.circuits.readout`); each such forward carries the unpatched control
-row, whose value must match the full forward's to :data:`LATE_START_ATOL`, else the head runs (and, if the
-late start is then what fails, every block).
+read from it (:mod:`~headlens.analyses.circuits.readout`); the base run's values are read the same way from
+its capture forward, where they must match its logits on every pair to :data:`LATE_START_ATOL`, else the
+head runs.
 
 The additivity check of :func:`~headlens.analyses.circuits.hooks.check_edge_model` runs on the first
 capture forward (one pair's readers' inputs against its senders' outputs), not on a forward of its own.
@@ -42,7 +42,7 @@ from headlens.analyses.ablation.metrics import model_values
 from headlens.analyses.ablation.suffix import resid_hook_name, run_from_layer
 from headlens.analyses.circuits.graph import EdgeGraph
 from headlens.analyses.circuits.hooks import additivity_hooks, check_additivity, edge_flags, reader_hook, refuse_encoder, sender_capture
-from headlens.analyses.circuits.readout import Readout, readout_hook, readout_of
+from headlens.analyses.circuits.readout import Readout, at_last, capture_hook, readout_hook, readout_of
 from headlens.analyses.circuits.scores import PerPair, check_direction
 from headlens.analyses.circuits.writes import head_sum_norms, sender_deltas
 from headlens.analyses.patching.pairs import PairTask, pair_eval_sets
@@ -99,10 +99,20 @@ def _add_hook(at: Tensor, slot: Tensor | None, d: Float[Tensor, "row pos d_model
 
 
 def _capture(
-    model: LoadedModel, graph: EdgeGraph, tokens: Tensor, data: Any, rows: Sequence[int], resid_layers: Sequence[int], extra: Sequence = ()
-) -> tuple:
+    model: LoadedModel,
+    graph: EdgeGraph,
+    tokens: Tensor,
+    data: Any,
+    rows: Sequence[int],
+    resid_layers: Sequence[int],
+    extra: Sequence = (),
+    readout: Readout | None = None,
+) -> tuple[Tensor, Tensor, dict[int, Tensor], Tensor | None]:
+    """The senders' outputs, the metric values, the residuals entering ``resid_layers`` and (``readout``) the values
+    read from the head's input of one forward."""
     store: dict[str, Tensor] = {}
     resid: dict[int, Tensor] = {}
+    head: dict[str, Tensor] = {}
 
     def keep(layer: int) -> HookFn:
         def fn(x: Tensor, hook: Any = None) -> None:
@@ -111,9 +121,17 @@ def _capture(
         return fn
 
     hooks = sender_capture(model, graph, store) + [(resid_hook_name(layer), keep(layer)) for layer in resid_layers] + list(extra)
+    if readout is not None:
+        hooks.append(capture_hook(head))
+    lengths = data.lengths[list(rows)]
     with torch.inference_mode(), attached(model.bridge, hooks):
-        vals = model_values(model, tokens, data.lengths[list(rows)], data, rows)
-    return store["out"].clone(), vals.detach().double().cpu(), resid
+        vals = model_values(model, tokens, lengths, data, rows)
+        read = None
+        if readout is not None:
+            assert data.correct is not None and data.incorrect is not None  # logit-diff (readout_of)
+            r_ids = torch.as_tensor(list(rows))
+            read = readout.values(at_last(head["x"], lengths, int(tokens.shape[1])), data.correct[r_ids], data.incorrect[r_ids]).cpu()
+    return store["out"].clone(), vals.detach().double().cpu(), resid, read
 
 
 def _capture_group(
@@ -125,15 +143,18 @@ def _capture_group(
     resid_layers: Sequence[int],
     per_forward: int,
     extra: Sequence = (),
-) -> tuple[Tensor, Tensor, dict[int, Tensor]]:
+    readout: Readout | None = None,
+) -> tuple[Tensor, Tensor, dict[int, Tensor], Tensor | None]:
     """:func:`_capture` of a group of pairs, ``per_forward`` pairs per forward, the stores concatenated (``extra``
     hooks: attached to the first forward only)."""
-    parts = [_capture(model, graph, tokens[i : i + per_forward], data, rows[i : i + per_forward], resid_layers, extra if i == 0 else ())
+    parts = [_capture(model, graph, tokens[i : i + per_forward], data, rows[i : i + per_forward], resid_layers, extra if i == 0 else (),
+                      readout)
              for i in range(0, len(rows), per_forward)]  # fmt: skip
     out = torch.cat([p[0] for p in parts]) if len(parts) > 1 else parts[0][0]
     vals = torch.cat([p[1] for p in parts])
     resid = {layer: torch.cat([p[2][layer] for p in parts]) for layer in resid_layers}
-    return out, vals, resid
+    read = torch.cat([p[3] for p in parts if p[3] is not None]) if readout is not None else None
+    return out, vals, resid, read
 
 
 def _pair_groups(model: LoadedModel, graph: EdgeGraph, data: Any, batch_size: int, n_resid: int) -> list[list[int]]:
@@ -211,13 +232,24 @@ def exact_scores(
             extra = [] if checked else additivity_hooks(model, graph, seen)  # row 0 of the first forward: a base row
             if _same_targets(base_set, other_set):  # both runs in one capture: the metric reads the same targets
                 g = len(rows)
-                out, v, resid = _capture_group(model, graph, torch.cat([tok_b, tok_o]), base_set, rows + rows, needed, per_forward, extra)
+                out, v, resid, read = _capture_group(
+                    model, graph, torch.cat([tok_b, tok_o]), base_set, rows + rows, needed, per_forward, extra, readout
+                )
                 out_b, out_o, v_b, v_o = out[:g], out[g:], v[:g], v[g:]
                 resid = {layer: r[:g] for layer, r in resid.items()}
                 del out
             else:
-                out_b, v_b, resid = _capture_group(model, graph, tok_b, base_set, rows, needed, per_forward, extra)
-                out_o, v_o, _ = _capture_group(model, graph, tok_o, other_set, rows, [], per_forward)
+                out_b, v_b, resid, read = _capture_group(model, graph, tok_b, base_set, rows, needed, per_forward, extra, readout)
+                out_o, v_o, _, _ = _capture_group(model, graph, tok_o, other_set, rows, [], per_forward)
+            # the values the patched ones are measured from: read the way they are (the head's input, or the logits)
+            base_v = v_b
+            if read is not None:
+                full = v if _same_targets(base_set, other_set) else v_b
+                miss = (read - full).abs() / full.abs().clamp(min=1.0)
+                if not bool((miss <= LATE_START_ATOL).all()):
+                    i = int(miss.argmax())
+                    raise _ReadoutMismatch(f"{float(read[i])!r} against the logits' {float(full[i])!r}")
+                base_v = read[: len(rows)]
             if not checked:
                 check_additivity(model, graph, out_b, seen)  # refuses the model before any patched forward
                 checked.append(True)
@@ -246,8 +278,7 @@ def exact_scores(
                             raise RuntimeError(f"readers of {name} with and without a slot")
                         d = delta[torch.from_numpy(p_i[at]).to(delta.device), torch.from_numpy(sender_idx[c_j[at]]).to(delta.device)]
                         hooks.append((name, _add_hook(torch.from_numpy(at), None if sl[0] < 0 else torch.from_numpy(sl), d)))
-                    checked_row = layer > 0 or readout is not None  # the control row: no patch, last in the batch
-                    p_run = np.append(p_i, control) if checked_row else p_i
+                    p_run = np.append(p_i, control) if layer > 0 else p_i  # the control row: no patch, last in the batch
                     pick = torch.from_numpy(p_run)
                     r0 = resid[layer][pick.to(resid[layer].device)] if layer > 0 else None
                     if readout is not None:
@@ -271,15 +302,13 @@ def exact_scores(
                         with attached(model.bridge, hooks):
                             vals = model_values(model, tok_b[pick], lengths[pick], base_set, rows_arr[p_run].tolist())
                     vals = vals.detach().double().cpu()
-                    if checked_row:
-                        want, got = float(v_b[control]), float(vals[-1])
+                    if layer > 0:
+                        want, got = float(base_v[control]), float(vals[-1])
                         if not abs(got - want) <= LATE_START_ATOL * max(1.0, abs(want)):
-                            if readout is not None:
-                                raise _ReadoutMismatch(f"from block {layer}: {got!r} against the full forward's {want!r}")
                             raise _LateStartMismatch(f"from block {layer}: {got!r} against the full forward's {want!r}")
                         vals = vals[:-1]
-                    ran_late = ran_late or layer > 0
-                    values[rows_arr[p_i], c_j] = (vals - v_b[torch.from_numpy(p_i)]).numpy()
+                        ran_late = True
+                    values[rows_arr[p_i], c_j] = (vals - base_v[torch.from_numpy(p_i)]).numpy()
                     rows_run += len(p_i) * (n_l - layer) / n_l
             if progress is not None:
                 progress("exact", gi + 1, len(groups))

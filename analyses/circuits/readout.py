@@ -8,8 +8,10 @@ vocabulary (50257 rows on GPT-2, most of a small model's patched forward).  :fun
 keeps ``h`` at each row's last position and hands the head zero positions, so it does no work.
 
 Whether "nothing after it" holds (logit soft-capping, a scale after the head) is not read from the
-config: exact patching runs one unpatched control row in every forward that reads this way and
-compares its value with the full forward's (:mod:`headlens.analyses.circuits.exact`).
+config: exact patching reads the base run's head input too (:func:`capture_hook`, :func:`at_last`),
+compares those values with the full forward's logits on every pair, and subtracts them, not the full
+forward's, from the patched ones, so an edge that changes nothing scores exactly 0
+(:mod:`headlens.analyses.circuits.exact`).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from torch import Tensor
 from headlens.probes.hooks import HookFn
 from headlens.probes.loading import LoadedModel
 
-__all__ = ["READOUT_HOOK", "Readout", "readout_of", "readout_hook"]
+__all__ = ["READOUT_HOOK", "Readout", "readout_of", "readout_hook", "capture_hook", "at_last"]
 
 READOUT_HOOK = "unembed.hook_in"
 
@@ -61,6 +63,30 @@ def readout_of(model: LoadedModel, metric: str) -> Readout | None:
     if not isinstance(head, torch.nn.Linear) or READOUT_HOOK not in model.bridge.hook_dict:
         return None
     return Readout(head.weight, head.bias)
+
+
+def capture_hook(store: dict[str, Tensor]) -> tuple[str, HookFn]:
+    """Hook on the head's input keeping it (unchanged) in ``store["x"]``: the base run's, for :func:`at_last`."""
+
+    def fn(x: Tensor, hook: Any = None) -> None:
+        store["x"] = x.detach()
+
+    return READOUT_HOOK, fn
+
+
+def at_last(x: Float[Tensor, "row kept d_model"], lengths: Int[Tensor, " row"], width: int) -> Float[Tensor, "row d_model"]:
+    """Each row's head input at its last position ``lengths - 1``, from a forward's head input ``x``: at every position
+    (``kept == width``) or, under ``logits_to_keep``, at the sorted distinct last positions only."""
+    last = [int(n) - 1 for n in lengths]
+    if x.shape[1] == width:
+        idx = last
+    else:
+        positions = sorted(set(last))
+        if x.shape[1] != len(positions):
+            raise ValueError(f"the output head's input has {x.shape[1]} positions: neither all {width} nor the {len(positions)} last ones")
+        where = {p: i for i, p in enumerate(positions)}
+        idx = [where[p] for p in last]
+    return x[torch.arange(x.shape[0], device=x.device), torch.tensor(idx, device=x.device)]
 
 
 def readout_hook(last: Int[Tensor, " row"], store: dict[str, Tensor]) -> tuple[str, HookFn]:

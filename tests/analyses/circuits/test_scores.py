@@ -189,8 +189,8 @@ def test_readers_that_do_not_read_the_writers_sum_are_refused(family_model, via)
 
 def test_a_scale_after_the_head_makes_the_head_run(family_model):
     """Logits doubled after the output head (what soft-capping or a logit scale does to the readout's assumption): the
-    control row sees the logit difference read from the head's input miss, so the head runs, and every value is the
-    doubled one; without the fallback the patched values would be the undoubled ones."""
+    base run's logit differences read from the head's input miss its logits, so the head runs, and every value is the
+    doubled one; without that check the values would be the undoubled ones."""
     model = family_model("gpt2")
     graph = build_graph(model)
     task = induction_task(model, n=3, T=8)
