@@ -25,7 +25,7 @@ from torch import Tensor
 from headlens.probes.hooks import HookFn
 from headlens.probes.loading import LoadedModel
 
-__all__ = ["READOUT_HOOK", "Readout", "readout_of", "readout_hook", "capture_hook", "at_last"]
+__all__ = ["AFTER_HEAD", "READOUT_HOOK", "Readout", "readout_of", "readout_hook", "capture_hook", "at_last"]
 
 READOUT_HOOK = "unembed.hook_in"
 
@@ -54,10 +54,18 @@ class Readout:
         return logit(c).double() - logit(w).double()
 
 
+#: Config fields of Hugging Face models that change the logits after the head (soft-capping: Gemma 2/3; a scale:
+#: Cohere, Granite); a model with one set is read through its head.  Others are caught by the base run's check.
+AFTER_HEAD = ("final_logit_softcapping", "logit_scale", "logits_scaling")
+
+
 def readout_of(model: LoadedModel, metric: str) -> Readout | None:
-    """The model's :class:`Readout` under ``metric``, or None: another metric, no ``unembed.hook_in``, or a head
-    that is not a ``torch.nn.Linear``."""
+    """The model's :class:`Readout` under ``metric``, or None: another metric, no ``unembed.hook_in``, a head
+    that is not a ``torch.nn.Linear``, or a config that changes the logits after the head (:data:`AFTER_HEAD`)."""
     if metric != "logit-diff":
+        return None
+    hf_config = getattr(getattr(model.bridge, "original_model", None), "config", None)
+    if any(getattr(hf_config, f, None) not in (None, 1, 1.0) for f in AFTER_HEAD):
         return None
     head = getattr(getattr(model.bridge, "unembed", None), "original_component", None)
     if not isinstance(head, torch.nn.Linear) or READOUT_HOOK not in model.bridge.hook_dict:

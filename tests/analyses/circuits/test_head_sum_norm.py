@@ -153,6 +153,7 @@ def test_exact_and_eap_equal_brute_force(gemma2):
     model, graph, task, base = gemma2
     ids = graph.index(EDGES)
     exact = exact_scores(model, task, graph, ids, max_rows=8)
+    assert exact.info["head_skipped"] is False  # soft-capped logits (final_logit_softcapping 30): the head runs
     eap = attribution_scores(model, task, graph, steps=1).values[:, ids]
     for j, (s, r, w) in enumerate(EDGES):
         with torch.no_grad():

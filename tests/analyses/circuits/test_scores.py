@@ -19,6 +19,7 @@ from headlens.analyses.circuits.exact import MAX_AUTO_ROWS, MIN_AUTO_ROWS, auto_
 from headlens.analyses.circuits.faithfulness import circuit_values
 from headlens.analyses.circuits.graph import build_graph
 from headlens.analyses.circuits.hooks import check_edge_model, edge_flags
+from headlens.analyses.circuits.readout import AFTER_HEAD, readout_of
 from headlens.analyses.circuits.run import run_circuit
 from headlens.analyses.circuits.scores import attribution_scores
 from headlens.analyses.circuits.summary import stability
@@ -204,6 +205,26 @@ def test_a_scale_after_the_head_makes_the_head_run(family_model):
     assert plain.info["head_skipped"] is True and got.info["head_skipped"] is False
     assert np.abs(plain.values).max() > 1e-2  # the comparison below is not between zeros
     np.testing.assert_allclose(got.values, 2 * plain.values, atol=2 * ROUNDING_ATOL)
+
+
+def test_a_config_that_changes_the_logits_after_the_head_is_read_through_the_head(family_model):
+    """readout_of: None where the config says the logits change after the head (soft-capping, a scale), whatever the
+    base run's check would say; a plain GPT-2 head is read from its input under logit-diff only."""
+    model = family_model("gpt2")
+    config = model.bridge.original_model.config
+    assert readout_of(model, "logit-diff") is not None and readout_of(model, "loss") is None
+    for field in AFTER_HEAD:
+        had, saved = hasattr(config, field), getattr(config, field, None)
+        try:
+            setattr(config, field, 0.5)
+            assert readout_of(model, "logit-diff") is None, field
+        finally:
+            if had:
+                setattr(config, field, saved)
+            else:
+                delattr(config, field)
+        assert hasattr(config, field) == had
+    assert readout_of(model, "logit-diff") is not None
 
 
 def test_identical_inputs_give_zero_scores(family_model):
