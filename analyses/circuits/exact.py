@@ -130,7 +130,11 @@ def _capture(
         if readout is not None:
             assert data.correct is not None and data.incorrect is not None  # logit-diff (readout_of)
             r_ids = torch.as_tensor(list(rows))
-            read = readout.values(at_last(head["x"], lengths, int(tokens.shape[1])), data.correct[r_ids], data.incorrect[r_ids]).cpu()
+            try:
+                h = at_last(head["x"], lengths, int(tokens.shape[1]))
+            except ValueError as exc:  # the head's input holds neither every position nor the last ones
+                raise _ReadoutMismatch(str(exc)) from exc
+            read = readout.values(h, data.correct[r_ids], data.incorrect[r_ids]).cpu()
     return store["out"].clone(), vals.detach().double().cpu(), resid, read
 
 

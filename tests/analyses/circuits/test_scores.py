@@ -19,7 +19,7 @@ from headlens.analyses.circuits.exact import MAX_AUTO_ROWS, MIN_AUTO_ROWS, auto_
 from headlens.analyses.circuits.faithfulness import circuit_values
 from headlens.analyses.circuits.graph import build_graph
 from headlens.analyses.circuits.hooks import check_edge_model, edge_flags
-from headlens.analyses.circuits.readout import AFTER_HEAD, readout_of
+from headlens.analyses.circuits.readout import AFTER_HEAD, at_last, readout_of
 from headlens.analyses.circuits.run import run_circuit
 from headlens.analyses.circuits.scores import attribution_scores
 from headlens.analyses.circuits.summary import stability
@@ -225,6 +225,18 @@ def test_a_config_that_changes_the_logits_after_the_head_is_read_through_the_hea
                 delattr(config, field)
         assert hasattr(config, field) == had
     assert readout_of(model, "logit-diff") is not None
+
+
+def test_at_last_reads_each_rows_last_position():
+    """The base run's head input comes at every position, or under logits_to_keep at the sorted distinct last
+    positions only; both give each row's last position, and anything else is refused (the head then runs)."""
+    x = torch.arange(3 * 5 * 2, dtype=torch.float32).reshape(3, 5, 2)
+    lengths = torch.tensor([5, 3, 3])
+    want = x[torch.tensor([0, 1, 2]), torch.tensor([4, 2, 2])]
+    assert torch.equal(at_last(x, lengths, 5), want)
+    assert torch.equal(at_last(x[:, [2, 4]], lengths, 5), want)
+    with pytest.raises(ValueError, match="neither all 5 nor the 2 last ones"):
+        at_last(x[:, :3], lengths, 5)
 
 
 def test_identical_inputs_give_zero_scores(family_model):
