@@ -228,13 +228,14 @@ def exact_scores(
         rows_run, ran_late = 0.0, False
         needed = sorted({int(s) for s in start if s > 0})
         groups = _pair_groups(model, graph, base_set, batch_size, len(needed))
+        same = _same_targets(base_set, other_set)  # both runs in one capture: the metric reads the same targets
         per_forward = max(batch_size, max_rows)
         for gi, rows in enumerate(groups):
             tok_b, lengths, _width = base_set.batch(rows)
             tok_o, _, _ = other_set.batch(rows)
             seen: dict = {}
             extra = [] if checked else additivity_hooks(model, graph, seen)  # row 0 of the first forward: a base row
-            if _same_targets(base_set, other_set):  # both runs in one capture: the metric reads the same targets
+            if same:
                 g = len(rows)
                 out, v, resid, read = _capture_group(
                     model, graph, torch.cat([tok_b, tok_o]), base_set, rows + rows, needed, per_forward, extra, readout
@@ -248,7 +249,7 @@ def exact_scores(
             # the values the patched ones are measured from: read the way they are (the head's input, or the logits)
             base_v = v_b
             if read is not None:
-                full = v if _same_targets(base_set, other_set) else v_b
+                full = v if same else v_b
                 miss = (read - full).abs() / full.abs().clamp(min=1.0)
                 if not bool((miss <= LATE_START_ATOL).all()):
                     i = int(miss.argmax())
@@ -285,26 +286,20 @@ def exact_scores(
                     p_run = np.append(p_i, control) if layer > 0 else p_i  # the control row: no patch, last in the batch
                     pick = torch.from_numpy(p_run)
                     r0 = resid[layer][pick.to(resid[layer].device)] if layer > 0 else None
+                    kept: dict[str, Tensor] = {}
                     if readout is not None:
-                        kept: dict[str, Tensor] = {}
                         hooks.append(readout_hook(lengths[pick] - 1, kept))
+                    run = functools.partial(_patched_forward, model, hooks=hooks, resid=r0, layer=layer)
+                    if readout is not None:
                         try:
-                            if r0 is not None:
-                                run_from_layer(model, tok_b[pick], r0, layer, hooks)
-                            else:
-                                with attached(model.bridge, hooks):
-                                    model.bridge(tok_b[pick].to(model.device), return_type="logits")
+                            run(tok_b[pick])
                         except ValueError as exc:  # the head's input is not [row, pos, d_model] here
                             raise _ReadoutMismatch(str(exc)) from exc
                         r_ids = torch.from_numpy(rows_arr[p_run])
                         assert base_set.correct is not None and base_set.incorrect is not None  # logit-diff (readout_of)
                         vals = readout.values(kept["h"], base_set.correct[r_ids], base_set.incorrect[r_ids])
-                    elif r0 is not None:
-                        late_run = functools.partial(run_from_layer, model, resid=r0, layer=layer, hooks=hooks)
-                        vals = model_values(model, tok_b[pick], lengths[pick], base_set, rows_arr[p_run].tolist(), run=late_run)
                     else:
-                        with attached(model.bridge, hooks):
-                            vals = model_values(model, tok_b[pick], lengths[pick], base_set, rows_arr[p_run].tolist())
+                        vals = model_values(model, tok_b[pick], lengths[pick], base_set, rows_arr[p_run].tolist(), run=run)
                     vals = vals.detach().double().cpu()
                     if layer > 0:
                         want, got = float(base_v[control]), float(vals[-1])
@@ -347,6 +342,17 @@ def exact_scores(
         # head_skipped: the patched forwards' logit differences were read from the output head's input (module doc)
         info={"started_late": ran_late, "max_rows": int(max_rows), "head_skipped": readout is not None},
     )
+
+
+def _patched_forward(
+    model: LoadedModel, tokens: Tensor, *, hooks: list, resid: Tensor | None, layer: int, **kwargs: Any
+) -> Float[Tensor, "batch pos vocab"]:
+    """One patched forward's logits (``kwargs`` to the bridge): from block ``layer`` on the stored stream ``resid``,
+    or every block when ``resid`` is None."""
+    if resid is not None:
+        return run_from_layer(model, tokens, resid, layer, hooks, **kwargs)
+    with attached(model.bridge, hooks):
+        return model.bridge(tokens.to(model.device), return_type="logits", **kwargs)
 
 
 def _chunks(starts: np.ndarray, max_rows: int) -> list[tuple[int, int]]:
