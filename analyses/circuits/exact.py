@@ -23,10 +23,21 @@ head runs.
 
 The additivity check of :func:`~headlens.analyses.circuits.hooks.check_edge_model` runs on the first
 capture forward (one pair's readers' inputs against its senders' outputs), not on a forward of its own.
+
+On GPT-2 under the logit-diff readout the patched forwards run outside the bridge
+(:mod:`~headlens.analyses.circuits.own_blocks`): one pass per ``max_rows`` rows, each row joining at its
+reader's block as a copy of its pair's control row, which runs from block 0 in the same pass and must
+match the base run's value on every pair (:data:`LATE_START_ATOL`), else the sweep reruns through the
+bridge.  The capture forward then runs without the split inputs (the own blocks read the stream they
+compute, so the additivity check has nothing to check).  ``PerPair.info`` says which ran, and why not.
+
+A patched value within :data:`RESOLUTION_EPS` machine epsilons of the value it is measured from is no
+change (exactly 0), on either path.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import logging
@@ -42,6 +53,7 @@ from headlens.analyses.ablation.metrics import model_values
 from headlens.analyses.ablation.suffix import resid_hook_name, run_from_layer
 from headlens.analyses.circuits.graph import EdgeGraph
 from headlens.analyses.circuits.hooks import additivity_hooks, check_additivity, edge_flags, reader_hook, refuse_encoder, sender_capture
+from headlens.analyses.circuits.own_blocks import QKV, Join, OwnBlocks, Rows, own_blocks
 from headlens.analyses.circuits.readout import Readout, at_last, capture_hook, readout_hook, readout_of
 from headlens.analyses.circuits.scores import PerPair, check_direction
 from headlens.analyses.circuits.writes import head_sum_norms, sender_deltas
@@ -68,17 +80,23 @@ ROW_BYTES = 256 * 2**20
 MIN_AUTO_ROWS, MAX_AUTO_ROWS = 256, 8192
 
 
-def auto_rows(model: LoadedModel, width: int) -> int:
+def auto_rows(model: LoadedModel, width: int, *, own: bool = False) -> int:
     """Rows of ``width`` positions per patched forward whose activations fit in :data:`ROW_BYTES`.
 
-    A row's peak, in float32: the split q/k/v inputs of a block (``3 * n_heads`` residual copies) and the
-    reader hook's copy of them, the residual stream and its patch, the MLP's hidden layer, one head's
-    pattern row per head, and the logits."""
+    A row's peak, in float32, through the bridge: the split q/k/v inputs of a block (``3 * n_heads`` residual
+    copies) and the reader hook's copy of them, the residual stream and its patch, the MLP's hidden layer, one
+    head's pattern row per head, and the logits.  ``own`` (:mod:`~headlens.analyses.circuits.own_blocks`): the
+    stream, its norm, its patch and the attention output, the fused q/k/v product twice (a patched copy), the
+    MLP's hidden layer twice (its activation) and the pattern; no split copies, no logits."""
     cfg = model.bridge.cfg
     n_h, d_model = int(cfg.n_heads), int(cfg.d_model)
     d_mlp = int(getattr(cfg, "d_mlp", None) or 4 * d_model)
     d_vocab = int(cfg.d_vocab)
-    per_row = 4 * max(1, width) * (6 * n_h * d_model + 4 * d_model + d_mlp + n_h * max(1, width) + d_vocab)
+    w = max(1, width)
+    if own:
+        per_row = 4 * w * (4 * d_model + 6 * n_h * int(cfg.d_head) + 2 * d_mlp + n_h * w)
+    else:
+        per_row = 4 * w * (6 * n_h * d_model + 4 * d_model + d_mlp + n_h * w + d_vocab)
     return int(min(MAX_AUTO_ROWS, max(MIN_AUTO_ROWS, ROW_BYTES // per_row)))
 
 
@@ -176,6 +194,19 @@ def _pair_groups(model: LoadedModel, graph: EdgeGraph, data: Any, batch_size: in
 #: :func:`headlens.analyses.ablation.suffix.check_from_layer` bounds the logits).
 LATE_START_ATOL = 1e-5
 
+#: A patched value within this many machine epsilons (of the model's dtype, at least float32's), relative to
+#: ``max(1, |patched|, |base|)``, of the value it is measured from is reported as no change (exactly 0): a
+#: difference below what the forward resolves.  Rows that compute the same thing round apart by their place
+#: in a batch (batched kernels of tiny matrices), so an edge that changes nothing would otherwise score noise.
+RESOLUTION_EPS = 4.0
+
+
+def _change(patched: Tensor, base: Tensor, eps: float) -> Tensor:
+    """``patched - base``, 0 where it is below the resolution (:data:`RESOLUTION_EPS`)."""
+    d = patched - base
+    tol = RESOLUTION_EPS * eps * torch.maximum(patched.abs(), base.abs()).clamp(min=1.0)
+    return torch.where(d.abs() <= tol, torch.zeros_like(d), d)
+
 
 class _LateStartMismatch(Exception):
     """A forward continued from a later block did not reproduce the full forward's value."""
@@ -183,6 +214,10 @@ class _LateStartMismatch(Exception):
 
 class _ReadoutMismatch(Exception):
     """A logit difference read from the output head's input did not reproduce the full forward's value."""
+
+
+class _OwnBlocksMismatch(Exception):
+    """A control row computed by :class:`~headlens.analyses.circuits.own_blocks.OwnBlocks` missed the bridge's base value."""
 
 
 def exact_scores(
@@ -217,24 +252,31 @@ def exact_scores(
     hook_of = np.array([reader_hook(int(r_layer[j]), str(which[j]), n_l) for j in range(len(ids))], dtype=object)
     n = len(task)
     norms = head_sum_norms(model)
-    if max_rows is None:
-        max_rows = auto_rows(model, int(base_set.lengths.max()) if n else 1)
+    width = int(base_set.lengths.max()) if n else 1
+    dtype = next(iter(model.bridge.parameters())).dtype
+    eps = max(float(torch.finfo(torch.float32).eps), float(torch.finfo(dtype).eps) if dtype.is_floating_point else 0.0)
     checked: list[bool] = []  # the additivity check has run (on the first capture forward)
 
-    def sweep(late: bool, readout: Readout | None) -> tuple[np.ndarray, np.ndarray, np.ndarray, float, bool]:
-        start = np.minimum(r_layer, n_l - 1) if late else np.zeros_like(r_layer)
+    def sweep(
+        late: bool, readout: Readout | None, own: OwnBlocks | None, max_rows: int, capture_rows: int
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, float, bool]:
+        if own is not None:  # every row from its reader's block, logits edges after the last block (own_blocks module doc)
+            start = r_layer.copy()
+        else:
+            start = np.minimum(r_layer, n_l - 1) if late else np.zeros_like(r_layer)
         values = np.full((n, len(ids)), np.nan)
         clean_vals, corrupt_vals = np.zeros(n), np.zeros(n)
         rows_run, ran_late = 0.0, False
-        needed = sorted({int(s) for s in start if s > 0})
+        needed = [] if own is not None else sorted({int(s) for s in start if s > 0})  # own blocks carry their controls' streams
         groups = _pair_groups(model, graph, base_set, batch_size, len(needed))
         same = _same_targets(base_set, other_set)  # both runs in one capture: the metric reads the same targets
-        per_forward = max(batch_size, max_rows)
+        per_forward = max(batch_size, capture_rows)  # the capture runs through the bridge
         for gi, rows in enumerate(groups):
             tok_b, lengths, _width = base_set.batch(rows)
             tok_o, _, _ = other_set.batch(rows)
             seen: dict = {}
-            extra = [] if checked else additivity_hooks(model, graph, seen)  # row 0 of the first forward: a base row
+            # row 0 of the first forward: a base row (own blocks: the readers read the stream they compute, by construction)
+            extra = [] if checked or own is not None else additivity_hooks(model, graph, seen)
             if same:
                 g = len(rows)
                 out, v, resid, read = _capture_group(
@@ -255,11 +297,12 @@ def exact_scores(
                     i = int(miss.argmax())
                     raise _ReadoutMismatch(f"{float(read[i])!r} against the logits' {float(full[i])!r}")
                 base_v = read[: len(rows)]
-            if not checked:
+            if not checked and own is None:
                 check_additivity(model, graph, out_b, seen)  # refuses the model before any patched forward
                 checked.append(True)
             (clean_vals if direction == "noising" else corrupt_vals)[rows] = v_b.numpy()
             (corrupt_vals if direction == "noising" else clean_vals)[rows] = v_o.numpy()
+            stream0 = out_b[:, 0].clone() if own is not None else None  # sender 0: the stream entering block 0
             delta = sender_deltas(graph, norms, out_b, out_o)
             del out_b, out_o
             # A sender whose output is the same in both runs (delta exactly 0 at every position) patches nothing:
@@ -272,7 +315,29 @@ def exact_scores(
             col_of = order[col_of]
             values[np.ix_(rows_arr, np.arange(len(ids)))] = 0.0
             with torch.inference_mode():
-                for c0, c1 in _chunks(start[col_of], max_rows):
+                if own is not None:  # one pass per max_rows rows, each row joining at its reader's block
+                    assert readout is not None and stream0 is not None  # own_blocks needs the readout
+                    for c0 in range(0, len(pair_of), max_rows):
+                        p_i, c_j = pair_of[c0 : c0 + max_rows], col_of[c0 : c0 + max_rows]
+                        values[rows_arr[p_i], c_j] = _own_pass(
+                            own,
+                            readout,
+                            base_set,
+                            delta,
+                            stream0,
+                            rows_arr,
+                            lengths,
+                            p_i,
+                            start[c_j],
+                            which[c_j],
+                            slot[c_j],
+                            sender_idx[c_j],
+                            base_v,
+                            eps,
+                        )
+                        rows_run += float(np.maximum(0, n_l - start[c_j]).sum()) / n_l
+                        ran_late = ran_late or bool((start[c_j] > 0).any())
+                for c0, c1 in [] if own is not None else _chunks(start[col_of], max_rows):
                     p_i, c_j = pair_of[c0:c1], col_of[c0:c1]
                     layer = int(start[c_j].min())
                     hooks = []
@@ -307,7 +372,7 @@ def exact_scores(
                             raise _LateStartMismatch(f"from block {layer}: {got!r} against the full forward's {want!r}")
                         vals = vals[:-1]
                         ran_late = True
-                    values[rows_arr[p_i], c_j] = (vals - base_v[torch.from_numpy(p_i)]).numpy()
+                    values[rows_arr[p_i], c_j] = _change(vals, base_v[torch.from_numpy(p_i)], eps).numpy()
                     rows_run += len(p_i) * (n_l - layer) / n_l
             if progress is not None:
                 progress("exact", gi + 1, len(groups))
@@ -315,20 +380,30 @@ def exact_scores(
 
     late = n_l >= 2
     readout = readout_of(model, base_set.metric)
-    with edge_flags(model):
-        while True:
-            try:
-                values, clean_vals, corrupt_vals, rows_run, ran_late = sweep(late, readout)
-                break
-            except _ReadoutMismatch as exc:
-                log.info("exact edge patching: the logit difference read from the output head's input does not reproduce "
-                         "this model's (%s); the head runs", exc)  # fmt: skip
-                readout = None
-            except _LateStartMismatch as exc:
-                if not late:
-                    raise
-                log.info("exact edge patching: a late start does not reproduce this model's forward (%s); every block runs", exc)
-                late = False
+    own, why_not = own_blocks(model, readout=readout is not None, head_sum_norm=any(x is not None for x in norms))
+    if own is None:
+        log.debug("exact edge patching: the patched forwards run through the bridge (%s)", why_not)
+    while True:
+        try:
+            rows = max_rows if max_rows is not None else auto_rows(model, width, own=own is not None)
+            capture_rows = max_rows if max_rows is not None else auto_rows(model, width)
+            with edge_flags(model) if own is None else contextlib.nullcontext():  # own blocks read no reader hook
+                values, clean_vals, corrupt_vals, rows_run, ran_late = sweep(late, readout, own, rows, capture_rows)
+            break
+        except _OwnBlocksMismatch as exc:
+            why_not = f"its blocks computed outside the bridge missed the base run ({exc})"
+            log.info("exact edge patching: %s; the patched forwards run through the bridge", why_not)
+            own = None
+        except _ReadoutMismatch as exc:
+            log.info("exact edge patching: the logit difference read from the output head's input does not reproduce "
+                     "this model's (%s); the head runs", exc)  # fmt: skip
+            readout = None
+            own, why_not = None, "the logit difference is read through the output head"
+        except _LateStartMismatch as exc:
+            if not late:
+                raise
+            log.info("exact edge patching: a late start does not reproduce this model's forward (%s); every block runs", exc)
+            late = False
     return PerPair(
         values=values,
         clean=clean_vals,
@@ -339,9 +414,75 @@ def exact_scores(
         edge_ids=ids,
         forwards=2.0 + rows_run / max(1, n),
         # started_late: some forward started after block 0 (and matched its control row); max_rows: the chunk size used;
-        # head_skipped: the patched forwards' logit differences were read from the output head's input (module doc)
-        info={"started_late": ran_late, "max_rows": int(max_rows), "head_skipped": readout is not None},
+        # head_skipped: the patched forwards' logit differences were read from the output head's input (module doc);
+        # own_blocks: the patched forwards ran outside the bridge (own_blocks module doc), else why not
+        info={
+            "started_late": ran_late,
+            "max_rows": int(rows),
+            "head_skipped": readout is not None,
+            "own_blocks": own is not None,
+            "own_blocks_reason": why_not,
+        },
     )
+
+
+def _own_pass(
+    own: OwnBlocks,
+    readout: Readout,
+    data: Any,
+    delta: Tensor,
+    stream0: Tensor,
+    rows_arr: np.ndarray,
+    lengths: Tensor,
+    p_i: np.ndarray,
+    start: np.ndarray,
+    which: np.ndarray,
+    slot: np.ndarray,
+    sender: np.ndarray,
+    base_v: Tensor,
+    eps: float,
+) -> np.ndarray:
+    """Patched values of rows ``(p_i[j], edge j)`` (sorted by ``start``; reader ``which[j]``/``slot[j]`` at block ``start[j]``
+    gets ``sender[j]``'s difference) in one pass of :class:`OwnBlocks`: each pair's control row runs from block 0 and must
+    equal ``base_v`` (:data:`LATE_START_ATOL`); a row joins as a copy of its control's stream at its block, and its value
+    is measured from its control's."""
+    controls = np.unique(p_i)
+    n_c = len(controls)
+    ctrl_of = np.searchsorted(controls, p_i)
+    dev = stream0.device
+    joins, order = [], []  # order: the pass rows in the order OwnBlocks returns them (after the controls)
+
+    def rows_of(at: np.ndarray, attn: bool = False) -> Rows | None:
+        if not len(at):
+            return None
+        order.append(at)
+        d = delta[torch.from_numpy(p_i[at]).to(delta.device), torch.from_numpy(sender[at]).to(delta.device)]
+        if not attn:
+            return Rows(torch.from_numpy(ctrl_of[at]).to(dev), d)
+        w = torch.tensor([QKV.index(str(k)) for k in which[at]], device=dev)
+        return Rows(torch.from_numpy(ctrl_of[at]).to(dev), d, w, torch.from_numpy(slot[at]).to(dev))
+
+    for layer in sorted(set(start.tolist())):
+        rows = np.flatnonzero(start == layer)
+        kind = which[rows]
+        attn = rows_of(rows[np.isin(kind, QKV)], attn=True)
+        joins.append(Join(int(layer), attn, rows_of(rows[kind == "mlp"]), rows_of(rows[kind == "logits"])))
+    order_arr = np.concatenate(order)
+    if len(order_arr) != len(p_i):
+        raise RuntimeError(f"readers of kinds other than {(*QKV, 'mlp', 'logits')} in {sorted(set(which.tolist()))}")
+    c_ids = torch.from_numpy(controls)
+    h = own.run(stream0[c_ids.to(dev)].to(own.dtype), lengths[c_ids] - 1, joins)
+    r_ids = torch.from_numpy(rows_arr[np.concatenate([controls, p_i[order_arr]])])
+    assert data.correct is not None and data.incorrect is not None  # logit-diff (readout_of)
+    vals = readout.values(h, data.correct[r_ids], data.incorrect[r_ids]).detach().double().cpu()
+    ctrl, want = vals[:n_c], base_v[c_ids]
+    miss = (ctrl - want).abs() / want.abs().clamp(min=1.0)
+    if not bool((miss <= LATE_START_ATOL).all()):
+        i = int(miss.argmax())
+        raise _OwnBlocksMismatch(f"pair {int(rows_arr[controls[i]])}: {float(ctrl[i])!r} against {float(want[i])!r}")
+    out = np.empty(len(p_i))
+    out[order_arr] = _change(vals[n_c:], ctrl[torch.from_numpy(ctrl_of[order_arr])], eps).numpy()
+    return out
 
 
 def _patched_forward(

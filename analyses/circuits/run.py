@@ -139,6 +139,14 @@ def _top_mask(order: np.ndarray, n: int, n_edges: int) -> np.ndarray:
     return m
 
 
+def _blocks(info: dict) -> str | None:
+    """Where exact patching's patched forwards ran: ``"own"`` (:mod:`~headlens.analyses.circuits.own_blocks`), ``"bridge: <why>"``,
+    or None when no exact patching ran."""
+    if "own_blocks" not in info:
+        return None
+    return "own" if info["own_blocks"] else f"bridge: {info.get('own_blocks_reason') or 'unknown'}"
+
+
 def run_circuit(
     model: LoadedModel, task: PairTask, config: CircuitConfig | None = None, *, graph: EdgeGraph | None = None,
     progress: Callable[[str, int, int], None] | None = None,
@@ -186,13 +194,14 @@ def run_circuit(
     n_confirm = min(config.confirm, n_sel)
     confirm_forwards = 0.0
     exact_rows = per_pair.info.get("max_rows")  # rows per patched forward of exact patching (its default depends on the model)
+    exact_info = per_pair.info
     if per_pair.method == "exact":
         table["exact"], table["exact_ci_low"], table["exact_ci_high"] = table["score"], table["ci_low"], table["ci_high"]
     elif n_confirm > 0:
         ids = order[:n_confirm]
         ex = exact_scores(model, task, graph, ids, direction=config.direction, batch_size=config.batch_size, max_rows=config.max_rows)
         confirm_forwards = ex.forwards
-        exact_rows = ex.info.get("max_rows")
+        exact_rows, exact_info = ex.info.get("max_rows"), ex.info
         et = edge_table(graph, ex, n_bootstrap=config.n_bootstrap, seed=config.seed)
         table.loc[ids, "exact"] = et["score"].to_numpy()
         table.loc[ids, "exact_ci_low"] = et["ci_low"].to_numpy()
@@ -220,7 +229,12 @@ def run_circuit(
         "reach": reach_evidence(curve, reach, config.target_faithfulness),
         "confirmed": int(n_confirm if per_pair.method != "exact" else n_edges),
         "disagreements": int(table["disagree"].sum()),
-        "forwards": {"scores": per_pair.forwards, "confirm": confirm_forwards, "exact_rows_per_forward": exact_rows},
+        "forwards": {
+            "scores": per_pair.forwards,
+            "confirm": confirm_forwards,
+            "exact_rows_per_forward": exact_rows,
+            "exact_blocks": _blocks(exact_info),
+        },
         **curve_summary(curve),
         "task": task.describe(),
     }

@@ -196,3 +196,4 @@ def test_run_notes_the_assumption(gemma2):
     run = run_circuit(model, task, CircuitConfig(method="eap", top_n=5, confirm=2, n_bootstrap=20, curve_points=2), graph=graph)
     assert HEAD_SUM_NORM_NOTE in run.notes
     assert run.summary["graph"]["head_sum_norm"]
+    assert run.summary["forwards"]["exact_blocks"].startswith("bridge: ")  # Gemma 2's confirmations: through the bridge, and why

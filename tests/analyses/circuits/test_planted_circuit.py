@@ -68,6 +68,9 @@ def test_distractors_are_loud(circuit_model, circuit_task):
 
 def test_exact_auc_is_one(runs):
     assert edge_roc_auc(runs["exact"].edges, PLANTED_CIRCUIT_EDGES) == 1.0
+    # the planted model is a GPT-2: exact patching's forwards ran outside the bridge, in scoring and in confirming
+    assert runs["exact"].summary["forwards"]["exact_blocks"] == "own"
+    assert runs["eap-ig"].summary["forwards"]["exact_blocks"] == "own"
 
 
 def test_eap_ig_auc(runs):

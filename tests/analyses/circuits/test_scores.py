@@ -147,6 +147,9 @@ def test_exact_equals_brute_force(family_model, fam):
         np.testing.assert_allclose(got.values[:, j], want, atol=EXACT_ATOL, err_msg=f"{fam} {s}->{r} {w}")
     assert got.info["started_late"] is True  # readers at layer 1: those forwards start there, checked by their control row
     assert got.info["head_skipped"] is True  # logit-diff read from the head's input: the output head never ran on a patch
+    # GPT-2's patched forwards run outside the bridge (own_blocks); the other families' through it, saying why
+    assert got.info["own_blocks"] is (fam == "gpt2"), got.info["own_blocks_reason"]
+    assert (got.info["own_blocks_reason"] == "") is (fam == "gpt2")
     assert not model.bridge.cfg.use_split_qkv_input and not model.bridge.cfg.use_hook_mlp_in  # flags restored
 
 
@@ -158,12 +161,15 @@ def test_default_rows_match_small_chunks(family_model):
     task = induction_task(model, n=4, T=8)
     small = exact_scores(model, task, graph, max_rows=8)
     auto = exact_scores(model, task, graph)
-    assert small.info["max_rows"] == 8 and auto.info["max_rows"] == auto_rows(model, int(task.lengths.max()))
+    assert auto.info["own_blocks"] is True  # GPT-2: the patched forwards run outside the bridge, in a budget of their own
+    assert small.info["max_rows"] == 8 and auto.info["max_rows"] == auto_rows(model, int(task.lengths.max()), own=True)
     assert auto.info["max_rows"] > len(task) * len(graph.edges) / (model.n_layers + 1)  # few forwards: one per start block here
     np.testing.assert_allclose(auto.values, small.values, atol=ROUNDING_ATOL)
     np.testing.assert_array_equal(auto.clean, small.clean)
-    sizes = [auto_rows(model, w) for w in (1, 64, 4096)]
-    assert all(MIN_AUTO_ROWS <= r <= MAX_AUTO_ROWS for r in sizes) and sizes == sorted(sizes, reverse=True) and sizes[0] > sizes[-1]
+    for own in (False, True):
+        sizes = [auto_rows(model, w, own=own) for w in (1, 64, 4096)]
+        assert all(MIN_AUTO_ROWS <= r <= MAX_AUTO_ROWS for r in sizes) and sizes == sorted(sizes, reverse=True) and sizes[0] > sizes[-1]
+    assert auto_rows(model, 64, own=True) > auto_rows(model, 64)  # no split copies, no logits
 
 
 @pytest.mark.parametrize("via", ["check_edge_model", "exact_scores"])

@@ -1,0 +1,246 @@
+"""Exact patching's patched forwards run from the blocks' weights, outside the bridge's hook machinery.
+
+Through the bridge a patched forward runs every block with split inputs (one residual copy per head
+for each of q, k and v) and through every hook point, though a patch changes one reader's input at
+one block.  :class:`OwnBlocks` runs the same forward the short way:
+
+* the start block computes the plain block once per row, plus, for each patched row, its reader's
+  input (``x + delta``) through the same norm and the same fused q/k/v product, of which the
+  patched head's slot is kept (an MLP patch: the MLP of ``mid + delta``, the stream keeping ``mid``);
+* every later block is the plain block;
+* the last block computes its queries, attention output and MLP at each row's last position only
+  (what the logit-diff readout reads), and the final norm runs at those positions;
+* logits edges add their difference to the last block's stored output: no block runs.
+
+The norms, MLPs and projections are the model's own Hugging Face modules (``original_component`` of the
+bridge's ``ln1``/``ln2``/``mlp``/``ln_final``; GPT-2's ``c_attn`` and ``c_proj``); the attention pattern
+and its weighted sum are computed here.
+
+Which models (:func:`own_blocks` returns the reason when not): GPT-2's blocks (``model_type ==
+"gpt2"``: absolute positions, one causal pattern per head, scale ``1/sqrt(d_head)`` and optionally
+``1/(layer+1)``) under the logit-diff readout, with no head-sum norm and no hook left on the model.
+Other families run through the bridge.
+
+The caller checks every forward: each pair of a forward has its unpatched row (a control) computed in
+the same calls as its patched rows, whose value must equal the bridge's base value; the patched
+values are measured from those controls, so an edge whose difference dies out scores exactly 0.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from typing import Any, cast
+
+import torch
+from jaxtyping import Float, Int
+from torch import Tensor, nn
+
+from headlens.probes.loading import LoadedModel
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Rows", "Join", "OwnBlocks", "own_blocks", "QKV"]
+
+#: The reader inputs of a block's attention, in the fused projection's order.
+QKV = ("q", "k", "v")
+
+
+@dataclass(frozen=True)
+class Rows:
+    """Rows that start at a block as copies of controls ``control[i]``, with ``delta[i]`` added to one reader's input:
+    (attention) head ``slot[i]``'s ``QKV[which[i]]`` input; else the MLP's, or after the last block the logits'."""
+
+    control: Int[Tensor, " n"]
+    delta: Float[Tensor, "n pos d_model"]
+    which: Int[Tensor, " n"] | None = None
+    slot: Int[Tensor, " n"] | None = None
+
+
+@dataclass(frozen=True)
+class Join:
+    """The rows joining at block ``layer`` (``n_layers``: after the last block, ``logits`` only), in the order ``attn``,
+    ``mlp``, ``logits``."""
+
+    layer: int
+    attn: Rows | None = None
+    mlp: Rows | None = None
+    logits: Rows | None = None
+
+    def rows(self) -> list[Rows]:
+        return [r for r in (self.attn, self.mlp, self.logits) if r is not None]
+
+
+def _hooked(model: LoadedModel) -> bool:
+    """Whether a hook point of the bridge has a hook attached (a user's patch that blocks computed here would not see;
+    the bridge's and Hugging Face's own capture hooks on other modules change nothing)."""
+    return any(bool(m._forward_hooks or m._forward_pre_hooks) for m in model.bridge.hook_dict.values())
+
+
+def own_blocks(model: LoadedModel, *, readout: bool, head_sum_norm: bool) -> tuple[OwnBlocks | None, str]:
+    """:class:`OwnBlocks` for ``model``, or None and the reason its patched forwards run through the bridge."""
+    hf_config = getattr(getattr(model.bridge, "original_model", None), "config", None)
+    kind = getattr(hf_config, "model_type", None)
+    if model.is_encoder:
+        return None, "an encoder"
+    if kind != "gpt2":
+        return None, f"blocks of model type {kind!r} (only GPT-2's are computed outside the bridge)"
+    if not readout:
+        return None, "a metric other than the logit-diff readout"
+    if head_sum_norm:
+        return None, "a norm after the head sum"
+    if getattr(hf_config, "add_cross_attention", False):
+        return None, "cross-attention"
+    if _hooked(model):
+        return None, "hooks attached to the model"
+    try:
+        return OwnBlocks(model), ""
+    except (AttributeError, TypeError, ValueError) as exc:
+        return None, f"{type(exc).__name__}: {exc}"
+
+
+class _Norm:
+    """A bridge LayerNorm's arithmetic without its hook points, as ``NormalizationBridge._python_norm_forward`` (TL 4.x)
+    computes it: ``(x - mean) / sqrt(mean((x - mean)^2) + eps) * w + b`` in float32 (checked bit for bit in the tests)."""
+
+    def __init__(self, bridge_norm: Any, what: str) -> None:
+        hf = _module(bridge_norm, what)
+        offset = getattr(bridge_norm, "uses_rms_norm", False) or getattr(bridge_norm, "uses_weight_offset", False)
+        if not isinstance(hf, nn.LayerNorm) or offset:
+            raise TypeError(f"{what} is not a plain LayerNorm")
+        if getattr(bridge_norm, "use_native_layernorm_autograd", False) or getattr(bridge_norm.config, "layer_norm_folding", False):
+            raise TypeError(f"{what} runs Hugging Face's own LayerNorm in the bridge")
+        self.weight, self.bias = hf.weight.detach(), None if hf.bias is None else hf.bias.detach()
+        self.eps = float(getattr(bridge_norm.config, "eps", 1e-05))
+
+    def __call__(self, x: Tensor) -> Tensor:
+        dtype = x.dtype
+        h = x if dtype in (torch.float32, torch.float64) else x.float()
+        h = h - h.mean(-1, keepdim=True)
+        h = h / (h.pow(2).mean(-1, keepdim=True) + self.eps).sqrt() * self.weight
+        if self.bias is not None:
+            h = h + self.bias
+        return h.to(dtype)
+
+
+def _conv(layer: Any, what: str) -> nn.Module:
+    """The Hugging Face ``Conv1D`` under a bridge ``LinearBridge`` (or the module itself)."""
+    from transformers.pytorch_utils import Conv1D
+
+    mod = getattr(layer, "original_component", layer)
+    if not isinstance(mod, Conv1D):
+        raise TypeError(f"{what} is not GPT-2's Conv1D (found {type(mod).__name__})")
+    return mod
+
+
+def _module(component: object, what: str) -> nn.Module:
+    mod = getattr(component, "original_component", None)
+    if not isinstance(mod, nn.Module):
+        raise TypeError(f"no Hugging Face module under the bridge's {what}")
+    return mod
+
+
+class OwnBlocks:
+    """GPT-2's blocks computed from the bridge's weights and the model's norm and MLP modules (module doc)."""
+
+    def __init__(self, model: LoadedModel) -> None:
+        bridge = model.bridge
+        cfg = bridge.cfg
+        hf_config = bridge.original_model.config
+        self.n_layers, self.n_heads, self.d_head = model.n_layers, model.n_heads, int(cfg.d_head)
+        attn = [_module(blk.attn, f"blocks.{i}.attn") for i, blk in enumerate(bridge.blocks)]
+        mlp = [_module(blk.mlp, f"blocks.{i}.mlp") for i, blk in enumerate(bridge.blocks)]
+        # GPT-2's Conv1D projections, called as its attention and MLP call them: the fused q/k/v (columns: which, head,
+        # d_head), the heads' output, and the MLP's two with its activation between
+        self.c_attn: list[nn.Module] = [_conv(a.c_attn, f"blocks.{i}.attn.c_attn") for i, a in enumerate(attn)]
+        self.c_proj: list[nn.Module] = [_conv(a.c_proj, f"blocks.{i}.attn.c_proj") for i, a in enumerate(attn)]
+        self.c_fc: list[nn.Module] = [_conv(m.c_fc, f"blocks.{i}.mlp.c_fc") for i, m in enumerate(mlp)]
+        self.mlp_proj: list[nn.Module] = [_conv(m.c_proj, f"blocks.{i}.mlp.c_proj") for i, m in enumerate(mlp)]
+        self.act: list[nn.Module] = [cast(nn.Module, m.act) for m in mlp]
+        width = 3 * self.n_heads * self.d_head
+        if any(int(getattr(c, "nf", -1)) != width for c in self.c_attn):
+            raise ValueError(f"a fused q/k/v projection that is not {width} wide")
+        self.dtype: torch.dtype = next(self.c_attn[0].parameters()).dtype
+        # the norms with the bridge's own arithmetic (its python LayerNorm: the base run's, to the last bit)
+        self.ln1 = [_Norm(blk.ln1, f"blocks.{i}.ln1") for i, blk in enumerate(bridge.blocks)]
+        self.ln2 = [_Norm(blk.ln2, f"blocks.{i}.ln2") for i, blk in enumerate(bridge.blocks)]
+        self.ln_final = _Norm(bridge.ln_final, "ln_final")
+        scale = 1.0 / math.sqrt(self.d_head) if getattr(hf_config, "scale_attn_weights", True) else 1.0
+        inverse = bool(getattr(hf_config, "scale_attn_by_inverse_layer_idx", False))
+        self.scale = [scale / (layer + 1) if inverse else scale for layer in range(self.n_layers)]
+
+    def run(
+        self, x0: Float[Tensor, "control pos d_model"], last: Int[Tensor, " control"], joins: list[Join]
+    ) -> Float[Tensor, "row d_model"]:
+        """The output head's input at each row's last position: the controls' (``x0``: their stream entering block 0, ``last``:
+        their last positions) first, then each :class:`Join`'s rows in the order of ``joins`` (sorted by layer)."""
+        n_c, dev = x0.shape[0], x0.device
+        at_layer = {j.layer: j for j in joins}
+        if len(at_layer) != len(joins) or [j.layer for j in joins] != sorted(at_layer):
+            raise ValueError("joins must be sorted by layer, one per layer")
+        last = last.to(dev)
+        x, last_all = x0, last
+        for layer in range(self.n_layers):
+            j = at_layer.get(layer, Join(layer))
+            if j.logits is not None:
+                raise ValueError(f"logits rows joining at block {layer}, before the end")
+            last_all = torch.cat([last_all, *(last[r.control] for r in j.rows())])
+            x = self._block(layer, x, n_c, j, last_all if layer == self.n_layers - 1 else None)
+        j = at_layer.get(self.n_layers, Join(self.n_layers))
+        if j.attn is not None or j.mlp is not None:
+            raise ValueError("attention or MLP rows joining after the last block")
+        if j.logits is not None:  # logits edges: the last block's output at each row's last position, moved
+            r = j.logits
+            x = torch.cat([x, x[:n_c][r.control] + _at(r.delta, last[r.control]).to(device=dev, dtype=x.dtype)])
+        return self.ln_final(x)
+
+    def _block(self, layer: int, x: Tensor, n_c: int, j: Join, last: Tensor | None) -> Tensor:
+        """Block ``layer`` on the rows ``x`` (the first ``n_c`` the controls) and the rows joining here: ``[row, pos, d_model]``
+        out, or ``[row, d_model]`` at each row's position ``last`` (the last block)."""
+        n_old, n_pos, _ = x.shape
+        n_h, d_h = self.n_heads, self.d_head
+        dev, xc = x.device, x[:n_c]
+        a = j.attn
+        if a is None:
+            qkv = self.c_attn[layer](self.ln1[layer](x)).view(-1, n_pos, 3, n_h, d_h)
+        else:  # the readers' inputs of the joining rows, normed and projected in the same call as every running row
+            assert a.which is not None and a.slot is not None
+            moved = xc[a.control] + a.delta[:, :n_pos].to(device=dev, dtype=x.dtype)
+            both = self.c_attn[layer](self.ln1[layer](torch.cat([x, moved]))).view(-1, n_pos, 3, n_h, d_h)
+            # a joining row: its control's q/k/v, the patched head's slot its own
+            pick = torch.zeros(len(a.control), 3 * n_h, dtype=torch.bool, device=dev)
+            pick[torch.arange(len(a.control), device=dev), a.which * n_h + a.slot] = True
+            mine = torch.where(pick.view(-1, 1, 3, n_h, 1), both[n_old:], both[a.control])
+            qkv, x = torch.cat([both[:n_old], mine]), torch.cat([x, xc[a.control]])
+        q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
+        n_run = x.shape[0]
+        keys = torch.arange(n_pos, device=dev)
+        if last is None:
+            blocked = (keys[None, :] > keys[:, None])[None, None]  # [1, 1, query, key]
+            x_at = x
+        else:
+            rows = torch.arange(n_run, device=dev)
+            q = q[rows, last[:n_run]][:, None]  # [row, 1, head, d_head]
+            blocked = (keys[None, :] > last[:n_run, None])[:, None, None, :]
+            x_at = x[rows, last[:n_run]][:, None]
+        scores = torch.einsum("bqhe,bkhe->bhqk", q, k) * self.scale[layer]
+        z = torch.einsum("bhqk,bkhe->bqhe", scores.masked_fill(blocked, float("-inf")).softmax(-1), v)
+        mid = x_at + self.c_proj[layer](z.reshape(n_run, z.shape[1], n_h * d_h))
+        m_rows = j.mlp
+        if m_rows is None:
+            post = mid + self._mlp(layer, mid)
+        else:  # an MLP row: its control's stream after the attention; only its MLP reads mid + delta
+            kept = mid[:n_c][m_rows.control]
+            d = m_rows.delta[:, :n_pos] if last is None else _at(m_rows.delta, last[m_rows.control])[:, None]
+            post = torch.cat([mid, kept]) + self._mlp(layer, torch.cat([mid, kept + d.to(device=dev, dtype=mid.dtype)]))
+        return post if last is None else post[:, 0]
+
+    def _mlp(self, layer: int, x: Tensor) -> Tensor:
+        """The MLP of block ``layer`` on the stream ``x`` (its norm included), as GPT-2's MLP computes it."""
+        return self.mlp_proj[layer](self.act[layer](self.c_fc[layer](self.ln2[layer](x))))
+
+
+def _at(delta: Float[Tensor, "n pos d_model"], last: Int[Tensor, " n"]) -> Float[Tensor, "n d_model"]:
+    """Each row's difference at its position ``last[i]``."""
+    return delta[torch.arange(delta.shape[0], device=delta.device), last.to(delta.device)]

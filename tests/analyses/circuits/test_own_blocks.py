@@ -1,0 +1,144 @@
+"""Exact patching's patched forwards outside the bridge (own_blocks) against the same forwards through it.
+
+The bridge path (a no-op hook on the model sends the forwards through it) is the reference here; the
+independent brute force of every reader kind is in test_scores.test_exact_equals_brute_force, which runs
+the own blocks on GPT-2.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import headlens.analyses.circuits.exact as exact_mod
+from headlens.analyses.circuits.exact import RESOLUTION_EPS, exact_scores
+from headlens.analyses.circuits.graph import build_graph
+from headlens.analyses.circuits.own_blocks import Join, OwnBlocks, Rows, own_blocks
+from headlens.analyses.patching.builtin import induction_task
+from headlens.probes.hooks import attached
+
+#: own blocks against the bridge's forwards (float32, the same weights, other kernels).
+ROUNDING_ATOL = 1e-5
+
+
+def _noop(x, hook=None):
+    return None
+
+
+def _ragged(model, n=4, T=8):
+    """An induction task whose items end at different positions (the metric read at each item's own last one)."""
+    task = induction_task(model, n=n, T=T)
+    full = int(task.lengths.max())
+    task.lengths[:] = torch.tensor([full, full - 3, full - 5, full - 1][:n])
+    return task
+
+
+def test_own_blocks_match_the_forwards_through_the_bridge(family_model):
+    """Every edge of GPT-2, items of unequal lengths, several passes (max_rows=16) and one: the values of the bridge's
+    forwards, and what the info says."""
+    model = family_model("gpt2")
+    graph = build_graph(model)
+    task = _ragged(model)
+    with attached(model.bridge, [("blocks.0.hook_resid_pre", _noop)]):
+        ref = exact_scores(model, task, graph)
+    assert ref.info["own_blocks"] is False and ref.info["own_blocks_reason"] == "hooks attached to the model"
+    for max_rows in (16, None):
+        got = exact_scores(model, task, graph, max_rows=max_rows)
+        assert got.info["own_blocks"] is True and got.info["own_blocks_reason"] == ""
+        assert np.abs(ref.values).max() > 1e-2 and (ref.values != 0).mean() > 0.2  # not a comparison between zeros
+        np.testing.assert_allclose(got.values, ref.values, atol=ROUNDING_ATOL)
+        np.testing.assert_allclose(got.clean, ref.clean, atol=ROUNDING_ATOL)
+        np.testing.assert_allclose(got.corrupt, ref.corrupt, atol=ROUNDING_ATOL)
+
+
+def test_a_control_that_misses_the_base_run_sends_the_forwards_through_the_bridge(family_model, monkeypatch, caplog):
+    """Own blocks that compute something else (every attention scale doubled): the controls miss the base run on the
+    first pass, the sweep reruns through the bridge, its values are the bridge's, and the info and the log say why."""
+    model = family_model("gpt2")
+    graph = build_graph(model)
+    task = induction_task(model, n=3, T=8)
+    with attached(model.bridge, [("blocks.0.hook_resid_pre", _noop)]):
+        ref = exact_scores(model, task, graph)
+
+    def broken(m, **kw):
+        own, why = own_blocks(m, **kw)
+        assert own is not None, why
+        own.scale = [2 * s for s in own.scale]
+        return own, why
+
+    monkeypatch.setattr(exact_mod, "own_blocks", broken)
+    with caplog.at_level("INFO", logger="headlens.analyses.circuits.exact"):
+        got = exact_scores(model, task, graph)
+    assert got.info["own_blocks"] is False and "missed the base run" in got.info["own_blocks_reason"]
+    assert any("missed the base run" in r.getMessage() for r in caplog.records)
+    np.testing.assert_array_equal(got.values, ref.values)
+
+
+def test_own_blocks_say_why_not(family_model):
+    """Another family, another metric, a head-sum norm, a hook on the model: no own blocks, and the reason."""
+    gpt2, llama = family_model("gpt2"), family_model("llama")
+    assert own_blocks(gpt2, readout=True, head_sum_norm=False)[0] is not None
+    assert "'llama'" in own_blocks(llama, readout=True, head_sum_norm=False)[1]
+    assert "logit-diff" in own_blocks(gpt2, readout=False, head_sum_norm=False)[1]
+    assert "norm after the head sum" in own_blocks(gpt2, readout=True, head_sum_norm=True)[1]
+    with attached(gpt2.bridge, [("blocks.1.attn.hook_z", _noop)]):
+        assert own_blocks(gpt2, readout=True, head_sum_norm=False) == (None, "hooks attached to the model")
+    assert own_blocks(gpt2, readout=True, head_sum_norm=False)[0] is not None  # the hook is gone
+
+
+def test_run_reproduces_the_bridges_head_input(family_model):
+    """Controls from block 0 give the output head's input of a bridge forward at each row's last position; rows that
+    join at each block (and after the last) with a zero difference give their controls' values."""
+    model = family_model("gpt2")
+    bridge = model.bridge
+    own = OwnBlocks(model)
+    tokens = induction_task(model, n=3, T=8).clean
+    last = torch.tensor([tokens.shape[1] - 1, 4, 9])
+    got: dict[str, torch.Tensor] = {}
+
+    def keep(name):
+        def fn(x, hook=None):
+            got[name] = x.detach().clone()
+
+        return fn
+
+    with torch.inference_mode(), attached(bridge, [(n, keep(n)) for n in ("blocks.0.hook_resid_pre", "unembed.hook_in")]):
+        bridge(tokens, return_type="logits")
+    want = got["unembed.hook_in"][torch.arange(3), last]
+    d_model, pos = want.shape[-1], tokens.shape[1]
+    zeros = torch.zeros(2, pos, d_model)
+    joins = [
+        Join(0, attn=Rows(torch.tensor([0, 2]), zeros, torch.tensor([0, 2]), torch.tensor([1, 3]))),
+        Join(1, mlp=Rows(torch.tensor([1, 1]), zeros)),
+        Join(model.n_layers, logits=Rows(torch.tensor([2, 0]), zeros)),
+    ]
+    with torch.inference_mode():
+        h = own.run(got["blocks.0.hook_resid_pre"], last, joins)
+    assert h.shape == (3 + 6, d_model)
+    torch.testing.assert_close(h[:3], want, atol=ROUNDING_ATOL, rtol=0)
+    torch.testing.assert_close(h[3:], h[torch.tensor([0, 2, 1, 1, 2, 0])], atol=1e-6, rtol=0)
+    with pytest.raises(ValueError, match="sorted by layer"):
+        own.run(got["blocks.0.hook_resid_pre"], last, joins[::-1])
+
+
+def test_norms_and_mlps_are_the_bridges_to_the_bit(family_model):
+    """The norm arithmetic copied from the bridge and the MLP called from its Conv1Ds give the bridge's own outputs bit for
+    bit (the controls' check would catch a drift only at its tolerance)."""
+    model = family_model("gpt2")
+    own = OwnBlocks(model)
+    x = torch.randn(5, 7, model.bridge.cfg.d_model, generator=torch.Generator().manual_seed(0)) * 3
+    with torch.inference_mode():
+        for layer, blk in enumerate(model.bridge.blocks):
+            assert torch.equal(own.ln1[layer](x), blk.ln1(x)) and torch.equal(own.ln2[layer](x), blk.ln2(x))
+            assert torch.equal(own._mlp(layer, x), blk.mlp(blk.ln2(x)))
+        assert torch.equal(own.ln_final(x), model.bridge.ln_final(x))
+
+
+def test_a_difference_below_the_resolution_is_no_change():
+    eps = float(torch.finfo(torch.float32).eps)
+    base = torch.tensor([1.0, 1.0, 100.0, 100.0, 0.0], dtype=torch.float64)
+    patched = base + torch.tensor([RESOLUTION_EPS * eps * 0.9, 1e-5, 100 * RESOLUTION_EPS * eps * 0.9, 1e-3, -1e-7])
+    got = exact_mod._change(patched, base, eps)
+    assert got[0] == 0 and got[2] == 0 and got[4] == 0  # within 4 epsilons of max(1, |value|)
+    assert got[1] == pytest.approx(1e-5) and got[3] == pytest.approx(1e-3)
