@@ -87,14 +87,15 @@ def auto_rows(model: LoadedModel, width: int, *, own: bool = False) -> int:
     copies) and the reader hook's copy of them, the residual stream and its patch, the MLP's hidden layer, one
     head's pattern row per head, and the logits.  ``own`` (:mod:`~headlens.analyses.circuits.own_blocks`): the
     stream, its norm, its patch and the attention output, the fused q/k/v product twice (a patched copy), the
-    MLP's hidden layer twice (its activation) and the pattern; no split copies, no logits."""
+    MLP's hidden layer twice (its activation) and the pattern three times (scores, masked, softmax); no split copies,
+    no logits."""
     cfg = model.bridge.cfg
     n_h, d_model = int(cfg.n_heads), int(cfg.d_model)
     d_mlp = int(getattr(cfg, "d_mlp", None) or 4 * d_model)
     d_vocab = int(cfg.d_vocab)
     w = max(1, width)
     if own:
-        per_row = 4 * w * (4 * d_model + 6 * n_h * int(cfg.d_head) + 2 * d_mlp + n_h * w)
+        per_row = 4 * w * (4 * d_model + 6 * n_h * int(cfg.d_head) + 2 * d_mlp + 3 * n_h * w)
     else:
         per_row = 4 * w * (6 * n_h * d_model + 4 * d_model + d_mlp + n_h * w + d_vocab)
     return int(min(MAX_AUTO_ROWS, max(MIN_AUTO_ROWS, ROW_BYTES // per_row)))
@@ -194,10 +195,11 @@ def _pair_groups(model: LoadedModel, graph: EdgeGraph, data: Any, batch_size: in
 #: :func:`headlens.analyses.ablation.suffix.check_from_layer` bounds the logits).
 LATE_START_ATOL = 1e-5
 
-#: A patched value within this many machine epsilons (of the model's dtype, at least float32's), relative to
-#: ``max(1, |patched|, |base|)``, of the value it is measured from is reported as no change (exactly 0): a
-#: difference below what the forward resolves.  Rows that compute the same thing round apart by their place
-#: in a batch (batched kernels of tiny matrices), so an edge that changes nothing would otherwise score noise.
+#: A patched value within this many float32 machine epsilons, relative to ``max(1, |patched|, |base|)``, of the
+#: value it is measured from is reported as no change (exactly 0): below what a float32 forward resolves.  Rows
+#: that compute the same thing round apart by their place in a batch (batched kernels of tiny matrices), so an
+#: edge that changes nothing would otherwise score noise.  float32's epsilon whatever the model's dtype: in
+#: bfloat16 the same rule would zero genuine effects of 0.1 logits.
 RESOLUTION_EPS = 4.0
 
 
@@ -253,8 +255,7 @@ def exact_scores(
     n = len(task)
     norms = head_sum_norms(model)
     width = int(base_set.lengths.max()) if n else 1
-    dtype = next(iter(model.bridge.parameters())).dtype
-    eps = max(float(torch.finfo(torch.float32).eps), float(torch.finfo(dtype).eps) if dtype.is_floating_point else 0.0)
+    eps = float(torch.finfo(torch.float32).eps)
     checked: list[bool] = []  # the additivity check has run (on the first capture forward)
 
     def sweep(
@@ -315,10 +316,11 @@ def exact_scores(
             col_of = order[col_of]
             values[np.ix_(rows_arr, np.arange(len(ids)))] = 0.0
             with torch.inference_mode():
-                if own is not None:  # one pass per max_rows rows, each row joining at its reader's block
+                if own is not None:  # one pass per max_rows rows (controls included), each row joining at its reader's block
                     assert readout is not None and stream0 is not None  # own_blocks needs the readout
-                    for c0 in range(0, len(pair_of), max_rows):
-                        p_i, c_j = pair_of[c0 : c0 + max_rows], col_of[c0 : c0 + max_rows]
+                    per_pass = max(1, max_rows - len(rows))  # at most one control per pair of the group
+                    for c0 in range(0, len(pair_of), per_pass):
+                        p_i, c_j = pair_of[c0 : c0 + per_pass], col_of[c0 : c0 + per_pass]
                         values[rows_arr[p_i], c_j] = _own_pass(
                             own,
                             readout,
@@ -335,7 +337,7 @@ def exact_scores(
                             base_v,
                             eps,
                         )
-                        rows_run += float(np.maximum(0, n_l - start[c_j]).sum()) / n_l
+                        rows_run += float(np.maximum(0, n_l - start[c_j]).sum()) / n_l + len(np.unique(p_i))  # controls: every block
                         ran_late = ran_late or bool((start[c_j] > 0).any())
                 for c0, c1 in [] if own is not None else _chunks(start[col_of], max_rows):
                     p_i, c_j = pair_of[c0:c1], col_of[c0:c1]

@@ -18,7 +18,8 @@ and its weighted sum are computed here.
 
 Which models (:func:`own_blocks` returns the reason when not): GPT-2's blocks (``model_type ==
 "gpt2"``: absolute positions, one causal pattern per head, scale ``1/sqrt(d_head)`` and optionally
-``1/(layer+1)``) under the logit-diff readout, with no head-sum norm and no hook left on the model.
+``1/(layer+1)``, scores in float32 under ``reorder_and_upcast_attn``) under the logit-diff readout, on one
+device, with no head-sum norm and no hook on the model's hook points.
 Other families run through the bridge.
 
 The caller checks every forward: each pair of a forward has its unpatched row (a control) computed in
@@ -92,6 +93,11 @@ def own_blocks(model: LoadedModel, *, readout: bool, head_sum_norm: bool) -> tup
         return None, "a norm after the head sum"
     if getattr(hf_config, "add_cross_attention", False):
         return None, "cross-attention"
+    if not getattr(hf_config, "scale_attn_weights", True):
+        # TransformerLens 4.x's GPT-2 attention scales by 1/sqrt(d_head) regardless: the base run would reject unscaled blocks
+        return None, "scale_attn_weights=False (the bridge scales the scores anyway)"
+    if model.placement is not None:
+        return None, "a model placed over several devices or offloaded"
     if _hooked(model):
         return None, "hooks attached to the model"
     try:
@@ -166,9 +172,10 @@ class OwnBlocks:
         self.ln1 = [_Norm(blk.ln1, f"blocks.{i}.ln1") for i, blk in enumerate(bridge.blocks)]
         self.ln2 = [_Norm(blk.ln2, f"blocks.{i}.ln2") for i, blk in enumerate(bridge.blocks)]
         self.ln_final = _Norm(bridge.ln_final, "ln_final")
-        scale = 1.0 / math.sqrt(self.d_head) if getattr(hf_config, "scale_attn_weights", True) else 1.0
+        scale = 1.0 / math.sqrt(self.d_head)
         inverse = bool(getattr(hf_config, "scale_attn_by_inverse_layer_idx", False))
         self.scale = [scale / (layer + 1) if inverse else scale for layer in range(self.n_layers)]
+        self.upcast = bool(getattr(hf_config, "reorder_and_upcast_attn", False))  # scores and softmax in float32
 
     def run(
         self, x0: Float[Tensor, "control pos d_model"], last: Int[Tensor, " control"], joins: list[Join]
@@ -224,8 +231,10 @@ class OwnBlocks:
             q = q[rows, last[:n_run]][:, None]  # [row, 1, head, d_head]
             blocked = (keys[None, :] > last[:n_run, None])[:, None, None, :]
             x_at = x[rows, last[:n_run]][:, None]
+        if self.upcast:
+            q, k = q.float(), k.float()
         scores = torch.einsum("bqhe,bkhe->bhqk", q, k) * self.scale[layer]
-        z = torch.einsum("bhqk,bkhe->bqhe", scores.masked_fill(blocked, float("-inf")).softmax(-1), v)
+        z = torch.einsum("bhqk,bkhe->bqhe", scores.masked_fill(blocked, float("-inf")).softmax(-1).to(v.dtype), v)
         mid = x_at + self.c_proj[layer](z.reshape(n_run, z.shape[1], n_h * d_h))
         m_rows = j.mlp
         if m_rows is None:

@@ -14,6 +14,7 @@ import torch
 import headlens.analyses.circuits.exact as exact_mod
 from headlens.analyses.circuits.exact import RESOLUTION_EPS, exact_scores
 from headlens.analyses.circuits.graph import build_graph
+from headlens.analyses.circuits.hooks import edge_flags
 from headlens.analyses.circuits.own_blocks import Join, OwnBlocks, Rows, own_blocks
 from headlens.analyses.patching.builtin import induction_task
 from headlens.probes.hooks import attached
@@ -85,6 +86,12 @@ def test_own_blocks_say_why_not(family_model):
     with attached(gpt2.bridge, [("blocks.1.attn.hook_z", _noop)]):
         assert own_blocks(gpt2, readout=True, head_sum_norm=False) == (None, "hooks attached to the model")
     assert own_blocks(gpt2, readout=True, head_sum_norm=False)[0] is not None  # the hook is gone
+    config = gpt2.bridge.original_model.config
+    try:  # the bridge scales GPT-2's scores whatever this says: unscaled own blocks would miss every control
+        config.scale_attn_weights = False
+        assert "scale_attn_weights=False" in own_blocks(gpt2, readout=True, head_sum_norm=False)[1]
+    finally:
+        config.scale_attn_weights = True
 
 
 def test_run_reproduces_the_bridges_head_input(family_model):
@@ -120,6 +127,63 @@ def test_run_reproduces_the_bridges_head_input(family_model):
     torch.testing.assert_close(h[3:], h[torch.tensor([0, 2, 1, 1, 2, 0])], atol=1e-6, rtol=0)
     with pytest.raises(ValueError, match="sorted by layer"):
         own.run(got["blocks.0.hook_resid_pre"], last, joins[::-1])
+
+
+def test_joined_rows_are_the_bridges_forward_with_the_same_patch(family_model):
+    """Each kind of joining row with a random difference (q, k, v of a head at blocks 0 and 1, the MLP at both, the
+    logits) against a bridge forward with edge flags on and the difference added at that reader's hook point."""
+    model = family_model("gpt2")
+    bridge, n_l = model.bridge, model.n_layers
+    own = OwnBlocks(model)
+    tokens = induction_task(model, n=2, T=8).clean
+    n, pos, d_model = tokens.shape[0], tokens.shape[1], int(bridge.cfg.d_model)
+    last = torch.tensor([pos - 1, pos - 4])
+    gen = torch.Generator().manual_seed(0)
+    cases = [(0, "q", 1), (0, "k", 3), (1, "v", 2), (1, "q", 0), (0, "mlp", None), (1, "mlp", None), (n_l, "logits", None)]
+    got: dict[str, torch.Tensor] = {}
+
+    def keep(name):
+        def fn(x, hook=None):
+            got[name] = x.detach().clone()
+
+        return fn
+
+    joins, want = [], []
+    for layer, which, slot in cases:
+        delta = torch.randn(n, pos, d_model, generator=gen)
+        if which in ("q", "k", "v"):
+            name = f"blocks.{layer}.attn.hook_{which}_input"
+
+            def add_slot(x, hook=None, d=delta, s=slot):
+                x = x.clone()
+                x[:, :, s] += d
+                return x
+
+            add = add_slot
+
+            rows = Rows(torch.arange(n), delta, torch.full((n,), "qkv".index(which)), torch.full((n,), slot))
+            joins.append(Join(layer, attn=rows))
+        else:
+            name = f"blocks.{layer}.hook_mlp_in" if which == "mlp" else f"blocks.{n_l - 1}.hook_resid_post"
+
+            def add_all(x, hook=None, d=delta):
+                return x + d
+
+            add = add_all
+
+            joins.append(
+                Join(layer, mlp=Rows(torch.arange(n), delta)) if which == "mlp" else Join(layer, logits=Rows(torch.arange(n), delta))
+            )
+        with torch.inference_mode(), edge_flags(model), attached(bridge, [(name, add), ("unembed.hook_in", keep("h"))]):
+            bridge(tokens, return_type="logits")
+        want.append(got["h"][torch.arange(n), last])
+    with torch.inference_mode(), attached(bridge, [("blocks.0.hook_resid_pre", keep("x0"))]):
+        bridge(tokens, return_type="logits")
+    for i, j in enumerate(joins):  # one join per run: each case's rows alone after the controls
+        with torch.inference_mode():
+            h = own.run(got["x0"], last, [j])
+        assert not torch.allclose(h[n:], h[:n], atol=1e-3), cases[i]  # the difference moved the head's input
+        torch.testing.assert_close(h[n:], want[i], atol=ROUNDING_ATOL, rtol=0, msg=lambda m, c=cases[i]: f"{c}: {m}")
 
 
 def test_norms_and_mlps_are_the_bridges_to_the_bit(family_model):
