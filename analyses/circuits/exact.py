@@ -31,8 +31,8 @@ match the base run's value on every pair (:data:`LATE_START_ATOL`), else the swe
 bridge.  The capture forward then runs without the split inputs (the own blocks read the stream they
 compute, so the additivity check has nothing to check).  ``PerPair.info`` says which ran, and why not.
 
-A patched value within :data:`RESOLUTION_EPS` machine epsilons of the value it is measured from is no
-change (exactly 0), on either path.
+A patched value within :data:`~headlens.analyses.circuits.resolution.RESOLUTION_EPS` float32 epsilons of
+the value it is measured from is no change (exactly 0), on either path.
 """
 
 from __future__ import annotations
@@ -50,11 +50,13 @@ from jaxtyping import Float
 from torch import Tensor
 
 from headlens.analyses.ablation.metrics import model_values
-from headlens.analyses.ablation.suffix import resid_hook_name, run_from_layer
+from headlens.analyses.ablation.suffix import run_from_layer
+from headlens.analyses.circuits.capture import capture_group, pair_groups
 from headlens.analyses.circuits.graph import EdgeGraph
-from headlens.analyses.circuits.hooks import additivity_hooks, check_additivity, edge_flags, reader_hook, refuse_encoder, sender_capture
-from headlens.analyses.circuits.own_blocks import QKV, Join, OwnBlocks, Rows, own_blocks
-from headlens.analyses.circuits.readout import Readout, at_last, capture_hook, readout_hook, readout_of
+from headlens.analyses.circuits.hooks import additivity_hooks, check_additivity, edge_flags, reader_hook, refuse_encoder
+from headlens.analyses.circuits.own_blocks import ControlMismatch, OwnBlocks, own_blocks, pass_values
+from headlens.analyses.circuits.readout import Readout, ReadoutMismatch, readout_hook, readout_of
+from headlens.analyses.circuits.resolution import change
 from headlens.analyses.circuits.scores import PerPair, check_direction
 from headlens.analyses.circuits.writes import head_sum_norms, sender_deltas
 from headlens.analyses.patching.pairs import PairTask, pair_eval_sets
@@ -65,12 +67,6 @@ from headlens.probes.loading import LoadedModel
 log = logging.getLogger(__name__)
 
 __all__ = ["exact_scores", "auto_rows", "ROW_BYTES", "MIN_AUTO_ROWS", "MAX_AUTO_ROWS"]
-
-
-#: Device memory (bytes) for one group of pairs' stored senders' outputs, deltas and residuals: pairs are
-#: taken together (at least ``batch_size`` of them) while their stores fit, so that the patched forwards
-#: fill ``max_rows`` rows from every pair of the group instead of ``batch_size`` at a time.
-GROUP_BYTES = 512 * 2**20
 
 
 #: Device memory (bytes) the activations of one patched forward may take when ``max_rows`` is not given.
@@ -117,109 +113,14 @@ def _add_hook(at: Tensor, slot: Tensor | None, d: Float[Tensor, "row pos d_model
     return fn
 
 
-def _capture(
-    model: LoadedModel,
-    graph: EdgeGraph,
-    tokens: Tensor,
-    data: Any,
-    rows: Sequence[int],
-    resid_layers: Sequence[int],
-    extra: Sequence = (),
-    readout: Readout | None = None,
-) -> tuple[Tensor, Tensor, dict[int, Tensor], Tensor | None]:
-    """The senders' outputs, the metric values, the residuals entering ``resid_layers`` and (``readout``) the values
-    read from the head's input of one forward."""
-    store: dict[str, Tensor] = {}
-    resid: dict[int, Tensor] = {}
-    head: dict[str, Tensor] = {}
-
-    def keep(layer: int) -> HookFn:
-        def fn(x: Tensor, hook: Any = None) -> None:
-            resid[layer] = x.detach().clone()
-
-        return fn
-
-    hooks = sender_capture(model, graph, store) + [(resid_hook_name(layer), keep(layer)) for layer in resid_layers] + list(extra)
-    if readout is not None:
-        hooks.append(capture_hook(head))
-    lengths = data.lengths[list(rows)]
-    with torch.inference_mode(), attached(model.bridge, hooks):
-        vals = model_values(model, tokens, lengths, data, rows)
-        read = None
-        if readout is not None:
-            assert data.correct is not None and data.incorrect is not None  # logit-diff (readout_of)
-            r_ids = torch.as_tensor(list(rows))
-            try:
-                h = at_last(head["x"], lengths, int(tokens.shape[1]))
-            except ValueError as exc:  # the head's input holds neither every position nor the last ones
-                raise _ReadoutMismatch(str(exc)) from exc
-            read = readout.values(h, data.correct[r_ids], data.incorrect[r_ids]).cpu()
-    return store["out"].clone(), vals.detach().double().cpu(), resid, read
-
-
-def _capture_group(
-    model: LoadedModel,
-    graph: EdgeGraph,
-    tokens: Tensor,
-    data: Any,
-    rows: Sequence[int],
-    resid_layers: Sequence[int],
-    per_forward: int,
-    extra: Sequence = (),
-    readout: Readout | None = None,
-) -> tuple[Tensor, Tensor, dict[int, Tensor], Tensor | None]:
-    """:func:`_capture` of a group of pairs, ``per_forward`` pairs per forward, the stores concatenated (``extra``
-    hooks: attached to the first forward only)."""
-    parts = [_capture(model, graph, tokens[i : i + per_forward], data, rows[i : i + per_forward], resid_layers, extra if i == 0 else (),
-                      readout)
-             for i in range(0, len(rows), per_forward)]  # fmt: skip
-    out = torch.cat([p[0] for p in parts]) if len(parts) > 1 else parts[0][0]
-    vals = torch.cat([p[1] for p in parts])
-    resid = {layer: torch.cat([p[2][layer] for p in parts]) for layer in resid_layers}
-    read = torch.cat([p[3] for p in parts if p[3] is not None]) if readout is not None else None
-    return out, vals, resid, read
-
-
-def _pair_groups(model: LoadedModel, graph: EdgeGraph, data: Any, batch_size: int, n_resid: int) -> list[list[int]]:
-    """Consecutive groups of pairs whose stores (:data:`GROUP_BYTES`) fit; at least ``batch_size`` pairs each."""
-    n = len(data)
-    width = int(data.lengths.max()) if n else 1
-    d_model = int(model.bridge.cfg.d_model)
-    per_pair = 4 * width * d_model * (3 * len(graph.senders()) + 2 * n_resid)  # float32: out_b, out_o/delta, a gathered copy; resid
-    size = max(batch_size, GROUP_BYTES // max(1, per_pair))
-    return [list(range(i, min(i + size, n))) for i in range(0, n, size)]
-
-
 #: A late start is taken to reproduce the full forward when the control row's metric value (module doc)
 #: is within this of the full forward's, relative to ``max(1, |value|)`` (as
 #: :func:`headlens.analyses.ablation.suffix.check_from_layer` bounds the logits).
 LATE_START_ATOL = 1e-5
 
-#: A patched value within this many float32 machine epsilons, relative to ``max(1, |patched|, |base|)``, of the
-#: value it is measured from is reported as no change (exactly 0): below what a float32 forward resolves.  Rows
-#: that compute the same thing round apart by their place in a batch (batched kernels of tiny matrices), so an
-#: edge that changes nothing would otherwise score noise.  float32's epsilon whatever the model's dtype: in
-#: bfloat16 the same rule would zero genuine effects of 0.1 logits.
-RESOLUTION_EPS = 4.0
-
-
-def _change(patched: Tensor, base: Tensor, eps: float) -> Tensor:
-    """``patched - base``, 0 where it is below the resolution (:data:`RESOLUTION_EPS`)."""
-    d = patched - base
-    tol = RESOLUTION_EPS * eps * torch.maximum(patched.abs(), base.abs()).clamp(min=1.0)
-    return torch.where(d.abs() <= tol, torch.zeros_like(d), d)
-
 
 class _LateStartMismatch(Exception):
     """A forward continued from a later block did not reproduce the full forward's value."""
-
-
-class _ReadoutMismatch(Exception):
-    """A logit difference read from the output head's input did not reproduce the full forward's value."""
-
-
-class _OwnBlocksMismatch(Exception):
-    """A control row computed by :class:`~headlens.analyses.circuits.own_blocks.OwnBlocks` missed the bridge's base value."""
 
 
 def exact_scores(
@@ -269,7 +170,7 @@ def exact_scores(
         clean_vals, corrupt_vals = np.zeros(n), np.zeros(n)
         rows_run, ran_late = 0.0, False
         needed = [] if own is not None else sorted({int(s) for s in start if s > 0})  # own blocks carry their controls' streams
-        groups = _pair_groups(model, graph, base_set, batch_size, len(needed))
+        groups = pair_groups(model, graph, base_set, batch_size, len(needed))
         same = _same_targets(base_set, other_set)  # both runs in one capture: the metric reads the same targets
         per_forward = max(batch_size, capture_rows)  # the capture runs through the bridge
         for gi, rows in enumerate(groups):
@@ -280,15 +181,15 @@ def exact_scores(
             extra = [] if checked or own is not None else additivity_hooks(model, graph, seen)
             if same:
                 g = len(rows)
-                out, v, resid, read = _capture_group(
+                out, v, resid, read = capture_group(
                     model, graph, torch.cat([tok_b, tok_o]), base_set, rows + rows, needed, per_forward, extra, readout
                 )
                 out_b, out_o, v_b, v_o = out[:g], out[g:], v[:g], v[g:]
                 resid = {layer: r[:g] for layer, r in resid.items()}
                 del out
             else:
-                out_b, v_b, resid, read = _capture_group(model, graph, tok_b, base_set, rows, needed, per_forward, extra, readout)
-                out_o, v_o, _, _ = _capture_group(model, graph, tok_o, other_set, rows, [], per_forward)
+                out_b, v_b, resid, read = capture_group(model, graph, tok_b, base_set, rows, needed, per_forward, extra, readout)
+                out_o, v_o, _, _ = capture_group(model, graph, tok_o, other_set, rows, [], per_forward)
             # the values the patched ones are measured from: read the way they are (the head's input, or the logits)
             base_v = v_b
             if read is not None:
@@ -296,7 +197,7 @@ def exact_scores(
                 miss = (read - full).abs() / full.abs().clamp(min=1.0)
                 if not bool((miss <= LATE_START_ATOL).all()):
                     i = int(miss.argmax())
-                    raise _ReadoutMismatch(f"{float(read[i])!r} against the logits' {float(full[i])!r}")
+                    raise ReadoutMismatch(f"{float(read[i])!r} against the logits' {float(full[i])!r}")
                 base_v = read[: len(rows)]
             if not checked and own is None:
                 check_additivity(model, graph, out_b, seen)  # refuses the model before any patched forward
@@ -321,7 +222,7 @@ def exact_scores(
                     per_pass = max(1, max_rows - len(rows))  # at most one control per pair of the group
                     for c0 in range(0, len(pair_of), per_pass):
                         p_i, c_j = pair_of[c0 : c0 + per_pass], col_of[c0 : c0 + per_pass]
-                        values[rows_arr[p_i], c_j] = _own_pass(
+                        values[rows_arr[p_i], c_j] = pass_values(
                             own,
                             readout,
                             base_set,
@@ -336,6 +237,7 @@ def exact_scores(
                             sender_idx[c_j],
                             base_v,
                             eps,
+                            LATE_START_ATOL,
                         )
                         rows_run += float(np.maximum(0, n_l - start[c_j]).sum()) / n_l + len(np.unique(p_i))  # controls: every block
                         ran_late = ran_late or bool((start[c_j] > 0).any())
@@ -361,7 +263,7 @@ def exact_scores(
                         try:
                             run(tok_b[pick])
                         except ValueError as exc:  # the head's input is not [row, pos, d_model] here
-                            raise _ReadoutMismatch(str(exc)) from exc
+                            raise ReadoutMismatch(str(exc)) from exc
                         r_ids = torch.from_numpy(rows_arr[p_run])
                         assert base_set.correct is not None and base_set.incorrect is not None  # logit-diff (readout_of)
                         vals = readout.values(kept["h"], base_set.correct[r_ids], base_set.incorrect[r_ids])
@@ -374,7 +276,7 @@ def exact_scores(
                             raise _LateStartMismatch(f"from block {layer}: {got!r} against the full forward's {want!r}")
                         vals = vals[:-1]
                         ran_late = True
-                    values[rows_arr[p_i], c_j] = _change(vals, base_v[torch.from_numpy(p_i)], eps).numpy()
+                    values[rows_arr[p_i], c_j] = change(vals, base_v[torch.from_numpy(p_i)], eps).numpy()
                     rows_run += len(p_i) * (n_l - layer) / n_l
             if progress is not None:
                 progress("exact", gi + 1, len(groups))
@@ -392,11 +294,11 @@ def exact_scores(
             with edge_flags(model) if own is None else contextlib.nullcontext():  # own blocks read no reader hook
                 values, clean_vals, corrupt_vals, rows_run, ran_late = sweep(late, readout, own, rows, capture_rows)
             break
-        except _OwnBlocksMismatch as exc:
+        except ControlMismatch as exc:
             why_not = f"its blocks computed outside the bridge missed the base run ({exc})"
             log.info("exact edge patching: %s; the patched forwards run through the bridge", why_not)
             own = None
-        except _ReadoutMismatch as exc:
+        except ReadoutMismatch as exc:
             log.info("exact edge patching: the logit difference read from the output head's input does not reproduce "
                      "this model's (%s); the head runs", exc)  # fmt: skip
             readout = None
@@ -426,65 +328,6 @@ def exact_scores(
             "own_blocks_reason": why_not,
         },
     )
-
-
-def _own_pass(
-    own: OwnBlocks,
-    readout: Readout,
-    data: Any,
-    delta: Tensor,
-    stream0: Tensor,
-    rows_arr: np.ndarray,
-    lengths: Tensor,
-    p_i: np.ndarray,
-    start: np.ndarray,
-    which: np.ndarray,
-    slot: np.ndarray,
-    sender: np.ndarray,
-    base_v: Tensor,
-    eps: float,
-) -> np.ndarray:
-    """Patched values of rows ``(p_i[j], edge j)`` (sorted by ``start``; reader ``which[j]``/``slot[j]`` at block ``start[j]``
-    gets ``sender[j]``'s difference) in one pass of :class:`OwnBlocks`: each pair's control row runs from block 0 and must
-    equal ``base_v`` (:data:`LATE_START_ATOL`); a row joins as a copy of its control's stream at its block, and its value
-    is measured from its control's."""
-    controls = np.unique(p_i)
-    n_c = len(controls)
-    ctrl_of = np.searchsorted(controls, p_i)
-    dev = stream0.device
-    joins, order = [], []  # order: the pass rows in the order OwnBlocks returns them (after the controls)
-
-    def rows_of(at: np.ndarray, attn: bool = False) -> Rows | None:
-        if not len(at):
-            return None
-        order.append(at)
-        d = delta[torch.from_numpy(p_i[at]).to(delta.device), torch.from_numpy(sender[at]).to(delta.device)]
-        if not attn:
-            return Rows(torch.from_numpy(ctrl_of[at]).to(dev), d)
-        w = torch.tensor([QKV.index(str(k)) for k in which[at]], device=dev)
-        return Rows(torch.from_numpy(ctrl_of[at]).to(dev), d, w, torch.from_numpy(slot[at]).to(dev))
-
-    for layer in sorted(set(start.tolist())):
-        rows = np.flatnonzero(start == layer)
-        kind = which[rows]
-        attn = rows_of(rows[np.isin(kind, QKV)], attn=True)
-        joins.append(Join(int(layer), attn, rows_of(rows[kind == "mlp"]), rows_of(rows[kind == "logits"])))
-    order_arr = np.concatenate(order)
-    if len(order_arr) != len(p_i):
-        raise RuntimeError(f"readers of kinds other than {(*QKV, 'mlp', 'logits')} in {sorted(set(which.tolist()))}")
-    c_ids = torch.from_numpy(controls)
-    h = own.run(stream0[c_ids.to(dev)].to(own.dtype), lengths[c_ids] - 1, joins)
-    r_ids = torch.from_numpy(rows_arr[np.concatenate([controls, p_i[order_arr]])])
-    assert data.correct is not None and data.incorrect is not None  # logit-diff (readout_of)
-    vals = readout.values(h, data.correct[r_ids], data.incorrect[r_ids]).detach().double().cpu()
-    ctrl, want = vals[:n_c], base_v[c_ids]
-    miss = (ctrl - want).abs() / want.abs().clamp(min=1.0)
-    if not bool((miss <= LATE_START_ATOL).all()):
-        i = int(miss.argmax())
-        raise _OwnBlocksMismatch(f"pair {int(rows_arr[controls[i]])}: {float(ctrl[i])!r} against {float(want[i])!r}")
-    out = np.empty(len(p_i))
-    out[order_arr] = _change(vals[n_c:], ctrl[torch.from_numpy(ctrl_of[order_arr])], eps).numpy()
-    return out
 
 
 def _patched_forward(

@@ -34,15 +34,18 @@ import math
 from dataclasses import dataclass
 from typing import Any, cast
 
+import numpy as np
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor, nn
 
+from headlens.analyses.circuits.readout import Readout
+from headlens.analyses.circuits.resolution import change
 from headlens.probes.loading import LoadedModel
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Rows", "Join", "OwnBlocks", "own_blocks", "QKV"]
+__all__ = ["Rows", "Join", "OwnBlocks", "own_blocks", "pass_values", "ControlMismatch", "QKV"]
 
 #: The reader inputs of a block's attention, in the fused projection's order.
 QKV = ("q", "k", "v")
@@ -253,3 +256,67 @@ class OwnBlocks:
 def _at(delta: Float[Tensor, "n pos d_model"], last: Int[Tensor, " n"]) -> Float[Tensor, "n d_model"]:
     """Each row's difference at its position ``last[i]``."""
     return delta[torch.arange(delta.shape[0], device=delta.device), last.to(delta.device)]
+
+
+class ControlMismatch(Exception):
+    """A control row computed by :class:`OwnBlocks` missed the bridge's base value."""
+
+
+def pass_values(
+    own: OwnBlocks,
+    readout: Readout,
+    data: Any,
+    delta: Tensor,
+    stream0: Tensor,
+    rows_arr: np.ndarray,
+    lengths: Tensor,
+    p_i: np.ndarray,
+    start: np.ndarray,
+    which: np.ndarray,
+    slot: np.ndarray,
+    sender: np.ndarray,
+    base_v: Tensor,
+    eps: float,
+    atol: float,
+) -> np.ndarray:
+    """Patched values of rows ``(p_i[j], edge j)`` (sorted by ``start``; reader ``which[j]``/``slot[j]`` at block ``start[j]``
+    gets ``sender[j]``'s difference) in one pass of :class:`OwnBlocks`: each pair's control row runs from block 0 and must
+    equal ``base_v`` to ``atol`` relative to ``max(1, |value|)`` (else :class:`ControlMismatch`); a row joins as a copy
+    of its control's stream at its block, and its value is measured from its control's (:func:`change`)."""
+    controls = np.unique(p_i)
+    n_c = len(controls)
+    ctrl_of = np.searchsorted(controls, p_i)
+    dev = stream0.device
+    joins, order = [], []  # order: the pass rows in the order OwnBlocks returns them (after the controls)
+
+    def rows_of(at: np.ndarray, attn: bool = False) -> Rows | None:
+        if not len(at):
+            return None
+        order.append(at)
+        d = delta[torch.from_numpy(p_i[at]).to(delta.device), torch.from_numpy(sender[at]).to(delta.device)]
+        if not attn:
+            return Rows(torch.from_numpy(ctrl_of[at]).to(dev), d)
+        w = torch.tensor([QKV.index(str(k)) for k in which[at]], device=dev)
+        return Rows(torch.from_numpy(ctrl_of[at]).to(dev), d, w, torch.from_numpy(slot[at]).to(dev))
+
+    for layer in sorted(set(start.tolist())):
+        rows = np.flatnonzero(start == layer)
+        kind = which[rows]
+        attn = rows_of(rows[np.isin(kind, QKV)], attn=True)
+        joins.append(Join(int(layer), attn, rows_of(rows[kind == "mlp"]), rows_of(rows[kind == "logits"])))
+    order_arr = np.concatenate(order)
+    if len(order_arr) != len(p_i):
+        raise RuntimeError(f"readers of kinds other than {(*QKV, 'mlp', 'logits')} in {sorted(set(which.tolist()))}")
+    c_ids = torch.from_numpy(controls)
+    h = own.run(stream0[c_ids.to(dev)].to(own.dtype), lengths[c_ids] - 1, joins)
+    r_ids = torch.from_numpy(rows_arr[np.concatenate([controls, p_i[order_arr]])])
+    assert data.correct is not None and data.incorrect is not None  # logit-diff (readout_of)
+    vals = readout.values(h, data.correct[r_ids], data.incorrect[r_ids]).detach().double().cpu()
+    ctrl, want = vals[:n_c], base_v[c_ids]
+    miss = (ctrl - want).abs() / want.abs().clamp(min=1.0)
+    if not bool((miss <= atol).all()):
+        i = int(miss.argmax())
+        raise ControlMismatch(f"pair {int(rows_arr[controls[i]])}: {float(ctrl[i])!r} against {float(want[i])!r}")
+    out = np.empty(len(p_i))
+    out[order_arr] = change(vals[n_c:], ctrl[torch.from_numpy(ctrl_of[order_arr])], eps).numpy()
+    return out

@@ -25,9 +25,13 @@ from torch import Tensor
 from headlens.probes.hooks import HookFn
 from headlens.probes.loading import LoadedModel
 
-__all__ = ["AFTER_HEAD", "READOUT_HOOK", "Readout", "readout_of", "readout_hook", "capture_hook", "at_last"]
+__all__ = ["AFTER_HEAD", "READOUT_HOOK", "Readout", "ReadoutMismatch", "readout_of", "readout_hook", "capture_hook", "at_last"]
 
 READOUT_HOOK = "unembed.hook_in"
+
+
+class ReadoutMismatch(Exception):
+    """A logit difference read from the output head's input did not reproduce the full forward's value."""
 
 
 class Readout:

@@ -12,10 +12,11 @@ import pytest
 import torch
 
 import headlens.analyses.circuits.exact as exact_mod
-from headlens.analyses.circuits.exact import RESOLUTION_EPS, exact_scores
+from headlens.analyses.circuits.exact import exact_scores
 from headlens.analyses.circuits.graph import build_graph
 from headlens.analyses.circuits.hooks import edge_flags
 from headlens.analyses.circuits.own_blocks import Join, OwnBlocks, Rows, own_blocks
+from headlens.analyses.circuits.resolution import RESOLUTION_EPS, change
 from headlens.analyses.patching.builtin import induction_task
 from headlens.probes.hooks import attached
 
@@ -203,6 +204,6 @@ def test_a_difference_below_the_resolution_is_no_change():
     eps = float(torch.finfo(torch.float32).eps)
     base = torch.tensor([1.0, 1.0, 100.0, 100.0, 0.0], dtype=torch.float64)
     patched = base + torch.tensor([RESOLUTION_EPS * eps * 0.9, 1e-5, 100 * RESOLUTION_EPS * eps * 0.9, 1e-3, -1e-7])
-    got = exact_mod._change(patched, base, eps)
+    got = change(patched, base, eps)
     assert got[0] == 0 and got[2] == 0 and got[4] == 0  # within 4 epsilons of max(1, |value|)
     assert got[1] == pytest.approx(1e-5) and got[3] == pytest.approx(1e-3)
