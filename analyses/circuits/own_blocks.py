@@ -12,9 +12,10 @@ one block.  :class:`OwnBlocks` runs the same forward the short way:
   (what the logit-diff readout reads), and the final norm runs at those positions;
 * logits edges add their difference to the last block's stored output: no block runs.
 
-The norms, MLPs and projections are the model's own Hugging Face modules (``original_component`` of the
-bridge's ``ln1``/``ln2``/``mlp``/``ln_final``; GPT-2's ``c_attn`` and ``c_proj``); the attention pattern
-and its weighted sum are computed here.
+The projections and the MLP are GPT-2's own Hugging Face modules (its ``Conv1D`` layers and activation under
+the bridge's ``attn``/``mlp``); the norms repeat the bridge's own LayerNorm arithmetic (:class:`_Norm`, bit for
+bit: Hugging Face's fused kernel rounds tracr's ``eps = 2**48`` norms differently); the attention pattern and
+its weighted sum are computed here.
 
 Which models (:func:`own_blocks` returns the reason when not): GPT-2's blocks (``model_type ==
 "gpt2"``: absolute positions, one causal pattern per head, scale ``1/sqrt(d_head)`` and optionally
