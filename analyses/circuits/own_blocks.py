@@ -4,9 +4,12 @@ Through the bridge a patched forward runs every block with split inputs (one res
 for each of q, k and v) and through every hook point, though a patch changes one reader's input at
 one block.  :class:`OwnBlocks` runs the same forward the short way:
 
-* the start block computes the plain block once per row, plus, for each patched row, its reader's
-  input (``x + delta``) through the same norm and the same fused q/k/v product, of which the
-  patched head's slot is kept (an MLP patch: the MLP of ``mid + delta``, the stream keeping ``mid``);
+* the start block computes the plain block on the rows already running; a row joining there with an
+  attention patch takes its reader's input (``x + delta``) through the same norm and fused q/k/v
+  product, keeps the patched head's slot, computes that one head's attention with it (the head's other
+  two inputs its control's), and leaves its control's stream after the attention moved by what that head
+  writes differently, ``(z' - z) @ W_O[head]`` (no other head's output changes there); an MLP patch: the
+  MLP of ``mid + delta``, the stream keeping ``mid``;
 * every later block is the plain block;
 * the last block computes its queries, attention output and MLP at each row's last position only
   (what the logit-diff readout reads), and the final norm runs at those positions;
@@ -22,6 +25,10 @@ Which models (:func:`own_blocks` returns the reason when not): GPT-2's blocks (`
 ``1/(layer+1)``, scores in float32 under ``reorder_and_upcast_attn``) under the logit-diff readout, on one
 device, with no head-sum norm and no hook on the model's hook points.
 Other families run through the bridge.
+
+In bfloat16 a joining row's stream (its control's plus the head's change) rounds differently from the bridge's
+(a sum of its own): the values differ from the bridge path's by about as much as either differs from float32's
+(tests/analyses/circuits/test_own_blocks.py).
 
 The caller checks every forward: each pair of a forward has its unpatched row (a control) computed in
 the same calls as its patched rows, whose value must equal the bridge's base value; the patched
@@ -165,6 +172,8 @@ class OwnBlocks:
         # d_head), the heads' output, and the MLP's two with its activation between
         self.c_attn: list[nn.Module] = [_conv(a.c_attn, f"blocks.{i}.attn.c_attn") for i, a in enumerate(attn)]
         self.c_proj: list[nn.Module] = [_conv(a.c_proj, f"blocks.{i}.attn.c_proj") for i, a in enumerate(attn)]
+        # the output projection's weight, [head * d_head, d_model] (a patched head's change of output, no bias)
+        self.w_o = [cast(Tensor, c.weight).detach() for c in self.c_proj]
         self.c_fc: list[nn.Module] = [_conv(m.c_fc, f"blocks.{i}.mlp.c_fc") for i, m in enumerate(mlp)]
         self.mlp_proj: list[nn.Module] = [_conv(m.c_proj, f"blocks.{i}.mlp.c_proj") for i, m in enumerate(mlp)]
         self.act: list[nn.Module] = [cast(nn.Module, m.act) for m in mlp]
@@ -185,73 +194,142 @@ class OwnBlocks:
         self, x0: Float[Tensor, "control pos d_model"], last: Int[Tensor, " control"], joins: list[Join]
     ) -> Float[Tensor, "row d_model"]:
         """The output head's input at each row's last position: the controls' (``x0``: their stream entering block 0, ``last``:
-        their last positions) first, then each :class:`Join`'s rows in the order of ``joins`` (sorted by layer)."""
+        their last positions) first, then each :class:`Join`'s rows in the order of ``joins`` (sorted by layer).
+
+        A row whose stream after a block equals its control's to the bit (its patch changed nothing there: the patched head's
+        output, or the MLP's, is the control's) stops running and gets its control's output: what it would compute from
+        there on is its control's, but for the rounding of its place in a batch."""
         n_c, dev = x0.shape[0], x0.device
         at_layer = {j.layer: j for j in joins}
         if len(at_layer) != len(joins) or [j.layer for j in joins] != sorted(at_layer):
             raise ValueError("joins must be sorted by layer, one per layer")
         last = last.to(dev)
-        x, last_all = x0, last
+        x = x0
+        ctrl = torch.arange(n_c, device=dev)  # each running row's control, and its place in the output
+        place = torch.arange(n_c, device=dev)
+        n_rows = n_c
+        stopped: list[tuple[Tensor, Tensor]] = []  # (place, control) of the rows that stopped
+
+        def join(rows: Rows) -> None:
+            nonlocal ctrl, place, n_rows
+            ctrl = torch.cat([ctrl, rows.control])
+            place = torch.cat([place, torch.arange(n_rows, n_rows + len(rows.control), device=dev)])
+            n_rows += len(rows.control)
+
         for layer in range(self.n_layers):
             j = at_layer.get(layer, Join(layer))
             if j.logits is not None:
                 raise ValueError(f"logits rows joining at block {layer}, before the end")
-            last_all = torch.cat([last_all, *(last[r.control] for r in j.rows())])
-            x = self._block(layer, x, n_c, j, last_all if layer == self.n_layers - 1 else None)
+            for rows in j.rows():
+                join(rows)
+            x, keep = self._block(layer, x, n_c, j, last[ctrl] if layer == self.n_layers - 1 else None)
+            if keep is not None:
+                stopped.append((place[~keep], ctrl[~keep]))
+                ctrl, place = ctrl[keep], place[keep]
         j = at_layer.get(self.n_layers, Join(self.n_layers))
         if j.attn is not None or j.mlp is not None:
             raise ValueError("attention or MLP rows joining after the last block")
         if j.logits is not None:  # logits edges: the last block's output at each row's last position, moved
             r = j.logits
+            join(r)
             x = torch.cat([x, x[:n_c][r.control] + _at(r.delta, last[r.control]).to(device=dev, dtype=x.dtype)])
-        return self.ln_final(x)
+        h = self.ln_final(x)
+        out = h.new_empty(n_rows, h.shape[-1])
+        out[place] = h
+        for at, c in stopped:
+            out[at] = h[c]
+        return out
 
-    def _block(self, layer: int, x: Tensor, n_c: int, j: Join, last: Tensor | None) -> Tensor:
+    def _block(self, layer: int, x: Tensor, n_c: int, j: Join, last: Tensor | None) -> tuple[Tensor, Tensor | None]:
         """Block ``layer`` on the rows ``x`` (the first ``n_c`` the controls) and the rows joining here: ``[row, pos, d_model]``
-        out, or ``[row, d_model]`` at each row's position ``last`` (the last block)."""
+        out, or ``[row, d_model]`` at each row's position ``last`` (the last block), of the rows that go on; and which of the
+        running and joining rows (None: all) go on (the others' stream is their control's, :meth:`run`)."""
         n_old, n_pos, _ = x.shape
         n_h, d_h = self.n_heads, self.d_head
-        dev, xc = x.device, x[:n_c]
-        a = j.attn
-        if a is None:
-            qkv = self.c_attn[layer](self.ln1[layer](x)).view(-1, n_pos, 3, n_h, d_h)
-        else:  # the readers' inputs of the joining rows, normed and projected in the same call as every running row
-            assert a.which is not None and a.slot is not None
-            moved = xc[a.control] + a.delta[:, :n_pos].to(device=dev, dtype=x.dtype)
-            both = self.c_attn[layer](self.ln1[layer](torch.cat([x, moved]))).view(-1, n_pos, 3, n_h, d_h)
-            # a joining row: its control's q/k/v, the patched head's slot its own
-            pick = torch.zeros(len(a.control), 3 * n_h, dtype=torch.bool, device=dev)
-            pick[torch.arange(len(a.control), device=dev), a.which * n_h + a.slot] = True
-            mine = torch.where(pick.view(-1, 1, 3, n_h, 1), both[n_old:], both[a.control])
-            qkv, x = torch.cat([both[:n_old], mine]), torch.cat([x, xc[a.control]])
-        q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
-        n_run = x.shape[0]
-        keys = torch.arange(n_pos, device=dev)
+        dev = x.device
+        qkv = self.c_attn[layer](self.ln1[layer](x)).view(n_old, n_pos, 3, n_h, d_h)
+        q, k, v = qkv.unbind(2)  # [row, pos, head, d_head]
         if last is None:
-            blocked = (keys[None, :] > keys[:, None])[None, None]  # [1, 1, query, key]
-            x_at = x
+            x_at, q_at, blocked = x, q, _causal(n_pos, dev)
         else:
-            rows = torch.arange(n_run, device=dev)
-            q = q[rows, last[:n_run]][:, None]  # [row, 1, head, d_head]
-            blocked = (keys[None, :] > last[:n_run, None])[:, None, None, :]
-            x_at = x[rows, last[:n_run]][:, None]
-        if self.upcast:
-            q, k = q.float(), k.float()
-        scores = torch.einsum("bqhe,bkhe->bhqk", q, k) * self.scale[layer]
-        z = torch.einsum("bhqk,bkhe->bqhe", scores.masked_fill(blocked, float("-inf")).softmax(-1).to(v.dtype), v)
-        mid = x_at + self.c_proj[layer](z.reshape(n_run, z.shape[1], n_h * d_h))
+            rows = torch.arange(n_old, device=dev)
+            x_at, q_at = x[rows, last[:n_old]][:, None], q[rows, last[:n_old]][:, None]
+            blocked = _after(last[:n_old], n_pos)
+        z = self._attend(layer, q_at, k, v, blocked)
+        mid = x_at + self.c_proj[layer](z.reshape(n_old, z.shape[1], n_h * d_h))
+        keeps = []
+        if j.attn is not None:
+            moved, keep_a = self._joined(layer, x[:n_c], qkv[:n_c], z[:n_c], mid[:n_c], j.attn, last)
+            mid = torch.cat([mid, moved])
+            keeps.append(keep_a)
         m_rows = j.mlp
         if m_rows is None:
             post = mid + self._mlp(layer, mid)
         else:  # an MLP row: its control's stream after the attention; only its MLP reads mid + delta
             kept = mid[:n_c][m_rows.control]
             d = m_rows.delta[:, :n_pos] if last is None else _at(m_rows.delta, last[m_rows.control])[:, None]
-            post = torch.cat([mid, kept]) + self._mlp(layer, torch.cat([mid, kept + d.to(device=dev, dtype=mid.dtype)]))
-        return post if last is None else post[:, 0]
+            out = self._mlp(layer, torch.cat([mid, kept + d.to(device=dev, dtype=mid.dtype)]))
+            n_mid = mid.shape[0]
+            keeps.append((out[n_mid:] != out[:n_c][m_rows.control]).flatten(1).any(1))
+            post = torch.cat([mid, kept]) + out
+        keep = None
+        if keeps:
+            keep = torch.cat([torch.ones(n_old, dtype=torch.bool, device=dev), *keeps])
+            post = post[keep]
+        return (post if last is None else post[:, 0]), keep
+
+    def _joined(
+        self, layer: int, xc: Tensor, qkv_c: Tensor, z_c: Tensor, mid_c: Tensor, a: Rows, last: Tensor | None
+    ) -> tuple[Tensor, Tensor]:
+        """The stream after the attention of block ``layer`` of the attention rows ``a`` joining there: their control's
+        (``xc``, ``qkv_c``, ``z_c``, ``mid_c``: the controls' stream, q/k/v, heads' outputs and stream after the attention),
+        moved by what the patched head writes differently (``(z' - z) @ W_O[head]``), ``z'`` the head's output with one of its
+        q/k/v inputs the row's own (its reader's input ``x + delta``, normed and projected); and which rows' head output changed."""
+        assert a.which is not None and a.slot is not None
+        n_a, n_pos = len(a.control), xc.shape[1]
+        n_h, d_h = self.n_heads, self.d_head
+        c, w, s, dev = a.control, a.which, a.slot, xc.device
+        moved = xc[c] + a.delta[:, :n_pos].to(device=dev, dtype=xc.dtype)
+        r = torch.arange(n_a, device=dev)
+        mine = self.c_attn[layer](self.ln1[layer](moved)).view(n_a, n_pos, 3, n_h, d_h)[r, :, w, s]  # [row, pos, d_head]
+        per_head = qkv_c.permute(0, 3, 2, 1, 4).contiguous()  # [control, head, q/k/v, pos, d_head]
+        hq, hk, hv = per_head[c, s].unbind(1)  # the control's q/k/v of the patched head: [row, pos, d_head]
+        kind = w[:, None, None]
+        hq, hk, hv = (torch.where(kind == i, mine, t) for i, t in enumerate((hq, hk, hv)))
+        if last is None:
+            blocked = _causal(n_pos, dev)
+        else:
+            hq = hq[r, last[c]][:, None]
+            blocked = _after(last[c], n_pos)
+        z_new = self._attend(layer, hq[:, :, None], hk[:, :, None], hv[:, :, None], blocked)[:, :, 0]
+        z_old = z_c.permute(0, 2, 1, 3).contiguous()[c, s]  # [row, q_pos, d_head]
+        change = z_new - z_old
+        keep = (change != 0).flatten(1).any(1)
+        moved_z = torch.zeros(n_a, z_new.shape[1], n_h, d_h, device=dev, dtype=z_new.dtype)  # zero but the patched head's
+        moved_z[r, :, s] = change
+        return mid_c[c] + moved_z.view(n_a, -1, n_h * d_h) @ self.w_o[layer], keep
+
+    def _attend(self, layer: int, q: Tensor, k: Tensor, v: Tensor, blocked: Tensor) -> Tensor:
+        """Causal attention ``[row, q_pos, head, d_head]`` of block ``layer`` (``blocked``: the masked query-key pairs)."""
+        if self.upcast:
+            q, k = q.float(), k.float()
+        scores = torch.einsum("bqhe,bkhe->bhqk", q, k) * self.scale[layer]
+        return torch.einsum("bhqk,bkhe->bqhe", scores.masked_fill(blocked, float("-inf")).softmax(-1).to(v.dtype), v)
 
     def _mlp(self, layer: int, x: Tensor) -> Tensor:
         """The MLP of block ``layer`` on the stream ``x`` (its norm included), as GPT-2's MLP computes it."""
         return self.mlp_proj[layer](self.act[layer](self.c_fc[layer](self.ln2[layer](x))))
+
+
+def _causal(n_pos: int, device: torch.device) -> Tensor:
+    """The query-key pairs causal attention masks, ``[1, 1, query, key]``."""
+    keys = torch.arange(n_pos, device=device)
+    return (keys[None, :] > keys[:, None])[None, None]
+
+
+def _after(last: Int[Tensor, " row"], n_pos: int) -> Tensor:
+    """The keys after each row's one query at ``last[row]``, ``[row, 1, 1, key]``."""
+    return (torch.arange(n_pos, device=last.device)[None, :] > last[:, None])[:, None, None, :]
 
 
 def _at(delta: Float[Tensor, "n pos d_model"], last: Int[Tensor, " n"]) -> Float[Tensor, "n d_model"]:

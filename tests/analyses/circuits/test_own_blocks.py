@@ -207,3 +207,40 @@ def test_a_difference_below_the_resolution_is_no_change():
     got = change(patched, base, eps)
     assert got[0] == 0 and got[2] == 0 and got[4] == 0  # within 4 epsilons of max(1, |value|)
     assert got[1] == pytest.approx(1e-5) and got[3] == pytest.approx(1e-3)
+
+
+#: own blocks against the bridge's forwards in bfloat16: the two round differently (a joining row's stream is its control's
+#: plus its head's change, the bridge's a sum of its own), each about as far from the float32 values (measured: 0.040-0.044
+#: and 0.044-0.065 of values up to 0.96).
+BF16_ATOL = 0.1
+
+
+@pytest.mark.parametrize(
+    ("flags", "dtype"), [({"reorder_and_upcast_attn": True}, "bfloat16"), ({"scale_attn_by_inverse_layer_idx": True}, "float32")]
+)
+def test_own_blocks_follow_gpt2s_attention_flags(tmp_path, flags, dtype):
+    """GPT-2's attention options the own blocks mirror (scores and softmax in float32, which only bfloat16 shows; scale
+    1/(layer+1)) on a 3-layer model, so that rows join at a block before the last one and at the last: the controls match
+    the bridge's base values (else the info says the bridge ran), and every edge's value is the bridge's."""
+    import transformers
+
+    from headlens.analyses.synthetic.families import family_config
+    from headlens.probes.loading import load_model
+    from headlens.probes.scoped import torch_seed
+    from headlens.probes.tokenizer_files import load_offline_gpt2_tokenizer
+
+    config = family_config("gpt2", n_layers=3, n_heads=4, d_model=32, n_ctx=32)
+    for key, value in flags.items():
+        setattr(config, key, value)
+    with torch_seed(0):
+        transformers.GPT2LMHeadModel(config).save_pretrained(tmp_path)
+    load_offline_gpt2_tokenizer(str(tmp_path / "tok")).save_pretrained(tmp_path)
+    model = load_model(model=str(tmp_path), device="cpu", dtype=dtype)
+    graph = build_graph(model)
+    task = _ragged(model)
+    with attached(model.bridge, [("blocks.0.hook_resid_pre", _noop)]):
+        ref = exact_scores(model, task, graph)
+    got = exact_scores(model, task, graph)
+    assert got.info["own_blocks"] is True and ref.info["own_blocks"] is False
+    assert np.abs(ref.values).max() > 0.5 and (ref.values != 0).mean() > 0.2
+    np.testing.assert_allclose(got.values, ref.values, atol=ROUNDING_ATOL if dtype == "float32" else BF16_ATOL)
