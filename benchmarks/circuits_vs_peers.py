@@ -43,7 +43,7 @@ from typing import Any
 
 from _common import parser, setup_threads, write_json
 
-PROGRAMS = ("frac_prevs", "hist", "reverse", "shift", "detect_pattern")
+PROGRAMS = ("frac_prevs", "hist", "reverse", "shift", "detect_pattern", "shuffle_dyck")
 #: headlens' logits and the peers' HookedTransformer's must agree to this before any peer scores.
 LOGIT_TOLERANCE = 1e-4
 N_BOOTSTRAP = 200

@@ -10,6 +10,8 @@ tracr's library marks which of its programs keep their meaning under causal eval
   program on the prefix ``x[:i+1]`` (``hist``: the running count of ``x[i]``; ``reverse``: the last element
   of the reversed prefix, ``x[0]``, through tracr's whole length -> opposite index -> gather circuit).  Their
   ``semantics`` is ``"prefix"`` and the agreement check compares each position with the program on its prefix.
+* ``shuffle_dyck`` (Dyck-1 balance, 6 layers: the largest): also ``"prefix"``; every aggregate at position ``i``
+  reads values computed from ``x[:i+1]`` (running balances, their prefix mean, the length, position ``i``'s own).
 * ``sort``: its causal compilation computes neither the program nor the program on prefixes (a key's target
   position counts smaller keys over all positions); :func:`headlens.analyses.tracr.build.build_tracr_model`
   refuses it with that reason after the agreement check fails (see docs/tracr.md).
@@ -87,6 +89,12 @@ def _detect_pattern() -> Any:
     return lib.detect_pattern(rasp.tokens, "abc").named("detect_pattern")
 
 
+def _shuffle_dyck() -> Any:
+    from tracr.compiler import lib
+
+    return lib.make_shuffle_dyck(pairs=["()"])
+
+
 PROGRAMS: dict[str, ProgramSpec] = {
     p.name: p
     for p in (
@@ -103,6 +111,9 @@ PROGRAMS: dict[str, ProgramSpec] = {
                     about="the previous token (a previous-token head)", library=("shift_by",)),
         ProgramSpec(name="detect_pattern", build=_detect_pattern, vocab=("a", "b", "c"), max_seq_len=5, semantics="exact",
                     about="1 where the last three tokens are 'a b c'", library=("shift_by", "detect_pattern")),
+        ProgramSpec(name="shuffle_dyck", build=_shuffle_dyck, vocab=("(", ")", "x"), max_seq_len=5, semantics="prefix",
+                    about="1 where the parentheses are balanced (causal: in the prefix so far)",
+                    library=("make_frac_prevs", "make_pair_balance", "make_length", "make_shuffle_dyck")),
     )
 }  # fmt: skip
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 #: The program names (a literal here so that --help needs no heavy import; tests check it equals PROGRAMS).
-PROGRAM_NAMES = ("frac_prevs", "hist", "reverse", "sort", "shift", "detect_pattern")
+PROGRAM_NAMES = ("frac_prevs", "hist", "reverse", "sort", "shift", "detect_pattern", "shuffle_dyck")
 
 
 @click.command("tracr-model")

@@ -88,7 +88,7 @@ def test_refusals(hist_build, runner):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("program", ["frac_prevs", "reverse", "shift", "detect_pattern"])
+@pytest.mark.parametrize("program", ["frac_prevs", "reverse", "shift", "detect_pattern", "shuffle_dyck"])
 def test_program_checkpoint_agrees_with_rasp(program, tracr_build):
     built = tracr_build(program)  # built here, or by the first test that asked for it (tests/analyses/tracr/conftest.py)
     assert built.agreement.agrees and built.agreement.n_disagree == 0
