@@ -244,3 +244,112 @@ def test_own_blocks_follow_gpt2s_attention_flags(tmp_path, flags, dtype):
     assert got.info["own_blocks"] is True and ref.info["own_blocks"] is False
     assert np.abs(ref.values).max() > 0.5 and (ref.values != 0).mean() > 0.2
     np.testing.assert_allclose(got.values, ref.values, atol=ROUNDING_ATOL if dtype == "float32" else BF16_ATOL)
+
+
+def test_rows_that_stop_and_rows_that_go_on_in_one_run(family_model, monkeypatch):
+    """Rows with a zero difference beside rows with a random one, at every block and after the last, in one run.  A zero
+    row may stop where it joins (its patched head's output, or its MLP's, is its control's to the bit; whether the bits
+    agree depends on how the BLAS rounds a row at its place in the batch, so which zero rows stop is read off the run);
+    a row with a difference never stops.  The rows that go on are the bridge's forward with their patch, the rows that
+    stopped are their control's output to the bit, and rows did stop at both blocks (the bookkeeping of places and
+    controls after rows leave is what is checked)."""
+    model = family_model("gpt2")
+    bridge, n_l = model.bridge, model.n_layers
+    assert n_l == 2  # a join at block 0, one at the last block, one after it
+    own = OwnBlocks(model)
+    tokens = induction_task(model, n=3, T=8).clean
+    n, pos, d_model = tokens.shape[0], tokens.shape[1], int(bridge.cfg.d_model)
+    last = torch.tensor([pos - 1, pos - 4, pos - 2])
+    gen = torch.Generator().manual_seed(1)
+    got: dict[str, torch.Tensor] = {}
+
+    def keep(name):
+        def fn(x, hook=None):
+            got[name] = x.detach().clone()
+
+        return fn
+
+    with torch.inference_mode(), attached(bridge, [("blocks.0.hook_resid_pre", keep("x0"))]):
+        bridge(tokens, return_type="logits")
+
+    # (block, reader, slot, control, moved): a reader's input gets a random difference where ``moved``, else zeros
+    spec = {
+        0: {"attn": [(0, 1, 2, True), (1, 2, 0, False), (2, 3, 1, True), (0, 0, 1, False)], "mlp": [(1, True), (0, False)]},
+        1: {"attn": [(2, 0, 0, False), (1, 3, 2, True), (0, 1, 1, True)], "mlp": [(2, False), (0, True)]},
+        n_l: {"logits": [(1, True), (2, False)]},
+    }
+    joins, rows = [], []  # rows: (hook name, slot or None, control, delta) in the order run() returns them
+    for layer, kinds in spec.items():
+        parts = {}
+        for kind, entries in kinds.items():
+            deltas, controls, which, slots = [], [], [], []
+            for entry in entries:
+                *head, c, moved = entry
+                d = torch.randn(pos, d_model, generator=gen) if moved else torch.zeros(pos, d_model)
+                deltas.append(d)
+                controls.append(c)
+                if kind == "attn":
+                    w, s = head
+                    which.append(w)
+                    slots.append(s)
+                    name = f"blocks.{layer}.attn.hook_{'qkv'[w]}_input"
+                    rows.append((name, s, c, d, moved))
+                else:
+                    name = f"blocks.{layer}.hook_mlp_in" if kind == "mlp" else f"blocks.{n_l - 1}.hook_resid_post"
+                    rows.append((name, None, c, d, moved))
+            extra = (torch.tensor(which), torch.tensor(slots)) if kind == "attn" else ()
+            parts[kind] = Rows(torch.tensor(controls), torch.stack(deltas), *extra)
+        joins.append(Join(layer, **parts))
+
+    kept: list[torch.Tensor] = []
+    block = OwnBlocks._block
+
+    def spy(self, *args, **kwargs):
+        x, k = block(self, *args, **kwargs)
+        kept.append(torch.ones(x.shape[0], dtype=torch.bool) if k is None else k.clone())
+        return x, k
+
+    monkeypatch.setattr(OwnBlocks, "_block", spy)
+    with torch.inference_mode():
+        h = own.run(got["x0"], last, joins)
+    assert h.shape == (n + len(rows), d_model)
+    # which rows stopped at which block: the running rows (controls first, then the rows joining at each block in
+    # run()'s order) filtered by each block's keep mask
+    per_block = [sum(1 for layer, _, _ in _row_layers(spec) if layer == b) for b in range(n_l)]
+    running, start, stopped_at = list(range(-n, 0)), 0, {}
+    for b, k in enumerate(kept):
+        running += list(range(start, start + per_block[b]))
+        start += per_block[b]
+        assert len(k) == len(running), (b, len(k), len(running))
+        stopped_at.update({r: b for r, go in zip(running, k.tolist(), strict=True) if not go})
+        running = [r for r, go in zip(running, k.tolist(), strict=True) if go]
+    assert all(r >= 0 and not rows[r][4] for r in stopped_at), stopped_at  # no control and no moved row stops
+    assert {b for b in stopped_at.values()} == set(range(n_l)), stopped_at  # rows left at both blocks
+
+    for i, (name, slot, c, d, moved) in enumerate(rows):
+        out = h[n + i]
+        if i in stopped_at:
+            assert torch.equal(out, h[c]), (i, name)  # its control's output, to the bit
+            continue
+        if not moved:  # a zero row that went on: its control's output but for rounding
+            torch.testing.assert_close(out, h[c], atol=ROUNDING_ATOL, rtol=0)
+            continue
+
+        def add(x, hook=None, d=d, s=slot, c=c):
+            x = x.clone()
+            if s is None:
+                x[c] += d
+            else:
+                x[c, :, s] += d
+            return x
+
+        with torch.inference_mode(), edge_flags(model), attached(bridge, [(name, add), ("unembed.hook_in", keep("h"))]):
+            bridge(tokens, return_type="logits")
+        want = got["h"][c, last[c]]
+        assert not torch.allclose(out, h[c], atol=1e-3), (i, name)  # the difference moved the head's input
+        torch.testing.assert_close(out, want, atol=ROUNDING_ATOL, rtol=0, msg=lambda m, i=i, name=name: f"row {i} ({name}): {m}")
+
+
+def _row_layers(spec):
+    """``(layer, kind, entry)`` of every row of a test spec, in the order :meth:`OwnBlocks.run` returns them."""
+    return [(layer, kind, e) for layer, kinds in spec.items() for kind, entries in kinds.items() for e in entries]
