@@ -18,6 +18,12 @@ antecedent in both items of more than half the pairs, the 95% interval of
 A NaN score, interval or baseline (a target outside a layer's sliding window, or next-token
 on causal attention: not measurable) never gives a role, and such a head's strongest detector is among its measured ones.
 
+**A head's strongest detector** (:attr:`HeadRoles.heads`) is its role with the highest score; for a
+head without a role, the detector whose score is the largest fraction of its threshold among those
+whose 95% interval lies above the uniform baseline (``ci_low`` above it by more than float rounding,
+:data:`UNIFORM_RTOL`), and none (``""``, score NaN) where no interval does: a head that attends to its
+previous token no more than a uniform head would is not named a weak previous-token head.
+
 **Roles are a long table** (:attr:`HeadRoles.roles`): one row per (head, role), columns
 ``layer, head, name, role``; a head without a role has no row.  It is the one source of
 truth; code asks it with :func:`roles_of` / :func:`heads_with_role`, and the human-readable
@@ -55,11 +61,14 @@ __all__ = [
     "roles_from_wide",
     "ROLE_COLUMNS",
     "HEAD_COLUMNS",
+    "UNIFORM_RTOL",
     "DEFAULT_BASELINE_FACTOR",
 ]
 
 #: The long role table: one row per (head, role).
 ROLE_COLUMNS = ["layer", "head", "name", "role"]
+#: A score within this fraction of its uniform baseline is the baseline (float rounding of a uniform head's mean).
+UNIFORM_RTOL = 1e-6
 #: One row per head: its strongest detector (see :func:`classify_heads`).
 HEAD_COLUMNS = ["layer", "head", "name", "strongest_detector", "strongest_score"]
 
@@ -147,7 +156,8 @@ def classify_heads(
 ) -> HeadRoles:
     """The roles of every head (:class:`HeadRoles`): the long table, and per head its
     ``strongest_detector, strongest_score`` (the role with the highest score, or when the head
-    has no role, the detector whose score is the largest fraction of its threshold)."""
+    has no role, the detector whose score is the largest fraction of its threshold among those
+    whose interval lies above their uniform baseline; ``""`` and NaN where none does: module doc)."""
     reg = registry()
     th = default_thresholds()
     th.update(check_thresholds(thresholds))
@@ -165,6 +175,8 @@ def classify_heads(
     if ref.any():  # a significance rule, not a score threshold
         passes = (passes & ~ref) | (ref & referent_passes(df, df["threshold"], baseline_factor))
     df["role"] = passes
+    # a role-less head's strongest detector is one whose interval lies above a uniformly attending head's score
+    df["above"] = measured & (df["ci_low"] > df["baseline"] + UNIFORM_RTOL * df["baseline"].abs())
     df["ratio"] = df["score"] / df["threshold"]
     if ref.any():  # referent: its weakest criterion's fraction of passing (1 where it just passes)
         df.loc[ref, "ratio"] = referent_ratio(df[ref], df.loc[ref, "threshold"], baseline_factor)
@@ -172,14 +184,15 @@ def classify_heads(
     for (layer, head), g in df.groupby(["layer", "head"], sort=True):
         name = f"{int(layer)}.{int(head)}"
         roles = g[g["role"]].sort_values("score", ascending=False)
-        best = roles.iloc[0] if len(roles) else g.sort_values("ratio", ascending=False, na_position="last").iloc[0]
+        leaning = g[g["above"]].sort_values("ratio", ascending=False, na_position="last")
+        best = roles.iloc[0] if len(roles) else leaning.iloc[0] if len(leaning) else None
         heads.append(
             {
                 "layer": int(layer),
                 "head": int(head),
                 "name": name,
-                "strongest_detector": best["detector"],
-                "strongest_score": float(best["score"]),
+                "strongest_detector": "" if best is None else str(best["detector"]),
+                "strongest_score": np.nan if best is None else float(best["score"]),
             }
         )
         long += [{"layer": int(layer), "head": int(head), "name": name, "role": str(det)} for det in sorted(roles["detector"])]

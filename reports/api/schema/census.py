@@ -31,8 +31,13 @@ TABLES = {
             HEAD,
             NAME,
             ("roles", "str", 'the head\'s roles joined with ";" for reading ("" for none)'),
-            ("strongest_detector", "str", "the detector with the highest score over its threshold"),
-            ("strongest_score", "float64", "that detector's score"),
+            (
+                "strongest_detector",
+                "str",
+                "the head's role with the highest score; without a role, the detector with the largest score/threshold"
+                ' among those whose 95% interval lies above the uniform baseline ("" where none does)',
+            ),
+            ("strongest_score", "float64", "that detector's score (NaN where none is)"),
             ("evidence", "str", 'each role\'s verdict, "role: verdict" joined with ";"', _EVIDENCE),
         ),
         "evidence": table(

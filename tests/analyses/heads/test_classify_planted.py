@@ -32,6 +32,17 @@ def test_planted_roles_recovered_and_nothing_else(planted_model, prepend_bos):
             assert row["score"] < 1.5 * row["baseline"] + 0.02, (head, det, row["score"], row["baseline"])
     referent = scores.loc[("referent", 1, 1)]
     assert referent["accuracy"] >= 0.9
+    # a head's strongest detector is its role, or an interval above its uniform baseline, or none
+    heads = classify_heads(result.scores).heads.set_index("name")
+    for head, role in PLANTED_ROLES.items():
+        assert heads.loc[head, "strongest_detector"] == role
+    for head in heads.index.difference(list(PLANTED_ROLES)):
+        det = heads.loc[head, "strongest_detector"]
+        if det:
+            layer, h = map(int, head.split("."))
+            assert scores.loc[(det, layer, h), "ci_low"] > scores.loc[(det, layer, h), "baseline"], head
+        else:
+            assert pd.isna(heads.loc[head, "strongest_score"]), head
 
 
 def test_check_planted_roles_fails_on_wrong_or_extra_roles():
@@ -60,3 +71,35 @@ def test_selftest_command_passes_on_cpu(tmp_path, runner):
     assert res.exit_code == 0, res.output
     assert res.output.count("PASS") == 12 and "FAIL" not in res.output
     assert (tmp_path / "st" / "planted" / "config.json").exists()
+
+
+def test_a_roleless_heads_strongest_detector_beats_its_uniform_baseline():
+    """A head without a role is named after the detector with the largest score/threshold among those whose interval lies
+    above a uniform head's score; where none does it is named after none ("" and NaN), whatever the ratios say; a role
+    wins."""
+    nan = float("nan")
+
+    def row(head, det, score, baseline):
+        return {"layer": 0, "head": head, "detector": det, "score": score, "baseline": baseline,
+                "ci_low": score - 0.01, "ci_high": score + 0.01, "n": 10, "accuracy": nan}  # fmt: skip
+
+    scores = pd.DataFrame(
+        [
+            # 0.0: previous_token has the larger ratio (0.3 / 0.5) but sits below its baseline; sink is above its own
+            row(0, "previous_token", 0.30, 0.35),
+            row(0, "sink", 0.20, 0.10),
+            # 0.1: scores below their baseline, one equal to it but for rounding, one whose interval reaches it: no detector
+            row(1, "previous_token", 0.10, 0.20),
+            row(1, "sink", 0.05, 0.25),
+            row(1, "duplicate_token", 0.2 + 0.01 + 1e-9, 0.2),
+            row(1, "referent", 0.205, 0.2),
+            row(1, "induction", nan, nan),
+            # 0.2: a role (sink 0.9) beats a larger ratio elsewhere
+            row(2, "sink", 0.90, 0.10),
+            row(2, "previous_token", 0.45, 0.05),
+        ]
+    )
+    heads = classify_heads(scores, {"previous_token": 0.5, "sink": 0.5}).heads.set_index("name")
+    assert heads.loc["0.0", "strongest_detector"] == "sink" and heads.loc["0.0", "strongest_score"] == 0.20
+    assert heads.loc["0.1", "strongest_detector"] == "" and pd.isna(heads.loc["0.1", "strongest_score"])
+    assert heads.loc["0.2", "strongest_detector"] == "sink" and heads.loc["0.2", "strongest_score"] == 0.90
