@@ -37,7 +37,7 @@ import numpy as np
 
 from headlens.analyses.verdicts import MIN_ITEMS
 
-__all__ = ["bootstrap_mean_ci", "spearman", "BLOCK", "percentile_coverage", "small_sample_note"]
+__all__ = ["bootstrap_mean_ci", "spearman", "spearman_p", "SPEARMAN_PERMUTATIONS", "BLOCK", "percentile_coverage", "small_sample_note"]
 
 logger = logging.getLogger(__name__)
 
@@ -121,6 +121,18 @@ def small_sample_note(n: int | None, *, items: str = "items", level: float = 0.9
     )
 
 
+def _ranked_pairs(a: Any, b: Any) -> tuple[np.ndarray, np.ndarray] | None:
+    """The pairs of ``a`` and ``b`` without a NaN (or inf), or None where a rank correlation is undefined
+    (fewer than two pairs, or a constant side)."""
+    x = np.asarray(a, dtype=np.float64).ravel()
+    y = np.asarray(b, dtype=np.float64).ravel()
+    ok = np.isfinite(x) & np.isfinite(y)
+    x, y = x[ok], y[ok]
+    if len(x) < 2 or np.all(x == x[0]) or np.all(y == y[0]):
+        return None
+    return x, y
+
+
 def spearman(a: Any, b: Any) -> float:
     """Spearman rank correlation (average ranks for ties) of two equal-length vectors.
 
@@ -128,11 +140,36 @@ def spearman(a: Any, b: Any) -> float:
     """
     from scipy.stats import spearmanr  # deferred: scipy.stats is about 0.8 s of `import headlens`
 
-    x = np.asarray(a, dtype=np.float64).ravel()
-    y = np.asarray(b, dtype=np.float64).ravel()
-    ok = np.isfinite(x) & np.isfinite(y)
-    x, y = x[ok], y[ok]
-    if len(x) < 2 or np.all(x == x[0]) or np.all(y == y[0]):
+    pairs = _ranked_pairs(a, b)
+    if pairs is None:
         return float("nan")
-    result: Any = spearmanr(x, y)  # scipy types its result as a bare tuple
+    result: Any = spearmanr(*pairs)  # scipy types its result as a bare tuple
     return float(result.statistic)
+
+
+#: Re-pairings behind :func:`spearman_p`: every one of the n! where n! is at most this, else this many at random.
+SPEARMAN_PERMUTATIONS = 9999
+
+
+def spearman_p(a: Any, b: Any, *, seed: int = 0, n_resamples: int = SPEARMAN_PERMUTATIONS) -> float:
+    """Two-sided p-value of :func:`spearman` against no association: a permutation test over the pairing
+    (``scipy.stats.permutation_test``), exact where ``n! <= n_resamples``, else ``n_resamples`` re-pairings drawn
+    with ``seed``.  The same pairs as :func:`spearman` (NaN where it is NaN).  Exact at the few heads of a small
+    model, where the t approximation of ``scipy.stats.spearmanr`` is not."""
+    from scipy.stats import permutation_test, rankdata
+
+    pairs = _ranked_pairs(a, b)
+    if pairs is None:
+        return float("nan")
+    rx, ry = (rankdata(v) for v in pairs)
+    yc = ry - ry.mean()
+    y_norm = float(np.sqrt((yc**2).sum()))
+
+    def rho(u: np.ndarray, axis: int = -1) -> np.ndarray:  # Pearson of the ranks: u, x's ranks re-paired with y's
+        uc = u - u.mean(axis=axis, keepdims=True)
+        return (uc * yc).sum(axis=axis) / (np.sqrt((uc**2).sum(axis=axis)) * y_norm)
+
+    result: Any = permutation_test(
+        (rx,), rho, permutation_type="pairings", vectorized=True, n_resamples=n_resamples, alternative="two-sided", rng=seed
+    )
+    return float(min(1.0, result.pvalue))

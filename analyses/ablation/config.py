@@ -71,7 +71,7 @@ class AblationConfig:
     )
     n_bootstrap: int = setting(1000, help="Bootstrap resamples of the items for the 95% interval of each delta.", minimum=0)
     ci: float = setting(0.95, help="Confidence level of the intervals.", minimum=0, maximum=1, min_open=True, max_open=True, cli=False)
-    seed: int = setting(0, help="Seed of the bootstrap and of resample sources.")
+    seed: int = setting(0, help="Seed of the bootstrap, of resample sources and of the attribution's rank-correlation test.")
     attribution: bool = setting(True, help="Skip the first-order (gradient) estimate.", flag="--no-attribution")
 
     def __post_init__(self) -> None:

@@ -54,7 +54,7 @@ from headlens.analyses.ablation.runs import (
     single_head_values,
 )
 from headlens.analyses.ablation.suffix import check_from_layer
-from headlens.analyses.stats import bootstrap_mean_ci, spearman
+from headlens.analyses.stats import bootstrap_mean_ci, spearman, spearman_p
 from headlens.probes.errors import InputError
 from headlens.probes.loading import LoadedModel, check_layers_heads
 
@@ -99,6 +99,7 @@ class AblationRun:
     masked_value: float  # the metric with the mask's heads removed (unablated_value without a mask): each delta is measured from it
     unablated_value: float  # the metric of the model as loaded (no head removed)
     spearman: float | None  # rank correlation of attribution with the exact delta
+    spearman_p: float | None = None  # its two-sided permutation p-value against no association (stats.spearman_p)
     info: dict[str, Any] = field(default_factory=dict)
 
 
@@ -232,9 +233,10 @@ def run_ablation(
         },
         columns=TABLE_COLUMNS,
     )
-    rho = None
+    rho = rho_p = None
     if config.attribution and attribution_note is None and len(table) >= 2:
         rho = spearman(table["attribution"].to_numpy(), table["delta"].to_numpy())
+        rho_p = spearman_p(table["attribution"].to_numpy(), table["delta"].to_numpy(), seed=config.seed)
     info = {
         "prefix_reuse": prefix,
         "heads_per_forward": k,
@@ -244,4 +246,4 @@ def run_ablation(
     }
     if attribution_note is not None:
         info["attribution"] = attribution_note
-    return AblationRun(table=table, masked_value=float(base_v.mean()), unablated_value=unablated, spearman=rho, info=info)
+    return AblationRun(table=table, masked_value=float(base_v.mean()), unablated_value=unablated, spearman=rho, spearman_p=rho_p, info=info)

@@ -142,6 +142,12 @@ class AblationResult(TableFileResult):
         """Rank correlation of the first-order attribution with the exact delta (None without attribution)."""
         return self.info.get("spearman_attribution_vs_exact")
 
+    @property
+    def spearman_p(self) -> float | None:
+        """Two-sided permutation p-value of :attr:`spearman` against no association
+        (:func:`headlens.analyses.stats.spearman_p`; None without attribution, or in a folder saved before it was recorded)."""
+        return self.info.get("spearman_p_attribution_vs_exact")
+
     def findings(self) -> Findings:
         """What ``headlens`` prints for this study (:func:`~headlens.reports.render.finding_lines.ablation_findings`)."""
         return ablation_findings(self)
@@ -248,6 +254,7 @@ def ablate(
             "mask": {"file": mask_file, "removed": removed} if head_mask else None,
             "data": data.describe(),
             "spearman_attribution_vs_exact": run.spearman,
+            "spearman_p_attribution_vs_exact": run.spearman_p,
             "ci": {"level": cfg.ci, "bootstrap": cfg.n_bootstrap, "over": "items (windows, prompts or sentences)"},
             "run": run.info,
             "resumed": bool(getattr(opened, "resumed", False)),

@@ -42,6 +42,9 @@ __all__ = [
     "capture_findings",
 ]
 
+#: A rank correlation whose permutation p-value is above this is read as no association (ablation's attribution line).
+RANK_ALPHA = 0.05
+
 #: Rows of the strongest-effect listings (ablation's ``|delta|``).
 TOP_HEADS = 10
 
@@ -153,10 +156,21 @@ def ablation_findings(result: Any) -> Findings:
     if result.spearman is not None:
         lines.append(
             f"attribution (first-order estimate) vs exact delta: Spearman rank correlation {result.spearman:.3f} over {len(table)} heads"
+            + _rank_test(getattr(result, "spearman_p", None))
         )
     if "attribution" in run:
         lines.append(f"attribution {run['attribution']}")
     return Findings(tuple(lines), tuple(filter(None, [ablation_small_sample_note(info)])))
+
+
+def _rank_test(p: float | None) -> str:
+    """`` (permutation p = 0.028)``, with what a p above :data:`RANK_ALPHA` means; ``""`` where none was recorded."""
+    if p is None or pd.isna(p):
+        return ""
+    shown = "p < 0.001" if p < 0.001 else f"p = {p:.3f}"
+    if p > RANK_ALPHA:
+        return f" (permutation {shown}: not distinguishable from no association at this number of heads)"
+    return f" (permutation {shown}, two-sided)"
 
 
 def ablation_small_sample_note(info: dict[str, Any]) -> str | None:

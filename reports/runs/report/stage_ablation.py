@@ -85,6 +85,7 @@ def _run_ablation(ctx: StageContext, method: str) -> dict[str, Any]:
         **about,
         "unablated_value": result.unablated_value,
         "spearman_attribution_vs_exact": result.spearman,
+        "spearman_p_attribution_vs_exact": result.spearman_p,
         "data": info["data"],
         "text": info.get("text"),
         "resumed": info["resumed"],

@@ -41,6 +41,9 @@ def test_ablate_writes_table_manifest_heatmap(runner, tiny_checkpoint, tmp_path)
     assert abl["data"]["kind"] == "text" and abl["data"]["window"] == 24 and manifest["prepend_bos"] is True
     assert manifest["config"]["ablation"]["method"] == "mean" and manifest["seed"] == 0
     assert -1 <= abl["spearman_attribution_vs_exact"] <= 1 and "Spearman" in res.output
+    # the rank correlation of 3 heads comes with its exact permutation p-value (at least 1/3 with 3 heads: no finding)
+    assert 1 / 3 - 1e-12 <= abl["spearman_p_attribution_vs_exact"] <= 1
+    assert "permutation p = " in res.output and "not distinguishable from no association" in res.output
     for name in ("abl.heatmap.png", "abl.heatmap.svg"):
         assert (tmp_path / name).stat().st_size > 1000
     assert not (tmp_path / "abl.csv.journal.jsonl").exists()
@@ -85,7 +88,7 @@ def test_ablate_formats_task_metric_and_mask(runner, tiny_checkpoint, tmp_path, 
     assert rows[0]["metric"] == "logit-diff" and rows[0]["n"] == 2
     abl = json.loads((tmp_path / "t.manifest.json").read_text())["ablation"]
     assert abl["mask"]["removed"] == ["0.0", "1.3"] and abl["baseline_value"] != abl["unablated_value"]
-    assert abl["spearman_attribution_vs_exact"] is None
+    assert abl["spearman_attribution_vs_exact"] is None and abl["spearman_p_attribution_vs_exact"] is None
     out_pq = tmp_path / "p.parquet"
     res = runner.invoke(cli, ["ablate", "-m", str(tiny_checkpoint), *SMALL, "--heads", "0.0", "--no-attribution", "--out", str(out_pq)])
     assert res.exit_code == 0, res.output
