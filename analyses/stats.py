@@ -37,7 +37,16 @@ import numpy as np
 
 from headlens.analyses.verdicts import MIN_ITEMS
 
-__all__ = ["bootstrap_mean_ci", "spearman", "spearman_p", "SPEARMAN_PERMUTATIONS", "BLOCK", "percentile_coverage", "small_sample_note"]
+__all__ = [
+    "bootstrap_mean_ci",
+    "spearman",
+    "spearman_p",
+    "SPEARMAN_PERMUTATIONS",
+    "CHANCE_P",
+    "BLOCK",
+    "percentile_coverage",
+    "small_sample_note",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -147,15 +156,21 @@ def spearman(a: Any, b: Any) -> float:
     return float(result.statistic)
 
 
+#: A p-value against chance (a rank correlation's, a top-k overlap's) of at least this is read as "at chance".
+CHANCE_P = 0.05
+
 #: Re-pairings behind :func:`spearman_p`: every one of the n! where n! is at most this, else this many at random.
 SPEARMAN_PERMUTATIONS = 9999
+#: Re-pairings per vectorised call of :func:`spearman_p` (its memory: this x the number of heads x 8 bytes, a few times).
+SPEARMAN_BATCH = 1000
 
 
 def spearman_p(a: Any, b: Any, *, seed: int = 0, n_resamples: int = SPEARMAN_PERMUTATIONS) -> float:
-    """Two-sided p-value of :func:`spearman` against no association: a permutation test over the pairing
-    (``scipy.stats.permutation_test``), exact where ``n! <= n_resamples``, else ``n_resamples`` re-pairings drawn
-    with ``seed``.  The same pairs as :func:`spearman` (NaN where it is NaN).  Exact at the few heads of a small
-    model, where the t approximation of ``scipy.stats.spearmanr`` is not."""
+    """Two-sided p-value of :func:`spearman` against no association: the share of re-pairings whose ``|rho|`` reaches the
+    observed one's, a permutation test over the pairing (``scipy.stats.permutation_test``), exact where
+    ``n! <= n_resamples``, else ``n_resamples`` re-pairings drawn with ``seed`` (then at least ``1 / (n_resamples + 1)``).
+    The same pairs as :func:`spearman` (NaN where it is NaN).  Exact at the few heads of a small model, where the t
+    approximation of ``scipy.stats.spearmanr`` is not; ties on either side keep their average ranks."""
     from scipy.stats import permutation_test, rankdata
 
     pairs = _ranked_pairs(a, b)
@@ -165,11 +180,18 @@ def spearman_p(a: Any, b: Any, *, seed: int = 0, n_resamples: int = SPEARMAN_PER
     yc = ry - ry.mean()
     y_norm = float(np.sqrt((yc**2).sum()))
 
-    def rho(u: np.ndarray, axis: int = -1) -> np.ndarray:  # Pearson of the ranks: u, x's ranks re-paired with y's
+    def abs_rho(u: np.ndarray, axis: int = -1) -> np.ndarray:  # |Pearson of the ranks|: u, x's ranks re-paired with y's
         uc = u - u.mean(axis=axis, keepdims=True)
-        return (uc * yc).sum(axis=axis) / (np.sqrt((uc**2).sum(axis=axis)) * y_norm)
+        return np.abs((uc * yc).sum(axis=axis) / (np.sqrt((uc**2).sum(axis=axis)) * y_norm))
 
     result: Any = permutation_test(
-        (rx,), rho, permutation_type="pairings", vectorized=True, n_resamples=n_resamples, alternative="two-sided", rng=seed
+        (rx,),
+        abs_rho,
+        permutation_type="pairings",
+        vectorized=True,
+        n_resamples=n_resamples,
+        batch=SPEARMAN_BATCH,
+        alternative="greater",  # |rho| at least the observed: both tails, counted (not a one-sided p doubled)
+        rng=seed,
     )
     return float(min(1.0, result.pvalue))

@@ -35,7 +35,7 @@ from headlens.analyses.ablation.metrics import model_values
 from headlens.analyses.patching.effects import Gap, normalised_effects, task_gap
 from headlens.analyses.patching.pairs import PairTask, pair_eval_sets
 from headlens.analyses.patching.runs import cache_run
-from headlens.analyses.stats import spearman
+from headlens.analyses.stats import CHANCE_P, spearman, spearman_p
 from headlens.probes.errors import InputError
 from headlens.probes.hooks import HookFn, attached
 from headlens.probes.loading import LoadedModel
@@ -45,8 +45,8 @@ __all__ = ["AttributionRun", "run_attribution_patching", "agreement", "ATTRIBUTI
 ATTRIBUTION_COLUMNS = ["layer", "head", "name", "attribution", "attribution_low", "attribution_high", "attribution_metric"]
 #: Heads compared by the top-k overlap.
 TOP_K = 5
-#: An overlap whose chance of arising between random top-k sets is at least this is "at chance".
-CHANCE_P = 0.05
+# CHANCE_P (analyses.stats, exported here as before): an overlap whose chance of arising between random top-k sets is
+# at least this is "at chance"; so is a rank correlation whose permutation p-value is.
 
 
 @dataclass
@@ -127,7 +127,8 @@ def agreement(estimated: pd.DataFrame, exact: pd.DataFrame, *, k: int = TOP_K) -
     """Attribution against exact denoising (rows matched on layer, head; ``estimated`` has
     ``attribution``, ``exact`` has ``denoising``), over the heads where both are finite:
 
-    ``spearman``; ``top_k``, ``top_k_overlap`` (the share of the exact top ``k`` by absolute effect
+    ``spearman`` and ``spearman_p`` (its two-sided permutation p-value, :func:`~headlens.analyses.stats.spearman_p`);
+    ``top_k``, ``top_k_overlap`` (the share of the exact top ``k`` by absolute effect
     that is in the estimate's top ``k``); ``top_k_chance`` (``k / n_heads``, the expected overlap of
     random top-``k`` sets); ``top_k_p_chance`` (the probability that random sets overlap at least as
     much); ``above_chance`` (``top_k_p_chance < CHANCE_P``); ``missed`` (the exact top-``k`` heads
@@ -146,6 +147,7 @@ def agreement(estimated: pd.DataFrame, exact: pd.DataFrame, *, k: int = TOP_K) -
         nan = float("nan")
         return {
             "spearman": nan,
+            "spearman_p": nan,
             "top_k": 0,
             "top_k_overlap": nan,
             "top_k_chance": nan,
@@ -164,6 +166,7 @@ def agreement(estimated: pd.DataFrame, exact: pd.DataFrame, *, k: int = TOP_K) -
     worst = int(np.argmax(np.abs(a - b)))
     return {
         "spearman": spearman(a, b),
+        "spearman_p": spearman_p(a, b),
         "top_k": k,
         "top_k_overlap": shared / k,
         "top_k_chance": k / n,

@@ -24,6 +24,7 @@ from headlens.reports.render.evidence_text import evidence_lines
 from headlens.reports.render.page.smoke import data_items
 from headlens.reports.render.patching_tables import patch_lines
 from headlens.reports.render.sinks_tables import lengths_lines, seed_text_lines
+from headlens.reports.render.verdict_text import rank_test_words
 
 __all__ = [
     "Findings",
@@ -41,9 +42,6 @@ __all__ = [
     "verify_findings",
     "capture_findings",
 ]
-
-#: A rank correlation whose permutation p-value is above this is read as no association (ablation's attribution line).
-RANK_ALPHA = 0.05
 
 #: Rows of the strongest-effect listings (ablation's ``|delta|``).
 TOP_HEADS = 10
@@ -156,21 +154,11 @@ def ablation_findings(result: Any) -> Findings:
     if result.spearman is not None:
         lines.append(
             f"attribution (first-order estimate) vs exact delta: Spearman rank correlation {result.spearman:.3f} over {len(table)} heads"
-            + _rank_test(getattr(result, "spearman_p", None))
+            + rank_test_words(getattr(result, "spearman_p", None))
         )
     if "attribution" in run:
         lines.append(f"attribution {run['attribution']}")
     return Findings(tuple(lines), tuple(filter(None, [ablation_small_sample_note(info)])))
-
-
-def _rank_test(p: float | None) -> str:
-    """`` (permutation p = 0.028)``, with what a p above :data:`RANK_ALPHA` means; ``""`` where none was recorded."""
-    if p is None or pd.isna(p):
-        return ""
-    shown = "p < 0.001" if p < 0.001 else f"p = {p:.3f}"
-    if p > RANK_ALPHA:
-        return f" (permutation {shown}: not distinguishable from no association at this number of heads)"
-    return f" (permutation {shown}, two-sided)"
 
 
 def ablation_small_sample_note(info: dict[str, Any]) -> str | None:

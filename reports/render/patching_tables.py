@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from headlens.reports.render.tables import write_table
+from headlens.reports.render.verdict_text import rank_test_words
 
 __all__ = ["write_tables", "patch_lines", "gap_line", "top_lines", "path_lines", "agreement_lines", "dla_lines"]
 
@@ -59,7 +60,8 @@ def agreement_lines(agree: dict[str, Any]) -> list[str]:
     the largest disagreement and the heads the estimate misses."""
     head = (
         f"attribution patching (first-order estimate, not exact) vs exact denoising over {agree['n_heads']} heads: "
-        f"Spearman {agree['spearman']:.3f}, top-{agree['top_k']} overlap {agree['top_k_overlap']:.0%}"
+        f"Spearman {agree['spearman']:.3f}{rank_test_words(agree.get('spearman_p'))},"
+        f" top-{agree['top_k']} overlap {agree['top_k_overlap']:.0%}"
     )
     if not agree.get("n_heads"):
         return [

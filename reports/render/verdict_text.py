@@ -1,16 +1,17 @@
 """Words for a :class:`headlens.analyses.verdicts.Verdict` (the rule is there; this only words it),
-and the one smoke-test notice of the report's quick sections."""
+a rank correlation's permutation p-value, and the one smoke-test notice of the report's quick sections."""
 
 from __future__ import annotations
 
 import logging
 from typing import Any
 
+from headlens.analyses.stats import CHANCE_P
 from headlens.analyses.verdicts import ABOVE, BELOW, FEW_ITEMS, MIN_ITEMS, NOT_DISTINGUISHABLE, SMOKE, Verdict
 
 log = logging.getLogger(__name__)
 
-__all__ = ["verdict_words", "SMOKE_LABEL", "smoke_sentence", "figure_smoke_note"]
+__all__ = ["verdict_words", "rank_test_words", "SMOKE_LABEL", "smoke_sentence", "figure_smoke_note"]
 
 #: How every quick (smoke-test) section, figure and manifest entry is marked.
 SMOKE_LABEL = "smoke test"
@@ -31,6 +32,18 @@ def verdict_words(v: Verdict, *, above: str, below: str, versus: str = "0", item
     if v.why == FEW_ITEMS:
         return f"no finding (only {n}; a finding needs at least {MIN_ITEMS})"
     return "no finding (no interval)"
+
+
+def rank_test_words(p: float | None, *, units: str = "heads") -> str:
+    """`` (permutation p = 0.028, two-sided)`` after a rank correlation (:func:`headlens.analyses.stats.spearman_p`),
+    or with a p of :data:`~headlens.analyses.stats.CHANCE_P` or more `` (permutation p = 0.084: not distinguishable from
+    no association at this number of heads)``; ``""`` where none was recorded (None or NaN)."""
+    if p is None or p != p:
+        return ""
+    shown = "p < 0.001" if p < 0.001 else f"p = {p:.3f}"
+    if p >= CHANCE_P:
+        return f" (permutation {shown}: not distinguishable from no association at this number of {units})"
+    return f" (permutation {shown}, two-sided)"
 
 
 def smoke_sentence(where: Any) -> str:

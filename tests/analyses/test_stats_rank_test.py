@@ -30,11 +30,20 @@ def _exact_p(x, y) -> float:
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_spearman_p_is_exact_at_a_few_heads(seed):
-    """n = 6 (720 re-pairings, all enumerated by scipy): equal to the brute-force count, ties included."""
+    """n = 6 (720 re-pairings, all enumerated by scipy): equal to the brute-force count, ties on one side or both."""
     rng = np.random.default_rng(seed)
     x = rng.normal(size=6)
     y = np.round(x + rng.normal(size=6), 0)  # rounded: tied ranks on one side
     assert spearman_p(x, y) == pytest.approx(_exact_p(x, y), abs=1e-12)
+    x2 = np.round(x, 0)  # and on both (heads whose delta and attribution are both 0, say)
+    assert spearman_p(x2, y) == pytest.approx(_exact_p(x2, y), abs=1e-12)
+
+
+def test_spearman_p_counts_both_tails_with_ties_on_both_sides():
+    """A case where doubling the smaller one-sided p (0.8) is not the share of re-pairings reaching |rho| (7/15)."""
+    x, y = [0, 0, 2, 0, 0, 2], [2, 0, 2, 0, 2, 2]
+    assert _exact_p(x, y) == pytest.approx(7 / 15)
+    assert spearman_p(x, y) == pytest.approx(7 / 15, abs=1e-12)
 
 
 def test_spearman_p_draws_re_pairings_past_the_budget():

@@ -12,6 +12,7 @@ from typing import Any
 import pandas as pd
 
 from headlens.reports.api.census import CensusResult, census, used_thresholds
+from headlens.reports.api.result import read_csv_table
 from headlens.reports.render.census_files import HEADS_FILE, ROLES_FILE, read_roles
 from headlens.reports.render.figures.report import FIGURE_FORMATS
 from headlens.reports.render.progress import progress_bars
@@ -73,7 +74,8 @@ def _load_census(d: Path, marker: dict[str, Any]) -> dict[str, Any]:
     roles = read_roles(d)  # the long table; converted when the folder predates it
     thresholds = json.loads((d / "manifest.json").read_text(encoding="utf-8")).get("thresholds") or {}
     # per head: the strongest detector (heads.csv; in older folders roles.csv had these columns)
-    per_head = pd.read_csv(d / HEADS_FILE if (d / HEADS_FILE).is_file() else d / ROLES_FILE, dtype={"name": str}, keep_default_na=False)
+    # (text columns as text, an empty strongest_score NaN: a head named after no detector)
+    per_head = read_csv_table(d / HEADS_FILE if (d / HEADS_FILE).is_file() else d / ROLES_FILE)
     strongest = per_head[list(STRONGEST_COLUMNS)] if set(STRONGEST_COLUMNS) <= set(per_head.columns) else None
     return {"scores": scores, "roles": roles, "strongest": strongest, "thresholds": {str(k): float(v) for k, v in thresholds.items()}}
 

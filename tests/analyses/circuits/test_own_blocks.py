@@ -325,6 +325,7 @@ def test_rows_that_stop_and_rows_that_go_on_in_one_run(family_model, monkeypatch
         running = [r for r, go in zip(running, k.tolist(), strict=True) if go]
     assert all(r >= 0 and not rows[r][4] for r in stopped_at), stopped_at  # no control and no moved row stops
     assert {b for b in stopped_at.values()} == set(range(n_l)), stopped_at  # rows left at both blocks
+    assert any(rows[r][1] is None for r in stopped_at), stopped_at  # an MLP row among them (its own stop rule)
 
     for i, (name, slot, c, d, moved) in enumerate(rows):
         out = h[n + i]

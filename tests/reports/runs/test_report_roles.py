@@ -107,6 +107,23 @@ def test_report_reads_a_census_folder_from_before_the_long_table(quick_report, t
     assert old.strongest is not None and len(old.strongest) == 8
 
 
+def test_report_reads_a_head_named_after_no_detector(quick_report, tmp_path):  # noqa: F811
+    """heads.csv's empty cells for a head whose no score beats its uniform baseline: "" and NaN, the score column numeric."""
+    from headlens.reports import load_report
+
+    out = tmp_path / "none"
+    shutil.copytree(quick_report[0], out)
+    path = out / "census" / "heads.csv"
+    heads = pd.read_csv(path, keep_default_na=False, dtype={"name": str})
+    heads["strongest_score"] = heads["strongest_score"].astype(object)
+    heads.loc[heads["name"] == "0.1", ["strongest_detector", "strongest_score"]] = ["", ""]
+    heads.to_csv(path, index=False)
+    got = load_report(out).strongest
+    assert got is not None and pd.api.types.is_float_dtype(got["strongest_score"])
+    row = got.set_index("name").loc["0.1"]
+    assert row["strongest_detector"] == "" and pd.isna(row["strongest_score"])
+
+
 def test_pruning_svg_is_cleaned_before_it_is_inlined(tmp_path):
     from headlens.reports.render.page.figure import inline_svg
 
