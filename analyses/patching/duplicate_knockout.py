@@ -62,8 +62,10 @@ def logits_at(model: LoadedModel, tokens: Int[Tensor, "batch pos"], positions: s
     """The logits of one forward at ``positions`` only: the unembedding's input is cut to them
     (a hook on ``unembed.hook_in``), so the output head, most of a small model's forward on a 50k
     vocabulary, runs on those positions alone; everything before it runs as in a full forward.
-    Each kept row of the matrix product is the full forward's row (checked bit for bit on the
-    evidence tables); a model without that hook point runs the full forward and keeps the slice."""
+    Each kept row of the matrix product is the full forward's row (bit for bit on one BLAS thread, as
+    the evidence tables were checked; on several threads a product of another shape may round apart,
+    2e-7 on logits of order 1 measured on 2); a model without that hook point runs the full forward and
+    keeps the slice."""
     if "unembed.hook_in" not in model.bridge.hook_dict:
         return model.bridge(tokens, return_type="logits")[:, positions]
 
