@@ -5,7 +5,8 @@ A head gets a detector's role when, for that detector,
 1. ``score >= threshold`` (defaults below, changeable per detector), and
 2. ``ci_low >= baseline_factor * baseline``: the lower end of its 95% bootstrap
    interval is at least ``baseline_factor`` (default 2) times what a uniformly
-   attending head would score on the same positions, and
+   attending head would score on the same positions (and above it by more than
+   float rounding, :data:`UNIFORM_RTOL`, which matters at ``baseline_factor=1`` only), and
 3. any extra statistic the detector gates on clears its minimum.
 
 Referent heads follow their own rule instead of 1. (:func:`headlens.analyses.heads.detectors.referent.referent_passes`):
@@ -174,9 +175,10 @@ def classify_heads(
     ref = df["detector"] == "referent"
     if ref.any():  # a significance rule, not a score threshold
         passes = (passes & ~ref) | (ref & referent_passes(df, df["threshold"], baseline_factor))
-    df["role"] = passes
-    # a role-less head's strongest detector is one whose interval lies above a uniformly attending head's score
+    # an interval above a uniformly attending head's score (beyond rounding): what every role needs (even at
+    # baseline_factor=1, where ci_low >= baseline alone would pass a uniform head), and a role-less head's strongest detector
     df["above"] = measured & (df["ci_low"] > df["baseline"] + UNIFORM_RTOL * df["baseline"].abs())
+    df["role"] = passes & df["above"]
     df["ratio"] = df["score"] / df["threshold"]
     if ref.any():  # referent: its weakest criterion's fraction of passing (1 where it just passes)
         df.loc[ref, "ratio"] = referent_ratio(df[ref], df.loc[ref, "threshold"], baseline_factor)

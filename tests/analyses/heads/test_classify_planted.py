@@ -103,3 +103,16 @@ def test_a_roleless_heads_strongest_detector_beats_its_uniform_baseline():
     assert heads.loc["0.0", "strongest_detector"] == "sink" and heads.loc["0.0", "strongest_score"] == 0.20
     assert heads.loc["0.1", "strongest_detector"] == "" and pd.isna(heads.loc["0.1", "strongest_score"])
     assert heads.loc["0.2", "strongest_detector"] == "sink" and heads.loc["0.2", "strongest_score"] == 0.90
+
+
+def test_no_role_for_an_interval_at_the_uniform_baseline():
+    """baseline_factor=1: an interval whose low end is the baseline but for rounding gives no role; one above it does."""
+    nan = float("nan")
+    rows = [
+        {"layer": 0, "head": h, "detector": "sink", "score": 0.6, "baseline": 0.5, "ci_low": low, "ci_high": 0.7,
+         "n": 10, "accuracy": nan}
+        for h, low in enumerate([0.5, 0.5 * (1 + 1e-9), 0.51])
+    ]  # fmt: skip
+    got = classify_heads(pd.DataFrame(rows), {"sink": 0.3}, baseline_factor=1.0)
+    assert list(got.roles["name"]) == ["0.2"]
+    assert list(got.heads["strongest_detector"]) == ["", "", "sink"]
