@@ -235,8 +235,8 @@ def run_ablation(
     )
     rho = rho_p = None
     if config.attribution and attribution_note is None and len(table) >= 2:
-        rho = spearman(table["attribution"].to_numpy(), table["delta"].to_numpy())
-        rho_p = spearman_p(table["attribution"].to_numpy(), table["delta"].to_numpy(), seed=config.seed)
+        est, delta = table["attribution"].to_numpy(), table["delta"].to_numpy()
+        rho, rho_p = spearman(est, delta), spearman_p(est, delta, seed=config.seed)
     info = {
         "prefix_reuse": prefix,
         "heads_per_forward": k,

@@ -278,7 +278,7 @@ def test_rows_that_stop_and_rows_that_go_on_in_one_run(family_model, monkeypatch
         1: {"attn": [(2, 0, 0, False), (1, 3, 2, True), (0, 1, 1, True)], "mlp": [(2, False), (0, True)]},
         n_l: {"logits": [(1, True), (2, False)]},
     }
-    joins, rows = [], []  # rows: (hook name, slot or None, control, delta) in the order run() returns them
+    joins, rows = [], []  # rows: (hook name, slot or None, control, delta, moved) in the order run() returns them
     for layer, kinds in spec.items():
         parts = {}
         for kind, entries in kinds.items():
@@ -315,7 +315,7 @@ def test_rows_that_stop_and_rows_that_go_on_in_one_run(family_model, monkeypatch
     assert h.shape == (n + len(rows), d_model)
     # which rows stopped at which block: the running rows (controls first, then the rows joining at each block in
     # run()'s order) filtered by each block's keep mask
-    per_block = [sum(1 for layer, _, _ in _row_layers(spec) if layer == b) for b in range(n_l)]
+    per_block = [sum(len(entries) for entries in spec[b].values()) for b in range(n_l)]
     running, start, stopped_at = list(range(-n, 0)), 0, {}
     for b, k in enumerate(kept):
         running += list(range(start, start + per_block[b]))
@@ -349,8 +349,3 @@ def test_rows_that_stop_and_rows_that_go_on_in_one_run(family_model, monkeypatch
         want = got["h"][c, last[c]]
         assert not torch.allclose(out, h[c], atol=1e-3), (i, name)  # the difference moved the head's input
         torch.testing.assert_close(out, want, atol=ROUNDING_ATOL, rtol=0, msg=lambda m, i=i, name=name: f"row {i} ({name}): {m}")
-
-
-def _row_layers(spec):
-    """``(layer, kind, entry)`` of every row of a test spec, in the order :meth:`OwnBlocks.run` returns them."""
-    return [(layer, kind, e) for layer, kinds in spec.items() for kind, entries in kinds.items() for e in entries]

@@ -5,28 +5,15 @@ more threads a matrix product of other shapes may round apart, within float32's 
 
 from __future__ import annotations
 
-import contextlib
-
 import pytest
 import torch
 
 from headlens.analyses.patching.duplicate_knockout import knockout_edit, logits_at, repeated_batch
 from headlens.probes.interventions import score_edits
+from headlens.probes.scoped import torch_threads
 
 #: logits_at against the full forward on several BLAS threads (float32, logits of order 1: measured 2.4e-7 apart on 2).
 THREADS_ATOL = 1e-5
-
-
-@contextlib.contextmanager
-def _threads(n: int | None):
-    """torch's intra-op threads set to ``n`` (None: as they are), restored after."""
-    before = torch.get_num_threads()
-    if n is not None:
-        torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 @pytest.mark.parametrize("threads", [1, None], ids=["one-thread", "ambient-threads"])
@@ -39,7 +26,7 @@ def test_logits_at_the_second_copy_are_the_full_forwards(tiny_model, threads):
     else:
         same = lambda a, b: torch.allclose(a, b, rtol=0, atol=THREADS_ATOL)  # noqa: E731
     for edits in ({}, {1: knockout_edit(0, p=p, T=T, offset=0)}):
-        with _threads(threads), score_edits(tiny_model, edits), torch.inference_mode():
+        with torch_threads(threads), score_edits(tiny_model, edits), torch.inference_mode():
             full = tiny_model.bridge(tokens, return_type="logits")
             for rows in (slice(0, 8), slice(8, 9)):  # a full batch and a one-row remainder
                 got = logits_at(tiny_model, tokens[rows], second)
