@@ -1,4 +1,4 @@
-"""Built-in pair tasks: repeated-sequence induction, an IOI-style name task, the referent pairs.
+"""Built-in pair tasks: repeated-sequence induction, an IOI-style name task, IOI, the referent pairs.
 
 * **induction** (``induction_task``): ``T`` distinct random tokens ``r`` then their first ``m``
   again (``m = T // 2``); the model should predict ``r[m]`` (induction: the token that followed
@@ -12,6 +12,10 @@
   subject), corrupted by putting a third name in the subject slot ("..., Tom gave a drink to"),
   which leaves no repeated name to exclude (Wang et al. 2022's ABC distribution).  Names are
   those of :mod:`headlens.analyses.stimuli.referent_frames` that are one token for the model.
+* **ioi** (:func:`headlens.analyses.patching.ioi_task.ioi_task`): Wang et al. 2022's IOI task,
+  their 15 templates in both name orders (ABBA, BABA), names, places and objects that are one
+  token for the model, the ABC corruption (all three name slots replaced by unrelated names).
+  ``names`` stays the short version: 5 templates of this project, one corrupted slot.
 * **referent** (``referent_task``): each minimal pair of the referent stimuli
   (:mod:`headlens.analyses.stimuli.referent`), cut right after the pronoun: clean is one
   sentence, corrupt its partner (only the pronoun differs), correct the clean pronoun's
@@ -25,6 +29,7 @@ from typing import Any
 
 import torch
 
+from headlens.analyses.patching.ioi_task import ioi_task
 from headlens.analyses.patching.pairs import PairItem, PairTask, check_pairs, padded_pairs, tokenize_pairs
 from headlens.analyses.stimuli.random_tokens import random_repeated_tokens
 from headlens.analyses.stimuli.referent import pair_units, referent_items
@@ -127,7 +132,7 @@ def referent_task(model: Any, *, n: int = 64, seed: int = 0, prepend_bos: bool =
 
 
 #: Built-in task name -> builder ``(model, *, n, seed, prepend_bos) -> PairTask``.
-BUILTIN_TASKS = {"induction": induction_task, "names": names_task, "referent": referent_task}
+BUILTIN_TASKS = {"induction": induction_task, "names": names_task, "ioi": ioi_task, "referent": referent_task}
 
 
 def builtin_task(model: Any, name: str, *, n: int = 64, seed: int = 0, prepend_bos: bool = True) -> PairTask:

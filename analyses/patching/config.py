@@ -26,7 +26,7 @@ DIRECTIONS: tuple[str, ...] = ("denoising", "noising")
 #: The inputs of a receiver head that path patching replaces.
 RECEIVER_INPUTS: tuple[str, ...] = ("q", "k", "v")
 #: The built-in pair tasks.
-BUILTINS: tuple[str, ...] = ("induction", "names", "referent")
+BUILTINS: tuple[str, ...] = ("induction", "names", "ioi", "referent")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -99,8 +99,8 @@ class PairSource:
     )
     builtin: str | None = setting(
         None,
-        help="A built-in task instead of --task (default: induction): repeated random tokens, an IOI-style name task, or the "
-        "referent pairs.",
+        help="A built-in task instead of --task (default: induction): repeated random tokens, a short IOI-style name task, "
+        "IOI after Wang et al. 2022 (15 templates, ABBA and BABA, the ABC corruption), or the referent pairs.",
         choices=BUILTINS,
     )
     n_pairs: int = setting(

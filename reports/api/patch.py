@@ -191,7 +191,7 @@ def patch(
     ``config`` and keywords: :class:`PatchConfig`'s fields (``directions``, ``per_position``,
     ``heads``, ``batch_size``, ``n_resamples``, ``seed`` ...).  The pairs, :class:`PairSource`'s
     fields: ``task``, a JSONL file of pairs (``clean``, ``corrupt``, ``correct``, ``incorrect``),
-    or ``builtin``: ``"induction"`` (the default), ``"names"`` or ``"referent"`` with ``n_pairs``
+    or ``builtin``: ``"induction"`` (the default), ``"names"``, ``"ioi"`` or ``"referent"`` with ``n_pairs``
     pairs (2 to 1,000,000; a task file's pairs meet the same rule; built-in rows are right-padded
     with the tokenizer's pad id, 0 when it has none, after each row's last real token, where
     effects are read).  Path patching, :class:`PathConfig`'s fields: ``receivers`` (also path

@@ -165,7 +165,7 @@ def test_task_file_read_and_bad_lines_refused_naming_the_line(tiny_model, tmp_pa
 
 
 def test_builtin_tasks_are_pairs_of_equal_length(tiny_model):
-    for name in ("induction", "names", "referent"):
+    for name in ("induction", "names", "ioi", "referent"):
         task = builtin_task(tiny_model, name, n=8)
         assert len(task) == 8
         assert task.clean.shape == task.corrupt.shape
