@@ -19,11 +19,13 @@ antecedent in both items of more than half the pairs, the 95% interval of
 A NaN score, interval or baseline (a target outside a layer's sliding window, or next-token
 on causal attention: not measurable) never gives a role, and such a head's strongest detector is among its measured ones.
 
-**A head's strongest detector** (:attr:`HeadRoles.heads`) is its role with the highest score; for a
-head without a role, the detector whose score is the largest fraction of its threshold among those
-whose 95% interval lies above the uniform baseline (``ci_low`` above it by more than float rounding,
-:data:`UNIFORM_RTOL`), and none (``""``, score NaN) where no interval does: a head that attends to its
-previous token no more than a uniform head would is not named a weak previous-token head.
+**A head's strongest detector** (:attr:`HeadRoles.heads`) is its role with the highest score, a role
+other than sink where it has one (sink is the default state of most heads in Llama-family models, so a
+head that is an induction head and a sink is named an induction head); for a head without a role, the
+detector whose score is the largest fraction of its threshold among those whose 95% interval lies above
+the uniform baseline (``ci_low`` above it by more than float rounding, :data:`UNIFORM_RTOL`), and none
+(``""``, score NaN) where no interval does: a head that attends to its previous token no more than a
+uniform head would is not named a weak previous-token head.
 
 **Roles are a long table** (:attr:`HeadRoles.roles`): one row per (head, role), columns
 ``layer, head, name, role``; a head without a role has no row.  It is the one source of
@@ -70,6 +72,8 @@ __all__ = [
 ROLE_COLUMNS = ["layer", "head", "name", "role"]
 #: A score within this fraction of its uniform baseline is the baseline (float rounding of a uniform head's mean).
 UNIFORM_RTOL = 1e-6
+#: The role a head's strongest detector is named after only when the head has no other role.
+SINK_ROLE = "sink"
 #: One row per head: its strongest detector (see :func:`classify_heads`).
 HEAD_COLUMNS = ["layer", "head", "name", "strongest_detector", "strongest_score"]
 
@@ -156,7 +160,8 @@ def classify_heads(
     baseline_factor: float = DEFAULT_BASELINE_FACTOR,
 ) -> HeadRoles:
     """The roles of every head (:class:`HeadRoles`): the long table, and per head its
-    ``strongest_detector, strongest_score`` (the role with the highest score, or when the head
+    ``strongest_detector, strongest_score`` (the role with the highest score, other than sink where
+    the head has another role, or when the head
     has no role, the detector whose score is the largest fraction of its threshold among those
     whose interval lies above their uniform baseline; ``""`` and NaN where none does: module doc)."""
     reg = registry()
@@ -186,6 +191,7 @@ def classify_heads(
     for (layer, head), g in df.groupby(["layer", "head"], sort=True):
         name = f"{int(layer)}.{int(head)}"
         roles = g[g["role"]].sort_values("score", ascending=False)
+        roles = pd.concat([roles[roles["detector"] != SINK_ROLE], roles[roles["detector"] == SINK_ROLE]])  # specific roles first
         leaning = g[g["above"]].sort_values("ratio", ascending=False, na_position="last")
         best = roles.iloc[0] if len(roles) else leaning.iloc[0] if len(leaning) else None
         heads.append(

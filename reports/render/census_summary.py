@@ -9,9 +9,11 @@ import pandas as pd
 
 from headlens.analyses.heads.classify import without_interval
 from headlens.analyses.heads.detectors import registry
+from headlens.analyses.heads.sink_population import SINK, SinkPopulation
 from headlens.reports.render.evidence_text import evidence_markdown
 from headlens.reports.render.markdown import markdown_table
-from headlens.reports.render.tables import roles_joined
+from headlens.reports.render.sink_lines import listed_heads, population_of, role_counts_text, sink_population_lines
+from headlens.reports.render.tables import head_roles_table, roles_joined
 
 __all__ = ["census_summary", "composition_markdown", "NO_INTERVAL"]
 
@@ -90,7 +92,10 @@ def census_summary(
         if text
     ]
     unresolved = without_interval(scores)
-    if named:
+    population = population_of({"scores": scores, "roles": long})
+    if population is not None:  # sinks are the default state: the specific roles' heads, then the sinks as one population
+        lines += _population_roles(head_roles_table(classified), long, scores, population)
+    elif named:
         lines += markdown_table(named, ["head", "roles", "strongest score"]).split("\n")
     elif unresolved.any() and not (scores["score"].notna() & ~unresolved).any():
         lines.append(NO_INTERVAL + ".")
@@ -109,7 +114,10 @@ def census_summary(
     if composition:
         lines += composition_markdown(composition)
     lines += ["## Strongest heads per detector", ""]
-    for det, g in scores.groupby("detector", sort=False):
+    groups = list(scores.groupby("detector", sort=False))
+    if population is not None:  # the specific roles lead
+        groups = [g for g in groups if g[0] != SINK] + [g for g in groups if g[0] == SINK]
+    for det, g in groups:
         d = reg.get(str(det))
         lines += [f"### {det}", "", f"{d.summary if d else ''}. Threshold {thresholds.get(str(det), float('nan')):.2f}.", ""]
         if g["score"].isna().all():
@@ -135,6 +143,35 @@ def census_summary(
         "",
     ]
     return "\n".join(lines)
+
+
+def _population_roles(heads: pd.DataFrame, roles: pd.DataFrame, scores: pd.DataFrame, population: SinkPopulation) -> list[str]:
+    """The Roles section when sinks are a population: the heads with a role other than sink (their
+    strongest such role with its interval), then the sinks in at most five lines."""
+    listed = listed_heads(heads, roles)
+    score_of = scores.set_index(["layer", "head", "detector"])
+    rows = []
+    for r in listed.itertuples():
+        s = score_of.loc[(r.layer, r.head, r.strongest_detector)]
+        rows.append(
+            [
+                r.name,
+                str(r.roles).replace(";", ", "),
+                f"{_fmt(s['score'])} [{_fmt(s['ci_low'])}, {_fmt(s['ci_high'])}] ({r.strongest_detector})",
+            ]
+        )
+    counts = role_counts_text(roles, [str(d) for d in scores["detector"].unique()])
+    lines = [
+        f"Heads per role: {counts}. Most heads park attention on the first token, so the heads listed are those "
+        "with a role other than sink; the sinks follow as a population.",
+        "",
+    ]
+    lines += (
+        markdown_table(rows, ["head", "roles", "strongest role other than sink, 95% CI"]).split("\n")
+        if rows
+        else ["No head has a role other than sink."]
+    )
+    return [*lines, "", "### Sinks", "", "```", *sink_population_lines(population, indent=""), "```"]
 
 
 def composition_markdown(composition: Sequence[str]) -> list[str]:

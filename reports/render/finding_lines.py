@@ -23,6 +23,7 @@ from headlens.reports.render.design_tables import gqa_reading, knockout_reading,
 from headlens.reports.render.evidence_text import evidence_lines
 from headlens.reports.render.page.smoke import data_items
 from headlens.reports.render.patching_tables import patch_lines
+from headlens.reports.render.sink_lines import listed_heads, population_of, role_counts_text, sink_population_lines
 from headlens.reports.render.sinks_tables import lengths_lines, seed_text_lines
 from headlens.reports.render.verdict_text import rank_test_words
 
@@ -98,15 +99,24 @@ def _strongest(row: Any, scores: pd.DataFrame) -> str:
 
 
 def census_findings(result: Any) -> Findings:
-    """``headlens classify``: how many heads have a role, each head's roles, then the evidence verdicts."""
+    """``headlens classify``: how many heads have a role, each head's roles, then the evidence verdicts.
+    When more than half the heads have the sink role, the first line counts the heads per role, the
+    list holds the heads with a role other than sink, and the sinks follow as one population
+    (:mod:`headlens.reports.render.sink_lines`)."""
     tables = result.tables
     if "heads" not in tables:
         return Findings()
     heads = tables["heads"]
     named = heads[heads["roles"].astype(str) != ""]
     scores = tables.get("scores", pd.DataFrame())
+    population = population_of(tables)
     lines = [f"{len(named)} of {len(heads)} heads have a role"]
+    if population is not None:  # sinks are the default state: the specific roles first, the sinks as one population
+        lines[0] += f": {role_counts_text(tables['roles'], [str(d) for d in scores['detector'].unique()])}"
+        named = listed_heads(heads, tables["roles"])
     lines += [f"  {r.name:>6}  {r.roles}{_strongest(r, scores)}" for r in named.itertuples()]
+    if population is not None:
+        lines += sink_population_lines(population)
     evidence = tables.get("evidence")
     if evidence is not None:
         lines.append(evidence_count_line(evidence))
