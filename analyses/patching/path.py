@@ -180,19 +180,22 @@ def _joint_rows(
     which: str,
     gap: Gap,
     config: PathConfig,
+    sender_heads: dict[int, list[int]],
 ) -> list[list[Any]]:
     """Step 2 with every receiver after the sender's layer patched at once: one row per sender."""
-    n, H, bs = clean.values.shape[0], model.n_heads, config.batch_size
+    n, bs = clean.values.shape[0], config.batch_size
     out_rows = []
-    for ls in range(max(r[0] for r in receivers)):
+    for ls in sorted(sender_heads):
         reach = [r for r in receivers if r[0] > ls]
         start = min(r[0] for r in reach)
+        heads = sender_heads[ls]
+        H = len(heads)
         values = torch.zeros(H, n, dtype=torch.float64)
         for rows in corrupt_set.rows(bs):
             tokens, lengths, width = corrupt_set.batch(rows)
             hooks = []
             for lr in sorted({r[0] for r in reach}):
-                repl = {slots[r]: torch.cat([kept[(ls, h, r)][rows, :width] for h in range(H)]) for r in reach if r[0] == lr}
+                repl = {slots[r]: torch.cat([kept[(ls, h, r)][rows, :width] for h in heads]) for r in reach if r[0] == lr}
                 hooks.append((_input_hook(lr, which), _replace_slots(repl)))
 
             def run(t: Tensor, _h: list = hooks, _rows: list = rows, _w: int = width, **kw: Any) -> Any:
@@ -203,15 +206,33 @@ def _joint_rows(
             values.numpy(), clean.values.numpy(), corrupt.values.numpy(), gap, n_resamples=config.n_resamples, seed=config.seed
         )
         label = "+".join(f"{a}.{b}" for a, b in reach)
-        for h in range(H):
-            out_rows.append([ls, h, f"{ls}.{h}", label, which, -1, eff[h], low[h], high[h], float(values[h].mean())])
+        for c, h in enumerate(heads):
+            out_rows.append([ls, h, f"{ls}.{h}", label, which, -1, eff[c], low[c], high[c], float(values[c].mean())])
     return out_rows
 
 
+def _sender_heads(model: LoadedModel, top: int, senders: Sequence[tuple[int, int]] | None) -> dict[int, list[int]]:
+    """Layer -> its sender heads before layer ``top``: every head, or those of ``senders``."""
+    if senders is None:
+        return {ls: list(range(model.n_heads)) for ls in range(top)}
+    out: dict[int, list[int]] = {}
+    for layer, head in sorted(set(as_heads(senders, name="senders"))):
+        if layer < top:
+            out.setdefault(layer, []).append(head)
+    return out
+
+
 def run_path_patching(
-    model: LoadedModel, task: PairTask, config: PathConfig, *, progress: Callable[[str, int, int], None] | None = None
+    model: LoadedModel,
+    task: PairTask,
+    config: PathConfig,
+    *,
+    progress: Callable[[str, int, int], None] | None = None,
+    senders: Sequence[tuple[int, int]] | None = None,
 ) -> PathRun:
-    """Sender x receiver table (see the module doc); senders are every head before each receiver's layer."""
+    """Sender x receiver table (see the module doc); senders are every head before each receiver's
+    layer, or only the heads of ``senders`` (those before the receiver's layer: a cheaper run
+    that measures the same edges)."""
     receivers = check_receivers(model, config.receivers)
     which, bs = config.receiver_input, config.batch_size
     clean_set, corrupt_set = pair_eval_sets(model, task, batch_size=bs)
@@ -228,17 +249,19 @@ def run_path_patching(
     slots = {r: _slot(model, r[1], which) for r in receivers}
     for lr in sorted({r[0] for r in receivers}):
         _check_input_edits(model, corrupt_set, lr, which)
-    n, H = len(task), model.n_heads
+    n = len(task)
+    sender_heads = _sender_heads(model, top, senders)
+    if senders is not None:
+        check_layers_heads(model, None, tuple((a, b) for a, hs in sender_heads.items() for b in hs))
     # step 1: receivers' inputs with each sender patched, others frozen: (ls, sender head, receiver) -> [item, pos, d_head]
     kept: dict[tuple[int, int, tuple[int, int]], Tensor] = {}
-    total, done = top + top * len(receivers), 0
+    total, done = len(sender_heads) * (1 + len(receivers)), 0
     with torch.inference_mode():
-        for ls in range(top):
-            senders = list(range(H))
+        for ls, heads in sorted(sender_heads.items()):
             for rows in corrupt_set.rows(bs):
                 tokens, lengths, width = corrupt_set.batch(rows)
                 zc = {layer: corrupt.z[layer][rows, :width] for layer in range(ls, top)}
-                hooks: list = [(z_hook_name(ls), _frozen(zc[ls], senders, clean.z[ls][rows, :width]))]
+                hooks: list = [(z_hook_name(ls), _frozen(zc[ls], heads, clean.z[ls][rows, :width]))]
                 hooks += [(z_hook_name(layer), _frozen(zc[layer])) for layer in range(ls + 1, top)]
                 got: dict[int, Tensor] = {}
                 needed = sorted({lr for lr, _ in receivers if lr > ls})
@@ -252,14 +275,14 @@ def run_path_patching(
                     return fn
 
                 hooks += [(_input_hook(lr, which), keeper(lr)) for lr in needed]
-                toks = tokens.repeat(len(senders), 1)
+                toks = tokens.repeat(len(heads), 1)
                 with stopping():
-                    _run(model, toks, corrupt.resid, ls, rows, width, len(senders), hooks)
+                    _run(model, toks, corrupt.resid, ls, rows, width, len(heads), hooks)
                 for r in receivers:
                     if r[0] <= ls:
                         continue
-                    x = got[r[0]].view(len(senders), len(rows), width, *got[r[0]].shape[2:])
-                    for c, h in enumerate(senders):
+                    x = got[r[0]].view(len(heads), len(rows), width, *got[r[0]].shape[2:])
+                    for c, h in enumerate(heads):
                         store = kept.setdefault((ls, h, r), torch.zeros(n, task.clean.shape[1], x.shape[-1], dtype=x.dtype))
                         store[rows, :width] = x[c, :, :, slots[r]].cpu()
             done += 1
@@ -268,14 +291,16 @@ def run_path_patching(
         # step 2: each receiver's input replaced by the kept one, one copy per sender of a layer
         out_rows = []
         if config.joint:
-            out_rows = _joint_rows(model, corrupt_set, clean, corrupt, kept, receivers, slots, which, gap, config)
+            out_rows = _joint_rows(model, corrupt_set, clean, corrupt, kept, receivers, slots, which, gap, config, sender_heads)
         for r in receivers if not config.joint else []:
             lr = r[0]
-            for ls in range(lr):
+            for ls in [layer for layer in sorted(sender_heads) if layer < lr]:
+                heads = sender_heads[ls]
+                H = len(heads)
                 values = torch.zeros(H, n, dtype=torch.float64)
                 for rows in corrupt_set.rows(bs):
                     tokens, lengths, width = corrupt_set.batch(rows)
-                    repl = torch.cat([kept[(ls, h, r)][rows, :width] for h in range(H)])
+                    repl = torch.cat([kept[(ls, h, r)][rows, :width] for h in heads])
                     hooks = [(_input_hook(lr, which), _replace_slot(repl, slots[r]))]
 
                     def run(t: Tensor, _h: list = hooks, _rows: list = rows, _w: int = width, **kw: Any) -> Any:
@@ -285,8 +310,8 @@ def run_path_patching(
                 eff, low, high = normalised_effects(
                     values.numpy(), clean.values.numpy(), corrupt.values.numpy(), gap, n_resamples=config.n_resamples, seed=config.seed
                 )
-                for h in range(H):
-                    out_rows.append([ls, h, f"{ls}.{h}", f"{lr}.{r[1]}", which, slots[r], eff[h], low[h], high[h], float(values[h].mean())])
+                for c, h in enumerate(heads):
+                    out_rows.append([ls, h, f"{ls}.{h}", f"{lr}.{r[1]}", which, slots[r], eff[c], low[c], high[c], float(values[c].mean())])
                 done += 1
                 if progress is not None:
                     progress("receivers", done, total)
@@ -297,6 +322,7 @@ def run_path_patching(
         "receivers": [f"{a}.{b}" for a, b in receivers],
         "receiver_input": which,
         "joint": config.joint,
+        "senders": "every earlier head" if senders is None else [f"{a}.{b}" for a, hs in sorted(sender_heads.items()) for b in hs],
         "started_late": late,
         "frozen": "every head other than the sender, layers sender..receiver-1, at its corrupted z; MLPs recompute",
         "n_resamples": config.n_resamples,

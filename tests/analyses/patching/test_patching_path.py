@@ -40,3 +40,15 @@ def test_unknown_or_impossible_receivers_are_refused(planted_model, planted_task
         run_path_patching(planted_model, planted_task, PathConfig(receivers=((0, 1),)))
     with pytest.raises(InputError, match="receiver input"):
         PathConfig(receivers=((1, 0),), receiver_input="x")
+
+
+@pytest.mark.parametrize("joint", [False, True])
+def test_chosen_senders_give_the_same_edges(planted_model, planted_task, joint):
+    """``senders=``: only those heads' rows, each the same number as in the run over every head."""
+    config = PathConfig(receivers=((1, 0), (1, 1)), receiver_input="k", n_resamples=0, joint=joint)
+    full = run_path_patching(planted_model, planted_task, config).table.set_index(["sender", "receiver"])
+    some = run_path_patching(planted_model, planted_task, config, senders=((0, 2), (0, 0), (1, 3)))
+    assert sorted(set(some.table["sender"])) == ["0.0", "0.2"]  # 1.3 sends to no receiver before it
+    assert some.info["senders"] == ["0.0", "0.2"]
+    for row in some.table.to_dict("records"):
+        assert row["effect"] == pytest.approx(full.loc[(row["sender"], row["receiver"]), "effect"], abs=1e-6)
