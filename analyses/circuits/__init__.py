@@ -8,6 +8,8 @@
 * :mod:`~headlens.analyses.circuits.exact` -- exact edge patching (per pair, batched, late-started).
 * :mod:`~headlens.analyses.circuits.summary` -- normalised scores, bootstrap intervals, stability.
 * :mod:`~headlens.analyses.circuits.faithfulness` -- circuits with every other edge corrupted; the curve and its areas.
+* :mod:`~headlens.analyses.circuits.heldout` -- the pairs split: one part chooses the circuit, the other measures it.
+* :mod:`~headlens.analyses.circuits.confirm` -- exact confirmation of an estimate's top and of a random sample; estimate against exact.
 * :mod:`~headlens.analyses.circuits.run` -- :func:`run_circuit`: scores, circuit, faithfulness, exact confirmation.
 * :mod:`~headlens.analyses.circuits.roc` -- edge ROC AUC against a known edge set.
 * :mod:`~headlens.analyses.circuits.config` -- :class:`CircuitConfig`.

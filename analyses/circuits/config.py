@@ -13,7 +13,7 @@ from typing import Any
 
 from headlens.probes.counts import check_count
 from headlens.probes.errors import InputError
-from headlens.probes.settings import setting
+from headlens.probes.settings import check_range, setting
 
 __all__ = ["CircuitConfig", "CompositionConfig", "METHODS", "DIRECTIONS", "MODES", "MAX_BASELINE", "MAX_PAIRS", "check_direction"]
 
@@ -55,6 +55,13 @@ class CircuitConfig:
     threshold: float | None = setting(None, help="The circuit: every edge with |score| >= T.", minimum=0, min_open=True)
     #: Top edges of the circuit confirmed by exact patching.
     confirm: int = setting(20, help="Top circuit edges confirmed by exact patching.", minimum=0)
+    #: Edges outside the confirmed top, drawn at random (seeded) and confirmed too: the edges the estimate's ranking may miss.
+    confirm_sample: int = setting(
+        20,
+        help="Edges outside the confirmed top, a seeded random sample, also confirmed by exact patching: how many carry more "
+        "than the smallest confirmed top edge (missed by the ranking).",
+        minimum=0,
+    )
     n_bootstrap: int = setting(1000, help="Bootstrap resamples of the pairs (intervals).", minimum=1)
     seed: int = setting(0, help="Seed of the built-in task and of the bootstrap.")
     target_faithfulness: float = setting(
@@ -63,6 +70,14 @@ class CircuitConfig:
         minimum=0,
         maximum=1.5,
         min_open=True,
+    )
+    #: Share of the pairs held out to measure the circuit (:mod:`~headlens.analyses.circuits.heldout`).
+    held_out: float = setting(
+        0.5,
+        help="Share of the pairs held out (seeded): the rest score the edges and choose the circuit, these measure its faithfulness "
+        "(0: in-sample; either side below 8 pairs: in-sample, with a note).",
+        minimum=0,
+        maximum=0.9,
     )
     batch_size: int = setting(8, help="Pairs per forward (each holds one copy per patched head).", minimum=1)
     #: Copies x pairs per forward of exact patching (the chunk size); None: as many as fit in
@@ -90,6 +105,8 @@ class CircuitConfig:
         ):
             raise InputError(f"threshold must be a number > 0, got {self.threshold!r}", threshold=self.threshold)
         check_count("confirm", self.confirm, minimum=0)
+        check_count("confirm_sample", self.confirm_sample, minimum=0)
+        check_range(self, "held_out")
         check_count("n_bootstrap", self.n_bootstrap)
         check_count("batch_size", self.batch_size)
         if self.max_rows is not None:

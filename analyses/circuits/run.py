@@ -1,21 +1,25 @@
 """A circuit run: edge scores with intervals and stability, the faithfulness curve, the circuit, exact confirmation.
 
-:func:`run_circuit` scores every edge of the graph (:mod:`~headlens.analyses.circuits.scores`
-for ``eap``/``eap-ig``, :mod:`~headlens.analyses.circuits.exact` for ``exact``), measures the
-faithfulness curve of the ranking (:mod:`~headlens.analyses.circuits.faithfulness`), picks the
-circuit (``top_n``, ``threshold``, or else the smallest measured size reaching
-``target_faithfulness``: the curve is refined by bisection between the last measured size
-below the target and the first one at or above it, which finds the smallest size when
-faithfulness grows with the size between those two points; every size it measures joins the
-curve), then
-computes stability for that selection rule (a circuit chosen by ``target_faithfulness`` is
-resampled as the ``top_n`` rule at the chosen size: the size is not searched again) and confirms the top ``confirm`` edges of the circuit
-by exact patching.  An estimate's ``disagree`` is True where the exact value has the other sign
-or the two 95% intervals do not overlap; ``estimate_over_exact`` is the ratio of the two, so a
-3x discrepancy that wide intervals hide from ``disagree`` is still in the table.  The smallest
-size reaching the target is a point estimate on the pairs that ranked the edges (in-sample):
-:func:`reach_evidence` records its interval, smaller sizes whose intervals also include the
-target, and whether the measured curve is monotone (the bisection's assumption).
+:func:`run_circuit` splits the pairs (:mod:`~headlens.analyses.circuits.heldout`: by default half,
+seeded, choose the circuit and the other half measure it; with too few pairs every pair does
+both, with a note), scores every edge of the graph on the choosing pairs
+(:mod:`~headlens.analyses.circuits.scores` for ``eap``/``eap-ig``,
+:mod:`~headlens.analyses.circuits.exact` for ``exact``), measures the faithfulness curve of the
+ranking on them (:mod:`~headlens.analyses.circuits.faithfulness`), picks the circuit (``top_n``,
+``threshold``, or else the smallest measured size reaching ``target_faithfulness``: the curve is
+refined by bisection between the last measured size below the target and the first one at or
+above it, which finds the smallest size when faithfulness grows with the size between those two
+points; every size it measures joins the curve), then computes stability for that selection
+rule (a circuit chosen by ``target_faithfulness`` is resampled as the ``top_n`` rule at the
+chosen size: the size is not searched again), confirms the top ``confirm`` edges of the circuit
+and a random sample of ``confirm_sample`` others by exact patching
+(:mod:`~headlens.analyses.circuits.confirm`: ``disagree``, ``estimate_over_exact``, ``exact ~
+0``, the edges the ranking missed), and measures the same curve on the held-out pairs: the
+circuit's faithfulness (``summary["circuit_faithfulness"]``) is theirs, the in-sample figure
+beside it.  The smallest size reaching the target is a point estimate on the pairs that ranked
+the edges (in-sample): :func:`reach_evidence` records its interval, smaller sizes whose
+intervals also include the target, and whether the measured curve is monotone (the bisection's
+assumption).  A threshold no edge reaches gives an empty circuit, with a note.
 """
 
 from __future__ import annotations
@@ -29,9 +33,11 @@ import numpy as np
 import pandas as pd
 
 from headlens.analyses.circuits.config import CircuitConfig
+from headlens.analyses.circuits.confirm import confirm_edges, confirmation_summary
 from headlens.analyses.circuits.exact import exact_scores
 from headlens.analyses.circuits.faithfulness import circuit_values, curve_points, curve_summary, faithfulness_curve
 from headlens.analyses.circuits.graph import EdgeGraph, build_graph
+from headlens.analyses.circuits.heldout import faithfulness_at, held_out_curve, split_pairs, subset
 from headlens.analyses.circuits.scores import PerPair, attribution_scores
 from headlens.analyses.circuits.summary import edge_table, gap_of, ranking
 from headlens.analyses.circuits.writes import HEAD_SUM_NORM_NOTE
@@ -160,7 +166,11 @@ def run_circuit(
     notes: list[str] = []
     if graph.info.get("head_sum_norm"):
         notes.append(HEAD_SUM_NORM_NOTE)
-    per_pair = score_edges(model, task, graph, config, progress)
+    split = split_pairs(len(task), config.held_out, config.seed)
+    if split.reason:
+        notes.append(split.reason)
+    chooser = subset(task, split.choose) if split.held else task
+    per_pair = score_edges(model, chooser, graph, config, progress)
     gap = gap_of(per_pair, n_bootstrap=config.n_bootstrap, seed=config.seed)
     if not gap.defined:
         notes.append(f"scores are not normalised: {gap.reason}")
@@ -169,12 +179,14 @@ def run_circuit(
     n_sel: int | None = config.top_n
     if config.threshold is not None:
         n_sel = int((np.abs(base["score"].to_numpy()) >= config.threshold).sum())
+        if n_sel == 0:
+            notes.append(_empty_note(base, config.threshold, gap.defined))
     sizes = curve_points(n_edges, config.curve_points, [] if n_sel is None else [n_sel])
-    curve, clean, corrupt = faithfulness_curve(model, task, graph, order, sizes, batch_size=config.batch_size,
+    curve, clean, corrupt = faithfulness_curve(model, chooser, graph, order, sizes, batch_size=config.batch_size,
                                                n_bootstrap=config.n_bootstrap, seed=config.seed, progress=progress)  # fmt: skip
-    fgap = gap_of(PerPair(np.zeros((len(task), 0)), clean, corrupt, per_pair.metric, "exact", "noising", np.arange(0)),
+    fgap = gap_of(PerPair(np.zeros((len(chooser), 0)), clean, corrupt, per_pair.metric, "exact", "noising", np.arange(0)),
                   n_bootstrap=config.n_bootstrap, seed=config.seed)  # fmt: skip
-    reach, curve = smallest_reaching(model, task, graph, order, curve, config.target_faithfulness, clean, corrupt, fgap, config)
+    reach, curve = smallest_reaching(model, chooser, graph, order, curve, config.target_faithfulness, clean, corrupt, fgap, config)
     if n_sel is None:
         if reach is None:
             notes.append(f"no circuit of the ranking reaches faithfulness {config.target_faithfulness}; the circuit is every edge")
@@ -184,36 +196,10 @@ def run_circuit(
         table = edge_table(graph, per_pair, top_n=n_sel, n_bootstrap=config.n_bootstrap, seed=config.seed)
     else:
         table = base
-    in_circuit = np.zeros(n_edges, dtype=bool)
-    in_circuit[order[:n_sel]] = True
-    table["in_circuit"] = in_circuit
-    for col in ("exact", "exact_ci_low", "exact_ci_high"):
-        table[col] = np.nan
-    table["disagree"] = False
-    table["estimate_over_exact"] = np.nan  # an estimate's size against exact patching, where confirmed
-    n_confirm = min(config.confirm, n_sel)
-    confirm_forwards = 0.0
-    exact_rows = per_pair.info.get("max_rows")  # rows per patched forward of exact patching (its default depends on the model)
-    exact_info = per_pair.info
-    if per_pair.method == "exact":
-        table["exact"], table["exact_ci_low"], table["exact_ci_high"] = table["score"], table["ci_low"], table["ci_high"]
-    elif n_confirm > 0:
-        ids = order[:n_confirm]
-        ex = exact_scores(model, task, graph, ids, direction=config.direction, batch_size=config.batch_size, max_rows=config.max_rows)
-        confirm_forwards = ex.forwards
-        exact_rows, exact_info = ex.info.get("max_rows"), ex.info
-        et = edge_table(graph, ex, n_bootstrap=config.n_bootstrap, seed=config.seed)
-        table.loc[ids, "exact"] = et["score"].to_numpy()
-        table.loc[ids, "exact_ci_low"] = et["ci_low"].to_numpy()
-        table.loc[ids, "exact_ci_high"] = et["ci_high"].to_numpy()
-        est, ex_v = table.loc[ids, "score"].to_numpy(), et["score"].to_numpy()
-        apart = (table.loc[ids, "ci_high"].to_numpy() < et["ci_low"].to_numpy()) | (
-            et["ci_high"].to_numpy() < table.loc[ids, "ci_low"].to_numpy()
-        )
-        table.loc[ids, "disagree"] = (np.sign(est) != np.sign(ex_v)) | apart
-        with np.errstate(invalid="ignore", divide="ignore"):
-            table.loc[ids, "estimate_over_exact"] = est / ex_v
-    row = curve[curve["n_edges"] == n_sel]
+    table["in_circuit"] = np.isin(np.arange(n_edges), order[:n_sel])
+    confirmation = _confirm(model, chooser, graph, table, order, n_sel, per_pair, config)
+    if split.held:
+        curve = held_out_curve(model, subset(task, split.held_out), graph, order, curve, config)
     summary = {
         "graph": graph.size(),
         "method": config.method,
@@ -223,19 +209,51 @@ def run_circuit(
         "metric": per_pair.metric,
         "gap": gap.describe(),
         "n_circuit": int(n_sel),
-        "circuit_faithfulness": float(row["faithfulness"].iloc[0]) if len(row) else float("nan"),
+        **faithfulness_at(curve, n_sel, split),
         "target_faithfulness": config.target_faithfulness,
         "smallest_reaching_target": reach,
         "reach": reach_evidence(curve, reach, config.target_faithfulness),
-        "confirmed": int(n_confirm if per_pair.method != "exact" else n_edges),
-        "disagreements": int(table["disagree"].sum()),
-        "forwards": {
-            "scores": per_pair.forwards,
-            "confirm": confirm_forwards,
-            "exact_rows_per_forward": exact_rows,
-            "exact_blocks": _blocks(exact_info),
-        },
+        **confirmation,
         **curve_summary(curve),
         "task": task.describe(),
     }
     return CircuitRun(edges=table, faithfulness=curve, summary=summary, config=config, notes=notes, graph=graph)
+
+
+def _empty_note(table: pd.DataFrame, threshold: float, defined: bool) -> str:
+    top = float(np.nanmax(np.abs(table["score"].to_numpy(dtype=float)))) if defined and len(table) else float("nan")
+    largest = f" (the largest is {top:.3g})" if np.isfinite(top) else " (every score is NaN: the gap is not defined)"
+    return f"the circuit is empty: no edge has |score| >= {threshold:g}{largest}; its faithfulness is that of the corrupted run, 0"
+
+
+def _confirm(
+    model: LoadedModel, task: PairTask, graph: EdgeGraph, table: pd.DataFrame, order: np.ndarray, n_sel: int, per_pair: PerPair,
+    config: CircuitConfig,
+) -> dict[str, Any]:  # fmt: skip
+    """Exact confirmation of an estimate (:func:`~headlens.analyses.circuits.confirm.confirm_edges`); the summary's
+    ``confirmed``, ``disagreements``, ``confirmation`` and ``forwards``."""
+    n_edges = len(graph.edges)
+    for col, empty in (("exact", np.nan), ("exact_ci_low", np.nan), ("exact_ci_high", np.nan), ("disagree", False),
+                       ("estimate_over_exact", np.nan), ("exact_near_zero", False), ("off_exact", False), ("confirmed", "")):  # fmt: skip
+        table[col] = empty
+    n_confirm = min(config.confirm, n_sel)
+    ex, sample, floor = None, np.zeros(0, dtype=np.int64), None
+    if per_pair.method == "exact":
+        table["exact"], table["exact_ci_low"], table["exact_ci_high"] = table["score"], table["ci_low"], table["ci_high"]
+    elif n_confirm > 0 or config.confirm_sample > 0:
+        ex, sample = confirm_edges(model, task, graph, table, order, n_confirm, config)
+        floor = ex.info.get("share_resolution") if ex is not None else None
+    info = (ex or per_pair).info
+    out: dict[str, Any] = {
+        "confirmed": int(n_confirm if per_pair.method != "exact" else n_edges),
+        "disagreements": int((table["disagree"] & (table["confirmed"] != "sample")).sum()),
+        "forwards": {
+            "scores": per_pair.forwards,
+            "confirm": ex.forwards if ex is not None else 0.0,
+            "exact_rows_per_forward": info.get("max_rows"),
+            "exact_blocks": _blocks(info),
+        },
+    }
+    if per_pair.method != "exact":
+        out["confirmation"] = confirmation_summary(table, n_confirm, sample, floor, config.seed)
+    return out

@@ -38,7 +38,20 @@ N_PAIRS_HELP = (
 @config_options(PairSource, ("task", "builtin", "n_pairs", "prepend_bos"), overrides={"n_pairs": {"help": N_PAIRS_HELP}})
 @config_options(
     CircuitConfig,
-    ("batch_size", "seed", "method", "steps", "top_n", "threshold", "target_faithfulness", "confirm", "direction", "n_bootstrap"),
+    (
+        "batch_size",
+        "seed",
+        "method",
+        "steps",
+        "top_n",
+        "threshold",
+        "target_faithfulness",
+        "held_out",
+        "confirm",
+        "confirm_sample",
+        "direction",
+        "n_bootstrap",
+    ),
 )
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Output folder (must be empty unless --overwrite).")
 @click.option("--overwrite", is_flag=True, help="Write into a non-empty --out folder, replacing its files.")

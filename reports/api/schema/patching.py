@@ -23,6 +23,7 @@ def _effect(direction: str, what: str, when: str = "") -> tuple[Column, ...]:
 _NOISING = 'with "noising" in directions'
 _DENOISING = 'with "denoising" in directions'
 _ATTRIBUTION = "with attribution=True"
+_HELD_OUT = "with held_out > 0 and at least 8 pairs on each side"
 _EXACT = "with confirm > 0: the confirmed edges have values, the others NaN"
 
 TABLES = {
@@ -92,7 +93,10 @@ TABLES = {
             ("exact_ci_low", "float64", "lower end of its 95% bootstrap interval", _EXACT),
             ("exact_ci_high", "float64", "upper end of its 95% bootstrap interval", _EXACT),
             ("disagree", "bool", "estimate and exact disagree (sign, or intervals apart)", _EXACT),
-            ("estimate_over_exact", "float64", "score / exact (far from 1: the estimate is off)", _EXACT),
+            ("estimate_over_exact", "float64", "score / exact (far from 1: the estimate is off); NaN where exact ~ 0", _EXACT),
+            ("exact_near_zero", "bool", "exact is within what a float32 forward resolves (exact ~ 0): no ratio is taken", _EXACT),
+            ("off_exact", "bool", "the estimate is more than 2x off exact, or exact ~ 0 under an estimate >= 0.01", _EXACT),
+            ("confirmed", "str", 'how it was confirmed: "top" (of the ranking), "sample" (a random edge outside it) or ""', _EXACT),
         ),
         "faithfulness": table(
             "faithfulness",
@@ -100,10 +104,13 @@ TABLES = {
             "circuit size measured on the faithfulness curve",
             ("n_edges", "int64", "edges kept (the top n by |score|)"),
             ("fraction", "float64", "n_edges over the graph's edges"),
-            ("faithfulness", "float64", "share of the gap the kept edges recover, the rest patched to corrupted"),
+            ("faithfulness", "float64", "share of the gap the kept edges recover, the rest patched to corrupted (pairs that chose them)"),
             CI_LOW,
             CI_HIGH,
             ("metric", "float64", "the metric with those edges kept"),
+            ("held_out", "float64", "faithfulness of the same edges on the held-out pairs (that did not choose them)", _HELD_OUT),
+            ("held_out_ci_low", "float64", "lower end of its 95% bootstrap interval", _HELD_OUT),
+            ("held_out_ci_high", "float64", "upper end of its 95% bootstrap interval", _HELD_OUT),
         ),
     },
     "composition": {

@@ -97,3 +97,42 @@ def test_faithfulness_curve_ends(runs):
     assert c["faithfulness"].iloc[0] == 0.0 and c["n_edges"].iloc[0] == 0
     assert abs(c["faithfulness"].iloc[-1] - 1.0) < 1e-9
     assert 0.9 < runs["exact"].summary["auc"] <= 1.0
+
+
+@pytest.fixture(scope="session")
+def eap_run(circuit_model, circuit_task):
+    """Plain EAP, its top 10 confirmed and every other edge in the random sample (issue 46, items 2, 7, 8)."""
+    return run_circuit(circuit_model, circuit_task, CircuitConfig(method="eap", confirm=10, confirm_sample=1000, n_bootstrap=200))
+
+
+def test_the_sample_outside_the_top_finds_the_edge_eap_misses(eap_run):
+    """Item 2: EAP ranks the K-composition edge 0.0 -> 1.0 (k) outside its top 10; exact patching of the edges outside
+    the top finds it carrying more than the smallest confirmed top edge."""
+    s = eap_run.summary["confirmation"]
+    e = eap_run.edges
+    assert (e["confirmed"] == "top").sum() == 10 and (e["confirmed"] == "sample").sum() == len(e) - 10 == s["sample"]["n"]
+    missed = {m["edge"]: m for m in s["sample"]["missed"]}
+    assert "0.0 -> 1.0 (k)" in missed and missed["0.0 -> 1.0 (k)"]["exact"] > 0.5 and missed["0.0 -> 1.0 (k)"]["rank"] > 10
+    assert s["sample"]["n_missed"] == len(s["sample"]["missed"]) >= 1
+
+
+def test_no_ratio_over_an_exact_value_at_float_noise(eap_run):
+    """Item 7: an exact value within the float32 resolution is 'exact ~ 0', not a ratio of 1e5 (or inf); two negligible
+    values agree."""
+    e = eap_run.edges
+    confirmed = e[e["confirmed"] != ""]
+    ratio = confirmed["estimate_over_exact"].to_numpy(dtype=float)
+    assert np.isfinite(ratio[np.isfinite(ratio)]).all() and np.nanmax(np.abs(ratio)) < 1e3
+    near = confirmed[confirmed["exact_near_zero"]]
+    assert len(near) and near["estimate_over_exact"].isna().all()
+    assert (near["exact"].abs() <= eap_run.summary["confirmation"]["share_resolution"]).all()
+    both_small = confirmed[(confirmed["score"].abs() < 0.01) & (confirmed["exact"].abs() < 0.01)]
+    assert len(both_small) and not both_small["disagree"].any()
+
+
+def test_a_wrong_sign_estimate_at_stability_one_is_flagged(eap_run):
+    """Item 8: EAP's embed -> 0.0 (v) has the wrong sign at stability 1.00; it is a confirmed disagreement, recorded with
+    its stability."""
+    dis = {d["edge"]: d for d in eap_run.summary["confirmation"]["disagree"]}
+    v = dis["embed -> 0.0 (v)"]
+    assert v["stability"] == 1.0 and v["estimate"] < 0 < v["exact"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 import headlens
@@ -175,8 +176,8 @@ def test_findings_flag_sign_unknown_edges_and_estimates_off_exact():
 def test_run_records_reach_and_the_estimate_over_exact(demo_circuit):
     s, e = demo_circuit.summary, demo_circuit.edges
     assert s["reach"]["n"] == s["smallest_reaching_target"] and s["reach"]["in_sample"] is True and "monotone" in s["reach"]
-    confirmed = e[e["exact"].notna()]
-    assert len(confirmed) == 8
+    confirmed = e[(e["confirmed"] == "top") & ~e["exact_near_zero"]]
+    assert (e["confirmed"] == "top").sum() == 8 and (e["confirmed"] == "sample").sum() == 20
     assert (confirmed["estimate_over_exact"] - confirmed["score"] / confirmed["exact"]).abs().max() < 1e-12
 
 
@@ -190,3 +191,75 @@ def test_reach_monotone_within_noise():
     )
     r = reach_evidence(curve, 10, 0.95)
     assert r["monotone"] is True and r["drop"] < MONOTONE_TOLERANCE and r["indistinguishable_from"] is None
+
+
+# --------------------------------------------------------------------------- issue 46: held-out faithfulness, confirmation words
+
+
+@pytest.fixture(scope="module")
+def held_circuit(demo):
+    return headlens.circuit(demo, method="exact", n_pairs=16, n_bootstrap=100, curve_points=4)
+
+
+def test_findings_lead_with_the_held_out_faithfulness(held_circuit, tmp_path):
+    """Item 1: the first line gives the held-out figure, then the in-sample one; the next says how the pairs were split;
+    the manifest records the split and both figures."""
+    s = held_circuit.summary
+    first, split = held_circuit.findings().lines[:2]
+    held = f"faithfulness {s['held_out']['faithfulness']:.2f}"
+    assert held in first and "on 8 held-out pairs" in first and first.index(held) < first.index("in-sample") < first.index("chose it")
+    assert split.startswith("pairs: 16, split at random (seed 0): 8 score the edges and choose the circuit, 8 held out")
+    manifest = json.loads((held_circuit.save(tmp_path / "c") / "manifest.json").read_text())["circuit"]["summary"]
+    assert len(manifest["split"]["held_out"]) == 8 and manifest["held_out"]["n_pairs"] == 8 and "in_sample" in manifest
+    assert headlens.load(tmp_path / "c").findings().lines == held_circuit.findings().lines
+
+
+def test_too_few_pairs_to_hold_out_is_said(demo_circuit):
+    first = demo_circuit.findings().lines[0]
+    assert "in-sample (on the 12 pairs that chose it; none held out)" in first
+    assert any("12 pairs are too few to hold out 0.5" in w and "at least 16 pairs" in w for w in demo_circuit.findings().warnings)
+    assert demo_circuit.manifest["circuit"]["summary"]["split"]["reason"] in demo_circuit.notes
+
+
+def _confirmed_circuit(n: int = 8):
+    """A hand-made estimate with ``n`` confirmed edges that disagree, the first at exact ~ 0."""
+    import pandas as pd
+
+    names = [(f"0.{i % 4}", f"1.{i // 4}", "k") for i in range(n)]
+    edges = pd.DataFrame({"sender": [a for a, _, _ in names], "receiver": [b for _, b, _ in names], "input": ["k"] * n,
+                          "score": [0.3] * n, "ci_low": [0.25] * n, "ci_high": [0.35] * n, "stability": [1.0] * n,
+                          "exact": [1e-8] + [0.9] * (n - 1), "exact_ci_low": [0.0] + [0.85] * (n - 1),
+                          "exact_ci_high": [2e-8] + [0.95] * (n - 1), "disagree": [True] * n,
+                          "estimate_over_exact": [np.nan] + [1 / 3] * (n - 1), "exact_near_zero": [True] + [False] * (n - 1),
+                          "in_circuit": [True] * n, "rank": list(range(1, n + 1))})  # fmt: skip
+    named = [{"edge": f"{a} -> {b} ({c})", "rank": i + 1, "estimate": 0.3, "exact": 0.9, "ratio": 1 / 3, "exact_near_zero": False,
+              "stability": 1.0} for i, (a, b, c) in enumerate(names)]  # fmt: skip
+    named[0] |= {"exact": 1e-8, "ratio": None, "exact_near_zero": True}
+    confirmation = {"n_top": n, "off_factor": 2.0, "disagree": named, "off": named, "sample": {}}
+    summary = {"n_circuit": n, "method": "eap", "direction": "noising", "estimate": True, "confirmed": n, "disagreements": n,
+               "confirmation": confirmation, "graph": {}}  # fmt: skip
+    return headlens.CircuitResult(tables={"edges": edges, "faithfulness": pd.DataFrame({"n_edges": [n], "faithfulness": [1.0]})},
+                                  manifest={"result": "circuit", "circuit": {"summary": summary, "notes": []}})  # fmt: skip
+
+
+def test_confirmation_words():
+    """Item 7: 'exact ~ 0' instead of a ratio, six edges named and the rest counted, the off note read from the manifest;
+    item 8: a disagreement says that intervals and stability do not measure the estimator's bias."""
+    r = _confirmed_circuit()
+    first = next(line for line in r.findings().lines if line.startswith("  0.0 -> 1.0 (k)"))
+    assert "exact ~ 0" in first and "estimate/exact" not in first and "DISAGREES" in first
+    (dis,) = [w for w in r.findings().warnings if "estimate and exact disagree" in w]
+    assert dis.startswith("8 of 8 confirmed edges") and "0.1 -> 1.1 (k) and 2 more)" in dis
+    assert "8 of them at stability >= 0.9" in dis and "not the estimator's bias" in dis
+    (off,) = [w for w in r.findings().warnings if "more than 2x off exact" in w]
+    assert "0.0 -> 1.0 (k) exact ~ 0, 0.1 -> 1.0 (k) 0.33" in off and "and 2 more)" in off
+    r.tables["edges"]["estimate_over_exact"] = 1.0  # the note is the manifest's, not recomputed from the table on load
+    assert any("more than 2x off exact" in w for w in r.findings().warnings)
+
+
+def test_sample_outside_the_top_is_reported(demo_circuit):
+    """Item 2: the random sample confirmed outside the top, its size, seed and what it found."""
+    sample = demo_circuit.summary["confirmation"]["sample"]
+    (line,) = [line for line in demo_circuit.findings().lines if line.startswith("outside the top 8:")]
+    assert f"20 of the other {sample['outside']} edges drawn at random (seed 0)" in line
+    assert ("none carries more" in line) == (sample["n_missed"] == 0)

@@ -16,6 +16,7 @@ from headlens.analyses.ablation.study import TABLE_COLUMNS
 from headlens.analyses.circuits.composition import COMPOSITION_COLUMNS, COPYING_COLUMNS
 from headlens.analyses.circuits.faithfulness import FAITHFULNESS_COLUMNS
 from headlens.analyses.circuits.graph import EDGE_COLUMNS
+from headlens.analyses.circuits.heldout import HELD_OUT_COLUMNS
 from headlens.analyses.demo import MODEL_DIR
 from headlens.analyses.design.gqa import COMPARISON_COLUMNS, SUMMARY_COLUMNS
 from headlens.analyses.design.kv import KV_COLUMNS
@@ -64,7 +65,7 @@ def test_every_result_kind_has_a_schema_and_every_column_a_meaning():
         ("patching", "patching", PATCH_COLUMNS + ATTRIBUTION_COLUMNS[3:]),
         ("patching", "path_patching", PATH_COLUMNS),
         ("patching", "dla", DLA_COLUMNS),
-        ("circuit", "faithfulness", FAITHFULNESS_COLUMNS),
+        ("circuit", "faithfulness", FAITHFULNESS_COLUMNS + HELD_OUT_COLUMNS),
         ("composition", "composition", COMPOSITION_COLUMNS),
         ("composition", "copying", COPYING_COLUMNS),
         ("kv", "kv", KV_COLUMNS),
