@@ -28,7 +28,8 @@ CAPTURABLE: dict[str, str] = {
 class ModelConfig:
     """What model to load and where.
 
-    ``model`` is a Hugging Face id (``gpt2``) or a local checkpoint folder.
+    ``model`` is a Hugging Face id (``gpt2``), a local checkpoint folder, a GGUF file (or a folder
+    holding one: :mod:`headlens.probes.gguf`) or a named model.
     ``device`` is ``auto`` (CUDA, then MPS, then CPU) or an explicit torch device.
     ``allow_new_weights`` loads a checkpoint that lacks weights of the network body
     (they are randomly initialised and listed in the manifest) instead of refusing it;
@@ -39,8 +40,9 @@ class ModelConfig:
     """
 
     model: str = setting(
-        help="Hugging Face id (gpt2, EleutherAI/pythia-70m), a local checkpoint folder, or a named model: demo (the "
-        "small GPT-2 shipped with headlens), minilm ('headlens models' lists them)."
+        help="Hugging Face id (gpt2, EleutherAI/pythia-70m), a local checkpoint folder, a GGUF file (dequantized and "
+        "cached once), or a named model: demo (the small GPT-2 shipped with headlens), minilm, smollm2 (SmolLM2-135M, "
+        "fetched on first use; 'headlens models' lists them)."
     )
     device: str = setting("auto", help="auto (CUDA, then MPS, then CPU), cpu, cuda, cuda:N or mps.")
     dtype: str = setting(

@@ -1,4 +1,4 @@
-"""Load a model (Hugging Face id or local checkpoint folder) as a TransformerBridge.
+"""Load a model (Hugging Face id, local checkpoint folder or GGUF file) as a TransformerBridge.
 
 Every load says which weights did not come from the checkpoint.  Transformers fills a
 tensor the checkpoint lacks with a fresh random initialisation and carries on; headlens
@@ -34,6 +34,7 @@ from headlens.probes.boot import boot
 from headlens.probes.config import ModelConfig
 from headlens.probes.devices import resolve_device, resolve_dtype
 from headlens.probes.errors import DeviceError, InputError, ModelLoadError, UnsupportedModelError
+from headlens.probes.gguf import GgufFacts, gguf_checkpoint
 from headlens.probes.head_lists import as_heads
 from headlens.probes.placement import (
     Placement,
@@ -59,8 +60,8 @@ class LoadedModel:
     bridge: Any
     tokenizer: Any
     config: ModelConfig
-    source: str  # "local" or "hub"
-    path: str  # resolved folder for local models, the id for hub models
+    source: str  # "local", "gguf" or "hub"
+    path: str  # resolved folder for local models, the GGUF file for gguf ones, the id for hub models
     device: torch.device
     dtype: torch.dtype
     n_layers: int
@@ -82,6 +83,8 @@ class LoadedModel:
     placement: Placement | None = None
     #: Where accelerate put each module (``hf_device_map``) when ``placement`` is set.
     device_map: dict[str, str] | None = None
+    #: The GGUF file the weights were dequantized from (:mod:`headlens.probes.gguf`), None otherwise.
+    gguf: GgufFacts | None = None
     #: :func:`weights_fingerprint`, computed once per load.
     _fingerprint: str | None = field(default=None, repr=False, compare=False)
 
@@ -147,6 +150,7 @@ class LoadedModel:
             "dtype": str(self.dtype).removeprefix("torch."),
             "device": str(self.device),
             "placement": None if self.placement is None else {**self.placement.describe(), "realized": self.device_map},
+            "gguf": None if self.gguf is None else self.gguf.describe(),
             "weights_checked": self.weights_checked,
             "new_weights": list(self.new_weights),
             "head_is_new": self.head_is_new,
@@ -177,7 +181,10 @@ def is_encoder_config(hf_config: Any) -> bool:
 
 
 def _local_sha(model: LoadedModel) -> str | None:
-    """The manifest's ``weights_sha256``: the fingerprint of a local checkpoint with weight files, else None."""
+    """The manifest's ``weights_sha256``: the fingerprint of a local checkpoint with weight files, the GGUF
+    file's sha256 for a model converted from one, else None."""
+    if model.gguf is not None:
+        return model.gguf.sha256  # the GGUF file's bytes, which the converted checkpoint is a function of
     fp = weights_fingerprint(model) if model.source == "local" else None
     return None if fp == "none" else fp
 
@@ -200,7 +207,7 @@ _CORRUPT_ERRORS = ("SafetensorError", "UnpicklingError", "BadZipFile", "EOFError
 def load_model(
     config: ModelConfig | None = None, /, *, named: Mapping[str, Callable[[], Path]] | None = None, **kwargs: Any
 ) -> LoadedModel:
-    """Load ``config.model`` (Hub id or local folder) on the chosen device and dtype, in eval mode.
+    """Load ``config.model`` (Hub id, local folder or GGUF file) on the chosen device and dtype, in eval mode.
 
     Either pass a :class:`ModelConfig` or its fields as keywords:
     ``load_model(model="gpt2", device="auto", dtype="float32")``.  ``named`` resolves model
@@ -209,6 +216,9 @@ def load_model(
     ``device_map``/``max_memory``/``offload_folder`` place a model larger than one device with
     accelerate (:mod:`headlens.probes.placement`); ``LoadedModel.device`` is then where inputs
     go (the embedding's device) and ``LoadedModel.device_map`` where each module went.
+
+    A GGUF file (or a folder holding one) is dequantized and saved once into a cached checkpoint
+    keyed by its sha256 (:mod:`headlens.probes.gguf`); ``LoadedModel.gguf`` and the manifest say so.
 
     Raises :class:`ModelLoadError` when the weights cannot be read, or when weights of the
     network body are not in the checkpoint (unless ``allow_new_weights``); a new output
@@ -223,16 +233,21 @@ def load_model(
     device = resolve_device(config.device) if placement is None else compute_device(placement)
     dtype = resolve_dtype(config.dtype, device)
     source, path = resolve_source(config.model, named)
-    if source == "local":
-        check_weight_files(Path(path), config.model, complete=True)
+    gguf: GgufFacts | None = None
+    folder = path  # what boots: the folder, the Hub id, or the checkpoint converted from a GGUF file
+    if source == "gguf":
+        converted, gguf = gguf_checkpoint(Path(path), config.model)
+        folder = str(converted)
+    if source in ("local", "gguf"):
+        check_weight_files(Path(folder), config.model, complete=True)
     else:
         snapshot = hub_snapshot(path, config.revision)
         if snapshot is not None:
             check_weight_files(snapshot, config.model, complete=False)
     if placement is not None:
-        check_module_names(placement, path, config.revision, config.model)
+        check_module_names(placement, folder, config.revision, config.model)
     try:
-        bridge, reports = boot(path, device, dtype, config.revision, placement)
+        bridge, reports = boot(folder, device, dtype, config.revision, placement)
     except OSError as exc:
         if source == "hub":
             raise ModelLoadError(
@@ -285,6 +300,7 @@ def load_model(
         weights_checked=check.checked,
         placement=placement,
         device_map=device_map,
+        gguf=gguf,
     )
 
 

