@@ -288,7 +288,22 @@ def circuit_warnings(result: CircuitResult) -> list[str]:
             f"{_edges(len(unstable))} of the circuit {_are(len(unstable))} picked with the same sign in under half the bootstrap resamples"
             " (stability < 0.5)"
         )
-    n_pairs = (s.get("task") or {}).get("n_pairs")
+    out.extend(_held_out_below_target(s))
+    n_pairs = (s.get("in_sample") or {}).get("n_pairs") or (s.get("task") or {}).get("n_pairs")
     if isinstance(n_pairs, int) and n_pairs < 16:
-        out.append(f"only {n_pairs} pairs: intervals and stability rest on few pairs")
+        out.append(f"only {n_pairs} pairs score the edges: intervals and stability rest on few pairs")
     return out
+
+
+def _held_out_below_target(s: Mapping[str, Any]) -> list[str]:
+    """A circuit sized to reach the target on the pairs that chose it, short of it on the held-out pairs."""
+    held, target, reach = s.get("held_out"), s.get("target_faithfulness"), s.get("smallest_reaching_target")
+    if not held or reach is None or s.get("n_circuit") != reach or not isinstance(target, int | float):
+        return []
+    f = float(held.get("faithfulness", np.nan))
+    if not np.isfinite(f) or f >= float(target):
+        return []
+    return [
+        f"the circuit reaches {target} on the pairs that chose it but {_figure(held)} on the held-out pairs: "
+        "its size was fitted to the choosing pairs"
+    ]

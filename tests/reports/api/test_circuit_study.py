@@ -219,6 +219,16 @@ def test_too_few_pairs_to_hold_out_is_said(demo_circuit):
     assert "in-sample (on the 12 pairs that chose it; none held out)" in first
     assert any("12 pairs are too few to hold out 0.5" in w and "at least 16 pairs" in w for w in demo_circuit.findings().warnings)
     assert demo_circuit.manifest["circuit"]["summary"]["split"]["reason"] in demo_circuit.notes
+    assert "only 12 pairs score the edges" in "\n".join(demo_circuit.findings().warnings)
+
+
+def test_a_held_out_figure_short_of_the_target_is_said(held_circuit):
+    s = held_circuit.summary
+    below = [w for w in held_circuit.findings().warnings if "on the held-out pairs: its size was fitted" in w]
+    assert bool(below) == (s["held_out"]["faithfulness"] < s["target_faithfulness"] and s["n_circuit"] == s["smallest_reaching_target"])
+    s = {**s, "held_out": {**s["held_out"], "faithfulness": 0.5}, "n_circuit": s["smallest_reaching_target"]}
+    fake = headlens.CircuitResult(tables=held_circuit.tables, manifest={**held_circuit.manifest, "circuit": {"summary": s, "notes": []}})
+    assert any("reaches 0.95 on the pairs that chose it but 0.50" in w for w in fake.findings().warnings)
 
 
 def _confirmed_circuit(n: int = 8):
