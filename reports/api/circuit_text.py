@@ -168,6 +168,8 @@ def _sample_lines(sample: Mapping[str, Any], s: Mapping[str, Any]) -> list[str]:
         f"outside the top {n_top}: {n} of the other {sample['outside']} edges drawn at random (seed {sample.get('seed', 0)})"
         f" and patched exactly: "
     )
+    if not n_top:
+        return [f"{n} of the {sample['outside']} edges drawn at random (seed {sample.get('seed', 0)}) and patched exactly (exact column)"]
     missed = list(sample.get("missed") or [])
     if not missed:
         return [head + f"none carries more than the smallest confirmed top edge (|exact| {float(sample['smallest_top_exact']):.2g})"]

@@ -273,3 +273,10 @@ def test_sample_outside_the_top_is_reported(demo_circuit):
     (line,) = [line for line in demo_circuit.findings().lines if line.startswith("outside the top 8:")]
     assert f"20 of the other {sample['outside']} edges drawn at random (seed 0)" in line
     assert ("none carries more" in line) == (sample["n_missed"] == 0)
+
+
+def test_sample_without_a_confirmed_top():
+    r = _confirmed_circuit()
+    r.manifest["circuit"]["summary"]["confirmation"] |= {"n_top": 0, "sample": {"n": 5, "outside": 110, "seed": 3, "missed": [],
+                                                                               "smallest_top_exact": float("nan")}}  # fmt: skip
+    assert "5 of the 110 edges drawn at random (seed 3) and patched exactly (exact column)" in r.findings().lines
