@@ -97,6 +97,7 @@ def report_cmd(
     if report.roles is not None:
         shown = roles_joined(report.roles, report.heads, sep=", ") if len(report.heads) else []
         named = [(name, text) for name, text in zip(report.heads["name"], shown, strict=True) if text]
+        named.sort(key=lambda item: item[1] == "sink")  # heads with another role first: most heads of a Llama-family model sink
         listed = ", ".join(f"{name} ({text})" for name, text in named[:SHOWN_ROLES]) + (
             f", ... and {len(named) - SHOWN_ROLES} more (report.html)" if len(named) > SHOWN_ROLES else ""
         )

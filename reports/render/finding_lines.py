@@ -30,6 +30,7 @@ from headlens.reports.render.verdict_text import rank_test_words
 __all__ = [
     "Findings",
     "census_findings",
+    "census_role_lines",
     "evidence_count_line",
     "patching_findings",
     "ablation_findings",
@@ -98,25 +99,30 @@ def _strongest(row: Any, scores: pd.DataFrame) -> str:
     return f"  ({det} {r['score']:.3f}{interval})"
 
 
+def census_role_lines(heads: pd.DataFrame, scores: pd.DataFrame, roles: pd.DataFrame | None) -> list[str]:
+    """How many heads have a role, then each head's roles with its strongest score and interval
+    (``heads``: one row per head with ``roles`` joined and ``strongest_detector``).  When more than
+    half the heads have the sink role, the first line counts the heads per role, the list holds the
+    heads with a role other than sink, and the sinks follow as one population
+    (:mod:`headlens.reports.render.sink_lines`).  The report page shows the same lines."""
+    named = heads[heads["roles"].astype(str) != ""]
+    population = population_of({"scores": scores, "roles": roles}) if roles is not None else None
+    lines = [f"{len(named)} of {len(heads)} heads have a role"]
+    if population is not None and roles is not None:  # sinks are the default state: the specific roles first
+        lines[0] += f": {role_counts_text(roles, [str(d) for d in scores['detector'].unique()])}"
+        named = listed_heads(heads, roles)
+    lines += [f"  {r.name:>6}  {r.roles}{_strongest(r, scores)}" for r in named.itertuples()]
+    return lines + (sink_population_lines(population) if population is not None else [])
+
+
 def census_findings(result: Any) -> Findings:
-    """``headlens classify``: how many heads have a role, each head's roles, then the evidence verdicts.
-    When more than half the heads have the sink role, the first line counts the heads per role, the
-    list holds the heads with a role other than sink, and the sinks follow as one population
-    (:mod:`headlens.reports.render.sink_lines`)."""
+    """``headlens classify``: how many heads have a role, each head's roles (:func:`census_role_lines`),
+    then the evidence verdicts."""
     tables = result.tables
     if "heads" not in tables:
         return Findings()
-    heads = tables["heads"]
-    named = heads[heads["roles"].astype(str) != ""]
     scores = tables.get("scores", pd.DataFrame())
-    population = population_of(tables)
-    lines = [f"{len(named)} of {len(heads)} heads have a role"]
-    if population is not None:  # sinks are the default state: the specific roles first, the sinks as one population
-        lines[0] += f": {role_counts_text(tables['roles'], [str(d) for d in scores['detector'].unique()])}"
-        named = listed_heads(heads, tables["roles"])
-    lines += [f"  {r.name:>6}  {r.roles}{_strongest(r, scores)}" for r in named.itertuples()]
-    if population is not None:
-        lines += sink_population_lines(population)
+    lines = census_role_lines(tables["heads"], scores, tables.get("roles"))
     evidence = tables.get("evidence")
     if evidence is not None:
         lines.append(evidence_count_line(evidence))

@@ -94,5 +94,6 @@ def listed_heads(heads: pd.DataFrame, roles: pd.DataFrame) -> pd.DataFrame:
     keep = [(int(a), int(b)) not in only for a, b in zip(named["layer"], named["head"], strict=True)]
     shown = named[keep]
     order = {r: i for i, r in enumerate(SPECIFIC_ROLES)}
-    rank = shown["strongest_detector"].astype(str).map(lambda d: order.get(d, len(order)))
+    strongest = shown["strongest_detector"] if "strongest_detector" in shown else pd.Series("", index=shown.index)
+    rank = strongest.fillna("").astype(str).map(lambda d: order.get(d, len(order)))
     return shown.assign(_rank=rank).sort_values(["_rank", "layer", "head"], kind="stable").drop(columns="_rank")

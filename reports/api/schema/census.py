@@ -34,7 +34,8 @@ TABLES = {
             (
                 "strongest_detector",
                 "str",
-                "the head's role with the highest score; without a role, the detector with the largest score/threshold"
+                "the head's role with the highest score, other than sink where it has another role; without a role,"
+                " the detector with the largest score/threshold"
                 ' among those whose 95% interval lies above the uniform baseline ("" where none does)',
             ),
             ("strongest_score", "float64", "that detector's score (NaN where none is)"),

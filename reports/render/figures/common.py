@@ -194,6 +194,14 @@ def detector_heatmaps(
     }
 
 
+def _heatmap_note(scores: pd.DataFrame, marked: np.ndarray | None) -> str:
+    """A detector heatmap's second title line: what the outline means and how many prompts the scores rest on."""
+    n = pd.to_numeric(scores["n"], errors="coerce") if "n" in scores else pd.Series(dtype=float)
+    prompts = f"mean over {int(n.max())} prompts" if n.notna().any() else ""
+    outline = "" if marked is None else f"red outline: has the role ({int(marked.sum())} of {marked.size} heads)"
+    return "; ".join(filter(None, [outline, prompts]))
+
+
 def detector_figures(scores: pd.DataFrame, roles: pd.DataFrame | None) -> dict[str, Callable[[], Any]]:
     """One heatmap per detector in the scores table, heads with that role outlined (``roles``: the
     long role table, :func:`headlens.analyses.heads.classify.classify_heads`): a function making
@@ -205,10 +213,11 @@ def detector_figures(scores: pd.DataFrame, roles: pd.DataFrame | None) -> dict[s
         grid = np.full((n_layers, n_heads), np.nan)
         grid[g["layer"].to_numpy(), g["head"].to_numpy()] = g["score"].to_numpy()
         marked = None
+        title = f"{det} score (uniform baseline {baseline_label(g['baseline'])})"
         if roles is not None:
             marked = np.zeros((n_layers, n_heads), dtype=bool)
             has = roles[roles["role"] == det]
             marked[has["layer"].to_numpy(int), has["head"].to_numpy(int)] = True
-        return heatmap_figure(grid, f"{det} score (uniform baseline {baseline_label(g['baseline'])})", marked=marked)
+        return heatmap_figure(grid, titled(title, _heatmap_note(g, marked)), marked=marked)
 
     return {f"heatmap_{det}": functools.partial(make, str(det), g) for det, g in scores.groupby("detector", sort=False)}

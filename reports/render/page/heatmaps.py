@@ -105,6 +105,12 @@ def _heatmap(
     }
 
 
+def _prompts_note(scores: pd.DataFrame) -> str:
+    """``; mean over 20 prompts``: what a detector's scores rest on (the most prompts any head was measured on)."""
+    n = pd.to_numeric(scores["n"], errors="coerce") if "n" in scores else pd.Series(dtype=float)
+    return f"; mean over {int(n.max())} prompts" if n.notna().any() else ""
+
+
 def scored_detectors(scores: pd.DataFrame | None) -> tuple[list[str], list[str]]:
     """``(shown, unscored)``: the census's detectors with at least one score, and those with none
     (e.g. ``next_token`` on causal attention), which get no heatmap and no table column."""
@@ -147,7 +153,8 @@ def heatmaps(report: Any, exact_importance: bool) -> list[dict[str, Any]]:
             note += (
                 f"; uniform baseline {baseline_label(g['baseline'])}"
                 + (f"; role threshold {th:g}" if th is not None else "")
-                + "; outlined: heads with the role"
+                + f"; outlined: heads with the role ({int(outlined.sum())} of {L * H})"
+                + _prompts_note(g)
             )
             maps.append(
                 _heatmap(

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from headlens.analyses.heads.classify import SINK_ROLE as SINK
 from headlens.analyses.heads.classify import roles_of
 from headlens.reports.render.page.attention_component import view_data
 from headlens.reports.render.page.values import finite, metric_label
@@ -99,10 +100,13 @@ def script_data(report: Any) -> dict[str, Any]:
 
 
 def initial_head(report: Any) -> str:
-    """The head shown first: the strongest one with a role, else 0.0."""
+    """The head shown first: the strongest one with a role other than sink (the default state of most
+    heads in Llama-family models), else with a role, else 0.0."""
     if report.roles is None or not len(report.roles):
         return "0.0"
-    with_role = set(zip(report.roles["layer"].astype(int), report.roles["head"].astype(int), strict=True))
+    specific = report.roles[report.roles["role"].astype(str) != SINK]
+    chosen = specific if len(specific) else report.roles
+    with_role = set(zip(chosen["layer"].astype(int), chosen["head"].astype(int), strict=True))
     best = report.strongest
     if best is not None and len(best):
         best = best[[(int(a), int(b)) in with_role for a, b in zip(best["layer"], best["head"], strict=True)]]

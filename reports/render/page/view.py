@@ -12,6 +12,7 @@ from typing import Any
 from urllib.parse import quote
 
 from headlens.analyses.heads.classify import roles_of
+from headlens.reports.render.finding_lines import census_role_lines
 from headlens.reports.render.page.design_view import design_view
 from headlens.reports.render.page.evidence_view import evidence_view
 from headlens.reports.render.page.figure import inline_svg
@@ -20,6 +21,8 @@ from headlens.reports.render.page.markdown_view import ablation_view, design_mar
 from headlens.reports.render.page.sink_counts import sink_disagreement, sink_rate_rows
 from headlens.reports.render.page.smoke import smoke_columns_note, smoke_note
 from headlens.reports.render.page.values import finite, metric_label, num, signed, sortval
+from headlens.reports.render.sink_lines import population_of
+from headlens.reports.render.tables import roles_joined
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +102,7 @@ def _role_table(report: Any) -> dict[str, Any]:
         title = EXACT_IMPORTANCE_TITLE if col == "importance" and _exact_importance(report) else COLUMN_TITLES.get(col, col + " score")
         header.append({"k": k, "col": col, "kind": kind, "label": label, "title": f"{title}; click to sort"})
     has = roles_of(report.roles) if report.roles is not None else {}
+    intervals = _intervals(report.scores)
     rows = []
     for d in heads.to_dict("records"):
         roles = sorted(has.get((int(d["layer"]), int(d["head"])), ()))
@@ -111,7 +115,8 @@ def _role_table(report: Any) -> dict[str, Any]:
                 text = "n/a" if finite(v) is None else f"{100 * float(v):.0f}%"
             else:
                 text = num(v)
-            cells.append({"v": sortval(v), "text": text, "x": v})
+            ci = intervals.get((int(d["layer"]), int(d["head"]), col)) if col in dets else None
+            cells.append({"v": sortval(v), "text": text, "x": v, "ci": ci})
         rows.append(
             {
                 "name": str(d["name"]),
@@ -122,6 +127,36 @@ def _role_table(report: Any) -> dict[str, Any]:
             }
         )
     return {"header": header, "rows": rows, "detectors": dets}
+
+
+def _intervals(scores: Any) -> dict[tuple[int, int, str], str]:
+    """``(layer, head, detector) -> "[0.62, 0.64]"``: each census score's 95% interval as the head table shows it."""
+    if scores is None or not {"ci_low", "ci_high"} <= set(scores.columns):
+        return {}
+    out = {}
+    for layer, head, det, lo, hi in zip(
+        scores["layer"], scores["head"], scores["detector"], scores["ci_low"], scores["ci_high"], strict=True
+    ):
+        if finite(lo) is not None and finite(hi) is not None:
+            out[(int(layer), int(head), str(det))] = f"[{num(lo)}, {num(hi)}]"
+    return out
+
+
+def _findings(report: Any) -> list[str]:
+    """The census's findings as ``headlens classify`` prints them (:func:`census_role_lines`): the
+    page leads with them, above the head table."""
+    if report.scores is None or report.roles is None or not len(report.heads):
+        return []
+    heads = report.strongest.copy() if report.strongest is not None else report.heads[["layer", "head", "name"]].copy()
+    heads["roles"] = roles_joined(report.roles, heads)
+    return census_role_lines(heads, report.scores, report.roles)
+
+
+def _sinks_a_population(report: Any) -> bool:
+    """More than half the heads have the sink role (:func:`population_of`): the head table opens on the others."""
+    if report.scores is None or report.roles is None:
+        return False
+    return population_of({"scores": report.scores, "roles": report.roles}) is not None
 
 
 def _pruning(report: Any) -> dict[str, Any] | None:
@@ -221,6 +256,8 @@ def page_context(report: Any) -> dict[str, Any]:
         else f"change in {metric_label(_data_metric(report))} when the head alone is ablated",
         "metric_note": report.metric_note,
         "sinks_note": report.sinks_note,
+        "findings": _findings(report),
+        "sink_population": _sinks_a_population(report),
         "table": _role_table(report),
         "unscored": scored_detectors(report.scores)[1],
         "smoke_notes": {name: smoke_note(report, name) for name in ("sinks", "pruning", "design", "ablation_zero", "ablation_mean")},

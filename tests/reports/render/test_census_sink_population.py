@@ -78,3 +78,10 @@ def test_half_the_heads_sinking_lists_every_sink_head():
     assert set(listed) == {"0.0", "0.2", "2.0", "2.1", "2.2", "3.0", "3.1"}  # the 6 sink heads and 0.0, in layer order
     assert not any(line.startswith("sinks:") for line in lines)
     assert "### Sinks" not in census.summary
+
+
+def test_heatmaps_say_what_the_outline_means_and_how_many_prompts():
+    census = _census()
+    sink = census.plot("heatmap_sink").axes[0].get_title()
+    assert sink.split("\n") == ["sink score (uniform baseline 0.100)", "red outline: has the role (10 of 12 heads); mean over 20 prompts"]
+    assert "has the role (1 of 12 heads)" in census.plot("heatmap_induction").axes[0].get_title()

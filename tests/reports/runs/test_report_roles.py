@@ -54,7 +54,9 @@ def test_long_table_has_one_row_per_head_and_role():
         ("1.0", "induction"),
     ]
     assert list(got.heads["name"]) == ["0.0", "0.1", "1.0"]  # every head, with or without a role
-    assert got.heads.set_index("name").loc["0.0", "strongest_detector"] == "sink"
+    # named after its role other than sink, though its sink score is higher (issue 45 item 3: most heads of a
+    # Llama-family model sink, so "sink" would name nearly every head)
+    assert got.heads.set_index("name").loc["0.0", "strongest_detector"] == "previous_token"
     assert roles_of(got.roles) == {(0, 0): frozenset({"previous_token", "sink"}), (1, 0): frozenset({"induction"})}
     assert heads_with_role(got.roles, "sink") == {"0.0"} and heads_with_role(got.roles, "referent") == set()
     assert roles_joined(got.roles, got.heads) == ["previous_token;sink", "", "induction"]

@@ -116,7 +116,8 @@
     var role = roleSel.value, q = search.value.trim().toLowerCase(), shown = 0, rows = tbody.rows;
     for (var i = 0; i < rows.length; i++) {
       var tr = rows[i], roles = (D.heads[tr.dataset.head] || {}).roles || [];
-      var ok = role === "" || (role === "*" ? roles.length > 0 : role === "-" ? roles.length === 0 : roles.indexOf(role) >= 0);
+      var ok = role === "" || (role === "*" ? roles.length > 0 : role === "-" ? roles.length === 0
+        : role === "+" ? roles.some(function (r) { return r !== "sink"; }) : roles.indexOf(role) >= 0);
       if (ok && q) ok = tr.dataset.head.indexOf(q) === 0 || roles.join(" ").toLowerCase().indexOf(q) >= 0;
       tr.hidden = !ok;
       if (ok) shown++;
@@ -125,5 +126,6 @@
   }
   roleSel.addEventListener("change", filter);
   search.addEventListener("input", filter);
+  if (roleSel.value !== "") filter();  // the page may open filtered (sinks as a population: the heads with another role)
   select(D.initial, false);
 })();
