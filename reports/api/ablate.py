@@ -16,12 +16,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import pandas as pd
 import torch
 
 from headlens.analyses.ablation.evalset import METRIC_LABELS, EvalSet, TaskItem, read_task
 from headlens.analyses.ablation.masks import HeadMask, read_mask
 from headlens.analyses.ablation.setup import EvalSetup, EvalSpec, eval_setup
-from headlens.analyses.ablation.study import AblationConfig, run_ablation
+from headlens.analyses.ablation.study import TABLE_COLUMNS, AblationConfig, run_ablation
 from headlens.probes.errors import InputError
 from headlens.probes.loading import LoadedModel, check_layers_heads, weights_fingerprint
 from headlens.probes.manifest import build_manifest
@@ -40,7 +41,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ablate", "AblationResult", "DATA_FIELDS", "eval_spec", "data_setup", "model_key", "metric_label"]
+__all__ = ["ablate", "AblationResult", "ABLATION_COLUMNS", "DATA_FIELDS", "eval_spec", "data_setup", "model_key", "metric_label"]
 
 #: Keyword arguments of ablate / prune (and, for text, gqa / projections) that say what is measured on: :class:`EvalSpec`'s fields.
 DATA_FIELDS = tuple(info.name for info in settings_of(EvalSpec))
@@ -266,4 +267,17 @@ def ablate(
     manifest = build_manifest(
         model=loaded, command=command, seed=cfg.seed, prepend_bos=spec.prepend_bos, configs={"ablation": cfg}, extra=extra
     )
-    return AblationResult(tables={"ablation": run.table}, manifest={"result": AblationResult.kind, **manifest}, setup=setup)
+    return AblationResult(tables={"ablation": _named(run.table)}, manifest={"result": AblationResult.kind, **manifest}, setup=setup)
+
+
+#: The ablation table's columns: the analysis's (:data:`~headlens.analyses.ablation.study.TABLE_COLUMNS`) with ``name`` after ``head``.
+ABLATION_COLUMNS = [*TABLE_COLUMNS[:2], "name", *TABLE_COLUMNS[2:]]
+
+
+def _named(table: pd.DataFrame) -> pd.DataFrame:
+    """The ablation table with a ``name`` column (``"layer.head"``) after ``head``, as the census's and patching's tables have."""
+    if "name" in table.columns:
+        return table
+    out = table.copy()
+    out.insert(out.columns.get_loc("head") + 1, "name", [f"{int(a)}.{int(b)}" for a, b in zip(out["layer"], out["head"], strict=True)])
+    return out

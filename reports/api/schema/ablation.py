@@ -7,7 +7,7 @@ mask's heads removed (``ablate(mask=...)``; equal to the unablated value without
 from __future__ import annotations
 
 from headlens.reports.api.schema.column import table
-from headlens.reports.api.schema.common import CI_HIGH, CI_LOW, HEAD, LAYER
+from headlens.reports.api.schema.common import CI_HIGH, CI_LOW, HEAD, LAYER, NAME
 
 __all__ = ["TABLES"]
 
@@ -21,6 +21,7 @@ TABLES = {
             "head (each ablated alone)",
             LAYER,
             HEAD,
+            NAME,
             ("method", "str", "how the head was removed: zero, mean or resample"),
             ("metric", "str", "the metric: loss, logit-diff or embedding"),
             ("value", "float64", "the metric with this head removed (from the masked model when a mask is given)"),

@@ -12,7 +12,6 @@ import pytest
 import headlens
 from headlens.analyses.ablation.evalset import TaskItem
 from headlens.analyses.ablation.pruning import CURVE_COLUMNS
-from headlens.analyses.ablation.study import TABLE_COLUMNS
 from headlens.analyses.circuits.composition import COMPOSITION_COLUMNS, COPYING_COLUMNS
 from headlens.analyses.circuits.faithfulness import FAITHFULNESS_COLUMNS
 from headlens.analyses.circuits.graph import EDGE_COLUMNS
@@ -31,6 +30,7 @@ from headlens.analyses.patching.evidence import EVIDENCE_COLUMNS
 from headlens.analyses.patching.path import PATH_COLUMNS
 from headlens.analyses.sinks.lengths import LENGTH_COLUMNS
 from headlens.analyses.sinks.seed import seed_tables
+from headlens.reports.api.ablate import ABLATION_COLUMNS
 from headlens.reports.api.census import DetectResult
 from headlens.reports.api.result import RESULT_KINDS
 from headlens.reports.api.schema import DTYPES, SCHEMAS, Column, mismatches, schema_of
@@ -60,7 +60,7 @@ def test_every_result_kind_has_a_schema_and_every_column_a_meaning():
         ("census", "scores", SCORE_COLUMNS + REFERENT_COLUMNS),
         ("census", "roles", ROLE_COLUMNS),
         ("census", "evidence", EVIDENCE_COLUMNS),
-        ("ablation", "ablation", TABLE_COLUMNS),
+        ("ablation", "ablation", ABLATION_COLUMNS),  # the study adds name to the analysis's TABLE_COLUMNS
         ("pruning", "curve", CURVE_COLUMNS),
         ("patching", "patching", PATCH_COLUMNS + ATTRIBUTION_COLUMNS[3:]),
         ("patching", "path_patching", PATH_COLUMNS),
@@ -130,6 +130,7 @@ def _studies(demo, shared) -> dict[str, Any]:
         "sink_seed_text": lambda: SeedTextResult(tables={"seed_text": seed_tables(demo, "The cat sat on the mat.", (True, False))}),
         "circuit": lambda: headlens.circuit(demo, builtin="induction", n_pairs=4, n_bootstrap=10, confirm=2, curve_points=2, steps=2),
         "composition": lambda: headlens.composition(demo, n_baseline=20, n_tokens=50),
+        "ioi": lambda: headlens.ioi(demo, n_pairs=4, n_resamples=20),
         "capture": lambda: headlens.capture(demo, prompts="The cat sat on the mat. The cat sat on the mat.", what=("q",), verify=True),
         "gqa": lambda: headlens.gqa(demo, task=TASK, **SMALL),
         "projections": lambda: headlens.projections(demo, n_windows=1, window=16, n_prompts=4, **BUILTIN),

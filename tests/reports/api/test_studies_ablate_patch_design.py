@@ -98,7 +98,7 @@ def test_cli_says_the_flags(runner, tiny_checkpoint, tmp_path):
 
 def test_ablate_save_load_and_the_cli_files(tiny_model, tiny_checkpoint, runner, tmp_path):
     res = ablate(tiny_model, heads=((0, 0), (1, 2)), n_bootstrap=20, attribution=False, **TEXT)
-    assert isinstance(res, AblationResult) and res.table.shape == (2, 10) and res.metric == "loss" and res.method == "zero"
+    assert isinstance(res, AblationResult) and res.table.shape == (2, 11) and res.metric == "loss" and res.method == "zero"
     assert res.unablated_value == pytest.approx(float(res.table["value"].iloc[0] - res.table["delta"].iloc[0]), abs=1e-9)
     out = res.save(tmp_path / "py" / "ablation.csv")
     with pytest.raises(OutputExistsError):

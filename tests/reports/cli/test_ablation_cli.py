@@ -32,7 +32,8 @@ def test_ablate_writes_table_manifest_heatmap(runner, tiny_checkpoint, tmp_path)
     )
     assert res.exit_code == 0, res.output
     table = pd.read_csv(out)
-    assert list(table.columns) == ["layer", "head", "method", "metric", "value", "delta", "ci_low", "ci_high", "n", "attribution"]
+    assert list(table.columns) == ["layer", "head", "name", "method", "metric", "value", "delta", "ci_low", "ci_high", "n", "attribution"]
+    assert list(pd.read_csv(out, dtype={"name": str})["name"]) == ["0.1", "1.0", "1.2"]  # as the census's and patching's tables
     assert list(zip(table["layer"], table["head"], strict=True)) == [(0, 1), (1, 0), (1, 2)]
     assert set(table["method"]) == {"mean"} and set(table["metric"]) == {"loss"} and set(table["n"]) == {3}
     manifest = json.loads((tmp_path / "abl.manifest.json").read_text())
@@ -92,7 +93,7 @@ def test_ablate_formats_task_metric_and_mask(runner, tiny_checkpoint, tmp_path, 
     out_pq = tmp_path / "p.parquet"
     res = runner.invoke(cli, ["ablate", "-m", str(tiny_checkpoint), *SMALL, "--heads", "0.0", "--no-attribution", "--out", str(out_pq)])
     assert res.exit_code == 0, res.output
-    assert pd.read_parquet(out_pq).shape == (1, 10)
+    assert pd.read_parquet(out_pq).shape == (1, 11)  # name among the columns
 
 
 def _bad_cases(ckpt, tmp_path):
