@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from headlens.probes.errors import InputError
-from headlens.reports.api import ablate, capture, census, circuit, composition, design, patch, prune, sinks, verify  # noqa: F401  (importing a study module registers its Result kinds)
+from headlens.reports.api import ablate, capture, census, circuit, composition, design, ioi, patch, prune, sinks, verify  # noqa: F401  (importing a study module registers its Result kinds)
 from headlens.reports.api.folder import table_result
 from headlens.reports.api.result import MANIFEST_FILE, RESULT_KINDS, Result, read_manifest
 

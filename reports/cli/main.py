@@ -42,6 +42,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "patch": ("headlens.reports.cli.patch", "patch_cmd"),
     "circuit": ("headlens.reports.cli.circuit", "circuit_cmd"),
     "composition": ("headlens.reports.cli.composition", "composition_cmd"),
+    "ioi": ("headlens.reports.cli.ioi", "ioi_cmd"),
     "models": ("headlens.reports.cli.models", "models_cmd"),
     "tracr-model": ("headlens.reports.cli.tracr", "tracr_model_cmd"),
 }

@@ -47,6 +47,7 @@ if TYPE_CHECKING:  # the same names as _HOMES, for type checkers and editors (no
     from headlens.analyses.heads.census import CensusConfig
     from headlens.analyses.patching.activation import PatchConfig
     from headlens.analyses.patching.evidence import EvidenceConfig
+    from headlens.analyses.patching.ioi_config import IOIConfig
     from headlens.analyses.patching.path import PathConfig
     from headlens.analyses.sinks.config import SinkConfig
     from headlens.analyses.sinks.lengths import LengthsConfig
@@ -61,6 +62,7 @@ if TYPE_CHECKING:  # the same names as _HOMES, for type checkers and editors (no
     from headlens.reports.api.composition import CompositionResult, composition
     from headlens.reports.api.design import GQAResult, KVResult, ProjectionsResult, gqa, kv, projections
     from headlens.reports.api.evidence import evidence
+    from headlens.reports.api.ioi import IOIResult, ioi
     from headlens.reports.api.models import load_model, models
     from headlens.reports.api.patch import PatchingResult, patch
     from headlens.reports.api.prune import PruneResult, prune
@@ -88,6 +90,7 @@ _HOMES: dict[str, str] = {
     "CensusConfig": "headlens.analyses.heads.census",
     "PatchConfig": "headlens.analyses.patching.activation",
     "EvidenceConfig": "headlens.analyses.patching.evidence",
+    "IOIConfig": "headlens.analyses.patching.ioi_config",
     "PathConfig": "headlens.analyses.patching.path",
     "SinkConfig": "headlens.analyses.sinks.config",
     "LengthsConfig": "headlens.analyses.sinks.lengths",
@@ -114,6 +117,8 @@ _HOMES: dict[str, str] = {
     "kv": "headlens.reports.api.design",
     "projections": "headlens.reports.api.design",
     "evidence": "headlens.reports.api.evidence",
+    "IOIResult": "headlens.reports.api.ioi",
+    "ioi": "headlens.reports.api.ioi",
     "load_model": "headlens.reports.api.models",
     "models": "headlens.reports.api.models",
     "PatchingResult": "headlens.reports.api.patch",
@@ -190,6 +195,8 @@ __all__ = [
     "GQAConfig",
     "GQAResult",
     "HeadlensError",
+    "IOIConfig",
+    "IOIResult",
     "KVConfig",
     "KVResult",
     "LengthsConfig",
@@ -219,6 +226,7 @@ __all__ = [
     "demo_text",
     "evidence",
     "gqa",
+    "ioi",
     "kv",
     "load",
     "load_model",

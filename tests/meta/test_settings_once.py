@@ -234,6 +234,13 @@ STUDIES: tuple[Study, ...] = (
         commands=(Command("composition"),),
     ),
     Study(
+        "ioi",
+        function="headlens.reports.api.ioi:ioi",
+        config="headlens.analyses.patching.ioi_config:IOIConfig",
+        extra=("progress", "command"),
+        commands=(Command("ioi"),),
+    ),
+    Study(
         "report",
         function="headlens.reports.runs.report.build:build_report",
         config="headlens.reports.runs.report.settings:ReportSettings",
@@ -308,7 +315,7 @@ COMMAND_ONLY: tuple[tuple[str, Command], ...] = (
 PENDING: set[str] = set()
 
 #: Every study verb of ``headlens``.
-VERBS = {"ablate", "prune", "gqa", "kv", "projections", "patch", "circuit", "composition", "census", "sinks", "capture", "verify", "report"}
+VERBS = {"ablate", "prune", "gqa", "kv", "projections", "patch", "circuit", "composition", "ioi", "census", "sinks", "capture", "verify", "report"}
 
 LOAD_FIELDS = tuple(info for info in settings_of(ModelConfig) if info.name != "model")
 

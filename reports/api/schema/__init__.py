@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from headlens.reports.api.schema import ablation, capture, census, design, patching, sinks
+from headlens.reports.api.schema import ablation, capture, census, design, ioi, patching, sinks
 from headlens.reports.api.schema.column import DTYPES, Column, Table
 
 __all__ = ["SCHEMAS", "Column", "Table", "DTYPES", "schema_of", "mismatches"]
@@ -31,6 +31,7 @@ SCHEMAS: dict[str, dict[str, Table]] = {
     **patching.TABLES,
     **design.TABLES,
     **capture.TABLES,
+    **ioi.TABLES,
 }
 
 
