@@ -63,29 +63,64 @@ def atomic_write(path: str | Path, write: Callable[[Path], Any]) -> Path:
 
 @contextmanager
 def atomic_dir(path: str | Path) -> Iterator[Path]:
-    """Yield a new temporary sibling folder of ``path`` to fill; when the block ends normally it
-    replaces ``path`` (a folder already there is removed first), on any exception it is removed.
+    """Yield a new temporary folder to fill; when the block ends normally its files replace
+    ``path``'s (a folder already there is emptied first), on any exception it is removed.
 
-    A crash leaves either the old folder or the complete new one, never half of one.  The
-    folder and everything written in it get the modes of any new folder and file
-    (:func:`normal_modes`), not ``mkdtemp``'s ``0o700`` or safetensors' ``0o600``.
+    A crash leaves either the old folder or the complete new one, never half of one.  ``path``
+    may be a symlink (to a folder, or dangling: the folder it names is made) or a mount point (a
+    container volume): the folder it names is written, the link or the mount stays; a mount
+    point cannot be renamed onto, so the temporary folder is made inside it and each file is
+    moved into place whole.  If that last move fails, the complete result stays in the
+    temporary folder and the error says where: nothing computed is lost.  The folder and
+    everything written in it get the modes of any new folder and file (:func:`normal_modes`),
+    not ``mkdtemp``'s ``0o700`` or safetensors' ``0o600``.
     """
-    p = Path(path)
-    tmp = p.parent / f".{p.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+    real = Path(os.path.realpath(path))  # a symlink's target, made when dangling; the link stays
+    inside = real.is_dir() and os.path.ismount(real)
+    home = real if inside else real.parent
+    tmp = home / f".{real.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
     try:
-        p.parent.mkdir(parents=True, exist_ok=True)
+        home.mkdir(parents=True, exist_ok=True)
         tmp.mkdir()
     except OSError as exc:
         raise OutputError(f"cannot write {path}: {exc.strerror or exc}", path=str(path)) from exc
     try:
         yield tmp
         normal_modes(tmp)
-        if p.exists():
-            shutil.rmtree(p)
-        os.replace(tmp, p)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    try:
+        _move_into(tmp, real, inside=inside)
+    except OSError as exc:
+        raise OutputError(
+            f"cannot move the finished result into {path}: {exc.strerror or exc}; it is complete in {tmp}", path=str(path)
+        ) from exc
+
+
+def _move_into(tmp: Path, real: Path, *, inside: bool) -> None:
+    """``tmp``'s files in place of ``real``'s: the folder renamed onto ``real`` where it can be (new
+    or emptied first), else (a mount point, or a folder that cannot be replaced) each entry renamed
+    into ``real`` and ``real``'s other entries removed."""
+    if not inside:
+        if real.is_dir() and any(real.iterdir()):
+            shutil.rmtree(real)
+        try:
+            os.replace(tmp, real)  # onto an empty folder too (POSIX rename)
+            return
+        except OSError:
+            if not real.is_dir():
+                raise
+    written = {q.name for q in tmp.iterdir()}
+    for q in real.iterdir():
+        if q != tmp and q.name not in written:
+            shutil.rmtree(q) if q.is_dir() and not q.is_symlink() else q.unlink()
+    for q in tmp.iterdir():
+        dest = real / q.name
+        if dest.is_dir() and not dest.is_symlink():
+            shutil.rmtree(dest)
+        os.replace(q, dest)
+    tmp.rmdir()
 
 
 def _umask() -> int:
