@@ -15,6 +15,8 @@ from typing import Any, TypeVar
 
 import torch
 
+from headlens.probes.settings import check_seed
+
 __all__ = ["torch_threads", "torch_seed", "keeps_torch_threads", "keeps_torch_rng"]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -70,8 +72,9 @@ def torch_seed(seed: int) -> Iterator[None]:
     for, every CUDA device): what is drawn inside on the CPU is exactly what
     ``torch.manual_seed(seed)`` would give, and the caller's random stream goes on unchanged.
     """
+    seed = check_seed(seed)
     state = torch.random.get_rng_state()
-    torch.default_generator.manual_seed(int(seed))
+    torch.default_generator.manual_seed(seed)
     try:
         yield
     finally:

@@ -31,7 +31,20 @@ from typing import Any
 
 from headlens.probes.errors import InputError
 
-__all__ = ["setting", "Setting", "SettingInfo", "settings_of", "setting_of", "check_range", "check_ranges", "KEY", "REQUIRED"]
+__all__ = [
+    "setting",
+    "seed_setting",
+    "check_seed",
+    "SEED_MAX",
+    "Setting",
+    "SettingInfo",
+    "settings_of",
+    "setting_of",
+    "check_range",
+    "check_ranges",
+    "KEY",
+    "REQUIRED",
+]
 
 #: The key of a field's ``metadata`` under which :func:`setting` stores its :class:`Setting`.
 KEY = "headlens"
@@ -153,6 +166,26 @@ def setting(
     if isinstance(default, (list, dict, set)):
         return dataclasses.field(default_factory=lambda: copy.copy(default), metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
+
+
+#: The one seed rule: ``0 <= seed <= SEED_MAX`` (``< 2**32``), what numpy's ``SeedSequence`` (no
+#: negative), torch's ``manual_seed`` (at most 64 bits) and a 32-bit Mersenne twister all take.
+SEED_MAX = 2**32 - 1
+
+
+def seed_setting(default: int = 0, *, help: str) -> Any:
+    """A ``seed`` field under the one seed rule (:data:`SEED_MAX`): the CLI's ``--seed`` gets the
+    range as an ``IntRange``; a config's ``__post_init__`` calls :func:`check_seed`, the same bound."""
+    return setting(default, help=help, minimum=0, maximum=SEED_MAX)
+
+
+def check_seed(value: Any, name: str = "seed") -> int:
+    """``value`` as an int when it is a seed under the one rule (:data:`SEED_MAX`), else a one-line
+    :class:`InputError` naming the parameter: ``seed=-1: must be a whole number between 0 and 4294967295``."""
+    whole = isinstance(value, numbers.Integral) and not isinstance(value, bool)
+    if not whole or not 0 <= int(value) <= SEED_MAX:
+        raise InputError(f"{name}={value!r}: must be a whole number between 0 and {SEED_MAX}", parameter=name, value=value)
+    return int(value)
 
 
 def settings_of(cls: Any) -> tuple[SettingInfo, ...]:

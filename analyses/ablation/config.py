@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from headlens.probes.counts import check_count
 from headlens.probes.errors import InputError
 from headlens.probes.head_lists import as_heads
-from headlens.probes.settings import check_range, setting
+from headlens.probes.settings import check_range, check_seed, seed_setting, setting
 
 __all__ = ["METHODS", "METRICS", "AblationConfig", "PruneConfig", "EvalSpec", "TaskItem"]
 
@@ -71,10 +71,11 @@ class AblationConfig:
     )
     n_bootstrap: int = setting(1000, help="Bootstrap resamples of the items for the 95% interval of each delta.", minimum=0)
     ci: float = setting(0.95, help="Confidence level of the intervals.", minimum=0, maximum=1, min_open=True, max_open=True, cli=False)
-    seed: int = setting(0, help="Seed of the bootstrap, of resample sources and of the attribution's rank-correlation test.")
+    seed: int = seed_setting(0, help="Seed of the bootstrap, of resample sources and of the attribution's rank-correlation test.")
     attribution: bool = setting(True, help="Skip the first-order (gradient) estimate.", flag="--no-attribution")
 
     def __post_init__(self) -> None:
+        check_seed(self.seed)
         if self.heads is not None:
             object.__setattr__(self, "heads", as_heads(self.heads, name="heads"))
         if self.method not in METHODS:
@@ -98,11 +99,12 @@ class PruneConfig:
         minimum=0,
     )
     random_seeds: int = setting(3, help="Random pruning orders in the control.", minimum=0)
-    seed: int = setting(0, help="Seed of the random orders.")
+    seed: int = seed_setting(0, help="Seed of the random orders.")
     max_fraction: float = setting(1.0, help="Stop once this fraction of heads is removed.", minimum=0, maximum=1, min_open=True)
     batch_size: int = setting(8, help="Windows, prompts or sentences per forward.", minimum=1)
 
     def __post_init__(self) -> None:
+        check_seed(self.seed)
         if not 0 < self.step <= 1:
             raise InputError(f"step must be in (0, 1], got {self.step}", step=self.step)
         if self.max_increase < 0:

@@ -13,7 +13,7 @@ from typing import Any
 
 from headlens.probes.counts import check_count
 from headlens.probes.errors import InputError
-from headlens.probes.settings import check_range, setting
+from headlens.probes.settings import check_range, check_seed, seed_setting, setting
 
 __all__ = ["CircuitConfig", "CompositionConfig", "METHODS", "DIRECTIONS", "MODES", "MAX_BASELINE", "MAX_PAIRS", "check_direction"]
 
@@ -63,7 +63,7 @@ class CircuitConfig:
         minimum=0,
     )
     n_bootstrap: int = setting(1000, help="Bootstrap resamples of the pairs (intervals).", minimum=1)
-    seed: int = setting(0, help="Seed of the built-in task and of the bootstrap.")
+    seed: int = seed_setting(0, help="Seed of the built-in task and of the bootstrap.")
     target_faithfulness: float = setting(
         0.95,
         help="Without --top-n/--threshold: the smallest circuit reaching this faithfulness (0 corrupted .. 1 clean).",
@@ -91,6 +91,7 @@ class CircuitConfig:
     )
 
     def __post_init__(self) -> None:
+        check_seed(self.seed)
         if self.method not in METHODS:
             raise InputError(f"unknown method {self.method!r}: choose from {', '.join(METHODS)}", method=self.method)
         check_direction(self.direction)
@@ -139,7 +140,10 @@ class CompositionConfig:
     #: tokens sampled for the diagonal copying score (0: no diagonal score)
     n_tokens: int = setting(1000, help="Tokens sampled for the diagonal copying score (0: none).", minimum=0, maximum=MAX_BASELINE)
     copying: bool = setting(True, help="No OV copying scores (they read the unembedding).", flag="--no-copying")
-    seed: int = setting(0, help="Seed of the baseline's random matrices and of the token sample.")
+    seed: int = seed_setting(0, help="Seed of the baseline's random matrices and of the token sample.")
+
+    def __post_init__(self) -> None:
+        check_seed(self.seed)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from headlens.probes.settings import setting, setting_of
+from headlens.probes.settings import check_seed, seed_setting, setting, setting_of
 
 __all__ = ["CensusConfig", "ClassifyConfig", "ATTENTION_HELP", "DEFAULT_BASELINE_FACTOR"]
 
@@ -43,7 +43,7 @@ class CensusConfig:
         help="Do not prepend BOS (Hugging Face / paper convention); on encoders, no [CLS] ... [SEP] around the text.",
         flag="--no-bos",
     )
-    seed: int = setting(0, help="Seed of the random-token sequences, the referent sentences and the bootstrap.")
+    seed: int = seed_setting(0, help="Seed of the random-token sequences, the referent sentences and the bootstrap.")
     batch_size: int = setting(16, help="Prompts per forward pass.", minimum=1)
     n_bootstrap: int = setting(1000, help="Bootstrap resamples for each score's interval.", cli=False)
     referent_file: str | None = setting(None, help="JSONL: text plus character spans of pronoun, antecedent and distractor.", path="file")
@@ -56,6 +56,9 @@ class CensusConfig:
         choices=("auto", "eager", "streaming"),
     )
     query_block: int = setting(256, help="Queries per block on the streaming path.", minimum=1)
+
+    def __post_init__(self) -> None:
+        check_seed(self.seed)
 
 
 @dataclass(frozen=True, kw_only=True)

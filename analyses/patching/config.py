@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from headlens.probes.counts import check_count
 from headlens.probes.errors import InputError
 from headlens.probes.head_lists import as_heads
-from headlens.probes.settings import setting
+from headlens.probes.settings import check_seed, seed_setting, setting
 
 __all__ = ["DIRECTIONS", "RECEIVER_INPUTS", "BUILTINS", "PatchConfig", "PathConfig", "PairSource", "PatchExtras"]
 
@@ -41,12 +41,13 @@ class PatchConfig:
     batch_size: int = setting(8, help="Pairs per forward (each holds one copy per patched head).", minimum=1)
     max_rows: int = setting(256, help="Rows (copies x pairs) per forward.", minimum=1, cli=False)
     n_resamples: int = setting(1000, help="Bootstrap resamples of the pairs for each interval (0: no intervals).", minimum=0)
-    seed: int = setting(0, help="Seed of the built-in task and of the bootstrap.")
+    seed: int = seed_setting(0, help="Seed of the built-in task and of the bootstrap.")
     start_late: bool = setting(
         True, help="Start each layer's forwards at that block when the model allows (the same numbers, faster).", cli=False
     )
 
     def __post_init__(self) -> None:
+        check_seed(self.seed)
         if self.heads is not None:
             object.__setattr__(self, "heads", as_heads(self.heads, name="heads"))
         bad = [d for d in self.directions if d not in DIRECTIONS]
@@ -74,9 +75,10 @@ class PathConfig:
     )
     batch_size: int = setting(8, help="Pairs per forward.", minimum=1)
     n_resamples: int = setting(1000, help="Bootstrap resamples of the pairs for each interval (0: no intervals).", minimum=0)
-    seed: int = setting(0, help="Seed of the bootstrap.")
+    seed: int = seed_setting(0, help="Seed of the bootstrap.")
 
     def __post_init__(self) -> None:
+        check_seed(self.seed)
         if self.receiver_input not in RECEIVER_INPUTS:
             raise InputError(f"unknown receiver input {self.receiver_input!r}: choose from {', '.join(RECEIVER_INPUTS)}")
         object.__setattr__(self, "receivers", as_heads(self.receivers, name="receivers"))

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from headlens.analyses.patching.evidence_rules import MIN_T
 from headlens.analyses.verdicts import MIN_ITEMS
 from headlens.probes.errors import InputError
-from headlens.probes.settings import setting
+from headlens.probes.settings import check_seed, seed_setting, setting
 
 __all__ = ["EvidenceSettings"]
 
@@ -24,10 +24,11 @@ class EvidenceSettings:
 
     n: int = setting(32, help=f"Pairs, sequences or windows per evidence test (at least {MIN_ITEMS}).")
     T: int = setting(20, help=f"Random tokens per copy in the induction evidence (at least {MIN_T}).")
-    seed: int = setting(0, help="Seed of the evidence's random tokens and pairs.")
+    seed: int = seed_setting(0, help="Seed of the evidence's random tokens and pairs.")
     smoke: bool = setting(False, help="A smoke test: run every test on few items and state no verdict.", cli=False)
 
     def __post_init__(self) -> None:
+        check_seed(self.seed)
         if not self.smoke and self.n < MIN_ITEMS:
             raise InputError(
                 f"evidence needs at least {MIN_ITEMS} items per test to state a verdict (n={self.n}); fewer is a smoke test", n=self.n

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from headlens.probes.counts import check_count
-from headlens.probes.settings import setting
+from headlens.probes.settings import check_seed, seed_setting, setting
 
 __all__ = ["IOIConfig"]
 
@@ -16,7 +16,7 @@ __all__ = ["IOIConfig"]
 @dataclass(frozen=True, kw_only=True)
 class IOIConfig:
     n_pairs: int = setting(32, help="IOI pairs (the built-in ioi task: Wang et al.'s templates, ABBA and BABA, the ABC corruption).")
-    seed: int = setting(0, help="Seed of the pairs and of the bootstrap.")
+    seed: int = seed_setting(0, help="Seed of the pairs and of the bootstrap.")
     n_resamples: int = setting(1000, help="Bootstrap resamples of the pairs for each interval.", minimum=1)
     batch_size: int = setting(8, help="Pairs per forward.", minimum=1)
     screen_senders: bool = setting(
@@ -28,5 +28,6 @@ class IOIConfig:
     prepend_bos: bool = setting(True, help="Do not prepend BOS.", flag="--no-bos")
 
     def __post_init__(self) -> None:
+        check_seed(self.seed)
         check_count("n_pairs", self.n_pairs, minimum=2, why="an interval over pairs needs two")
         check_count("n_resamples", self.n_resamples, minimum=1)

@@ -13,7 +13,7 @@ from typing import Any
 
 from headlens.probes.errors import InputError
 from headlens.probes.head_lists import as_heads
-from headlens.probes.settings import setting
+from headlens.probes.settings import check_seed, seed_setting, setting
 
 __all__ = ["ANALYSES", "SinkConfig", "LengthsConfig", "default_attn_windows", "DEFAULT_MAX_PROMPTS"]
 
@@ -78,10 +78,11 @@ class SinkConfig:
     top_k: int = setting(5, help="Secondary sinks: the tokens listed per head, strongest first.", cli=False)
     min_count: int = setting(3, help="Secondary sinks: a token is scored when it occurs at least this often.", cli=False)
     batch_size: int = setting(8, help="Sequences per forward pass.")
-    seed: int = setting(0, help="Seed of the random first tokens (recorded in the manifest).")
+    seed: int = seed_setting(0, help="Seed of the random first tokens (recorded in the manifest).")
     skip: tuple[str, ...] = setting((), help="Parts not to run, comma-separated: content, secondary, value_norm, removal, windowed.")
 
     def __post_init__(self) -> None:
+        check_seed(self.seed)
         if self.heads is not None:
             object.__setattr__(self, "heads", as_heads(self.heads, name="heads"))
         if isinstance(self.eps, bool) or not isinstance(self.eps, (int, float)) or not 0 < float(self.eps) < 1 or math.isnan(self.eps):

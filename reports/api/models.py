@@ -13,6 +13,7 @@ from headlens.probes.errors import InputError
 from headlens.probes.gguf import gguf_checkpoint
 from headlens.probes.loading import LoadedModel
 from headlens.probes.loading import load_model as _load_checkpoint
+from headlens.probes.settings import check_seed
 from headlens.reports.api.named_models import NamedModel, named_model_list, named_models
 
 log = logging.getLogger(__name__)
@@ -53,6 +54,8 @@ def model_config(model: str, kwargs: dict[str, Any]) -> ModelConfig:
 def as_loaded(model: LoadedModel | str, load: dict[str, Any] | None = None, *, seed: int | None = None) -> LoadedModel:
     """``model`` itself when already loaded, else :func:`load_model` with ``load`` (ModelConfig fields),
     torch seeded with ``seed`` first (weights missing from a checkpoint are drawn reproducibly)."""
+    if seed is not None:
+        check_seed(seed)
     if isinstance(model, LoadedModel):
         if load:
             raise InputError(

@@ -10,6 +10,7 @@ from headlens.analyses.heads.verify_config import DEFAULT_VERIFY_PROMPTS, Verify
 from headlens.probes.config import CaptureConfig
 from headlens.probes.errors import CheckFailed, InputError
 from headlens.probes.outputs import check_out_dir, normal_modes
+from headlens.probes.settings import SEED_MAX
 from headlens.reports.cli.common import command_line, model_options
 from headlens.reports.cli.options import config_from, config_options
 from headlens.reports.cli.shared import load
@@ -37,7 +38,7 @@ def _prompts(text: str | None, prompts_file: str | None, *, default: str | tuple
 @click.option("--text", "-t", default=None, help="One prompt.")
 @click.option("--prompts", "prompts_file", default=None, help="Prompt file: one prompt a line, or JSONL with a 'text' field (.jsonl).")
 @config_options(CaptureConfig, ("layers", "heads", "what", "kv_per_query_head", "prepend_bos", "batch_size", "truncate"))
-@click.option("--seed", default=0, show_default=True, type=int, help="Torch seed (recorded in the manifest).")
+@click.option("--seed", default=0, show_default=True, type=click.IntRange(0, SEED_MAX), help="Torch seed (recorded in the manifest).")
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Output folder.")
 @click.option("--overwrite", is_flag=True, help="Replace files in a non-empty output folder.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress lines.")
@@ -141,7 +142,7 @@ def verify_cmd(model, device, dtype, revision, allow_new_weights, text, prompts_
 @click.option("--heads", "n_head", default=4, show_default=True, type=click.IntRange(1, 64))
 @click.option("--d-model", default=64, show_default=True, type=click.IntRange(1, 8192))
 @click.option("--n-ctx", default=128, show_default=True, type=click.IntRange(2, 8192))
-@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--seed", default=0, show_default=True, type=click.IntRange(0, SEED_MAX))
 @click.option(
     "--planted",
     is_flag=True,

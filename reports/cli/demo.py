@@ -18,6 +18,7 @@ import click
 
 from headlens.analyses.demo import MODEL_DIR
 from headlens.probes.outputs import atomic_dir, check_out_file, write_text
+from headlens.probes.settings import SEED_MAX
 from headlens.reports.cli.shared import sharing
 
 __all__ = ["demo_group", "COMMANDS"]
@@ -40,7 +41,12 @@ def demo_group() -> None:
     default=None,
     help="Stop after N steps (the schedule stays the full recipe's). Default: the full recipe.",
 )
-@click.option("--seed", type=int, default=None, help="Seed for initialisation, data order and negatives. Default: the recipe's (0).")
+@click.option(
+    "--seed",
+    type=click.IntRange(0, SEED_MAX),
+    default=None,
+    help="Seed for initialisation, data order and negatives. Default: the recipe's (0).",
+)
 @click.option(
     "--eval-every", type=click.IntRange(min=0), default=None, help="Held-out evaluation interval in steps (0: none). Default: the recipe's."
 )

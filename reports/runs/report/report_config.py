@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from headlens.probes.settings import setting
+from headlens.probes.settings import check_seed, seed_setting, setting
 
 __all__ = ["ReportConfig", "DEFAULT_EXAMPLE_PROMPTS", "MAX_EXAMPLE_PROMPTS"]
 
@@ -30,7 +30,7 @@ class ReportConfig:
         "so the roles are classify's): seconds on a small model.",
     )
     prepend_bos: bool = setting(True, help="Do not prepend BOS (Hugging Face / paper convention).", flag="--no-bos")
-    seed: int = setting(0, help="Seed of every stage (recorded in the manifest).")
+    seed: int = seed_setting(0, help="Seed of every stage (recorded in the manifest).")
     batch_size: int = setting(8, help="Sequences per forward pass.", minimum=1)
     example_prompts: tuple[str, ...] = setting(
         DEFAULT_EXAMPLE_PROMPTS,
@@ -47,3 +47,6 @@ class ReportConfig:
         "model does, else the text that ships with headlens, analyses/data/eval_text.txt), as for `headlens ablate`.",
         path="file",
     )
+
+    def __post_init__(self) -> None:
+        check_seed(self.seed)
