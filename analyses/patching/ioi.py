@@ -249,7 +249,13 @@ def _reason(cls: str, table: pd.DataFrame, nm: list, si: list) -> str:
     if n_measured == 0:
         screen = "END -> S2" if cls == "S-inhibition" else "S2 -> S1 or S1+1"
         return f"no earlier head attends {screen} with a mean of {SCREEN_ATTENTION:g} or more (senders screened){also}"
-    return f"{n_measured} senders path-patched, none removes >= {PATH_MIN:g} with its interval above 0{_best_path(table, path_col)}{also}"
+    if pattern is None:
+        return f"{n_measured} senders path-patched, none removes >= {PATH_MIN:g} with its interval above 0{_best_path(table, path_col)}"
+    fits = table[table[f"{pattern}_low"] >= ATTENTION_MIN]
+    return (
+        f"{len(fits)} heads have the attention pattern, {int(fits[path_col].notna().sum())} of them path-patched (before an"
+        f" S-inhibition head), none removes >= {PATH_MIN:g} with its interval above 0{_best_path(fits, path_col)}{also}"
+    )
 
 
 def class_table(table: pd.DataFrame, masks: dict[str, pd.Series], nm: list, si: list) -> pd.DataFrame:

@@ -34,12 +34,20 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ioi", "IOIResult", "ioi_lines", "ioi_notes", "SHOWN"]
+__all__ = ["ioi", "IOIResult", "ioi_lines", "ioi_notes", "SHOWN", "LABELS"]
 
 #: Heads listed per class in the findings (the rest are in classes.csv).
 SHOWN = 8
 _TABLES = ("heads", "classes", "sinh_paths", "feed_paths")
 _TEXT = ("name", "classes", "class", "heads", "rule", "reason", "sender", "receiver", "receiver_input")
+#: How the findings name each class.
+LABELS = {
+    "name mover": "name movers",
+    "negative name mover": "negative name movers",
+    "S-inhibition": "S-inhibition heads",
+    "induction": "induction heads",
+    "duplicate-token": "duplicate-token heads",
+}
 #: The figures each class's line shows per head: (column, label).
 _SHOW = {
     "name mover": (("attn_io", "END->IO"), ("copying", "copying"), ("direct", "direct")),
@@ -109,7 +117,7 @@ def ioi_lines(result: IOIResult) -> list[str]:
     heads = result.heads.set_index("name", drop=False)
     for row in result.classes.to_dict("records"):
         names = str(row["heads"]).split()
-        head = f"{row['class']}s ({row['rule']})"
+        head = f"{LABELS[row['class']]} ({row['rule']})"
         if not names:
             lines.append(f"{head}: none found: {row['reason']}")
             continue

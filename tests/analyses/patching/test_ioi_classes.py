@@ -71,6 +71,16 @@ def test_an_empty_class_says_why():
     assert "by attention alone: 0.3 (not shown to feed the circuit)" in reason["duplicate-token"]
 
 
+def test_an_empty_pattern_class_names_its_own_best_path():
+    """The duplicate-token reason names the best path among heads with that pattern, not an induction head's."""
+    table = _table({k: v for k, v in HEADS.items() if k in ("0.2", "0.3")})
+    table.loc[table["name"] == "0.3", "feed_path_low"] = -0.01
+    classes = class_table(table, class_masks(table), nm=[(1, 0)], si=[(1, 1)]).set_index("class")
+    assert list(classes.loc["induction", "heads"].split()) == ["0.2"]
+    reason = classes.loc["duplicate-token", "reason"]
+    assert reason.startswith("1 heads have the attention pattern, 1 of them path-patched") and "(largest: 0.3 +0.040" in reason
+
+
 def test_run_on_the_tiny_model(tiny_model):
     run = run_ioi(tiny_model, IOIConfig(n_pairs=6, n_resamples=50))
     heads, classes = run.heads, run.classes

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import headlens
 from headlens.analyses.patching.ioi import CLASSES
+from headlens.reports.api.ioi import LABELS
 from headlens.reports.cli.main import cli
 from tests.reports.api.conftest import session_models
 
@@ -15,7 +16,7 @@ def test_the_command_prints_every_class(tiny_checkpoint, tiny_model, tmp_path, r
     assert res.exit_code == 0, res.output
     assert res.output.startswith("IOI on 4 pairs")
     for cls in CLASSES:
-        assert f"\n{cls}s (" in res.output
+        assert f"\n{LABELS[cls]} (" in res.output
     assert "intervals from n=4 pairs" in res.output  # the small-sample note (stderr is mixed in)
     back = headlens.load(out)
     assert isinstance(back, headlens.IOIResult)
