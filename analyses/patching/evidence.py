@@ -135,6 +135,19 @@ class EvidenceConfig(EvidenceSettings):
     def run(self, model: LoadedModel, roles: pd.DataFrame, *, prepend_bos: bool = True) -> pd.DataFrame:
         return role_evidence(model, roles, n=self.n, T=self.T, seed=self.seed, prepend_bos=prepend_bos, smoke=self.smoke)
 
+    def check_fits(self, model: LoadedModel) -> None:
+        """Refuse, before any work, a ``T`` whose repeated sequences (the model's prefix, then ``T``
+        random tokens twice) are longer than the model's context: one line, ``(T=128)``."""
+        prefix, _ = model.frame(True)
+        need = len(prefix) + 2 * self.T
+        if need > model.n_ctx:
+            most = (model.n_ctx - len(prefix)) // 2
+            raise InputError(
+                f"the evidence's repeated random tokens need {need} positions (T={self.T}: {len(prefix)} prefix token(s), then T "
+                f"tokens twice); the model's context is {model.n_ctx}: at most {most}",
+                parameter="T",
+            )
+
 
 def _unreadable(model: LoadedModel, what: str) -> str | None:
     """Why the model's output cannot carry ``what`` (an encoder, a new output head), or None."""
@@ -358,7 +371,7 @@ def role_evidence(
     sequences or windows per test (at least ``MIN_ITEMS`` unless ``smoke``), ``T`` random tokens
     per copy, ``prepend_bos`` for the sink windows; ``smoke``: :data:`NO_FINDING` in place of
     every verdict (the figures are kept)."""
-    EvidenceConfig(n=n, T=T, seed=seed, smoke=smoke)  # the checks
+    EvidenceConfig(n=n, T=T, seed=seed, smoke=smoke).check_fits(model)  # the checks, before any work
     pairs = list(
         zip(roles["layer"].astype(int).tolist(), roles["head"].astype(int).tolist(), roles["role"].astype(str).tolist(), strict=True)
     )

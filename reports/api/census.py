@@ -244,6 +244,8 @@ def census(
     loaded = as_loaded(model, load)
     if pruned is not None:
         pruned.check(loaded.n_layers, loaded.n_heads)
+    if evidence is not None:
+        evidence.check_fits(loaded)  # before the census, not after it
     result = run_census(loaded, config, progress=progress)
     classified = classify_heads(result.scores, thresholds, baseline_factor=baseline_factor)
     used = used_thresholds(result.scores["detector"], thresholds)

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 import click
@@ -127,6 +129,9 @@ def classify_cmd(
     config = config_from(CensusConfig, settings)  # with --mask, census(mask=) zeroes the mask's heads
     check_census_config(config)
     loaded = load(model, device, dtype, revision, allow_new_weights)
+    if evidence_config is not None:
+        with _evidence_flags():
+            evidence_config.check_fits(loaded)  # before the census: nothing is written for a T the context cannot hold
     with progress_bars("census", quiet=quiet) as progress:
         result = census(
             loaded, config, thresholds=parsed, baseline_factor=baseline_factor, mask=mask_file, progress=progress, command=command_line()
@@ -162,8 +167,15 @@ def _evidence_config(evidence, n, seq_len, seed, mask_file, given=()) -> Evidenc
         raise InputError(
             "--evidence with --mask: the interventions run on the unpruned model, so they would not test the pruned model's roles"
         )
-    try:
+    with _evidence_flags():
         return EvidenceConfig(n=n, T=seq_len, seed=seed)
+
+
+@contextmanager
+def _evidence_flags() -> Iterator[None]:
+    """The evidence settings' errors in their flags' words: ``(T=128`` -> ``(--evidence-seq-len 128``."""
+    try:
+        yield
     except InputError as exc:
         raise InputError(str(exc).replace("(n=", f"({EVIDENCE_FLAGS['n']} ").replace("(T=", f"({EVIDENCE_FLAGS['T']} ")) from None
 
