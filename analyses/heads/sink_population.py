@@ -91,7 +91,7 @@ def sink_population(scores: pd.DataFrame, roles: pd.DataFrame) -> SinkPopulation
     heads = scores[["layer", "head"]].drop_duplicates()
     share = pd.to_numeric(sink["score"], errors="coerce").groupby(sink["layer"]).mean()
     uniform = pd.to_numeric(sink["baseline"], errors="coerce").groupby(sink["layer"]).mean()
-    n = pd.to_numeric(sink["n"], errors="coerce")
+    n = pd.to_numeric(sink["n"], errors="coerce") if "n" in sink else pd.Series(dtype=float)
     with_sink = roles[roles["role"] == SINK]
     out = SinkPopulation(
         n_heads=len(heads),

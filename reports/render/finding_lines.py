@@ -23,7 +23,14 @@ from headlens.reports.render.design_tables import gqa_reading, knockout_reading,
 from headlens.reports.render.evidence_text import evidence_lines
 from headlens.reports.render.page.smoke import data_items
 from headlens.reports.render.patching_tables import patch_lines
-from headlens.reports.render.sink_lines import listed_heads, population_of, role_counts_text, sink_population_lines
+from headlens.reports.render.sink_lines import (
+    SINK,
+    listed_heads,
+    population_of,
+    role_counts_text,
+    sink_evidence_line,
+    sink_population_lines,
+)
 from headlens.reports.render.sinks_tables import lengths_lines, seed_text_lines
 from headlens.reports.render.verdict_text import rank_test_words
 
@@ -126,7 +133,11 @@ def census_findings(result: Any) -> Findings:
     evidence = tables.get("evidence")
     if evidence is not None:
         lines.append(evidence_count_line(evidence))
-        lines += evidence_lines(evidence)
+        if population_of(tables) is not None:  # the sinks' verdicts in one line, as their roles
+            lines += evidence_lines(evidence[evidence["role"].astype(str) != SINK])
+            lines += filter(None, [sink_evidence_line(evidence)])
+        else:
+            lines += evidence_lines(evidence)
     return Findings(tuple(lines), tuple(census_warnings(scores, getattr(result, "notes", None))))
 
 

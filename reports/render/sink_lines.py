@@ -27,6 +27,8 @@ __all__ = [
     "sink_population_lines",
     "role_counts_text",
     "listed_heads",
+    "specific_first",
+    "sink_evidence_line",
 ]
 
 #: The most lines the sink population takes in any view.
@@ -97,3 +99,20 @@ def listed_heads(heads: pd.DataFrame, roles: pd.DataFrame) -> pd.DataFrame:
     strongest = shown["strongest_detector"] if "strongest_detector" in shown else pd.Series("", index=shown.index)
     rank = strongest.fillna("").astype(str).map(lambda d: order.get(d, len(order)))
     return shown.assign(_rank=rank).sort_values(["_rank", "layer", "head"], kind="stable").drop(columns="_rank")
+
+
+def specific_first(table: pd.DataFrame) -> pd.DataFrame:
+    """A table with a ``role`` column (the evidence table) with the sink rows last, in their order."""
+    if "role" not in table.columns:
+        return table
+    return table.iloc[sorted(range(len(table)), key=lambda i: str(table["role"].iloc[i]) == SINK)]
+
+
+def sink_evidence_line(evidence: pd.DataFrame) -> str | None:
+    """``  sink: 200 roles tested: 150 supported, 50 not supported (not listed head by head)``: the
+    sink rows of an evidence table in one line, when sinks are a population; None without sink rows."""
+    sinks = evidence[evidence["role"].astype(str) == SINK]
+    if sinks.empty:
+        return None
+    counts = ", ".join(f"{v} {k}" for k, v in sinks["evidence"].value_counts().items())
+    return f"  {SINK}: {len(sinks)} roles tested: {counts} (not listed head by head)"

@@ -11,6 +11,7 @@ from typing import Any
 import pandas as pd
 
 from headlens.reports.render.evidence_text import evidence_rule_text, figure_text
+from headlens.reports.render.sink_lines import specific_first
 from headlens.reports.render.verdict_text import smoke_sentence
 
 log = logging.getLogger(__name__)
@@ -40,7 +41,7 @@ def evidence_view(report: Any) -> dict[str, Any]:
             "unit": _text(r.unit),
             "detail": _text(r.detail),
         }
-        for r in table.itertuples()
+        for r in specific_first(table).itertuples()  # the sink rows last: in a Llama-family model most heads sink
     ]
     counts = ", ".join(f"{v} {k}" for k, v in table["evidence"].value_counts().items())
     return {"banners": banners, "smoke": smoke, "rule": evidence_rule_text(), "rows": rows, "counts": counts}

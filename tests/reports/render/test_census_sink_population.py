@@ -85,3 +85,25 @@ def test_heatmaps_say_what_the_outline_means_and_how_many_prompts():
     sink = census.plot("heatmap_sink").axes[0].get_title()
     assert sink.split("\n") == ["sink score (uniform baseline 0.100)", "red outline: has the role (10 of 12 heads); mean over 20 prompts"]
     assert "has the role (1 of 12 heads)" in census.plot("heatmap_induction").axes[0].get_title()
+
+
+def _with_evidence() -> CensusResult:
+    census = _census()
+    roles = census.roles
+    pairs = zip(roles["head"], roles["role"], strict=True)
+    verdicts = ["supported" if role != "sink" or head % 2 else "not supported" for head, role in pairs]
+    census.tables["evidence"] = roles.assign(
+        evidence=verdicts, figure=0.5, figure_low=0.4, figure_high=0.6, unit="nats", n_items=8, test="t", detail="d"
+    )
+    return census
+
+
+def test_evidence_of_the_sinks_is_one_line():
+    census = _with_evidence()
+    lines = list(census.findings().lines)
+    evidence = lines[lines.index("evidence: 7 not supported, 5 supported") + 1 :]
+    assert [ln.split()[0] for ln in evidence[:2]] == ["0.0", "2.1"] and "induction" in evidence[1]
+    assert evidence[2:] == ["  sink: 10 roles tested: 7 not supported, 3 supported (not listed head by head)"]
+    summary = census_summary_of(census.scores, classify_heads(census.scores), MANIFEST, evidence=census.evidence)
+    rows = re.findall(r"^\| (\d+\.\d+) \| (\w+) \|", summary.split("## Evidence")[1], flags=re.M)
+    assert rows[:2] == [("0.0", "previous_token"), ("2.1", "induction")] and {r for _, r in rows[2:]} == {"sink"}
