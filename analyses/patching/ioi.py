@@ -108,7 +108,9 @@ def _with_interval(table: pd.DataFrame, name: str, per_pair: np.ndarray, config:
 def _paths(
     model: LoadedModel, pairs: Any, receivers: list[tuple[int, int]], which: str, senders: list[tuple[int, int]] | None, config: IOIConfig
 ) -> pd.DataFrame | None:
-    """The joint path table from ``senders`` (None: every earlier head) into ``receivers``' ``which`` input."""
+    """The joint path table from ``senders`` (None: every earlier head) into ``receivers``' ``which``
+    input (receivers of layer 0 left out: no head sends to them)."""
+    receivers = [r for r in receivers if r[0] > 0]
     if not receivers or (senders is not None and not any(s[0] < max(r[0] for r in receivers) for s in senders)):
         return None
     path_config = PathConfig(

@@ -125,3 +125,12 @@ def test_paths_run_in_the_noising_direction(tiny_model):
     assert torch.equal(swapped.clean, task.corrupt) and torch.equal(swapped.corrupt, task.clean)
     assert torch.equal(swapped.correct, task.incorrect) and torch.equal(swapped.incorrect, task.correct)
     assert swapped.source["path_direction"] == "noising" and "path_direction" not in task.source
+
+
+def test_a_name_mover_in_layer_0_is_no_receiver(tiny_model):
+    from headlens.analyses.patching.ioi import _paths
+
+    pairs = ioi_pairs(tiny_model, n=4)
+    assert _paths(tiny_model, pairs, [(0, 1)], "q", None, IOIConfig(n_pairs=4, n_resamples=10)) is None
+    table = _paths(tiny_model, pairs, [(0, 1), (1, 2)], "q", None, IOIConfig(n_pairs=4, n_resamples=10))
+    assert table is not None and set(table["receiver"]) == {"1.2"} and len(table) == tiny_model.n_heads
