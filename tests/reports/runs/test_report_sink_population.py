@@ -7,6 +7,7 @@ planted scores of tests/analyses/heads/planted_sinks.py in place of its census (
 from __future__ import annotations
 
 import copy
+import json
 import re
 
 from headlens.analyses.heads.classify import classify_heads
@@ -35,7 +36,14 @@ def _section(page: str, name: str) -> str:
 
 
 def test_page_leads_with_the_findings_and_shows_intervals(quick_report):  # noqa: F811
-    heads = _section(_planted_report(quick_report).html(), "heads")
+    report = _planted_report(quick_report)
+    strongest = report.strongest
+    assert strongest is not None
+    strongest.loc[strongest["name"] == "3.2", "strongest_score"] = 0.99  # a sink-only head scoring highest
+    page = report.html()
+    data = json.loads(page.split('<script type="application/json" id="hl-data">', 1)[1].split("</script>", 1)[0])
+    assert data["initial"] == "2.1"  # the page shows first the strongest head with a role other than sink
+    heads = _section(page, "heads")
     findings = re.search(r'<pre class="findings" id="census-findings">(.*?)</pre>', heads, flags=re.S)
     assert findings is not None and heads.index("census-findings") < heads.index('id="role-table"')
     lines = findings.group(1).strip().split("\n")
