@@ -63,7 +63,7 @@ if TYPE_CHECKING:  # the same names as _HOMES, for type checkers and editors (no
     from headlens.reports.api.design import GQAResult, KVResult, ProjectionsResult, gqa, kv, projections
     from headlens.reports.api.evidence import evidence
     from headlens.reports.api.ioi import IOIResult, ioi
-    from headlens.reports.api.models import load_model, models
+    from headlens.reports.api.models import fetch_model, load_model, models
     from headlens.reports.api.patch import PatchingResult, patch
     from headlens.reports.api.prune import PruneResult, prune
     from headlens.reports.api.registry import load
@@ -121,6 +121,7 @@ _HOMES: dict[str, str] = {
     "ioi": "headlens.reports.api.ioi",
     "load_model": "headlens.reports.api.models",
     "models": "headlens.reports.api.models",
+    "fetch_model": "headlens.reports.api.models",
     "PatchingResult": "headlens.reports.api.patch",
     "patch": "headlens.reports.api.patch",
     "PruneResult": "headlens.reports.api.prune",
@@ -232,6 +233,7 @@ __all__ = [
     "load_model",
     "load_report",
     "models",
+    "fetch_model",
     "patch",
     "plot_heads",
     "plot_pattern",
