@@ -38,6 +38,7 @@ import numpy as np
 from headlens.analyses.verdicts import MIN_ITEMS
 
 __all__ = [
+    "BOOTSTRAP_BYTES",
     "bootstrap_mean_ci",
     "spearman",
     "spearman_p",
@@ -52,6 +53,9 @@ logger = logging.getLogger(__name__)
 
 #: Columns per matrix product of the bootstrap (zero-padded to this width).
 BLOCK = 64
+#: Bytes per resample and statistic that :func:`bootstrap_mean_ci` holds at once: the resampled
+#: means (float64) and ``nanquantile``'s sorted copy and NaN mask of them.
+BOOTSTRAP_BYTES = 3 * 8
 
 
 def bootstrap_mean_ci(

@@ -6,8 +6,9 @@ A count is checked before any work, in one line naming its parameter:
   needs 2 items);
 * it is at most :data:`MAX_COUNT`: no headlens run needs more than a million of anything, and a
   count past that is a typing slip (``--n-pairs 1000000000``) that would run for days;
-* what it costs in memory (``bytes_each`` per unit, as the caller knows its arrays) fits in
-  :func:`memory_budget`, half of this machine's memory.
+* what it costs in memory (``bytes_each`` per unit, as the caller knows its arrays on this model)
+  fits in :func:`memory_budget`: half of this machine's memory or what is available now, whichever
+  is less (on a GPU, its free memory).
 
 What the *task* can hold (windows a text has, pairs that fit a tokenizer) is the caller's: it
 knows the text and says so in its own line.
@@ -30,14 +31,34 @@ MAX_COUNT = 1_000_000
 _FALLBACK_BYTES = 8 * 2**30
 
 
-def memory_budget() -> int:
-    """Bytes a run's arrays may take: half the machine's physical memory."""
+def memory_budget(device: object = None) -> int:
+    """Bytes a run's arrays may take: on a CUDA ``device`` its free memory now
+    (``torch.cuda.mem_get_info``); else half of this machine's physical memory or what is
+    available now (``MemAvailable``), whichever is less."""
+    if str(device or "").startswith("cuda"):
+        import torch  # only for a GPU run, which has torch loaded already
+
+        free, _ = torch.cuda.mem_get_info(torch.device(str(device)))
+        return max(int(free), 1)
     try:
         total = int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
     except (ValueError, OSError, AttributeError) as exc:  # not a POSIX machine
         log.debug("cannot read the machine's memory (%s): budget %d bytes", exc, _FALLBACK_BYTES)
         return _FALLBACK_BYTES
-    return max(total // 2, 1)
+    available = _available_bytes()
+    return max(min(total // 2, available) if available is not None else total // 2, 1)
+
+
+def _available_bytes() -> int | None:
+    """What the kernel says can be allocated now without swapping (Linux's ``MemAvailable``), or None."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
 
 
 def _gib(n: float) -> str:
@@ -54,11 +75,13 @@ def check_count(
     subject: str | None = None,
     maximum: int | None = None,
     why_most: str = "",
+    device: object = None,
 ) -> int:
     """``value`` as an int when it is a count ``name`` may take (see the module doc), else a
     one-line :class:`InputError` naming ``name`` (``subject``: how the line names the count in
     place of ``name=value``, e.g. ``"task file t.jsonl holds 1 pair"``); ``why``: what the
-    minimum is for; ``maximum`` (at most :data:`MAX_COUNT`): a caller's lower cap, ``why_most`` its reason."""
+    minimum is for; ``maximum`` (at most :data:`MAX_COUNT`): a caller's lower cap, ``why_most`` its reason;
+    ``device``: where the ``bytes_each`` live (:func:`memory_budget`)."""
     said = subject or f"{name}={value!r}"
     if isinstance(value, bool) or not isinstance(value, int):
         raise InputError(f"{name} must be a whole number, got {value!r}", parameter=name)
@@ -71,12 +94,13 @@ def check_count(
     if value > most:
         because = (why_most or "a bound of this run") if most < MAX_COUNT else "headlens' bound on any count"
         raise InputError(f"{said}: at most {most:,} ({because})", parameter=name)
-    need, budget = value * max(bytes_each, 0), memory_budget()
+    need = value * max(bytes_each, 0)
+    budget = memory_budget(device) if need else 0
     if need > budget:
         most = max(budget // bytes_each, minimum)
+        where = "free on the GPU" if str(device or "").startswith("cuda") else "half of this machine's memory or what is available now"
         raise InputError(
-            f"{said}: needs about {_gib(need)} of memory, more than the {_gib(budget)} (half of this machine's) a run may take;"
-            f" at most {most:,}",
+            f"{said}: needs about {_gib(need)} of memory, more than the {_gib(budget)} ({where}) a run may take; at most {most:,}",
             parameter=name,
         )
     return int(value)

@@ -97,6 +97,7 @@ class CircuitConfig:
         check_direction(self.direction)
         if isinstance(self.steps, bool) or not isinstance(self.steps, int) or self.steps < 2:
             raise InputError(f"steps must be a whole number >= 2 (one step is method='eap'), got {self.steps!r}", steps=self.steps)
+        check_count("steps", self.steps, minimum=2)  # at most MAX_COUNT: IG's alphas are a list of that length
         if self.top_n is not None and self.threshold is not None:
             raise InputError("give top_n= or threshold=, not both", top_n=self.top_n, threshold=self.threshold)
         if self.top_n is not None:

@@ -102,6 +102,7 @@ from headlens.analyses.patching.path import PathConfig, run_path_patching
 from headlens.analyses.patching.sink_removal import SINK_WINDOW, sink_removal_effects
 from headlens.analyses.stats import bootstrap_mean_ci
 from headlens.analyses.verdicts import MIN_ITEMS
+from headlens.probes.counts import check_count
 from headlens.probes.errors import HeadlensError, InputError, UnsupportedModelError
 from headlens.probes.loading import LoadedModel
 
@@ -127,6 +128,11 @@ __all__ = [
 ]
 
 
+#: Bytes per position and vocabulary entry of one evidence item: the float32 logits of a forward over
+#: all items and the float64 log-softmax of the loss.
+EVIDENCE_BYTES = 4 + 8
+
+
 @dataclass(frozen=True, kw_only=True)
 class EvidenceConfig(EvidenceSettings):
     """How :func:`role_evidence` runs: :class:`~headlens.analyses.patching.evidence_config.EvidenceSettings`'s
@@ -147,6 +153,9 @@ class EvidenceConfig(EvidenceSettings):
                 f"tokens twice); the model's context is {model.n_ctx}: at most {most}",
                 parameter="T",
             )
+        vocab = int(getattr(model.bridge.cfg, "d_vocab", 0) or len(model.tokenizer))
+        per_item = need * vocab * EVIDENCE_BYTES  # one forward's logits over every item at once, and their log-softmax
+        check_count("n", self.n, minimum=2, bytes_each=per_item, subject=f"evidence items (n={self.n})", device=model.device)
 
 
 def _unreadable(model: LoadedModel, what: str) -> str | None:

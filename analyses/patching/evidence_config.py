@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from headlens.analyses.patching.evidence_rules import MIN_T
 from headlens.analyses.verdicts import MIN_ITEMS
+from headlens.probes.counts import check_count
 from headlens.probes.errors import InputError
 from headlens.probes.settings import check_seed, seed_setting, setting
 
@@ -35,6 +36,8 @@ class EvidenceSettings:
             )
         if self.n < 2:
             raise InputError(f"evidence needs at least 2 items per test for an interval (n={self.n})", n=self.n)
+        check_count("n", self.n, minimum=2, subject=f"evidence items (n={self.n})")  # at most MAX_COUNT; memory: check_fits
+        check_count("T", self.T, minimum=2, subject=f"evidence tokens per copy (T={self.T})")
         if self.T < MIN_T:
             raise InputError(
                 f"evidence needs at least {MIN_T} random tokens per copy (T={self.T}): the induction task's direct-effect check needs them",

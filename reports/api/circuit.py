@@ -27,6 +27,7 @@ from headlens.analyses.circuits.run import run_circuit
 from headlens.analyses.patching.builtin import builtin_task
 from headlens.analyses.patching.config import BUILTINS
 from headlens.analyses.patching.pairs import pair_task
+from headlens.analyses.stats import BOOTSTRAP_BYTES
 from headlens.probes.counts import check_count
 from headlens.probes.errors import InputError
 from headlens.probes.loading import LoadedModel
@@ -193,6 +194,8 @@ def circuit(
     loaded = as_loaded(model, load)
     graph = build_graph(loaded)
     n_edges = len(graph.edges)
+    # the intervals' resampled means of every edge at once, against this machine's memory, before any pair is built
+    check_count("n_bootstrap", cfg.n_bootstrap, bytes_each=BOOTSTRAP_BYTES * n_edges)
     if cfg.top_n is not None and cfg.top_n > n_edges:
         raise InputError(f"top_n={cfg.top_n} is above the graph's {n_edges} edges", top_n=cfg.top_n)
     with edge_flags(loaded):  # a family whose edges cannot be patched: refused before any pair is built
