@@ -10,13 +10,17 @@ commands hand it a :class:`ProgressBars`::
 On a terminal each label gets a tqdm bar on stderr; when stderr is not a terminal (CI logs,
 pipes, click's test runner) it writes plain ``label: done/total`` lines instead, one per tenth
 of a pass, so logs stay readable.  ``quiet`` (the commands' ``-q``) silences it.  A pass with
-``total <= 1`` shows nothing.
+``total <= 1`` shows nothing.  A pass whose first units project a long run (more than
+:data:`LONG_PASS_S`) gets one line with its estimated time when that is known, after its first
+unit (``circuit: exact: about 12 min for 144 units (5.0 s each so far)``): a long run is said, never
+refused for its time.
 """
 
 from __future__ import annotations
 
 import logging
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, TextIO, TypeVar
@@ -25,7 +29,24 @@ from tqdm import tqdm
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ProgressBars", "ReportBars", "progress_bars"]
+__all__ = ["ProgressBars", "ReportBars", "progress_bars", "LONG_PASS_S", "duration_text"]
+
+#: A pass projected to take longer than this (seconds) gets a line with its estimated time.
+LONG_PASS_S = 30.0
+
+
+def duration_text(seconds: float) -> str:
+    """``0.4 s``, ``45 s``, ``12 min``, ``3.2 h``, ``4.1 days``."""
+    if seconds < 10:
+        return f"{seconds:.1f} s"
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 48 * 3600:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:,.1f} days"
+
 
 _Bars = TypeVar("_Bars", bound="ProgressBars")
 
@@ -47,6 +68,9 @@ class ProgressBars:
         self.tty = tty
         self._bars: dict[str, Any] = {}  # tqdm bars (terminal) by label
         self._tenth: dict[str, int] = {}  # last tenth written (plain lines) by label
+        self._start: dict[str, float] = {}  # when each pass began (its 0 call, else the previous event)
+        self._said: set[str] = set()  # passes whose estimate was written
+        self._last = time.monotonic()
 
     def _name(self, stage: str | None) -> str:
         """``label: stage``; a stage named like the label (``gqa`` under ``gqa``) is said once."""
@@ -68,6 +92,7 @@ class ProgressBars:
         if self.quiet or total <= 1:
             return
         name = self._name(stage)
+        self._estimate(name, done, total)
         if self.tty:
             self._update_bar(name, done, total)
             return
@@ -78,6 +103,22 @@ class ProgressBars:
             self.stream.flush()
         if done >= total:
             self._tenth.pop(name, None)
+
+    def _estimate(self, name: str, done: int, total: int) -> None:
+        """One line with the pass's estimated time once its first unit is done, when it is long."""
+        now = time.monotonic()
+        start = self._start.setdefault(name, now if done <= 0 else self._last)
+        self._last = now
+        if done >= total:
+            self._start.pop(name, None)
+            self._said.discard(name)
+            return
+        if done <= 0 or name in self._said:
+            return
+        each = (now - start) / done
+        if each * total > LONG_PASS_S:
+            self._said.add(name)
+            self.write(f"{name}: about {duration_text(each * total)} for {total:,} units ({duration_text(each)} each so far)")
 
     def _update_bar(self, name: str, done: int, total: int) -> None:
         bar = self._bars.get(name)
