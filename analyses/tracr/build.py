@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import inspect
 import json
-import shutil
-import tempfile
 from dataclasses import dataclass, replace
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -28,9 +26,10 @@ from headlens.analyses.tracr.convert import LN_EPS, LN_WEIGHT, word_of, write_ch
 from headlens.analyses.tracr.ground_truth import ground_truth, mark_input_dependence, sender_writes
 from headlens.analyses.tracr.programs import ProgramSpec, all_inputs, program_spec, require_tracr
 from headlens.analyses.tracr.scoring import tracr_pairs
-from headlens.probes.errors import InputError, OutputExistsError
+from headlens.probes.errors import InputError
 from headlens.probes.loading import load_model
 from headlens.probes.manifest import package_versions
+from headlens.probes.outputs import atomic_dir, check_out_dir
 
 __all__ = ["TracrModel", "build_tracr_model", "read_ground_truth"]
 
@@ -95,20 +94,16 @@ def build_tracr_model(
     input up to it is checked, 3**n of each length n).
     Raises :class:`InputError` for an unknown program, for a program whose causal compilation does not
     compute it (tracr's own model disagrees with RASP as the checkpoint does), and :class:`OutputExistsError`
-    when ``out`` exists and ``overwrite`` is False."""
+    when ``out`` holds files (or is a file) and ``overwrite`` is False; an empty folder is written into."""
     spec = program_spec(program)
     if max_seq_len is not None:
         if isinstance(max_seq_len, bool) or not isinstance(max_seq_len, int) or not 1 <= max_seq_len <= 8:
             raise InputError(f"max_seq_len must be a whole number from 1 to 8 (every input is checked), got {max_seq_len!r}")
         spec = replace(spec, max_seq_len=max_seq_len)
-    dest = Path(out)
-    if dest.exists() and not overwrite:
-        raise OutputExistsError(f"{dest} exists; pass overwrite=True to replace it")
+    dest = check_out_dir(out, overwrite=overwrite)  # an empty folder is written into, as every command's --out is
     require_tracr()
     compiled = compile_program(spec, mlp_exactness=mlp_exactness)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
-    try:
+    with atomic_dir(dest) as tmp:  # appears whole; a symlink's or a mount point's folder is written into
         lay = write_checkpoint(compiled, tmp)
         truth = ground_truth(compiled)
         model = load_model(model=str(tmp), device="cpu", dtype="float32")
@@ -144,12 +139,6 @@ def build_tracr_model(
             "versions": package_versions() | {"tracr-pypi": _dist_version("tracr-pypi"), "jax": _dist_version("jax")},
         }  # fmt: skip
         (tmp / "tracr_manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
-        if dest.exists():
-            shutil.rmtree(dest)
-        tmp.rename(dest)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp)
     return TracrModel(program=program, folder=dest, truth=truth, agreement=agreement)
 
 

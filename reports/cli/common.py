@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import re
 import sys
 from collections.abc import Callable
@@ -306,14 +307,42 @@ def setup_logging(verbosity: int) -> Callable[[], None]:
     for lg in own:
         lg.setLevel(level)
     logging.captureWarnings(True)
+    bars_back = _hub_bars_off()
 
     def restore() -> None:
+        bars_back()
         root.removeHandler(handler)
         root.setLevel(saved_root)
         for lg, lvl in saved_own:
             lg.setLevel(lvl)
         if not was_capturing:
             logging.captureWarnings(False)
+
+    return restore
+
+
+#: Hugging Face's switch of its progress bars, read when transformers and huggingface_hub are imported.
+HUB_BARS_ENV = "HF_HUB_DISABLE_PROGRESS_BARS"
+
+
+def _hub_bars_off() -> Callable[[], None]:
+    """Hugging Face's own progress bars (``Loading weights``, ``Writing model shards``) off for one
+    CLI run: they wrote tqdm lines on stderr beside headlens' one-line messages.  Modules imported
+    later read :data:`HUB_BARS_ENV`; transformers if already imported is switched off and back.
+    The user's own setting of the variable is kept.  Returns the function that undoes it."""
+    saved = os.environ.get(HUB_BARS_ENV)
+    if saved is None:
+        os.environ[HUB_BARS_ENV] = "1"
+    hf = sys.modules.get("transformers.utils.logging")
+    was_on = bool(hf.is_progress_bar_enabled()) if hf is not None else False
+    if hf is not None and was_on and saved is None:
+        hf.disable_progress_bar()
+
+    def restore() -> None:
+        if saved is None:
+            os.environ.pop(HUB_BARS_ENV, None)
+            if hf is not None and was_on:
+                hf.enable_progress_bar()
 
     return restore
 

@@ -12,7 +12,7 @@ PROGRAM_NAMES = ("frac_prevs", "hist", "reverse", "sort", "shift", "detect_patte
 @click.argument("program", type=click.Choice(PROGRAM_NAMES))
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Folder to write the checkpoint into.")
 @click.option("--max-seq-len", type=int, default=None, help="Longest input (1-8; default: the program's own, 5 for most).")
-@click.option("--overwrite", is_flag=True, help="Replace --out if it exists.")
+@click.option("--overwrite", is_flag=True, help="Replace --out if it holds files.")
 def tracr_model_cmd(program: str, out_dir: str, max_seq_len: int | None, overwrite: bool) -> None:
     """Compile tracr's PROGRAM (causal attention) into a GPT-2 checkpoint in --out.
 
@@ -20,7 +20,7 @@ def tracr_model_cmd(program: str, out_dir: str, max_seq_len: int | None, overwri
     ground_truth.json (each head's and MLP's job, the true edges) and agreement.json (the checkpoint
     against the RASP program on every input up to the program's length).  Needs the circuits-bench
     extra.  Exit codes: 0 written, 2 bad input (or a program tracr cannot compile causally: sort),
-    4 --out exists without --overwrite.
+    4 --out holds files without --overwrite (an empty folder is written into).
     """
     from headlens.reports.api.tracr import tracr_model
 
