@@ -56,27 +56,41 @@ def _rebuild(
 
     def fn(x: Tensor, hook: Any = None) -> Tensor:
         copies = masks.shape[0]
-        d = live["out"][:, :n_send] - corrupt[:, :n_send].repeat(copies, 1, 1, 1)  # [copies*b, S, p, d]
-        d = d.view(copies, -1, *d.shape[1:])
-        m = masks[:, :k, :n_send].to(d.dtype)  # [copies, slot, S]
+        lv, ck, width, d_model = _flat(live["out"], copies, n_send), _flat(corrupt, 1, n_send)[0], x.shape[1], x.shape[-1]
+        m = masks[:, :k, :n_send].to(lv.dtype)  # [copies, slot, S]
         if normed:
             m = m.clone()
             for _lr, sl in normed:
                 m[:, :, sl] = 0
-        change = torch.einsum("cbspd,cgs->cbpgd", d, m)
+        change = _contract(m, lv, ck).view(copies, -1, k, width, d_model).permute(0, 1, 3, 2, 4)  # [c, b, p, slot, d]
         for lr, sl in normed:
             hsn = norms[lr]
             assert hsn is not None
-            lv = live["out"][:, sl].view(copies, -1, n_h, *d.shape[3:])
-            change = change + normed_change(hsn, lv, corrupt[None, :, sl], masks[:, :k, sl])
-        out = x.clone()
-        if out.dim() == 4:
-            out.view(copies, -1, *out.shape[1:]).sub_(change.to(out.dtype))
-        else:
-            out.view(copies, -1, *out.shape[1:]).sub_(change[:, :, :, 0].to(out.dtype))
-        return out
+            lvh = live["out"][:, sl].view(copies, -1, n_h, width, d_model)
+            change = change + normed_change(hsn, lvh, corrupt[None, :, sl], masks[:, :k, sl])
+        if x.dim() == 4:
+            return (x.view(copies, -1, *x.shape[1:]) - change.to(x.dtype)).view(x.shape)
+        return (x.view(copies, -1, *x.shape[1:]) - change[:, :, :, 0].to(x.dtype)).view(x.shape)
 
     return fn
+
+
+def _flat(store: Tensor, copies: int, n_send: int) -> Tensor:
+    """``[copies, batch, n_send, pos * d_model]``: a view of the first ``n_send`` senders of a store
+    ``[copies * batch, sender, pos, d_model]``."""
+    cb, s_tot, width, d_model = store.shape
+    return store.view(copies, cb // copies, s_tot, width * d_model)[:, :, :n_send]
+
+
+def _contract(m: Tensor, live: Tensor, corrupt: Tensor) -> Tensor:
+    """``sum_s m[c, slot, s] (live[c, b, s] - corrupt[b, s])`` as ``[copies, batch, slot, pos * d_model]``, by two matrix
+    products on views of the stores (``live`` ``[c, b, S, x]``, ``corrupt`` ``[b, S, x]``): the difference of the senders'
+    outputs is never formed (a ``[c, b, S, pos, d_model]`` tensor per reader and forward, allocated and freed each time)."""
+    c, k, n_send = m.shape
+    b = corrupt.shape[0]
+    out = torch.matmul(m[:, None], live)  # [c, b, slot, x]: m broadcast over the batch, live's rows read in place
+    off = torch.matmul(m.reshape(1, c * k, n_send), corrupt)  # [b, c * slot, x]
+    return out.sub_(off.view(b, c, k, -1).transpose(0, 1))
 
 
 def circuit_values(

@@ -28,12 +28,25 @@ from headlens.probes.loading import LoadedModel
 
 log = logging.getLogger(__name__)
 
-__all__ = ["HELD_OUT_COLUMNS", "MIN_SPLIT_PAIRS", "PairSplit", "faithfulness_at", "held_out_curve", "split_pairs", "subset"]
+__all__ = [
+    "HELD_OUT_COLUMNS",
+    "MIN_SPLIT_PAIRS",
+    "READABLE_SIZES",
+    "PairSplit",
+    "faithfulness_at",
+    "held_out_curve",
+    "readable_at",
+    "split_pairs",
+    "subset",
+]
 
 #: Fewest pairs on either side of a split: below it the held-out interval (or the choice) rests on too few pairs.
 MIN_SPLIT_PAIRS = 8
 #: Columns the held-out pairs add to the faithfulness curve (NaN without a split).
 HELD_OUT_COLUMNS = ["held_out", "held_out_ci_low", "held_out_ci_high"]
+#: Circuit sizes a person can read, always measured on the curve: the faithfulness of the top n edges is reported
+#: beside the size that reaches the target (:func:`readable_at`), which on a real model is thousands of edges.
+READABLE_SIZES: tuple[int, ...] = (10, 20, 50, 100, 200)
 
 
 @dataclass(frozen=True)
@@ -139,3 +152,23 @@ def faithfulness_at(curve: pd.DataFrame, n: int, split: PairSplit) -> dict[str, 
         "in_sample": inside,
         "split": split.describe(),
     }
+
+
+def readable_at(curve: pd.DataFrame, split: PairSplit, sizes: tuple[int, ...] = READABLE_SIZES) -> list[dict[str, Any]]:
+    """The faithfulness of the top ``n`` edges for each ``n`` of ``sizes`` on the curve (sizes above the graph left
+    out): ``faithfulness`` with its interval in-sample, ``held_out`` with its interval (None without a split)."""
+    c = curve.drop_duplicates("n_edges").set_index("n_edges")
+    out: list[dict[str, Any]] = []
+    for n in sizes:
+        if n not in c.index:
+            continue
+        r = c.loc[n]
+        row: dict[str, Any] = {"n_edges": int(n), **{k: float(r[k]) for k in ("faithfulness", "ci_low", "ci_high")}}
+        held = split.held and "held_out" in r
+        row["held_out"] = (
+            {k: float(r[f"held_out{s}"]) for k, s in (("faithfulness", ""), ("ci_low", "_ci_low"), ("ci_high", "_ci_high"))}
+            if held
+            else None
+        )
+        out.append(row)
+    return out

@@ -37,7 +37,7 @@ from headlens.analyses.circuits.confirm import confirm_edges, confirmation_summa
 from headlens.analyses.circuits.exact import exact_scores
 from headlens.analyses.circuits.faithfulness import circuit_values, curve_points, curve_summary, faithfulness_curve
 from headlens.analyses.circuits.graph import EdgeGraph, build_graph
-from headlens.analyses.circuits.heldout import faithfulness_at, held_out_curve, split_pairs, subset
+from headlens.analyses.circuits.heldout import READABLE_SIZES, faithfulness_at, held_out_curve, readable_at, split_pairs, subset
 from headlens.analyses.circuits.scores import PerPair, attribution_scores
 from headlens.analyses.circuits.summary import edge_table, gap_of, ranking
 from headlens.analyses.circuits.writes import HEAD_SUM_NORM_NOTE
@@ -181,7 +181,7 @@ def run_circuit(
         n_sel = int((np.abs(base["score"].to_numpy()) >= config.threshold).sum())
         if n_sel == 0:
             notes.append(_empty_note(base, config.threshold, gap.defined))
-    sizes = curve_points(n_edges, config.curve_points, [] if n_sel is None else [n_sel])
+    sizes = curve_points(n_edges, config.curve_points, [*READABLE_SIZES, *([] if n_sel is None else [n_sel])])
     curve, clean, corrupt = faithfulness_curve(model, chooser, graph, order, sizes, batch_size=config.batch_size,
                                                n_bootstrap=config.n_bootstrap, seed=config.seed, progress=progress)  # fmt: skip
     fgap = gap_of(PerPair(np.zeros((len(chooser), 0)), clean, corrupt, per_pair.metric, "exact", "noising", np.arange(0)),
@@ -213,6 +213,7 @@ def run_circuit(
         "target_faithfulness": config.target_faithfulness,
         "smallest_reaching_target": reach,
         "reach": reach_evidence(curve, reach, config.target_faithfulness),
+        "readable": readable_at(curve, split),
         **confirmation,
         **curve_summary(curve),
         "task": task.describe(),

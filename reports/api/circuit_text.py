@@ -128,6 +128,7 @@ def circuit_lines(result: CircuitResult) -> list[str]:
     ]
     lines.extend(_split_line(s.get("split") or {}))
     lines.extend(_reach_lines(s.get("reach") or {}, result.faithfulness))
+    lines.extend(_readable_lines(s))
     auc = s.get("auc")
     if isinstance(auc, int | float):
         lines.append(f"faithfulness curve: area {float(auc):.3f} (MIB-style, over the fraction of edges kept; in-sample)")
@@ -210,6 +211,20 @@ def _reach_lines(reach: dict[str, Any], curve: pd.DataFrame) -> list[str]:
             " so the bisection's answer may not be the smallest"
         )
     return [words]
+
+
+def _readable_lines(s: Mapping[str, Any]) -> list[str]:
+    """The faithfulness of circuits a person can read (the top 10 .. 200 edges, ``summary["readable"]``) beside the
+    size that reaches the target: held-out where the pairs were split, else in-sample."""
+    rows = [r for r in s.get("readable") or [] if isinstance(r, Mapping)]
+    if not rows:
+        return []
+    held = all(r.get("held_out") for r in rows)
+    figures = ", ".join(f"top {int(r['n_edges'])} {_figure(r['held_out'] if held else r)}" for r in rows)
+    reach, target, n_edges = s.get("smallest_reaching_target"), s.get("target_faithfulness"), (s.get("graph") or {}).get("n_edges")
+    of = f" of {n_edges:,}" if isinstance(n_edges, int) else ""
+    beside = f"the smallest reaching {target}: {reach:,}{of} edges" if isinstance(reach, int) else f"no circuit reaches {target}"
+    return [f"readable circuits (faithfulness of the top n edges, {'held-out' if held else 'in-sample'}): {figures}; {beside}"]
 
 
 def _edges(n: int) -> str:
