@@ -112,11 +112,11 @@ def _rounded(value: Any) -> Any:
     return round(value, 3) if isinstance(value, float) else value
 
 
-def circuit_section(model: headlens.LoadedModel, counts: Counts) -> dict[str, Any]:
+def circuit_section(model: headlens.LoadedModel, counts: Counts, builtin: str = "induction") -> dict[str, Any]:
     result, seconds = _timed(
         headlens.circuit,
         model,
-        builtin="induction",
+        builtin=builtin,
         n_pairs=counts.circuit_pairs,
         confirm=counts.circuit_confirm,
         n_bootstrap=counts.n_bootstrap,
@@ -131,7 +131,7 @@ def ioi_section(model: headlens.LoadedModel, counts: Counts) -> dict[str, Any]:
 
 
 #: The page's sections in order; ``--small`` in the tests runs the cheap ones (the rest have tests of their own).
-SECTIONS = ("model", "census", "evidence", "composition", "circuit", "ioi")
+SECTIONS = ("model", "census", "evidence", "composition", "circuit", "ioi", "ioi_circuit")
 CHEAP_SECTIONS = ("model", "census", "composition")
 
 
@@ -155,6 +155,8 @@ def run(
         data["circuit"] = circuit_section(loaded, counts)
     if "ioi" in sections:
         data["ioi"] = ioi_section(loaded, counts)
+    if "ioi_circuit" in sections:
+        data["ioi_circuit"] = circuit_section(loaded, counts, builtin="ioi")
     data["environment"] = {
         "headlens": headlens.__version__,
         "torch": torch.__version__,
@@ -251,6 +253,16 @@ own evidence in Wang et al.'s classes.
 {% endfor %}```
 {% else %}
 (not in this run)
+{% endif %}
+The IOI circuit: `headlens.circuit(model, builtin="ioi", n_pairs={{ d.settings.circuit_pairs }},
+confirm={{ d.settings.circuit_confirm }})`{% if d.ioi_circuit %} ({{ d.ioi_circuit.seconds }} s), chosen on half
+the pairs and measured on the other half:
+
+```text
+{% for line in d.ioi_circuit.lines %}{{ line }}
+{% endfor %}{% for line in d.ioi_circuit.notes %}note: {{ line }}
+{% endfor %}```
+{% else %}: (not in this run)
 {% endif %}"""
 
 

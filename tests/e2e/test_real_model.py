@@ -80,5 +80,5 @@ def test_the_real_model_page_script_runs_its_cheap_sections(smollm2_model, page,
     assert data["census"]["counts"]["induction"] >= 6 and data["composition"]["n_pairs"] > 0
     for heading in ("## The model", "## What each head does: the census", "## Previous-token heads into induction heads"):
         assert heading in text
-    assert text.count("(not in this run)") == 3  # evidence, circuit, ioi: the page's full run has them
+    assert text.count("(not in this run)") == 4  # evidence, circuit, ioi, its circuit: the page's full run has them
     assert "16.0" in {r["sender"] for r in data["composition"]["prev_to_induction"]}
