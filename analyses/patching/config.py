@@ -119,6 +119,11 @@ class PatchExtras:
     """What :func:`headlens.reports.api.patch.patch` runs beside exact activation patching (its
     manifest records each one's own settings and results)."""
 
+    path: bool = setting(
+        False,
+        help="Also path patching: every earlier head -> each --receivers head's --receiver-input, other heads frozen at their "
+        "corrupted value (needs --receivers, which alone imply it).",
+    )
     attribution: bool = setting(
         False,
         help="Also attribution patching (one forward and one backward; a first-order ESTIMATE of denoising), with its agreement "

@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Sequence
+import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
+import pandas as pd
 import torch
 from jaxtyping import Int
 from torch import Tensor
@@ -40,6 +42,8 @@ __all__ = [
     "PairTask",
     "check_pairs",
     "read_pair_file",
+    "pair_items",
+    "TaskSource",
     "tokenize_pairs",
     "padded_pairs",
     "pair_task",
@@ -47,6 +51,9 @@ __all__ = [
 ]
 
 _KEYS = ("clean", "corrupt", "correct", "incorrect")
+#: What ``task=`` takes (:func:`pair_items`): a JSONL file's path, or the pairs in memory (a list of
+#: dicts with the four keys, or a DataFrame with those columns).
+TaskSource: TypeAlias = str | os.PathLike[str] | Sequence[Mapping[str, Any]] | pd.DataFrame
 #: The fewest pairs a task may hold: an effect's interval over pairs needs two.
 MIN_PAIRS = 2
 #: Bytes a pair costs besides its token rows (its Python objects, its values per head).
@@ -111,24 +118,50 @@ class PairTask:
         }
 
 
-def read_pair_file(path: str | Path) -> list[PairItem]:
+def _pair_item(obj: Any, where: str, **at: Any) -> PairItem:
+    """One pair from a JSON object or a row: the four non-empty string fields, two different answers."""
+    if not isinstance(obj, Mapping):
+        raise InputError(f'{where}: each pair must be an object with "clean", "corrupt", "correct" and "incorrect"', **at)
+    for key in _KEYS:
+        if not isinstance(obj.get(key), str) or not obj[key]:
+            raise InputError(f'{where}: needs a non-empty string field "{key}"', **at)
+    if obj["correct"] == obj["incorrect"]:
+        raise InputError(f"{where}: correct and incorrect are the same text {obj['correct']!r}", **at)
+    return PairItem(obj["clean"], obj["corrupt"], obj["correct"], obj["incorrect"], where=where)
+
+
+def read_pair_file(path: str | os.PathLike[str]) -> list[PairItem]:
     """The pairs of a JSONL task file; one-line :class:`InputError` naming ``path:line`` otherwise."""
-    items: list[PairItem] = []
-    for lineno, obj in read_jsonl(path, what="task file"):
-        where = f"{path}:{lineno}"
-        if not isinstance(obj, dict):
-            raise InputError(
-                f'{where}: each line must be a JSON object with "clean", "corrupt", "correct" and "incorrect"', path=str(path), line=lineno
-            )
-        for key in _KEYS:
-            if not isinstance(obj.get(key), str) or not obj[key]:
-                raise InputError(f'{where}: needs a non-empty string field "{key}"', path=str(path), line=lineno)
-        if obj["correct"] == obj["incorrect"]:
-            raise InputError(f"{where}: correct and incorrect are the same text {obj['correct']!r}", path=str(path), line=lineno)
-        items.append(PairItem(obj["clean"], obj["corrupt"], obj["correct"], obj["incorrect"], where=where))
+    rows = read_jsonl(Path(path), what="task file")
+    items = [_pair_item(obj, f"{path}:{lineno}", path=str(path), line=lineno) for lineno, obj in rows]
     if not items:
         raise InputError(f"task file {path} holds no pair", path=str(path))
     return items
+
+
+def pair_items(task: TaskSource) -> tuple[list[PairItem], dict[str, Any]]:
+    """The pairs ``task=`` names and how the manifest records them, read and checked before any
+    model is needed: a JSONL file's path (str or Path), or the pairs in memory, a list of dicts
+    (or :class:`PairItem`) or a DataFrame with the columns ``clean``, ``corrupt``, ``correct``,
+    ``incorrect`` (others ignored).  The pair count meets :func:`check_pairs`'s rule."""
+    if isinstance(task, (str, os.PathLike)):
+        items = read_pair_file(task)
+        said, source = f"task file {task}", {"kind": "file", "task": str(task)}
+    else:
+        if isinstance(task, pd.DataFrame):
+            rows: Any = task.to_dict("records")
+        elif isinstance(task, Sequence) and not isinstance(task, (bytes, Mapping)):
+            rows = task
+        else:
+            raise InputError(
+                "task= takes a JSONL file's path or the pairs: a list of dicts with clean, corrupt, correct and incorrect, or a "
+                f"DataFrame with those columns; got {type(task).__name__}",
+                parameter="task",
+            )
+        items = [r if isinstance(r, PairItem) else _pair_item(r, f"task[{i}]", parameter="task") for i, r in enumerate(rows)]
+        said, source = "task=", {"kind": "pairs", "task": f"{len(items)} pairs given in memory"}
+    check_pairs(len(items), subject=f"{said} holds {len(items)} pair{'s' if len(items) != 1 else ''}")
+    return items, source
 
 
 def _one_token(tokenizer: Any, text: str, where: str, key: str) -> int:
@@ -143,6 +176,31 @@ def _one_token(tokenizer: Any, text: str, where: str, key: str) -> int:
     return int(ids[0])
 
 
+def _longest_token_chars(tokenizer: Any) -> int | None:
+    """Characters of the tokenizer's longest vocabulary entry (as written in its vocabulary: at least
+    the text characters one token covers), or None when its vocabulary cannot be read."""
+    try:
+        return max((len(k) for k in tokenizer.get_vocab()), default=None)
+    except (AttributeError, TypeError, NotImplementedError):
+        return None
+
+
+def _check_chars(item: PairItem, where: str, n_ctx: int, longest: int | None) -> None:
+    """Refuse a text that cannot fit the context before it is tokenized (a 20 MB line took 66 s and
+    3.3 GB to tokenize): its non-space characters need more than ``n_ctx`` tokens of ``longest``."""
+    if not longest:
+        return
+    limit = n_ctx * longest
+    for key in ("clean", "corrupt"):
+        text = getattr(item, key)
+        if len(text) > limit and len("".join(text.split())) > limit:
+            raise InputError(
+                f"{where}: {key} is {len(text):,} characters, more than the model's context of {n_ctx} tokens can hold "
+                f"(at most {limit:,} non-space characters at {longest} per token, this tokenizer's longest)",
+                where=where,
+            )
+
+
 def tokenize_pairs(model: Any, items: Sequence[PairItem], *, prepend_bos: bool = True, source: dict[str, Any] | None = None) -> PairTask:
     """Frame and tokenize ``items``; refuse (naming the item) pairs of different token lengths,
     answers that are not one token, and pairs longer than the model's context."""
@@ -150,9 +208,11 @@ def tokenize_pairs(model: Any, items: Sequence[PairItem], *, prepend_bos: bool =
         raise InputError("the task holds no pair")
     prefix, suffix = model.frame(prepend_bos)
     tok = model.tokenizer
+    longest = _longest_token_chars(tok)
     rows_c, rows_k, correct, incorrect = [], [], [], []
     for i, item in enumerate(items, start=1):
         where = item.where or f"pair {i}"
+        _check_chars(item, where, model.n_ctx, longest)
         a = prefix + [int(t) for t in tok(item.clean, add_special_tokens=False)["input_ids"]] + suffix
         b = prefix + [int(t) for t in tok(item.corrupt, add_special_tokens=False)["input_ids"]] + suffix
         if len(a) != len(b):
@@ -199,12 +259,11 @@ def padded_pairs(
     )
 
 
-def pair_task(model: Any, path: str | Path, *, prepend_bos: bool = True) -> PairTask:
-    """:func:`read_pair_file` then :func:`tokenize_pairs`; a file of fewer than :data:`MIN_PAIRS`
-    pairs is refused by the rule that refuses ``n_pairs=1`` (:func:`check_pairs`)."""
-    items = read_pair_file(path)
-    check_pairs(len(items), subject=f"task file {path} holds {len(items)} pair{'s' if len(items) != 1 else ''}")
-    return tokenize_pairs(model, items, prepend_bos=prepend_bos, source={"kind": "file", "task": str(path)})
+def pair_task(model: Any, task: TaskSource, *, prepend_bos: bool = True) -> PairTask:
+    """:func:`pair_items` then :func:`tokenize_pairs`: a file or the pairs in memory; fewer than
+    :data:`MIN_PAIRS` pairs are refused by the rule that refuses ``n_pairs=1`` (:func:`check_pairs`)."""
+    items, source = pair_items(task)
+    return tokenize_pairs(model, items, prepend_bos=prepend_bos, source=source)
 
 
 def pair_eval_sets(model: Any, task: PairTask, *, batch_size: int = 8) -> tuple[EvalSet, EvalSet]:

@@ -26,7 +26,7 @@ from headlens.analyses.circuits.hooks import check_edge_model, edge_flags
 from headlens.analyses.circuits.run import run_circuit
 from headlens.analyses.patching.builtin import builtin_task
 from headlens.analyses.patching.config import BUILTINS
-from headlens.analyses.patching.pairs import pair_task
+from headlens.analyses.patching.pairs import TaskSource, pair_items, tokenize_pairs
 from headlens.analyses.stats import BOOTSTRAP_BYTES
 from headlens.probes.counts import check_count
 from headlens.probes.errors import InputError
@@ -129,6 +129,11 @@ class CircuitResult(Result):
         return cls(tables=cls.read_tables(p), manifest=read_manifest(p))
 
 
+def _task_file(given: tuple[list[Any], dict[str, Any]] | None) -> str | None:
+    """The manifest's ``task_file``: the pair file's path, None for built-in pairs or pairs given in memory."""
+    return given[1]["task"] if given is not None and given[1]["kind"] == "file" else None
+
+
 def _check_pairs(n: object, *, subject: str | None = None) -> int:
     """The circuit's pair count: the count rule (:func:`~headlens.probes.counts.check_count`) with :data:`MAX_PAIRS` as its cap."""
     why = "an interval over pairs needs two"
@@ -157,7 +162,7 @@ def circuit(
     batch_size: int = 8,
     max_rows: int | None = None,
     curve_points: int = 12,
-    task: str | None = None,
+    task: TaskSource | None = None,
     builtin: str | None = None,
     n_pairs: int = 64,
     prepend_bos: bool = True,
@@ -179,17 +184,21 @@ def circuit(
     ``confirm``, ``n_bootstrap``, ``target_faithfulness``, ``direction``, ``batch_size``, ``seed``
     ...).  The pairs, :class:`~headlens.analyses.patching.config.PairSource`'s fields as
     :func:`headlens.reports.api.patch.patch` takes them: ``task``, a JSONL file of pairs
-    (``clean``, ``corrupt``, ``correct``, ``incorrect``), or ``builtin``: ``"induction"`` (the
+    (``clean``, ``corrupt``, ``correct``, ``incorrect``) or those pairs in memory (a list of dicts,
+    or a DataFrame), or ``builtin``: ``"induction"`` (the
     default), ``"names"`` or ``"referent"`` with ``n_pairs`` pairs (2 to :data:`MAX_PAIRS`).
     """
     values = locals()
     cfg = config_of(CircuitConfig, values)
     load = loading_of(values)
     if task is not None and builtin is not None:
-        raise InputError("give either task= (a pair file) or builtin=, not both", task=str(task), builtin=builtin)
+        raise InputError("give either task= (pairs) or builtin=, not both", parameter="task", builtin=builtin)
     if builtin is not None and builtin not in BUILTINS:
         raise InputError(f"builtin={builtin!r} is not a built-in task: choose from {', '.join(BUILTINS)}", builtin=builtin)
-    if task is None:
+    given = pair_items(task) if task is not None else None  # a task's errors before the model loads
+    if given is not None:
+        _check_pairs(len(given[0]), subject=f"task={given[1]['task']!r} holds {len(given[0])} pairs")
+    else:
         _check_pairs(n_pairs)
     loaded = as_loaded(model, load)
     graph = build_graph(loaded)
@@ -200,9 +209,8 @@ def circuit(
         raise InputError(f"top_n={cfg.top_n} is above the graph's {n_edges} edges", top_n=cfg.top_n)
     with edge_flags(loaded):  # a family whose edges cannot be patched: refused before any pair is built
         check_edge_model(loaded, graph)
-    if task is not None:
-        pairs = pair_task(loaded, task, prepend_bos=prepend_bos)
-        _check_pairs(len(pairs), subject=f"task={str(task)!r} holds {len(pairs)} pairs")
+    if given is not None:
+        pairs = tokenize_pairs(loaded, given[0], prepend_bos=prepend_bos, source=given[1])
     else:
         pairs = builtin_task(loaded, builtin or "induction", n=n_pairs, seed=cfg.seed, prepend_bos=prepend_bos)
     run = run_circuit(loaded, pairs, cfg, graph=graph, progress=progress)
@@ -213,6 +221,6 @@ def circuit(
         seed=cfg.seed,
         prepend_bos=prepend_bos,
         configs={"circuit": cfg.describe()},
-        extra={"circuit": {"summary": run.summary, "notes": run.notes}, "task_file": str(task) if task is not None else None},
+        extra={"circuit": {"summary": run.summary, "notes": run.notes}, "task_file": _task_file(given)},
     )
     return CircuitResult(tables=tables, manifest={"result": CircuitResult.kind, **manifest})

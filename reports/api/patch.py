@@ -21,7 +21,7 @@ from headlens.analyses.patching.attribution import agreement, run_attribution_pa
 from headlens.analyses.patching.builtin import builtin_task
 from headlens.analyses.patching.config import BUILTINS, DIRECTIONS
 from headlens.analyses.patching.dla import run_dla
-from headlens.analyses.patching.pairs import check_pairs, pair_task
+from headlens.analyses.patching.pairs import TaskSource, check_pairs, pair_items, tokenize_pairs
 from headlens.analyses.patching.path import PathConfig, check_receivers, run_path_patching
 from headlens.analyses.stats import small_sample_note
 from headlens.probes.errors import InputError
@@ -167,13 +167,14 @@ def patch(
     n_resamples: int = 1000,
     seed: int = 0,
     start_late: bool = True,
-    task: str | None = None,
+    task: TaskSource | None = None,
     builtin: str | None = None,
     n_pairs: int = 64,
     prepend_bos: bool = True,
     receivers: tuple[tuple[int, int], ...] | None = None,
     receiver_input: str = "k",
     joint: bool = False,
+    path: bool = False,
     attribution: bool = False,
     dla: bool = False,
     device: str = "auto",
@@ -190,34 +191,38 @@ def patch(
 
     ``config`` and keywords: :class:`PatchConfig`'s fields (``directions``, ``per_position``,
     ``heads``, ``batch_size``, ``n_resamples``, ``seed`` ...).  The pairs, :class:`PairSource`'s
-    fields: ``task``, a JSONL file of pairs (``clean``, ``corrupt``, ``correct``, ``incorrect``),
-    or ``builtin``: ``"induction"`` (the default), ``"names"``, ``"ioi"`` or ``"referent"`` with ``n_pairs``
-    pairs (2 to 1,000,000; a task file's pairs meet the same rule; built-in rows are right-padded
-    with the tokenizer's pad id, 0 when it has none, after each row's last real token, where
-    effects are read).  Path patching, :class:`PathConfig`'s fields: ``receivers`` (also path
-    patching: every earlier head -> each receiver's ``receiver_input``, ``q``/``k``/``v``;
-    ``joint``: into every receiver at once), with this call's ``batch_size``, ``n_resamples`` and
-    ``seed``.  :class:`PatchExtras`' fields: ``attribution`` (also attribution patching, a
-    first-order estimate of denoising) and ``dla`` (also direct logit attribution per head on the
-    clean inputs).
+    fields: ``task``, a JSONL file of pairs (``clean``, ``corrupt``, ``correct``, ``incorrect``) or
+    those pairs in memory (a list of dicts, or a DataFrame with those columns), or ``builtin``:
+    ``"induction"`` (the default), ``"names"``, ``"ioi"`` or ``"referent"`` with ``n_pairs`` pairs
+    (2 to 1,000,000; a task's pairs meet the same rule; built-in rows are right-padded with the
+    tokenizer's pad id, 0 when it has none, after each row's last real token, where effects are
+    read).  Path patching, :class:`PathConfig`'s fields: ``receivers`` (also path patching: every
+    earlier head -> each receiver's ``receiver_input``, ``q``/``k``/``v``; ``joint``: into every
+    receiver at once), with this call's ``batch_size``, ``n_resamples`` and ``seed``;
+    :class:`PatchExtras`' fields: ``path`` (says so; needs ``receivers``, which alone imply it),
+    ``attribution`` (also attribution patching, a first-order estimate of denoising) and ``dla``
+    (also direct logit attribution per head on the clean inputs).
     """
     values = locals()
     cfg = config_of(PatchConfig, values)
     load = loading_of(values)
     if task is not None and builtin is not None:
-        raise InputError("give either task= (a pair file) or builtin=, not both", task=str(task), builtin=builtin)
+        raise InputError("give either task= (pairs) or builtin=, not both", parameter="task", builtin=builtin)
     if builtin is not None and builtin not in BUILTINS:
         raise InputError(f"builtin={builtin!r} is not a built-in task: choose from {', '.join(BUILTINS)}", builtin=builtin)
     if attribution and "denoising" not in cfg.directions:
         raise InputError("attribution= estimates denoising: use directions= with 'denoising'", attribution=attribution)
     receivers = as_heads(receivers, name="receivers") if receivers is not None else None  # before the model loads
+    if path and not receivers:
+        raise InputError("path=True needs receivers= (the receiver heads of path patching)", parameter="path")
+    given = pair_items(task) if task is not None else None  # a task's errors before the model loads
     if task is None:
-        check_pairs(n_pairs)  # the rule a task file's pairs meet too (pair_task)
+        check_pairs(n_pairs)  # the rule a task's pairs meet too (pair_items)
     loaded = as_loaded(model, load)
     if receivers:
         check_receivers(loaded, receivers)  # before any forward
-    if task is not None:
-        pairs = pair_task(loaded, task, prepend_bos=prepend_bos)
+    if given is not None:
+        pairs = tokenize_pairs(loaded, given[0], prepend_bos=prepend_bos, source=given[1])
     else:
         pairs = builtin_task(loaded, builtin or "induction", n=n_pairs, seed=cfg.seed, prepend_bos=prepend_bos)
     tables: dict[str, pd.DataFrame] = {}
@@ -245,12 +250,12 @@ def patch(
         path_config = config_of(
             PathConfig, values, receivers=receivers, batch_size=cfg.batch_size, n_resamples=cfg.n_resamples, seed=cfg.seed
         )
-        path = run_path_patching(loaded, pairs, path_config, progress=progress)
-        tables["path_patching"] = path.table
-        extra["path_patching"] = path.info
+        path_run = run_path_patching(loaded, pairs, path_config, progress=progress)
+        tables["path_patching"] = path_run.table
+        extra["path_patching"] = path_run.info
     if d is not None:
         tables["dla"] = d.table
-    task_file = str(task) if task is not None else None
+    task_file = given[1]["task"] if given is not None and given[1]["kind"] == "file" else None  # pairs in memory: none
     manifest = build_manifest(
         model=loaded,
         command=command,

@@ -44,12 +44,6 @@ def pair_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     rename={"directions": "--direction"},
     overrides={"directions": {"type": click.Choice(DIRECTION_CHOICES), "default": "both", "show_default": True, "callback": _directions}},
 )
-@click.option(
-    "--path",
-    "path_mode",
-    is_flag=True,
-    help="Also path patching: every earlier head -> each --receivers head's --receiver-input, other heads frozen at their corrupted value.",
-)
 @config_options(PathConfig, ("receivers", "receiver_input"), overrides={"receivers": {"required": False}})
 @config_options(PatchExtras)
 @config_options(PairSource, ("prepend_bos",))
@@ -57,7 +51,7 @@ def pair_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Output folder (must be empty unless --overwrite).")
 @click.option("--overwrite", is_flag=True, help="Write into a non-empty --out folder, replacing its files.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress lines on stderr.")
-def patch_cmd(model, device, dtype, revision, allow_new_weights, path_mode, out_dir, overwrite, quiet, **settings):
+def patch_cmd(model, device, dtype, revision, allow_new_weights, out_dir, overwrite, quiet, **settings):
     """Which heads carry a task: patch each head's output between clean and corrupted inputs.
 
     The effect is the logit difference (the embedding metric on encoders) normalised to
@@ -69,10 +63,9 @@ def patch_cmd(model, device, dtype, revision, allow_new_weights, path_mode, out_
     from headlens.reports.render.figures.common import figures_text
     from headlens.reports.render.patching_tables import patch_lines
 
-    if path_mode and not settings["receivers"]:
+    if settings["path"] and not settings["receivers"]:
         raise click.UsageError("--path needs --receivers LAYER.HEAD,...")
-    # --receivers alone runs path patching, as headlens.patch(receivers=...) does (the library has no
-    # path switch: receivers= is it); --path only says so explicitly
+    # --receivers alone runs path patching, as headlens.patch(receivers=...) does; --path (path=) says so explicitly
     out = check_out_dir(out_dir, overwrite=overwrite)
     config = config_from(PatchConfig, settings)
     own = {info.name for info in settings_of(PatchConfig)}

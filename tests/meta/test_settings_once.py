@@ -189,6 +189,7 @@ STUDIES: tuple[Study, ...] = (
             "headlens.analyses.patching.config:PatchExtras",
         ),
         unchecked={
+            "task": "the library also takes the pairs in memory (a list of dicts or a DataFrame); the command a file",
             "receivers": "optional (None: no path patching), PathConfig requires receivers",
             "batch_size": "PathConfig's batch_size, n_resamples and seed are the call's (PatchConfig's)",
             "n_resamples": "PatchConfig's, as batch_size",
@@ -216,6 +217,7 @@ STUDIES: tuple[Study, ...] = (
         function="headlens.reports.api.circuit:circuit",
         config="headlens.analyses.circuits.config:CircuitConfig",
         others=("headlens.analyses.patching.config:PairSource",),
+        unchecked={"task": "the library also takes the pairs in memory (a list of dicts or a DataFrame); the command a file"},
         extra=("progress", "command"),
         commands=(
             Command("circuit"),
