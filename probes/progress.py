@@ -5,7 +5,9 @@ Every ``progress=`` parameter of :mod:`headlens.probes`, :mod:`headlens.analyses
 ``"induction"``, ``"census: repeated"``), the units done and the units in that stage, after each unit
 (a batch, a head, a prompt).  A plain function ``def show(stage, done, total): ...`` is one; so is
 the CLI's :class:`headlens.reports.render.progress.ProgressBars`.  Code that counts one pass calls
-:func:`stage_step` to get a ``(done, total)`` step of one stage.
+:func:`stage_step` to get a ``(done, total)`` step of one stage.  What a run will cost, said before it
+starts, goes through :func:`announce`: to the callback's ``note(text)`` where it has one (the CLI's
+bars write it as a line on stderr), nowhere otherwise; nothing below the CLI prints.
 
 Light (the standard library only): the CLI's options and every layer import it.
 """
@@ -15,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
-__all__ = ["Progress", "Step", "stage_step", "no_progress"]
+__all__ = ["Progress", "Step", "stage_step", "no_progress", "announce"]
 
 
 @runtime_checkable
@@ -42,3 +44,11 @@ def stage_step(progress: Progress | None, stage: str) -> Step | None:
 
 def no_progress(stage: str, done: int, total: int, /) -> None:
     """A :class:`Progress` that shows nothing."""
+
+
+def announce(progress: object, text: str) -> None:
+    """Hand ``text`` (one line: what a run will cost, before it starts) to ``progress.note`` when the
+    callback has one; a plain function gets nothing."""
+    note = getattr(progress, "note", None)
+    if callable(note):
+        note(text)

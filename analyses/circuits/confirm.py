@@ -37,6 +37,7 @@ from headlens.analyses.circuits.scores import PerPair
 from headlens.analyses.circuits.summary import carried, edge_table
 from headlens.analyses.patching.pairs import PairTask
 from headlens.probes.loading import LoadedModel
+from headlens.probes.progress import Progress, stage_step
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +81,14 @@ def compare(est: np.ndarray, est_ci: tuple[np.ndarray, np.ndarray], ex: np.ndarr
 
 
 def confirm_edges(
-    model: LoadedModel, task: PairTask, graph: EdgeGraph, table: pd.DataFrame, order: np.ndarray, n_top: int, config: CircuitConfig
+    model: LoadedModel,
+    task: PairTask,
+    graph: EdgeGraph,
+    table: pd.DataFrame,
+    order: np.ndarray,
+    n_top: int,
+    config: CircuitConfig,
+    progress: Progress | None = None,
 ) -> tuple[PerPair | None, np.ndarray]:
     """Patch the top ``n_top`` edges of ``order`` and a random sample of the rest exactly; fill ``table``'s
     exact columns, ``confirmed`` (``"top"``/``"sample"``), ``disagree``, ``estimate_over_exact``,
@@ -90,7 +98,11 @@ def confirm_edges(
     ids = np.concatenate([top, sample]).astype(np.int64)
     if not len(ids):
         return None, sample
-    ex = exact_scores(model, task, graph, ids, direction=config.direction, batch_size=config.batch_size, max_rows=config.max_rows)
+    step = stage_step(progress, "confirmation")  # exact patching's progress, under this stage's name
+    ex = exact_scores(
+        model, task, graph, ids, direction=config.direction, batch_size=config.batch_size, max_rows=config.max_rows,
+        progress=None if step is None else lambda _stage, done, total: step(done, total),
+    )  # fmt: skip
     et = edge_table(graph, ex, n_bootstrap=config.n_bootstrap, seed=config.seed)
     table.loc[ids, "exact"] = et["score"].to_numpy()
     table.loc[ids, "exact_ci_low"] = et["ci_low"].to_numpy()

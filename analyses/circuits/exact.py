@@ -171,9 +171,10 @@ def exact_scores(
         rows_run, ran_late = 0.0, False
         needed = [] if own is not None else sorted({int(s) for s in start if s > 0})  # own blocks carry their controls' streams
         groups = pair_groups(model, graph, base_set, batch_size, len(needed))
+        cells_before, total = 0, n * len(ids)  # progress: (pair, edge) cells done, after every patched forward
         same = _same_targets(base_set, other_set)  # both runs in one capture: the metric reads the same targets
         per_forward = max(batch_size, capture_rows)  # the capture runs through the bridge
-        for gi, rows in enumerate(groups):
+        for rows in groups:
             tok_b, lengths, _width = base_set.batch(rows)
             tok_o, _, _ = other_set.batch(rows)
             seen: dict = {}
@@ -216,6 +217,12 @@ def exact_scores(
             pair_of, col_of = np.nonzero(moves[:, sender_idx[order]].T)[::-1]  # edge-major within a start layer
             col_of = order[col_of]
             values[np.ix_(rows_arr, np.arange(len(ids)))] = 0.0
+            still = len(rows) * len(ids) - len(pair_of)  # cells of senders that move nothing: exactly 0, not run
+
+            def tick(ran: int) -> None:
+                if progress is not None:
+                    progress("exact", cells_before + still + ran, total)
+
             with torch.inference_mode():
                 if own is not None:  # one pass per max_rows rows (controls included), each row joining at its reader's block
                     assert readout is not None and stream0 is not None  # own_blocks needs the readout
@@ -241,6 +248,7 @@ def exact_scores(
                         )
                         rows_run += float(np.maximum(0, n_l - start[c_j]).sum()) / n_l + len(np.unique(p_i))  # controls: every block
                         ran_late = ran_late or bool((start[c_j] > 0).any())
+                        tick(c0 + len(p_i))
                 for c0, c1 in [] if own is not None else _chunks(start[col_of], max_rows):
                     p_i, c_j = pair_of[c0:c1], col_of[c0:c1]
                     layer = int(start[c_j].min())
@@ -278,8 +286,9 @@ def exact_scores(
                         ran_late = True
                     values[rows_arr[p_i], c_j] = change(vals, base_v[torch.from_numpy(p_i)], eps).numpy()
                     rows_run += len(p_i) * (n_l - layer) / n_l
-            if progress is not None:
-                progress("exact", gi + 1, len(groups))
+                    tick(c1)
+            tick(len(pair_of))  # the group whole, also when it ran nothing
+            cells_before += len(rows) * len(ids)
         return values, clean_vals, corrupt_vals, rows_run, ran_late
 
     late = n_l >= 2

@@ -36,6 +36,7 @@ from headlens.analyses.patching.pairs import PairTask, pair_eval_sets
 from headlens.probes.errors import InputError
 from headlens.probes.hooks import HookFn, attached
 from headlens.probes.loading import LoadedModel
+from headlens.probes.progress import Step, stage_step
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +102,7 @@ def circuit_values(
     *,
     batch_size: int = 8,
     max_rows: int = 64,
+    progress: Step | None = None,
 ) -> np.ndarray:
     """Metric ``[circuit, pair]`` of the clean run with every edge outside each circuit corrupted.
 
@@ -111,6 +113,7 @@ def circuit_values(
     clean_set, corrupt_set = pair_eval_sets(model, task, batch_size=batch_size)
     out = np.zeros((len(circuits), len(task)))
     norms = head_sum_norms(model)
+    done, total = 0, len(circuits) * len(task)  # progress: (circuit, pair) values measured
     with edge_flags(model):
         check_edge_model(model, graph)
         for rows in clean_set.rows(batch_size):
@@ -132,6 +135,9 @@ def circuit_values(
                 with torch.inference_mode(), attached(model.bridge, hooks):
                     vals = model_values(model, tok_c, lengths, clean_set, rows, copies=k)
                 out[c0 : c0 + k, rows] = vals.detach().double().cpu().view(k, len(rows)).numpy()
+                done += k * len(rows)
+                if progress is not None:
+                    progress(done, total)
     return out
 
 
@@ -164,9 +170,8 @@ def faithfulness_curve(
     masks[1] = True  # row 0: nothing kept (the corrupted run), row 1: everything (the clean run)
     for i, s in enumerate(sizes):
         masks[i + 2, np.asarray(order)[:s]] = True
-    vals = circuit_values(model, task, graph, masks, batch_size=batch_size)
-    if progress is not None:
-        progress("faithfulness", 1, 1)
+    step = stage_step(progress, "faithfulness")  # one value per (circuit, pair)
+    vals = circuit_values(model, task, graph, masks, progress=step, batch_size=batch_size)
     clean_set, _ = pair_eval_sets(model, task, batch_size=batch_size)
     corrupt, clean = vals[0], vals[1]
     gap = task_gap(clean_set.metric, clean, corrupt, n_resamples=n_bootstrap, seed=seed)

@@ -197,7 +197,7 @@ def run_circuit(
     else:
         table = base
     table["in_circuit"] = np.isin(np.arange(n_edges), order[:n_sel])
-    confirmation = _confirm(model, chooser, graph, table, order, n_sel, per_pair, config)
+    confirmation = _confirm(model, chooser, graph, table, order, n_sel, per_pair, config, progress)
     if split.held:
         curve = held_out_curve(model, subset(task, split.held_out), graph, order, curve, config)
     summary = {
@@ -229,7 +229,7 @@ def _empty_note(table: pd.DataFrame, threshold: float, defined: bool) -> str:
 
 def _confirm(
     model: LoadedModel, task: PairTask, graph: EdgeGraph, table: pd.DataFrame, order: np.ndarray, n_sel: int, per_pair: PerPair,
-    config: CircuitConfig,
+    config: CircuitConfig, progress: Callable[[str, int, int], None] | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """Exact confirmation of an estimate (:func:`~headlens.analyses.circuits.confirm.confirm_edges`); the summary's
     ``confirmed``, ``disagreements``, ``confirmation`` and ``forwards``."""
@@ -242,7 +242,7 @@ def _confirm(
     if per_pair.method == "exact":
         table["exact"], table["exact_ci_low"], table["exact_ci_high"] = table["score"], table["ci_low"], table["ci_high"]
     elif n_confirm > 0 or config.confirm_sample > 0:
-        ex, sample = confirm_edges(model, task, graph, table, order, n_confirm, config)
+        ex, sample = confirm_edges(model, task, graph, table, order, n_confirm, config, progress)
         floor = ex.info.get("share_resolution") if ex is not None else None
     info = (ex or per_pair).info
     out: dict[str, Any] = {

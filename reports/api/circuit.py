@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from headlens.analyses.circuits.config import MAX_PAIRS, CircuitConfig
+from headlens.analyses.circuits.cost import circuit_cost
 from headlens.analyses.circuits.graph import build_graph
 from headlens.analyses.circuits.hooks import check_edge_model, edge_flags
 from headlens.analyses.circuits.run import run_circuit
@@ -32,7 +33,7 @@ from headlens.probes.counts import check_count
 from headlens.probes.errors import InputError
 from headlens.probes.loading import LoadedModel
 from headlens.probes.manifest import build_manifest
-from headlens.probes.progress import Progress
+from headlens.probes.progress import Progress, announce
 from headlens.reports.api.circuit_text import OFF_FACTOR, TOP_EDGES, WIDE_INTERVAL, circuit_lines, circuit_warnings, figure_title
 from headlens.reports.api.common import config_of, loading_of, study
 from headlens.reports.api.models import as_loaded
@@ -213,6 +214,7 @@ def circuit(
         pairs = tokenize_pairs(loaded, given[0], prepend_bos=prepend_bos, source=given[1])
     else:
         pairs = builtin_task(loaded, builtin or "induction", n=n_pairs, seed=cfg.seed, prepend_bos=prepend_bos)
+    announce(progress, circuit_cost(loaded, n_edges, len(pairs), int(pairs.clean.shape[1]), cfg))  # before it starts
     run = run_circuit(loaded, pairs, cfg, graph=graph, progress=progress)
     tables = {"edges": run.edges, "faithfulness": run.faithfulness}
     manifest = build_manifest(

@@ -142,6 +142,10 @@ class ProgressBars:
             self.stream.write(text + "\n")
             self.stream.flush()
 
+    def note(self, text: str) -> None:
+        """A line under the label (:func:`headlens.probes.progress.announce`: what a run will cost, before it starts)."""
+        self.write(f"{self._name(None)}: {text}" if self.label else text)
+
     def close(self) -> None:
         for bar in self._bars.values():
             bar.close()
