@@ -55,7 +55,8 @@ interval that includes 0, is "not supported" with that reason.
   must clear (a head whose output reaches the logits only through the final norm's scale still
   moves the loss by a few thousandths with an interval that excludes 0: the planted sink head
   0.1 gives +0.002 nats).  An encoder has no next-token loss: not testable, the reason given;
-  fewer than ``MIN_ITEMS`` windows in the evaluation text: not testable.
+  fewer than ``MIN_ITEMS`` windows in the evaluation text: not testable.  When sinks are a
+  population, a seeded random sample of the sink-only heads (:mod:`~headlens.analyses.patching.evidence_sink`).
 * any other role: not testable here, said so.
 
 Every test needs at least :data:`~headlens.analyses.verdicts.MIN_ITEMS` items (``n``) to state a
@@ -66,6 +67,7 @@ verdict; ``smoke=True`` (``headlens report --quick``) runs the tests on fewer an
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -75,13 +77,13 @@ import torch
 from jaxtyping import Float, Int
 
 from headlens.analyses.ablation.runs import ablated_logits
-from headlens.analyses.ablation.texts import TextChoice, choose_text
 from headlens.analyses.patching.activation import PatchConfig, run_patching
 from headlens.analyses.patching.builtin import induction_task, referent_task
 from headlens.analyses.patching.dla import run_dla
 from headlens.analyses.patching.duplicate_knockout import duplicate_knockout_effects, repeated_batch
 from headlens.analyses.patching.effects import task_gap
 from headlens.analyses.patching.evidence_config import EvidenceSettings
+from headlens.analyses.patching.evidence_plan import evidence_plan, forward_ticker, select_tests
 from headlens.analyses.patching.evidence_rules import (
     COPY_RATIO,
     EVIDENCE_COLUMNS,
@@ -90,21 +92,26 @@ from headlens.analyses.patching.evidence_rules import (
     NO_FINDING,
     NOT_SUPPORTED,
     NOT_TESTABLE,
+    NOT_TESTED,
     ROLE_RULES,
+    SINK_SAMPLE,
     SUPPORTED,
     UNITS,
     RoleRule,
     evidence_rule,
     induction_checks,
     judge,
+    shared_keys,
+    unreadable,
 )
+from headlens.analyses.patching.evidence_sink import sink_evidence, sink_text
 from headlens.analyses.patching.path import PathConfig, run_path_patching
-from headlens.analyses.patching.sink_removal import SINK_WINDOW, sink_removal_effects
 from headlens.analyses.stats import bootstrap_mean_ci
 from headlens.analyses.verdicts import MIN_ITEMS
 from headlens.probes.counts import check_count
-from headlens.probes.errors import HeadlensError, InputError, UnsupportedModelError
+from headlens.probes.errors import HeadlensError, InputError
 from headlens.probes.loading import LoadedModel
+from headlens.probes.progress import Progress
 
 log = logging.getLogger(__name__)
 
@@ -124,6 +131,8 @@ __all__ = [
     "NOT_SUPPORTED",
     "NOT_TESTABLE",
     "NO_FINDING",
+    "NOT_TESTED",
+    "SINK_SAMPLE",
     "UNITS",
 ]
 
@@ -138,8 +147,28 @@ class EvidenceConfig(EvidenceSettings):
     """How :func:`role_evidence` runs: :class:`~headlens.analyses.patching.evidence_config.EvidenceSettings`'s
     fields (``n``, ``T``, ``seed``, ``smoke``) and the run."""
 
-    def run(self, model: LoadedModel, roles: pd.DataFrame, *, prepend_bos: bool = True) -> pd.DataFrame:
-        return role_evidence(model, roles, n=self.n, T=self.T, seed=self.seed, prepend_bos=prepend_bos, smoke=self.smoke)
+    def run(
+        self,
+        model: LoadedModel,
+        roles: pd.DataFrame,
+        *,
+        prepend_bos: bool = True,
+        population: bool = False,
+        progress: Progress | None = None,
+    ) -> pd.DataFrame:
+        return role_evidence(
+            model,
+            roles,
+            n=self.n,
+            T=self.T,
+            seed=self.seed,
+            prepend_bos=prepend_bos,
+            smoke=self.smoke,
+            only=self.roles,
+            sink_sample=self.sink_sample,
+            population=population,
+            progress=progress,
+        )
 
     def check_fits(self, model: LoadedModel) -> None:
         """Refuse, before any work, a ``T`` whose repeated sequences (the model's prefix, then ``T``
@@ -156,15 +185,6 @@ class EvidenceConfig(EvidenceSettings):
         vocab = int(getattr(model.bridge.cfg, "d_vocab", 0) or len(model.tokenizer))
         per_item = need * vocab * EVIDENCE_BYTES  # one forward's logits over every item at once, and their log-softmax
         check_count("n", self.n, minimum=2, bytes_each=per_item, subject=f"evidence items (n={self.n})", device=model.device)
-
-
-def _unreadable(model: LoadedModel, what: str) -> str | None:
-    """Why the model's output cannot carry ``what`` (an encoder, a new output head), or None."""
-    if model.is_encoder:
-        return f"an encoder sees every token it would predict, so it has no next-token {what}"
-    if model.head_is_new:
-        return f"the model's output head is newly initialised, so its {what} means nothing"
-    return None
 
 
 _NLL_ROWS = 4  # positions per float64 log_softmax: 4 x 50k logits stay in a core's cache
@@ -201,8 +221,10 @@ def _direct_shares(model: LoadedModel, *, n: int, T: int, seed: int) -> tuple[di
     return {(int(r["layer"]), int(r["head"])): float(share[i]) for i, r in clean.table[heads].iterrows()}, None
 
 
-def _induction(model: LoadedModel, heads: list[tuple[int, int]], *, n: int, T: int, seed: int) -> dict[tuple[int, int], tuple]:
-    why = _unreadable(model, "loss on the second copy")
+def _induction(
+    model: LoadedModel, heads: list[tuple[int, int]], *, n: int, T: int, seed: int, tick: Callable[[str, int], None]
+) -> dict[tuple[int, int], tuple]:
+    why = unreadable(model, "loss on the second copy")
     if why is not None:
         return {h: (NOT_TESTABLE, np.nan, np.nan, np.nan, "zero ablation, repeated random tokens", why) for h in heads}
     tokens, p = repeated_batch(model, n=n, T=T, seed=seed)
@@ -211,6 +233,7 @@ def _induction(model: LoadedModel, heads: list[tuple[int, int]], *, n: int, T: i
     with torch.inference_mode():
         base = _nll(model.bridge(tokens.to(model.device), return_type="logits"), tokens)
     direct, no_direct = _direct_shares(model, n=n, T=T, seed=seed)
+    tick("induction", 0)
     out = {}
     for head in heads:
         abl = _nll(ablated_logits(model, tokens, [head]), tokens)
@@ -235,6 +258,7 @@ def _induction(model: LoadedModel, heads: list[tuple[int, int]], *, n: int, T: i
             if verdict == SUPPORTED:  # the ablation alone does not support the role; it can refute it
                 verdict = NOT_TESTABLE
         out[head] = (verdict, float(diff.mean()), float(low[0]), float(high[0]), "zero ablation, repeated random tokens", detail)
+        tick("induction", -1)
     return out
 
 
@@ -243,7 +267,7 @@ def _previous_token(
 ) -> dict[tuple[int, int], tuple]:
     out: dict[tuple[int, int], tuple] = {}
     test = "path patching into induction heads' key input (K-composition), induction task"
-    why = _unreadable(model, "logit difference on the induction task")
+    why = unreadable(model, "logit difference on the induction task")
     if why is not None:
         return {h: (NOT_TESTABLE, np.nan, np.nan, np.nan, test, why) for h in heads}
     testable = [h for h in heads if any(r[0] > h[0] for r in induction)]
@@ -253,9 +277,13 @@ def _previous_token(
     if not testable:
         return out
     receivers = tuple(r for r in induction if r[0] > min(h[0] for h in testable))
+    n_kv = int(getattr(model.bridge.cfg, "n_key_value_heads", None) or model.n_heads)
+    shared = shared_keys(model.n_heads, n_kv, list(receivers))
+    test += f"; {shared}" if shared else ""
     try:
         task = induction_task(model, n=n, seed=seed)
-        result = run_path_patching(model, task, PathConfig(receivers=receivers, receiver_input="k", joint=True, seed=seed))
+        config = PathConfig(receivers=receivers, receiver_input="k", joint=True, seed=seed)
+        result = run_path_patching(model, task, config, senders=testable)  # the same edges as every sender's, far fewer passes
     except HeadlensError as exc:
         return {
             **out,
@@ -275,7 +303,8 @@ def _previous_token(
             min_items=min(n, MIN_ITEMS),
         )
         through = f"the keys of {row['receiver']} together" if "+" in str(row["receiver"]) else f"the key of {row['receiver']}"
-        detail = f"through {through} it restores {row['effect']:.2f} of the induction behaviour"
+        reach = shared_keys(model.n_heads, n_kv, [r for r in receivers if r[0] > h[0]])
+        detail = f"through {through}{f' ({reach})' if reach else ''} it restores {row['effect']:.2f} of the induction behaviour"
         if why:
             detail += f"; {why}"
         out[h] = (verdict, float(row["effect"]), float(row["effect_low"]), float(row["effect_high"]), test, detail)
@@ -284,7 +313,7 @@ def _previous_token(
 
 def _referent(model: LoadedModel, heads: list[tuple[int, int]], *, n: int, seed: int) -> dict[tuple[int, int], tuple]:
     test = "denoising patch of the head's output from the pair's other sentence, referent pairs"
-    why = _unreadable(model, "preference between the pronoun's candidates")
+    why = unreadable(model, "preference between the pronoun's candidates")
     result, k = None, 0
     if why is None:
         try:
@@ -311,7 +340,7 @@ def _referent(model: LoadedModel, heads: list[tuple[int, int]], *, n: int, seed:
 
 def _duplicate(model: LoadedModel, heads: list[tuple[int, int]], *, n: int, T: int, seed: int) -> dict[tuple[int, int], tuple]:
     test = "attention knockout on repeated random tokens: the earlier occurrence masked vs the token after it"
-    why = _unreadable(model, "predictions")
+    why = unreadable(model, "predictions")
     if why is not None:
         return {h: (NOT_TESTABLE, np.nan, np.nan, np.nan, test, why) for h in heads}
     try:
@@ -329,83 +358,61 @@ def _duplicate(model: LoadedModel, heads: list[tuple[int, int]], *, n: int, T: i
     return out
 
 
-def sink_text(model: LoadedModel) -> TextChoice:
-    """The text the sink test measures on: the model's own held-out text when it carries one (the
-    demo), else the built-in text (:func:`~headlens.analyses.ablation.texts.choose_text`'s
-    default); its ``describe()`` is what the census manifest records."""
-    return choose_text(model)
-
-
-def _sink(model: LoadedModel, heads: list[tuple[int, int]], *, n: int, prepend_bos: bool, seed: int) -> dict[tuple[int, int], tuple]:
-    text = sink_text(model)
-    test = f"sink removal: key 0 masked out of the head's queries, attention renormalised; windows of the {text.label} ({text.why})"
-    why = _unreadable(model, "loss")
-    if why is not None:
-        return {h: (NOT_TESTABLE, np.nan, np.nan, np.nan, test, why) for h in heads}
-    try:
-        found = sink_removal_effects(model, heads, n=n, prepend_bos=prepend_bos, seed=seed, text=text.text)
-    except (UnsupportedModelError, InputError) as exc:
-        return {h: (NOT_TESTABLE, np.nan, np.nan, np.nan, test, str(exc)) for h in heads}
-    out = {}
-    for h, (mean, low, high, k) in found.items():
-        said = (
-            f"removing its attention to the first token changes the loss by {mean:+.4f} nats [{low:+.4f}, {high:+.4f}]"
-            f" over {k} windows of {SINK_WINDOW} tokens"
-        )
-        # fewer windows than asked for: the text is short; fewer than MIN_ITEMS asked for is a smoke run (no verdict, role_evidence)
-        # the count and the interval first: a short text is not testable, whatever the figure says
-        if k < min(n, MIN_ITEMS) or not (np.isfinite(low) and np.isfinite(high)):
-            out[h] = (
-                NOT_TESTABLE,
-                mean,
-                low,
-                high,
-                test,
-                f"{said}; the {text.label} holds only {k} windows, a finding needs {MIN_ITEMS} and an interval",
-                k,
-            )
-            continue
-        verdict, why = judge("sink", mean, low, high, n_items=k, min_items=min(n, MIN_ITEMS))
-        if why:
-            said += f"; {why}"
-        out[h] = (verdict, mean, low, high, test, said, k)
-    return out
-
-
 def role_evidence(
-    model: LoadedModel, roles: pd.DataFrame, *, n: int = 32, T: int = 20, seed: int = 0, prepend_bos: bool = True, smoke: bool = False
+    model: LoadedModel,
+    roles: pd.DataFrame,
+    *,
+    n: int = 32,
+    T: int = 20,
+    seed: int = 0,
+    prepend_bos: bool = True,
+    smoke: bool = False,
+    only: tuple[str, ...] | None = None,
+    sink_sample: int = SINK_SAMPLE,
+    population: bool = False,
+    progress: Progress | None = None,
 ) -> pd.DataFrame:
     """One row per (head, role) of ``roles`` (the census's long role table: layer, head, name, role)
     with the verdict of the intervention the role predicts (see the module doc): ``n`` pairs,
     sequences or windows per test (at least ``MIN_ITEMS`` unless ``smoke``), ``T`` random tokens
     per copy, ``prepend_bos`` for the sink windows; ``smoke``: :data:`NO_FINDING` in place of
-    every verdict (the figures are kept)."""
-    EvidenceConfig(n=n, T=T, seed=seed, smoke=smoke).check_fits(model)  # the checks, before any work
-    pairs = list(
-        zip(roles["layer"].astype(int).tolist(), roles["head"].astype(int).tolist(), roles["role"].astype(str).tolist(), strict=True)
-    )
-    by_role: dict[str, list[tuple[int, int]]] = {}
-    for layer, head, role in pairs:
-        by_role.setdefault(role, []).append((layer, head))
+    every verdict (the figures are kept).  ``only``: the roles to test (None: all);
+    ``population``: sinks are a population, so the sink role is tested on a seeded random sample
+    of ``sink_sample`` sink-only heads (:mod:`headlens.analyses.patching.evidence_sink`); a row not
+    tested says :data:`NOT_TESTED` and why.  ``progress("evidence", done, total)`` counts forwards
+    (:mod:`headlens.analyses.patching.evidence_plan`)."""
+    EvidenceConfig(n=n, T=T, seed=seed, smoke=smoke, roles=only, sink_sample=sink_sample).check_fits(model)  # before any work
+    chosen = select_tests(roles, only=only, sink_sample=sink_sample, population=population, seed=seed)
+    by_role = chosen.tested
+    tick = forward_ticker(progress, evidence_plan(chosen, n=n, T=T))
     found: dict[str, dict[tuple[int, int], tuple]] = {}
     if "induction" in by_role:
-        found["induction"] = _induction(model, by_role["induction"], n=n, T=T, seed=seed)
+        found["induction"] = _induction(model, by_role["induction"], n=n, T=T, seed=seed, tick=tick)
     if "previous_token" in by_role:
-        found["previous_token"] = _previous_token(model, by_role["previous_token"], by_role.get("induction", []), n=n, seed=seed)
+        induction = [(a, b) for a, b, role in chosen.pairs if role == "induction"]  # the census's, chosen or not
+        found["previous_token"] = _previous_token(model, by_role["previous_token"], induction, n=n, seed=seed)
+        tick("previous_token", len(by_role["previous_token"]))
     if "duplicate_token" in by_role:
         found["duplicate_token"] = _duplicate(model, by_role["duplicate_token"], n=n, T=T, seed=seed)
+        tick("duplicate_token", len(by_role["duplicate_token"]))
     if "referent" in by_role:
         found["referent"] = _referent(model, by_role["referent"], n=n, seed=seed)
+        tick("referent", len(by_role["referent"]))
     if "sink" in by_role:
-        found["sink"] = _sink(model, by_role["sink"], n=n, prepend_bos=prepend_bos, seed=seed)
+        found["sink"] = sink_evidence(
+            model, by_role["sink"], n=n, prepend_bos=prepend_bos, seed=seed, step=lambda i: tick("sink", 0 if i == 0 else -1)
+        )
     rows: list[list[Any]] = []
-    for layer, head, role in pairs:
+    for layer, head, role in chosen.pairs:
         got = found.get(role, {}).get((layer, head))
-        if got is None:
+        skipped = chosen.skipped.get(((layer, head), role))
+        if skipped is not None:
+            got = (NOT_TESTED, np.nan, np.nan, np.nan, "-", skipped, 0)
+        elif got is None:
             got = (NOT_TESTABLE, np.nan, np.nan, np.nan, "-", f"no intervention is defined for the {role} role")
         verdict, fig, low, high, test, detail = got[:6]
         items = got[6] if len(got) > 6 else (n if np.isfinite(fig) else 0)
-        if smoke and verdict != NOT_TESTABLE:
+        if smoke and verdict not in (NOT_TESTABLE, NOT_TESTED):
             verdict, detail = NO_FINDING, f"smoke test ({n} items): the figure is shown, no verdict is drawn from it"
         rows.append([layer, head, f"{layer}.{head}", role, verdict, fig, low, high, UNITS.get(role, "-"), items, test, detail])
     return pd.DataFrame(rows, columns=EVIDENCE_COLUMNS)

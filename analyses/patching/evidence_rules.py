@@ -21,6 +21,8 @@ log = logging.getLogger(__name__)
 __all__ = [
     "evidence_rule",
     "judge",
+    "unreadable",
+    "shared_keys",
     "induction_checks",
     "RoleRule",
     "ROLE_RULES",
@@ -33,6 +35,8 @@ __all__ = [
     "NOT_SUPPORTED",
     "NOT_TESTABLE",
     "NO_FINDING",
+    "NOT_TESTED",
+    "SINK_SAMPLE",
     "UNITS",
 ]
 
@@ -46,6 +50,11 @@ COPY_RATIO = 2.0
 #: Random tokens per copy the induction tests need (the built-in induction task's minimum).
 MIN_T = 4
 SUPPORTED, NOT_SUPPORTED, NOT_TESTABLE = "supported", "not supported", "not testable here"
+#: A (head, role) the run did not test: its sink role sampled out of a population, or its role not chosen (``roles=``).
+NOT_TESTED = "not tested"
+#: Sink-only heads whose sink role is tested, a seeded random sample, when sinks are a population
+#: (:attr:`headlens.analyses.heads.sink_population.SinkPopulation.is_population`); the rest are not tested, said so.
+SINK_SAMPLE = 12
 #: The evidence of a smoke-test run (``smoke=True``): the figures, no verdict.
 NO_FINDING = "no finding"
 #: What each role's figure measures.
@@ -131,6 +140,29 @@ def judge(role: str, figure: Any, low: Any, high: Any, *, n_items: int, min_item
     if got.verdict.why == FEW_ITEMS:
         return NOT_TESTABLE, f"only {n_items} items; a verdict needs {MIN_ITEMS}"
     return NOT_TESTABLE, "no interval"
+
+
+def unreadable(model: Any, what: str) -> str | None:
+    """Why ``model``'s output cannot carry ``what`` (an encoder, a new output head), or None."""
+    if model.is_encoder:
+        return f"an encoder sees every token it would predict, so it has no next-token {what}"
+    if model.head_is_new:
+        return f"the model's output head is newly initialised, so its {what} means nothing"
+    return None
+
+
+def shared_keys(n_heads: int, n_kv_heads: int, receivers: list[tuple[int, int]]) -> str:
+    """Under grouped-query attention, what a path patch into ``receivers``' keys replaces: their
+    key-value heads, each shared by a group of query heads, and the query heads it also reaches
+    (``""`` without GQA).  Path patching patches the key-value head's slot
+    (:mod:`headlens.analyses.patching.path`)."""
+    if not n_kv_heads or n_kv_heads >= n_heads:
+        return ""
+    g = n_heads // n_kv_heads
+    groups = sorted({(layer, head // g) for layer, head in receivers})
+    also = [f"{layer}.{h}" for layer, k in groups for h in range(k * g, (k + 1) * g) if (layer, h) not in receivers]
+    said = f"under GQA a key is shared by {g} query heads: {len(groups)} key-value heads patched"
+    return said + (f", so the keys of {', '.join(also)} too" if also else "")
 
 
 def evidence_rule() -> dict[str, Any]:

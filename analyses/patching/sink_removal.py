@@ -19,7 +19,7 @@ evidence says "not testable here" with that reason.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -69,10 +69,12 @@ def sink_removal_effects(
     batch_size: int = 8,
     seed: int = 0,
     text: str | None = None,
+    step: Callable[[int], None] | None = None,
 ) -> dict[tuple[int, int], tuple[float, float, float, int]]:
     """Per head ``(mean loss change, low, high, n windows)``: the loss with the head's attention to
     the first token removed minus the loss without the edit, over at most ``n`` windows of ``text``
-    (None: the built-in evaluation text; :func:`headlens.analyses.ablation.texts.choose_text` chooses it)."""
+    (None: the built-in evaluation text; :func:`headlens.analyses.ablation.texts.choose_text` chooses it);
+    ``step(i)`` after the pass without the edit (``i = 0``) and after each head's (``i`` heads done)."""
     if model.is_encoder:
         family = attention_spec(model).family
         raise UnsupportedModelError(
@@ -84,9 +86,13 @@ def sink_removal_effects(
     config = SinkConfig(window=config.window, bos=(prepend_bos,), batch_size=batch_size, seed=seed, n_prompts=min(n, available))
     batch = census_batch(model, config, prepend_bos, text)
     base = window_losses(model, batch, batch_size=batch_size)
+    if step is not None:
+        step(0)
     out = {}
-    for layer, head in heads:
+    for i, (layer, head) in enumerate(heads):
         diff = window_losses(model, batch, removal_edits({layer: [head]}), batch_size=batch_size) - base
         low, high = bootstrap_mean_ci(diff[:, None], seed=seed)
         out[(layer, head)] = (float(diff.mean()), float(low[0]), float(high[0]), len(diff))
+        if step is not None:
+            step(i + 1)
     return out

@@ -14,16 +14,22 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import pandas as pd
 
 from headlens.analyses.circuits.composition import composition_evidence
 from headlens.analyses.heads.classify import HeadRoles
-from headlens.analyses.patching.evidence import EVIDENCE_COLUMNS, EvidenceConfig, evidence_rule, role_evidence, sink_text
+from headlens.analyses.heads.sink_population import sink_population
+from headlens.analyses.patching.evidence import EVIDENCE_COLUMNS, SINK_SAMPLE, EvidenceConfig, evidence_rule, sink_text
+from headlens.analyses.patching.evidence_plan import EvidencePlan, evidence_plan, select_tests, time_forward
+from headlens.analyses.patching.evidence_sink import sink_sample_verdict
 from headlens.probes.config import to_dict
 from headlens.probes.errors import InputError
 from headlens.probes.loading import LoadedModel, weights_fingerprint
+from headlens.probes.progress import Progress
 from headlens.reports.api.census_text import census_summary_of
 from headlens.reports.api.models import as_loaded
 from headlens.reports.api.result import Result
@@ -34,7 +40,7 @@ if TYPE_CHECKING:  # census.py imports this module (census(evidence=...) calls t
 
 log = logging.getLogger(__name__)
 
-__all__ = ["evidence"]
+__all__ = ["evidence", "plan_evidence"]
 
 
 def evidence(
@@ -46,7 +52,11 @@ def evidence(
     n: int = 32,
     T: int = 20,
     seed: int = 0,
+    roles: tuple[str, ...] | None = None,
+    sink_sample: int = SINK_SAMPLE,
     smoke: bool = False,
+    progress: Progress | None = None,
+    say: Callable[[str], None] | None = None,
 ) -> CensusResult:
     """``census`` with each of its roles tested by the intervention the role predicts: a new
     :class:`~headlens.reports.api.census.CensusResult` whose ``evidence`` table holds one row per
@@ -56,14 +66,18 @@ def evidence(
     settings); another shape or other weights is a one-line :class:`InputError`.  ``config`` or
     keywords: :class:`~headlens.analyses.patching.evidence.EvidenceConfig`'s fields: ``n`` pairs,
     sequences or windows per test (at least 10 for a verdict), ``T`` random tokens per copy,
-    ``seed``, ``smoke`` (no verdicts: a quick run of the same code).  A census of a pruned model
-    (``mask=``) is refused: the interventions run on the unpruned model.
+    ``seed``, ``roles`` (the roles to test, default all), ``sink_sample`` (when more than half the
+    heads sink: the sink-only heads tested, a seeded random sample; 0: all), ``smoke`` (no
+    verdicts: a quick run of the same code).  A census of a pruned model (``mask=``) is refused:
+    the interventions run on the unpruned model.  Before it starts, its cost (forwards and the
+    time from one measured forward, :func:`plan_evidence`) goes to ``say`` (else the log);
+    ``progress("evidence", done, total)`` counts the forwards.
     """
     if not isinstance(census, Result) or census.kind != "census":
         raise InputError(f"census must be a CensusResult (from headlens.census), got {type(census).__name__}", census=None)
     if config is not None and not isinstance(config, EvidenceConfig):
         raise InputError(f"config must be an EvidenceConfig, got {type(config).__name__}", config=None)
-    cfg = config if config is not None else EvidenceConfig(n=n, T=T, seed=seed, smoke=smoke)
+    cfg = config if config is not None else EvidenceConfig(n=n, T=T, seed=seed, roles=roles, sink_sample=sink_sample, smoke=smoke)
     if census.manifest.get("mask"):
         raise InputError(
             "evidence with mask: the interventions run on the unpruned model, so they would not test the pruned model's roles",
@@ -72,12 +86,18 @@ def evidence(
     loaded = as_loaded(model)
     _check_same_model(loaded, census)
     prepend_bos = bool(census.manifest.get("prepend_bos", True))
-    roles = census.roles
+    cfg.check_fits(loaded)
+    role_table = census.roles
+    plan = plan_evidence(loaded, census, cfg)
+    (say or log.info)(plan.text())
+    start = time.perf_counter()
+    population = _is_population(census)
     table = (
-        role_evidence(loaded, roles, n=cfg.n, T=cfg.T, seed=cfg.seed, prepend_bos=prepend_bos, smoke=cfg.smoke)
-        if len(roles)
+        cfg.run(loaded, role_table, prepend_bos=prepend_bos, population=population, progress=progress)
+        if len(role_table)
         else pd.DataFrame(columns=EVIDENCE_COLUMNS)
     )
+    seconds = time.perf_counter() - start
     heads = census.heads.copy()
     heads["evidence"] = evidence_joined(table, heads)
     tables = {**census.tables, "heads": heads, "evidence": table}
@@ -88,12 +108,34 @@ def evidence(
         "rule": evidence_rule(),
         "counts": table["evidence"].value_counts().to_dict(),
         "sink_text": sink_text(loaded).describe(),  # which text the sink test read, why, its sha256 and length
+        "plan": plan.describe(),
+        "seconds": round(seconds, 1),
     }
+    sample = select_tests(role_table, only=cfg.roles, sink_sample=cfg.sink_sample, population=population, seed=cfg.seed).sink
+    if sample is not None and sample.sampled_out:  # the sink role on a random sample: which, and the population's verdict
+        verdict = sink_sample_verdict(table, role_table)
+        manifest["evidence"]["sink_sample"] = {**sample.describe(), **(verdict.describe() if verdict is not None else {})}
     manifest["config"] = {**manifest.get("config", {}), "evidence": to_dict(cfg)}
-    manifest["composition_evidence"] = composition_evidence(loaded, roles)  # weights only: previous-token -> induction K-composition
-    classified = HeadRoles(roles=roles, heads=census.heads.drop(columns=["roles", "evidence"], errors="ignore"))
+    manifest["composition_evidence"] = composition_evidence(loaded, role_table)  # weights only: previous-token -> induction K-composition
+    classified = HeadRoles(roles=role_table, heads=census.heads.drop(columns=["roles", "evidence"], errors="ignore"))
     summary = census_summary_of(census.scores, classified, manifest, evidence=table, composition=manifest["composition_evidence"])
     return dataclasses.replace(census, tables=tables, manifest=manifest, summary=summary)
+
+
+def _is_population(census: CensusResult) -> bool:
+    """Sinks are a population in ``census`` (more than half the heads have the sink role: the census's rule)."""
+    pop = sink_population(census.scores, census.roles) if len(census.scores) else None
+    return pop is not None and pop.is_population
+
+
+def plan_evidence(model: LoadedModel, census: CensusResult, config: EvidenceConfig, *, timed: bool = True) -> EvidencePlan:
+    """What :func:`evidence` will test on ``census`` and what it costs: the heads per role, the
+    forwards, and (``timed``) the time from one measured forward over ``config.n`` items."""
+    chosen = select_tests(
+        census.roles, only=config.roles, sink_sample=config.sink_sample, population=_is_population(census), seed=config.seed
+    )
+    plan = evidence_plan(chosen, n=config.n, T=config.T)
+    return time_forward(model, plan, seed=config.seed) if timed else plan
 
 
 def _check_same_model(loaded: LoadedModel, census: CensusResult) -> None:

@@ -20,7 +20,7 @@ from headlens.reports.cli.shared import load, shared
 from headlens.reports.render.progress import progress_bars
 
 #: The evidence settings' flags (their fields' names are the library's, ``n`` and ``T``).
-EVIDENCE_FLAGS = {"n": "--evidence-n", "T": "--evidence-seq-len"}
+EVIDENCE_FLAGS = {"n": "--evidence-n", "T": "--evidence-seq-len", "roles": "--evidence-roles", "sink_sample": "--evidence-sink-sample"}
 #: ``--threshold DETECTOR=VALUE``, repeatable: the CLI's form of ``thresholds={"induction": 0.4}``.
 THRESHOLD_OPTION = {
     "multiple": True,
@@ -90,7 +90,7 @@ def _echo_notes(result: CensusResult) -> None:
         "here, with the figure)."
     ),
 )
-@config_options(EvidenceSettings, ("n", "T"), rename=EVIDENCE_FLAGS)
+@config_options(EvidenceSettings, ("n", "T", "roles", "sink_sample"), rename=EVIDENCE_FLAGS)
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Output folder.")
 @click.option("--overwrite", is_flag=True, help="Replace files in a non-empty output folder.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress lines.")
@@ -106,6 +106,8 @@ def classify_cmd(
     evidence,
     n,
     T,
+    roles,
+    sink_sample,
     out_dir,
     overwrite,
     quiet,
@@ -123,7 +125,7 @@ def classify_cmd(
         for p, flag in EVIDENCE_FLAGS.items()
         if click.get_current_context().get_parameter_source(p) != click.core.ParameterSource.DEFAULT
     ]
-    evidence_config = _evidence_config(evidence, n, T, settings["seed"], mask_file, given)
+    evidence_config = _evidence_config(evidence, n, T, settings["seed"], mask_file, given, roles=roles, sink_sample=sink_sample)
     out = check_out_dir(out_dir, overwrite=overwrite)
     parsed = check_classify_settings(thresholds, baseline_factor, mask_file)
     config = config_from(CensusConfig, settings)  # with --mask, census(mask=) zeroes the mask's heads
@@ -141,7 +143,8 @@ def classify_cmd(
     if box is not None:  # inside `demo run`: the report's census stage reuses it when its settings are equal
         box.census = (loaded, result)
     if evidence_config is not None:
-        result = run_evidence(loaded, result, evidence_config)
+        with progress_bars("evidence", quiet=quiet) as progress:  # the cost first (forwards, time), then progress in forwards
+            result = run_evidence(loaded, result, evidence_config, progress=progress, say=progress.write)
         result.write(out)
     found = result.findings()  # the notebook view's lines (one wording), with evidence the composition note too
     for note in found.warnings:
@@ -154,21 +157,24 @@ def classify_cmd(
         click.echo(f"{line} -> {out}/{EVIDENCE_FILE}" if line == counted else line)
 
 
-def _evidence_config(evidence, n, seq_len, seed, mask_file, given=()) -> EvidenceConfig | None:
+def _evidence_config(evidence, n, seq_len, seed, mask_file, given=(), *, roles=None, sink_sample=None) -> EvidenceConfig | None:
     """The evidence settings (None without --evidence), checked before the model loads; ``given``:
     the evidence flags set on the command line."""
     from headlens.analyses.patching.evidence import EvidenceConfig
 
     if not evidence:
         if given:
-            raise InputError("--evidence-n and --evidence-seq-len need --evidence")
+            raise InputError(f"{', '.join(given)}: the evidence flags need --evidence")
         return None
     if mask_file:
         raise InputError(
             "--evidence with --mask: the interventions run on the unpruned model, so they would not test the pruned model's roles"
         )
+    more = {"roles": roles} if roles else {}
+    if sink_sample is not None:
+        more["sink_sample"] = sink_sample
     with _evidence_flags():
-        return EvidenceConfig(n=n, T=seq_len, seed=seed)
+        return EvidenceConfig(n=n, T=seq_len, seed=seed, **more)
 
 
 @contextmanager
@@ -177,7 +183,12 @@ def _evidence_flags() -> Iterator[None]:
     try:
         yield
     except InputError as exc:
-        raise InputError(str(exc).replace("(n=", f"({EVIDENCE_FLAGS['n']} ").replace("(T=", f"({EVIDENCE_FLAGS['T']} ")) from None
+        text = str(exc)
+        for field, flag in EVIDENCE_FLAGS.items():
+            text = text.replace(f"({field}=", f"({flag} ")
+            if text.startswith(f"{field}="):
+                text = f"{flag} {text[len(field) + 1 :]}"
+        raise InputError(text) from None
 
 
 @click.command("selftest")

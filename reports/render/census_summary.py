@@ -12,7 +12,14 @@ from headlens.analyses.heads.detectors import registry
 from headlens.analyses.heads.sink_population import SINK, SinkPopulation
 from headlens.reports.render.evidence_text import evidence_markdown
 from headlens.reports.render.markdown import markdown_table
-from headlens.reports.render.sink_lines import listed_heads, population_of, role_counts_text, sink_population_lines, specific_first
+from headlens.reports.render.sink_lines import (
+    listed_heads,
+    population_of,
+    role_counts_text,
+    sink_evidence_line,
+    sink_population_lines,
+    specific_first,
+)
 from headlens.reports.render.tables import head_roles_table, roles_joined
 
 __all__ = ["census_summary", "composition_markdown", "NO_INTERVAL"]
@@ -110,7 +117,8 @@ def census_summary(
         "",
     ]
     if evidence is not None:
-        lines += evidence_markdown(specific_first(evidence) if population is not None else evidence)
+        lead = [x.strip() for x in sink_evidence_line(evidence, long)] if population is not None else []
+        lines += evidence_markdown(specific_first(evidence) if population is not None else evidence, lead=lead)
     if composition:
         lines += composition_markdown(composition)
     lines += ["## Strongest heads per detector", ""]

@@ -37,7 +37,9 @@ def evidence_rule_text() -> str:
         "Referent: patching the head's output from the pair's other sentence moves the preference toward the antecedent by at "
         f"least {MIN_EFFECT:.0%} of the gap (interval above 0). "
         f"Sink: removing its attention to the first token (renormalised) costs at least {MIN_LOSS:g} nats of loss "
-        f"(interval above 0). Every verdict needs at least {MIN_ITEMS} items; 'not testable here' gives the reason."
+        f"(interval above 0); when more than half the heads sink, on a seeded random sample of the sink-only heads (the rest "
+        f"'not tested', counted) and on every head with another role. Every verdict needs at least {MIN_ITEMS} items; "
+        "'not testable here' gives the reason."
     )
 
 
@@ -69,12 +71,15 @@ def evidence_lines(evidence: pd.DataFrame) -> list[str]:
     return [f"  {r.name:>6}  {r.role:<16} {r.evidence:<18} {figure_text(r)}  {r.detail}" for r in evidence.itertuples()]
 
 
-def evidence_markdown(evidence: pd.DataFrame, *, smoke_note: str | None = None) -> list[str]:
-    """The Markdown lines of an evidence section (a ``##`` heading, the rule, the table)."""
+def evidence_markdown(evidence: pd.DataFrame, *, smoke_note: str | None = None, lead: list[str] | None = None) -> list[str]:
+    """The Markdown lines of an evidence section (a ``##`` heading, the rule, ``lead`` as bullets,
+    e.g. the sink population's verdict, the table)."""
     lines = ["## Evidence", ""]
     if smoke_note:
         lines += [f"**{smoke_note}**", ""]
     lines += [evidence_rule_text(), ""]
+    if lead:
+        lines += [*(f"- {x}" for x in lead), ""]
     if evidence.empty:
         return [*lines, "No head has a role, so nothing was tested.", ""]
     rows = [[r.name, r.role, r.evidence, figure_text(r), r.unit, r.detail] for r in evidence.itertuples()]

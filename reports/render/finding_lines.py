@@ -135,7 +135,8 @@ def census_findings(result: Any) -> Findings:
         lines.append(evidence_count_line(evidence))
         if population_of(tables) is not None:  # the sinks' verdicts in one line, as their roles
             lines += evidence_lines(evidence[evidence["role"].astype(str) != SINK])
-            lines += filter(None, [sink_evidence_line(evidence)])
+            seed = ((result.manifest.get("config") or {}).get("evidence") or {}).get("seed") if hasattr(result, "manifest") else None
+            lines += sink_evidence_line(evidence, tables.get("roles"), seed)
         else:
             lines += evidence_lines(evidence)
     return Findings(tuple(lines), tuple(census_warnings(scores, getattr(result, "notes", None))))

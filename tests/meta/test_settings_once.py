@@ -113,8 +113,13 @@ STUDIES: tuple[Study, ...] = (
             Command(
                 "classify",
                 config="headlens.analyses.patching.evidence_config:EvidenceSettings",
-                fields=("n", "T"),
-                rename={"n": "--evidence-n", "T": "--evidence-seq-len"},
+                fields=("n", "T", "roles", "sink_sample"),
+                rename={
+                    "n": "--evidence-n",
+                    "T": "--evidence-seq-len",
+                    "roles": "--evidence-roles",
+                    "sink_sample": "--evidence-sink-sample",
+                },
             ),
         ),
     ),

@@ -11,7 +11,7 @@ from typing import Any
 import pandas as pd
 
 from headlens.reports.render.evidence_text import evidence_rule_text, figure_text
-from headlens.reports.render.sink_lines import specific_first
+from headlens.reports.render.sink_lines import sink_evidence_line, specific_first
 from headlens.reports.render.verdict_text import smoke_sentence
 
 log = logging.getLogger(__name__)
@@ -44,6 +44,9 @@ def evidence_view(report: Any) -> dict[str, Any]:
         for r in specific_first(table).itertuples()  # the sink rows last: in a Llama-family model most heads sink
     ]
     counts = ", ".join(f"{v} {k}" for k, v in table["evidence"].value_counts().items())
+    roles = getattr(report, "roles", None)
+    if roles is not None and "sink_sample" in s.info:  # the sink role on a random sample: the population's verdict
+        counts += "".join(f". {line.strip()}" for line in sink_evidence_line(table, roles, s.info["sink_sample"].get("seed")))
     return {"banners": banners, "smoke": smoke, "rule": evidence_rule_text(), "rows": rows, "counts": counts}
 
 
@@ -64,4 +67,5 @@ def evidence_md(report: Any, esc: Callable[[Any], str], table: Callable[[list[st
     if not v["rows"]:
         return [*lines, "No head has a role, so nothing was tested.", ""]
     rows = [[esc(r["name"]), esc(r["role"]), esc(r["evidence"]), esc(r["figure"]), esc(r["unit"]), esc(r["detail"])] for r in v["rows"]]
+    lines += [esc(v["counts"]) + ".", ""] if v["counts"] else []
     return lines + table(["head", "role", "evidence", "figure [95% CI]", "figure measures", "why"], rows) + [""]

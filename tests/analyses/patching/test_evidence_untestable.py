@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from headlens.analyses.patching import evidence as ev_mod
+from headlens.analyses.patching import evidence_sink
 from headlens.analyses.patching.evidence import NOT_SUPPORTED, NOT_TESTABLE, SUPPORTED, EvidenceConfig, role_evidence
 from headlens.analyses.verdicts import MIN_ITEMS
 from headlens.probes.errors import InputError, InterventionError, UnsupportedModelError
@@ -52,7 +53,7 @@ def test_evidence_needs_four_tokens_per_copy(T):
 
 @pytest.mark.parametrize(("found", "why"), [((0.05, np.nan, np.nan, 1), "1 windows"), ((0.005, -0.02, 0.03, 3), "3 windows")])
 def test_sink_with_few_windows_is_not_testable(tiny_model, monkeypatch, found, why):
-    monkeypatch.setattr(ev_mod, "sink_removal_effects", lambda model, heads, **k: {h: found for h in heads})
+    monkeypatch.setattr(evidence_sink, "sink_removal_effects", lambda model, heads, **k: {h: found for h in heads})
     ev = role_evidence(tiny_model, _table([(0, 1, "sink")]), n=32)
     row = ev.iloc[0]
     assert row["evidence"] == NOT_TESTABLE, row["detail"]

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 import headlens
-from headlens.analyses.patching.evidence import EVIDENCE_COLUMNS, EvidenceConfig
+from headlens.analyses.patching.evidence import EVIDENCE_COLUMNS, SINK_SAMPLE, EvidenceConfig
 from headlens.probes.errors import InputError
 from headlens.reports.api.census import CensusResult
 
@@ -39,7 +39,7 @@ def test_evidence_returns_a_new_result_and_leaves_the_census_alone(planted_censu
     tested_pairs = set(zip(tested.evidence["layer"], tested.evidence["head"], tested.evidence["role"], strict=True))
     assert tested_pairs == set(zip(planted_census.roles["layer"], planted_census.roles["head"], planted_census.roles["role"], strict=True))
     assert "evidence" in tested.heads.columns
-    assert tested.manifest["config"]["evidence"] == SMOKE
+    assert tested.manifest["config"]["evidence"] == {**SMOKE, "roles": None, "sink_sample": SINK_SAMPLE}  # every setting, defaults too
     assert "evidence" not in planted_census.manifest and "## Evidence" in tested.summary
 
 
