@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 
 from headlens.probes.errors import InputError
 
@@ -35,9 +36,8 @@ def memory_budget(device: object = None) -> int:
     """Bytes a run's arrays may take: on a CUDA ``device`` its free memory now
     (``torch.cuda.mem_get_info``); else half of this machine's physical memory or what is
     available now (``MemAvailable``), whichever is less."""
-    if str(device or "").startswith("cuda"):
-        import torch  # only for a GPU run, which has torch loaded already
-
+    torch = sys.modules.get("torch")  # a GPU run has torch loaded; this module stays light (the CLI's --help reads it)
+    if str(device or "").startswith("cuda") and torch is not None:
         free, _ = torch.cuda.mem_get_info(torch.device(str(device)))
         return max(int(free), 1)
     try:

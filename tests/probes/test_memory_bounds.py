@@ -70,3 +70,16 @@ def test_classify_evidence_n_is_bounded_before_the_census(tmp_path, runner, n, w
     assert result.exit_code == 2, result.output
     assert words in _error_line(result)
     assert not out.exists()
+
+
+def test_on_a_gpu_the_budget_is_its_free_memory(monkeypatch):
+    """``torch.cuda.mem_get_info`` of the device (a stand-in torch here: no GPU on the test machine)."""
+    import sys
+    from types import SimpleNamespace
+
+    fake = SimpleNamespace(cuda=SimpleNamespace(mem_get_info=lambda device: (3 * 2**30, 80 * 2**30)), device=lambda name: name)
+    monkeypatch.setitem(sys.modules, "torch", fake)
+    assert memory_budget("cuda:0") == 3 * 2**30
+    with pytest.raises(InputError, match=r"needs about 4\.0 GiB of memory, more than the 3\.0 GiB \(free on the GPU\)"):
+        counts.check_count("n", 4, bytes_each=2**30, device="cuda:0")
+    assert memory_budget("cpu") != 3 * 2**30
