@@ -125,3 +125,22 @@ def test_report_floor_counts_the_runs_the_pruning_study_makes(tiny_model):
     assert passes == result.info["steps"]
     assert {str(k): v for k, v in Counter(starts).items()} == result.info["random_runs_from_layer"]
     assert len(starts) == config.random_seeds * result.info["steps"]
+
+
+def test_real_model_rows_carry_the_item_7_targets(common):
+    """benchmarks/real_model.py (issue 45 item 7): each ratio against its floor and target, memory and system share."""
+    real = _load("real_model")
+    paired = {
+        "medians_s": {"hf_eager": 1.0, "census": 1.05, "hf_fwd": 0.5, "hf_fwd_bwd": 1.5, "eap_ig": 12.0, "exact_top": 30.0},
+        "ratios": {"census": 1.05, "hf_fwd_bwd": 3.0, "eap_ig": 8.0, "exact_top": 60.0},
+    }
+    mem = {
+        "hf_fwd_bwd": {"peak_MiB": 1500.0, "extra_MiB": 1000.0},
+        "circuit": {"peak_MiB": 4000.0, "extra_MiB": 3500.0, "system_share": 0.02},
+    }
+    rows = {r["mode"]: r for r in real._rows(mem, paired)}
+    assert rows["census"]["target"] == 1.1 and rows["eap_ig"]["target"] == 10.0 and rows["exact_top"]["target"] == 100.0
+    assert rows["circuit_memory"]["ratio"] == 3.5 and rows["circuit_memory"]["target"] == 3.0
+    assert rows["circuit_system"]["ratio"] == 0.02
+    met = {line.split()[0]: line.split()[-3] for line in common.table(list(rows.values()))[1:]}
+    assert met["census"] == "yes" and met["circuit_memory"] == "NO"
