@@ -14,7 +14,7 @@ from typing import Any
 
 from headlens.probes.errors import OutputError, OutputExistsError
 
-__all__ = ["check_out_dir", "check_out_file", "atomic_write", "atomic_dir", "normal_modes", "write_json", "write_text"]
+__all__ = ["check_out_dir", "check_out_file", "atomic_write", "atomic_dir", "make_dir", "normal_modes", "write_json", "write_text"]
 
 
 def check_out_dir(path: str | Path, *, overwrite: bool) -> Path:
@@ -36,6 +36,18 @@ def check_out_file(path: str | Path, *, overwrite: bool) -> Path:
     return p
 
 
+def make_dir(path: str | Path) -> Path:
+    """Make the folder ``path`` names (and its parents) if it is not there: through a symlink, the
+    folder it points to (a dangling one's is made; ``Path.mkdir`` refuses the link itself).  A
+    one-line :class:`OutputError` when it cannot be made."""
+    real = Path(os.path.realpath(path))
+    try:
+        real.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputError(f"cannot write {path}: {exc.strerror or exc}", path=str(path)) from exc
+    return Path(path)
+
+
 def atomic_write(path: str | Path, write: Callable[[Path], Any]) -> Path:
     """Call ``write(tmp_path)`` then rename the temporary file onto ``path``.
 
@@ -44,8 +56,8 @@ def atomic_write(path: str | Path, write: Callable[[Path], Any]) -> Path:
     through its own owner-only (``0o600``) temporary file renamed onto the path it is given.
     """
     p = Path(path)
+    make_dir(p.parent)
     try:
-        p.parent.mkdir(parents=True, exist_ok=True)
         tmp = p.parent / f".{p.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
         os.close(os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
     except OSError as exc:

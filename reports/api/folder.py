@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import pandas as pd
 
-from headlens.probes.errors import InputError, OutputError
-from headlens.probes.outputs import check_out_dir, check_out_file, write_json
+from headlens.probes.errors import InputError
+from headlens.probes.outputs import check_out_dir, check_out_file, make_dir, write_json
 from headlens.reports.api.result import TEXT_COLUMNS, Result, read_csv_table
 from headlens.reports.render.figures.common import save_figure
 from headlens.reports.render.tables import TABLE_FORMATS, read_table, write_table
@@ -128,10 +128,7 @@ class TableFileResult(Result):
             check_out_dir(folder, overwrite=True)  # files there that this result does not write stay
         for path in (out, *self.sidecars(out).values()):
             check_out_file(path, overwrite=overwrite)
-        try:
-            out.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise OutputError(f"cannot write {out}: {exc.strerror or exc}", path=str(out)) from exc
+        make_dir(out.parent)  # through a symlinked folder too (a dangling one's is made)
         return self.write(out)
 
     @classmethod

@@ -25,7 +25,7 @@ import pandas as pd
 from markupsafe import Markup
 
 from headlens.probes.errors import InputError
-from headlens.probes.outputs import atomic_dir, check_out_dir, write_json, write_text
+from headlens.probes.outputs import atomic_dir, check_out_dir, make_dir, write_json, write_text
 from headlens.reports.api.schema import Table, mismatches, schema_of
 from headlens.reports.render.figures.common import save_figure
 from headlens.reports.render.finding_lines import Findings
@@ -208,8 +208,7 @@ class Result:
         """Write every file into ``folder`` (created if needed), each atomically, the manifest last;
         files already there that this result does not write are left alone.  :meth:`save` is the
         checked, all-or-nothing form.  ``formats``: the figures' (default :attr:`figure_formats`)."""
-        out = Path(folder)
-        out.mkdir(parents=True, exist_ok=True)
+        out = make_dir(folder)  # through a symlinked folder too
         self.write_tables(out)
         self._write_extra(out)
         for stem, make in self._figure_makers().items():

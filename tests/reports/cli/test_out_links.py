@@ -25,3 +25,15 @@ def test_composition_writes_through_a_symlinked_out(tiny_checkpoint, tmp_path, r
     assert "Traceback" not in result.output
     assert link.is_symlink() and "manifest.json" in os.listdir(target)
     assert sorted(os.listdir(tmp_path)) == ["out", "volume"]  # no temporary folder left beside it
+
+
+def test_a_table_command_writes_through_a_dangling_symlinked_folder(tiny_checkpoint, tmp_path, runner):
+    """``detect --out LINK/scores.csv`` writes file by file (atomic_write): the folder a dangling link names is
+    made (``Path.mkdir`` on the link raised FileExistsError: exit 4 after the census, the scores lost)."""
+    link = tmp_path / "out"
+    link.symlink_to(tmp_path / "later" / "volume")
+    table = str(link / "scores.csv")
+    args = ["detect", "--model", str(tiny_checkpoint), "--n-prompts", "2", "--detectors", "previous_token", "--out", table, "-q"]
+    result = runner.invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    assert link.is_symlink() and any(name.endswith(".csv") for name in os.listdir(tmp_path / "later" / "volume"))
