@@ -23,7 +23,8 @@ from headlens.analyses.patching.config import BUILTINS, DIRECTIONS
 from headlens.analyses.patching.dla import run_dla
 from headlens.analyses.patching.pairs import TaskSource, check_pairs, pair_items, tokenize_pairs
 from headlens.analyses.patching.path import PathConfig, check_receivers, run_path_patching
-from headlens.analyses.stats import small_sample_note
+from headlens.analyses.stats import BOOTSTRAP_BYTES, small_sample_note
+from headlens.probes.counts import check_count
 from headlens.probes.errors import InputError
 from headlens.probes.head_lists import as_heads
 from headlens.probes.loading import LoadedModel
@@ -225,6 +226,9 @@ def patch(
         pairs = tokenize_pairs(loaded, given[0], prepend_bos=prepend_bos, source=given[1])
     else:
         pairs = builtin_task(loaded, builtin or "induction", n=n_pairs, seed=cfg.seed, prepend_bos=prepend_bos)
+    # the intervals' resampled means of every head (and position) at once, against this machine's memory, before any forward
+    n_stats = loaded.n_layers * loaded.n_heads * (int(pairs.clean.shape[1]) if cfg.per_position else 1)
+    check_count("n_resamples", cfg.n_resamples, minimum=0, bytes_each=BOOTSTRAP_BYTES * n_stats)
     tables: dict[str, pd.DataFrame] = {}
     extra: dict[str, Any] = {}
     # first: a model it refuses (e.g. a logit softcap) is refused before any patching runs

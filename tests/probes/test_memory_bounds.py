@@ -83,3 +83,16 @@ def test_on_a_gpu_the_budget_is_its_free_memory(monkeypatch):
     with pytest.raises(InputError, match=r"needs about 4\.0 GiB of memory, more than the 3\.0 GiB \(free on the GPU\)"):
         counts.check_count("n", 4, bytes_each=2**30, device="cuda:0")
     assert memory_budget("cpu") != 3 * 2**30
+
+
+def test_patch_n_resamples_is_bounded_by_heads_times_positions_times_resamples(tiny_model, monkeypatch):
+    """per_position: 8 heads x ~20 positions x 1,000,000 resamples x 24 bytes: GiBs, refused (64 MiB budget) before any forward."""
+    monkeypatch.setattr(counts, "memory_budget", lambda device=None: 64 * 2**20)
+    from headlens.reports.api import patch as patch_api
+
+    def no_forward(*args, **kwargs):
+        raise AssertionError("patching ran before the bootstrap's memory check")
+
+    monkeypatch.setattr(patch_api, "run_patching", no_forward)
+    with pytest.raises(InputError, match=r"^n_resamples=1000000: needs about [\d.,]+ GiB of memory"):
+        headlens.patch(tiny_model, builtin="induction", n_pairs=8, per_position=True, n_resamples=1_000_000)
