@@ -15,12 +15,24 @@ from headlens.probes.counts import check_count
 from headlens.probes.errors import InputError
 from headlens.probes.settings import check_range, check_seed, seed_setting, setting
 
-__all__ = ["CircuitConfig", "CompositionConfig", "METHODS", "DIRECTIONS", "MODES", "MAX_BASELINE", "MAX_PAIRS", "check_direction"]
+__all__ = [
+    "ABLATIONS",
+    "CircuitConfig",
+    "CompositionConfig",
+    "METHODS",
+    "DIRECTIONS",
+    "MODES",
+    "MAX_BASELINE",
+    "MAX_PAIRS",
+    "check_direction",
+]
 
 #: Edge scorers: first-order estimate, integrated gradients, exact patching of every edge.
 METHODS: tuple[str, ...] = ("eap", "eap-ig", "exact")
 #: Which run an edge is patched in: the clean run with the sender corrupted, or the reverse.
 DIRECTIONS: tuple[str, ...] = ("noising", "denoising")
+#: What an edge outside the circuit carries (:mod:`~headlens.analyses.circuits.ablation_kinds`).
+ABLATIONS: tuple[str, ...] = ("corrupted", "mean", "zero")
 #: The three kinds of composition, by the receiver's input they act on.
 MODES: tuple[str, ...] = ("q", "k", "v")
 #: Most pairs a circuit run takes: per-pair edge values are ``pairs x edges`` (32k edges at GPT-2 small) and bootstrapped.
@@ -64,6 +76,21 @@ class CircuitConfig:
     )
     n_bootstrap: int = setting(1000, help="Bootstrap resamples of the pairs (intervals).", minimum=1)
     seed: int = seed_setting(0, help="Seed of the built-in task and of the bootstrap.")
+    #: What the edges outside a circuit carry (:mod:`~headlens.analyses.circuits.ablation_kinds`).
+    ablation: str = setting(
+        "corrupted",
+        help="What an edge outside the circuit carries: corrupted (its sender's output on the corrupted input), mean (its "
+        "mean over every pair's clean and corrupted input, position by position) or zero; mean and zero score edges exactly "
+        "(--method exact).",
+        choices=ABLATIONS,
+    )
+    #: Known true edges (``ground_truth.json``'s format): the edge ROC AUC against them (:mod:`~headlens.analyses.circuits.ground_truth`).
+    ground_truth: str | None = setting(
+        None,
+        help="A file of true edges in the format of a tracr folder's ground_truth.json: prints the edge ROC AUC against them "
+        "(default: the model folder's ground_truth.json, if it has one).",
+        path="file",
+    )
     target_faithfulness: float = setting(
         0.95,
         help="Without --top-n/--threshold: the smallest circuit reaching this faithfulness (0 corrupted .. 1 clean).",
@@ -95,6 +122,15 @@ class CircuitConfig:
         if self.method not in METHODS:
             raise InputError(f"unknown method {self.method!r}: choose from {', '.join(METHODS)}", method=self.method)
         check_direction(self.direction)
+        if self.ablation not in ABLATIONS:
+            raise InputError(f"unknown ablation {self.ablation!r}: choose from {', '.join(ABLATIONS)}", ablation=self.ablation)
+        if self.ablation != "corrupted" and self.method != "exact":
+            raise InputError(
+                f"ablation={self.ablation!r} scores the edges by exact patching: give method='exact' (EAP's gradients are taken "
+                "between the clean and the corrupted run)",
+                ablation=self.ablation,
+                method=self.method,
+            )
         if isinstance(self.steps, bool) or not isinstance(self.steps, int) or self.steps < 2:
             raise InputError(f"steps must be a whole number >= 2 (one step is method='eap'), got {self.steps!r}", steps=self.steps)
         check_count("steps", self.steps, minimum=2)  # at most MAX_COUNT: IG's alphas are a list of that length

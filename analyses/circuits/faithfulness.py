@@ -103,8 +103,10 @@ def circuit_values(
     batch_size: int = 8,
     max_rows: int = 64,
     progress: Step | None = None,
+    ablation: Any = None,
 ) -> np.ndarray:
-    """Metric ``[circuit, pair]`` of the clean run with every edge outside each circuit corrupted.
+    """Metric ``[circuit, pair]`` of the clean run with every edge outside each circuit corrupted (``ablation``, an
+    :class:`~headlens.analyses.circuits.ablation_kinds.Ablation`: its mean or zero instead).
 
     ``circuits`` is boolean ``[circuit, edge]`` (or ``[edge]`` for one circuit)."""
     circuits = np.atleast_2d(np.asarray(circuits, dtype=bool))
@@ -120,6 +122,8 @@ def circuit_values(
             tok_c, lengths, _ = clean_set.batch(rows)
             tok_k, _, _ = corrupt_set.batch(rows)
             corrupt, _ = senders_of(model, graph, task, rows, tok_k, corrupt_set)
+            if ablation is not None:
+                corrupt = ablation.values(corrupt)
             per = max(1, max_rows // len(rows))
             for c0 in range(0, len(circuits), per):
                 chunk = circuits[c0 : c0 + per]
@@ -160,6 +164,7 @@ def faithfulness_curve(
     n_bootstrap: int = 1000,
     seed: int = 0,
     progress: Callable[[str, int, int], None] | None = None,
+    ablation: Any = None,
 ) -> tuple[pd.DataFrame, np.ndarray, np.ndarray]:
     """``(curve, clean, corrupt)``: faithfulness of the top-``n`` edges of ``order`` for each ``n`` in ``sizes``."""
     n_edges = len(graph.edges)
@@ -171,7 +176,7 @@ def faithfulness_curve(
     for i, s in enumerate(sizes):
         masks[i + 2, np.asarray(order)[:s]] = True
     step = stage_step(progress, "faithfulness")  # one value per (circuit, pair)
-    vals = circuit_values(model, task, graph, masks, progress=step, batch_size=batch_size)
+    vals = circuit_values(model, task, graph, masks, progress=step, batch_size=batch_size, ablation=ablation)
     clean_set, _ = pair_eval_sets(model, task, batch_size=batch_size)
     corrupt, clean = vals[0], vals[1]
     gap = task_gap(clean_set.metric, clean, corrupt, n_resamples=n_bootstrap, seed=seed)

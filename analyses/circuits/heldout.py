@@ -119,12 +119,19 @@ def subset(task: PairTask, rows: np.ndarray) -> PairTask:
 
 
 def held_out_curve(
-    model: LoadedModel, task: PairTask, graph: EdgeGraph, order: np.ndarray, curve: pd.DataFrame, config: CircuitConfig
+    model: LoadedModel,
+    task: PairTask,
+    graph: EdgeGraph,
+    order: np.ndarray,
+    curve: pd.DataFrame,
+    config: CircuitConfig,
+    ablation: Any = None,
 ) -> pd.DataFrame:
-    """``curve`` (measured on the pairs that chose the ranking) with the same sizes measured on the held-out ``task``."""
+    """``curve`` (measured on the pairs that chose the ranking) with the same sizes measured on the held-out ``task``
+    (``ablation``: what the edges outside carry, :mod:`~headlens.analyses.circuits.ablation_kinds`)."""
     sizes = [int(n) for n in curve["n_edges"]]
     held, _, _ = faithfulness_curve(model, task, graph, order, sizes, batch_size=config.batch_size, n_bootstrap=config.n_bootstrap,
-                                    seed=config.seed)  # fmt: skip
+                                    seed=config.seed, ablation=ablation)  # fmt: skip
     out = curve.copy()
     out["held_out"] = held["faithfulness"].to_numpy()
     out["held_out_ci_low"] = held["ci_low"].to_numpy()

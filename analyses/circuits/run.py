@@ -32,12 +32,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from headlens.analyses.circuits.ablation_kinds import ablated_exact_scores, ablation_for
 from headlens.analyses.circuits.config import CircuitConfig
 from headlens.analyses.circuits.confirm import confirm_edges, confirmation_summary
 from headlens.analyses.circuits.exact import exact_scores
 from headlens.analyses.circuits.faithfulness import circuit_values, curve_points, curve_summary, faithfulness_curve
 from headlens.analyses.circuits.graph import EdgeGraph, build_graph
+from headlens.analyses.circuits.ground_truth import read_truth, truth_auc
 from headlens.analyses.circuits.heldout import READABLE_SIZES, faithfulness_at, held_out_curve, readable_at, split_pairs, subset
+from headlens.analyses.circuits.mib import mib_metrics
 from headlens.analyses.circuits.scores import PerPair, attribution_scores
 from headlens.analyses.circuits.summary import edge_table, gap_of, ranking
 from headlens.analyses.circuits.writes import HEAD_SUM_NORM_NOTE
@@ -64,7 +67,15 @@ class CircuitRun:
     graph: EdgeGraph | None = None
 
 
-def score_edges(model: LoadedModel, task: PairTask, graph: EdgeGraph, config: CircuitConfig, progress: Any = None) -> PerPair:
+def score_edges(
+    model: LoadedModel, task: PairTask, graph: EdgeGraph, config: CircuitConfig, progress: Any = None, *, ablation: Any = None
+) -> PerPair:
+    """Every edge's per-pair score under ``config``; ``config.ablation`` mean or zero: exact, against that ablation
+    (:func:`~headlens.analyses.circuits.ablation_kinds.ablated_exact_scores`; ``ablation``: its reference, else made here)."""
+    if config.ablation != "corrupted":
+        abl = ablation or ablation_for(model, graph, task, config.ablation, batch_size=config.batch_size)
+        assert abl is not None
+        return ablated_exact_scores(model, task, graph, abl, direction=config.direction, batch_size=config.batch_size, progress=progress)
     if config.method == "exact":
         return exact_scores(
             model, task, graph, direction=config.direction, batch_size=config.batch_size, max_rows=config.max_rows, progress=progress
@@ -84,6 +95,7 @@ def smallest_reaching(
     corrupt: np.ndarray,
     gap: Any,
     config: CircuitConfig,
+    ablation: Any = None,
 ) -> tuple[int | None, pd.DataFrame]:
     """Smallest ``n`` whose top-``n`` circuit reaches ``target`` (bisection inside the measured curve); new points join the curve."""
     c = curve.sort_values("n_edges").reset_index(drop=True)
@@ -97,7 +109,8 @@ def smallest_reaching(
     added = []
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        vals = circuit_values(model, task, graph, _top_mask(order, mid, len(graph.edges)), batch_size=config.batch_size)
+        vals = circuit_values(model, task, graph, _top_mask(order, mid, len(graph.edges)), batch_size=config.batch_size,
+                              ablation=ablation)  # fmt: skip
         eff, low, high = normalised_effects(vals, clean, corrupt, gap, n_resamples=config.n_bootstrap, seed=config.seed)
         added.append({"n_edges": mid, "fraction": mid / len(graph.edges), "faithfulness": float(eff[0]), "ci_low": float(low[0]),
                       "ci_high": float(high[0]), "metric": float(vals[0].mean())})  # fmt: skip
@@ -170,7 +183,8 @@ def run_circuit(
     if split.reason:
         notes.append(split.reason)
     chooser = subset(task, split.choose) if split.held else task
-    per_pair = score_edges(model, chooser, graph, config, progress)
+    abl = ablation_for(model, graph, task, config.ablation, batch_size=config.batch_size)
+    per_pair = score_edges(model, chooser, graph, config, progress, ablation=abl)
     gap = gap_of(per_pair, n_bootstrap=config.n_bootstrap, seed=config.seed)
     if not gap.defined:
         notes.append(f"scores are not normalised: {gap.reason}")
@@ -183,10 +197,11 @@ def run_circuit(
             notes.append(_empty_note(base, config.threshold, gap.defined))
     sizes = curve_points(n_edges, config.curve_points, [*READABLE_SIZES, *([] if n_sel is None else [n_sel])])
     curve, clean, corrupt = faithfulness_curve(model, chooser, graph, order, sizes, batch_size=config.batch_size,
-                                               n_bootstrap=config.n_bootstrap, seed=config.seed, progress=progress)  # fmt: skip
+                                               n_bootstrap=config.n_bootstrap, seed=config.seed, progress=progress,
+                                               ablation=abl)  # fmt: skip
     fgap = gap_of(PerPair(np.zeros((len(chooser), 0)), clean, corrupt, per_pair.metric, "exact", "noising", np.arange(0)),
                   n_bootstrap=config.n_bootstrap, seed=config.seed)  # fmt: skip
-    reach, curve = smallest_reaching(model, chooser, graph, order, curve, config.target_faithfulness, clean, corrupt, fgap, config)
+    reach, curve = smallest_reaching(model, chooser, graph, order, curve, config.target_faithfulness, clean, corrupt, fgap, config, abl)
     if n_sel is None:
         if reach is None:
             notes.append(f"no circuit of the ranking reaches faithfulness {config.target_faithfulness}; the circuit is every edge")
@@ -199,12 +214,13 @@ def run_circuit(
     table["in_circuit"] = np.isin(np.arange(n_edges), order[:n_sel])
     confirmation = _confirm(model, chooser, graph, table, order, n_sel, per_pair, config, progress)
     if split.held:
-        curve = held_out_curve(model, subset(task, split.held_out), graph, order, curve, config)
+        curve = held_out_curve(model, subset(task, split.held_out), graph, order, curve, config, ablation=abl)
     summary = {
         "graph": graph.size(),
         "method": config.method,
         "steps": config.steps if config.method == "eap-ig" else 1,
         "direction": config.direction,
+        "ablation": config.ablation,
         "estimate": per_pair.estimate,
         "metric": per_pair.metric,
         "gap": gap.describe(),
@@ -218,7 +234,22 @@ def run_circuit(
         **curve_summary(curve),
         "task": task.describe(),
     }
+    measure = subset(task, split.held_out) if split.held else chooser
+    on = "held-out pairs" if split.held else "the pairs that chose the circuit (in-sample)"
+    scores = _by_edge(table, "score", len(graph.edges))
+    summary["mib"] = mib_metrics(model, measure, graph, scores, batch_size=config.batch_size, ablation=abl, measured_on=on)
+    if config.ground_truth is not None:
+        keys = graph.edges.iloc[per_pair.edge_ids]
+        truth = read_truth(config.ground_truth)
+        summary["ground_truth"] = truth_auc(truth, keys, per_pair.values, n_bootstrap=config.n_bootstrap, seed=config.seed)
     return CircuitRun(edges=table, faithfulness=curve, summary=summary, config=config, notes=notes, graph=graph)
+
+
+def _by_edge(table: pd.DataFrame, column: str, n_edges: int) -> np.ndarray:
+    """``table[column]`` in graph order (one value per edge id)."""
+    out = np.full(n_edges, np.nan)
+    out[table["edge_id"].to_numpy()] = table[column].to_numpy(dtype=float)
+    return out
 
 
 def _empty_note(table: pd.DataFrame, threshold: float, defined: bool) -> str:

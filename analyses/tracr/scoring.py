@@ -32,15 +32,19 @@ from headlens.probes.loading import LoadedModel
 __all__ = ["tracr_pairs", "tracr_task", "edge_scores", "auc_interval", "score_methods"]
 
 
-def tracr_pairs(spec: ProgramSpec, program: Any, *, numerical: bool, n_pairs: int = 32, seed: int = 0) -> list[PairItem]:
-    """Clean/corrupt pairs of full-length inputs differing in one token, whose last outputs differ (see the module doc)."""
+def tracr_pairs(
+    spec: ProgramSpec, program: Any, *, numerical: bool, n_pairs: int = 32, seed: int = 0, every_length: bool = False
+) -> list[PairItem]:
+    """Clean/corrupt pairs of full-length inputs (``every_length``: of every length 1 .. max_seq_len) differing in one
+    token, whose last outputs differ (see the module doc)."""
     n = spec.max_seq_len
-    last = {x: rasp_outputs(program, spec, x)[-1] for x in itertools.product(spec.vocab, repeat=n)}
+    lengths = range(1, n + 1) if every_length else [n]
+    last = {x: rasp_outputs(program, spec, x)[-1] for k in lengths for x in itertools.product(spec.vocab, repeat=k)}
     candidates: list[PairItem] = []
     for x, out in last.items():
         if out is None:
             continue
-        for i in range(n):
+        for i in range(len(x)):
             for w in spec.vocab:
                 if w == x[i]:
                     continue
@@ -56,9 +60,12 @@ def tracr_pairs(spec: ProgramSpec, program: Any, *, numerical: bool, n_pairs: in
     return [candidates[int(k)] for k in sorted(pick)]
 
 
-def tracr_task(model: LoadedModel, spec: ProgramSpec, program: Any, *, numerical: bool, n_pairs: int = 32, seed: int = 0) -> PairTask:
-    items = tracr_pairs(spec, program, numerical=numerical, n_pairs=n_pairs, seed=seed)
-    return tokenize_pairs(model, items, source={"kind": "tracr", "program": spec.name, "n_pairs": len(items), "seed": seed})
+def tracr_task(
+    model: LoadedModel, spec: ProgramSpec, program: Any, *, numerical: bool, n_pairs: int = 32, seed: int = 0, every_length: bool = False
+) -> PairTask:
+    items = tracr_pairs(spec, program, numerical=numerical, n_pairs=n_pairs, seed=seed, every_length=every_length)
+    source = {"kind": "tracr", "program": spec.name, "n_pairs": len(items), "seed": seed, "every_length": every_length}
+    return tokenize_pairs(model, items, source=source)
 
 
 def edge_scores(model: LoadedModel, task: PairTask, config: CircuitConfig) -> tuple[pd.DataFrame, np.ndarray, float]:

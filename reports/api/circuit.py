@@ -14,7 +14,7 @@ from __future__ import annotations
 import base64
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +23,7 @@ import pandas as pd
 from headlens.analyses.circuits.config import MAX_PAIRS, CircuitConfig
 from headlens.analyses.circuits.cost import circuit_cost
 from headlens.analyses.circuits.graph import build_graph
+from headlens.analyses.circuits.ground_truth import folder_defaults, read_truth
 from headlens.analyses.circuits.hooks import check_edge_model, edge_flags
 from headlens.analyses.circuits.run import run_circuit
 from headlens.analyses.patching.builtin import builtin_task
@@ -158,6 +159,8 @@ def circuit(
     confirm_sample: int = 20,
     n_bootstrap: int = 1000,
     seed: int = 0,
+    ablation: str = "corrupted",
+    ground_truth: str | None = None,
     target_faithfulness: float = 0.95,
     held_out: float = 0.5,
     batch_size: int = 8,
@@ -187,10 +190,17 @@ def circuit(
     :func:`headlens.reports.api.patch.patch` takes them: ``task``, a JSONL file of pairs
     (``clean``, ``corrupt``, ``correct``, ``incorrect``) or those pairs in memory (a list of dicts,
     or a DataFrame), or ``builtin``: ``"induction"`` (the
-    default), ``"names"`` or ``"referent"`` with ``n_pairs`` pairs (2 to :data:`MAX_PAIRS`).
+    default), ``"names"`` or ``"referent"`` with ``n_pairs`` pairs (2 to :data:`MAX_PAIRS`).  ``ablation``: what the edges
+    outside a circuit carry (``"corrupted"``, ``"mean"`` or ``"zero"``); ``ground_truth``: a file of true edges
+    (a tracr folder's ``ground_truth.json``; a model folder holding one uses it, and its ``pairs.jsonl`` when no task
+    is given): ``summary["ground_truth"]`` holds the edge ROC AUCs with their intervals.
     """
     values = locals()
     cfg = config_of(CircuitConfig, values)
+    truth_file, task = folder_defaults(model, cfg.ground_truth, task, builtin)
+    if truth_file is not None:  # a tracr folder's ground_truth.json (and pairs.jsonl), or the file given; read before loading
+        read_truth(truth_file)
+        cfg = replace(cfg, ground_truth=truth_file)
     load = loading_of(values)
     if task is not None and builtin is not None:
         raise InputError("give either task= (pairs) or builtin=, not both", parameter="task", builtin=builtin)

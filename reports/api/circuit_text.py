@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from headlens.analyses.circuits.confirm import OFF_FACTOR
+from headlens.reports.api.circuit_scores_text import mib_lines, truth_lines
 
 
 class CircuitResult(Protocol):
@@ -131,7 +132,9 @@ def circuit_lines(result: CircuitResult) -> list[str]:
     lines.extend(_readable_lines(s))
     auc = s.get("auc")
     if isinstance(auc, int | float):
-        lines.append(f"faithfulness curve: area {float(auc):.3f} (MIB-style, over the fraction of edges kept; in-sample)")
+        lines.append(f"faithfulness curve: area {float(auc):.3f} (over the fraction of edges kept, the measured sizes; in-sample)")
+    lines.extend(mib_lines(s))
+    lines.extend(truth_lines(s))
     top = result.circuit_edges.head(TOP_EDGES)
     if len(top):
         lines.append(

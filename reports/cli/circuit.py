@@ -50,6 +50,8 @@ N_PAIRS_HELP = (
         "confirm",
         "confirm_sample",
         "direction",
+        "ablation",
+        "ground_truth",
         "n_bootstrap",
     ),
 )

@@ -1,0 +1,85 @@
+"""Issue 46, items 6 and 5 on tracr models: ``headlens circuit`` on a tracr folder prints the edge ROC AUC against the
+compiled edges with its interval (item 6), and zero ablation sees the edges that carry constant signals (item 5:
+ACDC's zero-ablation AUC against every compiled edge is 1.000 on reverse and frac_prevs; the target is >= 0.95)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("tracr", reason="tracr-pypi is not installed (pip install 'headlens[circuits-bench]')")
+
+from headlens.analyses.circuits.config import CircuitConfig
+from headlens.analyses.circuits.graph import build_graph
+from headlens.analyses.circuits.ground_truth import read_truth, truth_auc
+from headlens.analyses.circuits.run import score_edges
+from headlens.analyses.tracr.programs import PROGRAMS
+from headlens.analyses.tracr.scoring import tracr_task
+from headlens.probes.errors import InputError
+from headlens.probes.loading import load_model
+
+
+def test_circuit_on_a_tracr_folder_prints_the_auc(tracr_build, runner, tmp_path):
+    from headlens.reports.cli.main import cli
+
+    shift = tracr_build("shift")
+    out = tmp_path / "circuit"
+    args = ["circuit", "-m", str(shift.folder), "--device", "cpu", "--method", "exact", "--n-bootstrap", "50", "-q",
+            "--out", str(out)]  # fmt: skip
+    res = runner.invoke(cli, args)  # no --task: the folder's pairs.jsonl; no --ground-truth: its ground_truth.json
+    assert res.exit_code == 0, res.output
+    line = next(x for x in res.output.splitlines() if x.startswith("ground truth"))
+    # shift: 4 compiled edges, 2 input-dependent; exact patching scores the 2 constant ones 0, tied with the false ones
+    assert "edge ROC AUC 0.750 [0.750, 0.750] against its 4 true edges of 8" in line
+    assert "1.000 [1.000, 1.000] against the 2 input-dependent ones" in line
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["config"]["circuit"]["ground_truth"] == str(shift.folder / "ground_truth.json")
+    assert manifest["circuit"]["summary"]["ground_truth"]["auc_input"] == 1.0
+
+
+def test_a_ground_truth_file_for_another_model_is_one_line(tracr_build, runner, tmp_path):
+    from headlens.reports.cli.main import cli
+
+    shift = tracr_build("shift")
+    bad = tmp_path / "truth.json"
+    bad.write_text(json.dumps({"edges": [{"sender": "7.0", "receiver": "logits", "input": "logits"}]}))
+    args = ["circuit", "-m", str(shift.folder), "--device", "cpu", "--method", "exact", "--n-bootstrap", "20", "-q",
+            "--ground-truth", str(bad), "--task", str(shift.folder / "pairs.jsonl"), "--out", str(tmp_path / "o")]  # fmt: skip
+    res = runner.invoke(cli, args)
+    assert res.exit_code == 2 and "7.0 -> logits (logits) is not an edge of this model's graph" in res.output
+    (tmp_path / "empty.json").write_text("{}")
+    with pytest.raises(InputError, match="has no 'edges' list"):
+        read_truth(tmp_path / "empty.json")
+
+
+def _zero_vs_corrupted(tracr_build, program: str, every_length: bool) -> dict:
+    built = tracr_build(program)
+    spec = PROGRAMS[program]
+    model = load_model(model=str(built.folder), device="cpu", dtype="float32")
+    truth = read_truth(built.folder / "ground_truth.json")
+    graph = build_graph(model)
+    got = {}
+    for ablation in ("corrupted", "zero"):
+        task = tracr_task(model, spec, spec.build(), numerical=program == "frac_prevs", n_pairs=16,
+                          every_length=every_length and ablation == "zero")  # fmt: skip
+        per_pair = score_edges(model, task, graph, CircuitConfig(method="exact", ablation=ablation))
+        got[ablation] = truth_auc(truth, graph.edges.iloc[per_pair.edge_ids], per_pair.values, n_bootstrap=50)
+    return got
+
+
+def test_zero_ablation_sees_the_constant_edges_of_frac_prevs(tracr_build):
+    got = _zero_vs_corrupted(tracr_build, "frac_prevs", every_length=False)
+    assert got["corrupted"]["auc_all"] == pytest.approx(0.8)  # the two constant edges tie with the false ones at 0
+    # zero ablation: every compiled edge above every false one but embed -> logits, which carries `one` into the
+    # conversion's numerical readout (-v**2/2), above the two q/k edges of 1.0: (3 * 18 + 2 * 17) / (5 * 18)
+    assert got["zero"]["auc_all"] == pytest.approx(88 / 90) and got["zero"]["auc_all"] >= 0.95
+
+
+def test_zero_ablation_sees_the_length_circuit_of_reverse(tracr_build):
+    got = _zero_vs_corrupted(tracr_build, "reverse", every_length=True)
+    assert got["corrupted"]["auc_all"] < 0.6  # 11 of 13 compiled edges are constant
+    # the length head's q and k (a TRUE selector: uniform whatever they hold) change nothing under any ablation of one
+    # edge; ACDC's zero-ablation reference for reverse leaves them out too: against the other 11 edges, 1.0
+    assert got["zero"]["auc_used"] == 1.0 and got["zero"]["auc_used_low"] == 1.0 and got["zero"]["n_used"] == 11
+    assert got["zero"]["auc_all"] == pytest.approx(1 - 2 * 64 / 2 / (13 * 64))  # the two tie with the 64 false edges at 0
