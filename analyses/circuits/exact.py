@@ -171,7 +171,7 @@ def exact_scores(
         rows_run, ran_late = 0.0, False
         needed = [] if own is not None else sorted({int(s) for s in start if s > 0})  # own blocks carry their controls' streams
         groups = pair_groups(model, graph, base_set, batch_size, len(needed))
-        cells_before, total = 0, n * len(ids)  # progress: (pair, edge) cells done, after every patched forward
+        cells_before, total, said = 0, n * len(ids), [-1]  # progress: (pair, edge) cells done, after every patched forward
         same = _same_targets(base_set, other_set)  # both runs in one capture: the metric reads the same targets
         per_forward = max(batch_size, capture_rows)  # the capture runs through the bridge
         for rows in groups:
@@ -220,8 +220,9 @@ def exact_scores(
             still = len(rows) * len(ids) - len(pair_of)  # cells of senders that move nothing: exactly 0, not run
 
             def tick(ran: int) -> None:
-                if progress is not None:
-                    progress("exact", cells_before + still + ran, total)
+                if progress is not None and cells_before + still + ran != said[0]:  # each count once
+                    said[0] = cells_before + still + ran
+                    progress("exact", said[0], total)
 
             with torch.inference_mode():
                 if own is not None:  # one pass per max_rows rows (controls included), each row joining at its reader's block

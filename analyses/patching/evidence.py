@@ -178,8 +178,8 @@ class EvidenceConfig(EvidenceSettings):
         if need > model.n_ctx:
             most = (model.n_ctx - len(prefix)) // 2
             raise InputError(
-                f"the evidence's repeated random tokens need {need} positions (T={self.T}: {len(prefix)} prefix token(s), then T "
-                f"tokens twice); the model's context is {model.n_ctx}: at most {most}",
+                f"the evidence's repeated random tokens need {need} positions (T={self.T}: {len(prefix)} prefix token(s), then "
+                f"{self.T} random tokens twice); the model's context is {model.n_ctx}: at most {most}",
                 parameter="T",
             )
         vocab = int(getattr(model.bridge.cfg, "d_vocab", 0) or len(model.tokenizer))

@@ -38,7 +38,7 @@ def test_exact_scoring_steps_after_every_patched_forward(demo_task):
     done, totals = _steps(seen, "exact")
     cells = len(task) * len(graph.edges)  # 16 pairs x 110 edges
     assert totals == {cells} and done[-1] == cells
-    assert len(done) >= cells // 64 and done == sorted(done)  # was 1 step for 16 pairs
+    assert len(done) >= cells // 64 and done == sorted(set(done))  # each count once, rising; was 1 step for 16 pairs
 
 
 def test_the_faithfulness_curve_steps_per_circuit_chunk(demo_task):

@@ -33,6 +33,7 @@ def test_the_library_checks_the_context_before_the_census(demo_model, monkeypatc
         raise AssertionError("the census ran before the evidence's context check")
 
     monkeypatch.setattr(census_api, "run_census", no_census)
-    with pytest.raises(InputError, match=r"\(T=128: 1 prefix token\(s\), then T tokens twice\); the model's context is 256: at most 127"):
+    words = r"\(T=128: 1 prefix token\(s\), then 128 random tokens twice\); the model's context is 256: at most 127"
+    with pytest.raises(InputError, match=words):
         headlens.census(demo_model, n_prompts=4, evidence=EvidenceConfig(T=128))
     EvidenceConfig(T=127).check_fits(demo_model)  # 1 + 2 x 127 = 255 fits
