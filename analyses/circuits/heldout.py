@@ -25,6 +25,7 @@ from headlens.analyses.circuits.faithfulness import faithfulness_curve
 from headlens.analyses.circuits.graph import EdgeGraph
 from headlens.analyses.patching.pairs import PairTask
 from headlens.probes.loading import LoadedModel
+from headlens.probes.progress import Progress
 
 log = logging.getLogger(__name__)
 
@@ -126,12 +127,15 @@ def held_out_curve(
     curve: pd.DataFrame,
     config: CircuitConfig,
     ablation: Any = None,
+    progress: Progress | None = None,
 ) -> pd.DataFrame:
     """``curve`` (measured on the pairs that chose the ranking) with the same sizes measured on the held-out ``task``
-    (``ablation``: what the edges outside carry, :mod:`~headlens.analyses.circuits.ablation_kinds`)."""
+    (``ablation``: what the edges outside carry, :mod:`~headlens.analyses.circuits.ablation_kinds`; ``progress``: its
+    steps as ``"held-out faithfulness"``)."""
     sizes = [int(n) for n in curve["n_edges"]]
+    step = None if progress is None else lambda _stage, done, total: progress("held-out faithfulness", done, total)
     held, _, _ = faithfulness_curve(model, task, graph, order, sizes, batch_size=config.batch_size, n_bootstrap=config.n_bootstrap,
-                                    seed=config.seed, ablation=ablation)  # fmt: skip
+                                    seed=config.seed, ablation=ablation, progress=step)  # fmt: skip
     out = curve.copy()
     out["held_out"] = held["faithfulness"].to_numpy()
     out["held_out_ci_low"] = held["ci_low"].to_numpy()

@@ -214,7 +214,7 @@ def run_circuit(
     table["in_circuit"] = np.isin(np.arange(n_edges), order[:n_sel])
     confirmation = _confirm(model, chooser, graph, table, order, n_sel, per_pair, config, progress)
     if split.held:
-        curve = held_out_curve(model, subset(task, split.held_out), graph, order, curve, config, ablation=abl)
+        curve = held_out_curve(model, subset(task, split.held_out), graph, order, curve, config, ablation=abl, progress=progress)
     summary = {
         "graph": graph.size(),
         "method": config.method,

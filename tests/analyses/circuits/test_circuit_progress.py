@@ -80,3 +80,15 @@ def test_circuit_exact_says_its_cost_first_then_progress(runner, tmp_path):
     cost = next(i for i, line in enumerate(lines) if line.startswith("circuit: cost: exact scoring: 110 edges x 16 pairs"))
     first_step = next(i for i, line in enumerate(lines) if line.startswith("circuit: exact: "))
     assert cost < first_step and any(line.startswith("circuit: faithfulness: ") for line in lines), result.output
+
+
+def test_the_held_out_curve_steps_under_its_own_name(demo_task):
+    from headlens.analyses.circuits.heldout import held_out_curve
+
+    model, graph, task = demo_task
+    order = np.arange(len(graph.edges))
+    curve, _, _ = faithfulness_curve(model, task, graph, order, [0, 5, 110], n_bootstrap=20)
+    seen: list = []
+    held_out_curve(model, task, graph, order, curve, CircuitConfig(n_bootstrap=20), progress=lambda *a: seen.append(a))
+    done, totals = _steps(seen, "held-out faithfulness")
+    assert totals == {5 * len(task)} and done[-1] == 5 * len(task)  # was silent
