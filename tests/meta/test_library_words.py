@@ -28,7 +28,10 @@ FLAG = re.compile(r"(?<![\w-])--[a-z][a-z-]*")
 #: Strings that name a CLI flag on purpose, each with its reason.
 _PIP = "pip's and uv's own flags: the package client's command line, and the pip command a message tells a user to run"
 ALLOWED: dict[tuple[str, str], str] = {
-    **{("probes/package_fetch.py", flag): _PIP for flag in ("--version", "--no-deps", "--hash", "--only-binary", "--require-hashes", "--target")},
+    **{
+        ("probes/package_fetch.py", flag): _PIP
+        for flag in ("--version", "--no-deps", "--hash", "--only-binary", "--require-hashes", "--target")
+    },
     ("probes/weight_report.py", "--allow-new-weights"): "a log warning, which the CLI prints as it is (flag_words maps errors): "
     "it names the parameter and the flag",
 }
