@@ -16,12 +16,15 @@ of the metric change is ``(out_s(other) - out_s(base)) . d metric / d input_r``:
   its sign.  Cost: ``steps`` forward+backward passes plus the two forwards.
 
 Gradients are read by backward hooks on the reader hook points
-(:mod:`headlens.analyses.circuits.hooks`) and contracted with the senders' output differences
-as they arrive (per pair, ``[sender, pos*d_model] @ [pos*d_model, slot]`` for each reader
-group), so no gradient outlives its hook.  Memory: one forward+backward of the batch with the
-bridge's split q/k/v inputs (``[batch, pos, head, d_model]`` per layer, the same order as the
-senders' store) plus one store of the senders' output differences ``[batch, sender, pos,
-d_model]`` (the clean and corrupted outputs for a moment while it is formed).  ``batch_size``
+(:mod:`headlens.analyses.circuits.hooks`) and summed over the steps, one sum per reader; after
+the last step each sum is contracted once with the senders' output differences (per pair,
+``[sender, pos*d_model] @ [pos*d_model, slot]`` for each reader group): the contraction, which
+reads the whole store of differences for every reader, runs once instead of once per step (on
+SmolLM2 it was 29% of EAP-IG's time at 5 steps), the same sum to float32 rounding.  Memory: one
+forward+backward of the batch with the bridge's split q/k/v inputs (``[batch, pos, head,
+d_model]`` per layer, the same order as the senders' store), the readers' gradient sums (the
+same size as those inputs), plus one store of the senders' output differences ``[batch, sender,
+pos, d_model]`` (the clean and corrupted outputs for a moment while it is formed).  ``batch_size``
 is the chunk: both grow with it, neither with the number of edges.  The backward reaches the
 input embeddings only, never the weights.
 """
@@ -139,6 +142,19 @@ def _contract(block: tuple[int, int, int], delta: Tensor, acc: Tensor, weight: f
     return fn
 
 
+def _summed(key: tuple[int, str], sums: dict[tuple[int, str], Tensor]) -> HookFn:
+    """Backward hook: the reader's gradient added to ``sums[key]`` (summed over the integration steps, contracted once)."""
+
+    def fn(grad: Tensor, hook: Any = None) -> None:
+        g = grad.detach().float()
+        if key in sums:
+            sums[key].add_(g)
+        else:
+            sums[key] = g.clone()
+
+    return fn
+
+
 def _alphas(steps: int, direction: str) -> list[float]:
     if steps == 1:
         return [1.0 if direction == "noising" else 0.0]
@@ -191,11 +207,8 @@ def attribution_scores(
                 delta = sender_deltas(graph, norms, base_out, other_out, first=lo)  # in place: one store of senders' outputs
                 del base_out, other_out
                 del out_c, out_k
-                bwd = [
-                    (reader_hook(lr, w, model.n_layers), _contract(blk, delta, acc, 1.0 / len(alphas), lo))
-                    for (lr, w), blk in graph.blocks.items()
-                    if blk[2] > lo
-                ]
+                sums: dict[tuple[int, str], Tensor] = {}  # each reader's gradient summed over the steps
+                bwd = [(reader_hook(lr, w, model.n_layers), _summed((lr, w), sums)) for (lr, w), blk in graph.blocks.items() if blk[2] > lo]
                 for alpha in alphas:
                     leaf = (emb_k + alpha * (emb_c - emb_k)).detach().requires_grad_(True)
 
@@ -205,7 +218,9 @@ def attribution_scores(
                     with torch.enable_grad(), attached(model.bridge, [(EMBED_HOOK, inject)]), attached(model.bridge, bwd, direction="bwd"):
                         vals = model_values(model, base_tokens, lengths, base_set, rows)
                         torch.autograd.grad(vals.sum(), [leaf])
-                del delta
+                for key, g_sum in sums.items():  # one contraction per reader: the mean gradient over the steps
+                    _contract(graph.blocks[key], delta, acc, 1.0 / len(alphas), lo)(g_sum)
+                del delta, sums
             values[rows] = acc.numpy()
             if progress is not None:
                 progress("eap-ig" if steps > 1 else "eap", i + 1, len(batches))

@@ -81,3 +81,24 @@ def test_readable_line_sits_beside_the_size_reaching_the_target(held):
     assert f"top 10 {shown}, top 20 {shown}" in line
     assert line.endswith("the smallest reaching 0.95: 39,192 of 70,651 edges")
     assert ("held-out" in line) == held
+
+
+def test_eap_ig_contracts_the_summed_gradient_as_it_did_each_step():
+    """EAP-IG sums each reader's gradient over the steps and contracts once: the same as contracting every step."""
+    from headlens.analyses.circuits.scores import _contract, _summed
+
+    torch.manual_seed(0)
+    b, n_send, p, d, k, steps = 3, 6, 5, 8, 4, 5
+    block = (2, k, n_send)  # first edge id, slots, senders
+    delta = torch.randn(b, n_send, p, d)
+    grads = [torch.randn(b, p, k, d) for _ in range(steps)]
+    per_step = torch.zeros(b, 2 + k * n_send, dtype=torch.float64)
+    for g in grads:
+        _contract(block, delta, per_step, 1.0 / steps)(g)
+    sums: dict = {}
+    for g in grads:
+        _summed((0, "q"), sums)(g)
+    once = torch.zeros_like(per_step)
+    _contract(block, delta, once, 1.0 / steps)(sums[(0, "q")])
+    torch.testing.assert_close(once, per_step, rtol=1e-5, atol=1e-5)
+    assert not once[:, :2].any()  # edges of other blocks untouched
