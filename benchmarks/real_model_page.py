@@ -316,8 +316,8 @@ def main() -> None:
     data = run(counts, args.model, sections)
     if args.sections and store.is_file():
         data = merged(json.loads(store.read_text(encoding="utf-8")), json.loads(json.dumps(data, default=str)))
+    store.write_text(json.dumps(data, indent=1, default=str) + "\n", encoding="utf-8")  # the figures first: a render error loses none
     page = render(data)
-    store.write_text(json.dumps(data, indent=1, default=str) + "\n", encoding="utf-8")
     target = out / "real-model.md" if args.small else PAGE
     target.write_text(page, encoding="utf-8")
     print(f"wrote {target} and {out / 'real-model.json'}")
