@@ -27,8 +27,9 @@ __all__ = [
     "check_direction",
 ]
 
-#: Edge scorers: first-order estimate, integrated gradients, exact patching of every edge.
-METHODS: tuple[str, ...] = ("eap", "eap-ig", "exact")
+#: Edge scorers: auto (exact where cheap, else eap-ig: :mod:`~headlens.analyses.circuits.method_choice`), first-order
+#: estimate, integrated gradients, exact patching of every edge.
+METHODS: tuple[str, ...] = ("auto", "eap", "eap-ig", "exact")
 #: Which run an edge is patched in: the clean run with the sender corrupted, or the reverse.
 DIRECTIONS: tuple[str, ...] = ("noising", "denoising")
 #: What an edge outside the circuit carries (:mod:`~headlens.analyses.circuits.ablation_kinds`).
@@ -49,9 +50,10 @@ def check_direction(direction: str) -> None:
 @dataclass(frozen=True, kw_only=True)
 class CircuitConfig:
     method: str = setting(
-        "eap-ig",
-        help="Edge scores: eap (one backward, a first-order ESTIMATE), eap-ig (integrated gradients over --steps, an ESTIMATE), "
-        "exact (every edge patched: exact, ~one forward per edge).",
+        "auto",
+        help="Edge scores: auto (exact when scoring every edge exactly is estimated at no more than 200 forward equivalents, "
+        "one per edge; else eap-ig), eap (one backward, a first-order ESTIMATE), eap-ig (integrated gradients over --steps, "
+        "an ESTIMATE), exact (every edge patched: exact, ~one forward per edge).",
         choices=METHODS,
     )
     #: Integrated-gradient steps (``method="eap-ig"``): at least 2 (one step is ``method="eap"``).
@@ -124,7 +126,7 @@ class CircuitConfig:
         check_direction(self.direction)
         if self.ablation not in ABLATIONS:
             raise InputError(f"unknown ablation {self.ablation!r}: choose from {', '.join(ABLATIONS)}", ablation=self.ablation)
-        if self.ablation != "corrupted" and self.method != "exact":
+        if self.ablation != "corrupted" and self.method not in ("exact", "auto"):
             raise InputError(
                 f"ablation={self.ablation!r} scores the edges by exact patching: give method='exact' (EAP's gradients are taken "
                 "between the clean and the corrupted run)",

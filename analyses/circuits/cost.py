@@ -17,6 +17,7 @@ from headlens.analyses.circuits.config import CircuitConfig
 from headlens.analyses.circuits.exact import auto_rows
 from headlens.analyses.circuits.faithfulness import curve_points
 from headlens.analyses.circuits.heldout import MIN_SPLIT_PAIRS, READABLE_SIZES
+from headlens.analyses.circuits.method_choice import choose_method
 from headlens.probes.loading import LoadedModel
 
 __all__ = ["circuit_cost", "split_sizes"]
@@ -34,6 +35,7 @@ def split_sizes(n_pairs: int, share: float) -> tuple[int, int]:
 def circuit_cost(model: LoadedModel, n_edges: int, n_pairs: int, width: int, config: CircuitConfig) -> str:
     """One line: what the run of ``config`` on ``n_pairs`` pairs of ``width`` tokens over ``n_edges``
     edges will do (see the module doc)."""
+    config, _ = choose_method(config, n_edges)  # method='auto' costed as what it will run
     n_choose, n_held = split_sizes(n_pairs, config.held_out)
     rows_each = config.max_rows or auto_rows(model, width)
     if config.method == "exact":

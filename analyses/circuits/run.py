@@ -40,6 +40,7 @@ from headlens.analyses.circuits.faithfulness import circuit_values, curve_points
 from headlens.analyses.circuits.graph import EdgeGraph, build_graph
 from headlens.analyses.circuits.ground_truth import read_truth, truth_auc
 from headlens.analyses.circuits.heldout import READABLE_SIZES, faithfulness_at, held_out_curve, readable_at, split_pairs, subset
+from headlens.analyses.circuits.method_choice import SPLIT_CREDIT, choose_method
 from headlens.analyses.circuits.mib import mib_metrics
 from headlens.analyses.circuits.scores import PerPair, attribution_scores
 from headlens.analyses.circuits.summary import edge_table, gap_of, ranking
@@ -72,6 +73,7 @@ def score_edges(
 ) -> PerPair:
     """Every edge's per-pair score under ``config``; ``config.ablation`` mean or zero: exact, against that ablation
     (:func:`~headlens.analyses.circuits.ablation_kinds.ablated_exact_scores`; ``ablation``: its reference, else made here)."""
+    config, _ = choose_method(config, len(graph.edges))
     if config.ablation != "corrupted":
         abl = ablation or ablation_for(model, graph, task, config.ablation, batch_size=config.batch_size)
         assert abl is not None
@@ -174,11 +176,16 @@ def run_circuit(
     config = config or CircuitConfig()
     graph = graph or build_graph(model)
     n_edges = len(graph.edges)
+    config, chosen = choose_method(config, n_edges)
     if config.top_n is not None and config.top_n > n_edges:
         raise InputError(f"top_n={config.top_n} is above the graph's {n_edges} edges", top_n=config.top_n)
     notes: list[str] = []
     if graph.info.get("head_sum_norm"):
         notes.append(HEAD_SUM_NORM_NOTE)
+    if chosen is not None:
+        notes.append(f"method auto: {chosen['chosen']}, because {chosen['why']}")
+    if config.method != "exact":
+        notes.append(SPLIT_CREDIT)
     split = split_pairs(len(task), config.held_out, config.seed)
     if split.reason:
         notes.append(split.reason)
@@ -221,6 +228,7 @@ def run_circuit(
         "steps": config.steps if config.method == "eap-ig" else 1,
         "direction": config.direction,
         "ablation": config.ablation,
+        "method_choice": chosen,
         "estimate": per_pair.estimate,
         "metric": per_pair.metric,
         "gap": gap.describe(),

@@ -25,6 +25,7 @@ from headlens.analyses.circuits.cost import circuit_cost
 from headlens.analyses.circuits.graph import build_graph
 from headlens.analyses.circuits.ground_truth import folder_defaults, read_truth
 from headlens.analyses.circuits.hooks import check_edge_model, edge_flags
+from headlens.analyses.circuits.method_choice import choose_method
 from headlens.analyses.circuits.run import run_circuit
 from headlens.analyses.patching.builtin import builtin_task
 from headlens.analyses.patching.config import BUILTINS
@@ -150,7 +151,7 @@ def circuit(
     config: CircuitConfig | None = None,
     /,
     *,
-    method: str = "eap-ig",
+    method: str = "auto",
     steps: int = 5,
     direction: str = "noising",
     top_n: int | None = None,
@@ -184,7 +185,7 @@ def circuit(
     take the circuit, measure its faithfulness and confirm its top edges by exact patching.
 
     ``config`` and keywords: :class:`~headlens.analyses.circuits.config.CircuitConfig`'s fields
-    (``method`` ``"eap"``, ``"eap-ig"`` or ``"exact"``, ``steps``, ``top_n`` or ``threshold``,
+    (``method`` ``"auto"``, ``"eap"``, ``"eap-ig"`` or ``"exact"``, ``steps``, ``top_n`` or ``threshold``,
     ``confirm``, ``n_bootstrap``, ``target_faithfulness``, ``direction``, ``batch_size``, ``seed``
     ...).  The pairs, :class:`~headlens.analyses.patching.config.PairSource`'s fields as
     :func:`headlens.reports.api.patch.patch` takes them: ``task``, a JSONL file of pairs
@@ -224,7 +225,8 @@ def circuit(
         pairs = tokenize_pairs(loaded, given[0], prepend_bos=prepend_bos, source=given[1])
     else:
         pairs = builtin_task(loaded, builtin or "induction", n=n_pairs, seed=cfg.seed, prepend_bos=prepend_bos)
-    announce(progress, circuit_cost(loaded, n_edges, len(pairs), int(pairs.clean.shape[1]), cfg))  # before it starts
+    chosen, _ = choose_method(cfg, n_edges)
+    announce(progress, circuit_cost(loaded, n_edges, len(pairs), int(pairs.clean.shape[1]), chosen))  # before it starts
     run = run_circuit(loaded, pairs, cfg, graph=graph, progress=progress)
     tables = {"edges": run.edges, "faithfulness": run.faithfulness}
     manifest = build_manifest(

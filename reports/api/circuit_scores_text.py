@@ -45,7 +45,7 @@ def truth_lines(s: Mapping[str, Any]) -> list[str]:
     )
     if "auc_used" in t:
         words += (
-            f"; {_auc(t, 'auc_used')} against the {t.get('n_used')} the program uses (edges into a query or key its selector"
+            f"; {_auc(t, 'auc_used')} against the {t.get('n_used')} edges the program uses (edges into a query or key its selector"
             " ignores left out)"
         )
     if "auc_input" in t:
