@@ -33,7 +33,10 @@ from headlens.analyses.patching.pairs import PairTask, pair_eval_sets
 from headlens.probes.errors import InputError
 from headlens.probes.loading import LoadedModel
 
-__all__ = ["ABLATIONS", "Ablation", "ablation_for", "ablated_exact_scores", "check_ablation"]
+__all__ = ["ABLATIONS", "MASK_CHUNK", "Ablation", "ablation_for", "ablated_exact_scores", "check_ablation"]
+
+#: Edges scored per call of :func:`circuit_values` by :func:`ablated_exact_scores` (its masks are ``[chunk, edge]``).
+MASK_CHUNK = 256
 
 
 def check_ablation(kind: str) -> None:
@@ -90,17 +93,19 @@ def ablated_exact_scores(
     """Each pair's metric change when one edge is ablated from the whole graph (``noising``) or is the only edge kept
     (``denoising``), every edge of ``graph``; ``clean``/``corrupt`` of the result: the unablated and the fully ablated run."""
     n = len(graph.edges)
-    masks = np.zeros((n + 2, n), dtype=bool)
-    masks[1] = True
-    if direction == "noising":
-        masks[2:] = ~np.eye(n, dtype=bool)
-    else:
-        masks[2:] = np.eye(n, dtype=bool)
-    vals = circuit_values(model, task, graph, masks, batch_size=batch_size, ablation=ablation)
-    if progress is not None:
-        progress("exact", 1, 1)
-    empty, full = vals[0], vals[1]
+    ends = np.zeros((2, n), dtype=bool)
+    ends[1] = True
+    empty, full = circuit_values(model, task, graph, ends, batch_size=batch_size, ablation=ablation)
     base = full if direction == "noising" else empty
+    values = np.zeros((len(task), n))
+    for c0 in range(0, n, MASK_CHUNK):  # [chunk, edge] masks at a time: n x n booleans would not fit a large graph
+        k = min(MASK_CHUNK, n - c0)
+        masks = np.full((k, n), direction == "noising")
+        masks[np.arange(k), c0 + np.arange(k)] = direction != "noising"
+        vals = circuit_values(model, task, graph, masks, batch_size=batch_size, ablation=ablation)
+        values[:, c0 : c0 + k] = (vals - base[None, :]).T
+        if progress is not None:
+            progress("exact", c0 + k, n)
     metric = pair_eval_sets(model, task, batch_size=batch_size)[0].metric
-    return PerPair(values=(vals[2:] - base[None, :]).T.copy(), clean=full, corrupt=empty, metric=metric, method="exact",
-                   direction=direction, edge_ids=np.arange(n), forwards=float(n + 2), info={"ablation": ablation.kind})  # fmt: skip
+    return PerPair(values=values, clean=full, corrupt=empty, metric=metric, method="exact", direction=direction,
+                   edge_ids=np.arange(n), forwards=float(n + 2), info={"ablation": ablation.kind})  # fmt: skip

@@ -56,3 +56,21 @@ def test_an_estimate_under_mean_or_zero_ablation_is_one_line():
         CircuitConfig(method="eap-ig", ablation="zero")
     with pytest.raises(InputError, match="unknown ablation"):
         CircuitConfig(ablation="resample")
+
+
+def test_exact_scores_under_zero_are_the_same_in_chunks(demo_model, setup, monkeypatch):
+    import headlens.analyses.circuits.ablation_kinds as kinds
+
+    task, graph = setup
+    small = replace(task, clean=task.clean[:3], corrupt=task.corrupt[:3], lengths=task.lengths[:3], correct=task.correct[:3],
+                    incorrect=task.incorrect[:3])  # fmt: skip
+    zero = ablation_for(demo_model, graph, small, "zero")
+    assert zero is not None
+    whole = kinds.ablated_exact_scores(demo_model, small, graph, zero)
+    monkeypatch.setattr(kinds, "MASK_CHUNK", 7)  # 110 edges in 16 calls
+    chunked = kinds.ablated_exact_scores(demo_model, small, graph, zero)
+    assert np.allclose(whole.values, chunked.values, atol=1e-5) and whole.values.shape == (3, len(graph.edges))
+    one = np.ones((1, len(graph.edges)), dtype=bool)
+    one[0, 5] = False  # edge 5 alone zeroed: its score
+    v = circuit_values(demo_model, small, graph, one, ablation=zero)[0]
+    assert np.allclose(chunked.values[:, 5], v - whole.clean, atol=1e-5)
