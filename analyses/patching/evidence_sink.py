@@ -170,10 +170,12 @@ def wilson(k: int, m: int) -> tuple[float, float]:
 
 def sink_sample_verdict(evidence: pd.DataFrame, roles: pd.DataFrame) -> SinkSampleVerdict | None:
     """The sink population's verdict (:class:`SinkSampleVerdict`) from an evidence table and the
-    census's long role table; None when no sink-only head's sink role was sampled out (every one
-    was tested, or sinks are not a population: the per-head verdicts say it all)."""
+    census's long role table; None when no sink role was sampled out (every one was tested, or
+    sinks are not a population: the per-head verdicts say it all) or none was tested (``roles=``
+    left the sink role out)."""
     sinks = evidence[evidence["role"].astype(str) == SINK]
-    if sinks.empty or not (sinks["evidence"].astype(str) == NOT_TESTED).any():
+    untested = sinks["evidence"].astype(str) == NOT_TESTED
+    if sinks.empty or not untested.any() or untested.all():  # every one tested, or none (the role not chosen)
         return None
     only = sink_only_heads(roles)
     is_only = [(int(a), int(b)) in only for a, b in zip(sinks["layer"], sinks["head"], strict=True)]

@@ -17,6 +17,7 @@ import math
 import pandas as pd
 
 from headlens.analyses.heads.sink_population import SINK, SPECIFIC_ROLES, SinkPopulation, sink_only_heads, sink_population
+from headlens.analyses.patching.evidence_rules import NOT_TESTED
 from headlens.analyses.patching.evidence_sink import sink_sample_verdict
 
 log = logging.getLogger(__name__)
@@ -122,6 +123,8 @@ def sink_evidence_line(evidence: pd.DataFrame, roles: pd.DataFrame | None = None
     found = sink_sample_verdict(evidence, roles) if roles is not None else None
     if found is None:
         counts = ", ".join(f"{v} {k}" for k, v in sinks["evidence"].value_counts().items())
+        if (sinks["evidence"].astype(str) == NOT_TESTED).all():  # roles= left the sink role out
+            return [f"  {SINK}: {len(sinks)} roles not tested: {sinks['detail'].iloc[0]}"]
         return [f"  {SINK}: {len(sinks)} roles tested: {counts} (not listed head by head)"]
     tested = found.population - found.not_tested
     sample = f"a random sample{f' (seed {seed})' if seed is not None else ''} of the {found.population} sink-only heads"

@@ -137,6 +137,9 @@ def test_roles_chosen_are_the_only_ones_tested(llama_4x3):
     assert set(ev.loc[ev["evidence"] != NOT_TESTED, "role"]) == {"previous_token"}
     assert (ev.loc[ev["role"] != "previous_token", "detail"] == "role not chosen (roles=previous_token)").all()
     assert tested.manifest["evidence"]["plan"]["tests"] == {"previous_token": {"heads": 1, "forwards": 4}}
+    assert "sink_sample" not in tested.manifest["evidence"] and sink_sample_verdict(ev, tested.roles) is None
+    sink_lines = [ln for ln in tested.findings().lines if ln.lstrip().startswith(("sink:", "sink,"))]
+    assert sink_lines == ["  sink: 10 roles not tested: role not chosen (roles=previous_token)"]
 
 
 def test_half_the_heads_sinking_tests_every_sink_head():
