@@ -2,9 +2,11 @@
 
 * ``corrupted`` (the default): the sender's output on the pair's corrupted input (patching, as
   EAP, EAP-IG, ACDC's and MIB's default);
-* ``mean``: the sender's output averaged position by position over every pair's clean and
+* ``mean``: the sender's output averaged position by position over the choosing pairs' clean and
   corrupted input (the real tokens only: a position a shorter item does not reach is left out of
-  its mean), one reference for every pair (auto-circuit's token-wise mean of clean and corrupt);
+  its mean), one reference for every pair, the held-out ones included (auto-circuit's token-wise
+  mean of clean and corrupt; :func:`~headlens.analyses.circuits.run.run_circuit` builds it from the
+  choosing pairs only, so the held-out pairs do not help choose the circuit);
 * ``zero``: nothing (ACDC's zero ablation): the reader loses the sender's output.
 
 A constant signal (a bias, the BOS token, position) is the same in the clean and the corrupted run,
@@ -24,24 +26,18 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from headlens.analyses.circuits.config import ABLATIONS
+from headlens.analyses.circuits.config import ABLATIONS, check_ablation
 from headlens.analyses.circuits.faithfulness import circuit_values
 from headlens.analyses.circuits.graph import EdgeGraph
 from headlens.analyses.circuits.hooks import edge_flags
 from headlens.analyses.circuits.scores import PerPair, senders_of
 from headlens.analyses.patching.pairs import PairTask, pair_eval_sets
-from headlens.probes.errors import InputError
 from headlens.probes.loading import LoadedModel
 
 __all__ = ["ABLATIONS", "MASK_CHUNK", "Ablation", "ablation_for", "ablated_exact_scores", "check_ablation"]
 
 #: Edges scored per call of :func:`circuit_values` by :func:`ablated_exact_scores` (its masks are ``[chunk, edge]``).
 MASK_CHUNK = 256
-
-
-def check_ablation(kind: str) -> None:
-    if kind not in ABLATIONS:
-        raise InputError(f"unknown ablation {kind!r}: choose from {', '.join(ABLATIONS)}", ablation=kind)
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ it); :mod:`~headlens.analyses.circuits.composition` re-exports :class:`Compositi
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from os import PathLike
 from typing import Any
 
 from headlens.probes.counts import check_count
@@ -24,6 +25,7 @@ __all__ = [
     "MODES",
     "MAX_BASELINE",
     "MAX_PAIRS",
+    "check_ablation",
     "check_direction",
 ]
 
@@ -82,7 +84,7 @@ class CircuitConfig:
     ablation: str = setting(
         "corrupted",
         help="What an edge outside the circuit carries: corrupted (its sender's output on the corrupted input), mean (its "
-        "mean over every pair's clean and corrupted input, position by position) or zero; mean and zero score edges exactly "
+        "mean over the choosing pairs' clean and corrupted input, position by position) or zero; mean and zero score edges exactly "
         "(--method exact).",
         choices=ABLATIONS,
     )
@@ -124,8 +126,7 @@ class CircuitConfig:
         if self.method not in METHODS:
             raise InputError(f"unknown method {self.method!r}: choose from {', '.join(METHODS)}", method=self.method)
         check_direction(self.direction)
-        if self.ablation not in ABLATIONS:
-            raise InputError(f"unknown ablation {self.ablation!r}: choose from {', '.join(ABLATIONS)}", ablation=self.ablation)
+        check_ablation(self.ablation)
         if self.ablation != "corrupted" and self.method not in ("exact", "auto"):
             raise InputError(
                 f"ablation={self.ablation!r} scores the edges by exact patching: give method='exact' (EAP's gradients are taken "
@@ -144,6 +145,8 @@ class CircuitConfig:
             isinstance(self.threshold, bool) or not isinstance(self.threshold, int | float) or not self.threshold > 0
         ):
             raise InputError(f"threshold must be a number > 0, got {self.threshold!r}", threshold=self.threshold)
+        if self.ground_truth is not None and not isinstance(self.ground_truth, str | PathLike):
+            raise InputError(f"ground_truth= must be a file path, got {self.ground_truth!r}", ground_truth=self.ground_truth)
         check_count("confirm", self.confirm, minimum=0)
         check_count("confirm_sample", self.confirm_sample, minimum=0)
         check_range(self, "held_out")
@@ -159,6 +162,12 @@ class CircuitConfig:
 
     def describe(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def check_ablation(kind: str) -> None:
+    """InputError (one line) unless ``kind`` is one of :data:`ABLATIONS`."""
+    if kind not in ABLATIONS:
+        raise InputError(f"unknown ablation {kind!r}: choose from {', '.join(ABLATIONS)}", ablation=kind)
 
 
 @dataclass(kw_only=True)

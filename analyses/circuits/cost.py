@@ -16,20 +16,11 @@ import math
 from headlens.analyses.circuits.config import CircuitConfig
 from headlens.analyses.circuits.exact import auto_rows
 from headlens.analyses.circuits.faithfulness import curve_points
-from headlens.analyses.circuits.heldout import MIN_SPLIT_PAIRS, READABLE_SIZES
+from headlens.analyses.circuits.heldout import READABLE_SIZES, split_sizes
 from headlens.analyses.circuits.method_choice import choose_method
 from headlens.probes.loading import LoadedModel
 
 __all__ = ["circuit_cost", "split_sizes"]
-
-
-def split_sizes(n_pairs: int, share: float) -> tuple[int, int]:
-    """``(choosing, held out)`` pair counts of :func:`~headlens.analyses.circuits.heldout.split_pairs`'s rule
-    (without drawing the split, and without its note)."""
-    n_held = round(float(share) * n_pairs)
-    if share <= 0 or min(n_held, n_pairs - n_held) < MIN_SPLIT_PAIRS:
-        return n_pairs, 0
-    return n_pairs - n_held, n_held
 
 
 def circuit_cost(model: LoadedModel, n_edges: int, n_pairs: int, width: int, config: CircuitConfig) -> str:

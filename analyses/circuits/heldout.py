@@ -35,6 +35,7 @@ __all__ = [
     "READABLE_SIZES",
     "PairSplit",
     "faithfulness_at",
+    "split_sizes",
     "held_out_curve",
     "readable_at",
     "split_pairs",
@@ -84,15 +85,23 @@ class PairSplit:
         return out
 
 
+def split_sizes(n_pairs: int, share: float) -> tuple[int, int]:
+    """``(choosing, held out)`` pair counts of :func:`split_pairs`'s rule (without drawing the split, and without its note)."""
+    n_held = round(float(share) * n_pairs)
+    if share <= 0 or min(n_held, n_pairs - n_held) < MIN_SPLIT_PAIRS:
+        return n_pairs, 0
+    return n_pairs - n_held, n_held
+
+
 def split_pairs(n_pairs: int, share: float, seed: int) -> PairSplit:
     """Split ``n_pairs`` pairs: ``round(share * n_pairs)`` held out, at random (``seed``); no split (every pair
     chooses and measures) when ``share`` is 0 or either side would hold fewer than :data:`MIN_SPLIT_PAIRS`."""
     every = np.arange(n_pairs)
-    n_held = round(float(share) * n_pairs)
+    _, n_held = split_sizes(n_pairs, share)
     reason = None
     if share <= 0:
         reason = "held_out=0: faithfulness measured in-sample, on the pairs that chose the circuit"
-    elif min(n_held, n_pairs - n_held) < MIN_SPLIT_PAIRS:
+    elif n_held == 0:
         need = int(np.ceil(MIN_SPLIT_PAIRS / min(float(share), 1 - float(share))))
         reason = (
             f"{n_pairs} pairs are too few to hold out {share:g} of them (each side needs {MIN_SPLIT_PAIRS}): faithfulness "

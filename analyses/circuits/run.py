@@ -43,7 +43,7 @@ from headlens.analyses.circuits.heldout import READABLE_SIZES, faithfulness_at, 
 from headlens.analyses.circuits.method_choice import SPLIT_CREDIT, choose_method
 from headlens.analyses.circuits.mib import mib_metrics
 from headlens.analyses.circuits.scores import PerPair, attribution_scores
-from headlens.analyses.circuits.summary import edge_table, gap_of, ranking
+from headlens.analyses.circuits.summary import carried, edge_table, gap_of, ranking
 from headlens.analyses.circuits.writes import HEAD_SUM_NORM_NOTE
 from headlens.analyses.patching.effects import normalised_effects
 from headlens.analyses.patching.pairs import PairTask
@@ -190,7 +190,7 @@ def run_circuit(
     if split.reason:
         notes.append(split.reason)
     chooser = subset(task, split.choose) if split.held else task
-    abl = ablation_for(model, graph, task, config.ablation, batch_size=config.batch_size)
+    abl = ablation_for(model, graph, chooser, config.ablation, batch_size=config.batch_size)  # the held-out pairs do not choose
     per_pair = score_edges(model, chooser, graph, config, progress, ablation=abl)
     gap = gap_of(per_pair, n_bootstrap=config.n_bootstrap, seed=config.seed)
     if not gap.defined:
@@ -244,13 +244,25 @@ def run_circuit(
     }
     measure = subset(task, split.held_out) if split.held else chooser
     on = "held-out pairs" if split.held else "the pairs that chose the circuit (in-sample)"
-    scores = _by_edge(table, "score", len(graph.edges))
+    scores = _mib_scores(table, per_pair, gap.defined, len(graph.edges), notes)
     summary["mib"] = mib_metrics(model, measure, graph, scores, batch_size=config.batch_size, ablation=abl, measured_on=on)
     if config.ground_truth is not None:
         keys = graph.edges.iloc[per_pair.edge_ids]
         truth = read_truth(config.ground_truth)
         summary["ground_truth"] = truth_auc(truth, keys, per_pair.values, n_bootstrap=config.n_bootstrap, seed=config.seed)
     return CircuitRun(edges=table, faithfulness=curve, summary=summary, config=config, notes=notes, graph=graph)
+
+
+def _mib_scores(table: pd.DataFrame, per_pair: PerPair, defined: bool, n_edges: int, notes: list[str]) -> np.ndarray:
+    """The ranking of MIB's circuits, in graph order: the scores, or where the gap is not defined (every score NaN)
+    the oriented raw mean effect, the ranking the run's own curve uses (with a note)."""
+    if defined:
+        return _by_edge(table, "score", n_edges)
+    out = np.full(n_edges, np.nan)
+    out[per_pair.edge_ids] = carried(per_pair)[0].mean(0)
+    notes.append("CPR and CMD rank the edges by their raw mean effect (oriented to the clean behaviour), as the curve does: "
+                 "the scores are not normalised")  # fmt: skip
+    return out
 
 
 def _by_edge(table: pd.DataFrame, column: str, n_edges: int) -> np.ndarray:

@@ -74,3 +74,26 @@ def test_exact_scores_under_zero_are_the_same_in_chunks(demo_model, setup, monke
     one[0, 5] = False  # edge 5 alone zeroed: its score
     v = circuit_values(demo_model, small, graph, one, ablation=zero)[0]
     assert np.allclose(chunked.values[:, 5], v - whole.clean, atol=1e-5)
+
+
+def test_mean_reference_is_the_choosing_pairs_only(demo_model, monkeypatch):
+    """The held-out pairs do not help choose the circuit: run_circuit's mean reference is built from the choosing pairs."""
+    import headlens.analyses.circuits.run as run_mod
+    from headlens.analyses.circuits.heldout import split_pairs
+
+    seen: list = []
+
+    class Stop(Exception):
+        pass
+
+    def spy(model, graph, task, kind, **kw):
+        seen.append(task)
+        raise Stop
+
+    monkeypatch.setattr(run_mod, "ablation_for", spy)
+    task = builtin_task(demo_model, "induction", n=16, seed=0)
+    with pytest.raises(Stop):
+        run_mod.run_circuit(demo_model, task, CircuitConfig(method="exact", ablation="mean", n_bootstrap=20, curve_points=2))
+    split = split_pairs(16, 0.5, 0)
+    assert len(seen[0]) == len(split.choose) == 8
+    assert torch.equal(seen[0].clean, task.clean[torch.as_tensor(split.choose)])
