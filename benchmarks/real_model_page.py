@@ -180,8 +180,21 @@ def _commit() -> str:
     return (head or "unknown") + ("+changes" if dirty.stdout.strip() else "")
 
 
+def _weights(data: dict[str, Any]) -> str | None:
+    return ((data.get("model") or {}).get("gguf") or {}).get("sha256")
+
+
 def merged(previous: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
-    """``new``'s sections over ``previous``'s (``--sections`` reruns some; the rest keep their figures and commits)."""
+    """``new``'s sections over ``previous``'s (``--sections`` reruns some; the rest keep their figures and commits).
+
+    Refused (ValueError) when the kept sections came from another model or other settings: the page states
+    one model and one set of settings beside every section."""
+    for what, old, now in (
+        ("settings", previous.get("settings"), new["settings"]),
+        ("model", _weights(previous), _weights(new)),
+    ):
+        if old != now:
+            raise ValueError(f"--sections: the kept sections were run with another {what}; run every section (no --sections)")
     out = {**previous, **{k: v for k, v in new.items() if k in SECTIONS and (v is not None or k not in previous)}}
     out["settings"], out["evidence_roles"], out["load_seconds"] = new["settings"], new["evidence_roles"], new["load_seconds"]
     out["environment"] = {
@@ -315,7 +328,10 @@ def main() -> None:
     store = out / "real-model.json"
     data = run(counts, args.model, sections)
     if args.sections and store.is_file():
-        data = merged(json.loads(store.read_text(encoding="utf-8")), json.loads(json.dumps(data, default=str)))
+        try:
+            data = merged(json.loads(store.read_text(encoding="utf-8")), json.loads(json.dumps(data, default=str)))
+        except ValueError as exc:
+            parser.error(str(exc))
     store.write_text(json.dumps(data, indent=1, default=str) + "\n", encoding="utf-8")  # the figures first: a render error loses none
     page = render(data)
     target = out / "real-model.md" if args.small else PAGE

@@ -3,8 +3,9 @@
 A GGUF file (``--model FILE.gguf``, or a folder holding one and no ``config.json``) is read by
 transformers (``from_pretrained(folder, gguf_file=name)``, with the ``gguf`` package), which
 dequantizes every tensor to float32; the model and its tokenizer are saved once into
-``<cache>/gguf/<sha256 of the file>/`` (:mod:`headlens.probes.cache`), so a second load of the
-same file is a plain folder load.  ``--dtype`` then applies to the folder as to any checkpoint
+``<cache>/gguf/<sha256 of the file>-<conversion key>/`` (:mod:`headlens.probes.cache`; the key names
+the transformers and gguf versions and headlens' conversion steps), so a second load of the same file
+is a plain folder load.  ``--dtype`` then applies to the folder as to any checkpoint
 (a float32 copy cast on load is the same as dequantizing to that dtype: transformers dequantizes
 to float32 first).
 
@@ -37,11 +38,11 @@ from typing import Any
 
 import torch
 
-from headlens.probes.cache import GGUF_DIR, cache_root
+from headlens.probes.cache import CACHE_ENV, GGUF_DIR, cache_root
 from headlens.probes.errors import ModelLoadError
-from headlens.probes.sources import file_sha256, first_line
+from headlens.probes.sources import conversion_key, file_sha256, first_line
 
-__all__ = ["GgufFacts", "FACTS_FILE", "read_gguf_header", "gguf_checkpoint"]
+__all__ = ["GgufFacts", "FACTS_FILE", "read_gguf_header", "gguf_checkpoint", "converted_folder"]
 
 log = logging.getLogger(__name__)
 
@@ -125,10 +126,18 @@ def read_gguf_header(path: Path, spec: str) -> GgufFacts:
     )
 
 
+def converted_folder(sha256: str) -> Path:
+    """Where the checkpoint converted from a GGUF file of this sha256 lives (or will): the one rule for the cache's layout."""
+    return cache_root() / GGUF_DIR / f"{sha256}-{conversion_key()}"
+
+
 def gguf_checkpoint(path: Path, spec: str) -> tuple[Path, GgufFacts]:
-    """The cached checkpoint folder converted from the GGUF file ``path``, converting it first if needed."""
+    """The cached checkpoint folder converted from the GGUF file ``path``, converting it first if needed.
+
+    Keyed by the file's sha256 and :func:`conversion_key`: another transformers, gguf or conversion step
+    converts again.  A cache that cannot be written is a one-line :class:`ModelLoadError`."""
     sha = file_sha256(path)
-    folder = cache_root() / GGUF_DIR / sha
+    folder = converted_folder(sha)
     facts = _cached_facts(folder)
     if facts is not None:
         log.debug("%s: converted checkpoint found in %s", path, folder)
@@ -137,7 +146,14 @@ def gguf_checkpoint(path: Path, spec: str) -> tuple[Path, GgufFacts]:
     with _CONVERT_LOCK:
         facts = _cached_facts(folder)
         if facts is None:
-            facts = _convert(path, header, folder, spec)
+            try:
+                facts = _convert(path, header, folder, spec)
+            except OSError as exc:
+                raise ModelLoadError(
+                    f"model={spec!r}: cannot write the converted checkpoint into {folder.parent} ({first_line(exc)}); "
+                    f"set ${CACHE_ENV} to a writable folder",
+                    model=spec,
+                ) from exc
     return folder, facts
 
 
@@ -164,8 +180,11 @@ def _convert(path: Path, header: GgufFacts, folder: Path, spec: str) -> GgufFact
     tmp.chmod(0o755)  # mkdtemp's 0o700 would hide a shared cache's checkpoint from other users
     try:
         adds_bos, version = _dequantize_and_save(path, tmp, spec)
-        facts = GgufFacts(**{**asdict(header), "tokenizer_adds_bos": adds_bos, "converted_by": f"transformers {version}"})
+        converted_by = f"transformers {version}, conversion key {conversion_key()}"
+        facts = GgufFacts(**{**asdict(header), "tokenizer_adds_bos": adds_bos, "converted_by": converted_by})
         (tmp / FACTS_FILE).write_text(json.dumps({**facts.describe(), "checkpoint": None}, indent=2) + "\n", encoding="utf-8")
+        if folder.exists() and _cached_facts(folder) is None:  # a conversion that never finished (no facts file)
+            shutil.rmtree(folder)
         try:
             os.replace(tmp, folder)
         except OSError:  # another process finished the same file first: keep its folder

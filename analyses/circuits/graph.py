@@ -71,8 +71,7 @@ class Node:
 
 def n_kv_heads(model: LoadedModel) -> int:
     """Key-value heads per layer (``n_heads`` without grouped-query attention)."""
-    cfg = model.bridge.cfg
-    return int(getattr(cfg, "n_key_value_heads", None) or model.n_heads)
+    return model.n_kv_heads
 
 
 def is_parallel(model: LoadedModel) -> bool:

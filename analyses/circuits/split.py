@@ -138,7 +138,7 @@ def own_split_inputs(model: LoadedModel, tokens: Tensor) -> Iterator[None]:
     ``tokens`` ``[1, pos]``: the short input of the entry check."""
     bridge = model.bridge
     n_h = model.n_heads
-    n_kv = int(getattr(bridge.cfg, "n_key_value_heads", None) or n_h)
+    n_kv = model.n_kv_heads
     parallel = bool(getattr(bridge.cfg, "parallel_attn_mlp", False))
     state = _State()
     handles: list[Any] = []

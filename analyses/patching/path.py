@@ -79,8 +79,7 @@ class PathRun:
 def _slot(model: LoadedModel, head: int, which: str) -> int:
     if which == "q":
         return head
-    n_kv = int(getattr(model.bridge.cfg, "n_key_value_heads", None) or model.n_heads)
-    return head // (model.n_heads // n_kv)
+    return head // model.kv_group
 
 
 def _input_hook(layer: int, which: str) -> str:

