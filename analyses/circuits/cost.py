@@ -3,8 +3,10 @@
 :func:`circuit_cost` counts the work of :func:`~headlens.analyses.circuits.run.run_circuit` from its
 settings and the model's shape alone, in the units the progress lines count: the forwards and
 backwards of edge scoring (EAP: one each per pair; EAP-IG: ``steps`` each; exact: one patched row per
-edge and pair, run ``max_rows`` rows a forward), the exact rows of confirmation, and the circuits x
-pairs of the faithfulness curves (the choosing pairs' and the held-out pairs').  Time is not
+edge and pair, run ``max_rows`` rows a forward), the exact rows of confirmation, the circuits x
+pairs of the faithfulness curves (the choosing pairs' and the held-out pairs', the bisection's points in both), and
+MIB's CPR/CMD circuits; under mean ablation, the reference's forwards; under mean or zero ablation, exact scoring's
+circuits (every edge's, the full and the empty one).  Time is not
 guessed here: the progress lines say it once the first unit is measured
 (:class:`~headlens.reports.render.progress.ProgressBars`).
 """
@@ -18,6 +20,7 @@ from headlens.analyses.circuits.exact import auto_rows
 from headlens.analyses.circuits.faithfulness import curve_points
 from headlens.analyses.circuits.heldout import READABLE_SIZES, split_sizes
 from headlens.analyses.circuits.method_choice import choose_method
+from headlens.analyses.circuits.mib import MIB_FRACTIONS
 from headlens.probes.loading import LoadedModel
 
 __all__ = ["circuit_cost", "split_sizes"]
@@ -29,7 +32,11 @@ def circuit_cost(model: LoadedModel, n_edges: int, n_pairs: int, width: int, con
     config, _ = choose_method(config, n_edges)  # method='auto' costed as what it will run
     n_choose, n_held = split_sizes(n_pairs, config.held_out)
     rows_each = config.max_rows or auto_rows(model, width)
-    if config.method == "exact":
+    if config.ablation != "corrupted":  # ablated_exact_scores: every edge's circuit, the full and the empty one, per pair
+        scoring = f"mean reference: 2 forwards x {n_choose} pairs; " if config.ablation == "mean" else ""
+        scoring += f"exact scoring under {config.ablation} ablation: {n_edges + 2:,} circuits x {n_choose} pairs"
+        confirm = "no confirmation (exact scores every edge)"
+    elif config.method == "exact":
         rows = n_edges * n_choose
         scoring = f"exact scoring: {n_edges:,} edges x {n_choose} pairs = {rows:,} patched rows ({_forwards(rows, rows_each)})"
         confirm = "no confirmation (exact scores every edge)"
@@ -43,9 +50,10 @@ def circuit_cost(model: LoadedModel, n_edges: int, n_pairs: int, width: int, con
     sizes = len(curve_points(n_edges, config.curve_points, READABLE_SIZES)) + 2  # with the corrupted and the clean run
     search = math.ceil(math.log2(max(2, n_edges)))  # the bisection for the smallest circuit reaching the target
     faith = f"faithfulness: about {sizes + search} circuits x {n_choose} pairs"
-    if n_held:
-        faith += f", then {sizes} circuits x {n_held} held-out pairs"
-    return f"cost: {scoring}; {confirm}; {faith}"
+    if n_held:  # every row of the curve again, the bisection's included
+        faith += f", then about {sizes + search} circuits x {n_held} held-out pairs"
+    mib = f"CPR/CMD: {2 + 2 * len(MIB_FRACTIONS)} circuits x " + (f"{n_held} held-out pairs" if n_held else f"{n_choose} pairs")
+    return f"cost: {scoring}; {confirm}; {faith}; {mib}"
 
 
 def _forwards(rows: int, per: int) -> str:

@@ -92,3 +92,40 @@ def test_the_held_out_curve_steps_under_its_own_name(demo_task):
     held_out_curve(model, task, graph, order, curve, CircuitConfig(n_bootstrap=20), progress=lambda *a: seen.append(a))
     done, totals = _steps(seen, "held-out faithfulness")
     assert totals == {5 * len(task)} and done[-1] == 5 * len(task)  # was silent
+
+
+@pytest.mark.parametrize("ablation", ["corrupted", "mean"])
+def test_the_cost_line_covers_the_held_out_work(demo_task, monkeypatch, ablation):
+    """Every circuit x held-out pair the run measures (curve rows with the bisection's, MIB's circuits) is in the
+    cost line's held-out count, which overstates it by at most the bisection's log2(edges)."""
+    import math
+    import re
+
+    import headlens.analyses.circuits.faithfulness as faith
+    import headlens.analyses.circuits.mib as mib
+    import headlens.analyses.circuits.run as run_mod
+    from headlens.analyses.circuits.heldout import split_pairs
+
+    model, graph, task = demo_task
+    held = [int(i) for i in split_pairs(len(task), 0.5, 0).held_out]
+    seen = {"held": 0, "mean_pairs": 0}
+    for mod in (faith, mib, run_mod):
+        real = mod.circuit_values
+
+        def spy(m, t, g, masks, *a, _real=real, **k):
+            if t.source.get("rows") == held:
+                seen["held"] += int(np.atleast_2d(masks).shape[0]) * len(t)
+            return _real(m, t, g, masks, *a, **k)
+
+        monkeypatch.setattr(mod, "circuit_values", spy)
+    real_abl = run_mod.ablation_for
+    monkeypatch.setattr(run_mod, "ablation_for", lambda m, g, t, kind, **k: seen.update(mean_pairs=len(t)) or real_abl(m, g, t, kind, **k))
+    config = CircuitConfig(method="exact", ablation=ablation, n_bootstrap=20, curve_points=3, confirm=0, confirm_sample=0)
+    run_mod.run_circuit(model, task, config, graph=graph)
+    line = circuit_cost(model, len(graph.edges), len(task), int(task.lengths.max()), config)
+    said = sum(int(c.replace(",", "")) * int(p) for c, p in re.findall(r"([\d,]+) circuits x (\d+) held-out pairs", line))
+    search = math.ceil(math.log2(len(graph.edges))) * len(held)
+    assert seen["held"] > 0 and said - search <= seen["held"] <= said, line
+    if ablation == "mean":
+        assert f"mean reference: 2 forwards x {seen['mean_pairs']} pairs" in line
+        assert f"{len(graph.edges) + 2:,} circuits x {len(task) - len(held)} pairs" in line
