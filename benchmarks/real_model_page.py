@@ -46,7 +46,7 @@ class Counts:
     n_bootstrap: int
 
 
-FULL = Counts(census_prompts=20, evidence_n=32, evidence_T=20, circuit_pairs=32, circuit_confirm=20, ioi_pairs=64, n_bootstrap=1000)
+FULL = Counts(census_prompts=20, evidence_n=32, evidence_T=20, circuit_pairs=16, circuit_confirm=10, ioi_pairs=64, n_bootstrap=1000)
 SMALL = Counts(census_prompts=4, evidence_n=10, evidence_T=10, circuit_pairs=16, circuit_confirm=5, ioi_pairs=8, n_bootstrap=100)
 #: The specific roles the evidence tests (the sink role is the model's default state: sinks are reported as a population).
 SPECIFIC_ROLES = ("induction", "previous_token", "duplicate_token", "referent")
@@ -135,6 +135,16 @@ def ioi_section(model: headlens.LoadedModel, counts: Counts) -> dict[str, Any]:
     return {"lines": result.findings().lines, "notes": result.findings().warnings, "seconds": seconds}
 
 
+#: The settings each section was run with (stored in the section, printed beside its figures).
+SECTION_SETTINGS = {
+    "model": (),
+    "census": ("census_prompts", "n_bootstrap"),
+    "evidence": ("evidence_n", "evidence_T"),
+    "composition": (),
+    "circuit": ("circuit_pairs", "circuit_confirm", "n_bootstrap"),
+    "ioi": ("ioi_pairs", "n_bootstrap"),
+    "ioi_circuit": ("circuit_pairs", "circuit_confirm", "n_bootstrap"),
+}
 #: The page's sections in order; ``--small`` in the tests runs the cheap ones (the rest have tests of their own).
 SECTIONS = ("model", "census", "evidence", "composition", "circuit", "ioi", "ioi_circuit")
 CHEAP_SECTIONS = ("model", "census", "composition")
@@ -162,6 +172,9 @@ def run(
         data["ioi"] = ioi_section(loaded, counts)
     if "ioi_circuit" in sections:
         data["ioi_circuit"] = circuit_section(loaded, counts, builtin="ioi")
+    for name, keys in SECTION_SETTINGS.items():
+        if data.get(name) is not None:
+            data[name]["settings"] = {k: getattr(counts, k) for k in keys}
     data["environment"] = {
         "headlens": headlens.__version__,
         "torch": torch.__version__,
@@ -189,12 +202,12 @@ def merged(previous: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
 
     Refused (ValueError) when the kept sections came from another model or other settings: the page states
     one model and one set of settings beside every section."""
-    for what, old, now in (
-        ("settings", previous.get("settings"), new["settings"]),
-        ("model", _weights(previous), _weights(new)),
-    ):
-        if old != now:
-            raise ValueError(f"--sections: the kept sections were run with another {what}; run every section (no --sections)")
+    if _weights(previous) != _weights(new):
+        raise ValueError("--sections: the kept sections were run on other weights; run every section (no --sections)")
+    for name, keys in SECTION_SETTINGS.items():  # figures from before sections kept their settings: the run's then
+        kept = previous.get(name)
+        if isinstance(kept, dict) and "settings" not in kept:
+            kept["settings"] = {k: previous["settings"][k] for k in keys}
     out = {**previous, **{k: v for k, v in new.items() if k in SECTIONS and (v is not None or k not in previous)}}
     out["settings"], out["evidence_roles"], out["load_seconds"] = new["settings"], new["evidence_roles"], new["load_seconds"]
     out["environment"] = {
@@ -234,7 +247,7 @@ positions, row sums)
 
 ## What each head does: the census
 
-`headlens.census(model, n_prompts={{ d.settings.census_prompts }})` ({{ d.census.seconds }} s):
+`headlens.census(model, n_prompts={{ d.census.settings.census_prompts }})` ({{ d.census.seconds }} s):
 
 ```text
 {% for line in d.census.lines %}{{ line }}
@@ -242,7 +255,8 @@ positions, row sums)
 
 ## Which roles hold up under intervention
 {% if d.evidence %}
-`headlens.evidence(model, census, n={{ d.settings.evidence_n }}, T={{ d.settings.evidence_T }}, roles={{ d.evidence_roles }})`
+`headlens.evidence(model, census, n={{ d.evidence.settings.evidence_n }}, T={{ d.evidence.settings.evidence_T }},
+roles={{ d.evidence_roles }})`
 ({{ d.evidence.seconds }} s): each specific role tested with the intervention it predicts (an induction
 head zero-ablated on repeated random tokens; a previous-token head path-patched into the induction heads'
 keys, which under grouped-query attention are the key-value heads those query heads share).
@@ -272,7 +286,8 @@ the scores say is the order. The strongest of these pairs:
 
 ## The induction circuit
 {% if d.circuit %}
-`headlens.circuit(model, builtin="induction", n_pairs={{ d.settings.circuit_pairs }}, confirm={{ d.settings.circuit_confirm }})`
+`headlens.circuit(model, builtin="induction", n_pairs={{ d.circuit.settings.circuit_pairs }},
+confirm={{ d.circuit.settings.circuit_confirm }})`
 ({{ d.circuit.seconds }} s): edges scored, the strongest confirmed by exact patching, the circuit chosen on
 one half of the pairs and its faithfulness measured on the other half.
 
@@ -285,7 +300,7 @@ one half of the pairs and its faithfulness measured on the other half.
 {% endif %}
 ## Indirect object identification (Wang et al. 2022)
 {% if d.ioi %}
-`headlens.ioi(model, n_pairs={{ d.settings.ioi_pairs }})` ({{ d.ioi.seconds }} s): the heads named by their
+`headlens.ioi(model, n_pairs={{ d.ioi.settings.ioi_pairs }})` ({{ d.ioi.seconds }} s): the heads named by their
 own evidence in Wang et al.'s classes.
 
 ```text
@@ -295,9 +310,9 @@ own evidence in Wang et al.'s classes.
 {% else %}
 (not in this run)
 {% endif %}
-The IOI circuit: `headlens.circuit(model, builtin="ioi", n_pairs={{ d.settings.circuit_pairs }},
-confirm={{ d.settings.circuit_confirm }})`{% if d.ioi_circuit %} ({{ d.ioi_circuit.seconds }} s), chosen on half
-the pairs and measured on the other half:
+The IOI circuit{% if d.ioi_circuit %}: `headlens.circuit(model, builtin="ioi",
+n_pairs={{ d.ioi_circuit.settings.circuit_pairs }}, confirm={{ d.ioi_circuit.settings.circuit_confirm }})`
+({{ d.ioi_circuit.seconds }} s), chosen on half the pairs and measured on the other half:
 
 ```text
 {% for line in d.ioi_circuit.lines %}{{ line }}
