@@ -47,6 +47,7 @@ __all__ = [
     "BLOCK",
     "percentile_coverage",
     "small_sample_note",
+    "wilson",
 ]
 
 logger = logging.getLogger(__name__)
@@ -199,3 +200,13 @@ def spearman_p(a: Any, b: Any, *, seed: int = 0, n_resamples: int = SPEARMAN_PER
         rng=seed,
     )
     return float(min(1.0, result.pvalue))
+
+
+def wilson(k: int, m: int) -> tuple[float, float]:
+    """The 95% Wilson score interval of ``k`` successes in ``m`` trials (NaN, NaN for ``m = 0``)."""
+    if m <= 0:
+        return float("nan"), float("nan")
+    from scipy.stats import binomtest
+
+    ci = binomtest(k, m).proportion_ci(confidence_level=0.95, method="wilson")
+    return float(ci.low), float(ci.high)

@@ -36,6 +36,7 @@ from headlens.analyses.circuits.resolution import share_resolution
 from headlens.analyses.circuits.scores import PerPair
 from headlens.analyses.circuits.summary import carried, edge_table
 from headlens.analyses.patching.pairs import PairTask
+from headlens.analyses.stats import wilson
 from headlens.probes.loading import LoadedModel
 from headlens.probes.progress import Progress, stage_step
 
@@ -167,4 +168,7 @@ def confirmation_summary(table: pd.DataFrame, n_top: int, sample: np.ndarray, fl
         "missed": named(missed.sort_values("exact", key=np.abs, ascending=False)),
         "estimated_missed": float(len(missed) / len(smp) * n_rest) if len(smp) else None,
     }
+    low, high = wilson(len(missed), len(smp))  # the rate's 95% interval: the count outside the top is a range
+    out["sample"]["missed_rate_ci"] = [low, high]
+    out["sample"]["estimated_missed_range"] = [low * n_rest, high * n_rest] if len(smp) else None
     return out

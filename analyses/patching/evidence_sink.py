@@ -32,6 +32,7 @@ from headlens.analyses.ablation.texts import TextChoice, choose_text
 from headlens.analyses.heads.sink_population import SINK, sink_only_heads
 from headlens.analyses.patching.evidence_rules import NOT_SUPPORTED, NOT_TESTABLE, NOT_TESTED, SUPPORTED, judge, unreadable
 from headlens.analyses.patching.sink_removal import SINK_WINDOW, sink_removal_effects
+from headlens.analyses.stats import wilson
 from headlens.analyses.verdicts import MIN_ITEMS
 from headlens.probes.errors import InputError, UnsupportedModelError
 from headlens.probes.loading import LoadedModel
@@ -156,16 +157,6 @@ class SinkSampleVerdict:
             "not_tested": self.not_tested,
             "heads_with_another_role": self.others,
         }
-
-
-def wilson(k: int, m: int) -> tuple[float, float]:
-    """The 95% Wilson score interval of ``k`` successes in ``m`` trials (NaN, NaN for ``m = 0``)."""
-    if m <= 0:
-        return float("nan"), float("nan")
-    from scipy.stats import binomtest
-
-    ci = binomtest(k, m).proportion_ci(confidence_level=0.95, method="wilson")
-    return float(ci.low), float(ci.high)
 
 
 def sink_sample_verdict(evidence: pd.DataFrame, roles: pd.DataFrame) -> SinkSampleVerdict | None:

@@ -175,18 +175,27 @@ def _sample_lines(sample: Mapping[str, Any], s: Mapping[str, Any]) -> list[str]:
     if not n_top:
         return [f"{n} of the {sample['outside']} edges drawn at random (seed {sample.get('seed', 0)}) and patched exactly (exact column)"]
     missed = list(sample.get("missed") or [])
+    rate = _missed_range(sample, len(missed))
     if not missed:
-        return [head + f"none carries more than the smallest confirmed top edge (|exact| {float(sample['smallest_top_exact']):.2g})"]
-    est = sample.get("estimated_missed")
-    rate = ""
-    if isinstance(est, int | float):
-        rate = f"; at that rate about {float(est):.0f} of the {sample['outside']} edges outside the top are missed"
+        return [head + f"none carries more than the smallest confirmed top edge (|exact| {float(sample['smallest_top_exact']):.2g})" + rate]
     return [
         head + f"{len(missed)} carr{'ies' if len(missed) == 1 else 'y'} more than the smallest confirmed top edge "
         f"(|exact| {float(sample['smallest_top_exact']):.2g}), missed by the ranking: "
         + _named(missed, lambda it: f" exact {float(it['exact']):.2f} (estimate rank {it['rank']})")
         + rate
     ]
+
+
+def _missed_range(sample: Mapping[str, Any], k: int) -> str:
+    """``k`` of the sample missed: the rate's Wilson 95% interval and the count outside the top it allows (a range;
+    the point extrapolation only from 2 missed up)."""
+    low, high = [*(sample.get("missed_rate_ci") or []), np.nan, np.nan][:2]
+    if not (np.isfinite(low) and np.isfinite(high)):
+        return ""
+    n, outside = int(sample["n"]), int(sample["outside"])
+    point = f"about {float(sample['estimated_missed']):.0f}, " if k >= 2 and sample.get("estimated_missed") is not None else ""
+    return (f"; missed rate {k}/{n}, 95% interval [{low:.2f}, {high:.2f}] (Wilson): {point}{low * outside:.0f} to "
+            f"{high * outside:.0f} of the {outside} edges outside the top may be missed")  # fmt: skip
 
 
 def _spans_zero(row: Mapping[Any, Any]) -> bool:

@@ -280,3 +280,24 @@ def test_sample_without_a_confirmed_top():
     r.manifest["circuit"]["summary"]["confirmation"] |= {"n_top": 0, "sample": {"n": 5, "outside": 110, "seed": 3, "missed": [],
                                                                                "smallest_top_exact": float("nan")}}  # fmt: skip
     assert "5 of the 110 edges drawn at random (seed 3) and patched exactly (exact column)" in r.findings().lines
+
+
+def test_missed_edges_are_a_wilson_range_not_a_point(demo_circuit):
+    """Review: the sample's missed rate with its Wilson 95% interval and the count range it allows outside the top;
+    no point extrapolation from 0 or 1 missed edge."""
+    from headlens.analyses.stats import wilson
+    from headlens.reports.api.circuit_text import _sample_lines
+
+    sample = demo_circuit.summary["confirmation"]["sample"]
+    assert sample["missed_rate_ci"] == list(wilson(sample["n_missed"], sample["n"]))
+    (line,) = [line for line in demo_circuit.findings().lines if line.startswith("outside the top 8:")]
+    assert "95% interval" in line and "may be missed" in line
+    one = {"n": 20, "outside": 90, "seed": 0, "smallest_top_exact": 0.03, "estimated_missed": 4.5, "missed_rate_ci": list(wilson(1, 20)),
+           "missed": [{"edge": "mlp0 -> 1.0 (v)", "exact": 0.07, "rank": 23}]}  # fmt: skip
+    summary = {"confirmation": {"n_top": 20}}
+    (text,) = _sample_lines(one, summary)
+    low, high = wilson(1, 20)
+    assert "about 4 of" not in text and "about 4," not in text
+    assert f"{low * 90:.0f} to {high * 90:.0f} of the 90 edges outside the top may be missed" in text
+    (none,) = _sample_lines(one | {"missed": [], "missed_rate_ci": list(wilson(0, 20))}, summary)
+    assert "none carries more" in none and f"0 to {wilson(0, 20)[1] * 90:.0f} of the 90 edges" in none
