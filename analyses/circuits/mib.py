@@ -38,7 +38,17 @@ from headlens.analyses.circuits.summary import ranking
 from headlens.analyses.patching.pairs import PairTask
 from headlens.probes.loading import LoadedModel
 
-__all__ = ["MIB_FRACTIONS", "NORMALISATION", "mib_areas", "mib_sizes", "signed_ranking", "mib_masks", "mib_from_values", "mib_metrics"]
+__all__ = [
+    "MIB_FRACTIONS",
+    "NORMALISATION",
+    "mib_areas",
+    "mib_sizes",
+    "signed_ranking",
+    "mib_masks",
+    "mib_from_values",
+    "mib_intervals",
+    "mib_metrics",
+]
 
 #: MIB's circuit sizes as fractions of the graph's edges.
 MIB_FRACTIONS: tuple[float, ...] = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
@@ -110,15 +120,45 @@ def mib_from_values(values: np.ndarray, n_edges: int, fractions: Sequence[float]
     }
 
 
+def mib_intervals(
+    values: np.ndarray, fractions: Sequence[float] = MIB_FRACTIONS, *, n_resamples: int = 1000, seed: int = 0, level: float = 0.95
+) -> dict[str, list[float]]:  # fmt: skip
+    """Percentile intervals (``level``) of CPR and CMD over the pairs: the columns of ``values`` ``[circuit, pair]``
+    resampled with replacement (seeded multinomial counts, as :func:`~headlens.analyses.stats.bootstrap_mean_ci`), each
+    resample's CPR and CMD from its circuit means.  NaN ends for fewer than 2 pairs or a resample without a gap."""
+    v = np.asarray(values, dtype=float)
+    n = v.shape[1]
+    if n < 2 or n_resamples <= 0:
+        return {"cpr_ci": [float("nan")] * 2, "cmd_ci": [float("nan")] * 2}
+    counts = np.random.default_rng(seed).multinomial(n, np.full(n, 1.0 / n), size=n_resamples).astype(float)  # [b, pair]
+    m = counts @ v.T / n  # [b, circuit]
+    k, x = len(fractions), np.asarray(fractions, dtype=float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        f = (m[:, 2:] - m[:, :1]) / np.where(m[:, 1:2] != m[:, :1], m[:, 1:2] - m[:, :1], np.nan)
+    dx = np.diff(x)
+    cpr = np.sum(dx * (f[:, 1:k] + f[:, : k - 1]) / 2, axis=1)
+    d = np.abs(1.0 - f[:, k:])
+    cmd = np.sum(dx * (d[:, 1:] + d[:, :-1]) / 2, axis=1)
+    alpha = (1 - level) / 2
+
+    def ends(a: np.ndarray) -> list[float]:
+        a = a[np.isfinite(a)]
+        return [float(q) for q in np.quantile(a, [alpha, 1 - alpha])] if len(a) else [float("nan")] * 2
+
+    return {"cpr_ci": ends(cpr), "cmd_ci": ends(cmd)}
+
+
 def mib_metrics(
     model: LoadedModel, task: PairTask, graph: EdgeGraph, scores: np.ndarray, *, batch_size: int = 8, ablation: Any = None,
-    measured_on: str = "",
+    measured_on: str = "", n_bootstrap: int = 1000, seed: int = 0,
 ) -> dict[str, Any]:  # fmt: skip
     """CPR and CMD of the ranking ``scores`` (one per edge of ``graph``, oriented: > 0 carries the clean behaviour) on
-    ``task``'s pairs, every edge outside a circuit ablated as ``ablation`` says (None: patched to its corrupted value)."""
+    ``task``'s pairs, every edge outside a circuit ablated as ``ablation`` says (None: patched to its corrupted value),
+    with their intervals over the pairs (:func:`mib_intervals`, ``n_bootstrap`` resamples, ``seed``)."""
     masks = mib_masks(np.asarray(scores, dtype=float))
     values = circuit_values(model, task, graph, masks, batch_size=batch_size, ablation=ablation)
     out = mib_from_values(values, len(graph.edges))
+    out |= mib_intervals(values, n_resamples=n_bootstrap, seed=seed)
     out["ablation"] = getattr(ablation, "kind", "corrupted")
     out["n_pairs"] = len(task)
     if measured_on:

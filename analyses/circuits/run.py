@@ -245,7 +245,8 @@ def run_circuit(
     measure = subset(task, split.held_out) if split.held else chooser
     on = "held-out pairs" if split.held else "the pairs that chose the circuit (in-sample)"
     scores = _mib_scores(table, per_pair, gap.defined, len(graph.edges), notes)
-    summary["mib"] = mib_metrics(model, measure, graph, scores, batch_size=config.batch_size, ablation=abl, measured_on=on)
+    summary["mib"] = mib_metrics(model, measure, graph, scores, batch_size=config.batch_size, ablation=abl, measured_on=on,
+                                 n_bootstrap=config.n_bootstrap, seed=config.seed)  # fmt: skip
     if config.ground_truth is not None:
         keys = graph.edges.iloc[per_pair.edge_ids]
         truth = read_truth(config.ground_truth)

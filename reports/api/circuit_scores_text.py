@@ -24,11 +24,21 @@ def mib_lines(s: Mapping[str, Any]) -> list[str]:
     if not isinstance(m, Mapping):
         return []
     on = m.get("measured_on") or "the pairs"
+    cpr, cmd = _with_ci(m, "cpr"), _with_ci(m, "cmd")
+    bare = "cpr_ci" not in m or not np.isfinite(np.asarray(m["cpr_ci"], dtype=float)).all()
     return [
-        f"MIB metrics (circuits of 0.1% .. 100% of the edges, 10 sizes, trapezoids): CPR {_num(m.get('cpr'))} (area under "
-        f"faithfulness, edges by signed score; higher is better), CMD {_num(m.get('cmd'))} (area under |1 - faithfulness|, edges "
-        f"by |score|; lower is better); on {m.get('n_pairs')} {on}, edges outside ablated: {m.get('ablation', 'corrupted')}"
+        f"MIB metrics (circuits of 0.1% .. 100% of the edges, 10 sizes, trapezoids): CPR {cpr} (area under "
+        f"faithfulness, edges by signed score; higher is better), CMD {cmd} (area under |1 - faithfulness|, edges "
+        f"by |score|; lower is better); on {m.get('n_pairs')} {on}{', no interval' if bare else ' (95% intervals over pairs)'}, "
+        f"edges outside ablated: {m.get('ablation', 'corrupted')}"
     ]
+
+
+def _with_ci(m: Mapping[str, Any], key: str) -> str:
+    ci = list(m.get(key + "_ci") or [])
+    if len(ci) == 2 and np.isfinite(np.asarray(ci, dtype=float)).all():
+        return f"{_num(m.get(key))} [{_num(ci[0])}, {_num(ci[1])}]"
+    return _num(m.get(key))
 
 
 def _auc(t: Mapping[str, Any], key: str) -> str:

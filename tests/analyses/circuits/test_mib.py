@@ -95,3 +95,21 @@ def test_findings_print_cpr_and_cmd(demo_model, demo_run):
     line = next(x for x in circuit_lines(Result()) if x.startswith("MIB metrics"))
     assert f"CPR {demo_run[1].summary['mib']['cpr']:.3f}" in line and f"CMD {demo_run[1].summary['mib']['cmd']:.3f}" in line
     assert "held-out pairs" in line and "corrupted" in line
+
+
+def test_cpr_and_cmd_carry_a_seeded_interval_over_pairs(demo_model, demo_run):
+    """Review: CPR and CMD with percentile intervals over the held-out pairs, seeded by the run's seed, printed."""
+    m = demo_run[1].summary["mib"]
+    for key in ("cpr", "cmd"):
+        low, high = m[f"{key}_ci"]
+        assert np.isfinite(low) and low <= m[key] + 1e-9 and m[key] - 1e-9 <= high
+    from headlens.analyses.circuits.mib import mib_intervals
+    from headlens.reports.api.circuit_scores_text import mib_lines
+
+    values = np.random.default_rng(1).normal(size=(22, 12)) + np.r_[0.0, 1.0, np.linspace(0, 1, 20)][:, None]
+    assert mib_intervals(values, seed=3) == mib_intervals(values, seed=3) != mib_intervals(values, seed=4)
+    assert np.isnan(mib_intervals(values[:, :1])["cpr_ci"]).all()
+    (line,) = mib_lines(demo_run[1].summary)
+    assert f"CPR {m['cpr']:.3f} [{m['cpr_ci'][0]:.3f}, {m['cpr_ci'][1]:.3f}]" in line and "95% intervals over pairs" in line
+    (bare,) = mib_lines({"mib": {k: v for k, v in m.items() if not k.endswith("_ci")}})
+    assert "no interval" in bare
