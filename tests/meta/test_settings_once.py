@@ -322,7 +322,22 @@ COMMAND_ONLY: tuple[tuple[str, Command], ...] = (
 PENDING: set[str] = set()
 
 #: Every study verb of ``headlens``.
-VERBS = {"ablate", "prune", "gqa", "kv", "projections", "patch", "circuit", "composition", "ioi", "census", "sinks", "capture", "verify", "report"}
+VERBS = {
+    "ablate",
+    "prune",
+    "gqa",
+    "kv",
+    "projections",
+    "patch",
+    "circuit",
+    "composition",
+    "ioi",
+    "census",
+    "sinks",
+    "capture",
+    "verify",
+    "report",
+}
 
 LOAD_FIELDS = tuple(info for info in settings_of(ModelConfig) if info.name != "model")
 

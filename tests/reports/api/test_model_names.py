@@ -90,4 +90,7 @@ def test_models_says_why_one_is_not_available(runner, monkeypatch):
     monkeypatch.setattr(models, "named_models", lambda: {**real, broken: missing})
     res = runner.invoke(cli, ["models"])
     assert res.exit_code == 0, res.output
-    assert f"{broken}: {models.DESCRIPTIONS[broken]}\n  source: {models.SOURCES[broken]}\n  not available: its package is not installed" in res.output
+    assert (
+        f"{broken}: {models.DESCRIPTIONS[broken]}\n  source: {models.SOURCES[broken]}\n  not available: its package is not installed"
+        in res.output
+    )
