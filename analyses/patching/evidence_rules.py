@@ -151,18 +151,20 @@ def unreadable(model: Any, what: str) -> str | None:
     return None
 
 
-def shared_keys(n_heads: int, n_kv_heads: int, receivers: list[tuple[int, int]]) -> str:
-    """Under grouped-query attention, what a path patch into ``receivers``' keys replaces: their
-    key-value heads, each shared by a group of query heads, and the query heads it also reaches
-    (``""`` without GQA).  Path patching patches the key-value head's slot
-    (:mod:`headlens.analyses.patching.path`)."""
+def shared_keys(n_heads: int, n_kv_heads: int, receivers: list[tuple[int, int]], *, inputs: str = "key", named: bool = False) -> str:
+    """Under grouped-query attention, what a path patch into ``receivers``' keys (``inputs="value"``: values) replaces:
+    their key-value heads, each shared by a group of query heads, and the query heads it also reaches (``""`` without
+    GQA; ``named``: each key-value head with the query heads it serves).  Path patching patches the key-value head's
+    slot (:mod:`headlens.analyses.patching.path`)."""
     if not n_kv_heads or n_kv_heads >= n_heads:
         return ""
     g = n_heads // n_kv_heads
     groups = sorted({(layer, head // g) for layer, head in receivers})
     also = [f"{layer}.{h}" for layer, k in groups for h in range(k * g, (k + 1) * g) if (layer, h) not in receivers]
-    said = f"under GQA a key is shared by {g} query heads: {len(groups)} key-value heads patched"
-    return said + (f", so the keys of {', '.join(also)} too" if also else "")
+    said = f"under GQA a {inputs} is shared by {g} query heads: {len(groups)} key-value heads patched"
+    if named:
+        said += " (" + ", ".join(f"{layer}:kv{k}, query heads {layer}.{k * g}-{layer}.{(k + 1) * g - 1}" for layer, k in groups) + ")"
+    return said + (f", so the {inputs}s of {', '.join(also)} too" if also else "")
 
 
 def evidence_rule() -> dict[str, Any]:

@@ -37,6 +37,7 @@ import numpy as np
 import pandas as pd
 
 from headlens.analyses.patching.config import PathConfig
+from headlens.analyses.patching.evidence_rules import shared_keys
 from headlens.analyses.patching.ioi_config import IOIConfig
 from headlens.analyses.patching.ioi_measure import ATTENTION, TOP_K, copying_shares, direct_effects, measure_attention
 from headlens.analyses.patching.ioi_task import ioi_pairs
@@ -208,8 +209,17 @@ def run_ioi(model: LoadedModel, config: IOIConfig | None = None, *, progress: Ca
     table["classes"] = ["+".join(c for c in CLASSES if bool(masks[c].iloc[i])) for i in range(len(table))]
     classes = class_table(table, masks, nm, si)
     paths = {k: v for k, v in (("sinh_paths", sinh_path), ("feed_paths", feed_path)) if v is not None}
-    info = _info(pairs, measures, config, nm, si)
+    info = _info(pairs, measures, config, nm, si) | _feed_gqa(model, si, feed_path)
     return IOIRun(heads=table[HEAD_COLUMNS], classes=classes, paths=paths, info=info)
+
+
+def _feed_gqa(model: LoadedModel, si: list[tuple[int, int]], feed_path: pd.DataFrame | None) -> dict[str, str]:
+    """Under GQA the induction and duplicate-token paths into the S-inhibition heads' values patch each receiver's whole
+    key-value head, so they include the paths into the other query heads of its group: ``feed_path_gqa`` says which."""
+    said = shared_keys(model.n_heads, model.n_kv_heads, [r for r in si if r[0] > 0], inputs="value", named=True)
+    if feed_path is None or not said:
+        return {}
+    return {"feed_path_gqa": f"the induction and duplicate-token paths into the S-inhibition heads' values: {said}"}
 
 
 def _stepper(progress: Callable[[str, int, int], None] | None, total: int) -> Callable[[str], None]:

@@ -152,6 +152,8 @@ def ioi_notes(result: IOIResult) -> list[str]:
             wide = rows.loc[width > rows[column].abs(), "name"].tolist()
             if wide:
                 notes.append(f"{cls}: {label} interval wider than the value itself for {', '.join(wide)}: read as rough, not settled")
+    if info.get("feed_path_gqa"):
+        notes.append(str(info["feed_path_gqa"]))
     if (info.get("thresholds") or {}).get("screen_attention") is not None:
         notes.append(
             f"path patching screened its senders by attention (mean >= {info['thresholds']['screen_attention']:g} on the class's"
