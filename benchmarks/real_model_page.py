@@ -189,7 +189,9 @@ def run(
 def _commit() -> str:
     """The working tree's commit, with ``+changes`` when it differs from it (what produced a section's figures)."""
     head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True, check=False).stdout.strip()
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO, capture_output=True, text=True, check=False)
+    own = [f":!{PAGE.relative_to(REPO)}", ":!docs/figures/real-model.json"]  # this script's own outputs
+    status = ["git", "status", "--porcelain", "--untracked-files=no", "--", ".", *own]
+    dirty = subprocess.run(status, cwd=REPO, capture_output=True, text=True, check=False)
     return (head or "unknown") + ("+changes" if dirty.stdout.strip() else "")
 
 
