@@ -38,11 +38,11 @@ from typing import Any
 
 import torch
 
-from headlens.probes.cache import CACHE_ENV, GGUF_DIR, cache_root
+from headlens.probes.cache import CACHE_ENV
 from headlens.probes.errors import ModelLoadError
-from headlens.probes.sources import conversion_key, file_sha256, first_line
+from headlens.probes.sources import conversion_key, converted_folder, file_sha256, first_line
 
-__all__ = ["GgufFacts", "FACTS_FILE", "read_gguf_header", "gguf_checkpoint", "converted_folder"]
+__all__ = ["GgufFacts", "FACTS_FILE", "read_gguf_header", "gguf_checkpoint"]
 
 log = logging.getLogger(__name__)
 
@@ -124,11 +124,6 @@ def read_gguf_header(path: Path, spec: str) -> GgufFacts:
         license=None if licence is None else str(licence),
         quantization=dict(sorted(kinds.items())),
     )
-
-
-def converted_folder(sha256: str) -> Path:
-    """Where the checkpoint converted from a GGUF file of this sha256 lives (or will): the one rule for the cache's layout."""
-    return cache_root() / GGUF_DIR / f"{sha256}-{conversion_key()}"
 
 
 def gguf_checkpoint(path: Path, spec: str) -> tuple[Path, GgufFacts]:

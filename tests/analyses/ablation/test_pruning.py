@@ -23,9 +23,7 @@ SMALL = ["--n-windows", "3", "--window", "24"]
 
 
 def _fake(n_layers, n_heads, d_head, dtype, n_kv=None) -> Any:  # the few LoadedModel fields kv_bytes_saved reads
-    return SimpleNamespace(
-        n_layers=n_layers, n_heads=n_heads, d_head=d_head, dtype=dtype, bridge=SimpleNamespace(cfg=SimpleNamespace(n_key_value_heads=n_kv))
-    )
+    return SimpleNamespace(n_layers=n_layers, n_heads=n_heads, d_head=d_head, dtype=dtype, n_kv_heads=n_kv or n_heads)
 
 
 def test_kv_cache_bytes_formula():
