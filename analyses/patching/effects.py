@@ -88,8 +88,8 @@ def task_gap(metric: str, clean: np.ndarray, corrupt: np.ndarray, *, n_resamples
         )
     elif np.isfinite(low) and low <= 0:
         reason = (
-            f"the clean-corrupted gap {gap:.3g} is not distinguishable from 0 (95% interval {float(low):.3g} .. {float(high):.3g}):"
-            " the model barely does the task on the clean inputs"
+            f"the clean-corrupted gap {gap:.3g} is not distinguishable from 0 on these {len(g)} pairs (95% interval"
+            f" {float(low):.3g} .. {float(high):.3g}): too few pairs to tell, or the model barely does the task"
         )
     elif not np.isfinite(low) and len(g) < 2:
         reason = "one pair: no interval for the clean-corrupted gap, so the normalisation cannot be trusted"
