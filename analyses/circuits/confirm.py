@@ -154,7 +154,8 @@ def confirmation_summary(table: pd.DataFrame, n_top: int, sample: np.ndarray, fl
         "exact_near_zero": int(top["exact_near_zero"].astype(bool).sum()),
     }
     smp = table.loc[np.asarray(sample, dtype=np.int64)]
-    smallest = float(np.nanmin(np.abs(top["exact"].to_numpy(dtype=float)))) if len(top) else float("nan")
+    top_exact = np.abs(top["exact"].to_numpy(dtype=float))
+    smallest = float(np.nanmin(top_exact)) if np.isfinite(top_exact).any() else float("nan")  # all NaN: no gap to share
     above = (np.abs(smp["exact"].to_numpy(dtype=float)) > smallest) & ~smp["exact_near_zero"].to_numpy(dtype=bool)
     missed = smp[above] if np.isfinite(smallest) else smp.iloc[:0]
     n_rest = len(table) - int(n_top)
