@@ -28,6 +28,7 @@ import jinja2
 import torch
 
 import headlens
+from headlens.analyses.heads.sink_population import SPECIFIC_ROLES  # the roles the evidence tests: sinks are a population
 
 REPO = Path(__file__).resolve().parents[1]
 PAGE = REPO / "docs" / "real-model.md"
@@ -48,8 +49,6 @@ class Counts:
 
 FULL = Counts(census_prompts=20, evidence_n=32, evidence_T=20, circuit_pairs=16, circuit_confirm=10, ioi_pairs=64, n_bootstrap=1000)
 SMALL = Counts(census_prompts=4, evidence_n=10, evidence_T=10, circuit_pairs=16, circuit_confirm=5, ioi_pairs=8, n_bootstrap=100)
-#: The specific roles the evidence tests (the sink role is the model's default state: sinks are reported as a population).
-SPECIFIC_ROLES = ("induction", "previous_token", "duplicate_token", "referent")
 
 
 def _timed(fn: Any, *args: Any, **kwargs: Any) -> tuple[Any, float]:
