@@ -50,6 +50,19 @@ def _run(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run([str(BIN), *args], capture_output=True, text=True, env=env, timeout=300, check=False)
 
 
+def _stub_conversion(monkeypatch) -> list[Path]:
+    """Replace the dequantizer with one that writes a bare config.json; returns the list of files it was called for."""
+    calls: list[Path] = []
+
+    def fake_save(path: Path, out: Path, spec: str) -> tuple[bool, str]:
+        calls.append(path)
+        (out / "config.json").write_text("{}")
+        return False, "stub"
+
+    monkeypatch.setattr(gguf_mod, "_dequantize_and_save", fake_save)
+    return calls
+
+
 @pytest.fixture
 def empty_cache(tmp_path, monkeypatch):
     cache = tmp_path / "cache"
@@ -107,14 +120,7 @@ def test_conversion_is_cached_by_sha256_and_a_second_load_converts_nothing(tmp_p
     """``gguf_checkpoint`` converts once per file content: a copy elsewhere, a second call, reuse the folder;
     a failed conversion leaves nothing behind (the dequantizer stubbed: the real one runs for ``smollm2_model``)."""
     real = _write_gguf(tmp_path / "small.gguf", "llama")
-    calls: list[Path] = []
-
-    def fake_save(path: Path, out: Path, spec: str) -> tuple[bool, str]:
-        calls.append(path)
-        (out / "config.json").write_text("{}")
-        return False, "stub"
-
-    monkeypatch.setattr(gguf_mod, "_dequantize_and_save", fake_save)
+    calls = _stub_conversion(monkeypatch)
     folder, facts = gguf_mod.gguf_checkpoint(real, "m")
     assert folder == empty_cache / "gguf" / f"{facts.sha256}-{sources.conversion_key()}" and (folder / "config.json").is_file()
     assert facts.sha256 == hashlib.sha256(real.read_bytes()).hexdigest()
@@ -142,14 +148,7 @@ def test_another_conversion_step_or_library_version_converts_again(tmp_path, emp
     """The cache key is the file's sha256 and the conversion key (transformers', gguf's versions, headlens'
     CONVERT_VERSION): a checkpoint converted by other steps is not reused, and its fingerprint differs."""
     real = _write_gguf(tmp_path / "small.gguf", "llama")
-    calls: list[Path] = []
-
-    def fake_save(path: Path, out: Path, spec: str) -> tuple[bool, str]:
-        calls.append(path)
-        (out / "config.json").write_text("{}")
-        return False, "stub"
-
-    monkeypatch.setattr(gguf_mod, "_dequantize_and_save", fake_save)
+    calls = _stub_conversion(monkeypatch)
     first, _ = gguf_mod.gguf_checkpoint(real, "m")
     print_before = sources.checkpoint_fingerprint("gguf", str(real))
     monkeypatch.setattr(sources, "CONVERT_VERSION", sources.CONVERT_VERSION + 1)
