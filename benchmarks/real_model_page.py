@@ -62,16 +62,11 @@ def model_section(model: headlens.LoadedModel) -> dict[str, Any]:
     verified, seconds = _timed(headlens.verify, model)
     return {
         "gguf": desc["gguf"],
-        "shape": {"n_layers": model.n_layers, "n_heads": model.n_heads, "d_head": model.d_head, "n_kv_heads": _kv_heads(model)},
+        "shape": {"n_layers": model.n_layers, "n_heads": model.n_heads, "d_head": model.d_head, "n_kv_heads": model.n_kv_heads},
         "verify_worst_error": float(verified.table[["max_err_pattern", "max_err_z", "max_outside_mask", "max_row_sum_err"]].max().max()),
         "verify_ok": bool(verified.table["ok"].all()),
         "seconds": seconds,
     }
-
-
-def _kv_heads(model: headlens.LoadedModel) -> int:
-    cfg = model.bridge.original_model.config
-    return int(getattr(cfg, "num_key_value_heads", None) or model.n_heads)
 
 
 def run_census(model: headlens.LoadedModel, counts: Counts) -> tuple[Any, float]:

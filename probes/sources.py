@@ -47,23 +47,27 @@ _TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "tokenizer.model", "vocab.tx
 GGUF_SUFFIX = ".gguf"
 #: Files whose bytes are the weights of a local checkpoint.
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
-_DIGESTS: dict[tuple[Any, ...], str] = {}  # (path, name, size, mtime) of every file -> digest: one hash per process
+_DIGESTS: dict[tuple[Any, ...], str] = {}  # (named, (path, size, mtime) of every file) -> digest: one hash per process
 _DIGESTS_LOCK = threading.Lock()
-_FILE_SHA: dict[tuple[str, int, int], str] = {}  # (path, size, mtime) of one file -> its sha256
 
 
 def _local_digest(folder: Path) -> str | None:
     """sha256 over every byte of a local checkpoint's weight files, in name order (``name NUL bytes`` each)."""
     files = sorted(p for p in folder.iterdir() if p.suffix in WEIGHT_SUFFIXES and p.is_file())
-    if not files:
-        return None
-    stamp = tuple((str(f.resolve()), f.stat().st_size, f.stat().st_mtime_ns) for f in files)
+    return _digest(files, named=True) if files else None
+
+
+def _digest(files: list[Path], *, named: bool) -> str:
+    """sha256 over ``files``' bytes (each preceded by ``name NUL`` when ``named``), computed once per process
+    while every file's size and mtime are unchanged: the one hashing loop and cache of this module."""
+    stamp = (named, *((str(f.resolve()), f.stat().st_size, f.stat().st_mtime_ns) for f in files))
     with _DIGESTS_LOCK:
         if stamp in _DIGESTS:
             return _DIGESTS[stamp]
     h = hashlib.sha256()
     for f in files:
-        h.update(f.name.encode() + b"\0")
+        if named:
+            h.update(f.name.encode() + b"\0")
         with open(f, "rb") as fh:
             for chunk in iter(lambda fh=fh: fh.read(1 << 20), b""):
                 h.update(chunk)
@@ -92,19 +96,7 @@ def find_gguf(path: Path) -> Path | None:
 
 def file_sha256(path: Path) -> str:
     """sha256 of a file's bytes, computed once per process while its size and mtime are unchanged."""
-    st = path.stat()
-    key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
-    with _DIGESTS_LOCK:
-        if key in _FILE_SHA:
-            return _FILE_SHA[key]
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    digest = h.hexdigest()
-    with _DIGESTS_LOCK:
-        _FILE_SHA[key] = digest
-    return digest
+    return _digest([path], named=False)
 
 
 #: headlens' own conversion steps (dropping the quantizer, the tokenizer's BOS rule, the facts file): a change

@@ -277,8 +277,7 @@ def _previous_token(
     if not testable:
         return out
     receivers = tuple(r for r in induction if r[0] > min(h[0] for h in testable))
-    n_kv = int(getattr(model.bridge.cfg, "n_key_value_heads", None) or model.n_heads)
-    shared = shared_keys(model.n_heads, n_kv, list(receivers))
+    shared = shared_keys(model.n_heads, model.n_kv_heads, list(receivers))
     test += f"; {shared}" if shared else ""
     try:
         task = induction_task(model, n=n, seed=seed)
@@ -303,7 +302,7 @@ def _previous_token(
             min_items=min(n, MIN_ITEMS),
         )
         through = f"the keys of {row['receiver']} together" if "+" in str(row["receiver"]) else f"the key of {row['receiver']}"
-        reach = shared_keys(model.n_heads, n_kv, [r for r in receivers if r[0] > h[0]])
+        reach = shared_keys(model.n_heads, model.n_kv_heads, [r for r in receivers if r[0] > h[0]])
         detail = f"through {through}{f' ({reach})' if reach else ''} it restores {row['effect']:.2f} of the induction behaviour"
         if why:
             detail += f"; {why}"
