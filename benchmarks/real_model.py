@@ -147,7 +147,7 @@ def _cpu(fn) -> dict:
 def one_mode(args) -> dict:
     import torch
 
-    from headlens.analyses.circuits.graph import expected_edge_count, n_kv_heads
+    from headlens.analyses.circuits.graph import expected_edge_count
 
     timed = ["hf_eager", "census", "hf_fwd", "hf_fwd_bwd", "eap_ig", "exact_top"]
     wanted = set(timed) if args.mode == "paired" else {args.mode}
@@ -158,7 +158,7 @@ def one_mode(args) -> dict:
         "threads": torch.get_num_threads(),
         "graph": graph.size(),
         "edges_without_gqa": expected_edge_count(model.n_layers, model.n_heads, model.n_heads),
-        "n_kv_heads": n_kv_heads(model),
+        "n_kv_heads": model.n_kv_heads,
         "pairs": len(s["task"]),
         "width": int(s["task"].lengths.max()),
         "census_tokens": s.get("n_tokens"),

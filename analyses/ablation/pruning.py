@@ -64,7 +64,6 @@ __all__ = [
     "run_pruning",
     "exact_importance",
     "importance_kind",
-    "kv_heads",
     "kv_bytes_saved",
     "CURVE_COLUMNS",
     "step_size",
@@ -95,14 +94,9 @@ CURVE_COLUMNS = [
 ]
 
 
-def kv_heads(model: LoadedModel) -> int:
-    """Key/value heads per layer (fewer than query heads under grouped-query attention)."""
-    return model.n_kv_heads
-
-
 def kv_bytes_saved(model: LoadedModel, removed: set[tuple[int, int]]) -> tuple[int, int]:
     """``(kv_heads_removed, bytes per 1,000 tokens)`` for the removed query heads."""
-    n_kv = kv_heads(model)
+    n_kv = model.n_kv_heads
     group = model.n_heads // n_kv
     gone = 0
     for layer in range(model.n_layers):
@@ -350,7 +344,7 @@ def run_pruning(
         removable_fraction=fraction,
         info={
             "steps": n_steps,
-            "kv_heads_per_layer": kv_heads(model),
+            "kv_heads_per_layer": model.n_kv_heads,
             "importance": importance_kind(data.metric),
             "random_runs_from_layer": {str(k): v for k, v in sorted(runs.runs.items())},  # the random orders' runs by their first layer run
         },

@@ -51,7 +51,6 @@ __all__ = [
     "expected_edge_count",
     "INPUTS",
     "EDGE_COLUMNS",
-    "n_kv_heads",
     "is_parallel",
     "has_head_sum_norm",
 ]
@@ -67,11 +66,6 @@ class Node:
     kind: str  # "embed" | "head" | "mlp" | "logits"
     layer: int | None = None
     head: int | None = None
-
-
-def n_kv_heads(model: LoadedModel) -> int:
-    """Key-value heads per layer (``n_heads`` without grouped-query attention)."""
-    return model.n_kv_heads
 
 
 def is_parallel(model: LoadedModel) -> bool:
@@ -135,7 +129,7 @@ def _receiver_names(layer: int, n_heads: int, n_kv: int, which: str) -> list[str
 
 def build_graph(model: LoadedModel) -> EdgeGraph:
     """The edge graph of ``model`` (see the module doc)."""
-    n_l, n_h, n_kv, parallel = model.n_layers, model.n_heads, n_kv_heads(model), is_parallel(model)
+    n_l, n_h, n_kv, parallel = model.n_layers, model.n_heads, model.n_kv_heads, is_parallel(model)
     senders: list[Node] = [Node("embed", "embed")]
     for layer in range(n_l):
         senders += [Node(f"{layer}.{h}", "head", layer, h) for h in range(n_h)]
