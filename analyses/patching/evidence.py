@@ -17,16 +17,14 @@ interval that includes 0, is "not supported" with that reason.
   sequences above 0; a fall: "ablating it lowers the loss on the second copy"), at least
   :data:`MIN_LOSS`, and at least :data:`COPY_RATIO` times the size of the first-copy change (a
   first copy that gets better under ablation counts against support, not toward it), AND the
-  head itself writes the copied token: its direct logit attribution on the built-in induction
-  task, clean minus corrupted, is at least :data:`MIN_EFFECT` of the task's
-  clean-corrupted logit-difference gap (a negative share: "it writes against the copied token";
-  an upstream head, e.g. the previous-token head an induction head reads, passes the ablation
-  test but writes nothing to the logits).  The components' clean-minus-corrupted attributions
-  sum to that gap, so the shares sum to 1.  When the gap is undefined
-  (:func:`~headlens.analyses.patching.effects.task_gap`: the model does not do the task) or the
-  attribution cannot run (e.g. a logit softcap), the direct-effect check is not run and the
-  role is not testable, the reason given: the ablation alone does not support it (it can refute
-  it: an ablation figure that fails its own checks is "not supported" all the same).
+  effect goes through the head's own induction attention: masking only its attention from each
+  second-copy token to the token after the earlier occurrence raises the second-copy loss, its
+  interval above 0, by at least :data:`MIN_LOSS` (:mod:`~headlens.analyses.patching.induction_knockout`;
+  an upstream head, e.g. the previous-token head an induction head's key reads, passes the
+  ablation test but does not attend there).  When the score edit cannot run on the model, the
+  knockout check is not run and the role is not testable, the reason given: the ablation alone
+  does not support it (it can refute it: an ablation figure that fails its own checks is "not
+  supported" all the same).
 * **previous_token**: path patching it into the key input of the heads the table calls induction
   (in later layers), all of them at once (``PathConfig(joint=True)``), on the built-in induction
   task (K-composition).  Figure: the normalised joint path effect (the share of the induction
@@ -79,9 +77,7 @@ from jaxtyping import Float, Int
 from headlens.analyses.ablation.runs import ablated_logits
 from headlens.analyses.patching.activation import PatchConfig, run_patching
 from headlens.analyses.patching.builtin import induction_task, referent_task
-from headlens.analyses.patching.dla import run_dla
 from headlens.analyses.patching.duplicate_knockout import duplicate_knockout_effects, repeated_batch
-from headlens.analyses.patching.effects import task_gap
 from headlens.analyses.patching.evidence_config import EvidenceSettings
 from headlens.analyses.patching.evidence_plan import evidence_plan, forward_ticker, select_tests
 from headlens.analyses.patching.evidence_rules import (
@@ -105,6 +101,7 @@ from headlens.analyses.patching.evidence_rules import (
     unreadable,
 )
 from headlens.analyses.patching.evidence_sink import sink_evidence, sink_text
+from headlens.analyses.patching.induction_knockout import induction_knockout_effects
 from headlens.analyses.patching.path import PathConfig, run_path_patching
 from headlens.analyses.stats import bootstrap_mean_ci
 from headlens.analyses.verdicts import MIN_ITEMS
@@ -203,22 +200,13 @@ def _nll(logits: Float[torch.Tensor, "n pos vocab"], tokens: Int[torch.Tensor, "
     return out.cpu()
 
 
-def _direct_shares(model: LoadedModel, *, n: int, T: int, seed: int) -> tuple[dict[tuple[int, int], float], str | None]:
-    """Each head's direct logit attribution, clean minus corrupted, as a share of the induction
-    task's clean-corrupted logit-difference gap; or ``({}, why)`` when that cannot be computed."""
+def _knockouts(model: LoadedModel, heads: list[tuple[int, int]], *, n: int, T: int, seed: int) -> tuple[dict, str | None]:
+    """Each head's induction-attention knockout (:func:`induction_knockout_effects`), or ``({}, why)`` when it cannot run."""
     try:
-        task = induction_task(model, n=n, T=T, seed=seed)
-        clean = run_dla(model, task)
-        corrupt = run_dla(model, task, tokens="corrupt")
+        return induction_knockout_effects(model, heads, n=n, T=T, seed=seed), None
     except HeadlensError as exc:
-        log.info("induction evidence without the direct-effect check: %s", exc)
+        log.info("induction evidence without the knockout check: %s", exc)
         return {}, str(exc)
-    gap = task_gap("logit-diff", clean.logit_diff, corrupt.logit_diff, seed=seed)
-    if not gap.defined:
-        return {}, f"the induction task's gap is undefined: {gap.reason}"
-    heads = clean.table["kind"] == "head"
-    share = (clean.table["dla"] - corrupt.table["dla"]) / gap.gap
-    return {(int(r["layer"]), int(r["head"])): float(share[i]) for i, r in clean.table[heads].iterrows()}, None
 
 
 def _induction(
@@ -232,7 +220,7 @@ def _induction(
     second = slice(p + T - 1, p + 2 * T - 1)  # predictions of the second copy
     with torch.inference_mode():
         base = _nll(model.bridge(tokens.to(model.device), return_type="logits"), tokens)
-    direct, no_direct = _direct_shares(model, n=n, T=T, seed=seed)
+    knocks, no_knock = _knockouts(model, heads, n=n, T=T, seed=seed)
     tick("induction", 0)
     out = {}
     for head in heads:
@@ -243,18 +231,20 @@ def _induction(
         low, high = bootstrap_mean_ci(diff[:, None])
         low2, high2 = bootstrap_mean_ci(d2[:, None])  # the second-copy rise must be a finding of its own
         m1, m2 = float(d1.mean()), float(d2.mean())
-        own = direct.get(head, np.nan)
+        knock = knocks.get(head)
         detail = f"ablation raises the loss by {m2:+.3f} nats on the second copy and {m1:+.3f} on the first"
         verdict, why = judge("induction", float(diff.mean()), float(low[0]), float(high[0]), n_items=n, min_items=min(n, MIN_ITEMS))
-        if verdict == SUPPORTED:  # the ablation's own checks, then the direct effect when it could be computed
-            why = induction_checks(m1, m2, None if no_direct is not None else own, m2_low=float(low2[0]), m2_high=float(high2[0]))
+        if verdict == SUPPORTED:  # the ablation's own checks, then the knockout when it could run
+            why = induction_checks(m1, m2, knock, m2_low=float(low2[0]), m2_high=float(high2[0]))
             verdict = NOT_SUPPORTED if why else SUPPORTED
-        if no_direct is None:
-            detail += f"; its direct logit attribution is {own:.0%} of the induction task's clean-corrupted logit-difference gap"
+        if knock is not None and not why:
+            k, k_low, k_high = knock
+            masking = "masking its attention to the token after the earlier occurrence"
+            detail += f"; {masking} raises the second-copy loss by {k:+.3f} [{k_low:+.3f}, {k_high:+.3f}]"
         if why:
             detail += f": {why}"
-        if no_direct is not None:
-            detail += f" (direct-effect check not run: {no_direct})"
+        if no_knock is not None:
+            detail += f" (knockout check not run: {no_knock})"
             if verdict == SUPPORTED:  # the ablation alone does not support the role; it can refute it
                 verdict = NOT_TESTABLE
         out[head] = (verdict, float(diff.mean()), float(low[0]), float(high[0]), "zero ablation, repeated random tokens", detail)

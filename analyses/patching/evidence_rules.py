@@ -180,16 +180,22 @@ def evidence_rule() -> dict[str, Any]:
     }
 
 
-def induction_checks(m1: float, m2: float, own: float | None, *, m2_low: float, m2_high: float) -> str:
+def induction_checks(m1: float, m2: float, knock: tuple[float, float, float] | None, *, m2_low: float, m2_high: float) -> str:
     """Why an induction head whose second-copy excess is above 0 is still not supported ("" when
     it is): ``m1``, ``m2`` the first- and second-copy loss rises under ablation (means over
-    sequences), ``m2_low``, ``m2_high`` the 95% interval of ``m2`` over sequences, ``own`` its
-    direct logit attribution's share of the induction gap (None: not computed, not checked).
+    sequences), ``m2_low``, ``m2_high`` the 95% interval of ``m2`` over sequences, ``knock`` the
+    second-copy loss rise when only its attention to the token after each earlier occurrence is
+    masked, with its 95% interval (:mod:`headlens.analyses.patching.induction_knockout`; None: not
+    computed, not checked).
 
     The role predicts the second-copy rise, so that rise must be a finding on its own (interval
     above 0) of at least :data:`MIN_LOSS`, and at least :data:`COPY_RATIO` times the size of the
     first-copy change either way: a first copy that gets better under ablation inflates the
-    excess without any effect on repeats, so it counts against support, never toward it."""
+    excess without any effect on repeats, so it counts against support, never toward it.  And
+    the effect must go through the head's own induction attention: the knockout's rise a finding
+    (interval above 0) of at least :data:`MIN_LOSS` (an upstream head, e.g. the previous-token
+    head whose output an induction head's key reads, passes the ablation test but does not attend
+    there)."""
     change = f"{m2:+.3f} nats [{m2_low:+.3f}, {m2_high:+.3f}]"
     rise = f"the second-copy rise is {change}"
     if not (math.isfinite(m2_low) and math.isfinite(m2_high)):
@@ -207,12 +213,17 @@ def induction_checks(m1: float, m2: float, own: float | None, *, m2_low: float, 
                 " getting better, not from repeats"
             )
         return f"{rise}: less than {COPY_RATIO:g}x the first copy's rise ({m1:+.3f}): it is not specific to repeats"
-    if own is None:
-        return ""
-    if not math.isfinite(own):
-        return "its direct logit attribution is unknown"
-    if own < 0:
-        return "it writes against the copied token"
-    if own < MIN_EFFECT:
-        return f"it writes less than {MIN_EFFECT:.0%} of it itself (an upstream head's ablation passes the loss test)"
+    return "" if knock is None else _knockout_check(*knock)
+
+
+def _knockout_check(k: float, low: float, high: float) -> str:
+    """Why the knockout of the head's induction attention (rise ``k`` nats, interval ``[low, high]``) fails ("" when it holds)."""
+    upstream = "the effect does not go through its own attention to the copied token (an upstream head's ablation passes the loss test)"
+    masking = "masking its attention to the token after the earlier occurrence"
+    if not (math.isfinite(low) and math.isfinite(high)):
+        return f"{masking} gives no interval"
+    if k < 0 or low <= 0:
+        return f"{masking} moves the loss by {k:+.3f} nats [{low:+.3f}, {high:+.3f}]: {upstream}"
+    if k < MIN_LOSS:
+        return f"{masking} raises the loss by only {k:+.3f} nats (below the {MIN_LOSS:g} a role needs): {upstream}"
     return ""

@@ -153,24 +153,27 @@ def test_every_role_calls_the_opposite_direction_not_supported(role, figure, low
 
 
 @pytest.mark.parametrize(
-    "m1, m2, low2, high2, own, said",
+    "m1, m2, low2, high2, knock, said",
     [
-        (0.0, -0.05, -0.08, -0.02, 0.3, "lowers the loss on the second copy"),
-        (0.0, 0.005, 0.002, 0.008, 0.3, "too small (below the"),
-        (0.0, 0.05, -0.01, 0.11, 0.3, "+0.050 nats [-0.010, +0.110]: not distinguishable from 0"),  # the point value clears the bar
-        (0.0, 0.05, np.nan, np.nan, 0.3, "no interval"),
-        (0.4, 0.6, 0.5, 0.7, 0.3, "not specific to repeats"),
+        (0.0, -0.05, -0.08, -0.02, (0.3, 0.2, 0.4), "lowers the loss on the second copy"),
+        (0.0, 0.005, 0.002, 0.008, (0.3, 0.2, 0.4), "too small (below the"),
+        (0.0, 0.05, -0.01, 0.11, (0.3, 0.2, 0.4), "+0.050 nats [-0.010, +0.110]: not distinguishable from 0"),  # the point clears the bar
+        (0.0, 0.05, np.nan, np.nan, (0.3, 0.2, 0.4), "no interval"),
+        (0.4, 0.6, 0.5, 0.7, (0.3, 0.2, 0.4), "not specific to repeats"),
         # the reviewer's random-output demo, head 1.3: the excess came from the first copy getting better
-        (-0.296, 0.026, 0.004, 0.048, 0.76, "less than 2x the first copy's fall (-0.296)"),
-        (-0.009, 1.21, 1.1, 1.3, 0.2, ""),  # the demo's head 1.0: a first copy slightly better does not hide a real rise
-        (0.0, 1.0, 0.9, 1.1, -0.2, "writes against the copied token"),
-        (0.0, 1.0, 0.9, 1.1, 0.05, "less than 10%"),
-        (0.0, 1.0, 0.9, 1.1, None, ""),  # the direct effect not computed: not checked here
-        (0.0, 1.0, 0.9, 1.1, 0.3, ""),
+        (-0.296, 0.026, 0.004, 0.048, (0.3, 0.2, 0.4), "less than 2x the first copy's fall (-0.296)"),
+        (-0.009, 1.21, 1.1, 1.3, (0.9, 0.8, 1.0), ""),  # the demo's head 1.0: a first copy slightly better does not hide a real rise
+        # an upstream head: its ablation passes, masking its induction attention moves nothing
+        (0.0, 1.0, 0.9, 1.1, (0.001, -0.002, 0.004), "moves the loss by +0.001 nats [-0.002, +0.004]: the effect does not go through"),
+        (0.0, 1.0, 0.9, 1.1, (-0.2, -0.3, -0.1), "moves the loss by -0.200 nats"),
+        (0.0, 1.0, 0.9, 1.1, (0.005, 0.002, 0.008), "raises the loss by only +0.005 nats (below the 0.01"),
+        (0.0, 1.0, 0.9, 1.1, (0.2, np.nan, np.nan), "gives no interval"),
+        (0.0, 1.0, 0.9, 1.1, None, ""),  # the knockout not computed: not checked here
+        (0.0, 1.0, 0.9, 1.1, (0.3, 0.2, 0.4), ""),
     ],
 )
-def test_induction_checks_say_which_way_it_fails(m1, m2, low2, high2, own, said):
-    got = induction_checks(m1, m2, own, m2_low=low2, m2_high=high2)
+def test_induction_checks_say_which_way_it_fails(m1, m2, low2, high2, knock, said):
+    got = induction_checks(m1, m2, knock, m2_low=low2, m2_high=high2)
     assert (said in got) if said else got == "", got
 
 

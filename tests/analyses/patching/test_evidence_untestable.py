@@ -1,6 +1,6 @@
 """Role evidence must not pass a role on a check that did not run (issue 22 review: F1, F3, F4, F8):
-an undefined induction gap, a direct-effect check that failed, too few sink windows and a path
-patch that raised each give "not testable here" with the reason."""
+an induction knockout that could not run, too few sink windows and a path patch that raised each
+give "not testable here" with the reason; a model whose heads do nothing on repeats gets no induction head."""
 
 from __future__ import annotations
 
@@ -12,34 +12,31 @@ from headlens.analyses.patching import evidence as ev_mod
 from headlens.analyses.patching import evidence_sink
 from headlens.analyses.patching.evidence import NOT_SUPPORTED, NOT_TESTABLE, SUPPORTED, EvidenceConfig, role_evidence
 from headlens.analyses.verdicts import MIN_ITEMS
-from headlens.probes.errors import InputError, InterventionError, UnsupportedModelError
+from headlens.probes.errors import InputError, InterventionError
 
 
 def _table(rows):
     return pd.DataFrame([(l, h, f"{l}.{h}", r) for l, h, r in rows], columns=["layer", "head", "name", "role"])
 
 
-def test_induction_without_a_task_gap_is_never_supported(tiny_model):
-    # the tiny seeded model does not do the induction task (mean logit difference about 0): a
-    # direct-effect share of it means nothing, so no head may pass on it; its heads' ablation
-    # moves nothing either, which refutes the role without the direct effect (issue 28 item 1:
-    # that was "not testable" and hid an ablation figure on the wrong side of 0)
+def test_induction_on_a_model_without_induction_is_never_supported(tiny_model):
+    # the tiny seeded model does not do induction: its heads' ablation moves nothing on repeats,
+    # which refutes the role (issue 28 item 1: that was "not testable" and hid an ablation figure
+    # on the wrong side of 0)
     ev = role_evidence(tiny_model, _table([(l, h, "induction") for l in range(2) for h in range(4)]), n=32, T=20)
     assert (ev["evidence"] == NOT_SUPPORTED).all(), ev[["name", "evidence", "detail"]].to_string()
-    assert ev["detail"].str.contains("direct-effect check not run").all()
-    assert ev["detail"].str.contains("does not do the task|not distinguishable from 0").all()
     assert ev["detail"].str.contains("not distinguishable from 0|below the|not specific to repeats|lowers the loss|first copy more").all()
 
 
-def test_induction_without_dla_is_not_testable(planted_model, monkeypatch):
+def test_induction_without_the_knockout_is_not_testable(planted_model, monkeypatch):
     def refuse(*a, **k):
-        raise UnsupportedModelError("direct logit attribution: a logit softcap")
+        raise InterventionError("score edits: the edit did not take effect on layer 1")
 
-    monkeypatch.setattr(ev_mod, "run_dla", refuse)
+    monkeypatch.setattr(ev_mod, "induction_knockout_effects", refuse)
     ev = role_evidence(planted_model, _table([(1, 0, "induction"), (1, 1, "induction")]), n=MIN_ITEMS, T=8)
-    assert ev["detail"].str.contains("direct-effect check not run: direct logit attribution: a logit softcap").all()
+    assert ev["detail"].str.contains("knockout check not run: score edits: the edit did not take effect").all()
     assert np.isfinite(ev["figure"]).all()  # the ablation figure is still shown
-    # the planted induction head passes the ablation: without the direct effect, not testable;
+    # the planted induction head passes the ablation: without the knockout, not testable;
     # 1.1 (referent) fails the ablation itself: not supported, the reason given
     assert ev["evidence"].tolist() == [NOT_TESTABLE, NOT_SUPPORTED], ev[["name", "evidence", "detail"]].to_string()
 
