@@ -132,7 +132,7 @@ class Start:
 
 def _hooks(patches: Sequence[PatchLike], start: Start | None) -> list[tuple[str, HookFn]]:
     hooks = [p.hook() if isinstance(p, Patch) else p for p in patches]
-    if start is None or start.layer == 0:
+    if start is None:
         return hooks
     early = [name for name, _ in hooks if (layer := Site(hook=name).layer) is None or layer < start.layer]
     early = [name for name in early if not name.startswith(("ln_final", "unembed"))]

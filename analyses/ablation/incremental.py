@@ -5,7 +5,7 @@ order removed, for growing ``n``: consecutive masks differ only by the heads add
 residual stream entering every layer before the first layer with an added head is the same as
 in the previous run.  :class:`MaskSequence` keeps the residual entering each layer from its last
 run and continues the next run from the first layer where the masks differ
-(:func:`headlens.analyses.ablation.suffix.run_from_layer`, checked against a full forward once;
+(:func:`headlens.probes.patch.patched_runner` from a :class:`~headlens.probes.patch.Start`, checked against a full forward once;
 full forwards when that check fails or the residuals would not fit in ``MAX_CACHE_BYTES``).
 The numbers are those of a full forward per mask (:func:`headlens.analyses.ablation.runs.ablated_values`),
 to float rounding.
@@ -24,9 +24,9 @@ from headlens.analyses.ablation.hooks import mask_hooks
 from headlens.analyses.ablation.masks import HeadMask
 from headlens.analyses.ablation.metrics import model_values
 from headlens.analyses.ablation.runs import ablated_values
-from headlens.analyses.ablation.suffix import check_from_layer, resid_hook_name, run_from_layer
-from headlens.probes.hooks import HookFn, attached
+from headlens.probes.hooks import HookFn
 from headlens.probes.loading import LoadedModel
+from headlens.probes.patch import Start, check_start, patched_runner, resid_site
 
 __all__ = ["MaskSequence", "MAX_CACHE_BYTES", "stream_bytes"]
 
@@ -52,7 +52,7 @@ class MaskSequence:
         size = stream_bytes(model, n * width, model.n_layers)
         self.reuse = reuse and model.n_layers > 1 and size <= MAX_CACHE_BYTES and data.metric != "embedding"
         if self.reuse:
-            self.reuse = check_from_layer(model, data.longest()[0], range(1, model.n_layers))
+            self.reuse = check_start(model, data.longest()[0], range(1, model.n_layers))
         self.resid: dict[int, Tensor] = {}
         self.last: frozenset[tuple[int, int]] | None = None
         self.runs: dict[int, int] = {}  # first layer run -> how many runs (for the manifest and tests)
@@ -103,17 +103,9 @@ class MaskSequence:
                 tokens, lengths, width = data.batch(rows)
                 state["rows"] = rows
                 hooks = mask_hooks(mask, from_layer=start) + [
-                    (resid_hook_name(layer), keeper(layer)) for layer in keep_layers if layer > start
+                    (resid_site(layer).hook, keeper(layer)) for layer in keep_layers if layer > start
                 ]
-                if start == 0:
-                    with attached(model.bridge, hooks):
-                        vals = model_values(model, tokens, lengths, data, rows)
-                else:
-                    resid = self.resid[start][rows, :width].to(model.device)
-
-                    def run(t: Tensor, resid: Tensor = resid, hooks: list[tuple[str, HookFn]] = hooks, **kw: Any) -> Tensor:
-                        return run_from_layer(model, t, resid, start, hooks, **kw)
-
-                    vals = model_values(model, tokens, lengths, data, rows, run=run)
+                begin = None if start == 0 else Start(layer=start, resid=self.resid[start][rows, :width].to(model.device))
+                vals = model_values(model, tokens, lengths, data, rows, run=patched_runner(model, hooks, start=begin))
                 values[rows] = vals.cpu()
         return values

@@ -18,10 +18,10 @@ from headlens.analyses.ablation.evalset import EvalSet
 from headlens.analyses.ablation.hooks import Reference, ablate_hook, mask_hooks, resample_sources, z_hook_name
 from headlens.analyses.ablation.masks import HeadMask
 from headlens.analyses.ablation.metrics import model_values
-from headlens.analyses.ablation.suffix import resid_hook_name, run_from_layer
 from headlens.probes.errors import InputError
 from headlens.probes.hooks import HookFn, attached
 from headlens.probes.loading import LoadedModel
+from headlens.probes.patch import Start, patched_runner, resid_site
 
 __all__ = ["Baseline", "baseline_pass", "ablated_values", "ablated_logits", "single_head_values", "naive_single_head_values"]
 
@@ -95,7 +95,7 @@ def baseline_pass(
     hooks = mask_hooks(mask)
     if need_z:
         hooks += [(z_hook_name(layer), z_keeper(layer)) for layer in range(n_l)]
-    hooks += [(resid_hook_name(layer), resid_keeper(layer)) for layer in resid_layers]
+    hooks += [(resid_site(layer).hook, resid_keeper(layer)) for layer in resid_layers]
     with torch.inference_mode(), attached(model.bridge, hooks):
         for rows in data.rows(batch_size):
             tokens, lengths, _ = data.batch(rows)
@@ -187,18 +187,13 @@ def single_head_values(
         for rows in data.rows(batch_size):
             tokens, lengths, width = data.batch(rows)
             hooks = [(z_hook_name(layer), ablate_hook(layer, [[h] for h in heads], reference, rows, masked.get(layer, [])))]
+            start = None
             if prefix_reuse:
                 hooks += mask_hooks(mask, skip={layer}, from_layer=layer + 1)
-                resid = baseline.resid[layer][rows, :width].to(model.device).repeat(k, 1, 1)
-
-                def run(t: Tensor, **kw: Any) -> Tensor:
-                    return run_from_layer(model, t, resid, layer, hooks, **kw)
-
-                vals = model_values(model, tokens, lengths, data, rows, copies=k, run=run)
+                start = Start(layer=layer, resid=baseline.resid[layer][rows, :width].to(model.device).repeat(k, 1, 1))
             else:
                 hooks += mask_hooks(mask, skip={layer})
-                with attached(model.bridge, hooks):
-                    vals = model_values(model, tokens, lengths, data, rows, copies=k)
+            vals = model_values(model, tokens, lengths, data, rows, copies=k, run=patched_runner(model, hooks, start=start))
             out[:, rows] = vals.cpu().view(k, len(rows))
     return out
 
