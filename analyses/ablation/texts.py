@@ -11,7 +11,7 @@ Named texts (``text=`` takes the name in place of a text):
 * ``"heldout"``: the model's own held-out text.  Today the one model family that carries one is
   the demo model (any checkpoint ``headlens demo train`` writes: a ``training_summary.json`` with
   the recipe beside the weights): its held-out split, as ``headlens demo heldout`` writes it
-  (:func:`headlens.analyses.demo.card.heldout_text`), which the training never saw.
+  (:func:`headlens.analyses.measure.python_docs.heldout_text`), which the training never saw.
 * ``"builtin"``: the built-in English evaluation text, whatever the model.
 """
 
@@ -26,7 +26,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from headlens.analyses.demo.card import HELDOUT_TEXT, heldout_text
+from headlens.analyses.measure.python_docs import heldout_text
 from headlens.analyses.stimuli import eval_text
 from headlens.probes.errors import InputError
 
@@ -46,6 +46,8 @@ __all__ = [
 
 #: How the evaluation text that ships with headlens is named in manifests and pages.
 BUILTIN_TEXT = "built-in evaluation text"
+#: How the demo model's held-out text is named in manifests, pages and its model card.
+HELDOUT_TEXT = "demo's held-out text (`headlens demo heldout`)"
 #: The names ``text=`` takes in place of a text.
 TEXT_NAMES = ("heldout", "builtin")
 #: The default, in one sentence (stage keys and manifests quote it).

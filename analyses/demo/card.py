@@ -23,22 +23,21 @@ from safetensors import safe_open
 
 from headlens.analyses.ablation.evalset import text_eval_set, window_basis
 from headlens.analyses.ablation.metrics import model_values
-from headlens.analyses.demo.documents import heldout_text
+from headlens.analyses.ablation.texts import HELDOUT_TEXT
 from headlens.analyses.demo.replay import read_log
 from headlens.analyses.heads.census import CensusConfig, run_census
 from headlens.analyses.heads.classify import classify_heads, roles_of
+from headlens.analyses.measure.python_docs import heldout_text
 from headlens.probes.loading import load_model
 
 __all__ = [
     "DETECTORS",
     "SINK_THRESHOLD",
     "TEMPLATE",
-    "HELDOUT_TEXT",
     "census_of",
     "card_facts",
     "template_text",
     "loss_bases",
-    "heldout_text",
     "heldout_text_losses",
 ]
 
@@ -52,8 +51,6 @@ SINK_THRESHOLD = 0.3
 TEMPLATE = "model_card.md.j2"
 #: The census runs the card reports, in order: (key, BOS prepended).
 CENSUS_RUNS = (("bos", True), ("no_bos", False))
-#: How the card and the commands name the text ``headlens demo heldout`` writes.
-HELDOUT_TEXT = "demo's held-out text (`headlens demo heldout`)"
 
 
 def loss_bases(recipe: dict[str, Any], final: dict[str, Any]) -> dict[str, str]:

@@ -47,7 +47,7 @@ from typing import Any
 
 import torch
 
-from headlens.analyses.demo.documents import (
+from headlens.analyses.measure.python_docs import (
     MIN_DOCSTRING_CHARS,
     Document,
     heldout_documents,

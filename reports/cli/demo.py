@@ -157,7 +157,7 @@ def heldout_cmd(out_file: str, overwrite: bool) -> None:
     (or `ablate`/`prune --text-file`) to measure the demo model on text from its own domain;
     the report's manifest records the file's SHA-256, which this command prints.
     """
-    from headlens.analyses.demo.documents import heldout_documents, heldout_text
+    from headlens.analyses.measure.python_docs import heldout_documents, heldout_text
 
     out = Path(out_file)
     check_out_file(out, overwrite=overwrite)

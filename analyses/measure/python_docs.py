@@ -1,11 +1,12 @@
-"""The demo model's documents, read from the Python installation that runs it: the standard
-library's docstrings and the Python reference topics, and which of them are held out.
+"""The documents read from the Python installation that runs headlens: the standard library's
+docstrings and the Python reference topics, and which of them are held out.
 
-Nothing here imports torch or a tokenizer, so ``headlens demo heldout`` (and anything that only
-needs the held-out text) stays cheap; :mod:`headlens.analyses.demo.data` tokenizes and samples
-them for training.  A document is held out when ``sha1("<source>:<name>") % 10 == 0`` (about a
-tenth): the split depends on the document's name only, so the held-out split reads (parses) only
-the files of held-out modules.
+The demo model trains on them (:mod:`headlens.analyses.demo.data` tokenizes and samples them) and
+its held-out split is one of the texts a model is measured on (:mod:`headlens.analyses.measure.texts`),
+so they live on the measuring floor, under both.  Nothing here imports torch or a tokenizer, so
+``headlens demo heldout`` (and anything that only needs the held-out text) stays cheap.  A document
+is held out when ``sha1("<source>:<name>") % 10 == 0`` (about a tenth): the split depends on the
+document's name only, so the held-out split reads (parses) only the files of held-out modules.
 """
 
 from __future__ import annotations

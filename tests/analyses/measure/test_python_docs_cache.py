@@ -1,4 +1,4 @@
-"""The demo's held-out text is read once per process (analyses/demo/documents.py,
+"""The demo's held-out text is read once per process (analyses/measure/python_docs.py,
 analyses/ablation/texts.py): later calls give the same text without reading the standard library
 again, and no caller can change what the next one gets; the reader's pruned walk lists the files
 ``rglob`` lists."""
@@ -10,8 +10,8 @@ import dataclasses
 import pytest
 
 from headlens.analyses.ablation import texts
-from headlens.analyses.demo import documents
-from headlens.analyses.demo.documents import _SKIP_DIRS, _python_files, heldout_documents, heldout_text
+from headlens.analyses.measure import python_docs
+from headlens.analyses.measure.python_docs import _SKIP_DIRS, _python_files, heldout_documents, heldout_text
 
 
 def test_the_heldout_text_is_read_once_and_comes_back_the_same(monkeypatch):
@@ -21,8 +21,8 @@ def test_the_heldout_text_is_read_once_and_comes_back_the_same(monkeypatch):
     def no_reading(*args, **kwargs):
         raise AssertionError("the standard library was read again")
 
-    monkeypatch.setattr(documents, "_python_files", no_reading)
-    monkeypatch.setattr(documents, "stdlib_docstring_documents", no_reading)
+    monkeypatch.setattr(python_docs, "_python_files", no_reading)
+    monkeypatch.setattr(python_docs, "stdlib_docstring_documents", no_reading)
     assert texts.demo_text("heldout") == first == heldout_text() == "<|endoftext|>".join(d.text for d in docs)
     assert heldout_documents() == docs
 

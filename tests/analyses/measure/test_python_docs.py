@@ -1,4 +1,4 @@
-"""The demo's held-out documents (analyses/demo/documents.py): the held-out split reads only the
+"""The demo's held-out documents (analyses/measure/python_docs.py): the held-out split reads only the
 files of held-out modules, and gives exactly the documents that splitting the whole corpus gives."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import platform
 import pytest
 
 from headlens.analyses.demo import MODEL_DIR
-from headlens.analyses.demo.documents import (
+from headlens.analyses.measure.python_docs import (
     PYDOC_TOPICS,
     STDLIB_DOCSTRINGS,
     Document,
