@@ -1,6 +1,6 @@
 """``headlens.ablate``: each head ablated alone (zero, mean or resample), the change in the metric.
 
-The evaluation set and metric come from :mod:`headlens.analyses.ablation.setup`; the sweep from
+The evaluation set and metric come from :mod:`headlens.analyses.measure.setup`; the sweep from
 :func:`headlens.analyses.ablation.study.run_ablation`.  ``headlens ablate --out FILE`` is this
 call and :meth:`AblationResult.save`: the table (``.csv``, ``.parquet`` or ``.json``) with
 ``<stem>.manifest.json`` and ``<stem>.heatmap.png/.svg`` beside it.
@@ -19,10 +19,11 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 import torch
 
-from headlens.analyses.ablation.evalset import METRIC_LABELS, EvalSet, TaskItem, read_task
-from headlens.analyses.ablation.masks import HeadMask, read_mask
-from headlens.analyses.ablation.setup import EvalSetup, EvalSpec, eval_setup
 from headlens.analyses.ablation.study import TABLE_COLUMNS, AblationConfig, run_ablation
+from headlens.analyses.measure.evalset import METRIC_LABELS, EvalSet, TaskItem, read_task
+from headlens.analyses.measure.masks import HeadMask, read_mask
+from headlens.analyses.measure.setup import EvalSetup, EvalSpec, eval_setup
+from headlens.probes.config import ModelConfig
 from headlens.probes.errors import InputError
 from headlens.probes.loading import LoadedModel, check_layers_heads, weights_fingerprint
 from headlens.probes.manifest import build_manifest
@@ -146,7 +147,7 @@ class AblationResult(TableFileResult):
     @property
     def spearman_p(self) -> float | None:
         """Two-sided permutation p-value of :attr:`spearman` against no association
-        (:func:`headlens.analyses.stats.spearman_p`; None without attribution, or in a folder saved before it was recorded)."""
+        (:func:`headlens.analyses.measure.stats.spearman_p`; None without attribution, or in a folder saved before it was recorded)."""
         return self.info.get("spearman_p_attribution_vs_exact")
 
     def findings(self) -> Findings:
@@ -168,33 +169,33 @@ def ablate(
     config: AblationConfig | None = None,
     /,
     *,
-    method: str = "zero",
-    heads: tuple[tuple[int, int], ...] | None = None,
-    layers: tuple[int, ...] | None = None,
-    batch_size: int = 8,
-    heads_per_forward: int | None = None,
-    prefix_reuse: bool = True,
-    n_bootstrap: int = 1000,
-    ci: float = 0.95,
-    seed: int = 0,
-    attribution: bool = True,
-    metric: str | None = None,
-    text: str | None = None,
-    text_file: str | None = None,
-    task: Sequence[TaskItem] | None = None,
-    task_file: str | None = None,
-    n_windows: int = 16,
-    window: int = 128,
-    n_sentences: int = 64,
-    prepend_bos: bool = True,
-    complete_sentences: bool | None = None,
-    device: str = "auto",
-    dtype: str = "float32",
-    revision: str | None = None,
-    allow_new_weights: bool = False,
-    device_map: Any = None,
-    max_memory: Any = None,
-    offload_folder: str | None = None,
+    method: str = AblationConfig.method,
+    heads: tuple[tuple[int, int], ...] | None = AblationConfig.heads,
+    layers: tuple[int, ...] | None = AblationConfig.layers,
+    batch_size: int = AblationConfig.batch_size,
+    heads_per_forward: int | None = AblationConfig.heads_per_forward,
+    prefix_reuse: bool = AblationConfig.prefix_reuse,
+    n_bootstrap: int = AblationConfig.n_bootstrap,
+    ci: float = AblationConfig.ci,
+    seed: int = AblationConfig.seed,
+    attribution: bool = AblationConfig.attribution,
+    metric: str | None = EvalSpec.metric,
+    text: str | None = EvalSpec.text,
+    text_file: str | None = EvalSpec.text_file,
+    task: Sequence[TaskItem] | None = EvalSpec.task,
+    task_file: str | None = EvalSpec.task_file,
+    n_windows: int = EvalSpec.n_windows,
+    window: int = EvalSpec.window,
+    n_sentences: int = EvalSpec.n_sentences,
+    prepend_bos: bool = EvalSpec.prepend_bos,
+    complete_sentences: bool | None = EvalSpec.complete_sentences,
+    device: str = ModelConfig.device,
+    dtype: str = ModelConfig.dtype,
+    revision: str | None = ModelConfig.revision,
+    allow_new_weights: bool = ModelConfig.allow_new_weights,
+    device_map: Any = ModelConfig.device_map,
+    max_memory: Any = ModelConfig.max_memory,
+    offload_folder: str | None = ModelConfig.offload_folder,
     mask: HeadMask | str | Path | None = None,
     journal: JournalOpener | None = None,
     progress: Progress | None = None,

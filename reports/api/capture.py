@@ -23,7 +23,7 @@ from headlens.analyses.synthetic.tiny import TinySpec, build_tiny_checkpoint
 from headlens.probes.capture import Capture
 from headlens.probes.capture import capture as run_capture
 from headlens.probes.capture_io import capture_entry, load_activations, save_capture, tokens_entry
-from headlens.probes.config import CaptureConfig
+from headlens.probes.config import CaptureConfig, ModelConfig
 from headlens.probes.errors import InputError
 from headlens.probes.loading import LoadedModel
 from headlens.probes.manifest import build_manifest
@@ -120,20 +120,20 @@ def capture(
     /,
     *,
     prompts: str | Sequence[str] | TokenBatch,
-    what: tuple[str, ...] = ("q", "k", "v", "pattern"),
-    layers: tuple[int, ...] | None = None,
-    heads: tuple[tuple[int, int], ...] | None = None,
-    prepend_bos: bool = True,
-    batch_size: int = 8,
-    truncate: bool = False,
-    kv_per_query_head: bool = False,
-    device: str = "auto",
-    dtype: str = "float32",
-    revision: str | None = None,
-    allow_new_weights: bool = False,
-    device_map: Any = None,
-    max_memory: Any = None,
-    offload_folder: str | None = None,
+    what: tuple[str, ...] = CaptureConfig.what,
+    layers: tuple[int, ...] | None = CaptureConfig.layers,
+    heads: tuple[tuple[int, int], ...] | None = CaptureConfig.heads,
+    prepend_bos: bool = CaptureConfig.prepend_bos,
+    batch_size: int = CaptureConfig.batch_size,
+    truncate: bool = CaptureConfig.truncate,
+    kv_per_query_head: bool = CaptureConfig.kv_per_query_head,
+    device: str = ModelConfig.device,
+    dtype: str = ModelConfig.dtype,
+    revision: str | None = ModelConfig.revision,
+    allow_new_weights: bool = ModelConfig.allow_new_weights,
+    device_map: Any = ModelConfig.device_map,
+    max_memory: Any = ModelConfig.max_memory,
+    offload_folder: str | None = ModelConfig.offload_folder,
     seed: int = 0,
     verify: bool = False,
     tolerance: float | None = None,
@@ -165,7 +165,15 @@ def capture(
     return CaptureResult(tables=tables, manifest=manifest, tensors=tensors, tokens=tokens_entry(cap), capture=cap)
 
 
-def tiny_checkpoint(folder: str | Path, *, n_layer: int = 2, n_head: int = 4, d_model: int = 64, n_ctx: int = 128, seed: int = 0) -> Path:
+def tiny_checkpoint(
+    folder: str | Path,
+    *,
+    n_layer: int = TinySpec.n_layer,
+    n_head: int = TinySpec.n_head,
+    d_model: int = TinySpec.d_model,
+    n_ctx: int = TinySpec.n_ctx,
+    seed: int = TinySpec.seed,
+) -> Path:
     """A small GPT-2-shaped checkpoint in ``folder`` (random weights seeded by ``seed``, the real GPT-2
     tokenizer), built offline (``headlens tiny-model``); its path."""
     if d_model % n_head:

@@ -17,9 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from headlens.analyses.ablation.masks import read_mask
 from headlens.analyses.heads.census import check_census_settings, run_census
-from headlens.analyses.heads.census_config import DEFAULT_BASELINE_FACTOR, CensusConfig
+from headlens.analyses.heads.census_config import CensusConfig, ClassifyConfig
 from headlens.analyses.heads.classify import (
     check_baseline_factor,
     check_thresholds,
@@ -28,8 +27,10 @@ from headlens.analyses.heads.classify import (
     parse_thresholds,
 )
 from headlens.analyses.heads.detectors import get_detectors
+from headlens.analyses.measure.masks import read_mask
 from headlens.analyses.patching.evidence import EvidenceConfig
 from headlens.analyses.stimuli import load_referent_file
+from headlens.probes.config import ModelConfig
 from headlens.probes.errors import InputError
 from headlens.probes.loading import LoadedModel
 from headlens.probes.manifest import build_manifest
@@ -185,27 +186,27 @@ def census(
     config: CensusConfig | None = None,
     /,
     *,
-    detectors: tuple[str, ...] | None = None,
-    n_prompts: int = 100,
-    seq_len: int = 50,
-    window: int = 64,
-    prepend_bos: bool = True,
-    seed: int = 0,
-    batch_size: int = 16,
-    n_bootstrap: int = 1000,
-    referent_file: str | None = None,
-    ablate: tuple[tuple[int, int], ...] = (),
-    attention: str = "auto",
-    query_block: int = 256,
-    thresholds: Mapping[str, float] | None = None,
-    baseline_factor: float = DEFAULT_BASELINE_FACTOR,
-    device: str = "auto",
-    dtype: str = "float32",
-    revision: str | None = None,
-    allow_new_weights: bool = False,
-    device_map: Any = None,
-    max_memory: Any = None,
-    offload_folder: str | None = None,
+    detectors: tuple[str, ...] | None = CensusConfig.detectors,
+    n_prompts: int = CensusConfig.n_prompts,
+    seq_len: int = CensusConfig.seq_len,
+    window: int = CensusConfig.window,
+    prepend_bos: bool = CensusConfig.prepend_bos,
+    seed: int = CensusConfig.seed,
+    batch_size: int = CensusConfig.batch_size,
+    n_bootstrap: int = CensusConfig.n_bootstrap,
+    referent_file: str | None = CensusConfig.referent_file,
+    ablate: tuple[tuple[int, int], ...] = CensusConfig.ablate,
+    attention: str = CensusConfig.attention,
+    query_block: int = CensusConfig.query_block,
+    thresholds: Mapping[str, float] | None = ClassifyConfig.thresholds,
+    baseline_factor: float = ClassifyConfig.baseline_factor,
+    device: str = ModelConfig.device,
+    dtype: str = ModelConfig.dtype,
+    revision: str | None = ModelConfig.revision,
+    allow_new_weights: bool = ModelConfig.allow_new_weights,
+    device_map: Any = ModelConfig.device_map,
+    max_memory: Any = ModelConfig.max_memory,
+    offload_folder: str | None = ModelConfig.offload_folder,
     evidence: EvidenceConfig | None = None,
     mask: str | None = None,
     progress: Progress | None = None,

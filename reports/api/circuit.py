@@ -27,10 +27,11 @@ from headlens.analyses.circuits.ground_truth import folder_defaults, read_truth
 from headlens.analyses.circuits.hooks import check_edge_model, edge_flags
 from headlens.analyses.circuits.method_choice import choose_method
 from headlens.analyses.circuits.run import run_circuit
+from headlens.analyses.measure.stats import BOOTSTRAP_BYTES
 from headlens.analyses.patching.builtin import builtin_task
-from headlens.analyses.patching.config import BUILTINS
+from headlens.analyses.patching.config import BUILTINS, PairSource
 from headlens.analyses.patching.pairs import TaskSource, pair_items, tokenize_pairs
-from headlens.analyses.stats import BOOTSTRAP_BYTES
+from headlens.probes.config import ModelConfig
 from headlens.probes.counts import check_count
 from headlens.probes.errors import InputError
 from headlens.probes.loading import LoadedModel
@@ -151,33 +152,33 @@ def circuit(
     config: CircuitConfig | None = None,
     /,
     *,
-    method: str = "auto",
-    steps: int = 5,
-    direction: str = "noising",
-    top_n: int | None = None,
-    threshold: float | None = None,
-    confirm: int = 20,
-    confirm_sample: int = 20,
-    n_bootstrap: int = 1000,
-    seed: int = 0,
-    ablation: str = "corrupted",
-    ground_truth: str | None = None,
-    target_faithfulness: float = 0.95,
-    held_out: float = 0.5,
-    batch_size: int = 8,
-    max_rows: int | None = None,
-    curve_points: int = 12,
-    task: TaskSource | None = None,
-    builtin: str | None = None,
-    n_pairs: int = 64,
-    prepend_bos: bool = True,
-    device: str = "auto",
-    dtype: str = "float32",
-    revision: str | None = None,
-    allow_new_weights: bool = False,
-    device_map: Any = None,
-    max_memory: Any = None,
-    offload_folder: str | None = None,
+    method: str = CircuitConfig.method,
+    steps: int = CircuitConfig.steps,
+    direction: str = CircuitConfig.direction,
+    top_n: int | None = CircuitConfig.top_n,
+    threshold: float | None = CircuitConfig.threshold,
+    confirm: int = CircuitConfig.confirm,
+    confirm_sample: int = CircuitConfig.confirm_sample,
+    n_bootstrap: int = CircuitConfig.n_bootstrap,
+    seed: int = CircuitConfig.seed,
+    ablation: str = CircuitConfig.ablation,
+    ground_truth: str | None = CircuitConfig.ground_truth,
+    target_faithfulness: float = CircuitConfig.target_faithfulness,
+    held_out: float = CircuitConfig.held_out,
+    batch_size: int = CircuitConfig.batch_size,
+    max_rows: int | None = CircuitConfig.max_rows,
+    curve_points: int = CircuitConfig.curve_points,
+    task: TaskSource | None = PairSource.task,
+    builtin: str | None = PairSource.builtin,
+    n_pairs: int = PairSource.n_pairs,
+    prepend_bos: bool = PairSource.prepend_bos,
+    device: str = ModelConfig.device,
+    dtype: str = ModelConfig.dtype,
+    revision: str | None = ModelConfig.revision,
+    allow_new_weights: bool = ModelConfig.allow_new_weights,
+    device_map: Any = ModelConfig.device_map,
+    max_memory: Any = ModelConfig.max_memory,
+    offload_folder: str | None = ModelConfig.offload_folder,
     progress: Progress | None = None,
     command: list[str] | None = None,
 ) -> CircuitResult:

@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from headlens.analyses.circuits.composition import BASELINE_Z, MODES, CompositionConfig, check_composition_config, run_composition
+from headlens.analyses.circuits.composition import BASELINE_Z, CompositionConfig, check_composition_config, run_composition
+from headlens.probes.config import ModelConfig
 from headlens.probes.loading import LoadedModel
 from headlens.probes.manifest import build_manifest
 from headlens.probes.progress import Progress
@@ -120,19 +121,19 @@ def composition(
     config: CompositionConfig | None = None,
     /,
     *,
-    modes: tuple[str, ...] = MODES,
-    fold_ln: bool = True,
-    n_baseline: int = 200,
-    n_tokens: int = 1000,
-    copying: bool = True,
-    seed: int = 0,
-    device: str = "auto",
-    dtype: str = "float32",
-    revision: str | None = None,
-    allow_new_weights: bool = False,
-    device_map: Any = None,
-    max_memory: Any = None,
-    offload_folder: str | None = None,
+    modes: tuple[str, ...] = CompositionConfig.modes,
+    fold_ln: bool = CompositionConfig.fold_ln,
+    n_baseline: int = CompositionConfig.n_baseline,
+    n_tokens: int = CompositionConfig.n_tokens,
+    copying: bool = CompositionConfig.copying,
+    seed: int = CompositionConfig.seed,
+    device: str = ModelConfig.device,
+    dtype: str = ModelConfig.dtype,
+    revision: str | None = ModelConfig.revision,
+    allow_new_weights: bool = ModelConfig.allow_new_weights,
+    device_map: Any = ModelConfig.device_map,
+    max_memory: Any = ModelConfig.max_memory,
+    offload_folder: str | None = ModelConfig.offload_folder,
     progress: Progress | None = None,
     command: list[str] | None = None,
 ) -> CompositionResult:

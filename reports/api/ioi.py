@@ -18,8 +18,9 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from headlens.analyses.measure.stats import small_sample_note
 from headlens.analyses.patching.ioi import CLASSES, IOIConfig, run_ioi
-from headlens.analyses.stats import small_sample_note
+from headlens.probes.config import ModelConfig
 from headlens.probes.loading import LoadedModel
 from headlens.probes.manifest import build_manifest
 from headlens.probes.progress import Progress
@@ -172,19 +173,19 @@ def ioi(
     config: IOIConfig | None = None,
     /,
     *,
-    n_pairs: int = 32,
-    seed: int = 0,
-    n_resamples: int = 1000,
-    batch_size: int = 8,
-    screen_senders: bool = True,
-    prepend_bos: bool = True,
-    device: str = "auto",
-    dtype: str = "float32",
-    revision: str | None = None,
-    allow_new_weights: bool = False,
-    device_map: Any = None,
-    max_memory: Any = None,
-    offload_folder: str | None = None,
+    n_pairs: int = IOIConfig.n_pairs,
+    seed: int = IOIConfig.seed,
+    n_resamples: int = IOIConfig.n_resamples,
+    batch_size: int = IOIConfig.batch_size,
+    screen_senders: bool = IOIConfig.screen_senders,
+    prepend_bos: bool = IOIConfig.prepend_bos,
+    device: str = ModelConfig.device,
+    dtype: str = ModelConfig.dtype,
+    revision: str | None = ModelConfig.revision,
+    allow_new_weights: bool = ModelConfig.allow_new_weights,
+    device_map: Any = ModelConfig.device_map,
+    max_memory: Any = ModelConfig.max_memory,
+    offload_folder: str | None = ModelConfig.offload_folder,
     progress: Progress | None = None,
     command: list[str] | None = None,
 ) -> IOIResult:

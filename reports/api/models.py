@@ -3,8 +3,11 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
 import logging
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import torch
 
@@ -14,41 +17,74 @@ from headlens.probes.gguf import gguf_checkpoint
 from headlens.probes.loading import LoadedModel
 from headlens.probes.loading import load_model as _load_checkpoint
 from headlens.probes.settings import check_seed
+from headlens.reports.api.common import LOAD_FIELDS, loading_of
 from headlens.reports.api.named_models import NamedModel, named_model_list, named_models
 
 log = logging.getLogger(__name__)
 
 __all__ = ["load_model", "models", "as_loaded", "fetch_model"]
 
+F = TypeVar("F", bound=Callable[..., Any])
 
-def load_model(model: str | ModelConfig, **kwargs: Any) -> LoadedModel:
+
+def _keywords_known(fn: F) -> F:
+    """Refuse a keyword ``fn`` does not take with a one-line :class:`InputError` naming it and the
+    keywords it does take (Python's own TypeError names neither the choices nor the parameter)."""
+    names = [n for n, p in inspect.signature(fn).parameters.items() if p.kind is not inspect.Parameter.VAR_POSITIONAL]
+
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        unknown = sorted(set(kwargs) - set(names))
+        if unknown:
+            choices = ", ".join(sorted(LOAD_FIELDS))
+            raise InputError(f"{fn.__name__}: unknown keyword {', '.join(map(repr, unknown))}; choose from {choices}")
+        return fn(*args, **kwargs)
+
+    return call  # type: ignore[return-value]  # functools.wraps keeps fn's signature
+
+
+@_keywords_known
+def load_model(
+    model: str | ModelConfig,
+    *,
+    device: str = ModelConfig.device,
+    dtype: str = ModelConfig.dtype,
+    revision: str | None = ModelConfig.revision,
+    allow_new_weights: bool = ModelConfig.allow_new_weights,
+    device_map: Any = ModelConfig.device_map,
+    max_memory: Any = ModelConfig.max_memory,
+    offload_folder: str | None = ModelConfig.offload_folder,
+) -> LoadedModel:
     """Load a model: a named model (``"demo"``: the small GPT-2 shipped with headlens, ``"minilm"``, ``"smollm2"``;
     :func:`models` lists them), a local checkpoint folder, a GGUF file or a Hugging Face id.
 
-    ``kwargs`` are :class:`~headlens.probes.config.ModelConfig`'s fields: ``device`` (``"auto"``,
-    ``"cpu"``, ``"cuda"``, ``"cuda:1"``, ``"mps"``), ``dtype``, ``revision``, ``allow_new_weights``,
-    ``device_map``, ``max_memory``, ``offload_folder``.  A name close to a named model
-    (``"dmeo"``) is refused with the name it is close to.  ``model`` may be given by keyword
-    (``load_model(model="demo")``).
+    The keywords are :class:`~headlens.probes.config.ModelConfig`'s fields, with its defaults:
+
+    * ``device``: ``"auto"`` (CUDA, then MPS, then CPU), ``"cpu"``, ``"cuda"``, ``"cuda:1"``, ``"mps"``;
+    * ``dtype``: ``"float32"``, ``"bfloat16"`` or ``"float16"``;
+    * ``revision``: the Hub revision (branch, tag or commit);
+    * ``allow_new_weights``: load even when weights of the network body are missing from the
+      checkpoint (randomly initialised, listed in the manifest) instead of refusing it;
+    * ``device_map`` (``"auto"``, ``"balanced"``, ``"sequential"``, a ``{module: device}`` mapping or a
+      JSON file of one), ``max_memory`` (``{device: size}``) and ``offload_folder``: place a model
+      larger than one device with accelerate.
+
+    ``model`` may also be a whole :class:`~headlens.probes.config.ModelConfig` (then no keyword may
+    differ from its default) and may be given by keyword (``load_model(model="demo")``).  A name close
+    to a named model (``"dmeo"``) is refused with the name it is close to; an unknown keyword is a
+    one-line :class:`~headlens.probes.errors.InputError` naming it.
     """
+    settings = {k: v for k, v in locals().items() if k in LOAD_FIELDS}
     if isinstance(model, ModelConfig):
-        if kwargs:
-            raise TypeError("load_model: pass either a ModelConfig or keyword arguments, not both")
+        given = sorted(loading_of(settings))
+        if given:
+            raise TypeError(f"load_model: pass either a ModelConfig or keyword arguments ({', '.join(given)}), not both")
         config = model
+    elif isinstance(model, str):
+        config = ModelConfig(model=model, **settings)
     else:
-        if not isinstance(model, str):
-            raise TypeError(f"load_model: model must be a name, folder or Hugging Face id (a str), got {type(model).__name__}")
-        config = model_config(model, kwargs)
+        raise TypeError(f"load_model: model must be a name, folder or Hugging Face id (a str), got {type(model).__name__}")
     return _load_checkpoint(config, named=named_models())
-
-
-def model_config(model: str, kwargs: dict[str, Any]) -> ModelConfig:
-    """A :class:`ModelConfig` from keyword arguments; an unknown keyword is a one-line InputError naming it."""
-    fields = set(ModelConfig.__dataclass_fields__) - {"model"}
-    unknown = sorted(set(kwargs) - fields)
-    if unknown:
-        raise InputError(f"load_model: unknown keyword {', '.join(map(repr, unknown))}; choose from {', '.join(sorted(fields))}")
-    return ModelConfig(model=model, **kwargs)
 
 
 def as_loaded(model: LoadedModel | str, load: dict[str, Any] | None = None, *, seed: int | None = None) -> LoadedModel:

@@ -16,14 +16,15 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from headlens.analyses.measure.stats import BOOTSTRAP_BYTES, small_sample_note
 from headlens.analyses.patching.activation import PatchConfig, run_patching
 from headlens.analyses.patching.attribution import agreement, run_attribution_patching
 from headlens.analyses.patching.builtin import builtin_task
-from headlens.analyses.patching.config import BUILTINS, DIRECTIONS
+from headlens.analyses.patching.config import BUILTINS, PairSource, PatchExtras
 from headlens.analyses.patching.dla import run_dla
 from headlens.analyses.patching.pairs import TaskSource, check_pairs, pair_items, tokenize_pairs
 from headlens.analyses.patching.path import PathConfig, check_receivers, run_path_patching
-from headlens.analyses.stats import BOOTSTRAP_BYTES, small_sample_note
+from headlens.probes.config import ModelConfig
 from headlens.probes.counts import check_count
 from headlens.probes.errors import InputError
 from headlens.probes.head_lists import as_heads
@@ -160,31 +161,31 @@ def patch(
     config: PatchConfig | None = None,
     /,
     *,
-    directions: tuple[str, ...] = DIRECTIONS,
-    per_position: bool = False,
-    heads: tuple[tuple[int, int], ...] | None = None,
-    batch_size: int = 8,
-    max_rows: int = 256,
-    n_resamples: int = 1000,
-    seed: int = 0,
-    start_late: bool = True,
-    task: TaskSource | None = None,
-    builtin: str | None = None,
-    n_pairs: int = 64,
-    prepend_bos: bool = True,
+    directions: tuple[str, ...] = PatchConfig.directions,
+    per_position: bool = PatchConfig.per_position,
+    heads: tuple[tuple[int, int], ...] | None = PatchConfig.heads,
+    batch_size: int = PatchConfig.batch_size,
+    max_rows: int = PatchConfig.max_rows,
+    n_resamples: int = PatchConfig.n_resamples,
+    seed: int = PatchConfig.seed,
+    start_late: bool = PatchConfig.start_late,
+    task: TaskSource | None = PairSource.task,
+    builtin: str | None = PairSource.builtin,
+    n_pairs: int = PairSource.n_pairs,
+    prepend_bos: bool = PairSource.prepend_bos,
     receivers: tuple[tuple[int, int], ...] | None = None,
-    receiver_input: str = "k",
-    joint: bool = False,
-    path: bool = False,
-    attribution: bool = False,
-    dla: bool = False,
-    device: str = "auto",
-    dtype: str = "float32",
-    revision: str | None = None,
-    allow_new_weights: bool = False,
-    device_map: Any = None,
-    max_memory: Any = None,
-    offload_folder: str | None = None,
+    receiver_input: str = PathConfig.receiver_input,
+    joint: bool = PathConfig.joint,
+    path: bool = PatchExtras.path,
+    attribution: bool = PatchExtras.attribution,
+    dla: bool = PatchExtras.dla,
+    device: str = ModelConfig.device,
+    dtype: str = ModelConfig.dtype,
+    revision: str | None = ModelConfig.revision,
+    allow_new_weights: bool = ModelConfig.allow_new_weights,
+    device_map: Any = ModelConfig.device_map,
+    max_memory: Any = ModelConfig.max_memory,
+    offload_folder: str | None = ModelConfig.offload_folder,
     progress: Progress | None = None,
     command: list[str] | None = None,
 ) -> PatchingResult:

@@ -17,11 +17,12 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 import torch
 
-from headlens.analyses.ablation.config import TaskItem
-from headlens.analyses.ablation.evalset import EvalSet
-from headlens.analyses.ablation.masks import HeadMask, read_mask
 from headlens.analyses.ablation.pruning import PruneConfig, run_pruning
-from headlens.analyses.ablation.setup import EvalSetup
+from headlens.analyses.measure.evalset import EvalSet
+from headlens.analyses.measure.masks import HeadMask, read_mask
+from headlens.analyses.measure.setup import EvalSetup
+from headlens.analyses.measure.spec import EvalSpec, TaskItem
+from headlens.probes.config import ModelConfig
 from headlens.probes.loading import LoadedModel
 from headlens.probes.manifest import build_manifest
 from headlens.probes.outputs import write_json
@@ -151,29 +152,29 @@ def prune(
     config: PruneConfig | None = None,
     /,
     *,
-    step: float = 0.1,
-    max_increase: float = 0.05,
-    random_seeds: int = 3,
-    seed: int = 0,
-    max_fraction: float = 1.0,
-    batch_size: int = 8,
-    metric: str | None = None,
-    text: str | None = None,
-    text_file: str | None = None,
-    task: Sequence[TaskItem] | None = None,
-    task_file: str | None = None,
-    n_windows: int = 16,
-    window: int = 128,
-    n_sentences: int = 64,
-    prepend_bos: bool = True,
-    complete_sentences: bool | None = None,
-    device: str = "auto",
-    dtype: str = "float32",
-    revision: str | None = None,
-    allow_new_weights: bool = False,
-    device_map: Any = None,
-    max_memory: Any = None,
-    offload_folder: str | None = None,
+    step: float = PruneConfig.step,
+    max_increase: float = PruneConfig.max_increase,
+    random_seeds: int = PruneConfig.random_seeds,
+    seed: int = PruneConfig.seed,
+    max_fraction: float = PruneConfig.max_fraction,
+    batch_size: int = PruneConfig.batch_size,
+    metric: str | None = EvalSpec.metric,
+    text: str | None = EvalSpec.text,
+    text_file: str | None = EvalSpec.text_file,
+    task: Sequence[TaskItem] | None = EvalSpec.task,
+    task_file: str | None = EvalSpec.task_file,
+    n_windows: int = EvalSpec.n_windows,
+    window: int = EvalSpec.window,
+    n_sentences: int = EvalSpec.n_sentences,
+    prepend_bos: bool = EvalSpec.prepend_bos,
+    complete_sentences: bool | None = EvalSpec.complete_sentences,
+    device: str = ModelConfig.device,
+    dtype: str = ModelConfig.dtype,
+    revision: str | None = ModelConfig.revision,
+    allow_new_weights: bool = ModelConfig.allow_new_weights,
+    device_map: Any = ModelConfig.device_map,
+    max_memory: Any = ModelConfig.max_memory,
+    offload_folder: str | None = ModelConfig.offload_folder,
     journal: JournalOpener | None = None,
     progress: Progress | None = None,
     command: list[str] | None = None,

@@ -13,15 +13,16 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, overload
+from typing import TYPE_CHECKING, Any, TypedDict, overload
 
 import pandas as pd
 
-from headlens.analyses.ablation.texts import TEXT_NAMES
+from headlens.analyses.measure.texts import TEXT_NAMES
 from headlens.analyses.sinks.config import LengthsConfig, SinkConfig
 from headlens.analyses.sinks.lengths import run_sink_lengths, validate_lengths
 from headlens.analyses.sinks.seed import seed_tables
 from headlens.analyses.sinks.study import SinksRun, run_sinks
+from headlens.probes.config import ModelConfig
 from headlens.probes.errors import InputError
 from headlens.probes.loading import LoadedModel
 from headlens.probes.manifest import build_manifest
@@ -37,10 +38,11 @@ from headlens.reports.render.sinks_tables import sinks_loss_notes, summary_markd
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
+    from typing_extensions import Unpack  # typing's from Python 3.11
 
 log = logging.getLogger(__name__)
 
-__all__ = ["sinks", "seed_text", "SinksResult", "SinkLengthsResult", "SeedTextResult", "LENGTHS_KEYWORDS"]
+__all__ = ["sinks", "SinkKeywords", "seed_text", "SinksResult", "SinkLengthsResult", "SeedTextResult", "LENGTHS_KEYWORDS"]
 
 SUMMARY_FILE = "summary.md"
 
@@ -177,117 +179,90 @@ def _file_names(result: Result, tables: dict[str, pd.DataFrame]) -> list[str]:
     return [f"{name}.csv" for name in tables] + [f"{stem}.{fmt}" for stem in result._figure_makers() for fmt in result.figure_formats]
 
 
+class SinkKeywords(TypedDict, total=False):
+    """The keywords of :func:`sinks` besides ``lengths``, for its two overloads (which differ only in
+    ``lengths`` and what they return); names and types are the implementation's keyword parameters
+    (tests/reports/api/test_sinks_signature.py), whose defaults are :class:`SinkConfig`'s fields."""
+
+    eps: float
+    window: int
+    n_prompts: int | None
+    bos: tuple[bool, ...]
+    prompts: tuple[str, ...] | None
+    text: str | None
+    heads: tuple[tuple[int, int], ...] | None
+    max_single: int
+    keep_first: tuple[int, ...]
+    attn_windows: tuple[int, ...] | None
+    long_tokens: int | None
+    n_long: int
+    top_k: int
+    min_count: int
+    batch_size: int
+    seed: int
+    skip: tuple[str, ...]
+    attention: str
+    query_block: int
+    device: str
+    dtype: str
+    revision: str | None
+    allow_new_weights: bool
+    device_map: Any
+    max_memory: Any
+    offload_folder: str | None
+    prompts_file: str | None
+    progress: Progress | None
+    command: list[str] | None
+
+
 @overload
 def sinks(
-    model: LoadedModel | str,
-    config: SinkConfig | None = None,
-    /,
-    *,
-    eps: float = ...,
-    window: int = ...,
-    n_prompts: int | None = ...,
-    bos: tuple[bool, ...] = ...,
-    prompts: tuple[str, ...] | None = ...,
-    text: str | None = ...,
-    heads: tuple[tuple[int, int], ...] | None = ...,
-    max_single: int = ...,
-    keep_first: tuple[int, ...] = ...,
-    attn_windows: tuple[int, ...] | None = ...,
-    long_tokens: int | None = ...,
-    n_long: int = ...,
-    top_k: int = ...,
-    min_count: int = ...,
-    batch_size: int = ...,
-    seed: int = ...,
-    skip: tuple[str, ...] = ...,
-    lengths: None = None,
-    attention: str = ...,
-    query_block: int = ...,
-    device: str = ...,
-    dtype: str = ...,
-    revision: str | None = ...,
-    allow_new_weights: bool = ...,
-    device_map: Any = ...,
-    max_memory: Any = ...,
-    offload_folder: str | None = ...,
-    prompts_file: str | None = ...,
-    progress: Progress | None = ...,
-    command: list[str] | None = ...,
+    model: LoadedModel | str, config: SinkConfig | None = None, /, *, lengths: None = None, **settings: Unpack[SinkKeywords]
 ) -> SinksResult: ...
 
 
 @overload
 def sinks(
-    model: LoadedModel | str,
-    config: None = None,
-    /,
-    *,
-    eps: float = ...,
-    window: int = ...,
-    n_prompts: int | None = ...,
-    bos: tuple[bool, ...] = ...,
-    prompts: tuple[str, ...] | None = ...,
-    text: str | None = ...,
-    heads: tuple[tuple[int, int], ...] | None = ...,
-    max_single: int = ...,
-    keep_first: tuple[int, ...] = ...,
-    attn_windows: tuple[int, ...] | None = ...,
-    long_tokens: int | None = ...,
-    n_long: int = ...,
-    top_k: int = ...,
-    min_count: int = ...,
-    batch_size: int = ...,
-    seed: int = ...,
-    skip: tuple[str, ...] = ...,
-    lengths: tuple[int, ...] | int | str,
-    attention: str = ...,
-    query_block: int = ...,
-    device: str = ...,
-    dtype: str = ...,
-    revision: str | None = ...,
-    allow_new_weights: bool = ...,
-    device_map: Any = ...,
-    max_memory: Any = ...,
-    offload_folder: str | None = ...,
-    prompts_file: str | None = ...,
-    progress: Progress | None = ...,
-    command: list[str] | None = ...,
+    model: LoadedModel | str, config: None = None, /, *, lengths: tuple[int, ...] | int | str, **settings: Unpack[SinkKeywords]
 ) -> SinkLengthsResult: ...
 
 
+# The implementation spells out SinkKeywords as keyword parameters (their defaults are SinkConfig's and
+# ModelConfig's) where the overloads take them as **settings: pyright asks an implementation to take
+# **settings too, which would hide the settings from help(), notebooks and tests/meta/test_settings_once.py.
 @study("sinks", SinkConfig)
-def sinks(
+def sinks(  # pyright: ignore[reportInconsistentOverload]
     model: LoadedModel | str,
     config: SinkConfig | None = None,
     /,
     *,
-    eps: float = 0.3,
-    window: int = 64,
-    n_prompts: int | None = None,
-    bos: tuple[bool, ...] = (False, True),
-    prompts: tuple[str, ...] | None = None,
-    text: str | None = None,
-    heads: tuple[tuple[int, int], ...] | None = None,
-    max_single: int = 8,
-    keep_first: tuple[int, ...] = (0, 1, 4),
-    attn_windows: tuple[int, ...] | None = None,
-    long_tokens: int | None = None,
-    n_long: int = 2,
-    top_k: int = 5,
-    min_count: int = 3,
-    batch_size: int = 8,
-    seed: int = 0,
-    skip: tuple[str, ...] = (),
+    eps: float = SinkConfig.eps,
+    window: int = SinkConfig.window,
+    n_prompts: int | None = SinkConfig.n_prompts,
+    bos: tuple[bool, ...] = SinkConfig.bos,
+    prompts: tuple[str, ...] | None = SinkConfig.prompts,
+    text: str | None = SinkConfig.text,
+    heads: tuple[tuple[int, int], ...] | None = SinkConfig.heads,
+    max_single: int = SinkConfig.max_single,
+    keep_first: tuple[int, ...] = SinkConfig.keep_first,
+    attn_windows: tuple[int, ...] | None = SinkConfig.attn_windows,
+    long_tokens: int | None = SinkConfig.long_tokens,
+    n_long: int = SinkConfig.n_long,
+    top_k: int = SinkConfig.top_k,
+    min_count: int = SinkConfig.min_count,
+    batch_size: int = SinkConfig.batch_size,
+    seed: int = SinkConfig.seed,
+    skip: tuple[str, ...] = SinkConfig.skip,
     lengths: tuple[int, ...] | int | str | None = None,
-    attention: str = "auto",
-    query_block: int = 256,
-    device: str = "auto",
-    dtype: str = "float32",
-    revision: str | None = None,
-    allow_new_weights: bool = False,
-    device_map: Any = None,
-    max_memory: Any = None,
-    offload_folder: str | None = None,
+    attention: str = LengthsConfig.attention,
+    query_block: int = LengthsConfig.query_block,
+    device: str = ModelConfig.device,
+    dtype: str = ModelConfig.dtype,
+    revision: str | None = ModelConfig.revision,
+    allow_new_weights: bool = ModelConfig.allow_new_weights,
+    device_map: Any = ModelConfig.device_map,
+    max_memory: Any = ModelConfig.max_memory,
+    offload_folder: str | None = ModelConfig.offload_folder,
     prompts_file: str | None = None,
     progress: Progress | None = None,
     command: list[str] | None = None,
@@ -302,7 +277,7 @@ def sinks(
     ``attention`` and ``query_block``: :class:`~headlens.analyses.sinks.config.LengthsConfig`'s).
     ``text``: what the evaluation windows are cut from (a text, ``"heldout"`` or ``"builtin"``;
     default the model's own held-out text when it carries one, else the built-in text: the rule
-    ablate uses, :func:`~headlens.analyses.ablation.texts.choose_text`; the manifest's
+    ablate uses, :func:`~headlens.analyses.measure.texts.choose_text`; the manifest's
     ``sinks.text`` records which, why, SHA-256 and length).
     ``prompts_file``: texts to use instead of the evaluation text (one a line, or JSONL with
     ``text``; recorded in the manifest).  ``progress(stage, done, total)`` is called after each batch.

@@ -13,6 +13,7 @@ import pandas as pd
 from headlens.analyses.heads.verify import verify_attention
 from headlens.analyses.heads.verify_config import DEFAULT_VERIFY_PROMPTS, DEFAULT_VERIFY_TEXT, VerifyConfig, check_prompts
 from headlens.analyses.synthetic.selftest import SelftestReport, run_selftest
+from headlens.probes.config import ModelConfig
 from headlens.probes.loading import LoadedModel
 from headlens.probes.manifest import build_manifest
 from headlens.probes.progress import Progress
@@ -73,17 +74,17 @@ def verify(
     config: VerifyConfig | None = None,
     /,
     *,
-    prompts: tuple[str, ...] = DEFAULT_VERIFY_PROMPTS,
-    prepend_bos: bool = True,
-    tolerance: float | None = None,
-    batch_size: int = 8,
-    device: str = "auto",
-    dtype: str = "float32",
-    revision: str | None = None,
-    allow_new_weights: bool = False,
-    device_map: Any = None,
-    max_memory: Any = None,
-    offload_folder: str | None = None,
+    prompts: tuple[str, ...] = VerifyConfig.prompts,
+    prepend_bos: bool = VerifyConfig.prepend_bos,
+    tolerance: float | None = VerifyConfig.tolerance,
+    batch_size: int = VerifyConfig.batch_size,
+    device: str = ModelConfig.device,
+    dtype: str = ModelConfig.dtype,
+    revision: str | None = ModelConfig.revision,
+    allow_new_weights: bool = ModelConfig.allow_new_weights,
+    device_map: Any = ModelConfig.device_map,
+    max_memory: Any = ModelConfig.max_memory,
+    offload_folder: str | None = ModelConfig.offload_folder,
     command: list[str] | None = None,
 ) -> VerifyResult:
     """Check the captured attention of every layer against its recomputation on ``prompts``: a

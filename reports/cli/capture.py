@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from headlens.analyses.heads.verify_config import DEFAULT_VERIFY_PROMPTS, VerifyConfig
+from headlens.analyses.synthetic.tiny import TinySpec
 from headlens.probes.config import CaptureConfig
 from headlens.probes.errors import CheckFailed, InputError
 from headlens.probes.outputs import check_out_dir, normal_modes
@@ -138,11 +139,11 @@ def verify_cmd(model, device, dtype, revision, allow_new_weights, text, prompts_
 
 @click.command("tiny-model")
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Folder for the checkpoint.")
-@click.option("--layers", "n_layer", default=2, show_default=True, type=click.IntRange(1, 48))
-@click.option("--heads", "n_head", default=4, show_default=True, type=click.IntRange(1, 64))
-@click.option("--d-model", default=64, show_default=True, type=click.IntRange(1, 8192))
-@click.option("--n-ctx", default=128, show_default=True, type=click.IntRange(2, 8192))
-@click.option("--seed", default=0, show_default=True, type=click.IntRange(0, SEED_MAX))
+@click.option("--layers", "n_layer", default=TinySpec.n_layer, show_default=True, type=click.IntRange(1, 48))
+@click.option("--heads", "n_head", default=TinySpec.n_head, show_default=True, type=click.IntRange(1, 64))
+@click.option("--d-model", default=TinySpec.d_model, show_default=True, type=click.IntRange(1, 8192))
+@click.option("--n-ctx", default=TinySpec.n_ctx, show_default=True, type=click.IntRange(2, 8192))
+@click.option("--seed", default=TinySpec.seed, show_default=True, type=click.IntRange(0, SEED_MAX))
 @click.option(
     "--planted",
     is_flag=True,

@@ -6,7 +6,7 @@ each into ``OUT/<stage>/`` (that module's docstring lists them, and says how to 
 **Models without a trained output head.**  When the model's output head was newly initialised
 (``LoadedModel.head_is_new``, e.g. all-MiniLM-L6-v2 booted as ``BertForMaskedLM``) or the model
 is an encoder, the ablation and pruning stages measure the **embedding change** instead of the
-loss (:func:`headlens.analyses.ablation.metrics.default_metric`): ``1 - cos`` between the mean-pooled last
+loss (:func:`headlens.analyses.measure.metrics.default_metric`): ``1 - cos`` between the mean-pooled last
 hidden state and the unablated one, over 64 sentences of the evaluation text [4 sentences of
 at most 32 tokens]; pruning then ranks heads by their exact single-head change (the embedding
 change has no gradient), and the sinks stage leaves out sink removal and windowed attention
@@ -130,20 +130,20 @@ def build_report(
     config: ReportSettings | None = None,
     /,
     *,
-    quick: bool = False,
-    prepend_bos: bool = True,
-    seed: int = 0,
-    batch_size: int = 8,
-    example_prompts: tuple[str, ...] = DEFAULT_EXAMPLE_PROMPTS,
-    skip: tuple[str, ...] = (),
-    text_file: str | None = None,
-    device: str = "auto",
-    dtype: str = "float32",
-    revision: str | None = None,
-    allow_new_weights: bool = False,
-    device_map: Any = None,
-    max_memory: Any = None,
-    offload_folder: str | None = None,
+    quick: bool = ReportSettings.quick,
+    prepend_bos: bool = ReportSettings.prepend_bos,
+    seed: int = ReportSettings.seed,
+    batch_size: int = ReportSettings.batch_size,
+    example_prompts: tuple[str, ...] = ReportSettings.example_prompts,
+    skip: tuple[str, ...] = ReportSettings.skip,
+    text_file: str | None = ReportSettings.text_file,
+    device: str = ModelConfig.device,
+    dtype: str = ModelConfig.dtype,
+    revision: str | None = ModelConfig.revision,
+    allow_new_weights: bool = ModelConfig.allow_new_weights,
+    device_map: Any = ModelConfig.device_map,
+    max_memory: Any = ModelConfig.max_memory,
+    offload_folder: str | None = ModelConfig.offload_folder,
     out_dir: str | Path | None = None,
     redo: Sequence[str] = (),
     overwrite: bool = False,

@@ -81,7 +81,7 @@ def session_models(models: Mapping[str, Any]) -> Iterator[None]:
     def load(model, **kwargs):
         loaded = models.get(model) if isinstance(model, str) else None
         if loaded is not None:
-            config = api_models.model_config(model, kwargs)
+            config = ModelConfig(model=model, **kwargs)
             if config == replace(ModelConfig(model=model), device=config.device) and resolve_device(config.device) == loaded.device:
                 return loaded
         return real(model, **kwargs)

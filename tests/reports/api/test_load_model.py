@@ -3,9 +3,14 @@ errors name parameters and the CLI says them as its flags (one mapping, ``cli.co
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
+import typing
+
 import pytest
 import torch
 
+from headlens.probes.config import ModelConfig
 from headlens.probes.errors import DeviceError, InputError, ModelLoadError
 from headlens.reports.api.models import load_model, models
 from headlens.reports.api.named_models import DEMO
@@ -35,6 +40,24 @@ def test_a_typo_is_suggested_naming_the_parameter(elsewhere):
     assert f"model={typo!r}" in message and f"did you mean {DEMO!r}?" in message and "--model" not in message
     with pytest.raises(InputError, match=r"load_model: unknown keyword 'dtpye'"):
         load_model(DEMO, dtpye="float32")
+
+
+def test_the_keywords_are_model_configs_fields():
+    """One keyword per ModelConfig field (``model`` is the positional), with its type and default."""
+    params = inspect.signature(load_model).parameters
+    hints = typing.get_type_hints(load_model)
+    fields = {f.name: f for f in dataclasses.fields(ModelConfig)}
+    keywords = [n for n, p in params.items() if p.kind is inspect.Parameter.KEYWORD_ONLY]
+    assert keywords == [n for n in fields if n != "model"]
+    assert {n: typing.get_type_hints(ModelConfig)[n] for n in keywords} == {n: hints[n] for n in keywords}
+    assert all(params[n].default == fields[n].default for n in keywords)
+
+
+def test_a_config_or_keywords(tiny_checkpoint):
+    with pytest.raises(TypeError, match=r"ModelConfig or keyword arguments \(dtype\), not both"):
+        load_model(ModelConfig(model=str(tiny_checkpoint)), dtype="bfloat16")
+    with pytest.raises(TypeError, match="must be a name"):
+        load_model(3)  # type: ignore[arg-type]
 
 
 def test_library_errors_name_parameters_the_cli_names_flags(elsewhere, runner, monkeypatch, tiny_checkpoint):
