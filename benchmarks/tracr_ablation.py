@@ -10,10 +10,12 @@ For each program of ``circuits_vs_peers.py`` (compiled by ``headlens tracr-model
   zeroed (a zero length clips to the longest, which a full-length input has);
 * ``mean``: ablated to its mean over the pairs' clean and corrupted inputs, on the every-length pairs.
 
-AUC against every compiled edge (``auc_all``: ACDC's published zero-ablation figure is 1.000 on reverse and
-proportion = frac_prevs), against the edges the program uses (``auc_used``: the queries and keys a TRUE selector
-ignores left out, as ACDC's own zero-ablation reference for reverse leaves them out) and against the
-input-dependent ones (``auc_input``); 95% percentile intervals over pairs (200 resamples).
+AUC against every compiled edge (``auc_all``), against the edges the program uses (``auc_used``: the queries and
+keys a TRUE selector ignores left out of both classes), against ACDC's reference circuit on the two programs ACDC
+scores (``auc_acdc``, reverse and proportion = frac_prevs: its published zero-ablation edge AUC, 1.000 on both, is
+against that circuit, the output of its own zero-ablation run, every other edge false; docs/tracr.md) and against the
+input-dependent ones (``auc_input``); 95% percentile intervals over pairs (200 resamples).  ACDC's reverse data are
+inputs shorter than max_seq_len (the 6 permutations of 3 tokens, max_seq_len 5): its comparable row is "every length".
 
     OMP_NUM_THREADS=2 .venv/bin/python benchmarks/tracr_ablation.py --threads 2
 """
@@ -35,13 +37,12 @@ def rows_of(program: str, folder: Path, n_pairs: int) -> list[dict]:
     from headlens.analyses.circuits.graph import build_graph
     from headlens.analyses.circuits.ground_truth import read_truth, truth_auc
     from headlens.analyses.circuits.run import score_edges
-    from headlens.analyses.tracr.build import build_tracr_model
+    from headlens.analyses.tracr.build import build_if_stale
     from headlens.analyses.tracr.programs import PROGRAMS as SPECS
     from headlens.analyses.tracr.scoring import tracr_task
     from headlens.probes.loading import load_model
 
-    if not (folder / "ground_truth.json").is_file():
-        build_tracr_model(program, folder, overwrite=True)
+    build_if_stale(program, folder)
     model = load_model(model=str(folder), device="cpu", dtype="float32")
     spec = SPECS[program]
     truth = read_truth(folder / "ground_truth.json")
@@ -71,11 +72,13 @@ def main() -> None:
     args = p.parse_args()
     setup_threads(args.threads)
     rows = [r for prog in args.programs.split(",") if prog for r in rows_of(prog, Path(args.cache) / "tracr" / prog, args.n_pairs)]
-    print(f"{'program':<15}{'ablation':<10}{'pairs':<13}{'auc_all':>22}{'auc_used':>22}{'auc_input':>22}  edges true used input  wall s")
+    head = f"{'program':<15}{'ablation':<10}{'pairs':<13}{'auc_all':>22}{'auc_used':>22}{'auc_acdc':>22}{'auc_input':>22}"
+    print(head + "  edges true used acdc input  wall s")
     for r in rows:
-        counts = f"{r['n_edges']:>6}{r['n_true']:>5}{r.get('n_used', r['n_true']):>5}{r.get('n_varying', r['n_true']):>6}"
-        print(f"{r['program']:<15}{r['ablation']:<10}{r['pairs']:<13}{fmt(r, 'auc_all')}{fmt(r, 'auc_used')}{fmt(r, 'auc_input')}"
-              f"  {counts}  {r['wall_s']:6.2f}")  # fmt: skip
+        counts = (f"{r['n_edges']:>6}{r['n_true']:>5}{r.get('n_used', r['n_true']):>5}{r.get('n_acdc', '-'):>5}"
+                  f"{r.get('n_varying', r['n_true']):>6}")  # fmt: skip
+        aucs = "".join(fmt(r, k) for k in ("auc_all", "auc_used", "auc_acdc", "auc_input"))
+        print(f"{r['program']:<15}{r['ablation']:<10}{r['pairs']:<13}{aucs}  {counts}  {r['wall_s']:6.2f}")
     print(f"threads={args.threads or 'default'}; pairs={args.n_pairs} per case, seed 0; command: {' '.join(sys.argv)}")
     write_json(args.json, {"rows": rows, "argv": sys.argv})
 

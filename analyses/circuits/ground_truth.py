@@ -12,6 +12,9 @@ every input, which no clean/corrupt patch can see).  :func:`truth_auc` gives
   zero-ablation reference circuit for tracr's reverse leaves them out too);
 * ``auc_input`` (when the file labels ``varies``): the input-dependent true edges against the false edges, the
   constant true edges left out of both classes (the score of discovery under corrupted-input patching);
+* ``auc_acdc`` (when edges carry ``acdc_reference``: tracr's reverse and frac_prevs): ACDC's reference circuit for
+  the program against every other edge of the graph, nothing left out (ACDC's own classes; its published tracr
+  AUCs are against that circuit, the output of its own zero-ablation run, not against the compiled edges);
 
 each as :func:`~headlens.analyses.circuits.roc.edge_roc_auc` (``|score|``, ties half) with a 95% percentile
 interval over ``n_bootstrap`` resamples of the pairs that scored the edges (the scores re-averaged).
@@ -38,7 +41,7 @@ Edge = tuple[str, str, str]
 
 
 def read_truth(path: str | Path) -> dict[str, Any]:
-    """The true edges of ``path``: ``{"path", "edges": [(sender, receiver, input)], "varying": [...] or None}``."""
+    """The true edges of ``path``: ``{"path", "edges": [(sender, receiver, input)], "varying"/"used"/"acdc": [...] or None}``."""
     p = Path(path)
     try:
         raw = json.loads(p.read_text())
@@ -49,7 +52,7 @@ def read_truth(path: str | Path) -> dict[str, Any]:
     edges = raw.get("edges") if isinstance(raw, dict) else None
     if not isinstance(edges, list) or not edges:
         raise InputError(f"ground truth {str(p)!r} has no 'edges' list (the format of a tracr folder's ground_truth.json)")
-    out, varying, used = [], [], []
+    out, varying, used, acdc = [], [], [], []
     for i, e in enumerate(edges):
         if not isinstance(e, dict) or not all(isinstance(e.get(k), str) for k in ("sender", "receiver", "input")):
             raise InputError(f"ground truth {str(p)!r}: edge {i} needs 'sender', 'receiver' and 'input' (text)")
@@ -59,8 +62,11 @@ def read_truth(path: str | Path) -> dict[str, Any]:
             varying.append(key)
         if "receiver_ignores" not in e:
             used.append(key)
+        if e.get("acdc_reference"):
+            acdc.append(key)
     labelled = any("varies" in e for e in edges)
-    return {"path": str(p), "edges": out, "varying": varying if labelled else None, "used": used if len(used) < len(out) else None}
+    return {"path": str(p), "edges": out, "varying": varying if labelled else None, "used": used if len(used) < len(out) else None,
+            "acdc": acdc if any("acdc_reference" in e for e in edges) else None}  # fmt: skip
 
 
 def bootstrap_auc(keys: pd.DataFrame, values: np.ndarray, truth: set[Edge], *, n_bootstrap: int, seed: int) -> tuple[float, float, float]:
@@ -99,11 +105,12 @@ def truth_auc(truth: dict[str, Any], edges: pd.DataFrame, values: np.ndarray, *,
     out: dict[str, Any] = {"path": truth["path"], "n_edges": len(keys), "n_true": len(true),
                            "auc_all": auc, "auc_all_low": low, "auc_all_high": high, "n_pairs": int(vals.shape[0]),
                            "n_bootstrap": int(n_bootstrap)}  # fmt: skip
-    for name, subset, count in (("auc_used", "used", "n_used"), ("auc_input", "varying", "n_varying")):
+    for name, subset, count in (("auc_used", "used", "n_used"), ("auc_input", "varying", "n_varying"), ("auc_acdc", "acdc", "n_acdc")):
         if truth.get(subset) is None:
             continue
         part = set(truth[subset])
-        keep = np.array([k not in true or k in part for k in keys])  # the other true edges leave both classes
+        # the other true edges leave both classes; ACDC's classes keep every edge (its reference against the rest)
+        keep = np.array([subset == "acdc" or k not in true or k in part for k in keys])
         auc_s, lo_s, hi_s = bootstrap_auc(edges[keep], vals[:, keep], part, n_bootstrap=n_bootstrap, seed=seed)
         out |= {name: auc_s, f"{name}_low": lo_s, f"{name}_high": hi_s, count: len(part)}
     return out

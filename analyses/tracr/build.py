@@ -23,7 +23,7 @@ from typing import Any
 from headlens.analyses.tracr.agreement import Agreement, check_agreement
 from headlens.analyses.tracr.compile import compile_program
 from headlens.analyses.tracr.convert import LN_EPS, LN_WEIGHT, word_of, write_checkpoint
-from headlens.analyses.tracr.ground_truth import ground_truth, mark_input_dependence, sender_writes
+from headlens.analyses.tracr.ground_truth import GROUND_TRUTH_FORMAT, ground_truth, mark_input_dependence, sender_writes
 from headlens.analyses.tracr.programs import ProgramSpec, all_inputs, program_spec, require_tracr
 from headlens.analyses.tracr.scoring import tracr_pairs
 from headlens.probes.errors import InputError
@@ -31,7 +31,7 @@ from headlens.probes.loading import load_model
 from headlens.probes.manifest import package_versions
 from headlens.probes.outputs import atomic_dir, check_out_dir
 
-__all__ = ["TracrModel", "build_tracr_model", "read_ground_truth"]
+__all__ = ["TracrModel", "build_if_stale", "build_tracr_model", "read_ground_truth"]
 
 #: Clean/corrupt pairs written to pairs.jsonl (seed 0) for `headlens patch --task` and `headlens circuit`.
 PAIRS = 32
@@ -59,6 +59,13 @@ def read_ground_truth(folder: str | Path) -> dict[str, Any]:
     if not path.is_file():
         raise InputError(f"{folder} has no ground_truth.json: not a folder written by build_tracr_model")
     return json.loads(path.read_text())
+
+
+def build_if_stale(program: str, folder: str | Path) -> None:
+    """Build ``program`` into ``folder`` (overwriting) unless it holds a ground truth of this code's format (a cache)."""
+    path = Path(folder) / "ground_truth.json"
+    if not path.is_file() or json.loads(path.read_text()).get("format") != GROUND_TRUTH_FORMAT:
+        build_tracr_model(program, folder, overwrite=True)
 
 
 def _source(spec: ProgramSpec) -> str:

@@ -15,9 +15,12 @@ directions, and values computed from them only, such as the length of a full-len
 receiver's RASP expression ignores that input (a selector whose predicate is ``TRUE``/``FALSE`` selects the
 same keys whatever its queries and keys hold, so its ``q``/``k`` edges carry nothing although tracr wires
 them with nonzero weights).  No clean/corrupt patch from the input space can see a constant edge, so
-discovery under corrupted-input (resample) patching is scored against the input-dependent edges; the score
-against every compiled edge is the one comparable with ACDC's tracr table (its reference circuits are the
-zero-ablation ones, which keep the constant edges).
+discovery under corrupted-input (resample) patching is scored against the input-dependent edges.
+
+ACDC's tracr AUCs (Conmy et al. 2023) are not against the compiled edges: its reference circuit for each of its two
+tracr tasks is the output of an ACDC run under zero ablation at a tiny threshold (:data:`ACDC_REFERENCE`).
+:func:`mark_acdc_reference` marks the compiled edges in it (``acdc_reference``), so the score against ACDC's own
+definition is printed beside the one against every compiled edge.
 """
 
 from __future__ import annotations
@@ -29,10 +32,47 @@ import torch
 
 from headlens.analyses.tracr.compile import Compiled
 
-__all__ = ["ground_truth", "true_edges", "sender_writes", "mark_input_dependence", "varying_edges"]
+__all__ = [
+    "ACDC_REFERENCE",
+    "GROUND_TRUTH_FORMAT",
+    "ground_truth",
+    "true_edges",
+    "sender_writes",
+    "mark_input_dependence",
+    "mark_acdc_reference",
+    "varying_edges",
+]
 
 #: A sender's write into a direction "varies" when it differs by more than this between two inputs.
 VARY_TOL = 1e-3
+
+#: Written into ``ground_truth.json`` (``format``); a cached folder holding another one is rebuilt
+#: (:func:`~headlens.analyses.tracr.build.build_if_stale`).  2: edges carry ``acdc_reference`` where ACDC has a reference.
+GROUND_TRUTH_FORMAT = 2
+
+Edge = tuple[str, str, str]
+
+#: Where :data:`ACDC_REFERENCE` was read (the reference lists and the ROC code beside them).
+ACDC_SOURCE = (
+    "ArthurConmy/Automatic-Circuit-Discovery bc99ace8, acdc/tracr_task/utils.py get_tracr_reverse_edges, "
+    "get_tracr_proportion_edges: 'generated from ACDC run with threshold epsilon, metric l2 and zero ablation'"
+)
+
+#: ACDC's reference circuits for its tracr tasks (``reverse``; ``proportion`` = ``make_frac_prevs(tokens == "x")``,
+#: the same layers as here), in this graph's names: its ``hook_embed`` and ``hook_pos_embed`` are both ``embed``
+#: here, and its placeholder edges (inside a head or an MLP, left out of its ROC) are not edges.  reverse's leaves
+#: out three compiled edges: the length head's q and k (a TRUE selector) and ``embed -> 3.0 q`` (the `one` direction
+#: that lets a query with no matching key fall back to BOS; in reverse every query has a match).
+ACDC_REFERENCE: dict[str, frozenset[Edge]] = {
+    "reverse": frozenset({
+        ("embed", "0.0", "v"), ("embed", "mlp0", "mlp"), ("0.0", "mlp0", "mlp"), ("embed", "mlp1", "mlp"),
+        ("mlp0", "mlp1", "mlp"), ("mlp1", "mlp2", "mlp"), ("mlp2", "3.0", "q"), ("embed", "3.0", "k"),
+        ("embed", "3.0", "v"), ("3.0", "logits", "logits"),
+    }),
+    "frac_prevs": frozenset({
+        ("embed", "mlp0", "mlp"), ("embed", "1.0", "q"), ("embed", "1.0", "k"), ("mlp0", "1.0", "v"), ("1.0", "logits", "logits"),
+    }),
+}  # fmt: skip
 
 
 def _order(kind: str, layer: int) -> float:
@@ -73,7 +113,8 @@ def ground_truth(compiled: Compiled) -> dict[str, Any]:
                     edge["receiver_ignores"] = ignored[(r_name, inp)]
                 edges.append(edge)
     used = {b_name for b_name in (f"{b.layer}.{b.head}" if b.kind == "head" else f"mlp{b.layer}" for b in c.blocks)}
-    return {
+    truth = {
+        "format": GROUND_TRUTH_FORMAT,
         "program": c.spec.describe(),
         "n_layers": c.n_layers,
         "n_heads": c.n_heads,
@@ -83,6 +124,28 @@ def ground_truth(compiled: Compiled) -> dict[str, Any]:
         "edges": edges,
         "rule": "sender -> receiver(input) is true when the sender writes a residual direction the receiver input reads "
         "(nonzero weights of tracr's craft blocks) and the sender runs earlier",
+    }
+    mark_acdc_reference(truth, c.spec.name)
+    return truth
+
+
+def mark_acdc_reference(truth: dict[str, Any], program: str) -> None:
+    """For a program ACDC scores (:data:`ACDC_REFERENCE`): mark each compiled edge ``acdc_reference`` (in ACDC's
+    reference circuit or not) and describe the reference in ``truth["acdc_reference"]``; other programs unchanged.
+    Raises ValueError when a reference edge is not a compiled edge (the two graphs would not correspond)."""
+    ref = ACDC_REFERENCE.get(program)
+    if ref is None:
+        return
+    compiled = true_edges(truth)
+    if not ref <= compiled:
+        raise ValueError(f"ACDC's reference edges {sorted(ref - compiled)} of {program} are not compiled edges of this model")
+    for e in truth["edges"]:
+        e["acdc_reference"] = (e["sender"], e["receiver"], e["input"]) in ref
+    truth["acdc_reference"] = {
+        "n_edges": len(ref),
+        "source": ACDC_SOURCE,
+        "rule": "ACDC's reference edges true, every other edge of the graph false (as in its ROC); compiled edges "
+        f"left out of it: {len(compiled - ref)}",
     }
 
 

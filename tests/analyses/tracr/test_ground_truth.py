@@ -76,3 +76,39 @@ def test_reverse_input_dependent_edges_are_the_resample_circuit(tracr_build):
     model = load_model(model=str(built.folder), device="cpu", dtype="float32")
     row = score_methods(model, truth, tracr_task(model, spec, spec.build(), numerical=False, n_pairs=8), methods=("exact",)).iloc[0]
     assert row["auc_varying"] == 1.0 and row["auc_varying_low"] == 1.0
+
+
+def test_acdc_reference_marks_its_edges_and_refuses_one_not_compiled():
+    from headlens.analyses.tracr.ground_truth import ACDC_REFERENCE, mark_acdc_reference
+
+    truth: dict = {"edges": [{"sender": s, "receiver": r, "input": i} for s, r, i in sorted(ACDC_REFERENCE["frac_prevs"])]}
+    truth["edges"].append({"sender": "embed", "receiver": "logits", "input": "logits"})
+    mark_acdc_reference(truth, "frac_prevs")
+    assert [e["acdc_reference"] for e in truth["edges"]] == [True] * 5 + [False]
+    assert truth["acdc_reference"]["n_edges"] == 5 and "bc99ace8" in truth["acdc_reference"]["source"]
+    other = {"edges": [{"sender": "embed", "receiver": "0.0", "input": "v"}]}
+    mark_acdc_reference(other, "shift")  # no reference: unchanged
+    assert other == {"edges": [{"sender": "embed", "receiver": "0.0", "input": "v"}]}
+    with pytest.raises(ValueError, match="not compiled edges"):
+        mark_acdc_reference({"edges": truth["edges"][1:]}, "frac_prevs")
+
+
+def test_auc_acdc_keeps_every_edge_in_its_classes(tmp_path):
+    """ACDC's classes: its reference true, every other edge false (a compiled edge outside it included); auc_used
+    instead leaves the ignored compiled edge out of both classes.  Scores A 1, B 2, C 0, D 0."""
+    import json
+
+    import pandas as pd
+
+    from headlens.analyses.circuits.ground_truth import read_truth, truth_auc
+
+    edges = [{"sender": "embed", "receiver": "0.0", "input": "v", "acdc_reference": True},
+             {"sender": "embed", "receiver": "0.0", "input": "q", "acdc_reference": False, "receiver_ignores": "TRUE"}]  # fmt: skip
+    (tmp_path / "t.json").write_text(json.dumps({"edges": edges}))
+    truth = read_truth(tmp_path / "t.json")
+    table = pd.DataFrame({"sender": ["embed", "embed", "embed", "0.0"], "receiver": ["0.0", "0.0", "0.0", "logits"],
+                          "input": ["v", "q", "k", "logits"]})  # fmt: skip
+    got = truth_auc(truth, table, np.array([[1.0, 2.0, 0.0, 0.0]]), n_bootstrap=0)
+    assert got["auc_acdc"] == pytest.approx(2 / 3) and got["n_acdc"] == 1  # A above C and D, below B
+    assert got["auc_used"] == 1.0  # B left out: A above C and D
+    assert got["auc_all"] == 1.0  # A and B above C and D
