@@ -58,7 +58,7 @@ from headlens.analyses.heads.detectors import census_detectors
 from headlens.analyses.heads.detectors.referent import REFERENT_COLUMNS, SPLIT_SEED, min_referent_prompts, referent_statistics
 from headlens.analyses.heads.passes import run_pass
 from headlens.analyses.heads.prefix import CensusPrefix
-from headlens.analyses.heads.stimulus_sets import StimulusSet, batch_from_rows, model_frame, model_framing, wrap_note
+from headlens.analyses.heads.stimulus_sets import StimulusSet, batch_from_rows, batch_from_tokens, model_frame, model_framing, wrap_note
 from headlens.analyses.stats import bootstrap_mean_ci
 from headlens.analyses.stimuli import (
     eval_text,
@@ -130,10 +130,11 @@ def build_stimuli(model: LoadedModel, config: CensusConfig, kinds: set[str]) -> 
             raise InputError(f"seq_len={config.seq_len} needs {need} positions; the model's context is {model.n_ctx}")
         vocab = min(len(tok), int(getattr(model.bridge.cfg, "d_vocab", len(tok))))
         seqs = random_repeated_tokens(config.n_prompts, config.seq_len, config.seed, vocab, exclude=set(tok.all_special_ids), distinct=True)
-        rows = [prefix + s.tolist() + suffix for s in seqs]
+        frame = [torch.tensor(ids, dtype=torch.long).expand(len(seqs), -1) for ids in (prefix, suffix)]
+        tokens = torch.cat([frame[0], seqs, frame[1]], dim=1)
         out["repeated"] = StimulusSet(
             "repeated",
-            batch_from_rows(rows, tok, config.prepend_bos, **framed),
+            batch_from_tokens(tokens, torch.full((len(seqs),), tokens.shape[1]), tok, config.prepend_bos, **framed),
             seq_len=config.seq_len,
             source=f"{config.n_prompts} sequences of {config.seq_len} distinct random tokens, repeated twice (seed {config.seed}){wrap}",
             **framed,

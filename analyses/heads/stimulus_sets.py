@@ -9,14 +9,16 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
+from jaxtyping import Int
 from torch import Tensor
 
 from headlens.probes.errors import InputError
 from headlens.probes.loading import LoadedModel
 from headlens.probes.prompts import TokenBatch, token_strings
 
-__all__ = ["StimulusSet", "model_frame", "model_framing", "batch_from_rows", "wrap_note"]
+__all__ = ["StimulusSet", "model_frame", "model_framing", "batch_from_rows", "batch_from_tokens", "wrap_note"]
 
 
 @dataclass
@@ -65,22 +67,40 @@ def _token_batch(**kwargs: Any) -> TokenBatch:
 
 
 def batch_from_rows(rows: list[list[int]], tokenizer: Any, prepend_bos: bool, n_prefix: int | None = None, n_suffix: int = 0) -> TokenBatch:
-    """Right-padded rows; each distinct id is decoded once (:func:`token_strings` of one id,
-    the same string it gives inside any row)."""
+    """Rows of ids of any lengths, right-padded (:func:`batch_from_tokens`)."""
     width = max(len(r) for r in rows)
     pad = int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (tokenizer.bos_token_id or 0))
-    if all(len(r) == width for r in rows):
-        tokens = torch.tensor(rows, dtype=torch.long)
-    else:
-        tokens = torch.full((len(rows), width), pad, dtype=torch.long)
-        for i, r in enumerate(rows):
-            tokens[i, : len(r)] = torch.tensor(r, dtype=torch.long)
-    ids = sorted({int(t) for r in rows for t in r})
-    text = dict(zip(ids, token_strings(tokenizer, ids), strict=True))
+    tokens = torch.full((len(rows), width), pad, dtype=torch.long)
+    for i, r in enumerate(rows):
+        tokens[i, : len(r)] = torch.tensor(r, dtype=torch.long)
+    lengths = torch.tensor([len(r) for r in rows])
+    return batch_from_tokens(tokens, lengths, tokenizer, prepend_bos, n_prefix, n_suffix)
+
+
+def batch_from_tokens(
+    tokens: Int[Tensor, "prompt pos"],
+    lengths: Int[Tensor, " prompt"],
+    tokenizer: Any,
+    prepend_bos: bool,
+    n_prefix: int | None = None,
+    n_suffix: int = 0,
+) -> TokenBatch:
+    """A :class:`TokenBatch` of right-padded ``tokens`` (``lengths[i]`` real tokens in row ``i``,
+    the rest the tokenizer's pad id); each distinct real id is decoded once
+    (:func:`token_strings` of one id, the same string it gives inside any row)."""
+    pad = int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (tokenizer.bos_token_id or 0))
+    pos = torch.arange(tokens.shape[1])
+    real = pos[None, :] < lengths[:, None]
+    tokens = torch.where(real, tokens, torch.full_like(tokens, pad))
+    ids, which = torch.unique(tokens[real], return_inverse=True)
+    text = np.empty(len(ids), dtype=object)
+    text[:] = token_strings(tokenizer, ids.tolist())
+    flat = text[which.numpy()]
+    ends = np.cumsum(lengths.numpy())
     return _token_batch(
         tokens=tokens,
-        lengths=torch.tensor([len(r) for r in rows]),
-        strings=[[text[int(t)] for t in r] for r in rows],
+        lengths=lengths,
+        strings=[flat[a:b].tolist() for a, b in zip(ends - lengths.numpy(), ends, strict=True)],
         prepend_bos=prepend_bos,
         pad_id=pad,
         n_prefix=(1 if prepend_bos else 0) if n_prefix is None else n_prefix,

@@ -11,13 +11,12 @@ from collections.abc import Iterable
 
 import numpy as np
 import torch
+from jaxtyping import Int
+from torch import Tensor
 
 from headlens.probes.errors import StimulusError
 
 __all__ = ["random_repeated_tokens"]
-
-#: Prompts whose Mersenne Twister draws are generated at once (``rows x (size - 1)`` 32-bit words).
-_CHUNK = 64
 
 
 def _positive_int(value: object, name: str) -> int:
@@ -57,7 +56,9 @@ def random_repeated_tokens(
         if isinstance(token, bool) or not isinstance(token, int):
             raise StimulusError(f"exclude must hold integer token ids, got {token!r}")
         excluded.add(token)
-    allowed = torch.tensor([i for i in range(vocab_size) if i not in excluded], dtype=torch.long)
+    keep = torch.ones(vocab_size, dtype=torch.bool)
+    keep[[t for t in excluded if 0 <= t < vocab_size]] = False
+    allowed = torch.arange(vocab_size)[keep]
     if allowed.numel() == 0:
         raise StimulusError(f"every id in range({vocab_size}) is excluded; nothing left to draw")
     generator = torch.Generator().manual_seed(seed)
@@ -84,29 +85,29 @@ def _twister(seed: int) -> np.random.MT19937:
     return bits
 
 
-def _randperm_prefixes(n: int, size: int, T: int, seed: int) -> torch.Tensor | None:
+def _randperm_prefixes(n: int, size: int, T: int, seed: int) -> Int[Tensor, "prompt T"] | None:
     """``torch.stack([torch.randperm(size, generator=g)[:T] for _ in range(n)])`` for
     ``g = torch.Generator().manual_seed(seed)``, exactly, without building the permutations.
 
     torch's CPU ``randperm`` is a Fisher-Yates shuffle drawing ``size - 1`` 32-bit words of the
     generator's Mersenne Twister (swap ``i`` with ``i + word_i % (size - i)``), and only its first
     ``T`` swaps decide the first ``T`` entries.  The words come from numpy's MT19937 in the same
-    state, the ``T`` swaps are replayed for a chunk of prompts at once (a prompt's swapped
-    positions kept in a small table).  The first prompt is checked against ``torch.randperm``
-    itself; None (the caller draws with torch) when it differs or ``seed`` is outside
-    ``[0, 2**32)``, so the result never depends on this path.
+    state (each prompt's first ``T`` kept, the rest of its ``size - 1`` skipped without being
+    stored), and the ``T`` swaps of every prompt are replayed at once (:func:`_replay_swaps`).
+    The first prompt is checked against ``torch.randperm`` itself; None (the caller draws with
+    torch) when it differs or ``seed`` is outside ``[0, 2**32)``, so the result never depends on
+    this path.
     """
     if not (0 <= seed < 2**32) or size < 2 or size >= 2**32 // 20:
         return None
     bits = _twister(seed)
-    out = np.empty((n, T), dtype=np.int64)
+    kept = min(T, size - 1)  # T == size: no swap at the last step (word 0: i with i)
+    words = np.zeros((n, T), dtype=np.int64)
+    for row in words:
+        row[:kept] = bits.random_raw(kept)
+        bits.random_raw(size - 1 - kept, output=False)
     span = np.arange(T)
-    for start in range(0, n, _CHUNK):
-        m = min(_CHUNK, n - start)
-        words = np.zeros((m, T), dtype=np.int64)  # T == size: no swap at the last step (0: i with i)
-        words[:, : size - 1] = bits.random_raw((m, size - 1))[:, :T]
-        jump = span + words % (size - span)  # [m, T]: step i swaps positions i and jump[:, i]
-        out[start : start + m] = _replay_swaps(jump)
+    out = _replay_swaps(span + words % (size - span))  # step i swaps positions i and jump[:, i]
     check = torch.randperm(size, generator=torch.Generator().manual_seed(seed))[:T]
     if not torch.equal(check, torch.from_numpy(out[0])):
         return None
@@ -114,25 +115,21 @@ def _randperm_prefixes(n: int, size: int, T: int, seed: int) -> torch.Tensor | N
 
 
 def _replay_swaps(jump: np.ndarray) -> np.ndarray:
-    """The first ``T`` entries after swaps ``(i, jump[:, i])``, ``i = 0 .. T-1``, of ``arange``
-    per row.  Position ``i`` is final after step ``i``; a later position holds the value its
-    last swap put there (the table), else its own index."""
+    """The first ``T`` entries of ``arange`` after the swaps ``(i, jump[:, i])``, ``i = 0 .. T-1``,
+    of every row at once.  Only the positions the swaps touch matter (``0 .. T-1`` and ``jump``):
+    each (row, position) gets one slot holding its value, then the ``T`` steps swap slots for
+    every row together.  Position ``i`` is final after step ``i`` (later steps touch later
+    positions only)."""
     m, T = jump.shape
-    where = np.empty((m, T), dtype=np.int64)  # position written at step k
-    held = np.empty((m, T), dtype=np.int64)  # the value it got
-    out = np.empty((m, T), dtype=np.int64)
-    rows = np.arange(m)
-
-    def value_at(pos: np.ndarray, steps: int) -> np.ndarray:
-        if steps == 0:
-            return pos
-        hit = where[:, :steps] == pos[:, None]
-        last = steps - 1 - hit[:, ::-1].argmax(1)
-        return np.where(hit.any(1), held[rows, last], pos)
-
+    bound = int(jump.max()) + 1 if jump.size else T
+    touched = np.concatenate([np.broadcast_to(np.arange(T), (m, T)), jump], axis=1)  # [m, 2T]
+    keys, slot = np.unique(np.arange(m)[:, None] * bound + touched, return_inverse=True)
+    slot = slot.reshape(m, 2 * T)
+    value = keys % bound  # each slot starts as its own position
+    here, there = slot[:, :T], slot[:, T:]
     for i in range(T):
-        j = jump[:, i]
-        mine = value_at(np.full(m, i), i)
-        out[:, i] = value_at(j, i)
-        where[:, i], held[:, i] = j, mine
-    return out
+        a, b = here[:, i], there[:, i]
+        held = value[a]
+        value[a] = value[b]
+        value[b] = held
+    return value[here]
