@@ -16,7 +16,7 @@ from headlens.reports.render.markdown import markdown_table
 
 log = logging.getLogger(__name__)
 
-__all__ = ["EVIDENCE_FILE", "evidence_joined", "figure_text", "evidence_lines", "evidence_markdown", "evidence_rule_text"]
+__all__ = ["EVIDENCE_FILE", "evidence_joined", "figure_text", "evidence_lines", "evidence_view", "evidence_rule_text"]
 
 EVIDENCE_FILE = "evidence.csv"
 
@@ -71,16 +71,14 @@ def evidence_lines(evidence: pd.DataFrame) -> list[str]:
     return [f"  {r.name:>6}  {r.role:<16} {r.evidence:<18} {figure_text(r)}  {r.detail}" for r in evidence.itertuples()]
 
 
-def evidence_markdown(evidence: pd.DataFrame, *, smoke_note: str | None = None, lead: list[str] | None = None) -> list[str]:
-    """The Markdown lines of an evidence section (a ``##`` heading, the rule, ``lead`` as bullets,
-    e.g. the sink population's verdict, the table)."""
-    lines = ["## Evidence", ""]
-    if smoke_note:
-        lines += [f"**{smoke_note}**", ""]
-    lines += [evidence_rule_text(), ""]
-    if lead:
-        lines += [*(f"- {x}" for x in lead), ""]
-    if evidence.empty:
-        return [*lines, "No head has a role, so nothing was tested.", ""]
+def evidence_view(evidence: pd.DataFrame, *, smoke_note: str | None = None, lead: list[str] | None = None) -> dict[str, Any]:
+    """The parts of an evidence section (``summaries/evidence.md.j2``: a ``##`` heading, the rule,
+    ``lead`` as bullets, e.g. the sink population's verdict, the table; None when nothing was tested)."""
     rows = [[r.name, r.role, r.evidence, figure_text(r), r.unit, r.detail] for r in evidence.itertuples()]
-    return [*lines, *markdown_table(rows, ["head", "role", "evidence", "figure [95% CI]", "figure measures", "why"]).split("\n"), ""]
+    header = ["head", "role", "evidence", "figure [95% CI]", "figure measures", "why"]
+    return {
+        "smoke_note": smoke_note,
+        "rule": evidence_rule_text(),
+        "lead": lead or [],
+        "table": None if evidence.empty else markdown_table(rows, header),
+    }

@@ -8,7 +8,7 @@ model card.
 Cells are escaped by default: ``|`` becomes ``\\|`` and line breaks become a literal ``\\n``
 (a cell is one line); floats are formatted with ``floatfmt``.  Pass ``escape=False`` for cells
 that are already Markdown (bold, code spans, text escaped by
-:func:`headlens.reports.render.page.markdown.md_text`).
+:func:`headlens.reports.render.page.md_templates.md_text`).
 """
 
 from __future__ import annotations

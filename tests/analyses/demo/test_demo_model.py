@@ -203,6 +203,6 @@ def test_heldout_text_feeds_the_report(tmp_path, runner, demo_corpus):
     info = json.loads((out / "ablation_zero" / "stage.json").read_text())["info"]
     assert info["data"]["text"] == f"text file {text_file}"
     assert info["unablated_value"] < 6.0  # in its own domain (the built-in English text: about 10.6 nats)
-    from headlens.reports.render.page.markdown import md_text
+    from headlens.reports.render.page.md_templates import md_text
 
     assert f"tokens of the evaluation text ({md_text(f'text file {text_file}')})" in (out / "report.md").read_text()

@@ -8,7 +8,8 @@ from importlib import resources
 import pytest
 
 from headlens.reports.render.markdown import markdown_header, markdown_row, markdown_table
-from headlens.reports.render.page.markdown import md_environment, md_text, render_markdown
+from headlens.reports.render.page.markdown import render_markdown
+from headlens.reports.render.page.md_templates import md_environment, md_text
 from headlens.reports.render.page.view import page_context
 
 EVIL = "<img src=x onerror=alert(1)> | `tick` *b* _u_ [l] #h\nsecond line"
