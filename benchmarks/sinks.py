@@ -37,8 +37,8 @@ def one_mode(args) -> dict:
 
     from headlens.analyses.sinks.stream import stream_sink_stats
     from headlens.analyses.stimuli import eval_text, text_windows
-    from headlens.probes.engine_forward import forward_until
     from headlens.probes.loading import load_model
+    from headlens.probes.patch import patched_forward
     from headlens.probes.prompts import TokenBatch, iter_batches
 
     _common.setup_threads(args.threads)
@@ -53,7 +53,7 @@ def one_mode(args) -> dict:
     def bridge_stop():
         with torch.inference_mode():
             for toks, mask in batches:
-                forward_until(model, toks, stop_after=f"blocks.{model.n_layers - 1}.attn.hook_pattern", attention_mask=mask)
+                patched_forward(model, toks, stop_after=f"blocks.{model.n_layers - 1}.attn.hook_pattern", attention_mask=mask)
 
     wanted = MODES if args.mode == "paired" else [args.mode]
     fns = {}

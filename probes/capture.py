@@ -15,10 +15,10 @@ from torch import Tensor
 
 from headlens.probes.attention import attention_spec, rotate
 from headlens.probes.config import CAPTURABLE, CaptureConfig
-from headlens.probes.engine_forward import forward_until
 from headlens.probes.errors import InputError, UnsupportedModelError
 from headlens.probes.hooks import attached
 from headlens.probes.loading import LoadedModel, check_layers_heads
+from headlens.probes.patch import patched_forward
 from headlens.probes.progress import Progress
 from headlens.probes.prompts import TokenBatch, iter_batches, tokenize_prompts
 
@@ -127,7 +127,7 @@ def run_forward(
         kwargs["attention_mask"] = attention_mask.to(device=model.device, dtype=torch.long)
     if return_type is None:
         last = model.n_layers if stop_at_layer is None else min(stop_at_layer, model.n_layers)
-        forward_until(model, tokens, stop_after=stop_after or f"blocks.{last - 1}.hook_resid_post", **kwargs)
+        patched_forward(model, tokens, stop_after=stop_after or f"blocks.{last - 1}.hook_resid_post", **kwargs)
         return None
     kwargs["return_type"] = return_type
     if stop_at_layer is not None and stop_at_layer < model.n_layers:

@@ -38,8 +38,7 @@ from jaxtyping import Bool, Float
 from torch import Tensor
 
 from headlens.probes.attention import LayerAttention, attention_spec
-from headlens.probes.engine_forward import forward_until, from_layer, resid_injection
-from headlens.probes.hooks import attached
+from headlens.probes.patch import Start, patched_forward
 from headlens.probes.prompts import TokenBatch
 from headlens.probes.streaming import choose_attention, pattern_blocks, streamed_forward
 
@@ -174,7 +173,7 @@ def reduce_pass(
     ``return_type`` (eager only, e.g. ``"logits"``) asks for the bridge's output
     (:attr:`PassInfo.output`).  ``start`` ``(L, resid)`` (eager only) continues the forward from
     ``resid`` ``[batch, pos, d_model]``, the residual stream entering block ``L``, kept from an
-    earlier pass on the same tokens (:func:`headlens.probes.engine_forward.from_layer`): blocks
+    earlier pass on the same tokens (:class:`headlens.probes.patch.Start`): blocks
     before ``L`` do not run and their layers are not reduced.
     """
     mode = choose_attention(attention, batch=int(tokens.shape[0]), n_heads=int(model.n_heads), n=int(tokens.shape[1]))
@@ -218,19 +217,16 @@ def reduce_pass(
 
     first = 0 if start is None else start[0]
     pass_hooks = [*hooks, *zero_heads_hooks(ablate or {})]
-    if start is not None:
-        pass_hooks.insert(0, resid_injection(*start))
     for la in spec.layers[first:]:
         if values:
             pass_hooks.append((f"blocks.{la.layer}.attn.hook_v", keep_v(la.layer)))
         pass_hooks.append((f"blocks.{la.layer}.attn.hook_pattern", read_pattern(la)))
-    with torch.inference_mode(), from_layer(model, first):
-        if return_type is None:
-            forward_until(
-                model, tokens, stop_after=f"blocks.{model.n_layers - 1}.attn.hook_pattern", hooks=pass_hooks, attention_mask=attention_mask
-            )
-        else:
-            kwargs = {} if attention_mask is None else {"attention_mask": attention_mask.to(model.device, torch.long)}
-            with attached(model.bridge, pass_hooks):
-                info.output = model.bridge(tokens.to(model.device), return_type=return_type, **kwargs)
+    begin = None if start is None else Start(layer=start[0], resid=start[1])
+    stop_after = f"blocks.{model.n_layers - 1}.attn.hook_pattern" if return_type is None else None
+    with torch.inference_mode():
+        output = patched_forward(
+            model, tokens, pass_hooks, start=begin, stop_after=stop_after, return_type=return_type, attention_mask=attention_mask
+        )
+    if return_type is not None:
+        info.output = output
     return info

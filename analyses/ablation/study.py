@@ -18,7 +18,7 @@ Replacement values always come from the baseline model (the unablated model, or 
 The single-head table (:func:`run_ablation`) is exact: every head is ablated alone and the
 model is run to the metric.  It is fast because (1) the residual stream entering each layer is
 stored by the baseline pass and each ablation of a head in layer ``L`` runs only blocks
-``L..n-1`` (:mod:`headlens.analyses.ablation.suffix`), and (2) several heads of one layer are ablated in
+``L..n-1`` (:class:`headlens.probes.patch.Start`), and (2) several heads of one layer are ablated in
 one forward, one head per copy of the batch.  The first-order estimate (attribution, see
 :mod:`headlens.analyses.ablation.gradients`) comes with it.  The sweep is resumable: ``journal`` (a
 :class:`headlens.analyses.ablation.records.RecordJournal`, e.g. the file journal
@@ -53,10 +53,10 @@ from headlens.analyses.ablation.runs import (
     naive_single_head_values,
     single_head_values,
 )
-from headlens.analyses.ablation.suffix import check_from_layer
 from headlens.analyses.stats import bootstrap_mean_ci, spearman, spearman_p
 from headlens.probes.errors import InputError
 from headlens.probes.loading import LoadedModel, check_layers_heads
+from headlens.probes.patch import check_start
 
 __all__ = [
     "METHODS",
@@ -150,7 +150,7 @@ def run_ablation(
 
     prefix = config.prefix_reuse and any(layer > 0 for layer in heads)
     if prefix:
-        prefix = check_from_layer(model, data.longest()[0], [layer for layer in heads if layer > 0])
+        prefix = check_start(model, data.longest()[0], [layer for layer in heads if layer > 0])
     base = baseline_pass(
         model,
         data,

@@ -14,12 +14,12 @@ import torch
 from torch import Tensor
 
 from headlens.analyses.ablation.metrics import model_values
-from headlens.analyses.ablation.suffix import resid_hook_name
 from headlens.analyses.circuits.graph import EdgeGraph
 from headlens.analyses.circuits.hooks import sender_capture
 from headlens.analyses.circuits.readout import Readout, ReadoutMismatch, at_last, capture_hook
 from headlens.probes.hooks import HookFn, attached
 from headlens.probes.loading import LoadedModel
+from headlens.probes.patch import resid_site
 
 __all__ = ["GROUP_BYTES", "capture", "capture_group", "pair_groups"]
 
@@ -51,7 +51,7 @@ def capture(
 
         return fn
 
-    hooks = sender_capture(model, graph, store) + [(resid_hook_name(layer), keep(layer)) for layer in resid_layers] + list(extra)
+    hooks = sender_capture(model, graph, store) + [(resid_site(layer).hook, keep(layer)) for layer in resid_layers] + list(extra)
     if readout is not None:
         hooks.append(capture_hook(head))
     lengths = data.lengths[list(rows)]

@@ -112,7 +112,7 @@ class CircuitConfig:
     )
     batch_size: int = setting(8, help="Pairs per forward (each holds one copy per patched head).", minimum=1)
     #: Copies x pairs per forward of exact patching (the chunk size); None: as many as fit in
-    #: :data:`~headlens.analyses.circuits.exact.ROW_BYTES`, at least 256 (:func:`~headlens.analyses.circuits.exact.auto_rows`).
+    #: :data:`~headlens.analyses.circuits.cost.ROW_BYTES`, at least 256 (:func:`~headlens.analyses.circuits.cost.auto_rows`).
     max_rows: int | None = setting(
         None, help="Copies x pairs per forward of exact patching (default: as many as fit in 256 MiB, at least 256).", minimum=1, cli=False
     )

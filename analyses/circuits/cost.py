@@ -16,14 +16,41 @@ from __future__ import annotations
 import math
 
 from headlens.analyses.circuits.config import CircuitConfig
-from headlens.analyses.circuits.exact import auto_rows
 from headlens.analyses.circuits.faithfulness import curve_points
 from headlens.analyses.circuits.heldout import READABLE_SIZES, split_sizes
 from headlens.analyses.circuits.method_choice import choose_method
 from headlens.analyses.circuits.mib import MIB_FRACTIONS
 from headlens.probes.loading import LoadedModel
 
-__all__ = ["circuit_cost", "split_sizes"]
+__all__ = ["circuit_cost", "split_sizes", "auto_rows", "ROW_BYTES", "MIN_AUTO_ROWS", "MAX_AUTO_ROWS"]
+
+
+#: Device memory (bytes) the activations of one patched forward may take when ``max_rows`` is not given.
+ROW_BYTES = 256 * 2**20
+#: The default ``max_rows`` is at least this (what it was before it depended on the model) and at most
+#: :data:`MAX_AUTO_ROWS` (past that a forward's fixed cost is long amortised).
+MIN_AUTO_ROWS, MAX_AUTO_ROWS = 256, 8192
+
+
+def auto_rows(model: LoadedModel, width: int, *, own: bool = False) -> int:
+    """Rows of ``width`` positions per patched forward whose activations fit in :data:`ROW_BYTES`.
+
+    A row's peak, in float32, through the bridge: the split q/k/v inputs of a block (``3 * n_heads`` residual
+    copies) and the reader hook's copy of them, the residual stream and its patch, the MLP's hidden layer, one
+    head's pattern row per head, and the logits.  ``own`` (:mod:`~headlens.analyses.circuits.own_blocks`): the
+    stream, its norm, its patch and the attention output, the fused q/k/v product twice (a patched copy), the
+    MLP's hidden layer twice (its activation) and the pattern three times (scores, masked, softmax); no split copies,
+    no logits."""
+    cfg = model.bridge.cfg
+    n_h, d_model = int(cfg.n_heads), int(cfg.d_model)
+    d_mlp = int(getattr(cfg, "d_mlp", None) or 4 * d_model)
+    d_vocab = int(cfg.d_vocab)
+    w = max(1, width)
+    if own:
+        per_row = 4 * w * (4 * d_model + 6 * n_h * int(cfg.d_head) + 2 * d_mlp + 3 * n_h * w)
+    else:
+        per_row = 4 * w * (6 * n_h * d_model + 4 * d_model + d_mlp + n_h * w + d_vocab)
+    return int(min(MAX_AUTO_ROWS, max(MIN_AUTO_ROWS, ROW_BYTES // per_row)))
 
 
 def circuit_cost(model: LoadedModel, n_edges: int, n_pairs: int, width: int, config: CircuitConfig) -> str:

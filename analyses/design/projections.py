@@ -26,7 +26,6 @@ from headlens.analyses.ablation.evalset import EvalSet
 from headlens.analyses.ablation.incremental import MAX_CACHE_BYTES, stream_bytes
 from headlens.analyses.ablation.metrics import item_values
 from headlens.analyses.ablation.records import MemoryJournal, RecordJournal, records_of
-from headlens.analyses.ablation.suffix import check_from_layer, resid_hook_name, run_from_layer
 from headlens.analyses.design.config import KINDS, ProjectionConfig
 from headlens.analyses.design.edits import check_knockout, knockout_hooks
 from headlens.analyses.heads.census import CensusConfig, run_census
@@ -34,6 +33,7 @@ from headlens.analyses.heads.classify import classify_heads
 from headlens.analyses.heads.prefix import CensusPrefix
 from headlens.probes.errors import InputError
 from headlens.probes.hooks import attached
+from headlens.probes.patch import Start, check_start, patched_forward, resid_site
 
 __all__ = [
     "ProjectionConfig",
@@ -108,7 +108,7 @@ def run_knockouts(
             len(layers),
             size / 2**30,
         )
-    prefix = bool(layers) and config.prefix_reuse and size <= MAX_CACHE_BYTES and check_from_layer(model, data.longest()[0], layers)
+    prefix = bool(layers) and config.prefix_reuse and size <= MAX_CACHE_BYTES and check_start(model, data.longest()[0], layers)
     resid: dict[int, list[torch.Tensor]] = {layer: [] for layer in layers} if prefix else {}
 
     def measure(hooks: list[tuple[str, Callable[..., Any]]], layer: int = 0) -> list[float]:
@@ -117,11 +117,10 @@ def run_knockouts(
             toks, lengths, _ = data.batch(rows)
             toks = toks.to(model.device)
             if layer > 0 and prefix:
-                logits = run_from_layer(model, toks, resid[layer][b], layer, hooks)
+                logits = patched_forward(model, toks, hooks, start=Start(layer=layer, resid=resid[layer][b]))
             else:
-                keep = [(resid_hook_name(lay), _keeper(resid[lay])) for lay in resid] if not hooks else []
-                with attached(model.bridge, [*hooks, *keep]):
-                    logits = model.bridge(toks, return_type="logits")
+                keep = [(resid_site(lay).hook, _keeper(resid[lay])) for lay in resid] if not hooks else []
+                logits = patched_forward(model, toks, [*hooks, *keep])
             vals.append(item_values(logits, toks, lengths, data, rows))
         return torch.cat(vals).double().cpu().tolist()
 

@@ -49,7 +49,6 @@ import pandas as pd
 import torch
 
 from headlens.analyses.ablation.incremental import MAX_CACHE_BYTES, stream_bytes
-from headlens.analyses.ablation.suffix import check_from_layer
 from headlens.analyses.heads.census_config import CensusConfig
 from headlens.analyses.heads.census_notes import bidirectional_notes as _bidirectional_notes
 from headlens.analyses.heads.census_notes import causal_note as _causal_note
@@ -73,6 +72,7 @@ from headlens.probes.counts import check_count
 from headlens.probes.engine import layer_causal
 from headlens.probes.errors import InputError
 from headlens.probes.loading import LoadedModel
+from headlens.probes.patch import check_start
 from headlens.probes.progress import Progress
 from headlens.probes.streaming import choose_attention
 
@@ -241,7 +241,7 @@ def _start_recording(model: LoadedModel, prefix: CensusPrefix, config: CensusCon
     # the longest prompt of any set, alone (no padding): a window longer than a sliding one shows a wrong cut
     stim = max(stimuli.values(), key=lambda s: int(s.batch.lengths.max()), default=None)
     longest = int(stim.batch.lengths.argmax()) if stim is not None else 0
-    if stim is not None and not check_from_layer(
+    if stim is not None and not check_start(
         model, stim.batch.tokens[longest : longest + 1, : int(stim.batch.lengths[longest])], prefix.layers
     ):
         prefix.refuse("a forward continued from a kept stream does not reproduce a full forward on this model")

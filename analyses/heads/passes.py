@@ -25,8 +25,8 @@ from headlens.analyses.heads.detectors import BatchContext, Detector, DetectorOu
 from headlens.analyses.heads.prefix import Arrays, CensusPrefix
 from headlens.analyses.heads.stimulus_sets import StimulusSet
 from headlens.probes.engine import LayerView, batch_attention_mask, reduce_pass
-from headlens.probes.engine_forward import resid_hook_name
 from headlens.probes.loading import LoadedModel, check_layers_heads
+from headlens.probes.patch import resid_site
 from headlens.probes.prompts import iter_batches
 
 __all__ = ["run_pass"]
@@ -119,7 +119,7 @@ def run_pass(
                 attention=attention,
                 query_block=config.query_block,
                 ablate=ablate,
-                hooks=[(resid_hook_name(layer), keeper(done - 1, layer)) for layer in keep],
+                hooks=[(resid_site(layer).hook, keeper(done - 1, layer)) for layer in keep],
                 start=(first, prefix.resid[(stim.kind, done - 1, first)]) if prefix is not None and first else None,
             )
             widest = max(widest, info.widest_block)

@@ -4,14 +4,14 @@ A change confined to block ``L`` and later (a projection knockout of layer ``L``
 every layer before ``L`` as it was: the same stimuli, the same residual stream entering block
 ``L`` and the same per-prompt results for layers ``0..L-1``.  :class:`CensusPrefix` records them
 during one census (``record``) and hands them to the next (:meth:`CensusPrefix.starting_at`): its
-forwards continue from the kept stream (:func:`headlens.probes.engine_forward.from_layer`) and
+forwards continue from the kept stream (:class:`headlens.probes.patch.Start`) and
 its rows for layers before ``L`` are the recorded ones.  Intervals and tables are computed from
 those arrays as in any census, so the result is the census a full run gives (tested against full
 runs: every number equal).
 
 Kept only when it fits (:data:`headlens.analyses.ablation.incremental.MAX_CACHE_BYTES`), the
 attention is eager and a continued forward reproduces a full one
-(:func:`headlens.analyses.ablation.suffix.check_from_layer`); otherwise each census runs whole,
+(:func:`headlens.probes.patch.check_start`); otherwise each census runs whole,
 with a log line saying why (:attr:`CensusPrefix.why_not`).
 """
 

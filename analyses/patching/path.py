@@ -40,7 +40,6 @@ from torch import Tensor
 from headlens.analyses.ablation.evalset import EvalSet
 from headlens.analyses.ablation.hooks import z_hook_name
 from headlens.analyses.ablation.metrics import model_values
-from headlens.analyses.ablation.suffix import run_from_layer
 from headlens.analyses.patching.config import RECEIVER_INPUTS, PathConfig
 from headlens.analyses.patching.effects import Gap, normalised_effects, task_gap
 from headlens.analyses.patching.pairs import PairTask, pair_eval_sets
@@ -50,6 +49,7 @@ from headlens.probes.errors import InputError, InterventionError
 from headlens.probes.head_lists import as_heads
 from headlens.probes.hooks import HookFn, attached
 from headlens.probes.loading import LoadedModel, check_layers_heads
+from headlens.probes.patch import Start, patched_forward
 
 log = logging.getLogger(__name__)
 
@@ -119,11 +119,8 @@ def _replace_slot(values: Tensor, slot: int) -> HookFn:
 def _run(
     model: LoadedModel, tokens: Tensor, resid: dict[int, Tensor], layer: int, rows: list[int], width: int, k: int, hooks: list, **kw: Any
 ) -> Any:
-    if layer > 0 and layer in resid:
-        r = resid[layer][rows, :width].to(model.device).repeat(k, 1, 1)
-        return run_from_layer(model, tokens, r, layer, hooks, **kw)
-    with attached(model.bridge, hooks):
-        return model.bridge(tokens.to(model.device), return_type="logits", **kw)
+    start = Start(layer=layer, resid=resid[layer][rows, :width].to(model.device).repeat(k, 1, 1)) if layer > 0 and layer in resid else None
+    return patched_forward(model, tokens, hooks, start=start, **kw)
 
 
 def _check_input_edits(model: LoadedModel, data: EvalSet, layer: int, which: str) -> None:

@@ -23,9 +23,9 @@ from headlens.analyses.ablation.embedding import attention_mask
 from headlens.analyses.ablation.evalset import EvalSet
 from headlens.analyses.ablation.hooks import z_hook_name
 from headlens.analyses.ablation.metrics import model_values
-from headlens.analyses.ablation.suffix import check_from_layer, resid_hook_name, run_from_layer
 from headlens.probes.hooks import HookFn, attached
 from headlens.probes.loading import LoadedModel
+from headlens.probes.patch import Start, check_start, patched_runner, resid_site
 
 __all__ = ["RunCache", "Patch", "cache_run", "patched_values", "can_start_late", "patch_z_hook"]
 
@@ -67,7 +67,7 @@ def cache_run(
 
     keep = [*hooks]
     keep += [(z_hook_name(layer), keeper(cache.z, layer)) for layer in z_layers]
-    keep += [(resid_hook_name(layer), keeper(cache.resid, layer)) for layer in resid_layers]
+    keep += [(resid_site(layer).hook, keeper(cache.resid, layer)) for layer in resid_layers]
     with torch.inference_mode(), attached(model.bridge, keep):
         for rows in data.rows(batch_size):
             tokens, lengths, _ = data.batch(rows)
@@ -83,7 +83,7 @@ def can_start_late(model: LoadedModel, data: EvalSet) -> bool:
     tokens, lengths, width = data.longest()
     mask = attention_mask(model, lengths, width)
     kwargs: dict[str, Any] = {} if mask is None else {"attention_mask": mask}
-    return check_from_layer(model, tokens, range(1, model.n_layers), **kwargs)
+    return check_start(model, tokens, range(1, model.n_layers), **kwargs)
 
 
 def patch_z_hook(patches: Sequence[Patch], source: Tensor) -> HookFn:
@@ -136,16 +136,11 @@ def patched_values(
                 chunk = list(patches[first : first + per_forward])
                 k = len(chunk)
                 all_hooks = [(z_hook_name(layer), patch_z_hook(chunk, src)), *hooks]
+                start = None
                 if start_late and target_cache is not None:  # start_late implies a cache
-                    resid = target_cache.resid[layer][rows, :width].to(model.device).repeat(k, 1, 1)
-
-                    def run(t: Tensor, _r: Tensor = resid, _h: list = all_hooks, **kw: Any) -> Tensor:
-                        return run_from_layer(model, t, _r, layer, _h, **kw)
-
-                    vals = model_values(model, tokens, lengths, target, rows, copies=k, run=run)
-                else:
-                    with attached(model.bridge, all_hooks):
-                        vals = model_values(model, tokens, lengths, target, rows, copies=k)
+                    start = Start(layer=layer, resid=target_cache.resid[layer][rows, :width].to(model.device).repeat(k, 1, 1))
+                run = patched_runner(model, all_hooks, start=start)
+                vals = model_values(model, tokens, lengths, target, rows, copies=k, run=run)
                 vals = vals.cpu().view(k, len(rows))
                 for c, (_, pos) in enumerate(chunk):
                     if pos is not None:

@@ -78,10 +78,10 @@ def test_streaming_never_builds_an_n_by_n_pattern(tiny_model):
     assert not square, square[:3]
 
     # the eager path does build them: the trace can see one
-    from headlens.probes.engine_forward import forward_until
+    from headlens.probes.patch import patched_forward
 
     with Trace():
-        forward_until(tiny_model, tokens, stop_after=f"blocks.{tiny_model.n_layers - 1}.attn.hook_pattern", attention_mask=mask)
+        patched_forward(tiny_model, tokens, stop_after=f"blocks.{tiny_model.n_layers - 1}.attn.hook_pattern", attention_mask=mask)
     assert square
 
 

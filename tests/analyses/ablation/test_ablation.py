@@ -23,11 +23,11 @@ from headlens.analyses.ablation.study import (
     run_ablation,
     single_head_values,
 )
-from headlens.analyses.ablation.suffix import check_from_layer
 from headlens.analyses.stats import bootstrap_mean_ci
 from headlens.analyses.stimuli import eval_text
 from headlens.probes.errors import InputError, StimulusError
 from headlens.probes.outputs import write_json
+from headlens.probes.patch import check_start
 from tests.helpers import assert_close
 
 NO_ROLE = ("0.3", "1.2", "1.3")
@@ -122,27 +122,13 @@ def test_fast_table_equals_naive_loop(tiny_model, windows, task, method):
 
 
 def test_prefix_reuse_check_and_off_switch(tiny_model, windows):
-    assert check_from_layer(tiny_model, windows.tokens[:1], 1)
+    assert check_start(tiny_model, windows.tokens[:1], 1)
     on = run_ablation(tiny_model, windows, AblationConfig(attribution=False, n_bootstrap=0))
     off = run_ablation(tiny_model, windows, AblationConfig(attribution=False, n_bootstrap=0, prefix_reuse=False, heads_per_forward=1))
     assert off.info["prefix_reuse"] is False and off.info["heads_per_forward"] == 1
     assert_close(torch.tensor(on.table["value"].to_numpy()), torch.tensor(off.table["value"].to_numpy()), "reference")
     # the block list is intact afterwards
     assert len(tiny_model.bridge.blocks) == tiny_model.n_layers
-
-
-def test_hooks_and_blocks_restored_after_an_exception(tiny_model, windows):
-    from headlens.analyses.ablation.suffix import run_from_layer
-
-    n_hooks = sum(len(p.fwd_hooks) for p in tiny_model.bridge.hook_dict.values())
-
-    def boom(z, hook):
-        raise RuntimeError("boom")
-
-    with pytest.raises(RuntimeError, match="boom"):
-        run_from_layer(tiny_model, windows.tokens[:1], torch.zeros(1, 24, 64), 1, [("blocks.1.attn.hook_z", boom)])
-    assert len(tiny_model.bridge.blocks) == 2
-    assert sum(len(p.fwd_hooks) for p in tiny_model.bridge.hook_dict.values()) == n_hooks
 
 
 def test_mean_and_resample_references(tiny_model, windows, task):

@@ -14,11 +14,11 @@ import pytest
 
 from headlens.analyses.ablation.evalset import text_eval_set
 from headlens.analyses.ablation.study import AblationConfig, run_ablation
-from headlens.analyses.ablation.suffix import check_from_layer
 from headlens.analyses.stimuli.natural import eval_text
 from headlens.analyses.synthetic.families import WINDOW, build_family_checkpoint
-from headlens.probes import engine_forward
+from headlens.probes import patch as patch_mod
 from headlens.probes.loading import load_model
+from headlens.probes.patch import check_start
 
 #: The same blocks continued from a stored residual: float rounding only.
 TOL = 1e-6
@@ -41,7 +41,7 @@ def _data(model):
 def test_cuts_carry_the_layer_types_and_the_table_equals_full_forwards(gemma2_odd):
     data = _data(gemma2_odd)
     assert gemma2_odd.bridge.original_model.config.layer_types == ["sliding_attention", "full_attention", "sliding_attention"]
-    assert check_from_layer(gemma2_odd, data.longest()[0], [1, 2])
+    assert check_start(gemma2_odd, data.longest()[0], [1, 2])
     fast = run_ablation(gemma2_odd, data, AblationConfig(attribution=False, n_bootstrap=0))
     slow = run_ablation(gemma2_odd, data, AblationConfig(attribution=False, n_bootstrap=0, prefix_reuse=False))
     assert fast.info["prefix_reuse"] is True
@@ -52,12 +52,12 @@ def test_cuts_carry_the_layer_types_and_the_table_equals_full_forwards(gemma2_od
 def test_a_cut_wrong_at_one_block_is_refused_everywhere(gemma2_odd, monkeypatch):
     """With the types left uncut (as before the fix), block 2 still matches (sliding like block 0)
     but block 1 does not: checking the last block alone would pass."""
-    monkeypatch.setattr(engine_forward, "_layer_types_from", lambda model, layer, n: contextlib.nullcontext())
+    monkeypatch.setattr(patch_mod, "_layer_types_from", lambda model, layer, n: contextlib.nullcontext())
     data = _data(gemma2_odd)
     tokens = data.longest()[0]
-    assert check_from_layer(gemma2_odd, tokens, 2)
-    assert not check_from_layer(gemma2_odd, tokens, 1)
-    assert not check_from_layer(gemma2_odd, tokens, [1, 2])
+    assert check_start(gemma2_odd, tokens, 2)
+    assert not check_start(gemma2_odd, tokens, 1)
+    assert not check_start(gemma2_odd, tokens, [1, 2])
     fast = run_ablation(gemma2_odd, data, AblationConfig(attribution=False, n_bootstrap=0))
     slow = run_ablation(gemma2_odd, data, AblationConfig(attribution=False, n_bootstrap=0, prefix_reuse=False))
     assert fast.info["prefix_reuse"] is False

@@ -15,7 +15,8 @@ import pytest
 import torch
 
 from headlens.analyses.circuits.config import CircuitConfig
-from headlens.analyses.circuits.exact import MAX_AUTO_ROWS, MIN_AUTO_ROWS, auto_rows, exact_scores
+from headlens.analyses.circuits.cost import MAX_AUTO_ROWS, MIN_AUTO_ROWS, auto_rows
+from headlens.analyses.circuits.exact import exact_scores
 from headlens.analyses.circuits.faithfulness import circuit_values
 from headlens.analyses.circuits.graph import build_graph
 from headlens.analyses.circuits.hooks import check_edge_model, edge_flags
