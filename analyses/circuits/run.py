@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from headlens.analyses.circuits.ablation_kinds import ablated_exact_scores, ablation_for
+from headlens.analyses.circuits.ablation_kinds import Ablation, ablated_exact_scores, ablation_for
 from headlens.analyses.circuits.config import CircuitConfig
 from headlens.analyses.circuits.confirm import confirm_edges, confirmation_summary
 from headlens.analyses.circuits.exact import exact_scores
@@ -179,6 +179,53 @@ def run_circuit(
     config, chosen = choose_method(config, n_edges)
     if config.top_n is not None and config.top_n > n_edges:
         raise InputError(f"top_n={config.top_n} is above the graph's {n_edges} edges", top_n=config.top_n)
+    split = split_pairs(len(task), config.held_out, config.seed)
+    notes = _opening_notes(graph, config, chosen, split.reason)
+    chooser = subset(task, split.choose) if split.held else task
+    abl = ablation_for(model, graph, chooser, config.ablation, batch_size=config.batch_size)  # the held-out pairs do not choose
+    per_pair = score_edges(model, chooser, graph, config, progress, ablation=abl)
+    gap = gap_of(per_pair, n_bootstrap=config.n_bootstrap, seed=config.seed)
+    if not gap.defined:
+        notes.append(f"scores are not normalised: {gap.reason}")
+    pick = _choose(model, chooser, graph, per_pair, gap.defined, config, abl, notes, progress)
+    confirmation = _confirm(model, chooser, graph, pick.table, pick.order, pick.n_sel, per_pair, config, progress)
+    curve = pick.curve
+    if split.held:
+        curve = held_out_curve(model, subset(task, split.held_out), graph, pick.order, curve, config, ablation=abl, progress=progress)
+    summary = {
+        "graph": graph.size(),
+        "method": config.method,
+        "steps": config.steps if config.method == "eap-ig" else 1,
+        "direction": config.direction,
+        "ablation": config.ablation,
+        "method_choice": chosen,
+        "estimate": per_pair.estimate,
+        "metric": per_pair.metric,
+        "gap": gap.describe(),
+        "n_circuit": int(pick.n_sel),
+        **faithfulness_at(curve, pick.n_sel, split),
+        "target_faithfulness": config.target_faithfulness,
+        "smallest_reaching_target": pick.reach,
+        "reach": reach_evidence(curve, pick.reach, config.target_faithfulness),
+        "readable": readable_at(curve, split),
+        **confirmation,
+        **curve_summary(curve),
+        "task": task.describe(),
+    }
+    measure = subset(task, split.held_out) if split.held else chooser
+    on = "held-out pairs" if split.held else "the pairs that chose the circuit (in-sample)"
+    scores = _mib_scores(pick.table, per_pair, gap.defined, n_edges, notes)
+    summary["mib"] = mib_metrics(model, measure, graph, scores, batch_size=config.batch_size, ablation=abl, measured_on=on,
+                                 n_bootstrap=config.n_bootstrap, seed=config.seed)  # fmt: skip
+    if config.ground_truth is not None:
+        keys = graph.edges.iloc[per_pair.edge_ids]
+        truth = read_truth(config.ground_truth)
+        summary["ground_truth"] = truth_auc(truth, keys, per_pair.values, n_bootstrap=config.n_bootstrap, seed=config.seed)
+    return CircuitRun(edges=pick.table, faithfulness=curve, summary=summary, config=config, notes=notes, graph=graph)
+
+
+def _opening_notes(graph: EdgeGraph, config: CircuitConfig, chosen: dict[str, Any] | None, split_reason: str | None) -> list[str]:
+    """The notes known before any scoring: a head-sum norm, the method auto chose, split credit, the held-out split."""
     notes: list[str] = []
     if graph.info.get("head_sum_norm"):
         notes.append(HEAD_SUM_NORM_NOTE)
@@ -186,22 +233,36 @@ def run_circuit(
         notes.append(f"method auto: {chosen['chosen']}, because {chosen['why']}")
     if config.method != "exact":
         notes.append(SPLIT_CREDIT)
-    split = split_pairs(len(task), config.held_out, config.seed)
-    if split.reason:
-        notes.append(split.reason)
-    chooser = subset(task, split.choose) if split.held else task
-    abl = ablation_for(model, graph, chooser, config.ablation, batch_size=config.batch_size)  # the held-out pairs do not choose
-    per_pair = score_edges(model, chooser, graph, config, progress, ablation=abl)
-    gap = gap_of(per_pair, n_bootstrap=config.n_bootstrap, seed=config.seed)
-    if not gap.defined:
-        notes.append(f"scores are not normalised: {gap.reason}")
+    if split_reason:
+        notes.append(split_reason)
+    return notes
+
+
+@dataclass(kw_only=True)
+class _Choice:
+    """The ranking, the circuit's size and its edge table, the choosing pairs' curve, the smallest size reaching the target."""
+
+    order: np.ndarray
+    n_sel: int
+    table: pd.DataFrame
+    curve: pd.DataFrame
+    reach: int | None
+
+
+def _choose(
+    model: LoadedModel, chooser: PairTask, graph: EdgeGraph, per_pair: PerPair, defined: bool, config: CircuitConfig, abl: Ablation | None,
+    notes: list[str], progress: Callable[[str, int, int], None] | None,
+) -> _Choice:  # fmt: skip
+    """Rank the edges, measure the faithfulness curve on the choosing pairs and pick the circuit (``top_n``,
+    ``threshold``, or the smallest size reaching the target: module doc)."""
+    n_edges = len(graph.edges)
     base = edge_table(graph, per_pair, top_n=config.top_n, threshold=config.threshold, n_bootstrap=config.n_bootstrap, seed=config.seed)
-    order = ranking(base["score"].to_numpy() if gap.defined else base["score_raw"].to_numpy())
+    order = ranking(base["score"].to_numpy() if defined else base["score_raw"].to_numpy())
     n_sel: int | None = config.top_n
     if config.threshold is not None:
         n_sel = int((np.abs(base["score"].to_numpy()) >= config.threshold).sum())
         if n_sel == 0:
-            notes.append(_empty_note(base, config.threshold, gap.defined))
+            notes.append(_empty_note(base, config.threshold, defined))
     sizes = curve_points(n_edges, config.curve_points, [*READABLE_SIZES, *([] if n_sel is None else [n_sel])])
     curve, clean, corrupt = faithfulness_curve(model, chooser, graph, order, sizes, batch_size=config.batch_size,
                                                n_bootstrap=config.n_bootstrap, seed=config.seed, progress=progress,
@@ -219,39 +280,7 @@ def run_circuit(
     else:
         table = base
     table["in_circuit"] = np.isin(np.arange(n_edges), order[:n_sel])
-    confirmation = _confirm(model, chooser, graph, table, order, n_sel, per_pair, config, progress)
-    if split.held:
-        curve = held_out_curve(model, subset(task, split.held_out), graph, order, curve, config, ablation=abl, progress=progress)
-    summary = {
-        "graph": graph.size(),
-        "method": config.method,
-        "steps": config.steps if config.method == "eap-ig" else 1,
-        "direction": config.direction,
-        "ablation": config.ablation,
-        "method_choice": chosen,
-        "estimate": per_pair.estimate,
-        "metric": per_pair.metric,
-        "gap": gap.describe(),
-        "n_circuit": int(n_sel),
-        **faithfulness_at(curve, n_sel, split),
-        "target_faithfulness": config.target_faithfulness,
-        "smallest_reaching_target": reach,
-        "reach": reach_evidence(curve, reach, config.target_faithfulness),
-        "readable": readable_at(curve, split),
-        **confirmation,
-        **curve_summary(curve),
-        "task": task.describe(),
-    }
-    measure = subset(task, split.held_out) if split.held else chooser
-    on = "held-out pairs" if split.held else "the pairs that chose the circuit (in-sample)"
-    scores = _mib_scores(table, per_pair, gap.defined, len(graph.edges), notes)
-    summary["mib"] = mib_metrics(model, measure, graph, scores, batch_size=config.batch_size, ablation=abl, measured_on=on,
-                                 n_bootstrap=config.n_bootstrap, seed=config.seed)  # fmt: skip
-    if config.ground_truth is not None:
-        keys = graph.edges.iloc[per_pair.edge_ids]
-        truth = read_truth(config.ground_truth)
-        summary["ground_truth"] = truth_auc(truth, keys, per_pair.values, n_bootstrap=config.n_bootstrap, seed=config.seed)
-    return CircuitRun(edges=table, faithfulness=curve, summary=summary, config=config, notes=notes, graph=graph)
+    return _Choice(order=order, n_sel=n_sel, table=table, curve=curve, reach=reach)
 
 
 def _mib_scores(table: pd.DataFrame, per_pair: PerPair, defined: bool, n_edges: int, notes: list[str]) -> np.ndarray:
