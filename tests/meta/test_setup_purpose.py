@@ -41,6 +41,8 @@ def fake_repo(tmp_path: Path) -> Path:
     for name in ("python", "headlens"):
         (bin_dir / name).write_text(_RECORDER)
         (bin_dir / name).chmod(0o755)
+    # the browser set-up records its call too (installs nothing): tests/meta/test_chromium_setup.py runs it
+    (repo / "scripts" / "chromium.sh").write_text('#!/usr/bin/env bash\necho "chromium.sh $*" >> "$(dirname "$0")/../.venv/calls.log"\n')
     return repo
 
 
@@ -59,7 +61,7 @@ def test_runtime_installs_torch_then_the_package_without_extras(fake_repo):
     proc, calls = _run(fake_repo, "bootstrap.sh", "runtime")
     assert proc.returncode == 0, proc.stderr
     assert _installs(calls) == ["torch==2.13.0", "."]
-    assert calls[-1] == "headlens --version"
+    assert calls[-1] == "headlens --version"  # no browser set-up either
 
 
 @pytest.mark.parametrize("args", [("test",), ()], ids=["test", "no-argument"])
@@ -67,6 +69,7 @@ def test_test_purpose_adds_the_test_extra(fake_repo, args):
     proc, calls = _run(fake_repo, "bootstrap.sh", *args)
     assert proc.returncode == 0, proc.stderr
     assert _installs(calls) == ["torch==2.13.0", ".[test]"]
+    assert calls[-1] == "chromium.sh "  # headless Chromium for the browser tests, as CI has it (issue 47 item 9)
 
 
 def test_an_unknown_purpose_is_one_line_and_exit_2(fake_repo):
