@@ -4,8 +4,8 @@ one measured forward, the time (:func:`evidence_plan`, :func:`time_forward`).
 A unit is one forward over a test's ``n`` items (sequences, pairs or windows; a copy of the batch
 per head counts as one more).  Per test, with ``H`` heads tested:
 
-* induction: ``3 + H`` (the unablated pass, the direct logit attribution's clean and corrupted
-  passes, one zero-ablated pass per head);
+* induction: ``2 + 2H`` (the unablated pass and the knockout's unedited pass, then per head one
+  zero-ablated pass and one knockout of its attention to the token after the earlier occurrence);
 * previous_token: ``2 + 2H`` (path patching: the clean and corrupted caches, then per sender head
   its step-1 and its joint step-2 copy), 0 without an induction head after it;
 * duplicate_token: ``1 + 2H`` (the unedited pass, two knockouts per head);
@@ -48,7 +48,7 @@ __all__ = [
 Head = tuple[int, int]
 
 #: Forwards per test: (fixed, per head tested).
-FORWARDS = {"induction": (3, 1), "previous_token": (2, 2), "duplicate_token": (1, 2), "referent": (2, 1), "sink": (1, 1)}
+FORWARDS = {"induction": (2, 2), "previous_token": (2, 2), "duplicate_token": (1, 2), "referent": (2, 1), "sink": (1, 1)}
 
 
 def forwards_of(role: str, heads: int) -> int:
