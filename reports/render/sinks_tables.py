@@ -10,6 +10,7 @@ from typing import Any
 import pandas as pd
 
 from headlens.reports.render.markdown import markdown_table
+from headlens.reports.render.page.md_templates import md_environment
 from headlens.reports.render.tables import write_table
 
 __all__ = ["write_tables", "summary_markdown", "seed_text_lines", "sinks_loss_notes", "FEW_SEQUENCES", "NEAR_CHANCE", "DEFINITIONS_PAGE"]
@@ -100,165 +101,148 @@ def _frame_text(framing: dict[str, Any]) -> str:
     return "text"
 
 
-def _target_lines(report: Any) -> list[str]:
-    """The sink-targets section: per BOS setting, a per-layer table of attention shares."""
-    t = report.tables["sink_targets_by_layer"]
+def summary_markdown(report: Any, *, model_name: str, figures: Sequence[Path] = ()) -> str:
+    """A short Markdown summary of a :class:`~headlens.analyses.sinks.study.SinksRun`, rendered from
+    ``templates/summaries/sinks.md.j2`` (this module formats its tables)."""
+    cfg, t, info = report.config, report.tables, report.info
+    framing = info.get("framing") or {}
+    framed = next((f for f in framing.values() if f.get("suffix")), None)  # an encoder's [CLS] ... [SEP]
+    rates = t["sink_rates"].copy()
+    rates["bos"] = rates["bos"].map(_bos)
+    rate_columns = ["bos", "n_sequences", "sink_rate", "uniform_sink_rate", "mean_alpha", "uniform_alpha", "n_sink_heads", "n_heads"]
+    context = {
+        "model": model_name,
+        "eps": cfg.eps,
+        "stimuli": info.get("stimuli", ""),
+        "window": cfg.window,
+        "framed": [*framed.get("prefix", []), *framed["suffix"]] if framed else None,
+        "frame_text": _frame_text(framing) if framed else "",
+        "n_sequences": list(info.get("n_sequences", {}).items()),
+        "window_notes": info.get("window_notes") or [],
+        "attention_notes": info.get("attention_notes") or [],
+        "rates": _md(rates[rate_columns]),
+        "short": [(_bos(r.bos), r.uniform_alpha) for r in t["sink_rates"].itertuples() if r.uniform_alpha > cfg.eps],
+        "sink_heads": _sink_heads(t["census"], cfg.bos),
+        "targets": _targets(report) if "sink_targets_by_layer" in t and len(t["sink_targets_by_layer"]) else None,
+        "content": _content(t, info, cfg.eps) if "content_verdicts" in t else None,
+        "secondary": _secondary(t),
+        "top_k": cfg.top_k,
+        "value_norm": _value_norm(t) if "value_norm" in t else None,
+        "removal": _removal(t["removal"]) if "removal" in t else None,
+        "loss_notes": None,
+        "windowed": _windowed(t["windowed"]) if "windowed" in t else None,
+        "skipped": list((info.get("skipped") or {}).items()),
+        "has_figures": bool(figures),
+        "figures": [p.name for p in figures if p.suffix == ".png"],
+        "tables": [f"{name}.csv" for name in t],
+        "definitions": DEFINITIONS_PAGE,
+    }
+    if "removal" in t or "windowed" in t:
+        lines, warnings = sinks_loss_notes(t, info)
+        context["loss_notes"] = {"lines": lines, "warnings": warnings}
+    return md_environment().get_template("summaries/sinks.md.j2").render(**context)
+
+
+def _removal(removal: pd.DataFrame) -> str:
+    """The sink-removal table: loss with the sinks' attention to position 0 masked."""
+    return _md(_bos_named(removal)[["bos", "removed", "n_heads", "loss", "delta_loss"]], floatfmt=".4f")
+
+
+def _bos_named(table: pd.DataFrame) -> pd.DataFrame:
+    """``table`` with its ``bos`` column in words."""
+    return table.assign(bos=table["bos"].map(_bos))
+
+
+def _sink_heads(census: pd.DataFrame, settings: Sequence[bool]) -> list[dict[str, Any]]:
+    """Per BOS setting, its sink heads (strongest first, at most 20) and how many more."""
+    out = []
+    for bos in settings:
+        sinks = census[(census["bos"] == bos) & census["is_sink"]].sort_values("alpha_mean", ascending=False)
+        out.append({"bos": _bos(bos), "heads": list(sinks.head(20).itertuples()), "more": max(len(sinks) - 20, 0)})
+    return out
+
+
+def _targets(report: Any) -> list[dict[str, Any]]:
+    """The sink-targets section: per BOS setting, its key groups and a per-layer table of attention shares."""
     info = report.info.get("sink_targets") or {}
-    out = [
-        "",
-        "## Where the sink sits: first position, suffix, punctuation",
-        "",
-        "Attention share of each key group (sum over its keys of A[i, j]), averaged over the queries that can see the group,"
-        " per sequence, then over sequences; the mean and the strongest head of each layer, beside a uniform head's share."
-        " `sink_on`: the group whose mean share exceeds its uniform share the most. Clark et al. (2019) report BERT's"
-        " attention to [CLS], [SEP] and punctuation this way.",
-    ]
-    for bos, sub in t.groupby("bos", sort=False):
+    out = []
+    for bos, sub in report.tables["sink_targets_by_layer"].groupby("bos", sort=False):
         about = info.get(_bos(bos), {})
-        suffix = ", ".join(about.get("suffix") or []) or "none"
-        punct = " ".join(about.get("punctuation") or []) or "none"
-        out += [
-            "",
-            f"{_bos(bos)}: first position = {about.get('first', 'position 0')}; suffix = {suffix}; punctuation tokens: {punct}.",
-            "",
-        ]
         cols = ["layer"]
         for g in ("first", "suffix", "punctuation"):
             if sub[f"{g}_mean"].notna().any():
                 cols += [f"{g}_mean", f"{g}_max", f"{g}_uniform"]
         cols.append("sink_on")
-        out.append(_md(sub[cols]))
+        out.append(
+            {
+                "bos": _bos(bos),
+                "first": about.get("first", "position 0"),
+                "suffix": ", ".join(about.get("suffix") or []) or "none",
+                "punctuation": " ".join(about.get("punctuation") or []) or "none",
+                "table": _md(sub[cols]),
+            }
+        )
     return out
 
 
-def summary_markdown(report: Any, *, model_name: str, figures: Sequence[Path] = ()) -> str:
-    """A short Markdown summary of a :class:`~headlens.analyses.sinks.study.SinksRun`."""
-    cfg = report.config
-    t = report.tables
-    out = [f"# Attention sinks: {model_name}", ""]
-    framing = report.info.get("framing") or {}
-    framed = next((f for f in framing.values() if f.get("suffix")), None)  # an encoder's [CLS] ... [SEP]
-    included = (
-        f"{' and '.join([*framed.get('prefix', []), *framed['suffix']])} included when framed" if framed else "BOS included when prepended"
-    )
-    out.append(
-        f"Gu et al. (2024) sink metric: alpha = mean over queries of the attention to position 0, per sequence and head; "
-        f"a (sequence, head) sinks when alpha > eps = {cfg.eps:g}. Stimuli: {report.info.get('stimuli', '')}, "
-        f"{cfg.window} tokens per sequence ({included}), "
-        + ", ".join(f"{n} sequences {k}" for k, n in report.info.get("n_sequences", {}).items())
-        + "."
-    )
-    if framed:
-        out += ["", "With BOS here means with the model's framing: each sequence is " + _frame_text(framing) + "."]
-    notes = report.info.get("window_notes") or []
-    if notes:
-        out += ["", "## Sliding windows", ""] + [f"- {n}" for n in notes]
-    notes = report.info.get("attention_notes") or []
-    if notes:
-        out += ["", "## Bidirectional attention", ""] + [f"- {n}" for n in notes]
-    out += ["", "## Sink rate, beside uniform attention", ""]
-    rates = t["sink_rates"].copy()
-    rates["bos"] = rates["bos"].map(_bos)
-    out.append(
-        _md(rates[["bos", "n_sequences", "sink_rate", "uniform_sink_rate", "mean_alpha", "uniform_alpha", "n_sink_heads", "n_heads"]])
-    )
-    for r in t["sink_rates"].itertuples():
-        if r.uniform_alpha > cfg.eps:
-            out += [
-                "",
-                f"**Note ({_bos(r.bos)}):** uniform attention itself is above eps here (alpha {r.uniform_alpha:.3f} > {cfg.eps:g}): the "
-                "sequences are too short for the metric; Gu et al. use 64 tokens.",
-            ]
-    census = t["census"]
-    for bos in cfg.bos:
-        sinks = census[(census["bos"] == bos) & census["is_sink"]].sort_values("alpha_mean", ascending=False)
-        names = ", ".join(
-            f"{r.layer}.{r.head} ({r.alpha_mean:.2f}, {r.alpha_over_uniform:.1f}x uniform)" for r in sinks.head(20).itertuples()
+def _content(t: dict[str, pd.DataFrame], info: dict[str, Any], eps: float) -> dict[str, Any]:
+    """The position-or-content section: the per-variant table, the variants not run, the heads that sink."""
+    per_variant = (
+        t["content"]
+        .groupby("variant", observed=True)
+        .agg(
+            sink_rate=("sink_rate", "mean"),
+            mean_alpha=("alpha_first", "mean"),
+            heads_sinking=("alpha_first", lambda s: int((s > eps).sum())),
         )
-        more = f" and {len(sinks) - 20} more" if len(sinks) > 20 else ""
-        out += ["", f"Sink heads ({_bos(bos)}, mean alpha > {cfg.eps:g}): {names or 'none'}{more}."]
-    if "sink_targets_by_layer" in t and len(t["sink_targets_by_layer"]):
-        out += _target_lines(report)
-    if "content_verdicts" in t:
-        out += ["", "## Position or content (first token varied)", ""]
-        c = t["content"]
-        per_variant = (
-            c.groupby("variant", observed=True)
-            .agg(
-                sink_rate=("sink_rate", "mean"),
-                mean_alpha=("alpha_first", "mean"),
-                heads_sinking=("alpha_first", lambda s: int((s > cfg.eps).sum())),
-            )
-            .reset_index()
+        .reset_index()
+    )
+    v = t["content_verdicts"]
+    v = v[v["verdict"] != "none"]
+    return {
+        "table": _md(per_variant),
+        "skipped": list((info.get("skipped_variants") or {}).items()),
+        "verdicts": _md(v[["layer", "head", "verdict", "variants_sinking", "variants", "sinks_in"]]) if len(v) else None,
+    }
+
+
+def _secondary(t: dict[str, pd.DataFrame]) -> list[tuple[str, list[dict[str, Any]]]]:
+    """Per BOS setting, its top 8 secondary sink tokens (the token as its repr)."""
+    if "secondary_tokens_overall" not in t or not len(t["secondary_tokens_overall"]):
+        return []
+    out = []
+    for bos, sub in t["secondary_tokens_overall"].groupby("bos", sort=False):
+        rows = [
+            {"token": repr(r.token), "mean_excess": r.mean_excess, "heads_in_top_k": r.heads_in_top_k} for r in sub.head(8).itertuples()
+        ]
+        out.append((_bos(bos), rows))
+    return out
+
+
+def _value_norm(t: dict[str, pd.DataFrame]) -> dict[str, Any]:
+    """The value-norm table of the sink heads (at most 40 rows), None when no head sinks."""
+    vn = t["value_norm"].merge(t["census"][["bos", "layer", "head", "is_sink"]], on=["bos", "layer", "head"])
+    vn = vn[vn["is_sink"]].sort_values(["bos", "attn_share"], ascending=[True, False])
+    table = _md(_bos_named(vn)[["bos", "layer", "head", "attn_share", "value_norm_share", "norm_ratio"]].head(40)) if len(vn) else None
+    return {"table": table}
+
+
+def _windowed(w: pd.DataFrame) -> list[dict[str, Any]]:
+    """Per BOS setting: the sequence length, the full-attention loss and the loss per window and kept first tokens."""
+    out = []
+    for bos, sub in w.groupby("bos", sort=False):
+        full = sub[sub["full_attention"]]
+        piv = sub[~sub["full_attention"]].pivot(index="window", columns="keep_first", values="loss")
+        piv.columns = [f"keep {k}" for k in piv.columns]
+        out.append(
+            {
+                "bos": _bos(bos),
+                "tokens": int(sub["seq_tokens"].iloc[0]),
+                "full": float(full["loss"].iloc[0]),
+                "table": _md(piv.reset_index(), floatfmt=".4f"),
+            }
         )
-        out.append(_md(per_variant))
-        skipped_variants = report.info.get("skipped_variants") or {}
-        if skipped_variants:
-            out += ["", "Variants not run: " + "; ".join(f"`{k}` ({why})" for k, why in skipped_variants.items()) + "."]
-        v = t["content_verdicts"]
-        v = v[v["verdict"] != "none"]
-        if len(v):
-            out += [
-                "",
-                "Heads that sink in at least one variant:",
-                "",
-                _md(v[["layer", "head", "verdict", "variants_sinking", "variants", "sinks_in"]]),
-            ]
-    if "secondary_tokens_overall" in t and len(t["secondary_tokens_overall"]):
-        out += ["", "## Secondary sinks (tokens receiving attention beyond uniform, positions >= 1)", ""]
-        for bos, sub in t["secondary_tokens_overall"].groupby("bos", sort=False):
-            top = sub.head(8)
-            out.append(
-                f"- {_bos(bos)}: "
-                + ", ".join(
-                    f"{r.token!r} ({r.mean_excess:+.3f} mean over heads, top-{cfg.top_k} in {r.heads_in_top_k} heads)"
-                    for r in top.itertuples()
-                )
-            )
-    if "value_norm" in t:
-        out += ["", "## Does the sink carry anything? (value norms, Kobayashi et al. 2020)", ""]
-        vn = t["value_norm"].merge(census[["bos", "layer", "head", "is_sink"]], on=["bos", "layer", "head"])
-        vn = vn[vn["is_sink"]].sort_values(["bos", "attn_share"], ascending=[True, False])
-        if len(vn):
-            vn = vn.assign(bos=vn["bos"].map(_bos))
-            out.append(_md(vn[["bos", "layer", "head", "attn_share", "value_norm_share", "norm_ratio"]].head(40)))
-            out += [
-                "",
-                "attn_share: mean A[i,0] over queries i >= 1"
-                + (" (every query on bidirectional layers)" if report.info.get("attention_notes") else "")
-                + "; value_norm_share: mean of ||A[i,0] v0 W_O|| / sum_j ||A[i,j] vj W_O||; a large attention share with a small norm "
-                "share is a no-op sink.",
-            ]
-        else:
-            out.append("No sink heads.")
-    if "removal" in t:
-        out += ["", "## Sink removal (attention to position 0 masked, rows renormalised)", ""]
-        r = t["removal"].copy()
-        r["bos"] = r["bos"].map(_bos)
-        out.append(_md(r[["bos", "removed", "n_heads", "loss", "delta_loss"]], floatfmt=".4f"))
-    if "removal" in t or "windowed" in t:
-        lines, warnings = sinks_loss_notes(t, report.info)
-        out += [""] + [f"{line[:1].upper()}{line[1:]}." for line in lines] + [f"**Note**: {w}." for w in warnings]
-    if "windowed" in t:
-        out += ["", "## Windowed attention (StreamingLLM-style, every head)", ""]
-        w = t["windowed"]
-        for bos, sub in w.groupby("bos", sort=False):
-            full = sub[sub["full_attention"]]
-            piv = sub[~sub["full_attention"]].pivot(index="window", columns="keep_first", values="loss")
-            piv.columns = [f"keep {k}" for k in piv.columns]
-            out += [
-                f"{_bos(bos)}, {int(sub['seq_tokens'].iloc[0])}-token sequences, full attention loss {float(full['loss'].iloc[0]):.4f}:",
-                "",
-                _md(piv.reset_index(), floatfmt=".4f"),
-                "",
-            ]
-    skipped = report.info.get("skipped") or {}
-    if skipped:
-        out += ["", "## Not run", ""] + [f"- {name}: {why}" for name, why in skipped.items()]
-    if figures:
-        out += ["", "## Figures", ""] + [f"- [{p.name}]({p.name})" for p in figures if p.suffix == ".png"]
-    out += ["", "Tables: " + ", ".join(f"{name}.csv" for name in t) + f". Definitions: {DEFINITIONS_PAGE}.", ""]
-    return "\n".join(out)
+    return out
 
 
 def _lengths_stats(rows: pd.DataFrame, eps: float, suffix: str = "") -> str:
