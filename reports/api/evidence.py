@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from headlens.analyses.circuits.composition import composition_evidence
+from headlens.analyses.circuits.composition_evidence import composition_evidence
 from headlens.analyses.heads.classify import HeadRoles
 from headlens.analyses.heads.sink_population import sink_population
 from headlens.analyses.patching.evidence import EVIDENCE_COLUMNS, SINK_SAMPLE, EvidenceConfig, evidence_rule, sink_text

@@ -54,7 +54,7 @@ def census_summary(
     the stimuli info's ``window_notes`` when not given.  The stimuli info's ``notes`` (bidirectional
     attention, detectors not measurable on causal attention) get a section of their own.  ``evidence``
     (:func:`headlens.analyses.patching.evidence.role_evidence`'s table) adds an Evidence section;
-    ``composition`` (:func:`headlens.analyses.circuits.composition.composition_evidence`'s lines) a
+    ``composition`` (:func:`headlens.analyses.circuits.composition_evidence.composition_evidence`'s lines) a
     data-free Composition note after it."""
     framing = next((info.get("framing") for info in stimuli.values() if info.get("framing")), None) or {}
     if notes is not None:

@@ -12,13 +12,13 @@ from headlens.analyses.circuits.composition import (
     MODES,
     CompositionConfig,
     check_composition_config,
-    composition_note,
     head_weights,
     mode_scores,
     pair_scores,
     random_baseline,
     run_composition,
 )
+from headlens.analyses.circuits.composition_evidence import composition_note
 from headlens.probes.errors import InputError
 from tests.helpers import assert_close
 

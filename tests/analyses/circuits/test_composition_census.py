@@ -8,7 +8,8 @@ import pandas as pd
 import pytest
 
 import headlens
-from headlens.analyses.circuits.composition import CompositionConfig, composition_evidence, run_composition
+from headlens.analyses.circuits.composition import CompositionConfig, run_composition
+from headlens.analyses.circuits.composition_evidence import composition_evidence
 from headlens.analyses.patching.evidence import EvidenceConfig
 
 
