@@ -188,16 +188,7 @@ def reduce_pass(
     if mode == "streaming":
         if hooks or return_type is not None or start is not None:
             raise ValueError("streaming attention runs no extra hooks, returns nothing and starts at block 0: use attention='eager'")
-
-        def on_attention(la: LayerAttention, q: Tensor, k: Tensor, v: Tensor) -> None:
-            view = LayerView(layer=la, causal=causal[la.layer], key_mask=key_mask, v=v.transpose(1, 2) if values else None)
-            ctx = context(view)
-            on_layer(la.layer, _reduce(reducers, pattern_blocks(la, q, k, key_mask, query_block), ctx, info), ctx)
-
-        with torch.inference_mode():
-            streamed_forward(
-                model, tokens, key_mask.long(), on_attention, block=query_block, ablate={k: list(v) for k, v in (ablate or {}).items()}
-            )
+        _streamed_pass(model, tokens, key_mask, reducers, context, on_layer, info, query_block=query_block, ablate=ablate, values=values)
         return info
     held: dict[int, Tensor] = {}
 
@@ -230,3 +221,30 @@ def reduce_pass(
     if return_type is not None:
         info.output = output
     return info
+
+
+def _streamed_pass(
+    model: Any,
+    tokens: Tensor,
+    key_mask: Tensor,
+    reducers: Sequence[Reducer],
+    context: Callable[[LayerView], Any],
+    on_layer: Callable[[int, dict[str, Any], Any], None],
+    info: PassInfo,
+    *,
+    query_block: int,
+    ablate: Mapping[int, Sequence[int]] | None,
+    values: bool,
+) -> None:
+    """:func:`reduce_pass` under streaming attention: each layer's pattern rows from its q and k, block by block."""
+    causal = layer_causal(model)
+
+    def on_attention(la: LayerAttention, q: Tensor, k: Tensor, v: Tensor) -> None:
+        view = LayerView(layer=la, causal=causal[la.layer], key_mask=key_mask, v=v.transpose(1, 2) if values else None)
+        ctx = context(view)
+        on_layer(la.layer, _reduce(reducers, pattern_blocks(la, q, k, key_mask, query_block), ctx, info), ctx)
+
+    with torch.inference_mode():
+        streamed_forward(
+            model, tokens, key_mask.long(), on_attention, block=query_block, ablate={k: list(v) for k, v in (ablate or {}).items()}
+        )

@@ -19,9 +19,9 @@ from headlens.analyses.ablation.hooks import Reference, ablate_hook, mask_hooks,
 from headlens.analyses.ablation.masks import HeadMask
 from headlens.analyses.ablation.metrics import model_values
 from headlens.probes.errors import InputError
-from headlens.probes.hooks import HookFn, attached
+from headlens.probes.hooks import HookFn
 from headlens.probes.loading import LoadedModel
-from headlens.probes.patch import Start, patched_runner, resid_site
+from headlens.probes.patch import Start, patched_forward, patched_runner, resid_site
 
 __all__ = ["Baseline", "baseline_pass", "ablated_values", "ablated_logits", "single_head_values", "naive_single_head_values"]
 
@@ -96,11 +96,12 @@ def baseline_pass(
     if need_z:
         hooks += [(z_hook_name(layer), z_keeper(layer)) for layer in range(n_l)]
     hooks += [(resid_site(layer).hook, resid_keeper(layer)) for layer in resid_layers]
-    with torch.inference_mode(), attached(model.bridge, hooks):
+    run = patched_runner(model, hooks)
+    with torch.inference_mode():
         for rows in data.rows(batch_size):
             tokens, lengths, _ = data.batch(rows)
             state.update(rows=rows, lengths=lengths)
-            values[rows] = model_values(model, tokens, lengths, data, rows).cpu()
+            values[rows] = model_values(model, tokens, lengths, data, rows, run=run).cpu()
     reference = Reference(method=method, aligned=aligned)
     if need_z:
         n_real = float(data.lengths.sum())
@@ -142,8 +143,7 @@ def ablated_values(
                 (z_hook_name(layer), ablate_hook(layer, [hs], reference, rows, masked.get(layer, []))) for layer, hs in by_layer.items()
             ]
             hooks += mask_hooks(mask, skip=set(by_layer))
-            with attached(model.bridge, hooks):
-                values[rows] = model_values(model, tokens, lengths, data, rows).cpu()
+            values[rows] = model_values(model, tokens, lengths, data, rows, run=patched_runner(model, hooks)).cpu()
     return values
 
 
@@ -160,8 +160,8 @@ def ablated_logits(
     for layer, head in [*heads, *(mask.removed if mask is not None else ())]:
         by_layer.setdefault(layer, []).append(head)
     hooks = [(z_hook_name(layer), ablate_hook(layer, [], None, [], sorted(set(hs)))) for layer, hs in by_layer.items()]
-    with torch.inference_mode(), attached(model.bridge, hooks):
-        return model.bridge(tokens.to(model.device), return_type="logits")
+    with torch.inference_mode():
+        return patched_forward(model, tokens, hooks)
 
 
 def single_head_values(

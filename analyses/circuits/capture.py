@@ -17,9 +17,9 @@ from headlens.analyses.ablation.metrics import model_values
 from headlens.analyses.circuits.graph import EdgeGraph
 from headlens.analyses.circuits.hooks import sender_capture
 from headlens.analyses.circuits.readout import Readout, ReadoutMismatch, at_last, capture_hook
-from headlens.probes.hooks import HookFn, attached
+from headlens.probes.hooks import HookFn
 from headlens.probes.loading import LoadedModel
-from headlens.probes.patch import resid_site
+from headlens.probes.patch import patched_runner, resid_site
 
 __all__ = ["GROUP_BYTES", "capture", "capture_group", "pair_groups"]
 
@@ -55,8 +55,8 @@ def capture(
     if readout is not None:
         hooks.append(capture_hook(head))
     lengths = data.lengths[list(rows)]
-    with torch.inference_mode(), attached(model.bridge, hooks):
-        vals = model_values(model, tokens, lengths, data, rows)
+    with torch.inference_mode():
+        vals = model_values(model, tokens, lengths, data, rows, run=patched_runner(model, hooks))
         read = None
         if readout is not None:
             assert data.correct is not None and data.incorrect is not None  # logit-diff (readout_of)

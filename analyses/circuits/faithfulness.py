@@ -34,8 +34,9 @@ from headlens.analyses.circuits.writes import HeadSumNorm, head_sum_norms, norme
 from headlens.analyses.patching.effects import normalised_effects, task_gap
 from headlens.analyses.patching.pairs import PairTask, pair_eval_sets
 from headlens.probes.errors import InputError
-from headlens.probes.hooks import HookFn, attached
+from headlens.probes.hooks import HookFn
 from headlens.probes.loading import LoadedModel
+from headlens.probes.patch import patched_runner
 from headlens.probes.progress import Step, stage_step
 
 log = logging.getLogger(__name__)
@@ -136,8 +137,8 @@ def circuit_values(
                         continue
                     masks = torch.as_tensor(excluded.reshape(k, slots, n_send), device=model.device)
                     hooks.append((reader_hook(layer, which, model.n_layers), _rebuild(graph, layer, which, live, corrupt, masks, norms)))
-                with torch.inference_mode(), attached(model.bridge, hooks):
-                    vals = model_values(model, tok_c, lengths, clean_set, rows, copies=k)
+                with torch.inference_mode():
+                    vals = model_values(model, tok_c, lengths, clean_set, rows, copies=k, run=patched_runner(model, hooks))
                 out[c0 : c0 + k, rows] = vals.detach().double().cpu().view(k, len(rows)).numpy()
                 done += k * len(rows)
                 if progress is not None:
