@@ -73,6 +73,7 @@ def family_config(
     """
     import transformers
 
+    std = INIT_STD if init_std is None else init_std
     if family == "bert":
         return transformers.BertConfig(
             vocab_size=30522,
@@ -81,34 +82,45 @@ def family_config(
             num_attention_heads=n_heads,
             intermediate_size=d_mlp or 2 * d_model,
             max_position_embeddings=n_ctx,
-            initializer_range=INIT_STD if init_std is None else init_std,
+            initializer_range=std,
         )
     if family not in _CLASSES:
         raise ValueError(f"unknown family {family!r}: choose from {', '.join(FAMILIES + ENCODER_FAMILIES)}")
-    d_head = d_model // n_heads
-    gqa = n_kv_heads if n_kv_heads is not None else {"gemma": 1}.get(family, max(1, n_heads // 2))
+    kv_heads = n_kv_heads if n_kv_heads is not None else {"gemma": 1}.get(family, max(1, n_heads // 2))
+    kw = _decoder_shape(
+        family, n_layers=n_layers, n_heads=n_heads, kv_heads=kv_heads, d_model=d_model, d_mlp=d_mlp or 2 * d_model, n_ctx=n_ctx
+    )
     common = {"vocab_size": 50257, "bos_token_id": 50256, "eos_token_id": 50256}
+    # Weights drawn wider than the families' defaults (0.02) so attention scores are O(1-10):
+    # with near-uniform patterns a wrong scale, softcap or window would hide in rounding.
+    init = {"opt": "init_std"}.get(family, "initializer_range")
+    return getattr(transformers, _CLASSES[family][0])(**kw, **common, **{init: std})
+
+
+def _decoder_shape(family: str, *, n_layers: int, n_heads: int, kv_heads: int, d_model: int, d_mlp: int, n_ctx: int) -> dict[str, Any]:
+    """A decoder family's shape settings, in its config class's own names (see the module docstring
+    for what each family shows)."""
+    d_head = d_model // n_heads
     decoder = {
         "hidden_size": d_model,
-        "intermediate_size": d_mlp or 2 * d_model,
+        "intermediate_size": d_mlp,
         "num_hidden_layers": n_layers,
         "num_attention_heads": n_heads,
         "max_position_embeddings": n_ctx,
     }
-    kw: dict[str, Any]
     if family == "gpt2":
-        kw = {"n_layer": n_layers, "n_head": n_heads, "n_embd": d_model, "n_positions": n_ctx}
-    elif family in ("llama", "qwen2"):
-        kw = {**decoder, "num_key_value_heads": gqa}
-    elif family == "mistral":
-        kw = {**decoder, "num_key_value_heads": gqa, "sliding_window": WINDOW}
-    elif family == "gemma":
-        kw = {**decoder, "num_key_value_heads": gqa, "head_dim": d_head}
-    elif family == "gemma2":
+        return {"n_layer": n_layers, "n_head": n_heads, "n_embd": d_model, "n_positions": n_ctx}
+    if family in ("llama", "qwen2"):
+        return {**decoder, "num_key_value_heads": kv_heads}
+    if family == "mistral":
+        return {**decoder, "num_key_value_heads": kv_heads, "sliding_window": WINDOW}
+    if family == "gemma":
+        return {**decoder, "num_key_value_heads": kv_heads, "head_dim": d_head}
+    if family == "gemma2":
         # query_pre_attn_scalar != d_head so a verify that assumed 1/sqrt(d_head) would fail.
-        kw = {
+        return {
             **decoder,
-            "num_key_value_heads": gqa,
+            "num_key_value_heads": kv_heads,
             "head_dim": d_head,
             "sliding_window": WINDOW,
             "attn_logit_softcapping": SOFTCAP,
@@ -116,11 +128,11 @@ def family_config(
             "query_pre_attn_scalar": 2 * d_head,
             "layer_types": ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(n_layers)],
         }
-    elif family == "gpt_neox":
-        kw = {**decoder, "rotary_pct": 0.25}
-    elif family == "gpt_neo":
+    if family == "gpt_neox":
+        return {**decoder, "rotary_pct": 0.25}
+    if family == "gpt_neo":
         layers = ["global", "local"] * (n_layers // 2) + ["global"] * (n_layers % 2)
-        kw = {
+        return {
             "hidden_size": d_model,
             "num_layers": n_layers,
             "num_heads": n_heads,
@@ -128,21 +140,16 @@ def family_config(
             "attention_types": [[layers, 1]],
             "window_size": WINDOW,
         }
-    elif family == "opt":
-        kw = {
+    if family == "opt":
+        return {
             "hidden_size": d_model,
-            "ffn_dim": d_mlp or 2 * d_model,
+            "ffn_dim": d_mlp,
             "num_hidden_layers": n_layers,
             "num_attention_heads": n_heads,
             "max_position_embeddings": n_ctx,
             "word_embed_proj_dim": d_model,
         }
-    else:  # gptj
-        kw = {"n_embd": d_model, "n_layer": n_layers, "n_head": n_heads, "n_positions": n_ctx, "rotary_dim": d_head // 2}
-    # Weights drawn wider than the families' defaults (0.02) so attention scores are O(1-10):
-    # with near-uniform patterns a wrong scale, softcap or window would hide in rounding.
-    init = {"opt": "init_std"}.get(family, "initializer_range")
-    return getattr(transformers, _CLASSES[family][0])(**kw, **common, **{init: INIT_STD if init_std is None else init_std})
+    return {"n_embd": d_model, "n_layer": n_layers, "n_head": n_heads, "n_positions": n_ctx, "rotary_dim": d_head // 2}  # gptj
 
 
 def build_family_checkpoint(folder: str | Path, family: str, *, seed: int = 0, **shape: Any) -> Path:
