@@ -63,4 +63,9 @@ def truth_lines(s: Mapping[str, Any]) -> list[str]:
             f"; {_auc(t, 'auc_input')} against the {t.get('n_varying')} input-dependent ones (constant true edges left out:"
             " no clean/corrupt patch can see them)"
         )
+    if "auc_acdc" in t:
+        words += (
+            f"; {_auc(t, 'auc_acdc')} against ACDC's reference circuit of {t.get('n_acdc')} edges (its published tracr ground truth,"
+            " the comparable figure for ACDC's AUC)"
+        )
     return [words + f"; 95% intervals over the {t.get('n_pairs')} pairs that scored the edges ({t.get('n_bootstrap')} resamples)"]

@@ -109,3 +109,15 @@ def test_reverse_against_acdcs_reference_and_in_the_context_of_every_other_ablat
     masks = np.array([[True] * len(keys), [k in set(truth["used"]) for k in keys], [False] * len(keys)])
     full, used, empty = circuit_values(model, task, graph, masks, ablation=Ablation("zero"))
     assert np.array_equal(used, full) and np.abs(full - empty).min() > 0.5
+
+
+def test_the_printed_ground_truth_line_names_acdcs_reference_when_the_truth_has_it():
+    from headlens.reports.api.circuit_scores_text import truth_lines
+
+    t = {"path": "gt.json", "auc_all": 0.923, "auc_all_low": 0.9, "auc_all_high": 0.95, "n_true": 13, "n_edges": 77, "n_pairs": 64,
+         "n_bootstrap": 100, "auc_acdc": 1.0, "auc_acdc_low": 1.0, "auc_acdc_high": 1.0, "n_acdc": 10}  # fmt: skip
+    (line,) = truth_lines({"ground_truth": t})
+    assert "edge ROC AUC 0.923 [0.900, 0.950] against its 13 true edges of 77" in line
+    assert "1.000 [1.000, 1.000] against ACDC's reference circuit of 10 edges" in line
+    (plain,) = truth_lines({"ground_truth": {k: v for k, v in t.items() if "acdc" not in k}})
+    assert "ACDC" not in plain
