@@ -38,7 +38,7 @@ from headlens.reports.api.folder import FolderResult, TableFileResult
 from headlens.reports.api.journals import JournalOpener
 from headlens.reports.api.models import as_loaded
 from headlens.reports.api.result import TEXT_COLUMNS, read_csv_table, read_manifest
-from headlens.reports.render.design_tables import gqa_markdown, projections_markdown, with_basis
+from headlens.reports.render.design_tables import gqa_markdown, projections_markdown
 from headlens.reports.render.figures.design import knockout_heatmap_figure, loss_vs_cache_figure
 from headlens.reports.render.finding_lines import Findings, gqa_findings, kv_findings, projections_findings
 
@@ -217,7 +217,7 @@ def gqa(
         "task": res.task,
     }
     tables = {name: found[name] for name in _GQA_TABLES if found[name] is not None}
-    summary_md = with_basis(gqa_markdown(res, loaded.name, figure=f"{_GQA_FIGURE}.png", n_items=len(data)), data.basis())
+    summary_md = gqa_markdown(res, loaded.name, basis=data.basis(), figure=f"{_GQA_FIGURE}.png", n_items=len(data))
     extra = {
         "gqa": {
             "data": data.describe(),
@@ -353,7 +353,7 @@ def projections(
         losses = run_knockouts(loaded, data, cfg, progress=progress, journal=opened)
         changes, scores = knockout_roles(loaded, census, cfg, progress=progress, journal=opened) if under.roles else (None, None)
     tables = {name: t for name, t in {"losses": losses, "role_changes": changes, "census_scores": scores}.items() if t is not None}
-    summary_md = with_basis(projections_markdown(losses, changes, loaded.name, figure=f"{_KNOCKOUT_FIGURE}.png"), data.basis())
+    summary_md = projections_markdown(losses, changes, loaded.name, basis=data.basis(), figure=f"{_KNOCKOUT_FIGURE}.png")
     extra = {"projections": {"data": data.describe(), **setup.manifest_fields(), "resumed": bool(getattr(opened, "resumed", False))}}
     manifest = build_manifest(
         model=loaded, command=command, prepend_bos=spec.prepend_bos, configs={"projections": cfg, "census": census}, extra=extra

@@ -10,9 +10,18 @@ from typing import Any
 
 from headlens.analyses.verdicts import NO_FINDING, SMOKE, Verdict, difference_verdict
 from headlens.reports.render.markdown import markdown_cell, markdown_table
+from headlens.reports.render.page.md_templates import md_environment
 from headlens.reports.render.verdict_text import smoke_sentence, verdict_words
 
-__all__ = ["text_table", "with_basis", "gqa_markdown", "gqa_reading", "knockout_reading", "projections_markdown", "design_section_markdown"]
+__all__ = [
+    "text_table",
+    "gqa_markdown",
+    "gqa_reading",
+    "knockout_reading",
+    "projections_markdown",
+    "design_section_markdown",
+    "design_section_view",
+]
 
 log = logging.getLogger(__name__)
 
@@ -22,35 +31,25 @@ def text_table(table: Any) -> str:
     return table.to_string(index=False, float_format=lambda x: f"{x:.4g}")
 
 
-def with_basis(markdown: str, basis: str) -> str:
-    """``markdown`` with the line saying what the loss is measured on (``basis``) after its title."""
-    title, sep, rest = markdown.partition("\n\n")
-    return f"{title}{sep}Loss on {basis}.\n\n{rest}" if sep else f"{markdown}\nLoss on {basis}.\n"
-
-
-def gqa_markdown(res: Any, model_name: str, *, figure: str | None = None, n_items: int | None = None) -> str:
-    """Markdown of a GQA what-if: the loss/cache table, the groups, the heads that move most, the
-    reading (``n_items``: the evaluation windows, for :func:`gqa_reading`)."""
-    s = res.summary
-    lines = [
-        f"# GQA what-if: {model_name}",
-        "",
-        "K and V of the KV heads in a group mean-pooled in every layer (no retraining); loss on text windows; JS = Jensen-Shannon "
-        "divergence (bits) between each head's original and pooled attention rows, mean over queries.",
-        "",
-    ]
-    lines += [markdown_table(s, floatfmt=".4g"), ""]
-    if figure:
-        lines += [f"![loss vs KV cache]({figure})", ""]
-    lines += ["## Groups", "", markdown_table(res.groups), ""]
-    top = res.heads.sort_values("js", ascending=False).head(8)
-    lines += ["## Heads whose pattern moves most", "", markdown_table(top, floatfmt=".3f"), ""]
-    if res.task is not None:
-        lines += ["## Task metric", "", markdown_table(res.task, floatfmt=".4g"), ""]
-    if res.comparison is not None:
-        lines += ["## Similarity vs adjacent grouping (paired over windows)", "", markdown_table(res.comparison, floatfmt=".4f"), ""]
-    lines += ["## Reading", "", *gqa_reading(s, res.comparison, n_items=n_items), ""]
-    return "\n".join(lines)
+def gqa_markdown(res: Any, model_name: str, *, basis: str, figure: str | None = None, n_items: int | None = None) -> str:
+    """``summary.md`` of a GQA what-if (``templates/summaries/gqa.md.j2``): the loss/cache table, the groups, the
+    heads that move most, the reading (``basis``: what the loss is measured on; ``n_items``: the evaluation windows,
+    for :func:`gqa_reading`)."""
+    return (
+        md_environment()
+        .get_template("summaries/gqa.md.j2")
+        .render(
+            model=model_name,
+            basis=basis,
+            summary=markdown_table(res.summary, floatfmt=".4g"),
+            figure=figure,
+            groups=markdown_table(res.groups),
+            heads=markdown_table(res.heads.sort_values("js", ascending=False).head(8), floatfmt=".3f"),
+            task=None if res.task is None else markdown_table(res.task, floatfmt=".4g"),
+            comparison=None if res.comparison is None else markdown_table(res.comparison, floatfmt=".4f"),
+            reading=gqa_reading(res.summary, res.comparison, n_items=n_items),
+        )
+    )
 
 
 def gqa_reading(s: Any, comparison: Any = None, *, n_items: int | None = None, smoke: bool = False) -> list[str]:
@@ -108,59 +107,55 @@ def knockout_reading(losses: Any, roles: Any | None, *, n_items: int | None = No
     return out
 
 
-def projections_markdown(losses: Any, roles: Any | None, model_name: str, *, figure: str | None = None) -> str:
-    """Markdown of a projection knockout run: the loss table, the role changes, the reading."""
-    lines = [
-        f"# Projection knockout: {model_name}",
-        "",
-        "One layer at a time: queries from the key projection (q=k), values from the key projection (v=k), or both (q=k=v); loss on text "
-        "windows.",
-        "",
-    ]
-    lines += [markdown_table(losses, floatfmt=".4g"), ""]
-    if figure:
-        lines += [f"![knockout loss change]({figure})", ""]
-    if roles is not None:
-        lines += ["## Roles on the census (heads whose roles change)", "", markdown_table(roles[roles["kind"] != "none"]), ""]
-    lines += ["## Reading", "", *knockout_reading(losses, roles), ""]
-    return "\n".join(lines)
+def projections_markdown(losses: Any, roles: Any | None, model_name: str, *, basis: str, figure: str | None = None) -> str:
+    """``summary.md`` of a projection knockout run (``templates/summaries/projections.md.j2``): the loss table,
+    the role changes, the reading (``basis``: what the loss is measured on)."""
+    return (
+        md_environment()
+        .get_template("summaries/projections.md.j2")
+        .render(
+            model=model_name,
+            basis=basis,
+            losses=markdown_table(losses, floatfmt=".4g"),
+            figure=figure,
+            roles=None if roles is None else markdown_table(roles[roles["kind"] != "none"]),
+            reading=knockout_reading(losses, roles),
+        )
+    )
 
 
-def design_section_markdown(
+def design_section_view(
     tables: dict[str, Any],
     *,
     heading: str | None = "## Design questions",
     figure: str | None = None,
     n_items: int | None = None,
     smoke: str | None = None,
-) -> str:
-    """Markdown of :func:`headlens.analyses.design.section.design_section_tables` (the report's
-    design section; ``heading`` None leaves the title to the caller, ``figure`` links the
-    loss-vs-cache image).  Parts not run are listed with their reason (HTML-escaped).
-    ``n_items``: the windows the intervals come from; ``smoke``: on what a ``--quick`` run ran
-    (e.g. ``"2 windows of 32 tokens"``): the section is marked a smoke test and states no finding."""
-    lines = [heading, ""] if heading else []
-    if smoke:
-        lines += [f"**{smoke_sentence(smoke)}**", ""]
-    for r in tables["skipped"].itertuples(index=False) if "skipped" in tables else []:
-        lines.append(f"- {markdown_cell(r.part)}: not run ({html.escape(markdown_cell(r.reason), quote=False)})")
-    if lines and lines[-1] != "":
-        lines.append("")
-    if "kv" in tables:
-        lines += ["### KV cache", "", markdown_table(tables["kv"], floatfmt=".3g"), ""]
-    if "gqa_summary" in tables:
-        lines += ["### GQA what-if (K/V mean-pooled, no retraining)", "", markdown_table(tables["gqa_summary"], floatfmt=".4g"), ""]
-        if figure:
-            lines += [f"![loss vs KV cache]({figure})", ""]
-        lines += [*gqa_reading(tables["gqa_summary"], tables.get("gqa_comparison"), n_items=n_items, smoke=bool(smoke)), ""]
-    if "knockout_losses" in tables:
-        roles = tables.get("knockout_roles")
-        lines += [
-            "### Projection knockout",
-            "",
-            markdown_table(tables["knockout_losses"], floatfmt=".4g"),
-            "",
-            *knockout_reading(tables["knockout_losses"], roles, n_items=n_items, smoke=bool(smoke)),
-            "",
-        ]
-    return "\n".join(lines)
+) -> dict[str, Any]:
+    """What ``summaries/design.md.j2``'s ``design_section`` shows of
+    :func:`headlens.analyses.design.section.design_section_tables` (the report's design section;
+    ``heading`` None leaves the title to the caller, ``figure`` links the loss-vs-cache image).  Parts
+    not run are listed with their reason (HTML-escaped).  ``n_items``: the windows the intervals come
+    from; ``smoke``: on what a ``--quick`` run ran (e.g. ``"2 windows of 32 tokens"``): the section
+    is marked a smoke test and states no finding."""
+    skipped = tables["skipped"].itertuples(index=False) if "skipped" in tables else []
+    gqa, knockout = tables.get("gqa_summary"), tables.get("knockout_losses")
+    return {
+        "heading": heading,
+        "smoke": smoke_sentence(smoke) if smoke else None,
+        "skipped": [(markdown_cell(r.part), html.escape(markdown_cell(r.reason), quote=False)) for r in skipped],
+        "kv": markdown_table(tables["kv"], floatfmt=".3g") if "kv" in tables else None,
+        "gqa": None if gqa is None else markdown_table(gqa, floatfmt=".4g"),
+        "figure": figure,
+        "gqa_reading": [] if gqa is None else gqa_reading(gqa, tables.get("gqa_comparison"), n_items=n_items, smoke=bool(smoke)),
+        "knockout": None if knockout is None else markdown_table(knockout, floatfmt=".4g"),
+        "knockout_reading": []
+        if knockout is None
+        else knockout_reading(knockout, tables.get("knockout_roles"), n_items=n_items, smoke=bool(smoke)),
+    }
+
+
+def design_section_markdown(tables: dict[str, Any], **view: Any) -> str:
+    """The design section as Markdown (the report's design stage's ``summary.md``): :func:`design_section_view`
+    (same keywords) rendered by ``summaries/design_section.md.j2``."""
+    return md_environment().get_template("summaries/design_section.md.j2").render(design=design_section_view(tables, **view))

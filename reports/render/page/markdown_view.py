@@ -14,13 +14,13 @@ from typing import Any
 from urllib.parse import quote
 
 from headlens.analyses.verdicts import difference_verdict
-from headlens.reports.render.design_tables import design_section_markdown
+from headlens.reports.render.design_tables import design_section_view
 from headlens.reports.render.page.smoke import data_items, smoke_where
 from headlens.reports.render.verdict_text import verdict_words
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ablation_view", "design_markdown", "manifest_summary", "MANIFEST_SUMMARY_KEYS"]
+__all__ = ["ablation_view", "design_md", "manifest_summary", "MANIFEST_SUMMARY_KEYS"]
 
 #: The manifest's entries ``report.md`` shows (the page shows all of it).
 MANIFEST_SUMMARY_KEYS = ("headlens_version", "created_utc", "command", "model", "prepend_bos", "seed", "dtype", "device", "versions")
@@ -64,13 +64,13 @@ def ablation_view(report: Any, name: str) -> dict[str, Any] | None:
     }
 
 
-def design_markdown(report: Any) -> str | None:
-    """The design section's Markdown (:func:`headlens.reports.render.design_tables.design_section_markdown`,
-    the text of the stage's ``summary.md`` too), or None when the stage has no tables."""
+def design_md(report: Any) -> dict[str, Any] | None:
+    """What the design section of ``report.md`` shows (:func:`headlens.reports.render.design_tables.design_section_view`,
+    rendered by the macro that writes the stage's ``summary.md`` too), or None when the stage has no tables."""
     if report.design is None:
         return None
     smoke = smoke_where(report, "design") if report.smoke_test("design") else None
-    return design_section_markdown(
+    return design_section_view(
         report.design,
         heading=None,
         figure=quote("design/gqa_loss_vs_cache.png") if "gqa_summary" in report.design else None,

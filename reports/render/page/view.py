@@ -17,7 +17,7 @@ from headlens.reports.render.page.design_view import design_view
 from headlens.reports.render.page.evidence_view import evidence_view
 from headlens.reports.render.page.figure import inline_svg
 from headlens.reports.render.page.heatmaps import heatmaps, scored_detectors
-from headlens.reports.render.page.markdown_view import ablation_view, design_markdown, manifest_summary
+from headlens.reports.render.page.markdown_view import ablation_view, design_md, manifest_summary
 from headlens.reports.render.page.sink_counts import sink_disagreement, sink_rate_rows
 from headlens.reports.render.page.smoke import smoke_columns_note, smoke_note
 from headlens.reports.render.page.values import finite, metric_label, num, signed, sortval
@@ -279,7 +279,7 @@ def page_context(report: Any) -> dict[str, Any]:
         "design": design_view(report),
         "evidence": evidence_view(report),
         "stages": _stages(report),
-        "design_markdown": design_markdown(report),
+        "design_md": design_md(report),
         "manifest": json.dumps(report.manifest, indent=2, sort_keys=False, default=str),
         "manifest_summary": manifest_summary(report.manifest),
     }

@@ -71,5 +71,5 @@ def test_html_and_markdown_share_one_context():
     r = _bare_report("skipped")
     ctx = page_context(r)
     assert {"stages", "stage_notes", "smoke_notes", "figure_links", "evidence", "examples", "manifest_summary"} <= set(ctx)
-    assert ctx["ablation"] == {"ablation_zero": None, "ablation_mean": None} and ctx["design_markdown"] is None
+    assert ctx["ablation"] == {"ablation_zero": None, "ablation_mean": None} and ctx["design_md"] is None
     assert [row["name"] for row in ctx["table"]["rows"]] == ["0.0", "0.1", "0.2", "1.0", "1.1", "1.2"] and ctx["scores"] == []
