@@ -65,7 +65,7 @@ def _timed(fn, *, device: str, warmup=None) -> dict:
 
 
 def _ioi_task(model, n: int):
-    from headlens.analyses.ablation.evalset import TaskItem, task_eval_set
+    from headlens.analyses.measure.evalset import TaskItem, task_eval_set
     from headlens.analyses.stimuli import FEMALE_NAMES, MALE_NAMES
 
     items = []
@@ -78,9 +78,9 @@ def _ioi_task(model, n: int):
 def one_mode(args) -> dict:
     import torch
 
-    from headlens.analyses.ablation.evalset import text_eval_set
     from headlens.analyses.ablation.gradients import attribution_estimates
     from headlens.analyses.ablation.study import AblationConfig, ablated_values, baseline_pass, naive_single_head_values, run_ablation
+    from headlens.analyses.measure.evalset import text_eval_set
     from headlens.analyses.stimuli import eval_text
     from headlens.probes.loading import load_model
 

@@ -167,7 +167,7 @@ def patched_forward(
 
 def patched_runner(model: Any, patches: Sequence[PatchLike] = (), *, start: Start | None = None) -> Callable[..., Any]:
     """``run(tokens, **kwargs)``: :func:`patched_forward` with these patches and start (the logits), for a metric
-    that calls the forward itself (:func:`headlens.analyses.ablation.metrics.model_values`)."""
+    that calls the forward itself (:func:`headlens.analyses.measure.metrics.model_values`)."""
 
     def run(tokens: Tensor, **kwargs: Any) -> Any:
         return_type = kwargs.pop("return_type", "logits")

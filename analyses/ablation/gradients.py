@@ -26,11 +26,11 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from headlens.analyses.ablation.evalset import EvalSet
 from headlens.analyses.ablation.hooks import Reference, z_hook_name
-from headlens.analyses.ablation.masks import HeadMask
-from headlens.analyses.ablation.metrics import model_values
-from headlens.analyses.stats import spearman  # re-exported: scipy.stats.spearmanr, NaN pairs dropped
+from headlens.analyses.measure.evalset import EvalSet
+from headlens.analyses.measure.masks import HeadMask
+from headlens.analyses.measure.metrics import model_values
+from headlens.analyses.measure.stats import spearman  # re-exported: scipy.stats.spearmanr, NaN pairs dropped
 from headlens.probes.errors import InputError
 from headlens.probes.hooks import HookFn, attached
 from headlens.probes.loading import LoadedModel

@@ -17,7 +17,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from headlens.analyses.ablation.masks import HeadMask
+from headlens.analyses.measure.masks import HeadMask
 from headlens.probes.errors import InputError
 from headlens.probes.hooks import HookFn
 

@@ -19,11 +19,11 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from headlens.analyses.ablation.evalset import EvalSet
 from headlens.analyses.ablation.hooks import mask_hooks
-from headlens.analyses.ablation.masks import HeadMask
-from headlens.analyses.ablation.metrics import model_values
 from headlens.analyses.ablation.runs import ablated_values
+from headlens.analyses.measure.evalset import EvalSet
+from headlens.analyses.measure.masks import HeadMask
+from headlens.analyses.measure.metrics import model_values
 from headlens.probes.hooks import HookFn
 from headlens.probes.loading import LoadedModel
 from headlens.probes.patch import Start, check_start, patched_runner, resid_site

@@ -20,7 +20,7 @@ reports the mean, standard deviation, minimum and maximum over seeds.
 earlier one degrade the metric by at most ``max_increase`` relative to ``v0``
 (``(v - v0) / |v0|`` for loss; ``(v0 - v) / |v0|`` for logit-diff, where lower is worse;
 ``v - v0``, absolute, for the embedding change, whose unablated value is 0).  The heads removed at
-that step are the pruned set (a :class:`headlens.analyses.ablation.masks.HeadMask`).
+that step are the pruned set (a :class:`headlens.analyses.measure.masks.HeadMask`).
 
 **Shared passes** (the numbers are those of one pass per ranking and one full forward per value,
 to float rounding, tested): a step's value comes from the gradient pass (or, for the embedding
@@ -47,14 +47,14 @@ import pandas as pd
 import torch
 
 from headlens.analyses.ablation.config import PruneConfig
-from headlens.analyses.ablation.evalset import EvalSet
 from headlens.analyses.ablation.gradients import gate_gradients_and_values, importance_from_gradients
 from headlens.analyses.ablation.incremental import MaskSequence
-from headlens.analyses.ablation.masks import HeadMask, head_name
-from headlens.analyses.ablation.metrics import check_metric, worse_by
-from headlens.analyses.ablation.records import RecordJournal
 from headlens.analyses.ablation.runs import ablated_values
 from headlens.analyses.ablation.study import AblationConfig, run_ablation
+from headlens.analyses.measure.evalset import EvalSet
+from headlens.analyses.measure.masks import HeadMask, head_name
+from headlens.analyses.measure.metrics import check_metric, worse_by
+from headlens.analyses.measure.records import RecordJournal
 from headlens.probes.errors import InputError
 from headlens.probes.loading import LoadedModel
 

@@ -14,10 +14,10 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from headlens.analyses.ablation.evalset import EvalSet
 from headlens.analyses.ablation.hooks import Reference, ablate_hook, mask_hooks, resample_sources, z_hook_name
-from headlens.analyses.ablation.masks import HeadMask
-from headlens.analyses.ablation.metrics import model_values
+from headlens.analyses.measure.evalset import EvalSet
+from headlens.analyses.measure.masks import HeadMask
+from headlens.analyses.measure.metrics import model_values
 from headlens.probes.errors import InputError
 from headlens.probes.hooks import HookFn
 from headlens.probes.loading import LoadedModel

@@ -21,7 +21,7 @@ stored by the baseline pass and each ablation of a head in layer ``L`` runs only
 ``L..n-1`` (:class:`headlens.probes.patch.Start`), and (2) several heads of one layer are ablated in
 one forward, one head per copy of the batch.  The first-order estimate (attribution, see
 :mod:`headlens.analyses.ablation.gradients`) comes with it.  The sweep is resumable: ``journal`` (a
-:class:`headlens.analyses.ablation.records.RecordJournal`, e.g. the file journal
+:class:`headlens.analyses.measure.records.RecordJournal`, e.g. the file journal
 :class:`headlens.reports.api.journal.Journal`) receives each finished job and hands back those of an
 interrupted run.
 """
@@ -39,12 +39,8 @@ import pandas as pd
 import torch
 
 from headlens.analyses.ablation.config import METHODS, AblationConfig
-from headlens.analyses.ablation.evalset import EvalSet
 from headlens.analyses.ablation.gradients import attribution_estimates
 from headlens.analyses.ablation.hooks import Reference, z_hook_name
-from headlens.analyses.ablation.masks import HeadMask
-from headlens.analyses.ablation.metrics import check_metric
-from headlens.analyses.ablation.records import RecordJournal, records_of
 from headlens.analyses.ablation.runs import (
     Baseline,
     ablated_logits,
@@ -53,7 +49,11 @@ from headlens.analyses.ablation.runs import (
     naive_single_head_values,
     single_head_values,
 )
-from headlens.analyses.stats import bootstrap_mean_ci, spearman, spearman_p
+from headlens.analyses.measure.evalset import EvalSet
+from headlens.analyses.measure.masks import HeadMask
+from headlens.analyses.measure.metrics import check_metric
+from headlens.analyses.measure.records import RecordJournal, records_of
+from headlens.analyses.measure.stats import bootstrap_mean_ci, spearman, spearman_p
 from headlens.probes.errors import InputError
 from headlens.probes.loading import LoadedModel, check_layers_heads
 from headlens.probes.patch import check_start

@@ -13,10 +13,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from headlens.analyses.ablation.metrics import model_values
 from headlens.analyses.circuits.graph import EdgeGraph
 from headlens.analyses.circuits.hooks import sender_capture
 from headlens.analyses.circuits.readout import Readout, ReadoutMismatch, at_last, capture_hook
+from headlens.analyses.measure.metrics import model_values
 from headlens.probes.hooks import HookFn
 from headlens.probes.loading import LoadedModel
 from headlens.probes.patch import patched_runner, resid_site

@@ -35,8 +35,8 @@ from headlens.analyses.circuits.graph import EdgeGraph
 from headlens.analyses.circuits.resolution import share_resolution
 from headlens.analyses.circuits.scores import PerPair
 from headlens.analyses.circuits.summary import carried, edge_table
+from headlens.analyses.measure.stats import wilson
 from headlens.analyses.patching.pairs import PairTask
-from headlens.analyses.stats import wilson
 from headlens.probes.loading import LoadedModel
 from headlens.probes.progress import Progress, stage_step
 

@@ -50,7 +50,6 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from headlens.analyses.ablation.metrics import model_values
 from headlens.analyses.circuits.capture import capture_group, pair_groups
 from headlens.analyses.circuits.cost import auto_rows
 from headlens.analyses.circuits.graph import EdgeGraph
@@ -60,6 +59,7 @@ from headlens.analyses.circuits.readout import Readout, ReadoutMismatch, readout
 from headlens.analyses.circuits.resolution import change
 from headlens.analyses.circuits.scores import PerPair, check_direction
 from headlens.analyses.circuits.writes import head_sum_norms, sender_deltas
+from headlens.analyses.measure.metrics import model_values
 from headlens.analyses.patching.pairs import PairTask, pair_eval_sets
 from headlens.probes.errors import InputError
 from headlens.probes.hooks import HookFn

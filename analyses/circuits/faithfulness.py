@@ -26,11 +26,11 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from headlens.analyses.ablation.metrics import model_values
 from headlens.analyses.circuits.graph import EdgeGraph
 from headlens.analyses.circuits.hooks import check_edge_model, edge_flags, reader_hook, sender_capture
 from headlens.analyses.circuits.scores import senders_of
 from headlens.analyses.circuits.writes import HeadSumNorm, head_sum_norms, normed_change
+from headlens.analyses.measure.metrics import model_values
 from headlens.analyses.patching.effects import normalised_effects, task_gap
 from headlens.analyses.patching.pairs import PairTask, pair_eval_sets
 from headlens.probes.errors import InputError

@@ -124,7 +124,7 @@ def mib_intervals(
     values: np.ndarray, fractions: Sequence[float] = MIB_FRACTIONS, *, n_resamples: int = 1000, seed: int = 0, level: float = 0.95
 ) -> dict[str, list[float]]:  # fmt: skip
     """Percentile intervals (``level``) of CPR and CMD over the pairs: the columns of ``values`` ``[circuit, pair]``
-    resampled with replacement (seeded multinomial counts, as :func:`~headlens.analyses.stats.bootstrap_mean_ci`), each
+    resampled with replacement (seeded multinomial counts, as :func:`~headlens.analyses.measure.stats.bootstrap_mean_ci`), each
     resample's CPR and CMD from its circuit means.  NaN ends for fewer than 2 pairs or a resample without a gap."""
     v = np.asarray(values, dtype=float)
     n = v.shape[1]

@@ -41,11 +41,11 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from headlens.analyses.ablation.metrics import model_values
 from headlens.analyses.circuits.config import DIRECTIONS, check_direction
 from headlens.analyses.circuits.graph import EdgeGraph
 from headlens.analyses.circuits.hooks import EMBED_HOOK, check_edge_model, edge_flags, reader_hook, sender_capture
 from headlens.analyses.circuits.writes import head_sum_norms, sender_deltas
+from headlens.analyses.measure.metrics import model_values
 from headlens.analyses.patching.pairs import PairTask, pair_eval_sets
 from headlens.probes.counts import check_count
 from headlens.probes.errors import InputError

@@ -20,11 +20,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from headlens.analyses.ablation.evalset import METRICS
 from headlens.analyses.circuits.graph import EdgeGraph
 from headlens.analyses.circuits.scores import PerPair
+from headlens.analyses.measure.evalset import METRICS
+from headlens.analyses.measure.stats import bootstrap_mean_ci
 from headlens.analyses.patching.effects import Gap, task_gap
-from headlens.analyses.stats import bootstrap_mean_ci
 
 __all__ = ["edge_table", "gap_of", "carried", "stability", "ranking"]
 

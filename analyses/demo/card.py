@@ -21,13 +21,13 @@ import pandas as pd
 import torch
 from safetensors import safe_open
 
-from headlens.analyses.ablation.evalset import text_eval_set, window_basis
-from headlens.analyses.ablation.metrics import model_values
-from headlens.analyses.ablation.texts import HELDOUT_TEXT
 from headlens.analyses.demo.replay import read_log
 from headlens.analyses.heads.census import CensusConfig, run_census
 from headlens.analyses.heads.classify import classify_heads, roles_of
+from headlens.analyses.measure.evalset import text_eval_set, window_basis
+from headlens.analyses.measure.metrics import model_values
 from headlens.analyses.measure.python_docs import heldout_text
+from headlens.analyses.measure.texts import HELDOUT_TEXT
 from headlens.probes.loading import load_model
 
 __all__ = [
@@ -55,7 +55,7 @@ CENSUS_RUNS = (("bos", True), ("no_bos", False))
 
 def loss_bases(recipe: dict[str, Any], final: dict[str, Any]) -> dict[str, str]:
     """What each loss of the training run is measured on, in the one wording of
-    :func:`headlens.analyses.ablation.evalset.window_basis`: ``heldout`` and ``eval_text`` (the
+    :func:`headlens.analyses.measure.evalset.window_basis`: ``heldout`` and ``eval_text`` (the
     final losses, every window of each stream), ``curve`` (the learning curve's evaluations)."""
     seq = int(recipe["seq_len"])
     stream = "token stream (its documents joined by <|endoftext|>, one opening it)"
@@ -88,7 +88,7 @@ def loss_bases(recipe: dict[str, Any], final: dict[str, Any]) -> dict[str, str]:
 
 def heldout_text_losses(folder: str | Path, windows: Sequence[tuple[str, int, int]], *, batch_size: int = 8) -> list[dict[str, Any]]:
     """The checkpoint's loss on :func:`heldout_text` cut as the commands cut a ``--text-file``
-    (:func:`headlens.analyses.ablation.evalset.text_eval_set`, BOS, the same metric code):
+    (:func:`headlens.analyses.measure.evalset.text_eval_set`, BOS, the same metric code):
     one row per ``(what, n_windows, window)`` with the mean, the standard deviation over
     windows and the basis line."""
     model = load_model(model=str(folder), device="cpu")

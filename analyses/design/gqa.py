@@ -28,14 +28,14 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from headlens.analyses.ablation.evalset import EvalSet
-from headlens.analyses.ablation.metrics import item_values, model_values
-from headlens.analyses.ablation.records import MemoryJournal, RecordJournal, records_of
 from headlens.analyses.design.config import GROUPINGS, GQAConfig
 from headlens.analyses.design.edits import Groups, check_pooling, pool_hooks
 from headlens.analyses.design.grouping import adjacent_groups, kv_distances, scatter, similar_groups
 from headlens.analyses.design.kv import KVConfig, group_sizes, kv_cache_table
-from headlens.analyses.stats import bootstrap_mean_ci
+from headlens.analyses.measure.evalset import EvalSet
+from headlens.analyses.measure.metrics import item_values, model_values
+from headlens.analyses.measure.records import MemoryJournal, RecordJournal, records_of
+from headlens.analyses.measure.stats import bootstrap_mean_ci
 from headlens.probes.attention import attention_spec
 from headlens.probes.engine import LayerView, Sums, reduce_pass
 from headlens.probes.errors import InputError
@@ -178,7 +178,7 @@ def run_gqa(
 ) -> GQARun:
     """Loss, KV cache and per-head pattern movement of every pooled variant (see the module docstring).
 
-    Resumable: ``journal`` (:class:`~headlens.analyses.ablation.records.RecordJournal`) receives one
+    Resumable: ``journal`` (:class:`~headlens.analyses.measure.records.RecordJournal`) receives one
     record per variant as it finishes (``gqa_original``: the unpooled per-window losses;
     ``gqa_variant``: a variant's per-window losses and JS sums) and, when it holds those of an
     interrupted run, those variants are not measured again.  Every number is computed from the

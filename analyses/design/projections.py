@@ -22,15 +22,15 @@ import numpy as np
 import pandas as pd
 import torch
 
-from headlens.analyses.ablation.evalset import EvalSet
 from headlens.analyses.ablation.incremental import MAX_CACHE_BYTES, stream_bytes
-from headlens.analyses.ablation.metrics import item_values
-from headlens.analyses.ablation.records import MemoryJournal, RecordJournal, records_of
 from headlens.analyses.design.config import KINDS, ProjectionConfig
 from headlens.analyses.design.edits import check_knockout, knockout_hooks
 from headlens.analyses.heads.census import CensusConfig, run_census
 from headlens.analyses.heads.classify import classify_heads
 from headlens.analyses.heads.prefix import CensusPrefix
+from headlens.analyses.measure.evalset import EvalSet
+from headlens.analyses.measure.metrics import item_values
+from headlens.analyses.measure.records import MemoryJournal, RecordJournal, records_of
 from headlens.probes.errors import InputError
 from headlens.probes.hooks import attached
 from headlens.probes.patch import Start, check_start, patched_forward, resid_site

@@ -8,11 +8,11 @@ from typing import Any
 
 import pandas as pd
 
-from headlens.analyses.ablation.evalset import EvalSet
-from headlens.analyses.ablation.records import RecordJournal
 from headlens.analyses.design.gqa import GQAConfig, run_gqa
 from headlens.analyses.design.kv import KVConfig, kv_cache_table
 from headlens.analyses.design.projections import ProjectionConfig, knockout_roles, run_knockouts
+from headlens.analyses.measure.evalset import EvalSet
+from headlens.analyses.measure.records import RecordJournal
 from headlens.probes.attention import attention_spec
 from headlens.probes.errors import HeadlensError
 
@@ -39,7 +39,7 @@ def design_section_tables(
 
     ``skip``: parts (``gqa``, ``projections``, ``roles``) not to run, each with the reason the
     caller gives (it lands in ``skipped``).  ``journal``: where the sweeps keep their per-variant
-    records (:mod:`headlens.analyses.ablation.records`), so an interrupted section resumes."""
+    records (:mod:`headlens.analyses.measure.records`), so an interrupted section resumes."""
     skip = dict(skip or {})
     out: dict[str, pd.DataFrame] = {}
     skipped: list[dict[str, str]] = [{"part": part, "reason": why} for part, why in skip.items()]

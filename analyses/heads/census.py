@@ -58,7 +58,7 @@ from headlens.analyses.heads.detectors.referent import REFERENT_COLUMNS, SPLIT_S
 from headlens.analyses.heads.passes import run_pass
 from headlens.analyses.heads.prefix import CensusPrefix
 from headlens.analyses.heads.stimulus_sets import StimulusSet, batch_from_rows, batch_from_tokens, model_frame, model_framing, wrap_note
-from headlens.analyses.stats import bootstrap_mean_ci
+from headlens.analyses.measure.stats import bootstrap_mean_ci
 from headlens.analyses.stimuli import (
     eval_text,
     fit_referent_items,

@@ -31,11 +31,11 @@ import torch
 from torch import Tensor
 
 from headlens.analyses.ablation.hooks import z_hook_name
-from headlens.analyses.ablation.metrics import model_values
+from headlens.analyses.measure.metrics import model_values
+from headlens.analyses.measure.stats import CHANCE_P, spearman, spearman_p
 from headlens.analyses.patching.effects import Gap, normalised_effects, task_gap
 from headlens.analyses.patching.pairs import PairTask, pair_eval_sets
 from headlens.analyses.patching.runs import cache_run
-from headlens.analyses.stats import CHANCE_P, spearman, spearman_p
 from headlens.probes.errors import InputError
 from headlens.probes.hooks import HookFn, attached
 from headlens.probes.loading import LoadedModel
@@ -45,7 +45,7 @@ __all__ = ["AttributionRun", "run_attribution_patching", "agreement", "ATTRIBUTI
 ATTRIBUTION_COLUMNS = ["layer", "head", "name", "attribution", "attribution_low", "attribution_high", "attribution_metric"]
 #: Heads compared by the top-k overlap.
 TOP_K = 5
-# CHANCE_P (analyses.stats, exported here as before): an overlap whose chance of arising between random top-k sets is
+# CHANCE_P (analyses.measure.stats, exported here as before): an overlap whose chance of arising between random top-k sets is
 # at least this is "at chance"; so is a rank correlation whose permutation p-value is.
 
 
@@ -127,7 +127,7 @@ def agreement(estimated: pd.DataFrame, exact: pd.DataFrame, *, k: int = TOP_K) -
     """Attribution against exact denoising (rows matched on layer, head; ``estimated`` has
     ``attribution``, ``exact`` has ``denoising``), over the heads where both are finite:
 
-    ``spearman`` and ``spearman_p`` (its two-sided permutation p-value, :func:`~headlens.analyses.stats.spearman_p`);
+    ``spearman`` and ``spearman_p`` (its two-sided permutation p-value, :func:`~headlens.analyses.measure.stats.spearman_p`);
     ``top_k``, ``top_k_overlap`` (the share of the exact top ``k`` by absolute effect
     that is in the estimate's top ``k``); ``top_k_chance`` (``k / n_heads``, the expected overlap of
     random top-``k`` sets); ``top_k_p_chance`` (the probability that random sets overlap at least as

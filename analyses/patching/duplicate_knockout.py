@@ -36,7 +36,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from headlens.analyses.stats import bootstrap_mean_ci
+from headlens.analyses.measure.stats import bootstrap_mean_ci
 from headlens.analyses.stimuli.random_tokens import random_repeated_tokens
 from headlens.probes.hooks import attached
 from headlens.probes.interventions import Edit, score_edits

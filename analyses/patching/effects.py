@@ -8,12 +8,12 @@ effect of a patch is the ratio of means
 (0: the patched run is the corrupted one on average; 1: it is the clean one).  A ratio of means,
 not a mean of ratios: a pair whose clean and corrupted values are close would otherwise blow up
 the average.  Its 95% interval is the one percentile bootstrap of the package
-(:func:`headlens.analyses.stats.bootstrap_mean_ci`, pairs resampled) of the mean of the
+(:func:`headlens.analyses.measure.stats.bootstrap_mean_ci`, pairs resampled) of the mean of the
 linearised values ``R + ((p_i - k_i) - R (c_i - k_i)) / mean(c - k)``, whose mean is ``R``: the
 first-order (delta-method) form of the ratio, so the interval carries the spread of the
 denominator too.  Pairs without a value (a position they do not have) are left out of that
 patch's means, so such a patch is normalised by the gap of its own pairs only: that subset must
-then stand on its own, with at least :data:`~headlens.analyses.verdicts.MIN_ITEMS` pairs (the
+then stand on its own, with at least :data:`~headlens.analyses.measure.verdicts.MIN_ITEMS` pairs (the
 package's rule for an interval to carry a finding) and a gap that meets the rule below; otherwise
 that patch's effect is NaN and :func:`subset_counts` says why (two pairs whose gaps are 0.02 and
 0.01 would otherwise give a position an effect of 33).
@@ -31,9 +31,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from headlens.analyses.ablation.evalset import METRICS
-from headlens.analyses.stats import bootstrap_mean_ci
-from headlens.analyses.verdicts import MIN_ITEMS
+from headlens.analyses.measure.evalset import METRICS
+from headlens.analyses.measure.stats import bootstrap_mean_ci
+from headlens.analyses.measure.verdicts import MIN_ITEMS
 
 __all__ = ["Gap", "task_gap", "normalised_effects", "subset_counts"]
 

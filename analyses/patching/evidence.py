@@ -3,9 +3,9 @@
 
 Every test predicts the DIRECTION of its figure (each figure below is oriented so that the role
 predicts it above 0) and a size.  One rule judges them all (:func:`judge`, on
-:func:`headlens.analyses.verdicts.predicted_verdict`, thresholds in :data:`ROLE_RULES`):
+:func:`headlens.analyses.measure.verdicts.predicted_verdict`, thresholds in :data:`ROLE_RULES`):
 supported when the figure's 95% interval lies on the predicted side of 0, from at least
-:data:`~headlens.analyses.verdicts.MIN_ITEMS` items, and the figure clears the role's bar; an
+:data:`~headlens.analyses.measure.verdicts.MIN_ITEMS` items, and the figure clears the role's bar; an
 effect in the other direction is "not supported" however large, and the reason says so in
 words ("removing it lowers the loss"); a figure on the predicted side below the bar, or an
 interval that includes 0, is "not supported" with that reason.
@@ -57,7 +57,7 @@ interval that includes 0, is "not supported" with that reason.
   population, a seeded random sample of the sink-only heads (:mod:`~headlens.analyses.patching.evidence_sink`).
 * any other role: not testable here, said so.
 
-Every test needs at least :data:`~headlens.analyses.verdicts.MIN_ITEMS` items (``n``) to state a
+Every test needs at least :data:`~headlens.analyses.measure.verdicts.MIN_ITEMS` items (``n``) to state a
 verdict; ``smoke=True`` (``headlens report --quick``) runs the tests on fewer and says
 :data:`NO_FINDING` instead of a verdict, keeping the figures.
 """
@@ -75,6 +75,8 @@ import torch
 from jaxtyping import Float, Int
 
 from headlens.analyses.ablation.runs import ablated_logits
+from headlens.analyses.measure.stats import bootstrap_mean_ci
+from headlens.analyses.measure.verdicts import MIN_ITEMS
 from headlens.analyses.patching.activation import PatchConfig, run_patching
 from headlens.analyses.patching.builtin import induction_task, referent_task
 from headlens.analyses.patching.duplicate_knockout import duplicate_knockout_effects, repeated_batch
@@ -103,8 +105,6 @@ from headlens.analyses.patching.evidence_rules import (
 from headlens.analyses.patching.evidence_sink import sink_evidence, sink_text
 from headlens.analyses.patching.induction_knockout import induction_knockout_effects
 from headlens.analyses.patching.path import PathConfig, run_path_patching
-from headlens.analyses.stats import bootstrap_mean_ci
-from headlens.analyses.verdicts import MIN_ITEMS
 from headlens.probes.counts import check_count
 from headlens.probes.errors import HeadlensError, InputError
 from headlens.probes.loading import LoadedModel

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from headlens.analyses.measure.verdicts import MIN_ITEMS
 from headlens.analyses.patching.evidence_rules import MIN_T, ROLE_RULES, SINK_SAMPLE
-from headlens.analyses.verdicts import MIN_ITEMS
 from headlens.probes.counts import check_count
 from headlens.probes.errors import InputError
 from headlens.probes.settings import check_seed, seed_setting, setting

@@ -3,7 +3,7 @@
 direction and bar (:data:`ROLE_RULES`), :func:`judge`, and the verdict words.
 
 Every role's figure is oriented so that the role predicts it above 0; :func:`judge` applies
-:func:`headlens.analyses.verdicts.predicted_verdict`: an effect on the other side of 0 is "not
+:func:`headlens.analyses.measure.verdicts.predicted_verdict`: an effect on the other side of 0 is "not
 supported" however large, and its reason says so in words.
 """
 
@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from headlens.analyses.verdicts import FEW_ITEMS, MIN_ITEMS, NOT_DISTINGUISHABLE, OPPOSITE, TOO_SMALL, predicted_verdict
+from headlens.analyses.measure.verdicts import FEW_ITEMS, MIN_ITEMS, NOT_DISTINGUISHABLE, OPPOSITE, TOO_SMALL, predicted_verdict
 
 log = logging.getLogger(__name__)
 

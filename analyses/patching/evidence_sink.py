@@ -28,12 +28,12 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from headlens.analyses.ablation.texts import TextChoice, choose_text
 from headlens.analyses.heads.sink_population import SINK, sink_only_heads
+from headlens.analyses.measure.stats import wilson
+from headlens.analyses.measure.texts import TextChoice, choose_text
+from headlens.analyses.measure.verdicts import MIN_ITEMS
 from headlens.analyses.patching.evidence_rules import NOT_SUPPORTED, NOT_TESTABLE, NOT_TESTED, SUPPORTED, judge, unreadable
 from headlens.analyses.patching.sink_removal import SINK_WINDOW, sink_removal_effects
-from headlens.analyses.stats import wilson
-from headlens.analyses.verdicts import MIN_ITEMS
 from headlens.probes.errors import InputError, UnsupportedModelError
 from headlens.probes.loading import LoadedModel
 
@@ -46,7 +46,7 @@ Head = tuple[int, int]
 
 def sink_text(model: LoadedModel) -> TextChoice:
     """The text the sink test measures on: the model's own held-out text when it carries one (the
-    demo), else the built-in text (:func:`~headlens.analyses.ablation.texts.choose_text`'s
+    demo), else the built-in text (:func:`~headlens.analyses.measure.texts.choose_text`'s
     default); its ``describe()`` is what the census manifest records."""
     return choose_text(model)
 

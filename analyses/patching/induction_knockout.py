@@ -31,8 +31,8 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from headlens.analyses.measure.stats import bootstrap_mean_ci
 from headlens.analyses.patching.duplicate_knockout import KNOCKOUTS, knockout_edit, logits_at, repeated_batch
-from headlens.analyses.stats import bootstrap_mean_ci
 from headlens.probes.interventions import score_edits
 from headlens.probes.loading import LoadedModel
 

@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from headlens.analyses.measure.stats import bootstrap_mean_ci
 from headlens.analyses.patching.config import PathConfig
 from headlens.analyses.patching.evidence_rules import shared_keys
 from headlens.analyses.patching.ioi_config import IOIConfig
@@ -43,7 +44,6 @@ from headlens.analyses.patching.ioi_measure import ATTENTION, TOP_K, copying_sha
 from headlens.analyses.patching.ioi_task import ioi_pairs
 from headlens.analyses.patching.pairs import PairTask
 from headlens.analyses.patching.path import run_path_patching
-from headlens.analyses.stats import bootstrap_mean_ci
 from headlens.probes.loading import LoadedModel
 
 log = logging.getLogger(__name__)

@@ -6,7 +6,7 @@ prompt is (:meth:`headlens.probes.loading.LoadedModel.frame`) and must tokenize 
 length; ``correct`` and ``incorrect`` must each be one token (with the leading space the model
 sees, e.g. ``" Mary"``).  Anything else is refused in one line naming the line number.
 
-The metric of a pair (:func:`pair_eval_sets`) is the one of :mod:`headlens.analyses.ablation`:
+The metric of a pair (:func:`pair_eval_sets`) is the one of :mod:`headlens.analyses.measure`:
 ``logit-diff`` at the last real position on decoders whose output head was loaded; the
 embedding metric ``1 - cos(e, e_clean)`` (``e_clean`` the clean text's sentence embedding) on
 encoders and on models whose output head is new.
@@ -27,9 +27,9 @@ import torch
 from jaxtyping import Int
 from torch import Tensor
 
-from headlens.analyses.ablation.embedding import sentence_embeddings
-from headlens.analyses.ablation.evalset import EvalSet
-from headlens.analyses.ablation.metrics import default_metric
+from headlens.analyses.measure.embedding import sentence_embeddings
+from headlens.analyses.measure.evalset import EvalSet
+from headlens.analyses.measure.metrics import default_metric
 from headlens.probes.counts import check_count
 from headlens.probes.errors import InputError
 from headlens.probes.jsonl import read_jsonl

@@ -37,9 +37,9 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from headlens.analyses.ablation.evalset import EvalSet
 from headlens.analyses.ablation.hooks import z_hook_name
-from headlens.analyses.ablation.metrics import model_values
+from headlens.analyses.measure.evalset import EvalSet
+from headlens.analyses.measure.metrics import model_values
 from headlens.analyses.patching.config import RECEIVER_INPUTS, PathConfig
 from headlens.analyses.patching.effects import Gap, normalised_effects, task_gap
 from headlens.analyses.patching.pairs import PairTask, pair_eval_sets

@@ -19,10 +19,10 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from headlens.analyses.ablation.embedding import attention_mask
-from headlens.analyses.ablation.evalset import EvalSet
 from headlens.analyses.ablation.hooks import z_hook_name
-from headlens.analyses.ablation.metrics import model_values
+from headlens.analyses.measure.embedding import attention_mask
+from headlens.analyses.measure.evalset import EvalSet
+from headlens.analyses.measure.metrics import model_values
 from headlens.probes.hooks import HookFn, attached
 from headlens.probes.loading import LoadedModel
 from headlens.probes.patch import Start, check_start, patched_runner, resid_site

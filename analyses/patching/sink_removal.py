@@ -8,8 +8,8 @@ for each evaluation-text window (the sink census's windows,
 :func:`headlens.analyses.sinks.batches.census_batch`), the mean next-token loss over its real
 predicted positions with the edit minus without it; the figure is the mean over windows with a
 95% bootstrap interval over windows.  The verdict follows
-:func:`headlens.analyses.verdicts.difference_verdict` (a finding needs an interval that
-excludes 0, from at least :data:`~headlens.analyses.verdicts.MIN_ITEMS` windows).
+:func:`headlens.analyses.measure.verdicts.difference_verdict` (a finding needs an interval that
+excludes 0, from at least :data:`~headlens.analyses.measure.verdicts.MIN_ITEMS` windows).
 
 An encoder has no next-token loss: :func:`sink_removal_effects` raises
 :class:`~headlens.probes.errors.UnsupportedModelError` (as ``mean_loss`` does), and the
@@ -24,10 +24,10 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 import torch
 
+from headlens.analyses.measure.stats import bootstrap_mean_ci
 from headlens.analyses.sinks.batches import census_batch, n_windows
 from headlens.analyses.sinks.config import SinkConfig
 from headlens.analyses.sinks.intervene import removal_edits
-from headlens.analyses.stats import bootstrap_mean_ci
 from headlens.probes.attention import attention_spec
 from headlens.probes.errors import UnsupportedModelError
 from headlens.probes.interventions import Edit, score_edits
@@ -73,7 +73,7 @@ def sink_removal_effects(
 ) -> dict[tuple[int, int], tuple[float, float, float, int]]:
     """Per head ``(mean loss change, low, high, n windows)``: the loss with the head's attention to
     the first token removed minus the loss without the edit, over at most ``n`` windows of ``text``
-    (None: the built-in evaluation text; :func:`headlens.analyses.ablation.texts.choose_text` chooses it);
+    (None: the built-in evaluation text; :func:`headlens.analyses.measure.texts.choose_text` chooses it);
     ``step(i)`` after the pass without the edit (``i = 0``) and after each head's (``i`` heads done)."""
     if model.is_encoder:
         family = attention_spec(model).family

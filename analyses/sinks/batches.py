@@ -1,7 +1,7 @@
 """The token batches of a sink investigation: census sequences, long sequences, framed prompts.
 
 * **Stimuli**: ``window`` tokens (64 in Gu et al.) cut from the evaluation text (the one
-  :func:`headlens.analyses.ablation.texts.choose_text` chooses, passed in as ``text``), with
+  :func:`headlens.analyses.measure.texts.choose_text` chooses, passed in as ``text``), with
   and without a prepended BOS (the BOS counts toward the window), up to ``n_prompts`` sequences
   (Gu et al. used about 100); or the user's prompts, each cut to ``window`` tokens.
 * **Encoders** (BERT): every sequence is ``[CLS] text [SEP]`` (``window`` tokens in all;

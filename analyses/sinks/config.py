@@ -57,7 +57,7 @@ class SinkConfig:
         None,
         help="The text the windows are cut from: the text itself, or heldout (the model's own held-out text) or builtin (the "
         "shipped text); default: the model's own held-out text when it carries one (the demo model), else the built-in text "
-        "(headlens.analyses.ablation.texts.choose_text, the rule ablate uses; the manifest records which and why).",
+        "(headlens.analyses.measure.texts.choose_text, the rule ablate uses; the manifest records which and why).",
         cli=False,
     )
     heads: tuple[tuple[int, int], ...] | None = setting(

@@ -2,7 +2,7 @@
 
 Definitions (``A = A[l,h]``, a prompt of ``n`` real tokens, queries ``i``, keys ``j <= i``):
 
-* **Sink alpha** (Gu et al. 2024), :func:`headlens.analyses.attention_stats.sink_alpha`:
+* **Sink alpha** (Gu et al. 2024), :func:`headlens.analyses.measure.attention_stats.sink_alpha`:
   ``alpha(k) = mean over queries i >= k of A[i, k]``.  Kept for keys 0 and 1 (key 1 answers
   "does attention follow BOS when it is moved to position 1").
 * **Uniform baseline**: the same statistic for a head that gives ``1/(i+1)`` to every key.

@@ -50,7 +50,7 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from headlens.analyses.attention_stats import alpha_sums, uniform_sink_alpha
+from headlens.analyses.measure.attention_stats import alpha_sums, uniform_sink_alpha
 from headlens.analyses.sinks.config import LengthsConfig
 from headlens.analyses.sinks.long_text import check_lengths, cut_plan, long_text, sequence_ids
 from headlens.analyses.sinks.reductions import output_grams, value_norm_block, value_norms

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from headlens.analyses.attention_stats import alpha_sums, uniform_sink_alpha
+from headlens.analyses.measure.attention_stats import alpha_sums, uniform_sink_alpha
 from headlens.analyses.sinks.layers import BIDIRECTIONAL, Kind, SinkLayers
 from headlens.analyses.sinks.reductions import excess_block, received_queries, value_norm_block
 from headlens.analyses.sinks.targets import TARGET_GROUPS

@@ -30,7 +30,7 @@ Definitions live with the code that computes them:
   (computed by the reducers of :mod:`headlens.analyses.sinks.reducers`; which queries count on
   window and bidirectional layers: :mod:`headlens.analyses.sinks.layers`).
 * Stimuli (evaluation-text windows, BOS settings, encoder framing): :mod:`headlens.analyses.sinks.batches`;
-  which text the windows are cut from: :func:`headlens.analyses.ablation.texts.choose_text`, the
+  which text the windows are cut from: :func:`headlens.analyses.measure.texts.choose_text`, the
   rule ablate uses (``config.text``; the default is the model's own held-out text when it carries
   one, else the built-in text; ``info["text"]`` records which, why, its SHA-256 and length).
 * Secondary sinks and value-norm shares: :mod:`headlens.analyses.sinks.reductions`; sink targets:
@@ -54,8 +54,8 @@ from typing import Any
 
 import pandas as pd
 
-from headlens.analyses.ablation.texts import TextChoice, choose_text
 from headlens.analyses.heads.stimulus_sets import model_framing
+from headlens.analyses.measure.texts import TextChoice, choose_text
 from headlens.analyses.sinks.batches import census_batch, frame_tokens, long_batch, long_length, n_windows
 from headlens.analyses.sinks.config import SinkConfig, default_attn_windows
 from headlens.analyses.sinks.content import VARIANTS, content_verdicts, variant_batches

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from headlens.analyses.ablation.masks import parse_head
 from headlens.analyses.heads.census import CensusConfig, run_census
 from headlens.analyses.heads.classify import classify_heads, roles_of
+from headlens.analyses.measure.masks import parse_head
 from headlens.analyses.synthetic.planted import PLANTED_ROLES, build_planted_checkpoint
 from headlens.probes.loading import load_model
 

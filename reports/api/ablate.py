@@ -1,6 +1,6 @@
 """``headlens.ablate``: each head ablated alone (zero, mean or resample), the change in the metric.
 
-The evaluation set and metric come from :mod:`headlens.analyses.ablation.setup`; the sweep from
+The evaluation set and metric come from :mod:`headlens.analyses.measure.setup`; the sweep from
 :func:`headlens.analyses.ablation.study.run_ablation`.  ``headlens ablate --out FILE`` is this
 call and :meth:`AblationResult.save`: the table (``.csv``, ``.parquet`` or ``.json``) with
 ``<stem>.manifest.json`` and ``<stem>.heatmap.png/.svg`` beside it.
@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 import torch
 
-from headlens.analyses.ablation.evalset import METRIC_LABELS, EvalSet, TaskItem, read_task
-from headlens.analyses.ablation.masks import HeadMask, read_mask
-from headlens.analyses.ablation.setup import EvalSetup, EvalSpec, eval_setup
 from headlens.analyses.ablation.study import TABLE_COLUMNS, AblationConfig, run_ablation
+from headlens.analyses.measure.evalset import METRIC_LABELS, EvalSet, TaskItem, read_task
+from headlens.analyses.measure.masks import HeadMask, read_mask
+from headlens.analyses.measure.setup import EvalSetup, EvalSpec, eval_setup
 from headlens.probes.config import ModelConfig
 from headlens.probes.errors import InputError
 from headlens.probes.loading import LoadedModel, check_layers_heads, weights_fingerprint
@@ -147,7 +147,7 @@ class AblationResult(TableFileResult):
     @property
     def spearman_p(self) -> float | None:
         """Two-sided permutation p-value of :attr:`spearman` against no association
-        (:func:`headlens.analyses.stats.spearman_p`; None without attribution, or in a folder saved before it was recorded)."""
+        (:func:`headlens.analyses.measure.stats.spearman_p`; None without attribution, or in a folder saved before it was recorded)."""
         return self.info.get("spearman_p_attribution_vs_exact")
 
     def findings(self) -> Findings:

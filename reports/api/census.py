@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from headlens.analyses.ablation.masks import read_mask
 from headlens.analyses.heads.census import check_census_settings, run_census
 from headlens.analyses.heads.census_config import CensusConfig, ClassifyConfig
 from headlens.analyses.heads.classify import (
@@ -28,6 +27,7 @@ from headlens.analyses.heads.classify import (
     parse_thresholds,
 )
 from headlens.analyses.heads.detectors import get_detectors
+from headlens.analyses.measure.masks import read_mask
 from headlens.analyses.patching.evidence import EvidenceConfig
 from headlens.analyses.stimuli import load_referent_file
 from headlens.probes.config import ModelConfig

@@ -27,10 +27,10 @@ from headlens.analyses.circuits.ground_truth import folder_defaults, read_truth
 from headlens.analyses.circuits.hooks import check_edge_model, edge_flags
 from headlens.analyses.circuits.method_choice import choose_method
 from headlens.analyses.circuits.run import run_circuit
+from headlens.analyses.measure.stats import BOOTSTRAP_BYTES
 from headlens.analyses.patching.builtin import builtin_task
 from headlens.analyses.patching.config import BUILTINS, PairSource
 from headlens.analyses.patching.pairs import TaskSource, pair_items, tokenize_pairs
-from headlens.analyses.stats import BOOTSTRAP_BYTES
 from headlens.probes.config import ModelConfig
 from headlens.probes.counts import check_count
 from headlens.probes.errors import InputError

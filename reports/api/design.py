@@ -19,15 +19,15 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from headlens.analyses.ablation.config import TaskItem
-from headlens.analyses.ablation.masks import HeadMask, read_mask
-from headlens.analyses.ablation.setup import EvalSpec
 from headlens.analyses.design.config import KnockoutRoles
 from headlens.analyses.design.edits import check_pooling
 from headlens.analyses.design.gqa import GQAConfig, check_gqa, run_gqa
 from headlens.analyses.design.kv import KVConfig, check_kv, kv_cache_table
 from headlens.analyses.design.projections import ProjectionConfig, knockout_roles, knockout_targets, run_knockouts
 from headlens.analyses.heads.census import CensusConfig
+from headlens.analyses.measure.masks import HeadMask, read_mask
+from headlens.analyses.measure.setup import EvalSpec
+from headlens.analyses.measure.spec import TaskItem
 from headlens.probes.config import ModelConfig
 from headlens.probes.loading import LoadedModel
 from headlens.probes.manifest import build_manifest

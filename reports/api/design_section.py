@@ -16,12 +16,12 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from headlens.analyses.ablation.metrics import default_metric
-from headlens.analyses.ablation.setup import EvalSetup, eval_setup
 from headlens.analyses.design.gqa import GQAConfig
 from headlens.analyses.design.projections import ProjectionConfig
 from headlens.analyses.design.section import design_section_tables
 from headlens.analyses.heads.census import CensusConfig
+from headlens.analyses.measure.metrics import default_metric
+from headlens.analyses.measure.setup import EvalSetup, eval_setup
 from headlens.probes.loading import LoadedModel
 from headlens.probes.progress import Progress
 from headlens.reports.api.ablate import eval_spec, model_key

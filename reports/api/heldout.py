@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from headlens.analyses.ablation.evalset import EvalSet, text_eval_set
 from headlens.analyses.ablation.study import AblationConfig, run_ablation
+from headlens.analyses.measure.evalset import EvalSet, text_eval_set
 from headlens.analyses.sinks.intervene import mean_loss
 from headlens.analyses.stimuli import eval_text
 from headlens.probes.loading import LoadedModel

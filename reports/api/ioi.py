@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from headlens.analyses.measure.stats import small_sample_note
 from headlens.analyses.patching.ioi import CLASSES, IOIConfig, run_ioi
-from headlens.analyses.stats import small_sample_note
 from headlens.probes.config import ModelConfig
 from headlens.probes.loading import LoadedModel
 from headlens.probes.manifest import build_manifest

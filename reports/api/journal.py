@@ -2,7 +2,7 @@
 
 The file side of the sweeps' resume protocol: the ablation and pruning sweeps
 (:mod:`headlens.analyses.ablation`) only see a
-:class:`headlens.analyses.ablation.records.RecordJournal` (``records`` + ``append``), which
+:class:`headlens.analyses.measure.records.RecordJournal` (``records`` + ``append``), which
 :class:`Journal` is; the commands and the report open it around a sweep.
 
 Line 1 is a header identifying the run (``{"journal": "headlens", "kind": ..., "key": {...}}``:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from headlens.analyses.measure.stats import BOOTSTRAP_BYTES, small_sample_note
 from headlens.analyses.patching.activation import PatchConfig, run_patching
 from headlens.analyses.patching.attribution import agreement, run_attribution_patching
 from headlens.analyses.patching.builtin import builtin_task
@@ -23,7 +24,6 @@ from headlens.analyses.patching.config import BUILTINS, PairSource, PatchExtras
 from headlens.analyses.patching.dla import run_dla
 from headlens.analyses.patching.pairs import TaskSource, check_pairs, pair_items, tokenize_pairs
 from headlens.analyses.patching.path import PathConfig, check_receivers, run_path_patching
-from headlens.analyses.stats import BOOTSTRAP_BYTES, small_sample_note
 from headlens.probes.config import ModelConfig
 from headlens.probes.counts import check_count
 from headlens.probes.errors import InputError

@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 import torch
 
-from headlens.analyses.ablation.config import EvalSpec, TaskItem
-from headlens.analyses.ablation.evalset import EvalSet
-from headlens.analyses.ablation.masks import HeadMask, read_mask
 from headlens.analyses.ablation.pruning import PruneConfig, run_pruning
-from headlens.analyses.ablation.setup import EvalSetup
+from headlens.analyses.measure.evalset import EvalSet
+from headlens.analyses.measure.masks import HeadMask, read_mask
+from headlens.analyses.measure.setup import EvalSetup
+from headlens.analyses.measure.spec import EvalSpec, TaskItem
 from headlens.probes.config import ModelConfig
 from headlens.probes.loading import LoadedModel
 from headlens.probes.manifest import build_manifest

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, TypedDict, overload
 
 import pandas as pd
 
-from headlens.analyses.ablation.texts import TEXT_NAMES
+from headlens.analyses.measure.texts import TEXT_NAMES
 from headlens.analyses.sinks.config import LengthsConfig, SinkConfig
 from headlens.analyses.sinks.lengths import run_sink_lengths, validate_lengths
 from headlens.analyses.sinks.seed import seed_tables
@@ -277,7 +277,7 @@ def sinks(  # pyright: ignore[reportInconsistentOverload]
     ``attention`` and ``query_block``: :class:`~headlens.analyses.sinks.config.LengthsConfig`'s).
     ``text``: what the evaluation windows are cut from (a text, ``"heldout"`` or ``"builtin"``;
     default the model's own held-out text when it carries one, else the built-in text: the rule
-    ablate uses, :func:`~headlens.analyses.ablation.texts.choose_text`; the manifest's
+    ablate uses, :func:`~headlens.analyses.measure.texts.choose_text`; the manifest's
     ``sinks.text`` records which, why, SHA-256 and length).
     ``prompts_file``: texts to use instead of the evaluation text (one a line, or JSONL with
     ``text``; recorded in the manifest).  ``progress(stage, done, total)`` is called after each batch.

@@ -9,7 +9,8 @@ from typing import Any
 
 import click
 
-from headlens.analyses.ablation.config import AblationConfig, EvalSpec, PruneConfig
+from headlens.analyses.ablation.config import AblationConfig, PruneConfig
+from headlens.analyses.measure.spec import EvalSpec
 from headlens.probes.outputs import check_out_dir, check_out_file
 from headlens.reports.api.journal import journal_path
 from headlens.reports.api.journals import JournalFile

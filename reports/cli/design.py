@@ -9,8 +9,8 @@ from typing import Any
 
 import click
 
-from headlens.analyses.ablation.config import EvalSpec
 from headlens.analyses.design.config import GQAConfig, KnockoutRoles, KVConfig, ProjectionConfig
+from headlens.analyses.measure.spec import EvalSpec
 from headlens.probes.errors import InputError
 from headlens.probes.outputs import check_out_dir, check_out_file
 from headlens.probes.settings import settings_of

@@ -8,7 +8,7 @@ import html
 import logging
 from typing import Any
 
-from headlens.analyses.verdicts import NO_FINDING, SMOKE, Verdict, difference_verdict
+from headlens.analyses.measure.verdicts import NO_FINDING, SMOKE, Verdict, difference_verdict
 from headlens.reports.render.markdown import markdown_cell, markdown_table
 from headlens.reports.render.page.md_templates import md_environment
 from headlens.reports.render.verdict_text import smoke_sentence, verdict_words
@@ -54,7 +54,7 @@ def gqa_markdown(res: Any, model_name: str, *, basis: str, figure: str | None = 
 
 def gqa_reading(s: Any, comparison: Any = None, *, n_items: int | None = None, smoke: bool = False) -> list[str]:
     """One line per group size: each grouping's loss change with its interval, and similar minus
-    adjacent, each worded by :func:`headlens.analyses.verdicts.difference_verdict` (``n_items``:
+    adjacent, each worded by :func:`headlens.analyses.measure.verdicts.difference_verdict` (``n_items``:
     the windows the intervals come from; ``smoke``: a ``--quick`` run, which states no finding)."""
     out = []
     comp = {} if comparison is None else {int(r.g): r for r in comparison.itertuples(index=False)}

@@ -10,8 +10,8 @@ from typing import Any
 
 import pandas as pd
 
+from headlens.analyses.measure.verdicts import MIN_ITEMS
 from headlens.analyses.patching.evidence import COPY_RATIO, MIN_EFFECT, MIN_LOSS
-from headlens.analyses.verdicts import MIN_ITEMS
 from headlens.reports.render.markdown import markdown_table
 
 log = logging.getLogger(__name__)

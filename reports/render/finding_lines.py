@@ -15,9 +15,9 @@ from typing import Any
 
 import pandas as pd
 
-from headlens.analyses.ablation.evalset import METRIC_LABELS
 from headlens.analyses.heads.classify import without_interval
-from headlens.analyses.stats import small_sample_note
+from headlens.analyses.measure.evalset import METRIC_LABELS
+from headlens.analyses.measure.stats import small_sample_note
 from headlens.reports.render.census_summary import NO_INTERVAL
 from headlens.reports.render.design_tables import gqa_reading, knockout_reading, text_table
 from headlens.reports.render.evidence_text import evidence_lines
@@ -190,7 +190,7 @@ def ablation_findings(result: Any) -> Findings:
 
 
 def ablation_small_sample_note(info: dict[str, Any]) -> str | None:
-    """:func:`headlens.analyses.stats.small_sample_note` for an ablation's intervals (``info``: the
+    """:func:`headlens.analyses.measure.stats.small_sample_note` for an ablation's intervals (``info``: the
     manifest's ``ablation`` section): their items and level as the run recorded them."""
     ci = info.get("ci") or {}
     if ci.get("bootstrap") == 0:

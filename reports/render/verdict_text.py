@@ -1,4 +1,4 @@
-"""Words for a :class:`headlens.analyses.verdicts.Verdict` (the rule is there; this only words it),
+"""Words for a :class:`headlens.analyses.measure.verdicts.Verdict` (the rule is there; this only words it),
 a rank correlation's permutation p-value, and the one smoke-test notice of the report's quick sections."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from headlens.analyses.stats import CHANCE_P
-from headlens.analyses.verdicts import ABOVE, BELOW, FEW_ITEMS, MIN_ITEMS, NOT_DISTINGUISHABLE, SMOKE, Verdict
+from headlens.analyses.measure.stats import CHANCE_P
+from headlens.analyses.measure.verdicts import ABOVE, BELOW, FEW_ITEMS, MIN_ITEMS, NOT_DISTINGUISHABLE, SMOKE, Verdict
 
 log = logging.getLogger(__name__)
 
@@ -35,8 +35,8 @@ def verdict_words(v: Verdict, *, above: str, below: str, versus: str = "0", item
 
 
 def rank_test_words(p: float | None, *, units: str = "heads") -> str:
-    """`` (permutation p = 0.028, two-sided)`` after a rank correlation (:func:`headlens.analyses.stats.spearman_p`),
-    or with a p of :data:`~headlens.analyses.stats.CHANCE_P` or more `` (permutation p = 0.084: not distinguishable from
+    """`` (permutation p = 0.028, two-sided)`` after a rank correlation (:func:`headlens.analyses.measure.stats.spearman_p`),
+    or with a p of :data:`~headlens.analyses.measure.stats.CHANCE_P` or more `` (permutation p = 0.084: not distinguishable from
     no association at this number of heads)``; ``""`` where none was recorded (None or NaN)."""
     if p is None or p != p:
         return ""

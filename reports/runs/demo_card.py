@@ -11,9 +11,9 @@ from typing import Any
 import jinja2
 import pandas as pd
 
-from headlens.analyses.ablation.config import EvalSpec
 from headlens.analyses.demo.card import card_facts, census_of, heldout_text_losses, template_text
 from headlens.analyses.demo.replay import read_log
+from headlens.analyses.measure.spec import EvalSpec
 from headlens.probes.outputs import write_text
 from headlens.probes.settings import settings_of
 from headlens.reports.render.markdown import markdown_table

@@ -38,13 +38,13 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # the same names as _HOMES, for type checkers and editors (nothing runs here)
     from headlens.analyses.ablation.pruning import PruneConfig
     from headlens.analyses.ablation.study import AblationConfig
-    from headlens.analyses.ablation.texts import demo_text
     from headlens.analyses.circuits.composition import CompositionConfig
     from headlens.analyses.circuits.config import CircuitConfig
     from headlens.analyses.design.gqa import GQAConfig
     from headlens.analyses.design.kv import KVConfig
     from headlens.analyses.design.projections import ProjectionConfig
     from headlens.analyses.heads.census import CensusConfig
+    from headlens.analyses.measure.texts import demo_text
     from headlens.analyses.patching.activation import PatchConfig
     from headlens.analyses.patching.evidence import EvidenceConfig
     from headlens.analyses.patching.ioi_config import IOIConfig
@@ -81,7 +81,7 @@ if TYPE_CHECKING:  # the same names as _HOMES, for type checkers and editors (no
 _HOMES: dict[str, str] = {
     "PruneConfig": "headlens.analyses.ablation.pruning",
     "AblationConfig": "headlens.analyses.ablation.study",
-    "demo_text": "headlens.analyses.ablation.texts",
+    "demo_text": "headlens.analyses.measure.texts",
     "CompositionConfig": "headlens.analyses.circuits.composition",
     "CircuitConfig": "headlens.analyses.circuits.config",
     "GQAConfig": "headlens.analyses.design.gqa",

@@ -15,9 +15,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from headlens.analyses.ablation.evalset import text_eval_set
 from headlens.analyses.ablation.pruning import kv_bytes_saved
 from headlens.analyses.ablation.study import AblationConfig, run_ablation
+from headlens.analyses.measure.evalset import text_eval_set
 from headlens.analyses.stimuli.natural import eval_text
 from headlens.analyses.synthetic.families import FAMILIES
 from headlens.probes.attention import attention_spec

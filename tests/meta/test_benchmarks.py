@@ -113,8 +113,8 @@ def test_report_floor_counts_the_runs_the_pruning_study_makes(tiny_model):
     pruning run with the same settings (its own bookkeeping in ``info``)."""
     from collections import Counter
 
-    from headlens.analyses.ablation.evalset import text_eval_set
     from headlens.analyses.ablation.pruning import PruneConfig, run_pruning
+    from headlens.analyses.measure.evalset import text_eval_set
     from headlens.analyses.stimuli.natural import eval_text
 
     floor = _load("report_floor")

@@ -65,9 +65,9 @@ def odd_globals():
 @pytest.mark.all_figure_formats  # reads the SVG files (or the file list naming them)
 def test_census_report_and_ablation_leave_global_state_alone(odd_globals, tiny_model, tmp_path):
     from headlens import reports
-    from headlens.analyses.ablation.evalset import text_eval_set
     from headlens.analyses.ablation.study import AblationConfig, run_ablation
     from headlens.analyses.heads.census import CensusConfig, run_census
+    from headlens.analyses.measure.evalset import text_eval_set
     from headlens.analyses.stimuli import eval_text
 
     before = _snapshot()
@@ -126,8 +126,8 @@ def test_scoped_threads_and_seed_restore():
 
 
 def test_logits_to_keep_fallback_is_logged_and_other_type_errors_raise(tiny_model, caplog):
-    from headlens.analyses.ablation.evalset import TaskItem, task_eval_set
-    from headlens.analyses.ablation.metrics import model_values
+    from headlens.analyses.measure.evalset import TaskItem, task_eval_set
+    from headlens.analyses.measure.metrics import model_values
 
     items = [TaskItem(prompt="When Mary and John went to the store, John gave a drink to", correct=" Mary", incorrect=" John")]
     data = task_eval_set(tiny_model.tokenizer, items, prepend_bos=True, n_ctx=tiny_model.n_ctx)
@@ -144,7 +144,7 @@ def test_logits_to_keep_fallback_is_logged_and_other_type_errors_raise(tiny_mode
 
     try:
         tiny_model.extra["logits_to_keep"] = True
-        with caplog.at_level(logging.DEBUG, logger="headlens.analyses.ablation.metrics"):
+        with caplog.at_level(logging.DEBUG, logger="headlens.analyses.measure.metrics"):
             model_values(tiny_model, tokens, lengths, data, [0], run=no_keep)
         assert tiny_model.extra["logits_to_keep"] is False
         assert any("logits_to_keep" in rec.getMessage() for rec in caplog.records)

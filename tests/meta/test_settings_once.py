@@ -127,17 +127,17 @@ STUDIES: tuple[Study, ...] = (
         "ablate",
         function="headlens.reports.api.ablate:ablate",
         config="headlens.analyses.ablation.config:AblationConfig",
-        others=("headlens.analyses.ablation.config:EvalSpec",),
+        others=("headlens.analyses.measure.spec:EvalSpec",),
         extra=("mask", "journal", "progress", "command"),
-        commands=(Command("ablate"), Command("ablate", config="headlens.analyses.ablation.config:EvalSpec")),
+        commands=(Command("ablate"), Command("ablate", config="headlens.analyses.measure.spec:EvalSpec")),
     ),
     Study(
         "prune",
         function="headlens.reports.api.prune:prune",
         config="headlens.analyses.ablation.config:PruneConfig",
-        others=("headlens.analyses.ablation.config:EvalSpec",),
+        others=("headlens.analyses.measure.spec:EvalSpec",),
         extra=("journal", "progress", "command"),
-        commands=(Command("prune"), Command("prune", config="headlens.analyses.ablation.config:EvalSpec")),
+        commands=(Command("prune"), Command("prune", config="headlens.analyses.measure.spec:EvalSpec")),
     ),
     Study(
         "kv",
@@ -150,14 +150,14 @@ STUDIES: tuple[Study, ...] = (
         "gqa",
         function="headlens.reports.api.design:gqa",
         config="headlens.analyses.design.config:GQAConfig",
-        others=("headlens.analyses.ablation.config:EvalSpec",),
+        others=("headlens.analyses.measure.spec:EvalSpec",),
         unchecked=_NO_METRIC,
         extra=("journal", "progress", "command"),
         commands=(
             Command("gqa"),
             Command(
                 "gqa",
-                config="headlens.analyses.ablation.config:EvalSpec",
+                config="headlens.analyses.measure.spec:EvalSpec",
                 fields=("text_file", "n_windows", "window", "prepend_bos", "task_file"),
                 differs={
                     "window": {"type": _WINDOW_3},
@@ -170,7 +170,7 @@ STUDIES: tuple[Study, ...] = (
         "projections",
         function="headlens.reports.api.design:projections",
         config="headlens.analyses.design.config:ProjectionConfig",
-        others=("headlens.analyses.design.config:KnockoutRoles", "headlens.analyses.ablation.config:EvalSpec"),
+        others=("headlens.analyses.design.config:KnockoutRoles", "headlens.analyses.measure.spec:EvalSpec"),
         unchecked={**_NO_METRIC, "task": "knockouts are measured on text (loss)", "task_file": "knockouts are measured on text (loss)"},
         extra=("journal", "progress", "command"),
         commands=(
@@ -178,7 +178,7 @@ STUDIES: tuple[Study, ...] = (
             Command("projections", config="headlens.analyses.design.config:KnockoutRoles"),
             Command(
                 "projections",
-                config="headlens.analyses.ablation.config:EvalSpec",
+                config="headlens.analyses.measure.spec:EvalSpec",
                 fields=("text_file", "n_windows", "window", "prepend_bos"),
                 differs={"window": {"type": _WINDOW_3}},
             ),

@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 import torch
 
-from headlens.analyses.ablation.evalset import text_eval_set
 from headlens.analyses.ablation.study import AblationConfig, run_ablation
 from headlens.analyses.heads.census import CensusConfig, run_census
+from headlens.analyses.measure.evalset import text_eval_set
 from headlens.analyses.sinks.intervene import mean_loss, removal_edits, window_edits
 from headlens.analyses.sinks.lengths import LengthsConfig, run_sink_lengths
 from headlens.analyses.sinks.reductions import head_output_weights

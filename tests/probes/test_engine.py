@@ -16,7 +16,7 @@ import math
 import pytest
 import torch
 
-from headlens.analyses.attention_stats import alpha_sums
+from headlens.analyses.measure.attention_stats import alpha_sums
 from headlens.analyses.sinks.reductions import excess_block
 from headlens.probes.attention import attention_spec
 from headlens.probes.engine import LayerView, Sums, add_sums, reduce_pass

@@ -114,8 +114,8 @@ def test_sinks_prompts_and_windows(model, bos):
 def test_ablation_eval_sets(model, bos):
     """The evaluation sets of ``headlens ablate``/``prune`` and the studies (:func:`eval_setup`, the one
     place they are chosen): loss windows, task prompts, embedding sentences."""
-    from headlens.analyses.ablation.evalset import TaskItem
-    from headlens.analyses.ablation.setup import EvalSpec, eval_setup
+    from headlens.analyses.measure.evalset import TaskItem
+    from headlens.analyses.measure.setup import EvalSpec, eval_setup
     from headlens.analyses.stimuli import eval_text
     from headlens.probes.errors import UnsupportedModelError
 
@@ -140,8 +140,8 @@ def test_ablation_eval_sets(model, bos):
 def test_report_ablation_eval_set(model, bos, tmp_path):
     """The report's ablation stage (its data keywords through the study's :func:`eval_spec` and
     :func:`eval_setup`): loss windows on the decoder, embedding sentences on the encoder."""
-    from headlens.analyses.ablation.embedding import split_sentences
-    from headlens.analyses.ablation.setup import eval_setup
+    from headlens.analyses.measure.embedding import split_sentences
+    from headlens.analyses.measure.setup import eval_setup
     from headlens.analyses.stimuli import eval_text
     from headlens.reports.api.ablate import eval_spec
     from headlens.reports.runs.report.context import StageContext

@@ -38,11 +38,11 @@ def _paths(planted_checkpoint, family_checkpoint) -> dict:
 
 def _run(path, dtype: str) -> dict:
     """Census, roles, verify, captured patterns and a zero ablation of layer 0, in ``dtype``."""
-    from headlens.analyses.ablation.evalset import text_eval_set
     from headlens.analyses.ablation.study import AblationConfig, run_ablation
     from headlens.analyses.heads.census import CensusConfig, run_census
     from headlens.analyses.heads.classify import classify_heads
     from headlens.analyses.heads.verify import verify_attention
+    from headlens.analyses.measure.evalset import text_eval_set
     from headlens.analyses.stimuli import eval_text
     from headlens.probes.capture import capture
     from headlens.probes.config import CaptureConfig

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 import headlens
-from headlens.analyses.ablation.masks import parse_head, parse_heads
+from headlens.analyses.measure.masks import parse_head, parse_heads
 from headlens.analyses.patching.activation import PatchConfig
 from headlens.analyses.patching.path import PathConfig, check_receivers
 from headlens.analyses.sinks.config import SinkConfig

@@ -68,7 +68,7 @@ import pandas as pd
 import torch
 
 from headlens.analyses.heads.detectors.base import BatchContext, Detector, DetectorOutput, uniform_weight
-from headlens.analyses.stats import bootstrap_mean_ci
+from headlens.analyses.measure.stats import bootstrap_mean_ci
 from headlens.probes.attention import visible
 from headlens.probes.engine import Sums
 

@@ -11,8 +11,8 @@ and the baseline is ``1/n`` for a prompt of ``n`` real tokens.
 
 from __future__ import annotations
 
-from headlens.analyses.attention_stats import alpha_sums, uniform_sink_alpha
 from headlens.analyses.heads.detectors.base import BatchContext, Detector, DetectorOutput
+from headlens.analyses.measure.attention_stats import alpha_sums, uniform_sink_alpha
 from headlens.probes.engine import Sums
 
 #: The key whose attention the sink detector measures.

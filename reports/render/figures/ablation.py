@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from headlens.analyses.ablation.evalset import METRIC_LABELS
+from headlens.analyses.measure.evalset import METRIC_LABELS
 from headlens.reports.render.figures.common import _pyplot, save_figure, titled
 
 __all__ = ["ablation_heatmap", "ablation_heatmap_figure", "pruning_curve", "pruning_curve_figure"]

@@ -13,7 +13,7 @@ import logging
 from typing import Any
 from urllib.parse import quote
 
-from headlens.analyses.verdicts import difference_verdict
+from headlens.analyses.measure.verdicts import difference_verdict
 from headlens.reports.render.design_tables import design_section_view
 from headlens.reports.render.page.smoke import data_items, smoke_where
 from headlens.reports.render.verdict_text import verdict_words

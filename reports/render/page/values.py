@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from headlens.analyses.ablation.evalset import METRIC_LABELS
+from headlens.analyses.measure.evalset import METRIC_LABELS
 
 __all__ = ["finite", "num", "signed", "sortval", "metric_label"]
 

@@ -6,7 +6,7 @@ each into ``OUT/<stage>/`` (that module's docstring lists them, and says how to 
 **Models without a trained output head.**  When the model's output head was newly initialised
 (``LoadedModel.head_is_new``, e.g. all-MiniLM-L6-v2 booted as ``BertForMaskedLM``) or the model
 is an encoder, the ablation and pruning stages measure the **embedding change** instead of the
-loss (:func:`headlens.analyses.ablation.metrics.default_metric`): ``1 - cos`` between the mean-pooled last
+loss (:func:`headlens.analyses.measure.metrics.default_metric`): ``1 - cos`` between the mean-pooled last
 hidden state and the unablated one, over 64 sentences of the evaluation text [4 sentences of
 at most 32 tokens]; pruning then ranks heads by their exact single-head change (the embedding
 change has no gradient), and the sinks stage leaves out sink removal and windowed attention

@@ -11,8 +11,8 @@ from typing import Any
 
 from headlens.analyses.ablation.pruning import PruneConfig
 from headlens.analyses.ablation.study import AblationConfig
-from headlens.analyses.ablation.texts import TEXT_RULE
 from headlens.analyses.heads.census import CensusConfig
+from headlens.analyses.measure.texts import TEXT_RULE
 from headlens.analyses.sinks.config import SinkConfig
 from headlens.probes.errors import InputError
 from headlens.reports.api.eval_text import text_choice
@@ -25,7 +25,7 @@ log = logging.getLogger(__name__)
 __all__ = ["ReportSettings", "DEFAULT_EXAMPLE_PROMPTS", "MAX_EXAMPLE_PROMPTS", "SMOKE_STAGES", "check_example_prompts"]
 
 #: The stages whose ``--quick`` settings are a smoke test (a few windows, prompts or orders):
-#: they show that the stage runs and state no finding (:mod:`headlens.analyses.verdicts`).  The
+#: they show that the stage runs and state no finding (:mod:`headlens.analyses.measure.verdicts`).  The
 #: census keeps classify's defaults under ``--quick``; the examples hold no statistic.
 SMOKE_STAGES = ("evidence", "sinks", "ablation_zero", "ablation_mean", "pruning", "design")
 
@@ -91,18 +91,18 @@ class ReportSettings(ReportConfig):
 
     def eval_source(self, model: Any = None) -> tuple[str, str]:
         """``(text, label)``: the evaluation text of ablation, pruning and the design stage on
-        ``model`` and how the page names it (:func:`headlens.analyses.ablation.texts.choose_text`:
+        ``model`` and how the page names it (:func:`headlens.analyses.measure.texts.choose_text`:
         ``--text-file``, else the model's own held-out text when it carries one, else the built-in text)."""
         choice = self.text_choice(model)
         return choice.text, choice.label
 
     def text_choice(self, model: Any = None) -> Any:
-        """The :class:`~headlens.analyses.ablation.texts.TextChoice` of ``model`` (None: a model without its own text)."""
+        """The :class:`~headlens.analyses.measure.texts.TextChoice` of ``model`` (None: a model without its own text)."""
         return text_choice(model, self.text_file)
 
     def eval_text_id(self) -> dict[str, Any]:
         """``--text-file`` and its text's SHA-256 (first 16 hex digits), for resume keys and the
-        manifest; without it the default's rule (:data:`~headlens.analyses.ablation.texts.TEXT_RULE`:
+        manifest; without it the default's rule (:data:`~headlens.analyses.measure.texts.TEXT_RULE`:
         which text follows from the model, whose identity the keys hold)."""
         if self.text_file is None:
             return {"text": TEXT_RULE}

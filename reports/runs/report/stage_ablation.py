@@ -10,7 +10,7 @@ from typing import Any
 
 import pandas as pd
 
-from headlens.analyses.ablation.evalset import EMBEDDING_DEFINITION
+from headlens.analyses.measure.evalset import EMBEDDING_DEFINITION
 from headlens.probes.outputs import write_json
 from headlens.reports.api.ablate import ablate
 from headlens.reports.api.journals import KeptJournal

@@ -10,9 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from headlens.analyses.ablation.evalset import TaskItem, repeated_tokens_eval_set, task_eval_set, text_eval_set
 from headlens.analyses.ablation.gradients import attribution_estimates, head_importance, normalise_per_layer, spearman
-from headlens.analyses.ablation.masks import HeadMask, read_mask
 from headlens.analyses.ablation.study import (
     METHODS,
     AblationConfig,
@@ -23,7 +21,9 @@ from headlens.analyses.ablation.study import (
     run_ablation,
     single_head_values,
 )
-from headlens.analyses.stats import bootstrap_mean_ci
+from headlens.analyses.measure.evalset import TaskItem, repeated_tokens_eval_set, task_eval_set, text_eval_set
+from headlens.analyses.measure.masks import HeadMask, read_mask
+from headlens.analyses.measure.stats import bootstrap_mean_ci
 from headlens.analyses.stimuli import eval_text
 from headlens.probes.errors import InputError, StimulusError
 from headlens.probes.outputs import write_json

@@ -15,11 +15,11 @@ import pytest
 import torch
 
 import headlens.reports.api.models as studies_models
-from headlens.analyses.ablation.embedding import embedding_eval_set, hidden_state_hook, sentence_embeddings, split_sentences
-from headlens.analyses.ablation.evalset import text_eval_set
 from headlens.analyses.ablation.gradients import gate_gradients
-from headlens.analyses.ablation.metrics import check_metric, default_metric, worse_by
 from headlens.analyses.ablation.study import AblationConfig, run_ablation
+from headlens.analyses.measure.embedding import embedding_eval_set, hidden_state_hook, sentence_embeddings, split_sentences
+from headlens.analyses.measure.evalset import text_eval_set
+from headlens.analyses.measure.metrics import check_metric, default_metric, worse_by
 from headlens.analyses.stimuli import eval_text
 from headlens.probes.errors import InputError, UnsupportedModelError
 from headlens.reports.cli.main import cli

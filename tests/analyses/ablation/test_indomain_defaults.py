@@ -1,6 +1,6 @@
 """A model that carries its own held-out text (the demo) is measured on it by default: ablation,
 pruning, the report's stages and the sink evidence, through the one rule
-(:func:`headlens.analyses.ablation.texts.choose_text`); any other model on the built-in text.
+(:func:`headlens.analyses.measure.texts.choose_text`); any other model on the built-in text.
 The manifest says which text and why (issue 28 items 2 and 9)."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import pandas as pd
 import pytest
 
 import headlens
-from headlens.analyses.ablation.texts import BUILTIN_TEXT, HELDOUT_TEXT, choose_text
 from headlens.analyses.demo import MODEL_DIR
+from headlens.analyses.measure.texts import BUILTIN_TEXT, HELDOUT_TEXT, choose_text
 from headlens.analyses.patching.evidence import role_evidence
 from headlens.probes.errors import InputError
 from headlens.reports.cli.main import cli

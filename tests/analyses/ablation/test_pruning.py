@@ -11,9 +11,9 @@ import pytest
 import torch
 
 import headlens.analyses.ablation.pruning as pruning_mod
-from headlens.analyses.ablation.evalset import repeated_tokens_eval_set, text_eval_set
-from headlens.analyses.ablation.masks import read_mask
 from headlens.analyses.ablation.pruning import CURVE_COLUMNS, PruneConfig, kv_bytes_saved, run_pruning
+from headlens.analyses.measure.evalset import repeated_tokens_eval_set, text_eval_set
+from headlens.analyses.measure.masks import read_mask
 from headlens.analyses.stimuli import eval_text
 from headlens.probes.errors import InputError
 from headlens.reports.api.journal import Journal

@@ -12,8 +12,8 @@ import contextlib
 
 import pytest
 
-from headlens.analyses.ablation.evalset import text_eval_set
 from headlens.analyses.ablation.study import AblationConfig, run_ablation
+from headlens.analyses.measure.evalset import text_eval_set
 from headlens.analyses.stimuli.natural import eval_text
 from headlens.analyses.synthetic.families import WINDOW, build_family_checkpoint
 from headlens.probes import patch as patch_mod

@@ -34,7 +34,7 @@ def tiny_loads(tiny_checkpoint, tiny_model):
 
 
 def _text_set(model, n_windows=2, window=32):
-    from headlens.analyses.ablation.evalset import text_eval_set
+    from headlens.analyses.measure.evalset import text_eval_set
     from headlens.analyses.stimuli import eval_text
 
     return text_eval_set(
@@ -333,7 +333,7 @@ class _DyingJournal:
     """A RecordJournal that dies (as a kill would) when the sweep hands it its ``after``-th append."""
 
     def __init__(self, records=(), after=10**9):
-        from headlens.analyses.ablation.records import MemoryJournal
+        from headlens.analyses.measure.records import MemoryJournal
 
         self._inner = MemoryJournal(records)
         self.after = after

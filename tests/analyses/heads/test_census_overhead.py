@@ -25,7 +25,7 @@ import pandas as pd
 import pytest
 import torch
 
-from headlens.analyses.stats import bootstrap_mean_ci
+from headlens.analyses.measure.stats import bootstrap_mean_ci
 from headlens.analyses.stimuli.random_tokens import _randperm_prefixes, random_repeated_tokens
 from tests.paths import REPO_ROOT
 

@@ -10,7 +10,7 @@ import torch
 
 from headlens.analyses.heads.census import CensusConfig, build_stimuli, run_census
 from headlens.analyses.heads.detectors import BatchContext, get_detectors, registry
-from headlens.analyses.stats import bootstrap_mean_ci
+from headlens.analyses.measure.stats import bootstrap_mean_ci
 from headlens.probes.capture import capture
 from headlens.probes.config import CaptureConfig
 from headlens.probes.errors import InputError

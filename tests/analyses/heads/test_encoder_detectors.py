@@ -273,7 +273,7 @@ def test_uniform_bidirectional_head_scores_its_baseline_and_frame_is_excluded():
 
 
 def test_bidirectional_sink_statistics_match_loops():
-    from headlens.analyses.attention_stats import sink_alpha, uniform_sink_alpha
+    from headlens.analyses.measure.attention_stats import sink_alpha, uniform_sink_alpha
     from headlens.analyses.sinks.reductions import excess_received, value_norm_share
 
     torch.manual_seed(0)

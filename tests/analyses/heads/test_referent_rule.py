@@ -26,7 +26,7 @@ from headlens.analyses.heads.detectors.referent import (
     referent_statistics,
     split_frames,
 )
-from headlens.analyses.stats import bootstrap_mean_ci
+from headlens.analyses.measure.stats import bootstrap_mean_ci
 from headlens.analyses.stimuli import fit_referent_items, locate_tokens, referent_items
 
 ALPHA = DETECTOR.threshold

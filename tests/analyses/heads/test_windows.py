@@ -23,9 +23,9 @@ from headlens.analyses.heads.census import CensusConfig, build_stimuli, run_cens
 from headlens.analyses.heads.classify import classify_heads, roles_of
 from headlens.analyses.heads.detectors import BatchContext, registry
 from headlens.analyses.heads.detectors.base import mean_attention_at
+from headlens.analyses.measure.stats import bootstrap_mean_ci
 from headlens.analyses.sinks.reductions import excess_received, value_norm_share
 from headlens.analyses.sinks.stream import stream_sink_stats
-from headlens.analyses.stats import bootstrap_mean_ci
 from headlens.probes.attention import attention_spec
 from headlens.reports.render.census_summary import census_summary
 

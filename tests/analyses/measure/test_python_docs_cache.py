@@ -1,5 +1,5 @@
 """The demo's held-out text is read once per process (analyses/measure/python_docs.py,
-analyses/ablation/texts.py): later calls give the same text without reading the standard library
+analyses/measure/texts.py): later calls give the same text without reading the standard library
 again, and no caller can change what the next one gets; the reader's pruned walk lists the files
 ``rglob`` lists."""
 
@@ -9,8 +9,7 @@ import dataclasses
 
 import pytest
 
-from headlens.analyses.ablation import texts
-from headlens.analyses.measure import python_docs
+from headlens.analyses.measure import python_docs, texts
 from headlens.analyses.measure.python_docs import _SKIP_DIRS, _python_files, heldout_documents, heldout_text
 
 

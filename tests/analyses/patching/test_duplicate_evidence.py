@@ -21,9 +21,9 @@ from typing import Any
 import pandas as pd
 import pytest
 
+from headlens.analyses.measure.verdicts import MIN_ITEMS
 from headlens.analyses.patching.duplicate_knockout import duplicate_knockout_effects, knockout_edit
 from headlens.analyses.patching.evidence import MIN_LOSS, NOT_SUPPORTED, SUPPORTED, role_evidence
-from headlens.analyses.verdicts import MIN_ITEMS
 
 D_MODEL, D_HEAD = 256, 64  # the planted checkpoint's shape
 T = 12

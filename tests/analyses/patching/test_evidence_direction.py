@@ -21,10 +21,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from headlens.analyses.patching.evidence import MIN_EFFECT, MIN_LOSS, NOT_SUPPORTED, SUPPORTED, role_evidence
-from headlens.analyses.patching.evidence_rules import induction_checks, judge
-from headlens.analyses.synthetic.planted import BOS_ID
-from headlens.analyses.verdicts import (
+from headlens.analyses.measure.verdicts import (
     AS_PREDICTED,
     MIN_ITEMS,
     NO_FINDING,
@@ -33,6 +30,9 @@ from headlens.analyses.verdicts import (
     TOO_SMALL,
     predicted_verdict,
 )
+from headlens.analyses.patching.evidence import MIN_EFFECT, MIN_LOSS, NOT_SUPPORTED, SUPPORTED, role_evidence
+from headlens.analyses.patching.evidence_rules import induction_checks, judge
+from headlens.analyses.synthetic.planted import BOS_ID
 
 D_MODEL, D_HEAD = 256, 64  # the planted checkpoint's shape (PlantedSpec defaults, 4 heads)
 #: A token the built-in evaluation text does not hold (" Magikarp"-like rarity): the harmful sink boosts it.

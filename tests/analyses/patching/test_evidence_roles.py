@@ -10,9 +10,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from headlens.analyses.measure.verdicts import MIN_ITEMS
 from headlens.analyses.patching.evidence import MIN_LOSS, NO_FINDING, NOT_SUPPORTED, NOT_TESTABLE, SUPPORTED, EvidenceConfig, role_evidence
 from headlens.analyses.synthetic.planted import PLANTED_ROLES
-from headlens.analyses.verdicts import MIN_ITEMS
 from headlens.probes.errors import InputError
 from headlens.reports.cli.main import cli
 

@@ -15,11 +15,11 @@ import pytest
 
 import headlens
 from headlens.analyses.heads.classify import classify_heads
+from headlens.analyses.measure.stats import wilson
 from headlens.analyses.patching.evidence import NOT_TESTED, EvidenceConfig
 from headlens.analyses.patching.evidence_plan import FORWARDS, evidence_plan, select_tests
 from headlens.analyses.patching.evidence_rules import shared_keys
 from headlens.analyses.patching.evidence_sink import choose_sink_heads, sink_sample_verdict
-from headlens.analyses.stats import wilson
 from headlens.probes.errors import InputError
 from headlens.reports.api.census import CensusResult
 from headlens.reports.api.census_text import census_summary_of

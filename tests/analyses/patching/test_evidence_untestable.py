@@ -8,10 +8,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from headlens.analyses.measure.verdicts import MIN_ITEMS
 from headlens.analyses.patching import evidence as ev_mod
 from headlens.analyses.patching import evidence_sink
 from headlens.analyses.patching.evidence import NOT_SUPPORTED, NOT_TESTABLE, SUPPORTED, EvidenceConfig, role_evidence
-from headlens.analyses.verdicts import MIN_ITEMS
 from headlens.probes.errors import InputError, InterventionError
 
 

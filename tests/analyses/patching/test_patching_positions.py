@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from headlens.analyses.measure.verdicts import MIN_ITEMS
 from headlens.analyses.patching.effects import normalised_effects, subset_counts, task_gap
-from headlens.analyses.verdicts import MIN_ITEMS
 
 #: The full-set effect is the plain ratio of means.
 RATIO_TOL = 1e-12

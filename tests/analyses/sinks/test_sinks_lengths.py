@@ -131,7 +131,7 @@ def test_block_sums_equal_the_sink_study_functions(window, causal):
     ``sink_alpha`` and ``value_norm_share`` (the functions behind ``headlens sinks``)."""
     import torch
 
-    from headlens.analyses.attention_stats import alpha_sums, sink_alpha
+    from headlens.analyses.measure.attention_stats import alpha_sums, sink_alpha
     from headlens.analyses.sinks.lengths import _vn_sums
     from headlens.analyses.sinks.reductions import value_norm_share
 

@@ -7,7 +7,7 @@ import hashlib
 
 import pytest
 
-from headlens.analyses.ablation.texts import choose_text, demo_text
+from headlens.analyses.measure.texts import choose_text, demo_text
 from headlens.analyses.sinks.config import SinkConfig
 from headlens.analyses.sinks.study import run_sinks
 from headlens.analyses.stimuli import eval_text

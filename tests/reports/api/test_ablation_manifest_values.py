@@ -9,7 +9,7 @@ import json
 import pytest
 
 from headlens import ablate, load
-from headlens.analyses.ablation.masks import HeadMask
+from headlens.analyses.measure.masks import HeadMask
 from headlens.reports.api.ablate import AblationResult
 
 SMALL = {"n_windows": 2, "window": 16, "n_bootstrap": 0, "attribution": False}

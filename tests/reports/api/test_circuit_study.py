@@ -285,7 +285,7 @@ def test_sample_without_a_confirmed_top():
 def test_missed_edges_are_a_wilson_range_not_a_point(demo_circuit):
     """Review: the sample's missed rate with its Wilson 95% interval and the count range it allows outside the top;
     no point extrapolation from 0 or 1 missed edge."""
-    from headlens.analyses.stats import wilson
+    from headlens.analyses.measure.stats import wilson
     from headlens.reports.api.circuit_text import _sample_lines
 
     sample = demo_circuit.summary["confirmation"]["sample"]

@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 
 import headlens
-from headlens.analyses.ablation.evalset import TaskItem
 from headlens.analyses.ablation.pruning import CURVE_COLUMNS
 from headlens.analyses.circuits.composition import COMPOSITION_COLUMNS, COPYING_COLUMNS
 from headlens.analyses.circuits.faithfulness import FAITHFULNESS_COLUMNS
@@ -23,6 +22,7 @@ from headlens.analyses.design.projections import LOSS_COLUMNS, ROLE_CHANGE_COLUM
 from headlens.analyses.heads.census import SCORE_COLUMNS
 from headlens.analyses.heads.classify import ROLE_COLUMNS
 from headlens.analyses.heads.detectors.referent import REFERENT_COLUMNS
+from headlens.analyses.measure.evalset import TaskItem
 from headlens.analyses.patching.activation import PATCH_COLUMNS
 from headlens.analyses.patching.attribution import ATTRIBUTION_COLUMNS
 from headlens.analyses.patching.dla import DLA_COLUMNS

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 import headlens
-from headlens.analyses.ablation.texts import demo_text, eval_text
+from headlens.analyses.measure.texts import demo_text, eval_text
 from headlens.analyses.patching.evidence import EvidenceConfig
 from headlens.reports.api.census import CensusResult
 

@@ -8,7 +8,8 @@ import pytest
 from click.testing import CliRunner
 
 from headlens import ablate, prune
-from headlens.analyses.ablation.config import AblationConfig, EvalSpec, PruneConfig
+from headlens.analyses.ablation.config import AblationConfig, PruneConfig
+from headlens.analyses.measure.spec import EvalSpec
 from headlens.probes.errors import InputError
 from headlens.reports.cli.common import flag_words
 from headlens.reports.cli.main import cli

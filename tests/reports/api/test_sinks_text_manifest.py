@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from headlens.analyses.ablation.texts import choose_text
+from headlens.analyses.measure.texts import choose_text
 from headlens.analyses.stimuli import eval_text
 from headlens.reports.api.sinks import SinksResult, sinks
 

@@ -1,5 +1,5 @@
 """Intervals over fewer than MIN_ITEMS items are flagged in what ablate and patch print and in their
-manifests (:func:`headlens.analyses.stats.small_sample_note`); the tables are unchanged by it."""
+manifests (:func:`headlens.analyses.measure.stats.small_sample_note`); the tables are unchanged by it."""
 
 from __future__ import annotations
 

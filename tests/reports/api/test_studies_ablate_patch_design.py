@@ -1,6 +1,6 @@
 """Studies ablate, prune, gqa, projections, kv and patch as Python calls: typed results, save ->
 load round trips, the CLI's folders read back, figures as Figures, keyword errors naming the
-parameter; and the one evaluation-set selection (analyses.ablation.setup)."""
+parameter; and the one evaluation-set selection (analyses.measure.setup)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import pytest
 import torch
 from matplotlib.figure import Figure
 
-from headlens.analyses.ablation.evalset import TaskItem, text_eval_set
-from headlens.analyses.ablation.setup import BUILTIN_TEXT, EvalSpec, eval_setup
+from headlens.analyses.measure.evalset import TaskItem, text_eval_set
+from headlens.analyses.measure.setup import BUILTIN_TEXT, EvalSpec, eval_setup
 from headlens.analyses.stimuli import eval_text
 from headlens.probes.errors import InputError, OutputExistsError
 from headlens.reports.api.ablate import AblationResult, ablate

@@ -16,12 +16,12 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from headlens.analyses.ablation.masks import HeadMask
-from headlens.analyses.ablation.setup import EvalSpec, eval_setup, eval_source
 from headlens.analyses.ablation.study import AblationConfig
 from headlens.analyses.design.gqa import GQAConfig
 from headlens.analyses.heads.census import CensusConfig
 from headlens.analyses.heads.classify import classify_heads
+from headlens.analyses.measure.masks import HeadMask
+from headlens.analyses.measure.setup import EvalSpec, eval_setup, eval_source
 from headlens.analyses.sinks.config import SinkConfig
 from headlens.probes.config import CaptureConfig
 from headlens.probes.errors import InputError, OutputError, OutputExistsError

@@ -7,7 +7,7 @@ import json
 import pandas as pd
 import pytest
 
-from headlens.analyses.ablation.masks import HeadMask
+from headlens.analyses.measure.masks import HeadMask
 from headlens.probes.outputs import write_json
 from headlens.reports.cli.main import cli
 from tests.reports.api.conftest import session_models

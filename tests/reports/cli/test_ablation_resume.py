@@ -14,9 +14,9 @@ import pandas as pd
 import pytest
 
 import headlens.analyses.ablation.study as ablation_mod
-from headlens.analyses.ablation.evalset import text_eval_set
-from headlens.analyses.ablation.records import MemoryJournal, RecordJournal
 from headlens.analyses.ablation.study import AblationConfig, run_ablation
+from headlens.analyses.measure.evalset import text_eval_set
+from headlens.analyses.measure.records import MemoryJournal, RecordJournal
 from headlens.analyses.stimuli import eval_text
 from headlens.probes.errors import InputError, OutputExistsError
 from headlens.reports.api.journal import Journal, journal_path

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from headlens.analyses.stats import CHANCE_P
+from headlens.analyses.measure.stats import CHANCE_P
 from headlens.reports.render.verdict_text import rank_test_words
 
 

@@ -1,5 +1,5 @@
 """Issue 20, item 3 and the report's rough edges of item 10: a smoke test or a wide interval
-states no finding (one rule, :mod:`headlens.analyses.verdicts`), every quick section is marked
+states no finding (one rule, :mod:`headlens.analyses.measure.verdicts`), every quick section is marked
 as a smoke test (page, Markdown, manifest, figures), the sink heads have one source of truth
 (the census's role), and the page draws no empty heatmap."""
 
@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from headlens.analyses.verdicts import MIN_ITEMS, difference_verdict, overlap_verdict
+from headlens.analyses.measure.verdicts import MIN_ITEMS, difference_verdict, overlap_verdict
 from tests.reports.runs.test_report import quick_report  # noqa: F401  (the session's report)
 
 #: Words that state a finding; none may appear where the rule says there is none.

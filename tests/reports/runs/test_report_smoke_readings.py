@@ -1,6 +1,6 @@
 """A ``--quick`` report's readings: the smoke label wins on every row of its smoke stages (an
 interval across 0 over 2 windows is no more a result than one beside it), and the projection
-knockout's lines carry it too (:func:`headlens.analyses.verdicts.difference_verdict`)."""
+knockout's lines carry it too (:func:`headlens.analyses.measure.verdicts.difference_verdict`)."""
 
 from __future__ import annotations
 

@@ -8,10 +8,10 @@ from dataclasses import replace
 import pandas as pd
 import pytest
 
-from headlens.analyses.ablation.evalset import text_eval_set
-from headlens.analyses.ablation.records import MemoryJournal
 from headlens.analyses.design import projections as projections_mod
 from headlens.analyses.design.projections import ProjectionConfig, run_knockouts
+from headlens.analyses.measure.evalset import text_eval_set
+from headlens.analyses.measure.records import MemoryJournal
 from headlens.analyses.stimuli import eval_text
 
 #: The same blocks continued from a stored residual: float rounding only.

@@ -12,12 +12,12 @@ import pytest
 import torch
 
 import headlens.analyses.ablation.pruning as pruning_mod
-from headlens.analyses.ablation.evalset import text_eval_set
 from headlens.analyses.ablation.gradients import gate_gradients, gate_gradients_and_values, head_importance
 from headlens.analyses.ablation.incremental import MaskSequence
-from headlens.analyses.ablation.masks import HeadMask
 from headlens.analyses.ablation.pruning import PruneConfig, _pick, run_pruning
 from headlens.analyses.ablation.runs import ablated_values
+from headlens.analyses.measure.evalset import text_eval_set
+from headlens.analyses.measure.masks import HeadMask
 from headlens.analyses.stimuli import eval_text
 
 #: The same computation continued from a stored residual, or gated by 1: float rounding only.
@@ -131,8 +131,8 @@ def test_prune_resume_reads_the_stored_ranking(deep_model, windows, tmp_path, mo
 
 def test_prune_study_embedding_metric_values_equal_full_forwards(deep_model):
     """The embedding change: exact ranking; each step's value is the exact table's baseline pass."""
-    from headlens.analyses.ablation.embedding import embedding_eval_set, split_sentences
     from headlens.analyses.ablation.pruning import exact_importance
+    from headlens.analyses.measure.embedding import embedding_eval_set, split_sentences
 
     data = embedding_eval_set(deep_model, split_sentences(eval_text(), complete_only=True), n_sentences=3, max_tokens=12, prepend_bos=True)
     cfg = PruneConfig(step=0.25, random_seeds=1, seed=1, batch_size=2, max_fraction=0.75)

@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from headlens.analyses.ablation.evalset import repeated_tokens_eval_set, text_eval_set
+from headlens.analyses.measure.evalset import repeated_tokens_eval_set, text_eval_set
 from headlens.analyses.stimuli import eval_text
 
 LOSS_TOL = 1e-5  # float32 forward of a 2-layer model: the two losses agree far closer than this
@@ -46,7 +46,7 @@ def test_loss_reproduced_by_hand_from_the_manifest(tiny_model, tiny_checkpoint):
     """The unablated loss of the ablation code == plain GPT2LMHeadModel on the windows rebuilt from describe()."""
     from transformers import GPT2LMHeadModel
 
-    from headlens.analyses.ablation.metrics import model_values
+    from headlens.analyses.measure.metrics import model_values
 
     text = eval_text()
     data = text_eval_set(

@@ -1,5 +1,5 @@
 """The percentile bootstrap's under-coverage over few items, and the one note that says so
-(:func:`headlens.analyses.stats.small_sample_note`, bound :data:`headlens.analyses.verdicts.MIN_ITEMS`)."""
+(:func:`headlens.analyses.measure.stats.small_sample_note`, bound :data:`headlens.analyses.measure.verdicts.MIN_ITEMS`)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import re
 
 import numpy as np
 
-from headlens.analyses.stats import bootstrap_mean_ci, percentile_coverage, small_sample_note
-from headlens.analyses.verdicts import MIN_ITEMS
+from headlens.analyses.measure.stats import bootstrap_mean_ci, percentile_coverage, small_sample_note
+from headlens.analyses.measure.verdicts import MIN_ITEMS
 
 #: Trials of this test's own coverage simulation (a few hundred: fast; sd of a coverage near 0.8 about 0.02).
 TRIALS = 300

@@ -1,7 +1,7 @@
 """Which metric, and each item's value of it: the metric a model can be measured by
 (:func:`default_metric`, :func:`check_metric`), the per-item loss / logit difference / embedding
 change of a forward (:func:`item_values`, :func:`model_values`) and the degradation relative to a
-baseline (:func:`worse_by`).  Definitions: :mod:`headlens.analyses.ablation`.
+baseline (:func:`worse_by`).  Definitions: :mod:`headlens.analyses.measure`.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from headlens.analyses.ablation.embedding import attention_mask, last_hidden, mean_pool
-from headlens.analyses.ablation.evalset import HEAD_METRICS, METRICS, EvalSet
+from headlens.analyses.measure.embedding import attention_mask, last_hidden, mean_pool
+from headlens.analyses.measure.evalset import HEAD_METRICS, METRICS, EvalSet
 from headlens.probes.errors import InputError, UnsupportedModelError
 
 log = logging.getLogger(__name__)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy.stats import rankdata
 
-from headlens.analyses.stats import SPEARMAN_PERMUTATIONS, spearman, spearman_p
+from headlens.analyses.measure.stats import SPEARMAN_PERMUTATIONS, spearman, spearman_p
 
 #: A drawn p-value against the exact one: 4 standard errors of a proportion near 0.5 over SPEARMAN_PERMUTATIONS draws.
 DRAW_ATOL = 4 * 0.5 / np.sqrt(SPEARMAN_PERMUTATIONS)

@@ -2,7 +2,7 @@
 
 A model that carries held-out text of its own is measured on it by default; any other model on
 the text that ships with headlens (:func:`headlens.analyses.stimuli.eval_text`).  Ablation,
-pruning, the design studies (through :func:`headlens.analyses.ablation.setup.eval_setup`) and the
+pruning, the design studies (through :func:`headlens.analyses.measure.setup.eval_setup`) and the
 sink evidence of ``classify --evidence`` (:mod:`headlens.analyses.patching.evidence`) all ask
 :func:`choose_text`; the manifest records its :meth:`TextChoice.describe` (which text, why).
 

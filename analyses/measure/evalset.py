@@ -1,7 +1,7 @@
 """Evaluation sets: what an ablation is measured on (text windows, repeated random tokens, task
 prompts), with the metric each is measured by.  Sentence sets for the embedding metric are built
-in :mod:`headlens.analyses.ablation.embedding`; the per-item metric values in
-:mod:`headlens.analyses.ablation.metrics`.  :mod:`headlens.analyses.ablation` documents
+in :mod:`headlens.analyses.measure.embedding`; the per-item metric values in
+:mod:`headlens.analyses.measure.metrics`.  :mod:`headlens.analyses.measure` documents
 the three kinds and re-exports all of it.
 """
 
@@ -18,7 +18,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from headlens.analyses.ablation.config import METRICS, TaskItem
+from headlens.analyses.measure.spec import METRICS, TaskItem
 from headlens.analyses.stimuli import random_repeated_tokens, text_windows
 from headlens.probes.errors import InputError, StimulusError
 from headlens.probes.jsonl import read_jsonl

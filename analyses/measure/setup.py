@@ -14,11 +14,11 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from headlens.analyses.ablation.config import EvalSpec
-from headlens.analyses.ablation.embedding import embedding_eval_set, split_sentences
-from headlens.analyses.ablation.evalset import EMBEDDING_DEFINITION, EvalSet, task_eval_set, text_eval_set
-from headlens.analyses.ablation.metrics import check_metric, default_metric
-from headlens.analyses.ablation.texts import BUILTIN_TEXT, TextChoice, choose_text
+from headlens.analyses.measure.embedding import embedding_eval_set, split_sentences
+from headlens.analyses.measure.evalset import EMBEDDING_DEFINITION, EvalSet, task_eval_set, text_eval_set
+from headlens.analyses.measure.metrics import check_metric, default_metric
+from headlens.analyses.measure.spec import EvalSpec
+from headlens.analyses.measure.texts import BUILTIN_TEXT, TextChoice, choose_text
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +26,7 @@ __all__ = ["BUILTIN_TEXT", "EvalSpec", "EvalSetup", "choose_metric", "eval_setup
 
 
 def text_choice(spec: EvalSpec, model: Any) -> TextChoice | None:
-    """The text ``model`` is measured on and why (:func:`~headlens.analyses.ablation.texts.choose_text`); None for a task."""
+    """The text ``model`` is measured on and why (:func:`~headlens.analyses.measure.texts.choose_text`); None for a task."""
     return None if spec.task is not None else choose_text(model, spec.text, text_file=spec.text_file)
 
 
@@ -65,7 +65,7 @@ class EvalSetup:
 def choose_metric(model: Any, metric: str | None) -> tuple[str, str, str | None]:
     """``(metric, how it was chosen, why)``: ``metric``, or the default for ``model`` when
     ``None`` (``why``: the reason when the default is not loss), refused when it means nothing
-    on this model (:func:`headlens.analyses.ablation.metrics.check_metric`)."""
+    on this model (:func:`headlens.analyses.measure.metrics.check_metric`)."""
     why = None
     chosen = f"asked for (metric={metric!r})"
     if metric is None:

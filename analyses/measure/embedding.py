@@ -1,5 +1,5 @@
 """Sentence embeddings: the last hidden state, mean-pooled over real tokens, and the sentence
-sets of the ``embedding`` metric (see :mod:`headlens.analyses.ablation` for the definition).
+sets of the ``embedding`` metric (see :mod:`headlens.analyses.measure` for the definition).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from headlens.analyses.ablation.evalset import EMBEDDING_DEFINITION, EvalSet
+from headlens.analyses.measure.evalset import EMBEDDING_DEFINITION, EvalSet
 from headlens.probes.engine_forward import StopForward, stopping
 from headlens.probes.errors import InputError
 from headlens.probes.hooks import attached

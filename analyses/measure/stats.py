@@ -21,7 +21,7 @@ does not skip NaN cells, so the seeded multinomial resampling below stays.  Spea
 :func:`scipy.stats.spearmanr`.
 
 A percentile bootstrap of a mean under-covers over few items: its nominal 95% interval holds the
-true mean less often than that.  Below :data:`~headlens.analyses.verdicts.MIN_ITEMS` items (the
+true mean less often than that.  Below :data:`~headlens.analyses.measure.verdicts.MIN_ITEMS` items (the
 same bound under which no interval carries a finding) :func:`small_sample_note` says so, with the
 coverage :func:`percentile_coverage` measures at that size by simulation (seeded, normal data).
 """
@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from headlens.analyses.verdicts import MIN_ITEMS
+from headlens.analyses.measure.verdicts import MIN_ITEMS
 
 __all__ = [
     "BOOTSTRAP_BYTES",
@@ -123,7 +123,7 @@ def percentile_coverage(n: int, *, level: float = 0.95, trials: int = 2000, n_re
 
 def small_sample_note(n: int | None, *, items: str = "items", level: float = 0.95) -> str | None:
     """The warning an interval over ``n`` items carries when ``n`` is below
-    :data:`~headlens.analyses.verdicts.MIN_ITEMS` (and at least 2, the fewest with an interval),
+    :data:`~headlens.analyses.measure.verdicts.MIN_ITEMS` (and at least 2, the fewest with an interval),
     e.g. ``"intervals from n=4 windows: a percentile bootstrap covers about 81% at this size, not
     95%: read them as rough"``; None otherwise (``n`` None: unknown)."""
     if n is None or not 2 <= int(n) < MIN_ITEMS:
