@@ -15,7 +15,7 @@ import json
 import logging
 from typing import TYPE_CHECKING, Any
 
-from headlens.analyses.verdicts import finite_float
+from headlens.analyses.measure.verdicts import finite_float
 from headlens.reports.render.markdown import markdown_header, markdown_row
 
 if TYPE_CHECKING:
