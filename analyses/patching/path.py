@@ -49,7 +49,7 @@ from headlens.probes.errors import InputError, InterventionError
 from headlens.probes.head_lists import as_heads
 from headlens.probes.hooks import HookFn, attached
 from headlens.probes.loading import LoadedModel, check_layers_heads
-from headlens.probes.patch import Start, patched_forward
+from headlens.probes.patch import Patch, Site, Start, patched_forward
 
 log = logging.getLogger(__name__)
 
@@ -105,17 +105,6 @@ def _frozen(z_rows: Tensor, sender: Sequence[int] = (), clean_rows: Tensor | Non
     return fn
 
 
-def _replace_slot(values: Tensor, slot: int) -> HookFn:
-    """``hook_q/k/v``: slot ``slot`` replaced by ``values`` ``[copies*batch, pos, d_head]``."""
-
-    def fn(x: Tensor, hook: Any = None) -> Tensor:
-        x = x.clone()
-        x[:, :, slot] = values[:, : x.shape[1]].to(device=x.device, dtype=x.dtype)
-        return x
-
-    return fn
-
-
 def _run(
     model: LoadedModel, tokens: Tensor, resid: dict[int, Tensor], layer: int, rows: list[int], width: int, k: int, hooks: list, **kw: Any
 ) -> Any:
@@ -153,18 +142,6 @@ def check_receivers(model: LoadedModel, receivers: Sequence[tuple[int, int]]) ->
     return receivers
 
 
-def _replace_slots(values: dict[int, Tensor]) -> HookFn:
-    """``hook_q/k/v``: each slot of ``values`` replaced by its ``[copies*batch, pos, d_head]``."""
-
-    def fn(x: Tensor, hook: Any = None) -> Tensor:
-        x = x.clone()
-        for slot, v in values.items():
-            x[:, :, slot] = v[:, : x.shape[1]].to(device=x.device, dtype=x.dtype)
-        return x
-
-    return fn
-
-
 def _joint_rows(
     model: LoadedModel,
     corrupt_set: EvalSet,
@@ -192,7 +169,7 @@ def _joint_rows(
             hooks = []
             for lr in sorted({r[0] for r in reach}):
                 repl = {slots[r]: torch.cat([kept[(ls, h, r)][rows, :width] for h in heads]) for r in reach if r[0] == lr}
-                hooks.append((_input_hook(lr, which), _replace_slots(repl)))
+                hooks += [Patch(site=Site(hook=_input_hook(lr, which), heads=slot), value=v) for slot, v in repl.items()]
 
             def run(t: Tensor, _h: list = hooks, _rows: list = rows, _w: int = width, **kw: Any) -> Any:
                 return _run(model, t, corrupt.resid, start, _rows, _w, H, _h, **kw)
@@ -297,7 +274,7 @@ def run_path_patching(
                 for rows in corrupt_set.rows(bs):
                     tokens, lengths, width = corrupt_set.batch(rows)
                     repl = torch.cat([kept[(ls, h, r)][rows, :width] for h in heads])
-                    hooks = [(_input_hook(lr, which), _replace_slot(repl, slots[r]))]
+                    hooks = [Patch(site=Site(hook=_input_hook(lr, which), heads=slots[r]), value=repl)]
 
                     def run(t: Tensor, _h: list = hooks, _rows: list = rows, _w: int = width, **kw: Any) -> Any:
                         return _run(model, t, corrupt.resid, lr, _rows, _w, H, _h, **kw)
