@@ -13,6 +13,9 @@
   nothing from ``reports`` (imports anywhere in a module, inside functions too, and strings that
   name a module, as ``importlib.import_module`` takes);
 * below ``reports`` no module imports matplotlib or seaborn, or calls ``print()``.
+* analyses/ in floors too (:data:`ANALYSES_FLOORS`): the measuring tools <- the studies <- the
+  builders of models made to be studied; no import from a lower floor to a higher one, and every
+  module of analyses/ (as of reports/) on a floor;
 * ``reports/runs`` and ``reports/cli`` call only the api: from ``analyses`` they import settings
   (dataclasses) and constants, never a function or another class (:data:`API_ONLY_PENDING` lists
   those still being converted).
@@ -40,7 +43,15 @@ LAYERS = ("probes", "analyses", "reports")  # bottom to top
 #: render (tables, figures, page, Markdown) <- api (the studies and their Results) <- runs (the
 #: report builder, the sweep, the demo card) <- cli (click commands).
 FLOORS = ("render", "api", "runs", "cli")
-#: ``"a imports b"`` floor crossings still being removed, each removed once fixed (a stale entry fails).
+#: analyses/ in three floors, bottom to top, each a tuple of its folders (issue 47): the measuring tools every
+#: study shares and the stimuli they measure on <- the studies <- the builders of models made to be studied
+#: (the demo, planted and tracr checkpoints).  A floor imports its own and the floors below it (and probes).
+ANALYSES_FLOORS: dict[str, tuple[str, ...]] = {
+    "measure": ("measure", "stimuli"),
+    "studies": ("ablation", "patching", "heads", "sinks", "design", "circuits"),
+    "builders": ("demo", "synthetic", "tracr"),
+}
+#: ``"a imports b"`` floor crossings (of reports/ or analyses/) still being removed, each removed once fixed (a stale entry fails).
 FLOOR_PENDING: set[str] = set()
 #: Floors of reports/ that call only the api: what they import from headlens.analyses is limited to
 #: settings and constants (issue 29: "runs and CLI call only the api").
@@ -130,7 +141,10 @@ class Module:
     @property
     def floor(self) -> str | None:
         parts = self.name.split(".")
-        return parts[2] if self.layer == "reports" and len(parts) > 2 and parts[2] in FLOORS else None
+        folder = parts[2] if len(parts) > 2 else None
+        if self.layer == "analyses":
+            return next((floor for floor, folders in ANALYSES_FLOORS.items() if folder in folders), None)
+        return folder if self.layer == "reports" and folder in FLOORS else None
 
 
 def _modules(root: Path, package_dirs: dict[str, str]) -> dict[str, Module]:
@@ -327,8 +341,8 @@ def layer_violations(modules: dict[str, Module]) -> list[str]:
 
 
 def floor_violations(modules: dict[str, Module]) -> list[str]:
-    """``"a imports b"`` for every import, anywhere in a module of ``reports/``, of a higher floor."""
-    rank = {floor: i for i, floor in enumerate(FLOORS)}
+    """``"a imports b"`` for every import, anywhere in a module of ``reports/`` or ``analyses/``, of a higher floor of its layer."""
+    rank = {floor: i for floors in (FLOORS, tuple(ANALYSES_FLOORS)) for i, floor in enumerate(floors)}
     out = set()
     for name, m in sorted(modules.items()):
         if m.floor is None:
@@ -337,7 +351,7 @@ def floor_violations(modules: dict[str, Module]) -> list[str]:
         found |= _string_targets(m, modules)
         for target in found:
             other = modules[target].floor
-            if other is not None and rank[other] > rank[m.floor]:
+            if other is not None and modules[target].layer == m.layer and rank[other] > rank[m.floor]:
                 out.add(f"{name} imports {target}")
     return sorted(out)
 
@@ -536,6 +550,17 @@ def test_the_checks_find_what_they_look_for(tmp_path):
             "reports/render/table.py": "from headlens.reports.api.verb import _CLI\n",
             "reports/runs/__init__.py": "",
             "reports/runs/build.py": "from headlens.reports.api import verb\n",
+            # analyses' floors: the measuring floor calling up into a study, a study naming a builder; down and across is fine
+            "analyses/measure/__init__.py": "",
+            "analyses/measure/m.py": "from headlens.analyses.ablation import s\n",
+            "analyses/stimuli/__init__.py": "",
+            "analyses/stimuli/t.py": "",
+            "analyses/ablation/__init__.py": "",
+            "analyses/ablation/s.py": "import headlens.analyses.stimuli.t\n\n_BUILDER = 'headlens.analyses.demo.d'\n",
+            "analyses/patching/__init__.py": "",
+            "analyses/patching/p.py": "from headlens.analyses.ablation import s\n",
+            "analyses/demo/__init__.py": "",
+            "analyses/demo/d.py": "from headlens.analyses.ablation import s\nfrom headlens.analyses.measure import m\n",
         },
     )
     graph = import_graph(modules)
@@ -560,7 +585,10 @@ def test_the_checks_find_what_they_look_for(tmp_path):
         "headlens.analyses.plot imports matplotlib (line 1)",
         "headlens.analyses.plot calls print() (line 3)",
     ]
+    assert (modules["headlens.analyses.tiny"].floor, modules["headlens.analyses.stimuli.t"].floor) == (None, "measure")
     assert floor_violations(modules) == [
+        "headlens.analyses.ablation.s imports headlens.analyses.demo.d",
+        "headlens.analyses.measure.m imports headlens.analyses.ablation.s",
         "headlens.reports.api.study imports headlens.reports.runs.build",
         "headlens.reports.api.verb imports headlens.reports.cli.cmd",
         "headlens.reports.render.table imports headlens.reports.api.verb",
@@ -581,16 +609,18 @@ def test_the_tree_is_found(modules):
     assert {"headlens", "headlens.probes.errors", "headlens.analyses.ablation.study", "headlens.reports.cli.main"} <= set(modules)
 
 
-def test_reports_floors_import_only_downwards(modules):
-    """render <- api <- runs <- cli: a floor imports only the floors below it (and probes, analyses)."""
+def test_floors_import_only_downwards(modules):
+    """reports/: render <- api <- runs <- cli; analyses/: measure <- studies <- builders.  A floor imports
+    only its own and the floors below it (and the layers below)."""
     found = set(floor_violations(modules))
-    assert not (found - FLOOR_PENDING), "imports of a higher floor of reports/:\n" + "\n".join(sorted(found - FLOOR_PENDING))
+    assert not (found - FLOOR_PENDING), "imports of a higher floor:\n" + "\n".join(sorted(found - FLOOR_PENDING))
     assert not (FLOOR_PENDING - found), "stale FLOOR_PENDING entries (fixed: remove them):\n" + "\n".join(sorted(FLOOR_PENDING - found))
 
 
-def test_every_reports_module_is_on_a_floor(modules):
-    loose = sorted(n for n, m in modules.items() if m.layer == "reports" and m.floor is None and n != "headlens.reports")
-    assert not loose, "modules of reports/ outside render/, api/, runs/ and cli/:\n" + "\n".join(loose)
+def test_every_module_of_reports_and_analyses_is_on_a_floor(modules):
+    packages = set(PACKAGE_DIRS.values())  # headlens.reports, headlens.analyses: the namespaces above the floors
+    loose = sorted(n for n, m in modules.items() if m.layer in ("reports", "analyses") and m.floor is None and n not in packages)
+    assert not loose, "modules of reports/ or analyses/ outside the folders of FLOORS and ANALYSES_FLOORS:\n" + "\n".join(loose)
 
 
 def test_no_import_cycles(modules):
