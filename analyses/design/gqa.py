@@ -190,111 +190,121 @@ def run_gqa(
         raise InputError("the GQA what-if is measured on text windows (loss); give a task with task=")
     check_pooling(model)
     variants, dists = variant_groups(model, data, config)
-    L, H = model.n_layers, model.n_heads
-    spec = attention_spec(model)
     journal = journal if journal is not None else MemoryJournal()
     done = {(r["grouping"], int(r["g"])): r for r in records_of(journal, "gqa_variant")}
     todo = [key for key in variants if key not in done]
-    batches = data.rows(config.batch_size)
-    keep = bool(todo) and _clean_cache_fits(model, data, config)
-    clean_cache: dict[int, dict[int, Tensor]] = {}
+    clean = _CleanPatterns(model, keep=bool(todo) and _clean_cache_fits(model, data, config))
+    with torch.inference_mode():
+        if not records_of(journal, "gqa_original"):
+            journal.append([_original_record(model, data, config, clean)])
+        for n_done, key in enumerate(todo, start=len(variants) - len(todo) + 1):
+            journal.append([_variant_record(model, data, config, clean, key, variants[key])])
+            done[key] = journal.records[-1]
+            if progress is not None:
+                progress("gqa", n_done, len(variants))
+    per_item = {("original", 1): records_of(journal, "gqa_original")[-1]["values"], **{key: done[key]["values"] for key in variants}}
+    per_item = {key: np.asarray(v, dtype=np.float64) for key, v in per_item.items()}
+    summary, heads, groups = _variant_tables(model, config, variants, dists, done, per_item)
+    return GQARun(
+        summary=summary,
+        heads=heads,
+        groups=groups,
+        task=_task_values(model, task, variants, config) if task is not None else None,
+        comparison=_similar_vs_adjacent(variants, per_item),
+        config=config,
+    )
 
-    def clean_pass(i: int, toks: Tensor) -> tuple[Tensor, dict[int, Tensor]]:
-        if i in clean_cache:
-            return torch.empty(0), clean_cache[i]
+
+class _CleanPatterns:
+    """The unpooled pass of a batch: its logits and each layer's pattern; with ``keep`` the
+    patterns are kept per batch (then a later call returns no logits, only the patterns)."""
+
+    def __init__(self, model: Any, *, keep: bool) -> None:
+        self.model, self.keep = model, keep
+        self.cache: dict[int, dict[int, Tensor]] = {}
+
+    def __call__(self, i: int, toks: Tensor) -> tuple[Tensor, dict[int, Tensor]]:
+        if i in self.cache:
+            return torch.empty(0), self.cache[i]
         clean: dict[int, Tensor] = {}
 
         def store(layer: int, out: dict[str, Any], ctx: Any) -> None:
             clean[layer] = out[_Pattern.name]
 
-        logits = reduce_pass(model, toks, None, [_Pattern()], context=lambda view: None, on_layer=store, return_type="logits").output
-        if keep:
-            clean_cache[i] = clean
+        logits = reduce_pass(self.model, toks, None, [_Pattern()], context=lambda view: None, on_layer=store, return_type="logits").output
+        if self.keep:
+            self.cache[i] = clean
         return logits, clean
 
-    with torch.inference_mode():
-        if not records_of(journal, "gqa_original"):
-            vals = []
-            for i, rows in enumerate(batches):
-                toks, lengths, _ = data.batch(rows)
-                logits, _ = clean_pass(i, toks.to(model.device))
-                vals.append(item_values(logits, toks.to(model.device), lengths, data, rows))
-            journal.append([{"kind": "gqa_original", "values": torch.cat(vals).double().cpu().tolist()}])
-        for n_done, key in enumerate(todo, start=len(variants) - len(todo) + 1):
-            js_sum = torch.zeros(L, H, dtype=torch.float64)
-            js_n, vals = 0, []
-            for i, rows in enumerate(batches):
-                toks, lengths, width = data.batch(rows)
-                toks = toks.to(model.device)
-                _, clean = clean_pass(i, toks)
-                q_ok = ((torch.arange(width)[None, :] < lengths[:, None]) & (torch.arange(width)[None, :] >= 1)).to(model.device)
-                js_n += int(q_ok.sum())
 
-                def add_js(layer: int, out: dict[str, Any], ctx: Any) -> None:
-                    js_sum[layer] += out[_JSDivergence.name].cpu()
+def _original_record(model: Any, data: EvalSet, config: GQAConfig, clean: _CleanPatterns) -> dict[str, Any]:
+    """The ``gqa_original`` record: the unpooled model's per-window losses."""
+    vals = []
+    for i, rows in enumerate(data.rows(config.batch_size)):
+        toks, lengths, _ = data.batch(rows)
+        logits, _ = clean(i, toks.to(model.device))
+        vals.append(item_values(logits, toks.to(model.device), lengths, data, rows))
+    return {"kind": "gqa_original", "values": torch.cat(vals).double().cpu().tolist()}
 
-                def against(view: LayerView, clean: dict[int, Tensor] = clean, q_ok: Tensor = q_ok) -> _Against:
-                    return _Against(clean=clean[view.layer.layer], q_ok=q_ok)
 
-                logits = reduce_pass(
-                    model,
-                    toks,
-                    None,
-                    [_JSDivergence()],
-                    context=against,
-                    on_layer=add_js,
-                    hooks=pool_hooks(variants[key]),
-                    return_type="logits",
-                ).output
-                vals.append(item_values(logits, toks, lengths, data, rows))
-            rec = {
-                "kind": "gqa_variant",
-                "grouping": key[0],
-                "g": key[1],
-                "values": torch.cat(vals).double().cpu().tolist(),
-                "js_sum": js_sum.tolist(),
-                "js_n": js_n,
-            }
-            journal.append([rec])
-            done[key] = journal.records[-1]
-            if progress is not None:
-                progress("gqa", n_done, len(variants))
-    n_vals = {("original", 1): records_of(journal, "gqa_original")[-1]["values"], **{key: done[key]["values"] for key in variants}}
-    js_totals = {key: torch.tensor(done[key]["js_sum"], dtype=torch.float64) for key in variants}
-    js_n = {key: int(done[key]["js_n"]) for key in variants}
-    kv = kv_cache_table(model, KVConfig(cache_dtype=config.cache_dtype))
-    own_bytes = int(kv["bytes_per_token"].iloc[0])
-    per_item = {key: np.asarray(v, dtype=np.float64) for key, v in n_vals.items()}
+def _variant_record(
+    model: Any, data: EvalSet, config: GQAConfig, clean_pass: _CleanPatterns, key: tuple[str, int], groups: Groups
+) -> dict[str, Any]:
+    """The ``gqa_variant`` record of one pooled variant: per-window losses, and per head the JS
+    divergence from the unpooled rows summed over the counted queries (``js_n`` of them)."""
+    js_sum = torch.zeros(model.n_layers, model.n_heads, dtype=torch.float64)
+    js_n, vals = 0, []
+    for i, rows in enumerate(data.rows(config.batch_size)):
+        toks, lengths, width = data.batch(rows)
+        toks = toks.to(model.device)
+        _, clean = clean_pass(i, toks)
+        q_ok = ((torch.arange(width)[None, :] < lengths[:, None]) & (torch.arange(width)[None, :] >= 1)).to(model.device)
+        js_n += int(q_ok.sum())
+
+        def add_js(layer: int, out: dict[str, Any], ctx: Any) -> None:
+            js_sum[layer] += out[_JSDivergence.name].cpu()
+
+        def against(view: LayerView, clean: dict[int, Tensor] = clean, q_ok: Tensor = q_ok) -> _Against:
+            return _Against(clean=clean[view.layer.layer], q_ok=q_ok)
+
+        logits = reduce_pass(
+            model, toks, None, [_JSDivergence()], context=against, on_layer=add_js, hooks=pool_hooks(groups), return_type="logits"
+        ).output
+        vals.append(item_values(logits, toks, lengths, data, rows))
+    values = torch.cat(vals).double().cpu().tolist()
+    return {"kind": "gqa_variant", "grouping": key[0], "g": key[1], "values": values, "js_sum": js_sum.tolist(), "js_n": js_n}
+
+
+def _variant_tables(
+    model: Any,
+    config: GQAConfig,
+    variants: dict[tuple[str, int], Groups],
+    dists: list[np.ndarray],
+    done: dict[tuple[str, int], dict[str, Any]],
+    per_item: dict[tuple[str, int], np.ndarray],
+) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """The summary (the original, then one row per variant), the per-head JS and the groups tables."""
+    L, H = model.n_layers, model.n_heads
+    n_kv = attention_spec(model).n_kv_heads
+    own_bytes = int(kv_cache_table(model, KVConfig(cache_dtype=config.cache_dtype))["bytes_per_token"].iloc[0])
     base_items = per_item[("original", 1)]
     base_loss = float(base_items.mean())
+    zero = dict.fromkeys(("loss_change", "change_ci_low", "change_ci_high", "mean_js", "max_js", "scatter"), 0.0)
     rows_out = [
-        {
-            "grouping": "original",
-            "g": 1,
-            "kv_heads": spec.n_kv_heads,
-            "kv_bytes_per_token": own_bytes,
-            "kv_saved": 0.0,
-            "loss": base_loss,
-            "loss_change": 0.0,
-            "change_ci_low": 0.0,
-            "change_ci_high": 0.0,
-            "mean_js": 0.0,
-            "max_js": 0.0,
-            "scatter": 0.0,
-        }
+        {"grouping": "original", "g": 1, "kv_heads": n_kv, "kv_bytes_per_token": own_bytes, "kv_saved": 0.0, "loss": base_loss, **zero}
     ]
     head_rows, group_rows = [], []
     for key, groups in variants.items():
         grouping, g = key
         loss = float(per_item[key].mean())
         low, high = bootstrap_mean_ci(per_item[key] - base_items)
-        js = (js_totals[key] / max(js_n[key], 1)).numpy()
+        js = (torch.tensor(done[key]["js_sum"], dtype=torch.float64) / max(int(done[key]["js_n"]), 1)).numpy()
         per_token = own_bytes // g
         rows_out.append(
             {
                 "grouping": grouping,
                 "g": g,
-                "kv_heads": spec.n_kv_heads // g,
+                "kv_heads": n_kv // g,
                 "kv_bytes_per_token": per_token,
                 "kv_saved": 1.0 - per_token / own_bytes,
                 "loss": loss,
@@ -313,7 +323,11 @@ def run_gqa(
             {"grouping": grouping, "g": g, "layer": layer, "kv_heads": " ".join("+".join(map(str, grp)) for grp in groups[layer])}
             for layer in range(L)
         ]
-    summary = pd.DataFrame(rows_out, columns=SUMMARY_COLUMNS)
+    return pd.DataFrame(rows_out, columns=SUMMARY_COLUMNS), pd.DataFrame(head_rows), pd.DataFrame(group_rows)
+
+
+def _similar_vs_adjacent(variants: dict[tuple[str, int], Groups], per_item: dict[tuple[str, int], np.ndarray]) -> pd.DataFrame | None:
+    """Per group size with both groupings: the loss of ``similar`` minus ``adjacent``, with its interval."""
     comp = []
     for g in sorted({g for _, g in variants}):
         if ("similar", g) in variants and ("adjacent", g) in variants:
@@ -323,16 +337,7 @@ def run_gqa(
             comp.append(
                 {"g": g, "similar_minus_adjacent": float(diff.mean()), "ci_low": float(low), "ci_high": float(high), "same_groups": same}
             )
-    task_table = _task_values(model, task, variants, config) if task is not None else None
-    comparison = pd.DataFrame(comp, columns=COMPARISON_COLUMNS) if comp else None
-    return GQARun(
-        summary=summary,
-        heads=pd.DataFrame(head_rows),
-        groups=pd.DataFrame(group_rows),
-        task=task_table,
-        comparison=comparison,
-        config=config,
-    )
+    return pd.DataFrame(comp, columns=COMPARISON_COLUMNS) if comp else None
 
 
 def _task_values(model: Any, task: EvalSet, variants: dict[tuple[str, int], Groups], config: GQAConfig) -> pd.DataFrame:
