@@ -34,6 +34,7 @@ import math
 import platform
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -127,6 +128,137 @@ def _versions() -> dict[str, str]:
     return {"python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__}
 
 
+@dataclass(kw_only=True)
+class _Run:
+    """What one training run carries from step to step: the model, its optimizer, the data
+    sampler and the negatives' generator, the evaluation sets, the log and the token count."""
+
+    config: RecipeConfig
+    model: Any
+    opt: torch.optim.Optimizer
+    sampler: BatchSampler
+    neg_gen: torch.Generator
+    held: torch.Tensor
+    train_probe: torch.Tensor
+    tokenizer: Any
+    stim: Any
+    on_log: Callable[[dict[str, Any]], None] | None
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    tokens: int = 0
+    t_start: float = field(default_factory=time.perf_counter)
+
+    def evaluate(self, row: dict[str, Any]) -> None:
+        self.model.eval()
+        row["heldout_loss"] = round(full_loss(self.model, self.held), 6)
+        row["train_eval_loss"] = round(full_loss(self.model, self.train_probe), 6)
+        row.update(head_monitor(self.model, self.stim))
+        self.model.train()
+
+    def emit(self, row: dict[str, Any]) -> None:
+        row["elapsed_s"] = round(time.perf_counter() - self.t_start, 2)
+        self.rows.append(row)
+        if self.on_log is not None:
+            self.on_log(row)
+
+    def resume(self, state_path: Path) -> int:
+        """Load the state a run of the same recipe wrote; the first step still to run."""
+        state = torch.load(state_path, weights_only=False)
+        if state["recipe"] != config_dict(self.config):
+            raise ValueError(f"{state_path} was written by another recipe; delete it to start afresh")
+        self.model.load_state_dict(state["model"])
+        self.opt.load_state_dict(state["optimizer"])
+        self.sampler.gen.set_state(state["sampler_gen"])
+        self.sampler.step = state["sampler_step"]
+        self.neg_gen.set_state(state["neg_gen"])
+        self.rows.extend(state["log"])
+        self.tokens = state["tokens"]
+        self.t_start -= state["elapsed_s"]
+        return state["step"] + 1
+
+    def save_state(self, state_path: Path, step: int) -> None:
+        state = {
+            "recipe": config_dict(self.config),
+            "step": step,
+            "tokens": self.tokens,
+            "elapsed_s": time.perf_counter() - self.t_start,
+            "model": self.model.state_dict(),
+            "optimizer": self.opt.state_dict(),
+            "sampler_gen": self.sampler.gen.get_state(),
+            "sampler_step": self.sampler.step,
+            "neg_gen": self.neg_gen.get_state(),
+            "log": self.rows,
+        }
+        atomic_write(state_path, lambda tmp: torch.save(state, tmp))
+
+    def step(self, step: int) -> dict[str, Any]:
+        """One optimizer step; its log row (before any evaluation)."""
+        config, model, opt = self.config, self.model, self.opt
+        lr = lr_at(step, config)
+        for group in opt.param_groups:
+            group["lr"] = lr * group["lr_scale"]
+        warm = step <= config.warm_steps
+        batch = self.sampler.next(config.warm_kinds if warm else config.kinds, score_first_copy=config.score_first_copy and not warm)
+        target_row = torch.arange(batch.tokens.shape[0])[:, None].expand_as(batch.loss_mask)[batch.loss_mask]
+        kind_rows = {
+            k: torch.isin(target_row, torch.tensor([i for i, kk in enumerate(batch.kinds) if kk == k])) for k in sorted(set(batch.kinds))
+        }
+        hidden = model.transformer(input_ids=batch.tokens).last_hidden_state[:, :-1]
+        synthetic = torch.tensor([k == "random" for k in batch.kinds])[target_row]
+        h, y = hidden[batch.loss_mask], batch.tokens[:, 1:][batch.loss_mask]
+        wte = model.transformer.wte.weight
+        per_target = torch.empty(y.shape[0], dtype=h.dtype)
+        if bool((~synthetic).any()):
+            per_target[~synthetic] = sampled_softmax_loss(
+                h[~synthetic], wte, y[~synthetic], config.neg_samples, self.neg_gen, reduction="none"
+            )
+        if bool(synthetic.any()):
+            per_target[synthetic] = sampled_softmax_loss(h[synthetic], wte, y[synthetic], 0, None, reduction="none")
+        loss = per_target.mean()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
+        opt.step()
+        self.tokens += batch.tokens.numel()
+        row = {"step": step, "tokens": self.tokens, "train_loss": round(loss.item(), 6)}
+        per_kind = per_target.detach()
+        for kind, rows_of_kind in kind_rows.items():
+            row[f"train_loss_{kind}"] = round(float(per_kind[rows_of_kind].mean()), 6)
+        row.update({"lr": round(lr, 8), "grad_norm": round(float(grad_norm), 4)})
+        return row
+
+
+def _start(config: RecipeConfig, corpus: Corpus, on_log: Callable[[dict[str, Any]], None] | None) -> _Run:
+    """A fresh run of the recipe: the model, its optimizer, the seeded sampler and negatives, the evaluation sets."""
+    tokenizer = gpt2_tokenizer()
+    model = build_model(config)
+    model.train()
+    sampler = BatchSampler(
+        corpus.train,
+        config.kinds,
+        config.seq_len,
+        seed=config.seed,
+        random_span=config.random_span,
+        random_len=config.random_len,
+        vocab_schedule=config.vocab_schedule,
+    )
+    neg_gen = torch.Generator().manual_seed(config.seed + 1)
+    opt = torch.optim.AdamW(
+        _param_groups(model, config.weight_decay, config.embed_lr_scale), lr=config.lr, betas=config.betas, eps=1e-8, fused=True
+    )
+    return _Run(
+        config=config,
+        model=model,
+        opt=opt,
+        sampler=sampler,
+        neg_gen=neg_gen,
+        held=eval_windows(corpus.heldout, config.seq_len, config.eval_windows),
+        train_probe=eval_windows(corpus.train, config.seq_len, config.eval_windows),
+        tokenizer=tokenizer,
+        stim=monitor_stimuli(tokenizer),
+        on_log=on_log,
+    )
+
+
 @keeps_torch_threads
 def train(
     config: RecipeConfig = RECIPE,
@@ -162,126 +294,35 @@ def train(
     t0 = time.perf_counter()
     corpus = build_corpus()
     data_s = time.perf_counter() - t0
-    tokenizer = gpt2_tokenizer()
-    model = build_model(config)
-    model.train()
-    sampler = BatchSampler(
-        corpus.train,
-        config.kinds,
-        config.seq_len,
-        seed=config.seed,
-        random_span=config.random_span,
-        random_len=config.random_len,
-        vocab_schedule=config.vocab_schedule,
-    )
-    neg_gen = torch.Generator().manual_seed(config.seed + 1)
-    opt = torch.optim.AdamW(
-        _param_groups(model, config.weight_decay, config.embed_lr_scale), lr=config.lr, betas=config.betas, eps=1e-8, fused=True
-    )
-    held = eval_windows(corpus.heldout, config.seq_len, config.eval_windows)
-    train_probe = eval_windows(corpus.train, config.seq_len, config.eval_windows)
-    stim = monitor_stimuli(tokenizer)
-    rows: list[dict[str, Any]] = []
-    tokens = 0
-    t_start = time.perf_counter()
-
-    def evaluate(step: int, row: dict[str, Any]) -> None:
-        model.eval()
-        row["heldout_loss"] = round(full_loss(model, held), 6)
-        row["train_eval_loss"] = round(full_loss(model, train_probe), 6)
-        row.update(head_monitor(model, stim))
-        model.train()
-
-    def emit(row: dict[str, Any]) -> None:
-        row["elapsed_s"] = round(time.perf_counter() - t_start, 2)
-        rows.append(row)
-        if on_log is not None:
-            on_log(row)
-
-    first = 1
+    run = _start(config, corpus, on_log)
     state_path = Path(state_file) if state_file is not None else None
     if state_path is not None and state_path.is_file():
-        state = torch.load(state_path, weights_only=False)
-        if state["recipe"] != config_dict(config):
-            raise ValueError(f"{state_path} was written by another recipe; delete it to start afresh")
-        model.load_state_dict(state["model"])
-        opt.load_state_dict(state["optimizer"])
-        sampler.gen.set_state(state["sampler_gen"])
-        sampler.step = state["sampler_step"]
-        neg_gen.set_state(state["neg_gen"])
-        rows.extend(state["log"])
-        tokens, first = state["tokens"], state["step"] + 1
-        t_start -= state["elapsed_s"]
+        first = run.resume(state_path)
     else:
+        first = 1
         row0: dict[str, Any] = {"step": 0, "tokens": 0, "train_loss": None, "lr": 0.0}
         if eval_every:
-            evaluate(0, row0)
-        emit(row0)
+            run.evaluate(row0)
+        run.emit(row0)
         if checkpoint_every and on_checkpoint is not None:
-            on_checkpoint(0, model, row0)
-
-    def save_state(step: int) -> None:
-        if state_path is None:  # called only when there is a state file
-            return
-        state = {
-            "recipe": config_dict(config),
-            "step": step,
-            "tokens": tokens,
-            "elapsed_s": time.perf_counter() - t_start,
-            "model": model.state_dict(),
-            "optimizer": opt.state_dict(),
-            "sampler_gen": sampler.gen.get_state(),
-            "sampler_step": sampler.step,
-            "neg_gen": neg_gen.get_state(),
-            "log": rows,
-        }
-        atomic_write(state_path, lambda tmp: torch.save(state, tmp))
-
-    wte = model.transformer.wte.weight
+            on_checkpoint(0, run.model, row0)
     for step in range(first, steps + 1):
-        lr = lr_at(step, config)
-        for group in opt.param_groups:
-            group["lr"] = lr * group["lr_scale"]
-        warm = step <= config.warm_steps
-        batch = sampler.next(config.warm_kinds if warm else config.kinds, score_first_copy=config.score_first_copy and not warm)
-        target_row = torch.arange(batch.tokens.shape[0])[:, None].expand_as(batch.loss_mask)[batch.loss_mask]
-        kind_rows = {
-            k: torch.isin(target_row, torch.tensor([i for i, kk in enumerate(batch.kinds) if kk == k])) for k in sorted(set(batch.kinds))
-        }
-        hidden = model.transformer(input_ids=batch.tokens).last_hidden_state[:, :-1]
-        synthetic = torch.tensor([k == "random" for k in batch.kinds])[target_row]
-        h, y = hidden[batch.loss_mask], batch.tokens[:, 1:][batch.loss_mask]
-        per_target = torch.empty(y.shape[0], dtype=h.dtype)
-        if bool((~synthetic).any()):
-            per_target[~synthetic] = sampled_softmax_loss(h[~synthetic], wte, y[~synthetic], config.neg_samples, neg_gen, reduction="none")
-        if bool(synthetic.any()):
-            per_target[synthetic] = sampled_softmax_loss(h[synthetic], wte, y[synthetic], 0, None, reduction="none")
-        loss = per_target.mean()
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
-        opt.step()
-        tokens += batch.tokens.numel()
-        row = {"step": step, "tokens": tokens, "train_loss": round(loss.item(), 6)}
-        per_kind = per_target.detach()
-        for kind, rows_of_kind in kind_rows.items():
-            row[f"train_loss_{kind}"] = round(float(per_kind[rows_of_kind].mean()), 6)
-        row.update({"lr": round(lr, 8), "grad_norm": round(float(grad_norm), 4)})
+        row = run.step(step)
         if eval_every and (step % eval_every == 0 or step == steps):
-            evaluate(step, row)
-        emit(row)
+            run.evaluate(row)
+        run.emit(row)
         if checkpoint_every and on_checkpoint is not None and step % checkpoint_every == 0:
-            on_checkpoint(step, model, row)
+            on_checkpoint(step, run.model, row)
         if state_path is not None and step % state_every == 0 and step < steps:
-            save_state(step)
-    train_s = time.perf_counter() - t_start
-    model.eval()
-    final = _final_losses(model, corpus, tokenizer, config) if eval_every else {}
+            run.save_state(state_path, step)
+    train_s = time.perf_counter() - run.t_start
+    run.model.eval()
+    final = _final_losses(run.model, corpus, run.tokenizer, config) if eval_every else {}
     summary = {
         "recipe": config_dict(config),
         "steps": steps,
-        "tokens": tokens,
-        "n_params": sum(p.numel() for p in model.parameters()),
+        "tokens": run.tokens,
+        "n_params": sum(p.numel() for p in run.model.parameters()),
         "train_wall_s": round(train_s, 1),
         "data_build_s": round(data_s, 1),
         "data": corpus.describe(),
@@ -289,7 +330,7 @@ def train(
         "versions": _versions(),
         "platform": platform.platform(),
     }
-    return TrainRun(model=model, log=rows, summary=summary, corpus=corpus)
+    return TrainRun(model=run.model, log=run.rows, summary=summary, corpus=corpus)
 
 
 def _final_losses(model: Any, corpus: Corpus, tokenizer: Any, config: RecipeConfig) -> dict[str, Any]:
