@@ -37,6 +37,7 @@ log = logging.getLogger(__name__)
 __all__ = [
     "study",
     "config_of",
+    "config_from_record",
     "loading_of",
     "study_config",
     "loading_settings",
@@ -124,6 +125,13 @@ def config_of(cls: type[C], values: Mapping[str, Any], **extra: Any) -> C:
     """``cls`` built from the fields of ``cls`` found in ``values`` (a study's ``locals()``), plus ``extra``."""
     names = [info.name for info in settings_of(cls)]
     return cls(**{**{n: values[n] for n in names if n in values}, **extra})
+
+
+def config_from_record(cls: type[C], record: Mapping[str, Any]) -> C:
+    """``cls`` rebuilt from its manifest record (``dataclasses.asdict`` written as JSON: tuples came back as
+    lists): each field the record holds, coerced to the field's type; a field it lacks takes its default."""
+    fields = {info.name: info for info in settings_of(cls)}
+    return cls(**{k: coerce_setting("", k, fields[k].type, v) for k, v in record.items() if k in fields})
 
 
 def loading_of(values: Mapping[str, Any]) -> dict[str, Any]:

@@ -29,7 +29,7 @@ from headlens.probes.manifest import build_manifest
 from headlens.probes.progress import Progress, stage_step
 from headlens.probes.prompts import read_prompts
 from headlens.probes.settings import settings_of
-from headlens.reports.api.common import coerce_setting, config_of, loading_of, python_command, study
+from headlens.reports.api.common import coerce_setting, config_from_record, config_of, loading_of, python_command, study
 from headlens.reports.api.models import as_loaded
 from headlens.reports.api.result import Result, read_manifest
 from headlens.reports.render.figures.sinks import lengths_figure, sink_figure_makers
@@ -54,11 +54,6 @@ _SINK_DEFAULTS = {info.name: info.default for info in settings_of(SinkConfig)}
 _SINK_FIELDS = tuple(_SINK_DEFAULTS)
 
 
-def _eps(manifest: dict[str, Any], default: float = 0.3) -> float:
-    sinks = (manifest.get("config") or {}).get("sinks") or {}
-    return float(sinks.get("eps", default))
-
-
 @dataclass(kw_only=True, repr=False)
 class SinksResult(Result):
     """Every table of the sink investigation: ``census`` (per sequence setting and head: mean
@@ -68,9 +63,14 @@ class SinksResult(Result):
     kind = "sinks"
     marker_files = ("census.csv", "sink_rates.csv")
 
+    #: The analysis' run: config, tables (:attr:`tables` is its dict) and info; a result read back from a
+    #: folder has it rebuilt from the tables and the manifest (:meth:`from_folder`: ``config.prompts`` is
+    #: then None and a given ``text`` is named as the manifest records it).
+    run: SinksRun
     summary: str = ""
-    #: The analysis' own report (config and info included); None when read back from a folder.
-    report: SinksRun | None = None
+
+    def __post_init__(self) -> None:
+        self.tables = self.run.tables
 
     @property
     def census(self) -> pd.DataFrame:
@@ -90,15 +90,12 @@ class SinksResult(Result):
 
     def findings(self) -> Findings:
         """What ``headlens sinks`` prints (:func:`~headlens.reports.render.finding_lines.sinks_findings`)."""
-        eps = self.report.config.eps if self.report is not None else _eps(self.manifest)
-        info = self.report.info if self.report is not None else (self.manifest.get("sinks") or {})
-        info = info if isinstance(info, dict) else {}
-        found = sinks_findings(self, eps, info)
-        lines, warnings = sinks_loss_notes(self.tables, info)
+        found = sinks_findings(self, self.run.config.eps, self.run.info)
+        lines, warnings = sinks_loss_notes(self.tables, self.run.info)
         return Findings(found.lines + tuple(lines), found.warnings + tuple(warnings))
 
     def _figure_makers(self) -> dict[str, Callable[[], Figure]]:
-        return sink_figure_makers(self.tables, _eps(self.manifest))
+        return sink_figure_makers(self.tables, self.run.config.eps)
 
     def texts(self) -> dict[str, str]:
         return {SUMMARY_FILE: self.summary}
@@ -108,9 +105,14 @@ class SinksResult(Result):
 
     @classmethod
     def from_folder(cls, folder: str | Path) -> SinksResult:
+        """The saved result, its run rebuilt: the tables from their files, the config from the manifest's
+        ``config.sinks``, the info from its ``sinks`` entry."""
         p = Path(folder)
+        manifest = read_manifest(p)
+        config = config_from_record(SinkConfig, manifest["config"]["sinks"])
+        run = SinksRun(config=config, tables=cls.read_tables(p), info=manifest["sinks"])
         summary = (p / SUMMARY_FILE).read_text(encoding="utf-8") if (p / SUMMARY_FILE).is_file() else ""
-        return cls(tables=cls.read_tables(p), manifest=read_manifest(p), summary=summary)
+        return cls(run=run, manifest=manifest, summary=summary)
 
 
 @dataclass(kw_only=True, repr=False)
@@ -305,7 +307,7 @@ def sinks(  # pyright: ignore[reportInconsistentOverload]
     loaded = as_loaded(model, load, seed=config.seed)
     report = run_sinks(loaded, config, progress=progress)
     settings = config.bos
-    result = SinksResult(tables=report.tables, manifest={}, report=report)
+    result = SinksResult(run=report)
     figures = [Path(f"{stem}.png") for stem in result._figure_makers()]
     files = [*sorted(_file_names(result, report.tables)), SUMMARY_FILE]
     result.manifest = build_manifest(

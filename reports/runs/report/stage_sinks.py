@@ -31,8 +31,7 @@ def _run_sinks(ctx: StageContext) -> dict[str, Any]:
         config = dataclasses.replace(config, skip=tuple(dict.fromkeys((*config.skip, *left_out))))
         ctx.say(f"left out {' and '.join(left_out)}: they measure loss, which {_why_no_loss(loaded)}")
     result = sinks(loaded, config, progress=ctx.step, command=ctx.command)
-    report = result.report
-    assert report is not None  # set by every computed SinksResult (None only when read back from a folder)
+    report = result.run
     files = result.write_tables(ctx.dir)
     if not ctx.settings.quick:
         files += sink_figures(report.tables, ctx.dir, config.eps)

@@ -97,7 +97,8 @@ def test_sinks_and_lengths(tiny_model, tmp_path):
         "summary.md",
     ]
     back = load(out)
-    assert isinstance(back, SinksResult) and back.report is None
+    assert isinstance(back, SinksResult) and back.run.config == r.run.config  # the run rebuilt from the files
+    assert back.findings() == r.findings() and back.figure_names() == r.figure_names()
     # the saved table, with the dtypes it had (the CSV holds 6 significant digits)
     pd.testing.assert_frame_equal(back.sink_rates, r.sink_rates.reset_index(drop=True), rtol=1e-5)
     lengths = sinks(tiny_model, lengths=(16, 32), n_long=1, bos=(True,))
