@@ -90,15 +90,32 @@ def run_knockouts(
         raise InputError("projection knockouts are measured on text windows (loss)")
     targets = knockout_targets(model, config)
     journal = journal if journal is not None else MemoryJournal()
-    batches = data.rows(config.batch_size)
-
-    def target_key(r: dict[str, Any]) -> tuple[int, int, str]:
-        return int(r["layer"]), int(r["head"]), str(r["knockout"])
-
-    done = {target_key(r): r["values"] for r in records_of(journal, "knockout")}
+    done = {(int(r["layer"]), int(r["head"]), str(r["knockout"])): r["values"] for r in records_of(journal, "knockout")}
     pending = [t for t in targets if (t[0], -1 if t[1] is None else t[1], t[2]) not in done]
-    # A knockout of layer L leaves the residual entering L as it is: the intact pass keeps it and
-    # each knockout runs blocks L.. only (checked against a full forward once).
+    measure = _Losses(model, data, config, _prefix_layers(model, data, config, pending))
+    with torch.inference_mode():
+        base = records_of(journal, "knockout_base")
+        if not base or (measure.resid and pending):  # resumed: the intact pass again, for its residuals (the journal's values stand)
+            values = measure([])
+            if not base:
+                journal.append([{"kind": "knockout_base", "values": values}])
+        for i, (layer, head, kind) in enumerate(targets, start=1):
+            key = (layer, -1 if head is None else head, kind)
+            if key not in done:
+                values = measure(knockout_hooks(model, layer, kind, None if head is None else [head]), layer)
+                journal.append([{"kind": "knockout", "layer": key[0], "head": key[1], "knockout": kind, "values": values}])
+                done[key] = journal.records[-1]["values"]
+            if progress is not None:
+                progress("projections", i, len(targets))
+    return _loss_table(float(np.mean(records_of(journal, "knockout_base")[-1]["values"])), targets, done)
+
+
+def _prefix_layers(model: Any, data: EvalSet, config: ProjectionConfig, pending: list[tuple[int, int | None, str]]) -> list[int]:
+    """The knocked layers whose knockouts run from a kept residual (none when not allowed, when the
+    residuals would not fit, or when a continued forward does not reproduce a full one).
+
+    A knockout of layer L leaves the residual entering L as it is: the intact pass keeps it and
+    each knockout runs blocks L.. only (checked against a full forward once)."""
     layers = sorted({layer for layer, _, _ in pending if layer > 0})
     n, width = data.tokens.shape
     size = stream_bytes(model, n * width, len(layers))
@@ -109,14 +126,26 @@ def run_knockouts(
             size / 2**30,
         )
     prefix = bool(layers) and config.prefix_reuse and size <= MAX_CACHE_BYTES and check_start(model, data.longest()[0], layers)
-    resid: dict[int, list[torch.Tensor]] = {layer: [] for layer in layers} if prefix else {}
+    return layers if prefix else []
 
-    def measure(hooks: list[tuple[str, Callable[..., Any]]], layer: int = 0) -> list[float]:
+
+class _Losses:
+    """Per-window losses of the model with hooks in place, batch by batch; the intact pass (no
+    hooks) keeps the residual entering each of ``prefix_layers``, from which a knockout of that
+    layer then runs."""
+
+    def __init__(self, model: Any, data: EvalSet, config: ProjectionConfig, prefix_layers: list[int]) -> None:
+        self.model, self.data = model, data
+        self.batches = data.rows(config.batch_size)
+        self.resid: dict[int, list[torch.Tensor]] = {layer: [] for layer in prefix_layers}
+
+    def __call__(self, hooks: list[tuple[str, Callable[..., Any]]], layer: int = 0) -> list[float]:
+        model, data, resid = self.model, self.data, self.resid
         vals = []
-        for b, rows in enumerate(batches):
+        for b, rows in enumerate(self.batches):
             toks, lengths, _ = data.batch(rows)
             toks = toks.to(model.device)
-            if layer > 0 and prefix:
+            if layer > 0 and resid:
                 logits = patched_forward(model, toks, hooks, start=Start(layer=layer, resid=resid[layer][b]))
             else:
                 keep = [(resid_site(lay).hook, _keeper(resid[lay])) for lay in resid] if not hooks else []
@@ -124,31 +153,10 @@ def run_knockouts(
             vals.append(item_values(logits, toks, lengths, data, rows))
         return torch.cat(vals).double().cpu().tolist()
 
-    with torch.inference_mode():
-        base = records_of(journal, "knockout_base")
-        if not base or (prefix and pending):  # resumed: the intact pass again, for its residuals (the journal's values stand)
-            values = measure([])
-            if not base:
-                journal.append([{"kind": "knockout_base", "values": values}])
-        for i, (layer, head, kind) in enumerate(targets, start=1):
-            key = (layer, -1 if head is None else head, kind)
-            if key not in done:
-                journal.append(
-                    [
-                        {
-                            "kind": "knockout",
-                            "layer": key[0],
-                            "head": key[1],
-                            "knockout": kind,
-                            "values": measure(knockout_hooks(model, layer, kind, None if head is None else [head]), layer),
-                        }
-                    ]
-                )
-                done[key] = journal.records[-1]["values"]
-            if progress is not None:
-                progress("projections", i, len(targets))
-    b = float(np.mean(records_of(journal, "knockout_base")[-1]["values"]))
-    out = [{"layer": -1, "head": -1, "kind": "none", "loss": b, "loss_change": 0.0, "relative_change": 0.0}]
+
+def _loss_table(base: float, targets: list[tuple[int, int | None, str]], done: dict[tuple[int, int, str], list[float]]) -> pd.DataFrame:
+    """One row for the intact model (``base``), then one per knockout."""
+    out = [{"layer": -1, "head": -1, "kind": "none", "loss": base, "loss_change": 0.0, "relative_change": 0.0}]
     for layer, head, kind in targets:
         v = float(np.mean(done[(layer, -1 if head is None else head, kind)]))
         out.append(
@@ -157,8 +165,8 @@ def run_knockouts(
                 "head": -1 if head is None else head,
                 "kind": kind,
                 "loss": v,
-                "loss_change": v - b,
-                "relative_change": (v - b) / abs(b) if b else float("nan"),
+                "loss_change": v - base,
+                "relative_change": (v - base) / abs(base) if base else float("nan"),
             }
         )
     return pd.DataFrame(out, columns=LOSS_COLUMNS)
