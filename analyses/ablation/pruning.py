@@ -178,46 +178,43 @@ def _mask(model: LoadedModel, heads: set[tuple[int, int]] | list[tuple[int, int]
     return HeadMask.from_heads(heads, n_layers=model.n_layers, n_heads=model.n_heads, model=model.name)
 
 
-def run_pruning(
-    model: LoadedModel,
-    data: EvalSet,
-    config: PruneConfig | None = None,
-    *,
-    journal: RecordJournal | None = None,
-    progress: Callable[[str, int, int], None] | None = None,
-) -> PruneRun:
-    """Run the iterative pruning and its random control (see module doc); resumable via ``journal``."""
-    config = config or PruneConfig()
-    check_metric(model, data.metric)
-    exact = data.metric == "embedding"
-    total = model.n_layers * model.n_heads
-    limit = int(np.floor(config.max_fraction * total + 1e-9))
-    if limit < 1:
-        raise InputError(f"max_fraction={config.max_fraction} removes no head of {total}", max_fraction=config.max_fraction)
-    records = journal.records if journal is not None else []
+@dataclass
+class _Passes:
+    """The passes of one pruning run over ``data``: what the model measures with a set of heads
+    removed, and the journal each record goes to."""
 
-    def value_of(heads: set[tuple[int, int]]) -> float:
-        mask = _mask(model, heads) if heads else None
-        return float(ablated_values(model, data, [], mask=mask, batch_size=config.batch_size).double().mean())
+    model: LoadedModel
+    data: EvalSet
+    config: PruneConfig
+    journal: RecordJournal | None
 
-    def save(rec: dict[str, Any]) -> None:
-        if journal is not None:
-            journal.append([rec])
+    def save(self, rec: dict[str, Any]) -> None:
+        if self.journal is not None:
+            self.journal.append([rec])
 
-    def importance_and_value(removed: set[tuple[int, int]]) -> tuple[torch.Tensor, torch.Tensor, float]:
+    def value_of(self, heads: set[tuple[int, int]]) -> float:
+        mask = _mask(self.model, heads) if heads else None
+        return float(ablated_values(self.model, self.data, [], mask=mask, batch_size=self.config.batch_size).double().mean())
+
+    def importance_and_value(self, removed: set[tuple[int, int]]) -> tuple[torch.Tensor, torch.Tensor, float]:
         """``(raw, ranking, value)`` of the model with ``removed`` heads gone, from one pass:
         the gradient pass (or the exact table's baseline pass) also gives the metric."""
-        mask = _mask(model, removed) if removed else None
-        if exact:
-            raw, value = _exact_importance_and_value(model, data, mask=mask, batch_size=config.batch_size)
+        mask = _mask(self.model, removed) if removed else None
+        if self.data.metric == "embedding":
+            raw, value = _exact_importance_and_value(self.model, self.data, mask=mask, batch_size=self.config.batch_size)
             return raw, raw, value
-        grads, values = gate_gradients_and_values(model, data, mask=mask, batch_size=config.batch_size)
+        grads, values = gate_gradients_and_values(self.model, self.data, mask=mask, batch_size=self.config.batch_size)
         raw = importance_from_gradients(grads, normalise=False)
         return raw, importance_from_gradients(grads), float(values.double().mean())
 
-    steps = {r["step"]: r for r in records if r.get("kind") == "step"}
+
+def _greedy_steps(passes: _Passes, steps: dict[int, dict[str, Any]], limit: int, progress: Callable[[str, int, int], None] | None) -> int:
+    """Fill ``steps`` (step -> its record, those of the journal kept) from step 0 (nothing removed)
+    until ``limit`` heads are removed, each step removing the least important of the heads left;
+    the number of the last step."""
+    total = passes.model.n_layers * passes.model.n_heads
     if 0 not in steps:
-        raw, normalised, v = importance_and_value(set())
+        raw, normalised, v = passes.importance_and_value(set())
         steps[0] = {
             "kind": "step",
             "step": 0,
@@ -227,8 +224,7 @@ def run_pruning(
             "importance_raw": raw.tolist(),
             "importance": normalised.tolist(),
         }
-        save(steps[0])
-    v0 = steps[0]["value"]
+        passes.save(steps[0])
     removed: set[tuple[int, int]] = set()
     step = 0
     while len(removed) < limit:
@@ -237,28 +233,35 @@ def run_pruning(
             prev = steps[step - 1]
             # the ranking of the model as pruned so far: stored with the previous step (a journal
             # written before rankings were stored has it for step 0 only)
-            imp = _from_list(prev["importance"]) if "importance" in prev else importance_and_value(removed)[1]
-            n = step_size(config, total, len(removed), limit)
+            imp = _from_list(prev["importance"]) if "importance" in prev else passes.importance_and_value(removed)[1]
+            n = step_size(passes.config, total, len(removed), limit)
             added = _pick(imp, removed, n)
             new = removed | set(added)
             rec: dict[str, Any] = {"kind": "step", "step": step, "removed": sorted(map(list, new)), "added": [list(h) for h in added]}
             if len(new) < limit:  # another step follows: its ranking comes from the pass that measures this one
-                _, ranking, rec["value"] = importance_and_value(new)
+                _, ranking, rec["value"] = passes.importance_and_value(new)
                 rec["importance"] = _to_list(ranking)
             else:
-                rec["value"] = value_of(new)
+                rec["value"] = passes.value_of(new)
             steps[step] = rec
-            save(steps[step])
+            passes.save(steps[step])
         removed = {tuple(h) for h in steps[step]["removed"]}
         if progress is not None:
             progress("prune", len(removed), limit)
-    n_steps = step
+    return step
 
-    # Random-order control at the same numbers of removed heads.
-    grid = [len(steps[s]["removed"]) for s in range(n_steps + 1)]
-    rand = {(r["seed"], r["step"]): r["value"] for r in records if r.get("kind") == "random"}
-    heads_all = [(layer, h) for layer in range(model.n_layers) for h in range(model.n_heads)]
-    runs = MaskSequence(model, data, batch_size=config.batch_size)  # each order's next mask continues from the last one's residuals
+
+def _random_control(
+    passes: _Passes,
+    grid: list[int],
+    rand: dict[tuple[int, int], float],
+    v0: float,
+    progress: Callable[[str, int, int], None] | None,
+) -> MaskSequence:
+    """Fill ``rand`` ((seed, step) -> value, those of the journal kept): the random-order control at
+    the same numbers of removed heads (``grid``, by step); the runs, for their record."""
+    model, config = passes.model, passes.config
+    runs = MaskSequence(model, passes.data, batch_size=config.batch_size)  # each order's next mask continues from the last one's residuals
     for s in range(config.random_seeds):
         order = random_order(model.n_layers, model.n_heads, config.seed, s)
         runs.reset()
@@ -266,17 +269,26 @@ def run_pruning(
             if (s, st) in rand:
                 continue
             rand[(s, st)] = v0 if n == 0 else float(runs.values(set(order[:n])).double().mean())
-            save({"kind": "random", "seed": s, "step": st, "n_removed": n, "value": rand[(s, st)]})
+            passes.save({"kind": "random", "seed": s, "step": st, "n_removed": n, "value": rand[(s, st)]})
             if progress is not None:
                 progress("random orders", s * len(grid) + st + 1, config.random_seeds * len(grid))
+    return runs
 
+
+def _curve(
+    passes: _Passes, steps: dict[int, dict[str, Any]], n_steps: int, rand: dict[tuple[int, int], float], v0: float
+) -> tuple[pd.DataFrame, int]:
+    """The curve (:data:`CURVE_COLUMNS`, one row per step up to ``n_steps``) and the last step of the
+    run of steps within ``max_increase`` from step 0."""
+    model, config, metric = passes.model, passes.config, passes.data.metric
+    total = model.n_layers * model.n_heads
     rows = []
     ok_so_far = True
     best = 0
     for st in range(n_steps + 1):
         rec = steps[st]
         rem = {tuple(h) for h in rec["removed"]}
-        rel = worse_by(data.metric, rec["value"], v0)
+        rel = worse_by(metric, rec["value"], v0)
         ok_so_far = ok_so_far and rel <= config.max_increase
         if ok_so_far:
             best = st
@@ -299,7 +311,69 @@ def run_pruning(
                 "removed_this_step": " ".join(head_name(*h) for h in rec["added"]),
             }
         )
-    curve = pd.DataFrame(rows, columns=CURVE_COLUMNS)
+    return pd.DataFrame(rows, columns=CURVE_COLUMNS), best
+
+
+def _importance_table(model: LoadedModel, step0: dict[str, Any]) -> pd.DataFrame:
+    """Each head's importance at step 0 (nothing removed), normalised and raw."""
+    raw0 = torch.tensor(step0["importance_raw"], dtype=torch.float64)
+    imp0 = torch.tensor(step0["importance"], dtype=torch.float64)
+    return pd.DataFrame(
+        [
+            {"layer": layer, "head": h, "importance": float(imp0[layer, h]), "importance_raw": float(raw0[layer, h])}
+            for layer in range(model.n_layers)
+            for h in range(model.n_heads)
+        ],
+        columns=["layer", "head", "importance", "importance_raw"],
+    )
+
+
+def _pruned_mask(passes: _Passes, step: int, rec: dict[str, Any], v0: float) -> HeadMask:
+    """The mask of the heads removed by ``step`` (its record ``rec``), with what it was chosen by."""
+    model = passes.model
+    best_removed = sorted({tuple(h) for h in rec["removed"]})
+    return HeadMask.from_heads(
+        best_removed,
+        n_layers=model.n_layers,
+        n_heads=model.n_heads,
+        model=model.name,
+        info={
+            "source": "headlens prune",
+            "step": step,
+            "fraction_removed": len(best_removed) / (model.n_layers * model.n_heads),
+            "metric": passes.data.metric,
+            "value": rec["value"],
+            "baseline_value": v0,
+            "max_increase": passes.config.max_increase,
+            "kv_bytes_saved_per_1k_tokens": kv_bytes_saved(model, set(best_removed))[1],
+        },
+    )
+
+
+def run_pruning(
+    model: LoadedModel,
+    data: EvalSet,
+    config: PruneConfig | None = None,
+    *,
+    journal: RecordJournal | None = None,
+    progress: Callable[[str, int, int], None] | None = None,
+) -> PruneRun:
+    """Run the iterative pruning and its random control (see module doc); resumable via ``journal``."""
+    config = config or PruneConfig()
+    check_metric(model, data.metric)
+    total = model.n_layers * model.n_heads
+    limit = int(np.floor(config.max_fraction * total + 1e-9))
+    if limit < 1:
+        raise InputError(f"max_fraction={config.max_fraction} removes no head of {total}", max_fraction=config.max_fraction)
+    records = journal.records if journal is not None else []
+    passes = _Passes(model, data, config, journal)
+    steps = {r["step"]: r for r in records if r.get("kind") == "step"}
+    n_steps = _greedy_steps(passes, steps, limit, progress)
+    v0 = steps[0]["value"]
+    grid = [len(steps[s]["removed"]) for s in range(n_steps + 1)]
+    rand = {(r["seed"], r["step"]): r["value"] for r in records if r.get("kind") == "random"}
+    runs = _random_control(passes, grid, rand, v0, progress)
+    curve, best = _curve(passes, steps, n_steps, rand, v0)
     random_df = pd.DataFrame(
         [
             {"seed": s, "step": st, "n_removed": grid[st], "value": rand[(s, st)]}
@@ -308,40 +382,14 @@ def run_pruning(
         ],
         columns=["seed", "step", "n_removed", "value"],
     )
-    raw0 = torch.tensor(steps[0]["importance_raw"], dtype=torch.float64)
-    imp0 = torch.tensor(steps[0]["importance"], dtype=torch.float64)
-    importance_df = pd.DataFrame(
-        [
-            {"layer": layer, "head": h, "importance": float(imp0[layer, h]), "importance_raw": float(raw0[layer, h])}
-            for layer, h in heads_all
-        ],
-        columns=["layer", "head", "importance", "importance_raw"],
-    )
-    best_removed = sorted({tuple(h) for h in steps[best]["removed"]})
-    fraction = len(best_removed) / total
-    pruned = HeadMask.from_heads(
-        best_removed,
-        n_layers=model.n_layers,
-        n_heads=model.n_heads,
-        model=model.name,
-        info={
-            "source": "headlens prune",
-            "step": best,
-            "fraction_removed": fraction,
-            "metric": data.metric,
-            "value": steps[best]["value"],
-            "baseline_value": v0,
-            "max_increase": config.max_increase,
-            "kv_bytes_saved_per_1k_tokens": kv_bytes_saved(model, set(best_removed))[1],
-        },
-    )
+    pruned = _pruned_mask(passes, best, steps[best], v0)
     return PruneRun(
         curve=curve,
         random=random_df,
-        importance=importance_df,
+        importance=_importance_table(model, steps[0]),
         pruned=pruned,
         unablated_value=v0,
-        removable_fraction=fraction,
+        removable_fraction=pruned.info["fraction_removed"],
         info={
             "steps": n_steps,
             "kv_heads_per_layer": model.n_kv_heads,
