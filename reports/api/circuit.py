@@ -26,7 +26,7 @@ from headlens.analyses.circuits.graph import build_graph
 from headlens.analyses.circuits.ground_truth import folder_defaults, read_truth
 from headlens.analyses.circuits.hooks import check_edge_model, edge_flags
 from headlens.analyses.circuits.method_choice import choose_method
-from headlens.analyses.circuits.run import run_circuit
+from headlens.analyses.circuits.run import CircuitRun, run_circuit
 from headlens.analyses.measure.stats import BOOTSTRAP_BYTES
 from headlens.analyses.patching.builtin import builtin_task
 from headlens.analyses.patching.config import BUILTINS, PairSource
@@ -38,7 +38,7 @@ from headlens.probes.loading import LoadedModel
 from headlens.probes.manifest import build_manifest
 from headlens.probes.progress import Progress, announce
 from headlens.reports.api.circuit_text import OFF_FACTOR, TOP_EDGES, WIDE_INTERVAL, circuit_lines, circuit_warnings, figure_title
-from headlens.reports.api.common import config_of, loading_of, study
+from headlens.reports.api.common import config_from_record, config_of, loading_of, study
 from headlens.reports.api.models import as_loaded
 from headlens.reports.api.result import Result, read_csv_table, read_manifest
 from headlens.reports.render.figures.circuit import circuit_figure
@@ -73,6 +73,14 @@ class CircuitResult(Result):
     kind = "circuit"
     marker_files = ("edges.csv", "faithfulness.csv")
 
+    #: The analysis' run (:class:`~headlens.analyses.circuits.run.CircuitRun`): :attr:`tables` are its
+    #: ``edges`` and ``faithfulness``; read back from a folder (:meth:`from_folder`) it is rebuilt from
+    #: them and the manifest (config, summary, notes; no graph).
+    run: CircuitRun
+
+    def __post_init__(self) -> None:
+        self.tables = {"edges": self.run.edges, "faithfulness": self.run.faithfulness}
+
     @property
     def edges(self) -> pd.DataFrame:
         """Every edge of the graph, strongest first within the circuit (``rank``)."""
@@ -92,11 +100,11 @@ class CircuitResult(Result):
     @property
     def summary(self) -> dict[str, Any]:
         """The run's summary: graph size, method, steps, gap, n_circuit, circuit_faithfulness, smallest_reaching_target, auc ..."""
-        return dict((self.manifest.get("circuit") or {}).get("summary") or {})
+        return dict(self.run.summary)
 
     @property
     def notes(self) -> list[str]:
-        return [str(n) for n in (self.manifest.get("circuit") or {}).get("notes") or []]
+        return [str(n) for n in self.run.notes]
 
     def _figure_makers(self) -> dict[str, Callable[[], Figure]]:
         edges = self.tables["edges"]
@@ -129,8 +137,17 @@ class CircuitResult(Result):
 
     @classmethod
     def from_folder(cls, folder: str | Path) -> CircuitResult:
+        """The saved result, its run rebuilt: the tables from their files, the config, summary and notes from the manifest."""
         p = Path(folder)
-        return cls(tables=cls.read_tables(p), manifest=read_manifest(p))
+        manifest, tables = read_manifest(p), cls.read_tables(p)
+        run = CircuitRun(
+            edges=tables["edges"],
+            faithfulness=tables["faithfulness"],
+            summary=manifest["circuit"]["summary"],
+            notes=manifest["circuit"]["notes"],
+            config=config_from_record(CircuitConfig, manifest["config"]["circuit"]),
+        )
+        return cls(run=run, manifest=manifest)
 
 
 def _task_file(given: tuple[list[Any], dict[str, Any]] | None) -> str | None:
@@ -229,7 +246,6 @@ def circuit(
     chosen, _ = choose_method(cfg, n_edges)
     announce(progress, circuit_cost(loaded, n_edges, len(pairs), int(pairs.clean.shape[1]), chosen))  # before it starts
     run = run_circuit(loaded, pairs, cfg, graph=graph, progress=progress)
-    tables = {"edges": run.edges, "faithfulness": run.faithfulness}
     manifest = build_manifest(
         model=loaded,
         command=command,
@@ -238,4 +254,4 @@ def circuit(
         configs={"circuit": cfg.describe()},
         extra={"circuit": {"summary": run.summary, "notes": run.notes}, "task_file": _task_file(given)},
     )
-    return CircuitResult(tables=tables, manifest={"result": CircuitResult.kind, **manifest})
+    return CircuitResult(run=run, manifest={"result": CircuitResult.kind, **manifest})

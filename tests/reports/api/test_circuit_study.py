@@ -4,11 +4,13 @@ save/load, the circuit diagram, the notebook view), the demo model's induction c
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
 import headlens
+from headlens.analyses.circuits.run import CircuitRun
 from headlens.probes.errors import InputError, UnsupportedModelError
 
 
@@ -55,6 +57,7 @@ def test_circuit_save_load_round_trip(demo_circuit, tmp_path):
     assert manifest["result"] == "circuit" and manifest["circuit"]["summary"]["n_circuit"] == demo_circuit.summary["n_circuit"]
     back = headlens.load(out)
     assert isinstance(back, headlens.CircuitResult)
+    assert back.run.config == demo_circuit.run.config and back.notes == demo_circuit.notes  # the run rebuilt from the files
     assert back.edges["sender"].tolist() == demo_circuit.edges["sender"].tolist()
     assert back.edges["in_circuit"].dtype == bool
     assert back.findings().lines == demo_circuit.findings().lines
@@ -147,8 +150,7 @@ def _synthetic_circuit():
                           "estimate_over_exact": [0.27 / 0.84, 0.5 / 0.52], "in_circuit": [True, True], "rank": [1, 2]})  # fmt: skip
     summary = {"n_circuit": 25, "target_faithfulness": 0.95, "smallest_reaching_target": 25, "method": "eap", "direction": "noising",
                "reach": reach_evidence(curve, 25, 0.95), "confirmed": 2, "disagreements": 0, "graph": {}}  # fmt: skip
-    manifest = {"result": "circuit", "circuit": {"summary": summary, "notes": []}}
-    return headlens.CircuitResult(tables={"edges": edges, "faithfulness": curve}, manifest=manifest)
+    return _result(edges, curve, summary)
 
 
 def test_reach_is_a_point_estimate_with_its_interval_and_caveats():
@@ -227,7 +229,7 @@ def test_a_held_out_figure_short_of_the_target_is_said(held_circuit):
     below = [w for w in held_circuit.findings().warnings if "on the held-out pairs: its size was fitted" in w]
     assert bool(below) == (s["held_out"]["faithfulness"] < s["target_faithfulness"] and s["n_circuit"] == s["smallest_reaching_target"])
     s = {**s, "held_out": {**s["held_out"], "faithfulness": 0.5}, "n_circuit": s["smallest_reaching_target"]}
-    fake = headlens.CircuitResult(tables=held_circuit.tables, manifest={**held_circuit.manifest, "circuit": {"summary": s, "notes": []}})
+    fake = headlens.CircuitResult(run=replace(held_circuit.run, summary=s, notes=[]), manifest=held_circuit.manifest)
     assert any("reaches 0.95 on the pairs that chose it but 0.50" in w for w in fake.findings().warnings)
 
 
@@ -248,8 +250,13 @@ def _confirmed_circuit(n: int = 8):
     confirmation = {"n_top": n, "off_factor": 2.0, "disagree": named, "off": named, "sample": {}}
     summary = {"n_circuit": n, "method": "eap", "direction": "noising", "estimate": True, "confirmed": n, "disagreements": n,
                "confirmation": confirmation, "graph": {}}  # fmt: skip
-    return headlens.CircuitResult(tables={"edges": edges, "faithfulness": pd.DataFrame({"n_edges": [n], "faithfulness": [1.0]})},
-                                  manifest={"result": "circuit", "circuit": {"summary": summary, "notes": []}})  # fmt: skip
+    return _result(edges, pd.DataFrame({"n_edges": [n], "faithfulness": [1.0]}), summary)
+
+
+def _result(edges, faithfulness, summary):
+    """A hand-made circuit result: its run holds the tables and the summary, with the default config and no notes."""
+    run = CircuitRun(edges=edges, faithfulness=faithfulness, summary=summary, config=headlens.CircuitConfig())
+    return headlens.CircuitResult(run=run, manifest={"result": "circuit"})
 
 
 def test_confirmation_words():
@@ -277,7 +284,7 @@ def test_sample_outside_the_top_is_reported(demo_circuit):
 
 def test_sample_without_a_confirmed_top():
     r = _confirmed_circuit()
-    r.manifest["circuit"]["summary"]["confirmation"] |= {"n_top": 0, "sample": {"n": 5, "outside": 110, "seed": 3, "missed": [],
+    r.run.summary["confirmation"] |= {"n_top": 0, "sample": {"n": 5, "outside": 110, "seed": 3, "missed": [],
                                                                                "smallest_top_exact": float("nan")}}  # fmt: skip
     assert "5 of the 110 edges drawn at random (seed 3) and patched exactly (exact column)" in r.findings().lines
 
