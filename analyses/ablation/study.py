@@ -117,6 +117,140 @@ def _auto_heads_per_forward(data: EvalSet, batch_size: int, n_heads: int) -> int
     return max(1, min(n_heads, AUTO_TOKENS_PER_FORWARD // max(tokens, 1)))
 
 
+def _heads_to_ablate(model: LoadedModel, config: AblationConfig, mask: HeadMask | None) -> dict[int, list[int]]:
+    """The heads asked for (all by default), less those the mask removes, by layer."""
+    if mask is not None:
+        mask.check_model(model.n_layers, model.n_heads)
+    chosen = check_layers_heads(model, config.layers, config.heads)
+    removed = set(mask.removed) if mask is not None else set()
+    heads = {layer: [h for h in hs if (layer, h) not in removed] for layer, hs in chosen.items()}
+    heads = {layer: hs for layer, hs in heads.items() if hs}
+    if not heads:
+        raise InputError("every head asked for is removed by the mask: nothing to ablate")
+    return heads
+
+
+def _baseline(
+    model: LoadedModel,
+    data: EvalSet,
+    config: AblationConfig,
+    heads: dict[int, list[int]],
+    mask: HeadMask | None,
+    journal: RecordJournal | None,
+) -> tuple[Baseline, bool, float]:
+    """``(baseline, prefix, seconds)``: the baseline pass (its values those of the run being resumed,
+    when the journal holds them), whether each ablation runs from its layer on (checked once), and
+    the pass's seconds."""
+    t0 = time.perf_counter()
+    prefix = config.prefix_reuse and any(layer > 0 for layer in heads)
+    if prefix:
+        prefix = check_start(model, data.longest()[0], [layer for layer in heads if layer > 0])
+    base = baseline_pass(
+        model,
+        data,
+        method=config.method,
+        mask=mask,
+        resid_layers=sorted(heads) if prefix else (),
+        batch_size=config.batch_size,
+        seed=config.seed,
+    )
+    t_base = time.perf_counter() - t0
+    if journal is not None and (prev := records_of(journal, "baseline")):
+        base.values = torch.tensor(prev[-1]["values"], dtype=torch.float64)  # the run being resumed used these
+    elif journal is not None:
+        journal.append([{"kind": "baseline", "values": base.values.tolist()}])
+    return base, prefix, t_base
+
+
+def _attribution(
+    model: LoadedModel,
+    data: EvalSet,
+    config: AblationConfig,
+    heads: dict[int, list[int]],
+    base: Baseline,
+    mask: HeadMask | None,
+    journal: RecordJournal | None,
+) -> tuple[dict[tuple[int, int], float], float, str | None]:
+    """``(estimates, seconds, note)``: the first-order estimate of each head's delta (cheap; journaled
+    so a resumed table is identical), or none and the note saying why (the embedding metric)."""
+    if not config.attribution:
+        return {}, 0.0, None
+    if data.metric == "embedding":
+        return {}, 0.0, NO_EMBEDDING_ATTRIBUTION
+    if prev := records_of(journal, "attribution"):
+        return {(r["layer"], r["head"]): r["estimate"] for r in prev[-1]["heads"]}, 0.0, None
+    ta = time.perf_counter()
+    est = attribution_estimates(model, data, reference=base.reference, mask=mask, batch_size=config.batch_size)
+    t_attr = time.perf_counter() - ta
+    attribution = {(layer, h): float(est[layer, h]) for layer, hs in heads.items() for h in hs}
+    if journal is not None:
+        heads_done = [{"layer": layer, "head": h, "estimate": v} for (layer, h), v in attribution.items()]
+        journal.append([{"kind": "attribution", "heads": heads_done}])
+    return attribution, t_attr, None
+
+
+def _sweep(
+    model: LoadedModel,
+    data: EvalSet,
+    config: AblationConfig,
+    jobs: list[tuple[int, list[int]]],
+    base: Baseline,
+    *,
+    mask: HeadMask | None,
+    prefix: bool,
+    journal: RecordJournal | None,
+    progress: Callable[[str, int, int], None] | None,
+) -> tuple[dict[tuple[int, int], list[float]], int]:
+    """``(values, resumed)``: each head's per-item values with it ablated (those of the journal kept),
+    and how many jobs the journal already held."""
+    done: dict[tuple[int, int], list[float]] = {(r["layer"], r["head"]): r["values"] for r in records_of(journal, "head")}
+    n_done_jobs = 0
+    for i, (layer, hs) in enumerate(jobs):
+        if all((layer, h) in done for h in hs):
+            n_done_jobs += 1
+            continue
+        vals = single_head_values(model, data, layer, hs, base, mask=mask, batch_size=config.batch_size, prefix_reuse=prefix)
+        records = [{"kind": "head", "layer": layer, "head": h, "values": vals[j].tolist()} for j, h in enumerate(hs)]
+        if journal is not None:
+            journal.append(records)
+        for r in records:
+            done[(layer, r["head"])] = r["values"]
+        if progress is not None:
+            progress("ablate", i + 1, len(jobs))
+    return done, n_done_jobs
+
+
+def _table(
+    data: EvalSet,
+    config: AblationConfig,
+    order: list[tuple[int, int]],
+    done: dict[tuple[int, int], list[float]],
+    base_v: np.ndarray,
+    attribution: dict[tuple[int, int], float],
+) -> pd.DataFrame:
+    """The single-head table (:data:`TABLE_COLUMNS`), one row per head of ``order``."""
+    ablated = np.array([done[h] for h in order], dtype=np.float64)  # [head, item]
+    diffs = ablated - base_v[None, :]
+    lo, hi = bootstrap_mean_ci(
+        diffs.T, n_resamples=config.n_bootstrap, level=config.ci, seed=config.seed
+    )  # NaN with < 2 items or 0 resamples
+    return pd.DataFrame(
+        {
+            "layer": [layer for layer, _ in order],
+            "head": [h for _, h in order],
+            "method": config.method,
+            "metric": data.metric,
+            "value": ablated.mean(1),
+            "delta": diffs.mean(1),
+            "ci_low": lo,
+            "ci_high": hi,
+            "n": len(data),
+            "attribution": [attribution.get(h, math.nan) for h in order],
+        },
+        columns=TABLE_COLUMNS,
+    )
+
+
 def run_ablation(
     model: LoadedModel,
     data: EvalSet,
@@ -136,103 +270,20 @@ def run_ablation(
     """
     config = config or AblationConfig()
     check_metric(model, data.metric)
-    if mask is not None:
-        mask.check_model(model.n_layers, model.n_heads)
-    chosen = check_layers_heads(model, config.layers, config.heads)
-    removed = set(mask.removed) if mask is not None else set()
-    heads = {layer: [h for h in hs if (layer, h) not in removed] for layer, hs in chosen.items()}
-    heads = {layer: hs for layer, hs in heads.items() if hs}
-    if not heads:
-        raise InputError("every head asked for is removed by the mask: nothing to ablate")
+    heads = _heads_to_ablate(model, config, mask)
     k = config.heads_per_forward or _auto_heads_per_forward(data, config.batch_size, model.n_heads)
     jobs = study_jobs(heads, k)
-    t0 = time.perf_counter()
-
-    prefix = config.prefix_reuse and any(layer > 0 for layer in heads)
-    if prefix:
-        prefix = check_start(model, data.longest()[0], [layer for layer in heads if layer > 0])
-    base = baseline_pass(
-        model,
-        data,
-        method=config.method,
-        mask=mask,
-        resid_layers=sorted(heads) if prefix else (),
-        batch_size=config.batch_size,
-        seed=config.seed,
-    )
-    t_base = time.perf_counter() - t0
-
-    if journal is not None and (prev := records_of(journal, "baseline")):
-        base.values = torch.tensor(prev[-1]["values"], dtype=torch.float64)  # the run being resumed used these
-    elif journal is not None:
-        journal.append([{"kind": "baseline", "values": base.values.tolist()}])
+    base, prefix, t_base = _baseline(model, data, config, heads, mask, journal)
     unablated = base.value
     if mask is not None and len(mask):
         unablated = float(ablated_values(model, data, [], batch_size=config.batch_size).double().mean())
-
-    # First-order estimate (cheap; journaled so a resumed table is identical).
-    attribution = {}
-    t_attr = 0.0
-    attribution_note = None
-    if config.attribution and data.metric == "embedding":
-        attribution_note = NO_EMBEDDING_ATTRIBUTION
-    elif config.attribution:
-        if prev := records_of(journal, "attribution"):
-            attribution = {(r["layer"], r["head"]): r["estimate"] for r in prev[-1]["heads"]}
-        else:
-            ta = time.perf_counter()
-            est = attribution_estimates(model, data, reference=base.reference, mask=mask, batch_size=config.batch_size)
-            t_attr = time.perf_counter() - ta
-            attribution = {(layer, h): float(est[layer, h]) for layer, hs in heads.items() for h in hs}
-            if journal is not None:
-                journal.append(
-                    [
-                        {
-                            "kind": "attribution",
-                            "heads": [{"layer": layer, "head": h, "estimate": v} for (layer, h), v in attribution.items()],
-                        }
-                    ]
-                )
-
-    done: dict[tuple[int, int], list[float]] = {(r["layer"], r["head"]): r["values"] for r in records_of(journal, "head")}
+    attribution, t_attr, attribution_note = _attribution(model, data, config, heads, base, mask, journal)
     ts = time.perf_counter()
-    n_done_jobs = 0
-    for i, (layer, hs) in enumerate(jobs):
-        if all((layer, h) in done for h in hs):
-            n_done_jobs += 1
-            continue
-        vals = single_head_values(model, data, layer, hs, base, mask=mask, batch_size=config.batch_size, prefix_reuse=prefix)
-        records = [{"kind": "head", "layer": layer, "head": h, "values": vals[j].tolist()} for j, h in enumerate(hs)]
-        if journal is not None:
-            journal.append(records)
-        for r in records:
-            done[(layer, r["head"])] = r["values"]
-        if progress is not None:
-            progress("ablate", i + 1, len(jobs))
+    done, n_done_jobs = _sweep(model, data, config, jobs, base, mask=mask, prefix=prefix, journal=journal, progress=progress)
     t_sweep = time.perf_counter() - ts
 
-    order = [(layer, h) for layer, hs in heads.items() for h in hs]
-    ablated = np.array([done[h] for h in order], dtype=np.float64)  # [head, item]
     base_v = base.values.double().numpy()
-    diffs = ablated - base_v[None, :]
-    lo, hi = bootstrap_mean_ci(
-        diffs.T, n_resamples=config.n_bootstrap, level=config.ci, seed=config.seed
-    )  # NaN with < 2 items or 0 resamples
-    table = pd.DataFrame(
-        {
-            "layer": [layer for layer, _ in order],
-            "head": [h for _, h in order],
-            "method": config.method,
-            "metric": data.metric,
-            "value": ablated.mean(1),
-            "delta": diffs.mean(1),
-            "ci_low": lo,
-            "ci_high": hi,
-            "n": len(data),
-            "attribution": [attribution.get(h, math.nan) for h in order],
-        },
-        columns=TABLE_COLUMNS,
-    )
+    table = _table(data, config, [(layer, h) for layer, hs in heads.items() for h in hs], done, base_v, attribution)
     rho = rho_p = None
     if config.attribution and attribution_note is None and len(table) >= 2:
         est, delta = table["attribution"].to_numpy(), table["delta"].to_numpy()
