@@ -19,7 +19,13 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from headlens.analyses.circuits.composition import BASELINE_Z, CompositionConfig, check_composition_config, run_composition
+from headlens.analyses.circuits.composition import (
+    BASELINE_Z,
+    CompositionConfig,
+    CompositionRun,
+    check_composition_config,
+    run_composition,
+)
 from headlens.probes.config import ModelConfig
 from headlens.probes.loading import LoadedModel
 from headlens.probes.manifest import build_manifest
@@ -52,6 +58,16 @@ class CompositionResult(Result):
     kind = "composition"
     marker_files = ("composition.csv", "baseline.csv")
 
+    #: The analysis' run (:class:`~headlens.analyses.circuits.composition.CompositionRun`): :attr:`tables` are its
+    #: ``scores`` (as ``composition``), ``baseline`` and ``copying``; read back from a folder (:meth:`from_folder`)
+    #: it is rebuilt from them and the manifest's ``composition`` entry (summary and notes).
+    run: CompositionRun
+
+    def __post_init__(self) -> None:
+        self.tables = {"composition": self.run.scores, "baseline": self.run.baseline}
+        if self.run.copying is not None:
+            self.tables["copying"] = self.run.copying
+
     @property
     def scores(self) -> pd.DataFrame:
         """One row per (earlier head, later head, mode): score, baseline_mean, baseline_sd, z, ratio, above_baseline."""
@@ -76,7 +92,7 @@ class CompositionResult(Result):
         """What ``headlens composition`` prints (:func:`composition_lines`) and the run's notes."""
         if "composition" not in self.tables:
             return Findings()
-        return Findings(tuple(composition_lines(self)), tuple(str(n) for n in (self.manifest.get("composition") or {}).get("notes", [])))
+        return Findings(tuple(composition_lines(self)), tuple(str(n) for n in self.run.notes))
 
     @classmethod
     def read_tables(cls, folder: Path) -> dict[str, pd.DataFrame]:
@@ -84,8 +100,18 @@ class CompositionResult(Result):
 
     @classmethod
     def from_folder(cls, folder: str | Path) -> CompositionResult:
+        """The saved result, its run rebuilt: the tables from their files, the summary and notes from the manifest."""
         p = Path(folder)
-        return cls(tables=cls.read_tables(p), manifest=read_manifest(p))
+        manifest, tables = read_manifest(p), cls.read_tables(p)
+        summary = {k: v for k, v in manifest["composition"].items() if k != "notes"}
+        run = CompositionRun(
+            scores=tables["composition"],
+            baseline=tables["baseline"],
+            copying=tables.get("copying"),
+            summary=summary,
+            notes=manifest["composition"]["notes"],
+        )
+        return cls(run=run, manifest=manifest)
 
 
 def composition_lines(result: CompositionResult) -> list[str]:
@@ -150,9 +176,6 @@ def composition(
     check_composition_config(cfg)  # before the model loads
     loaded = as_loaded(model, load)
     run = run_composition(loaded, cfg, progress=progress)
-    tables = {"composition": run.scores, "baseline": run.baseline}
-    if run.copying is not None:
-        tables["copying"] = run.copying
     manifest = build_manifest(
         model=loaded,
         command=command,
@@ -160,4 +183,4 @@ def composition(
         configs={"composition": cfg},
         extra={"composition": {**run.summary, "notes": run.notes}},
     )
-    return CompositionResult(tables=tables, manifest={"result": CompositionResult.kind, **manifest})
+    return CompositionResult(run=run, manifest={"result": CompositionResult.kind, **manifest})
