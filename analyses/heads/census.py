@@ -41,6 +41,7 @@ info (manifest) records ``attention`` and ``query_block`` per stimulus set.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,11 +54,12 @@ from headlens.analyses.heads.census_config import CensusConfig
 from headlens.analyses.heads.census_notes import bidirectional_notes as _bidirectional_notes
 from headlens.analyses.heads.census_notes import causal_note as _causal_note
 from headlens.analyses.heads.census_notes import window_notes as _window_notes
+from headlens.analyses.heads.census_tables import Found, detector_rows, mean0, referent_stats, stimuli_info
 from headlens.analyses.heads.detectors import census_detectors
-from headlens.analyses.heads.detectors.referent import REFERENT_COLUMNS, SPLIT_SEED, min_referent_prompts, referent_statistics
+from headlens.analyses.heads.detectors.referent import REFERENT_COLUMNS, min_referent_prompts
 from headlens.analyses.heads.passes import run_pass
 from headlens.analyses.heads.prefix import CensusPrefix
-from headlens.analyses.heads.stimulus_sets import StimulusSet, batch_from_rows, batch_from_tokens, model_frame, model_framing, wrap_note
+from headlens.analyses.heads.stimulus_sets import StimulusSet, batch_from_rows, batch_from_tokens, model_frame, wrap_note
 from headlens.analyses.measure.stats import bootstrap_mean_ci
 from headlens.analyses.stimuli import (
     eval_text,
@@ -188,43 +190,6 @@ def build_stimuli(model: LoadedModel, config: CensusConfig, kinds: set[str]) -> 
     return out
 
 
-def _mean0(values: np.ndarray) -> np.ndarray:
-    """Mean over prompts (axis 0); cells with NaN prompts (not measurable there) use the others,
-    and a cell with none is NaN.  Cells without NaN are exactly ``values.mean(0)``."""
-    if values.ndim == 1:  # one value, as a 0-d array
-        if not np.isnan(values).any():
-            return np.asarray(values.mean())
-        return np.asarray(np.nanmean(values) if (~np.isnan(values)).any() else np.float64("nan"))
-    out = values.mean(0)
-    bad = np.isnan(out)
-    if bad.any():
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN cells stay NaN
-            out[bad] = np.nanmean(values[:, bad], axis=0)
-    return out
-
-
-def _referent_stats(
-    stim: StimulusSet, to_ante: np.ndarray, extras: dict[str, np.ndarray], baselines: np.ndarray, config: CensusConfig
-) -> tuple[pd.DataFrame, dict[str, np.ndarray]]:
-    """The referent table and the referent columns of the scores table (``[layer, head]`` each);
-    records the selection / held-out split of the frames in the set's info."""
-    table, split = referent_statistics(
-        to_ante,
-        extras["distractor"],
-        extras["accuracy"],
-        baselines,
-        stim.meta["pair"],
-        stim.meta["frame"],
-        stim.meta["kind"],
-        n_bootstrap=config.n_bootstrap,
-        seed=config.seed,
-    )
-    stim.info["referent_split"] = {"seed": SPLIT_SEED, **split}
-    L, H = to_ante.shape[1:]
-    return table, {col: table[col].to_numpy(dtype=np.float64).reshape(L, H) for col in REFERENT_COLUMNS}
-
-
 def _start_recording(model: LoadedModel, prefix: CensusPrefix, config: CensusConfig, stimuli: dict[str, StimulusSet], mode: str) -> None:
     """Keep the stimuli and settings; keep no streams (``prefix.refuse``) where they would not
     fit, the attention streams, or a continued forward does not reproduce a full one."""
@@ -293,91 +258,64 @@ def run_census(
     )
     if prefix is not None and prefix.recording:
         _start_recording(model, prefix, config, stimuli, mode)
-    per_prompt: dict[str, np.ndarray] = {}
-    referent: pd.DataFrame | None = None
-    rows: list[dict[str, Any]] = []
-    note_rows: list[dict[str, Any]] = []
-    L, H = model.n_layers, model.n_heads
-    encoder = bool(getattr(model, "is_encoder", False))
-    detector_notes: dict[str, str] = {}
-    stim_notes: dict[str, list[str]] = {}
+    found = Found()
     for kind, stim in stimuli.items():
-        windows = layer_windows(model, int(stim.batch.lengths.max()))
-        windows = [w if c else None for w, c in zip(windows, causal, strict=True)]
-        dets = [d for d in detectors if d.stimulus == kind]
         cb = (lambda done, total, kind=kind: progress(kind, done, total)) if progress else None
-        scores, baselines, extras = run_pass(model, stim, dets, config, cb, windows, causal, encoder, attention=mode, prefix=prefix)
-        with warnings.catch_warnings():  # one draw of resamples for the set; each column's interval is its own
-            warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN cell's interval is NaN
-            lows, highs = (
-                bootstrap_mean_ci(np.stack([scores[d.name] for d in dets], axis=1), n_resamples=config.n_bootstrap, seed=config.seed)
-                if dets
-                else ((), ())
-            )
-        if not all(causal):
-            frame_prefix, frame_suffix = model_frame(model, config.prepend_bos)
-            stim_notes.setdefault(kind, []).extend(_bidirectional_notes(model, dets, causal, frame_prefix, frame_suffix))
-        for det, low, high in zip(dets, lows, highs, strict=True):
-            if det.causal_rule and any(causal):
-                detector_notes[det.name] = _causal_note(det, causal)
-                stim_notes.setdefault(kind, []).append(detector_notes[det.name])
-            s = scores[det.name]
-            per_prompt[det.name] = s
-            mean = _mean0(s)
-            measured = np.isfinite(s).sum(0)
-            acc = extras[det.name].get("accuracy")
-            acc_mean = _mean0(acc) if acc is not None else None
-            b = baselines[det.name]
-            note_rows += _window_notes(windows, stim, det, b)
-            more: dict[str, np.ndarray] = {}  # detector-specific columns of the scores table
-            if det.name == "referent":
-                referent, more = _referent_stats(stim, s, extras[det.name], b, config)
-            for layer in range(L):
-                base = float(_mean0(np.ascontiguousarray(b[:, layer])))
-                for head in range(H):
-                    rows.append(
-                        {
-                            "layer": layer,
-                            "head": head,
-                            "detector": det.name,
-                            "score": float(mean[layer, head]),
-                            "baseline": base,
-                            "ci_low": float(low[layer, head]),
-                            "ci_high": float(high[layer, head]),
-                            "n": int(measured[layer, head]),
-                            "accuracy": float(acc_mean[layer, head]) if acc_mean is not None else float("nan"),
-                            **{k: float(v[layer, head]) for k, v in more.items()},
-                        }
-                    )
-    table = pd.DataFrame(rows, columns=SCORE_COLUMNS + (REFERENT_COLUMNS if referent is not None else []))
+        _score_set(model, config, stim, [d for d in detectors if d.stimulus == kind], causal, mode, cb, prefix, found)
+    table = pd.DataFrame(found.rows, columns=SCORE_COLUMNS + (REFERENT_COLUMNS if found.referent is not None else []))
     order = {d.name: i for i, d in enumerate(detectors)}
     table = table.sort_values(
         ["detector", "layer", "head"], key=lambda c: c.map(order) if c.name == "detector" else c, kind="stable"
     ).reset_index(drop=True)
-    info = {
-        k: {
-            "source": v.source,
-            "n": len(v.batch),
-            "max_len": int(v.batch.lengths.max()),
-            "seq_len": v.seq_len,
-            "attention": mode,
-            "query_block": config.query_block if mode == "streaming" else None,
-            **v.info,
-        }
-        for k, v in stimuli.items()
-    }
-    if stimuli:
-        framing = model_framing(model, config.prepend_bos)
-        for k in info:
-            info[k]["framing"] = framing
-            if stim_notes.get(k):
-                info[k]["notes"] = stim_notes[k]
-    notes = pd.DataFrame(note_rows, columns=NOTE_COLUMNS)
-    stimulus_of = {d.name: d.stimulus for d in detectors}
-    for kind in info:
-        kind_notes = [r["note"] for r in note_rows if stimulus_of[r["detector"]] == kind]
-        if kind_notes:
-            info[kind]["window_notes"] = kind_notes
     return CensusRun(
-        scores=table, per_prompt=per_prompt, stimuli=info, config=config, notes=notes, detector_notes=detector_notes, referent=referent
+        scores=table,
+        per_prompt=found.per_prompt,
+        stimuli=stimuli_info(model, config, stimuli, mode, found, {d.name: d.stimulus for d in detectors}),
+        config=config,
+        notes=pd.DataFrame(found.note_rows, columns=NOTE_COLUMNS),
+        detector_notes=found.detector_notes,
+        referent=found.referent,
     )
+
+
+def _score_set(
+    model: LoadedModel,
+    config: CensusConfig,
+    stim: StimulusSet,
+    dets: list[Any],
+    causal: tuple[bool, ...],
+    mode: str,
+    progress: Callable[[int, int], None] | None,
+    prefix: CensusPrefix | None,
+    found: Found,
+) -> None:
+    """One stimulus set's pass, its bootstrap intervals (one draw of resamples for the set; each
+    column's interval is its own) and its rows of every table, added to ``found``."""
+    kind = stim.kind
+    windows = layer_windows(model, int(stim.batch.lengths.max()))
+    windows = [w if c else None for w, c in zip(windows, causal, strict=True)]
+    encoder = bool(getattr(model, "is_encoder", False))
+    scores, baselines, extras = run_pass(model, stim, dets, config, progress, windows, causal, encoder, attention=mode, prefix=prefix)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN cell's interval is NaN
+        lows, highs = (
+            bootstrap_mean_ci(np.stack([scores[d.name] for d in dets], axis=1), n_resamples=config.n_bootstrap, seed=config.seed)
+            if dets
+            else ((), ())
+        )
+    if not all(causal):
+        frame_prefix, frame_suffix = model_frame(model, config.prepend_bos)
+        found.stim_notes.setdefault(kind, []).extend(_bidirectional_notes(model, dets, causal, frame_prefix, frame_suffix))
+    for det, low, high in zip(dets, lows, highs, strict=True):
+        if det.causal_rule and any(causal):
+            found.detector_notes[det.name] = _causal_note(det, causal)
+            found.stim_notes.setdefault(kind, []).append(found.detector_notes[det.name])
+        s = scores[det.name]
+        found.per_prompt[det.name] = s
+        acc = extras[det.name].get("accuracy")
+        b = baselines[det.name]
+        found.note_rows += _window_notes(windows, stim, det, b)
+        more: dict[str, np.ndarray] = {}  # detector-specific columns of the scores table
+        if det.name == "referent":
+            found.referent, more = referent_stats(stim, s, extras[det.name], b, config)
+        found.rows += detector_rows(det.name, s, b, low, high, mean0(acc) if acc is not None else None, more)
