@@ -35,40 +35,30 @@ from __future__ import annotations
 import logging
 import sys
 import tempfile
-import time
-import zipfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
 from headlens.probes.config import ModelConfig
 from headlens.probes.errors import InputError
-from headlens.probes.loading import LoadedModel, load_model, resolve_source
+from headlens.probes.loading import LoadedModel, resolve_source
 from headlens.probes.progress import Progress
 from headlens.reports.api.common import config_of, loading_of, study
 from headlens.reports.api.named_models import named_models
 from headlens.reports.render.progress import ReportBars
 from headlens.reports.runs.report import stages as _stages
-from headlens.reports.runs.report.context import StageContext
 from headlens.reports.runs.report.folder import check_report_dir, read_manifest, remove_old_report, write_report_manifest
 from headlens.reports.runs.report.join import assemble
 from headlens.reports.runs.report.markers import (
-    JOURNAL,
-    MARKER,
     REPORT_FORMAT,
-    clear_stage_dir,
-    json_key,
-    key_hash,
     model_fingerprint,
     model_identity,
-    now_utc,
-    one_line,
     read_marker,
-    write_marker,
 )
 from headlens.reports.runs.report.result import Example, Report, StageStatus
 from headlens.reports.runs.report.settings import DEFAULT_EXAMPLE_PROMPTS, MAX_EXAMPLE_PROMPTS, ReportSettings
 from headlens.reports.runs.report.stage_examples import MAX_EXAMPLE_TOKENS
+from headlens.reports.runs.report.stage_runner import StageRunner, skipped_stages
 from headlens.reports.runs.report.stages import STAGES
 
 log = logging.getLogger(__name__)
@@ -124,6 +114,15 @@ def _resolve(model: Any, dtype: str, revision: str | None) -> tuple[dict[str, An
     return model_identity(source, path, revision), model, None, dtype
 
 
+def _redo(redo: Sequence[str]) -> set[str]:
+    """The stages to recompute even when finished (``"all"``: every one); an unknown name is an InputError."""
+    redo_set = set(STAGES) if "all" in redo else set(redo)
+    bad = redo_set - set(STAGES)
+    if bad:
+        raise InputError(f"cannot redo {', '.join(map(repr, sorted(bad)))}: choose from all, {', '.join(STAGES)}")
+    return redo_set
+
+
 @study("report", ReportSettings)
 def build_report(
     model: LoadedModel | str | Path,
@@ -173,59 +172,18 @@ def build_report(
     settings = config_of(ReportSettings, locals(), text_file=str(text_file) if text_file is not None else None)
     load = loading_of(locals())
     settings.eval_text_id()  # a missing or empty --text-file fails here, before anything loads or is written
-    redo_set = set(STAGES) if "all" in redo else set(redo)
-    bad = redo_set - set(STAGES)
-    if bad:
-        raise InputError(f"cannot redo {', '.join(map(repr, sorted(bad)))}: choose from all, {', '.join(STAGES)}")
+    redo_set = _redo(redo)
     identity, model_name, loaded_model, dtype_name = _resolve(model, dtype, revision)
-    if out_dir is None:
-        out_dir = tempfile.mkdtemp(prefix="headlens-report-")
-    out = Path(out_dir)
+    out = Path(out_dir if out_dir is not None else tempfile.mkdtemp(prefix="headlens-report-"))
     previous = check_report_dir(out, identity, overwrite=overwrite)
-    reporter: Progress | None = _StderrProgress() if progress is True else (progress or None)
-
-    def tell(text: str) -> None:
-        """A stage event: ``reporter.message(text)`` where it has one (a plain Progress: a log line)."""
-        message = getattr(reporter, "message", None)
-        if callable(message):
-            message(text)
-        elif reporter is not None:
-            log.info("%s", text)
-
-    model_key = {
-        **identity,
-        "dtype": dtype_name,
-        "weights": model_fingerprint(identity["source"], identity["path"], identity["revision"], loaded_model),
-    }
-    keys = {name: _stages.stage_key(name, settings, model_key) for name in STAGES}
-
-    def finished(name: str) -> dict[str, Any] | None:
-        marker = read_marker(out / name)
-        if name in redo_set or marker is None or marker.get("status") != "done" or marker.get("key") != keys[name]:
-            return None
-        if not all((out / name / f).is_file() for f in marker.get("files", [])):
-            return None
-        return marker
-
-    # a stage whose input stage is skipped is skipped too (evidence reads the census's roles)
-    skipped: dict[str, str | None] = {n: None for n in STAGES if n in settings.skip}
-    for n in STAGES:
-        dep = next((d for d in _stages.STAGE_DEFS[n].needs if d in skipped), None)
-        if n not in skipped and dep is not None:
-            skipped[n] = f"skipped: it reads the {dep} stage, which is skipped"
-    to_run = [n for n in STAGES if n not in skipped and finished(n) is None]
-    state: dict[str, Any] = {"loaded": loaded_model}
-
-    def get_model() -> Any:
-        if state["loaded"] is None:
-            t0 = time.perf_counter()
-            state["loaded"] = load_model(ModelConfig(model=model_name, **load), named=named_models())
-            if reporter is not None:  # after loading: a model that fails to load leaves one error line
-                tell(f"loaded {model_name} in {time.perf_counter() - t0:.1f} s ({state['loaded'].device}, {dtype})")
-        return state["loaded"]
-
-    if to_run or previous is None:
-        get_model()  # a model that does not load fails here, before anything is written
+    reporter = _StderrProgress() if progress is True else (progress or None)
+    runner = StageRunner(
+        out=out, settings=settings, keys=_keys(settings, identity, dtype_name, loaded_model), redo=redo_set,
+        reporter=reporter, model_name=model_name, load=load, dtype=dtype, loaded=loaded_model,
+    )  # fmt: skip
+    skipped = skipped_stages(settings)
+    if [n for n in STAGES if n not in skipped and runner.finished(n) is None] or previous is None:
+        runner.model()  # a model that does not load fails here, before anything is written
     if overwrite and out.is_dir():
         stale = read_manifest(out)
         if stale is None or stale["report"].get("identity") != identity:
@@ -233,107 +191,22 @@ def build_report(
     out.mkdir(parents=True, exist_ok=True)
     cmd = command if command is not None else ["headlens", *sys.argv[1:]]  # @study records a Python call as the command
     if previous is None:  # claim the folder before the first stage runs
-        write_report_manifest(out, state["loaded"], identity, settings, cmd, {}, previous=None)
-
-    statuses: list[StageStatus] = []
-    results: dict[str, dict[str, Any]] = {}
-    n = len(STAGES)
-    for i, name in enumerate(STAGES, start=1):
-        label = f"stage {i}/{n} {name}"
-        d = out / name
-
-        def say(text: str, label: str = label) -> None:
-            tell(f"{label}: {text}")
-
-        if name in skipped:
-            statuses.append(StageStatus(name, "skipped"))
-            say(skipped[name] or "skipped")
-            continue
-        marker = finished(name)
-        if marker is not None:
-            try:
-                results[name] = _stages.STAGE_DEFS[name].load(d, marker)
-                statuses.append(
-                    StageStatus(name, "loaded", seconds=marker.get("seconds"), files=marker.get("files", []), info=marker.get("info", {}))
-                )
-                say(f"finished earlier, loaded from {d}")
-                continue
-            except (OSError, ValueError, KeyError, zipfile.BadZipFile) as exc:  # unreadable outputs: recompute
-                log.warning("stage %s: cannot read its earlier outputs in %s (%s: %s); running it again", name, d, type(exc).__name__, exc)
-        say("running")
-        d.mkdir(parents=True, exist_ok=True)
-        clear_stage_dir(d)
-        t0 = time.perf_counter()
-
-        def step(sub: str, done: int, total: int, label: str = label) -> None:
-            if reporter is not None:
-                reporter(f"{label}: {sub}", done, total)
-
-        quiet = reporter is None or bool(getattr(reporter, "quiet", False))
-        ctx = StageContext(
-            name=name,
-            dir=d,
-            settings=settings,
-            key=keys[name],
-            model=get_model,
-            step=step,
-            command=cmd,
-            quiet=quiet,
-            say=say,
-            census=census if loaded_model is not None else None,  # a census of a loaded model only
-        )
-        try:
-            info = _stages.STAGE_DEFS[name].run(ctx)
-            seconds = round(time.perf_counter() - t0, 3)
-            files = sorted(
-                str(p.relative_to(d))
-                for p in d.rglob("*")
-                if p.is_file() and p.name not in (MARKER, JOURNAL) and not p.name.startswith(".")
-            )
-            marker = {
-                "format": f"{REPORT_FORMAT}.stage",
-                "stage": name,
-                "status": "done",
-                "key": keys[name],
-                "key_hash": key_hash(keys[name]),
-                "seconds": seconds,
-                "finished_utc": now_utc(),
-                "files": files,
-                "info": json_key(info),
-            }
-            write_marker(d, marker)
-            results[name] = _stages.STAGE_DEFS[name].load(d, marker)
-            statuses.append(StageStatus(name, "done", seconds=seconds, files=files, info=marker["info"]))
-            say(f"done in {seconds:.1f} s")
-        except KeyboardInterrupt:
-            raise
-        except Exception as exc:  # noqa: BLE001 - a failing stage is reported, the others still run
-            seconds = round(time.perf_counter() - t0, 3)
-            error = one_line(exc)
-            write_marker(
-                d,
-                {
-                    "format": f"{REPORT_FORMAT}.stage",
-                    "stage": name,
-                    "status": "failed",
-                    "key": keys[name],
-                    "key_hash": key_hash(keys[name]),
-                    "seconds": seconds,
-                    "finished_utc": now_utc(),
-                    "error": error,
-                },
-            )
-            statuses.append(StageStatus(name, "failed", seconds=seconds, error=error))
-            say(f"FAILED: {error}")
-
-    loaded = state["loaded"]
-    manifest = write_report_manifest(out, loaded, identity, settings, cmd, {s.name: s for s in statuses}, previous=previous)
+        write_report_manifest(out, runner.loaded, identity, settings, cmd, {}, previous=None)
+    runner.run_all(skipped, cmd, census if loaded_model is not None else None)  # a census of a loaded model only
+    statuses = {s.name: s for s in runner.statuses}
+    manifest = write_report_manifest(out, runner.loaded, identity, settings, cmd, statuses, previous=previous)
     model_info = manifest.get("model") or {}
-    n_layers = int(model_info.get("n_layers") or 0)
-    n_heads = int(model_info.get("n_heads") or 0)
-    report = assemble(model_name, n_layers, n_heads, settings, statuses, results, manifest, out)
+    n_layers, n_heads = int(model_info.get("n_layers") or 0), int(model_info.get("n_heads") or 0)
+    report = assemble(model_name, n_layers, n_heads, settings, runner.statuses, runner.results, manifest, out)
     report.write(out)
     return report
+
+
+def _keys(settings: ReportSettings, identity: dict[str, Any], dtype_name: str, loaded: LoadedModel | None) -> dict[str, Any]:
+    """Each stage's key: the model (its identity, dtype and weights' fingerprint), the stage's settings, the format."""
+    weights = model_fingerprint(identity["source"], identity["path"], identity["revision"], loaded)
+    model_key = {**identity, "dtype": dtype_name, "weights": weights}
+    return {name: _stages.stage_key(name, settings, model_key) for name in STAGES}
 
 
 def load_report(out_dir: str | Path) -> Report:
