@@ -142,20 +142,87 @@ def check_receivers(model: LoadedModel, receivers: Sequence[tuple[int, int]]) ->
     return receivers
 
 
-def _joint_rows(
-    model: LoadedModel,
-    corrupt_set: EvalSet,
-    clean: RunCache,
-    corrupt: RunCache,
-    kept: dict,
-    receivers: list,
-    slots: dict,
-    which: str,
-    gap: Gap,
-    config: PathConfig,
-    sender_heads: dict[int, list[int]],
-) -> list[list[Any]]:
+@dataclass
+class _Paths:
+    """What both steps of a path-patching run share: the pairs' runs (``clean`` and ``corrupt``
+    cached), the receivers and their input slots, the senders by layer, and the receivers' inputs
+    kept by step 1 (``(sender layer, sender head, receiver) -> [item, pos, d_head]``)."""
+
+    model: LoadedModel
+    corrupt_set: EvalSet
+    clean: RunCache
+    corrupt: RunCache
+    receivers: list[tuple[int, int]]
+    slots: dict[tuple[int, int], int]
+    which: str
+    gap: Gap
+    config: PathConfig
+    sender_heads: dict[int, list[int]]
+    kept: dict[tuple[int, int, tuple[int, int]], Tensor] = field(default_factory=dict)
+
+
+def _keep_inputs(p: _Paths, ls: int, n_pos: int) -> None:
+    """Step 1 for the senders of layer ``ls``: the receivers' inputs with each sender patched (one copy
+    each) and every other head frozen at its corrupted ``z``, into ``p.kept``."""
+    model, corrupt_set, clean, corrupt, which = p.model, p.corrupt_set, p.clean, p.corrupt, p.which
+    heads, top, n = p.sender_heads[ls], max(layer for layer, _ in p.receivers), len(corrupt_set)
+    needed = sorted({lr for lr, _ in p.receivers if lr > ls})
+    for rows in corrupt_set.rows(p.config.batch_size):
+        tokens, _lengths, width = corrupt_set.batch(rows)
+        zc = {layer: corrupt.z[layer][rows, :width] for layer in range(ls, top)}
+        hooks: list = [(z_hook_name(ls), _frozen(zc[ls], heads, clean.z[ls][rows, :width]))]
+        hooks += [(z_hook_name(layer), _frozen(zc[layer])) for layer in range(ls + 1, top)]
+        got: dict[int, Tensor] = {}
+
+        def keeper(lr: int) -> HookFn:
+            def fn(x: Tensor, hook: Any = None) -> None:
+                got[lr] = x.detach().clone()
+                if lr == needed[-1]:
+                    raise StopForward  # the rest of the forward is not needed
+
+            return fn
+
+        hooks += [(_input_hook(lr, which), keeper(lr)) for lr in needed]
+        with stopping():
+            _run(model, tokens.repeat(len(heads), 1), corrupt.resid, ls, rows, width, len(heads), hooks)
+        for r in p.receivers:
+            if r[0] <= ls:
+                continue
+            x = got[r[0]].view(len(heads), len(rows), width, *got[r[0]].shape[2:])
+            for c, h in enumerate(heads):
+                store = p.kept.setdefault((ls, h, r), torch.zeros(n, n_pos, x.shape[-1], dtype=x.dtype))
+                store[rows, :width] = x[c, :, :, p.slots[r]].cpu()
+
+
+def _receiver_rows(p: _Paths, r: tuple[int, int], ls: int) -> list[list[Any]]:
+    """Step 2 for receiver ``r`` and the senders of layer ``ls``: its input replaced by the kept one,
+    one copy per sender; one row per sender."""
+    model, corrupt_set, clean, corrupt, config = p.model, p.corrupt_set, p.clean, p.corrupt, p.config
+    lr, heads = r[0], p.sender_heads[ls]
+    H = len(heads)
+    values = torch.zeros(H, len(corrupt_set), dtype=torch.float64)
+    for rows in corrupt_set.rows(config.batch_size):
+        tokens, lengths, width = corrupt_set.batch(rows)
+        repl = torch.cat([p.kept[(ls, h, r)][rows, :width] for h in heads])
+        hooks = [Patch(site=Site(hook=_input_hook(lr, p.which), heads=p.slots[r]), value=repl)]
+
+        def run(t: Tensor, _h: list = hooks, _rows: list = rows, _w: int = width, **kw: Any) -> Any:
+            return _run(model, t, corrupt.resid, lr, _rows, _w, H, _h, **kw)
+
+        values[:, rows] = model_values(model, tokens, lengths, corrupt_set, rows, copies=H, run=run).cpu().view(H, len(rows))
+    eff, low, high = normalised_effects(
+        values.numpy(), clean.values.numpy(), corrupt.values.numpy(), p.gap, n_resamples=config.n_resamples, seed=config.seed
+    )
+    return [
+        [ls, h, f"{ls}.{h}", f"{lr}.{r[1]}", p.which, p.slots[r], eff[c], low[c], high[c], float(values[c].mean())]
+        for c, h in enumerate(heads)
+    ]
+
+
+def _joint_rows(p: _Paths) -> list[list[Any]]:
     """Step 2 with every receiver after the sender's layer patched at once: one row per sender."""
+    model, corrupt_set, clean, corrupt, kept, which, config = p.model, p.corrupt_set, p.clean, p.corrupt, p.kept, p.which, p.config
+    receivers, slots, sender_heads = p.receivers, p.slots, p.sender_heads
     n, bs = clean.values.shape[0], config.batch_size
     out_rows = []
     for ls in sorted(sender_heads):
@@ -176,7 +243,7 @@ def _joint_rows(
 
             values[:, rows] = model_values(model, tokens, lengths, corrupt_set, rows, copies=H, run=run).cpu().view(H, len(rows))
         eff, low, high = normalised_effects(
-            values.numpy(), clean.values.numpy(), corrupt.values.numpy(), gap, n_resamples=config.n_resamples, seed=config.seed
+            values.numpy(), clean.values.numpy(), corrupt.values.numpy(), p.gap, n_resamples=config.n_resamples, seed=config.seed
         )
         label = "+".join(f"{a}.{b}" for a, b in reach)
         for c, h in enumerate(heads):
@@ -193,6 +260,23 @@ def _sender_heads(model: LoadedModel, top: int, senders: Sequence[tuple[int, int
         if layer < top:
             out.setdefault(layer, []).append(head)
     return out
+
+
+def _path_info(p: _Paths, task: PairTask, metric: str, senders: Sequence[tuple[int, int]] | None, late: bool) -> dict[str, Any]:
+    config = p.config
+    return {
+        "metric": metric,
+        "gap": p.gap.describe(),
+        "receivers": [f"{a}.{b}" for a, b in p.receivers],
+        "receiver_input": p.which,
+        "joint": config.joint,
+        "senders": "every earlier head" if senders is None else [f"{a}.{b}" for a, hs in sorted(p.sender_heads.items()) for b in hs],
+        "started_late": late,
+        "frozen": "every head other than the sender, layers sender..receiver-1, at its corrupted z; MLPs recompute",
+        "n_resamples": config.n_resamples,
+        "seed": config.seed,
+        "task": task.describe(),
+    }
 
 
 def run_path_patching(
@@ -222,87 +306,25 @@ def run_path_patching(
     slots = {r: _slot(model, r[1], which) for r in receivers}
     for lr in sorted({r[0] for r in receivers}):
         _check_input_edits(model, corrupt_set, lr, which)
-    n = len(task)
     sender_heads = _sender_heads(model, top, senders)
     if senders is not None:
         check_layers_heads(model, None, tuple((a, b) for a, hs in sender_heads.items() for b in hs))
-    # step 1: receivers' inputs with each sender patched, others frozen: (ls, sender head, receiver) -> [item, pos, d_head]
-    kept: dict[tuple[int, int, tuple[int, int]], Tensor] = {}
+    p = _Paths(model, corrupt_set, clean, corrupt, receivers, slots, which, gap, config, sender_heads)
     total, done = len(sender_heads) * (1 + len(receivers)), 0
     with torch.inference_mode():
-        for ls, heads in sorted(sender_heads.items()):
-            for rows in corrupt_set.rows(bs):
-                tokens, lengths, width = corrupt_set.batch(rows)
-                zc = {layer: corrupt.z[layer][rows, :width] for layer in range(ls, top)}
-                hooks: list = [(z_hook_name(ls), _frozen(zc[ls], heads, clean.z[ls][rows, :width]))]
-                hooks += [(z_hook_name(layer), _frozen(zc[layer])) for layer in range(ls + 1, top)]
-                got: dict[int, Tensor] = {}
-                needed = sorted({lr for lr, _ in receivers if lr > ls})
-
-                def keeper(lr: int) -> HookFn:
-                    def fn(x: Tensor, hook: Any = None) -> None:
-                        got[lr] = x.detach().clone()
-                        if lr == needed[-1]:
-                            raise StopForward  # the rest of the forward is not needed
-
-                    return fn
-
-                hooks += [(_input_hook(lr, which), keeper(lr)) for lr in needed]
-                toks = tokens.repeat(len(heads), 1)
-                with stopping():
-                    _run(model, toks, corrupt.resid, ls, rows, width, len(heads), hooks)
-                for r in receivers:
-                    if r[0] <= ls:
-                        continue
-                    x = got[r[0]].view(len(heads), len(rows), width, *got[r[0]].shape[2:])
-                    for c, h in enumerate(heads):
-                        store = kept.setdefault((ls, h, r), torch.zeros(n, task.clean.shape[1], x.shape[-1], dtype=x.dtype))
-                        store[rows, :width] = x[c, :, :, slots[r]].cpu()
+        for ls in sorted(sender_heads):  # step 1
+            _keep_inputs(p, ls, task.clean.shape[1])
             done += 1
             if progress is not None:
                 progress("senders", done, total)
-        # step 2: each receiver's input replaced by the kept one, one copy per sender of a layer
-        out_rows = []
-        if config.joint:
-            out_rows = _joint_rows(model, corrupt_set, clean, corrupt, kept, receivers, slots, which, gap, config, sender_heads)
-        for r in receivers if not config.joint else []:
-            lr = r[0]
-            for ls in [layer for layer in sorted(sender_heads) if layer < lr]:
-                heads = sender_heads[ls]
-                H = len(heads)
-                values = torch.zeros(H, n, dtype=torch.float64)
-                for rows in corrupt_set.rows(bs):
-                    tokens, lengths, width = corrupt_set.batch(rows)
-                    repl = torch.cat([kept[(ls, h, r)][rows, :width] for h in heads])
-                    hooks = [Patch(site=Site(hook=_input_hook(lr, which), heads=slots[r]), value=repl)]
-
-                    def run(t: Tensor, _h: list = hooks, _rows: list = rows, _w: int = width, **kw: Any) -> Any:
-                        return _run(model, t, corrupt.resid, lr, _rows, _w, H, _h, **kw)
-
-                    values[:, rows] = model_values(model, tokens, lengths, corrupt_set, rows, copies=H, run=run).cpu().view(H, len(rows))
-                eff, low, high = normalised_effects(
-                    values.numpy(), clean.values.numpy(), corrupt.values.numpy(), gap, n_resamples=config.n_resamples, seed=config.seed
-                )
-                for c, h in enumerate(heads):
-                    out_rows.append([ls, h, f"{ls}.{h}", f"{lr}.{r[1]}", which, slots[r], eff[c], low[c], high[c], float(values[c].mean())])
+        out_rows = _joint_rows(p) if config.joint else []
+        for r in receivers if not config.joint else []:  # step 2, one receiver at a time
+            for ls in [layer for layer in sorted(sender_heads) if layer < r[0]]:
+                out_rows += _receiver_rows(p, r, ls)
                 done += 1
                 if progress is not None:
                     progress("receivers", done, total)
-    table = pd.DataFrame(out_rows, columns=PATH_COLUMNS)
-    info = {
-        "metric": clean_set.metric,
-        "gap": gap.describe(),
-        "receivers": [f"{a}.{b}" for a, b in receivers],
-        "receiver_input": which,
-        "joint": config.joint,
-        "senders": "every earlier head" if senders is None else [f"{a}.{b}" for a, hs in sorted(sender_heads.items()) for b in hs],
-        "started_late": late,
-        "frozen": "every head other than the sender, layers sender..receiver-1, at its corrupted z; MLPs recompute",
-        "n_resamples": config.n_resamples,
-        "seed": config.seed,
-        "task": task.describe(),
-    }
-    return PathRun(table=table, gap=gap, info=info)
+    return PathRun(table=pd.DataFrame(out_rows, columns=PATH_COLUMNS), gap=gap, info=_path_info(p, task, clean_set.metric, senders, late))
 
 
 def strongest_edges(table: pd.DataFrame, k: int = 5) -> pd.DataFrame:
