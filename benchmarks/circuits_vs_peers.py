@@ -7,13 +7,15 @@ Cases:
 * ``planted``: the planted induction circuit (:mod:`headlens.analyses.synthetic.planted_circuit`, d_model 192)
   on the built-in induction task (T=12, seed 0); its three true edges are all input-dependent.
 
-Per method: edge ROC AUC (every edge of the graph scored, ties half) against every compiled edge (``auc_all``)
-and against the input-dependent ones (``auc_input``: compiled edges labelled ``constant`` in ground_truth.json
+Per method: edge ROC AUC (every edge of the graph scored, ties half) against every true edge (``auc_all``: the
+compiled edges and, on frac_prevs, the checkpoint's numerical readout ``embed -> logits``, ``origin: "readout"``)
+and against the input-dependent ones (``auc_input``: true edges labelled ``constant`` in ground_truth.json
 -- BOS, ``one``, position directions, values computed from them, inputs a TRUE selector ignores -- left out of
 both classes; no clean/corrupt patch can see them).  ``auc_input`` is the score under corrupted-input
-patching.  ``auc_acdc`` (reverse and frac_prevs = ACDC's proportion): against ACDC's reference circuit, every
-other edge false, the classes of ACDC's own table (0.600 proportion / 0.200 reverse under resample ablation, 1.000
-both under zero ablation): that circuit is the output of an ACDC run under zero ablation, and for reverse it
+patching.  ``auc_acdc`` (reverse and frac_prevs = ACDC's proportion): against ACDC's reference circuit (and the
+checkpoint's readout edge, which ACDC's model, read through a bare projection, does not have), every other edge
+false, the classes of ACDC's own table (0.600 proportion / 0.200 reverse under resample ablation, 1.000 both under
+zero ablation): that circuit is the output of an ACDC run under zero ablation, and for reverse it
 leaves out three compiled edges (docs/tracr.md), so ``auc_all`` is not ACDC's figure.  The interval is a 95% percentile
 bootstrap over pairs (200 resamples) of ``auc_input``; ``wall s`` is the scoring alone on ``--threads``
 threads (model loading and pair building left out): for headlens the median of ``--repeats`` runs (default 3;

@@ -10,10 +10,12 @@ For each program of ``circuits_vs_peers.py`` (compiled by ``headlens tracr-model
   zeroed (a zero length clips to the longest, which a full-length input has);
 * ``mean``: ablated to its mean over the pairs' clean and corrupted inputs, on the every-length pairs.
 
-AUC against every compiled edge (``auc_all``), against the edges the program uses (``auc_used``: the queries and
-keys a TRUE selector ignores left out of both classes), against ACDC's reference circuit on the two programs ACDC
-scores (``auc_acdc``, reverse and proportion = frac_prevs: its published zero-ablation edge AUC, 1.000 on both, is
-against that circuit, the output of its own zero-ablation run, every other edge false; docs/tracr.md) and against the
+AUC against every true edge (``auc_all``: the compiled edges and the readout edge of a numerical program,
+frac_prevs' ``embed -> logits``, ``origin: "readout"`` in ground_truth.json), against the edges the program uses
+(``auc_used``: the queries and keys a TRUE selector ignores left out of both classes), against ACDC's reference
+circuit on the two programs ACDC scores (``auc_acdc``, reverse and proportion = frac_prevs, with the readout edge:
+its published zero-ablation edge AUC, 1.000 on both, is against that circuit, the output of its own zero-ablation
+run, every other edge false; docs/tracr.md) and against the
 input-dependent ones (``auc_input``); 95% percentile intervals over pairs (200 resamples).  ACDC's reverse data are
 inputs shorter than max_seq_len (the 6 permutations of 3 tokens, max_seq_len 5): its comparable row is "every length".
 

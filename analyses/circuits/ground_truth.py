@@ -6,15 +6,17 @@ in the node names of the edge graph (``embed``, ``L.H``, ``mlpL``, ``logits``; i
 ``mlp``, ``logits``).  An edge may carry ``varies`` (tracr's label: false for an edge whose signal is the same on
 every input, which no clean/corrupt patch can see).  :func:`truth_auc` gives
 
-* ``auc_all``: every true edge against every other edge of the graph;
+* ``auc_all``: every true edge against every other edge of the graph (a tracr folder's true edges are its compiled
+  edges and the edges its readout needs, ``origin: "readout"``);
 * ``auc_used`` (when some edges carry ``receiver_ignores``: tracr's TRUE/FALSE selectors, whose queries and keys
   change nothing): the other true edges against the false edges, the ignored ones left out of both classes (ACDC's
   zero-ablation reference circuit for tracr's reverse leaves them out too);
 * ``auc_input`` (when the file labels ``varies``): the input-dependent true edges against the false edges, the
   constant true edges left out of both classes (the score of discovery under corrupted-input patching);
 * ``auc_acdc`` (when edges carry ``acdc_reference``: tracr's reverse and frac_prevs): ACDC's reference circuit for
-  the program against every other edge of the graph, nothing left out (ACDC's own classes; its published tracr
-  AUCs are against that circuit, the output of its own zero-ablation run, not against the compiled edges);
+  the program (with the checkpoint's readout edges, which ACDC's model does not have) against every other edge of
+  the graph, nothing left out (ACDC's own classes; its published tracr AUCs are against that circuit, the output
+  of its own zero-ablation run, not against the compiled edges);
 
 each as :func:`~headlens.analyses.circuits.roc.edge_roc_auc` (``|score|``, ties half) with a 95% percentile
 interval over ``n_bootstrap`` resamples of the pairs that scored the edges (the scores re-averaged).

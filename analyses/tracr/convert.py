@@ -19,7 +19,10 @@ one-hot / numerical directions.  The GPT-2 written here keeps every weight and n
 * **Unembedding.**  Categorical outputs: the output value's direction, and ``-100`` on ``one`` for every word
   that is not an output (so the argmax ranges over the output values as tracr's does, ties to the first).
   Numerical outputs: word ``v`` gets ``v`` on the output direction and ``-v**2/2`` on ``one``: the argmax is
-  the value nearest to the model's number.
+  the value nearest to the model's number.  That term reaches the logits only along ``embed -> logits`` (the
+  embedding writes ``one``), an edge tracr's program does not have: :func:`readout_edges` names it as a true edge
+  of a numerical program's checkpoint (zeroed, the output is wrong on most positions); a categorical readout
+  needs no edge (zeroed, only the ``-100`` of the non-output words goes, and the argmax stays).
 * **Words.**  A word-level tokenizer: output words first (in tracr's output order), then the input words,
   ``BOS`` (tracr's compiler_bos), ``PAD`` and ``UNK``.
 """
@@ -37,12 +40,14 @@ import torch
 
 from headlens.analyses.tracr.compile import Compiled
 
-__all__ = ["LN_EPS", "LN_WEIGHT", "Layout", "layout_of", "word_of", "write_checkpoint"]
+__all__ = ["LN_EPS", "LN_WEIGHT", "ONE", "Layout", "layout_of", "readout_edges", "word_of", "write_checkpoint"]
 
 LN_EPS = float(2**48)
 LN_WEIGHT = float(2**24)
 NOT_OUTPUT = -100.0  # logit offset (on `one`) of words that are not output values
 BOS, PAD, UNK = "BOS", "PAD", "UNK"
+#: Label of the residual direction the embedding sets to 1 at every token, read only by the unembedding.
+ONE = "headlens:one"
 
 
 def word_of(value: Any, *, numerical: bool = False) -> str:
@@ -75,11 +80,23 @@ class Layout:
     def labels(self, residual: list[str]) -> list[str]:
         """Label of every GPT-2 residual dimension."""
         pad = [f"pad:{i}" for i in range(self.d_model - self.D - 2)]
-        return [*residual, "headlens:one", "headlens:sink", *pad]
+        return [*residual, ONE, "headlens:sink", *pad]
 
 
 def layout_of(compiled: Compiled) -> Layout:
     return Layout(compiled)
+
+
+def readout_edges(compiled: Compiled) -> list[dict[str, Any]]:
+    """The edges the unembedding written here adds to the compiled ones and needs for the output: ``embed -> logits``
+    via :data:`ONE` for a numerical output (``-v**2/2`` per value word; without it the argmax is the largest value
+    whenever the number is positive), none for a categorical one (``one`` carries only the ``-100`` of the words
+    that are not outputs; the output words are 1 on the value's direction and 0 else, so the argmax stays)."""
+    if compiled.categorical:
+        return []
+    why = ("the numerical readout: word v's logit is v * (output) - v**2/2, the -v**2/2 read off `one`, which only the "
+           "embedding writes; zeroed, the argmax is the largest value wherever the output is positive")  # fmt: skip
+    return [{"sender": "embed", "receiver": "logits", "input": "logits", "via": [ONE], "origin": "readout", "needed": why}]
 
 
 def _zero_sum_rows(w: np.ndarray, sink: int) -> np.ndarray:

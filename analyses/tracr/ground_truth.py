@@ -17,10 +17,17 @@ same keys whatever its queries and keys hold, so its ``q``/``k`` edges carry not
 them with nonzero weights).  No clean/corrupt patch from the input space can see a constant edge, so
 discovery under corrupted-input (resample) patching is scored against the input-dependent edges.
 
+The ground truth describes the checkpoint headlens runs, so it also holds the edges the conversion's readout adds and
+needs for the output (``origin: "readout"``, :func:`headlens.analyses.tracr.convert.readout_edges`: a numerical
+program's ``embed -> logits``, which carries the ``-v**2/2`` of each value word; every other edge is
+``origin: "compiled"``).
+
 ACDC's tracr AUCs (Conmy et al. 2023) are not against the compiled edges: its reference circuit for each of its two
 tracr tasks is the output of an ACDC run under zero ablation at a tiny threshold (:data:`ACDC_REFERENCE`).
-:func:`mark_acdc_reference` marks the compiled edges in it (``acdc_reference``), so the score against ACDC's own
-definition is printed beside the one against every compiled edge.
+:func:`mark_acdc_reference` marks the compiled edges in it (``acdc_reference``), and the readout edges: ACDC's model
+reads its output number through a bare projection (``W_U = eye(d_model, d_vocab_out)``), so its run never meets the
+readout edge, which the same run on this model would keep (zeroed alone it changes the output).  So the score against
+ACDC's own definition is printed beside the one against every true edge.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ import numpy as np
 import torch
 
 from headlens.analyses.tracr.compile import Compiled
+from headlens.analyses.tracr.convert import readout_edges
 
 __all__ = [
     "ACDC_REFERENCE",
@@ -47,8 +55,9 @@ __all__ = [
 VARY_TOL = 1e-3
 
 #: Written into ``ground_truth.json`` (``format``); a cached folder holding another one is rebuilt
-#: (:func:`~headlens.analyses.tracr.build.build_if_stale`).  2: edges carry ``acdc_reference`` where ACDC has a reference.
-GROUND_TRUTH_FORMAT = 2
+#: (:func:`~headlens.analyses.tracr.build.build_if_stale`).  2: edges carry ``acdc_reference`` where ACDC has a reference;
+#: 3: edges carry ``origin`` (``compiled`` or ``readout``) and the readout's edges are true edges.
+GROUND_TRUTH_FORMAT = 3
 
 Edge = tuple[str, str, str]
 
@@ -108,10 +117,12 @@ def ground_truth(compiled: Compiled) -> dict[str, Any]:
         r_at = _order(r_kind, r_layer)
         for s_name, s_kind, s_layer, writes in senders:
             if _order(s_kind, s_layer) < r_at and writes & reads:
-                edge = {"sender": s_name, "receiver": r_name, "input": inp, "via": sorted(writes & reads)}
+                edge = {"sender": s_name, "receiver": r_name, "input": inp, "via": sorted(writes & reads), "origin": "compiled"}
                 if (r_name, inp) in ignored:
                     edge["receiver_ignores"] = ignored[(r_name, inp)]
                 edges.append(edge)
+    readout = readout_edges(c)
+    edges += readout
     used = {b_name for b_name in (f"{b.layer}.{b.head}" if b.kind == "head" else f"mlp{b.layer}" for b in c.blocks)}
     truth = {
         "format": GROUND_TRUTH_FORMAT,
@@ -123,29 +134,40 @@ def ground_truth(compiled: Compiled) -> dict[str, Any]:
         "unused_mlps": [f"mlp{layer}" for layer in range(c.n_layers) if f"mlp{layer}" not in used],
         "edges": edges,
         "rule": "sender -> receiver(input) is true when the sender writes a residual direction the receiver input reads "
-        "(nonzero weights of tracr's craft blocks) and the sender runs earlier",
-    }
+        "(nonzero weights of tracr's craft blocks) and the sender runs earlier (origin compiled), or when the conversion's "
+        "readout needs it for the output (origin readout)",
+        "readout": {"output": "categorical" if c.categorical else "numerical", "n_edges": len(readout),
+                    "rule": "an edge the unembedding of this checkpoint adds is true when zeroing it alone changes the "
+                    "model's output: the -v**2/2 of a numerical readout, read off `one` (embed -> logits); a categorical "
+                    "readout's `one` carries only the -100 of the words that are not outputs and changes no output"},
+    }  # fmt: skip
     mark_acdc_reference(truth, c.spec.name)
     return truth
 
 
 def mark_acdc_reference(truth: dict[str, Any], program: str) -> None:
-    """For a program ACDC scores (:data:`ACDC_REFERENCE`): mark each compiled edge ``acdc_reference`` (in ACDC's
-    reference circuit or not) and describe the reference in ``truth["acdc_reference"]``; other programs unchanged.
-    Raises ValueError when a reference edge is not a compiled edge (the two graphs would not correspond)."""
+    """For a program ACDC scores (:data:`ACDC_REFERENCE`): mark each true edge ``acdc_reference`` (in ACDC's reference
+    circuit, or a readout edge: module doc) and describe the set in ``truth["acdc_reference"]``; other programs
+    unchanged.  Raises ValueError when a reference edge is not a compiled edge (the two graphs would not correspond)."""
     ref = ACDC_REFERENCE.get(program)
     if ref is None:
         return
-    compiled = true_edges(truth)
+    compiled = {(e["sender"], e["receiver"], e["input"]) for e in truth["edges"] if e.get("origin", "compiled") == "compiled"}
     if not ref <= compiled:
         raise ValueError(f"ACDC's reference edges {sorted(ref - compiled)} of {program} are not compiled edges of this model")
+    readout = 0
     for e in truth["edges"]:
-        e["acdc_reference"] = (e["sender"], e["receiver"], e["input"]) in ref
+        e["acdc_reference"] = (e["sender"], e["receiver"], e["input"]) in ref or e.get("origin") == "readout"
+        readout += e.get("origin") == "readout"
     truth["acdc_reference"] = {
-        "n_edges": len(ref),
+        "n_edges": len(ref) + readout,
+        "n_acdc": len(ref),
+        "n_readout": readout,
         "source": ACDC_SOURCE,
-        "rule": "ACDC's reference edges true, every other edge of the graph false (as in its ROC); compiled edges "
-        f"left out of it: {len(compiled - ref)}",
+        "rule": "ACDC's reference edges and this checkpoint's readout edges true, every other edge of the graph false (as "
+        "in its ROC); ACDC's model reads its output number through a bare projection (W_U = eye(d_model, d_vocab_out)), "
+        "so its run never meets a readout edge, which the same run on this model keeps (zeroed alone, it changes the "
+        f"output); compiled edges left out of it: {len(compiled - ref)}",
     }
 
 

@@ -4,7 +4,8 @@ A constant edge is one no input of the program's input space changes: its sender
 input, or its receiver's RASP expression ignores it (a TRUE selector's q and k).  On tracr's reverse the
 input-dependent edges are exactly the two of Miller et al.'s resample-ablation circuit that auto-circuit
 ships (``Resid Start->A3.0.V``, ``A3.0->Resid End``), and the length head's pattern is the same on every input
-(checked on the checkpoint with plain transformers, apart from headlens' patching).
+(checked on the checkpoint with plain transformers, apart from headlens' patching).  The readout's edge (a numerical
+program's ``embed -> logits``) is true exactly where zeroing it alone changes the checkpoint's output.
 """
 
 from __future__ import annotations
@@ -91,6 +92,64 @@ def test_acdc_reference_marks_its_edges_and_refuses_one_not_compiled():
     assert other == {"edges": [{"sender": "embed", "receiver": "0.0", "input": "v"}]}
     with pytest.raises(ValueError, match="not compiled edges"):
         mark_acdc_reference({"edges": truth["edges"][1:]}, "frac_prevs")
+
+
+def test_readout_edges_count_in_acdcs_set_and_are_not_taken_for_compiled_ones():
+    from headlens.analyses.tracr.ground_truth import ACDC_REFERENCE, mark_acdc_reference
+
+    edges = [{"sender": s, "receiver": r, "input": i, "origin": "compiled"} for s, r, i in sorted(ACDC_REFERENCE["frac_prevs"])]
+    readout = {"sender": "embed", "receiver": "logits", "input": "logits", "origin": "readout"}
+    truth: dict = {"edges": [*edges, readout]}
+    mark_acdc_reference(truth, "frac_prevs")
+    assert [e["acdc_reference"] for e in truth["edges"]] == [True] * 6
+    assert (truth["acdc_reference"]["n_edges"], truth["acdc_reference"]["n_acdc"], truth["acdc_reference"]["n_readout"]) == (6, 5, 1)
+    # a reference edge present only as a readout edge is not a compiled one
+    with pytest.raises(ValueError, match="not compiled edges"):
+        mark_acdc_reference({"edges": [*edges[1:], {**edges[0], "origin": "readout"}]}, "frac_prevs")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("program", "needed"), [("frac_prevs", True), ("hist", False)])
+def test_the_readout_edge_is_true_where_zeroing_it_changes_the_output(tracr_build, program, needed):
+    """Measured apart from headlens' patching, on every input of every length: ``embed -> logits`` zeroed alone (the
+    final norm reads the stream less the embedding) turns frac_prevs' output wrong on 860 of 1641 positions (the
+    argmax is then the largest value wherever the number is positive) and hist's on none (only the -100 of the
+    non-output words goes).  So it is a true edge (``origin: "readout"``, constant: `one` is 1 everywhere) of
+    frac_prevs' checkpoint and no edge of hist's ground truth."""
+    import itertools
+    import json
+
+    import torch
+    from transformers import GPT2LMHeadModel
+
+    from headlens.analyses.tracr.programs import PROGRAMS
+
+    built = tracr_build(program)
+    by_key = {(e["sender"], e["receiver"], e["input"]): e for e in built.truth["edges"]}
+    edge = by_key.get(("embed", "logits", "logits"))
+    assert built.truth["readout"]["n_edges"] == int(needed)
+    if needed:
+        assert edge is not None and edge["origin"] == "readout" and edge["via"] == ["headlens:one"]
+        assert edge["signal"] == "constant" and edge["acdc_reference"]
+    else:
+        assert edge is None and all(e["origin"] == "compiled" for e in built.truth["edges"])
+    assert built.agreement.n_disagree == 0  # intact, the checkpoint's argmax is the program's output everywhere
+    hf = GPT2LMHeadModel.from_pretrained(built.folder).eval()
+    vocab = json.loads((built.folder / "tokenizer.json").read_text())["model"]["vocab"]
+    spec = PROGRAMS[program]
+    wrong = 0
+    for k in range(1, spec.max_seq_len + 1):
+        ids = torch.tensor([[hf.config.bos_token_id, *(vocab[w] for w in x)] for x in itertools.product(spec.vocab, repeat=k)])
+        with torch.no_grad():
+            out = hf(ids, output_hidden_states=True)
+            embed = out.hidden_states[0]
+            hook = hf.transformer.ln_f.register_forward_pre_hook(lambda _m, a: (a[0] - embed,))
+            try:
+                zeroed = hf(ids).logits
+            finally:
+                hook.remove()
+        wrong += int((zeroed.argmax(-1) != out.logits.argmax(-1))[:, 1:].sum())
+    assert (wrong == 860) if needed else (wrong == 0)
 
 
 def test_auc_acdc_keeps_every_edge_in_its_classes(tmp_path):
