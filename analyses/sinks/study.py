@@ -162,6 +162,33 @@ def run_sinks(
             return None
         return lambda done, total: report_to(stage, done, total)
 
+    batches = _run_census(model, config, report, prog, choice)
+    if config.runs("content"):
+        _run_content(model, config, report, prog, choice)
+    encoder = _is_encoder(model)
+    for name in ("removal", "windowed"):
+        if config.runs(name) and encoder:
+            report.info.setdefault("skipped", {})[name] = (
+                "not run on an encoder: it measures next-token loss, which a bidirectional encoder does not predict"
+                " (each position sees the token it would predict)"
+            )
+    if config.runs("removal") and not encoder:
+        _run_removal(model, config, report, batches, prog)
+    if config.runs("windowed") and not encoder:
+        _run_windowed(model, config, report, prog, choice)
+    return report
+
+
+def _run_census(
+    model: LoadedModel,
+    config: SinkConfig,
+    report: SinksRun,
+    prog: Callable[[str], Callable[[int, int], None] | None],
+    choice: TextChoice,
+) -> dict[bool, TokenBatch]:
+    """The sink census of every BOS setting (one streamed pass each) and the tables it gives:
+    census, rates (overall and by layer), targets, and the secondary sinks and value norms where
+    asked for; returns the batches (the removal pass reuses them)."""
     census, rates, by_layer, pos_rows, tok_rows, overall_rows, vn_rows = [], [], [], [], [], [], []
     head_target_rows, layer_target_rows = [], []
     batches: dict[bool, TokenBatch] = {}
@@ -207,20 +234,7 @@ def run_sinks(
         report.tables["secondary_tokens_overall"] = pd.DataFrame(overall_rows)
     if config.runs("value_norm"):
         report.tables["value_norm"] = pd.DataFrame(vn_rows)
-    if config.runs("content"):
-        _run_content(model, config, report, prog, choice)
-    encoder = _is_encoder(model)
-    for name in ("removal", "windowed"):
-        if config.runs(name) and encoder:
-            report.info.setdefault("skipped", {})[name] = (
-                "not run on an encoder: it measures next-token loss, which a bidirectional encoder does not predict"
-                " (each position sees the token it would predict)"
-            )
-    if config.runs("removal") and not encoder:
-        _run_removal(model, config, report, batches, prog)
-    if config.runs("windowed") and not encoder:
-        _run_windowed(model, config, report, prog, choice)
-    return report
+    return batches
 
 
 def _is_encoder(model: LoadedModel) -> bool:
