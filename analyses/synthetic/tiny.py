@@ -10,22 +10,14 @@ import contextlib
 import io
 import json
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
+from headlens.analyses.synthetic.tiny_spec import TinySpec
 from headlens.probes.scoped import torch_seed
 from headlens.probes.tokenizer_files import load_offline_gpt2_tokenizer
 
 __all__ = ["TinySpec", "build_tiny_checkpoint"]
-
-
-@dataclass(frozen=True, kw_only=True)
-class TinySpec:
-    n_layer: int = 2
-    n_head: int = 4
-    d_model: int = 64
-    n_ctx: int = 128
-    seed: int = 0
 
 
 def build_tiny_checkpoint(folder: str | Path, spec: TinySpec | None = None) -> Path:

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from headlens.analyses.heads.verify_config import DEFAULT_VERIFY_PROMPTS, VerifyConfig
-from headlens.analyses.synthetic.tiny import TinySpec
+from headlens.analyses.synthetic.tiny_spec import TinySpec
 from headlens.probes.config import CaptureConfig
 from headlens.probes.errors import CheckFailed, InputError
 from headlens.probes.outputs import check_out_dir, normal_modes
