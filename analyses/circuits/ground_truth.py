@@ -43,7 +43,8 @@ Edge = tuple[str, str, str]
 
 
 def read_truth(path: str | Path) -> dict[str, Any]:
-    """The true edges of ``path``: ``{"path", "edges": [(sender, receiver, input)], "varying"/"used"/"acdc": [...] or None}``."""
+    """The true edges of ``path``: ``{"path", "edges": [(sender, receiver, input)], "varying"/"used"/"acdc": [...] or None,
+    "readout": [...]}`` (``readout``: the edges of ``origin: "readout"``, which the checkpoint's readout needs)."""
     p = Path(path)
     try:
         raw = json.loads(p.read_text())
@@ -54,7 +55,7 @@ def read_truth(path: str | Path) -> dict[str, Any]:
     edges = raw.get("edges") if isinstance(raw, dict) else None
     if not isinstance(edges, list) or not edges:
         raise InputError(f"ground truth {str(p)!r} has no 'edges' list (the format of a tracr folder's ground_truth.json)")
-    out, varying, used, acdc = [], [], [], []
+    out, varying, used, acdc, readout = [], [], [], [], []
     for i, e in enumerate(edges):
         if not isinstance(e, dict) or not all(isinstance(e.get(k), str) for k in ("sender", "receiver", "input")):
             raise InputError(f"ground truth {str(p)!r}: edge {i} needs 'sender', 'receiver' and 'input' (text)")
@@ -66,9 +67,11 @@ def read_truth(path: str | Path) -> dict[str, Any]:
             used.append(key)
         if e.get("acdc_reference"):
             acdc.append(key)
+        if e.get("origin") == "readout":
+            readout.append(key)
     labelled = any("varies" in e for e in edges)
     return {"path": str(p), "edges": out, "varying": varying if labelled else None, "used": used if len(used) < len(out) else None,
-            "acdc": acdc if any("acdc_reference" in e for e in edges) else None}  # fmt: skip
+            "acdc": acdc if any("acdc_reference" in e for e in edges) else None, "readout": readout}  # fmt: skip
 
 
 def bootstrap_auc(keys: pd.DataFrame, values: np.ndarray, truth: set[Edge], *, n_bootstrap: int, seed: int) -> tuple[float, float, float]:
@@ -115,6 +118,8 @@ def truth_auc(truth: dict[str, Any], edges: pd.DataFrame, values: np.ndarray, *,
         keep = np.array([subset == "acdc" or k not in true or k in part for k in keys])
         auc_s, lo_s, hi_s = bootstrap_auc(edges[keep], vals[:, keep], part, n_bootstrap=n_bootstrap, seed=seed)
         out |= {name: auc_s, f"{name}_low": lo_s, f"{name}_high": hi_s, count: len(part)}
+    if truth.get("acdc") is not None:  # the checkpoint's readout edges in ACDC's set, which its own model does not have
+        out["n_acdc_readout"] = len(set(truth["acdc"]) & set(truth.get("readout") or ()))
     return out
 
 

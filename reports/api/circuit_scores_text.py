@@ -65,7 +65,8 @@ def truth_lines(s: Mapping[str, Any]) -> list[str]:
         )
     if "auc_acdc" in t:
         words += (
-            f"; {_auc(t, 'auc_acdc')} against ACDC's reference circuit of {t.get('n_acdc')} edges (its published tracr ground truth,"
-            " the comparable figure for ACDC's AUC)"
+            f"; {_auc(t, 'auc_acdc')} against ACDC's reference circuit of {t.get('n_acdc')} edges (its published tracr ground truth"
+            + (f", with this checkpoint's {t['n_acdc_readout']} readout edge(s)" if t.get("n_acdc_readout") else "")
+            + ", the comparable figure for ACDC's AUC)"
         )
     return [words + f"; 95% intervals over the {t.get('n_pairs')} pairs that scored the edges ({t.get('n_bootstrap')} resamples)"]

@@ -126,5 +126,8 @@ def test_the_printed_ground_truth_line_names_acdcs_reference_when_the_truth_has_
     (line,) = truth_lines({"ground_truth": t})
     assert "edge ROC AUC 0.923 [0.900, 0.950] against its 13 true edges of 77" in line
     assert "1.000 [1.000, 1.000] against ACDC's reference circuit of 10 edges" in line
+    assert "readout" not in line
+    (read,) = truth_lines({"ground_truth": t | {"n_acdc": 6, "n_acdc_readout": 1}})
+    assert "against ACDC's reference circuit of 6 edges (its published tracr ground truth, with this checkpoint's 1 readout edge(s)" in read
     (plain,) = truth_lines({"ground_truth": {k: v for k, v in t.items() if "acdc" not in k}})
     assert "ACDC" not in plain
