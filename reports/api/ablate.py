@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 import torch
 
-from headlens.analyses.ablation.study import TABLE_COLUMNS, AblationConfig, run_ablation
+from headlens.analyses.ablation.study import TABLE_COLUMNS, AblationConfig, AblationRun, run_ablation
 from headlens.analyses.measure.evalset import METRIC_LABELS, EvalSet, TaskItem, read_task
 from headlens.analyses.measure.masks import HeadMask, read_mask
 from headlens.analyses.measure.setup import EvalSetup, EvalSpec, eval_setup
@@ -229,46 +229,50 @@ def ablate(
     head_mask = mask if isinstance(mask, HeadMask) else None
     check_layers_heads(loaded, cfg.layers, cfg.heads)
     removed = head_mask.to_json()["removed"] if head_mask else None
-    opened = (
-        journal(
-            {
-                "model": model_key(loaded),
-                "data": data.describe(),
-                "data_fingerprint": data.fingerprint(),
-                "config": vars(cfg),
-                "mask": removed,
-            }
-        )
-        if journal
-        else None
-    )
+    opened = _opened(journal, loaded, data, cfg, removed)
     with opened or contextlib.nullcontext():
         run = run_ablation(loaded, data, cfg, mask=head_mask, journal=opened, progress=progress)
-    extra = {
-        "ablation": {
-            "method": cfg.method,
-            "metric": setup.metric,
-            **setup.manifest_fields(),
-            "attribution": run.info.get("attribution", "on" if cfg.attribution else "off (--no-attribution)"),
-            "unablated_value": run.unablated_value,
-            "masked_value": run.masked_value,
-            "baseline_value": run.masked_value,  # the older key of masked_value, kept so older readers still work
-            "mask": {"file": mask_file, "removed": removed} if head_mask else None,
-            "data": data.describe(),
-            "spearman_attribution_vs_exact": run.spearman,
-            "spearman_p_attribution_vs_exact": run.spearman_p,
-            "ci": {"level": cfg.ci, "bootstrap": cfg.n_bootstrap, "over": "items (windows, prompts or sentences)"},
-            "run": run.info,
-            "resumed": bool(getattr(opened, "resumed", False)),
-        }
-    }
-    small = ablation_small_sample_note(extra["ablation"])
-    if small:
-        extra["ablation"]["small_sample_note"] = small  # intervals over fewer than MIN_ITEMS items under-cover
+    record = _ablation_record(cfg, setup, run, mask_file=mask_file, removed=removed, resumed=bool(getattr(opened, "resumed", False)))
     manifest = build_manifest(
-        model=loaded, command=command, seed=cfg.seed, prepend_bos=spec.prepend_bos, configs={"ablation": cfg}, extra=extra
+        model=loaded, command=command, seed=cfg.seed, prepend_bos=spec.prepend_bos, configs={"ablation": cfg}, extra={"ablation": record}
     )
     return AblationResult(tables={"ablation": _named(run.table)}, manifest={"result": AblationResult.kind, **manifest}, setup=setup)
+
+
+def _opened(journal: JournalOpener | None, loaded: LoadedModel, data: EvalSet, cfg: AblationConfig, removed: Any) -> Any:
+    """The sweep's journal opened with what it must match to resume (model, data, config, mask); None without one."""
+    if not journal:
+        return None
+    return journal(
+        {"model": model_key(loaded), "data": data.describe(), "data_fingerprint": data.fingerprint(), "config": vars(cfg), "mask": removed}
+    )
+
+
+def _ablation_record(
+    cfg: AblationConfig, setup: EvalSetup, run: AblationRun, *, mask_file: str | None, removed: Any, resumed: bool
+) -> dict[str, Any]:
+    """The manifest's ``ablation`` entry: method, metric and data, the unablated and masked values, the mask,
+    attribution against exact, the intervals, the run's info; with a note when intervals rest on few items."""
+    record = {
+        "method": cfg.method,
+        "metric": setup.metric,
+        **setup.manifest_fields(),
+        "attribution": run.info.get("attribution", "on" if cfg.attribution else "off (--no-attribution)"),
+        "unablated_value": run.unablated_value,
+        "masked_value": run.masked_value,
+        "baseline_value": run.masked_value,  # the older key of masked_value, kept so older readers still work
+        "mask": {"file": mask_file, "removed": removed} if removed is not None else None,
+        "data": setup.data.describe(),
+        "spearman_attribution_vs_exact": run.spearman,
+        "spearman_p_attribution_vs_exact": run.spearman_p,
+        "ci": {"level": cfg.ci, "bootstrap": cfg.n_bootstrap, "over": "items (windows, prompts or sentences)"},
+        "run": run.info,
+        "resumed": resumed,
+    }
+    small = ablation_small_sample_note(record)
+    if small:
+        record["small_sample_note"] = small  # intervals over fewer than MIN_ITEMS items under-cover
+    return record
 
 
 #: The ablation table's columns: the analysis's (:data:`~headlens.analyses.ablation.study.TABLE_COLUMNS`) with ``name`` after ``head``.

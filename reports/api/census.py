@@ -27,7 +27,7 @@ from headlens.analyses.heads.classify import (
     parse_thresholds,
 )
 from headlens.analyses.heads.detectors import get_detectors
-from headlens.analyses.measure.masks import read_mask
+from headlens.analyses.measure.masks import HeadMask, read_mask
 from headlens.analyses.patching.evidence import EvidenceConfig
 from headlens.analyses.stimuli import load_referent_file
 from headlens.probes.config import ModelConfig
@@ -172,6 +172,18 @@ def check_classify_settings(thresholds: Sequence[str], baseline_factor: float, m
     return parsed
 
 
+def _masked(config: CensusConfig, pruned: HeadMask, evidence: EvidenceConfig | None) -> CensusConfig:
+    """``config`` with the mask's heads zeroed (``ablate``); refused with other ``ablate`` heads or with evidence."""
+    if config.ablate and set(config.ablate) != set(pruned.heads):
+        raise InputError(
+            "ablate= with mask=: the mask's heads are the ones zeroed; give the heads either as ablate= or in the mask, not both",
+            parameter="ablate",
+        )
+    if evidence is not None:
+        raise InputError("evidence with mask: the interventions run on the unpruned model, so they would not test the pruned model's roles")
+    return dataclasses.replace(config, ablate=tuple(pruned.heads))
+
+
 def check_census_config(config: CensusConfig) -> None:
     """Cheap input checks before the model loads (the census repeats them)."""
     get_detectors(list(config.detectors) if config.detectors is not None else None)
@@ -231,16 +243,7 @@ def census(
     baseline_factor = check_baseline_factor(baseline_factor)
     pruned = read_mask(mask) if mask else None
     if pruned is not None:
-        if config.ablate and set(config.ablate) != set(pruned.heads):
-            raise InputError(
-                "ablate= with mask=: the mask's heads are the ones zeroed; give the heads either as ablate= or in the mask, not both",
-                parameter="ablate",
-            )
-        if evidence is not None:
-            raise InputError(
-                "evidence with mask: the interventions run on the unpruned model, so they would not test the pruned model's roles"
-            )
-        config = dataclasses.replace(config, ablate=tuple(pruned.heads))
+        config = _masked(config, pruned, evidence)
     check_census_config(config)
     loaded = as_loaded(model, load)
     if pruned is not None:

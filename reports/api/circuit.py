@@ -22,7 +22,7 @@ import pandas as pd
 
 from headlens.analyses.circuits.config import MAX_PAIRS, CircuitConfig
 from headlens.analyses.circuits.cost import circuit_cost
-from headlens.analyses.circuits.graph import build_graph
+from headlens.analyses.circuits.graph import EdgeGraph, build_graph
 from headlens.analyses.circuits.ground_truth import folder_defaults, read_truth
 from headlens.analyses.circuits.hooks import check_edge_model, edge_flags
 from headlens.analyses.circuits.method_choice import choose_method
@@ -150,6 +150,31 @@ class CircuitResult(Result):
         return cls(run=run, manifest=manifest)
 
 
+def _given_pairs(task: Any, builtin: str | None, n_pairs: int) -> tuple[list[Any], dict[str, Any]] | None:
+    """The pairs of ``task`` (None for a built-in task) with their source, the choice and the pair count checked."""
+    if task is not None and builtin is not None:
+        raise InputError("give either task= (pairs) or builtin=, not both", parameter="task", builtin=builtin)
+    if builtin is not None and builtin not in BUILTINS:
+        raise InputError(f"builtin={builtin!r} is not a built-in task: choose from {', '.join(BUILTINS)}", builtin=builtin)
+    given = pair_items(task) if task is not None else None
+    if given is not None:
+        _check_pairs(len(given[0]), subject=f"task={given[1]['task']!r} holds {len(given[0])} pairs")
+    else:
+        _check_pairs(n_pairs)
+    return given
+
+
+def _check_graph(loaded: LoadedModel, graph: EdgeGraph, cfg: CircuitConfig) -> None:
+    """The checks that need the graph, before any pair is built: the intervals' memory, ``top_n``, patchable edges."""
+    n_edges = len(graph.edges)
+    # the intervals' resampled means of every edge at once, against this machine's memory
+    check_count("n_bootstrap", cfg.n_bootstrap, bytes_each=BOOTSTRAP_BYTES * n_edges)
+    if cfg.top_n is not None and cfg.top_n > n_edges:
+        raise InputError(f"top_n={cfg.top_n} is above the graph's {n_edges} edges", top_n=cfg.top_n)
+    with edge_flags(loaded):  # a family whose edges cannot be patched
+        check_edge_model(loaded, graph)
+
+
 def _task_file(given: tuple[list[Any], dict[str, Any]] | None) -> str | None:
     """The manifest's ``task_file``: the pair file's path, None for built-in pairs or pairs given in memory."""
     return given[1]["task"] if given is not None and given[1]["kind"] == "file" else None
@@ -221,24 +246,11 @@ def circuit(
         read_truth(truth_file)
         cfg = replace(cfg, ground_truth=truth_file)
     load = loading_of(values)
-    if task is not None and builtin is not None:
-        raise InputError("give either task= (pairs) or builtin=, not both", parameter="task", builtin=builtin)
-    if builtin is not None and builtin not in BUILTINS:
-        raise InputError(f"builtin={builtin!r} is not a built-in task: choose from {', '.join(BUILTINS)}", builtin=builtin)
-    given = pair_items(task) if task is not None else None  # a task's errors before the model loads
-    if given is not None:
-        _check_pairs(len(given[0]), subject=f"task={given[1]['task']!r} holds {len(given[0])} pairs")
-    else:
-        _check_pairs(n_pairs)
+    given = _given_pairs(task, builtin, n_pairs)  # a task's errors before the model loads
     loaded = as_loaded(model, load)
     graph = build_graph(loaded)
     n_edges = len(graph.edges)
-    # the intervals' resampled means of every edge at once, against this machine's memory, before any pair is built
-    check_count("n_bootstrap", cfg.n_bootstrap, bytes_each=BOOTSTRAP_BYTES * n_edges)
-    if cfg.top_n is not None and cfg.top_n > n_edges:
-        raise InputError(f"top_n={cfg.top_n} is above the graph's {n_edges} edges", top_n=cfg.top_n)
-    with edge_flags(loaded):  # a family whose edges cannot be patched: refused before any pair is built
-        check_edge_model(loaded, graph)
+    _check_graph(loaded, graph, cfg)
     if given is not None:
         pairs = tokenize_pairs(loaded, given[0], prepend_bos=prepend_bos, source=given[1])
     else:

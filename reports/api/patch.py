@@ -155,6 +155,59 @@ class PatchingResult(Result):
         return cls(tables=cls.read_tables(p), manifest=read_manifest(p))
 
 
+def _check_settings(
+    cfg: PatchConfig, *, task: Any, builtin: str | None, attribution: bool, receivers: Any, path: bool
+) -> tuple[tuple[int, int], ...] | None:
+    """The checks before the model loads: the pairs' source, attribution's direction, the receivers (parsed) and path."""
+    if task is not None and builtin is not None:
+        raise InputError("give either task= (pairs) or builtin=, not both", parameter="task", builtin=builtin)
+    if builtin is not None and builtin not in BUILTINS:
+        raise InputError(f"builtin={builtin!r} is not a built-in task: choose from {', '.join(BUILTINS)}", builtin=builtin)
+    if attribution and "denoising" not in cfg.directions:
+        raise InputError("attribution= estimates denoising: use directions= with 'denoising'", attribution=attribution)
+    parsed = as_heads(receivers, name="receivers") if receivers is not None else None
+    if path and not parsed:
+        raise InputError("path=True needs receivers= (the receiver heads of path patching)", parameter="path")
+    return parsed
+
+
+def _pairs(loaded: LoadedModel, cfg: PatchConfig, given: Any, *, builtin: str | None, n_pairs: int, prepend_bos: bool) -> Any:
+    """The pairs, tokenized: ``given`` (a task's pairs and source) or ``n_pairs`` of a built-in task; then the
+    intervals' resampled means of every head (and position) at once checked against this machine's memory."""
+    if given is not None:
+        pairs = tokenize_pairs(loaded, given[0], prepend_bos=prepend_bos, source=given[1])
+    else:
+        pairs = builtin_task(loaded, builtin or "induction", n=n_pairs, seed=cfg.seed, prepend_bos=prepend_bos)
+    n_stats = loaded.n_layers * loaded.n_heads * (int(pairs.clean.shape[1]) if cfg.per_position else 1)
+    check_count("n_resamples", cfg.n_resamples, minimum=0, bytes_each=BOOTSTRAP_BYTES * n_stats)
+    return pairs
+
+
+def _shared(cfg: PatchConfig) -> dict[str, Any]:
+    """The settings path patching takes from the call's :class:`PatchConfig`."""
+    return {"batch_size": cfg.batch_size, "n_resamples": cfg.n_resamples, "seed": cfg.seed}
+
+
+def _with_attribution(
+    loaded: LoadedModel,
+    pairs: Any,
+    cfg: PatchConfig,
+    exact: pd.DataFrame,
+    tables: dict[str, pd.DataFrame],
+    extra: dict[str, Any],
+    progress: Progress | None,
+) -> pd.DataFrame:
+    """Attribution patching beside the exact ``patching`` table: its columns merged into it (with their agreement
+    in ``extra``), or per position a table of its own in ``tables``; the patching table to keep."""
+    est = run_attribution_patching(loaded, pairs, batch_size=cfg.batch_size, n_resamples=cfg.n_resamples, seed=cfg.seed, progress=progress)
+    if cfg.per_position:
+        tables["attribution"] = est.table
+        extra["attribution"] = est.info
+        return exact
+    extra["attribution"] = {**est.info, "agreement_with_exact": agreement(est.table, exact)}
+    return exact.merge(est.table.drop(columns=["name"]), on=["layer", "head"], how="left")
+
+
 @study("patch", PatchConfig)
 def patch(
     model: LoadedModel | str,
@@ -208,65 +261,31 @@ def patch(
     values = locals()
     cfg = config_of(PatchConfig, values)
     load = loading_of(values)
-    if task is not None and builtin is not None:
-        raise InputError("give either task= (pairs) or builtin=, not both", parameter="task", builtin=builtin)
-    if builtin is not None and builtin not in BUILTINS:
-        raise InputError(f"builtin={builtin!r} is not a built-in task: choose from {', '.join(BUILTINS)}", builtin=builtin)
-    if attribution and "denoising" not in cfg.directions:
-        raise InputError("attribution= estimates denoising: use directions= with 'denoising'", attribution=attribution)
-    receivers = as_heads(receivers, name="receivers") if receivers is not None else None  # before the model loads
-    if path and not receivers:
-        raise InputError("path=True needs receivers= (the receiver heads of path patching)", parameter="path")
+    receivers = _check_settings(cfg, task=task, builtin=builtin, attribution=attribution, receivers=receivers, path=path)
     given = pair_items(task) if task is not None else None  # a task's errors before the model loads
     if task is None:
         check_pairs(n_pairs)  # the rule a task's pairs meet too (pair_items)
     loaded = as_loaded(model, load)
     if receivers:
         check_receivers(loaded, receivers)  # before any forward
-    if given is not None:
-        pairs = tokenize_pairs(loaded, given[0], prepend_bos=prepend_bos, source=given[1])
-    else:
-        pairs = builtin_task(loaded, builtin or "induction", n=n_pairs, seed=cfg.seed, prepend_bos=prepend_bos)
-    # the intervals' resampled means of every head (and position) at once, against this machine's memory, before any forward
-    n_stats = loaded.n_layers * loaded.n_heads * (int(pairs.clean.shape[1]) if cfg.per_position else 1)
-    check_count("n_resamples", cfg.n_resamples, minimum=0, bytes_each=BOOTSTRAP_BYTES * n_stats)
+    pairs = _pairs(loaded, cfg, given, builtin=builtin, n_pairs=n_pairs, prepend_bos=prepend_bos)
     tables: dict[str, pd.DataFrame] = {}
-    extra: dict[str, Any] = {}
     # first: a model it refuses (e.g. a logit softcap) is refused before any patching runs
     d = run_dla(loaded, pairs, batch_size=cfg.batch_size) if dla else None
-    if d is not None:
-        extra["dla"] = d.info
+    extra: dict[str, Any] = {"dla": d.info} if d is not None else {}
     result = run_patching(loaded, pairs, cfg, progress=progress)
     table = result.table
     small = small_sample_note(len(pairs), items="pairs") if cfg.n_resamples > 0 else None  # intervals over few pairs under-cover
     extra["patching"] = {**result.info, "small_sample_note": small} if small else result.info
     if attribution:
-        est = run_attribution_patching(
-            loaded, pairs, batch_size=cfg.batch_size, n_resamples=cfg.n_resamples, seed=cfg.seed, progress=progress
-        )
-        if not cfg.per_position:
-            table = table.merge(est.table.drop(columns=["name"]), on=["layer", "head"], how="left")
-            extra["attribution"] = {**est.info, "agreement_with_exact": agreement(est.table, result.table)}
-        else:
-            tables["attribution"] = est.table
-            extra["attribution"] = est.info
+        table = _with_attribution(loaded, pairs, cfg, result.table, tables, extra, progress)
     tables = {"patching": table, **tables}
-    if receivers:
-        path_config = config_of(
-            PathConfig, values, receivers=receivers, batch_size=cfg.batch_size, n_resamples=cfg.n_resamples, seed=cfg.seed
-        )
+    if receivers:  # path patching, with this call's batch size, resamples and seed
+        path_config = config_of(PathConfig, values, receivers=receivers, **_shared(cfg))
         path_run = run_path_patching(loaded, pairs, path_config, progress=progress)
-        tables["path_patching"] = path_run.table
-        extra["path_patching"] = path_run.info
+        tables["path_patching"], extra["path_patching"] = path_run.table, path_run.info
     if d is not None:
         tables["dla"] = d.table
-    task_file = given[1]["task"] if given is not None and given[1]["kind"] == "file" else None  # pairs in memory: none
-    manifest = build_manifest(
-        model=loaded,
-        command=command,
-        seed=cfg.seed,
-        prepend_bos=prepend_bos,
-        configs={"patch": cfg},
-        extra={**extra, "task_file": task_file},
-    )
+    extra["task_file"] = given[1]["task"] if given is not None and given[1]["kind"] == "file" else None  # pairs in memory: none
+    manifest = build_manifest(model=loaded, command=command, seed=cfg.seed, prepend_bos=prepend_bos, configs={"patch": cfg}, extra=extra)
     return PatchingResult(tables=tables, manifest={"result": PatchingResult.kind, **manifest})

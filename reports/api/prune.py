@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 import torch
 
-from headlens.analyses.ablation.pruning import PruneConfig, run_pruning
+from headlens.analyses.ablation.pruning import PruneConfig, PruneRun, run_pruning
 from headlens.analyses.measure.evalset import EvalSet
 from headlens.analyses.measure.masks import HeadMask, read_mask
 from headlens.analyses.measure.setup import EvalSetup
@@ -146,6 +146,27 @@ class PruneResult(FolderResult):
         return cls(tables=cls.read_tables(p), manifest=read_manifest(p), pruned=read_mask(p / _MASK_FILE))
 
 
+def _pruning_record(run: PruneRun, setup: EvalSetup, *, resumed: bool) -> dict[str, Any]:
+    """The manifest's ``pruning`` entry: the metric and data, the removable fraction and what it saves, the run's info."""
+    best = run.curve.loc[run.curve["fraction_removed"] == run.removable_fraction].iloc[-1]
+    metric = setup.metric
+    return {
+        "metric": metric,
+        **setup.manifest_fields(),
+        "max_increase_is": "absolute (the unablated embedding change is 0)" if metric == "embedding" else "relative to the unablated value",
+        "unablated_value": run.unablated_value,
+        "removable_fraction": run.removable_fraction,
+        "removable_heads": len(run.pruned),
+        "value_at_removable": float(best["value"]),
+        "kv_bytes_saved_per_1k_tokens_at_removable": int(best["kv_bytes_saved_per_1k_tokens"]),
+        "kv_formula": "2 x kv_heads_removed x d_head x 1000 x bytes_per_value",
+        "importance": run.info["importance"],
+        "data": setup.data.describe(),
+        "run": run.info,
+        "resumed": resumed,
+    }
+
+
 @study("prune", PruneConfig)
 def prune(
     model: LoadedModel | str,
@@ -204,27 +225,7 @@ def prune(
     )
     with opened or contextlib.nullcontext():
         run = run_pruning(loaded, data, cfg, journal=opened, progress=progress)
-    best = run.curve.loc[run.curve["fraction_removed"] == run.removable_fraction].iloc[-1]
-    metric = setup.metric
-    extra = {
-        "pruning": {
-            "metric": metric,
-            **setup.manifest_fields(),
-            "max_increase_is": "absolute (the unablated embedding change is 0)"
-            if metric == "embedding"
-            else "relative to the unablated value",
-            "unablated_value": run.unablated_value,
-            "removable_fraction": run.removable_fraction,
-            "removable_heads": len(run.pruned),
-            "value_at_removable": float(best["value"]),
-            "kv_bytes_saved_per_1k_tokens_at_removable": int(best["kv_bytes_saved_per_1k_tokens"]),
-            "kv_formula": "2 x kv_heads_removed x d_head x 1000 x bytes_per_value",
-            "importance": run.info["importance"],
-            "data": data.describe(),
-            "run": run.info,
-            "resumed": bool(getattr(opened, "resumed", False)),
-        }
-    }
+    extra = {"pruning": _pruning_record(run, setup, resumed=bool(getattr(opened, "resumed", False)))}
     manifest = build_manifest(
         model=loaded, command=command, seed=cfg.seed, prepend_bos=spec.prepend_bos, configs={"prune": cfg}, extra=extra
     )

@@ -305,20 +305,24 @@ def sinks(  # pyright: ignore[reportInconsistentOverload]
     if attention != "auto" or query_block != 256:
         raise InputError("sinks: attention= and query_block= apply with lengths= (the full study reads the patterns, eager)")
     loaded = as_loaded(model, load, seed=config.seed)
-    report = run_sinks(loaded, config, progress=progress)
-    settings = config.bos
-    result = SinksResult(run=report)
+    return _sinks_result(loaded, run_sinks(loaded, config, progress=progress), command=command, prompts_file=prompts_file)
+
+
+def _sinks_result(loaded: LoadedModel, run: SinksRun, *, command: list[str] | None, prompts_file: str | None) -> SinksResult:
+    """The result of a full sinks study: the run, its manifest (the files it saves listed) and its summary."""
+    config, settings = run.config, run.config.bos
+    result = SinksResult(run=run)
     figures = [Path(f"{stem}.png") for stem in result._figure_makers()]
-    files = [*sorted(_file_names(result, report.tables)), SUMMARY_FILE]
+    files = [*sorted(_file_names(result, run.tables)), SUMMARY_FILE]
     result.manifest = build_manifest(
         model=loaded,
         command=command,
         seed=config.seed,
         prepend_bos=settings[0] if len(settings) == 1 else None,
         configs={"sinks": _config_record(config)},
-        extra={"sinks": {**report.info, "bos_settings": list(settings), "files": files, "prompts_file": prompts_file}},
+        extra={"sinks": {**run.info, "bos_settings": list(settings), "files": files, "prompts_file": prompts_file}},
     )
-    result.summary = summary_markdown(report, model_name=loaded.name, figures=figures)
+    result.summary = summary_markdown(run, model_name=loaded.name, figures=figures)
     return result
 
 
