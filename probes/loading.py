@@ -245,42 +245,10 @@ def load_model(
     device = resolve_device(config.device) if placement is None else compute_device(placement)
     dtype = resolve_dtype(config.dtype, device)
     source, path = resolve_source(config.model, named)
-    gguf: GgufFacts | None = None
-    folder = path  # what boots: the folder, the Hub id, or the checkpoint converted from a GGUF file
-    if source == "gguf":
-        converted, gguf = gguf_checkpoint(Path(path), config.model)
-        folder = str(converted)
-    if source in ("local", "gguf"):
-        check_weight_files(Path(folder), config.model, complete=True)
-    else:
-        snapshot = hub_snapshot(path, config.revision)
-        if snapshot is not None:
-            check_weight_files(snapshot, config.model, complete=False)
+    folder, gguf = _checked_folder(source, path, config)
     if placement is not None:
         check_module_names(placement, folder, config.revision, config.model)
-    try:
-        bridge, reports = boot(folder, device, dtype, config.revision, placement)
-    except OSError as exc:
-        if source == "hub":
-            raise ModelLoadError(
-                f"could not load {config.model!r}: its weights are not in the local Hugging Face cache and the Hub could not be reached"
-                " (offline, or no such model); pass a local checkpoint folder instead: model=path/to/folder",
-                model=config.model,
-            ) from exc
-        raise ModelLoadError(f"could not load {config.model!r}: {first_line(exc)}", model=config.model) from exc
-    except (ValueError, KeyError, RuntimeError, NotImplementedError) as exc:
-        if placement is not None and "device_map" in str(exc):  # transformer-lens refuses this placement
-            raise DeviceError(f"device_map={config.device_map!r}: {first_line(exc)}", model=config.model) from exc
-        seen = getattr(exc, "headlens_load_reports", None)
-        info = seen.reports[-1][1] if seen is not None and seen.reports else None  # mismatched shapes raise after the report
-        message = mismatch_message(config.model, info) if info is not None else None
-        raise ModelLoadError(message or f"could not load {config.model!r}: {first_line(exc)}", model=config.model) from exc
-    except Exception as exc:
-        if type(exc).__name__ not in _CORRUPT_ERRORS:
-            raise
-        raise ModelLoadError(
-            f"could not load {config.model!r}: a weights file is corrupt or truncated ({first_line(exc)})", model=config.model
-        ) from exc
+    bridge, reports = _boot(folder, device, dtype, config, placement, source)
     hf_model = bridge.original_model
     device_map = None if placement is None else realized(hf_model, placement)
     device = device if placement is None else input_device(bridge)
@@ -314,6 +282,52 @@ def load_model(
         device_map=device_map,
         gguf=gguf,
     )
+
+
+def _checked_folder(source: str, path: str, config: ModelConfig) -> tuple[str, GgufFacts | None]:
+    """What boots (the folder, the Hub id, or the checkpoint converted from a GGUF file, with that file's facts),
+    its weight files checked first (a Hub model's where the local cache holds a snapshot)."""
+    gguf: GgufFacts | None = None
+    folder = path
+    if source == "gguf":
+        converted, gguf = gguf_checkpoint(Path(path), config.model)
+        folder = str(converted)
+    if source in ("local", "gguf"):
+        check_weight_files(Path(folder), config.model, complete=True)
+    else:
+        snapshot = hub_snapshot(path, config.revision)
+        if snapshot is not None:
+            check_weight_files(snapshot, config.model, complete=False)
+    return folder, gguf
+
+
+def _boot(folder: str, device: torch.device, dtype: torch.dtype, config: ModelConfig, placement: Placement | None, source: str) -> Any:
+    """:func:`~headlens.probes.boot.boot` with its failures as one-line errors: :class:`ModelLoadError` (weights
+    not in the cache and the Hub unreachable, unreadable, mismatched or corrupt weights) or :class:`DeviceError`
+    (a placement transformer-lens refuses)."""
+    try:
+        return boot(folder, device, dtype, config.revision, placement)
+    except OSError as exc:
+        if source == "hub":
+            raise ModelLoadError(
+                f"could not load {config.model!r}: its weights are not in the local Hugging Face cache and the Hub could not be reached"
+                " (offline, or no such model); pass a local checkpoint folder instead: model=path/to/folder",
+                model=config.model,
+            ) from exc
+        raise ModelLoadError(f"could not load {config.model!r}: {first_line(exc)}", model=config.model) from exc
+    except (ValueError, KeyError, RuntimeError, NotImplementedError) as exc:
+        if placement is not None and "device_map" in str(exc):  # transformer-lens refuses this placement
+            raise DeviceError(f"device_map={config.device_map!r}: {first_line(exc)}", model=config.model) from exc
+        seen = getattr(exc, "headlens_load_reports", None)
+        info = seen.reports[-1][1] if seen is not None and seen.reports else None  # mismatched shapes raise after the report
+        message = mismatch_message(config.model, info) if info is not None else None
+        raise ModelLoadError(message or f"could not load {config.model!r}: {first_line(exc)}", model=config.model) from exc
+    except Exception as exc:
+        if type(exc).__name__ not in _CORRUPT_ERRORS:
+            raise
+        raise ModelLoadError(
+            f"could not load {config.model!r}: a weights file is corrupt or truncated ({first_line(exc)})", model=config.model
+        ) from exc
 
 
 def _check_analysable(bridge: Any, spec: str) -> None:
