@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import subprocess
 import time
@@ -150,6 +151,7 @@ def run(
     """Every section's figures; ``model`` a name (loaded here on the CPU) or a loaded model, and ``census``
     one already run on it with ``counts``' settings (:func:`run_census`; the tests')."""
     torch.manual_seed(0)
+    load_start = os.getloadavg()[0]
     loaded, load_s = _timed(headlens.load_model, model, device="cpu") if isinstance(model, str) else (model, 0.0)
     data: dict[str, Any] = {"load_seconds": load_s, "evidence_roles": SPECIFIC_ROLES, "settings": counts.__dict__}
     data.update(dict.fromkeys(SECTIONS[2:]))  # a section not run renders as "(not in this run)"
@@ -177,6 +179,8 @@ def run(
         "date": time.strftime("%Y-%m-%d"),
         "sections": {name: _commit() for name in ("model", "census", *sections) if name in SECTIONS},
     }
+    load = f"{load_start:.1f} to {os.getloadavg()[0]:.1f}"  # other jobs on the machine: the times carry them
+    data["environment"]["loads"] = {name: load for name in data["environment"]["sections"]}
     return data
 
 
@@ -209,6 +213,7 @@ def merged(previous: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     out["environment"] = {
         **new["environment"],
         "sections": {**previous.get("environment", {}).get("sections", {}), **new["environment"]["sections"]},
+        "loads": {**previous.get("environment", {}).get("loads", {}), **new["environment"].get("loads", {})},
     }
     return out
 
@@ -227,6 +232,9 @@ Commits that produced each section:
 
 Every number on this page was printed by one run of `benchmarks/real_model_page.py` on 2 CPU cores
 (torch {{ d.environment.torch }}, {{ d.environment.threads }} torch thread{{ "s" if d.environment.threads != 1 else "" }});
+{% if d.environment.get("loads") %}the cores were shared with other jobs, so the times carry their load (load average over the run of each
+section: {% for k, v in d.environment.loads.items() %}{{ k }} {{ v }}{{ ", " if not loop.last else "" }}{% endfor %});
+{% endif %}
 each section names the library call and its settings, and the lines in boxes are the results' findings as the command prints them.
 
 ## The model
