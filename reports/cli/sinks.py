@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -91,25 +91,10 @@ def sinks_cmd(
     if lengths is not None:
         if text is not None:
             raise click.UsageError("give either --text or --lengths, not both")
-        documents = tuple(read_prompts(prompts_file)) if prompts_file is not None else None
         loaded = load(model, device, dtype, revision, allow_new_weights, seed=settings["seed"])
-        with progress_bars("sinks", quiet=quiet) as progress:
-            result = sinks(
-                loaded,
-                lengths=lengths,
-                eps=settings["eps"],
-                n_long=settings["n_long"],
-                bos=bos_settings,
-                attention=attention,
-                query_block=query_block,
-                seed=settings["seed"],
-                prompts=documents,
-                prompts_file=prompts_file,
-                progress=progress,
-                command=command_line(),
-            )
         assert out_dir is not None  # checked above: --out unless --text
-        _lengths_done(result, Path(out_dir), overwrite)
+        _lengths(loaded, settings, lengths=lengths, bos=bos_settings, attention=attention, query_block=query_block,
+                 prompts_file=prompts_file, out=Path(out_dir), overwrite=overwrite, quiet=quiet)  # fmt: skip
         return
     if attention == "streaming":
         raise click.UsageError("--attention streaming needs --lengths: the full sink study reads the attention patterns (eager)")
@@ -128,6 +113,42 @@ def sinks_cmd(
     out = Path(out_dir)
     result.save(out, overwrite=overwrite)
     _sinks_done(result, out)
+
+
+def _lengths(
+    loaded: Any,
+    settings: dict[str, Any],
+    *,
+    lengths: Any,
+    bos: tuple[bool, ...],
+    attention: str,
+    query_block: int,
+    prompts_file: str | None,
+    out: Path,
+    overwrite: bool,
+    quiet: bool,
+) -> None:
+    """``sinks --lengths``: the long-context study into ``out``, its lines printed."""
+    from headlens.probes.prompts import read_prompts
+    from headlens.reports.api.sinks import sinks
+
+    documents = tuple(read_prompts(prompts_file)) if prompts_file is not None else None
+    with progress_bars("sinks", quiet=quiet) as progress:
+        result = sinks(
+            loaded,
+            lengths=lengths,
+            eps=settings["eps"],
+            n_long=settings["n_long"],
+            bos=bos,
+            attention=attention,
+            query_block=query_block,
+            seed=settings["seed"],
+            prompts=documents,
+            prompts_file=prompts_file,
+            progress=progress,
+            command=command_line(),
+        )
+    _lengths_done(result, out, overwrite)
 
 
 def _sinks_done(result: SinksResult, out: Path) -> None:

@@ -113,16 +113,42 @@ def sweep_cmd(
     is then 1. The dataset OUT/dataset is partitioned by model: model, revision, step,
     label, layer, head, detector, score, baseline, ci_low, ci_high, n, accuracy, role.
     """
-    from headlens.probes.manifest import build_manifest
-    from headlens.reports.api.census import check_census_config, default_thresholds, parse_thresholds
-    from headlens.reports.render.figures.sweep import sweep_figures
-    from headlens.reports.render.tables import write_table
     from headlens.reports.runs.sweep.engine import check_settings, import_ray, run_sweep
-    from headlens.reports.runs.sweep.gather import gather, import_pyarrow, loss_sets
-    from headlens.reports.runs.sweep.plan import parse_steps, plan_tasks
+    from headlens.reports.runs.sweep.gather import import_pyarrow
+    from headlens.reports.runs.sweep.plan import plan_tasks
 
     import_ray()
     import_pyarrow()
+    config, revs = _sweep_config(
+        revisions, steps, settings, device=device, dtype=dtype, allow_new_weights=allow_new_weights, thresholds=thresholds,
+        baseline_factor=baseline_factor, text_file=text_file, loss_windows=loss_windows, loss_window=loss_window, ablation=ablation,
+    )  # fmt: skip
+    tasks = plan_tasks(list(models), revs)
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        fail(f"output {out} exists and is not a folder", 4)
+    out.mkdir(parents=True, exist_ok=True)
+    check_settings(out, config, overwrite=overwrite)
+    command = ["headlens", *sys.argv[1:]]
+    _say(f"sweep: {_count(len(tasks), 'task')} -> {out}", quiet)
+    outcome = run_sweep(
+        tasks, config, out, command=command, address=address, num_cpus=num_cpus, cpus_per_task=cpus_per_task,
+        gpus_per_task=gpus_per_task, max_retries=max_retries, on_record=_on_record(quiet),
+    )  # fmt: skip
+    skipped, failed = outcome.by_status("skipped"), outcome.by_status("failed")
+    if skipped:
+        _say(f"{len(skipped)} of {_count(len(tasks), 'task')} {'was' if len(skipped) == 1 else 'were'} done already (skipped)", quiet)
+    _write_outputs(out, tasks, outcome, config, command, no_figures=no_figures, quiet=quiet)
+    if failed:
+        fail(f"{len(failed)} of {_count(len(tasks), 'task')} failed (see {out}/tasks.csv); rerun the same command to retry them", 1)
+
+
+def _sweep_config(revisions, steps, settings, *, thresholds, text_file, **fields):
+    """The sweep's settings (census config checked, thresholds parsed, the text read and resolved) and the revisions
+    (``--revisions`` items, then the ``--steps`` ranges), all before Ray starts."""
+    from headlens.reports.api.census import check_census_config, parse_thresholds
+    from headlens.reports.runs.sweep.plan import parse_steps
+
     revs = [r for item in revisions for r in (parse_csv(item) or [])]
     for item in steps:
         revs += parse_steps(item)
@@ -132,23 +158,15 @@ def sweep_cmd(
     check_census_config(census)
     config = SweepConfig(
         census=census,
-        device=device,
-        dtype=dtype,
-        allow_new_weights=allow_new_weights,
         thresholds=tuple(sorted(parse_thresholds(list(thresholds)).items())),
-        baseline_factor=baseline_factor,
         text_file=str(Path(text_file).resolve()) if text_file else None,
-        loss_windows=loss_windows,
-        loss_window=loss_window,
-        ablation=ablation,
+        **fields,
     )
-    tasks = plan_tasks(list(models), revs)
-    out = Path(out_dir)
-    if out.exists() and not out.is_dir():
-        fail(f"output {out} exists and is not a folder", 4)
-    out.mkdir(parents=True, exist_ok=True)
-    check_settings(out, config, overwrite=overwrite)
-    command = ["headlens", *sys.argv[1:]]
+    return config, revs
+
+
+def _on_record(quiet):
+    """The line printed as each task finishes (a failure on stderr, always)."""
 
     def on_record(record, finished, total):
         if record["status"] == "failed":
@@ -162,22 +180,17 @@ def sweep_cmd(
                 quiet,
             )
 
-    _say(f"sweep: {_count(len(tasks), 'task')} -> {out}", quiet)
-    outcome = run_sweep(
-        tasks,
-        config,
-        out,
-        command=command,
-        address=address,
-        num_cpus=num_cpus,
-        cpus_per_task=cpus_per_task,
-        gpus_per_task=gpus_per_task,
-        max_retries=max_retries,
-        on_record=on_record,
-    )
-    skipped, failed = outcome.by_status("skipped"), outcome.by_status("failed")
-    if skipped:
-        _say(f"{len(skipped)} of {_count(len(tasks), 'task')} {'was' if len(skipped) == 1 else 'were'} done already (skipped)", quiet)
+    return on_record
+
+
+def _write_outputs(out, tasks, outcome, config, command, *, no_figures, quiet):
+    """tasks.csv, the gathered dataset, the figures and manifest.json; then the closing lines."""
+    from headlens.probes.manifest import build_manifest
+    from headlens.reports.api.census import default_thresholds
+    from headlens.reports.render.figures.sweep import sweep_figures
+    from headlens.reports.render.tables import write_table
+    from headlens.reports.runs.sweep.gather import gather, loss_sets
+
     write_table(_status_table(outcome.records), out / "tasks.csv")
     data, checkpoints = gather(out, tasks)
     windows = loss_sets(out, tasks)
@@ -189,14 +202,14 @@ def sweep_cmd(
         out / "manifest.json",
         build_manifest(
             command=command,
-            seed=census.seed,
-            prepend_bos=census.prepend_bos,
+            seed=config.census.seed,
+            prepend_bos=config.census.prepend_bos,
             configs={"sweep": config},
             extra={
                 "tasks": len(tasks),
                 "done_now": len(outcome.by_status("done")),
-                "skipped": len(skipped),
-                "failed": len(failed),
+                "skipped": len(outcome.by_status("skipped")),
+                "failed": len(outcome.by_status("failed")),
                 "ray_start_s": round(outcome.ray_start_s, 2),
                 "sweep_wall_s": round(outcome.wall_s, 2),
                 "ray_resources": outcome.resources,
@@ -217,8 +230,6 @@ def sweep_cmd(
             else " of " + (", ".join(w["labels"]) if len(w["labels"]) <= 3 else _count(len(w["labels"]), "checkpoint"))
         )
         _say(f"held-out loss{which}: {w['basis']}", quiet)
-    if failed:
-        fail(f"{len(failed)} of {_count(len(tasks), 'task')} failed (see {out}/tasks.csv); rerun the same command to retry them", 1)
 
 
 def _status_table(records):
