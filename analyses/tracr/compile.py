@@ -106,26 +106,22 @@ def _describe(expr: Any) -> str:
     return f"{kind} {expr.label}({children})"
 
 
-def compile_program(spec: ProgramSpec, *, mlp_exactness: int = 100) -> Compiled:
-    """Compile ``spec`` causally with tracr; the weights, residual labels and per-block reads/writes."""
+def _assemble(spec: ProgramSpec, program: Any, mlp_exactness: int) -> tuple[Any, Any, Any, Any]:
+    """tracr's passes on ``program``, causally: its graph, sink node, craft model and assembled model."""
     from tracr.compiler import (
-        assemble,
         basis_inference,
         craft_graph_to_model,
         craft_model_to_transformer,
         expr_to_craft_graph,
-        nodes,
         rasp_to_graph,
     )
     from tracr.compiler.compiling import COMPILER_BOS, COMPILER_PAD
-    from tracr.craft import bases, transformers
+    from tracr.craft import bases
     from tracr.rasp import rasp
 
-    program = spec.build()
-    vocab = set(spec.vocab)
     extracted = rasp_to_graph.extract_rasp_graph(program)
     graph, sources, sink = extracted.graph, extracted.sources, extracted.sink
-    basis_inference.infer_bases(graph, sink, vocab, spec.max_seq_len)
+    basis_inference.infer_bases(graph, sink, set(spec.vocab), spec.max_seq_len)
     expr_to_craft_graph.add_craft_components_to_rasp_graph(
         graph, bos_dir=bases.BasisDirection(rasp.tokens.label, COMPILER_BOS), mlp_exactness=mlp_exactness
     )
@@ -134,14 +130,23 @@ def compile_program(spec: ProgramSpec, *, mlp_exactness: int = 100) -> Compiled:
         craft_model=craft_model, graph=graph, sink=sink, max_seq_len=spec.max_seq_len,
         compiler_bos=COMPILER_BOS, compiler_pad=COMPILER_PAD, causal=True,
     )  # fmt: skip
-    cfg = assembled.model_config
-    residual = list(assembled.residual_labels)
-    params = {f"{mod}/{name}": np.asarray(val, dtype=np.float64) for mod, d in assembled.params.items() for name, val in d.items()}
+    return graph, sink, craft_model, assembled
 
-    # Which RASP expression each craft block computes (identity of the block objects).
-    owner: dict[int, str] = {}
-    ignores: dict[int, dict[str, str]] = {}
-    mlp_parts: list[tuple[str, frozenset[str]]] = []  # (job, output directions) of each RASP MLP
+
+@dataclass(kw_only=True)
+class _Owners:
+    """Which RASP expression each craft block computes, keyed by the identity of the block objects."""
+
+    jobs: dict[int, str] = field(default_factory=dict)
+    ignores: dict[int, dict[str, str]] = field(default_factory=dict)
+    mlp_parts: list[tuple[str, frozenset[str]]] = field(default_factory=list)  # (job, output directions) of each RASP MLP
+
+
+def _owners(graph: Any) -> _Owners:
+    from tracr.compiler import nodes
+    from tracr.craft import transformers
+
+    owners = _Owners()
     for _, node in graph.nodes.items():
         block = node.get(nodes.MODEL_BLOCK)
         if block is None:
@@ -149,53 +154,93 @@ def compile_program(spec: ProgramSpec, *, mlp_exactness: int = 100) -> Compiled:
         expr = node[nodes.EXPR]
         parts = block.blocks if isinstance(block, transformers.SeriesWithResiduals) else [block]
         for part in parts:
-            owner[id(part)] = _describe(expr)
-            ignores[id(part)] = _ignored_inputs(expr)
+            owners.jobs[id(part)] = _describe(expr)
+            owners.ignores[id(part)] = _ignored_inputs(expr)
             for sub in getattr(part, "sub_blocks", []):
-                owner[id(sub)] = _describe(expr)
-                ignores[id(sub)] = _ignored_inputs(expr)
+                owners.jobs[id(sub)] = _describe(expr)
+                owners.ignores[id(sub)] = _ignored_inputs(expr)
             if isinstance(part, transformers.MLP):
-                mlp_parts.append((_describe(expr), frozenset(_label(d) for d in part.snd.output_space.basis)))
+                owners.mlp_parts.append((_describe(expr), frozenset(_label(d) for d in part.snd.output_space.basis)))
+    return owners
 
-    index = {lab: i for i, lab in enumerate(residual)}
+
+def _mlp_block(module: Any, layer: int, owners: _Owners) -> BlockInfo:
+    """One layer's MLP: the RASP MLPs whose outputs it writes, and the directions it reads and writes."""
+    fst_in = [_label(d) for d in module.fst.input_space.basis]
+    snd_out = [_label(d) for d in module.snd.output_space.basis]
+    labels = tuple(sorted({job for job, out in owners.mlp_parts if out <= set(snd_out)})) or ("MLP",)
+    return BlockInfo(kind="mlp", layer=layer, head=None, labels=labels, job="; ".join(labels),
+                     reads={"mlp": _support(fst_in, module.fst.matrix, axis=1)},
+                     writes=_support(snd_out, module.snd.matrix, axis=0))  # fmt: skip
+
+
+def _head_blocks(module: Any, layer: int, owners: _Owners) -> list[BlockInfo]:
+    """One layer's heads: each head's job and the directions its q, k, v read and its output writes."""
+    out = []
+    for h, head in enumerate(module.as_multi().heads()):
+        left = [_label(d) for d in head.w_qk.left_space.basis]
+        right = [_label(d) for d in head.w_qk.right_space.basis]
+        ov_in = [_label(d) for d in head.w_ov.input_space.basis]
+        ov_out = [_label(d) for d in head.w_ov.output_space.basis]
+        job = owners.jobs.get(id(head), "attention head")
+        out.append(BlockInfo(
+            kind="head", layer=layer, head=h, labels=(job,), job=job,
+            reads={"q": _support(left, head.w_qk.matrix, axis=1), "k": _support(right, head.w_qk.matrix, axis=0),
+                   "v": _support(ov_in, head.w_ov.matrix, axis=1)},
+            writes=_support(ov_out, head.w_ov.matrix, axis=0), ignores=owners.ignores.get(id(head), {}),
+        ))  # fmt: skip
+    return out
+
+
+def _blocks(graph: Any, craft_model: Any, residual: list[str]) -> list[BlockInfo]:
+    """Every head and MLP of the craft model in layer order; each direction they touch is in ``residual``."""
+    from tracr.compiler import assemble
+    from tracr.craft import transformers
+
+    owners = _owners(graph)
     _, module_names = assemble._get_model_config_and_module_names(craft_model)
     blocks: list[BlockInfo] = []
     for module_name, module in zip(module_names, craft_model.blocks, strict=True):
         layer = int(module_name.split("/")[1].split("_")[1])
         if isinstance(module, transformers.MLP):
-            fst_in = [_label(d) for d in module.fst.input_space.basis]
-            snd_out = [_label(d) for d in module.snd.output_space.basis]
-            labels = tuple(sorted({job for job, out in mlp_parts if out <= set(snd_out)})) or ("MLP",)
-            blocks.append(BlockInfo(kind="mlp", layer=layer, head=None, labels=labels, job="; ".join(labels),
-                                    reads={"mlp": _support(fst_in, module.fst.matrix, axis=1)},
-                                    writes=_support(snd_out, module.snd.matrix, axis=0)))  # fmt: skip
-            continue
-        for h, head in enumerate(module.as_multi().heads()):
-            left = [_label(d) for d in head.w_qk.left_space.basis]
-            right = [_label(d) for d in head.w_qk.right_space.basis]
-            ov_in = [_label(d) for d in head.w_ov.input_space.basis]
-            ov_out = [_label(d) for d in head.w_ov.output_space.basis]
-            job = owner.get(id(head), "attention head")
-            blocks.append(BlockInfo(
-                kind="head", layer=layer, head=h, labels=(job,), job=job,
-                reads={"q": _support(left, head.w_qk.matrix, axis=1), "k": _support(right, head.w_qk.matrix, axis=0),
-                       "v": _support(ov_in, head.w_ov.matrix, axis=1)},
-                writes=_support(ov_out, head.w_ov.matrix, axis=0), ignores=ignores.get(id(head), {}),
-            ))  # fmt: skip
+            blocks.append(_mlp_block(module, layer, owners))
+        else:
+            blocks.extend(_head_blocks(module, layer, owners))
+    known = set(residual)
     for b in blocks:
-        unknown = [lab for lab in (*b.writes, *sum(b.reads.values(), ())) if lab not in index]
+        unknown = [lab for lab in (*b.writes, *sum(b.reads.values(), ())) if lab not in known]
         assert not unknown, f"block directions outside the residual: {unknown}"
+    return blocks
 
+
+def _outputs(spec: ProgramSpec, program: Any, graph: Any, sink: Any, residual: list[str]) -> tuple[bool, list[Any], list[int]]:
+    """Whether the output is categorical, its values, and the residual index of each output direction."""
+    from tracr.compiler import nodes
+    from tracr.rasp import rasp
+
+    index = {lab: i for i, lab in enumerate(residual)}
     categorical = bool(rasp.is_categorical(sink[nodes.EXPR]))
     out_basis = list(sink[nodes.OUTPUT_BASIS])
     output_dims = [index[_label(d)] for d in out_basis]
     if categorical:
-        output_values = [d.value for d in out_basis]
-    else:
-        # tracr's inferred value set of a numerical mean misses values (frac_prevs: 2/3, 3/4, ...): add every
-        # output the RASP program gives on the stated input set, so the nearest-value unembedding can name it.
-        seen = {v for x in all_inputs(spec) for v in rasp_outputs(program, spec, x) if v is not None}
-        output_values = sorted(set(graph.nodes[sink[nodes.ID]][nodes.VALUE_SET]) | seen)
+        return categorical, [d.value for d in out_basis], output_dims
+    # tracr's inferred value set of a numerical mean misses values (frac_prevs: 2/3, 3/4, ...): add every
+    # output the RASP program gives on the stated input set, so the nearest-value unembedding can name it.
+    seen = {v for x in all_inputs(spec) for v in rasp_outputs(program, spec, x) if v is not None}
+    return categorical, sorted(set(graph.nodes[sink[nodes.ID]][nodes.VALUE_SET]) | seen), output_dims
+
+
+def compile_program(spec: ProgramSpec, *, mlp_exactness: int = 100) -> Compiled:
+    """Compile ``spec`` causally with tracr; the weights, residual labels and per-block reads/writes."""
+    from tracr.compiler.compiling import COMPILER_BOS, COMPILER_PAD
+
+    program = spec.build()
+    graph, sink, craft_model, assembled = _assemble(spec, program, mlp_exactness)
+    cfg = assembled.model_config
+    residual = list(assembled.residual_labels)
+    params = {f"{mod}/{name}": np.asarray(val, dtype=np.float64) for mod, d in assembled.params.items() for name, val in d.items()}
+    blocks = _blocks(graph, craft_model, residual)
+    categorical, output_values, output_dims = _outputs(spec, program, graph, sink, residual)
     encoder: Any = assembled.input_encoder  # a CategoricalEncoder (tracr types it as the base class)
     token_values = sorted(encoder.encoding_map, key=lambda v: encoder.encoding_map[v])
     return Compiled(
