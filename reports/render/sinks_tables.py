@@ -9,6 +9,7 @@ from typing import Any
 
 import pandas as pd
 
+from headlens.analyses.sinks.study import SinksRun
 from headlens.reports.render.markdown import markdown_table
 from headlens.reports.render.page.md_templates import md_environment
 from headlens.reports.render.tables import write_table
@@ -101,7 +102,7 @@ def _frame_text(framing: dict[str, Any]) -> str:
     return "text"
 
 
-def summary_markdown(report: Any, *, model_name: str, figures: Sequence[Path] = ()) -> str:
+def summary_markdown(report: SinksRun, *, model_name: str, figures: Sequence[Path] = ()) -> str:
     """A short Markdown summary of a :class:`~headlens.analyses.sinks.study.SinksRun`, rendered from
     ``templates/summaries/sinks.md.j2`` (this module formats its tables)."""
     cfg, t, info = report.config, report.tables, report.info
@@ -121,7 +122,7 @@ def summary_markdown(report: Any, *, model_name: str, figures: Sequence[Path] = 
         "window_notes": info.get("window_notes") or [],
         "attention_notes": info.get("attention_notes") or [],
         "rates": _md(rates[rate_columns]),
-        "short": [(_bos(r.bos), r.uniform_alpha) for r in t["sink_rates"].itertuples() if r.uniform_alpha > cfg.eps],
+        "short": [(_bos(b), a) for b, a in zip(t["sink_rates"]["bos"], t["sink_rates"]["uniform_alpha"], strict=True) if a > cfg.eps],
         "sink_heads": _sink_heads(t["census"], cfg.bos),
         "targets": _targets(report) if "sink_targets_by_layer" in t and len(t["sink_targets_by_layer"]) else None,
         "content": _content(t, info, cfg.eps) if "content_verdicts" in t else None,
@@ -162,7 +163,7 @@ def _sink_heads(census: pd.DataFrame, settings: Sequence[bool]) -> list[dict[str
     return out
 
 
-def _targets(report: Any) -> list[dict[str, Any]]:
+def _targets(report: SinksRun) -> list[dict[str, Any]]:
     """The sink-targets section: per BOS setting, its key groups and a per-layer table of attention shares."""
     info = report.info.get("sink_targets") or {}
     out = []

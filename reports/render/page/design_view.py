@@ -14,6 +14,7 @@ from markupsafe import Markup
 
 from headlens.reports.render.design_tables import gqa_reading, knockout_reading
 from headlens.reports.render.page.figure import inline_svg
+from headlens.reports.render.page.report_view import ReportView
 from headlens.reports.render.page.smoke import data_items
 from headlens.reports.render.page.values import finite, num, signed
 
@@ -89,7 +90,7 @@ def _knockouts(losses: Any, roles: Any) -> list[dict[str, str]]:
     return rows
 
 
-def design_view(report: Any) -> dict[str, Any] | None:
+def design_view(report: ReportView) -> dict[str, Any] | None:
     """What the design section shows, or None when the stage did not run (its banner says why)."""
     tables = report.design
     if tables is None:

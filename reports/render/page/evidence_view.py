@@ -11,6 +11,7 @@ from typing import Any
 import pandas as pd
 
 from headlens.reports.render.evidence_text import evidence_rule_text, figure_text
+from headlens.reports.render.page.report_view import ReportView
 from headlens.reports.render.sink_lines import sink_evidence_line, specific_first
 from headlens.reports.render.verdict_text import smoke_sentence
 
@@ -23,7 +24,7 @@ def _text(x: Any) -> str:
     return "" if x is None or (isinstance(x, float) and pd.isna(x)) else str(x)
 
 
-def evidence_view(report: Any) -> dict[str, Any]:
+def evidence_view(report: ReportView) -> dict[str, Any]:
     """``{"banners", "smoke", "rule", "rows", "counts"}`` (``rows`` None when the stage has no table)."""
     s = report.stage("evidence")
     banners = [{"status": s.status, "name": s.name, "title": s.title, "error": s.error or ""}] if s.status in ("failed", "skipped") else []
@@ -50,7 +51,7 @@ def evidence_view(report: Any) -> dict[str, Any]:
     return {"banners": banners, "smoke": smoke, "rule": evidence_rule_text(), "rows": rows, "counts": counts}
 
 
-def evidence_md(report: Any, esc: Callable[[Any], str], table: Callable[[list[str], list[list[str]]], list[str]]) -> list[str]:
+def evidence_md(report: ReportView, esc: Callable[[Any], str], table: Callable[[list[str], list[list[str]]], list[str]]) -> list[str]:
     """The Markdown section; ``esc`` escapes a cell, ``table`` writes a table of escaped cells."""
     v = evidence_view(report)
     lines = ["## Evidence for the roles", ""]

@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from headlens.analyses.heads.classify import roles_of
+from headlens.reports.render.page.report_view import ReportView
 from headlens.reports.render.page.values import finite, metric_label, num
 from headlens.reports.render.tables import baseline_label
 
@@ -134,95 +135,89 @@ def ablation_wording(metric: str, method: str, unablated: Any) -> tuple[str, str
     return f"{method} ablation: \u0394 {label}", f"change in {label} when the head alone is {method}-ablated; unablated {num(unablated, 4)}"
 
 
-def heatmaps(report: Any, exact_importance: bool) -> list[dict[str, Any]]:
+def heatmaps(report: ReportView, exact_importance: bool) -> list[dict[str, Any]]:
     """Every heatmap the finished stages allow: detector scores (heads with the role outlined),
     sink alpha, zero and mean ablation, pruning importance."""
-    L, H = report.n_layers, report.n_heads
-    maps: list[dict[str, Any]] = []
-    if not (L and H):
-        return maps
+    if not (report.n_layers and report.n_heads):
+        return []
     has = roles_of(report.roles) if report.roles is not None else {}
-    if report.scores is not None:
-        shown = scored_detectors(report.scores)[0]
-        for det, g in report.scores.groupby("detector", sort=False):
-            if det not in shown:
-                continue  # no head has a score (the page says which): no empty, hatched map
-            outlined = np.array([[det in has.get((a, b), ()) for b in range(H)] for a in range(L)])
-            th = report.thresholds.get(str(det))
-            note = DETECTOR_NOTES.get(str(det), "")
-            note += (
-                f"; uniform baseline {baseline_label(g['baseline'])}"
-                + (f"; role threshold {th:g}" if th is not None else "")
-                + f"; outlined: heads with the role ({int(outlined.sum())} of {L * H})"
-                + _prompts_note(g)
-            )
-            maps.append(
-                _heatmap(
-                    f"{det} score",
-                    note,
-                    head_grid(g, "score", L, H),
-                    cmap="viridis",
-                    vmin=0.0,
-                    vmax=1.0,
-                    fmt=".2f",
-                    outlined=outlined,
-                    map_id=f"hm-{det}",
-                )
-            )
+    maps = _detector_maps(report, report.scores, has) if report.scores is not None else []
     if report.sinks is not None:
-        bos = bool(report.settings.get("prepend_bos", True))
-        sub = report.sinks[report.sinks["bos"].astype(bool) == bos]
-        if len(sub):
-            grid = head_grid(sub, "alpha_mean", L, H)
-            n = int(report.sink_rates["n_sequences"].iloc[0]) if report.sink_rates is not None and len(report.sink_rates) else "its"
-            outlined = np.array([["sink" in has.get((a, b), ()) for b in range(H)] for a in range(L)]) if report.roles is not None else None
-            note = (
-                f"Gu et al. alpha on the sinks stage's own {n} sequences, "
-                f"{'with' if bos else 'no'} BOS; uniform {num(sub['uniform_alpha'].iloc[0])}; "
-                "outlined: heads with the census's sink role (the 'sink score' map)"
-            )
-            title = "sinks stage: alpha" + (" (smoke test)" if report.smoke_test("sinks") else "")
-            maps.append(
-                _heatmap(title, note, grid, cmap="viridis", vmin=0.0, vmax=1.0, fmt=".2f", outlined=outlined, map_id="hm-sink-alpha")
-            )
+        maps += _sink_map(report, report.sinks, has)
+    maps += _ablation_maps(report)
+    if report.importance is not None:
+        maps.append(_importance_map(report, report.importance, exact_importance))
+    return maps
+
+
+def _detector_maps(report: ReportView, scores: pd.DataFrame, has: dict[tuple[int, int], Any]) -> list[dict[str, Any]]:
+    """One map per detector with a score: the heads with its role outlined, its baseline and threshold in the note."""
+    L, H = report.n_layers, report.n_heads
+    maps = []
+    shown = scored_detectors(scores)[0]
+    for det, g in scores.groupby("detector", sort=False):
+        if det not in shown:
+            continue  # no head has a score (the page says which): no empty, hatched map
+        outlined = np.array([[det in has.get((a, b), ()) for b in range(H)] for a in range(L)])
+        th = report.thresholds.get(str(det))
+        note = DETECTOR_NOTES.get(str(det), "")
+        note += (
+            f"; uniform baseline {baseline_label(g['baseline'])}"
+            + (f"; role threshold {th:g}" if th is not None else "")
+            + f"; outlined: heads with the role ({int(outlined.sum())} of {L * H})"
+            + _prompts_note(g)
+        )
+        grid = head_grid(g, "score", L, H)
+        maps.append(
+            _heatmap(f"{det} score", note, grid, cmap="viridis", vmin=0.0, vmax=1.0, fmt=".2f", outlined=outlined, map_id=f"hm-{det}")
+        )
+    return maps
+
+
+def _sink_map(report: ReportView, sinks: pd.DataFrame, has: dict[tuple[int, int], Any]) -> list[dict[str, Any]]:
+    """The sinks stage's alpha for the report's BOS setting (none when it has no rows for it)."""
+    L, H = report.n_layers, report.n_heads
+    bos = bool(report.settings.get("prepend_bos", True))
+    sub = sinks[sinks["bos"].astype(bool) == bos]
+    if not len(sub):
+        return []
+    grid = head_grid(sub, "alpha_mean", L, H)
+    n = int(report.sink_rates["n_sequences"].iloc[0]) if report.sink_rates is not None and len(report.sink_rates) else "its"
+    outlined = np.array([["sink" in has.get((a, b), ()) for b in range(H)] for a in range(L)]) if report.roles is not None else None
+    note = (
+        f"Gu et al. alpha on the sinks stage's own {n} sequences, "
+        f"{'with' if bos else 'no'} BOS; uniform {num(sub['uniform_alpha'].iloc[0])}; "
+        "outlined: heads with the census's sink role (the 'sink score' map)"
+    )
+    title = "sinks stage: alpha" + (" (smoke test)" if report.smoke_test("sinks") else "")
+    return [_heatmap(title, note, grid, cmap="viridis", vmin=0.0, vmax=1.0, fmt=".2f", outlined=outlined, map_id="hm-sink-alpha")]
+
+
+def _ablation_maps(report: ReportView) -> list[dict[str, Any]]:
+    """Zero and mean ablation's change per head, on a colour scale symmetric about 0."""
+    maps = []
     for name, label in (("ablation_zero", "zero"), ("ablation_mean", "mean")):
         table = getattr(report, name)
         if table is not None and len(table):
-            grid = head_grid(table, "delta", L, H)
+            grid = head_grid(table, "delta", report.n_layers, report.n_heads)
             finite_cells = grid[np.isfinite(grid)]
             bound = (float(np.abs(finite_cells).max()) if finite_cells.size else 1.0) or 1.0
             title, note = ablation_wording(str(table["metric"].iloc[0]), label, report.stage(name).info.get("unablated_value"))
             title += " (smoke test)" if report.smoke_test(name) else ""
             maps.append(_heatmap(title, note, grid, cmap="RdBu_r", vmin=-bound, vmax=bound, fmt="+.3f", map_id=f"hm-{label}-ablation"))
-    if report.importance is not None:
-        smoke = " (smoke test)" if report.smoke_test("pruning") else ""
-        grid = head_grid(report.importance, "importance", L, H)
-        top = float(np.nanmax(grid)) if np.isfinite(grid).any() else 1.0
-        if exact_importance:
-            low = min(0.0, float(np.nanmin(grid))) if np.isfinite(grid).any() else 0.0
-            maps.append(
-                _heatmap(
-                    "pruning importance" + smoke,
-                    "exact: embedding change when the head alone is zero-ablated (unpruned model)",
-                    grid,
-                    cmap="viridis",
-                    vmin=low,
-                    vmax=top or 1.0,
-                    fmt=".3f",
-                    map_id="hm-importance",
-                )
-            )
-        else:
-            maps.append(
-                _heatmap(
-                    "pruning importance" + smoke,
-                    "Michel et al. gradient importance, L2-normalised per layer",
-                    grid,
-                    cmap="viridis",
-                    vmin=0.0,
-                    vmax=top or 1.0,
-                    fmt=".2f",
-                    map_id="hm-importance",
-                )
-            )
     return maps
+
+
+def _importance_map(report: ReportView, importance: pd.DataFrame, exact_importance: bool) -> dict[str, Any]:
+    """Pruning importance: the exact single-head change (embedding metric) or Michel et al.'s gradient importance."""
+    smoke = " (smoke test)" if report.smoke_test("pruning") else ""
+    grid = head_grid(importance, "importance", report.n_layers, report.n_heads)
+    top = float(np.nanmax(grid)) if np.isfinite(grid).any() else 1.0
+    if exact_importance:
+        low = min(0.0, float(np.nanmin(grid))) if np.isfinite(grid).any() else 0.0
+        note = "exact: embedding change when the head alone is zero-ablated (unpruned model)"
+        return _heatmap(
+            "pruning importance" + smoke, note, grid, cmap="viridis", vmin=low, vmax=top or 1.0, fmt=".3f", map_id="hm-importance"
+        )
+    note = "Michel et al. gradient importance, L2-normalised per layer"
+    return _heatmap("pruning importance" + smoke, note, grid, cmap="viridis", vmin=0.0, vmax=top or 1.0, fmt=".2f", map_id="hm-importance")

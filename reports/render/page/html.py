@@ -29,11 +29,12 @@ import base64
 import functools
 import hashlib
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from markupsafe import Markup
 
 from headlens.reports.render.page.inline import json_for_script, static_text
+from headlens.reports.render.page.report_view import ReportView
 from headlens.reports.render.page.script_data import script_data
 from headlens.reports.render.page.view import page_context
 
@@ -79,7 +80,7 @@ def _csp(script: str) -> str:
     )
 
 
-def render_html(report: Any) -> str:
+def render_html(report: ReportView) -> str:
     """The whole page for a :class:`headlens.reports.runs.report.result.Report`."""
     script = page_script()
     context = page_context(report)

@@ -14,9 +14,9 @@ HTML still shows ``<script>`` as text) and so are the characters Markdown gives 
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from headlens.reports.render.page.md_templates import md_environment
+from headlens.reports.render.page.report_view import ReportView
 from headlens.reports.render.page.view import page_context
 
 log = logging.getLogger(__name__)
@@ -24,6 +24,6 @@ log = logging.getLogger(__name__)
 __all__ = ["render_markdown"]
 
 
-def render_markdown(report: Any) -> str:
+def render_markdown(report: ReportView) -> str:
     """``report.md`` for a :class:`headlens.reports.runs.report.result.Report`."""
     return md_environment().get_template("report.md.j2").render(**page_context(report))

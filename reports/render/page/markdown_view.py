@@ -15,6 +15,7 @@ from urllib.parse import quote
 
 from headlens.analyses.measure.verdicts import difference_verdict
 from headlens.reports.render.design_tables import design_section_view
+from headlens.reports.render.page.report_view import ReportView
 from headlens.reports.render.page.smoke import data_items, smoke_where
 from headlens.reports.render.verdict_text import verdict_words
 
@@ -26,7 +27,7 @@ __all__ = ["ablation_view", "design_md", "manifest_summary", "MANIFEST_SUMMARY_K
 MANIFEST_SUMMARY_KEYS = ("headlens_version", "created_utc", "command", "model", "prepend_bos", "seed", "dtype", "device", "versions")
 
 
-def ablation_view(report: Any, name: str) -> dict[str, Any] | None:
+def ablation_view(report: ReportView, name: str) -> dict[str, Any] | None:
     """The table of stage ``name`` (``ablation_zero`` or ``ablation_mean``), largest change first,
     each row with its reading (:func:`headlens.reports.render.verdict_text.verdict_words`); None
     when the stage has no table."""
@@ -64,7 +65,7 @@ def ablation_view(report: Any, name: str) -> dict[str, Any] | None:
     }
 
 
-def design_md(report: Any) -> dict[str, Any] | None:
+def design_md(report: ReportView) -> dict[str, Any] | None:
     """What the design section of ``report.md`` shows (:func:`headlens.reports.render.design_tables.design_section_view`,
     rendered by the macro that writes the stage's ``summary.md`` too), or None when the stage has no tables."""
     if report.design is None:

@@ -11,6 +11,7 @@ import numpy as np
 from headlens.analyses.heads.classify import SINK_ROLE as SINK
 from headlens.analyses.heads.classify import roles_of
 from headlens.reports.render.page.attention_component import view_data
+from headlens.reports.render.page.report_view import ReportView
 from headlens.reports.render.page.values import finite, metric_label
 
 log = logging.getLogger(__name__)
@@ -22,7 +23,7 @@ def _name(layer: Any, head: Any) -> str:
     return f"{int(layer)}.{int(head)}"
 
 
-def script_data(report: Any) -> dict[str, Any]:
+def script_data(report: ReportView) -> dict[str, Any]:
     has = roles_of(report.roles) if report.roles is not None else {}
     heads: dict[str, Any] = {}
     for layer, head in zip(report.heads["layer"], report.heads["head"], strict=True):
@@ -99,7 +100,7 @@ def script_data(report: Any) -> dict[str, Any]:
     }
 
 
-def initial_head(report: Any) -> str:
+def initial_head(report: ReportView) -> str:
     """The head shown first: the strongest one with a role other than sink (the default state of most
     heads in Llama-family models), else with a role, else 0.0."""
     if report.roles is None or not len(report.roles):

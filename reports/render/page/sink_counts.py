@@ -16,8 +16,8 @@ different text, so a head near the threshold can land on either side:
 from __future__ import annotations
 
 import logging
-from typing import Any
 
+from headlens.reports.render.page.report_view import ReportView
 from headlens.reports.render.page.values import finite, num
 
 log = logging.getLogger(__name__)
@@ -30,7 +30,7 @@ CENSUS_RULE = (
 )
 
 
-def census_sink_heads(report: Any) -> list[str] | None:
+def census_sink_heads(report: ReportView) -> list[str] | None:
     """Names of the heads the census gives the sink role, in layer-head order; None when the
     census did not finish or has no sink detector."""
     if report.roles is None or report.scores is None or "sink" not in set(report.scores["detector"]):
@@ -39,11 +39,11 @@ def census_sink_heads(report: Any) -> list[str] | None:
     return [f"{int(a)}.{int(b)}" for a, b in zip(rows["layer"], rows["head"], strict=True)]
 
 
-def _census_bos(report: Any) -> bool:
+def _census_bos(report: ReportView) -> bool:
     return bool(report.settings.get("prepend_bos", True))
 
 
-def sink_rate_rows(report: Any) -> list[dict[str, str]] | None:
+def sink_rate_rows(report: ReportView) -> list[dict[str, str]] | None:
     """The sinks table's rows: the sinks stage's figures, its own count labelled as such, and the
     census's sink-role count on the row of the census's BOS setting."""
     if report.sink_rates is None:
@@ -72,11 +72,11 @@ def sink_rate_rows(report: Any) -> list[dict[str, str]] | None:
     return rows
 
 
-def sink_disagreement(report: Any) -> str | None:
+def sink_disagreement(report: ReportView) -> str | None:
     """A sentence naming the heads on which the census's sink role and the sinks stage's
     ``alpha > eps`` disagree, with both alphas; None when they agree (or one is missing)."""
     census = census_sink_heads(report)
-    if census is None or report.sinks is None:
+    if census is None or report.sinks is None or report.scores is None:
         return None
     bos = _census_bos(report)
     stage = report.sinks[report.sinks["bos"].astype(bool) == bos]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from headlens.reports.render.page.report_view import ReportView
 from headlens.reports.render.verdict_text import smoke_sentence
 
 log = logging.getLogger(__name__)
@@ -40,7 +41,7 @@ def data_where(data: dict[str, Any]) -> str:
     return f"{data.get('n_windows', '?')} windows of {data.get('window', '?')} tokens"
 
 
-def smoke_where(report: Any, stage: str) -> str:
+def smoke_where(report: ReportView, stage: str) -> str:
     """On what a smoke-test stage ran, e.g. ``"2 windows of 32 tokens, 2 random orders"``."""
     info = report.stage(stage).info
     if stage == "sinks":
@@ -53,14 +54,14 @@ def smoke_where(report: Any, stage: str) -> str:
     return where
 
 
-def smoke_note(report: Any, stage: str) -> str | None:
+def smoke_note(report: ReportView, stage: str) -> str | None:
     """The notice on the section of ``stage``, or None when it is not a smoke test."""
     if stage == "design" and report.design is not None and not {"gqa_summary", "knockout_losses"} & set(report.design):
         return None  # the KV table alone: arithmetic, no sample
     return smoke_sentence(smoke_where(report, stage)) if report.smoke_test(stage) else None
 
 
-def smoke_columns_note(report: Any, labels: dict[str, str]) -> str | None:
+def smoke_columns_note(report: ReportView, labels: dict[str, str]) -> str | None:
     """One line for the heads table and heatmaps: which of their columns come from smoke-test
     stages (``labels``: column -> how the page names it); None when none does."""
     cols: list[str] = [

@@ -18,6 +18,7 @@ from headlens.reports.render.page.evidence_view import evidence_view
 from headlens.reports.render.page.figure import inline_svg
 from headlens.reports.render.page.heatmaps import heatmaps, scored_detectors
 from headlens.reports.render.page.markdown_view import ablation_view, design_md, manifest_summary
+from headlens.reports.render.page.report_view import ReportView
 from headlens.reports.render.page.sink_counts import sink_disagreement, sink_rate_rows
 from headlens.reports.render.page.smoke import smoke_columns_note, smoke_note
 from headlens.reports.render.page.values import finite, metric_label, num, signed, sortval
@@ -55,13 +56,13 @@ _EXTRA = [
 ]
 
 
-def _exact_importance(report: Any) -> bool:
+def _exact_importance(report: ReportView) -> bool:
     """True when pruning ranked heads by their exact ablation change (the embedding metric)."""
     s = report.stage("pruning")
     return s.ok and s.info.get("metric") == "embedding"
 
 
-def _data_metric(report: Any) -> str:
+def _data_metric(report: ReportView) -> str:
     for attr in ("ablation_zero", "ablation_mean"):
         t = getattr(report, attr)
         if t is not None and len(t):
@@ -69,7 +70,7 @@ def _data_metric(report: Any) -> str:
     return "loss"
 
 
-def _banners(report: Any, *names: str) -> list[dict[str, str]]:
+def _banners(report: ReportView, *names: str) -> list[dict[str, str]]:
     """A FAILED (or skipped) notice for the stages a section is built from."""
     out = []
     for name in names:
@@ -79,7 +80,7 @@ def _banners(report: Any, *names: str) -> list[dict[str, str]]:
     return out
 
 
-def _stages(report: Any) -> list[dict[str, Any]]:
+def _stages(report: ReportView) -> list[dict[str, Any]]:
     return [
         {
             "i": i,
@@ -93,7 +94,7 @@ def _stages(report: Any) -> list[dict[str, Any]]:
     ]
 
 
-def _role_table(report: Any) -> dict[str, Any]:
+def _role_table(report: ReportView) -> dict[str, Any]:
     heads = report.heads
     dets = scored_detectors(report.scores)[0]
     cols = [(d, SHORT.get(d, d.replace("_", " ")), "score") for d in dets] + [c for c in _EXTRA if c[0] in heads.columns]
@@ -108,7 +109,7 @@ def _role_table(report: Any) -> dict[str, Any]:
         roles = sorted(has.get((int(d["layer"]), int(d["head"])), ()))
         cells = []
         for col, _, kind in cols:
-            v = d.get(col)
+            v: Any = d.get(col)
             if kind == "delta":
                 text = signed(v)
             elif kind == "pct":
@@ -142,7 +143,7 @@ def _intervals(scores: Any) -> dict[tuple[int, int, str], str]:
     return out
 
 
-def _findings(report: Any) -> list[str]:
+def _findings(report: ReportView) -> list[str]:
     """The census's findings as ``headlens classify`` prints them (:func:`census_role_lines`): the
     page leads with them, above the head table."""
     if report.scores is None or report.roles is None or not len(report.heads):
@@ -152,14 +153,14 @@ def _findings(report: Any) -> list[str]:
     return census_role_lines(heads, report.scores, report.roles)
 
 
-def _sinks_a_population(report: Any) -> bool:
+def _sinks_a_population(report: ReportView) -> bool:
     """More than half the heads have the sink role (:func:`population_of`): the head table opens on the others."""
     if report.scores is None or report.roles is None:
         return False
     return population_of({"scores": report.scores, "roles": report.roles}) is not None
 
 
-def _pruning(report: Any) -> dict[str, Any] | None:
+def _pruning(report: ReportView) -> dict[str, Any] | None:
     curve = report.pruning_curve
     if curve is None:
         return None
@@ -204,7 +205,7 @@ def _pruning(report: Any) -> dict[str, Any] | None:
     }
 
 
-def _figure_links(report: Any) -> list[dict[str, Any]]:
+def _figure_links(report: ReportView) -> list[dict[str, Any]]:
     empty = {f"heatmap_{d}.png" for d in scored_detectors(report.scores)[1]}  # a detector without scores: no figure to offer
     items = []
     for s in report.stages:
@@ -220,7 +221,7 @@ def _figure_links(report: Any) -> list[dict[str, Any]]:
     return items
 
 
-def page_context(report: Any) -> dict[str, Any]:
+def page_context(report: ReportView) -> dict[str, Any]:
     """Everything the templates of ``report.html`` and ``report.md`` need, for a
     :class:`headlens.reports.runs.report.result.Report`: the one context both are rendered from."""
     quick = bool(report.settings.get("quick"))
@@ -266,7 +267,7 @@ def page_context(report: Any) -> dict[str, Any]:
         ),
         "smoke_columns_by_name": smoke_columns_note(report, {}),  # the columns named as report.md's header names them
         "thresholds": dict(report.thresholds),
-        "scores": report.scores.to_dict("records") if dets else [],
+        "scores": report.scores.to_dict("records") if dets and report.scores is not None else [],
         "ablation": {name: ablation_view(report, name) for name in ("ablation_zero", "ablation_mean")},
         "n_heads_total": len(report.heads),
         "examples": [{"prompt": e.prompt, "n_tokens": len(e.tokens), "truncated": bool(e.truncated)} for e in report.examples],

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -21,6 +21,9 @@ from headlens.reports.render.page.smoke import data_where
 from headlens.reports.render.verdict_text import figure_smoke_note
 from headlens.reports.runs.report.context import Stage, StageContext, write_csv
 from headlens.reports.runs.report.markers import JOURNAL, open_journal
+
+if TYPE_CHECKING:  # result.py imports the stages (Example): the type only
+    from headlens.reports.runs.report.result import Report
 
 log = logging.getLogger(__name__)
 
@@ -146,15 +149,15 @@ def _data_key(settings: Any) -> dict[str, Any]:
     return {"data": settings.eval_data(10**9), "metric": METRIC_RULE, "sentences": settings.sentence_data(10**9)}
 
 
-def _apply_zero(report: Any, loaded: dict[str, Any]) -> None:
+def _apply_zero(report: Report, loaded: dict[str, Any]) -> None:
     report.ablation_zero = loaded["table"]
 
 
-def _apply_mean(report: Any, loaded: dict[str, Any]) -> None:
+def _apply_mean(report: Report, loaded: dict[str, Any]) -> None:
     report.ablation_mean = loaded["table"]
 
 
-def _apply_pruning(report: Any, loaded: dict[str, Any]) -> None:
+def _apply_pruning(report: Report, loaded: dict[str, Any]) -> None:
     report.pruning_curve, report.pruning_random, report.importance = loaded["curve"], loaded["random"], loaded["importance"]
 
 

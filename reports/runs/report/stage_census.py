@@ -7,7 +7,7 @@ import json
 import logging
 from dataclasses import asdict, is_dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -18,6 +18,9 @@ from headlens.reports.render.figures.report import FIGURE_FORMATS
 from headlens.reports.render.progress import progress_bars
 from headlens.reports.runs.report.context import Stage, StageContext, relative_names
 from headlens.reports.runs.report.markers import json_key
+
+if TYPE_CHECKING:  # result.py imports the stages (Example): the type only
+    from headlens.reports.runs.report.result import Report
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +83,7 @@ def _load_census(d: Path, marker: dict[str, Any]) -> dict[str, Any]:
     return {"scores": scores, "roles": roles, "strongest": strongest, "thresholds": {str(k): float(v) for k, v in thresholds.items()}}
 
 
-def _apply(report: Any, loaded: dict[str, Any]) -> None:
+def _apply(report: Report, loaded: dict[str, Any]) -> None:
     report.scores, report.roles, report.thresholds = loaded["scores"], loaded["roles"], loaded["thresholds"]
     report.strongest = loaded.get("strongest")
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -34,6 +34,9 @@ from headlens.reports.render.page.smoke import data_where
 from headlens.reports.render.verdict_text import figure_smoke_note
 from headlens.reports.runs.report.context import Stage, StageContext, write_csv
 from headlens.reports.runs.report.markers import JOURNAL, open_journal
+
+if TYPE_CHECKING:  # result.py imports the stages (Example): the type only
+    from headlens.reports.runs.report.result import Report
 
 log = logging.getLogger(__name__)
 
@@ -126,7 +129,7 @@ def _load(d: Path, marker: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _apply(report: Any, loaded: dict[str, Any]) -> None:
+def _apply(report: Report, loaded: dict[str, Any]) -> None:
     report.design = loaded
 
 

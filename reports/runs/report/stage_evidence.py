@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -25,6 +25,9 @@ from headlens.reports.render.census_files import ROLES_FILE
 from headlens.reports.render.evidence_text import EVIDENCE_FILE
 from headlens.reports.render.tables import write_table
 from headlens.reports.runs.report.context import Stage, StageContext
+
+if TYPE_CHECKING:  # result.py imports the stages (Example): the type only
+    from headlens.reports.runs.report.result import Report
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +64,7 @@ def _load(d: Path, marker: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _apply(report: Any, loaded: dict[str, Any]) -> None:
+def _apply(report: Report, loaded: dict[str, Any]) -> None:
     report.evidence = loaded["evidence"]
 
 

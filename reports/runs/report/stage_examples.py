@@ -7,7 +7,7 @@ import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -16,6 +16,9 @@ from headlens.probes.config import CaptureConfig
 from headlens.probes.outputs import atomic_write, write_json
 from headlens.reports.api.capture import capture
 from headlens.reports.runs.report.context import Stage, StageContext
+
+if TYPE_CHECKING:  # result.py imports the stages (Example): the type only
+    from headlens.reports.runs.report.result import Report
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +82,7 @@ def _load_examples(d: Path, marker: dict[str, Any]) -> dict[str, Any]:
     return {"examples": examples}
 
 
-def _apply(report: Any, loaded: dict[str, Any]) -> None:
+def _apply(report: Report, loaded: dict[str, Any]) -> None:
     report.examples = loaded["examples"]
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -17,6 +17,9 @@ from headlens.reports.render.figures.sinks import sink_figures
 from headlens.reports.render.sinks_tables import summary_markdown
 from headlens.reports.render.verdict_text import figure_smoke_note
 from headlens.reports.runs.report.context import Stage, StageContext
+
+if TYPE_CHECKING:  # result.py imports the stages (Example): the type only
+    from headlens.reports.runs.report.result import Report
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +91,7 @@ def _load_sinks(d: Path, marker: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _apply(report: Any, loaded: dict[str, Any]) -> None:
+def _apply(report: Report, loaded: dict[str, Any]) -> None:
     report.sinks, report.sink_rates = loaded["census"], loaded["sink_rates"]
 
 
