@@ -81,6 +81,11 @@ class CircuitResult(Result):
     def __post_init__(self) -> None:
         self.tables = {"edges": self.run.edges, "faithfulness": self.run.faithfulness}
 
+    def restore_dtypes(self, files: dict[str, Path]) -> None:
+        """The tables' dtypes restored (:meth:`Result.restore_dtypes`), in the run too."""
+        super().restore_dtypes(files)
+        self.run = replace(self.run, edges=self.tables["edges"], faithfulness=self.tables["faithfulness"])
+
     @property
     def edges(self) -> pd.DataFrame:
         """Every edge of the graph, strongest first within the circuit (``rank``)."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -67,6 +67,12 @@ class CompositionResult(Result):
         self.tables = {"composition": self.run.scores, "baseline": self.run.baseline}
         if self.run.copying is not None:
             self.tables["copying"] = self.run.copying
+
+    def restore_dtypes(self, files: dict[str, Path]) -> None:
+        """The tables' dtypes restored (:meth:`Result.restore_dtypes`), in the run too."""
+        super().restore_dtypes(files)
+        t = self.tables
+        self.run = replace(self.run, scores=t["composition"], baseline=t["baseline"], copying=t.get("copying"))
 
     @property
     def scores(self) -> pd.DataFrame:

@@ -58,6 +58,7 @@ def test_circuit_save_load_round_trip(demo_circuit, tmp_path):
     back = headlens.load(out)
     assert isinstance(back, headlens.CircuitResult)
     assert back.run.config == demo_circuit.run.config and back.notes == demo_circuit.notes  # the run rebuilt from the files
+    assert back.run.edges is back.edges and back.edges["in_circuit"].dtype == bool  # its tables, dtypes restored
     assert back.edges["sender"].tolist() == demo_circuit.edges["sender"].tolist()
     assert back.edges["in_circuit"].dtype == bool
     assert back.findings().lines == demo_circuit.findings().lines
@@ -124,6 +125,7 @@ def test_composition_result(demo, tmp_path):
     assert isinstance(back, headlens.CompositionResult)
     assert back.scores["sender"].tolist() == r.scores["sender"].tolist()
     assert back.findings() == r.findings() and back.run.notes == r.run.notes  # the run rebuilt from the files
+    assert back.run.scores is back.scores
 
 
 @pytest.mark.parametrize(("settings", "word"), [({"modes": "k,x"}, "modes="), ({"n_baseline": 1}, "n_baseline="), ({"seeds": 1}, "seeds=")])
