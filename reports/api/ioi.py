@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
 from headlens.analyses.measure.stats import small_sample_note
-from headlens.analyses.patching.ioi import CLASSES, IOIConfig, run_ioi
+from headlens.analyses.patching.ioi import CLASSES, IOIConfig, IOIRun, run_ioi
 from headlens.probes.config import ModelConfig
 from headlens.probes.loading import LoadedModel
 from headlens.probes.manifest import build_manifest
@@ -67,6 +67,20 @@ class IOIResult(Result):
     kind = "ioi"
     marker_files = ("heads.csv", "classes.csv")
 
+    #: The analysis' run (:class:`~headlens.analyses.patching.ioi.IOIRun`): :attr:`tables` are its ``heads``,
+    #: ``classes`` and path tables; read back from a folder (:meth:`from_folder`) it is rebuilt from them and the
+    #: manifest's ``ioi`` entry (its info).
+    run: IOIRun
+
+    def __post_init__(self) -> None:
+        self.tables = {"heads": self.run.heads, "classes": self.run.classes, **self.run.paths}
+
+    def restore_dtypes(self, files: dict[str, Path]) -> None:
+        """The tables' dtypes restored (:meth:`Result.restore_dtypes`), in the run too."""
+        super().restore_dtypes(files)
+        paths = {name: t for name, t in self.tables.items() if name not in ("heads", "classes")}
+        self.run = replace(self.run, heads=self.tables["heads"], classes=self.tables["classes"], paths=paths)
+
     @property
     def heads(self) -> pd.DataFrame:
         return self.tables["heads"]
@@ -93,8 +107,12 @@ class IOIResult(Result):
 
     @classmethod
     def from_folder(cls, folder: str | Path) -> IOIResult:
+        """The saved result, its run rebuilt: the tables from their files, the info from the manifest's ``ioi`` entry."""
         p = Path(folder)
-        return cls(tables=cls.read_tables(p), manifest=read_manifest(p))
+        manifest, tables = read_manifest(p), cls.read_tables(p)
+        paths = {name: t for name, t in tables.items() if name not in ("heads", "classes")}
+        info = {k: v for k, v in manifest["ioi"].items() if k != "classes"}
+        return cls(run=IOIRun(heads=tables["heads"], classes=tables["classes"], paths=paths, info=info), manifest=manifest)
 
 
 def _fig(row: dict[str, Any], column: str, label: str) -> str:
@@ -108,7 +126,7 @@ def _ci(values: list[float]) -> str:
 
 def ioi_lines(result: IOIResult) -> list[str]:
     """The task line, then one line per class: its rule and each head with its figures, or "none found: <why>"."""
-    info = result.manifest.get("ioi") or {}
+    info = result.run.info
     if "logit_diff_clean" not in info:  # an empty result (no run behind it): nothing to state
         return []
     orders = (info.get("task") or {}).get("orders", {})
@@ -135,7 +153,7 @@ def ioi_lines(result: IOIResult) -> list[str]:
 
 def ioi_notes(result: IOIResult) -> list[str]:
     """What the lines cannot say: few pairs, a gap not shown to exist, wide intervals, screened senders."""
-    info = result.manifest.get("ioi") or {}
+    info = result.run.info
     if "logit_diff_clean" not in info:  # an empty result: no run, no notes
         return []
     notes = []
@@ -203,7 +221,6 @@ def ioi(
     load = loading_of(values)
     loaded = as_loaded(model, load)
     run = run_ioi(loaded, cfg, progress=progress)
-    tables = {"heads": run.heads, "classes": run.classes, **run.paths}
     manifest = build_manifest(
         model=loaded,
         command=command,
@@ -212,4 +229,4 @@ def ioi(
         configs={"ioi": cfg},
         extra={"ioi": {**run.info, "classes": list(CLASSES)}},
     )
-    return IOIResult(tables=tables, manifest={"result": IOIResult.kind, **manifest})
+    return IOIResult(run=run, manifest={"result": IOIResult.kind, **manifest})

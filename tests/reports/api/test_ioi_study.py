@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import headlens
 from headlens.analyses.patching.ioi import CLASSES
 from headlens.reports.api.ioi import LABELS
@@ -19,7 +21,9 @@ def test_the_command_prints_every_class(tiny_checkpoint, tiny_model, tmp_path, r
         assert f"\n{LABELS[cls]} (" in res.output
     assert "intervals from n=4 pairs" in res.output  # the small-sample note (stderr is mixed in)
     back = headlens.load(out)
-    assert isinstance(back, headlens.IOIResult)
+    assert isinstance(back, headlens.IOIResult) and back.run.classes is back.classes  # the run rebuilt from the files
+    lines = [line for line in res.output.splitlines() if not line.startswith(("headlens", "note", "  warning"))]
+    assert all(line in lines for line in back.findings().lines)  # the loaded result states what the command printed
     assert list(back.classes["class"]) == list(CLASSES) and back.classes["reason"].str.len().gt(0).any()
     assert (out / "heads.csv").is_file() and (out / "classes.csv").is_file() and (out / "ioi_heads.png").is_file()
 
@@ -31,7 +35,7 @@ def test_wide_intervals_are_called_rough(tiny_model):
     heads.loc[0, ["direct", "direct_low", "direct_high"]] = [0.1, 0.01, 0.5]
     classes = result.classes.copy()
     classes.loc[classes["class"] == "name mover", ["heads", "n_heads", "reason"]] = [heads.loc[0, "name"], 1, ""]
-    edited = headlens.IOIResult(tables={**result.tables, "heads": heads, "classes": classes}, manifest=result.manifest)
+    edited = headlens.IOIResult(run=replace(result.run, heads=heads, classes=classes), manifest=result.manifest)
     notes = edited.findings().warnings
     assert any(n.startswith("name mover: direct interval wider than the value itself for 0.0") for n in notes)
     assert not any(n.startswith("name mover: copying") for n in notes)
