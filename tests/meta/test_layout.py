@@ -9,6 +9,8 @@
   its names on first use: tests/meta/test_public_namespace.py);
 * imports inside functions only of :data:`DEFERRED_IMPORTS` (optional or deferred dependencies);
 * no module over :data:`MAX_LINES` lines in ``probes/``, ``analyses/``, ``reports/``;
+* no function or method over :data:`MAX_FUNCTION_LINES` lines (``def`` line to last line, docstring
+  included) there or in ``src/headlens`` (:data:`FUNCTION_CAP_PENDING` lists those still being split);
 * data flows one way: ``probes`` imports nothing from ``analyses`` or ``reports``, ``analyses``
   nothing from ``reports`` (imports anywhere in a module, inside functions too, and strings that
   name a module, as ``importlib.import_module`` takes);
@@ -69,6 +71,12 @@ API_ONLY_EXEMPT: dict[str, str] = {
 }
 
 MAX_LINES = 420
+#: A file cap alone splits files, not thoughts (issue 47 item 6): every function and method of probes/, analyses/,
+#: reports/ and src/headlens is at most this many lines, from its ``def`` line to its last (docstring included).
+MAX_FUNCTION_LINES = 80
+#: ``"module:function"`` (a method ``module:Class.name``) still over MAX_FUNCTION_LINES, each removed once split
+#: (a stale entry -- under the cap or gone -- fails).
+FUNCTION_CAP_PENDING: set[str] = set()
 
 #: Modules allowed over MAX_LINES, each with its reason.  Only for files whose split is still in
 #: progress elsewhere; remove an entry when its file is split.
@@ -503,6 +511,37 @@ def long_modules(modules: dict[str, Module], root: Path, limit: int = MAX_LINES)
     return out
 
 
+def _functions(node: ast.AST, prefix: str = "") -> Iterator[tuple[str, ast.FunctionDef | ast.AsyncFunctionDef]]:
+    """Every function and method under ``node`` with its dotted path (``Class.method``, ``outer.inner``)."""
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            yield prefix + child.name, child
+            yield from _functions(child, f"{prefix}{child.name}.")
+        elif isinstance(child, ast.ClassDef):
+            yield from _functions(child, f"{prefix}{child.name}.")
+        else:
+            yield from _functions(child, prefix)
+
+
+def long_functions(modules: dict[str, Module], limit: int = MAX_FUNCTION_LINES) -> dict[str, int]:
+    """``"module:function"`` -> lines (``def`` line to last line) of each function or method over ``limit``."""
+    out: dict[str, int] = {}
+    for name, m in modules.items():
+        for path, node in _functions(m.tree):
+            n = (node.end_lineno or node.lineno) - node.lineno + 1
+            if n > limit:
+                key = f"{name}:{path}"
+                out[key] = max(n, out.get(key, 0))
+    return out
+
+
+def function_cap_errors(long: dict[str, int], pending: set[str], limit: int = MAX_FUNCTION_LINES) -> list[str]:
+    """What the function cap reports: functions over ``limit`` not in ``pending``, and stale ``pending`` entries."""
+    over = [f"{f} ({n} lines) is over {limit} lines: split it into named steps" for f, n in sorted(long.items()) if f not in pending]
+    stale = [f"{f} is in FUNCTION_CAP_PENDING but not over {limit} lines (split or gone: remove it)" for f in sorted(pending - set(long))]
+    return over + stale
+
+
 # --------------------------------------------------------------------------- the checks can fail
 
 
@@ -597,6 +636,35 @@ def test_the_checks_find_what_they_look_for(tmp_path):
     assert lazy_namespaces(modules) == ["headlens.probes.lazy (line 1)", "headlens.probes.lazy2 (line 3)", "headlens.probes.lazy4 (line 6)"]
 
 
+def test_the_function_cap_finds_what_it_looks_for(tmp_path):
+    body, inner = "    x = 1\n", "        x = 1\n"
+    modules = _tree(
+        tmp_path,
+        {
+            "probes/__init__.py": "",
+            # 81 lines with its docstring: over; 80: not
+            "probes/f.py": 'def over():\n    """Doc."""\n' + body * 79 + "\n\ndef at_cap():\n" + body * 79,
+            # a method, a nested function (its outer function is one line longer), an async function: each 81 lines
+            "analyses/__init__.py": "",
+            "analyses/g.py": "class C:\n    def method(self):\n" + inner * 80,
+            "reports/__init__.py": "",
+            "reports/h.py": "def outer():\n    def inner():\n" + inner * 80 + "\n\nasync def run():\n" + body * 80,
+        },
+    )
+    assert long_functions(modules) == {
+        "headlens.probes.f:over": 81,
+        "headlens.analyses.g:C.method": 81,
+        "headlens.reports.h:outer": 82,
+        "headlens.reports.h:outer.inner": 81,
+        "headlens.reports.h:run": 81,
+    }
+    assert long_functions(modules, limit=81) == {"headlens.reports.h:outer": 82}
+    assert function_cap_errors({"m:outer": 82, "m:run": 81}, {"m:run", "m:split_already"}) == [
+        "m:outer (82 lines) is over 80 lines: split it into named steps",
+        "m:split_already is in FUNCTION_CAP_PENDING but not over 80 lines (split or gone: remove it)",
+    ]
+
+
 # --------------------------------------------------------------------------- the package
 
 
@@ -643,6 +711,12 @@ def test_no_long_modules(modules):
     assert not long, f"modules over {MAX_LINES} lines: " + ", ".join(f"{p} ({n})" for p, n in sorted(long.items()))
     stale = [p for p in LONG_MODULES if p not in long_modules(modules, ROOT)]
     assert not stale, f"allow-listed modules that are no longer long (remove them from LONG_MODULES): {stale}"
+
+
+def test_no_long_functions(modules):
+    """No function or method of probes/, analyses/, reports/ or src/headlens over MAX_FUNCTION_LINES lines."""
+    errors = function_cap_errors(long_functions(modules), FUNCTION_CAP_PENDING)
+    assert not errors, "\n".join(errors)
 
 
 def test_data_flows_one_way(modules):
