@@ -22,7 +22,7 @@ DTYPES: dict[str, torch.dtype] = {
     "float16": torch.float16,
 }
 
-#: Absolute tolerances per dtype, stated here only (measured gaps in tests/probes/test_half_precision.py):
+#: Absolute tolerances per dtype, stated here only (measured gaps in tests/probes/test_devices_half_precision.py):
 #:
 #: * ``verify``: largest error of the attention recomputed from the captured q and k (in
 #:   float32) against the captured pattern, and of ``pattern @ V`` against ``hook_z``

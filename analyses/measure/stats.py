@@ -7,7 +7,7 @@ with the resamples drawn from a seeded :class:`numpy.random.Generator`.
 * Every statistic (column) shares the same resamples of the items, and a column's resampled
   means are bit-identical whichever other statistics were computed alongside it: the sums are
   one matrix product per block of :data:`BLOCK` columns, zero-padded to that width, so every
-  column goes through the same product shape (tests/analyses/heads/test_census_overhead.py; this replaced one
+  column goes through the same product shape (tests/analyses/heads/test_census_reference.py; this replaced one
   matrix-vector product per column, 15x slower for GPT-2's 288 columns of a 10,000-prompt
   census, same means to 1e-15 relative).  The resample sizes of a column (how many finite
   items each resample drew) are integer sums, exact in any order.

@@ -53,7 +53,7 @@ def test_devices_and_dtypes():
     assert resolve_device("cpu").type == "cpu"
     assert resolve_device("auto").type in ("cpu", "cuda", "mps")
     assert resolve_dtype("float32", torch.device("cpu")) is torch.float32
-    assert resolve_dtype("bfloat16", torch.device("cpu")) is torch.bfloat16  # refusal: tests/probes/test_half_precision.py
+    assert resolve_dtype("bfloat16", torch.device("cpu")) is torch.bfloat16  # refusal: tests/probes/test_devices_half_precision.py
     with pytest.raises(InputError, match="unknown dtype"):
         resolve_dtype("float8", torch.device("cpu"))
     with pytest.raises(InputError, match="unknown device"):

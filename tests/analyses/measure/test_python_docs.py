@@ -44,7 +44,7 @@ def test_the_heldout_split_is_the_one_the_demo_model_was_trained_beside():
     """Counts and characters per source as the shipped model's training summary records them (the
     corpus is read from the Python that runs it: on the training's Python version only).  The text
     itself is checked token for token against the training corpus's held-out stream in
-    tests/analyses/demo/test_demo_model.py::test_heldout_text_feeds_the_report."""
+    tests/analyses/demo/test_model.py::test_heldout_text_feeds_the_report."""
     summary = json.loads((MODEL_DIR / "training_summary.json").read_text())
     python = summary["versions"]["python"]
     if python != platform.python_version():

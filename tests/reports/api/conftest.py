@@ -31,7 +31,7 @@ SMALL: dict[str, Any] = {"n_windows": 2, "window": 32}
 #: The evaluation text of the demo runs here that measure on text: the built-in text, named (the
 #: tables' columns and dtypes do not depend on the text; the demo's default, its held-out split,
 #: is read from the standard library's sources (a second and more per process) and is tested in
-#: tests/analyses/ablation/test_indomain_defaults.py and test_heldout.py).
+#: tests/analyses/measure/test_texts_choice.py and test_heldout.py).
 BUILTIN: dict[str, Any] = {"text": "builtin"}
 
 

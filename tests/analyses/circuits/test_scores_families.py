@@ -4,8 +4,8 @@ Per family (tiny random checkpoints built from config): the circuit with every e
 clean run and with none the corrupted one; a circuit missing one edge is that edge's exact patch
 (two independent code paths: the faithfulness rebuild of every reader and the single-edge
 patch from a late start); EAP and EAP-IG give a finite value for every edge.  The hand-built
-brute forces are in test_scores (GPT-2, Llama, Mistral), test_hf_attention_families (GPT-Neo,
-OPT, GPT-J) and test_head_sum_norm (Gemma 2).
+brute forces are in test_scores (GPT-2, Llama, Mistral), test_split (GPT-Neo,
+OPT, GPT-J) and test_writes (Gemma 2).
 """
 
 from __future__ import annotations

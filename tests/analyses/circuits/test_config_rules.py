@@ -1,4 +1,4 @@
-"""Review of the circuits work: one rule in one place (the split sizes, the unknown-ablation message), a wrong-typed
+"""The circuits' rules: one rule in one place (the split sizes, the unknown-ablation message), a wrong-typed
 ground_truth= is one line, and CPR/CMD rank by the raw effect where the clean-corrupted gap is not defined."""
 
 from __future__ import annotations
