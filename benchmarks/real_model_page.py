@@ -220,7 +220,10 @@ def merged(previous: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
 
 def render(data: dict[str, Any]) -> str:
     env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False)
-    return env.from_string(TEMPLATE).render(d=data)
+    loads: dict[str, list[str]] = {}  # sections run under the same load, together
+    for name, load in (data.get("environment", {}).get("loads") or {}).items():
+        loads.setdefault(load, []).append(name)
+    return env.from_string(TEMPLATE).render(d=data, loads=loads)
 
 
 TEMPLATE = """\
@@ -232,9 +235,10 @@ Commits that produced each section:
 
 Every number on this page was printed by one run of `benchmarks/real_model_page.py` on 2 CPU cores
 (torch {{ d.environment.torch }}, {{ d.environment.threads }} torch thread{{ "s" if d.environment.threads != 1 else "" }});
-{% if d.environment.get("loads") %}the cores were shared with other jobs, so the times carry their load (load average over the run of each
-section: {% for k, v in d.environment.loads.items() %}{{ k }} {{ v }}{{ ", " if not loop.last else "" }}{% endfor %});
-{% endif %}
+{% if loads %}the cores were shared with other jobs, so the times carry their load (the 1-minute load average at the
+start and the end of the run: {% for load, names in loads.items() %}{{ load }} for {{ names | join(", ") }}
+{{- "; " if not loop.last else "" }}{% endfor %});
+{% endif -%}
 each section names the library call and its settings, and the lines in boxes are the results' findings as the command prints them.
 
 ## The model
