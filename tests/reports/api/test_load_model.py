@@ -39,7 +39,7 @@ def test_a_typo_is_suggested_naming_the_parameter(elsewhere):
     message = str(info.value)
     assert f"model={typo!r}" in message and f"did you mean {DEMO!r}?" in message and "--model" not in message
     with pytest.raises(InputError, match=r"load_model: unknown keyword 'dtpye'"):
-        load_model(DEMO, dtpye="float32")
+        load_model(DEMO, dtpye="float32")  # pyright: ignore[reportCallIssue]  (the misspelt keyword is the test)
 
 
 def test_the_keywords_are_model_configs_fields():
