@@ -83,7 +83,10 @@ class RoleRule:
 #: The one table of the roles' predictions (every figure is oriented so that the role predicts it above 0).
 ROLE_RULES: dict[str, RoleRule] = {
     "induction": RoleRule(
-        predicts="ablating it raises the loss on the second copy of repeated tokens more than on the first",
+        predicts=(
+            "ablating it raises the loss on the second copy of repeated tokens more than on the first, and masking only its"
+            " attention to the token after the earlier occurrence raises the second-copy loss"
+        ),
         bar=0.0,
         bar_text="0 nats",
         opposite="ablating it raises the loss on the first copy more than on the second: it does not act on repeats",

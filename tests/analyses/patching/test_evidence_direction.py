@@ -208,3 +208,15 @@ def test_every_tested_role_has_one_rule_with_its_direction_in_the_manifest():
     predicted = evidence_rule()["predicted"]
     for role, rule in ROLE_RULES.items():
         assert rule.predicts and rule.opposite and predicted[role]["predicts"] == rule.predicts
+
+
+def test_the_printed_rule_states_the_induction_knockout_not_a_direct_share():
+    """The rule paragraph of the report page and summary (and the manifest's prediction) say what decides an
+    induction verdict now: the knockout of the head's induction attention, not its direct logit share."""
+    from headlens.analyses.patching.evidence_rules import ROLE_RULES
+    from headlens.reports.render.evidence_text import evidence_rule_text
+
+    text = evidence_rule_text()
+    assert "masking only its attention from each second-copy token to the token after the earlier occurrence" in text
+    assert "logit difference itself" not in text
+    assert "token after the earlier occurrence" in ROLE_RULES["induction"].predicts
