@@ -103,7 +103,7 @@ from headlens.analyses.patching.evidence_rules import (
     unreadable,
 )
 from headlens.analyses.patching.evidence_sink import sink_evidence, sink_text
-from headlens.analyses.patching.induction_knockout import induction_knockout_effects
+from headlens.analyses.patching.induction_knockout import induction_knockout
 from headlens.analyses.patching.path import PathConfig, run_path_patching
 from headlens.probes.counts import check_count
 from headlens.probes.errors import HeadlensError, InputError
@@ -200,13 +200,23 @@ def _nll(logits: Float[torch.Tensor, "n pos vocab"], tokens: Int[torch.Tensor, "
     return out.cpu()
 
 
-def _knockouts(model: LoadedModel, heads: list[tuple[int, int]], *, n: int, T: int, seed: int) -> tuple[dict, str | None]:
-    """Each head's induction-attention knockout (:func:`induction_knockout_effects`), or ``({}, why)`` when it cannot run."""
+def _knockout_of(model: LoadedModel, *, n: int, T: int, seed: int) -> Callable[[tuple[int, int]], tuple[tuple | None, str | None]]:
+    """Per head ``(knockout, None)`` (:func:`induction_knockout`), or ``(None, why)`` when it cannot run."""
     try:
-        return induction_knockout_effects(model, heads, n=n, T=T, seed=seed), None
+        effect = induction_knockout(model, n=n, T=T, seed=seed)
     except HeadlensError as exc:
         log.info("induction evidence without the knockout check: %s", exc)
-        return {}, str(exc)
+        why = str(exc)
+        return lambda head: (None, why)
+
+    def one(head: tuple[int, int]) -> tuple[tuple | None, str | None]:
+        try:
+            return effect(head), None
+        except HeadlensError as exc:
+            log.info("induction evidence for %d.%d without the knockout check: %s", *head, exc)
+            return None, str(exc)
+
+    return one
 
 
 def _induction(
@@ -220,7 +230,7 @@ def _induction(
     second = slice(p + T - 1, p + 2 * T - 1)  # predictions of the second copy
     with torch.inference_mode():
         base = _nll(model.bridge(tokens.to(model.device), return_type="logits"), tokens)
-    knocks, no_knock = _knockouts(model, heads, n=n, T=T, seed=seed)
+    knockout_of = _knockout_of(model, n=n, T=T, seed=seed)
     tick("induction", 0)
     out = {}
     for head in heads:
@@ -231,7 +241,7 @@ def _induction(
         low, high = bootstrap_mean_ci(diff[:, None])
         low2, high2 = bootstrap_mean_ci(d2[:, None])  # the second-copy rise must be a finding of its own
         m1, m2 = float(d1.mean()), float(d2.mean())
-        knock = knocks.get(head)
+        knock, no_knock = knockout_of(head)
         detail = f"ablation raises the loss by {m2:+.3f} nats on the second copy and {m1:+.3f} on the first"
         verdict, why = judge("induction", float(diff.mean()), float(low[0]), float(high[0]), n_items=n, min_items=min(n, MIN_ITEMS))
         if verdict == SUPPORTED:  # the ablation's own checks, then the knockout when it could run

@@ -25,7 +25,7 @@ Figure per sequence: the mean over the second copy's predictions of tokens 2..T 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable
 
 import torch
 from jaxtyping import Float, Int
@@ -38,7 +38,7 @@ from headlens.probes.loading import LoadedModel
 
 log = logging.getLogger(__name__)
 
-__all__ = ["induction_knockout_effects"]
+__all__ = ["induction_knockout"]
 
 
 def _loss(logits: Float[Tensor, "batch pos vocab"], target: Int[Tensor, "batch pos"]) -> Float[Tensor, " batch"]:
@@ -47,11 +47,13 @@ def _loss(logits: Float[Tensor, "batch pos vocab"], target: Int[Tensor, "batch p
     return -logp.gather(-1, target[..., None].to(logp.device)).squeeze(-1).mean(-1).cpu()
 
 
-def induction_knockout_effects(
-    model: LoadedModel, heads: Sequence[tuple[int, int]], *, n: int, T: int, seed: int = 0, batch_size: int = 8
-) -> dict[tuple[int, int], tuple[float, float, float]]:
-    """Per head ``(rise, low, high)``: the second-copy loss rise (nats) when the head's attention to
-    the token after each earlier occurrence is masked, its 95% interval over the ``n`` sequences."""
+def induction_knockout(
+    model: LoadedModel, *, n: int, T: int, seed: int = 0, batch_size: int = 8
+) -> Callable[[tuple[int, int]], tuple[float, float, float]]:
+    """``effect(head) -> (rise, low, high)``: the second-copy loss rise (nats) when the head's attention
+    to the token after each earlier occurrence is masked, its 95% interval over the ``n`` sequences.
+    The unedited pass runs here, once; each ``effect`` call is one more forward (so a caller can say
+    progress per head)."""
     tokens, p = repeated_batch(model, n=n, T=T, seed=seed)
     at = slice(p + T, p + 2 * T - 1)  # second-copy tokens 1..T-1, each predicting the next (tokens 2..T)
     target = tokens[:, p + T + 1 : p + 2 * T]
@@ -63,10 +65,11 @@ def induction_knockout_effects(
             return torch.cat([_loss(logits_at(model, tokens[rows].to(model.device), at), target[rows]) for rows in chunks])
 
     clean = loss(None, 0)
-    out = {}
-    for layer, head in heads:
-        rise = (loss(layer, head) - clean).numpy()
+
+    def effect(head: tuple[int, int]) -> tuple[float, float, float]:
+        rise = (loss(*head) - clean).numpy()
         low, high = bootstrap_mean_ci(rise[:, None], seed=seed)
-        out[(layer, head)] = (float(rise.mean()), float(low[0]), float(high[0]))
-        log.debug("induction knockout %d.%d: %s", layer, head, out[(layer, head)])
-    return out
+        log.debug("induction knockout %d.%d: %.4f [%.4f, %.4f]", *head, rise.mean(), low[0], high[0])
+        return float(rise.mean()), float(low[0]), float(high[0])
+
+    return effect

@@ -32,7 +32,7 @@ def test_induction_without_the_knockout_is_not_testable(planted_model, monkeypat
     def refuse(*a, **k):
         raise InterventionError("score edits: the edit did not take effect on layer 1")
 
-    monkeypatch.setattr(ev_mod, "induction_knockout_effects", refuse)
+    monkeypatch.setattr(ev_mod, "induction_knockout", refuse)
     ev = role_evidence(planted_model, _table([(1, 0, "induction"), (1, 1, "induction")]), n=MIN_ITEMS, T=8)
     assert ev["detail"].str.contains("knockout check not run: score edits: the edit did not take effect").all()
     assert np.isfinite(ev["figure"]).all()  # the ablation figure is still shown
