@@ -90,7 +90,7 @@ def column_tables(spec: str) -> str:
     """The column tables of ``Result`` (every table it has) or of ``Result.table`` (one), e.g.
     ``CensusResult`` or ``CensusResult.evidence``: from the schema the result declares
     (``headlens.X.schema()``, ``headlens.reports.api.schema``), which also gives every saved table
-    its dtypes and is checked against real runs by ``tests/reports/api/test_column_schema.py``."""
+    its dtypes and is checked against real runs by ``tests/reports/api/test_schema.py``."""
     import headlens
 
     cls_name, _, only = spec.partition(".")

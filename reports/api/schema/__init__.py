@@ -6,7 +6,7 @@ column a :class:`~headlens.reports.api.schema.column.Column` (``name``, ``dtype`
 ``meaning`` in one line, ``when``: "" if every run has it, else the setting that adds it).  ``kind``
 is the Result's ``kind`` (``headlens.CensusResult.kind == "census"``); ``Result.schema()`` gives its
 tables.  A Result read back from files (``headlens.load``) takes its columns' dtypes from here; the
-docs' column tables are generated from here; tests/reports/api/test_column_schema.py checks that the
+docs' column tables are generated from here; tests/reports/api/test_schema.py checks that the
 tables every study builds on the demo model have exactly these columns and dtypes.
 
 A study's columns are one module here (``census``, ``sinks``, ``ablation``, ``patching``, ``design``,

@@ -1,7 +1,7 @@
 """Study runs on the demo model shared by this directory's modules: one run of each, per session;
 and two ways this directory's tests spare work that is not what they check.
 
-test_column_schema.py and test_roundtrip_exact.py both check tables of the studies' results on the
+test_schema.py and test_result_roundtrip.py both check tables of the studies' results on the
 demo model (their columns and dtypes; their exact round trip through ``save``/``load``) on small
 runs: where both ran the same study with the same settings, :func:`demo_study` runs it once and
 :func:`demo_saved` saves it once into a new folder and reads it back, and both modules check that

@@ -111,7 +111,7 @@ def test_the_comparison_finds_every_kind_of_difference():
 TASK = [TaskItem(prompt="When Mary and John went to the store, John gave a drink to", correct=" Mary", incorrect=" John")]
 
 
-#: Kinds whose run (same study, same settings) test_roundtrip_exact.py checks too: the result and its
+#: Kinds whose run (same study, same settings) test_result_roundtrip.py checks too: the result and its
 #: saved-and-read copy are shared with it (``demo_saved``, tests/reports/api/conftest.py).
 SHARED = {"sinks": "sinks", "ablation": "ablate", "pruning": "prune", "patching": "patch", "verify": "verify", "kv": "kv"}
 

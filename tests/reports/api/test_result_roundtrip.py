@@ -22,7 +22,7 @@ def demo(demo_model):
     return demo_model  # loaded once per session (tests/conftest.py)
 
 
-#: Small runs: the round trip is under test, not the statistics.  These are the runs test_column_schema.py
+#: Small runs: the round trip is under test, not the statistics.  These are the runs test_schema.py
 #: checks too (census; sinks with every part on; ablate; prune; patch with path patching, attribution,
 #: DLA and both directions; kv; verify): each is run, saved and read back once for both
 #: (``demo_saved``, tests/reports/api/conftest.py).
