@@ -77,6 +77,7 @@ __all__ = [
     "pair_scores",
     "paired_scores",
     "random_baseline",
+    "right_factors",
 ]
 
 log = logging.getLogger(__name__)
@@ -129,7 +130,7 @@ class CompositionRun:
 
 
 # -- scores ---------------------------------------------------------------------------------
-def _right_factors(w: HeadWeights, mode: str) -> tuple[Tensor, Tensor]:
+def right_factors(w: HeadWeights, mode: str) -> tuple[Tensor, Tensor]:
     """``(X, Y)`` with the receiver's matrix ``M = X Y^T`` (both ``[layer, head, d_model, d_head]``)."""
     if mode == "q":
         return w.W_Q, w.W_K
@@ -210,7 +211,7 @@ def mode_scores(w: HeadWeights, mode: str) -> Float[Tensor, "layer head layer he
     """All-pairs ``[sender layer, sender head, receiver layer, receiver head]`` scores of one mode;
     pairs with ``sender layer >= receiver layer`` are 0 (as TransformerLens masks them)."""
     n_l, n_h, _, _ = w.shape
-    X, Y = _right_factors(w, mode)
+    X, Y = right_factors(w, mode)
     out = torch.zeros(n_l, n_h, n_l, n_h, dtype=_DT)
     for sl in range(n_l - 1):
         rx = X[sl + 1 :].reshape(-1, *X.shape[2:])

@@ -13,9 +13,9 @@ from headlens.analyses.circuits.composition import (
     BASELINE_Z,
     COMPOSITION_COLUMNS,
     CompositionRun,
-    _right_factors,
     mode_baseline,
     pair_scores,
+    right_factors,
 )
 from headlens.analyses.circuits.weights import head_weights
 from headlens.probes.loading import LoadedModel
@@ -74,7 +74,7 @@ def composition_evidence(model: LoadedModel, roles: pd.DataFrame, *, n_baseline:
     _, _, d_model, d_head = w.shape
     kb = mode_baseline(d_model, d_head, "k", n=n_baseline, seed=seed)
     mean, sd = kb["mean"], kb["sd"]
-    X, Y = _right_factors(w, "k")
+    X, Y = right_factors(w, "k")
     rows = []
     for a, b in pairs:
         (la, ha), (lb, hb) = (tuple(int(x) for x in h.split(".")) for h in (a, b))
