@@ -238,8 +238,10 @@ def load_model(
     """
     if config is None:
         config = ModelConfig(**kwargs)
+    elif not isinstance(config, ModelConfig):
+        raise TypeError(f"load_model: config must be a ModelConfig, got {type(config).__name__} (pass the model as model={config!r})")
     elif kwargs:
-        raise TypeError("pass either a ModelConfig or keyword arguments, not both")
+        raise TypeError(f"load_model: pass either a ModelConfig or keyword arguments ({', '.join(sorted(kwargs))}), not both")
     config = placement_in_force(config)
     placement = placement_of(config.device_map, config.max_memory, config.offload_folder, device=config.device)
     device = resolve_device(config.device) if placement is None else compute_device(placement)

@@ -82,3 +82,11 @@ def test_prompt_files(tmp_path):
     (tmp_path / "bin.txt").write_bytes(b"\xff\xfe\x00bad")
     with pytest.raises(InputError, match="cannot read"):
         read_prompts(tmp_path / "bin.txt")
+
+
+def test_the_internal_loader_names_a_wrong_config_type():
+    """A model name passed where the ModelConfig goes is named as such, not read as 'config and keywords'."""
+    from headlens.probes.loading import load_model as probes_load_model
+
+    with pytest.raises(TypeError, match=r"config must be a ModelConfig, got str \(pass the model as model='gpt2'\)"):
+        probes_load_model("gpt2", device="cpu")  # type: ignore[arg-type]
