@@ -72,9 +72,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import torch
-from jaxtyping import Float, Int
 
 from headlens.analyses.ablation.runs import ablated_logits
+from headlens.analyses.measure.metrics import token_nll
 from headlens.analyses.measure.stats import bootstrap_mean_ci
 from headlens.analyses.measure.verdicts import MIN_ITEMS
 from headlens.analyses.patching.activation import PatchConfig, run_patching
@@ -184,22 +184,6 @@ class EvidenceConfig(EvidenceSettings):
         check_count("n", self.n, minimum=2, bytes_each=per_item, subject=f"evidence items (n={self.n})", device=model.device)
 
 
-_NLL_ROWS = 4  # positions per float64 log_softmax: 4 x 50k logits stay in a core's cache
-
-
-def _nll(logits: Float[torch.Tensor, "n pos vocab"], tokens: Int[torch.Tensor, "n pos"]) -> Float[torch.Tensor, "n pos-1"]:
-    """Next-token loss in float64, predicting token t+1 at each position.  A few positions at a
-    time: log_softmax is per position, so this equals the whole batch at once bit for bit, without
-    a float64 copy of every logit (hundreds of MB on a 50k vocabulary, about 5x slower on a CPU)."""
-    x, target = logits[:, :-1], tokens[:, 1:, None].to(logits.device)
-    out = torch.empty(x.shape[:2], dtype=torch.float64, device=logits.device)
-    for i in range(x.shape[0]):
-        for j in range(0, x.shape[1], _NLL_ROWS):
-            rows = slice(j, j + _NLL_ROWS)
-            out[i, rows] = -torch.log_softmax(x[i, rows].double(), -1).gather(-1, target[i, rows]).squeeze(-1)
-    return out.cpu()
-
-
 def _knockout_of(model: LoadedModel, *, n: int, T: int, seed: int) -> Callable[[tuple[int, int]], tuple[tuple | None, str | None]]:
     """Per head ``(knockout, None)`` (:func:`induction_knockout`), or ``(None, why)`` when it cannot run."""
     try:
@@ -229,12 +213,12 @@ def _induction(
     first = slice(p, p + T - 1)  # predictions of first-copy tokens 2..T
     second = slice(p + T - 1, p + 2 * T - 1)  # predictions of the second copy
     with torch.inference_mode():
-        base = _nll(model.bridge(tokens.to(model.device), return_type="logits"), tokens)
+        base = token_nll(model.bridge(tokens.to(model.device), return_type="logits")[:, :-1], tokens[:, 1:])
     knockout_of = _knockout_of(model, n=n, T=T, seed=seed)
     tick("induction", 0)
     out = {}
     for head in heads:
-        abl = _nll(ablated_logits(model, tokens, [head]), tokens)
+        abl = token_nll(ablated_logits(model, tokens, [head])[:, :-1], tokens[:, 1:])
         d1 = (abl[:, first] - base[:, first]).mean(1).numpy()
         d2 = (abl[:, second] - base[:, second]).mean(1).numpy()
         diff = d2 - d1

@@ -28,9 +28,9 @@ import logging
 from collections.abc import Callable
 
 import torch
-from jaxtyping import Float, Int
 from torch import Tensor
 
+from headlens.analyses.measure.metrics import token_nll
 from headlens.analyses.measure.stats import bootstrap_mean_ci
 from headlens.analyses.patching.duplicate_knockout import KNOCKOUTS, knockout_edit, logits_at, repeated_batch
 from headlens.probes.interventions import score_edits
@@ -39,12 +39,6 @@ from headlens.probes.loading import LoadedModel
 log = logging.getLogger(__name__)
 
 __all__ = ["induction_knockout"]
-
-
-def _loss(logits: Float[Tensor, "batch pos vocab"], target: Int[Tensor, "batch pos"]) -> Float[Tensor, " batch"]:
-    """Per sequence, the mean next-token loss (float64) of ``target`` under ``logits``."""
-    logp = torch.log_softmax(logits.double(), -1)
-    return -logp.gather(-1, target[..., None].to(logp.device)).squeeze(-1).mean(-1).cpu()
 
 
 def induction_knockout(
@@ -62,7 +56,7 @@ def induction_knockout(
     def loss(layer: int | None, head: int) -> Tensor:
         edits = {} if layer is None else {layer: knockout_edit(head, p=p, T=T, offset=KNOCKOUTS["neighbour"])}
         with score_edits(model, edits), torch.inference_mode():
-            return torch.cat([_loss(logits_at(model, tokens[rows].to(model.device), at), target[rows]) for rows in chunks])
+            return torch.cat([token_nll(logits_at(model, tokens[rows].to(model.device), at), target[rows]).mean(-1) for rows in chunks])
 
     clean = loss(None, 0)
 
