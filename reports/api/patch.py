@@ -10,20 +10,22 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pandas as pd
 
 from headlens.analyses.measure.stats import BOOTSTRAP_BYTES, small_sample_note
-from headlens.analyses.patching.activation import PatchConfig, run_patching
-from headlens.analyses.patching.attribution import agreement, run_attribution_patching
+from headlens.analyses.patching.activation import PatchConfig, PatchRun, run_patching
+from headlens.analyses.patching.attribution import ATTRIBUTION_COLUMNS, AttributionRun, agreement, run_attribution_patching
 from headlens.analyses.patching.builtin import builtin_task
 from headlens.analyses.patching.config import BUILTINS, PairSource, PatchExtras
-from headlens.analyses.patching.dla import run_dla
+from headlens.analyses.patching.dla import DLARun, run_dla
+from headlens.analyses.patching.effects import Gap
 from headlens.analyses.patching.pairs import TaskSource, check_pairs, pair_items, tokenize_pairs
-from headlens.analyses.patching.path import PathConfig, check_receivers, run_path_patching
+from headlens.analyses.patching.path import PathConfig, PathRun, check_receivers, run_path_patching
 from headlens.probes.config import ModelConfig
 from headlens.probes.counts import check_count
 from headlens.probes.errors import InputError
@@ -32,7 +34,7 @@ from headlens.probes.loading import LoadedModel
 from headlens.probes.manifest import build_manifest
 from headlens.probes.outputs import write_json
 from headlens.probes.progress import Progress
-from headlens.reports.api.common import config_of, loading_of, study
+from headlens.reports.api.common import config_from_record, config_of, loading_of, study
 from headlens.reports.api.models import as_loaded
 from headlens.reports.api.result import MANIFEST_FILE, Result, read_csv_table, read_manifest
 from headlens.reports.render.figures.common import save_figure
@@ -45,12 +47,83 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["patch", "PatchingResult", "BUILTINS", "EFFECT_COLUMNS"]
+__all__ = ["patch", "PatchingResult", "PatchingRun", "BUILTINS", "EFFECT_COLUMNS"]
 
 #: Effect columns drawn as layer x head heatmaps, in this order.
 EFFECT_COLUMNS = ("denoising", "noising", "attribution")
 _TABLES = ("patching", "attribution", "path_patching", "dla")
 _TEXT = ("name", "sender", "receiver", "receiver_input", "component", "kind", "undefined")
+
+
+@dataclass(kw_only=True)
+class PatchingRun:
+    """What one :func:`patch` call ran: activation patching (``patching``; its table holds attribution's
+    columns when attribution ran per head), and when asked attribution patching, path patching and DLA.
+
+    Read back from a folder (:meth:`PatchingResult.from_folder`) each run is rebuilt from its table and the
+    manifest's entry; the per-pair arrays (``per_item``, ``logit_diff``) are not saved and come back empty."""
+
+    config: PatchConfig
+    patching: PatchRun
+    attribution: AttributionRun | None = None
+    path: PathRun | None = None
+    dla: DLARun | None = None
+
+    @property
+    def tables(self) -> dict[str, pd.DataFrame]:
+        """The result's tables, in the order they are saved: ``patching``, ``attribution`` (per position),
+        ``path_patching``, ``dla``."""
+        tables = {"patching": self.patching.table}
+        if self.attribution is not None and self.config.per_position:
+            tables["attribution"] = self.attribution.table
+        if self.path is not None:
+            tables["path_patching"] = self.path.table
+        if self.dla is not None:
+            tables["dla"] = self.dla.table
+        return tables
+
+    def with_tables(self, tables: dict[str, pd.DataFrame]) -> PatchingRun:
+        """This run with its tables replaced by ``tables`` (by :attr:`tables`' names)."""
+        attribution, path, dla = self.attribution, self.path, self.dla
+        if attribution is not None and "attribution" in tables:
+            attribution = replace(attribution, table=tables["attribution"])
+        path = replace(path, table=tables["path_patching"]) if path is not None else None
+        dla = replace(dla, table=tables["dla"]) if dla is not None else None
+        return replace(self, patching=replace(self.patching, table=tables["patching"]), attribution=attribution, path=path, dla=dla)
+
+
+def _gap(record: dict[str, Any]) -> Gap:
+    """A :class:`Gap` from its manifest record (``Gap.describe()``)."""
+    return Gap(
+        metric=str(record["metric"]),
+        clean=record["clean"],
+        corrupt=record["corrupt"],
+        gap=record["gap"],
+        low=record["gap_low"],
+        high=record["gap_high"],
+        n_pairs=record["n_pairs"],
+        reason=record["undefined_reason"],
+    )
+
+
+def _run_of(tables: dict[str, pd.DataFrame], manifest: dict[str, Any]) -> PatchingRun:
+    """The :class:`PatchingRun` of a saved folder: each part from its table and its manifest entry."""
+    config = config_from_record(PatchConfig, manifest["config"]["patch"])
+    info = manifest["patching"]
+    patching = PatchRun(table=tables["patching"], gap=_gap(info["gap"]), info=info)
+    attribution = None
+    if "attribution" in manifest:
+        a_info = manifest["attribution"]
+        a_table = tables["attribution"] if config.per_position else tables["patching"][ATTRIBUTION_COLUMNS]
+        attribution = AttributionRun(table=a_table, gap=_gap(a_info["gap"]), per_item=np.empty((0, 0)), info=a_info)
+    path = None
+    if "path_patching" in tables:
+        p_info = manifest["path_patching"]
+        path = PathRun(table=tables["path_patching"], gap=_gap(p_info["gap"]), info=p_info)
+    dla = None
+    if "dla" in tables:
+        dla = DLARun(table=tables["dla"], per_item=np.empty((0, 0)), logit_diff=np.empty(0), info=manifest["dla"])
+    return PatchingRun(config=config, patching=patching, attribution=attribution, path=path, dla=dla)
 
 
 @dataclass(kw_only=True, repr=False)
@@ -62,41 +135,55 @@ class PatchingResult(Result):
     kind = "patching"
     marker_files = ("patching.csv",)
 
+    #: The runs behind the tables (:attr:`tables` derive from it); a result read back from a folder has
+    #: them rebuilt from the tables and the manifest (:meth:`from_folder`).
+    run: PatchingRun
+
+    def __post_init__(self) -> None:
+        self.tables = self.run.tables
+
+    def restore_dtypes(self, files: dict[str, Path]) -> None:
+        """The tables' dtypes restored (:meth:`Result.restore_dtypes`), in the run too."""
+        super().restore_dtypes(files)
+        self.run = self.run.with_tables(self.tables)
+
     @property
     def table(self) -> pd.DataFrame:
-        return self.tables["patching"]
+        return self.run.patching.table
 
     @property
     def path_patching(self) -> pd.DataFrame | None:
-        return self.tables.get("path_patching")
+        return self.run.path.table if self.run.path is not None else None
 
     @property
     def dla(self) -> pd.DataFrame | None:
-        return self.tables.get("dla")
+        return self.run.dla.table if self.run.dla is not None else None
 
     @property
     def gap(self) -> dict[str, Any]:
         """Clean, corrupted and their gap (``undefined_reason``: why effects are not normalised, or None)."""
-        return self.manifest["patching"]["gap"]
+        return self.run.patching.gap.describe()
 
     @property
     def gap_defined(self) -> bool:
-        return self.gap.get("undefined_reason") is None
+        return self.run.patching.gap.defined
 
     @property
     def attribution_agreement(self) -> dict[str, Any] | None:
         """How attribution patching's estimate agrees with exact denoising (Spearman, top-k overlap and
         its chance level, the largest disagreement, the heads it misses); None without ``attribution``
         or per position.  The view and ``headlens patch`` print it."""
-        return (self.manifest.get("attribution") or {}).get("agreement_with_exact")
+        return self.run.attribution.info.get("agreement_with_exact") if self.run.attribution is not None else None
 
     @property
     def directions(self) -> tuple[str, ...]:
-        return tuple(self.manifest["patching"]["directions"])
+        return tuple(self.run.config.directions)
 
     def findings(self) -> Findings:
         """What ``headlens`` prints for this study (:func:`~headlens.reports.render.finding_lines.patching_findings`)."""
-        return patching_findings(self)
+        return patching_findings(
+            self.run.patching, self.directions, agreement=self.attribution_agreement, path=self.path_patching, dla=self.dla
+        )
 
     def _heatmaps(self) -> dict[str, Figure]:
         m = self.manifest.get("model") or {}
@@ -151,8 +238,10 @@ class PatchingResult(Result):
 
     @classmethod
     def from_folder(cls, folder: str | Path) -> PatchingResult:
+        """The saved result, its runs rebuilt: the tables from their files, the config and each run's info from the manifest."""
         p = Path(folder)
-        return cls(tables=cls.read_tables(p), manifest=read_manifest(p))
+        manifest = read_manifest(p)
+        return cls(run=_run_of(cls.read_tables(p), manifest), manifest=manifest)
 
 
 def _check_settings(
@@ -188,24 +277,29 @@ def _shared(cfg: PatchConfig) -> dict[str, Any]:
     return {"batch_size": cfg.batch_size, "n_resamples": cfg.n_resamples, "seed": cfg.seed}
 
 
-def _with_attribution(
-    loaded: LoadedModel,
-    pairs: Any,
-    cfg: PatchConfig,
-    exact: pd.DataFrame,
-    tables: dict[str, pd.DataFrame],
-    extra: dict[str, Any],
-    progress: Progress | None,
-) -> pd.DataFrame:
-    """Attribution patching beside the exact ``patching`` table: its columns merged into it (with their agreement
-    in ``extra``), or per position a table of its own in ``tables``; the patching table to keep."""
+def _with_attribution(loaded: LoadedModel, pairs: Any, run: PatchingRun, progress: Progress | None) -> PatchingRun:
+    """``run`` with attribution patching beside its exact ``patching`` table: per head its columns merged into
+    that table (its agreement with the exact effects in the attribution's info), per position a table of its own."""
+    cfg = run.config
     est = run_attribution_patching(loaded, pairs, batch_size=cfg.batch_size, n_resamples=cfg.n_resamples, seed=cfg.seed, progress=progress)
     if cfg.per_position:
-        tables["attribution"] = est.table
-        extra["attribution"] = est.info
-        return exact
-    extra["attribution"] = {**est.info, "agreement_with_exact": agreement(est.table, exact)}
-    return exact.merge(est.table.drop(columns=["name"]), on=["layer", "head"], how="left")
+        return replace(run, attribution=est)
+    exact = run.patching.table
+    est = replace(est, info={**est.info, "agreement_with_exact": agreement(est.table, exact)})
+    merged = exact.merge(est.table.drop(columns=["name"]), on=["layer", "head"], how="left")
+    return replace(run, patching=replace(run.patching, table=merged), attribution=est)
+
+
+def _manifest_extra(run: PatchingRun, task_file: str | None) -> dict[str, Any]:
+    """The manifest's entries of each run (``dla``, ``patching``, ``attribution``, ``path_patching``) and ``task_file``."""
+    extra: dict[str, Any] = {"dla": run.dla.info} if run.dla is not None else {}
+    extra["patching"] = run.patching.info
+    if run.attribution is not None:
+        extra["attribution"] = run.attribution.info
+    if run.path is not None:
+        extra["path_patching"] = run.path.info
+    extra["task_file"] = task_file
+    return extra
 
 
 @study("patch", PatchConfig)
@@ -269,23 +363,17 @@ def patch(
     if receivers:
         check_receivers(loaded, receivers)  # before any forward
     pairs = _pairs(loaded, cfg, given, builtin=builtin, n_pairs=n_pairs, prepend_bos=prepend_bos)
-    tables: dict[str, pd.DataFrame] = {}
     # first: a model it refuses (e.g. a logit softcap) is refused before any patching runs
     d = run_dla(loaded, pairs, batch_size=cfg.batch_size) if dla else None
-    extra: dict[str, Any] = {"dla": d.info} if d is not None else {}
     result = run_patching(loaded, pairs, cfg, progress=progress)
-    table = result.table
     small = small_sample_note(len(pairs), items="pairs") if cfg.n_resamples > 0 else None  # intervals over few pairs under-cover
-    extra["patching"] = {**result.info, "small_sample_note": small} if small else result.info
+    run = PatchingRun(config=cfg, patching=replace(result, info={**result.info, "small_sample_note": small}) if small else result, dla=d)
     if attribution:
-        table = _with_attribution(loaded, pairs, cfg, result.table, tables, extra, progress)
-    tables = {"patching": table, **tables}
+        run = _with_attribution(loaded, pairs, run, progress)
     if receivers:  # path patching, with this call's batch size, resamples and seed
         path_config = config_of(PathConfig, values, receivers=receivers, **_shared(cfg))
-        path_run = run_path_patching(loaded, pairs, path_config, progress=progress)
-        tables["path_patching"], extra["path_patching"] = path_run.table, path_run.info
-    if d is not None:
-        tables["dla"] = d.table
-    extra["task_file"] = given[1]["task"] if given is not None and given[1]["kind"] == "file" else None  # pairs in memory: none
+        run = replace(run, path=run_path_patching(loaded, pairs, path_config, progress=progress))
+    task_file = given[1]["task"] if given is not None and given[1]["kind"] == "file" else None  # pairs in memory: none
+    extra = _manifest_extra(run, task_file)
     manifest = build_manifest(model=loaded, command=command, seed=cfg.seed, prepend_bos=prepend_bos, configs={"patch": cfg}, extra=extra)
-    return PatchingResult(tables=tables, manifest={"result": PatchingResult.kind, **manifest})
+    return PatchingResult(run=run, manifest={"result": PatchingResult.kind, **manifest})

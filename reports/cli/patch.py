@@ -61,7 +61,6 @@ def patch_cmd(model, device, dtype, revision, allow_new_weights, out_dir, overwr
     """
     from headlens.reports.api.patch import patch
     from headlens.reports.render.figures.common import figures_text
-    from headlens.reports.render.patching_tables import patch_lines
 
     if settings["path"] and not settings["receivers"]:
         raise click.UsageError("--path needs --receivers LAYER.HEAD,...")
@@ -74,7 +73,7 @@ def patch_cmd(model, device, dtype, revision, allow_new_weights, out_dir, overwr
     with progress_bars("patch", quiet=quiet) as progress:
         result = patch(model, config, progress=progress, command=command_line(), **others, **load)
     result.write(out)
-    for line in patch_lines(result):
+    for line in result.findings().lines:  # patch_lines of its runs
         click.echo(line)
     files = result.file_names()
     tables, figures = [f for f in files if f.endswith(".csv")], [f for f in files if not f.endswith(".csv")]

@@ -10,8 +10,9 @@ folder words what its tables and manifest still hold.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -33,6 +34,9 @@ from headlens.reports.render.sink_lines import (
 )
 from headlens.reports.render.sinks_tables import lengths_lines, seed_text_lines
 from headlens.reports.render.verdict_text import rank_test_words
+
+if TYPE_CHECKING:
+    from headlens.analyses.patching.activation import PatchRun
 
 __all__ = [
     "Findings",
@@ -143,14 +147,21 @@ def census_findings(result: Any) -> Findings:
 
 
 # -- patching ---------------------------------------------------------------------------------
-def patching_findings(result: Any) -> Findings:
-    """``headlens patch``: the gap, the attribution's agreement, the strongest heads, paths and DLA."""
-    if "patching" not in result.tables or "patching" not in result.manifest:
-        return Findings()
-    lines = patch_lines(result)
-    reason = result.gap.get("undefined_reason")
+def patching_findings(
+    patching: PatchRun,
+    directions: Sequence[str],
+    *,
+    agreement: dict[str, Any] | None = None,
+    path: pd.DataFrame | None = None,
+    dla: pd.DataFrame | None = None,
+) -> Findings:
+    """``headlens patch``: the gap, the attribution's agreement, the strongest heads, paths and DLA
+    (:func:`~headlens.reports.render.patching_tables.patch_lines`); notes when effects are not normalised
+    or the intervals rest on few pairs."""
+    lines = patch_lines(patching, directions, agreement=agreement, path=path, dla=dla)
+    reason = patching.gap.reason
     notes = [f"normalised effects are not reported: {reason}"] if reason else []
-    info = result.manifest["patching"]
+    info = patching.info
     small = small_sample_note((info.get("task") or {}).get("n_pairs"), items="pairs") if info.get("n_resamples", 1) > 0 else None
     return Findings(tuple(lines), tuple(notes + ([small] if small else [])))
 

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
 from headlens.reports.render.tables import write_table
 from headlens.reports.render.verdict_text import rank_test_words
+
+if TYPE_CHECKING:
+    from headlens.analyses.patching.activation import PatchRun
 
 __all__ = ["write_tables", "patch_lines", "gap_line", "top_lines", "path_lines", "agreement_lines", "dla_lines"]
 
@@ -55,7 +59,7 @@ def path_lines(table: pd.DataFrame, k: int = 5) -> list[str]:
 
 
 def agreement_lines(agree: dict[str, Any]) -> list[str]:
-    """The attribution's agreement with exact denoising (``manifest['attribution']['agreement_with_exact']``,
+    """The attribution's agreement with exact denoising (its run's ``info['agreement_with_exact']``,
     :func:`headlens.analyses.patching.attribution.agreement`): the overlap beside its chance level,
     the largest disagreement and the heads the estimate misses."""
     head = (
@@ -89,24 +93,30 @@ def dla_lines(table: pd.DataFrame, k: int = 5) -> list[str]:
     return [f"  {heads.iloc[i]['component']:>6}  {heads.iloc[i]['dla']:+.3f} (sd {heads.iloc[i]['dla_sd']:.3f})" for i in order]
 
 
-def patch_lines(result: Any) -> list[str]:
-    """What ``headlens patch`` prints about a :class:`~headlens.reports.api.patch.PatchingResult`:
-    the gap, the attribution's agreement, the strongest heads per direction, paths and DLA."""
-    lines = [gap_line(result.gap)]
-    agree = (result.manifest.get("attribution") or {}).get("agreement_with_exact")
-    if agree is not None:
-        lines += agreement_lines(agree)
-    for col in result.directions:
-        top = top_lines(result.table, col)
+def patch_lines(
+    patching: PatchRun,
+    directions: Sequence[str],
+    *,
+    agreement: dict[str, Any] | None = None,
+    path: pd.DataFrame | None = None,
+    dla: pd.DataFrame | None = None,
+) -> list[str]:
+    """What ``headlens patch`` prints about its runs: the gap, the attribution's agreement (``agreement``),
+    the strongest heads per direction of ``patching``, paths (``path``: path patching's table) and DLA (``dla``'s table)."""
+    lines = [gap_line(patching.gap.describe())]
+    if agreement is not None:
+        lines += agreement_lines(agreement)
+    for col in directions:
+        top = top_lines(patching.table, col)
         if top:
             lines.append(f"strongest {col} heads (effect [95% CI]{'; 1 = the head is not needed' if col == 'noising' else ''}):")
             lines += top
-    if result.path_patching is not None:
-        top = path_lines(result.path_patching)
+    if path is not None:
+        top = path_lines(path)
         if top:
             lines.append("strongest paths (effect [95% CI]):")
             lines += top
-    if result.dla is not None:
+    if dla is not None:
         lines.append("direct logit attribution, largest heads (mean over pairs):")
-        lines += dla_lines(result.dla)
+        lines += dla_lines(dla)
     return lines

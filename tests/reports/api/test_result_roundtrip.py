@@ -76,3 +76,19 @@ def test_a_report_read_back_keeps_the_ablation_table_exactly(demo, tmp_path):
     fresh = headlens.ablate(demo, n_windows=2, window=32, n_bootstrap=200, attribution=False).table
     assert read is not None and fresh is not None
     assert read.equals(fresh), (read, fresh.dtypes)
+
+
+#: Studies whose Result carries its analysis' typed run (issue 47 item 3): read back, the run is rebuilt
+#: from the tables and the manifest.
+RUN_PAYLOAD = ["patch"]
+
+
+@pytest.mark.parametrize("name", RUN_PAYLOAD)
+def test_a_loaded_result_rebuilds_its_run(demo_saved, name):
+    """Saved and loaded, the result's run has the config it ran with, its tables are the result's (the saved
+    dtypes restored in both) and it words the same findings."""
+    result, back = demo_saved(name)
+    assert back.run.config == result.run.config
+    assert set(back.run.tables) == set(result.run.tables)
+    assert all(back.run.tables[t] is back.tables[t] for t in back.tables)
+    assert back.findings() == result.findings() and back.findings().lines
