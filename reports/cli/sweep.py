@@ -113,7 +113,8 @@ def sweep_cmd(
     is then 1. The dataset OUT/dataset is partitioned by model: model, revision, step,
     label, layer, head, detector, score, baseline, ci_low, ci_high, n, accuracy, role.
     """
-    from headlens.reports.runs.sweep.engine import check_settings, import_ray, run_sweep
+    from headlens.probes.cluster.session import import_ray
+    from headlens.reports.runs.sweep.engine import check_settings, run_sweep
     from headlens.reports.runs.sweep.gather import import_pyarrow
     from headlens.reports.runs.sweep.plan import plan_tasks
 

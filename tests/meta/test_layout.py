@@ -88,7 +88,8 @@ PLOTTING = ("matplotlib", "seaborn")
 #: dependencies (an ordinary install lacks them) and the two whose import has an effect or a cost that
 #: the modules' importers must not pay.  Everything else is imported at module level.
 DEFERRED_IMPORTS: dict[str, str] = {
-    "ray": "the `sweep` extra: only `headlens sweep` runs it; without it the command names the extra",
+    "ray": "the `sweep` extra: only work run on Ray (probes/cluster: `headlens sweep`, exact scores on workers) imports it; "
+    "without it the command names the extra",
     "pyarrow": "the `parquet` and `sweep` extras: only Parquet output needs it",
     "playwright": "the test extra: only the report's browser check drives a browser",
     "nbclient": "the test extra: only the tutorial notebook's execution needs it",

@@ -4,10 +4,9 @@
   checkpoints), each task's step and folder name, the sweep settings;
 * :mod:`~headlens.reports.runs.sweep.task`: what one task does (load, census, held-out loss,
   write its folder): the library calls ``headlens detect`` makes, so results are equal;
-* :mod:`~headlens.reports.runs.sweep.engine`: Ray (local or ``--address``), skipping finished
+* :mod:`~headlens.reports.runs.sweep.engine`: the tasks as jobs of :mod:`headlens.probes.cluster`'s pool
+  (local Ray or ``--address``; Ctrl-C and SIGTERM stop it in order, exit 130), skipping finished
   tasks, collecting failures as one line each;
-* :mod:`~headlens.reports.runs.sweep.interrupts`: Ctrl-C and SIGTERM recorded while Ray runs and
-  acted on where stopping is safe (tasks cancelled, Ray shut down, then exit 130);
 * :mod:`~headlens.reports.runs.sweep.gather`: the tasks' tables as one partitioned Parquet dataset.
 
 Ray and pyarrow are the ``sweep`` extra (``pip install 'headlens[sweep]'``); nothing here

@@ -1,44 +1,40 @@
-"""Run the sweep's tasks on Ray: local Ray by default, an existing cluster with ``address``.
+"""Run the sweep's tasks on Ray (:mod:`headlens.probes.cluster`): local Ray by default, an existing cluster with ``address``.
 
-Ray is the scheduler: every unfinished task is one ``ray.remote`` call asking for
-``cpus_per_task`` CPUs and ``gpus_per_task`` GPUs (default: one where the cluster has GPUs),
-retried ``max_retries`` times when its worker or node is lost.  A task that fails with a
-:class:`HeadlensError` comes back as a one-line failure and the others go on; a task whose
-worker died comes back as Ray's one-line reason.  Finished tasks (``OUT/tasks/KEY/manifest.json``)
-are not submitted again, so rerunning the same command after an interruption finishes only
-what is missing.
+The sweep is a pool of workers (:func:`~headlens.probes.cluster.pool.run_pool`), each asking for
+``cpus_per_task`` CPUs and ``gpus_per_task`` GPUs (default: one where the cluster has GPUs), as many as the
+cluster holds (at most one per task); each task is one job, which loads its own checkpoint.  A task whose
+worker is lost (its process killed, its node gone) runs again on another worker, at most ``max_retries``
+times.  A task that fails with a :class:`HeadlensError` comes back as a one-line failure and the others go
+on; a task whose workers were all lost comes back as Ray's one-line reason.  Finished tasks
+(``OUT/tasks/KEY/manifest.json``) are not submitted again, so rerunning the same command after an
+interruption finishes only what is missing.
 
-Local Ray starts with ``num_cpus`` CPUs (default: all), no dashboard, no usage reporting and
-no worker logs forwarded to the driver, and is shut down at the end; a Ray already
-initialised by the caller (or a cluster at ``address``) is used as it is and left running.
-Ctrl-C or SIGTERM cancels the tasks, shuts Ray down and then raises :class:`KeyboardInterrupt`
-(:mod:`~headlens.reports.runs.sweep.interrupts`: never from inside Ray's own calls).
+Local Ray starts with ``num_cpus`` CPUs (default: all) and is shut down at the end; a Ray already
+initialised by the caller (or a cluster at ``address``) is used as it is and left running
+(:mod:`~headlens.probes.cluster.session`).  Ctrl-C or SIGTERM stops the workers, shuts Ray down and then
+raises :class:`KeyboardInterrupt` (:mod:`~headlens.probes.cluster.interrupts`: never from inside Ray's own calls).
 """
 
 from __future__ import annotations
 
-import contextlib
-import inspect
 import json
 import logging
-import os
 import shutil
-import socket
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from headlens.probes.errors import InputError, OutputExistsError
+from headlens.probes.cluster.pool import Cluster, Finished, Job, run_pool
+from headlens.probes.errors import OutputExistsError
 from headlens.probes.outputs import write_json
-from headlens.reports.runs.sweep.interrupts import Interrupts, deferred_interrupts
 from headlens.reports.runs.sweep.plan import SweepConfig, SweepTask
 from headlens.reports.runs.sweep.task import is_done, run_task
 
 log = logging.getLogger(__name__)
 
-__all__ = ["SweepOutcome", "run_sweep", "ray_session", "check_settings", "import_ray"]
+__all__ = ["SweepOutcome", "run_sweep", "check_settings"]
 
 
 @dataclass
@@ -52,101 +48,6 @@ class SweepOutcome:
 
     def by_status(self, status: str) -> list[dict[str, Any]]:
         return [r for r in self.records if r["status"] == status]
-
-
-def import_ray() -> Any:
-    try:
-        import ray
-    except ImportError:
-        raise InputError("headlens sweep needs Ray: pip install 'headlens[sweep]'") from None
-    return ray
-
-
-@contextlib.contextmanager
-def _env(**values: str) -> Iterator[None]:
-    """Set environment variables for Ray's start-up only (Ray reads them when it starts)."""
-    saved = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
-def _check_reachable(address: str, timeout: float = 5.0) -> None:
-    """A quick TCP check of ``host:port`` so that a wrong address is a one-line error, not a long wait."""
-    if address in ("auto", "local"):
-        return
-    hostport = address.split("://", 1)[-1].rstrip("/")
-    host, _, port = hostport.rpartition(":")
-    if not host or not port.isdigit():
-        raise InputError(f"--address {address!r}: expected HOST:PORT or ray://HOST:PORT")
-    try:
-        with socket.create_connection((host, int(port)), timeout=timeout):
-            pass
-    except OSError as exc:
-        raise InputError(f"cannot reach the Ray cluster at {address}: {exc.strerror or exc}") from None
-
-
-@contextlib.contextmanager
-def ray_session(
-    address: str | None = None, num_cpus: int | None = None, interrupts: Interrupts | None = None
-) -> Iterator[tuple[Any, float]]:
-    """``(ray, start-up seconds)``; starts local Ray (or connects) unless Ray is already initialised,
-    and shuts down only what it started.
-
-    ``interrupts``: the signals recorded while Ray starts (see :mod:`~headlens.reports.runs.sweep.interrupts`);
-    one that came during ``ray.init`` is acted on once Ray is up, by shutting it down in order.
-    """
-    ray = import_ray()
-    if address:
-        _check_reachable(address)
-    if ray.is_initialized():
-        log.info("using the Ray instance already initialised in this process")
-        yield ray, 0.0
-        return
-    address = address or os.environ.get("RAY_ADDRESS") or None
-    t0 = time.perf_counter()
-    with _env(RAY_USAGE_STATS_ENABLED="0"):
-        try:
-            if address:
-                _check_reachable(address)
-                try:
-                    ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
-                except (ConnectionError, RuntimeError, ValueError) as exc:
-                    raise InputError(f"cannot join the Ray cluster at {address}: {' '.join(str(exc).split())[:300]}") from None
-            else:
-                # "local": always a new instance of our own; with no address Ray would join a cluster
-                # it finds in /tmp/ray/ray_current_cluster (a `ray start` on this machine) and then
-                # refuse num_cpus with a traceback (join one with address="auto" or --address auto)
-                ray.init(
-                    address="local",
-                    num_cpus=num_cpus or os.cpu_count() or 1,
-                    include_dashboard=False,
-                    log_to_driver=False,
-                    logging_level=logging.WARNING,
-                )
-        except BaseException:
-            _shutdown(ray)  # whatever ray.init had started before it failed
-            raise
-    start_s = time.perf_counter() - t0
-    try:
-        if interrupts is not None:
-            interrupts.check()
-        log.info("Ray %s in %.1f s: %s", "joined" if address else "started", start_s, ray.cluster_resources())
-        yield ray, start_s
-    finally:
-        _shutdown(ray)
-
-
-def _shutdown(ray: Any) -> None:
-    """``ray.shutdown()``, waiting for the processes it stops to exit where this Ray version has that option."""
-    wait = "wait_for_processes" in inspect.signature(ray.shutdown).parameters
-    ray.shutdown(**({"wait_for_processes": True} if wait else {}))
 
 
 def check_settings(out: Path, config: SweepConfig, *, overwrite: bool) -> None:
@@ -177,29 +78,22 @@ def check_settings(out: Path, config: SweepConfig, *, overwrite: bool) -> None:
     write_json(path, settings)
 
 
-def _failure(task: SweepTask, message: str, exit_code: int = 1) -> dict[str, Any]:
+def _run_job(state: None, payload: tuple[SweepTask, SweepConfig, str, list[str]]) -> dict[str, Any]:
+    """One task on a worker of the pool (the workers hold no state: each task loads its own checkpoint)."""
+    return run_task(*payload)
+
+
+def _record(task: SweepTask, status: str, error: str | None = None, exit_code: int = 0) -> dict[str, Any]:
     return {
         "key": task.key,
         "label": task.label,
         "model": task.model,
         "revision": task.revision,
         "step": task.step,
-        "status": "failed",
-        "error": message,
+        "status": status,
+        "error": error,
         "exit_code": exit_code,
     }
-
-
-#: Seconds between checks for Ctrl-C while waiting for tasks.
-_POLL_S = 0.5
-
-
-def _ray_error_line(exc: Exception) -> str:
-    cause = getattr(exc, "cause", None)
-    if cause is not None:
-        return f"{type(cause).__name__}: {' '.join(str(cause).split())}"[:500]
-    lines = [ln for ln in str(exc).splitlines() if ln.strip()]
-    return (lines[-1] if lines else type(exc).__name__)[:500]
 
 
 def run_sweep(
@@ -217,9 +111,9 @@ def run_sweep(
 ) -> SweepOutcome:
     """Run every task not done yet in ``out``; ``on_record(record, finished, total)`` after each.
 
-    An exception raised by ``on_record``, Ctrl-C or SIGTERM cancels the tasks still queued or
-    running and shuts down the Ray this call started before it propagates (a signal as
-    :class:`KeyboardInterrupt`); finished task folders stay, and a rerun picks up from them.
+    An exception raised by ``on_record``, Ctrl-C or SIGTERM stops the workers and shuts down the Ray
+    this call started before it propagates (a signal as :class:`KeyboardInterrupt`); finished task
+    folders stay, and a rerun picks up from them.
     """
     out = Path(out)
     t0 = time.perf_counter()
@@ -227,49 +121,26 @@ def run_sweep(
     pending = []
     for task in tasks:
         if is_done(out, task):
-            outcome.records.append(
-                {
-                    "key": task.key,
-                    "label": task.label,
-                    "model": task.model,
-                    "revision": task.revision,
-                    "step": task.step,
-                    "status": "skipped",
-                    "error": None,
-                    "exit_code": 0,
-                }
-            )
+            outcome.records.append(_record(task, "skipped"))
         else:
             pending.append(task)
     if not pending:
         outcome.wall_s = time.perf_counter() - t0
         return outcome
-    with deferred_interrupts() as interrupts, ray_session(address, num_cpus, interrupts) as (ray, start_s):
-        outcome.ray_start_s = start_s
-        outcome.resources = dict(ray.cluster_resources())
-        gpus = gpus_per_task if gpus_per_task is not None else (1.0 if outcome.resources.get("GPU", 0) >= 1 else 0.0)
-        remote = ray.remote(run_task).options(num_cpus=cpus_per_task, num_gpus=gpus, max_retries=max_retries)
-        refs = {remote.remote(task, config, str(out.resolve()), command): task for task in pending}
-        finished = len(outcome.records)
-        try:
-            while refs:
-                ready, _ = ray.wait(list(refs), num_returns=1, timeout=_POLL_S)
-                interrupts.check()
-                for ref in ready:
-                    task = refs.pop(ref)
-                    try:
-                        record = ray.get(ref)
-                    except ray.exceptions.RayError as exc:  # the task raised, or its worker/node was lost
-                        record = _failure(task, _ray_error_line(exc))
-                    outcome.records.append(record)
-                    finished += 1
-                    if on_record is not None:
-                        on_record(record, finished, len(tasks))
-        except BaseException:
-            log.info("stopping: cancelling %d unfinished task%s, then Ray", len(refs), "" if len(refs) == 1 else "s")
-            for ref in refs:
-                with contextlib.suppress(Exception):
-                    ray.cancel(ref, force=True)
-            raise
+    by_key = {task.key: task for task in pending}
+    skipped = len(outcome.records)
+
+    def on_finished(end: Finished, finished: int, total: int) -> None:
+        task = by_key[end.key]
+        record = end.result if end.status == "done" else _record(task, "failed", end.error, 1)
+        outcome.records.append(record)
+        if on_record is not None:
+            on_record(record, skipped + finished, len(tasks))
+
+    jobs = [Job(task.key, (task, config, str(out.resolve()), command)) for task in pending]
+    cluster = Cluster(address=address, num_cpus=num_cpus, cpus_per_worker=cpus_per_task, gpus_per_worker=gpus_per_task,
+                      max_retries=max_retries)  # fmt: skip
+    pool = run_pool(jobs, _run_job, cluster=cluster, on_finished=on_finished)
+    outcome.ray_start_s, outcome.resources = pool.ray_start_s, pool.resources
     outcome.wall_s = time.perf_counter() - t0
     return outcome

@@ -80,6 +80,11 @@ def _children(pid: int) -> dict[int, str]:
     return found
 
 
+def _runs_a_task(raylet: int) -> bool:
+    """A pool worker under ``raylet`` runs a task (Ray names the process ``ray::Worker.run`` while it does)."""
+    return any("ray::Worker.run" in c for c in _children(raylet).values())
+
+
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
     from headlens.analyses.synthetic.tiny import TinySpec, build_tiny_checkpoint
@@ -135,9 +140,7 @@ def test_a_sweep_on_a_cluster_that_loses_its_worker_node_finishes_with_the_same_
     )
     try:
         deadline = time.monotonic() + RUNNING_S
-        while (
-            proc.poll() is None and time.monotonic() < deadline and not any("ray::run_task" in c for c in _children(worker_raylet).values())
-        ):
+        while proc.poll() is None and time.monotonic() < deadline and not _runs_a_task(worker_raylet):
             time.sleep(POLL_S)
         assert proc.poll() is None and time.monotonic() < deadline, (
             f"no task ran on the worker node: {proc.communicate() if proc.poll() is not None else 'timed out'}"

@@ -145,7 +145,7 @@ def _left_behind(run_pid: int, seen: dict) -> list[str]:
 def _phase(seen: dict, out: Path) -> set[str]:
     """What the run has reached: ``settings`` (OUT/sweep.json written, Ray not started yet), then Ray's processes."""
     cmds = [c for cs in seen.values() for c in cs]
-    keys = (("raylet", "raylet"), ("agent", "ray::DashboardAgent"), ("agent", "ray::RuntimeEnvAgent"), ("worker", "ray::run_task"))
+    keys = (("raylet", "raylet"), ("agent", "ray::DashboardAgent"), ("agent", "ray::RuntimeEnvAgent"), ("worker", "ray::Worker.run"))
     return ({"settings"} if (out / "sweep.json").is_file() else set()) | {name for name, key in keys if any(key in c for c in cmds)}
 
 

@@ -216,7 +216,7 @@ def test_a_second_ctrl_c_stops_at_once():
     """The first stop signal is recorded for a safe stop; a second Ctrl-C raises at once (an escape from a hung ray.init)."""
     import signal
 
-    from headlens.reports.runs.sweep.interrupts import Interrupts
+    from headlens.probes.cluster.interrupts import Interrupts
 
     interrupts = Interrupts()
     interrupts.record(signal.SIGINT)
@@ -232,7 +232,7 @@ def test_without_an_address_the_sweep_starts_its_own_ray_even_beside_a_running_c
     """With no address Ray joins a cluster it finds in /tmp/ray/ray_current_cluster (a `ray start`
     on the machine) and then refuses num_cpus with a traceback (seen in a CI run); the sweep asks
     for a local instance of its own, so that file is never read.  RAY_ADDRESS still joins."""
-    from headlens.reports.runs.sweep import engine
+    from headlens.probes.cluster import session as engine
 
     calls: list[dict] = []
 

@@ -1,13 +1,13 @@
-"""Ctrl-C and SIGTERM while the sweep's Ray runs: recorded by the handler, acted on in normal flow.
+"""Ctrl-C and SIGTERM while work runs on Ray: recorded by the handler, acted on in normal flow.
 
 Python raises :class:`KeyboardInterrupt` wherever the main thread happens to be when SIGINT
 arrives: inside ``ray.init`` while Ray's core worker and its threads are half built, or
 inside ``ray.wait``.  Unwinding from there skipped ``ray.shutdown`` (Ray's helper processes,
 orphaned, lived on for about 90 s) and let the interpreter tear down a live core worker on
 exit (a segfault or ``free(): invalid pointer`` in some runs).  Inside :func:`deferred_interrupts`
-the handler only records the signal; the sweep checks :meth:`Interrupts.check` at the points
-where stopping is safe (after ``ray.init``, between ``ray.wait`` polls), cancels its tasks,
-shuts Ray down in order, and only then raises :class:`KeyboardInterrupt` (exit 130).
+the handler only records the signal; the pool (:mod:`~headlens.probes.cluster.pool`) checks
+:meth:`Interrupts.check` at the points where stopping is safe (after ``ray.init``, between
+``ray.wait`` polls), stops its workers, shuts Ray down in order, and only then raises :class:`KeyboardInterrupt` (exit 130).
 
 A second Ctrl-C stops at once (raised from the handler, as Python would), for a user who will
 not wait, e.g. for an address that accepts connections but never answers ``ray.init``.
@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 
 __all__ = ["Interrupts", "deferred_interrupts", "SIGNALS"]
 
-#: The signals that stop a sweep: Ctrl-C, and ``kill`` or a batch system's time limit.
+#: The signals that stop work on Ray: Ctrl-C, and ``kill`` or a batch system's time limit.
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 

@@ -1,0 +1,83 @@
+"""Every edge of a small model scored exactly on a local 2-worker Ray cluster, one worker killed mid-run.
+
+The workers run one torch thread each; the reference is the same chunks run one after another in this
+process with one thread: equal bit for bit (each chunk is the same computation wherever it runs), and
+equal to one :func:`exact_scores` call over everything to 1e-6.  A worker is killed (SIGKILL, what the
+kernel's OOM killer or a lost node does) as soon as the first chunk is back, while the workers run their
+next ones: its chunk runs again on the other worker (or on the one started in its place).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from headlens.analyses.circuits.exact import exact_scores
+from headlens.analyses.circuits.exact_chunks import exact_scores_parallel
+from headlens.analyses.circuits.graph import build_graph
+from headlens.analyses.patching.builtin import builtin_task
+from headlens.probes.cluster import Cluster
+
+pytest.importorskip("ray")
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not sys.platform.startswith("linux"), reason="finds the workers in /proc"),
+]
+
+EDGES_PER_CHUNK = 8
+
+
+def _busy_workers() -> list[int]:
+    """Pids of the pool's workers running a job (Ray names such a process ``ray::Worker.run``), this user's."""
+    pids = []
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                with open(f"/proc/{entry.name}/cmdline", "rb") as f:
+                    cmd = f.read().decode(errors="replace")
+            except OSError:
+                continue
+            if cmd.startswith("ray::Worker.run") and os.stat(f"/proc/{entry.name}").st_uid == os.getuid():
+                pids.append(int(entry.name))
+    return pids
+
+
+@pytest.fixture
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_every_edge_on_two_workers_with_one_killed_equals_one_process(tiny_model, one_thread, caplog, monkeypatch):
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    graph = build_graph(tiny_model)
+    task = builtin_task(tiny_model, "induction", n=6, seed=0)
+    here = exact_scores_parallel(tiny_model, task, graph, edges_per_chunk=EDGES_PER_CHUNK)
+    killed: list[int] = []
+
+    def kill_one(stage, done, total):
+        if done and not killed:
+            busy = _busy_workers()
+            if busy:
+                os.kill(busy[0], signal.SIGKILL)
+                killed.append(busy[0])
+
+    with caplog.at_level(logging.INFO, logger="headlens"):
+        got = exact_scores_parallel(tiny_model, task, graph, edges_per_chunk=EDGES_PER_CHUNK,
+                                    cluster=Cluster(workers=2, threads=1), progress=kill_one)  # fmt: skip
+    assert killed, "no worker was running a chunk when the first came back"
+    said = [r.getMessage() for r in caplog.records]
+    assert any("lost" in line and str(killed[0]) in line for line in said), said
+    assert np.array_equal(got.values, here.values) and np.array_equal(got.clean, here.clean)
+    assert np.array_equal(got.corrupt, here.corrupt) and got.info == here.info
+    one = exact_scores(tiny_model, task, graph)
+    np.testing.assert_allclose(got.values, one.values, rtol=0, atol=1e-6)
+    assert got.values.shape == (6, len(graph.edges)) and not np.isnan(got.values).any()
