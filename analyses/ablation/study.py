@@ -99,6 +99,8 @@ class AblationRun:
     masked_value: float  # the metric with the mask's heads removed (unablated_value without a mask): each delta is measured from it
     unablated_value: float  # the metric of the model as loaded (no head removed)
     spearman: float | None  # rank correlation of attribution with the exact delta
+    config: AblationConfig  # the settings it ran with
+    metric: str  # what was measured (the evaluation set's metric: loss, logit-diff or embedding)
     spearman_p: float | None = None  # its two-sided permutation p-value against no association (stats.spearman_p)
     info: dict[str, Any] = field(default_factory=dict)
 
@@ -297,4 +299,13 @@ def run_ablation(
     }
     if attribution_note is not None:
         info["attribution"] = attribution_note
-    return AblationRun(table=table, masked_value=float(base_v.mean()), unablated_value=unablated, spearman=rho, spearman_p=rho_p, info=info)
+    return AblationRun(
+        table=table,
+        masked_value=float(base_v.mean()),
+        unablated_value=unablated,
+        spearman=rho,
+        config=config,
+        metric=data.metric,
+        spearman_p=rho_p,
+        info=info,
+    )

@@ -12,7 +12,7 @@ import contextlib
 import logging
 import typing
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,7 +29,7 @@ from headlens.probes.loading import LoadedModel, check_layers_heads, weights_fin
 from headlens.probes.manifest import build_manifest
 from headlens.probes.progress import Progress
 from headlens.probes.settings import settings_of
-from headlens.reports.api.common import coerce_setting, config_of, loading_of, study
+from headlens.reports.api.common import coerce_setting, config_from_record, config_of, loading_of, study
 from headlens.reports.api.folder import TableFileResult
 from headlens.reports.api.journals import JournalOpener
 from headlens.reports.api.models import as_loaded
@@ -102,8 +102,37 @@ class AblationResult(TableFileResult):
     section = "ablation"
     figure_stems = ("heatmap",)
 
+    #: The analysis' run: the table (:attr:`table`, with ``name``), the config, the metric, the unablated and
+    #: masked values and the attribution's agreement; read back from a file it is rebuilt from the table and the
+    #: manifest (:meth:`from_table`: the config from ``config.ablation``, the rest from the ``ablation`` entry).
+    run: AblationRun
     #: the evaluation set and why its metric was chosen (in memory only; ``None`` when read back from files)
     setup: EvalSetup | None = field(default=None)
+
+    def __post_init__(self) -> None:
+        self.tables = {self.table_name: self.run.table}
+
+    def restore_dtypes(self, files: dict[str, Path]) -> None:
+        """The table's dtypes restored (:meth:`Result.restore_dtypes`), in the run too."""
+        super().restore_dtypes(files)
+        self.run = replace(self.run, table=self.tables[self.table_name])
+
+    @classmethod
+    def from_table(cls, table: pd.DataFrame, manifest: dict[str, Any]) -> AblationResult:
+        """The result read back, its run rebuilt: the config from the manifest's ``config.ablation``, the
+        values from its ``ablation`` entry (``baseline_value``, the older key, where ``masked_value`` is missing)."""
+        info = manifest["ablation"]
+        run = AblationRun(
+            table=table,
+            masked_value=float(info.get("masked_value", info["baseline_value"])),
+            unablated_value=float(info["unablated_value"]),
+            spearman=info.get("spearman_attribution_vs_exact"),
+            config=config_from_record(AblationConfig, manifest["config"]["ablation"]),
+            metric=str(info["metric"]),
+            spearman_p=info.get("spearman_p_attribution_vs_exact"),
+            info=info.get("run") or {},
+        )
+        return cls(run=run, manifest=manifest)
 
     @property
     def data(self) -> EvalSet | None:
@@ -112,47 +141,48 @@ class AblationResult(TableFileResult):
 
     @property
     def basis(self) -> str:
-        """What the metric was measured on (``16 windows x 128 tokens ...``; ``""`` when read back from files)."""
-        return self.setup.data.basis() if self.setup is not None else ""
+        """What the metric was measured on (``16 windows x 128 tokens ...``; read back from files, as the manifest's
+        ``ablation.data`` records it, ``""`` where it does not)."""
+        return self.setup.data.basis() if self.setup is not None else str((self.info.get("data") or {}).get("basis", ""))
 
     @property
     def info(self) -> dict[str, Any]:
-        """The manifest's ``ablation`` section."""
+        """The manifest's ``ablation`` entry: the record of the run (its data, mask, intervals, files)."""
         return self.manifest.get("ablation", {})
 
     @property
     def method(self) -> str:
-        return str(self.info.get("method"))
+        return self.run.config.method
 
     @property
     def metric(self) -> str:
-        return str(self.info.get("metric"))
+        return self.run.metric
 
     @property
     def unablated_value(self) -> float:
-        return float(self.info["unablated_value"])
+        return self.run.unablated_value
 
     @property
     def masked_value(self) -> float:
         """The metric with the mask's heads removed (:attr:`unablated_value` without a mask): each head's
         ``delta`` is measured from it.  Recorded in the manifest as ``ablation.masked_value`` (and, as
         before, ``ablation.baseline_value``: a manifest written before ``masked_value`` has only that key)."""
-        return float(self.info.get("masked_value", self.info["baseline_value"]))
+        return self.run.masked_value
 
     @property
     def spearman(self) -> float | None:
         """Rank correlation of the first-order attribution with the exact delta (None without attribution)."""
-        return self.info.get("spearman_attribution_vs_exact")
+        return self.run.spearman
 
     @property
     def spearman_p(self) -> float | None:
         """Two-sided permutation p-value of :attr:`spearman` against no association
         (:func:`headlens.analyses.measure.stats.spearman_p`; None without attribution, or in a folder saved before it was recorded)."""
-        return self.info.get("spearman_p_attribution_vs_exact")
+        return self.run.spearman_p
 
     def findings(self) -> Findings:
         """What ``headlens`` prints for this study (:func:`~headlens.reports.render.finding_lines.ablation_findings`)."""
-        return ablation_findings(self)
+        return ablation_findings(self.run, basis=self.basis, record=self.info)
 
     def _figure_makers(self) -> dict[str, Callable[[], Figure]]:
         m = self.manifest.get("model") or {}
@@ -236,7 +266,7 @@ def ablate(
     manifest = build_manifest(
         model=loaded, command=command, seed=cfg.seed, prepend_bos=spec.prepend_bos, configs={"ablation": cfg}, extra={"ablation": record}
     )
-    return AblationResult(tables={"ablation": _named(run.table)}, manifest={"result": AblationResult.kind, **manifest}, setup=setup)
+    return AblationResult(run=replace(run, table=_named(run.table)), manifest={"result": AblationResult.kind, **manifest}, setup=setup)
 
 
 def _opened(journal: JournalOpener | None, loaded: LoadedModel, data: EvalSet, cfg: AblationConfig, removed: Any) -> Any:

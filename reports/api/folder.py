@@ -148,7 +148,12 @@ class TableFileResult(Result):
         except (OSError, ValueError) as exc:
             raise InputError(f"folder={str(folder)!r}: cannot read {manifest_file.name} ({exc})", folder=str(folder)) from None
         frame = read_csv_table(table, cls.text_columns) if table.suffix.lower() == ".csv" else read_table(table)
-        return cls(tables={cls.table_name: frame}, manifest=manifest)
+        return cls.from_table(frame, manifest)
+
+    @classmethod
+    def from_table(cls, table: pd.DataFrame, manifest: dict[str, Any]) -> Self:
+        """The result of a table read back and its manifest (a subclass with a run rebuilds it from them)."""
+        return cls(tables={cls.table_name: table}, manifest=manifest)
 
 
 def table_of_manifest(manifest: Path) -> Path:

@@ -36,6 +36,7 @@ from headlens.reports.render.sinks_tables import lengths_lines, seed_text_lines
 from headlens.reports.render.verdict_text import rank_test_words
 
 if TYPE_CHECKING:
+    from headlens.analyses.ablation.study import AblationRun
     from headlens.analyses.patching.activation import PatchRun
 
 __all__ = [
@@ -167,37 +168,35 @@ def patching_findings(
 
 
 # -- ablation and pruning ---------------------------------------------------------------------
-def ablation_findings(result: Any) -> Findings:
-    """``headlens ablate``: what was measured, the unablated value, the heads with the largest
-    ``|delta|`` (with the interval), the attribution's agreement."""
-    if "ablation" not in result.tables or "unablated_value" not in result.info:
-        return Findings()
-    table, info = result.table, result.info
-    label = _label(result.metric)
-    on = f" on {result.basis}" if result.basis else ""
-    mask = info.get("mask")
+def ablation_findings(run: AblationRun, *, basis: str = "", record: dict[str, Any]) -> Findings:
+    """``headlens ablate``: what was measured (on ``basis``, when known), the unablated value, the heads with
+    the largest ``|delta|`` (with the interval), the attribution's agreement (``record``: the manifest's
+    ``ablation`` entry, for the mask and the intervals' items)."""
+    table = run.table
+    label = _label(run.metric)
+    on = f" on {basis}" if basis else ""
+    mask = record.get("mask")
     lines = [
-        f"{result.method} ablation of {len(table)} head(s){on}; metric {label}",
-        f"unablated {label}: {result.unablated_value:.6g}"
-        + (f"; with the {len(mask['removed'])} masked head(s) removed: {result.masked_value:.6g}" if mask else ""),
+        f"{run.config.method} ablation of {len(table)} head(s){on}; metric {label}",
+        f"unablated {label}: {run.unablated_value:.6g}"
+        + (f"; with the {len(mask['removed'])} masked head(s) removed: {run.masked_value:.6g}" if mask else ""),
         "heads with the largest |delta|:",
     ]
     shown = table.reindex(table["delta"].abs().sort_values(ascending=False).index).head(TOP_HEADS)
-    run = info.get("run") or {}
     cols = [
         c
-        for c in ["layer", "head", "value", "delta", "ci_low", "ci_high"] + ([] if "attribution" in run else ["attribution"])
+        for c in ["layer", "head", "value", "delta", "ci_low", "ci_high"] + ([] if "attribution" in run.info else ["attribution"])
         if c in shown and not (c == "attribution" and shown[c].isna().all())  # attribution off: no column of NaN
     ]
     lines += shown[cols].to_string(index=False, float_format=lambda x: f"{x:.4g}").split("\n")
-    if result.spearman is not None:
+    if run.spearman is not None:
         lines.append(
-            f"attribution (first-order estimate) vs exact delta: Spearman rank correlation {result.spearman:.3f} over {len(table)} heads"
-            + rank_test_words(getattr(result, "spearman_p", None))
+            f"attribution (first-order estimate) vs exact delta: Spearman rank correlation {run.spearman:.3f} over {len(table)} heads"
+            + rank_test_words(run.spearman_p)
         )
-    if "attribution" in run:
-        lines.append(f"attribution {run['attribution']}")
-    return Findings(tuple(lines), tuple(filter(None, [ablation_small_sample_note(info)])))
+    if "attribution" in run.info:
+        lines.append(f"attribution {run.info['attribution']}")
+    return Findings(tuple(lines), tuple(filter(None, [ablation_small_sample_note(record)])))
 
 
 def ablation_small_sample_note(info: dict[str, Any]) -> str | None:
