@@ -115,6 +115,8 @@ class PruneRun:
     pruned: HeadMask  # the largest set within max_increase
     unablated_value: float  # the metric of the model as loaded (step 0: nothing removed)
     removable_fraction: float
+    config: PruneConfig  # the settings it ran with
+    metric: str  # what was measured (the evaluation set's metric)
     info: dict[str, Any] = field(default_factory=dict)
 
 
@@ -390,6 +392,8 @@ def run_pruning(
         pruned=pruned,
         unablated_value=v0,
         removable_fraction=pruned.info["fraction_removed"],
+        config=config,
+        metric=data.metric,
         info={
             "steps": n_steps,
             "kv_heads_per_layer": model.n_kv_heads,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,7 +28,7 @@ from headlens.probes.manifest import build_manifest
 from headlens.probes.outputs import write_json
 from headlens.probes.progress import Progress
 from headlens.reports.api.ablate import DATA_FIELDS, data_setup, eval_spec, model_key
-from headlens.reports.api.common import config_of, loading_of, study
+from headlens.reports.api.common import config_from_record, config_of, loading_of, study
 from headlens.reports.api.folder import FolderResult
 from headlens.reports.api.journals import JournalOpener
 from headlens.reports.api.models import as_loaded
@@ -66,9 +66,20 @@ class PruneResult(FolderResult):
     section = "pruning"
     marker_files = ("curve.csv", "importance.csv", _MASK_FILE)
 
-    pruned: HeadMask
+    #: The analysis' run: the curve, random orders, importance, the pruned set, the config and metric; read back
+    #: from a folder it is rebuilt from the tables, the mask file and the manifest (:meth:`from_folder`).
+    run: PruneRun
     #: the evaluation set and why its metric was chosen (in memory only; ``None`` when read back from files)
     setup: EvalSetup | None = field(default=None)
+
+    def __post_init__(self) -> None:
+        self.tables = {"curve": self.run.curve, "random_orders": self.run.random, "importance": self.run.importance}
+
+    def restore_dtypes(self, files: dict[str, Path]) -> None:
+        """The tables' dtypes restored (:meth:`Result.restore_dtypes`), in the run too."""
+        super().restore_dtypes(files)
+        t = self.tables
+        self.run = replace(self.run, curve=t["curve"], random=t["random_orders"], importance=t["importance"])
 
     @property
     def data(self) -> EvalSet | None:
@@ -77,46 +88,52 @@ class PruneResult(FolderResult):
 
     @property
     def basis(self) -> str:
-        """What the metric was measured on (``16 windows x 128 tokens ...``; ``""`` when read back from files)."""
-        return self.setup.data.basis() if self.setup is not None else ""
+        """What the metric was measured on (``16 windows x 128 tokens ...``; read back from files, as the manifest's
+        ``pruning.data`` records it, ``""`` where it does not)."""
+        return self.setup.data.basis() if self.setup is not None else str((self.info.get("data") or {}).get("basis", ""))
 
     @property
     def curve(self) -> pd.DataFrame:
-        return self.tables["curve"]
+        return self.run.curve
 
     @property
     def random(self) -> pd.DataFrame:
-        return self.tables["random_orders"]
+        return self.run.random
 
     @property
     def importance(self) -> pd.DataFrame:
-        return self.tables["importance"]
+        return self.run.importance
+
+    @property
+    def pruned(self) -> HeadMask:
+        """The largest set of heads within ``max_increase``."""
+        return self.run.pruned
 
     @property
     def info(self) -> dict[str, Any]:
-        """The manifest's ``pruning`` section."""
+        """The manifest's ``pruning`` entry: the record of the run (its data, the removable set's value and KV bytes, files)."""
         return self.manifest.get("pruning", {})
 
     @property
     def metric(self) -> str:
-        return str(self.info.get("metric"))
+        return self.run.metric
 
     @property
     def unablated_value(self) -> float:
         """The metric of the model as loaded (step 0 of the curve: nothing removed)."""
-        return float(self.info["unablated_value"])
+        return self.run.unablated_value
 
     @property
     def removable_fraction(self) -> float:
-        return float(self.info["removable_fraction"])
+        return self.run.removable_fraction
 
     @property
     def max_increase(self) -> float:
-        return float(self.manifest["config"]["prune"]["max_increase"])
+        return self.run.config.max_increase
 
     def findings(self) -> Findings:
         """What ``headlens`` prints for this study (:func:`~headlens.reports.render.finding_lines.pruning_findings`)."""
-        return pruning_findings(self)
+        return pruning_findings(self.run, basis=self.basis, model_name=self.model_name, dtype=self.manifest.get("dtype", ""), record=self.info)
 
     def _figure_makers(self) -> dict[str, Callable[[], Figure]]:
         return {
@@ -142,8 +159,23 @@ class PruneResult(FolderResult):
 
     @classmethod
     def from_folder(cls, folder: str | Path) -> PruneResult:
+        """The saved result, its run rebuilt: the tables and the mask from their files, the config from the
+        manifest's ``config.prune``, the values and the run's info from its ``pruning`` entry."""
         p = Path(folder)
-        return cls(tables=cls.read_tables(p), manifest=read_manifest(p), pruned=read_mask(p / _MASK_FILE))
+        manifest, tables = read_manifest(p), cls.read_tables(p)
+        info = manifest["pruning"]
+        run = PruneRun(
+            curve=tables["curve"],
+            random=tables["random_orders"],
+            importance=tables["importance"],
+            pruned=read_mask(p / _MASK_FILE),
+            unablated_value=float(info["unablated_value"]),
+            removable_fraction=float(info["removable_fraction"]),
+            config=config_from_record(PruneConfig, manifest["config"]["prune"]),
+            metric=str(info["metric"]),
+            info=info["run"],
+        )
+        return cls(run=run, manifest=manifest)
 
 
 def _pruning_record(run: PruneRun, setup: EvalSetup, *, resumed: bool) -> dict[str, Any]:
@@ -229,5 +261,4 @@ def prune(
     manifest = build_manifest(
         model=loaded, command=command, seed=cfg.seed, prepend_bos=spec.prepend_bos, configs={"prune": cfg}, extra=extra
     )
-    tables = {"curve": run.curve, "random_orders": run.random, "importance": run.importance}
-    return PruneResult(tables=tables, manifest={"result": PruneResult.kind, **manifest}, pruned=run.pruned, setup=setup)
+    return PruneResult(run=run, manifest={"result": PruneResult.kind, **manifest}, setup=setup)

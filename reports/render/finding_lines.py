@@ -36,6 +36,7 @@ from headlens.reports.render.sinks_tables import lengths_lines, seed_text_lines
 from headlens.reports.render.verdict_text import rank_test_words
 
 if TYPE_CHECKING:
+    from headlens.analyses.ablation.pruning import PruneRun
     from headlens.analyses.ablation.study import AblationRun
     from headlens.analyses.patching.activation import PatchRun
 
@@ -222,26 +223,22 @@ CURVE_COLUMNS = (
 )
 
 
-def pruning_findings(result: Any) -> Findings:
-    """``headlens prune``: how it ranked, the curve against random orders, the removable fraction."""
-    if "curve" not in result.tables or "removable_fraction" not in result.info:
-        return Findings()
-    curve, metric, info = result.curve, result.metric, result.info
+def pruning_findings(run: PruneRun, *, basis: str = "", model_name: str | None, dtype: Any, record: dict[str, Any]) -> Findings:
+    """``headlens prune``: how it ranked, the curve against random orders, the removable fraction (``record``: the
+    manifest's ``pruning`` entry, for the value and KV bytes at the removable set; ``dtype``: the model's, as recorded)."""
+    curve, metric = run.curve, run.metric
     how = "exact single-head ablation importance" if metric == "embedding" else "gradient importance"
-    on = f" on {result.basis}" if result.basis else ""
-    lines = [
-        f"pruned {result.model_name} by {how} in {len(curve) - 1} step(s){on}; metric {_label(metric)}, "
-        f"unablated {result.unablated_value:.6g}"
-    ]
+    on = f" on {basis}" if basis else ""
+    lines = [f"pruned {model_name} by {how} in {len(curve) - 1} step(s){on}; metric {_label(metric)}, unablated {run.unablated_value:.6g}"]
     cols = [c for c in CURVE_COLUMNS if c in curve]
     lines += curve[cols].to_string(index=False, float_format=lambda x: f"{x:.4g}").split("\n")
-    max_increase = result.max_increase
+    max_increase = run.config.max_increase
     within = f"an embedding change of at most {max_increase:g}" if metric == "embedding" else f"+{max_increase:.0%}"
     lines.append(
-        f"removable within {within}: {result.removable_fraction:.1%} of heads ({len(result.pruned)}), {_label(metric)} "
-        f"{info['value_at_removable']:.6g};"
-        f" KV cache saved: {info['kv_bytes_saved_per_1k_tokens_at_removable']:,} bytes per 1,000 tokens at "
-        f"{str(result.manifest.get('dtype', '')).removeprefix('torch.')}"
+        f"removable within {within}: {run.removable_fraction:.1%} of heads ({len(run.pruned)}), {_label(metric)} "
+        f"{record['value_at_removable']:.6g};"
+        f" KV cache saved: {record['kv_bytes_saved_per_1k_tokens_at_removable']:,} bytes per 1,000 tokens at "
+        f"{str(dtype).removeprefix('torch.')}"
     )
     return Findings(tuple(lines))
 

@@ -83,6 +83,7 @@ def test_a_report_read_back_keeps_the_ablation_table_exactly(demo, tmp_path):
 RUN_TABLES = {
     "patch": lambda run: run.tables,
     "ablate": lambda run: {"ablation": run.table},
+    "prune": lambda run: {"curve": run.curve, "random_orders": run.random, "importance": run.importance},
 }
 
 
