@@ -116,6 +116,22 @@ class CircuitConfig:
     max_rows: int | None = setting(
         None, help="Copies x pairs per forward of exact patching (default: as many as fit in 256 MiB, at least 256).", minimum=1, cli=False
     )
+    #: Exact scores on Ray (:mod:`~headlens.analyses.circuits.exact_chunks`): the cluster, the workers, the journal of chunks.
+    address: str | None = setting(
+        None,
+        help="Exact scores on a Ray cluster: auto (the one 'ray start' runs here), HOST:PORT or ray://HOST:PORT, or local (a Ray of "
+        "its own); with workers alone, $RAY_ADDRESS or a local Ray; neither: in this process.",
+    )
+    workers: int | None = setting(
+        None,
+        help="Exact scores on this many Ray workers, each holding one copy of the model (a GPU each where the cluster has GPUs, "
+        "else one CPU thread); default with an address: as many as the cluster holds.",
+        minimum=1,
+    )
+    journal: str | None = setting(
+        None,
+        help="A file of the exact scores' finished chunks (edges x pairs): a rerun with the same settings runs only the missing ones.",
+    )
     #: Sizes measured on the faithfulness curve (besides 0, the whole graph and the circuit).
     curve_points: int = setting(
         12, help="Sizes measured on the faithfulness curve (besides 0, the whole graph and the circuit).", minimum=0, cli=False
@@ -134,6 +150,17 @@ class CircuitConfig:
                 ablation=self.ablation,
                 method=self.method,
             )
+        if (self.address is not None or self.workers is not None or self.journal is not None) and (
+            self.method != "exact" or self.ablation != "corrupted"
+        ):
+            raise InputError(
+                "address=, workers= and journal= run method='exact' (with ablation='corrupted') in chunks; "
+                f"give method='exact' (method={self.method!r}, ablation={self.ablation!r})",
+                method=self.method,
+                ablation=self.ablation,
+            )
+        if self.workers is not None:
+            check_count("workers", self.workers)
         if isinstance(self.steps, bool) or not isinstance(self.steps, int) or self.steps < 2:
             raise InputError(f"steps must be a whole number >= 2 (one step is method='eap'), got {self.steps!r}", steps=self.steps)
         check_count("steps", self.steps, minimum=2)  # at most MAX_COUNT: IG's alphas are a list of that length

@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from headlens.analyses.circuits.config import CircuitConfig
 from headlens.analyses.circuits.exact import exact_scores
 from headlens.analyses.circuits.graph import EdgeGraph, build_graph
 from headlens.analyses.circuits.heldout import subset
@@ -45,7 +46,17 @@ from headlens.probes.progress import Progress
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Chunk", "ChunkFailed", "exact_scores_parallel", "model_spec", "plan_chunks", "CHUNKS_PER_RUN", "MIN_EDGES_PER_CHUNK"]
+__all__ = [
+    "Chunk",
+    "ChunkFailed",
+    "exact_scores_parallel",
+    "chunked",
+    "configured_scores",
+    "model_spec",
+    "plan_chunks",
+    "CHUNKS_PER_RUN",
+    "MIN_EDGES_PER_CHUNK",
+]
 
 #: Default chunking: the edges in about this many chunks (each at least :data:`MIN_EDGES_PER_CHUNK` edges), every pair in each.
 CHUNKS_PER_RUN = 64
@@ -230,3 +241,17 @@ def _assemble(chunks: list[Chunk], results: dict[str, Any], ids: np.ndarray, dir
     info["chunks"] = len(chunks)
     return PerPair(values=values, clean=clean, corrupt=corrupt, metric=metric, method="exact", direction=direction, edge_ids=ids,
                    forwards=forwards, info=info)  # fmt: skip
+
+
+def chunked(config: CircuitConfig) -> bool:
+    """Whether ``config`` scores exactly in chunks (an address, workers or a journal given)."""
+    return config.address is not None or config.workers is not None or config.journal is not None
+
+
+def configured_scores(model: LoadedModel, task: PairTask, graph: EdgeGraph, config: CircuitConfig, progress: Progress | None) -> PerPair:
+    """A circuit run's exact scores in chunks: on Ray where ``config`` names an address or workers, else here (a journal alone)."""
+    on_ray = config.address is not None or config.workers is not None
+    return exact_scores_parallel(
+        model, task, graph, direction=config.direction, batch_size=config.batch_size, max_rows=config.max_rows,
+        cluster=Cluster(address=config.address, workers=config.workers) if on_ray else None, journal=config.journal, progress=progress,
+    )  # fmt: skip

@@ -36,6 +36,7 @@ from headlens.analyses.circuits.ablation_kinds import Ablation, ablated_exact_sc
 from headlens.analyses.circuits.config import CircuitConfig
 from headlens.analyses.circuits.confirm import confirm_edges, confirmation_summary
 from headlens.analyses.circuits.exact import exact_scores
+from headlens.analyses.circuits.exact_chunks import chunked, configured_scores
 from headlens.analyses.circuits.faithfulness import circuit_values, curve_points, curve_summary, faithfulness_curve
 from headlens.analyses.circuits.graph import EdgeGraph, build_graph
 from headlens.analyses.circuits.ground_truth import read_truth, truth_auc
@@ -78,6 +79,8 @@ def score_edges(
         abl = ablation or ablation_for(model, graph, task, config.ablation, batch_size=config.batch_size)
         assert abl is not None
         return ablated_exact_scores(model, task, graph, abl, direction=config.direction, batch_size=config.batch_size, progress=progress)
+    if config.method == "exact" and chunked(config):  # on Ray workers, or with a journal of chunks
+        return configured_scores(model, task, graph, config, progress)
     if config.method == "exact":
         return exact_scores(
             model, task, graph, direction=config.direction, batch_size=config.batch_size, max_rows=config.max_rows, progress=progress

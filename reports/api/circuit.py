@@ -6,7 +6,9 @@ exact edge scores, faithfulness curve, the circuit, exact confirmation of its to
 edge of the graph: sender, receiver, input, score with its 95% interval, stability, exact with
 its interval where confirmed, estimate_over_exact, disagree, in_circuit), ``faithfulness.csv`` (the curve over circuit
 size, 0 = corrupted .. 1 = clean), ``circuit.png``/``circuit.svg`` (the circuit diagram) and
-``manifest.json``.
+``manifest.json``.  ``method="exact"`` with ``workers`` and/or ``address`` scores the edges in chunks on Ray, each
+worker holding one copy of the model, and ``journal`` keeps the finished chunks for a rerun
+(:mod:`~headlens.analyses.circuits.exact_chunks`).
 """
 
 from __future__ import annotations
@@ -215,6 +217,9 @@ def circuit(
     batch_size: int = CircuitConfig.batch_size,
     max_rows: int | None = CircuitConfig.max_rows,
     curve_points: int = CircuitConfig.curve_points,
+    address: str | None = CircuitConfig.address,
+    workers: int | None = CircuitConfig.workers,
+    journal: str | None = CircuitConfig.journal,
     task: TaskSource | None = PairSource.task,
     builtin: str | None = PairSource.builtin,
     n_pairs: int = PairSource.n_pairs,
@@ -232,17 +237,15 @@ def circuit(
     """Which edges carry a task: score every edge of the model's graph on clean/corrupted pairs,
     take the circuit, measure its faithfulness and confirm its top edges by exact patching.
 
-    ``config`` and keywords: :class:`~headlens.analyses.circuits.config.CircuitConfig`'s fields
-    (``method`` ``"auto"``, ``"eap"``, ``"eap-ig"`` or ``"exact"``, ``steps``, ``top_n`` or ``threshold``,
-    ``confirm``, ``n_bootstrap``, ``target_faithfulness``, ``direction``, ``batch_size``, ``seed``
-    ...).  The pairs, :class:`~headlens.analyses.patching.config.PairSource`'s fields as
-    :func:`headlens.reports.api.patch.patch` takes them: ``task``, a JSONL file of pairs
-    (``clean``, ``corrupt``, ``correct``, ``incorrect``) or those pairs in memory (a list of dicts,
-    or a DataFrame), or ``builtin``: ``"induction"`` (the
-    default), ``"names"`` or ``"referent"`` with ``n_pairs`` pairs (2 to :data:`MAX_PAIRS`).  ``ablation``: what the edges
-    outside a circuit carry (``"corrupted"``, ``"mean"`` or ``"zero"``); ``ground_truth``: a file of true edges
-    (a tracr folder's ``ground_truth.json``; a model folder holding one uses it, and its ``pairs.jsonl`` when no task
-    is given): ``summary["ground_truth"]`` holds the edge ROC AUCs with their intervals.
+    ``config`` and keywords: :class:`~headlens.analyses.circuits.config.CircuitConfig`'s fields (``method`` ``"auto"``, ``"eap"``,
+    ``"eap-ig"`` or ``"exact"``, ``steps``, ``top_n`` or ``threshold``, ``confirm``, ``n_bootstrap``, ``target_faithfulness``,
+    ``direction``, ``batch_size``, ``seed`` ...). The pairs, :class:`~headlens.analyses.patching.config.PairSource`'s fields as
+    :func:`headlens.reports.api.patch.patch` takes them: ``task``, a JSONL file of pairs (``clean``, ``corrupt``, ``correct``,
+    ``incorrect``) or those pairs in memory (a list of dicts, or a DataFrame), or ``builtin``: ``"induction"`` (the default),
+    ``"names"`` or ``"referent"`` with ``n_pairs`` pairs (2 to :data:`MAX_PAIRS`). ``ablation``: what the edges outside a circuit
+    carry (``"corrupted"``, ``"mean"`` or ``"zero"``); ``ground_truth``: a file of true edges (a tracr folder's
+    ``ground_truth.json``; a model folder holding one uses it, and its ``pairs.jsonl`` when no task is given):
+    ``summary["ground_truth"]`` holds the edge ROC AUCs with their intervals.
     """
     values = locals()
     cfg = config_of(CircuitConfig, values)

@@ -53,6 +53,9 @@ N_PAIRS_HELP = (
         "ablation",
         "ground_truth",
         "n_bootstrap",
+        "address",
+        "workers",
+        "journal",
     ),
 )
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Output folder (must be empty unless --overwrite).")
