@@ -1,0 +1,79 @@
+"""Every TransformerLens bridge adapter whose architecture transformers can build is in the family matrix or refused.
+
+The reference is the installed libraries themselves: TransformerLens's ``SUPPORTED_ARCHITECTURES``
+(the bridge's adapters) and transformers' auto-class tables (which ``model_type`` each model class
+belongs to), read here without importing any model code.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from headlens.analyses.synthetic.families import ALL_FAMILIES, family_config
+from headlens.probes.architectures import (
+    ARCHITECTURES,
+    CATEGORIES,
+    MATRIX,
+    NOT_IN_TRANSFORMERS,
+    REASONS,
+    REFUSED,
+    refusal_reason,
+)
+from tests.families.matrix import ENCODERS
+
+
+def _model_types_of_classes() -> dict[str, set[str]]:
+    """Hugging Face model class name -> the ``model_type`` values transformers' auto classes file it under."""
+    import transformers.models.auto.modeling_auto as auto
+
+    found: dict[str, set[str]] = {}
+    for name in dir(auto):
+        if name.endswith("_MAPPING_NAMES") and name != "CONFIG_MAPPING_NAMES":
+            for model_type, classes in getattr(auto, name).items():
+                for cls in classes if isinstance(classes, (list, tuple)) else [classes]:
+                    found.setdefault(cls, set()).add(model_type)
+    return found
+
+
+def test_every_adapter_is_placed():
+    """The adapters split into those transformers has a class for (ARCHITECTURES, with the right model_type) and the rest."""
+    from transformer_lens.factories.architecture_adapter_factory import SUPPORTED_ARCHITECTURES
+
+    adapters = set(SUPPORTED_ARCHITECTURES)
+    assert not set(ARCHITECTURES) & NOT_IN_TRANSFORMERS
+    assert adapters == set(ARCHITECTURES) | NOT_IN_TRANSFORMERS, (
+        f"new adapters: {sorted(adapters - set(ARCHITECTURES) - NOT_IN_TRANSFORMERS)}; "
+        f"gone: {sorted(set(ARCHITECTURES) | NOT_IN_TRANSFORMERS - adapters)}"
+    )
+    in_transformers = _model_types_of_classes()
+    for arch, model_type in ARCHITECTURES.items():
+        assert model_type in in_transformers.get(arch, set()), f"{arch}: {model_type} not in {in_transformers.get(arch)}"
+    assert not NOT_IN_TRANSFORMERS & set(in_transformers)
+
+
+def test_each_model_type_is_in_the_matrix_or_refused_with_a_reason():
+    from transformers import AutoConfig
+
+    model_types = set(ARCHITECTURES.values())
+    assert set(CATEGORIES) == model_types
+    for model_type in sorted(model_types):
+        AutoConfig.for_model(model_type)  # transformers can build its config
+        in_matrix, reason = model_type in MATRIX, refusal_reason(model_type)
+        assert in_matrix != (reason is not None), model_type
+        if reason is not None:
+            assert reason == REASONS[CATEGORIES[model_type]] and "\n" not in reason and len(reason) < 160
+    assert set(REFUSED) == model_types - MATRIX
+    assert refusal_reason("no_such_model_type") is None
+
+
+def test_the_matrix_is_the_tested_families():
+    """probes.architectures.MATRIX names exactly the families tests/families and the encoder tests run on,
+    each a dense-attention decoder or an encoder, and each tiny checkpoint is of its own model_type."""
+    assert MATRIX == set(ALL_FAMILIES) | set(ENCODERS)
+    assert {CATEGORIES[f] for f in MATRIX} == {"dense-attention decoder", "encoder"}
+    assert all(CATEGORIES[f] == "encoder" for f in ENCODERS)
+
+
+@pytest.mark.parametrize("family", ALL_FAMILIES)
+def test_each_tiny_checkpoint_is_its_family(family):
+    assert family_config(family).model_type == family
