@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from headlens.analyses.heads.census import check_census_settings, run_census
+from headlens.analyses.heads.census import CensusRun, check_census_settings, run_census
 from headlens.analyses.heads.census_config import CensusConfig, ClassifyConfig
 from headlens.analyses.heads.classify import (
     check_baseline_factor,
@@ -35,6 +35,7 @@ from headlens.probes.errors import InputError
 from headlens.probes.loading import LoadedModel
 from headlens.probes.manifest import build_manifest
 from headlens.probes.progress import Progress
+from headlens.reports.api.census_run import ClassifyRun, classify_run_of
 from headlens.reports.api.census_text import census_summary_of
 from headlens.reports.api.common import config_of, loading_of, study
 from headlens.reports.api.evidence import evidence as run_evidence
@@ -76,60 +77,82 @@ class CensusResult(Result):
     kind = "census"
     marker_files = (SCORES_FILE, ROLES_FILE)
 
+    #: The census, its roles and the evidence run (:attr:`tables` derive from it); a result read back from a
+    #: folder has it rebuilt from the tables and the manifest (:func:`~headlens.reports.api.census_run.classify_run_of`).
+    run: ClassifyRun
     summary: str = ""
-    #: detector -> what it cannot measure on this model (e.g. next_token on causal attention)
-    notes: dict[str, str] | None = None
+
+    def __post_init__(self) -> None:
+        self.tables = self.run.tables
+
+    def restore_dtypes(self, files: dict[str, Path]) -> None:
+        """The tables' dtypes restored (:meth:`Result.restore_dtypes`), in the run too."""
+        super().restore_dtypes(files)
+        self.run = self.run.with_tables(self.tables)
 
     @property
     def scores(self) -> pd.DataFrame:
         """One row per (head, detector): score, uniform baseline, bootstrap interval, n."""
-        return self["scores"]
+        return self.run.census.scores
 
     @property
     def roles(self) -> pd.DataFrame:
         """One row per (head, role): ``layer, head, name, role``; heads without a role have no row."""
-        return self["roles"]
+        return self.run.roles
 
     @property
     def heads(self) -> pd.DataFrame:
         """One row per head: ``layer, head, name, roles`` (``;``-joined, for reading), the strongest detector."""
-        return self["heads"]
+        return self.run.heads
 
     @property
     def evidence(self) -> pd.DataFrame | None:
         """One row per (head, role) tested by its intervention, or None when evidence was not run."""
-        return self.tables.get("evidence")
+        return self.run.evidence.table if self.run.evidence is not None else None
 
     @property
     def stimuli(self) -> dict[str, Any]:
-        return self.manifest.get("stimuli") or {}
+        """Per stimulus set: what the census measured on (source, size, notes), as the manifest records it."""
+        return self.run.census.stimuli
+
+    @property
+    def notes(self) -> dict[str, str]:
+        """Detector -> what it cannot measure on this model (e.g. next_token on causal attention); empty when
+        read back from a folder (the manifest records these notes per stimulus set, in ``stimuli``)."""
+        return dict(self.run.census.detector_notes)
 
     def _figure_makers(self) -> dict[str, Callable[[], Figure]]:
         return detector_figures(self.scores, self.roles)
 
     def findings(self) -> Findings:
         """What ``headlens`` prints for this study (:func:`~headlens.reports.render.finding_lines.census_findings`),
-        with evidence also the data-free composition note (``manifest["composition_evidence"]``)."""
-        found = census_findings(self)
-        return Findings(found.lines + tuple(self.manifest.get("composition_evidence") or ()), found.warnings)
+        with evidence also the data-free composition note."""
+        evidence = self.run.evidence
+        found = census_findings(self.tables, notes=self.notes, evidence_seed=evidence.config.seed if evidence is not None else None)
+        return Findings(found.lines + tuple(evidence.composition if evidence is not None else ()), found.warnings)
 
     def texts(self) -> dict[str, str]:
         return {SUMMARY_FILE: self.summary}
 
     @classmethod
     def read_tables(cls, folder: Path) -> dict[str, pd.DataFrame]:
+        """The census files; a folder written before ``heads.csv`` has its one-row-per-head ``roles.csv`` as ``heads``."""
         tables = {"scores": read_csv_table(folder / SCORES_FILE), "roles": read_roles(folder)}
         if (folder / HEADS_FILE).is_file():
             tables["heads"] = read_csv_table(folder / HEADS_FILE)
+        elif "role" not in (wide := read_csv_table(folder / ROLES_FILE)).columns:
+            tables["heads"] = wide
         if (folder / EVIDENCE_FILE).is_file():
             tables["evidence"] = read_csv_table(folder / EVIDENCE_FILE)
         return tables
 
     @classmethod
     def from_folder(cls, folder: str | Path) -> CensusResult:
+        """The saved result, its run rebuilt from the tables and the manifest (:func:`classify_run_of`)."""
         p = Path(folder)
+        manifest = read_manifest(p)
         summary = (p / SUMMARY_FILE).read_text(encoding="utf-8") if (p / SUMMARY_FILE).is_file() else ""
-        return cls(tables=cls.read_tables(p), manifest=read_manifest(p), summary=summary)
+        return cls(run=classify_run_of(cls.read_tables(p), manifest), manifest=manifest, summary=summary)
 
 
 @dataclass(kw_only=True, repr=False)
@@ -192,6 +215,36 @@ def check_census_config(config: CensusConfig) -> None:
         load_referent_file(config.referent_file)
 
 
+def _census_result(
+    loaded: LoadedModel,
+    result: CensusRun,
+    thresholds: Mapping[str, float] | None,
+    baseline_factor: float,
+    *,
+    mask: str | None,
+    command: list[str] | None,
+) -> CensusResult:
+    """The census run classified (its roles by ``thresholds`` and ``baseline_factor``), with its manifest and summary."""
+    config = result.config
+    classified = classify_heads(result.scores, thresholds, baseline_factor=baseline_factor)
+    used = used_thresholds(result.scores["detector"], thresholds)
+    run = ClassifyRun(
+        census=result,
+        roles=classified.roles,
+        heads=head_roles_table(classified),
+        thresholds=used,
+        baseline_factor=baseline_factor,
+        mask=mask,
+    )
+    extra = {"stimuli": result.stimuli, "thresholds": used, "baseline_factor": baseline_factor, "mask": mask}
+    manifest = build_manifest(
+        model=loaded, command=command, seed=config.seed, prepend_bos=config.prepend_bos, configs={"census": config}, extra=extra
+    )
+    out = CensusResult(run=run, manifest=manifest)
+    out.summary = census_summary_of(run, model=str(out.model_name))
+    return out
+
+
 @study("census", CensusConfig)
 def census(
     model: LoadedModel | str,
@@ -250,22 +303,7 @@ def census(
         pruned.check(loaded.n_layers, loaded.n_heads)
     if evidence is not None:
         evidence.check_fits(loaded)  # before the census, not after it
-    result = run_census(loaded, config, progress=progress)
-    classified = classify_heads(result.scores, thresholds, baseline_factor=baseline_factor)
-    used = used_thresholds(result.scores["detector"], thresholds)
-    extra = {"stimuli": result.stimuli, "thresholds": used, "baseline_factor": baseline_factor, "mask": mask}
-    manifest = build_manifest(
-        model=loaded,
-        command=command,
-        seed=config.seed,
-        prepend_bos=config.prepend_bos,
-        configs={"census": config},
-        extra=extra,
-    )
-    tables = {"scores": result.scores, "roles": classified.roles, "heads": head_roles_table(classified)}
-    out = CensusResult(
-        tables=tables, manifest=manifest, summary=census_summary_of(result.scores, classified, manifest), notes=dict(result.detector_notes)
-    )
+    out = _census_result(loaded, run_census(loaded, config, progress=progress), thresholds, baseline_factor, mask=mask, command=command)
     # pyright sees this module under two names here (reports.api.census and, through evidence.py's
     # TYPE_CHECKING import, headlens.reports.api.census): the same class, so the types agree at run time
     return run_evidence(loaded, out, evidence) if evidence is not None else out  # pyright: ignore[reportReturnType, reportArgumentType]

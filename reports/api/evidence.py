@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from headlens.analyses.circuits.composition_evidence import composition_evidence
-from headlens.analyses.heads.classify import HeadRoles
 from headlens.analyses.heads.sink_population import sink_population
 from headlens.analyses.patching.evidence import EVIDENCE_COLUMNS, SINK_SAMPLE, EvidenceConfig, evidence_rule, sink_text
 from headlens.analyses.patching.evidence_plan import EvidencePlan, evidence_plan, select_tests, time_forward
@@ -30,6 +29,7 @@ from headlens.probes.config import to_dict
 from headlens.probes.errors import InputError
 from headlens.probes.loading import LoadedModel, weights_fingerprint
 from headlens.probes.progress import Progress
+from headlens.reports.api.census_run import EvidenceRun
 from headlens.reports.api.census_text import census_summary_of
 from headlens.reports.api.models import as_loaded
 from headlens.reports.api.result import Result
@@ -78,14 +78,14 @@ def evidence(
     if config is not None and not isinstance(config, EvidenceConfig):
         raise InputError(f"config must be an EvidenceConfig, got {type(config).__name__}", config=None)
     cfg = config if config is not None else EvidenceConfig(n=n, T=T, seed=seed, roles=roles, sink_sample=sink_sample, smoke=smoke)
-    if census.manifest.get("mask"):
+    if census.run.mask:
         raise InputError(
             "evidence with mask: the interventions run on the unpruned model, so they would not test the pruned model's roles",
-            mask=census.manifest["mask"],
+            mask=census.run.mask,
         )
     loaded = as_loaded(model)
     _check_same_model(loaded, census)
-    prepend_bos = bool(census.manifest.get("prepend_bos", True))
+    prepend_bos = census.run.census.config.prepend_bos
     cfg.check_fits(loaded)
     role_table = census.roles
     plan = plan_evidence(loaded, census, cfg)
@@ -97,29 +97,40 @@ def evidence(
         if len(role_table)
         else pd.DataFrame(columns=EVIDENCE_COLUMNS)
     )
-    seconds = time.perf_counter() - start
-    heads = census.heads.copy()
-    heads["evidence"] = evidence_joined(table, heads)
-    tables = {**census.tables, "heads": heads, "evidence": table}
-    manifest = dict(census.manifest)
-    manifest["evidence"] = {
+    info = {
         "file": EVIDENCE_FILE,
         "prepend_bos": prepend_bos,
         "rule": evidence_rule(),
         "counts": table["evidence"].value_counts().to_dict(),
         "sink_text": sink_text(loaded).describe(),  # which text the sink test read, why, its sha256 and length
         "plan": plan.describe(),
-        "seconds": round(seconds, 1),
+        "seconds": round(time.perf_counter() - start, 1),
     }
     sample = select_tests(role_table, only=cfg.roles, sink_sample=cfg.sink_sample, population=population, seed=cfg.seed).sink
     if sample is not None and sample.sampled_out:  # the sink role on a random sample: which, and the population's verdict
         verdict = sink_sample_verdict(table, role_table)
-        manifest["evidence"]["sink_sample"] = {**sample.describe(), **(verdict.describe() if verdict is not None else {})}
-    manifest["config"] = {**manifest.get("config", {}), "evidence": to_dict(cfg)}
-    manifest["composition_evidence"] = composition_evidence(loaded, role_table)  # weights only: previous-token -> induction K-composition
-    classified = HeadRoles(roles=role_table, heads=census.heads.drop(columns=["roles", "evidence"], errors="ignore"))
-    summary = census_summary_of(census.scores, classified, manifest, evidence=table, composition=manifest["composition_evidence"])
-    return dataclasses.replace(census, tables=tables, manifest=manifest, summary=summary)
+        info["sink_sample"] = {**sample.describe(), **(verdict.describe() if verdict is not None else {})}
+    # weights only: previous-token -> induction K-composition
+    tested = EvidenceRun(config=cfg, table=table, info=info, composition=composition_evidence(loaded, role_table))
+    return _with_evidence(census, tested)
+
+
+def _with_evidence(census: CensusResult, tested: EvidenceRun) -> CensusResult:
+    """``census`` with the evidence run ``tested``: its table, an ``evidence`` column in ``heads``, the manifest's
+    ``evidence``, ``config.evidence`` and ``composition_evidence`` entries and the summary with its sections."""
+    heads = census.heads.copy()
+    heads["evidence"] = evidence_joined(tested.table, heads)
+    run = dataclasses.replace(census.run, heads=heads, evidence=tested)
+    recorded = census.manifest
+    manifest = {
+        **recorded,
+        "evidence": tested.info,
+        "config": {**recorded.get("config", {}), "evidence": to_dict(tested.config)},
+        "composition_evidence": tested.composition,
+    }
+    out = dataclasses.replace(census, run=run, manifest=manifest)
+    out.summary = census_summary_of(run, model=str(out.model_name))
+    return out
 
 
 def _is_population(census: CensusResult) -> bool:

@@ -128,10 +128,10 @@ def census_role_lines(heads: pd.DataFrame, scores: pd.DataFrame, roles: pd.DataF
     return lines + (sink_population_lines(population) if population is not None else [])
 
 
-def census_findings(result: Any) -> Findings:
+def census_findings(tables: dict[str, pd.DataFrame], *, notes: dict[str, str] | None = None, evidence_seed: int | None = None) -> Findings:
     """``headlens classify``: how many heads have a role, each head's roles (:func:`census_role_lines`),
-    then the evidence verdicts."""
-    tables = result.tables
+    then the evidence verdicts (``evidence_seed``: the evidence run's seed, named beside a sampled sink test);
+    ``notes``: what a detector cannot measure on this model."""
     if "heads" not in tables:
         return Findings()
     scores = tables.get("scores", pd.DataFrame())
@@ -141,11 +141,10 @@ def census_findings(result: Any) -> Findings:
         lines.append(evidence_count_line(evidence))
         if population_of(tables) is not None:  # the sinks' verdicts in one line, as their roles
             lines += evidence_lines(evidence[evidence["role"].astype(str) != SINK])
-            seed = ((result.manifest.get("config") or {}).get("evidence") or {}).get("seed") if hasattr(result, "manifest") else None
-            lines += sink_evidence_line(evidence, tables.get("roles"), seed)
+            lines += sink_evidence_line(evidence, tables.get("roles"), evidence_seed)
         else:
             lines += evidence_lines(evidence)
-    return Findings(tuple(lines), tuple(census_warnings(scores, getattr(result, "notes", None))))
+    return Findings(tuple(lines), tuple(census_warnings(scores, notes)))
 
 
 # -- patching ---------------------------------------------------------------------------------

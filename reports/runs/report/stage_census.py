@@ -61,14 +61,14 @@ def _reusable(given: Any, config: Any, command: list[str]) -> bool:
     thresholds and baseline factor, no mask, no evidence, the same command in its manifest."""
     if not isinstance(given, CensusResult) or given.evidence is not None:
         return False
-    m = given.manifest
+    run = given.run
     used = used_thresholds(given.scores["detector"])
     return (
-        _plain((m.get("config") or {}).get("census")) == _plain(config)
-        and json_key(m.get("thresholds")) == json_key(used)
-        and m.get("baseline_factor") == BASELINE_FACTOR
-        and m.get("mask") is None
-        and m.get("command") == command
+        _plain(run.census.config) == _plain(config)
+        and json_key(run.thresholds) == json_key(used)
+        and run.baseline_factor == BASELINE_FACTOR
+        and run.mask is None
+        and given.manifest.get("command") == command
     )
 
 

@@ -48,10 +48,10 @@ def _run(ctx: StageContext) -> dict[str, Any]:
         raise InputError("the evidence stage tests the census stage's roles: run the census stage (do not --skip census)")
     config = evidence_config(ctx.settings)
     tested = evidence(ctx.model(), CensusResult.from_folder(census), config, progress=ctx.step, say=ctx.say)
-    table = tested.evidence
-    assert table is not None  # the verb always adds it
-    write_table(table, ctx.dir / EVIDENCE_FILE)
-    about = tested.manifest["evidence"]
+    run = tested.run.evidence
+    assert run is not None  # the verb always adds it
+    write_table(run.table, ctx.dir / EVIDENCE_FILE)
+    about = run.info
     info = {"n_items": config.n, "T": config.T, "smoke": config.smoke, "rule": about["rule"], "counts": about["counts"]}
     return {**info, "plan": about["plan"], **({"sink_sample": about["sink_sample"]} if "sink_sample" in about else {})}
 

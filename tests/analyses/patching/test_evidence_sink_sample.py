@@ -14,7 +14,6 @@ from __future__ import annotations
 import pytest
 
 import headlens
-from headlens.analyses.heads.classify import classify_heads
 from headlens.analyses.measure.stats import wilson
 from headlens.analyses.patching.evidence import NOT_TESTED, EvidenceConfig
 from headlens.analyses.patching.evidence_plan import FORWARDS, evidence_plan, select_tests
@@ -22,25 +21,14 @@ from headlens.analyses.patching.evidence_rules import shared_keys
 from headlens.analyses.patching.evidence_sink import choose_sink_heads, sink_sample_verdict
 from headlens.probes.errors import InputError
 from headlens.reports.api.census import CensusResult
-from headlens.reports.api.census_text import census_summary_of
-from headlens.reports.render.tables import head_roles_table
 from tests.analyses.heads.planted_sinks import planted_sink_scores
+from tests.reports.api.conftest import census_of_scores
 
-MANIFEST = {
-    "model": {"model": "tiny-llama"},
-    "prepend_bos": True,
-    "thresholds": {"previous_token": 0.5, "duplicate_token": 0.3, "induction": 0.3, "sink": 0.3},
-    "baseline_factor": 2.0,
-    "stimuli": {},
-}
 SINK_ONLY = {(a, b) for a in range(4) for b in range(3)} - {(0, 0), (0, 1), (2, 1)}
 
 
 def _census(not_sinks=None) -> CensusResult:
-    scores = planted_sink_scores(not_sinks)
-    classified = classify_heads(scores)
-    tables = {"scores": scores, "roles": classified.roles, "heads": head_roles_table(classified)}
-    return CensusResult(tables=tables, manifest=MANIFEST, summary=census_summary_of(scores, classified, MANIFEST))
+    return census_of_scores(planted_sink_scores(not_sinks), model="tiny-llama")
 
 
 @pytest.fixture(scope="module")

@@ -123,3 +123,35 @@ def demo_saved(demo_study, tmp_path_factory) -> Callable[[str], tuple[Any, Any]]
         return done[name]
 
     return get
+
+
+#: The thresholds the planted census tests classify with (classify_heads' defaults for these detectors).
+PLANTED_THRESHOLDS = {"previous_token": 0.5, "duplicate_token": 0.3, "induction": 0.3, "sink": 0.3}
+
+
+def census_of_scores(scores: Any, *, model: str, evidence: Any = None) -> Any:
+    """A :class:`CensusResult` of a given scores table (no census ran: the default config, no stimuli; the
+    roles by :func:`classify_heads`' defaults, baseline factor 2), its summary written; ``evidence``: an
+    :class:`EvidenceRun` of its roles, its ``evidence`` column joined into ``heads``."""
+    from headlens.analyses.heads.census import CensusRun
+    from headlens.analyses.heads.census_config import CensusConfig
+    from headlens.analyses.heads.classify import classify_heads
+    from headlens.reports.api.census import CensusResult
+    from headlens.reports.api.census_run import ClassifyRun
+    from headlens.reports.api.census_text import census_summary_of
+    from headlens.reports.render.evidence_text import evidence_joined
+    from headlens.reports.render.tables import head_roles_table
+
+    classified = classify_heads(scores)
+    heads = head_roles_table(classified)
+    if evidence is not None:
+        heads["evidence"] = evidence_joined(evidence.table, heads)
+    run = ClassifyRun(
+        census=CensusRun(scores=scores, per_prompt={}, stimuli={}, config=CensusConfig()),
+        roles=classified.roles,
+        heads=heads,
+        thresholds=PLANTED_THRESHOLDS,
+        baseline_factor=2.0,
+        evidence=evidence,
+    )
+    return CensusResult(run=run, manifest={"model": {"model": model}}, summary=census_summary_of(run, model=model))

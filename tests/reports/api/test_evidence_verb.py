@@ -4,6 +4,8 @@ in one line before any intervention runs."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pandas as pd
 import pytest
 
@@ -60,7 +62,8 @@ def test_census_with_evidence_is_the_verb(planted_model, verb_run):
     ],
 )
 def test_a_census_of_another_model_is_refused(planted_model, planted_census, change, message):
-    other = CensusResult(tables=planted_census.tables, manifest={**planted_census.manifest, **change}, summary=planted_census.summary)
+    run = replace(planted_census.run, mask=change.get("mask"))  # a census of a pruned model: its run's mask
+    other = replace(planted_census, run=run, manifest={**planted_census.manifest, **change})
     with pytest.raises(InputError, match=message.replace("(", r"\(")):
         headlens.evidence(planted_model, other, **SMOKE)
 

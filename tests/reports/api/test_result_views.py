@@ -20,6 +20,7 @@ from headlens.probes.errors import HeadlensError
 from headlens.reports.api.census import CensusResult
 from headlens.reports.api.result import Result
 from headlens.reports.render.census_summary import NO_INTERVAL
+from headlens.reports.render.figures.common import detector_figures
 from tests.helpers import figure_formats
 from tests.reports.api.conftest import session_models
 
@@ -86,7 +87,7 @@ def test_ablation_view_shows_the_strongest_heads_with_intervals(demo):
 
 
 def test_view_escapes_what_it_shows_and_the_repr_stays_short(demo_census):
-    evil = CensusResult(tables=demo_census.tables, manifest={**demo_census.manifest, "model": {"model": "<script>x</script>"}})
+    evil = CensusResult(run=demo_census.run, manifest={**demo_census.manifest, "model": {"model": "<script>x</script>"}})
     page = evil._repr_html_()
     assert "<script>" not in page and "&lt;script&gt;" in page
     assert "\n" not in repr(demo_census) and len(repr(demo_census)) < 200
@@ -109,8 +110,12 @@ def test_the_cli_prints_the_view_lines(demo, demo_census, runner, tmp_path):
 
 
 def test_plot_without_figures_is_a_one_line_library_error():
+    class NoTables(Result):  # a result whose figures are drawn from tables it does not hold, as the census's are
+        def _figure_makers(self):
+            return detector_figures(self["scores"], self["roles"])
+
     with pytest.raises(HeadlensError) as empty_census:
-        CensusResult().plot("heatmap_induction")
+        NoTables().plot("heatmap_induction")
     assert "\n" not in str(empty_census.value) and "no figure" in str(empty_census.value) and "scores" in str(empty_census.value)
     with pytest.raises(HeadlensError) as plain:
         Result().plot()

@@ -7,29 +7,19 @@ from __future__ import annotations
 
 import re
 
-from headlens.analyses.heads.classify import classify_heads
+from headlens.analyses.patching.evidence import EvidenceConfig
 from headlens.reports.api.census import CensusResult
-from headlens.reports.api.census_text import census_summary_of
+from headlens.reports.api.census_run import EvidenceRun
 from headlens.reports.render.sink_lines import MAX_SINK_LINES, SEED_SINK_FIGURE
-from headlens.reports.render.tables import head_roles_table
 from tests.analyses.heads.planted_sinks import DETECTORS, planted_sink_scores
+from tests.reports.api.conftest import census_of_scores
 
-MANIFEST = {
-    "model": {"model": "planted-sinks"},
-    "prepend_bos": True,
-    "thresholds": {"previous_token": 0.5, "duplicate_token": 0.3, "induction": 0.3, "sink": 0.3},
-    "baseline_factor": 2.0,
-    "stimuli": {},
-}
 #: every head but 0.0, 0.1 (no sink) and 2.1 (induction too): a sink and nothing else
 SINK_ONLY = {f"{a}.{b}" for a in range(4) for b in range(3)} - {"0.0", "0.1", "2.1"}
 
 
 def _census(not_sinks=None) -> CensusResult:
-    scores = planted_sink_scores(not_sinks)
-    classified = classify_heads(scores)
-    tables = {"scores": scores, "roles": classified.roles, "heads": head_roles_table(classified)}
-    return CensusResult(tables=tables, manifest=MANIFEST, summary=census_summary_of(scores, classified, MANIFEST))
+    return census_of_scores(planted_sink_scores(not_sinks), model="planted-sinks")
 
 
 def _head_lines(lines) -> dict[str, str]:
@@ -88,14 +78,12 @@ def test_heatmaps_say_what_the_outline_means_and_how_many_prompts():
 
 
 def _with_evidence() -> CensusResult:
-    census = _census()
-    roles = census.roles
+    roles = _census().roles
     pairs = zip(roles["head"], roles["role"], strict=True)
     verdicts = ["supported" if role != "sink" or head % 2 else "not supported" for head, role in pairs]
-    census.tables["evidence"] = roles.assign(
-        evidence=verdicts, figure=0.5, figure_low=0.4, figure_high=0.6, unit="nats", n_items=8, test="t", detail="d"
-    )
-    return census
+    table = roles.assign(evidence=verdicts, figure=0.5, figure_low=0.4, figure_high=0.6, unit="nats", n_items=8, test="t", detail="d")
+    tested = EvidenceRun(config=EvidenceConfig(), table=table, info={}, composition=[])
+    return census_of_scores(planted_sink_scores(), model="planted-sinks", evidence=tested)
 
 
 def test_evidence_of_the_sinks_is_one_line():
@@ -104,6 +92,6 @@ def test_evidence_of_the_sinks_is_one_line():
     evidence = lines[lines.index("evidence: 7 not supported, 5 supported") + 1 :]
     assert [ln.split()[0] for ln in evidence[:2]] == ["0.0", "2.1"] and "induction" in evidence[1]
     assert evidence[2:] == ["  sink: 10 roles tested: 7 not supported, 3 supported (not listed head by head)"]
-    summary = census_summary_of(census.scores, classify_heads(census.scores), MANIFEST, evidence=census.evidence)
+    summary = census.summary
     rows = re.findall(r"^\| (\d+\.\d+) \| (\w+) \|", summary.split("## Evidence")[1], flags=re.M)
     assert rows[:2] == [("0.0", "previous_token"), ("2.1", "induction")] and {r for _, r in rows[2:]} == {"sink"}

@@ -448,3 +448,25 @@ def test_skipped_design_stage_says_so(report_copy, tiny_checkpoint, runner):
     section = (report_copy / "report.html").read_text().split('<section id="design">', 1)[1].split("</section>", 1)[0]
     assert "Stage <code>design</code>" in section and "was skipped" in section and "<table" not in section
     assert "Stage `design` was skipped." in (report_copy / "report.md").read_text()
+
+
+def test_a_census_given_is_reused_only_when_it_is_the_stage_own():
+    """The census stage reuses a census given to it (``report(census=...)``) only with the stage's settings, the
+    default thresholds and baseline factor, no mask and the same command, read from the census's run."""
+    from headlens.analyses.heads.census_config import CensusConfig
+    from headlens.reports.api.census import used_thresholds
+    from headlens.reports.runs.report.stage_census import _reusable
+    from tests.analyses.heads.planted_sinks import planted_sink_scores
+    from tests.reports.api.conftest import census_of_scores
+
+    config = CensusConfig(n_prompts=100, n_bootstrap=1000, batch_size=16)
+    given = census_of_scores(planted_sink_scores(), model="planted")
+    run = dataclasses.replace(given.run, census=dataclasses.replace(given.run.census, config=config))
+    run.thresholds = used_thresholds(run.census.scores["detector"])
+    own = dataclasses.replace(given, run=run, manifest={**given.manifest, "command": ["headlens", "report"]})
+    assert _reusable(own, config, ["headlens", "report"])
+    assert not _reusable(own, config, ["headlens", "classify"])
+    assert not _reusable(own, dataclasses.replace(config, seed=1), ["headlens", "report"])
+    for change in ({"mask": "pruned.json"}, {"baseline_factor": 3.0}, {"thresholds": {**run.thresholds, "sink": 0.9}}):
+        other = dataclasses.replace(own, run=dataclasses.replace(run, **change))
+        assert not _reusable(other, config, ["headlens", "report"]), change
