@@ -1,9 +1,10 @@
 """The one way to run the model with sites edited: "run from this site with this value".
 
-A :class:`Site` is a hook point (TransformerLens naming) and a selection along its position
-(dim 1) and head or slot (dim 2) axes.  A :class:`Patch` says what happens there: ``value`` is
-written at the selection, or ``setter(act, hook)`` returns the new activation (or None: the
-activation stays, as a reader that keeps it).  A ``(hook name, setter)`` pair, TransformerLens'
+A :class:`Site` is a hook point (TransformerLens naming) and a selection along its batch (dim 0),
+position (dim 1) and head or slot (dim 2) axes.  A :class:`Patch` says what happens there: ``value`` is
+written at the selection, ``add`` is added there, or ``setter(act, hook)`` returns the new activation
+(or None: the activation stays, as a reader that keeps it).  Rows and heads given as two sequences
+pair up (row ``rows[i]``, head ``heads[i]``): one change per row, each at its own head.  A ``(hook name, setter)`` pair, TransformerLens'
 ``fwd_hooks`` convention, is a :class:`Patch` of the whole hook point.  Every ablation, patch,
 edge patch and kept stream in headlens goes through :func:`patched_forward` (or
 :func:`patched_runner`, for a metric that drives the forward itself).
@@ -57,11 +58,12 @@ def _index(sel: Index) -> Any:
 @dataclass(frozen=True, kw_only=True)
 class Site:
     """A hook point and the part of its activation ``[batch, pos, (head or slot), ...]`` a patch writes:
-    ``positions`` along dim 1, ``heads`` along dim 2 (None: all)."""
+    ``rows`` along dim 0, ``positions`` along dim 1, ``heads`` along dim 2 (None: all)."""
 
     hook: str
     positions: Index = None
     heads: Index = None
+    rows: Index = None
 
     @property
     def layer(self) -> int | None:
@@ -71,8 +73,8 @@ class Site:
 
     def selection(self) -> tuple[Any, ...]:
         if self.heads is None:
-            return (slice(None), _index(self.positions))
-        return (slice(None), _index(self.positions), _index(self.heads))
+            return (_index(self.rows), _index(self.positions))
+        return (_index(self.rows), _index(self.positions), _index(self.heads))
 
 
 def resid_site(layer: int) -> Site:
@@ -82,29 +84,34 @@ def resid_site(layer: int) -> Site:
 
 @dataclass(frozen=True, kw_only=True)
 class Patch:
-    """At ``site``: ``value`` written at the site's selection (on the activation's device and dtype,
-    cut to its positions), or ``setter(act, hook)`` returning the new activation (None: unchanged)."""
+    """At ``site``: ``value`` written at the site's selection, or ``add`` added there (either on the activation's device
+    and dtype, cut to its positions), or ``setter(act, hook)`` returning the new activation (None: unchanged)."""
 
     site: Site
     value: Tensor | None = None
+    add: Tensor | None = None
     setter: HookFn | None = None
 
     def __post_init__(self) -> None:
-        if (self.value is None) == (self.setter is None):
-            raise ValueError(f"a patch of {self.site.hook} needs exactly one of value and setter")
+        if sum(x is not None for x in (self.value, self.add, self.setter)) != 1:
+            raise ValueError(f"a patch of {self.site.hook} needs exactly one of value, add and setter")
 
     def hook(self) -> tuple[str, HookFn]:
         if self.setter is not None:
             return self.site.hook, self.setter
-        value, sel = self.value, self.site.selection()
-        assert value is not None  # exactly one of value and setter (__post_init__)
+        value, add, sel = self.value, self.add is not None, self.site.selection()
+        value = self.add if add else value
+        assert value is not None  # exactly one of value, add and setter (__post_init__)
 
         def write(act: Tensor, hook: Any = None) -> Tensor:
             act = act.clone()
             v = value.to(device=act.device, dtype=act.dtype)
             if self.site.positions is None and v.dim() > 1 and v.shape[1] > act.shape[1]:
                 v = v[:, : act.shape[1]]
-            act[sel] = v
+            if add:
+                act[sel] += v
+            else:
+                act[sel] = v
             return act
 
         return self.site.hook, write

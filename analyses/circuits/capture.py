@@ -15,11 +15,12 @@ from torch import Tensor
 
 from headlens.analyses.circuits.graph import EdgeGraph
 from headlens.analyses.circuits.hooks import sender_capture
-from headlens.analyses.circuits.readout import Readout, ReadoutMismatch, at_last, capture_hook
+from headlens.analyses.circuits.readout import Readout, at_last, capture_hook
 from headlens.analyses.measure.metrics import model_values
 from headlens.probes.hooks import HookFn
 from headlens.probes.loading import LoadedModel
 from headlens.probes.patch import patched_runner, resid_site
+from headlens.probes.reader_rows import ReadoutMismatch
 
 __all__ = ["GROUP_BYTES", "capture", "capture_group", "pair_groups"]
 

@@ -37,7 +37,7 @@ def auto_rows(model: LoadedModel, width: int, *, own: bool = False) -> int:
 
     A row's peak, in float32, through the bridge: the split q/k/v inputs of a block (``3 * n_heads`` residual
     copies) and the reader hook's copy of them, the residual stream and its patch, the MLP's hidden layer, one
-    head's pattern row per head, and the logits.  ``own`` (:mod:`~headlens.analyses.circuits.own_blocks`): the
+    head's pattern row per head, and the logits.  ``own`` (:mod:`~headlens.probes.fast_blocks`): the
     stream, its norm, its patch and the attention output, the fused q/k/v product twice (a patched copy), the
     MLP's hidden layer twice (its activation) and the pattern three times (scores, masked, softmax); no split copies,
     no logits."""

@@ -27,7 +27,7 @@ import torch
 from torch import Tensor
 
 from headlens.analyses.circuits.graph import EdgeGraph
-from headlens.analyses.circuits.hooks import check_edge_model, edge_flags, reader_hook, sender_capture
+from headlens.analyses.circuits.hooks import check_edge_model, edge_flags, sender_capture
 from headlens.analyses.circuits.scores import senders_of
 from headlens.analyses.circuits.writes import HeadSumNorm, head_sum_norms, normed_change
 from headlens.analyses.measure.metrics import model_values
@@ -38,6 +38,7 @@ from headlens.probes.hooks import HookFn
 from headlens.probes.loading import LoadedModel
 from headlens.probes.patch import patched_runner
 from headlens.probes.progress import Step, stage_step
+from headlens.probes.reader_rows import reader_hook
 
 log = logging.getLogger(__name__)
 

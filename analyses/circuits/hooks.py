@@ -32,6 +32,7 @@ from headlens.analyses.circuits.writes import head_sum_norms, stream_writes
 from headlens.probes.errors import UnsupportedModelError
 from headlens.probes.hooks import HookFn, attached
 from headlens.probes.loading import LoadedModel
+from headlens.probes.reader_rows import reader_hook
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +42,6 @@ __all__ = [
     "additivity_hooks",
     "check_additivity",
     "refuse_encoder",
-    "reader_hook",
     "sender_capture",
     "head_out_weights",
     "EMBED_HOOK",
@@ -58,15 +58,6 @@ ADDITIVITY_RTOL = 1e-3
 ADDITIVITY_EPS_FACTOR = 4.0
 _FLAGS = ("use_split_qkv_input", "use_hook_mlp_in")
 ENCODER_REFUSAL = "edge scores need a causal decoder whose blocks add each head's output to the residual stream; encoders are not supported"
-
-
-def reader_hook(layer: int, which: str, n_layers: int) -> str:
-    """The hook point whose value is a reader's input (``which`` in q, k, v, mlp, logits)."""
-    if which in ("q", "k", "v"):
-        return f"blocks.{layer}.attn.hook_{which}_input"
-    if which == "mlp":
-        return f"blocks.{layer}.hook_mlp_in"
-    return f"blocks.{n_layers - 1}.hook_resid_post"
 
 
 @contextmanager

@@ -4,8 +4,9 @@ Under ``metric="logit-diff"`` an item's value is ``logits[last, correct] - logit
 When the logits are a plain linear map of the head's input ``h`` (``unembed.hook_in``; the head a
 ``torch.nn.Linear``, nothing after it), that is ``h[last] . W[correct] + b[correct] - (h[last] .
 W[incorrect] + b[incorrect])``: two rows of the head's weight per item instead of the whole
-vocabulary (50257 rows on GPT-2, most of a small model's patched forward).  :func:`readout_hook`
-keeps ``h`` at each row's last position and hands the head zero positions, so it does no work.
+vocabulary (50257 rows on GPT-2, most of a small model's patched forward).
+:func:`~headlens.probes.reader_rows.readout_hook` keeps ``h`` at each row's last position and hands the
+head zero positions, so it does no work.
 
 Whether "nothing after it" holds (logit soft-capping, a scale after the head) is not read from the
 config: exact patching reads the base run's head input too (:func:`capture_hook`, :func:`at_last`),
@@ -24,14 +25,9 @@ from torch import Tensor
 
 from headlens.probes.hooks import HookFn
 from headlens.probes.loading import LoadedModel
+from headlens.probes.reader_rows import READOUT_HOOK
 
-__all__ = ["AFTER_HEAD", "READOUT_HOOK", "Readout", "ReadoutMismatch", "readout_of", "readout_hook", "capture_hook", "at_last"]
-
-READOUT_HOOK = "unembed.hook_in"
-
-
-class ReadoutMismatch(Exception):
-    """A logit difference read from the output head's input did not reproduce the full forward's value."""
+__all__ = ["AFTER_HEAD", "Readout", "readout_of", "capture_hook", "at_last"]
 
 
 class Readout:
@@ -99,16 +95,3 @@ def at_last(x: Float[Tensor, "row kept d_model"], lengths: Int[Tensor, " row"], 
         where = {p: i for i, p in enumerate(positions)}
         idx = [where[p] for p in last]
     return x[torch.arange(x.shape[0], device=x.device), torch.tensor(idx, device=x.device)]
-
-
-def readout_hook(last: Int[Tensor, " row"], store: dict[str, Tensor]) -> tuple[str, HookFn]:
-    """Hook on the head's input: keeps ``h[row, last[row]]`` in ``store["h"]`` and passes on zero positions."""
-
-    def fn(x: Tensor, hook: Any = None) -> Tensor:
-        if x.shape[0] != last.shape[0] or int(last.max()) >= x.shape[1]:
-            raise ValueError(f"the output head's input has shape {tuple(x.shape)}, not one row per item with every position")
-        idx = torch.arange(x.shape[0], device=x.device)
-        store["h"] = x[idx, last.to(x.device)].detach()
-        return x[:, :0]
-
-    return READOUT_HOOK, fn

@@ -1,7 +1,7 @@
 """The resolution rule of exact patching: a difference below what a float32 forward resolves is no change.
 
 One rule for every path of :mod:`~headlens.analyses.circuits.exact` (the bridge's forwards and
-:mod:`~headlens.analyses.circuits.own_blocks`).
+:mod:`~headlens.probes.fast_blocks`).
 """
 
 from __future__ import annotations

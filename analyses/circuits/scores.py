@@ -43,7 +43,7 @@ from torch import Tensor
 
 from headlens.analyses.circuits.config import DIRECTIONS, check_direction
 from headlens.analyses.circuits.graph import EdgeGraph
-from headlens.analyses.circuits.hooks import EMBED_HOOK, check_edge_model, edge_flags, reader_hook, sender_capture
+from headlens.analyses.circuits.hooks import EMBED_HOOK, check_edge_model, edge_flags, sender_capture
 from headlens.analyses.circuits.writes import head_sum_norms, sender_deltas
 from headlens.analyses.measure.metrics import model_values
 from headlens.analyses.patching.pairs import PairTask, pair_eval_sets
@@ -51,6 +51,7 @@ from headlens.probes.counts import check_count
 from headlens.probes.errors import InputError
 from headlens.probes.hooks import HookFn, attached
 from headlens.probes.loading import LoadedModel
+from headlens.probes.reader_rows import reader_hook
 
 log = logging.getLogger(__name__)
 

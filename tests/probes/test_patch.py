@@ -94,3 +94,25 @@ def test_hooks_and_blocks_restored_after_an_exception(tiny_model):
         run(_tokens(tiny_model, 1, 24))
     assert len(tiny_model.bridge.blocks) == tiny_model.n_layers
     assert _hook_count(tiny_model) == n_hooks
+
+
+def test_an_added_value_per_row_lands_on_its_row_and_head_only(tiny_model):
+    """``add`` with ``rows`` and ``heads`` paired: row 0 gets d[0] at head 2, row 2 gets d[1] at head 0; every other
+    (row, head) keeps the unpatched value, and the patched ones are the unpatched ones plus d (cut to the positions)."""
+    tokens = _tokens(tiny_model, n=3)
+    d = torch.randn(2, 12, 16, generator=torch.Generator().manual_seed(0))  # 12 positions: cut to the 10 there are
+    seen: dict[str, torch.Tensor] = {}
+
+    def keep(z, hook=None):
+        seen.setdefault("before" if "before" not in seen else "after", z.clone())
+
+    site = Site(hook="blocks.1.attn.hook_z", rows=(0, 2), heads=(2, 0))
+    with torch.inference_mode():
+        patched_forward(tiny_model, tokens, [(site.hook, keep), Patch(site=site, add=d), (site.hook, keep)])
+    before, after = seen["before"], seen["after"]
+    want = before.clone()
+    want[0, :, 2] += d[0, :10]
+    want[2, :, 0] += d[1, :10]
+    assert torch.equal(after, want) and not torch.equal(after, before)
+    with pytest.raises(ValueError, match="exactly one"):
+        Patch(site=site, value=d, add=d)

@@ -1,8 +1,8 @@
-"""Exact patching's patched forwards run from the blocks' weights, outside the bridge's hook machinery.
+"""The fast path of :mod:`~headlens.probes.reader_rows`: GPT-2's blocks run from their weights, outside the bridge's hooks.
 
 Through the bridge a patched forward runs every block with split inputs (one residual copy per head
 for each of q, k and v) and through every hook point, though a patch changes one reader's input at
-one block.  :class:`OwnBlocks` runs the same forward the short way:
+one block.  :class:`FastBlocks` runs the same forward the short way:
 
 * the start block computes the plain block on the rows already running; a row joining there with an
   attention patch takes its reader's input (``x + delta``) through the same norm and fused q/k/v
@@ -20,19 +20,19 @@ the bridge's ``attn``/``mlp``); the norms repeat the bridge's own LayerNorm arit
 bit: Hugging Face's fused kernel rounds tracr's ``eps = 2**48`` norms differently); the attention pattern and
 its weighted sum are computed here.
 
-Which models (:func:`own_blocks` returns the reason when not): GPT-2's blocks (``model_type ==
+Which models (:func:`fast_blocks` returns the reason when not): GPT-2's blocks (``model_type ==
 "gpt2"``: absolute positions, one causal pattern per head, scale ``1/sqrt(d_head)`` and optionally
-``1/(layer+1)``, scores in float32 under ``reorder_and_upcast_attn``) under the logit-diff readout, on one
-device, with no head-sum norm and no hook on the model's hook points.
+``1/(layer+1)``, scores in float32 under ``reorder_and_upcast_attn``) read at each row's last position only
+(the caller's logit-diff readout), on one device, with no head-sum norm and no hook on the model's hook points.
 Other families run through the bridge.
 
 In bfloat16 a joining row's stream (its control's plus the head's change) rounds differently from the bridge's
 (a sum of its own): the values differ from the bridge path's by about as much as either differs from float32's
-(tests/analyses/circuits/test_own_blocks.py).
+(tests/probes/test_fast_blocks.py).
 
-The caller checks every forward: each pair of a forward has its unpatched row (a control) computed in
-the same calls as its patched rows, whose value must equal the bridge's base value; the patched
-values are measured from those controls, so an edge whose difference dies out scores exactly 0.
+:mod:`~headlens.probes.reader_rows` checks every pass: each base row of a pass has its unpatched row (a control)
+computed in the same calls as its patched rows, whose value must equal the full forward's; the patched values are
+measured from those controls, so a patch whose difference dies out changes exactly nothing.
 """
 
 from __future__ import annotations
@@ -42,18 +42,15 @@ import math
 from dataclasses import dataclass
 from typing import Any, cast
 
-import numpy as np
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor, nn
 
-from headlens.analyses.circuits.readout import Readout
-from headlens.analyses.circuits.resolution import change
 from headlens.probes.loading import LoadedModel
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Rows", "Join", "OwnBlocks", "own_blocks", "pass_values", "ControlMismatch", "QKV"]
+__all__ = ["Rows", "Join", "FastBlocks", "fast_blocks", "QKV"]
 
 #: The reader inputs of a block's attention, in the fused projection's order.
 QKV = ("q", "k", "v")
@@ -90,15 +87,17 @@ def _hooked(model: LoadedModel) -> bool:
     return any(bool(m._forward_hooks or m._forward_pre_hooks) for m in model.bridge.hook_dict.values())
 
 
-def own_blocks(model: LoadedModel, *, readout: bool, head_sum_norm: bool) -> tuple[OwnBlocks | None, str]:
-    """:class:`OwnBlocks` for ``model``, or None and the reason its patched forwards run through the bridge."""
+def fast_blocks(model: LoadedModel, *, last_only: bool, head_sum_norm: bool) -> tuple[FastBlocks | None, str]:
+    """:class:`FastBlocks` for ``model``, or None and the reason its patched forwards run through the bridge
+    (``last_only``: the caller reads only the output head's input at each row's last position; ``head_sum_norm``: a
+    norm after the heads' sum, which a head's change of output ``(z' - z) @ W_O`` would skip)."""
     hf_config = getattr(getattr(model.bridge, "original_model", None), "config", None)
     kind = getattr(hf_config, "model_type", None)
     if model.is_encoder:
         return None, "an encoder"
     if kind != "gpt2":
         return None, f"blocks of model type {kind!r} (only GPT-2's are computed outside the bridge)"
-    if not readout:
+    if not last_only:
         return None, "a metric other than the logit-diff readout"
     if head_sum_norm:
         return None, "a norm after the head sum"
@@ -112,7 +111,7 @@ def own_blocks(model: LoadedModel, *, readout: bool, head_sum_norm: bool) -> tup
     if _hooked(model):
         return None, "hooks attached to the model"
     try:
-        return OwnBlocks(model), ""
+        return FastBlocks(model), ""
     except (AttributeError, TypeError, ValueError) as exc:
         return None, f"{type(exc).__name__}: {exc}"
 
@@ -158,7 +157,7 @@ def _module(component: object, what: str) -> nn.Module:
     return mod
 
 
-class OwnBlocks:
+class FastBlocks:
     """GPT-2's blocks computed from the bridge's weights and the model's norm and MLP modules (module doc)."""
 
     def __init__(self, model: LoadedModel) -> None:
@@ -335,67 +334,3 @@ def _after(last: Int[Tensor, " row"], n_pos: int) -> Tensor:
 def _at(delta: Float[Tensor, "n pos d_model"], last: Int[Tensor, " n"]) -> Float[Tensor, "n d_model"]:
     """Each row's difference at its position ``last[i]``."""
     return delta[torch.arange(delta.shape[0], device=delta.device), last.to(delta.device)]
-
-
-class ControlMismatch(Exception):
-    """A control row computed by :class:`OwnBlocks` missed the bridge's base value."""
-
-
-def pass_values(
-    own: OwnBlocks,
-    readout: Readout,
-    data: Any,
-    delta: Tensor,
-    stream0: Tensor,
-    rows_arr: np.ndarray,
-    lengths: Tensor,
-    p_i: np.ndarray,
-    start: np.ndarray,
-    which: np.ndarray,
-    slot: np.ndarray,
-    sender: np.ndarray,
-    base_v: Tensor,
-    eps: float,
-    atol: float,
-) -> np.ndarray:
-    """Patched values of rows ``(p_i[j], edge j)`` (sorted by ``start``; reader ``which[j]``/``slot[j]`` at block ``start[j]``
-    gets ``sender[j]``'s difference) in one pass of :class:`OwnBlocks`: each pair's control row runs from block 0 and must
-    equal ``base_v`` to ``atol`` relative to ``max(1, |value|)`` (else :class:`ControlMismatch`); a row joins as a copy
-    of its control's stream at its block, and its value is measured from its control's (:func:`change`)."""
-    controls = np.unique(p_i)
-    n_c = len(controls)
-    ctrl_of = np.searchsorted(controls, p_i)
-    dev = stream0.device
-    joins, order = [], []  # order: the pass rows in the order OwnBlocks returns them (after the controls)
-
-    def rows_of(at: np.ndarray, attn: bool = False) -> Rows | None:
-        if not len(at):
-            return None
-        order.append(at)
-        d = delta[torch.from_numpy(p_i[at]).to(delta.device), torch.from_numpy(sender[at]).to(delta.device)]
-        if not attn:
-            return Rows(torch.from_numpy(ctrl_of[at]).to(dev), d)
-        w = torch.tensor([QKV.index(str(k)) for k in which[at]], device=dev)
-        return Rows(torch.from_numpy(ctrl_of[at]).to(dev), d, w, torch.from_numpy(slot[at]).to(dev))
-
-    for layer in sorted(set(start.tolist())):
-        rows = np.flatnonzero(start == layer)
-        kind = which[rows]
-        attn = rows_of(rows[np.isin(kind, QKV)], attn=True)
-        joins.append(Join(int(layer), attn, rows_of(rows[kind == "mlp"]), rows_of(rows[kind == "logits"])))
-    order_arr = np.concatenate(order)
-    if len(order_arr) != len(p_i):
-        raise RuntimeError(f"readers of kinds other than {(*QKV, 'mlp', 'logits')} in {sorted(set(which.tolist()))}")
-    c_ids = torch.from_numpy(controls)
-    h = own.run(stream0[c_ids.to(dev)].to(own.dtype), lengths[c_ids] - 1, joins)
-    r_ids = torch.from_numpy(rows_arr[np.concatenate([controls, p_i[order_arr]])])
-    assert data.correct is not None and data.incorrect is not None  # logit-diff (readout_of)
-    vals = readout.values(h, data.correct[r_ids], data.incorrect[r_ids]).detach().double().cpu()
-    ctrl, want = vals[:n_c], base_v[c_ids]
-    miss = (ctrl - want).abs() / want.abs().clamp(min=1.0)
-    if not bool((miss <= atol).all()):
-        i = int(miss.argmax())
-        raise ControlMismatch(f"pair {int(rows_arr[controls[i]])}: {float(ctrl[i])!r} against {float(want[i])!r}")
-    out = np.empty(len(p_i))
-    out[order_arr] = change(vals[n_c:], ctrl[torch.from_numpy(ctrl_of[order_arr])], eps).numpy()
-    return out

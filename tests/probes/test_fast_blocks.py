@@ -1,26 +1,19 @@
-"""Exact patching's patched forwards outside the bridge (own_blocks) against the same forwards through it.
-
-The bridge path (a no-op hook on the model sends the forwards through it) is the reference here; the
-independent brute force of every reader kind is in test_scores.test_exact_equals_brute_force, which runs
-the own blocks on GPT-2.
+"""The fast path of patched rows (probes/fast_blocks.py) against the same forwards through the bridge: the controls'
+head input, each kind of joining row, the norms and MLPs to the bit, rows that stop; and why a model gets no fast blocks.
+Under exact patching: tests/analyses/circuits/test_exact.py.
 """
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 
-import headlens.analyses.circuits.exact as exact_mod
-from headlens.analyses.circuits.exact import exact_scores
-from headlens.analyses.circuits.graph import build_graph
 from headlens.analyses.circuits.hooks import edge_flags
-from headlens.analyses.circuits.own_blocks import Join, OwnBlocks, Rows, own_blocks
-from headlens.analyses.circuits.resolution import RESOLUTION_EPS, change
 from headlens.analyses.patching.builtin import induction_task
+from headlens.probes.fast_blocks import FastBlocks, Join, Rows, fast_blocks
 from headlens.probes.hooks import attached
 
-#: own blocks against the bridge's forwards (float32, the same weights, other kernels).
+#: fast blocks against the bridge's forwards (float32, the same weights, other kernels).
 ROUNDING_ATOL = 1e-5
 
 
@@ -28,69 +21,20 @@ def _noop(x, hook=None):
     return None
 
 
-def _ragged(model, n=4, T=8):
-    """An induction task whose items end at different positions (the metric read at each item's own last one)."""
-    task = induction_task(model, n=n, T=T)
-    full = int(task.lengths.max())
-    task.lengths[:] = torch.tensor([full, full - 3, full - 5, full - 1][:n])
-    return task
-
-
-def test_own_blocks_match_the_forwards_through_the_bridge(family_model):
-    """Every edge of GPT-2, items of unequal lengths, several passes (max_rows=16) and one: the values of the bridge's
-    forwards, and what the info says."""
-    model = family_model("gpt2")
-    graph = build_graph(model)
-    task = _ragged(model)
-    with attached(model.bridge, [("blocks.0.hook_resid_pre", _noop)]):
-        ref = exact_scores(model, task, graph)
-    assert ref.info["own_blocks"] is False and ref.info["own_blocks_reason"] == "hooks attached to the model"
-    for max_rows in (16, None):
-        got = exact_scores(model, task, graph, max_rows=max_rows)
-        assert got.info["own_blocks"] is True and got.info["own_blocks_reason"] == ""
-        assert np.abs(ref.values).max() > 1e-2 and (ref.values != 0).mean() > 0.2  # not a comparison between zeros
-        np.testing.assert_allclose(got.values, ref.values, atol=ROUNDING_ATOL)
-        np.testing.assert_allclose(got.clean, ref.clean, atol=ROUNDING_ATOL)
-        np.testing.assert_allclose(got.corrupt, ref.corrupt, atol=ROUNDING_ATOL)
-
-
-def test_a_control_that_misses_the_base_run_sends_the_forwards_through_the_bridge(family_model, monkeypatch, caplog):
-    """Own blocks that compute something else (every attention scale doubled): the controls miss the base run on the
-    first pass, the sweep reruns through the bridge, its values are the bridge's, and the info and the log say why."""
-    model = family_model("gpt2")
-    graph = build_graph(model)
-    task = induction_task(model, n=3, T=8)
-    with attached(model.bridge, [("blocks.0.hook_resid_pre", _noop)]):
-        ref = exact_scores(model, task, graph)
-
-    def broken(m, **kw):
-        own, why = own_blocks(m, **kw)
-        assert own is not None, why
-        own.scale = [2 * s for s in own.scale]
-        return own, why
-
-    monkeypatch.setattr(exact_mod, "own_blocks", broken)
-    with caplog.at_level("INFO", logger="headlens.analyses.circuits.exact"):
-        got = exact_scores(model, task, graph)
-    assert got.info["own_blocks"] is False and "missed the base run" in got.info["own_blocks_reason"]
-    assert any("missed the base run" in r.getMessage() for r in caplog.records)
-    np.testing.assert_array_equal(got.values, ref.values)
-
-
-def test_own_blocks_say_why_not(family_model):
-    """Another family, another metric, a head-sum norm, a hook on the model: no own blocks, and the reason."""
+def test_fast_blocks_say_why_not(family_model):
+    """Another family, another metric, a head-sum norm, a hook on the model: no fast blocks, and the reason."""
     gpt2, llama = family_model("gpt2"), family_model("llama")
-    assert own_blocks(gpt2, readout=True, head_sum_norm=False)[0] is not None
-    assert "'llama'" in own_blocks(llama, readout=True, head_sum_norm=False)[1]
-    assert "logit-diff" in own_blocks(gpt2, readout=False, head_sum_norm=False)[1]
-    assert "norm after the head sum" in own_blocks(gpt2, readout=True, head_sum_norm=True)[1]
+    assert fast_blocks(gpt2, last_only=True, head_sum_norm=False)[0] is not None
+    assert "'llama'" in fast_blocks(llama, last_only=True, head_sum_norm=False)[1]
+    assert "logit-diff" in fast_blocks(gpt2, last_only=False, head_sum_norm=False)[1]
+    assert "norm after the head sum" in fast_blocks(gpt2, last_only=True, head_sum_norm=True)[1]
     with attached(gpt2.bridge, [("blocks.1.attn.hook_z", _noop)]):
-        assert own_blocks(gpt2, readout=True, head_sum_norm=False) == (None, "hooks attached to the model")
-    assert own_blocks(gpt2, readout=True, head_sum_norm=False)[0] is not None  # the hook is gone
+        assert fast_blocks(gpt2, last_only=True, head_sum_norm=False) == (None, "hooks attached to the model")
+    assert fast_blocks(gpt2, last_only=True, head_sum_norm=False)[0] is not None  # the hook is gone
     config = gpt2.bridge.original_model.config
-    try:  # the bridge scales GPT-2's scores whatever this says: unscaled own blocks would miss every control
+    try:  # the bridge scales GPT-2's scores whatever this says: unscaled fast blocks would miss every control
         config.scale_attn_weights = False
-        assert "scale_attn_weights=False" in own_blocks(gpt2, readout=True, head_sum_norm=False)[1]
+        assert "scale_attn_weights=False" in fast_blocks(gpt2, last_only=True, head_sum_norm=False)[1]
     finally:
         config.scale_attn_weights = True
 
@@ -100,7 +44,7 @@ def test_run_reproduces_the_bridges_head_input(family_model):
     join at each block (and after the last) with a zero difference give their controls' values."""
     model = family_model("gpt2")
     bridge = model.bridge
-    own = OwnBlocks(model)
+    own = FastBlocks(model)
     tokens = induction_task(model, n=3, T=8).clean
     last = torch.tensor([tokens.shape[1] - 1, 4, 9])
     got: dict[str, torch.Tensor] = {}
@@ -135,7 +79,7 @@ def test_joined_rows_are_the_bridges_forward_with_the_same_patch(family_model):
     logits) against a bridge forward with edge flags on and the difference added at that reader's hook point."""
     model = family_model("gpt2")
     bridge, n_l = model.bridge, model.n_layers
-    own = OwnBlocks(model)
+    own = FastBlocks(model)
     tokens = induction_task(model, n=2, T=8).clean
     n, pos, d_model = tokens.shape[0], tokens.shape[1], int(bridge.cfg.d_model)
     last = torch.tensor([pos - 1, pos - 4])
@@ -191,59 +135,13 @@ def test_norms_and_mlps_are_the_bridges_to_the_bit(family_model):
     """The norm arithmetic copied from the bridge and the MLP called from its Conv1Ds give the bridge's own outputs bit for
     bit (the controls' check would catch a drift only at its tolerance)."""
     model = family_model("gpt2")
-    own = OwnBlocks(model)
+    own = FastBlocks(model)
     x = torch.randn(5, 7, model.bridge.cfg.d_model, generator=torch.Generator().manual_seed(0)) * 3
     with torch.inference_mode():
         for layer, blk in enumerate(model.bridge.blocks):
             assert torch.equal(own.ln1[layer](x), blk.ln1(x)) and torch.equal(own.ln2[layer](x), blk.ln2(x))
             assert torch.equal(own._mlp(layer, x), blk.mlp(blk.ln2(x)))
         assert torch.equal(own.ln_final(x), model.bridge.ln_final(x))
-
-
-def test_a_difference_below_the_resolution_is_no_change():
-    eps = float(torch.finfo(torch.float32).eps)
-    base = torch.tensor([1.0, 1.0, 100.0, 100.0, 0.0], dtype=torch.float64)
-    patched = base + torch.tensor([RESOLUTION_EPS * eps * 0.9, 1e-5, 100 * RESOLUTION_EPS * eps * 0.9, 1e-3, -1e-7])
-    got = change(patched, base, eps)
-    assert got[0] == 0 and got[2] == 0 and got[4] == 0  # within 4 epsilons of max(1, |value|)
-    assert got[1] == pytest.approx(1e-5) and got[3] == pytest.approx(1e-3)
-
-
-#: own blocks against the bridge's forwards in bfloat16: the two round differently (a joining row's stream is its control's
-#: plus its head's change, the bridge's a sum of its own), each about as far from the float32 values (measured: 0.040-0.044
-#: and 0.044-0.065 of values up to 0.96).
-BF16_ATOL = 0.1
-
-
-@pytest.mark.parametrize(
-    ("flags", "dtype"), [({"reorder_and_upcast_attn": True}, "bfloat16"), ({"scale_attn_by_inverse_layer_idx": True}, "float32")]
-)
-def test_own_blocks_follow_gpt2s_attention_flags(tmp_path, flags, dtype):
-    """GPT-2's attention options the own blocks mirror (scores and softmax in float32, which only bfloat16 shows; scale
-    1/(layer+1)) on a 3-layer model, so that rows join at a block before the last one and at the last: the controls match
-    the bridge's base values (else the info says the bridge ran), and every edge's value is the bridge's."""
-    import transformers
-
-    from headlens.analyses.synthetic.families import family_config
-    from headlens.probes.loading import load_model
-    from headlens.probes.scoped import torch_seed
-    from headlens.probes.tokenizer_files import load_offline_gpt2_tokenizer
-
-    config = family_config("gpt2", n_layers=3, n_heads=4, d_model=32, n_ctx=32)
-    for key, value in flags.items():
-        setattr(config, key, value)
-    with torch_seed(0):
-        transformers.GPT2LMHeadModel(config).save_pretrained(tmp_path)
-    load_offline_gpt2_tokenizer(str(tmp_path / "tok")).save_pretrained(tmp_path)
-    model = load_model(model=str(tmp_path), device="cpu", dtype=dtype)
-    graph = build_graph(model)
-    task = _ragged(model)
-    with attached(model.bridge, [("blocks.0.hook_resid_pre", _noop)]):
-        ref = exact_scores(model, task, graph)
-    got = exact_scores(model, task, graph)
-    assert got.info["own_blocks"] is True and ref.info["own_blocks"] is False
-    assert np.abs(ref.values).max() > 0.5 and (ref.values != 0).mean() > 0.2
-    np.testing.assert_allclose(got.values, ref.values, atol=ROUNDING_ATOL if dtype == "float32" else BF16_ATOL)
 
 
 def test_rows_that_stop_and_rows_that_go_on_in_one_run(family_model, monkeypatch):
@@ -256,7 +154,7 @@ def test_rows_that_stop_and_rows_that_go_on_in_one_run(family_model, monkeypatch
     model = family_model("gpt2")
     bridge, n_l = model.bridge, model.n_layers
     assert n_l == 2  # a join at block 0, one at the last block, one after it
-    own = OwnBlocks(model)
+    own = FastBlocks(model)
     tokens = induction_task(model, n=3, T=8).clean
     n, pos, d_model = tokens.shape[0], tokens.shape[1], int(bridge.cfg.d_model)
     last = torch.tensor([pos - 1, pos - 4, pos - 2])
@@ -302,14 +200,14 @@ def test_rows_that_stop_and_rows_that_go_on_in_one_run(family_model, monkeypatch
         joins.append(Join(layer, **parts))
 
     kept: list[torch.Tensor] = []
-    block = OwnBlocks._block
+    block = FastBlocks._block
 
     def spy(self, *args, **kwargs):
         x, k = block(self, *args, **kwargs)
         kept.append(torch.ones(x.shape[0], dtype=torch.bool) if k is None else k.clone())
         return x, k
 
-    monkeypatch.setattr(OwnBlocks, "_block", spy)
+    monkeypatch.setattr(FastBlocks, "_block", spy)
     with torch.inference_mode():
         h = own.run(got["x0"], last, joins)
     assert h.shape == (n + len(rows), d_model)
