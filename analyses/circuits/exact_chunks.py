@@ -211,7 +211,8 @@ def _run_on_cluster(spec: ModelConfig, n_edges: int, payloads: dict[str, Any], c
         finished(end.key, end.result)
 
     jobs = [Job(key, payload) for key, payload in payloads.items()]
-    outcome = run_pool(jobs, _score_chunk, setup=functools.partial(_worker_setup, spec, n_edges), cluster=cluster, on_finished=on_finished)
+    setup = functools.partial(_worker_setup, spec, n_edges)
+    outcome = run_pool(jobs, _score_chunk, setup=setup, cluster=cluster, on_finished=on_finished, depth=2)  # a chunk waits on each worker
     log.info("exact edge scores on Ray: %d chunks on %d workers in %.1f s (Ray up in %.1f s), %d workers lost", len(jobs),
              len(outcome.workers), outcome.wall_s, outcome.ray_start_s, outcome.lost)  # fmt: skip
 

@@ -4,7 +4,8 @@
 (:class:`Worker`), each asking for ``cpus_per_worker`` CPUs and ``gpus_per_worker`` GPUs (default: one where
 the cluster has GPUs, else none) and running ``threads`` torch threads.  Each worker calls ``setup()``
 once (e.g. loads a model: one copy per worker) and then ``work(state, payload)`` for each job it is
-given, one at a time; a job goes to the first idle worker.  A job whose worker is lost (its process
+given, one at a time; a job goes to the first idle worker (with ``depth`` 2, each worker also holds the
+next job, queued behind the one it runs, so it never waits for the driver between jobs).  A job whose worker is lost (its process
 killed, its node gone) is given to another worker, at most ``max_retries`` times, and a new worker is
 started in the lost one's place (as many replacements as ``workers x max_retries``); a job whose
 ``work`` raises is ``failed`` with the error's one line and the others go on.
@@ -148,16 +149,19 @@ def _sizes(cluster: Cluster, resources: dict[str, float], n_jobs: int) -> tuple[
 
 
 class _Pool:
-    """The pool's bookkeeping: workers starting, idle or busy; jobs queued; tries per job."""
+    """The pool's bookkeeping: workers starting, ready (with their jobs in flight) or lost; jobs queued; tries per job."""
 
     def __init__(self, ray: Any, actor: Any, setup: Callable[[], Any] | None, work: Callable[[Any, Any], Any], cluster: Cluster,
-                 threads: int, jobs: Sequence[Job], outcome: PoolOutcome) -> None:  # fmt: skip
+                 threads: int, jobs: Sequence[Job], outcome: PoolOutcome, depth: int) -> None:  # fmt: skip
         self.ray, self.actor, self.setup, self.work, self.threads = ray, actor, setup, work, threads
         self.max_retries = cluster.max_retries
         self.queue: deque[Job] = deque(jobs)
         self.tries: Counter[str] = Counter()
         self.pending: dict[Any, tuple[Any, Job | None]] = {}  # ref -> (worker, its job; None: its start)
-        self.idle: list[Any] = []
+        self.ready: dict[int, Any] = {}  # id(worker) -> worker, ready for jobs
+        self.load: Counter[int] = Counter()  # id(worker) -> its jobs in flight
+        self.lost: set[int] = set()
+        self.depth = depth
         self.handles: list[Any] = []
         self.info: dict[int, dict[str, Any]] = {}
         self.starts_left = 0
@@ -170,10 +174,14 @@ class _Pool:
         self.pending[handle.describe.remote()] = (handle, None)
 
     def feed(self) -> None:
-        while self.idle and self.queue:
-            handle, job = self.idle.pop(), self.queue.popleft()
-            self.tries[job.key] += 1
-            self.pending[handle.run.remote(self.work, job.payload)] = (handle, job)
+        """Each ready worker filled up to ``depth`` jobs in flight: every worker one job first, then a second."""
+        for level in range(self.depth):
+            for key, handle in self.ready.items():
+                if self.queue and self.load[key] <= level:
+                    job = self.queue.popleft()
+                    self.tries[job.key] += 1
+                    self.load[key] += 1
+                    self.pending[handle.run.remote(self.work, job.payload)] = (handle, job)
 
     def busy(self) -> bool:
         return bool(self.queue) or any(job is not None for _, job in self.pending.values())
@@ -181,12 +189,13 @@ class _Pool:
     def settle(self, ref: Any) -> Finished | None:
         """The end of one call: a worker ready, a job done or failed, or a worker lost (its job queued again)."""
         handle, job = self.pending.pop(ref)
+        if job is not None:
+            self.load[id(handle)] -= 1
         try:
             value = self.ray.get(ref)
         except self.ray.exceptions.RayActorError as exc:
             return self._lost(handle, job, exc)
         except self.ray.exceptions.RayError as exc:  # the job's work raised: the worker goes on
-            self.idle.append(handle)
             if job is None:
                 return None
             return Finished(job.key, "failed", error=error_line(exc), worker=self.info.get(id(handle), {}), tries=self.tries[job.key])
@@ -200,20 +209,23 @@ class _Pool:
             self.info[id(handle)] = value
             self.outcome.workers.append(value)
             log.info("worker %s on %s ready in %.1f s", value["pid"], value["host"], value["setup_s"])
-            self.idle.append(handle)
+            self.ready[id(handle)] = handle
             return None
-        self.idle.append(handle)
         return Finished(job.key, "done", result=value, worker=self.info.get(id(handle), {}), tries=self.tries[job.key])
 
     def _lost(self, handle: Any, job: Job | None, exc: BaseException) -> Finished | None:
-        self.outcome.lost += 1
-        self.last_loss = error_line(exc)
-        with contextlib.suppress(Exception):
-            self.ray.kill(handle)
-        log.warning("worker %s lost (%s)", self.info.get(id(handle), {}).get("pid", "starting"), self.last_loss)
-        if self.starts_left > 0:
-            self.starts_left -= 1
-            self.start()
+        """A worker lost: said, replaced (once, while replacements are left), its jobs queued again up to ``max_retries``."""
+        if id(handle) not in self.lost:  # its other job in flight fails the same way: one loss
+            self.lost.add(id(handle))
+            self.ready.pop(id(handle), None)
+            self.outcome.lost += 1
+            self.last_loss = error_line(exc)
+            with contextlib.suppress(Exception):
+                self.ray.kill(handle)
+            log.warning("worker %s lost (%s)", self.info.get(id(handle), {}).get("pid", "starting"), self.last_loss)
+            if self.starts_left > 0:
+                self.starts_left -= 1
+                self.start()
         if job is None:
             return None
         if self.tries[job.key] <= self.max_retries:
@@ -225,7 +237,7 @@ class _Pool:
 
     def stranded(self) -> list[Finished]:
         """The queued jobs when no worker is left or starting: each failed with the last loss."""
-        if self.pending or self.idle or not self.queue:
+        if self.pending or self.ready or not self.queue:
             return []
         jobs, self.queue = list(self.queue), deque()
         return [Finished(j.key, "failed", error=f"no worker left: {self.last_loss}", tries=self.tries[j.key]) for j in jobs]
@@ -243,8 +255,10 @@ def run_pool(
     setup: Callable[[], Any] | None = None,
     cluster: Cluster | None = None,
     on_finished: Callable[[Finished, int, int], None] | None = None,
+    depth: int = 1,
 ) -> PoolOutcome:
-    """Run every job on a pool of Ray workers (module doc); ``on_finished(finished, n_finished, n_jobs)`` after each.
+    """Run every job on a pool of Ray workers (module doc); ``on_finished(finished, n_finished, n_jobs)`` after each;
+    ``depth``: jobs in flight on each worker (2: the next one waits on the worker; for many short jobs).
 
     ``setup`` and ``work`` must be picklable (module-level functions, or :func:`functools.partial` of them),
     as must the payloads and results.  An exception raised by ``on_finished``, Ctrl-C or SIGTERM kills the
@@ -261,7 +275,7 @@ def run_pool(
         n_workers, gpus = _sizes(cluster, outcome.resources, len(jobs))
         threads = cluster.threads or max(1, int(cluster.cpus_per_worker))
         actor = ray.remote(Worker).options(num_cpus=cluster.cpus_per_worker, num_gpus=gpus, max_restarts=0)
-        pool = _Pool(ray, actor, setup, work, cluster, threads, jobs, outcome)
+        pool = _Pool(ray, actor, setup, work, cluster, threads, jobs, outcome, depth)
         pool.starts_left = n_workers * cluster.max_retries
         try:
             for _ in range(n_workers):
