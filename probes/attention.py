@@ -1,30 +1,35 @@
 """How each layer of a loaded model computes attention, and that computation redone from q and k.
 
-:func:`attention_spec` reads, from the Hugging Face attention modules the bridge wraps, what
-turns ``q`` and ``k`` into a pattern in each layer: the number of KV heads (grouped-query
-attention), the score scale (``1/sqrt(d_head)``, Gemma2's ``query_pre_attn_scalar``, none
-for GPT-Neo), a sliding window, a logit softcap, the kind of rotary embedding, and whether
-the bridge computes attention itself (so edits of ``hook_attn_scores``/``hook_pattern``
-take effect) or hands it to Hugging Face and fires those hooks afterwards.
+:func:`attention_spec` reads, from the Hugging Face attention modules and config the bridge
+wraps and from the bridge's own components, what turns ``q`` and ``k`` into a pattern in
+each layer (:class:`LayerAttention`): the number of KV heads (grouped- and multi-query
+attention), the score scale (``1/sqrt(d_head)``, Gemma's ``query_pre_attn_scalar``,
+Granite's ``attention_multiplier``, none for GPT-Neo), ALiBi slopes (Bloom, MPT), a sliding
+window, a logit softcap, the rotary embedding (where q and k after it are read, its base and
+width per layer), a QK-norm, and whether the bridge computes attention itself (so edits of
+``hook_attn_scores``/``hook_pattern`` take effect) or hands it to Hugging Face and fires
+those hooks afterwards.  The readers and the per-family data the model cannot tell live in
+:mod:`headlens.probes.attention_rules` (one entry per family).
 
 :func:`rotate` turns the bridge's pre-rotary ``hook_q``/``hook_k`` into what enters the dot
-product (GPT-NeoX and GPT-J rotate part of each head and have no ``hook_rot_*``), and
+product where the bridge does not hook the rotated ones (GPT-NeoX, Phi-3, Falcon rotate-half
+with the bridge's ``hook_cos``/``hook_sin``; GPT-J rotate-every-two), and
 :func:`scores_from_qk` / :func:`pattern_from_qk` redo the attention equation with the
-layer's own scale, mask, window and softcap.  ``verify`` compares that with the captured
-pattern; the streaming statistics use the same code.
+layer's own scale, ALiBi bias, mask, window and softcap.  ``verify`` compares that with the
+captured pattern; the streaming statistics use the same code.
 
 Bidirectional encoders (BERT, RoBERTa: ``causal=False``) have no causal mask; what keeps a
 query off padding there is the batch's attention mask, which :func:`allowed_keys` and
 :func:`scores_from_qk` take as ``key_mask``.
 
 Only families whose attention has been checked against Hugging Face are reconstructed;
-any other raises :class:`~headlens.probes.errors.UnsupportedModelError` naming the family.
+any other raises :class:`~headlens.probes.errors.UnsupportedModelError` naming the family
+and why (:attr:`AttentionSpec.refusal`).
 """
 
 from __future__ import annotations
 
 import logging
-import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -32,6 +37,16 @@ import torch
 from jaxtyping import Bool, Float
 from torch import Tensor
 
+from headlens.probes.attention_rules import (
+    FAMILY_RULES,
+    alibi_slopes,
+    family_rules,
+    qk_norm,
+    read_rotary,
+    read_scale,
+    read_window,
+    rope_theta,
+)
 from headlens.probes.errors import UnsupportedModelError
 from headlens.probes.loading import is_encoder_config
 
@@ -45,18 +60,16 @@ __all__ = [
     "allowed_keys",
     "scores_from_qk",
     "pattern_from_qk",
+    "position_bias",
     "repeat_kv",
     "visible",
 ]
 
 log = logging.getLogger(__name__)
 
-#: Families (Hugging Face ``model_type``) whose attention :func:`scores_from_qk` redoes exactly.
-RECONSTRUCTED_FAMILIES: frozenset[str] = frozenset(
-    {"gpt2", "llama", "qwen2", "mistral", "mixtral", "gemma", "gemma2", "gpt_neox", "gpt_neo", "opt", "gptj", "bert", "roberta"}
-)
-
-_NO_ROTARY = {"gpt2", "gpt_neo", "opt", "bert", "roberta"}
+#: Families (Hugging Face ``model_type``) whose attention :func:`scores_from_qk` redoes exactly
+#: (one entry each in :data:`headlens.probes.attention_rules.FAMILY_RULES`).
+RECONSTRUCTED_FAMILIES: frozenset[str] = frozenset(FAMILY_RULES)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -65,12 +78,20 @@ class LayerAttention:
 
     ``scale`` multiplies ``q . k``; ``window`` (keys) limits query ``i`` to keys
     ``j > i - window``; ``softcap`` replaces scores ``s`` by ``softcap * tanh(s / softcap)``;
-    ``rotary`` is ``none``, ``hooks`` (the bridge has ``hook_rot_q``/``hook_rot_k``),
+    ``rotary`` is ``none``, ``hooks`` (the bridge fires ``hook_rot_q``/``hook_rot_k``),
     ``neox`` (rotate-half on the first ``rotary_dim`` dims, cos/sin from ``hook_cos``/
-    ``hook_sin``) or ``gptj`` (rotate-every-two on the first ``rotary_dim`` dims);
+    ``hook_sin``: GPT-NeoX, Phi-3, Falcon) or ``gptj`` (rotate-every-two on the first ``rotary_dim`` dims);
     ``native`` is True when the bridge computes the attention itself, so that edits of
     ``hook_attn_scores`` and ``hook_pattern`` change the output; ``causal`` is False in
     bidirectional encoders (BERT), where every query sees every real key.
+
+    ``alibi`` (Bloom, MPT): per-head slopes; the score of key ``j`` for query ``i`` gains
+    ``slope * (j - i)`` after the scale.  Recorded, not redone (``hooks`` gives q and k after
+    them): ``rope_theta``, the layer's rotary base (None where it does not rotate: no rotary
+    embedding, SmolLM3's no-rope layers); ``qk_norm``, where a QK-norm sits before the rotary
+    embedding (``head``: per head, Qwen 3, Gemma 3, StableLM, Cohere; ``projection``: the whole
+    projection before the head split, OLMo 2, OLMoE).  The bridge's ``hook_q``/``hook_k`` are
+    taken before the QK-norm, its ``hook_rot_q``/``hook_rot_k`` after the norm and the rotation.
     """
 
     layer: int
@@ -84,6 +105,9 @@ class LayerAttention:
     rotary_dim: int | None
     native: bool
     causal: bool = True
+    alibi: tuple[float, ...] | None = None
+    rope_theta: float | None = None
+    qk_norm: str | None = None
 
     @property
     def group(self) -> int:
@@ -103,6 +127,7 @@ class AttentionSpec:
     architecture: str
     layers: tuple[LayerAttention, ...]
     reconstructable: bool
+    refusal: str | None = None
 
     @property
     def n_kv_heads(self) -> int:
@@ -121,8 +146,9 @@ class AttentionSpec:
     def require_reconstruction(self, what: str) -> None:
         """Raise a one-line error when this family's attention cannot be redone from q and k."""
         if not self.reconstructable:
+            why = f" ({self.refusal})" if self.refusal else ""
             raise UnsupportedModelError(
-                f"{what}: headlens cannot redo the attention of {self.family} ({self.architecture}) from q and k;"
+                f"{what}: headlens cannot redo the attention of {self.family} ({self.architecture}) from q and k{why};"
                 f" supported families: {', '.join(sorted(RECONSTRUCTED_FAMILIES))}",
                 family=self.family,
             )
@@ -169,40 +195,41 @@ def _is_native(bridge: Any, layer: int) -> bool:
     return type(comp).forward is not AttentionBridge.forward
 
 
-def _window(family: str, hf_config: Any, module: Any, layer: int) -> int | None:
-    if family == "gpt_neo":
-        return int(hf_config.window_size) if getattr(module, "attention_type", "global") == "local" else None
-    if hasattr(module, "sliding_window"):
-        value = module.sliding_window
-        return int(value) if value else None
-    layer_types = getattr(hf_config, "layer_types", None)
-    sliding = getattr(hf_config, "sliding_window", None)
-    if layer_types is not None:
-        return int(sliding) if layer_types[layer] == "sliding_attention" and sliding else None
-    if family in ("mistral", "mixtral") and sliding:
-        return int(sliding)
-    return None
+def _layer(bridge: Any, layer: int, family: str, n_heads: int, n_kv: int) -> LayerAttention:
+    """One layer's facts, read from the bridge, its Hugging Face module and config, and the family's rules."""
+    hf_config = bridge.original_model.config
+    rules = family_rules(family) or FAMILY_RULES["llama"]  # unknown families: read, then refused
+    module = _hf_attention(bridge, layer)
+    d_head = int(getattr(module, "head_dim", None) or bridge.cfg.d_head)
+    cap = getattr(module, "attn_logit_softcapping", None) or getattr(hf_config, "attn_logit_softcapping", None)
+    rotary, rotary_dim = read_rotary(rules, bridge, layer, module, d_head)
+    return LayerAttention(
+        layer=layer,
+        n_heads=n_heads,
+        n_kv_heads=n_kv,
+        d_head=d_head,
+        scale=read_scale(rules, module, d_head),
+        window=read_window(family, hf_config, module, layer),
+        softcap=float(cap) if cap else None,
+        rotary=rotary,
+        rotary_dim=rotary_dim,
+        native=_is_native(bridge, layer),
+        causal=_causal(hf_config, module),
+        alibi=alibi_slopes(rules, bridge.original_model, n_heads),
+        rope_theta=rope_theta(hf_config, module, layer, rotary),
+        qk_norm=qk_norm(module, d_head),
+    )
 
 
-def _scale(family: str, module: Any, d_head: int) -> float:
-    if family == "gpt_neo":
-        return 1.0  # GPT-Neo does not scale its scores
-    scaling = getattr(module, "scaling", None)
-    if scaling is not None:
-        return float(scaling)
-    return 1.0 / math.sqrt(d_head)
-
-
-def _rotary(family: str, bridge: Any, layer: int, module: Any) -> tuple[str, int | None]:
-    if family in _NO_ROTARY:
-        return "none", None
-    if family == "gpt_neox":
-        return "neox", int(module.rotary_ndims)
-    if family == "gptj":
-        return "gptj", int(module.rotary_dim or module.head_dim)
-    if f"blocks.{layer}.attn.hook_rot_q" in bridge.hook_dict:
-        return "hooks", None
-    return "unknown", None
+def _refusal(family: str, hf_config: Any, layers: list[LayerAttention]) -> str | None:
+    """Why this model's attention is not redone (None: it is)."""
+    rules = family_rules(family)
+    if rules is None:
+        return "its attention has not been checked against Hugging Face"
+    if rules.refuse is not None and (reason := rules.refuse(hf_config)):
+        return reason
+    unknown = [la.layer for la in layers if la.rotary == "unknown"]
+    return f"the rotary embedding of layers {unknown} is neither hooked by the bridge nor known to headlens" if unknown else None
 
 
 def attention_spec(model: Any) -> AttentionSpec:
@@ -215,31 +242,12 @@ def attention_spec(model: Any) -> AttentionSpec:
     family = str(getattr(hf_config, "model_type", "unknown"))
     n_heads = int(bridge.cfg.n_heads)
     n_kv = int(getattr(bridge.cfg, "n_key_value_heads", None) or n_heads)
-    layers = []
-    for layer in range(int(bridge.cfg.n_layers)):
-        module = _hf_attention(bridge, layer)
-        d_head = int(getattr(module, "head_dim", None) or bridge.cfg.d_head)
-        cap = getattr(module, "attn_logit_softcapping", None) or getattr(hf_config, "attn_logit_softcapping", None)
-        rotary, rotary_dim = _rotary(family, bridge, layer, module)
-        layers.append(
-            LayerAttention(
-                layer=layer,
-                n_heads=n_heads,
-                n_kv_heads=n_kv,
-                d_head=d_head,
-                scale=_scale(family, module, d_head),
-                window=_window(family, hf_config, module, layer),
-                softcap=float(cap) if cap else None,
-                rotary=rotary,
-                rotary_dim=rotary_dim,
-                native=_is_native(bridge, layer),
-                causal=_causal(hf_config, module),
-            )
-        )
-    ok = family in RECONSTRUCTED_FAMILIES and all(layer.rotary != "unknown" for layer in layers)
-    spec = AttentionSpec(family=family, architecture=type(bridge.original_model).__name__, layers=tuple(layers), reconstructable=ok)
-    if not ok:
-        log.info("%s: attention is not redone from q and k for this family (verify refuses it)", family)
+    layers = [_layer(bridge, layer, family, n_heads, n_kv) for layer in range(int(bridge.cfg.n_layers))]
+    refusal = _refusal(family, hf_config, layers)
+    arch = type(bridge.original_model).__name__
+    spec = AttentionSpec(family=family, architecture=arch, layers=tuple(layers), reconstructable=refusal is None, refusal=refusal)
+    if refusal is not None:
+        log.info("%s: attention is not redone from q and k (%s); verify refuses it", family, refusal)
     model.extra["attention_spec"] = spec
     return spec
 
@@ -278,6 +286,8 @@ def rotate(
         if cos is None or sin is None:
             raise ValueError("GPT-NeoX rotation needs hook_cos and hook_sin")
         r = layer.rotary_dim or x.shape[-1]
+        if cos.shape[-1] != r:
+            raise ValueError(f"layer {layer.layer} rotates {r} dims, but hook_cos has {cos.shape[-1]}")
         c, s = cos[:, :, None, :].to(x.dtype), sin[:, :, None, :].to(x.dtype)
         head = x[..., :r]
         return torch.cat((head * c + _rotate_half(head) * s, x[..., r:]), dim=-1)
@@ -340,6 +350,21 @@ def allowed_keys(
     return ok
 
 
+def position_bias(
+    layer: LayerAttention, n_q: int, n_k: int, *, q_offset: int = 0, device: torch.device | str = "cpu"
+) -> Float[Tensor, "head q k"]:
+    """ALiBi's bias ``slope[h] * (j - i)`` of queries ``q_offset ..`` against keys ``0 .. n_k - 1`` (float32).
+
+    Bloom adds ``slope * j`` and MPT ``slope * (j - n + 1)``: per query row they differ from this by
+    a constant, which the softmax removes."""
+    if layer.alibi is None:
+        raise ValueError(f"layer {layer.layer} has no ALiBi slopes")
+    i = torch.arange(q_offset, q_offset + n_q, device=device, dtype=torch.float32)[:, None]
+    j = torch.arange(n_k, device=device, dtype=torch.float32)[None, :]
+    slopes = torch.tensor(layer.alibi, device=device, dtype=torch.float32)[:, None, None]
+    return slopes * (j - i)[None]
+
+
 def scores_from_qk(
     layer: LayerAttention,
     q: Float[Tensor, "q head d_head"],
@@ -360,6 +385,8 @@ def scores_from_qk(
     scores = torch.einsum("qhd,khd->hqk", q.float(), k_full) * layer.scale
     if layer.softcap is not None:
         scores = layer.softcap * torch.tanh(scores / layer.softcap)
+    if layer.alibi is not None:
+        scores = scores + position_bias(layer, q.shape[0], k.shape[0], q_offset=q_offset, device=q.device)
     ok = allowed_keys(layer, q.shape[0], k.shape[0], q_offset=q_offset, device=q.device, key_mask=key_mask)
     return scores.masked_fill(~ok[None], float("-inf"))
 

@@ -153,6 +153,7 @@ class _Writer:
         self.pending: Tensor | None = None
         self.rows: list[int] = []
         self.mask: Tensor | None = None  # [batch, pos]; moved to each activation's device
+        self.writes = 0  # a writer that never writes would leave zeros: capture() checks this
 
     def __call__(self, act: Tensor, hook: Any = None) -> None:
         act = act.detach()
@@ -173,6 +174,7 @@ class _Writer:
         mask = mask.to(act.device)  # layers may sit on different devices (device_map)
         if self.transform is not None:
             act = self.transform(act)
+        self.writes += 1
         width = act.shape[1] if self.what in _PER_POSITION else act.shape[2]
         if self.what in _PER_POSITION:
             sel = act if self.all_heads else act[:, :, self.index]
@@ -247,6 +249,18 @@ def _plan(
     raise UnsupportedModelError(f"cannot capture {what} on {spec.family}: unknown rotary embedding", family=spec.family)
 
 
+def _check_written(writers: list[_Writer], hooks: list[tuple[str, Any]], family: str) -> None:
+    """Refuse a capture whose hook never fired in the forward (it would be left as zeros), then reset the counts."""
+    points = {id(fn): point for point, fn in hooks}
+    silent = [points[id(w)] for w in writers if w.writes == 0]
+    if silent:
+        raise UnsupportedModelError(
+            f"capture on {family}: the bridge never fired {silent[0]} (of {len(silent)} hooks): nothing to capture there", family=family
+        )
+    for w in writers:
+        w.writes = 0
+
+
 def capture(
     model: LoadedModel,
     prompts: Sequence[str] | TokenBatch,
@@ -307,6 +321,7 @@ def capture(
             run_forward(model, sub.tokens, attention_mask=sub.attention_mask, stop_at_layer=last_layer)
             for w in writers:
                 w.flush()
+            _check_written(writers, hooks, spec.family)
             if progress is not None:
                 progress("capture", done, len(chunks))
     info = {

@@ -10,7 +10,9 @@ others); it must leave every query at least one finite key.  The pattern that fo
 How the edit gets into the computation depends on the layer (:func:`headlens.probes.attention.attention_spec`):
 
 * **native** layers (the bridge computes attention itself: GPT-2, Llama, Qwen2, Mistral,
-  Gemma, Gemma2, GPT-NeoX): a hook on ``blocks.{L}.attn.hook_attn_scores``.
+  Gemma, Gemma2, GPT-NeoX, and every family of issue 48: Gemma 3, Qwen 3, OLMo 2, Phi, Phi-3,
+  StableLM, Granite, Cohere, SmolLM3, GPT-BigCode, Falcon, Bloom and MPT with their ALiBi bias
+  inside the scores, Qwen2-MoE, OLMoE): a hook on ``blocks.{L}.attn.hook_attn_scores``.
 * **interface** layers (the bridge hands attention to a Hugging Face module that picks its
   attention function through ``ALL_ATTENTION_FUNCTIONS``: OPT, GPT-J, BERT's
   ``BertSelfAttention``): headlens registers

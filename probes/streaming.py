@@ -18,7 +18,7 @@ is restored in ``finally``.  A family none of these reaches is refused with
 :class:`~headlens.probes.errors.UnsupportedModelError` (one line): never a silent eager run.
 
 :func:`pattern_blocks` redoes each layer's equation in blocks of queries with the layer's
-own scale, softcap, causal/window mask and the batch's padding (:mod:`headlens.probes.attention`,
+own scale, softcap, ALiBi bias, causal/window mask and the batch's padding (:mod:`headlens.probes.attention`,
 the reconstruction ``verify`` checks), a numerically stable softmax per row, float32.
 """
 
@@ -36,7 +36,7 @@ from jaxtyping import Bool, Float
 from torch import Tensor
 
 from headlens.probes import hf_attention
-from headlens.probes.attention import LayerAttention, allowed_keys, attention_core, attention_spec, repeat_kv
+from headlens.probes.attention import LayerAttention, allowed_keys, attention_core, attention_spec, position_bias, repeat_kv
 from headlens.probes.engine_forward import StopForward, stopping
 from headlens.probes.errors import InputError, UnsupportedModelError
 
@@ -142,6 +142,8 @@ def pattern_blocks(
         torch.matmul(qb * layer.scale, k_t[..., :n_used], out=scores)
         if layer.softcap is not None:
             scores.div_(layer.softcap).tanh_().mul_(layer.softcap)
+        if layer.alibi is not None:
+            scores.add_(position_bias(layer, nb, n_used, q_offset=q0, device=q.device)[None])
         ok = allowed_keys(layer, nb, n_k, q_offset=q0, device=q.device, key_mask=key_mask)
         ok = (ok if ok.dim() == 3 else ok[None])[..., :n_used]
         scores.masked_fill_(~ok[:, None], float("-inf"))

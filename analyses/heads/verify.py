@@ -2,9 +2,10 @@
 
 From the captured q and k as they enter the dot product (``rot_q``/``rot_k``: after the
 rotary embedding where the family has one), redo each layer's attention with the layer's
-own rules (:mod:`headlens.probes.attention`): KV heads repeated under grouped-query attention, the
-family's score scale (``1/sqrt(d_head)``, Gemma2's ``query_pre_attn_scalar``, none for
-GPT-Neo), the logit softcap (Gemma2), the causal mask (none in bidirectional encoders such
+own rules (:mod:`headlens.probes.attention`): KV heads repeated under grouped- and multi-query
+attention, the family's score scale (``1/sqrt(d_head)``, Gemma2's ``query_pre_attn_scalar``,
+Granite's ``attention_multiplier``, none for GPT-Neo), ALiBi's position bias (Bloom, MPT), the
+logit softcap (Gemma2), the causal mask (none in bidirectional encoders such
 as BERT), a sliding window (Mistral, Gemma2's sliding layers, GPT-Neo's local layers) and
 the padding mask of the batch; compare with the captured pattern.  From the captured
 pattern and V, recompute ``pattern @ V`` and compare it with ``hook_z``.  Also check that
@@ -58,14 +59,17 @@ def recompute_pattern(
 
 def applied_rules(layer: LayerAttention) -> str:
     """A short description of what the recomputation applied in ``layer``."""
-    parts = [
-        {
-            "hooks": "rotary (hook_rot_q/k)",
-            "neox": f"partial rotary ({layer.rotary_dim}/{layer.d_head} dims)",
-            "gptj": f"GPT-J rotary ({layer.rotary_dim}/{layer.d_head} dims)",
-        }.get(layer.rotary, "no rotary"),
-        f"scale {layer.scale:.4g}" + (" (none)" if layer.scale == 1.0 else ""),
-    ]
+    rotary = {
+        "hooks": "rotary (hook_rot_q/k)" if layer.rope_theta is not None else "no rotary in this layer (hook_rot_q/k)",
+        "neox": f"{'partial ' if (layer.rotary_dim or layer.d_head) < layer.d_head else ''}rotary ({layer.rotary_dim}/{layer.d_head} dims)",
+        "gptj": f"GPT-J rotary ({layer.rotary_dim}/{layer.d_head} dims)",
+    }.get(layer.rotary, "no rotary")
+    parts = [rotary]
+    if layer.qk_norm is not None:
+        parts.append(f"QK-norm per {layer.qk_norm} (in hook_rot_q/k)")
+    parts.append(f"scale {layer.scale:.4g}" + (" (none)" if layer.scale == 1.0 else ""))
+    if layer.alibi is not None:
+        parts.append(f"ALiBi ({len(layer.alibi)} slopes)")
     if layer.group > 1:
         parts.append(f"GQA {layer.n_heads}q/{layer.n_kv_heads}kv")
     parts.append("causal" if layer.causal else "bidirectional")
