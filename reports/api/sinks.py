@@ -32,8 +32,9 @@ from headlens.probes.settings import settings_of
 from headlens.reports.api.common import coerce_setting, config_from_record, config_of, loading_of, python_command, study
 from headlens.reports.api.models import as_loaded
 from headlens.reports.api.result import Result, read_manifest
-from headlens.reports.render.figures.sinks import lengths_figure, sink_figure_makers
-from headlens.reports.render.finding_lines import Findings, seed_text_findings, sink_lengths_findings, sinks_findings
+from headlens.reports.api.sink_lengths import SinkLengthsResult, SinkLengthsRun
+from headlens.reports.render.figures.sinks import sink_figure_makers
+from headlens.reports.render.finding_lines import Findings, seed_text_findings, sinks_findings
 from headlens.reports.render.sinks_tables import sinks_loss_notes, summary_markdown, write_tables
 
 if TYPE_CHECKING:
@@ -113,33 +114,6 @@ class SinksResult(Result):
         run = SinksRun(config=config, tables=cls.read_tables(p), info=manifest["sinks"])
         summary = (p / SUMMARY_FILE).read_text(encoding="utf-8") if (p / SUMMARY_FILE).is_file() else ""
         return cls(run=run, manifest=manifest, summary=summary)
-
-
-@dataclass(kw_only=True, repr=False)
-class SinkLengthsResult(Result):
-    """``sink_lengths``: alpha, sink rate, first-token and value-norm shares per BOS setting,
-    length, layer and head."""
-
-    kind = "sink_lengths"
-    marker_files = ("sink_lengths.csv",)
-
-    @property
-    def table(self) -> pd.DataFrame:
-        return self["sink_lengths"]
-
-    @property
-    def eps(self) -> float:
-        configs = ((self.manifest.get("config") or {}).get("sink_lengths") or {}).values()
-        return float(next(iter(configs), {}).get("eps", 0.3))
-
-    def findings(self) -> Findings:
-        return sink_lengths_findings(self)
-
-    def _figure_makers(self) -> dict[str, Callable[[], Figure]]:
-        return {"sink_lengths": lambda: lengths_figure(self.table, self.eps)}
-
-    def write_tables(self, folder: Path) -> list[Path]:
-        return write_tables(self.tables, folder)
 
 
 @dataclass(kw_only=True, repr=False)
@@ -378,15 +352,14 @@ def _lengths(
         result = run_sink_lengths(loaded, config, documents=documents, progress=stage_step(progress, stage))
         parts.append(result.table.assign(bos=bos))
         infos["bos" if bos else "no_bos"] = result.info
-        configs["bos" if bos else "no_bos"] = dataclasses.asdict(config)
-    table = pd.concat(parts, ignore_index=True)
-    out = SinkLengthsResult(tables={"sink_lengths": table}, manifest={"config": {"sink_lengths": configs}})
+        configs["bos" if bos else "no_bos"] = config
+    out = SinkLengthsResult(run=SinkLengthsRun(table=pd.concat(parts, ignore_index=True), configs=configs, info=infos))
     out.manifest = build_manifest(
         model=loaded,
         command=command,
         seed=seed,
         prepend_bos=settings_bos[0] if len(settings_bos) == 1 else None,
-        configs={"sink_lengths": configs},
+        configs={"sink_lengths": {k: dataclasses.asdict(c) for k, c in configs.items()}},
         extra={"sink_lengths": {**infos, "files": sorted(_file_names(out, out.tables)), "prompts_file": prompts_file}},
     )
     return out

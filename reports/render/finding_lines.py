@@ -267,9 +267,9 @@ def sinks_findings(result: Any, eps: float, info: dict[str, Any]) -> Findings:
     return Findings(tuple(lines), tuple(warnings))
 
 
-def sink_lengths_findings(result: Any) -> Findings:
-    """``headlens sinks --lengths``: the summary lines."""
-    return Findings(tuple(lengths_lines(result.table, result.eps))) if "sink_lengths" in result.tables else Findings()
+def sink_lengths_findings(table: pd.DataFrame, eps: float) -> Findings:
+    """``headlens sinks --lengths``: the summary lines of its table (``eps``: the sink threshold it ran with)."""
+    return Findings(tuple(lengths_lines(table, eps)))
 
 
 def seed_text_findings(result: Any, top: int = 5) -> Findings:

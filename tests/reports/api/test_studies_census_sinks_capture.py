@@ -22,6 +22,7 @@ from headlens.reports.api.registry import load
 from headlens.reports.api.sinks import SinkLengthsResult, SinksResult, sinks
 from headlens.reports.api.verify import VerifyResult, verify
 from headlens.reports.cli.main import cli
+from tests.reports.api.conftest import tables_saved
 
 #: A census small enough for a test: 4 prompts, short sequences, 50 resamples.
 SMALL: dict[str, Any] = {"n_prompts": 4, "seq_len": 10, "window": 24, "n_bootstrap": 50}
@@ -104,6 +105,9 @@ def test_sinks_and_lengths(tiny_model, tmp_path):
     lengths = sinks(tiny_model, lengths=(16, 32), n_long=1, bos=(True,))
     assert isinstance(lengths, SinkLengthsResult) and sorted(set(lengths.table["length"])) == [16, 32]
     assert isinstance(lengths.plot(), Figure)
+    again = load(tables_saved(lengths, tmp_path / "lengths"))  # the run rebuilt: each setting's config and info, the table
+    assert isinstance(again, SinkLengthsResult) and again.run.configs == lengths.run.configs and again.run.info == lengths.run.info
+    assert again.run.table is again.table and again.findings() == lengths.findings() and again.findings().lines
     with pytest.raises(InputError, match=r"lengths=: unknown keyword window="):
         sinks(tiny_model, lengths=(16,), window=8)
 
