@@ -35,6 +35,7 @@ __all__ = [
     "SOFTCAP",
     "build_family_checkpoint",
     "family_config",
+    "model_class_name",
 ]
 
 #: Sliding-window width (keys) of the windowed families' tiny checkpoints.
@@ -180,6 +181,11 @@ def _decoder_shape(family: str, *, n_layers: int, n_heads: int, kv_heads: int, d
     return {"n_embd": d_model, "n_layer": n_layers, "n_head": n_heads, "n_positions": n_ctx, "rotary_dim": d_head // 2}  # gptj
 
 
+def model_class_name(family: str) -> str:
+    """The transformers model class of ``family``'s tiny checkpoint (``LlamaForCausalLM``)."""
+    return {**_CLASSES, **NEW_CLASSES, **_CLASSES_ENC}[family][1]
+
+
 def build_family_checkpoint(folder: str | Path, family: str, *, seed: int = 0, **shape: Any) -> Path:
     """Write a randomly initialised tiny ``family`` checkpoint plus the GPT-2 tokenizer to ``folder``.
 
@@ -193,7 +199,7 @@ def build_family_checkpoint(folder: str | Path, family: str, *, seed: int = 0, *
     folder.mkdir(parents=True, exist_ok=True)
 
     with torch_seed(seed):  # CPU generator only, restored after (torch.manual_seed would seed CUDA too)
-        model = getattr(transformers, {**_CLASSES, **NEW_CLASSES, **_CLASSES_ENC}[family][1])(config)
+        model = getattr(transformers, model_class_name(family))(config)
     with contextlib.redirect_stderr(io.StringIO()):  # transformers' progress bar
         model.save_pretrained(folder)
     if family in ENCODER_FAMILIES:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["NEW_CLASSES", "NEW_FEATURES", "new_family_shape"]
+__all__ = ["NEW_CLASSES", "FEATURES", "new_family_shape"]
 
 #: Family (Hugging Face ``model_type``) -> (transformers config class, model class) names.
 NEW_CLASSES: dict[str, tuple[str, str]] = {
@@ -35,8 +35,19 @@ NEW_CLASSES: dict[str, tuple[str, str]] = {
     "mixtral": ("MixtralConfig", "MixtralForCausalLM"),
 }
 
-#: Family -> what its attention does in the tiny checkpoint (one line, for the docs' table).
-NEW_FEATURES: dict[str, str] = {
+#: Family -> what its attention does in the tiny checkpoint (one line, for docs/families.md's table), the
+#: families of ``families._CLASSES`` first.
+FEATURES: dict[str, str] = {
+    "gpt2": "4 heads, learned positions, 1/sqrt(d_head)",
+    "llama": "GQA 2 for 4, rotary",
+    "qwen2": "GQA 2 for 4, rotary, qkv bias",
+    "mistral": "GQA 2 for 4, rotary, sliding window 16 on every layer",
+    "gemma": "multi-query (1 KV head for 4), rotary",
+    "gemma2": "GQA 2 for 4, rotary, window 16 on even layers, query_pre_attn_scalar, logit softcap 5",
+    "gpt_neox": "partial rotary (25%, from hook_cos/sin), parallel attention and MLP",
+    "gpt_neo": "local (window 16) and global layers, no score scaling, learned positions; attention computed by Hugging Face",
+    "opt": "learned positions, 1/sqrt(d_head), attention computed by Hugging Face",
+    "gptj": "partial interleaved rotary (rotate every two), parallel attention and MLP; attention computed by Hugging Face",
     "gemma3_text": "GQA 2 for 4, QK-norm (RMS per head), query_pre_attn_scalar, sliding (16) and global layers",
     "qwen3": "GQA 2 for 4, QK-norm (RMS per head), rotary",
     "olmo2": "GQA 2 for 4, QK-norm (RMS over all heads), rotary",

@@ -29,10 +29,11 @@ STUDIES: dict[str, str] = {
 #: The decoder families of the matrix (one tiny checkpoint each per test session).
 FAMILIES: tuple[str, ...] = ALL_FAMILIES
 
-#: Encoder families: their matrix is tests/probes/test_capture_encoders.py (capture, verify, padding).
-ENCODERS: dict[str, str] = {
-    "bert": "tests/probes/test_capture_encoders.py (and the real all-MiniLM-L6-v2)",
-    "roberta": "tests/probes/test_capture_encoders.py",
+#: Encoder families -> (the model class tested, where): their matrix is tests/probes/test_capture_encoders.py
+#: (capture and verify against Hugging Face eager, padding), the circuit graph refuses encoders.
+ENCODERS: dict[str, tuple[str, str]] = {
+    "bert": ("BertForMaskedLM; the real all-MiniLM-L6-v2", "tests/probes/test_capture_encoders.py"),
+    "roberta": ("RobertaForMaskedLM", "tests/probes/test_capture_encoders.py"),
 }
 
 _GRANITE = "residual_multiplier scales each block's output before the stream, so readers do not read the writers' sum"
@@ -42,7 +43,7 @@ REFUSALS: dict[tuple[str, str], tuple[str, str]] = {
     ("granite", "circuits"): ("read the sum of the writers", _GRANITE),
 }
 
-_NO_READER = "the bridge never runs {hook} on {family}, so the additivity check finds no reader input (KeyError)"
+_NO_READER = "the bridge never runs {hook} on {family}, so the additivity check finds no reader input"
 
 #: (family, study) -> (the exception type's name, what goes wrong and where the fix belongs).
 FAILURES: dict[tuple[str, str], tuple[str, str]] = {
