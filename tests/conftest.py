@@ -53,6 +53,7 @@ def pytest_configure(config):
 #: list: a stale or missing name costs time, never a test.
 FIRST_MODULES = (
     "tests/e2e/test_families_commands.py",
+    "tests/families/test_matrix.py",  # ~100 s at 1 worker (2026-12-07), most of it loading 26 families twice
     "tests/e2e/test_real_model.py",
     "tests/reports/runs/test_sweep_interrupt.py",
     "tests/meta/test_docs_blocks.py",

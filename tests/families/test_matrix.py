@@ -233,3 +233,19 @@ def test_half_precision(family, half_pair):
                 assert err <= TOLERANCES["bfloat16"]["pattern"], (family, layer, i, err)
 
     _outcome(family, "half", run)
+
+
+def test_real_weights_capture_and_verify(smollm2_model):
+    """Real pretrained weights (SmolLM2-135M, a Llama; the GGUF the suite already uses): captured patterns equal
+    Hugging Face eager's on all 30 layers, and ``verify`` passes on every layer."""
+    from transformers import AutoModelForCausalLM
+
+    hf = AutoModelForCausalLM.from_pretrained(smollm2_model.gguf.checkpoint, dtype=torch.float32, attn_implementation="eager").eval()
+    cap = capture(smollm2_model, TEXTS[:1], CaptureConfig(what=("pattern",)))
+    n = int(cap.batch.lengths[0])
+    ref = _hf_attentions(hf, cap.batch.tokens[0, :n])
+    assert len(ref) == smollm2_model.n_layers == 30
+    for layer in range(smollm2_model.n_layers):
+        assert_close(cap.get(layer, "pattern")[0, :, :n, :n], ref[layer][0], "float32", f"smollm2 layer {layer}")
+    table = verify_attention(smollm2_model, TEXTS[:1])
+    assert len(table) == 30 and table["ok"].all(), table.to_string()
