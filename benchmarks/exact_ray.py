@@ -11,18 +11,19 @@ by each mode in turn, ``--rounds`` interleaved rounds (the order rotates; the ma
 * ``one``: the chunks one after another in this process, one torch thread;
 * ``ray1`` / ``ray2``: on 1 / 2 workers of a local Ray (2 CPUs, started once for every round), one thread each.
 
-Each mode's figures: ``wall_s`` (the call, the workers' start and model load included), ``edges_per_s`` over it,
-and ``steady_edges_per_s``: cells (edge x pair) finished between the first chunk back and the last, over that time,
-divided by the pairs (the scoring rate once the workers run, start-up left out).  The speed-up is the median of
-per-round ratios against ``one``.  Memory: each worker's peak resident set (``VmHWM`` of ``ray::Worker`` processes,
-read as the last chunk comes back) and this process's before and after ``one``.  The 1-minute load average is
-printed at the start and end of each round: on a shared machine a ratio means little without it.  Every mode's
-scores are checked equal to ``one``'s (bit for bit on the CPU).
+Each mode's figures: ``wall_s`` (the call, the workers' start and model load included), ``edges_per_s`` over it, and
+``steady_edges_per_s``: cells (edge x pair) finished between the first chunk back and the last, over that time,
+divided by the pairs (the scoring rate once the workers run, start-up left out), with ``steady_cores``: the CPU
+seconds the scoring processes (this one, or the workers) used over that window per second, what the machine gave
+them. The speed-up is the median of per-round ratios against ``one``. Memory: each worker's peak resident set
+(``VmHWM`` of ``ray::Worker`` processes, read as the last chunk comes back) and this process's before and after
+``one``. The 1-minute load average is printed at the start and end of each round: on a shared machine a ratio means
+little without it. Every mode's scores are checked equal to ``one``'s (bit for bit on the CPU).
 
-The paper estimate (``--estimate``): forward equivalents per pair of every edge, ``F = sum_e (L - l_e) / L`` (an edge
-read at layer ``l`` patches a forward from block ``l``; logits edges from the last block: ``1 / L``), counted from the
-graph's shape (:func:`forward_equivalents`, checked against the measured run's ``forwards``), times the pairs,
-times the measured cost of one pair's forward, over the workers.
+The paper estimate (printed last, for ``--estimate-pairs`` pairs): forward equivalents per pair of every edge, ``F =
+sum_e (L - l_e) / L`` (an edge read at layer ``l`` patches a forward from block ``l``; logits edges from the last
+block: ``1 / L``), counted from the graph's shape (:func:`forward_equivalents`, checked against the measured run's
+``forwards``), times the pairs, times the measured cost of one pair's forward, over the workers.
 """
 
 from __future__ import annotations
@@ -59,6 +60,16 @@ def n_edges(n_layers: int, n_heads: int, n_kv: int, *, mlp_reads_heads: bool = T
     return per_layer + 1 + n_layers * (n_heads + 1)
 
 
+def _cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) the process has used so far."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _worker_memory() -> list[dict[str, float]]:
     """Peak and current resident set (MiB) of this user's pool workers (``ray::Worker`` processes)."""
     out = []
@@ -75,7 +86,7 @@ def _worker_memory() -> list[dict[str, float]]:
         except OSError:
             continue
         mib = {k: int(fields[k].split()[0]) / 1024 for k in ("VmHWM", "VmRSS")}
-        out.append({"pid": int(entry.name), "hwm_MiB": mib["VmHWM"], "rss_MiB": mib["VmRSS"]})
+        out.append({"pid": int(entry.name), "hwm_MiB": mib["VmHWM"], "rss_MiB": mib["VmRSS"], "cpu_s": _cpu_s(int(entry.name))})
     return out
 
 
@@ -90,24 +101,27 @@ def _run(mode: str, loaded: Any, task: Any, graph: Any, args: argparse.Namespace
     if mode != "one":
         gpus = 1.0 if args.device == "cuda" else 0.0
         cluster = Cluster(workers=int(mode[-1]), threads=1, gpus_per_worker=gpus)
-    ticks: list[tuple[float, int]] = []
+    ticks: list[tuple[float, int, float]] = []  # (time, cells done, CPU seconds of the scoring processes)
     memory: list[dict[str, float]] = []
 
     def progress(stage: str, done: int, total: int) -> None:
-        ticks.append((time.perf_counter(), done))
+        workers = _worker_memory() if mode != "one" and done else []
+        ticks.append((time.perf_counter(), done, sum(w["cpu_s"] for w in workers) if workers else time.process_time()))
         if done == total and mode != "one":
-            memory.extend(_worker_memory())
+            memory.extend(workers)
 
     rss0 = rss_mib()
     torch.set_num_threads(1)
     t0 = time.perf_counter()
     pp = exact_scores_parallel(loaded, task, graph, edges_per_chunk=args.edges_per_chunk, cluster=cluster, progress=progress)
     wall = time.perf_counter() - t0
-    cells = [(t, d) for t, d in ticks if d > 0]
-    (t_a, d_a), (t_b, d_b) = cells[0], cells[-1]
+    cells = [tick for tick in ticks if tick[1] > 0]
+    (t_a, d_a, c_a), (t_b, d_b, c_b) = cells[0], cells[-1]
     steady = (d_b - d_a) / max(t_b - t_a, 1e-9) / len(task) if len(cells) > 1 else float("nan")
+    share = (c_b - c_a) / max(t_b - t_a, 1e-9)  # cores the scoring processes had over that window
     n = len(graph.edges)
     fig = {"mode": mode, "wall_s": round(wall, 3), "edges_per_s": round(n / wall, 2), "steady_edges_per_s": round(steady, 2),
+           "steady_cores": round(share, 2),
            "forwards": round(pp.forwards, 1), "workers": memory, "rss_MiB": round(rss0, 1),
            "rss_after_MiB": round(rss_mib(), 1)}  # fmt: skip
     return fig, pp
@@ -205,6 +219,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 results[mode].append(fig)
                 mem = ", ".join(f"{w['hwm_MiB']:.0f}" for w in fig["workers"])
                 print(f"round {r} {mode}: {fig['wall_s']:.1f} s, {fig['edges_per_s']:.1f} edges/s, steady {fig['steady_edges_per_s']:.1f}"
+                      f" on {fig['steady_cores']:.2f} cores"
                       + (f", workers' peak RSS {mem} MiB" if mem else f", RSS {fig['rss_after_MiB']:.0f} MiB"), flush=True)  # fmt: skip
             print(f"round {r}: load average {load0:.2f} -> {os.getloadavg()[0]:.2f}", flush=True)
     return _summary(results, modes, graph, task, loaded, body, args)

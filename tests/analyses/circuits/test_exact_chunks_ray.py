@@ -81,3 +81,17 @@ def test_every_edge_on_two_workers_with_one_killed_equals_one_process(tiny_model
     one = exact_scores(tiny_model, task, graph)
     np.testing.assert_allclose(got.values, one.values, rtol=0, atol=1e-6)
     assert got.values.shape == (6, len(graph.edges)) and not np.isnan(got.values).any()
+
+
+def test_workers_that_cannot_load_the_model_stop_the_run_with_one_line(tiny_model, tmp_path, monkeypatch):
+    """Every worker's load fails (here: the folder is gone on the workers' side): one line naming why, no hang."""
+    from headlens.analyses.circuits.exact_chunks import ChunkFailed
+    from headlens.probes.config import ModelConfig
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    graph = build_graph(tiny_model)
+    task = builtin_task(tiny_model, "induction", n=2, seed=0)
+    missing = ModelConfig(model=str(tmp_path / "gone"), device="cpu")
+    with pytest.raises(ChunkFailed, match=r"no worker left: .*gone") as caught:
+        exact_scores_parallel(missing, task, graph, cluster=Cluster(workers=1, max_retries=1))
+    assert "\n" not in str(caught.value)
