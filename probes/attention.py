@@ -37,6 +37,7 @@ import torch
 from jaxtyping import Bool, Float
 from torch import Tensor
 
+from headlens.probes.architectures import refusal_reason
 from headlens.probes.attention_rules import (
     FAMILY_RULES,
     alibi_slopes,
@@ -225,7 +226,7 @@ def _refusal(family: str, hf_config: Any, layers: list[LayerAttention]) -> str |
     """Why this model's attention is not redone (None: it is)."""
     rules = family_rules(family)
     if rules is None:
-        return "its attention has not been checked against Hugging Face"
+        return refusal_reason(family) or "its attention has not been checked against Hugging Face"
     if rules.refuse is not None and (reason := rules.refuse(hf_config)):
         return reason
     unknown = [la.layer for la in layers if la.rotary == "unknown"]

@@ -179,7 +179,7 @@ class _Writer:
         if self.what in _PER_POSITION:
             sel = act if self.all_heads else act[:, :, self.index]
             sel = sel * mask[:, :, None, None].to(sel.dtype)
-            self.out[self.rows, :width] = sel.to(self.out.device)
+            self.out[self.rows, :width] = sel.to(device=self.out.device, dtype=self.out.dtype)
         else:
             sel = act if self.all_heads else act[:, self.index]
             # Padded queries are zeroed.  A pattern keeps every key of a real query, padded
@@ -189,7 +189,7 @@ class _Writer:
                 mask[:, None, :] if self.what == "attn_scores" else torch.ones_like(mask[:, None, :])
             )  # [batch, q, k]
             sel = torch.where(keep[:, None], sel, torch.zeros((), dtype=sel.dtype, device=sel.device))
-            self.out[self.rows, :, :width, :width] = sel.to(self.out.device)
+            self.out[self.rows, :, :width, :width] = sel.to(device=self.out.device, dtype=self.out.dtype)
 
 
 class _Recorder:

@@ -54,6 +54,16 @@ def test_refusals_are_one_line_with_their_reason():
     assert family_rules("retnet") is None and "retnet" not in RECONSTRUCTED_FAMILIES
 
 
+def test_the_families_redone_are_the_test_matrix_and_the_others_say_why():
+    from headlens.probes.architectures import MATRIX, REFUSED
+    from headlens.probes.attention import _refusal
+
+    assert set(FAMILY_RULES) == set(MATRIX)
+    assert _refusal("deepseek_v3", SimpleNamespace(), []) == REFUSED["deepseek_v3"]  # latent attention: said in one line
+    assert _refusal("some_remote_code_model", SimpleNamespace(), []) == "its attention has not been checked against Hugging Face"
+    assert _refusal("qwen3", SimpleNamespace(), []) is None
+
+
 def test_unchecked_variants_of_a_family_are_refused():
     falcon = FAMILY_RULES["falcon"].refuse
     mpt = FAMILY_RULES["mpt"].refuse
