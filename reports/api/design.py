@@ -35,12 +35,22 @@ from headlens.probes.progress import Progress
 from headlens.reports.api.ablate import data_setup, eval_spec, model_key
 from headlens.reports.api.common import config_of, loading_of, study
 from headlens.reports.api.folder import FolderResult, TableFileResult
+from headlens.reports.api.gqa_result import (
+    DESIGN_TEXT_COLUMNS,
+    GQA_FIGURE,
+    KV_TEXT_COLUMNS,
+    SUMMARY_FILE,
+    GQAResult,
+    basis_of,
+    figure_files,
+    read_text,
+)
 from headlens.reports.api.journals import JournalOpener
 from headlens.reports.api.models import as_loaded
-from headlens.reports.api.result import TEXT_COLUMNS, read_csv_table, read_manifest
+from headlens.reports.api.result import read_csv_table, read_manifest
 from headlens.reports.render.design_tables import gqa_markdown, projections_markdown
-from headlens.reports.render.figures.design import knockout_heatmap_figure, loss_vs_cache_figure
-from headlens.reports.render.finding_lines import Findings, gqa_findings, kv_findings, projections_findings
+from headlens.reports.render.figures.design import knockout_heatmap_figure
+from headlens.reports.render.finding_lines import Findings, kv_findings, projections_findings
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -49,15 +59,8 @@ log = logging.getLogger(__name__)
 
 __all__ = ["gqa", "projections", "kv", "GQAResult", "ProjectionsResult", "KVResult", "TEXT_FIELDS"]
 
-#: Columns of the design tables read back as text (a formula, a grouping, roles lost).
-_TEXT_COLUMNS = (*TEXT_COLUMNS, "formula", "grouping", "kind", "lost", "gained", "roles_before", "roles_after")
-#: ... and in the tables whose ``kv_heads`` is text ("4,4,2" per layer; "0+1 2+3" groups)
-_KV_TEXT_COLUMNS = (*_TEXT_COLUMNS, "kv_heads")
 #: Keyword arguments of gqa / projections that say which text the loss is measured on.
 TEXT_FIELDS = ("text", "text_file", "n_windows", "window", "prepend_bos")
-_SUMMARY = "summary.md"
-_GQA_TABLES = ("summary", "heads", "groups", "comparison", "kv", "task")
-_GQA_FIGURE = "gqa_loss_vs_cache"
 _KNOCKOUT_FIGURE = "knockout"
 
 
@@ -66,90 +69,7 @@ def _text_spec(values: Mapping[str, Any]) -> EvalSpec:
     return eval_spec({"metric": "loss", **{k: values[k] for k in TEXT_FIELDS if k in values}})
 
 
-def _figure_files(folder: Path, stem: str, formats: tuple[str, ...]) -> list[str]:
-    return [str(folder / f"{stem}.{fmt}") for fmt in formats]
-
-
-def _basis(summary_md: str) -> str:
-    """What the loss was measured on, as ``summary.md`` says it (``Loss on <basis>.``)."""
-    line = next((ln for ln in summary_md.splitlines() if ln.startswith("Loss on ")), "")
-    return line.removeprefix("Loss on ").removesuffix(".")
-
-
-def _read_text(folder: Path, name: str) -> str:
-    path = folder / name
-    return path.read_text(encoding="utf-8") if path.is_file() else ""
-
-
 # ----------------------------------------------------------------------------- gqa
-
-
-@dataclass(kw_only=True, repr=False)
-class GQAResult(FolderResult):
-    """``summary`` (loss, KV cache and JS per grouping and group size), ``heads`` (JS per head),
-    ``groups``, ``comparison`` (similar vs adjacent, both groupings run), ``kv`` and ``task``
-    (the task's logit difference, with a task)."""
-
-    kind = "gqa"
-    section = "gqa"
-    marker_files = ("summary.csv", "heads.csv", "groups.csv", "kv.csv")
-
-    #: ``summary.md`` as written
-    summary_md: str = ""
-
-    @property
-    def basis(self) -> str:
-        """What the loss is measured on (``16 windows x 128 tokens ... of the built-in evaluation text``)."""
-        return _basis(self.summary_md)
-
-    @property
-    def summary(self) -> pd.DataFrame:
-        return self.tables["summary"]
-
-    @property
-    def heads(self) -> pd.DataFrame:
-        return self.tables["heads"]
-
-    @property
-    def groups(self) -> pd.DataFrame:
-        return self.tables["groups"]
-
-    @property
-    def comparison(self) -> pd.DataFrame | None:
-        return self.tables.get("comparison")
-
-    @property
-    def kv(self) -> pd.DataFrame:
-        return self.tables["kv"]
-
-    @property
-    def task(self) -> pd.DataFrame | None:
-        return self.tables.get("task")
-
-    def findings(self) -> Findings:
-        return gqa_findings(self)
-
-    def _figure_makers(self) -> dict[str, Callable[[], Figure]]:
-        return {_GQA_FIGURE: lambda: loss_vs_cache_figure(self.summary, title=f"GQA what-if: {self.model_name}")}
-
-    def texts(self) -> dict[str, str]:
-        return {_SUMMARY: self.summary_md}
-
-    def files(self, folder: Path) -> dict[str, Any]:
-        return {
-            **{name: str(folder / f"{name}.csv") for name in self.tables},
-            "figures": _figure_files(folder, _GQA_FIGURE, self.figure_formats),
-        }
-
-    @classmethod
-    def read_tables(cls, folder: Path) -> dict[str, pd.DataFrame]:
-        text = {n: _KV_TEXT_COLUMNS if n in ("kv", "groups") else _TEXT_COLUMNS for n in _GQA_TABLES}
-        return {n: read_csv_table(folder / f"{n}.csv", text[n]) for n in _GQA_TABLES if (folder / f"{n}.csv").is_file()}
-
-    @classmethod
-    def from_folder(cls, folder: str | Path) -> GQAResult:
-        p = Path(folder)
-        return cls(tables=cls.read_tables(p), manifest=read_manifest(p), summary_md=_read_text(p, _SUMMARY))
 
 
 @study("gqa", GQAConfig)
@@ -207,27 +127,19 @@ def gqa(
     )
     with opened or contextlib.nullcontext():
         res = run_gqa(loaded, data, cfg, task=task_set, progress=progress, journal=opened)
-    kv_table = kv_cache_table(loaded, KVConfig())
-    found = {
-        "summary": res.summary,
-        "heads": res.heads,
-        "groups": res.groups,
-        "comparison": res.comparison,
-        "kv": kv_table,
-        "task": res.task,
-    }
-    tables = {name: found[name] for name in _GQA_TABLES if found[name] is not None}
-    summary_md = gqa_markdown(res, loaded.name, basis=data.basis(), figure=f"{_GQA_FIGURE}.png", n_items=len(data))
+    summary_md = gqa_markdown(res, loaded.name, basis=data.basis(), figure=f"{GQA_FIGURE}.png", n_items=len(data))
+    described = data.describe()
     extra = {
         "gqa": {
-            "data": data.describe(),
+            "data": described,
             **setup.manifest_fields(),
             "task": task_set.describe() if task_set is not None else None,
             "resumed": bool(getattr(opened, "resumed", False)),
         }
     }
     manifest = build_manifest(model=loaded, command=command, prepend_bos=spec.prepend_bos, configs={"gqa": cfg}, extra=extra)
-    return GQAResult(tables=tables, manifest={"result": GQAResult.kind, **manifest}, summary_md=summary_md)
+    kv_table = kv_cache_table(loaded, KVConfig())
+    return GQAResult(run=res, kv_cache=kv_table, data=described, manifest={"result": GQAResult.kind, **manifest}, summary_md=summary_md)
 
 
 # ----------------------------------------------------------------------------- projections
@@ -247,7 +159,7 @@ class ProjectionsResult(FolderResult):
     @property
     def basis(self) -> str:
         """What the loss is measured on."""
-        return _basis(self.summary_md)
+        return basis_of(self.summary_md)
 
     @property
     def losses(self) -> pd.DataFrame:
@@ -268,18 +180,18 @@ class ProjectionsResult(FolderResult):
         return {_KNOCKOUT_FIGURE: lambda: knockout_heatmap_figure(self.losses, title=f"projection knockout: {self.model_name}")}
 
     def texts(self) -> dict[str, str]:
-        return {_SUMMARY: self.summary_md}
+        return {SUMMARY_FILE: self.summary_md}
 
     def files(self, folder: Path) -> dict[str, Any]:
         return {
             **{name: str(folder / f"{name}.csv") for name in self.tables},
-            "figures": _figure_files(folder, _KNOCKOUT_FIGURE, self.figure_formats),
+            "figures": figure_files(folder, _KNOCKOUT_FIGURE, self.figure_formats),
         }
 
     @classmethod
     def read_tables(cls, folder: Path) -> dict[str, pd.DataFrame]:
         return {
-            n: read_csv_table(folder / f"{n}.csv", _TEXT_COLUMNS)
+            n: read_csv_table(folder / f"{n}.csv", DESIGN_TEXT_COLUMNS)
             for n in ("losses", "role_changes", "census_scores")
             if (folder / f"{n}.csv").is_file()
         }
@@ -287,7 +199,7 @@ class ProjectionsResult(FolderResult):
     @classmethod
     def from_folder(cls, folder: str | Path) -> ProjectionsResult:
         p = Path(folder)
-        return cls(tables=cls.read_tables(p), manifest=read_manifest(p), summary_md=_read_text(p, _SUMMARY))
+        return cls(tables=cls.read_tables(p), manifest=read_manifest(p), summary_md=read_text(p, SUMMARY_FILE))
 
 
 @study("projections", ProjectionConfig)
@@ -372,7 +284,7 @@ class KVResult(TableFileResult):
 
     kind = "kv"
     table_name = "kv"
-    text_columns = _KV_TEXT_COLUMNS
+    text_columns = KV_TEXT_COLUMNS
 
     def findings(self) -> Findings:
         return kv_findings(self)

@@ -278,14 +278,12 @@ def seed_text_findings(result: Any, top: int = 5) -> Findings:
 
 
 # -- design -----------------------------------------------------------------------------------
-def gqa_findings(result: Any) -> Findings:
-    """``headlens gqa``: loss, KV cache and JS per grouping, and what they say (no finding from fewer than 10 windows)."""
-    if "summary" not in result.tables:
-        return Findings()
-    n_items = ((result.manifest.get("gqa") or {}).get("data") or {}).get("n_windows")
-    on = f" on {result.basis}" if result.basis else ""
-    lines = [f"GQA what-if, loss{on}; JS in bits, mean over queries", *text_table(result.summary).split("\n")]
-    lines += gqa_reading(result.summary, result.comparison, n_items=n_items)
+def gqa_findings(summary: pd.DataFrame, comparison: pd.DataFrame | None, *, basis: str = "", n_items: int | None = None) -> Findings:
+    """``headlens gqa``: loss, KV cache and JS per grouping (``summary``), and what they say with the similar-vs-adjacent
+    ``comparison`` (no finding from fewer than 10 windows: ``n_items``; ``basis``: what the loss is measured on)."""
+    on = f" on {basis}" if basis else ""
+    lines = [f"GQA what-if, loss{on}; JS in bits, mean over queries", *text_table(summary).split("\n")]
+    lines += gqa_reading(summary, comparison, n_items=n_items)
     return Findings(tuple(lines))
 
 

@@ -172,6 +172,9 @@ def test_gqa_cli_folder_loads_and_equals_the_call(tiny_model, tiny_checkpoint, r
         for name in ("summary", "heads", "groups", "kv"):
             pd.testing.assert_frame_equal(other.tables[name], res.tables[name], check_dtype=False, obj=name)
     assert back.summary_md == res.summary_md and from_cli.basis == res.basis
+    # the run rebuilt from the files: its config and tables, the data's description; the same findings
+    assert back.run.config == res.run.config and back.run.summary is back.summary and back.kv is back.tables["kv"]
+    assert back.data == res.data and back.findings() == res.findings() and back.findings().lines
     _displays(back)
 
 
