@@ -214,6 +214,11 @@ def check_additivity(
     dtype = next(iter(model.bridge.parameters())).dtype
     tol = max(ADDITIVITY_RTOL, ADDITIVITY_EPS_FACTOR * torch.finfo(dtype).eps) if dtype.is_floating_point else ADDITIVITY_RTOL
     for (layer, which), (_first, _slots, n_send) in graph.blocks.items():
+        if (layer, which) not in seen:  # the adapter never runs the hook (Bloom's hook_mlp_in, MPT's fused q input)
+            raise UnsupportedModelError(
+                f"edge scores need each reader's input, but the bridge never runs {reader_hook(layer, which, n_l)} on this model",
+                model=model.name,
+            )
         x = seen[(layer, which)].to(out.device)
         total = stream_writes(graph, norms, out, n_send)  # [batch, pos, d_model]
         if x.dim() == 4:

@@ -38,23 +38,23 @@ ENCODERS: dict[str, tuple[str, str]] = {
 
 _GRANITE = "residual_multiplier scales each block's output before the stream, so readers do not read the writers' sum"
 
+_NO_READER = "the bridge never runs {hook} on {family}, so the circuit graph has no input for that reader"
+
 #: (family, study) -> a substring of headlens's one-line refusal (UnsupportedModelError), and why.
 REFUSALS: dict[tuple[str, str], tuple[str, str]] = {
     ("granite", "circuits"): ("read the sum of the writers", _GRANITE),
+    **{
+        (family, "circuits"): ("never runs blocks.0.hook_mlp_in", _NO_READER.format(hook="blocks.0.hook_mlp_in", family=family))
+        for family in ("phi", "cohere", "falcon", "bloom")
+    },
+    ("mpt", "circuits"): ("never runs blocks.0.attn.hook_q_input", _NO_READER.format(hook="blocks.0.attn.hook_q_input", family="mpt")),
 }
-
-_NO_READER = "the bridge never runs {hook} on {family}, so the additivity check finds no reader input"
 
 #: (family, study) -> (the exception type's name, what goes wrong and where the fix belongs).
 FAILURES: dict[tuple[str, str], tuple[str, str]] = {
-    **{
-        (family, "circuits"): ("KeyError", _NO_READER.format(hook="blocks.0.hook_mlp_in", family=family))
-        for family in ("phi", "cohere", "falcon", "bloom")
-    },
-    ("mpt", "circuits"): ("KeyError", _NO_READER.format(hook="blocks.0.attn.hook_q_input", family="mpt")),
     ("olmo2", "half"): (
         "RuntimeError",
-        "the bridge's OLMo 2 attention keeps its float32 softmax in a bfloat16 model (dtype mismatch at capture)",
+        "the bridge's OLMo 2 attention keeps its float32 softmax in a bfloat16 model (dtype mismatch in TransformerLens' matmul)",
     ),
 }
 
