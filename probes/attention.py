@@ -40,13 +40,14 @@ from torch import Tensor
 from headlens.probes.architectures import refusal_reason
 from headlens.probes.attention_rules import (
     FAMILY_RULES,
+    LENGTH_DEPENDENT_ROPE,
     alibi_slopes,
     family_rules,
     qk_norm,
     read_rotary,
     read_scale,
     read_window,
-    rope_theta,
+    rope,
 )
 from headlens.probes.errors import UnsupportedModelError
 from headlens.probes.loading import is_encoder_config
@@ -88,11 +89,12 @@ class LayerAttention:
 
     ``alibi`` (Bloom, MPT): per-head slopes; the score of key ``j`` for query ``i`` gains
     ``slope * (j - i)`` after the scale.  Recorded, not redone (``hooks`` gives q and k after
-    them): ``rope_theta``, the layer's rotary base (None where it does not rotate: no rotary
-    embedding, SmolLM3's no-rope layers); ``qk_norm``, where a QK-norm sits before the rotary
-    embedding (``head``: per head, Qwen 3, Gemma 3, StableLM, Cohere; ``projection``: the whole
-    projection before the head split, OLMo 2, OLMoE).  The bridge's ``hook_q``/``hook_k`` are
-    taken before the QK-norm, its ``hook_rot_q``/``hook_rot_k`` after the norm and the rotation.
+    them): ``rope_theta``, the layer's rotary base, and ``rope_type`` (``default``, ``longrope``...),
+    both None where it does not rotate (no rotary embedding, SmolLM3's no-rope layers);
+    ``qk_norm``, where a QK-norm sits before the rotary embedding (``head``: per head, Qwen 3,
+    Gemma 3, StableLM, Cohere; ``projection``: the whole projection before the head split, OLMo 2,
+    OLMoE).  The bridge's ``hook_q``/``hook_k`` are taken before the QK-norm, its
+    ``hook_rot_q``/``hook_rot_k`` after the norm and the rotation.
     """
 
     layer: int
@@ -108,6 +110,7 @@ class LayerAttention:
     causal: bool = True
     alibi: tuple[float, ...] | None = None
     rope_theta: float | None = None
+    rope_type: str | None = None
     qk_norm: str | None = None
 
     @property
@@ -204,6 +207,7 @@ def _layer(bridge: Any, layer: int, family: str, n_heads: int, n_kv: int) -> Lay
     d_head = int(getattr(module, "head_dim", None) or bridge.cfg.d_head)
     cap = getattr(module, "attn_logit_softcapping", None) or getattr(hf_config, "attn_logit_softcapping", None)
     rotary, rotary_dim = read_rotary(rules, bridge, layer, module, d_head)
+    theta, rope_type = rope(hf_config, module, layer, rotary)
     return LayerAttention(
         layer=layer,
         n_heads=n_heads,
@@ -217,7 +221,8 @@ def _layer(bridge: Any, layer: int, family: str, n_heads: int, n_kv: int) -> Lay
         native=_is_native(bridge, layer),
         causal=_causal(hf_config, module),
         alibi=alibi_slopes(rules, bridge.original_model, n_heads),
-        rope_theta=rope_theta(hf_config, module, layer, rotary),
+        rope_theta=theta,
+        rope_type=rope_type,
         qk_norm=qk_norm(module, d_head),
     )
 
@@ -249,6 +254,14 @@ def attention_spec(model: Any) -> AttentionSpec:
     spec = AttentionSpec(family=family, architecture=arch, layers=tuple(layers), reconstructable=refusal is None, refusal=refusal)
     if refusal is not None:
         log.info("%s: attention is not redone from q and k (%s); verify refuses it", family, refusal)
+    if any(la.rope_type in LENGTH_DEPENDENT_ROPE for la in layers):
+        log.warning(
+            "%s: its %s rotary depends on the forward's length: past original_max_position_embeddings (%s), a batch's padded"
+            " width changes every prompt's rotation in it (as in Hugging Face); batch such long prompts apart",
+            family,
+            next(la.rope_type for la in layers if la.rope_type in LENGTH_DEPENDENT_ROPE),
+            getattr(hf_config, "original_max_position_embeddings", None) or "the trained context",
+        )
     model.extra["attention_spec"] = spec
     return spec
 

@@ -36,7 +36,8 @@ __all__ = [
     "read_scale",
     "read_window",
     "read_rotary",
-    "rope_theta",
+    "rope",
+    "LENGTH_DEPENDENT_ROPE",
     "qk_norm",
     "alibi_slopes",
 ]
@@ -181,17 +182,23 @@ def read_rotary(rules: FamilyRules, bridge: Any, layer: int, module: Any, d_head
     return "unknown", None
 
 
-def rope_theta(hf_config: Any, module: Any, layer: int, rotary: str) -> float | None:
-    """The rotary base of ``layer`` (Gemma 3: per layer type); None where the layer does not rotate
-    (no rotary embedding, or SmolLM3's ``no_rope_layers``)."""
+#: Rotary types whose angles depend on the length of the forward (Hugging Face's ``dynamic_rope_update``): past
+#: ``original_max_position_embeddings``, the padded width of a batch changes the rotation of every prompt in it.
+LENGTH_DEPENDENT_ROPE = frozenset({"dynamic", "longrope"})
+
+
+def rope(hf_config: Any, module: Any, layer: int, rotary: str) -> tuple[float | None, str | None]:
+    """``(base, type)`` of ``layer``'s rotary embedding (Gemma 3: per layer type; ``type`` as
+    ``rope_parameters`` names it: ``default``, ``longrope``, ``yarn``...); ``(None, None)`` where the
+    layer does not rotate (no rotary embedding, or SmolLM3's ``no_rope_layers``)."""
     if rotary in ("none", "unknown") or not getattr(module, "use_rope", True):
-        return None
+        return None, None
     params = getattr(hf_config, "rope_parameters", None) or {}
     layer_types = getattr(hf_config, "layer_types", None)
     if layer_types is not None and isinstance(params.get(layer_types[layer]), dict):
         params = params[layer_types[layer]]
     theta = params.get("rope_theta") or getattr(hf_config, "rope_theta", None) or getattr(hf_config, "rotary_emb_base", None)
-    return float(theta) if theta else 10000.0  # GPT-J's fixed base
+    return (float(theta) if theta else 10000.0), str(params.get("rope_type") or "default")  # 10000: GPT-J's fixed base
 
 
 def qk_norm(module: Any, d_head: int) -> str | None:

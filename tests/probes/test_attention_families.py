@@ -213,3 +213,22 @@ def test_a_hook_the_bridge_never_fires_is_refused_not_captured_as_zeros(family_p
             capture(model, TEXTS, CaptureConfig(what=("rot_q",)))
     finally:
         model.extra["attention_spec"] = spec
+
+
+def test_a_length_dependent_rotary_is_warned_about(family_pair, caplog):
+    model = family_pair("phi3-longrope")[0]
+    spec = model.extra.pop("attention_spec", None)
+    try:
+        with caplog.at_level("WARNING", logger="headlens.probes.attention"):
+            fresh = attention_spec(model)
+        assert {la.rope_type for la in fresh.layers} == {"longrope"}
+        assert "padded width changes every prompt's rotation" in caplog.text and "(32)" in caplog.text
+    finally:
+        if spec is not None:
+            model.extra["attention_spec"] = spec
+    # what the warning is about: the short prompt's pattern alone differs from the same prompt beside a long one
+    alone = capture(model, [TEXTS[1]], CaptureConfig(what=("pattern",)))
+    batched = capture(model, TEXTS, CaptureConfig(what=("pattern",)))
+    n = int(alone.batch.lengths[0])
+    assert float((alone.get(0, "pattern")[0, :, :n, :n] - batched.get(0, "pattern")[1, :, :n, :n]).abs().max()) > 1e-3
+    assert {la.rope_type for la in attention_spec(family_pair("qwen3")[0]).layers} == {"default"}
