@@ -67,7 +67,7 @@ class CaptureResult(Result):
 
     def findings(self) -> Findings:
         """What ``headlens`` prints for this study (:func:`~headlens.reports.render.finding_lines.capture_findings`)."""
-        return capture_findings(self)
+        return capture_findings(self.tensors, self.tokens, self.verify)
 
     @property
     def lengths(self) -> torch.Tensor:

@@ -174,7 +174,7 @@ class ProjectionsResult(FolderResult):
         return self.tables.get("census_scores")
 
     def findings(self) -> Findings:
-        return projections_findings(self)
+        return projections_findings(self.losses, self.role_changes, basis=self.basis) if "losses" in self.tables else Findings()
 
     def _figure_makers(self) -> dict[str, Callable[[], Figure]]:
         return {_KNOCKOUT_FIGURE: lambda: knockout_heatmap_figure(self.losses, title=f"projection knockout: {self.model_name}")}
@@ -287,7 +287,7 @@ class KVResult(TableFileResult):
     text_columns = KV_TEXT_COLUMNS
 
     def findings(self) -> Findings:
-        return kv_findings(self)
+        return kv_findings(self.table, self.model_name) if "kv" in self.tables else Findings()
 
 
 @study("kv", KVConfig)

@@ -34,7 +34,7 @@ from headlens.reports.api.models import as_loaded
 from headlens.reports.api.result import Result, read_manifest
 from headlens.reports.api.sink_lengths import SinkLengthsResult, SinkLengthsRun
 from headlens.reports.render.figures.sinks import sink_figure_makers
-from headlens.reports.render.finding_lines import Findings, seed_text_findings, sinks_findings
+from headlens.reports.render.finding_lines import Findings, seed_text_findings, sink_heads_of, sinks_findings
 from headlens.reports.render.sinks_tables import sinks_loss_notes, summary_markdown, write_tables
 
 if TYPE_CHECKING:
@@ -85,13 +85,11 @@ class SinksResult(Result):
 
     def sink_heads(self, bos: bool) -> list[tuple[int, int]]:
         """``(layer, head)`` of the sink heads for one BOS setting, strongest first."""
-        c = self.census
-        c = c[(c["bos"] == bos) & c["is_sink"]].sort_values("alpha_mean", ascending=False)
-        return [(int(r.layer), int(r.head)) for r in c.itertuples()]
+        return sink_heads_of(self.census, bos)
 
     def findings(self) -> Findings:
         """What ``headlens sinks`` prints (:func:`~headlens.reports.render.finding_lines.sinks_findings`)."""
-        found = sinks_findings(self, self.run.config.eps, self.run.info)
+        found = sinks_findings(self.tables, self.run.config.eps, self.run.info)
         lines, warnings = sinks_loss_notes(self.tables, self.run.info)
         return Findings(found.lines + tuple(lines), found.warnings + tuple(warnings))
 
@@ -129,7 +127,7 @@ class SeedTextResult(Result):
         return self["seed_text"]
 
     def findings(self) -> Findings:
-        return seed_text_findings(self)
+        return seed_text_findings(self.table) if "seed_text" in self.tables else Findings()
 
     def write_tables(self, folder: Path) -> list[Path]:
         return write_tables(self.tables, folder)

@@ -52,7 +52,7 @@ class VerifyResult(Result):
 
     def findings(self) -> Findings:
         """What ``headlens`` prints for this study (:func:`~headlens.reports.render.finding_lines.verify_findings`)."""
-        return verify_findings(self)
+        return verify_findings(self.table) if "verify" in self.tables else Findings()
 
     @property
     def ok(self) -> bool:

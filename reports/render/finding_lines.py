@@ -36,6 +36,8 @@ from headlens.reports.render.sinks_tables import lengths_lines, seed_text_lines
 from headlens.reports.render.verdict_text import rank_test_words
 
 if TYPE_CHECKING:
+    from torch import Tensor
+
     from headlens.analyses.ablation.pruning import PruneRun
     from headlens.analyses.ablation.study import AblationRun
     from headlens.analyses.patching.activation import PatchRun
@@ -49,6 +51,7 @@ __all__ = [
     "ablation_findings",
     "pruning_findings",
     "sinks_findings",
+    "sink_heads_of",
     "sink_lengths_findings",
     "seed_text_findings",
     "gqa_findings",
@@ -243,15 +246,22 @@ def pruning_findings(run: PruneRun, *, basis: str = "", model_name: str | None, 
 
 
 # -- sinks ------------------------------------------------------------------------------------
-def sinks_findings(result: Any, eps: float, info: dict[str, Any]) -> Findings:
+def sink_heads_of(census: pd.DataFrame, bos: bool) -> list[tuple[int, int]]:
+    """``(layer, head)`` of the sink heads of one BOS setting in a sinks census table, strongest first."""
+    c = census[(census["bos"] == bos) & census["is_sink"]].sort_values("alpha_mean", ascending=False)
+    return [(int(r.layer), int(r.head)) for r in c.itertuples()]
+
+
+def sinks_findings(tables: dict[str, pd.DataFrame], eps: float, info: dict[str, Any]) -> Findings:
     """``headlens sinks``: per BOS setting the sink rate and mean alpha against uniform attention
-    and the sink heads; notes for uniform attention above ``eps`` and variants not run (``info``: the analysis')."""
-    if "sink_rates" not in result.tables or "census" not in result.tables:
+    and the sink heads (``tables``: the run's ``sink_rates`` and ``census``); notes for uniform attention
+    above ``eps`` and variants not run (``info``: the analysis')."""
+    if "sink_rates" not in tables or "census" not in tables:
         return Findings()
     lines: list[str] = []
     warnings: list[str] = []
-    for r in result.sink_rates.to_dict("records"):
-        found = result.sink_heads(bool(r["bos"]))
+    for r in tables["sink_rates"].to_dict("records"):
+        found = sink_heads_of(tables["census"], bool(r["bos"]))
         names = ", ".join(f"{layer}.{head}" for layer, head in found[:10]) + (" ..." if len(found) > 10 else "")
         lines.append(
             f"{'BOS' if r['bos'] else 'no BOS'}: sink rate {r['sink_rate']:.3f} (uniform attention {r['uniform_sink_rate']:.3f}), "
@@ -272,9 +282,9 @@ def sink_lengths_findings(table: pd.DataFrame, eps: float) -> Findings:
     return Findings(tuple(lengths_lines(table, eps)))
 
 
-def seed_text_findings(result: Any, top: int = 5) -> Findings:
-    """``headlens sinks --text``: per head, the last token's attention to the first against 1/n."""
-    return Findings(tuple(seed_text_lines(result.table, top))) if "seed_text" in result.tables else Findings()
+def seed_text_findings(table: pd.DataFrame, top: int = 5) -> Findings:
+    """``headlens sinks --text``: per head, the last token's attention to the first against 1/n (``table``: ``seed_text``)."""
+    return Findings(tuple(seed_text_lines(table, top)))
 
 
 # -- design -----------------------------------------------------------------------------------
@@ -287,23 +297,19 @@ def gqa_findings(summary: pd.DataFrame, comparison: pd.DataFrame | None, *, basi
     return Findings(tuple(lines))
 
 
-def projections_findings(result: Any) -> Findings:
-    """``headlens projections``: the loss change of each knockout and what it says."""
-    if "losses" not in result.tables:
-        return Findings()
-    on = f" on {result.basis}" if result.basis else ""
-    lines = [f"projection knockout, loss{on}", *text_table(result.losses).split("\n")]
-    lines += knockout_reading(result.losses, result.role_changes)
+def projections_findings(losses: pd.DataFrame, role_changes: pd.DataFrame | None, *, basis: str = "") -> Findings:
+    """``headlens projections``: the loss change of each knockout (``losses``) and what it says, with the roles
+    each knockout changes (``role_changes``; ``basis``: what the loss is measured on)."""
+    on = f" on {basis}" if basis else ""
+    lines = [f"projection knockout, loss{on}", *text_table(losses).split("\n")]
+    lines += knockout_reading(losses, role_changes)
     return Findings(tuple(lines))
 
 
-def kv_findings(result: Any) -> Findings:
-    """``headlens kv``: the bytes of each variant, and the formula beside each."""
-    if "kv" not in result.tables:
-        return Findings()
-    table = result.table
+def kv_findings(table: pd.DataFrame, model_name: str | None) -> Findings:
+    """``headlens kv``: the bytes of each variant (``table``: ``kv``), and the formula beside each."""
     lines = [
-        f"KV cache of {result.model_name} (2 tensors, K and V, per layer, per KV head, per cached token)",
+        f"KV cache of {model_name} (2 tensors, K and V, per layer, per KV head, per cached token)",
         *text_table(table.drop(columns=["formula"], errors="ignore")).split("\n"),
     ]
     if "formula" in table:
@@ -311,11 +317,9 @@ def kv_findings(result: Any) -> Findings:
     return Findings(tuple(lines))
 
 
-def verify_findings(result: Any) -> Findings:
-    """``headlens verify``: per layer the error of the hooked forward against the plain one; ok or which layers fail."""
-    if "verify" not in result.tables:
-        return Findings()
-    table = result.tables["verify"]
+def verify_findings(table: pd.DataFrame) -> Findings:
+    """``headlens verify``: per layer the error of the hooked forward against the plain one (``table``: ``verify``);
+    ok or which layers fail."""
     lines = table.to_string(index=False, float_format=lambda x: f"{x:.2e}").split("\n")
     bad = table[~table["ok"].astype(bool)] if "ok" in table else table.iloc[:0]
     errors = [c for c in ("max_err_pattern", "max_err_z", "max_row_sum_err") if c in table]
@@ -328,13 +332,14 @@ def verify_findings(result: Any) -> Findings:
     return Findings(tuple(lines))
 
 
-def capture_findings(result: Any) -> Findings:
-    """``headlens capture``: which tensors were captured, with their shapes, and the verify table's lines."""
-    tensors = {k: v for k, v in result.tensors.items() if k != "lengths"}
-    if not tensors:
+def capture_findings(tensors: dict[str, Tensor], tokens: dict[str, Any], verify_table: pd.DataFrame | None = None) -> Findings:
+    """``headlens capture``: which tensors were captured (``tensors``: by hook name, with ``lengths``), with their shapes,
+    for how many prompts (``tokens``: ``tokens.json``), and the verify table's lines."""
+    captured = {k: v for k, v in tensors.items() if k != "lengths"}
+    if not captured:
         return Findings()
-    n = len((result.tokens or {}).get("prompts") or []) or (int(result.tensors["lengths"].shape[0]) if "lengths" in result.tensors else 0)
-    lines = [f"{len(tensors)} captured tensor(s) for {n} prompt(s):"]
-    lines += [f"  {name}  {list(t.shape)}" for name, t in tensors.items()]
-    verify = verify_findings(result) if "verify" in result.tables else Findings()
+    n = len((tokens or {}).get("prompts") or []) or (int(tensors["lengths"].shape[0]) if "lengths" in tensors else 0)
+    lines = [f"{len(captured)} captured tensor(s) for {n} prompt(s):"]
+    lines += [f"  {name}  {list(t.shape)}" for name, t in captured.items()]
+    verify = verify_findings(verify_table) if verify_table is not None else Findings()
     return Findings(tuple(lines) + verify.lines, verify.warnings)
