@@ -38,6 +38,7 @@ class Interrupts:
 
     def __init__(self) -> None:
         self.received: int | None = None
+        self.signals: list[int] = []  # the signals recorded (those not ignored, in the main thread)
 
     def record(self, signum: int, frame: Any = None) -> None:
         if self.received is None:
@@ -46,6 +47,12 @@ class Interrupts:
         if signum == signal.SIGINT:  # a second Ctrl-C: the user will not wait (e.g. a hung ray.init)
             log.warning("second interrupt: stopping now, without waiting for Ray to shut down")
             raise KeyboardInterrupt("SIGINT (second)")
+
+    def reinstall(self) -> None:
+        """Record the signals again: ``ray.init`` installs its own SIGTERM handler (exit, and an abort from its core
+        worker), so a ``kill PID`` during the run killed the driver with Ray's processes left running."""
+        for sig in self.signals:
+            signal.signal(sig, self.record)
 
     def check(self) -> None:
         """Raise :class:`KeyboardInterrupt` if a stop signal has come; call it where stopping is safe."""
@@ -64,6 +71,7 @@ def deferred_interrupts() -> Iterator[Interrupts]:
     for sig in SIGNALS:
         if signal.getsignal(sig) is not signal.SIG_IGN:
             previous[sig] = signal.signal(sig, interrupts.record)
+            interrupts.signals.append(sig)
     try:
         yield interrupts
     finally:

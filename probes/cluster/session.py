@@ -116,6 +116,7 @@ def ray_session(
     start_s = time.perf_counter() - t0
     try:
         if interrupts is not None:
+            interrupts.reinstall()  # ray.init replaced the SIGTERM handler
             interrupts.check()
         log.info("Ray %s in %.1f s: %s", "started" if local else "joined", start_s, ray.cluster_resources())
         yield ray, start_s

@@ -72,3 +72,18 @@ def test_a_run_stopped_midway_resumes_from_its_journal_with_only_the_missing_chu
 
     with pytest.raises(InputError, match="other settings \\(direction\\)"):
         exact_scores_parallel(model, task, graph, edges_per_chunk=32, pairs_per_chunk=4, journal=journal, direction="denoising")
+
+
+def test_workers_address_and_journal_belong_to_exact_scores():
+    from headlens.analyses.circuits.config import CircuitConfig
+    from headlens.analyses.circuits.exact_chunks import chunked
+
+    for extra in ({"workers": 2}, {"address": "auto"}, {"journal": "chunks.jsonl"}):
+        assert chunked(CircuitConfig(method="exact", **extra))
+        with pytest.raises(InputError, match="method='exact'"):
+            CircuitConfig(method="eap-ig", **extra)
+        with pytest.raises(InputError, match="method='exact'"):
+            CircuitConfig(method="exact", ablation="mean", **extra)
+    assert not chunked(CircuitConfig(method="exact"))
+    with pytest.raises(InputError, match="workers"):
+        CircuitConfig(method="exact", workers=0)
