@@ -66,7 +66,7 @@ def applied_rules(layer: LayerAttention) -> str:
     }.get(layer.rotary, "no rotary")
     parts = [rotary]
     if layer.qk_norm is not None:
-        parts.append(f"QK-norm per {layer.qk_norm} (in hook_rot_q/k)")
+        parts.append("QK-norm per head" if layer.qk_norm == "head" else "QK-norm over the whole projection")
     parts.append(f"scale {layer.scale:.4g}" + (" (none)" if layer.scale == 1.0 else ""))
     if layer.alibi is not None:
         parts.append(f"ALiBi ({len(layer.alibi)} slopes)")

@@ -132,6 +132,9 @@ def test_verify_passes_on_every_layer(family, family_pair):
     assert len(table) == family_pair(family)[0].n_layers
     assert table["ok"].all(), table.to_string()
     assert (table[["max_err_pattern", "max_err_z", "max_outside_mask", "max_row_sum_err"]].to_numpy() < 1e-5).all()
+    for applied, la in zip(table["applied"].astype(str), attention_spec(family_pair(family)[0]).layers, strict=True):
+        assert ("ALiBi" in applied) == (la.alibi is not None) and ("QK-norm" in applied) == (la.qk_norm is not None), applied
+        assert ("no rotary" in applied) == (la.rope_theta is None), applied
 
 
 def _without(family: str, la: Any) -> dict[str, Any]:
