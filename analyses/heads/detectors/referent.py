@@ -268,8 +268,10 @@ def _rule_stats(to_ante: np.ndarray, to_dist: np.ndarray, unit: np.ndarray, *, n
     unit_ante = np.where(ante_ok, ante_sum / counts, np.nan)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN cell's interval and mean are NaN
-        diff_low, diff_high = bootstrap_mean_ci(unit_diff, n_resamples=n_bootstrap, seed=seed)
-        ante_low, _ = bootstrap_mean_ci(unit_ante, n_resamples=n_bootstrap, seed=seed)
+        # one draw of resamples for both (each column's interval is its own, bit for bit)
+        (diff_low, ante_low), (diff_high, _) = bootstrap_mean_ci(
+            np.stack([unit_diff, unit_ante], axis=1), n_resamples=n_bootstrap, seed=seed
+        )
         mean_diff = np.nanmean(unit_diff, axis=0)
     return {
         "n_units": measured,

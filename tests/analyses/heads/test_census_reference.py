@@ -7,7 +7,7 @@
   and ``bootstrap_mean_ci`` sums resamples with one matrix product per block of columns:
   compared with the per-column implementation kept here (to 1e-12: summation order), and a
   column's interval is bit-identical whichever other columns are computed with it.
-* The pass keeps results on the device and moves them once; strings are decoded once per id:
+* The pass keeps results on the device and moves them once; its batches carry no decoded strings:
   every census table compared with tables stored from the code before these changes
   (``tests/data/census_reference``: planted eager and streaming, demo, a sliding-window family,
   an encoder).  Regenerate them, when a change is *meant* to move the numbers, with
