@@ -14,7 +14,9 @@ rule (a circuit chosen by ``target_faithfulness`` is resampled as the ``top_n`` 
 chosen size: the size is not searched again), confirms the top ``confirm`` edges of the circuit
 and a random sample of ``confirm_sample`` others by exact patching
 (:mod:`~headlens.analyses.circuits.confirm`: ``disagree``, ``estimate_over_exact``, ``exact ~
-0``, the edges the ranking missed), and measures the same curve on the held-out pairs: the
+0``, the edges the ranking missed; the two together are a stratified sample, on which the estimate's AUROC
+and rank agreement against exact patching are ``summary["against_exact"]``,
+:mod:`~headlens.analyses.circuits.against_exact`), and measures the same curve on the held-out pairs: the
 circuit's faithfulness (``summary["circuit_faithfulness"]``) is theirs, the in-sample figure
 beside it.  The smallest size reaching the target is a point estimate on the pairs that ranked
 the edges (in-sample): :func:`reach_evidence` records its interval, smaller sizes whose
@@ -33,6 +35,7 @@ import numpy as np
 import pandas as pd
 
 from headlens.analyses.circuits.ablation_kinds import Ablation, ablated_exact_scores, ablation_for
+from headlens.analyses.circuits.against_exact import EdgeSample, against_exact
 from headlens.analyses.circuits.config import CircuitConfig
 from headlens.analyses.circuits.confirm import confirm_edges, confirmation_summary
 from headlens.analyses.circuits.exact import exact_scores
@@ -322,12 +325,15 @@ def _confirm(
                        ("estimate_over_exact", np.nan), ("exact_near_zero", False), ("off_exact", False), ("confirmed", "")):  # fmt: skip
         table[col] = empty
     n_confirm = min(config.confirm, n_sel)
-    ex, sample, floor = None, np.zeros(0, dtype=np.int64), None
+    ex, sample, floor, judged = None, np.zeros(0, dtype=np.int64), None, None
     if per_pair.method == "exact":
         table["exact"], table["exact_ci_low"], table["exact_ci_high"] = table["score"], table["ci_low"], table["ci_high"]
     elif n_confirm > 0 or config.confirm_sample > 0:
         ex, sample = confirm_edges(model, task, graph, table, order, n_confirm, config, progress)
         floor = ex.info.get("share_resolution") if ex is not None else None
+        if ex is not None and len(sample):  # the confirmed top and the sample are a stratified sample: the ranking judged by exact
+            smp = EdgeSample(n_edges=n_edges, top=np.asarray(order)[:n_confirm], random=sample, seed=config.seed)
+            judged = against_exact(per_pair, ex, smp, n_bootstrap=config.n_bootstrap, seed=config.seed)
     info = (ex or per_pair).info
     out: dict[str, Any] = {
         "confirmed": int(n_confirm if per_pair.method != "exact" else n_edges),
@@ -341,4 +347,6 @@ def _confirm(
     }
     if per_pair.method != "exact":
         out["confirmation"] = confirmation_summary(table, n_confirm, sample, floor, config.seed)
+    if judged is not None:
+        out["against_exact"] = [judged.row()]
     return out

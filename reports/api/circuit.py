@@ -5,7 +5,8 @@ exact edge scores, faithfulness curve, the circuit, exact confirmation of its to
 ``headlens circuit --out DIR`` is this call and :meth:`CircuitResult.save`: ``edges.csv`` (every
 edge of the graph: sender, receiver, input, score with its 95% interval, stability, exact with
 its interval where confirmed, estimate_over_exact, disagree, in_circuit), ``faithfulness.csv`` (the curve over circuit
-size, 0 = corrupted .. 1 = clean), ``circuit.png``/``circuit.svg`` (the circuit diagram) and
+size, 0 = corrupted .. 1 = clean), ``against_exact.csv`` (an estimate's AUROC and rank agreement against exact patching
+on the confirmed edges, when some were sampled outside the top), ``circuit.png``/``circuit.svg`` (the circuit diagram) and
 ``manifest.json``.  ``method="exact"`` with ``workers`` and/or ``address`` scores the edges in chunks on Ray, each
 worker holding one copy of the model, and ``journal`` keeps the finished chunks for a rerun
 (:mod:`~headlens.analyses.circuits.exact_chunks`).
@@ -82,6 +83,8 @@ class CircuitResult(Result):
 
     def __post_init__(self) -> None:
         self.tables = {"edges": self.run.edges, "faithfulness": self.run.faithfulness}
+        if self.run.summary.get("against_exact"):  # the estimate judged by exact on the confirmed edges: one row per estimate
+            self.tables["against_exact"] = pd.DataFrame(self.run.summary["against_exact"])
 
     def restore_dtypes(self, files: dict[str, Path]) -> None:
         """The tables' dtypes restored (:meth:`Result.restore_dtypes`), in the run too."""

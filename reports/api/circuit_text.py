@@ -18,6 +18,7 @@ import pandas as pd
 
 from headlens.analyses.circuits.confirm import OFF_FACTOR
 from headlens.reports.api.circuit_scores_text import mib_lines, truth_lines
+from headlens.reports.render.against_exact_lines import against_exact_lines
 
 
 class CircuitResult(Protocol):
@@ -151,6 +152,7 @@ def circuit_lines(result: CircuitResult) -> list[str]:
     if more > 0:
         lines.append(f"  ... {more} more edges in edges.csv (in_circuit)")
     lines.extend(_sample_lines((s.get("confirmation") or {}).get("sample") or {}, s))
+    lines.extend(against_exact_lines(s))
     g = s.get("graph") or {}
     by = ", ".join(f"{k} {v}" for k, v in (g.get("by_input") or {}).items())
     lines.append(f"graph: {g.get('n_nodes')} nodes, {g.get('n_edges')} edges ({by})")

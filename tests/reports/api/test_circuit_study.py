@@ -52,7 +52,7 @@ def test_demo_induction_circuit_through_k(demo_circuit):
 def test_circuit_save_load_round_trip(demo_circuit, tmp_path):
     out = demo_circuit.save(tmp_path / "c")
     names = sorted(p.name for p in out.iterdir())
-    assert names == ["circuit.png", "circuit.svg", "edges.csv", "faithfulness.csv", "manifest.json"]
+    assert names == ["against_exact.csv", "circuit.png", "circuit.svg", "edges.csv", "faithfulness.csv", "manifest.json"]
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["result"] == "circuit" and manifest["circuit"]["summary"]["n_circuit"] == demo_circuit.summary["n_circuit"]
     back = headlens.load(out)

@@ -40,7 +40,14 @@ def test_circuit_writes_its_files(runner, tmp_path):
     assert result.exit_code == 0, result.output
     assert result.stdout.startswith("circuit: ")
     assert "EAP ESTIMATE" in result.stdout and "wrote edges.csv" in result.stdout
-    assert sorted(p.name for p in out.iterdir()) == ["circuit.png", "circuit.svg", "edges.csv", "faithfulness.csv", "manifest.json"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "against_exact.csv",
+        "circuit.png",
+        "circuit.svg",
+        "edges.csv",
+        "faithfulness.csv",
+        "manifest.json",
+    ]
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["command"][0] == "headlens" and manifest["circuit"]["summary"]["method"] == "eap"
     assert manifest["config"]["circuit"]["confirm"] == 4 and manifest["config"]["circuit"]["method"] == "eap"
