@@ -27,14 +27,23 @@ def _token_label(tokenizer: Any) -> str:
     return "GPT-2 tokens" if "gpt2" in name else "tokens"
 
 
-def _encode_with_offsets(tokenizer: Any, text: str) -> tuple[list[int], list[tuple[int, int]]]:
+def _encode_with_offsets(tokenizer: Any, items: Sequence[Any]) -> list[tuple[list[int], list[tuple[int, int]]]]:
+    """Each item's ids and character offsets, in one tokenizer call (one call per sentence took
+    0.2 ms each: 0.14 s for the census's 648); a :class:`StimulusError` names the first item that
+    is not a :class:`ReferentItem`."""
+    for index, item in enumerate(items):
+        if not isinstance(item, ReferentItem):
+            raise StimulusError(f"item {index} is a {type(item).__name__}, not a ReferentItem")
+    if not items:
+        return []
     try:
-        encoding = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+        encoding = tokenizer([item.text for item in items], add_special_tokens=False, return_offsets_mapping=True)
     except (NotImplementedError, TypeError, ValueError) as exc:
         raise StimulusError("locate_tokens needs a fast tokenizer that supports return_offsets_mapping=True") from exc
-    ids = list(encoding["input_ids"])
-    offsets = [(int(s), int(e)) for s, e in encoding["offset_mapping"]]
-    return ids, offsets
+    return [
+        (list(ids), [(int(s), int(e)) for s, e in offsets])
+        for ids, offsets in zip(encoding["input_ids"], encoding["offset_mapping"], strict=True)
+    ]
 
 
 def _match_token(text: str, span: Span, offsets: Sequence[tuple[int, int]]) -> tuple[list[int], bool]:
@@ -111,10 +120,7 @@ def locate_tokens(
     prefix, suffix = _wrap_ids(tokenizer, prepend_bos, wrap)
     label = _token_label(tokenizer)
     located: list[LocatedReferent] = []
-    for index, item in enumerate(items):
-        if not isinstance(item, ReferentItem):
-            raise StimulusError(f"item {index} is a {type(item).__name__}, not a ReferentItem")
-        ids, offsets = _encode_with_offsets(tokenizer, item.text)
+    for index, (item, (ids, offsets)) in enumerate(zip(items, _encode_with_offsets(tokenizer, items), strict=True)):
         positions = {name: _find_token(item.text, getattr(item, name), offsets, name, index, label) for name in _FIELDS}
         located.append(_located(item, ids, positions, prefix, suffix))
     return located
@@ -177,10 +183,7 @@ def fit_referent_items(
     bad_words: Counter[str] = Counter()
     bad_tokens: dict[str, int] = {}
     encoded: list[tuple[list[int], dict[str, int]] | None] = []
-    for index, item in enumerate(items):
-        if not isinstance(item, ReferentItem):
-            raise StimulusError(f"item {index} is a {type(item).__name__}, not a ReferentItem")
-        ids, offsets = _encode_with_offsets(tokenizer, item.text)
+    for item, (ids, offsets) in zip(items, _encode_with_offsets(tokenizer, items), strict=True):
         positions: dict[str, int] = {}
         for name in _FIELDS:
             span = getattr(item, name)
