@@ -4,8 +4,9 @@
 checkpoint's ``config.json`` names) whose class transformers has to its ``model_type``;
 :data:`CATEGORIES` maps each ``model_type`` to what its attention is.  A ``model_type`` is
 either in :data:`MATRIX` (the families headlens's test matrix checks against Hugging Face
-eager attention, ``tests/families``) or refused: :data:`REFUSED` gives the one-line reason,
-:func:`refusal_reason` reads it.  The adapters of architectures transformers has no class for
+eager attention, ``tests/families``) or refused: :data:`REFUSED` gives the one-line reason (its
+category's, or the family's own in :data:`WHY`: what its attention does that headlens does not
+redo), :func:`refusal_reason` reads it.  The adapters of architectures transformers has no class for
 (remote code, TransformerLens's own models, aliases) are :data:`NOT_IN_TRANSFORMERS`.
 
 ``tests/families/test_architectures.py`` checks these tables against the installed
@@ -21,6 +22,7 @@ __all__ = [
     "NOT_IN_TRANSFORMERS",
     "REASONS",
     "REFUSED",
+    "WHY",
     "refusal_reason",
 ]
 
@@ -269,11 +271,31 @@ MATRIX: frozenset[str] = frozenset(
         *("gpt2", "llama", "qwen2", "mistral", "mixtral", "gemma", "gemma2", "gpt_neox", "gpt_neo", "opt", "gptj"),
         *("gemma3_text", "qwen3", "olmo2", "phi3", "phi", "stablelm", "granite", "cohere", "gpt_bigcode", "falcon"),
         *("bloom", "mpt", "smollm3", "qwen2_moe", "olmoe", "bert", "roberta"),
+        *("apertus", "arcee", "cohere2", "ernie4_5", "ernie4_5_moe", "exaone4", "flex_olmo", "glm", "glm4", "glm4_moe"),
+        *("granitemoe", "jais2", "minimax_m2", "ministral3", "nemotron", "olmo", "olmo3", "qwen3_moe", "seed_oss"),
+        *("starcoder2", "vaultgemma", "xglm"),
     }
 )
 
+_NO_ROTARY_HOOKS = "the bridge fires neither q and k after its rotary (hook_rot_q/k) nor the rotary's cos and sin"
+
+#: Dense decoders not in :data:`MATRIX` -> what their attention does that headlens does not redo (one line each).
+WHY: dict[str, str] = {
+    "afmoe": f"a sigmoid gate (gate_proj) scales each head's output after attention, and {_NO_ROTARY_HOOKS}",
+    "bitnet": "attn_sub_norm RMS-normalises all heads' outputs together before o_proj, so a head's z is not its pattern times v",
+    "codegen": "TransformerLens's CodeGen attention reads CodeGenAttention.embed_positions, which this transformers has no more",
+    "gemma4_text": f"layers reuse an earlier layer's keys and values (KV sharing), v is RMS-normalised, and {_NO_ROTARY_HOOKS}",
+    "hunyuan_v1_dense": "its QK-norm comes after the rotary embedding, where the bridge's hook_rot_q/k are taken before it",
+    "laguna": f"a softplus gate (g_proj) scales each head's output after attention, and {_NO_ROTARY_HOOKS}",
+    "modernbert-decoder": f"{_NO_ROTARY_HOOKS}, so its rotated q and k are not seen",
+    "nanochat": f"its QK-norm comes after the rotary embedding, and {_NO_ROTARY_HOOKS}",
+    "openai-gpt": "TransformerLens's OpenAI GPT attention does not give Hugging Face's pattern (max difference 0.97, tiny checkpoint)",
+}
+
 #: ``model_type`` -> the one-line reason headlens refuses it (every known type not in :data:`MATRIX`).
-REFUSED: dict[str, str] = {model_type: REASONS[category] for model_type, category in CATEGORIES.items() if model_type not in MATRIX}
+REFUSED: dict[str, str] = {
+    model_type: WHY.get(model_type, REASONS[category]) for model_type, category in CATEGORIES.items() if model_type not in MATRIX
+}
 
 
 def refusal_reason(model_type: str) -> str | None:

@@ -104,6 +104,7 @@ FAMILY_RULES: dict[str, FamilyRules] = {
     "bloom": FamilyRules(rotary="none", alibi=_bloom_slopes),
     "mpt": FamilyRules(rotary="none", alibi=_mpt_slopes, refuse=_mpt_refusal),
     "falcon": FamilyRules(refuse=lambda c: "Falcon with ALiBi (alibi=True) has not been checked" if getattr(c, "alibi", False) else None),
+    "xglm": _NONE,
     **{
         family: FamilyRules()
         for family in (
@@ -124,6 +125,9 @@ FAMILY_RULES: dict[str, FamilyRules] = {
             "smollm3",
             "qwen2_moe",
             "olmoe",
+            *("apertus", "arcee", "cohere2", "ernie4_5", "ernie4_5_moe", "exaone4", "flex_olmo", "glm", "glm4"),
+            *("glm4_moe", "granitemoe", "jais2", "minimax_m2", "ministral3", "nemotron", "olmo", "olmo3", "qwen3_moe"),
+            *("seed_oss", "starcoder2", "vaultgemma"),
         )
     },
 }
@@ -151,7 +155,7 @@ def read_window(family: str, hf_config: Any, module: Any, layer: int) -> int | N
     if family == "gpt_neo":
         return int(hf_config.window_size) if getattr(module, "attention_type", "global") == "local" else None
     if hasattr(module, "sliding_window"):
-        value = module.sliding_window
+        value = module.sliding_window if getattr(module, "is_sliding", True) else None  # EXAONE 4: set on global layers too
         return int(value) if value else None
     layer_types = getattr(hf_config, "layer_types", None)
     sliding = getattr(hf_config, "sliding_window", None)

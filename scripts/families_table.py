@@ -38,17 +38,18 @@ def _cell(family: str, study: str) -> str | None:
 
 
 def matrix_table() -> list[str]:
-    from headlens.analyses.synthetic.families import model_class_name
+    from headlens.analyses.synthetic.families import CHECKED_FAMILIES, model_class_name
     from headlens.analyses.synthetic.family_shapes import FEATURES
-    from tests.families.matrix import ENCODERS, FAMILIES, STUDIES, expected
+    from tests.families.matrix import CHEAP_STUDIES, ENCODERS, FAMILIES, STUDIES, expected, families_of
 
     lines = [
         "| family (`model_type`) | tested as | attention in the tiny checkpoint | studies that run | refused or failing, and why |",
         "|---|---|---|---|---|",
     ]
     for family in FAMILIES:
-        runs = [s for s in STUDIES if expected(family, s) == "ok"]
-        other = [c for s in STUDIES if (c := _cell(family, s))]
+        studies = [s for s in STUDIES if family in families_of(s)]
+        runs = [s for s in studies if expected(family, s) == "ok"]
+        other = [c for s in studies if (c := _cell(family, s))]
         lines.append(f"| `{family}` | {model_class_name(family)} | {FEATURES[family]} | {', '.join(runs)} | {'; '.join(other) or '-'} |")
     for family, (tested, where) in ENCODERS.items():
         lines.append(
@@ -58,6 +59,11 @@ def matrix_table() -> list[str]:
     lines += [f"- **{study}**: {what}" for study, what in STUDIES.items()]
     lines += [
         "",
+        f"The families from `{CHECKED_FAMILIES[0]}` on (`CHECKED_FAMILIES`, the rest of the bridge's dense decoders) run "
+        f"{', '.join(CHEAP_STUDIES)} only, to keep the suite short.",
+    ]
+    lines += [
+        "",
         "Real weights: SmolLM2-135M-Instruct (`llama`, the named model `smollm2`) has its captured patterns "
         "checked against Hugging Face eager on all 30 layers and `verify` passing on every layer in the same module.",
     ]
@@ -65,10 +71,10 @@ def matrix_table() -> list[str]:
 
 
 def refused_table() -> list[str]:
-    from headlens.probes.architectures import CATEGORIES, NOT_IN_TRANSFORMERS, REASONS, REFUSED
+    from headlens.probes.architectures import CATEGORIES, NOT_IN_TRANSFORMERS, REASONS, REFUSED, WHY
 
     by_reason: dict[str, list[str]] = defaultdict(list)
-    for model_type in sorted(REFUSED):
+    for model_type in sorted(REFUSED.keys() - WHY.keys()):
         by_reason[CATEGORIES[model_type]].append(model_type)
     lines = [
         "Every other architecture TransformerLens's bridge has an adapter for and transformers can build is refused, "
@@ -77,6 +83,7 @@ def refused_table() -> list[str]:
         "| kind | why headlens refuses it | `model_type` |",
         "|---|---|---|",
     ]
+    lines += [f"| {CATEGORIES[t]} | {why} | `{t}` |" for t, why in sorted(WHY.items())]
     for category in REASONS:
         if by_reason.get(category):
             names = ", ".join(f"`{t}`" for t in by_reason[category])

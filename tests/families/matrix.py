@@ -1,7 +1,8 @@
 """The family matrix: which study runs on which family, and what each family that does not run gives instead.
 
 Every decoder family with a tiny checkpoint (``analyses/synthetic/families.py``: ``ALL_FAMILIES``)
-is a row; every study of :data:`STUDIES` a column.  A cell is ``ok`` (the study's numbers equal
+is a row, and so is each of ``CHECKED_FAMILIES`` (the rest of the bridge's dense decoders), which runs only
+:data:`CHEAP_STUDIES`; every study of :data:`STUDIES` a column.  A cell is ``ok`` (the study's numbers equal
 an independent plain Hugging Face computation, test_matrix.py), or the one-line refusal headlens
 gives (:data:`REFUSALS`: the test asserts headlens refuses with that text), or a known failure
 (:data:`FAILURES`: the test asserts the failure happens, so it fails once fixed and the entry must
@@ -12,7 +13,7 @@ scripts/families_table.py writes docs/families.md's table from this module.
 
 from __future__ import annotations
 
-from headlens.analyses.synthetic.families import ALL_FAMILIES
+from headlens.analyses.synthetic.families import ALL_FAMILIES, CHECKED_FAMILIES
 from headlens.probes.attention import RECONSTRUCTED_FAMILIES
 
 #: The studies of the matrix, each a test of test_matrix.py.
@@ -27,7 +28,16 @@ STUDIES: dict[str, str] = {
 }
 
 #: The decoder families of the matrix (one tiny checkpoint each per test session).
-FAMILIES: tuple[str, ...] = ALL_FAMILIES
+FAMILIES: tuple[str, ...] = ALL_FAMILIES + CHECKED_FAMILIES
+
+#: The studies run on every family; the others run on ``ALL_FAMILIES`` only (about 1 s per family and study at 1 worker).
+CHEAP_STUDIES: tuple[str, ...] = ("capture", "verify", "half")
+
+
+def families_of(study: str) -> tuple[str, ...]:
+    """The families ``study`` runs on."""
+    return FAMILIES if study in CHEAP_STUDIES else ALL_FAMILIES
+
 
 #: Encoder families -> (the model class tested, where): their matrix is tests/probes/test_capture_encoders.py
 #: (capture and verify against Hugging Face eager, padding), the circuit graph refuses encoders.
@@ -56,6 +66,10 @@ FAILURES: dict[tuple[str, str], tuple[str, str]] = {
         "RuntimeError",
         "the bridge's OLMo 2 attention keeps its float32 softmax in a bfloat16 model (dtype mismatch in TransformerLens' matmul)",
     ),
+    **{
+        (family, "half"): ("RuntimeError", "as OLMo 2: the bridge's attention mixes float32 and bfloat16 in TransformerLens' matmul")
+        for family in ("olmo", "olmo3", "flex_olmo")
+    },
 }
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from headlens.analyses.synthetic.families import ALL_FAMILIES, family_config
+from headlens.analyses.synthetic.families import ALL_FAMILIES, CHECKED_FAMILIES, family_config
 from headlens.probes.architectures import (
     ARCHITECTURES,
     CATEGORIES,
@@ -17,6 +17,7 @@ from headlens.probes.architectures import (
     NOT_IN_TRANSFORMERS,
     REASONS,
     REFUSED,
+    WHY,
     refusal_reason,
 )
 from tests.families.matrix import ENCODERS
@@ -61,19 +62,26 @@ def test_each_model_type_is_in_the_matrix_or_refused_with_a_reason():
         in_matrix, reason = model_type in MATRIX, refusal_reason(model_type)
         assert in_matrix != (reason is not None), model_type
         if reason is not None:
-            assert reason == REASONS[CATEGORIES[model_type]] and "\n" not in reason and len(reason) < 160
+            assert reason == WHY.get(model_type, REASONS[CATEGORIES[model_type]]) and "\n" not in reason and len(reason) < 160
     assert set(REFUSED) == model_types - MATRIX
+    assert set(WHY) <= set(REFUSED)
     assert refusal_reason("no_such_model_type") is None
 
 
 def test_the_matrix_is_the_tested_families():
     """probes.architectures.MATRIX names exactly the families tests/families and the encoder tests run on,
     each a dense-attention decoder or an encoder, and each tiny checkpoint is of its own model_type."""
-    assert MATRIX == set(ALL_FAMILIES) | set(ENCODERS)
+    assert MATRIX == set(ALL_FAMILIES) | set(CHECKED_FAMILIES) | set(ENCODERS)
     assert {CATEGORIES[f] for f in MATRIX} == {"dense-attention decoder", "encoder"}
     assert all(CATEGORIES[f] == "encoder" for f in ENCODERS)
 
 
-@pytest.mark.parametrize("family", ALL_FAMILIES)
+def test_every_dense_decoder_is_checked_or_refused_with_its_own_reason():
+    """Issue 48: no dense-attention decoder the bridge wraps is refused as merely 'not checked'."""
+    dense = {t for t, c in CATEGORIES.items() if c == "dense-attention decoder"}
+    assert dense - MATRIX == set(WHY), sorted(dense - MATRIX ^ set(WHY))
+
+
+@pytest.mark.parametrize("family", ALL_FAMILIES + CHECKED_FAMILIES)
 def test_each_tiny_checkpoint_is_its_family(family):
     assert family_config(family).model_type == family
