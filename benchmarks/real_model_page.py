@@ -20,6 +20,7 @@ import json
 import os
 import platform
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -358,6 +359,12 @@ def main() -> None:
     store.write_text(json.dumps(data, indent=1, default=str) + "\n", encoding="utf-8")  # the figures first: a render error loses none
     page = render(data)
     target = out / "real-model.md" if args.small else PAGE
+    if target.is_file():  # the section benchmarks/real_model_exact.py writes (between its markers) stays on the page
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from real_model_exact import kept_section
+
+        kept = kept_section(target.read_text(encoding="utf-8"))
+        page = page.rstrip("\n") + "\n" + kept if kept else page
     target.write_text(page, encoding="utf-8")
     print(f"wrote {target} and {out / 'real-model.json'}")
 
