@@ -289,7 +289,7 @@ WHY: dict[str, str] = {
     "laguna": f"a softplus gate (g_proj) scales each head's output after attention, and {_NO_ROTARY_HOOKS}",
     "modernbert-decoder": f"{_NO_ROTARY_HOOKS}, so its rotated q and k are not seen",
     "nanochat": f"its QK-norm comes after the rotary embedding, and {_NO_ROTARY_HOOKS}",
-    "openai-gpt": "TransformerLens's OpenAI GPT attention does not give Hugging Face's pattern (max difference 0.97, tiny checkpoint)",
+    "openai-gpt": "TransformerLens's OpenAI GPT attention does not mask later keys: its pattern gives them weight (0.09, tiny checkpoint)",
 }
 
 #: ``model_type`` -> the one-line reason headlens refuses it (every known type not in :data:`MATRIX`).
