@@ -282,10 +282,10 @@ _NO_ROTARY_HOOKS = "the bridge fires no rotated q and k (hook_rot_q/k) and no ro
 #: Dense decoders not in :data:`MATRIX` -> what their attention does that headlens does not redo (one line each).
 WHY: dict[str, str] = {
     "afmoe": f"a sigmoid gate (gate_proj) scales each head's output after attention, and {_NO_ROTARY_HOOKS}",
-    "bitnet": "attn_sub_norm RMS-normalises all heads' outputs together before o_proj, so a head's z is not its pattern times v",
+    "bitnet": "attn_sub_norm normalises all heads' outputs together before o_proj (hook_z is after it): z is not pattern times v",
     "codegen": "TransformerLens's CodeGen attention reads CodeGenAttention.embed_positions, which this transformers has no more",
     "gemma4_text": f"later layers reuse an earlier layer's keys and values, v is RMS-normalised, and {_NO_ROTARY_HOOKS}",
-    "hunyuan_v1_dense": "its QK-norm comes after the rotary embedding, where the bridge's hook_rot_q/k are taken before it",
+    "hunyuan_v1_dense": "its QK-norm (query_layernorm, key_layernorm) follows the rotary; the bridge's hook_rot_q/k are before it",
     "laguna": f"a softplus gate (g_proj) scales each head's output after attention, and {_NO_ROTARY_HOOKS}",
     "modernbert-decoder": f"{_NO_ROTARY_HOOKS}, so its rotated q and k are not seen",
     "nanochat": f"its QK-norm comes after the rotary embedding, and {_NO_ROTARY_HOOKS}",
