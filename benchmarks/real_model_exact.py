@@ -2,6 +2,7 @@
 
     python benchmarks/real_model_exact.py [--tasks ioi,induction] [--pairs 16] [--top 2000] [--random 2000] [--workers 2]
                                           [--budget-min 30] [--deadline 16:20] [--page]
+    python benchmarks/real_model_exact.py --device cuda --top 70651 --random 0 --workers 1   # every edge exact (a GPU)
     python benchmarks/real_model_exact.py --smoke      # a tiny Llama with GQA, seconds: a check, not a measurement
 
 For each task: EAP and EAP-IG (``--steps``) score every edge of the graph on the task's pairs; exact patching scores
@@ -58,12 +59,12 @@ def _load(args: argparse.Namespace) -> Any:
         folder = Path(args.cache) / "family-llama"
         if not (folder / "headlens_family.json").is_file():
             build_family_checkpoint(folder, "llama")
-        return load_model(model=str(folder), device="cpu")
+        return load_model(model=str(folder), device=args.device)
     from headlens.probes.gguf import gguf_checkpoint
     from headlens.reports.api.named_models import smollm2_file
 
     folder, _ = gguf_checkpoint(smollm2_file(fetch=True), "smollm2")
-    return load_model(model=str(folder), device="cpu")
+    return load_model(model=str(folder), device=args.device)
 
 
 def _order(pp: Any) -> Any:
@@ -219,8 +220,9 @@ def section(data: dict[str, Any]) -> str:
     runs = "; ".join(f"{r['task']}: `{r['command']}` ({r['pairs']} pairs, exact on {r['workers']} worker{'s' if r['workers'] > 1 else ''}: "
                      f"{r['seconds']['exact']:,.0f} s; EAP {r['seconds']['eap']:,.0f} s, EAP-IG {r['seconds']['eap-ig']:,.0f} s)"
                      for r in data["results"])  # fmt: skip
+    where = "2 CPU cores shared with other jobs" if data.get("device", "cpu") == "cpu" else data["device"]
     out = [BEGIN, "## AUROC against exact patching", "",
-           f"{runs} (commit {data['commit']}, {data['date']}, 2 CPU cores shared with other jobs, 1-minute load average "
+           f"{runs} (commit {data['commit']}, {data['date']}, {where}, 1-minute load average "
            f"{data['load'][0]:.1f} at the start and {data['load'][1]:.1f} at the end). "
            f"EAP and EAP-IG ({s['steps']} steps) score all {data['results'][0]['edges']:,} edges on each task's pairs; "
            "exact patching scores a sample of them on the same pairs: the union of each estimate's top edges by |score| (every one, "
@@ -272,6 +274,7 @@ def main() -> None:
     p.add_argument("--deadline", type=lambda t: dt.datetime.combine(dt.date.today(), dt.time.fromisoformat(t), dt.timezone.utc),
                    default=None, help="HH:MM UTC: no exact run is planned past it")  # fmt: skip
     p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--device", default="cpu", help="cuda: every edge exact is --top 70651 --random 0 --workers 1")
     p.add_argument("--n-bootstrap", type=int, default=1000)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--cache", default="/tmp/headlens-real-model-exact")
@@ -304,7 +307,7 @@ def main() -> None:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
     data = {"settings": {k: getattr(args, k) for k in ("pairs", "steps", "top", "random", "workers", "seed", "n_bootstrap")},
             "results": results, "commit": commit, "date": dt.date.today().isoformat(), "load": [load0, os.getloadavg()[0]],
-            "peers": PEERS}  # fmt: skip
+            "device": args.device, "peers": PEERS}  # fmt: skip
     _finish(args, data)
 
 
