@@ -38,18 +38,17 @@ def _cell(family: str, study: str) -> str | None:
 
 
 def matrix_table() -> list[str]:
-    from headlens.analyses.synthetic.families import CHECKED_FAMILIES, model_class_name
+    from headlens.analyses.synthetic.families import model_class_name
     from headlens.analyses.synthetic.family_shapes import FEATURES
-    from tests.families.matrix import CHEAP_STUDIES, ENCODERS, FAMILIES, STUDIES, expected, families_of
+    from tests.families.matrix import ENCODERS, FAMILIES, STUDIES, expected
 
     lines = [
         "| family (`model_type`) | tested as | attention in the tiny checkpoint | studies that run | refused or failing, and why |",
         "|---|---|---|---|---|",
     ]
     for family in FAMILIES:
-        studies = [s for s in STUDIES if family in families_of(s)]
-        runs = [s for s in studies if expected(family, s) == "ok"]
-        other = [c for s in studies if (c := _cell(family, s))]
+        runs = [s for s in STUDIES if expected(family, s) == "ok"]
+        other = [c for s in STUDIES if (c := _cell(family, s))]
         lines.append(f"| `{family}` | {model_class_name(family)} | {FEATURES[family]} | {', '.join(runs)} | {'; '.join(other) or '-'} |")
     for family, (tested, where) in ENCODERS.items():
         lines.append(
@@ -57,11 +56,6 @@ def matrix_table() -> list[str]:
         )
     lines += ["", "What each study checks, against plain Hugging Face (`tests/families/test_matrix.py`):", ""]
     lines += [f"- **{study}**: {what}" for study, what in STUDIES.items()]
-    lines += [
-        "",
-        f"The families from `{CHECKED_FAMILIES[0]}` on (`CHECKED_FAMILIES`, the rest of the bridge's dense decoders) run "
-        f"{', '.join(CHEAP_STUDIES)} only, to keep the suite short.",
-    ]
     lines += [
         "",
         "Real weights: SmolLM2-135M-Instruct (`llama`, the named model `smollm2`) has its captured patterns "

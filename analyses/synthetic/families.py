@@ -72,8 +72,8 @@ NEW_FAMILIES: tuple[str, ...] = tuple(NEW_CLASSES)
 #: Every decoder family of the full test matrix.
 ALL_FAMILIES: tuple[str, ...] = FAMILIES + NEW_FAMILIES
 
-#: The rest of the bridge's dense decoders (:data:`.family_shapes.CHECKED_CLASSES`): tiny checkpoints checked on
-#: capture, verify and half precision only.
+#: The rest of the bridge's dense decoders (:data:`.family_shapes.CHECKED_CLASSES`): tiny checkpoints of the
+#: family matrix (tests/families) only.
 CHECKED_FAMILIES: tuple[str, ...] = tuple(CHECKED_CLASSES)
 
 #: Encoder families (bidirectional): built with the BERT WordPiece tokenizer of

@@ -36,8 +36,8 @@ NEW_CLASSES: dict[str, tuple[str, str]] = {
     "mixtral": ("MixtralConfig", "MixtralForCausalLM"),
 }
 
-#: The rest of the bridge's dense decoders (issue 48), checked on capture, verify and half precision only
-#: (tests/families/matrix.py's CHEAP_STUDIES): family -> (config class, model class) names.  Adding one is
+#: The rest of the bridge's dense decoders (issue 48), in the family matrix but not in the other family tests:
+#: family -> (config class, model class) names.  Adding one is
 #: a line here, its shape in :func:`checked_family_shape`, a line of FEATURES, of FAMILY_RULES and of MATRIX.
 CHECKED_CLASSES: dict[str, tuple[str, str]] = {
     "apertus": ("ApertusConfig", "ApertusForCausalLM"),

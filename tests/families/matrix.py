@@ -1,8 +1,8 @@
 """The family matrix: which study runs on which family, and what each family that does not run gives instead.
 
 Every decoder family with a tiny checkpoint (``analyses/synthetic/families.py``: ``ALL_FAMILIES``)
-is a row, and so is each of ``CHECKED_FAMILIES`` (the rest of the bridge's dense decoders), which runs only
-:data:`CHEAP_STUDIES`; every study of :data:`STUDIES` a column.  A cell is ``ok`` (the study's numbers equal
+is a row, and so is each of ``CHECKED_FAMILIES`` (the rest of the bridge's dense decoders); every study of
+:data:`STUDIES` a column.  A cell is ``ok`` (the study's numbers equal
 an independent plain Hugging Face computation, test_matrix.py), or the one-line refusal headlens
 gives (:data:`REFUSALS`: the test asserts headlens refuses with that text), or a known failure
 (:data:`FAILURES`: the test asserts the failure happens, so it fails once fixed and the entry must
@@ -30,14 +30,6 @@ STUDIES: dict[str, str] = {
 #: The decoder families of the matrix (one tiny checkpoint each per test session).
 FAMILIES: tuple[str, ...] = ALL_FAMILIES + CHECKED_FAMILIES
 
-#: The studies run on every family; the others run on ``ALL_FAMILIES`` only (about 1 s per family and study at 1 worker).
-CHEAP_STUDIES: tuple[str, ...] = ("capture", "verify", "half")
-
-
-def families_of(study: str) -> tuple[str, ...]:
-    """The families ``study`` runs on."""
-    return FAMILIES if study in CHEAP_STUDIES else ALL_FAMILIES
-
 
 #: Encoder families -> (the model class tested, where): their matrix is tests/probes/test_capture_encoders.py
 #: (capture and verify against Hugging Face eager, padding), the circuit graph refuses encoders.
@@ -55,8 +47,12 @@ REFUSALS: dict[tuple[str, str], tuple[str, str]] = {
     ("granite", "circuits"): ("read the sum of the writers", _GRANITE),
     **{
         (family, "circuits"): ("never runs blocks.0.hook_mlp_in", _NO_READER.format(hook="blocks.0.hook_mlp_in", family=family))
-        for family in ("phi", "cohere", "falcon", "bloom")
+        for family in ("phi", "cohere", "falcon", "bloom", "cohere2")
     },
+    ("xglm", "sinks"): (
+        "computes attention inside Hugging Face code",
+        "XGLM's attention runs inside Hugging Face code that the bridge neither hooks nor replaces, so a score edit would not act",
+    ),
     ("mpt", "circuits"): ("never runs blocks.0.attn.hook_q_input", _NO_READER.format(hook="blocks.0.attn.hook_q_input", family="mpt")),
 }
 

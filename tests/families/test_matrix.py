@@ -33,7 +33,7 @@ from headlens.probes.devices import TOLERANCES
 from headlens.probes.errors import UnsupportedModelError
 from headlens.probes.hooks import attached
 from headlens.probes.interventions import score_edits
-from tests.families.matrix import FAILURES, REFUSALS, expected, families_of
+from tests.families.matrix import FAILURES, FAMILIES, REFUSALS, expected
 from tests.helpers import assert_close
 
 TEXT = (
@@ -67,7 +67,7 @@ def _hf_attentions(hf, ids: torch.Tensor) -> tuple[torch.Tensor, ...]:
         return hf(ids[None], output_attentions=True).attentions
 
 
-@pytest.mark.parametrize("family", families_of("capture"))
+@pytest.mark.parametrize("family", FAMILIES)
 def test_capture_equals_hugging_face_eager(family, family_model, family_checkpoint, hf_eager):
     def run():
         model = family_model(family)
@@ -82,7 +82,7 @@ def test_capture_equals_hugging_face_eager(family, family_model, family_checkpoi
     _outcome(family, "capture", run)
 
 
-@pytest.mark.parametrize("family", families_of("verify"))
+@pytest.mark.parametrize("family", FAMILIES)
 def test_verify_on_every_layer(family, family_model):
     def run():
         table = verify_attention(family_model(family), TEXTS)
@@ -110,7 +110,7 @@ def _losses(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits[:, :-1].double().transpose(1, 2), tokens[:, 1:], reduction="none").mean(1)
 
 
-@pytest.mark.parametrize("family", families_of("patching"))
+@pytest.mark.parametrize("family", FAMILIES)
 def test_patching_equals_a_hugging_face_hook(family, family_model, family_checkpoint, hf_eager):
     """Zero ablation of one head (headlens patches ``hook_z``) = zeroing its slice of the output projection's input."""
 
@@ -142,7 +142,7 @@ def test_patching_equals_a_hugging_face_hook(family, family_model, family_checkp
     _outcome(family, "patching", run)
 
 
-@pytest.mark.parametrize("family", families_of("circuits"))
+@pytest.mark.parametrize("family", FAMILIES)
 def test_circuit_graph_additivity(family, family_model):
     def run():
         model = family_model(family)
@@ -152,7 +152,7 @@ def test_circuit_graph_additivity(family, family_model):
     _outcome(family, "circuits", run)
 
 
-@pytest.mark.parametrize("family", families_of("sinks"))
+@pytest.mark.parametrize("family", FAMILIES)
 def test_sink_removal_acts(family, family_model, family_checkpoint, hf_eager):
     """Layer 0 with key 0 removed from every head: the edited pattern is Hugging Face's with key 0 dropped and
     each row renormalised (``p[i, j] * (1 - ref[i, 0]) = ref[i, j]``), and key 0 gets nothing."""
@@ -177,7 +177,7 @@ def test_sink_removal_acts(family, family_model, family_checkpoint, hf_eager):
     _outcome(family, "sinks", run)
 
 
-@pytest.mark.parametrize("family", families_of("kv"))
+@pytest.mark.parametrize("family", FAMILIES)
 def test_kv_bytes_counted_by_hand(family, family_model):
     """Pruning every query head of one KV group frees that KV head: 2 (K and V) x d_head x 1,000 tokens x 4 bytes."""
 
@@ -215,7 +215,7 @@ def half_pair(family_checkpoint):
     return get
 
 
-@pytest.mark.parametrize("family", families_of("half"))
+@pytest.mark.parametrize("family", FAMILIES)
 def test_half_precision(family, half_pair):
     """A bfloat16 load captures finite patterns equal to Hugging Face eager's in bfloat16, within the dtype's
     pattern tolerance (``probes.devices.TOLERANCES``)."""
