@@ -85,3 +85,25 @@ def test_every_dense_decoder_is_checked_or_refused_with_its_own_reason():
 @pytest.mark.parametrize("family", ALL_FAMILIES + CHECKED_FAMILIES)
 def test_each_tiny_checkpoint_is_its_family(family):
     assert family_config(family).model_type == family
+
+
+def test_verify_names_why_it_refuses_a_dense_decoder(tmp_path):
+    """A dense decoder the bridge wraps but headlens does not redo (BitNet: a norm over all heads' outputs) boots,
+    and ``verify`` refuses it in one line with its own reason from ``architectures.WHY``."""
+    import torch
+    import transformers
+
+    from headlens.analyses.heads.verify import verify_attention
+    from headlens.probes.errors import UnsupportedModelError
+    from headlens.probes.loading import load_model
+    from headlens.probes.tokenizer_files import load_offline_gpt2_tokenizer
+
+    shape = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 1, "num_attention_heads": 4, "num_key_value_heads": 2}
+    config = transformers.BitNetConfig(**shape, vocab_size=50257, bos_token_id=50256, eos_token_id=50256, pad_token_id=None)
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        transformers.BitNetForCausalLM(config).save_pretrained(tmp_path)
+    load_offline_gpt2_tokenizer(str(tmp_path / "tokenizer")).save_pretrained(tmp_path)
+    with pytest.raises(UnsupportedModelError) as err:
+        verify_attention(load_model(model=str(tmp_path), device="cpu"), ["A short one."])
+    assert WHY["bitnet"] in str(err.value) and "\n" not in str(err.value)
