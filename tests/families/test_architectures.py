@@ -98,8 +98,17 @@ def test_verify_names_why_it_refuses_a_dense_decoder(tmp_path):
     from headlens.probes.loading import load_model
     from headlens.probes.tokenizer_files import load_offline_gpt2_tokenizer
 
-    shape = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 1, "num_attention_heads": 4, "num_key_value_heads": 2}
-    config = transformers.BitNetConfig(**shape, vocab_size=50257, bos_token_id=50256, eos_token_id=50256, pad_token_id=None)
+    config = transformers.BitNetConfig(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=50257,
+        bos_token_id=50256,
+        eos_token_id=50256,
+        pad_token_id=None,
+    )
     with torch.random.fork_rng():
         torch.manual_seed(0)
         transformers.BitNetForCausalLM(config).save_pretrained(tmp_path)
