@@ -30,6 +30,7 @@ from typing import Any
 
 import torch
 
+from headlens.probes.attention_rules import family_rules
 from headlens.probes.boot import boot
 from headlens.probes.config import ModelConfig
 from headlens.probes.devices import resolve_device, resolve_dtype
@@ -256,7 +257,7 @@ def load_model(
     device = device if placement is None else input_device(bridge)
     check = weight_check(reports.for_model(hf_model) if reports.hooked else None)
     report_weights(check, config, type(hf_model).__name__)
-    _check_analysable(bridge, config.model)
+    _check_analysable(bridge, config.model, dtype)
     bridge.eval()
     cfg = bridge.cfg
     tokenizer = bridge.tokenizer
@@ -332,15 +333,23 @@ def _boot(folder: str, device: torch.device, dtype: torch.dtype, config: ModelCo
         ) from exc
 
 
-def _check_analysable(bridge: Any, spec: str) -> None:
+def _check_analysable(bridge: Any, spec: str, dtype: torch.dtype) -> None:
     """Refuse, in one line, a model whose attention heads headlens cannot reach.
 
     Encoder-decoder models (T5, BART: two stacks and cross-attention) and models whose
-    blocks have no attention component (state-space models such as Mamba) are named.
+    blocks have no attention component (state-space models such as Mamba) are named, as is a
+    family whose forward fails in half precision (``FamilyRules.half``) loaded in it.
     """
     hf_model = bridge.original_model
     arch = type(hf_model).__name__
     hf_config = getattr(hf_model, "config", None)
+    rules = family_rules(str(getattr(hf_config, "model_type", "")))
+    if rules is not None and rules.half and dtype in (torch.float16, torch.bfloat16):
+        raise UnsupportedModelError(
+            f"model={spec!r}: dtype={str(dtype).removeprefix('torch.')}: {rules.half}; load it with dtype='float32'",
+            model=spec,
+            architecture=arch,
+        )
     if getattr(hf_config, "is_encoder_decoder", False):
         raise UnsupportedModelError(
             f"model={spec!r}: {arch} is an encoder-decoder model; headlens analyses decoder-only and encoder-only models",
