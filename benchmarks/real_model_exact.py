@@ -197,9 +197,14 @@ def _table(results: list[dict[str, Any]]) -> list[str]:
             lines.append(
                 f"| {r['task']} | {row['method'].upper()} | {auc} | {row['spearman']:.2f} [{row['spearman_low']:.2f}, "
                 f"{row['spearman_high']:.2f}] | {row['n_top']:,} + {row['n_random']:,} of {row['n_rest']:,} | {row['n_positive']:,} / "
-                f"{row['est_circuit']:,.0f} | {_ci(m, 'cpr')} | {_ci(m, 'cmd')} |"
+                f"{row['est_circuit']:,.0f}{_hidden(row)} | {_ci(m, 'cpr')} | {_ci(m, 'cmd')} |"
             )
     return lines
+
+
+def _hidden(row: dict[str, Any]) -> str:
+    h = float(row.get("hidden_bound") or 0.0)
+    return f" (+ up to {h:,.0f} unseen, 95%)" if h > 0 else ""
 
 
 def _ci(m: dict[str, Any], key: str) -> str:
@@ -234,7 +239,14 @@ def section(data: dict[str, Any]) -> str:
     if reduced:
         out += ["**Reduced** to fit the time allowed: " + "; ".join(reduced) + ". The sampled AUROC stays unbiased for the whole "
                 "graph; its interval widens with the smaller sample.", ""]  # fmt: skip
-    out += [*_table(data["results"]), "", "```text"]
+    out += [*_table(data["results"]), ""]
+    blind = [r for r in data["results"] if any(row.get("hidden_bound") for row in r["rows"])]
+    if blind:
+        out += ["Where the random draw held no edge of the exact circuit (" + ", ".join(r["task"] for r in blind) + "), the sample "
+                "cannot say how many of the rest belong to it: the interval places the 95% bound on them at both ends of the "
+                "ranking, and spans what the draw cannot rule out. The top stratum's share in the exact circuit and the rank "
+                "agreement are read; the AUROC needs a random stratum large enough to meet the circuit.", ""]  # fmt: skip
+    out += ["```text"]
     out += [f"{r['task']}: {against_exact_line(row)}" for r in data["results"] for row in r["rows"]] + ["```", ""]
     out += ["What the published figures beside these are measured against differs:", "",
             f"- {PEERS['interpbench']}: the label there is a planted circuit, here it is exact patching of a trained model, "
