@@ -133,7 +133,9 @@ class PruneResult(FolderResult):
 
     def findings(self) -> Findings:
         """What ``headlens`` prints for this study (:func:`~headlens.reports.render.finding_lines.pruning_findings`)."""
-        return pruning_findings(self.run, basis=self.basis, model_name=self.model_name, dtype=self.manifest.get("dtype", ""), record=self.info)
+        return pruning_findings(
+            self.run, basis=self.basis, model_name=self.model_name, dtype=self.manifest.get("dtype", ""), record=self.info
+        )
 
     def _figure_makers(self) -> dict[str, Callable[[], Figure]]:
         return {

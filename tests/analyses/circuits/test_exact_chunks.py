@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import numpy as np
 import pytest
@@ -78,7 +79,8 @@ def test_workers_address_and_journal_belong_to_exact_scores():
     from headlens.analyses.circuits.config import CircuitConfig
     from headlens.analyses.circuits.exact_chunks import chunked
 
-    for extra in ({"workers": 2}, {"address": "auto"}, {"journal": "chunks.jsonl"}):
+    extras: list[dict[str, Any]] = [{"workers": 2}, {"address": "auto"}, {"journal": "chunks.jsonl"}]
+    for extra in extras:
         assert chunked(CircuitConfig(method="exact", **extra))
         with pytest.raises(InputError, match="method='exact'"):
             CircuitConfig(method="eap-ig", **extra)
