@@ -167,7 +167,7 @@ def _top_mask(order: np.ndarray, n: int, n_edges: int) -> np.ndarray:
 
 
 def _blocks(info: dict) -> str | None:
-    """Where exact patching's patched forwards ran: ``"own"`` (:mod:`~headlens.analyses.circuits.own_blocks`), ``"bridge: <why>"``,
+    """Where exact patching's patched forwards ran: ``"own"`` (:mod:`~headlens.probes.fast_blocks`), ``"bridge: <why>"``,
     or None when no exact patching ran."""
     if "own_blocks" not in info:
         return None
