@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import os
 import sys
 import time
 from dataclasses import replace
@@ -225,7 +226,7 @@ def section(data: dict[str, Any]) -> str:
     runs = "; ".join(f"{r['task']}: `{r['command']}` ({r['pairs']} pairs, exact on {r['workers']} worker{'s' if r['workers'] > 1 else ''}: "
                      f"{r['seconds']['exact']:,.0f} s; EAP {r['seconds']['eap']:,.0f} s, EAP-IG {r['seconds']['eap-ig']:,.0f} s)"
                      for r in data["results"])  # fmt: skip
-    where = "2 CPU cores shared with other jobs" if data.get("device", "cpu") == "cpu" else data["device"]
+    where = f"{os.cpu_count()} CPU cores" if data.get("device", "cpu") == "cpu" else data["device"]
     out = [BEGIN, "## AUROC against exact patching", "",
            f"{runs} (commit {data['commit']}, {data['date']}, {where}, 1-minute load average "
            f"{data['load'][0]:.1f} at the start and {data['load'][1]:.1f} at the end). "
