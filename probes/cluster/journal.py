@@ -55,6 +55,7 @@ class Journal:
     def _read(self) -> None:
         lines = read_text(self.path, what="journal").splitlines()
         objs = []
+        cut = False
         for i, line in enumerate(lines):
             try:
                 objs.append(json.loads(line))
@@ -63,8 +64,7 @@ class Journal:
                     raise InputError(
                         f"{self.path}:{i + 1}: not a journal line; remove the journal to start afresh", path=str(self.path)
                     ) from None
-                log.info("%s: its last line was cut short (an interrupted write); dropped", self.path)
-                write_text(self.path, "".join(ln + "\n" for ln in lines[:-1]))
+                cut = True
         if not objs or not isinstance(objs[0], dict) or "settings" not in objs[0]:
             raise InputError(f"{self.path} is not a journal (no settings line); pass another journal file", path=str(self.path))
         old = objs[0]["settings"]
@@ -74,6 +74,9 @@ class Journal:
                 f"journal {self.path} was written with other settings ({', '.join(changed)}); pass another journal file, or remove it",
                 path=str(self.path),
             )
+        if cut:  # only a journal's own last line is dropped: a file refused above stays as it was
+            log.info("%s: its last line was cut short (an interrupted write); dropped", self.path)
+            write_text(self.path, "".join(ln + "\n" for ln in lines[:-1]))
         for obj in objs[1:]:
             self.done[obj["key"]] = obj["result"]
         log.info("journal %s: %d finished job%s", self.path, len(self.done), "" if len(self.done) == 1 else "s")
