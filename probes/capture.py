@@ -22,7 +22,7 @@ from headlens.probes.patch import patched_forward
 from headlens.probes.progress import Progress
 from headlens.probes.prompts import TokenBatch, iter_batches, tokenize_prompts
 
-__all__ = ["Capture", "capture", "hook_name", "tokenize_for", "run_forward"]
+__all__ = ["Capture", "capture", "hook_name", "padded_width", "tokenize_for", "run_forward"]
 
 _PER_POSITION = {"q", "k", "v", "z", "rot_q", "rot_k"}  # [batch, pos, head, d_head]
 _PER_PAIR = {"pattern", "attn_scores"}  # [batch, head, q, k]
@@ -38,6 +38,12 @@ def hook_name(layer: int, what: str) -> str:
     if what not in CAPTURABLE:
         raise InputError(f"cannot capture {what!r}: choose from {', '.join(CAPTURABLE)}", what=what)
     return f"blocks.{layer}.attn.{CAPTURABLE[what]}"
+
+
+def padded_width(what: str, tensor: Tensor) -> int:
+    """The padded width of the batch a captured ``what`` was taken on: its position axis
+    (``[prompt, pos, head, d_head]``) or, for pattern and attn_scores, its key axis."""
+    return int(tensor.shape[1] if what in _PER_POSITION else tensor.shape[-1])
 
 
 @dataclass

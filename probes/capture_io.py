@@ -1,4 +1,4 @@
-"""Writing a :class:`~headlens.probes.capture.Capture` to disk."""
+"""Writing a :class:`~headlens.probes.capture.Capture` to disk, and reading it back."""
 
 from __future__ import annotations
 
@@ -6,13 +6,21 @@ import json
 from pathlib import Path
 from typing import Any
 
+import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
-from headlens.probes.capture import Capture
+from headlens.probes.capture import Capture, hook_name, padded_width
+from headlens.probes.errors import InputError
 from headlens.probes.outputs import atomic_write, write_json
+from headlens.probes.prompts import TokenBatch
 
-__all__ = ["save_capture", "capture_entry", "tokens_entry", "load_activations", "saved_keys"]
+__all__ = ["save_capture", "load_capture", "capture_entry", "tokens_entry", "load_activations", "saved_keys"]
+
+#: The manifest's ``capture`` entry's keys that are not :attr:`Capture.info`'s (:func:`capture_entry`).
+ENTRY_KEYS = ("heads", "kv_heads", "what", "keys", "n_prompts")
+#: What ``tokens.json`` records of the batch besides its prompts (:func:`tokens_entry`).
+BATCH_KEYS = ("prepend_bos", "pad_id", "n_prefix", "n_suffix")
 
 
 def save_capture(capture: Capture, out_dir: str | Path, manifest: dict[str, Any]) -> dict[str, Path]:
@@ -34,10 +42,11 @@ def save_capture(capture: Capture, out_dir: str | Path, manifest: dict[str, Any]
 
 
 def tokens_entry(capture: Capture) -> dict[str, Any]:
-    """``tokens.json``: ``prepend_bos`` and per prompt its token strings and ids (padding left out)."""
+    """``tokens.json``: ``prepend_bos``, the padding id, the framing's special tokens before and after each
+    prompt (``n_prefix``, ``n_suffix``) and per prompt its token strings and ids (padding left out)."""
     batch = capture.batch
     prompts = [{"tokens": s, "ids": batch.tokens[i, : int(batch.lengths[i])].tolist()} for i, s in enumerate(batch.strings)]
-    return {"prepend_bos": batch.prepend_bos, "prompts": prompts}
+    return {"prepend_bos": batch.prepend_bos, "pad_id": int(batch.pad_id), **batch.framing, "prompts": prompts}
 
 
 def capture_entry(capture: Capture) -> dict[str, Any]:
@@ -64,3 +73,45 @@ def saved_keys(path: str | Path) -> list[str]:
 
 def load_activations(path: str | Path) -> dict[str, Any]:
     return load_file(str(path))
+
+
+def load_capture(folder: str | Path, entry: dict[str, Any]) -> Capture:
+    """The :class:`Capture` :func:`save_capture` wrote in ``folder``, given the manifest's ``capture`` entry:
+    the tensors in the entry's order, the batch from ``tokens.json`` (padded with its ``pad_id`` to the
+    tensors' width), heads, KV heads, what and info from the entry.  A ``tokens.json`` written before it
+    recorded the padding id and framing is refused in one line."""
+    path = Path(folder) / "tokens.json"
+    tokens = json.loads(path.read_text(encoding="utf-8"))
+    missing = [k for k in BATCH_KEYS if k not in tokens]
+    if missing:
+        raise InputError(
+            f"{path}: no {', '.join(missing)} (written by an older headlens): capture again to load it as a result; "
+            "its tensors read with safetensors.torch.load_file",
+            path=str(path),
+        )
+    saved = load_activations(Path(folder) / "activations.safetensors")
+    what = tuple(entry["what"])
+    tensors = {name: saved[name] for name in entry["keys"] if name != "lengths"}
+    heads = {int(k): list(v) for k, v in entry["heads"].items()}
+    width = padded_width(what[0], tensors[hook_name(next(iter(heads)), what[0])])
+    prompts = tokens["prompts"]
+    ids = torch.full((len(prompts), width), int(tokens["pad_id"]), dtype=torch.long)
+    for i, prompt in enumerate(prompts):
+        ids[i, : len(prompt["ids"])] = torch.tensor(prompt["ids"], dtype=torch.long)
+    batch = TokenBatch(
+        tokens=ids,
+        lengths=saved["lengths"],
+        strings=[list(p["tokens"]) for p in prompts],
+        prepend_bos=bool(tokens["prepend_bos"]),
+        pad_id=int(tokens["pad_id"]),
+        n_prefix=int(tokens["n_prefix"]),
+        n_suffix=int(tokens["n_suffix"]),
+    )
+    return Capture(
+        tensors=tensors,
+        batch=batch,
+        heads=heads,
+        what=what,
+        info={k: v for k, v in entry.items() if k not in ENTRY_KEYS},
+        kv_heads={int(k): list(v) for k, v in entry["kv_heads"].items()},
+    )

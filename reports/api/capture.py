@@ -6,28 +6,25 @@ The files are ``headlens capture``'s: ``activations.safetensors`` (TransformerLe
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import torch
-from safetensors.torch import save_file
 
 from headlens.analyses.heads.verify import verify_attention
 from headlens.analyses.synthetic.planted import PLANTED_ROLES, build_planted_checkpoint
 from headlens.analyses.synthetic.tiny import TinySpec, build_tiny_checkpoint
 from headlens.probes.capture import Capture
 from headlens.probes.capture import capture as run_capture
-from headlens.probes.capture_io import capture_entry, load_activations, save_capture, tokens_entry
+from headlens.probes.capture_io import capture_entry, load_capture, save_capture, tokens_entry
 from headlens.probes.config import CaptureConfig, ModelConfig
 from headlens.probes.errors import InputError
 from headlens.probes.loading import LoadedModel
 from headlens.probes.manifest import build_manifest
-from headlens.probes.outputs import atomic_write, write_json
 from headlens.probes.progress import Progress
 from headlens.probes.prompts import TokenBatch
 from headlens.reports.api.common import config_of, loading_of, study
@@ -48,16 +45,14 @@ TOKENS_FILE = "tokens.json"
 class CaptureResult(Result):
     """Captured tensors by hook name (``blocks.0.attn.hook_pattern``: ``[prompt, head, query, key]``;
     q, k, v, z: ``[prompt, pos, head, d_head]``), the prompts' tokens, and with ``verify`` the
-    verify table.  ``capture`` is the :class:`~headlens.probes.capture.Capture` itself (None when
-    read back from a folder)."""
+    verify table."""
 
     kind = "capture"
     marker_files = (ACTIVATIONS_FILE, TOKENS_FILE)
 
-    tensors: dict[str, torch.Tensor] = field(default_factory=dict)
-    #: ``tokens.json``: ``prepend_bos`` and per prompt its token strings and ids
-    tokens: dict[str, Any] = field(default_factory=dict)
-    capture: Capture | None = None
+    #: The :class:`~headlens.probes.capture.Capture` itself; read back from a folder it is rebuilt from
+    #: ``activations.safetensors``, ``tokens.json`` and the manifest's ``capture`` entry (:meth:`from_folder`).
+    capture: Capture
 
     def __getitem__(self, name: str) -> Any:
         """A table (``result["verify"]``) or a captured tensor by hook name (``result["blocks.0.attn.hook_pattern"]``)."""
@@ -67,12 +62,22 @@ class CaptureResult(Result):
 
     def findings(self) -> Findings:
         """What ``headlens`` prints for this study (:func:`~headlens.reports.render.finding_lines.capture_findings`)."""
-        return capture_findings(self.tensors, self.tokens, self.verify)
+        return capture_findings(self.capture, self.verify)
+
+    @property
+    def tensors(self) -> dict[str, torch.Tensor]:
+        """The captured tensors by hook name, and ``lengths`` (as ``activations.safetensors`` holds them)."""
+        return {**self.capture.tensors, "lengths": self.capture.batch.lengths}
+
+    @property
+    def tokens(self) -> dict[str, Any]:
+        """``tokens.json``: ``prepend_bos``, ``pad_id``, ``n_prefix``, ``n_suffix`` and per prompt its token strings and ids."""
+        return tokens_entry(self.capture)
 
     @property
     def lengths(self) -> torch.Tensor:
         """Real tokens of each prompt (the rest is padding)."""
-        return self.tensors["lengths"]
+        return self.capture.batch.lengths
 
     @property
     def verify(self) -> pd.DataFrame | None:
@@ -81,36 +86,23 @@ class CaptureResult(Result):
     def pattern(self, layer: int) -> torch.Tensor:
         """``[prompt, head, query, key]`` attention pattern of one layer (the captured heads)."""
         name = f"blocks.{layer}.attn.hook_pattern"
-        if name not in self.tensors:
-            raise InputError(
-                f"layer={layer}: no pattern captured there (captured: {', '.join(k for k in self.tensors if k != 'lengths')})", layer=layer
-            )
-        return self.tensors[name]
+        if name not in self.capture.tensors:
+            raise InputError(f"layer={layer}: no pattern captured there (captured: {', '.join(self.capture.tensors)})", layer=layer)
+        return self.capture.tensors[name]
 
     def _shapes(self) -> str:
-        captured = [k for k in self.tensors if k != "lengths"]
         tables = super()._shapes() if self.tables else ""
-        return f"{len(captured)} tensors on {len(self.tokens.get('prompts', []))} prompt(s)" + (f", {tables}" if tables else "")
+        return f"{len(self.capture.tensors)} tensors on {len(self.capture.batch)} prompt(s)" + (f", {tables}" if tables else "")
 
     def _write_extra(self, folder: Path) -> None:
-        if self.capture is not None:
-            save_capture(self.capture, folder, self.manifest)
-            return
-        entry = self.manifest.get("capture") or {}
-        meta = {
-            "heads": json.dumps(entry.get("heads", {})),
-            "kv_heads": json.dumps(entry.get("kv_heads", {})),
-            "prepend_bos": str(self.tokens.get("prepend_bos")),
-        }
-        tensors = {k: t.contiguous() for k, t in self.tensors.items()}
-        atomic_write(folder / ACTIVATIONS_FILE, lambda p: save_file(tensors, str(p), metadata=meta))
-        write_json(folder / TOKENS_FILE, self.tokens)
+        save_capture(self.capture, folder, self.manifest)
 
     @classmethod
     def from_folder(cls, folder: str | Path) -> CaptureResult:
+        """The saved result, its capture rebuilt (:func:`~headlens.probes.capture_io.load_capture`)."""
         p = Path(folder)
-        tokens = json.loads((p / TOKENS_FILE).read_text(encoding="utf-8"))
-        return cls(tables=cls.read_tables(p), manifest=read_manifest(p), tensors=load_activations(p / ACTIVATIONS_FILE), tokens=tokens)
+        manifest = read_manifest(p)
+        return cls(tables=cls.read_tables(p), manifest=manifest, capture=load_capture(p, manifest["capture"]))
 
 
 @study("capture", CaptureConfig)
@@ -156,13 +148,12 @@ def capture(
     cap = run_capture(loaded, texts, config, progress=progress)
     manifest = build_manifest(model=loaded, command=command, seed=seed, prepend_bos=config.prepend_bos, configs={"capture": config})
     manifest["capture"] = capture_entry(cap)
-    tensors = {**cap.tensors, "lengths": cap.batch.lengths}
     tables = {}
     if verify and not isinstance(texts, TokenBatch):  # a TokenBatch with verify is refused above
         tables["verify"] = verify_attention(
             loaded, texts, prepend_bos=config.prepend_bos, tolerance=tolerance, batch_size=config.batch_size
         )
-    return CaptureResult(tables=tables, manifest=manifest, tensors=tensors, tokens=tokens_entry(cap), capture=cap)
+    return CaptureResult(tables=tables, manifest=manifest, capture=cap)
 
 
 def tiny_checkpoint(

@@ -61,7 +61,6 @@ def capture_cmd(model, device, dtype, revision, allow_new_weights, text, prompts
     result.save(out, overwrite=overwrite)
     written = saved_keys(out / ACTIVATIONS_FILE)  # counted in the file: the captured tensors plus 'lengths'
     cap = result.capture
-    assert cap is not None  # a computed result holds its Capture (None only when read back from a folder)
     extra = [k for k in written if k not in cap.tensors]
     detail = f"{len(written) - len(extra)} captured" + "".join(f" + {k}" for k in extra)
     click.echo(f"wrote {len(written)} tensors ({detail}) for {len(cap.batch)} prompt(s) -> {out / ACTIVATIONS_FILE}")

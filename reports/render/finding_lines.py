@@ -36,11 +36,10 @@ from headlens.reports.render.sinks_tables import lengths_lines, seed_text_lines
 from headlens.reports.render.verdict_text import rank_test_words
 
 if TYPE_CHECKING:
-    from torch import Tensor
-
     from headlens.analyses.ablation.pruning import PruneRun
     from headlens.analyses.ablation.study import AblationRun
     from headlens.analyses.patching.activation import PatchRun
+    from headlens.probes.capture import Capture
 
 __all__ = [
     "Findings",
@@ -332,14 +331,10 @@ def verify_findings(table: pd.DataFrame) -> Findings:
     return Findings(tuple(lines))
 
 
-def capture_findings(tensors: dict[str, Tensor], tokens: dict[str, Any], verify_table: pd.DataFrame | None = None) -> Findings:
-    """``headlens capture``: which tensors were captured (``tensors``: by hook name, with ``lengths``), with their shapes,
-    for how many prompts (``tokens``: ``tokens.json``), and the verify table's lines."""
-    captured = {k: v for k, v in tensors.items() if k != "lengths"}
-    if not captured:
-        return Findings()
-    n = len((tokens or {}).get("prompts") or []) or (int(tensors["lengths"].shape[0]) if "lengths" in tensors else 0)
-    lines = [f"{len(captured)} captured tensor(s) for {n} prompt(s):"]
-    lines += [f"  {name}  {list(t.shape)}" for name, t in captured.items()]
+def capture_findings(capture: Capture, verify_table: pd.DataFrame | None = None) -> Findings:
+    """``headlens capture``: which tensors were captured (by hook name), with their shapes, for how many prompts,
+    and the verify table's lines."""
+    lines = [f"{len(capture.tensors)} captured tensor(s) for {len(capture.batch)} prompt(s):"]
+    lines += [f"  {name}  {list(t.shape)}" for name, t in capture.tensors.items()]
     verify = verify_findings(verify_table) if verify_table is not None else Findings()
     return Findings(tuple(lines) + verify.lines, verify.warnings)

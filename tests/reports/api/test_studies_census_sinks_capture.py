@@ -112,6 +112,14 @@ def test_sinks_and_lengths(tiny_model, tmp_path):
         sinks(tiny_model, lengths=(16,), window=8)
 
 
+def _same_capture(a, b) -> None:
+    assert list(a.tensors) == list(b.tensors) and all(a.tensors[k].equal(b.tensors[k]) for k in b.tensors)
+    assert (a.heads, a.kv_heads, a.what, a.info) == (b.heads, b.kv_heads, b.what, b.info)
+    x, y = a.batch, b.batch
+    assert x.tokens.equal(y.tokens) and x.lengths.equal(y.lengths) and x.strings == y.strings
+    assert (x.prepend_bos, x.pad_id, x.n_prefix, x.n_suffix) == (y.prepend_bos, y.pad_id, y.n_prefix, y.n_suffix)
+
+
 def test_capture_with_verify_and_verify(tiny_model, tmp_path):
     r = capture(tiny_model, prompts=["one two three four", "five"], what=("q", "pattern"), layers=(1,), verify=True)
     assert isinstance(r, CaptureResult) and r.pattern(1).shape[:2] == (2, 4)
@@ -119,10 +127,19 @@ def test_capture_with_verify_and_verify(tiny_model, tmp_path):
     out = r.save(tmp_path / "cap")
     assert _files(out) == ["activations.safetensors", "manifest.json", "tokens.json", "verify.csv"]
     back = load(out)
-    assert isinstance(back, CaptureResult) and back.capture is None
+    assert isinstance(back, CaptureResult)
+    _same_capture(back.capture, r.capture)  # the Capture rebuilt: tensors in order, the padded batch, heads, info
     assert back["blocks.1.attn.hook_pattern"].equal(r.pattern(1)) and back.tokens == r.tokens
+    assert back.findings() == r.findings() and back.findings().lines
+    pd.testing.assert_frame_equal(back.verify, r.verify)
     again = back.save(tmp_path / "again")  # a result read back saves the same files again
     assert _files(again) == _files(out)
+    tokens = json.loads((again / "tokens.json").read_text())
+    assert tokens == r.tokens and (tokens["pad_id"], tokens["n_prefix"], tokens["n_suffix"]) == (r.capture.batch.pad_id, 1, 0)
+    del tokens["pad_id"]  # as headlens wrote tokens.json before it recorded the padding id
+    (again / "tokens.json").write_text(json.dumps(tokens))
+    with pytest.raises(InputError, match=r"tokens.json: no pad_id \(written by an older headlens\): capture again"):
+        load(again)
     with pytest.raises(InputError, match="layer=0: no pattern captured"):
         r.pattern(0)
     v = verify(tiny_model, prompts="a short prompt")
