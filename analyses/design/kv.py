@@ -11,6 +11,7 @@ reads it (on grouped-query models a KV head goes when all its query heads are re
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
@@ -19,12 +20,20 @@ from headlens.analyses.design.config import BYTES, KVConfig
 from headlens.probes.attention import attention_spec
 from headlens.probes.errors import InputError
 
-__all__ = ["KVConfig", "KV_COLUMNS", "BYTES", "check_kv", "kv_cache_table", "group_sizes", "layer_kv_heads"]
+__all__ = ["KVConfig", "KVRun", "KV_COLUMNS", "BYTES", "check_kv", "run_kv", "kv_cache_table", "group_sizes", "layer_kv_heads"]
 
 log = logging.getLogger(__name__)
 
 
 KV_COLUMNS = ["variant", "kv_heads", "kv_heads_total", "bytes_per_token", "tokens", "batch", "bytes", "saved", "formula"]
+
+
+@dataclass(kw_only=True)
+class KVRun:
+    """The KV cache of a model and its variants (:func:`run_kv`): ``table`` and the config it was sized with."""
+
+    table: pd.DataFrame  # KV_COLUMNS, one row per variant
+    config: KVConfig = field(default_factory=KVConfig)
 
 
 def group_sizes(n: int) -> list[int]:
@@ -128,3 +137,9 @@ def kv_cache_table(model: Any, config: KVConfig | None = None, *, removed: tuple
         rows.append(_row(model, f"pruned ({len(removed)} heads removed)", layer_kv_heads(model, removed=removed), own=own, **kw))
     log.debug("kv cache table: %d variants, %s, %d bytes per value", len(rows), dtype, nbytes)
     return pd.DataFrame(rows, columns=KV_COLUMNS)
+
+
+def run_kv(model: Any, config: KVConfig | None = None, *, removed: tuple[tuple[int, int], ...] | None = None) -> KVRun:
+    """:func:`kv_cache_table` with the config it ran with."""
+    config = config or KVConfig()
+    return KVRun(table=kv_cache_table(model, config, removed=removed), config=config)

@@ -7,7 +7,8 @@ over ``j = i + 1`` by content alone: the causal mask is all that breaks the symm
 
 :func:`run_knockouts` gives the loss change of each knockout (one layer at a time, all its heads,
 or with ``per_head`` each head alone); :func:`knockout_roles` re-runs the census with each layer's
-knockout in place and lists, per head, the roles it had and has.  Every knockout is first checked
+knockout in place and lists, per head, the roles it had and has; :func:`run_projections` runs both
+(the census when given its config) into a :class:`ProjectionsRun`.  Every knockout is first checked
 to take effect on this family (:func:`headlens.analyses.design.edits.check_knockout`).
 """
 
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -37,6 +38,8 @@ from headlens.probes.patch import Start, check_start, patched_forward, resid_sit
 
 __all__ = [
     "ProjectionConfig",
+    "ProjectionsRun",
+    "run_projections",
     "knockout_targets",
     "run_knockouts",
     "knockout_roles",
@@ -49,6 +52,35 @@ log = logging.getLogger(__name__)
 
 LOSS_COLUMNS = ["layer", "head", "kind", "loss", "loss_change", "relative_change"]
 ROLE_CHANGE_COLUMNS = ["knocked_layer", "kind", "layer", "head", "roles_before", "roles_after", "lost", "gained"]
+
+
+@dataclass(kw_only=True)
+class ProjectionsRun:
+    """One projection-knockout study (:func:`run_projections`): the loss change of each knockout and, when the
+    census ran under each knockout (``census`` is its config; ``None``: it did not), the roles changed and the
+    census scores."""
+
+    losses: pd.DataFrame  # LOSS_COLUMNS, the intact model first (kind "none")
+    role_changes: pd.DataFrame | None = None  # ROLE_CHANGE_COLUMNS
+    census_scores: pd.DataFrame | None = None  # the census under each knockout, stacked (knocked_layer, kind)
+    config: ProjectionConfig = field(default_factory=ProjectionConfig)
+    census: CensusConfig | None = None
+
+
+def run_projections(
+    model: Any,
+    data: EvalSet,
+    config: ProjectionConfig | None = None,
+    *,
+    census: CensusConfig | None = None,
+    progress: Callable[[str, int, int], None] | None = None,
+    journal: RecordJournal | None = None,
+) -> ProjectionsRun:
+    """:func:`run_knockouts` on ``data`` and, with ``census``, :func:`knockout_roles` (resumable in one ``journal``)."""
+    config = config or ProjectionConfig()
+    losses = run_knockouts(model, data, config, progress=progress, journal=journal)
+    changes, scores = knockout_roles(model, census, config, progress=progress, journal=journal) if census is not None else (None, None)
+    return ProjectionsRun(losses=losses, role_changes=changes, census_scores=scores, config=config, census=census)
 
 
 def knockout_targets(model: Any, config: ProjectionConfig) -> list[tuple[int, int | None, str]]:

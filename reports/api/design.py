@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,8 +22,8 @@ import pandas as pd
 from headlens.analyses.design.config import KnockoutRoles
 from headlens.analyses.design.edits import check_pooling
 from headlens.analyses.design.gqa import GQAConfig, check_gqa, run_gqa
-from headlens.analyses.design.kv import KVConfig, check_kv, kv_cache_table
-from headlens.analyses.design.projections import ProjectionConfig, knockout_roles, knockout_targets, run_knockouts
+from headlens.analyses.design.kv import KVConfig, KVRun, check_kv, kv_cache_table, run_kv
+from headlens.analyses.design.projections import ProjectionConfig, ProjectionsRun, knockout_targets, run_projections
 from headlens.analyses.heads.census import CensusConfig
 from headlens.analyses.measure.masks import HeadMask, read_mask
 from headlens.analyses.measure.setup import EvalSpec
@@ -33,7 +33,7 @@ from headlens.probes.loading import LoadedModel
 from headlens.probes.manifest import build_manifest
 from headlens.probes.progress import Progress
 from headlens.reports.api.ablate import data_setup, eval_spec, model_key
-from headlens.reports.api.common import config_of, loading_of, study
+from headlens.reports.api.common import config_from_record, config_of, loading_of, study
 from headlens.reports.api.folder import FolderResult, TableFileResult
 from headlens.reports.api.gqa_result import (
     DESIGN_TEXT_COLUMNS,
@@ -62,6 +62,7 @@ __all__ = ["gqa", "projections", "kv", "GQAResult", "ProjectionsResult", "KVResu
 #: Keyword arguments of gqa / projections that say which text the loss is measured on.
 TEXT_FIELDS = ("text", "text_file", "n_windows", "window", "prepend_bos")
 _KNOCKOUT_FIGURE = "knockout"
+_PROJECTIONS_TABLES = ("losses", "role_changes", "census_scores")
 
 
 def _text_spec(values: Mapping[str, Any]) -> EvalSpec:
@@ -154,7 +155,23 @@ class ProjectionsResult(FolderResult):
     section = "projections"
     marker_files = ("losses.csv",)
 
+    #: The analysis' run (losses, role changes, census scores, the config and the census's); read back from a
+    #: folder it is rebuilt from the tables and the manifest's ``config.projections`` and ``config.census``
+    #: (:meth:`from_folder`).
+    run: ProjectionsRun
+    #: ``summary.md`` as written
     summary_md: str = ""
+
+    def __post_init__(self) -> None:
+        run = self.run
+        found = {"losses": run.losses, "role_changes": run.role_changes, "census_scores": run.census_scores}
+        self.tables = {name: table for name in _PROJECTIONS_TABLES if (table := found[name]) is not None}
+
+    def restore_dtypes(self, files: dict[str, Path]) -> None:
+        """The tables' dtypes restored (:meth:`Result.restore_dtypes`), in the run too."""
+        super().restore_dtypes(files)
+        t = self.tables
+        self.run = replace(self.run, losses=t["losses"], role_changes=t.get("role_changes"), census_scores=t.get("census_scores"))
 
     @property
     def basis(self) -> str:
@@ -163,18 +180,18 @@ class ProjectionsResult(FolderResult):
 
     @property
     def losses(self) -> pd.DataFrame:
-        return self.tables["losses"]
+        return self.run.losses
 
     @property
     def role_changes(self) -> pd.DataFrame | None:
-        return self.tables.get("role_changes")
+        return self.run.role_changes
 
     @property
     def census_scores(self) -> pd.DataFrame | None:
-        return self.tables.get("census_scores")
+        return self.run.census_scores
 
     def findings(self) -> Findings:
-        return projections_findings(self.losses, self.role_changes, basis=self.basis) if "losses" in self.tables else Findings()
+        return projections_findings(self.run.losses, self.run.role_changes, basis=self.basis)
 
     def _figure_makers(self) -> dict[str, Callable[[], Figure]]:
         return {_KNOCKOUT_FIGURE: lambda: knockout_heatmap_figure(self.losses, title=f"projection knockout: {self.model_name}")}
@@ -190,16 +207,24 @@ class ProjectionsResult(FolderResult):
 
     @classmethod
     def read_tables(cls, folder: Path) -> dict[str, pd.DataFrame]:
-        return {
-            n: read_csv_table(folder / f"{n}.csv", DESIGN_TEXT_COLUMNS)
-            for n in ("losses", "role_changes", "census_scores")
-            if (folder / f"{n}.csv").is_file()
-        }
+        return {n: read_csv_table(folder / f"{n}.csv", DESIGN_TEXT_COLUMNS) for n in _PROJECTIONS_TABLES if (folder / f"{n}.csv").is_file()}
 
     @classmethod
     def from_folder(cls, folder: str | Path) -> ProjectionsResult:
+        """The saved result, its run rebuilt: the tables from their files, the configs from the manifest (the
+        census's where its role changes were saved: the census ran under the knockouts)."""
         p = Path(folder)
-        return cls(tables=cls.read_tables(p), manifest=read_manifest(p), summary_md=read_text(p, SUMMARY_FILE))
+        manifest, t = read_manifest(p), cls.read_tables(p)
+        configs = manifest["config"]
+        census = config_from_record(CensusConfig, configs["census"]) if "role_changes" in t else None
+        run = ProjectionsRun(
+            losses=t["losses"],
+            role_changes=t.get("role_changes"),
+            census_scores=t.get("census_scores"),
+            config=config_from_record(ProjectionConfig, configs["projections"]),
+            census=census,
+        )
+        return cls(run=run, manifest=manifest, summary_md=read_text(p, SUMMARY_FILE))
 
 
 @study("projections", ProjectionConfig)
@@ -262,15 +287,13 @@ def projections(
         else None
     )
     with opened or contextlib.nullcontext():
-        losses = run_knockouts(loaded, data, cfg, progress=progress, journal=opened)
-        changes, scores = knockout_roles(loaded, census, cfg, progress=progress, journal=opened) if under.roles else (None, None)
-    tables = {name: t for name, t in {"losses": losses, "role_changes": changes, "census_scores": scores}.items() if t is not None}
-    summary_md = projections_markdown(losses, changes, loaded.name, basis=data.basis(), figure=f"{_KNOCKOUT_FIGURE}.png")
+        run = run_projections(loaded, data, cfg, census=census if under.roles else None, progress=progress, journal=opened)
+    summary_md = projections_markdown(run.losses, run.role_changes, loaded.name, basis=data.basis(), figure=f"{_KNOCKOUT_FIGURE}.png")
     extra = {"projections": {"data": data.describe(), **setup.manifest_fields(), "resumed": bool(getattr(opened, "resumed", False))}}
     manifest = build_manifest(
         model=loaded, command=command, prepend_bos=spec.prepend_bos, configs={"projections": cfg, "census": census}, extra=extra
     )
-    return ProjectionsResult(tables=tables, manifest={"result": ProjectionsResult.kind, **manifest}, summary_md=summary_md)
+    return ProjectionsResult(run=run, manifest={"result": ProjectionsResult.kind, **manifest}, summary_md=summary_md)
 
 
 # ----------------------------------------------------------------------------- kv
@@ -286,8 +309,29 @@ class KVResult(TableFileResult):
     table_name = "kv"
     text_columns = KV_TEXT_COLUMNS
 
+    #: The analysis' run (the table and the config); read back from a file it is rebuilt from the table and
+    #: the manifest's ``config.kv`` (:meth:`from_table`).
+    run: KVRun
+
+    def __post_init__(self) -> None:
+        self.tables = {self.table_name: self.run.table}
+
+    def restore_dtypes(self, files: dict[str, Path]) -> None:
+        """The table's dtypes restored (:meth:`Result.restore_dtypes`), in the run too."""
+        super().restore_dtypes(files)
+        self.run = replace(self.run, table=self.tables[self.table_name])
+
+    @property
+    def table(self) -> pd.DataFrame:
+        return self.run.table
+
+    @classmethod
+    def from_table(cls, table: pd.DataFrame, manifest: dict[str, Any]) -> KVResult:
+        """The result read back, its run rebuilt: the table, the config from the manifest's ``config.kv``."""
+        return cls(run=KVRun(table=table, config=config_from_record(KVConfig, manifest["config"]["kv"])), manifest=manifest)
+
     def findings(self) -> Findings:
-        return kv_findings(self.table, self.model_name) if "kv" in self.tables else Findings()
+        return kv_findings(self.run.table, self.model_name)
 
 
 @study("kv", KVConfig)
@@ -323,6 +367,6 @@ def kv(
     if mask_file is not None:
         mask = read_mask(mask_file, n_layers=loaded.n_layers, n_heads=loaded.n_heads)
     check_kv(loaded, cfg)
-    table = kv_cache_table(loaded, cfg, removed=mask.heads if isinstance(mask, HeadMask) else None)
+    run = run_kv(loaded, cfg, removed=mask.heads if isinstance(mask, HeadMask) else None)
     manifest = build_manifest(model=loaded, command=command, configs={"kv": cfg}, extra={"kv": {"mask": mask_file}})
-    return KVResult(tables={"kv": table}, manifest={"result": KVResult.kind, **manifest})
+    return KVResult(run=run, manifest={"result": KVResult.kind, **manifest})

@@ -85,6 +85,7 @@ RUN_PARTS = {
     "ablate": lambda run: (run.config, {"ablation": run.table}),
     "prune": lambda run: (run.config, {"curve": run.curve, "random_orders": run.random, "importance": run.importance}),
     "census": lambda run: (run.census.config, run.tables),
+    "kv": lambda run: (run.config, {"kv": run.table}),
 }
 
 

@@ -22,7 +22,7 @@ from headlens.reports.api.patch import PatchingResult, patch
 from headlens.reports.api.prune import PruneResult, prune
 from headlens.reports.api.registry import load
 from headlens.reports.cli.main import cli
-from tests.reports.api.conftest import session_models
+from tests.reports.api.conftest import session_models, tables_saved
 
 #: Windows of the evaluation text every study here measures on (small: a smoke-sized run).
 TEXT: dict[str, Any] = {"n_windows": 2, "window": 16}
@@ -187,15 +187,32 @@ def test_projections_and_kv_round_trip(tiny_model, tmp_path):
     back = load(folder)
     assert isinstance(back, ProjectionsResult) and back.summary_md == res.summary_md
     _same_tables(back, res)
+    # the run rebuilt from the files: its config (no census ran), its tables are the result's; the same findings
+    assert back.run.config == res.run.config and back.run.census is None and back.run.losses is back.tables["losses"]
+    assert back.findings() == res.findings() and back.findings().lines
     _displays(back)
     table = kv(tiny_model, context=64)
     assert isinstance(table, KVResult) and "formula" in table.table
     out = table.save(tmp_path / "kv.csv")
     assert sorted(p.name for p in tmp_path.glob("kv*")) == ["kv.csv", "kv.manifest.json"]
-    assert isinstance(load(out), KVResult)
-    _same_tables(load(out), table)
+    kv_back = load(out)
+    assert isinstance(kv_back, KVResult) and kv_back.run.config == table.run.config and kv_back.run.table is kv_back.table
+    assert kv_back.findings() == table.findings() and kv_back.findings().lines
+    _same_tables(kv_back, table)
     with pytest.raises(InputError, match="no figure"):
         table.plot()
+
+
+def test_projections_with_the_census_round_trip(tiny_model, tmp_path):
+    """With the census under each knockout, the loaded run has the census's config and its role changes and scores."""
+    res = projections(tiny_model, kinds=("q=k",), layers=(1,), n_prompts=2, **TEXT)
+    assert res.run.census is not None and res.role_changes is not None and res.census_scores is not None
+    back = load(tables_saved(res, tmp_path / "p"))
+    assert isinstance(back, ProjectionsResult)
+    assert back.run.census == res.run.census and back.run.config == res.run.config
+    assert back.run.role_changes is back.tables["role_changes"] and back.run.census_scores is back.tables["census_scores"]
+    _same_tables(back, res)
+    assert back.findings() == res.findings() and back.findings().lines
 
 
 # --------------------------------------------------------------------------- patch

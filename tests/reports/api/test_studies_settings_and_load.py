@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 
 import pandas as pd
 import pytest
@@ -239,7 +240,7 @@ def test_a_sinks_result_reads_back_as_it_was_saved(tiny_model, tmp_path):
 def test_a_table_file_result_keeps_its_dtypes(tiny_model, tmp_path):
     result = kv(tiny_model)
     table = result.table.assign(note=pd.Series([""] * len(result.table), dtype=object))
-    KVResult(tables={"kv": table}, manifest=result.manifest).save(tmp_path / "kv.csv")
+    KVResult(run=replace(result.run, table=table), manifest=result.manifest).save(tmp_path / "kv.csv")
     back = load(tmp_path / "kv.csv")
     assert isinstance(back, KVResult)
     pd.testing.assert_frame_equal(back.table, table)
