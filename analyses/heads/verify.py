@@ -21,19 +21,21 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import pandas as pd
 import torch
 from jaxtyping import Bool, Float
 from torch import Tensor
 
+from headlens.analyses.heads.verify_config import VerifyConfig
 from headlens.probes.attention import LayerAttention, allowed_keys, attention_spec, pattern_from_qk, repeat_kv
 from headlens.probes.capture import Capture, capture
 from headlens.probes.config import CaptureConfig
 from headlens.probes.devices import TOLERANCES
 from headlens.probes.loading import LoadedModel
 
-__all__ = ["verify_attention", "verify_capture", "DEFAULT_TOLERANCE", "recompute_pattern", "applied_rules"]
+__all__ = ["VerifyRun", "run_verify", "verify_attention", "verify_capture", "DEFAULT_TOLERANCE", "recompute_pattern", "applied_rules"]
 
 log = logging.getLogger(__name__)
 
@@ -137,3 +139,21 @@ def verify_attention(
     attention_spec(model).require_reconstruction("verify")
     cap = capture(model, prompts, CaptureConfig(what=VERIFY_WHAT, prepend_bos=prepend_bos, batch_size=batch_size))
     return verify_capture(model, cap, tolerance=tolerance)
+
+
+@dataclass(kw_only=True)
+class VerifyRun:
+    """What :func:`run_verify` ran with and found."""
+
+    config: VerifyConfig
+    #: One row per layer (:func:`verify_capture`'s table)
+    table: pd.DataFrame
+
+
+def run_verify(model: LoadedModel, config: VerifyConfig | None = None) -> VerifyRun:
+    """:func:`verify_attention` on ``config``'s prompts with its settings (default :class:`VerifyConfig`)."""
+    config = config or VerifyConfig()
+    table = verify_attention(
+        model, list(config.prompts), prepend_bos=config.prepend_bos, tolerance=config.tolerance, batch_size=config.batch_size
+    )
+    return VerifyRun(config=config, table=table)

@@ -4,22 +4,22 @@ q and k, and z against pattern @ V (one row per layer); ``headlens verify`` prin
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from headlens.analyses.heads.verify import verify_attention
+from headlens.analyses.heads.verify import VerifyRun, run_verify
 from headlens.analyses.heads.verify_config import DEFAULT_VERIFY_PROMPTS, DEFAULT_VERIFY_TEXT, VerifyConfig, check_prompts
 from headlens.analyses.synthetic.selftest import SelftestReport, run_selftest
 from headlens.probes.config import ModelConfig
 from headlens.probes.loading import LoadedModel
 from headlens.probes.manifest import build_manifest
 from headlens.probes.progress import Progress
-from headlens.reports.api.common import config_of, loading_of, study
+from headlens.reports.api.common import config_from_record, config_of, loading_of, study
 from headlens.reports.api.models import as_loaded
-from headlens.reports.api.result import Result
+from headlens.reports.api.result import Result, read_manifest
 from headlens.reports.render.finding_lines import Findings, verify_findings
 
 log = logging.getLogger(__name__)
@@ -46,13 +46,33 @@ class VerifyResult(Result):
     kind = "verify"
     marker_files = ("verify.csv",)
 
+    #: The analysis' run (the config and the table); read back from a folder it is rebuilt from ``verify.csv``
+    #: and the manifest's ``config.verify`` (:meth:`from_folder`).
+    run: VerifyRun
+
+    def __post_init__(self) -> None:
+        self.tables = {"verify": self.run.table}
+
+    def restore_dtypes(self, files: dict[str, Path]) -> None:
+        """The table's dtypes restored (:meth:`Result.restore_dtypes`), in the run too."""
+        super().restore_dtypes(files)
+        self.run = replace(self.run, table=self.tables["verify"])
+
     @property
     def table(self) -> pd.DataFrame:
-        return self["verify"]
+        return self.run.table
 
     def findings(self) -> Findings:
         """What ``headlens`` prints for this study (:func:`~headlens.reports.render.finding_lines.verify_findings`)."""
-        return verify_findings(self.table) if "verify" in self.tables else Findings()
+        return verify_findings(self.run.table)
+
+    @classmethod
+    def from_folder(cls, folder: str | Path) -> VerifyResult:
+        """The saved result, its run rebuilt: the table from ``verify.csv``, the config from the manifest's ``config.verify``."""
+        p = Path(folder)
+        manifest = read_manifest(p)
+        config = config_from_record(VerifyConfig, manifest["config"]["verify"])
+        return cls(run=VerifyRun(config=config, table=cls.read_tables(p)["verify"]), manifest=manifest)
 
     @property
     def ok(self) -> bool:
@@ -93,11 +113,9 @@ def verify(
     :class:`VerifyConfig`'s fields (or ``config``); ``device=``, ``dtype=`` ... load a model given by name."""
     config = config_of(VerifyConfig, locals())
     loaded = as_loaded(model, loading_of(locals()))
-    table = verify_attention(
-        loaded, list(config.prompts), prepend_bos=config.prepend_bos, tolerance=config.tolerance, batch_size=config.batch_size
-    )
+    run = run_verify(loaded, config)
     manifest = build_manifest(model=loaded, command=command, prepend_bos=config.prepend_bos, configs={"verify": config})
-    return VerifyResult(tables={"verify": table}, manifest=manifest)
+    return VerifyResult(run=run, manifest=manifest)
 
 
 def selftest(

@@ -144,5 +144,9 @@ def test_capture_with_verify_and_verify(tiny_model, tmp_path):
         r.pattern(0)
     v = verify(tiny_model, prompts="a short prompt")
     assert isinstance(v, VerifyResult) and v.ok and v.failed_layers == [] and v.worst_error < 1e-3
+    v_back = load(v.save(tmp_path / "verify"))  # the run rebuilt: the config from the manifest, the table from verify.csv
+    assert isinstance(v_back, VerifyResult) and v_back.run.config == v.run.config and v_back.run.table is v_back.table
+    pd.testing.assert_frame_equal(v_back.table, v.table)
+    assert v_back.findings() == v.findings() and v_back.findings().lines
     with pytest.raises(InputError, match="prompts is empty"):
         verify(tiny_model, prompts=[" "])
