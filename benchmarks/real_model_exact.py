@@ -122,22 +122,26 @@ def _plan(args: argparse.Namespace, model: Any, task: Any, graph: Any, orders: l
     return smp, cost, probed
 
 
-def _cached(path: Path, score: Any) -> Any:
+def _cached(path: Path, score: Any) -> tuple[Any, float | None, bool]:
     """An estimate over every edge, from ``path`` when an earlier run saved it there (the estimates are most of the run's
-    time on a loaded machine), else ``score()``, saved there."""
+    time on a loaded machine), else ``score()``, saved there with its seconds: ``(estimate, seconds it took when scored
+    (None: not recorded), from the cache)``."""
     import numpy as np
 
     from headlens.analyses.circuits.scores import PerPair
 
     if path.is_file():
         z = np.load(path)
-        return PerPair(values=z["values"], clean=z["clean"], corrupt=z["corrupt"], metric=str(z["metric"]),
-                       method=str(z["method"]), direction=str(z["direction"]), edge_ids=z["edge_ids"], steps=int(z["steps"]),
-                       forwards=float(z["forwards"]))  # fmt: skip
+        pp = PerPair(values=z["values"], clean=z["clean"], corrupt=z["corrupt"], metric=str(z["metric"]),
+                     method=str(z["method"]), direction=str(z["direction"]), edge_ids=z["edge_ids"], steps=int(z["steps"]),
+                     forwards=float(z["forwards"]))  # fmt: skip
+        return pp, float(z["seconds"]) if "seconds" in z.files else None, True
+    t0 = time.perf_counter()
     pp = score()
+    seconds = round(time.perf_counter() - t0, 1)
     np.savez(path, values=pp.values, clean=pp.clean, corrupt=pp.corrupt, metric=pp.metric, method=pp.method, direction=pp.direction,
-             edge_ids=pp.edge_ids, steps=pp.steps, forwards=pp.forwards)  # fmt: skip
-    return pp
+             edge_ids=pp.edge_ids, steps=pp.steps, forwards=pp.forwards, seconds=seconds)  # fmt: skip
+    return pp, seconds, False
 
 
 def _joined(a: Any, b: Any) -> Any:
@@ -161,16 +165,20 @@ def run_task(args: argparse.Namespace, model: Any, graph: Any, name: str, budget
     task = builtin_task(model, name, n=args.pairs, seed=args.seed)
     out: dict[str, Any] = {"task": name, "pairs": len(task), "edges": len(graph.edges), "seconds": {}, "workers": args.workers,
                            "command": " ".join(["python benchmarks/real_model_exact.py", *sys.argv[1:]])}  # fmt: skip
-    est = {}
+    est, out["resumed"] = {}, []  # what an earlier run did: its seconds are that run's (or not known), not this run's
     for method, steps in (("eap", 1), ("eap-ig", args.steps)):
-        t0 = time.perf_counter()
         cached = Path(args.cache) / f"{method}-{name}-{len(task)}-{steps}-{args.seed}.npz"
-        est[method] = _cached(cached, lambda s=steps: attribution_scores(model, task, graph, steps=s, batch_size=args.batch_size))
-        out["seconds"][method] = round(time.perf_counter() - t0, 1)
-        print(f"  {method}: every edge in {out['seconds'][method]:.0f} s", flush=True)
+        est[method], out["seconds"][method], hit = _cached(
+            cached, lambda s=steps: attribution_scores(model, task, graph, steps=s, batch_size=args.batch_size)
+        )
+        out["resumed"] += [method] if hit else []
+        took = "time not recorded" if out["seconds"][method] is None else f"{out['seconds'][method]:.0f} s"
+        print(f"  {method}: every edge in {took}{' (an earlier run, from --cache)' if hit else ''}", flush=True)
     smp, out["cost"], probed = _plan(args, model, task, graph, [_order(est["eap"]), _order(est["eap-ig"])], budget_s)
     t0 = time.perf_counter()
     journal = Path(args.cache) / f"exact-{name}-{args.pairs}-{len(smp.ids)}.jsonl" if args.workers > 1 else None
+    if journal is not None and journal.is_file():
+        out["resumed"].append("exact")  # its seconds are this run's part only
     rest = np.setdiff1d(smp.ids, probed.edge_ids)
     ex = _joined(probed, _exact(model, task, graph, rest, args.workers, journal)) if len(rest) else probed
     out["seconds"]["exact"] = round(time.perf_counter() - t0, 1)
@@ -215,6 +223,16 @@ def _ci(m: dict[str, Any], key: str) -> str:
     return f"{m[key]:.2f} [{lo:.2f}, {hi:.2f}]"
 
 
+def _took(result: dict[str, Any], method: str) -> str:
+    """How long ``method`` took on this task, saying where an earlier run did (part of) it."""
+    seconds, earlier = result["seconds"][method], method in result.get("resumed", ())
+    if method == "exact" and earlier:
+        return f"{seconds:,.0f} s to finish a journal an earlier run left"
+    if seconds is None:
+        return "from an earlier run's cache, time not recorded"
+    return f"{seconds:,.0f} s" + (" in an earlier run, read from its cache" if earlier else "")
+
+
 def section(data: dict[str, Any]) -> str:
     """The page section (between :data:`BEGIN` and :data:`END`), from the figures."""
     from headlens.reports.render.against_exact_lines import against_exact_line
@@ -224,7 +242,7 @@ def section(data: dict[str, Any]) -> str:
                f"{s['top']} + random {s['random']} (exact predicted at {r['cost']['predicted_s'] / 60:.0f} min for the full sample, "
                f"{r['cost']['seconds_per_edge']:.2f} s per edge)" for r in data["results"] if r["cost"]["reduced"]]  # fmt: skip
     runs = "; ".join(f"{r['task']}: `{r['command']}` ({r['pairs']} pairs, exact on {r['workers']} worker{'s' if r['workers'] > 1 else ''}: "
-                     f"{r['seconds']['exact']:,.0f} s; EAP {r['seconds']['eap']:,.0f} s, EAP-IG {r['seconds']['eap-ig']:,.0f} s)"
+                     f"{_took(r, 'exact')}; EAP {_took(r, 'eap')}, EAP-IG {_took(r, 'eap-ig')})"
                      for r in data["results"])  # fmt: skip
     where = f"{os.cpu_count()} CPU cores" if data.get("device", "cpu") == "cpu" else data["device"]
     out = [BEGIN, "## AUROC against exact patching", "",

@@ -53,3 +53,14 @@ def test_section_words_each_estimate_and_says_a_wide_interval(tmp_path, monkeypa
     assert written.count(m.BEGIN) == 1 and "**Reduced**" not in written and written.startswith("# A real model\n\nbody\n")
     assert m.kept_section(written).strip() == m.section(_data()).strip()
     assert m.kept_section("# no section\n") == ""
+
+
+def test_section_says_what_an_earlier_run_did_instead_of_its_own_zero_seconds():
+    m = _module()
+    data = _data()
+    data["results"][0] |= {"seconds": {"eap": 9.0, "eap-ig": None, "exact": 0.4}, "resumed": ["eap", "eap-ig", "exact"]}
+    text = m.section(data)
+    assert "exact on 1 worker: 0 s to finish a journal an earlier run left" in text
+    assert "EAP 9 s in an earlier run, read from its cache, EAP-IG from an earlier run's cache, time not recorded" in text
+    data["results"][0] |= {"seconds": {"eap": 9.0, "eap-ig": 17.0, "exact": 624.0}, "resumed": []}
+    assert "exact on 1 worker: 624 s; EAP 9 s, EAP-IG 17 s)" in m.section(data)
