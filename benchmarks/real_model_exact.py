@@ -325,6 +325,8 @@ def main() -> None:
 
     torch.set_num_threads(1 if args.workers > 1 else 2)
     load0 = os.getloadavg()[0]
+    # the commit that runs, read at the start (work committed during a long run is not in it)
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
     model = _load(args)
     from headlens.analyses.circuits.graph import build_graph
 
@@ -335,7 +337,6 @@ def main() -> None:
         left = args.budget_min * 60 - (time.perf_counter() - start)
         print(f"{name}: {args.pairs} pairs, {len(graph.edges):,} edges", flush=True)
         results.append(run_task(args, model, graph, name, left / (len(tasks) - i)))
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
     data = {"settings": {k: getattr(args, k) for k in ("pairs", "steps", "top", "random", "workers", "seed", "n_bootstrap")},
             "results": results, "commit": commit, "date": dt.date.today().isoformat(), "load": [load0, os.getloadavg()[0]],
             "device": args.device, "peers": PEERS}  # fmt: skip
