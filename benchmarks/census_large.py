@@ -15,12 +15,23 @@ batches: eager with output_attentions=True (the floor) and SDPA, each warmed up 
 The census and the floors run in turn, --repeats rounds (the order rotates each round), so
 contention from other work hits them alike; the ratio census / hf_eager is the median of the
 per-round ratios (target <= 1.3, issue 23), printed beside the machine's load average.
+
+Page faults: on the CPU each side's minor page faults are counted per round (``faults``).  glibc
+hands out every block over 32 MiB (a batch's ``[256, 4, 127, 127]`` pattern is 63 MiB) as fresh
+``mmap``'d memory and returns it on free, so each such tensor faults in its pages again (16,000
+faults for 63 MiB), and how many of them a round pays depends on the heap's state more than on its
+work: the same HF forwards paid 0.9 M faults in one round and 4.0 M in the next.  A GPU has no such
+cost (PyTorch's CUDA caching allocator keeps freed blocks), and the tiny model on the CPU stands in
+for the GPU regime; ``--keep-freed-memory`` reruns this script with glibc told to keep freed memory
+(``MALLOC_MMAP_THRESHOLD_`` and ``MALLOC_TRIM_THRESHOLD_`` at 4 GiB, both sides alike), the CPU's
+nearest model of a caching allocator.  The output says which allocator ran (``allocator``).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import resource
 import statistics
 import sys
 import time
@@ -33,6 +44,8 @@ import _common
 TARGET_S = 30.0
 #: census / plain HF eager forward with patterns over the same batches (issue 23)
 RATIO_TARGET = 1.3
+#: glibc's setting for --keep-freed-memory: blocks up to 4 GiB from the heap, and freed memory kept
+_KEEP = ("MALLOC_MMAP_THRESHOLD_", str(4 * 2**30))
 
 
 def main() -> None:
@@ -45,7 +58,12 @@ def main() -> None:
     p.add_argument("--no-floor", action="store_true", help="skip the plain Hugging Face forwards")
     p.add_argument("--repeats", type=int, default=1, help="timed rounds of census and floors, in turn (medians)")
     p.add_argument("--no-sdpa", action="store_true", help="time the eager floor only")
+    p.add_argument("--keep-freed-memory", action="store_true", help="rerun with glibc keeping freed memory (see above)")
     args = p.parse_args()
+    if args.keep_freed_memory and os.environ.get(_KEEP[0]) != _KEEP[1]:
+        # glibc reads its tunables at start-up: the setting takes a fresh process
+        keep = dict.fromkeys(("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_"), _KEEP[1])
+        os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **keep})
 
     import torch
 
@@ -96,14 +114,17 @@ def main() -> None:
             _common.hf_forward(hf, batches[:1], patterns=attn == "eager")
             fns[f"hf_{attn}"] = lambda hf=hf, attn=attn: _common.hf_forward(hf, batches, patterns=attn == "eager")
     times: dict[str, list[float]] = {name: [] for name in fns}
+    faults: dict[str, list[int]] = {name: [] for name in fns}
     names = list(fns)
     for rnd in range(max(1, args.repeats)):
         for name in names[rnd % len(names) :] + names[: rnd % len(names)]:
             sync()
+            f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
             t0 = time.perf_counter()
             fns[name]()
             sync()
             times[name].append(time.perf_counter() - t0)
+            faults[name].append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0)
     seconds = statistics.median(times["census"])
     result = result["r"]
     peak = torch.cuda.max_memory_allocated() / 2**20 if device.startswith("cuda") else _common.rss_mib()
@@ -124,6 +145,8 @@ def main() -> None:
         "finite_scores": int(result.scores["score"].notna().sum()),
         "gpu": torch.cuda.get_device_name() if device.startswith("cuda") else None,
         "times_s": times,
+        "faults": faults,
+        "allocator": "glibc keeping freed memory" if os.environ.get(_KEEP[0]) == _KEEP[1] else "default",
         "repeats": max(1, args.repeats),
         "loadavg": os.getloadavg(),
         "cpus": os.cpu_count(),
@@ -147,6 +170,7 @@ def main() -> None:
             f"  census / hf_eager = {out['census_vs_hf_eager']:.2f} (median of {out['repeats']} round(s); target <= {RATIO_TARGET:g}: "
             f"{'met' if out['ratio_met'] else 'NOT met'}); load average {out['loadavg'][0]:.1f} on {out['cpus']} CPUs"
         )
+        print(f"  allocator: {out['allocator']}; minor page faults per round: census {faults['census']}, hf_eager {faults['hf_eager']}")
     print(json.dumps(out))
     _common.write_json(args.json, out)
 
