@@ -75,7 +75,7 @@ class CircuitConfig:
     confirm_sample: int = setting(
         20,
         help="Edges outside the confirmed top, a seeded random sample, also confirmed by exact patching: how many carry more "
-        "than the smallest confirmed top edge (missed by the ranking).",
+        "than the smallest confirmed top edge and are not negligible (missed by the ranking).",
         minimum=0,
     )
     n_bootstrap: int = setting(1000, help="Bootstrap resamples of the pairs (intervals).", minimum=1)

@@ -4,7 +4,10 @@
 the pairs that scored the edges) the top ``confirm`` edges of the circuit and ``confirm_sample``
 edges drawn at random (seeded) from the rest of the ranking: the top alone never checks an edge
 the estimate ranks low.  A sampled edge whose ``|exact|`` exceeds the smallest ``|exact|`` of the
-confirmed top (and is not ``exact ~ 0``) is *missed*: the ranking put it below edges that carry less.
+confirmed top and is not negligible (at least :data:`AGREE_FLOOR`, the floor below which two edges
+agree) is *missed*: the ranking put it below edges that carry less.  Without the floor, a top that
+reaches down to negligible edges (the smallest at 0.0002 of the gap) would call every sampled edge
+of 0.0003 missed, while no edge of the exact circuit was.
 
 Comparison (:func:`compare`), where both values are finite (NaN scores compare as nothing):
 
@@ -156,7 +159,8 @@ def confirmation_summary(table: pd.DataFrame, n_top: int, sample: np.ndarray, fl
     smp = table.loc[np.asarray(sample, dtype=np.int64)]
     top_exact = np.abs(top["exact"].to_numpy(dtype=float))
     smallest = float(np.nanmin(top_exact)) if np.isfinite(top_exact).any() else float("nan")  # all NaN: no gap to share
-    above = (np.abs(smp["exact"].to_numpy(dtype=float)) > smallest) & ~smp["exact_near_zero"].to_numpy(dtype=bool)
+    size = np.abs(smp["exact"].to_numpy(dtype=float))
+    above = (size > smallest) & (size >= AGREE_FLOOR) & ~smp["exact_near_zero"].to_numpy(dtype=bool)
     missed = smp[above] if np.isfinite(smallest) else smp.iloc[:0]
     n_rest = len(table) - int(n_top)
     out["sample"] = {
@@ -165,6 +169,7 @@ def confirmation_summary(table: pd.DataFrame, n_top: int, sample: np.ndarray, fl
         "seed": int(seed),
         "seed_stream": SAMPLE_STREAM,
         "smallest_top_exact": smallest,
+        "missed_floor": AGREE_FLOOR,  # a missed edge carries at least this much (and more than the smallest top edge)
         "n_missed": len(missed),
         "missed": named(missed.sort_values("exact", key=np.abs, ascending=False)),
         "estimated_missed": float(len(missed) / len(smp) * n_rest) if len(smp) else None,

@@ -178,14 +178,25 @@ def _sample_lines(sample: Mapping[str, Any], s: Mapping[str, Any]) -> list[str]:
         return [f"{n} of the {sample['outside']} edges drawn at random (seed {sample.get('seed', 0)}) and patched exactly (exact column)"]
     missed = list(sample.get("missed") or [])
     rate = _missed_range(sample, len(missed))
+    bar = _missed_bar(sample)
     if not missed:
-        return [head + f"none carries more than the smallest confirmed top edge (|exact| {float(sample['smallest_top_exact']):.2g})" + rate]
+        return [head + f"none carries more than {bar}" + rate]
     return [
-        head + f"{len(missed)} carr{'ies' if len(missed) == 1 else 'y'} more than the smallest confirmed top edge "
-        f"(|exact| {float(sample['smallest_top_exact']):.2g}), missed by the ranking: "
+        head + f"{len(missed)} carr{'ies' if len(missed) == 1 else 'y'} more than {bar}, missed by the ranking: "
         + _named(missed, lambda it: f" exact {float(it['exact']):.2f} (estimate rank {it['rank']})")
         + rate
     ]
+
+
+def _missed_bar(sample: Mapping[str, Any]) -> str:
+    """What a missed edge carries more than: the smallest confirmed top edge, or the negligible floor where that edge
+    is below it (``missed_floor``; a result saved before it was recorded: the smallest top edge alone)."""
+    smallest, floor = float(sample["smallest_top_exact"]), float(sample.get("missed_floor") or 0.0)
+    if not np.isfinite(smallest):
+        return "the smallest confirmed top edge (none has a finite exact value)"
+    if smallest >= floor:
+        return f"the smallest confirmed top edge (|exact| {smallest:.2g})"
+    return f"|exact| {floor:g}, below which an edge is negligible (the smallest confirmed top edge carries {smallest:.2g})"
 
 
 def _missed_range(sample: Mapping[str, Any], k: int) -> str:

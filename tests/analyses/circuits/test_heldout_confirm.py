@@ -129,3 +129,28 @@ def test_threshold_above_every_score_says_the_circuit_is_empty(demo_model, demo_
     assert run.summary["n_circuit"] == 0
     (note,) = [n for n in run.notes if "the circuit is empty" in n]
     assert "|score| >= inf" in note and "the largest is" in note
+
+
+def test_a_missed_edge_is_not_negligible_when_the_top_reaches_down_to_negligible_edges():
+    """Seen on the demo (--confirm 30): the 30th top edge carried 0.00024 of the gap, so 11 sampled edges of about 0.0003 were
+    called missed by the ranking while the AUROC line beside it found no sampled edge outside the top in the exact circuit.
+    A missed edge now carries more than the smallest top edge and at least AGREE_FLOOR; the text says which bar held."""
+    import pandas as pd
+
+    from headlens.analyses.circuits.confirm import confirmation_summary
+    from headlens.reports.api.circuit_text import _sample_lines
+
+    exact = [0.5, 0.2, 0.00024, 0.0003, 0.005, 0.05, -0.03, 0.0001]
+    table = pd.DataFrame({"sender": [f"s{i}" for i in range(8)], "receiver": "r", "input": "v", "rank": range(1, 9),
+                          "score": exact, "exact": exact, "stability": 1.0, "confirmed": ["top"] * 3 + ["sample"] * 5,
+                          "exact_near_zero": False, "disagree": False, "off_exact": False, "estimate_over_exact": 1.0})  # fmt: skip
+    sample = confirmation_summary(table, 3, np.arange(3, 8), floor=1e-6, seed=0)["sample"]
+    assert sample["smallest_top_exact"] == 0.00024 and sample["missed_floor"] == AGREE_FLOOR
+    assert [m["edge"] for m in sample["missed"]] == ["s5 -> r (v)", "s6 -> r (v)"]  # not 0.0003 nor 0.005 (< AGREE_FLOOR)
+    (line,) = _sample_lines(sample, {"confirmation": {"n_top": 3}})
+    bar = f"|exact| {AGREE_FLOOR:g}, below which an edge is negligible (the smallest confirmed top edge carries 0.00024)"
+    assert f"2 carry more than {bar}" in line
+    table["exact"] = table["score"] = [0.5, 0.2, 0.04, 0.0003, 0.005, 0.05, -0.03, 0.0001]
+    sample = confirmation_summary(table, 3, np.arange(3, 8), floor=1e-6, seed=0)["sample"]
+    assert [m["edge"] for m in sample["missed"]] == ["s5 -> r (v)"]  # the top's 0.04 is the bar: -0.03 is below it
+    assert "1 carries more than the smallest confirmed top edge (|exact| 0.04)" in _sample_lines(sample, {"confirmation": {"n_top": 3}})[0]
