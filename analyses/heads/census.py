@@ -84,6 +84,7 @@ __all__ = [
     "check_census_settings",
     "build_stimuli",
     "run_census",
+    "DetectRun",
     "layer_windows",
     "layer_causal",
     "SCORE_COLUMNS",
@@ -108,6 +109,15 @@ class CensusRun:
     #: per-head referent statistics (``headlens.analyses.heads.detectors.referent.REFERENT_TABLE_COLUMNS``:
     #: sign test over minimal pairs, intervals over pairs, held-out accuracy); None without it
     referent: pd.DataFrame | None = None
+
+
+@dataclass(kw_only=True)
+class DetectRun:
+    """What ``headlens detect`` keeps of a :class:`CensusRun`: the config it ran with and its ``scores``
+    (SCORE_COLUMNS); unlike the census run, rebuilt exactly from the saved table and manifest."""
+
+    config: CensusConfig
+    scores: pd.DataFrame
 
 
 def layer_windows(model: LoadedModel, max_len: int | None = None) -> list[int | None]:

@@ -1,10 +1,12 @@
 """The seed measurement: for one text, per head, the last token's attention to the first token
-against ``1/n`` (what a uniform head would give), strongest first."""
+against ``1/n`` (what a uniform head would give), strongest first; :func:`run_seed_text` measures it
+for each BOS setting into a :class:`SeedTextRun`."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
@@ -16,9 +18,20 @@ from headlens.probes.engine import Sums, batch_attention_mask, reduce_pass
 from headlens.probes.errors import InputError
 from headlens.probes.loading import LoadedModel
 
-__all__ = ["seed_measurement", "seed_tables"]
+__all__ = ["SeedTextRun", "seed_measurement", "run_seed_text"]
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(kw_only=True)
+class SeedTextRun:
+    """The seed measurement of one text (:func:`run_seed_text`): the text, the BOS settings as given, the
+    seed the run records, and ``table`` (each setting's :func:`seed_measurement`, stacked, BOS first)."""
+
+    text: str
+    bos: tuple[bool, ...]
+    seed: int
+    table: pd.DataFrame
 
 
 class _LastToFirst:
@@ -77,6 +90,7 @@ def seed_measurement(model: LoadedModel, text: str, *, prepend_bos: bool = True)
     return table.reset_index(drop=True)
 
 
-def seed_tables(model: LoadedModel, text: str, bos: Sequence[bool]) -> pd.DataFrame:
-    """:func:`seed_measurement` for each BOS setting, stacked (BOS first)."""
-    return pd.concat([seed_measurement(model, text, prepend_bos=b) for b in sorted(set(bos), reverse=True)], ignore_index=True)
+def run_seed_text(model: LoadedModel, text: str, bos: Sequence[bool], *, seed: int = 0) -> SeedTextRun:
+    """:func:`seed_measurement` for each BOS setting of ``bos``, stacked (BOS first), with the settings it ran with."""
+    table = pd.concat([seed_measurement(model, text, prepend_bos=b) for b in sorted(set(bos), reverse=True)], ignore_index=True)
+    return SeedTextRun(text=text, bos=tuple(bos), seed=seed, table=table)

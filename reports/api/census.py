@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from headlens.analyses.heads.census import CensusRun, check_census_settings, run_census
+from headlens.analyses.heads.census import CensusRun, DetectRun, check_census_settings, run_census
 from headlens.analyses.heads.census_config import CensusConfig, ClassifyConfig
 from headlens.analyses.heads.classify import (
     check_baseline_factor,
@@ -37,7 +37,7 @@ from headlens.probes.manifest import build_manifest
 from headlens.probes.progress import Progress
 from headlens.reports.api.census_run import ClassifyRun, classify_run_of
 from headlens.reports.api.census_text import census_summary_of
-from headlens.reports.api.common import config_of, loading_of, study
+from headlens.reports.api.common import config_from_record, config_of, loading_of, study
 from headlens.reports.api.evidence import evidence as run_evidence
 from headlens.reports.api.folder import TableFileResult
 from headlens.reports.api.models import as_loaded
@@ -163,11 +163,35 @@ class DetectResult(TableFileResult):
     kind = "detect"
     table_name = "scores"
 
+    #: The census's config and scores (:attr:`tables` derive from it); read back from a file it is rebuilt
+    #: from the table and the manifest's ``config.census`` (:meth:`from_table`).
+    run: DetectRun
+
+    def __post_init__(self) -> None:
+        self.tables = {self.table_name: self.run.scores}
+
+    def restore_dtypes(self, files: dict[str, Path]) -> None:
+        """The table's dtypes restored (:meth:`Result.restore_dtypes`), in the run too."""
+        super().restore_dtypes(files)
+        self.run = dataclasses.replace(self.run, scores=self.tables[self.table_name])
+
+    @property
+    def table(self) -> pd.DataFrame:
+        return self.run.scores
+
+    @classmethod
+    def of_census(cls, result: CensusResult) -> DetectResult:
+        """The scores of a census with its config and manifest, as ``headlens detect`` writes them."""
+        return cls(run=DetectRun(config=result.run.census.config, scores=result.scores), manifest=result.manifest)
+
+    @classmethod
+    def from_table(cls, table: pd.DataFrame, manifest: dict[str, Any]) -> DetectResult:
+        """The result read back, its run rebuilt: the table, the config from the manifest's ``config.census``."""
+        return cls(run=DetectRun(config=config_from_record(CensusConfig, manifest["config"]["census"]), scores=table), manifest=manifest)
+
     def findings(self) -> Findings:
         """What ``headlens detect`` prints: how many scores, and the census's notes on intervals."""
-        if "scores" not in self.tables:
-            return Findings()
-        scores = self.table
+        scores = self.run.scores
         n_heads = int(scores[["layer", "head"]].drop_duplicates().shape[0]) if len(scores) else 0
         line = f"{len(scores)} scores ({scores['detector'].nunique()} detectors x {n_heads} heads)"
         return Findings((line,), tuple(census_warnings(scores, None)))

@@ -20,7 +20,7 @@ import pandas as pd
 from headlens.analyses.measure.texts import TEXT_NAMES
 from headlens.analyses.sinks.config import LengthsConfig, SinkConfig
 from headlens.analyses.sinks.lengths import run_sink_lengths, validate_lengths
-from headlens.analyses.sinks.seed import seed_tables
+from headlens.analyses.sinks.seed import SeedTextRun, run_seed_text
 from headlens.analyses.sinks.study import SinksRun, run_sinks
 from headlens.probes.config import ModelConfig
 from headlens.probes.errors import InputError
@@ -122,31 +122,53 @@ class SeedTextResult(Result):
     kind = "sink_seed_text"
     marker_files = ("seed_text.csv",)
 
+    #: The analysis' run (the text, BOS settings, seed and table); read back from a folder it is rebuilt from
+    #: the table and the manifest's ``sinks`` entry and ``seed`` (:meth:`from_folder`).
+    run: SeedTextRun
+
+    def __post_init__(self) -> None:
+        self.tables = {"seed_text": self.run.table}
+
+    def restore_dtypes(self, files: dict[str, Path]) -> None:
+        """The table's dtypes restored (:meth:`Result.restore_dtypes`), in the run too."""
+        super().restore_dtypes(files)
+        self.run = dataclasses.replace(self.run, table=self.tables["seed_text"])
+
     @property
     def table(self) -> pd.DataFrame:
-        return self["seed_text"]
+        return self.run.table
 
     def findings(self) -> Findings:
-        return seed_text_findings(self.table) if "seed_text" in self.tables else Findings()
+        return seed_text_findings(self.run.table)
 
     def write_tables(self, folder: Path) -> list[Path]:
         return write_tables(self.tables, folder)
+
+    @classmethod
+    def from_folder(cls, folder: str | Path) -> SeedTextResult:
+        """The saved result, its run rebuilt: the table from its file, the text and BOS settings from the
+        manifest's ``sinks`` entry, the seed from its ``seed``."""
+        p = Path(folder)
+        manifest = read_manifest(p)
+        entry = manifest["sinks"]
+        run = SeedTextRun(text=entry["text"], bos=tuple(entry["bos"]), seed=int(manifest["seed"]), table=cls.read_tables(p)["seed_text"])
+        return cls(run=run, manifest=manifest)
 
 
 def seed_text(
     model: LoadedModel, text: str, *, bos: tuple[bool, ...] = (False, True), seed: int = 0, command: list[str] | None = None
 ) -> SeedTextResult:
     """``headlens sinks --text``: per BOS setting and head, the last token's attention to the first
-    token of ``text`` against ``1/n`` (:func:`~headlens.analyses.sinks.seed.seed_tables`), with its manifest."""
-    table = seed_tables(model, text, bos)
+    token of ``text`` against ``1/n`` (:func:`~headlens.analyses.sinks.seed.run_seed_text`), with its manifest."""
+    run = run_seed_text(model, text, bos, seed=seed)
     manifest = build_manifest(
         model=model,
         command=command or python_command("sinks", model, {"text": text, "bos": bos}),
-        seed=seed,
-        prepend_bos=bos[0] if len(bos) == 1 else None,
-        extra={"sinks": {"text": text, "bos": list(bos)}},
+        seed=run.seed,
+        prepend_bos=run.bos[0] if len(run.bos) == 1 else None,
+        extra={"sinks": {"text": run.text, "bos": list(run.bos)}},
     )
-    return SeedTextResult(tables={"seed_text": table}, manifest=manifest)
+    return SeedTextResult(run=run, manifest=manifest)
 
 
 def _file_names(result: Result, tables: dict[str, pd.DataFrame]) -> list[str]:

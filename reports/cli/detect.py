@@ -57,7 +57,7 @@ def detect_cmd(model, device, dtype, revision, allow_new_weights, out_file, over
     loaded = load(model, device, dtype, revision, allow_new_weights)
     with progress_bars("census", quiet=quiet) as progress:
         result = census(loaded, config, progress=progress, command=command_line())
-    DetectResult(tables={"scores": result.scores}, manifest=result.manifest).write(out)  # the table, then <stem>.manifest.json
+    DetectResult.of_census(result).write(out)  # the table, then <stem>.manifest.json
     _echo_notes(result)
     click.echo(
         f"{len(result.scores)} scores ({result.scores['detector'].nunique()} detectors x {loaded.n_layers * loaded.n_heads} heads) -> {out}"

@@ -29,7 +29,7 @@ from headlens.analyses.patching.dla import DLA_COLUMNS
 from headlens.analyses.patching.evidence import EVIDENCE_COLUMNS
 from headlens.analyses.patching.path import PATH_COLUMNS
 from headlens.analyses.sinks.lengths import LENGTH_COLUMNS
-from headlens.analyses.sinks.seed import seed_tables
+from headlens.analyses.sinks.seed import run_seed_text
 from headlens.reports.api.ablate import ABLATION_COLUMNS
 from headlens.reports.api.census import DetectResult
 from headlens.reports.api.result import RESULT_KINDS
@@ -125,9 +125,9 @@ def _studies(demo, shared) -> dict[str, Any]:
 
     return {
         "census": census,
-        "detect": lambda: DetectResult(tables={"scores": shared("census").scores}),
+        "detect": lambda: DetectResult.of_census(shared("census")),
         "sink_lengths": lambda: headlens.sinks(demo, lengths=(32,), n_long=1),
-        "sink_seed_text": lambda: SeedTextResult(tables={"seed_text": seed_tables(demo, "The cat sat on the mat.", (True, False))}),
+        "sink_seed_text": lambda: SeedTextResult(run=run_seed_text(demo, "The cat sat on the mat.", (True, False))),
         "circuit": lambda: headlens.circuit(demo, builtin="induction", n_pairs=4, n_bootstrap=10, confirm=2, curve_points=2, steps=2),
         "composition": lambda: headlens.composition(demo, n_baseline=20, n_tokens=50),
         "ioi": lambda: headlens.ioi(demo, n_pairs=4, n_resamples=20),

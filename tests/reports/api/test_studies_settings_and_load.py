@@ -24,6 +24,7 @@ from headlens.analyses.heads.classify import classify_heads
 from headlens.analyses.measure.masks import HeadMask
 from headlens.analyses.measure.setup import EvalSpec, eval_setup, eval_source
 from headlens.analyses.sinks.config import SinkConfig
+from headlens.analyses.sinks.seed import SeedTextRun
 from headlens.probes.config import CaptureConfig
 from headlens.probes.errors import InputError, OutputError, OutputExistsError
 from headlens.probes.prompts import tokenize_prompts
@@ -221,7 +222,8 @@ def test_save_then_load_keeps_every_columns_dtype(tmp_path):
             "score": [0.25, float("nan")],
         }
     )
-    SeedTextResult(tables={"seed_text": table}, manifest={}).save(tmp_path / "out")
+    run = SeedTextRun(text="", bos=(True,), seed=0, table=table)
+    SeedTextResult(run=run, manifest={"seed": 0, "sinks": {"text": "", "bos": [True]}}).save(tmp_path / "out")
     back = load(tmp_path / "out").tables["seed_text"]
     pd.testing.assert_frame_equal(back, table)
 
