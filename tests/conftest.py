@@ -55,6 +55,7 @@ FIRST_MODULES = (
     "tests/e2e/test_families_commands.py",
     "tests/families/test_matrix.py",  # ~100 s at 1 worker (2026-12-07), most of it loading 26 families twice
     "tests/e2e/test_real_model.py",
+    "tests/reports/cli/test_circuit_ray.py",  # ~57 s in 2 tests (2026-12-07): by its count it went last
     "tests/reports/runs/test_sweep_interrupt.py",
     "tests/meta/test_docs_blocks.py",
     "tests/reports/runs/test_sweep_cluster.py",
@@ -68,6 +69,7 @@ FIRST_MODULES = (
     "tests/reports/cli/test_sinks.py",
     "tests/reports/cli/test_ablation_resume.py",
     "tests/reports/runs/test_sweep.py",
+    "tests/analyses/circuits/test_exact_chunks_ray.py",  # ~25 s in 2 tests (2026-12-07): by its count it went last
     "tests/analyses/design/test_projections_continued.py",
     "tests/analyses/tracr/test_convert.py",
     "tests/meta/test_packaging.py",

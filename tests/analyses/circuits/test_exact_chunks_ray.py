@@ -48,6 +48,22 @@ def _busy_workers() -> list[int]:
     return pids
 
 
+@pytest.fixture(scope="module")
+def local_ray():
+    """One local Ray of 2 CPUs for the module's tests, started as a run starts its own (``ray_session``: the same
+    settings; a run finds it initialised and uses it): one start instead of one per test (4-6 s each on 2 cores).
+    What the tests check (a lost worker rerun and reported, a load failure stopping the run) is the pool's, on any Ray."""
+    from headlens.probes.cluster.session import ray_session
+
+    saved = os.environ.pop("RAY_ADDRESS", None)
+    try:
+        with ray_session(None, Cluster(workers=2, threads=1).local_cpus()) as (ray, _):
+            yield ray
+    finally:
+        if saved is not None:
+            os.environ["RAY_ADDRESS"] = saved
+
+
 @pytest.fixture
 def one_thread():
     threads = torch.get_num_threads()
@@ -56,8 +72,7 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
-def test_every_edge_on_two_workers_with_one_killed_equals_one_process(tiny_model, one_thread, caplog, monkeypatch):
-    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+def test_every_edge_on_two_workers_with_one_killed_equals_one_process(local_ray, tiny_model, one_thread, caplog):
     graph = build_graph(tiny_model)
     task = builtin_task(tiny_model, "induction", n=6, seed=0)
     here = exact_scores_parallel(tiny_model, task, graph, edges_per_chunk=EDGES_PER_CHUNK)
@@ -83,12 +98,11 @@ def test_every_edge_on_two_workers_with_one_killed_equals_one_process(tiny_model
     assert got.values.shape == (6, len(graph.edges)) and not np.isnan(got.values).any()
 
 
-def test_workers_that_cannot_load_the_model_stop_the_run_with_one_line(tiny_model, tmp_path, monkeypatch):
+def test_workers_that_cannot_load_the_model_stop_the_run_with_one_line(local_ray, tiny_model, tmp_path):
     """Every worker's load fails (here: the folder is gone on the workers' side): one line naming why, no hang."""
     from headlens.analyses.circuits.exact_chunks import ChunkFailed
     from headlens.probes.config import ModelConfig
 
-    monkeypatch.delenv("RAY_ADDRESS", raising=False)
     graph = build_graph(tiny_model)
     task = builtin_task(tiny_model, "induction", n=2, seed=0)
     missing = ModelConfig(model=str(tmp_path / "gone"), device="cpu")
