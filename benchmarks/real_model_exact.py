@@ -211,6 +211,14 @@ def _table(results: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def _drawn(result: dict[str, Any]) -> str:
+    """How many of the random stratum's edges are in the exact circuit (``est_circuit`` less the top's, over its weight)."""
+    row, sample = result["rows"][0], result["sample"]
+    weight = sample["rest"] / max(sample["random"], 1)  # est_circuit = in the top + k * weight; n_positive = in the top + k
+    k = round((row["est_circuit"] - row["n_positive"]) / (weight - 1)) if weight > 1 else 0
+    return f"{k:,} of the {sample['random']:,} drawn"
+
+
 def _hidden(row: dict[str, Any]) -> str:
     h = float(row.get("hidden_bound") or 0.0)
     return f" (+ up to {h:,.0f} unseen, 95%)" if h > 0 else ""
@@ -261,10 +269,11 @@ def section(data: dict[str, Any]) -> str:
     out += [*_table(data["results"]), ""]
     blind = [r for r in data["results"] if any(row.get("hidden_bound") for row in r["rows"])]
     if blind:
-        out += ["Where the random draw held no edge of the exact circuit (" + ", ".join(r["task"] for r in blind) + "), the sample "
-                "cannot say how many of the rest belong to it: the interval places the 95% bound on them at both ends of the "
-                "ranking, and spans what the draw cannot rule out. The top stratum's share in the exact circuit and the rank "
-                "agreement are read; the AUROC needs a random stratum large enough to meet the circuit.", ""]  # fmt: skip
+        out += ["A random draw pins down only roughly how many of the rest belong to the exact circuit (" + ", ".join(
+                f"{r['task']}: {_drawn(r)}" for r in blind) + "): the interval places the edges it cannot rule out beyond its "
+                "own estimate (the 95% Clopper-Pearson bound, '+ up to N unseen' above) at both ends of the ranking. The top "
+                "stratum's share in the exact circuit and the rank agreement are read; a tight AUROC needs a random stratum "
+                "that meets the circuit often.", ""]  # fmt: skip
     out += ["```text"]
     out += [f"{r['task']}: {against_exact_line(row)}" for r in data["results"] for row in r["rows"]] + ["```", ""]
     out += ["What the published figures beside these are measured against differs:", "",

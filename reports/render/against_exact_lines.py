@@ -28,8 +28,9 @@ def against_exact_line(row: Mapping[str, Any]) -> str:
         auc = f"AUROC {float(row['auc']):.2f}, interval [{lo:.2f}, {hi:.2f}] too wide to read (wider than {WIDE_INTERVAL:g})"
     hidden = float(row.get("hidden_bound") or 0.0)
     if hidden > 0:
-        auc += (f" (no sampled edge outside the top is in the exact circuit: up to {hidden:,.0f} of the {int(row['n_rest']):,} "
-                "may be (95%), placed at both ends of the ranking in the interval)")  # fmt: skip
+        auc += (f" (the random {int(row['n_random']):,} cannot rule out up to {hidden:,.0f} more edges of the exact circuit among "
+                f"the {int(row['n_rest']):,} outside the top than they estimate (95%), placed at both ends of the ranking in the "
+                "interval)")  # fmt: skip
     return (
         f"{name}: {auc} against exact patching over {sampled}, Spearman rho {float(row['spearman']):.2f} "
         f"[{float(row['spearman_low']):.2f}, {float(row['spearman_high']):.2f}]; exact circuit (|exact| >= "

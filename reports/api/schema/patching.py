@@ -127,7 +127,7 @@ TABLES = {
             ("n_rest", "int64", "edges outside the top stratum"),
             ("n_positive", "int64", "sampled edges in the exact circuit"),
             ("est_circuit", "float64", "the exact circuit's size in the graph, estimated from the sample"),
-            ("hidden_bound", "float64", "no random edge in the exact circuit: up to this many in the rest (95%), in the AUC interval"),
+            ("hidden_bound", "float64", "circuit edges of the rest the draw cannot rule out beyond its estimate (95%), in the AUC CI"),
             ("circuit_share", "float64", "the share of the gap an edge's |exact| must reach to be in the exact circuit"),
             ("interval", "str", "what the bootstrap resampled"),
             ("n_pairs", "int64", "pairs that scored the edges"),
