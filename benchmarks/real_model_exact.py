@@ -182,7 +182,7 @@ def run_task(args: argparse.Namespace, model: Any, graph: Any, name: str, budget
     rest = np.setdiff1d(smp.ids, probed.edge_ids)
     ex = _joined(probed, _exact(model, task, graph, rest, args.workers, journal)) if len(rest) else probed
     out["seconds"]["exact"] = round(time.perf_counter() - t0, 1)
-    print(f"  exact: {len(smp.ids):,} edges in {out['seconds']['exact']:.0f} s on {args.workers} workers", flush=True)
+    print(f"  exact: {len(smp.ids):,} edges: {_took(out, 'exact')} on {args.workers} workers", flush=True)
     out["sample"] = {"top": len(smp.top), "random": len(smp.random), "rest": smp.n_rest, "seed": smp.seed}
     out["rows"], out["mib"] = [], {}
     for method, pp in est.items():
