@@ -182,7 +182,8 @@ def _sample_lines(sample: Mapping[str, Any], s: Mapping[str, Any]) -> list[str]:
     if not missed:
         return [head + f"none carries more than {bar}" + rate]
     return [
-        head + f"{len(missed)} carr{'ies' if len(missed) == 1 else 'y'} more than {bar}, missed by the ranking: "
+        head
+        + f"{len(missed)} carr{'ies' if len(missed) == 1 else 'y'} more than {bar}, missed by the ranking: "
         + _named(missed, lambda it: f" exact {float(it['exact']):.2f} (estimate rank {it['rank']})")
         + rate
     ]
