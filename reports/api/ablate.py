@@ -109,14 +109,6 @@ class AblationResult(TableFileResult):
     #: the evaluation set and why its metric was chosen (in memory only; ``None`` when read back from files)
     setup: EvalSetup | None = field(default=None)
 
-    def __post_init__(self) -> None:
-        self.tables = {self.table_name: self.run.table}
-
-    def restore_dtypes(self, files: dict[str, Path]) -> None:
-        """The table's dtypes restored (:meth:`Result.restore_dtypes`), in the run too."""
-        super().restore_dtypes(files)
-        self.run = replace(self.run, table=self.tables[self.table_name])
-
     @classmethod
     def from_table(cls, table: pd.DataFrame, manifest: dict[str, Any]) -> AblationResult:
         """The result read back, its run rebuilt: the config from the manifest's ``config.ablation``, the

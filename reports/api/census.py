@@ -162,22 +162,11 @@ class DetectResult(TableFileResult):
 
     kind = "detect"
     table_name = "scores"
+    run_table = "scores"
 
     #: The census's config and scores (:attr:`tables` derive from it); read back from a file it is rebuilt
     #: from the table and the manifest's ``config.census`` (:meth:`from_table`).
     run: DetectRun
-
-    def __post_init__(self) -> None:
-        self.tables = {self.table_name: self.run.scores}
-
-    def restore_dtypes(self, files: dict[str, Path]) -> None:
-        """The table's dtypes restored (:meth:`Result.restore_dtypes`), in the run too."""
-        super().restore_dtypes(files)
-        self.run = dataclasses.replace(self.run, scores=self.tables[self.table_name])
-
-    @property
-    def table(self) -> pd.DataFrame:
-        return self.run.scores
 
     @classmethod
     def of_census(cls, result: CensusResult) -> DetectResult:

@@ -313,18 +313,6 @@ class KVResult(TableFileResult):
     #: the manifest's ``config.kv`` (:meth:`from_table`).
     run: KVRun
 
-    def __post_init__(self) -> None:
-        self.tables = {self.table_name: self.run.table}
-
-    def restore_dtypes(self, files: dict[str, Path]) -> None:
-        """The table's dtypes restored (:meth:`Result.restore_dtypes`), in the run too."""
-        super().restore_dtypes(files)
-        self.run = replace(self.run, table=self.tables[self.table_name])
-
-    @property
-    def table(self) -> pd.DataFrame:
-        return self.run.table
-
     @classmethod
     def from_table(cls, table: pd.DataFrame, manifest: dict[str, Any]) -> KVResult:
         """The result read back, its run rebuilt: the table, the config from the manifest's ``config.kv``."""

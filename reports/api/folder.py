@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -80,6 +80,21 @@ class TableFileResult(Result):
     figure_stems: ClassVar[tuple[str, ...]] = ()
     #: columns read back from a CSV as text
     text_columns: ClassVar[tuple[str, ...]] = TEXT_COLUMNS
+    #: the field of the subclass' typed ``run`` that holds the table: :attr:`tables` derive from it, and
+    #: :meth:`restore_dtypes` puts the restored table back into it
+    run_table: ClassVar[str] = "table"
+
+    def __post_init__(self) -> None:
+        run = getattr(self, "run", None)  # the subclass' typed run (None: a result that holds its tables alone)
+        if run is not None:
+            self.tables = {self.table_name: getattr(run, self.run_table)}
+
+    def restore_dtypes(self, files: dict[str, Path]) -> None:
+        """The table's dtypes restored (:meth:`Result.restore_dtypes`), in the run too."""
+        super().restore_dtypes(files)
+        run = getattr(self, "run", None)
+        if run is not None:
+            self.run = replace(run, **{self.run_table: self.tables[self.table_name]})
 
     @property
     def table(self) -> pd.DataFrame:
